@@ -1,0 +1,265 @@
+//! The allocation map of seed 000 (Figure 1): rows are processors, columns
+//! are time slots, each cell is free or held by one job.
+//!
+//! What lives here: the rows (processor facts, live or left), the columns
+//! (cells plus a bitset of free cells for fast pattern search), and a small
+//! fixed-width bitset. What does not: which VPs sit on a cell (the scheduler
+//! keeps that per job) or any decision about where to put work.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Index of a row of the allocation map (stable while the processor is in
+/// the pool; reused after it leaves).
+pub type Row = usize;
+
+/// Interned job key used in cells (the scheduler maps it to the job's name).
+pub type JobKey = u32;
+
+/// A processor as the scheduler sees it: one row of the allocation map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Processor {
+    /// Unique name, e.g. `h1/0` (host `h1`, core 0).
+    pub id: String,
+    /// The host (daemon) that owns this processor.
+    pub host: String,
+    /// Architecture, e.g. `x86_64`.
+    pub arch: String,
+    /// Capacity relative to the slowest processor.
+    pub capacity: f64,
+}
+
+/// A set of rows, one bit each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BitSet {
+    words: Vec<u64>,
+}
+
+impl BitSet {
+    /// Grow to hold at least `bits` bits.
+    pub fn grow(&mut self, bits: usize) {
+        let need = bits.div_ceil(64);
+        if self.words.len() < need {
+            self.words.resize(need, 0);
+        }
+    }
+    /// Set bit `i`.
+    pub fn insert(&mut self, i: usize) {
+        self.grow(i + 1);
+        self.words[i / 64] |= 1 << (i % 64);
+    }
+    /// Clear bit `i`.
+    pub fn remove(&mut self, i: usize) {
+        if let Some(w) = self.words.get_mut(i / 64) {
+            *w &= !(1 << (i % 64));
+        }
+    }
+    /// Is bit `i` set?
+    pub fn contains(&self, i: usize) -> bool {
+        self.words
+            .get(i / 64)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+    /// Is every bit of `self` also set in `other`?
+    pub fn is_subset(&self, other: &BitSet) -> bool {
+        self.words
+            .iter()
+            .enumerate()
+            .all(|(k, &w)| w & !other.words.get(k).copied().unwrap_or(0) == 0)
+    }
+    /// `self &= other`.
+    pub fn intersect_with(&mut self, other: &BitSet) {
+        for (k, w) in self.words.iter_mut().enumerate() {
+            *w &= other.words.get(k).copied().unwrap_or(0);
+        }
+    }
+    /// `self |= other`.
+    pub fn union_with(&mut self, other: &BitSet) {
+        self.grow(other.words.len() * 64);
+        for (k, &w) in other.words.iter().enumerate() {
+            self.words[k] |= w;
+        }
+    }
+    /// No bit set?
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|&w| w == 0)
+    }
+    /// Number of bits set.
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+    /// The set bits in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(k, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let b = w.trailing_zeros() as usize;
+                w &= w - 1;
+                Some(k * 64 + b)
+            })
+        })
+    }
+}
+
+/// One time slot of the round.
+#[derive(Debug, Clone)]
+pub struct Column {
+    /// Stable identity (positions shift when earlier columns are removed).
+    pub id: u64,
+    cells: Vec<Option<JobKey>>,
+    free: BitSet,
+}
+
+impl Column {
+    /// The job holding `row` in this slot.
+    pub fn cell(&self, row: Row) -> Option<JobKey> {
+        self.cells.get(row).copied().flatten()
+    }
+    /// Live rows that are free in this slot.
+    pub fn free(&self) -> &BitSet {
+        &self.free
+    }
+    /// Does any cell hold a job?
+    pub fn is_empty(&self) -> bool {
+        self.cells.iter().all(Option::is_none)
+    }
+    /// The jobs present in this slot (with repeats, in row order).
+    pub fn jobs(&self) -> impl Iterator<Item = (Row, JobKey)> + '_ {
+        self.cells
+            .iter()
+            .enumerate()
+            .filter_map(|(r, c)| c.map(|j| (r, j)))
+    }
+}
+
+/// Rows × columns. Every column has one cell per row (left rows stay as
+/// empty, non-free cells until a new processor reuses them).
+#[derive(Debug, Clone, Default)]
+pub struct AllocationMap {
+    rows: Vec<Option<Processor>>,
+    row_of: HashMap<String, Row>,
+    live: BitSet,
+    columns: Vec<Column>,
+    next_column: u64,
+}
+
+impl AllocationMap {
+    /// The processor at `row`, if it is in the pool.
+    pub fn processor(&self, row: Row) -> Option<&Processor> {
+        self.rows.get(row).and_then(Option::as_ref)
+    }
+    /// The row of a processor id.
+    pub fn row_of(&self, id: &str) -> Option<Row> {
+        self.row_of.get(id).copied()
+    }
+    /// Rows currently in the pool.
+    pub fn live(&self) -> &BitSet {
+        &self.live
+    }
+    /// Number of row positions (live or not): every row index is below this.
+    pub fn row_capacity(&self) -> usize {
+        self.rows.len()
+    }
+    /// Live processors in row order.
+    pub fn processors(&self) -> impl Iterator<Item = (Row, &Processor)> {
+        self.rows
+            .iter()
+            .enumerate()
+            .filter_map(|(r, p)| p.as_ref().map(|p| (r, p)))
+    }
+    /// The columns in round order.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+    /// Position of a column id in the round.
+    pub fn position(&self, id: u64) -> Option<usize> {
+        self.columns.iter().position(|c| c.id == id)
+    }
+    /// The column with id `id`.
+    pub fn column(&self, id: u64) -> Option<&Column> {
+        self.columns.iter().find(|c| c.id == id)
+    }
+
+    /// Add a processor; returns its row. The caller checks the id is new.
+    pub fn add_row(&mut self, p: Processor) -> Row {
+        let row = match self.rows.iter().position(Option::is_none) {
+            Some(r) => r,
+            None => {
+                self.rows.push(None);
+                self.rows.len() - 1
+            }
+        };
+        self.row_of.insert(p.id.clone(), row);
+        self.rows[row] = Some(p);
+        self.live.insert(row);
+        let width = self.rows.len();
+        for c in &mut self.columns {
+            c.cells.resize(width, None);
+            c.cells[row] = None;
+            c.free.insert(row);
+        }
+        row
+    }
+
+    /// Take a processor out of the pool; its cells become empty and not free.
+    pub fn remove_row(&mut self, row: Row) -> Option<Processor> {
+        let p = self.rows.get_mut(row)?.take()?;
+        self.row_of.remove(&p.id);
+        self.live.remove(row);
+        for c in &mut self.columns {
+            c.cells[row] = None;
+            c.free.remove(row);
+        }
+        Some(p)
+    }
+
+    /// Append an empty column; returns its id.
+    pub fn push_column(&mut self) -> u64 {
+        let id = self.next_column;
+        self.next_column += 1;
+        self.columns.push(Column {
+            id,
+            cells: vec![None; self.rows.len()],
+            free: self.live.clone(),
+        });
+        id
+    }
+
+    /// Remove the column `id` (which must be empty).
+    pub fn remove_column(&mut self, id: u64) {
+        self.columns.retain(|c| c.id != id);
+    }
+
+    /// Put `job` in `(row, column)` or free the cell with `None`.
+    pub fn set(&mut self, column: u64, row: Row, job: Option<JobKey>) {
+        let live = self.live.contains(row);
+        if let Some(c) = self.columns.iter_mut().find(|c| c.id == column) {
+            c.cells[row] = job;
+            if job.is_none() && live {
+                c.free.insert(row);
+            } else {
+                c.free.remove(row);
+            }
+        }
+    }
+
+    /// Rows free in every one of `columns` (all live rows when empty).
+    pub fn free_in_all(&self, columns: &[u64]) -> BitSet {
+        let mut out = self.live.clone();
+        for &id in columns {
+            if let Some(c) = self.column(id) {
+                out.intersect_with(&c.free);
+            }
+        }
+        out
+    }
+
+    /// Is any cell free anywhere?
+    pub fn has_free_cells(&self) -> bool {
+        self.columns.iter().any(|c| !c.free.is_empty())
+    }
+}

@@ -1,0 +1,1394 @@
+//! The embedded scheduler: events in, actions out (seed 000, section 4.4).
+//!
+//! What lives here: `Scheduler` (the allocation map plus every job's VPs and
+//! the fairness queue), the `Event`s it accepts and the `Action`s it returns,
+//! and the handlers that combine MTAT, Expansion, Compression and re-packing.
+//! What does not: carrying actions out (the daemon), reading the clock (events
+//! carry no time; the slicer times the slots), or parsing input (`replay`).
+//!
+//! Rules the handlers follow:
+//! * gang: a job's VPs sit in the same column(s) with the same VP→processor
+//!   assignment in each; cells of one job only; empty columns are removed;
+//! * a VP runs only on a processor of its architecture; a VP with no such
+//!   processor left is held (`Action::Hold`), never lost;
+//! * migrations only where MTAT says the job gets faster (or its processor
+//!   left), at most `max_migrations_per_event` optional ones per event;
+//! * the fairness queue starts from a different job on each event;
+//! * deterministic: the same events give the same actions.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::compress::{compress_pools, fill};
+use super::expand::{Expansion, RegularPattern};
+use super::map::{AllocationMap, BitSet, JobKey, Processor, Row};
+use super::mtat::{finish_time, mtat_pools, turnaround};
+use super::repack::{repack, Piece};
+
+/// Something the scheduler is told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A processor joins the pool (`new_processor`).
+    NewProcessor {
+        /// Unique processor id, e.g. `h1/0`.
+        id: String,
+        /// Owning host.
+        host: String,
+        /// Architecture.
+        arch: String,
+        /// Capacity relative to the slowest processor; positive and finite.
+        capacity: f64,
+    },
+    /// A processor leaves the pool (`processor_exit`): its owner is back or its host died.
+    ProcessorExit {
+        /// The processor.
+        id: String,
+    },
+    /// A new job with a number of VPs per architecture.
+    Submit {
+        /// Unique job id.
+        job: String,
+        /// VPs per architecture.
+        vps: BTreeMap<String, u32>,
+    },
+    /// A running job creates one more VP (`new_VP`); it gets the next index.
+    NewVp {
+        /// The job.
+        job: String,
+        /// The new VP's architecture.
+        arch: String,
+    },
+    /// A VP ended (`VP_exit`).
+    VpExit {
+        /// The job.
+        job: String,
+        /// The VP's index in its job.
+        vp: u32,
+    },
+    /// A whole job ended or was killed.
+    JobExit {
+        /// The job.
+        job: String,
+    },
+}
+
+/// Something the daemons must do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Start VP `vp` of `job` on `processor` of `host` (from its last
+    /// checkpoint when `restore`).
+    Start {
+        /// Job id.
+        job: String,
+        /// VP index.
+        vp: u32,
+        /// Architecture of the program to run.
+        arch: String,
+        /// Target processor.
+        processor: String,
+        /// Target host.
+        host: String,
+        /// Start from the VP's checkpoint rather than fresh.
+        restore: bool,
+    },
+    /// Move a VP (checkpoint on `from`, restart on `to`).
+    Migrate {
+        /// Job id.
+        job: String,
+        /// VP index.
+        vp: u32,
+        /// Processor it is on.
+        from: String,
+        /// Its host.
+        from_host: String,
+        /// Processor it moves to.
+        to: String,
+        /// That host.
+        to_host: String,
+    },
+    /// No processor of the VP's architecture can take it: keep it stopped
+    /// (or checkpointed) where it is until one can. `processor` is where its
+    /// process is, if it was started.
+    Hold {
+        /// Job id.
+        job: String,
+        /// VP index.
+        vp: u32,
+        /// Where its process is, if it was started.
+        processor: Option<String>,
+        /// That host.
+        host: Option<String>,
+    },
+    /// Kill a VP (its job was killed).
+    Kill {
+        /// Job id.
+        job: String,
+        /// VP index.
+        vp: u32,
+        /// Where its process is.
+        processor: String,
+        /// That host.
+        host: String,
+    },
+    /// The slot tables of these hosts changed: fetch each with
+    /// `Scheduler::host_table` and install it at the next round boundary.
+    /// `slots` is the new round length; `generation` orders tables.
+    SlotTables {
+        /// Table generation (increases with every change).
+        generation: u64,
+        /// Slots per round.
+        slots: usize,
+        /// Hosts whose table changed.
+        hosts: Vec<String>,
+    },
+}
+
+/// Input the scheduler refuses; the state is unchanged.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum SchedError {
+    /// A processor id that is already in the pool.
+    #[error("processor {0:?} is already in the pool")]
+    DuplicateProcessor(String),
+    /// A processor id the pool does not have.
+    #[error("unknown processor {0:?}")]
+    UnknownProcessor(String),
+    /// Capacity zero, negative, infinite or NaN.
+    #[error("processor {id:?}: capacity must be a positive finite number, got {capacity}")]
+    BadCapacity {
+        /// Processor id.
+        id: String,
+        /// The value given.
+        capacity: f64,
+    },
+    /// An empty id or architecture name.
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
+    /// A job id that already exists.
+    #[error("job {0:?} already exists")]
+    DuplicateJob(String),
+    /// A job id the scheduler does not have.
+    #[error("unknown job {0:?}")]
+    UnknownJob(String),
+    /// A VP index the job does not have.
+    #[error("job {job:?} has no VP {vp}")]
+    UnknownVp {
+        /// Job id.
+        job: String,
+        /// VP index.
+        vp: u32,
+    },
+    /// A submission without any VP.
+    #[error("job {0:?} has no VPs")]
+    NoVps(String),
+}
+
+/// Tunables.
+pub struct SchedConfig {
+    /// The Expansion search.
+    pub expansion: Box<dyn Expansion>,
+    /// Re-pack jobs between slots after events that free space.
+    pub repack: bool,
+    /// Optional migrations allowed per event (expansion, compression).
+    /// Migrations forced by a processor leaving do not count.
+    pub max_migrations_per_event: usize,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            expansion: Box::new(RegularPattern),
+            repack: true,
+            max_migrations_per_event: 16,
+        }
+    }
+}
+
+impl std::fmt::Debug for SchedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedConfig")
+            .field("expansion", &self.expansion.name())
+            .field("repack", &self.repack)
+            .field("max_migrations_per_event", &self.max_migrations_per_event)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Vp {
+    arch: String,
+    /// The row it is placed on (a live processor), if any.
+    row: Option<Row>,
+    /// Processor and host where its process is (set once started; kept while held).
+    at: Option<(String, String)>,
+    /// A `Hold` was emitted and it has not been placed since.
+    held: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    id: String,
+    vps: BTreeMap<u32, Vp>,
+    next_vp: u32,
+    /// Column ids the job occupies (round order not implied).
+    columns: Vec<u64>,
+    /// VPs per occupied row.
+    rows: BTreeMap<Row, u32>,
+}
+
+/// One cell of a host's slot table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableCell {
+    /// The processor (on this host).
+    pub processor: String,
+    /// The job holding it in this slot.
+    pub job: String,
+    /// That job's VPs on this processor.
+    pub vps: Vec<u32>,
+}
+
+/// A read-only view of a job, for status and output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobView {
+    /// Job id.
+    pub id: String,
+    /// Architecture of every VP.
+    pub vps: BTreeMap<u32, String>,
+    /// Processor of every placed VP.
+    pub placement: BTreeMap<u32, String>,
+    /// VPs held for lack of a processor of their architecture.
+    pub waiting: Vec<u32>,
+    /// Slots (positions in the round) the job runs in.
+    pub slots: Vec<usize>,
+    /// `max_i n_i / a_i` of its current assignment (per slot it runs in).
+    pub t_min: f64,
+}
+
+/// Per-event bookkeeping.
+struct Ctx {
+    actions: Vec<Action>,
+    dirty: BTreeSet<String>,
+    all_dirty: bool,
+    budget: usize,
+}
+
+/// The scheduler state. See the module doc.
+pub struct Scheduler {
+    map: AllocationMap,
+    jobs: Vec<Option<Job>>,
+    job_of: HashMap<String, JobKey>,
+    queue: VecDeque<JobKey>,
+    cfg: SchedConfig,
+    generation: u64,
+    migrations: u64,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler::new(SchedConfig::default())
+    }
+}
+
+impl Scheduler {
+    /// An empty pool.
+    pub fn new(cfg: SchedConfig) -> Self {
+        Scheduler {
+            map: AllocationMap::default(),
+            jobs: Vec::new(),
+            job_of: HashMap::new(),
+            queue: VecDeque::new(),
+            cfg,
+            generation: 0,
+            migrations: 0,
+        }
+    }
+
+    /// The allocation map.
+    pub fn map(&self) -> &AllocationMap {
+        &self.map
+    }
+
+    /// Migrations ordered so far.
+    pub fn migrations(&self) -> u64 {
+        self.migrations
+    }
+
+    /// Slot-table generation (bumped whenever a table changes).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The config.
+    pub fn config(&self) -> &SchedConfig {
+        &self.cfg
+    }
+
+    fn job(&self, k: JobKey) -> &Job {
+        self.jobs[k as usize]
+            .as_ref()
+            .expect("job key refers to a live job")
+    }
+
+    fn job_mut(&mut self, k: JobKey) -> &mut Job {
+        self.jobs[k as usize]
+            .as_mut()
+            .expect("job key refers to a live job")
+    }
+
+    fn key(&self, job: &str) -> Result<JobKey, SchedError> {
+        self.job_of
+            .get(job)
+            .copied()
+            .ok_or_else(|| SchedError::UnknownJob(job.to_string()))
+    }
+
+    /// Job ids in fairness-queue order.
+    pub fn job_ids(&self) -> Vec<String> {
+        self.queue.iter().map(|&k| self.job(k).id.clone()).collect()
+    }
+
+    /// A view of one job.
+    pub fn job_view(&self, job: &str) -> Option<JobView> {
+        let k = *self.job_of.get(job)?;
+        let j = self.job(k);
+        let mut slots: Vec<usize> = j
+            .columns
+            .iter()
+            .filter_map(|&c| self.map.position(c))
+            .collect();
+        slots.sort_unstable();
+        Some(JobView {
+            id: j.id.clone(),
+            vps: j.vps.iter().map(|(&i, v)| (i, v.arch.clone())).collect(),
+            placement: j
+                .vps
+                .iter()
+                .filter_map(|(&i, v)| {
+                    v.row
+                        .and_then(|r| self.map.processor(r))
+                        .map(|p| (i, p.id.clone()))
+                })
+                .collect(),
+            waiting: j
+                .vps
+                .iter()
+                .filter(|(_, v)| v.row.is_none())
+                .map(|(&i, _)| i)
+                .collect(),
+            slots,
+            t_min: self.current_t(k),
+        })
+    }
+
+    /// The slot table of `host`: for each slot of the round, the cells of its
+    /// processors that hold a job, with that job's VPs there.
+    pub fn host_table(&self, host: &str) -> Vec<Vec<TableCell>> {
+        self.cells_where(|p| p.host == host)
+    }
+
+    /// The whole map as slot tables (every processor).
+    pub fn table(&self) -> Vec<Vec<TableCell>> {
+        self.cells_where(|_| true)
+    }
+
+    fn cells_where(&self, keep: impl Fn(&Processor) -> bool) -> Vec<Vec<TableCell>> {
+        let rows: Vec<(Row, &Processor)> = self.map.processors().filter(|(_, p)| keep(p)).collect();
+        self.map
+            .columns()
+            .iter()
+            .map(|c| {
+                rows.iter()
+                    .filter_map(|&(r, p)| {
+                        let k = c.cell(r)?;
+                        let j = self.job(k);
+                        let vps = j
+                            .vps
+                            .iter()
+                            .filter(|(_, v)| v.row == Some(r))
+                            .map(|(&i, _)| i)
+                            .collect();
+                        Some(TableCell {
+                            processor: p.id.clone(),
+                            job: j.id.clone(),
+                            vps,
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Handle one event. On error nothing changed.
+    pub fn on_event(&mut self, event: Event) -> Result<Vec<Action>, SchedError> {
+        let mut ctx = Ctx {
+            actions: Vec::new(),
+            dirty: BTreeSet::new(),
+            all_dirty: false,
+            budget: self.cfg.max_migrations_per_event,
+        };
+        let columns_before = self.map.columns().len();
+        match event {
+            Event::NewProcessor {
+                id,
+                host,
+                arch,
+                capacity,
+            } => self.new_processor(id, host, arch, capacity, &mut ctx)?,
+            Event::ProcessorExit { id } => self.processor_exit(&id, &mut ctx)?,
+            Event::Submit { job, vps } => self.submit(job, vps, &mut ctx)?,
+            Event::NewVp { job, arch } => self.new_vp(&job, arch, &mut ctx)?,
+            Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
+            Event::JobExit { job } => self.job_exit(&job, &mut ctx)?,
+        }
+        if self.map.columns().len() != columns_before {
+            ctx.all_dirty = true;
+        }
+        if ctx.all_dirty || !ctx.dirty.is_empty() {
+            self.generation += 1;
+            let hosts: Vec<String> = if ctx.all_dirty {
+                let all: BTreeSet<String> =
+                    self.map.processors().map(|(_, p)| p.host.clone()).collect();
+                all.into_iter()
+                    .chain(ctx.dirty)
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect()
+            } else {
+                ctx.dirty.into_iter().collect()
+            };
+            ctx.actions.push(Action::SlotTables {
+                generation: self.generation,
+                slots: self.map.columns().len(),
+                hosts,
+            });
+        }
+        self.queue.rotate_left(usize::from(!self.queue.is_empty()));
+        Ok(ctx.actions)
+    }
+
+    // ----- events ---------------------------------------------------------
+
+    fn new_processor(
+        &mut self,
+        id: String,
+        host: String,
+        arch: String,
+        capacity: f64,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        if id.is_empty() {
+            return Err(SchedError::Empty("processor id"));
+        }
+        if arch.is_empty() {
+            return Err(SchedError::Empty("architecture"));
+        }
+        if !(capacity.is_finite() && capacity > 0.0) {
+            return Err(SchedError::BadCapacity { id, capacity });
+        }
+        if self.map.row_of(&id).is_some() {
+            return Err(SchedError::DuplicateProcessor(id));
+        }
+        ctx.dirty.insert(host.clone());
+        self.map.add_row(Processor {
+            id,
+            host,
+            arch,
+            capacity,
+        });
+        self.place_held(ctx);
+        self.expand_jobs(ctx);
+        Ok(())
+    }
+
+    fn processor_exit(&mut self, id: &str, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let row = self
+            .map
+            .row_of(id)
+            .ok_or_else(|| SchedError::UnknownProcessor(id.to_string()))?;
+        let affected: Vec<JobKey> = self
+            .fair_order()
+            .into_iter()
+            .filter(|&k| self.job(k).rows.contains_key(&row))
+            .collect();
+        if let Some(p) = self.map.processor(row) {
+            ctx.dirty.insert(p.host.clone());
+        }
+        self.map.remove_row(row);
+        for &k in &affected {
+            let j = self.job_mut(k);
+            j.rows.remove(&row);
+            for v in j.vps.values_mut() {
+                if v.row == Some(row) {
+                    v.row = None;
+                }
+            }
+        }
+        for &k in &affected {
+            self.reposition(k, ctx);
+        }
+        self.drop_empty_columns(ctx);
+        self.expand_jobs(ctx);
+        self.repack(ctx);
+        Ok(())
+    }
+
+    fn submit(
+        &mut self,
+        job: String,
+        vps: BTreeMap<String, u32>,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        if job.is_empty() {
+            return Err(SchedError::Empty("job id"));
+        }
+        if self.job_of.contains_key(&job) {
+            return Err(SchedError::DuplicateJob(job));
+        }
+        if vps.keys().any(String::is_empty) {
+            return Err(SchedError::Empty("architecture"));
+        }
+        if vps.values().all(|&n| n == 0) {
+            return Err(SchedError::NoVps(job));
+        }
+        let mut entries = BTreeMap::new();
+        let mut next = 0u32;
+        for (arch, &n) in &vps {
+            for _ in 0..n {
+                entries.insert(
+                    next,
+                    Vp {
+                        arch: arch.clone(),
+                        row: None,
+                        at: None,
+                        held: false,
+                    },
+                );
+                next += 1;
+            }
+        }
+        let j = Job {
+            id: job.clone(),
+            vps: entries,
+            next_vp: next,
+            columns: Vec::new(),
+            rows: BTreeMap::new(),
+        };
+        let k = match self.jobs.iter().position(Option::is_none) {
+            Some(free) => {
+                self.jobs[free] = Some(j);
+                free as JobKey
+            }
+            None => {
+                self.jobs.push(Some(j));
+                (self.jobs.len() - 1) as JobKey
+            }
+        };
+        self.job_of.insert(job, k);
+        self.queue.push_back(k);
+        self.place_fresh(k, ctx);
+        Ok(())
+    }
+
+    fn new_vp(&mut self, job: &str, arch: String, ctx: &mut Ctx) -> Result<(), SchedError> {
+        if arch.is_empty() {
+            return Err(SchedError::Empty("architecture"));
+        }
+        let k = self.key(job)?;
+        let j = self.job_mut(k);
+        let vp = j.next_vp;
+        j.next_vp += 1;
+        j.vps.insert(
+            vp,
+            Vp {
+                arch: arch.clone(),
+                row: None,
+                at: None,
+                held: false,
+            },
+        );
+        if self.job(k).columns.is_empty() {
+            self.place_fresh(k, ctx);
+            return Ok(());
+        }
+        let cand: Vec<Row> = self
+            .candidates(k)
+            .into_iter()
+            .filter(|&r| self.arch_of(r) == Some(&arch))
+            .collect();
+        if cand.is_empty() {
+            if self.map.processors().any(|(_, p)| p.arch == arch) {
+                self.place_fresh(k, ctx);
+            } else {
+                self.hold_unplaced(k, ctx);
+            }
+            return Ok(());
+        }
+        // (a) no migration: the new VP where it finishes first.
+        let j = self.job(k);
+        let (best_row, t_here) = cand
+            .iter()
+            .map(|&r| {
+                let n = j.rows.get(&r).copied().unwrap_or(0) + 1;
+                (r, finish_time(n, self.cap(r)))
+            })
+            .min_by(|a, b| {
+                a.1.partial_cmp(&b.1)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(j.rows.contains_key(&b.0).cmp(&j.rows.contains_key(&a.0)))
+                    .then(a.0.cmp(&b.0))
+            })
+            .unwrap_or((cand[0], f64::INFINITY));
+        let t_a = self.current_t(k).max(t_here);
+        // (b) the full optimum, if it is strictly faster and affordable.
+        let all = self.candidates(k);
+        if let Some((t_b, counts)) = self.plan(k, &all, true, 0.0) {
+            if t_b < t_a * (1.0 - 1e-9) && self.optional_moves(k, &all, &counts) <= ctx.budget {
+                let cols = self.job(k).columns.clone();
+                self.apply(k, cols, &all, &counts, ctx);
+                return Ok(());
+            }
+        }
+        let cols = self.job(k).columns.clone();
+        let rows: Vec<Row> = self
+            .job(k)
+            .rows
+            .keys()
+            .copied()
+            .chain(std::iter::once(best_row))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let counts: Vec<u32> = rows
+            .iter()
+            .map(|r| self.job(k).rows.get(r).copied().unwrap_or(0) + u32::from(*r == best_row))
+            .collect();
+        self.apply(k, cols, &rows, &counts, ctx);
+        Ok(())
+    }
+
+    fn vp_exit(&mut self, job: &str, vp: u32, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        let j = self.job_mut(k);
+        let Some(v) = j.vps.remove(&vp) else {
+            return Err(SchedError::UnknownVp {
+                job: job.to_string(),
+                vp,
+            });
+        };
+        if let Some(r) = v.row {
+            let left = j.rows.get_mut(&r).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if left == Some(0) {
+                j.rows.remove(&r);
+                let cols = j.columns.clone();
+                for c in cols {
+                    self.map.set(c, r, None);
+                }
+                self.dirty_row(r, ctx);
+            }
+        }
+        if self.job(k).vps.is_empty() {
+            self.remove_job(k, ctx);
+        }
+        self.drop_empty_columns(ctx);
+        self.place_held(ctx);
+        self.expand_jobs(ctx);
+        self.repack(ctx);
+        Ok(())
+    }
+
+    fn job_exit(&mut self, job: &str, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        let j = self.job(k);
+        for (&vp, v) in &j.vps {
+            if let Some((processor, host)) = &v.at {
+                ctx.actions.push(Action::Kill {
+                    job: j.id.clone(),
+                    vp,
+                    processor: processor.clone(),
+                    host: host.clone(),
+                });
+            }
+        }
+        self.remove_job(k, ctx);
+        self.drop_empty_columns(ctx);
+        self.place_held(ctx);
+        self.expand_jobs(ctx);
+        self.repack(ctx);
+        Ok(())
+    }
+
+    // ----- the algorithms, applied ------------------------------------------
+
+    fn fair_order(&self) -> Vec<JobKey> {
+        self.queue.iter().copied().collect()
+    }
+
+    fn arch_of(&self, r: Row) -> Option<&String> {
+        self.map.processor(r).map(|p| &p.arch)
+    }
+
+    fn cap(&self, r: Row) -> f64 {
+        self.map.processor(r).map_or(1.0, |p| p.capacity)
+    }
+
+    fn dirty_row(&self, r: Row, ctx: &mut Ctx) {
+        if let Some(p) = self.map.processor(r) {
+            ctx.dirty.insert(p.host.clone());
+        }
+    }
+
+    /// `max n_r / a_r` of the job's current placement.
+    fn current_t(&self, k: JobKey) -> f64 {
+        let j = self.job(k);
+        let counts: Vec<u32> = j.rows.values().copied().collect();
+        let caps: Vec<f64> = j.rows.keys().map(|&r| self.cap(r)).collect();
+        turnaround(&counts, &caps)
+    }
+
+    /// Rows the job may use inside its own columns: its rows plus rows free in
+    /// all its columns, of the architectures it has VPs of.
+    fn candidates(&self, k: JobKey) -> Vec<Row> {
+        let j = self.job(k);
+        let arches: BTreeSet<&String> = j.vps.values().map(|v| &v.arch).collect();
+        let mut set: BitSet = self.map.free_in_all(&j.columns);
+        for &r in j.rows.keys() {
+            set.insert(r);
+        }
+        set.iter()
+            .filter(|&r| self.arch_of(r).is_some_and(|a| arches.contains(a)))
+            .collect()
+    }
+
+    /// MTAT (and Compression if `compressed`) for the job's VPs on `rows`.
+    /// Architectures with no row among `rows` are left out (their VPs are
+    /// held). Returns `T` and VPs per row (parallel to `rows`). Without
+    /// compression the VPs are filled in by `max(T, keep_t)`, so a caller
+    /// passing the job's current turnaround as `keep_t` moves no VP that need
+    /// not move.
+    fn plan(
+        &self,
+        k: JobKey,
+        rows: &[Row],
+        compressed: bool,
+        keep_t: f64,
+    ) -> Option<(f64, Vec<u32>)> {
+        let j = self.job(k);
+        let mut demand: BTreeMap<&String, u32> = BTreeMap::new();
+        for v in j.vps.values() {
+            if rows.iter().any(|&r| self.arch_of(r) == Some(&v.arch)) {
+                *demand.entry(&v.arch).or_default() += 1;
+            }
+        }
+        if demand.is_empty() {
+            return None;
+        }
+        let arches: Vec<&String> = demand.keys().copied().collect();
+        let counts: Vec<u32> = demand.values().copied().collect();
+        let pool_of: Vec<usize> = rows
+            .iter()
+            .map(|&r| {
+                self.arch_of(r)
+                    .and_then(|a| arches.iter().position(|x| *x == a))
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        let caps: Vec<f64> = rows.iter().map(|&r| self.cap(r)).collect();
+        let current: Vec<u32> = rows
+            .iter()
+            .map(|r| j.rows.get(r).copied().unwrap_or(0))
+            .collect();
+        let preferred: Vec<bool> = current.iter().map(|&n| n > 0).collect();
+        let m = mtat_pools(&counts, &pool_of, &caps, &preferred);
+        if !m.t_min.is_finite() {
+            return None;
+        }
+        let out = if compressed {
+            compress_pools(&counts, &pool_of, &caps, m.t_min, &current)?
+        } else {
+            // Same T, fewest moves: keep VPs where the bound allows.
+            let mut out = vec![0; rows.len()];
+            for (z, &x) in counts.iter().enumerate() {
+                let members: Vec<usize> = (0..rows.len()).filter(|&i| pool_of[i] == z).collect();
+                let pc: Vec<f64> = members.iter().map(|&i| caps[i]).collect();
+                let cur: Vec<u32> = members.iter().map(|&i| current[i]).collect();
+                let got = fill(x, &pc, m.t_min.max(keep_t), &cur, &[])?;
+                for (q, &i) in members.iter().enumerate() {
+                    out[i] = got[q];
+                }
+            }
+            out
+        };
+        Some((m.t_min, out))
+    }
+
+    /// Started VPs that `counts` on `rows` would move, beyond those that must
+    /// move anyway because their processor left.
+    fn optional_moves(&self, k: JobKey, rows: &[Row], counts: &[u32]) -> usize {
+        let j = self.job(k);
+        rows.iter()
+            .zip(counts)
+            .map(|(r, &n)| j.rows.get(r).copied().unwrap_or(0).saturating_sub(n) as usize)
+            .sum::<usize>()
+            + j.rows
+                .keys()
+                .filter(|r| !rows.contains(r))
+                .map(|r| j.rows[r] as usize)
+                .sum::<usize>()
+    }
+
+    /// Put the job in `columns` with `counts[i]` VPs on `rows[i]`: frees its
+    /// old cells, moves as few VPs as it can, and emits Start/Migrate/Hold.
+    fn apply(&mut self, k: JobKey, columns: Vec<u64>, rows: &[Row], counts: &[u32], ctx: &mut Ctx) {
+        let (old_cols, old_rows): (Vec<u64>, Vec<Row>) = {
+            let j = self.job(k);
+            (j.columns.clone(), j.rows.keys().copied().collect())
+        };
+        for &c in &old_cols {
+            for &r in &old_rows {
+                self.map.set(c, r, None);
+            }
+        }
+        let same_columns = {
+            let mut a = old_cols.clone();
+            let mut b = columns.clone();
+            a.sort_unstable();
+            b.sort_unstable();
+            a == b
+        };
+        // Which VPs stay, which move, where the deficits are.
+        let target: BTreeMap<Row, u32> = rows
+            .iter()
+            .copied()
+            .zip(counts.iter().copied())
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        let mut kept: BTreeMap<Row, u32> = BTreeMap::new();
+        let mut movers: Vec<u32> = Vec::new();
+        {
+            let j = self.job(k);
+            for (&i, v) in &j.vps {
+                match v.row {
+                    Some(r)
+                        if kept.get(&r).copied().unwrap_or(0)
+                            < target.get(&r).copied().unwrap_or(0) =>
+                    {
+                        *kept.entry(r).or_default() += 1;
+                    }
+                    _ => movers.push(i),
+                }
+            }
+        }
+        // Place movers in row order, each on a row of its architecture;
+        // placed movers first so that new or held VPs fill what is left.
+        let mut queues: BTreeMap<String, VecDeque<u32>> = BTreeMap::new();
+        {
+            let j = self.job(k);
+            let (placed, unplaced): (Vec<u32>, Vec<u32>) = movers
+                .into_iter()
+                .partition(|i| j.vps[i].row.is_some() || j.vps[i].at.is_some());
+            for i in placed.into_iter().chain(unplaced) {
+                queues
+                    .entry(j.vps[&i].arch.clone())
+                    .or_default()
+                    .push_back(i);
+            }
+        }
+        let mut assignments: Vec<(u32, Row)> = Vec::new();
+        for (&r, &want) in &target {
+            let have = kept.get(&r).copied().unwrap_or(0);
+            let Some(q) = self.arch_of(r).and_then(|a| queues.get_mut(a)) else {
+                continue;
+            };
+            for _ in have..want {
+                if let Some(i) = q.pop_front() {
+                    assignments.push((i, r));
+                }
+            }
+        }
+        let queue: Vec<u32> = queues.into_values().flatten().collect();
+        let job_id = self.job(k).id.clone();
+        for (i, r) in assignments {
+            let Some(p) = self.map.processor(r).cloned() else {
+                continue;
+            };
+            ctx.dirty.insert(p.host.clone());
+            let v = self.job(k).vps[&i].clone();
+            let action = match &v.at {
+                Some((from, _)) if from == &p.id => {
+                    // A held VP back on the processor it is on: just resume it.
+                    Action::Start {
+                        job: job_id.clone(),
+                        vp: i,
+                        arch: v.arch.clone(),
+                        processor: p.id.clone(),
+                        host: p.host.clone(),
+                        restore: false,
+                    }
+                }
+                Some((from, from_host)) => {
+                    self.migrations += 1;
+                    ctx.budget = ctx.budget.saturating_sub(1);
+                    Action::Migrate {
+                        job: job_id.clone(),
+                        vp: i,
+                        from: from.clone(),
+                        from_host: from_host.clone(),
+                        to: p.id.clone(),
+                        to_host: p.host.clone(),
+                    }
+                }
+                None => Action::Start {
+                    job: job_id.clone(),
+                    vp: i,
+                    arch: v.arch.clone(),
+                    processor: p.id.clone(),
+                    host: p.host.clone(),
+                    restore: false,
+                },
+            };
+            ctx.actions.push(action);
+            let v = self.job_mut(k).vps.get_mut(&i).expect("vp exists");
+            v.row = Some(r);
+            v.at = Some((p.id.clone(), p.host.clone()));
+            v.held = false;
+        }
+        // VPs left without a row are held (said once, until placed again).
+        for i in queue {
+            let v = self.job_mut(k).vps.get_mut(&i).expect("vp exists");
+            v.row = None;
+            if !v.held {
+                v.held = true;
+                let at = v.at.clone();
+                ctx.actions.push(Action::Hold {
+                    job: job_id.clone(),
+                    vp: i,
+                    processor: at.as_ref().map(|a| a.0.clone()),
+                    host: at.map(|a| a.1),
+                });
+            }
+        }
+        // Rebuild the job's rows and cells.
+        let mut new_rows: BTreeMap<Row, u32> = BTreeMap::new();
+        for v in self.job(k).vps.values() {
+            if let Some(r) = v.row {
+                *new_rows.entry(r).or_default() += 1;
+            }
+        }
+        for &r in old_rows.iter().chain(new_rows.keys()) {
+            let changed = !same_columns
+                || old_rows.contains(&r) != new_rows.contains_key(&r)
+                || self.job(k).rows.get(&r) != new_rows.get(&r);
+            if changed {
+                self.dirty_row(r, ctx);
+            }
+        }
+        let columns = if new_rows.is_empty() {
+            Vec::new()
+        } else {
+            columns
+        };
+        for &c in &columns {
+            for &r in new_rows.keys() {
+                self.map.set(c, r, Some(k));
+            }
+        }
+        let j = self.job_mut(k);
+        j.rows = new_rows;
+        j.columns = columns;
+        self.drop_empty_columns(ctx);
+    }
+
+    /// Emit Hold for VPs without a row that were not held before.
+    fn hold_unplaced(&mut self, k: JobKey, ctx: &mut Ctx) {
+        let j = self.jobs[k as usize]
+            .as_mut()
+            .expect("job key refers to a live job");
+        for (&i, v) in j.vps.iter_mut() {
+            if v.row.is_none() && !v.held {
+                v.held = true;
+                ctx.actions.push(Action::Hold {
+                    job: j.id.clone(),
+                    vp: i,
+                    processor: v.at.as_ref().map(|a| a.0.clone()),
+                    host: v.at.as_ref().map(|a| a.1.clone()),
+                });
+            }
+        }
+    }
+
+    /// Place a job as if submitted now (seed 000 section 4.4.1): MTAT on a new
+    /// slot vs. the Expansion pattern, then Compression. Its own cells count
+    /// as free; its VPs prefer the processors they are on.
+    fn place_fresh(&mut self, k: JobKey, ctx: &mut Ctx) {
+        // Release its cells first.
+        let (old_cols, old_rows): (Vec<u64>, Vec<Row>) = {
+            let j = self.job(k);
+            (j.columns.clone(), j.rows.keys().copied().collect())
+        };
+        for &c in &old_cols {
+            for &r in &old_rows {
+                self.map.set(c, r, None);
+                self.dirty_row(r, ctx);
+            }
+        }
+        self.job_mut(k).columns.clear();
+        let demand: BTreeMap<String, u32> = {
+            let j = self.job(k);
+            let mut d = BTreeMap::new();
+            for v in j.vps.values() {
+                if self.map.processors().any(|(_, p)| p.arch == v.arch) {
+                    *d.entry(v.arch.clone()).or_default() += 1;
+                }
+            }
+            d
+        };
+        if demand.is_empty() {
+            self.apply(k, Vec::new(), &[], &[], ctx);
+            self.drop_empty_columns(ctx);
+            return;
+        }
+        let all: Vec<Row> = self
+            .map
+            .processors()
+            .filter(|(_, p)| demand.contains_key(&p.arch))
+            .map(|(r, _)| r)
+            .collect();
+        let Some((t_new, _)) = self.plan(k, &all, false, 0.0) else {
+            self.apply(k, Vec::new(), &[], &[], ctx);
+            return;
+        };
+        let pattern = self.cfg.expansion.find(&self.map, &demand);
+        let choice = pattern.and_then(|p| {
+            let covers = demand
+                .keys()
+                .all(|a| p.rows.iter().any(|&r| self.arch_of(r) == Some(a)));
+            if !covers {
+                return None;
+            }
+            let (t_p, counts) = self.plan(k, &p.rows, true, 0.0)?;
+            (t_p / p.columns.len() as f64 <= t_new * (1.0 + 1e-9))
+                .then_some((p.columns, p.rows, counts))
+        });
+        let (columns, rows, counts) = match choice {
+            Some(c) => c,
+            None => {
+                let id = self.map.push_column();
+                ctx.all_dirty = true;
+                let (_, counts) = self.plan(k, &all, true, 0.0).unwrap_or((t_new, Vec::new()));
+                (vec![id], all, counts)
+            }
+        };
+        self.apply(k, columns, &rows, &counts, ctx);
+        self.drop_empty_columns(ctx);
+    }
+
+    /// A job lost a processor (or gained a VP that does not fit): MTAT and
+    /// Compression within its columns (section 4.4.3), or a fresh placement if
+    /// an architecture it needs has no room there but exists elsewhere.
+    fn reposition(&mut self, k: JobKey, ctx: &mut Ctx) {
+        let cand = self.candidates(k);
+        let needs_elsewhere = {
+            let j = self.job(k);
+            let arches: BTreeSet<&String> = j.vps.values().map(|v| &v.arch).collect();
+            arches.into_iter().any(|a| {
+                !cand.iter().any(|&r| self.arch_of(r) == Some(a))
+                    && self.map.processors().any(|(_, p)| &p.arch == a)
+            })
+        };
+        if needs_elsewhere || self.job(k).columns.is_empty() {
+            self.place_fresh(k, ctx);
+            return;
+        }
+        let cols = self.job(k).columns.clone();
+        match (
+            self.plan(k, &cand, true, 0.0),
+            self.plan(k, &cand, false, self.current_t(k)),
+        ) {
+            (Some((_, compressed)), Some((_, minimal))) => {
+                let extra = self.optional_moves(k, &cand, &compressed);
+                let counts = if extra <= ctx.budget {
+                    compressed
+                } else {
+                    minimal
+                };
+                self.apply(k, cols, &cand, &counts, ctx);
+            }
+            _ => self.apply(k, cols, &[], &[], ctx),
+        }
+    }
+
+    /// Held VPs whose architecture is back: place them (fairness order).
+    fn place_held(&mut self, ctx: &mut Ctx) {
+        for k in self.fair_order() {
+            let waiting =
+                self.job(k).vps.values().any(|v| {
+                    v.row.is_none() && self.map.processors().any(|(_, p)| p.arch == v.arch)
+                });
+            if waiting {
+                self.reposition(k, ctx);
+            }
+        }
+    }
+
+    /// Offer free cells to jobs that get faster with them (section 4.4.2),
+    /// starting from the head of the fairness queue.
+    fn expand_jobs(&mut self, ctx: &mut Ctx) {
+        for k in self.fair_order() {
+            if ctx.budget == 0 || !self.map.has_free_cells() {
+                break;
+            }
+            let j = self.job(k);
+            if j.columns.is_empty() {
+                continue;
+            }
+            let cand = self.candidates(k);
+            if cand.len() == j.rows.len() {
+                continue;
+            }
+            let t_cur = self.current_t(k);
+            let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
+                continue;
+            };
+            if t_new < t_cur * (1.0 - 1e-9) && self.optional_moves(k, &cand, &counts) <= ctx.budget
+            {
+                let cols = self.job(k).columns.clone();
+                self.apply(k, cols, &cand, &counts, ctx);
+            }
+        }
+    }
+
+    fn remove_job(&mut self, k: JobKey, ctx: &mut Ctx) {
+        let (cols, rows): (Vec<u64>, Vec<Row>) = {
+            let j = self.job(k);
+            (j.columns.clone(), j.rows.keys().copied().collect())
+        };
+        for &c in &cols {
+            for &r in &rows {
+                self.map.set(c, r, None);
+                self.dirty_row(r, ctx);
+            }
+        }
+        if let Some(j) = self.jobs[k as usize].take() {
+            self.job_of.remove(&j.id);
+        }
+        self.queue.retain(|&x| x != k);
+    }
+
+    fn drop_empty_columns(&mut self, ctx: &mut Ctx) {
+        let empty: Vec<u64> = self
+            .map
+            .columns()
+            .iter()
+            .filter(|c| c.is_empty())
+            .map(|c| c.id)
+            .collect();
+        if empty.is_empty() {
+            return;
+        }
+        // A job with no rows keeps no columns either.
+        for id in &empty {
+            self.map.remove_column(*id);
+        }
+        for j in self.jobs.iter_mut().flatten() {
+            j.columns.retain(|c| !empty.contains(c));
+        }
+        ctx.all_dirty = true;
+    }
+
+    /// Seed 001 re-packing: shift whole jobs between slots to delete slots.
+    fn repack(&mut self, ctx: &mut Ctx) {
+        if !self.cfg.repack || self.map.columns().len() < 2 {
+            return;
+        }
+        let mut pieces = Vec::new();
+        let mut slot_of = Vec::new();
+        let mut owner = Vec::new();
+        for (pos, c) in self.map.columns().iter().enumerate() {
+            let mut seen: BTreeSet<JobKey> = BTreeSet::new();
+            for (_, k) in c.jobs() {
+                if seen.insert(k) {
+                    let mut rows = BitSet::default();
+                    for &r in self.job(k).rows.keys() {
+                        rows.insert(r);
+                    }
+                    pieces.push(Piece { job: k, rows });
+                    slot_of.push(pos);
+                    owner.push(k);
+                }
+            }
+        }
+        let before = self.map.columns().len();
+        let (new_slot, count) = repack(&pieces, &slot_of, before, pieces.len() <= 64);
+        if count >= before {
+            return;
+        }
+        // Rebuild the columns: clear every job cell, then lay the pieces out.
+        let old: Vec<u64> = self.map.columns().iter().map(|c| c.id).collect();
+        let fresh: Vec<u64> = (0..count).map(|_| self.map.push_column()).collect();
+        for j in self.jobs.iter_mut().flatten() {
+            j.columns.clear();
+        }
+        for (i, &k) in owner.iter().enumerate() {
+            let col = fresh[new_slot[i]];
+            let rows: Vec<Row> = self.job(k).rows.keys().copied().collect();
+            for r in rows {
+                self.map.set(col, r, Some(k));
+            }
+            self.job_mut(k).columns.push(col);
+        }
+        for id in old {
+            self.map.remove_column(id);
+        }
+        ctx.all_dirty = true;
+    }
+
+    /// Place a job at given slots and processors, bypassing the algorithms:
+    /// used to restore a saved map and to set up the paper's figures in tests.
+    /// `slots` are positions in the round (missing columns are appended);
+    /// `placement[i]` is the processor of VP `i`. The state is unchanged on error.
+    pub fn restore_job(
+        &mut self,
+        job: &str,
+        slots: &[usize],
+        placement: &[&str],
+    ) -> Result<(), SchedError> {
+        if self.job_of.contains_key(job) {
+            return Err(SchedError::DuplicateJob(job.to_string()));
+        }
+        if placement.is_empty() {
+            return Err(SchedError::NoVps(job.to_string()));
+        }
+        let mut rows = Vec::new();
+        for id in placement {
+            rows.push(
+                self.map
+                    .row_of(id)
+                    .ok_or_else(|| SchedError::UnknownProcessor(id.to_string()))?,
+            );
+        }
+        while self.map.columns().len() <= slots.iter().copied().max().unwrap_or(0) {
+            self.map.push_column();
+        }
+        let cols: Vec<u64> = slots.iter().map(|&s| self.map.columns()[s].id).collect();
+        for &c in &cols {
+            for &r in &rows {
+                if self.map.column(c).and_then(|col| col.cell(r)).is_some() {
+                    let id = self
+                        .map
+                        .processor(r)
+                        .map(|p| p.id.clone())
+                        .unwrap_or_default();
+                    return Err(SchedError::DuplicateProcessor(id));
+                }
+            }
+        }
+        let k = self.jobs.len() as JobKey;
+        let mut j = Job {
+            id: job.to_string(),
+            vps: BTreeMap::new(),
+            next_vp: rows.len() as u32,
+            columns: cols.clone(),
+            rows: BTreeMap::new(),
+        };
+        for (i, &r) in rows.iter().enumerate() {
+            let Some(p) = self.map.processor(r) else {
+                continue;
+            };
+            j.vps.insert(
+                i as u32,
+                Vp {
+                    arch: p.arch.clone(),
+                    row: Some(r),
+                    at: Some((p.id.clone(), p.host.clone())),
+                    held: false,
+                },
+            );
+            *j.rows.entry(r).or_default() += 1;
+        }
+        for &c in &cols {
+            for &r in j.rows.keys() {
+                self.map.set(c, r, Some(k));
+            }
+        }
+        self.jobs.push(Some(j));
+        self.job_of.insert(job.to_string(), k);
+        self.queue.push_back(k);
+        Ok(())
+    }
+
+    /// Check every invariant; `Err` names the first broken one. Used by
+    /// tests and debug builds of the daemon.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (pos, c) in self.map.columns().iter().enumerate() {
+            if c.is_empty() {
+                return Err(format!("slot {pos} is empty"));
+            }
+            for r in 0..self.map.row_capacity() {
+                let live = self.map.live().contains(r);
+                let cell = c.cell(r);
+                if live != (cell.is_some() || c.free().contains(r))
+                    || (cell.is_some() && c.free().contains(r))
+                {
+                    return Err(format!("slot {pos} row {r}: free set out of step"));
+                }
+                if let Some(k) = cell {
+                    let j = self
+                        .jobs
+                        .get(k as usize)
+                        .and_then(Option::as_ref)
+                        .ok_or(format!("slot {pos} row {r}: dead job"))?;
+                    if !j.rows.contains_key(&r) || !j.columns.contains(&c.id) {
+                        return Err(format!("slot {pos} row {r}: job {} has no VP there", j.id));
+                    }
+                }
+            }
+        }
+        for j in self.jobs.iter().flatten() {
+            let mut rows: BTreeMap<Row, u32> = BTreeMap::new();
+            for (i, v) in &j.vps {
+                if let Some(r) = v.row {
+                    let p = self
+                        .map
+                        .processor(r)
+                        .ok_or(format!("job {} vp {i} on a processor that left", j.id))?;
+                    if p.arch != v.arch {
+                        return Err(format!(
+                            "job {} vp {i} ({}) on {} ({})",
+                            j.id, v.arch, p.id, p.arch
+                        ));
+                    }
+                    *rows.entry(r).or_default() += 1;
+                }
+            }
+            if rows != j.rows {
+                return Err(format!("job {}: row counts out of step", j.id));
+            }
+            if !rows.is_empty() && j.columns.is_empty() {
+                return Err(format!("job {}: placed VPs but no slot", j.id));
+            }
+            for &c in &j.columns {
+                let col = self
+                    .map
+                    .column(c)
+                    .ok_or(format!("job {}: slot gone", j.id))?;
+                for &r in rows.keys() {
+                    if col.cell(r) != self.job_of.get(&j.id).copied() {
+                        return Err(format!("job {}: not gang-placed in slot {c}", j.id));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Total VPs known (placed or held), for "no VP lost" checks.
+    pub fn vp_count(&self) -> usize {
+        self.jobs.iter().flatten().map(|j| j.vps.len()).sum()
+    }
+}

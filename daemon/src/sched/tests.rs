@@ -1,0 +1,412 @@
+//! Scheduler tests: the paper's examples and Figure 1 through the event
+//! interface, and properties over random event streams.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::random::{Generator, Shape};
+use super::*;
+
+fn proc_event(id: &str, arch: &str, capacity: f64) -> Event {
+    Event::NewProcessor {
+        id: id.into(),
+        host: id.split('/').next().unwrap_or(id).into(),
+        arch: arch.into(),
+        capacity,
+    }
+}
+
+fn submit(job: &str, n: u32) -> Event {
+    Event::Submit {
+        job: job.into(),
+        vps: BTreeMap::from([("x86_64".to_string(), n)]),
+    }
+}
+
+fn pool(caps: &[f64]) -> Scheduler {
+    let mut s = Scheduler::default();
+    for (i, &c) in caps.iter().enumerate() {
+        s.on_event(proc_event(&format!("p{}/0", i + 1), "x86_64", c))
+            .unwrap();
+    }
+    s
+}
+
+/// VPs per processor id of one job.
+fn counts(s: &Scheduler, job: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in s.job_view(job).unwrap().placement.values() {
+        *out.entry(p.clone()).or_default() += 1;
+    }
+    out
+}
+
+fn by_proc(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|&(p, n)| (p.to_string(), n)).collect()
+}
+
+#[test]
+fn example_1_submission_places_the_mtat_assignment() {
+    let mut s = pool(&[10.0, 1.0, 4.0, 3.0]);
+    let actions = s.on_event(submit("j", 20)).unwrap();
+    assert_eq!(
+        counts(&s, "j"),
+        by_proc(&[("p1/0", 12), ("p2/0", 1), ("p3/0", 4), ("p4/0", 3)])
+    );
+    assert!((s.job_view("j").unwrap().t_min - 1.2).abs() < 1e-12);
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Start { .. }))
+            .count(),
+        20
+    );
+    assert!(matches!(
+        actions.last(),
+        Some(Action::SlotTables { slots: 1, .. })
+    ));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn example_2_submission_is_compressed_to_two_processors() {
+    let mut s = pool(&[1.0, 1.0, 1.0]);
+    s.on_event(submit("j", 4)).unwrap();
+    assert_eq!(counts(&s, "j"), by_proc(&[("p1/0", 2), ("p2/0", 2)]));
+    // The freed processor is offered to the next job in the same slot.
+    s.on_event(submit("k", 1)).unwrap();
+    assert_eq!(counts(&s, "k"), by_proc(&[("p3/0", 1)]));
+    assert_eq!(s.map().columns().len(), 1);
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn example_3_submission_matches_figure_4b() {
+    let mut s = pool(&[4.0, 2.0, 1.0]);
+    s.on_event(submit("j", 9)).unwrap();
+    assert_eq!(counts(&s, "j"), by_proc(&[("p1/0", 6), ("p2/0", 3)]));
+    assert!((s.job_view("j").unwrap().t_min - 1.5).abs() < 1e-12);
+}
+
+/// Figure 1: six processors, eight jobs in five slots.
+fn figure_1() -> Scheduler {
+    let mut s = pool(&[1.0; 6]);
+    let p = |i: usize| format!("p{i}/0");
+    let place = |s: &mut Scheduler, job: &str, slot: usize, procs: &[usize]| {
+        let ids: Vec<String> = procs.iter().map(|&i| p(i)).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        s.restore_job(job, &[slot], &refs).unwrap();
+    };
+    place(&mut s, "J1", 0, &[1, 2, 3, 4, 5, 6]);
+    place(&mut s, "J2", 1, &[1, 2]);
+    place(&mut s, "J3", 1, &[3, 4, 5, 6]);
+    place(&mut s, "J4", 2, &[1]);
+    place(&mut s, "J5", 2, &[2]);
+    place(&mut s, "J6", 2, &[3, 4]);
+    place(&mut s, "J7", 3, &[1, 2, 3, 4]);
+    place(&mut s, "J8", 4, &[1, 2, 3, 4, 5, 6]);
+    s.check_invariants().unwrap();
+    s
+}
+
+#[test]
+fn figure_1_processor_exit_doubles_up_and_compresses() {
+    let mut s = figure_1();
+    let actions = s
+        .on_event(Event::ProcessorExit { id: "p1/0".into() })
+        .unwrap();
+    s.check_invariants().unwrap();
+    // The paper: J1 doubles up and is compressed onto P2, P3, P4, freeing P5
+    // and P6 in slot T1 without slowing J1 further.
+    assert_eq!(
+        counts(&s, "J1"),
+        by_proc(&[("p2/0", 2), ("p3/0", 2), ("p4/0", 2)])
+    );
+    let t1 = &s.table()[0];
+    assert!(t1.iter().all(|c| c.job == "J1"));
+    assert_eq!(t1.len(), 3);
+    // J2 has no free cell in T2: its VP doubles up on P2.
+    assert_eq!(counts(&s, "J2"), by_proc(&[("p2/0", 2)]));
+    // J4 and J7 move into the free cells of their slots.
+    assert_eq!(counts(&s, "J4"), by_proc(&[("p5/0", 1)]));
+    assert_eq!(
+        counts(&s, "J7"),
+        by_proc(&[("p2/0", 1), ("p3/0", 1), ("p4/0", 1), ("p5/0", 1)])
+    );
+    // J8 is compressed like J1.
+    assert_eq!(
+        counts(&s, "J8"),
+        by_proc(&[("p2/0", 2), ("p3/0", 2), ("p4/0", 2)])
+    );
+    // Every VP that was on P1 migrated; J1 and J8 each also moved two VPs to compress.
+    let migrations = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Migrate { .. }))
+        .count();
+    assert_eq!(migrations, 1 + 2 + 1 + 1 + 1 + 1 + 2);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Migrate { job, from, .. } if job == "J4" && from == "p1/0")));
+    assert_eq!(s.map().columns().len(), 5);
+}
+
+#[test]
+fn new_processor_expands_a_doubled_up_job_only_when_it_gets_faster() {
+    let mut s = pool(&[1.0, 1.0]);
+    s.on_event(submit("j", 4)).unwrap();
+    assert!((s.job_view("j").unwrap().t_min - 2.0).abs() < 1e-12);
+    let actions = s.on_event(proc_event("p3/0", "x86_64", 1.0)).unwrap();
+    // 4 VPs on 3 processors still take 2 time units: no migration.
+    assert!(!actions.iter().any(|a| matches!(a, Action::Migrate { .. })));
+    let actions = s.on_event(proc_event("p4/0", "x86_64", 1.0)).unwrap();
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Migrate { .. }))
+            .count(),
+        2
+    );
+    assert!((s.job_view("j").unwrap().t_min - 1.0).abs() < 1e-12);
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_second_job_uses_free_space_before_adding_a_slot() {
+    let mut s = pool(&[1.0; 4]);
+    s.on_event(submit("a", 2)).unwrap();
+    // a needs 2 processors at T = 1 (Compression), leaving two free cells.
+    s.on_event(submit("b", 2)).unwrap();
+    assert_eq!(s.map().columns().len(), 1);
+    // A third job can only get T = 1 in a new slot.
+    s.on_event(submit("c", 4)).unwrap();
+    assert_eq!(s.map().columns().len(), 2);
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn vps_without_a_processor_of_their_architecture_wait_and_are_never_lost() {
+    let mut s = pool(&[1.0, 1.0]);
+    let actions = s
+        .on_event(Event::Submit {
+            job: "j".into(),
+            vps: BTreeMap::from([("x86_64".to_string(), 2), ("aarch64".to_string(), 1)]),
+        })
+        .unwrap();
+    // VP 0 is aarch64 (architectures in name order), VPs 1 and 2 are x86_64.
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Hold {
+            vp: 0,
+            processor: None,
+            ..
+        }
+    )));
+    assert_eq!(s.job_view("j").unwrap().waiting, vec![0]);
+    let actions = s.on_event(proc_event("arm/0", "aarch64", 1.0)).unwrap();
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Start { vp: 0, processor, .. } if processor == "arm/0")));
+    assert!(s.job_view("j").unwrap().waiting.is_empty());
+    // The aarch64 processor leaves: VP 0 is held where it is, then moves back
+    // when another aarch64 processor arrives.
+    let actions = s
+        .on_event(Event::ProcessorExit { id: "arm/0".into() })
+        .unwrap();
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Hold { vp: 0, processor: Some(p), .. } if p == "arm/0")));
+    let actions = s.on_event(proc_event("arm2/0", "aarch64", 1.0)).unwrap();
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Migrate { vp: 0, from, to, .. } if from == "arm/0" && to == "arm2/0")));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn last_vp_exit_removes_the_job_and_its_slot() {
+    let mut s = pool(&[1.0; 2]);
+    s.on_event(submit("a", 2)).unwrap();
+    s.on_event(submit("b", 2)).unwrap();
+    assert_eq!(s.map().columns().len(), 2);
+    s.on_event(Event::VpExit {
+        job: "a".into(),
+        vp: 0,
+    })
+    .unwrap();
+    let actions = s
+        .on_event(Event::VpExit {
+            job: "a".into(),
+            vp: 1,
+        })
+        .unwrap();
+    assert!(s.job_view("a").is_none());
+    assert_eq!(s.map().columns().len(), 1);
+    assert!(matches!(
+        actions.last(),
+        Some(Action::SlotTables { slots: 1, .. })
+    ));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn job_exit_kills_its_vps_and_repacking_deletes_a_slot() {
+    // Slot 0: a on p1, b on p2; slot 1: c on p1, d on p2... built by hand so
+    // that after c leaves, d can shift into slot 0 only if b is gone.
+    let mut s = pool(&[1.0; 2]);
+    s.restore_job("a", &[0], &["p1/0"]).unwrap();
+    s.restore_job("b", &[1], &["p2/0"]).unwrap();
+    s.restore_job("c", &[1], &["p1/0"]).unwrap();
+    s.restore_job("d", &[2], &["p2/0"]).unwrap();
+    s.restore_job("e", &[2], &["p1/0"]).unwrap();
+    let actions = s.on_event(Event::JobExit { job: "c".into() }).unwrap();
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Kill { job, .. } if job == "c")));
+    // Rows: p1 holds a, e; p2 holds b, d: two slots suffice, and no VP moved.
+    assert_eq!(s.map().columns().len(), 2);
+    assert!(!actions.iter().any(|a| matches!(a, Action::Migrate { .. })));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn repacking_can_be_switched_off() {
+    let mut s = Scheduler::new(SchedConfig {
+        repack: false,
+        ..SchedConfig::default()
+    });
+    for i in 1..=2 {
+        s.on_event(proc_event(&format!("p{i}/0"), "x86_64", 1.0))
+            .unwrap();
+    }
+    s.restore_job("a", &[0], &["p1/0"]).unwrap();
+    s.restore_job("b", &[1], &["p2/0"]).unwrap();
+    s.restore_job("c", &[1], &["p1/0"]).unwrap();
+    s.restore_job("d", &[2], &["p2/0"]).unwrap();
+    s.restore_job("e", &[2], &["p1/0"]).unwrap();
+    s.on_event(Event::JobExit { job: "c".into() }).unwrap();
+    assert_eq!(s.map().columns().len(), 3);
+}
+
+#[test]
+fn the_fairness_queue_starts_from_a_different_job_each_event() {
+    let mut s = pool(&[1.0; 2]);
+    s.on_event(submit("a", 1)).unwrap();
+    s.on_event(submit("b", 1)).unwrap();
+    s.on_event(submit("c", 1)).unwrap();
+    let first = s.job_ids()[0].clone();
+    s.on_event(proc_event("p9/0", "x86_64", 1.0)).unwrap();
+    assert_ne!(s.job_ids()[0], first);
+}
+
+#[test]
+fn bad_events_are_refused_and_change_nothing() {
+    let mut s = pool(&[1.0]);
+    s.on_event(submit("a", 1)).unwrap();
+    let gen = s.generation();
+    for (e, msg) in [
+        (proc_event("p1/0", "x86_64", 1.0), "already in the pool"),
+        (proc_event("z", "x86_64", 0.0), "capacity must be"),
+        (proc_event("z", "x86_64", f64::NAN), "capacity must be"),
+        (proc_event("z", "x86_64", f64::INFINITY), "capacity must be"),
+        (proc_event("", "x86_64", 1.0), "must not be empty"),
+        (
+            Event::ProcessorExit { id: "nope".into() },
+            "unknown processor",
+        ),
+        (submit("a", 1), "already exists"),
+        (submit("b", 0), "has no VPs"),
+        (
+            Event::VpExit {
+                job: "a".into(),
+                vp: 7,
+            },
+            "has no VP 7",
+        ),
+        (Event::JobExit { job: "zz".into() }, "unknown job"),
+        (
+            Event::NewVp {
+                job: "zz".into(),
+                arch: "x86_64".into(),
+            },
+            "unknown job",
+        ),
+    ] {
+        let err = s.on_event(e).unwrap_err();
+        assert!(err.to_string().contains(msg), "{err} lacks {msg}");
+    }
+    assert_eq!(s.generation(), gen);
+    s.check_invariants().unwrap();
+}
+
+fn replay_random(
+    seed: u64,
+    n: usize,
+    shape: Shape,
+    budget: usize,
+) -> (Vec<Vec<Action>>, Scheduler, Generator) {
+    let mut g = Generator::new(seed, shape);
+    let mut s = Scheduler::new(SchedConfig {
+        max_migrations_per_event: budget,
+        ..SchedConfig::default()
+    });
+    let mut out = Vec::new();
+    for e in g.pool() {
+        out.push(s.on_event(e).unwrap());
+    }
+    for _ in 0..n {
+        let e = g.event();
+        out.push(
+            s.on_event(e.clone())
+                .unwrap_or_else(|err| panic!("{e:?}: {err}")),
+        );
+        if let Err(why) = s.check_invariants() {
+            panic!("after {e:?}: {why}");
+        }
+        assert_eq!(s.vp_count(), g.vp_count(), "a VP was lost after {e:?}");
+    }
+    (out, s, g)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn random_event_streams_keep_every_invariant(seed in any::<u64>(), two_arch in any::<bool>(), budget in 0usize..6) {
+        let shape = Shape {
+            processors: 6,
+            per_host: 2,
+            arches: if two_arch { vec!["x86_64".into(), "aarch64".into()] } else { vec!["x86_64".into()] },
+            max_job: 6,
+            target_jobs: 4,
+        };
+        let mut g = Generator::new(seed, shape.clone());
+        let mut events = g.pool();
+        events.extend((0..120).map(|_| g.event()));
+        let (actions, _, _) = replay_random(seed, 120, shape, budget);
+        // Optional migrations (whose source processor is still in the pool)
+        // stay within the per-event budget. With several architectures a job
+        // that loses its last processor of one architecture is re-placed whole,
+        // which may move more of its VPs, so the bound is checked on one.
+        if !two_arch {
+            let mut live = std::collections::BTreeSet::new();
+            for (e, acts) in events.iter().zip(&actions) {
+                match e {
+                    Event::NewProcessor { id, .. } => { live.insert(id.clone()); }
+                    Event::ProcessorExit { id } => { live.remove(id); }
+                    _ => {}
+                }
+                let optional = acts.iter().filter(|a| matches!(a, Action::Migrate { from, .. } if live.contains(from))).count();
+                prop_assert!(optional <= budget, "{optional} optional migrations > {budget} after {e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_same_events_give_the_same_actions(seed in any::<u64>()) {
+        let (a, sa, _) = replay_random(seed, 60, Shape::default(), 16);
+        let (b, sb, _) = replay_random(seed, 60, Shape::default(), 16);
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(sa.table(), sb.table());
+    }
+}

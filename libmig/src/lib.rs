@@ -1,0 +1,2 @@
+//! libmig: what a mig parallel program links.
+#![deny(missing_docs)]

@@ -1,0 +1,1 @@
+//! Test fixtures: real daemons on loopback.
