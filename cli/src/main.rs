@@ -1,1 +1,18 @@
-fn main() {}
+//! `mig`: the command line of the mig virtual machine.
+//!
+//! One module per subcommand under `cmd/`, dispatched by one `match`.
+//! Exit codes: 0 success, 1 the operation failed (the message says why),
+//! 2 bad usage (clap's own code).
+
+mod cmd;
+mod render;
+
+use clap::Parser;
+
+fn main() {
+    let cli = cmd::Cli::parse();
+    if let Err(e) = cmd::run(cli) {
+        eprintln!("mig: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,1 +1,100 @@
-fn main() {}
+//! Scheduler speed: the cost of handling one event on maps of a given size,
+//! and of replaying 100,000 random events. Prints percentiles; run with
+//! `cargo bench -p mig-daemon --bench sched`.
+
+use std::time::Instant;
+
+use migd::sched::random::{Generator, Shape};
+use migd::sched::{SchedConfig, Scheduler};
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Warm a scheduler up to about `slots` slots on `procs` processors, then
+/// time `n` more events.
+fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
+    let shape = Shape {
+        capacities: capacities.to_vec(),
+        processors: procs,
+        per_host: 4,
+        arches: vec!["x86_64".into()],
+        max_job: (procs / 8) as u32,
+        target_jobs: slots * 8,
+    };
+    let mut g = Generator::new(42, shape);
+    let mut s = Scheduler::new(SchedConfig::default());
+    for e in g.pool() {
+        s.on_event(e).expect("legal event");
+    }
+    for _ in 0..(slots * 40) {
+        s.on_event(g.event()).expect("legal event");
+    }
+    let mut times = Vec::with_capacity(n);
+    let mut slot_sum = 0usize;
+    let mut max_slots = 0usize;
+    for _ in 0..n {
+        let e = g.event();
+        let t = Instant::now();
+        s.on_event(e).expect("legal event");
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+        slot_sum += s.map().columns().len();
+        max_slots = max_slots.max(s.map().columns().len());
+    }
+    times.sort_by(f64::total_cmp);
+    let live = s.map().live().len();
+    println!(
+        "{procs:>5} processors, {:>5.1} slots mean ({max_slots} max), {live} live: per event p50 {:>8.1} µs  p99 {:>9.1} µs  max {:>9.1} µs",
+        slot_sum as f64 / n as f64,
+        percentile(&times, 0.5),
+        percentile(&times, 0.99),
+        times[times.len() - 1],
+    );
+}
+
+fn replay(n: usize) {
+    let mut g = Generator::new(
+        7,
+        Shape {
+            processors: 64,
+            per_host: 4,
+            max_job: 16,
+            target_jobs: 16,
+            ..Shape::default()
+        },
+    );
+    let mut events = g.pool();
+    events.extend((0..n).map(|_| g.event()));
+    let mut s = Scheduler::new(SchedConfig::default());
+    let t = Instant::now();
+    for e in events {
+        s.on_event(e).expect("legal event");
+    }
+    println!(
+        "replay of {n} random events (64 processors): {:.2} s, {} migrations; at the end {} jobs, {} slots, {} processors",
+        t.elapsed().as_secs_f64(),
+        s.migrations(),
+        s.job_ids().len(),
+        s.map().columns().len(),
+        s.map().live().len()
+    );
+}
+
+fn main() {
+    // `cargo test` runs benches with --bench absent: keep that quick.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let n = if quick { 50 } else { 2000 };
+    if let Ok(k) = std::env::var("MIG_BENCH_REPLAY") {
+        replay(k.parse().unwrap_or(10_000));
+        return;
+    }
+    println!("equal capacities:");
+    for (procs, slots) in [(64, 4), (256, 16), (1024, 32), (4096, 64)] {
+        per_event(procs, slots, n, &[1.0]);
+    }
+    println!("capacities 1..4:");
+    for (procs, slots) in [(256, 16), (4096, 64)] {
+        per_event(procs, slots, n, &[1.0, 1.0, 2.0, 3.0, 4.0, 1.5]);
+    }
+    replay(if quick { 1000 } else { 100_000 });
+}

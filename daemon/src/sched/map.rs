@@ -68,6 +68,10 @@ impl BitSet {
             .enumerate()
             .all(|(k, &w)| w & !other.words.get(k).copied().unwrap_or(0) == 0)
     }
+    /// No bit in common?
+    pub fn is_disjoint(&self, other: &BitSet) -> bool {
+        self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
+    }
     /// `self &= other`.
     pub fn intersect_with(&mut self, other: &BitSet) {
         for (k, w) in self.words.iter_mut().enumerate() {
@@ -143,6 +147,10 @@ pub struct AllocationMap {
     rows: Vec<Option<Processor>>,
     row_of: HashMap<String, Row>,
     live: BitSet,
+    per_arch: HashMap<String, usize>,
+    arch_names: Vec<String>,
+    row_arch: Vec<u32>,
+    arch_live: Vec<BitSet>,
     columns: Vec<Column>,
     next_column: u64,
 }
@@ -159,6 +167,37 @@ impl AllocationMap {
     /// Rows currently in the pool.
     pub fn live(&self) -> &BitSet {
         &self.live
+    }
+    /// The id of architecture `name` (assigned on first use).
+    pub fn intern(&mut self, name: &str) -> u32 {
+        match self.arch_names.iter().position(|n| n == name) {
+            Some(i) => i as u32,
+            None => {
+                self.arch_names.push(name.to_string());
+                self.arch_live.push(BitSet::default());
+                (self.arch_names.len() - 1) as u32
+            }
+        }
+    }
+    /// The name of architecture id `id`.
+    pub fn arch_name(&self, id: u32) -> &str {
+        self.arch_names.get(id as usize).map_or("?", String::as_str)
+    }
+    /// The architecture id of a live row.
+    pub fn row_arch(&self, row: Row) -> Option<u32> {
+        if self.live.contains(row) {
+            self.row_arch.get(row).copied()
+        } else {
+            None
+        }
+    }
+    /// Live rows of architecture id `id`.
+    pub fn arch_rows(&self, id: u32) -> Option<&BitSet> {
+        self.arch_live.get(id as usize)
+    }
+    /// Is any processor of architecture `arch` in the pool?
+    pub fn has_arch(&self, arch: &str) -> bool {
+        self.per_arch.contains_key(arch)
     }
     /// Number of row positions (live or not): every row index is below this.
     pub fn row_capacity(&self) -> usize {
@@ -194,6 +233,11 @@ impl AllocationMap {
             }
         };
         self.row_of.insert(p.id.clone(), row);
+        *self.per_arch.entry(p.arch.clone()).or_default() += 1;
+        let a = self.intern(&p.arch);
+        self.row_arch.resize(self.rows.len(), u32::MAX);
+        self.row_arch[row] = a;
+        self.arch_live[a as usize].insert(row);
         self.rows[row] = Some(p);
         self.live.insert(row);
         let width = self.rows.len();
@@ -209,6 +253,17 @@ impl AllocationMap {
     pub fn remove_row(&mut self, row: Row) -> Option<Processor> {
         let p = self.rows.get_mut(row)?.take()?;
         self.row_of.remove(&p.id);
+        if let Some(&a) = self.row_arch.get(row) {
+            if let Some(set) = self.arch_live.get_mut(a as usize) {
+                set.remove(row);
+            }
+        }
+        if let Some(n) = self.per_arch.get_mut(&p.arch) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_arch.remove(&p.arch);
+            }
+        }
         self.live.remove(row);
         for c in &mut self.columns {
             c.cells[row] = None;

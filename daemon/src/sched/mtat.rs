@@ -179,6 +179,51 @@ pub fn mtat(x: u32, caps: &[f64], preferred: &[bool]) -> Mtat {
     }
 }
 
+/// The paper's steps 1–5 exactly as written (Drag of eq. 3, at most one
+/// extra VP per processor). Kept to explain results and to prove, in tests,
+/// where it misses the optimum; the scheduler uses `mtat`.
+pub fn mtat_paper(x: u32, caps: &[f64]) -> (Mtat, Vec<f64>) {
+    let n = caps.len();
+    if n == 0 || x == 0 {
+        return (mtat(x, caps, &[]), vec![0.0; n]);
+    }
+    let alpha = f64::from(x) / caps.iter().sum::<f64>();
+    let shares: Vec<f64> = caps.iter().map(|&a| alpha * a).collect();
+    let mut assignment: Vec<u32> = shares.iter().map(|&s| s.floor().max(0.0) as u32).collect();
+    let drag: Vec<f64> = shares
+        .iter()
+        .zip(caps)
+        .map(|(&s, &a)| (s.ceil() - s) / a)
+        .collect();
+    let diff = x.saturating_sub(assignment.iter().sum::<u32>()) as usize;
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| {
+        drag[i]
+            .partial_cmp(&drag[j])
+            .unwrap_or(Ordering::Equal)
+            .then((assignment[i] == 0).cmp(&(assignment[j] == 0)))
+            .then(i.cmp(&j))
+    });
+    for &i in order.iter().take(diff) {
+        assignment[i] += 1;
+    }
+    // Rounding can leave Diff >= n in degenerate inputs; the rest go round-robin.
+    let mut left = x.saturating_sub(assignment.iter().sum::<u32>());
+    let mut i = 0;
+    while left > 0 {
+        assignment[order[i % n]] += 1;
+        left -= 1;
+        i += 1;
+    }
+    (
+        Mtat {
+            t_min: turnaround(&assignment, caps),
+            assignment,
+        },
+        drag,
+    )
+}
+
 /// `max_i n_i / a_i` of an assignment (0 for an empty one).
 pub fn turnaround(assignment: &[u32], caps: &[f64]) -> f64 {
     assignment
@@ -278,9 +323,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_paper_rule_reproduces_its_own_examples() {
+        let (m, drag) = mtat_paper(20, &[10.0, 1.0, 4.0, 3.0]);
+        assert_eq!(m.assignment, vec![12, 1, 4, 3]);
+        let expect = [0.089, 0.889, 0.139, 0.222];
+        assert!(drag.iter().zip(expect).all(|(d, e)| (d - e).abs() < 1e-3));
+        let (m, _) = mtat_paper(9, &[4.0, 2.0, 1.0]);
+        assert!(close(m.t_min, 1.5));
+    }
+
+    #[test]
     fn regression_fast_processor_takes_two_extra_vps() {
         // The paper's steps 3-4 give {4, 1, 0, 0, 0} with T = 1; the optimum is 0.5.
         let caps = [10.0, 1.0, 1.0, 1.0, 1.0];
+        let (paper, _) = mtat_paper(5, &caps);
+        assert_eq!(paper.assignment, vec![4, 1, 0, 0, 0]);
+        assert!(close(paper.t_min, 1.0));
         let m = mtat(5, &caps, &[]);
         assert_eq!(m.assignment, vec![5, 0, 0, 0, 0]);
         assert!(close(m.t_min, 0.5));
@@ -293,6 +351,9 @@ pub(crate) mod tests {
         // the paper's Drag_3 = 0 and it puts the extra VP there: {0, 0, 2}, T = 2/3.
         // One more VP on processor 3 really costs 1/3; {0, 1, 1} gives T = 1/2.
         let caps = [1.0, 2.0, 3.0];
+        let (paper, _) = mtat_paper(2, &caps);
+        assert_eq!(paper.assignment, vec![0, 0, 2]);
+        assert!(close(paper.t_min, 2.0 / 3.0));
         let m = mtat(2, &caps, &[]);
         assert_eq!(m.assignment, vec![0, 1, 1]);
         assert!(close(m.t_min, 0.5));

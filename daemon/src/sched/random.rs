@@ -22,6 +22,8 @@ pub struct Shape {
     pub max_job: u32,
     /// Jobs the generator aims to keep running.
     pub target_jobs: usize,
+    /// Capacities new processors draw from.
+    pub capacities: Vec<f64>,
 }
 
 impl Default for Shape {
@@ -32,6 +34,7 @@ impl Default for Shape {
             arches: vec!["x86_64".into()],
             max_job: 8,
             target_jobs: 4,
+            capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
         }
     }
 }
@@ -109,7 +112,8 @@ impl Generator {
         let _ = fresh;
         self.live.push(id.clone());
         let host = id.split('/').next().unwrap_or(&id).to_string();
-        let capacity = [1.0, 1.0, 2.0, 3.0, 4.0, 1.5][self.below(6)];
+        let i = self.below(self.shape.capacities.len());
+        let capacity = self.shape.capacities.get(i).copied().unwrap_or(1.0);
         // The architecture follows the id so a returning processor keeps it.
         let h = id
             .bytes()
@@ -131,14 +135,16 @@ impl Generator {
         loop {
             let roll = self.below(100);
             match roll {
-                0..=7 => return self.new_processor(),
-                8..=15 if self.live.len() > 1 => {
+                0..=7 if self.live.len() < self.shape.processors * 3 / 2 + 1 => {
+                    return self.new_processor()
+                }
+                8..=15 if self.live.len() > (self.shape.processors / 2).max(1) => {
                     let i = self.below(self.live.len());
                     let id = self.live.swap_remove(i);
                     self.gone.push(id.clone());
                     return Event::ProcessorExit { id };
                 }
-                16..=45 if self.jobs.len() < self.shape.target_jobs * 2 => {
+                16..=45 if self.jobs.len() < self.shape.target_jobs => {
                     let job = format!("j{}", self.next_job);
                     self.next_job += 1;
                     let mut vps = BTreeMap::new();

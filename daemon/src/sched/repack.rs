@@ -40,12 +40,7 @@ pub const EXACT_LIMIT: usize = 40;
 const EXACT_NODE_BUDGET: u64 = 200_000;
 
 fn conflict(a: &Piece, b: &Piece) -> bool {
-    if a.job == b.job {
-        return true;
-    }
-    let mut x = a.rows.clone();
-    x.intersect_with(&b.rows);
-    !x.is_empty()
+    a.job == b.job || !a.rows.is_disjoint(&b.rows)
 }
 
 /// The least number of slots any packing needs.
@@ -84,36 +79,73 @@ fn normalise(slot_of: &mut [usize], original: &[usize]) -> usize {
 
 /// Step 1: delete slots by shifting every piece of one slot elsewhere.
 fn direct_shifts(pieces: &[Piece], slot_of: &mut [usize], slots: usize) -> usize {
-    let mut live: Vec<usize> = (0..slots).filter(|s| slot_of.contains(s)).collect();
+    let mut occ: Vec<BitSet> = vec![BitSet::default(); slots];
+    let mut jobs: Vec<Vec<u32>> = vec![Vec::new(); slots];
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); slots];
+    for (i, p) in pieces.iter().enumerate() {
+        occ[slot_of[i]].union_with(&p.rows);
+        jobs[slot_of[i]].push(p.job);
+        members[slot_of[i]].push(i);
+    }
+    let mut live: Vec<usize> = (0..slots).filter(|&s| !members[s].is_empty()).collect();
     loop {
         let mut order = live.clone();
-        order.sort_by_key(|&s| {
-            let members = slot_of.iter().filter(|&&x| x == s).count();
-            let cells: usize = (0..pieces.len())
-                .filter(|&i| slot_of[i] == s)
-                .map(|i| pieces[i].rows.len())
-                .sum();
-            (members, cells, s)
-        });
-        let mut deleted = false;
+        order.sort_by_key(|&s| (members[s].len(), occ[s].len(), s));
+        let mut deleted = None;
         'slot: for &s in &order {
-            let mut trial = slot_of.to_vec();
-            for i in (0..pieces.len()).filter(|&i| slot_of[i] == s) {
+            // Necessary: every row of s is free in at least one other slot.
+            let mut common: Option<BitSet> = None;
+            for &t in live.iter().filter(|&&t| t != s) {
+                match &mut common {
+                    None => common = Some(occ[t].clone()),
+                    Some(c) => c.intersect_with(&occ[t]),
+                }
+            }
+            match &common {
+                None => continue,
+                Some(c) if !c.is_disjoint(&occ[s]) => continue,
+                Some(_) => {}
+            }
+            let mut moves: Vec<(usize, usize)> = Vec::new();
+            let mut trial_occ: Vec<(usize, BitSet)> = Vec::new();
+            let mut trial_jobs: Vec<(usize, u32)> = Vec::new();
+            for &i in &members[s] {
+                let p = &pieces[i];
                 let target = live.iter().copied().filter(|&t| t != s).find(|&t| {
-                    (0..pieces.len()).all(|j| trial[j] != t || !conflict(&pieces[i], &pieces[j]))
+                    let extra_rows = trial_occ
+                        .iter()
+                        .filter(|(x, _)| *x == t)
+                        .all(|(_, b)| b.is_disjoint(&p.rows));
+                    let extra_job = trial_jobs.iter().any(|&(x, j)| x == t && j == p.job);
+                    occ[t].is_disjoint(&p.rows)
+                        && extra_rows
+                        && !jobs[t].contains(&p.job)
+                        && !extra_job
                 });
                 match target {
-                    Some(t) => trial[i] = t,
+                    Some(t) => {
+                        moves.push((i, t));
+                        trial_occ.push((t, p.rows.clone()));
+                        trial_jobs.push((t, p.job));
+                    }
                     None => continue 'slot,
                 }
             }
-            slot_of.copy_from_slice(&trial);
-            live.retain(|&x| x != s);
-            deleted = true;
+            for (i, t) in moves {
+                slot_of[i] = t;
+                occ[t].union_with(&pieces[i].rows);
+                jobs[t].push(pieces[i].job);
+                members[t].push(i);
+            }
+            members[s].clear();
+            jobs[s].clear();
+            occ[s] = BitSet::default();
+            deleted = Some(s);
             break;
         }
-        if !deleted {
-            return live.len();
+        match deleted {
+            Some(s) => live.retain(|&x| x != s),
+            None => return live.len(),
         }
     }
 }
@@ -205,8 +237,8 @@ pub fn repack(
 ) -> (Vec<usize>, usize) {
     let mut best = slot_of.to_vec();
     let mut count = direct_shifts(pieces, &mut best, slots);
-    let bound = lower_bound(pieces);
-    if thorough && count > bound && pieces.len() <= GLOBAL_LIMIT {
+    if thorough && pieces.len() <= GLOBAL_LIMIT && count > lower_bound(pieces) {
+        let bound = lower_bound(pieces);
         let adj: Vec<Vec<usize>> = (0..pieces.len())
             .map(|i| {
                 (0..pieces.len())

@@ -219,7 +219,8 @@ impl std::fmt::Debug for SchedConfig {
 
 #[derive(Debug, Clone)]
 struct Vp {
-    arch: String,
+    /// Interned architecture (`AllocationMap::intern`).
+    arch: u32,
     /// The row it is placed on (a live processor), if any.
     row: Option<Row>,
     /// Processor and host where its process is (set once started; kept while held).
@@ -273,6 +274,10 @@ struct Ctx {
     dirty: BTreeSet<String>,
     all_dirty: bool,
     budget: usize,
+    /// Columns where cells were freed during the event.
+    freed: Vec<u64>,
+    /// Every column gained a free cell (a processor joined).
+    all_freed: bool,
 }
 
 /// The scheduler state. See the module doc.
@@ -284,6 +289,10 @@ pub struct Scheduler {
     cfg: SchedConfig,
     generation: u64,
     migrations: u64,
+    /// Jobs that could get faster but the migration budget ran out.
+    retry: BTreeSet<JobKey>,
+    /// Jobs with VPs that have no processor.
+    waiting: BTreeSet<JobKey>,
 }
 
 impl Default for Scheduler {
@@ -303,6 +312,8 @@ impl Scheduler {
             cfg,
             generation: 0,
             migrations: 0,
+            retry: BTreeSet::new(),
+            waiting: BTreeSet::new(),
         }
     }
 
@@ -362,7 +373,11 @@ impl Scheduler {
         slots.sort_unstable();
         Some(JobView {
             id: j.id.clone(),
-            vps: j.vps.iter().map(|(&i, v)| (i, v.arch.clone())).collect(),
+            vps: j
+                .vps
+                .iter()
+                .map(|(&i, v)| (i, self.map.arch_name(v.arch).to_string()))
+                .collect(),
             placement: j
                 .vps
                 .iter()
@@ -428,6 +443,8 @@ impl Scheduler {
             dirty: BTreeSet::new(),
             all_dirty: false,
             budget: self.cfg.max_migrations_per_event,
+            freed: Vec::new(),
+            all_freed: false,
         };
         let columns_before = self.map.columns().len();
         match event {
@@ -492,6 +509,7 @@ impl Scheduler {
             return Err(SchedError::DuplicateProcessor(id));
         }
         ctx.dirty.insert(host.clone());
+        ctx.all_freed = true;
         self.map.add_row(Processor {
             id,
             host,
@@ -556,11 +574,12 @@ impl Scheduler {
         let mut entries = BTreeMap::new();
         let mut next = 0u32;
         for (arch, &n) in &vps {
+            let arch = self.map.intern(arch);
             for _ in 0..n {
                 entries.insert(
                     next,
                     Vp {
-                        arch: arch.clone(),
+                        arch,
                         row: None,
                         at: None,
                         held: false,
@@ -597,13 +616,14 @@ impl Scheduler {
             return Err(SchedError::Empty("architecture"));
         }
         let k = self.key(job)?;
+        let arch_id = self.map.intern(&arch);
         let j = self.job_mut(k);
         let vp = j.next_vp;
         j.next_vp += 1;
         j.vps.insert(
             vp,
             Vp {
-                arch: arch.clone(),
+                arch: arch_id,
                 row: None,
                 at: None,
                 held: false,
@@ -616,10 +636,10 @@ impl Scheduler {
         let cand: Vec<Row> = self
             .candidates(k)
             .into_iter()
-            .filter(|&r| self.arch_of(r) == Some(&arch))
+            .filter(|&r| self.arch_of(r) == Some(arch_id))
             .collect();
         if cand.is_empty() {
-            if self.map.processors().any(|(_, p)| p.arch == arch) {
+            if self.map.has_arch(&arch) {
                 self.place_fresh(k, ctx);
             } else {
                 self.hold_unplaced(k, ctx);
@@ -688,6 +708,7 @@ impl Scheduler {
                 let cols = j.columns.clone();
                 for c in cols {
                     self.map.set(c, r, None);
+                    ctx.freed.push(c);
                 }
                 self.dirty_row(r, ctx);
             }
@@ -729,8 +750,8 @@ impl Scheduler {
         self.queue.iter().copied().collect()
     }
 
-    fn arch_of(&self, r: Row) -> Option<&String> {
-        self.map.processor(r).map(|p| &p.arch)
+    fn arch_of(&self, r: Row) -> Option<u32> {
+        self.map.row_arch(r)
     }
 
     fn cap(&self, r: Row) -> f64 {
@@ -755,14 +776,22 @@ impl Scheduler {
     /// all its columns, of the architectures it has VPs of.
     fn candidates(&self, k: JobKey) -> Vec<Row> {
         let j = self.job(k);
-        let arches: BTreeSet<&String> = j.vps.values().map(|v| &v.arch).collect();
+        let mut wanted = BitSet::default();
+        let mut seen: Vec<u32> = Vec::new();
+        for v in j.vps.values() {
+            if !seen.contains(&v.arch) {
+                seen.push(v.arch);
+                if let Some(rows) = self.map.arch_rows(v.arch) {
+                    wanted.union_with(rows);
+                }
+            }
+        }
         let mut set: BitSet = self.map.free_in_all(&j.columns);
         for &r in j.rows.keys() {
             set.insert(r);
         }
-        set.iter()
-            .filter(|&r| self.arch_of(r).is_some_and(|a| arches.contains(a)))
-            .collect()
+        set.intersect_with(&wanted);
+        set.iter().collect()
     }
 
     /// MTAT (and Compression if `compressed`) for the job's VPs on `rows`.
@@ -779,24 +808,27 @@ impl Scheduler {
         keep_t: f64,
     ) -> Option<(f64, Vec<u32>)> {
         let j = self.job(k);
-        let mut demand: BTreeMap<&String, u32> = BTreeMap::new();
+        let row_arch: Vec<u32> = rows
+            .iter()
+            .map(|&r| self.arch_of(r).unwrap_or(u32::MAX))
+            .collect();
+        let mut present: Vec<u32> = row_arch.clone();
+        present.sort_unstable();
+        present.dedup();
+        let mut demand: BTreeMap<u32, u32> = BTreeMap::new();
         for v in j.vps.values() {
-            if rows.iter().any(|&r| self.arch_of(r) == Some(&v.arch)) {
-                *demand.entry(&v.arch).or_default() += 1;
+            if present.binary_search(&v.arch).is_ok() {
+                *demand.entry(v.arch).or_default() += 1;
             }
         }
         if demand.is_empty() {
             return None;
         }
-        let arches: Vec<&String> = demand.keys().copied().collect();
+        let arches: Vec<u32> = demand.keys().copied().collect();
         let counts: Vec<u32> = demand.values().copied().collect();
-        let pool_of: Vec<usize> = rows
+        let pool_of: Vec<usize> = row_arch
             .iter()
-            .map(|&r| {
-                self.arch_of(r)
-                    .and_then(|a| arches.iter().position(|x| *x == a))
-                    .unwrap_or(usize::MAX)
-            })
+            .map(|a| arches.binary_search(a).unwrap_or(usize::MAX))
             .collect();
         let caps: Vec<f64> = rows.iter().map(|&r| self.cap(r)).collect();
         let current: Vec<u32> = rows
@@ -886,23 +918,20 @@ impl Scheduler {
         }
         // Place movers in row order, each on a row of its architecture;
         // placed movers first so that new or held VPs fill what is left.
-        let mut queues: BTreeMap<String, VecDeque<u32>> = BTreeMap::new();
+        let mut queues: BTreeMap<u32, VecDeque<u32>> = BTreeMap::new();
         {
             let j = self.job(k);
             let (placed, unplaced): (Vec<u32>, Vec<u32>) = movers
                 .into_iter()
                 .partition(|i| j.vps[i].row.is_some() || j.vps[i].at.is_some());
             for i in placed.into_iter().chain(unplaced) {
-                queues
-                    .entry(j.vps[&i].arch.clone())
-                    .or_default()
-                    .push_back(i);
+                queues.entry(j.vps[&i].arch).or_default().push_back(i);
             }
         }
         let mut assignments: Vec<(u32, Row)> = Vec::new();
         for (&r, &want) in &target {
             let have = kept.get(&r).copied().unwrap_or(0);
-            let Some(q) = self.arch_of(r).and_then(|a| queues.get_mut(a)) else {
+            let Some(q) = self.arch_of(r).and_then(|a| queues.get_mut(&a)) else {
                 continue;
             };
             for _ in have..want {
@@ -925,7 +954,7 @@ impl Scheduler {
                     Action::Start {
                         job: job_id.clone(),
                         vp: i,
-                        arch: v.arch.clone(),
+                        arch: self.map.arch_name(v.arch).to_string(),
                         processor: p.id.clone(),
                         host: p.host.clone(),
                         restore: false,
@@ -946,7 +975,7 @@ impl Scheduler {
                 None => Action::Start {
                     job: job_id.clone(),
                     vp: i,
-                    arch: v.arch.clone(),
+                    arch: self.map.arch_name(v.arch).to_string(),
                     processor: p.id.clone(),
                     host: p.host.clone(),
                     restore: false,
@@ -988,6 +1017,17 @@ impl Scheduler {
                 self.dirty_row(r, ctx);
             }
         }
+        for &c in &old_cols {
+            if !columns.contains(&c) || old_rows.iter().any(|r| !new_rows.contains_key(r)) {
+                ctx.freed.push(c);
+            }
+        }
+        let placed: u32 = new_rows.values().sum();
+        if placed as usize == self.job(k).vps.len() {
+            self.waiting.remove(&k);
+        } else {
+            self.waiting.insert(k);
+        }
         let columns = if new_rows.is_empty() {
             Vec::new()
         } else {
@@ -1006,6 +1046,7 @@ impl Scheduler {
 
     /// Emit Hold for VPs without a row that were not held before.
     fn hold_unplaced(&mut self, k: JobKey, ctx: &mut Ctx) {
+        self.waiting.insert(k);
         let j = self.jobs[k as usize]
             .as_mut()
             .expect("job key refers to a live job");
@@ -1023,7 +1064,11 @@ impl Scheduler {
     }
 
     /// Place a job as if submitted now (seed 000 section 4.4.1): MTAT on a new
-    /// slot vs. the Expansion pattern, then Compression. Its own cells count
+    /// slot vs. the Expansion pattern, then Compression. Section 4.3 compares
+    /// the turnaround in a new slot, "T_min / τ" of the round, with the
+    /// pattern's; we compare wall-clock turnarounds: `T_new · (τ + 1)` in a new
+    /// slot (the round grows by one) against `T_free · τ / w` in a pattern of
+    /// `w` of the `τ` existing slots. Its own cells count
     /// as free; its VPs prefer the processors they are on.
     fn place_fresh(&mut self, k: JobKey, ctx: &mut Ctx) {
         // Release its cells first.
@@ -1036,14 +1081,16 @@ impl Scheduler {
                 self.map.set(c, r, None);
                 self.dirty_row(r, ctx);
             }
+            ctx.freed.push(c);
         }
         self.job_mut(k).columns.clear();
         let demand: BTreeMap<String, u32> = {
             let j = self.job(k);
             let mut d = BTreeMap::new();
             for v in j.vps.values() {
-                if self.map.processors().any(|(_, p)| p.arch == v.arch) {
-                    *d.entry(v.arch.clone()).or_default() += 1;
+                let name = self.map.arch_name(v.arch);
+                if self.map.has_arch(name) {
+                    *d.entry(name.to_string()).or_default() += 1;
                 }
             }
             d
@@ -1065,14 +1112,19 @@ impl Scheduler {
         };
         let pattern = self.cfg.expansion.find(&self.map, &demand);
         let choice = pattern.and_then(|p| {
-            let covers = demand
-                .keys()
-                .all(|a| p.rows.iter().any(|&r| self.arch_of(r) == Some(a)));
+            let covers = demand.keys().all(|a| {
+                p.rows
+                    .iter()
+                    .any(|&r| self.map.processor(r).is_some_and(|q| &q.arch == a))
+            });
             if !covers {
                 return None;
             }
             let (t_p, counts) = self.plan(k, &p.rows, true, 0.0)?;
-            (t_p / p.columns.len() as f64 <= t_new * (1.0 + 1e-9))
+            // Wall-clock turnaround: a job in w of tau slots runs w/tau of the
+            // time; a new slot makes the round tau + 1 long for everyone.
+            let tau = self.map.columns().len() as f64;
+            (t_p * tau / p.columns.len() as f64 <= t_new * (tau + 1.0) * (1.0 + 1e-9))
                 .then_some((p.columns, p.rows, counts))
         });
         let (columns, rows, counts) = match choice {
@@ -1095,10 +1147,10 @@ impl Scheduler {
         let cand = self.candidates(k);
         let needs_elsewhere = {
             let j = self.job(k);
-            let arches: BTreeSet<&String> = j.vps.values().map(|v| &v.arch).collect();
+            let arches: BTreeSet<u32> = j.vps.values().map(|v| v.arch).collect();
             arches.into_iter().any(|a| {
                 !cand.iter().any(|&r| self.arch_of(r) == Some(a))
-                    && self.map.processors().any(|(_, p)| &p.arch == a)
+                    && self.map.arch_rows(a).is_some_and(|rows| !rows.is_empty())
             })
         };
         if needs_elsewhere || self.job(k).columns.is_empty() {
@@ -1125,12 +1177,17 @@ impl Scheduler {
 
     /// Held VPs whose architecture is back: place them (fairness order).
     fn place_held(&mut self, ctx: &mut Ctx) {
+        if self.waiting.is_empty() {
+            return;
+        }
         for k in self.fair_order() {
-            let waiting =
-                self.job(k).vps.values().any(|v| {
-                    v.row.is_none() && self.map.processors().any(|(_, p)| p.arch == v.arch)
-                });
-            if waiting {
+            if !self.waiting.contains(&k) {
+                continue;
+            }
+            let j = self.job(k);
+            if j.vps.values().any(|v| {
+                v.row.is_none() && self.map.arch_rows(v.arch).is_some_and(|r| !r.is_empty())
+            }) {
                 self.reposition(k, ctx);
             }
         }
@@ -1139,6 +1196,8 @@ impl Scheduler {
     /// Offer free cells to jobs that get faster with them (section 4.4.2),
     /// starting from the head of the fairness queue.
     fn expand_jobs(&mut self, ctx: &mut Ctx) {
+        ctx.freed.sort_unstable();
+        ctx.freed.dedup();
         for k in self.fair_order() {
             if ctx.budget == 0 || !self.map.has_free_cells() {
                 break;
@@ -1147,20 +1206,61 @@ impl Scheduler {
             if j.columns.is_empty() {
                 continue;
             }
+            // Only free cells that are new (or a job the budget cut off last
+            // time) can change a job's answer.
+            let touched = ctx.all_freed
+                || self.retry.contains(&k)
+                || j.columns.iter().any(|c| ctx.freed.binary_search(c).is_ok());
+            if !touched {
+                continue;
+            }
+            self.retry.remove(&k);
             let cand = self.candidates(k);
-            if cand.len() == j.rows.len() {
+            if cand.len() == self.job(k).rows.len() {
                 continue;
             }
             let t_cur = self.current_t(k);
+            if !self.could_beat(k, &cand, t_cur) {
+                continue;
+            }
             let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
                 continue;
             };
-            if t_new < t_cur * (1.0 - 1e-9) && self.optional_moves(k, &cand, &counts) <= ctx.budget
-            {
-                let cols = self.job(k).columns.clone();
-                self.apply(k, cols, &cand, &counts, ctx);
+            if t_new < t_cur * (1.0 - 1e-9) {
+                if self.optional_moves(k, &cand, &counts) <= ctx.budget {
+                    let cols = self.job(k).columns.clone();
+                    self.apply(k, cols, &cand, &counts, ctx);
+                } else {
+                    self.retry.insert(k);
+                }
             }
         }
+    }
+
+    /// Could the job finish strictly before `t` on `rows`? Every architecture
+    /// pool must hold its VPs with each processor finishing before `t`:
+    /// `sum ceil(t a_r) - 1 >= X_z`. Linear, no allocation per row: it spares
+    /// MTAT for the many jobs that cannot get faster.
+    fn could_beat(&self, k: JobKey, rows: &[Row], t: f64) -> bool {
+        let j = self.job(k);
+        let mut need: Vec<(u32, u64)> = Vec::new();
+        for v in j.vps.values() {
+            match need.iter_mut().find(|(a, _)| *a == v.arch) {
+                Some(e) => e.1 += 1,
+                None => need.push((v.arch, 1)),
+            }
+        }
+        let bound = t * (1.0 - 1e-9);
+        for &r in rows {
+            let Some(a) = self.arch_of(r) else { continue };
+            if let Some(e) = need.iter_mut().find(|(x, _)| *x == a) {
+                let fits = (bound * self.cap(r)).ceil() - 1.0;
+                if fits > 0.0 {
+                    e.1 = e.1.saturating_sub(fits as u64);
+                }
+            }
+        }
+        need.iter().all(|&(_, left)| left == 0)
     }
 
     fn remove_job(&mut self, k: JobKey, ctx: &mut Ctx) {
@@ -1173,11 +1273,14 @@ impl Scheduler {
                 self.map.set(c, r, None);
                 self.dirty_row(r, ctx);
             }
+            ctx.freed.push(c);
         }
         if let Some(j) = self.jobs[k as usize].take() {
             self.job_of.remove(&j.id);
         }
         self.queue.retain(|&x| x != k);
+        self.retry.remove(&k);
+        self.waiting.remove(&k);
     }
 
     fn drop_empty_columns(&mut self, ctx: &mut Ctx) {
@@ -1201,23 +1304,64 @@ impl Scheduler {
         ctx.all_dirty = true;
     }
 
+    /// A slot whose every job also runs in another slot only replicates
+    /// them: deleting it shortens the round for everyone (seed 001 weighs
+    /// slot unification against slot minimisation; we minimise).
+    fn drop_redundant_columns(&mut self, ctx: &mut Ctx) {
+        loop {
+            let redundant = self.map.columns().iter().map(|c| c.id).find(|&id| {
+                self.jobs
+                    .iter()
+                    .flatten()
+                    .filter(|j| j.columns.contains(&id))
+                    .all(|j| j.columns.len() > 1)
+            });
+            let Some(id) = redundant else { return };
+            for j in self.jobs.iter_mut().flatten() {
+                j.columns.retain(|&c| c != id);
+            }
+            // Its cells go with it.
+            let rows: Vec<Row> = (0..self.map.row_capacity()).collect();
+            for r in rows {
+                self.map.set(id, r, None);
+            }
+            self.map.remove_column(id);
+            ctx.all_dirty = true;
+        }
+    }
+
     /// Seed 001 re-packing: shift whole jobs between slots to delete slots.
     fn repack(&mut self, ctx: &mut Ctx) {
         if !self.cfg.repack || self.map.columns().len() < 2 {
             return;
         }
+        self.drop_redundant_columns(ctx);
+        if self.map.columns().len() < 2 {
+            return;
+        }
+        // A slot can only go if its busy cells fit in the free cells of the
+        // others: skip the search when no slot passes that count.
+        let live = self.map.live().len();
+        let free: Vec<usize> = self.map.columns().iter().map(|c| c.free().len()).collect();
+        let total_free: usize = free.iter().sum();
+        if !free.iter().any(|&f| live - f <= total_free - f) {
+            return;
+        }
         let mut pieces = Vec::new();
         let mut slot_of = Vec::new();
         let mut owner = Vec::new();
-        for (pos, c) in self.map.columns().iter().enumerate() {
-            let mut seen: BTreeSet<JobKey> = BTreeSet::new();
-            for (_, k) in c.jobs() {
-                if seen.insert(k) {
-                    let mut rows = BitSet::default();
-                    for &r in self.job(k).rows.keys() {
-                        rows.insert(r);
-                    }
-                    pieces.push(Piece { job: k, rows });
+        for k in self.fair_order() {
+            let j = self.job(k);
+            let mut rows = BitSet::default();
+            for &r in j.rows.keys() {
+                rows.insert(r);
+            }
+            for &c in &j.columns {
+                if let Some(pos) = self.map.position(c) {
+                    pieces.push(Piece {
+                        job: k,
+                        rows: rows.clone(),
+                    });
                     slot_of.push(pos);
                     owner.push(k);
                 }
@@ -1303,7 +1447,7 @@ impl Scheduler {
             j.vps.insert(
                 i as u32,
                 Vp {
-                    arch: p.arch.clone(),
+                    arch: self.map.row_arch(r).unwrap_or(u32::MAX),
                     row: Some(r),
                     at: Some((p.id.clone(), p.host.clone())),
                     held: false,
@@ -1357,7 +1501,7 @@ impl Scheduler {
                         .map
                         .processor(r)
                         .ok_or(format!("job {} vp {i} on a processor that left", j.id))?;
-                    if p.arch != v.arch {
+                    if self.map.row_arch(r) != Some(v.arch) {
                         return Err(format!(
                             "job {} vp {i} ({}) on {} ({})",
                             j.id, v.arch, p.id, p.arch

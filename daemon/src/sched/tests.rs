@@ -379,6 +379,7 @@ proptest! {
             arches: if two_arch { vec!["x86_64".into(), "aarch64".into()] } else { vec!["x86_64".into()] },
             max_job: 6,
             target_jobs: 4,
+            ..Shape::default()
         };
         let mut g = Generator::new(seed, shape.clone());
         let mut events = g.pool();

@@ -1,0 +1,91 @@
+//! Drawing the allocation map as text, like Figure 1 of seed 000: one row
+//! per processor, one column per time slot, each cell the job holding it
+//! (`job×n` when n of its VPs share the processor), `.` when free.
+
+use migd::sched::TableCell;
+
+/// Draw `slots` (per slot, the occupied cells) over the processors `procs`.
+/// `running` marks the slot that is running now, if known.
+pub fn map(procs: &[String], slots: &[Vec<TableCell>], running: Option<usize>) -> String {
+    let cell = |s: usize, p: &str| -> String {
+        slots[s]
+            .iter()
+            .find(|c| c.processor == p)
+            .map(|c| {
+                if c.vps.len() > 1 {
+                    format!("{}×{}", c.job, c.vps.len())
+                } else {
+                    c.job.clone()
+                }
+            })
+            .unwrap_or_else(|| ".".into())
+    };
+    let head = procs
+        .iter()
+        .map(|p| p.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    let width: Vec<usize> = (0..slots.len())
+        .map(|s| {
+            procs
+                .iter()
+                .map(|p| cell(s, p).chars().count())
+                .max()
+                .unwrap_or(1)
+                .max(format!("T{}", s + 1).len())
+        })
+        .collect();
+    let mut out = String::new();
+    for p in procs {
+        out.push_str(&format!("{p:<head$}"));
+        for (s, w) in width.iter().enumerate() {
+            out.push_str(&format!("  {:<w$}", cell(s, p)));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!("{:<head$}", "slot"));
+    for (s, w) in width.iter().enumerate() {
+        let label = if running == Some(s) {
+            format!("T{}*", s + 1)
+        } else {
+            format!("T{}", s + 1)
+        };
+        out.push_str(&format!("  {label:<w$}"));
+    }
+    out.push('\n');
+    if slots.is_empty() {
+        out.push_str("(no slots: nothing is scheduled)\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_jobs_and_free_cells() {
+        let slots = vec![
+            vec![TableCell {
+                processor: "p1".into(),
+                job: "J1".into(),
+                vps: vec![0, 1],
+            }],
+            vec![TableCell {
+                processor: "p2".into(),
+                job: "J2".into(),
+                vps: vec![0],
+            }],
+        ];
+        let text = map(&["p1".into(), "p2".into()], &slots, Some(1));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("p1")
+                && lines[0].contains("J1×2")
+                && lines[0].trim_end().ends_with('.')
+        );
+        assert!(lines[1].contains("J2"));
+        assert!(lines[2].contains("T2*"));
+    }
+}

@@ -1,0 +1,185 @@
+//! `mig sched` end to end: the real binary on real files.
+
+use std::io::Write;
+use std::process::{Command, Output};
+
+fn mig(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mig"))
+        .args(args)
+        .output()
+        .expect("run mig")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "mig failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+fn file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    f.write_all(text.as_bytes()).expect("write");
+    f
+}
+
+#[test]
+fn mtat_prints_the_papers_example_1() {
+    let v = json(&mig(&[
+        "sched",
+        "mtat",
+        "--vps",
+        "20",
+        "--capacities",
+        "10,1,4,3",
+        "--json",
+    ]));
+    assert_eq!(
+        v,
+        serde_json::json!({"t_min": 1.2, "assignment": [12, 1, 4, 3], "processors_used": 4})
+    );
+}
+
+#[test]
+fn compress_prints_figure_4b() {
+    let v = json(&mig(&[
+        "sched",
+        "compress",
+        "--vps",
+        "9",
+        "--capacities",
+        "4,2,1",
+        "--json",
+    ]));
+    assert_eq!(
+        v,
+        serde_json::json!({"t_min": 1.5, "assignment": [6, 3, 0], "processors_used": 2})
+    );
+}
+
+#[test]
+fn several_architectures_take_the_slowest_pool() {
+    let v = json(&mig(&[
+        "sched",
+        "mtat",
+        "--vps",
+        "x86_64=20,aarch64=3",
+        "--capacities",
+        "x86_64:10,x86_64:1,aarch64:4",
+        "--json",
+    ]));
+    assert_eq!(v["assignment"], serde_json::json!([19, 1, 3]));
+    assert!((v["t_min"].as_f64().unwrap() - 1.9).abs() < 1e-12);
+}
+
+#[test]
+fn bad_input_is_one_clear_sentence() {
+    for (args, says) in [
+        (vec!["--vps", "3", "--capacities", "1,0"], "positive finite"),
+        (
+            vec!["--vps", "3", "--capacities", "1,NaN"],
+            "positive finite",
+        ),
+        (vec!["--vps", "3", "--capacities", "1,x"], "not a number"),
+        (
+            vec!["--vps", "arm=3", "--capacities", "x86:1"],
+            "no processor of architecture",
+        ),
+        (
+            vec!["--vps", "3", "--capacities", "a:1,b:1"],
+            "per architecture",
+        ),
+    ] {
+        let mut full = vec!["sched", "mtat"];
+        full.extend(args);
+        let out = mig(&full);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err:?} lacks {says:?}");
+    }
+}
+
+#[test]
+fn replay_prints_the_final_state() {
+    let events = file(concat!(
+        r#"{"event":"new_processor","id":"h1/0","arch":"x86_64","capacity":2.0}"#,
+        "\n",
+        r#"{"event":"new_processor","id":"h2/0","arch":"x86_64","capacity":1.0}"#,
+        "\n",
+        r#"{"event":"submit","job":"j1","vps":{"x86_64":3}}"#,
+        "\n",
+        r#"{"event":"submit","job":"j2","vps":{"aarch64":1}}"#,
+        "\n",
+        r#"{"event":"new_vp","job":"j1","arch":"x86_64"}"#,
+        "\n",
+        r#"{"event":"vp_exit","job":"j1","vp":3}"#,
+        "\n",
+    ));
+    let path = events.path().to_str().unwrap();
+    let v = json(&mig(&["sched", "replay", path, "--json"]));
+    assert_eq!(v["processors"].as_array().unwrap().len(), 2);
+    assert_eq!(v["slots"][0]["h1/0"]["job"], "j1");
+    assert_eq!(v["jobs"]["j1"]["vps"]["0"], "x86_64");
+    assert_eq!(v["jobs"]["j2"]["waiting"], serde_json::json!([0]));
+    assert_eq!(v["actions"].as_array().unwrap().len(), 6);
+    assert_eq!(v["migrations"], 0);
+    for exp in ["exhaustive", "regular"] {
+        let out = mig(&["sched", "replay", path, "--expansion", exp, "--no-repack"]);
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("6 events replayed"));
+    }
+}
+
+#[test]
+fn replay_names_the_bad_line() {
+    let events = file(concat!(
+        r#"{"event":"new_processor","id":"h1/0","arch":"x86_64","capacity":2.0}"#,
+        "\n",
+        r#"{"event":"new_processor","id":"h1/0","arch":"x86_64","capacity":2.0}"#,
+        "\n",
+    ));
+    let out = mig(&["sched", "replay", events.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("line 2: processor \"h1/0\" is already in the pool"));
+    let garbage = file("{\"event\":\"new_processor\"\n");
+    let out = mig(&["sched", "replay", garbage.path().to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1:"));
+    let out = mig(&["sched", "replay", "/nonexistent/events.jsonl"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
+}
+
+#[test]
+fn repack_keeps_processors_and_reaches_the_bound() {
+    // Seed 001, Figure 2 after J' and J'' left: three slots become two.
+    let m = file(
+        r#"{"processors": 8, "slots": [[1,1,2,2,0,0,0,0],[0,0,0,0,3,3,0,0],[5,5,6,6,0,0,7,7]]}"#,
+    );
+    let v = json(&mig(&[
+        "sched",
+        "repack",
+        m.path().to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(v["slots"], 2);
+    let matrix: Vec<Vec<u64>> = serde_json::from_value(v["matrix"].clone()).unwrap();
+    // Every job still on exactly its processors.
+    for (job, procs) in [
+        (1, vec![0, 1]),
+        (2, vec![2, 3]),
+        (3, vec![4, 5]),
+        (5, vec![0, 1]),
+        (6, vec![2, 3]),
+        (7, vec![6, 7]),
+    ] {
+        let rows: Vec<&Vec<u64>> = matrix.iter().filter(|r| r.contains(&job)).collect();
+        assert_eq!(rows.len(), 1);
+        let at: Vec<usize> = (0..8).filter(|&p| rows[0][p] == job).collect();
+        assert_eq!(at, procs);
+    }
+    let bad = file(r#"{"processors": 3, "slots": [[1,1]]}"#);
+    let out = mig(&["sched", "repack", bad.path().to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("slot 0 has 2 entries, expected 3"));
+}
