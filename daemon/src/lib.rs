@@ -1,8 +1,24 @@
 //! migd: the mig daemon as a library.
 //!
-//! The `migd` binary only parses flags and calls into this crate, so tests
-//! can start a daemon as the real binary or in-process. The scheduler
-//! (`sched`) is pure and shared with the simulator.
+//! The `migd` binary only parses flags and calls `run`, so tests can start a
+//! daemon as the real binary or in-process.
+//!
+//! * `server` — the event loop that owns all state;
+//! * `conn` — one buffered non-blocking connection;
+//! * `master` — hosts, jobs and Tids, and the scheduler's actions turned into messages (no I/O);
+//! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
+//! * `config`, `facts`, `log` — configuration, host facts, the log;
+//! * `sched` — the embedded scheduler (pure; shared with the simulator).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod config;
+pub mod conn;
+pub mod facts;
+pub mod host;
+pub mod log;
+pub mod master;
 pub mod sched;
+pub mod server;
+
+pub use config::Config;
+pub use server::{run, DaemonError};

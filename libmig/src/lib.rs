@@ -1,2 +1,27 @@
-//! libmig: what a mig parallel program links.
+//! libmig: what a mig parallel program links, and the wire format every mig
+//! component speaks.
+//!
+//! * `frame` — the frame header and (de)coding, with size and version checks;
+//! * `auth` — the cluster key and the challenge-response between daemons;
+//! * `msg` — the messages, one enum per connection kind;
+//! * `control` — a client of a daemon's control socket (what `mig` uses);
+//! * `vp` — a VP's identity, as its daemon started it.
+//!
+//! # The protocol in one exchange
+//!
+//! A worker daemon connects to the master over TCP. Each frame is a 12-byte
+//! header (`MG`, major, minor, reserved, body length) and a postcard body.
+//! The worker sends `PeerMsg::Hello` with a random nonce; the master answers
+//! `Challenge` with its own nonce and an HMAC-SHA256 proof over both; the
+//! worker checks it and answers `Proof`; the master checks that and sends
+//! `Welcome`. Only then is anything else accepted: the worker sends
+//! `Register` with its `HostFacts`, the master answers `Registered`, and from
+//! then on `Heartbeat`s flow one way and `Start`/`Kill` the other.
 #![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod auth;
+pub mod control;
+pub mod frame;
+pub mod msg;
+pub mod vp;

@@ -1,28 +1,84 @@
-//! The subcommands of `mig` and their dispatch.
+//! The subcommands of `mig` and their dispatch: one module per subcommand.
 
+pub mod demo;
+pub mod halt;
+pub mod hosts;
+pub mod kill;
+pub mod map;
+pub mod ps;
 pub mod sched;
+pub mod spawn;
+pub mod up;
 
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
+use libmig::control::Client;
+use libmig::msg::{Request, Response};
 
 /// mig: a virtual machine for networks of workstations that harvests idle
 /// cycles and gets out of the owner's way.
+///
+/// Start a local virtual machine with `mig up`, run a parallel program on it
+/// with `mig spawn -n 8 --wait -- ./program`, and stop it with `mig halt`.
 #[derive(Debug, Parser)]
-#[command(name = "mig", version, about, long_about = None)]
+#[command(name = "mig", version, about, long_about)]
 pub struct Cli {
+    /// Control socket of the daemon to talk to [env: MIG_DAEMON; default:
+    /// the master of the virtual machine `mig up` started].
+    #[arg(long, global = true, env = "MIG_DAEMON")]
+    daemon: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The quick start: a local virtual machine, a parallel job across it, the answer checked.
+    Demo(demo::Args),
+    /// Start a local virtual machine of N daemons on loopback.
+    Up(up::Args),
+    /// List the hosts of the virtual machine.
+    Hosts(hosts::Args),
+    /// Start a parallel job: N VPs of a program.
+    Spawn(spawn::Args),
+    /// List every VP.
+    Ps(ps::Args),
+    /// Kill a job (j1) or one VP (t40001).
+    Kill(kill::Args),
+    /// Draw the allocation map (processors x time slots).
+    Map(map::Args),
+    /// Stop every daemon and VP of the virtual machine.
+    Halt(halt::Args),
     /// Run the scheduler's algorithms on given input and explain the result.
     #[command(subcommand)]
     Sched(sched::SchedCmd),
 }
 
 /// Run one parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub fn run(cli: Cli) -> Result<()> {
+    let daemon = cli
+        .daemon
+        .unwrap_or_else(|| up::default_dir().join("h0").join("control.sock"));
     match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Up(a) => up::run(a),
+        Command::Hosts(a) => hosts::run(&daemon, a),
+        Command::Spawn(a) => spawn::run(&daemon, a),
+        Command::Ps(a) => ps::run(&daemon, a),
+        Command::Kill(a) => kill::run(&daemon, a),
+        Command::Map(a) => map::run(&daemon, a),
+        Command::Halt(a) => halt::run(&daemon, a),
         Command::Sched(c) => sched::run(c),
+    }
+}
+
+/// Ask the daemon once; an `Error` reply becomes an error.
+pub fn call(daemon: &std::path::Path, req: &Request) -> Result<Response> {
+    let mut c = Client::connect(daemon)?;
+    match c.call(req)? {
+        Response::Error { message } => bail!("{message}"),
+        r => Ok(r),
     }
 }

@@ -1,0 +1,124 @@
+//! `mig demo`: the quick start in one command. Starts a local virtual
+//! machine of several daemons on loopback, runs the `pi` example across
+//! them, checks the answer, prints timings, and stops everything.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use libmig::control::Client;
+use libmig::msg::{Request, Response, SpawnSpec};
+
+use super::up::{Args as UpArgs, Vm};
+
+/// Flags of `mig demo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Daemons (hosts) in the virtual machine.
+    #[arg(short = 'n', long, default_value_t = 4)]
+    hosts: usize,
+    /// VPs of the example job.
+    #[arg(long, default_value_t = 8)]
+    vps: u32,
+    /// Integration intervals for pi (the job's size).
+    #[arg(long, default_value_t = 200_000_000)]
+    intervals: u64,
+}
+
+fn example(name: &str) -> Result<PathBuf> {
+    let p = std::env::current_exe()?
+        .parent()
+        .map(|d| d.join(name))
+        .context("locating the examples")?;
+    if !p.is_file() {
+        bail!(
+            "example {} not found: build it with `cargo build --release --workspace`",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// Run it.
+pub fn run(a: Args) -> Result<()> {
+    let pi = example("pi")?;
+    let dir = std::env::temp_dir().join(format!("mig-demo-{}", std::process::id()));
+    let t0 = Instant::now();
+    let mut vm = Vm::start(&dir, &UpArgs::new(a.hosts, 1, vec![1.0; a.hosts]))?;
+    let up = t0.elapsed();
+    println!(
+        "virtual machine: {} daemons on loopback, up in {:.1} ms (state in {})",
+        a.hosts,
+        up.as_secs_f64() * 1e3,
+        dir.display()
+    );
+    let result = run_job(&vm, &pi, &a);
+    let t1 = Instant::now();
+    vm.halt();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("halted in {:.1} ms", t1.elapsed().as_secs_f64() * 1e3);
+    result
+}
+
+fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args) -> Result<()> {
+    let mut c = Client::connect(&vm.master_sock)?;
+    let spec = SpawnSpec {
+        program: pi.display().to_string(),
+        args: vec![a.intervals.to_string()],
+        n: a.vps,
+        cwd: std::env::current_dir()?.display().to_string(),
+        env: vec![],
+        wait: true,
+    };
+    let t = Instant::now();
+    let Response::Spawned { job, .. } = c.call(&Request::Spawn(spec))? else {
+        bail!("the job did not start")
+    };
+    println!(
+        "job {job}: {} VPs of pi, {} intervals, gang-scheduled by the master",
+        a.vps, a.intervals
+    );
+    let mut partials: BTreeMap<u32, f64> = BTreeMap::new();
+    let mut per_host: BTreeMap<String, u32> = BTreeMap::new();
+    let status = loop {
+        match c.recv(None)? {
+            Response::Output { vp, host, line, .. } => {
+                let mut w = line.split_whitespace();
+                if w.next() == Some("partial") {
+                    let value: f64 = w
+                        .nth(2)
+                        .and_then(|v| v.parse().ok())
+                        .context("a malformed partial sum")?;
+                    partials.insert(vp, value);
+                    *per_host.entry(host).or_default() += 1;
+                }
+            }
+            Response::JobDone { status, .. } => break status,
+            Response::Error { message } => bail!("{message}"),
+            _ => {}
+        }
+    };
+    let elapsed = t.elapsed();
+    if status != 0 {
+        bail!("job {job} failed with status {status}");
+    }
+    let hosts: Vec<String> = per_host.iter().map(|(h, n)| format!("{h}:{n}")).collect();
+    println!("VPs per host: {}", hosts.join(" "));
+    let sum: f64 = partials.values().sum();
+    let err = (sum - std::f64::consts::PI).abs();
+    println!(
+        "pi = {sum:.15} (error {err:.1e}) from {} partial sums in {:.1} ms",
+        partials.len(),
+        elapsed.as_secs_f64() * 1e3
+    );
+    if partials.len() != a.vps as usize || err > 1e-9 {
+        bail!(
+            "wrong answer: {} of {} partials, error {err:e}",
+            partials.len(),
+            a.vps
+        );
+    }
+    println!("answer checked: OK");
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! `mig halt`: stop every daemon and VP of the virtual machine.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use libmig::msg::{Request, Response};
+
+/// Flags of `mig halt`.
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Run it: ask, then wait (up to 5 s) until the master's socket is gone.
+pub fn run(daemon: &Path, _a: Args) -> Result<()> {
+    let Response::Ok { message } = super::call(daemon, &Request::Halt)? else {
+        bail!("unexpected reply")
+    };
+    eprintln!("{message}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while daemon.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if daemon.exists() {
+        bail!("the daemon did not stop within 5 s; see its log");
+    }
+    Ok(())
+}

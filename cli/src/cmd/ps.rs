@@ -1,0 +1,49 @@
+//! `mig ps`: every VP with its Tid, job, host, pid and state.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use libmig::msg::{Request, Response};
+
+/// Flags of `mig ps`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print JSON: one object per VP.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run it.
+pub fn run(daemon: &Path, a: Args) -> Result<()> {
+    let Response::Ps(vps) = super::call(daemon, &Request::Ps)? else {
+        bail!("unexpected reply")
+    };
+    if a.json {
+        let v: Vec<serde_json::Value> = vps
+            .iter()
+            .map(|v| {
+                serde_json::json!({"tid": format!("t{:x}", v.tid), "job": v.job, "vp": v.vp,
+                    "host": v.host, "pid": v.pid, "state": v.state})
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(v));
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:<6} {:>4} {:<10} {:>8}  STATE",
+        "TID", "JOB", "VP", "HOST", "PID"
+    );
+    for v in vps {
+        let pid = v.pid.map_or("-".into(), |p| p.to_string());
+        println!(
+            "t{:<9x} {:<6} {:>4} {:<10} {:>8}  {}",
+            v.tid,
+            v.job,
+            v.vp,
+            v.host.as_deref().unwrap_or("-"),
+            pid,
+            v.state
+        );
+    }
+    Ok(())
+}

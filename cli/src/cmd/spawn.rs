@@ -1,0 +1,132 @@
+//! `mig spawn`: start a parallel job; with `--wait`, show its output line by
+//! line (as PVM's console does) and exit with the job's status.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use libmig::control::Client;
+use libmig::msg::{Request, Response, SpawnSpec, Stream};
+
+/// Flags of `mig spawn`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Number of VPs.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    n: u32,
+    /// Wait for the job: print its output and exit with its status
+    /// (0 if every VP exited 0, else the first failing VP's status).
+    #[arg(long)]
+    wait: bool,
+    /// Print JSON lines (spawned, output, vp_done, job_done) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+/// Environment passed from the spawner to every VP.
+const PASSED_ENV: &[&str] = &["PATH", "HOME", "USER", "LANG", "RUST_BACKTRACE"];
+
+/// Run it.
+pub fn run(daemon: &Path, a: Args) -> Result<()> {
+    let (program, args) = a.command.split_first().context("no program given")?;
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let env = PASSED_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    let spec = SpawnSpec {
+        program: program.clone(),
+        args: args.to_vec(),
+        n: a.n,
+        cwd: cwd.display().to_string(),
+        env,
+        wait: a.wait,
+    };
+    let started = Instant::now();
+    let mut c = Client::connect(daemon)?;
+    let (job, tids) = match c.call(&Request::Spawn(spec))? {
+        Response::Spawned { job, tids } => (job, tids),
+        Response::Error { message } => bail!("{message}"),
+        other => bail!("unexpected reply {other:?}"),
+    };
+    if a.json {
+        let tids: Vec<String> = tids.iter().map(|t| format!("t{t:x}")).collect();
+        println!(
+            "{}",
+            serde_json::json!({"event": "spawned", "job": job, "tids": tids})
+        );
+    } else if a.wait {
+        eprintln!("mig: job {job}: {} VPs", tids.len());
+    } else {
+        println!("{job}");
+    }
+    if !a.wait {
+        return Ok(());
+    }
+    let total = tids.len();
+    let mut done = 0;
+    let stdout = std::io::stdout();
+    loop {
+        match c.recv(None)? {
+            Response::Output {
+                tid,
+                vp,
+                host,
+                stream,
+                line,
+            } => {
+                if a.json {
+                    let s = if stream == Stream::Stdout {
+                        "stdout"
+                    } else {
+                        "stderr"
+                    };
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "output", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "stream": s, "line": line})
+                    );
+                } else if stream == Stream::Stdout {
+                    let _ = writeln!(stdout.lock(), "[t{tid:x} {host}] {line}");
+                } else {
+                    eprintln!("[t{tid:x} {host}] {line}");
+                }
+            }
+            Response::VpDone {
+                tid,
+                vp,
+                host,
+                status,
+            } => {
+                done += 1;
+                if a.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "vp_done", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "status": status.status(), "how": status.to_string()})
+                    );
+                } else if status.status() != 0 {
+                    eprintln!("mig: VP {vp} (t{tid:x} on {host}): {status} [{done}/{total} done]");
+                } else if done == total || done % 8 == 0 {
+                    eprintln!("mig: {done}/{total} VPs done");
+                }
+            }
+            Response::JobDone { job, status } => {
+                let secs = started.elapsed().as_secs_f64();
+                if a.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "job_done", "job": job, "status": status, "seconds": secs})
+                    );
+                } else {
+                    eprintln!("mig: job {job} finished with status {status} in {secs:.3} s");
+                }
+                std::process::exit(status);
+            }
+            Response::Error { message } => bail!("{message}"),
+            _ => {}
+        }
+    }
+}

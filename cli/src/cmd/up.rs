@@ -1,0 +1,204 @@
+//! `mig up`: the embedded default — a local virtual machine of N daemons on
+//! loopback, with its own state directory and cluster key.
+//!
+//! Daemon `h0` is the master; `h1..` join it. Each daemon's log is
+//! `DIR/hK/migd.log`. Without `--detach` it stays in the foreground and
+//! halts everything on Ctrl-C.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use libmig::msg::Request;
+
+/// Flags of `mig up`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Number of daemons (hosts).
+    #[arg(short = 'n', long, default_value_t = 4)]
+    n: usize,
+    /// Processors each daemon offers.
+    #[arg(long, default_value_t = 1)]
+    processors: u32,
+    /// Relative capacity of each daemon's processors, e.g. 1,1,2,4 (default all 1).
+    #[arg(long, value_delimiter = ',')]
+    capacities: Vec<f64>,
+    /// State directory [default: $XDG_RUNTIME_DIR/mig, else /tmp/mig-UID].
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Return once the machine is up, leaving the daemons running.
+    #[arg(long)]
+    detach: bool,
+}
+
+/// Where `mig up` keeps its virtual machine by default.
+pub fn default_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("mig"),
+        _ => PathBuf::from(format!("/tmp/mig-{}", nix::unistd::getuid())),
+    }
+}
+
+/// The `migd` binary: next to this `mig`, else on PATH.
+pub fn migd_path() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("migd")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("migd"))
+}
+
+/// A running local virtual machine: its daemons and the master's socket.
+pub struct Vm {
+    /// The daemons, master first.
+    pub children: Vec<Child>,
+    /// The master's control socket.
+    pub master_sock: PathBuf,
+    /// The master's TCP address.
+    pub addr: String,
+}
+
+impl Vm {
+    /// Start `a.n` daemons in `dir` (master first) and wait until each is ready.
+    pub fn start(dir: &Path, a: &Args) -> Result<Vm> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let master_sock = dir.join("h0").join("control.sock");
+        let (master, addr) = start_daemon(dir, 0, None, a)?;
+        let mut vm = Vm {
+            children: vec![master],
+            master_sock,
+            addr,
+        };
+        for i in 1..a.n {
+            match start_daemon(dir, i, Some(&vm.addr), a) {
+                Ok((c, _)) => vm.children.push(c),
+                Err(e) => {
+                    vm.halt();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(vm)
+    }
+
+    /// Halt every daemon and wait for them.
+    pub fn halt(&mut self) {
+        let _ = super::call(&self.master_sock, &Request::Halt);
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Settings of a virtual machine (the flags of `mig up`).
+impl Args {
+    /// `n` daemons with `processors` each and the given capacities.
+    pub fn new(n: usize, processors: u32, capacities: Vec<f64>) -> Args {
+        Args {
+            n,
+            processors,
+            capacities,
+            state_dir: None,
+            detach: true,
+        }
+    }
+}
+
+fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(Child, String)> {
+    let state = dir.join(format!("h{i}"));
+    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+    let log = File::create(state.join("migd.log")).context("creating the daemon log")?;
+    let capacity = a.capacities.get(i).copied().unwrap_or(1.0);
+    let mut cmd = Command::new(migd_path());
+    cmd.arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--key-file")
+        .arg(dir.join("cluster.key"))
+        .arg("--name")
+        .arg(format!("h{i}"))
+        .arg("--processors")
+        .arg(a.processors.to_string())
+        .arg("--capacity")
+        .arg(capacity.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        // Its own process group: a Ctrl-C meant for `mig up` reaches the
+        // daemons only through `mig halt`.
+        .process_group(0);
+    if let Some(addr) = join {
+        cmd.arg("--join").arg(addr);
+    }
+    let mut child = cmd.spawn().with_context(|| {
+        format!(
+            "starting {} (build it with cargo build)",
+            migd_path().display()
+        )
+    })?;
+    let out = child.stdout.take().context("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .context("reading the daemon's address")?;
+    let addr = line.trim().to_string();
+    if addr.is_empty() {
+        let log = std::fs::read_to_string(state.join("migd.log")).unwrap_or_default();
+        bail!(
+            "daemon h{i} did not start:\n{}",
+            log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+        );
+    }
+    Ok((child, addr))
+}
+
+/// Run it.
+pub fn run(a: Args) -> Result<()> {
+    if a.n == 0 || a.n > 64 {
+        bail!("-n must be between 1 and 64");
+    }
+    if let Some(c) = a.capacities.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
+        bail!("--capacities: {c} is not a positive number");
+    }
+    let dir = a.state_dir.clone().unwrap_or_else(default_dir);
+    let master_sock = dir.join("h0").join("control.sock");
+    if libmig::control::Client::connect(&master_sock).is_ok() {
+        bail!(
+            "a virtual machine is already running at {}; stop it with `mig halt` first",
+            dir.display()
+        );
+    }
+    let mut vm = Vm::start(&dir, &a)?;
+    let addr = vm.addr.clone();
+    eprintln!(
+        "mig: virtual machine up: {} hosts on loopback, master h0 at {addr}",
+        a.n
+    );
+    eprintln!("mig: logs in {}/hK/migd.log", dir.display());
+    println!("export MIG_DAEMON={}", master_sock.display());
+    if a.detach {
+        return Ok(());
+    }
+    eprintln!("mig: press Ctrl-C to halt it");
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing a signal handler")?;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        if vm.children[0].try_wait().ok().flatten().is_some() {
+            eprintln!("mig: the master stopped");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    vm.halt();
+    Ok(())
+}

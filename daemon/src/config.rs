@@ -1,0 +1,229 @@
+//! The daemon's configuration: command-line flags over an optional TOML file.
+//!
+//! What lives here: the `Config` type, loading and validating the file, and
+//! the defaults. What does not: parsing flags (the `migd` binary does, with
+//! clap, and overlays them here).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// A config file or value that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// Unreadable file.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML for this config.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong (with line and column).
+        message: String,
+    },
+    /// A value out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The `[daemon]` section of the config file; every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Host name.
+    pub name: Option<String>,
+    /// Listen address.
+    pub listen: Option<SocketAddr>,
+    /// Master to join.
+    pub join: Option<SocketAddr>,
+    /// State directory.
+    pub state_dir: Option<PathBuf>,
+    /// Cluster key file.
+    pub key_file: Option<PathBuf>,
+    /// Processors offered.
+    pub processors: Option<u32>,
+    /// Relative capacity of one processor.
+    pub capacity: Option<f64>,
+    /// Architecture override.
+    pub arch: Option<String>,
+    /// Heartbeat interval in milliseconds.
+    pub heartbeat_ms: Option<u64>,
+    /// A worker silent this long (ms) is taken out of the pool.
+    pub dead_after_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    daemon: FileConfig,
+}
+
+/// Everything the daemon needs to start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Host name (default: the system host name).
+    pub name: String,
+    /// TCP address to listen on (port 0: the OS picks).
+    pub listen: SocketAddr,
+    /// Master to join; `None` makes this daemon the master.
+    pub join: Option<SocketAddr>,
+    /// State directory (control socket, address file, logs).
+    pub state_dir: PathBuf,
+    /// Cluster key file (created 0600 when absent).
+    pub key_file: PathBuf,
+    /// Processors offered (default: cores).
+    pub processors: u32,
+    /// Relative capacity per processor (default: measured).
+    pub capacity: Option<f64>,
+    /// Architecture (default: this machine's).
+    pub arch: String,
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// Silence after which a worker is taken out of the pool.
+    pub dead_after: Duration,
+}
+
+impl Config {
+    /// Defaults for a daemon with state in `state_dir`.
+    pub fn new(state_dir: PathBuf) -> Config {
+        Config {
+            name: crate::facts::hostname(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            join: None,
+            key_file: state_dir.join("cluster.key"),
+            state_dir,
+            processors: crate::facts::cores(),
+            capacity: None,
+            arch: crate::facts::arch(),
+            heartbeat: Duration::from_millis(500),
+            dead_after: Duration::from_millis(3000),
+        }
+    }
+
+    /// Read a config file.
+    pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let f: File = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: p,
+            message: e.to_string(),
+        })?;
+        Ok(f.daemon)
+    }
+
+    /// Overlay the values a file sets.
+    pub fn apply(&mut self, f: FileConfig) {
+        if let Some(v) = f.name {
+            self.name = v;
+        }
+        if let Some(v) = f.listen {
+            self.listen = v;
+        }
+        if f.join.is_some() {
+            self.join = f.join;
+        }
+        if let Some(v) = f.state_dir {
+            self.key_file = v.join("cluster.key");
+            self.state_dir = v;
+        }
+        if let Some(v) = f.key_file {
+            self.key_file = v;
+        }
+        if let Some(v) = f.processors {
+            self.processors = v;
+        }
+        if f.capacity.is_some() {
+            self.capacity = f.capacity;
+        }
+        if let Some(v) = f.arch {
+            self.arch = v;
+        }
+        if let Some(v) = f.heartbeat_ms {
+            self.heartbeat = Duration::from_millis(v);
+        }
+        if let Some(v) = f.dead_after_ms {
+            self.dead_after = Duration::from_millis(v);
+        }
+    }
+
+    /// Check every value; the first bad one is a clear error.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.name.is_empty() || self.name.contains(['/', ' ']) {
+            return bad(format!(
+                "host name {:?} must be non-empty, without '/' or spaces",
+                self.name
+            ));
+        }
+        if self.processors == 0 || self.processors > 4096 {
+            return bad(format!(
+                "processors must be between 1 and 4096, got {}",
+                self.processors
+            ));
+        }
+        if let Some(c) = self.capacity {
+            if !(c.is_finite() && c > 0.0) {
+                return bad(format!("capacity must be a positive number, got {c}"));
+            }
+        }
+        if self.arch.is_empty() {
+            return bad("architecture must not be empty".into());
+        }
+        if self.heartbeat < Duration::from_millis(10) || self.heartbeat > Duration::from_secs(60) {
+            return bad("heartbeat_ms must be between 10 and 60000".into());
+        }
+        if self.dead_after < self.heartbeat * 2 {
+            return bad("dead_after_ms must be at least twice heartbeat_ms".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_values_overlay_defaults_and_bad_ones_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("migd.toml");
+        std::fs::write(
+            &p,
+            "[daemon]\nprocessors = 3\nheartbeat_ms = 100\ndead_after_ms = 500\n",
+        )
+        .unwrap();
+        let mut c = Config::new(dir.path().into());
+        c.apply(Config::read_file(&p).unwrap());
+        assert_eq!(c.processors, 3);
+        c.validate().unwrap();
+        std::fs::write(&p, "[daemon]\nprocesors = 3\n").unwrap();
+        let e = Config::read_file(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown field") && e.contains("procesors"),
+            "{e}"
+        );
+        c.capacity = Some(f64::NAN);
+        assert!(c.validate().unwrap_err().to_string().contains("capacity"));
+        c.capacity = Some(1.0);
+        c.dead_after = Duration::from_millis(150);
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("dead_after_ms"));
+    }
+}

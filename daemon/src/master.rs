@@ -1,0 +1,773 @@
+//! The master's bookkeeping: hosts, jobs, Tids, and the embedded scheduler.
+//!
+//! What lives here: turning what hosts and users say (registrations,
+//! heartbeats, VP starts and exits, output, control requests) into scheduler
+//! events, and the scheduler's actions into messages. It does no I/O: every
+//! method returns the `Out`s the server must deliver, so it is tested without
+//! sockets. What does not: sockets, processes, clocks (`now` is passed in).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{
+    ExitInfo, HostFacts, HostInfo, MapCell, PeerMsg, Request, Response, SpawnSpec, StartVp, Stream,
+    Tid, VpInfo,
+};
+
+use crate::sched::{Action, Event, SchedConfig, Scheduler};
+
+/// Who asked: a local control connection, or a worker forwarding for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requester {
+    /// A control connection of the master (its token).
+    Local(usize),
+    /// A control connection of a worker: the worker and its request id.
+    Remote {
+        /// The worker.
+        host: String,
+        /// Its id for the request.
+        id: u64,
+    },
+}
+
+/// Something the server must deliver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// A message to a host (possibly the master itself).
+    ToHost(String, PeerMsg),
+    /// A reply to whoever asked.
+    Reply(Requester, Response),
+    /// A line for the daemon log.
+    Log(String),
+}
+
+#[derive(Debug)]
+struct HostRec {
+    facts: HostFacts,
+    last_seen: Instant,
+    alive: bool,
+    master: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum VpState {
+    Waiting,
+    Starting,
+    Running,
+    Exited,
+}
+
+#[derive(Debug)]
+struct VpRec {
+    tid: Tid,
+    host: Option<String>,
+    pid: Option<u32>,
+    state: VpState,
+    exit: Option<ExitInfo>,
+}
+
+#[derive(Debug)]
+struct JobRec {
+    spec: SpawnSpec,
+    vps: BTreeMap<u32, VpRec>,
+    waiters: Vec<Requester>,
+    killed: bool,
+}
+
+/// The master's state.
+pub struct Master {
+    name: String,
+    sched: Scheduler,
+    hosts: BTreeMap<String, HostRec>,
+    jobs: BTreeMap<String, JobRec>,
+    tids: HashMap<Tid, (String, u32)>,
+    next_tid: Tid,
+    next_job: u64,
+}
+
+fn processor_id(host: &str, i: u32) -> String {
+    format!("{host}/{i}")
+}
+
+impl Master {
+    /// A master whose own host has `facts`.
+    pub fn new(facts: HostFacts, now: Instant) -> (Master, Vec<Out>) {
+        // Until VPs can be checkpointed, moving a running VP would lose its
+        // work: the scheduler may only move VPs whose host is gone.
+        let cfg = SchedConfig {
+            max_migrations_per_event: 0,
+            ..SchedConfig::default()
+        };
+        let mut m = Master {
+            name: facts.name.clone(),
+            sched: Scheduler::new(cfg),
+            hosts: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            tids: HashMap::new(),
+            next_tid: 0x40001,
+            next_job: 1,
+        };
+        let out = m.add_host(facts, now, true);
+        (m, out)
+    }
+
+    /// This master's own host name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Is `host` known and alive?
+    pub fn is_alive(&self, host: &str) -> bool {
+        self.hosts.get(host).is_some_and(|h| h.alive)
+    }
+
+    fn add_host(&mut self, facts: HostFacts, now: Instant, master: bool) -> Vec<Out> {
+        let mut out = vec![Out::Log(format!(
+            "host {} joined: {} processors of {} (capacity {:.2}) at {}",
+            facts.name, facts.processors, facts.arch, facts.capacity, facts.addr
+        ))];
+        for i in 0..facts.processors {
+            let e = Event::NewProcessor {
+                id: processor_id(&facts.name, i),
+                host: facts.name.clone(),
+                arch: facts.arch.clone(),
+                capacity: facts.capacity,
+            };
+            out.extend(self.event(e));
+        }
+        self.hosts.insert(
+            facts.name.clone(),
+            HostRec {
+                facts,
+                last_seen: now,
+                alive: true,
+                master,
+            },
+        );
+        out
+    }
+
+    /// A worker registers. Returns the name it gets (a live host's name is
+    /// not reused; a dead host's name is, so a host that comes back rejoins).
+    pub fn register(&mut self, mut facts: HostFacts, now: Instant) -> (String, Vec<Out>) {
+        let base = facts.name.clone();
+        let mut n = 2;
+        while self.hosts.get(&facts.name).is_some_and(|h| h.alive) {
+            facts.name = format!("{base}-{n}");
+            n += 1;
+        }
+        let name = facts.name.clone();
+        let out = self.add_host(facts, now, false);
+        (name, out)
+    }
+
+    /// A host said something: it is alive.
+    pub fn heard_from(&mut self, host: &str, now: Instant) {
+        if let Some(h) = self.hosts.get_mut(host) {
+            h.last_seen = now;
+        }
+    }
+
+    /// Hosts silent for longer than `dead_after` leave the pool.
+    pub fn tick(&mut self, now: Instant, dead_after: Duration) -> Vec<Out> {
+        let silent: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.alive && !h.master && now.duration_since(h.last_seen) > dead_after)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut out = Vec::new();
+        for h in silent {
+            out.extend(self.host_gone(&h, "stopped answering heartbeats"));
+        }
+        out
+    }
+
+    /// A host is gone (connection lost or silent): its processors leave the
+    /// map and its VPs are placed again elsewhere.
+    pub fn host_gone(&mut self, host: &str, why: &str) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Vec::new();
+        };
+        if !h.alive {
+            return Vec::new();
+        }
+        h.alive = false;
+        let n = h.facts.processors;
+        let mut out = vec![Out::Log(format!("host {host} left the pool: {why}"))];
+        for i in 0..n {
+            out.extend(self.event(Event::ProcessorExit {
+                id: processor_id(host, i),
+            }));
+        }
+        out
+    }
+
+    fn event(&mut self, e: Event) -> Vec<Out> {
+        match self.sched.on_event(e.clone()) {
+            Ok(actions) => self.carry_out(actions),
+            Err(err) => vec![Out::Log(format!("scheduler refused {e:?}: {err}"))],
+        }
+    }
+
+    fn tid_of(&self, job: &str, vp: u32) -> Option<Tid> {
+        self.jobs
+            .get(job)
+            .and_then(|j| j.vps.get(&vp))
+            .map(|v| v.tid)
+    }
+
+    fn start_msg(&self, job: &str, vp: u32) -> Option<PeerMsg> {
+        let j = self.jobs.get(job)?;
+        let v = j.vps.get(&vp)?;
+        Some(PeerMsg::Start(StartVp {
+            tid: v.tid,
+            job: job.to_string(),
+            vp,
+            nvps: j.vps.len() as u32,
+            program: j.spec.program.clone(),
+            args: j.spec.args.clone(),
+            cwd: j.spec.cwd.clone(),
+            env: j.spec.env.clone(),
+        }))
+    }
+
+    fn carry_out(&mut self, actions: Vec<Action>) -> Vec<Out> {
+        let mut out = Vec::new();
+        for a in actions {
+            match a {
+                Action::Start { job, vp, host, .. } => {
+                    if let Some(msg) = self.start_msg(&job, vp) {
+                        self.set_vp(&job, vp, Some(host.clone()), VpState::Starting);
+                        out.push(Out::ToHost(host, msg));
+                    }
+                }
+                Action::Migrate {
+                    job,
+                    vp,
+                    from_host,
+                    to_host,
+                    ..
+                } => {
+                    if self.is_alive(&from_host) {
+                        out.push(Out::Log(format!(
+                            "not moving VP {vp} of {job} from live host {from_host}: checkpointing is not available"
+                        )));
+                        continue;
+                    }
+                    // Its host died with it: start it again from the beginning.
+                    if let Some(msg) = self.start_msg(&job, vp) {
+                        out.push(Out::Log(format!(
+                            "restarting VP {vp} of {job} on {to_host} (its host {from_host} is gone)"
+                        )));
+                        self.set_vp(&job, vp, Some(to_host.clone()), VpState::Starting);
+                        out.push(Out::ToHost(to_host, msg));
+                    }
+                }
+                Action::Hold { job, vp, .. } => {
+                    self.set_vp(&job, vp, None, VpState::Waiting);
+                }
+                Action::Kill { job, vp, host, .. } => {
+                    if let Some(tid) = self.tid_of(&job, vp) {
+                        out.push(Out::ToHost(host, PeerMsg::Kill { tid }));
+                    }
+                }
+                Action::SlotTables { .. } => {}
+            }
+        }
+        out
+    }
+
+    fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) {
+        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+            v.host = host;
+            v.state = state;
+            v.pid = None;
+        }
+    }
+
+    /// A host started a VP.
+    pub fn started(&mut self, tid: Tid, pid: u32) {
+        if let Some((job, vp)) = self.tids.get(&tid).cloned() {
+            if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
+                v.pid = Some(pid);
+                v.state = VpState::Running;
+            }
+        }
+    }
+
+    /// A line of a VP's output.
+    pub fn output(&mut self, host: &str, tid: Tid, stream: Stream, line: String) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let Some(j) = self.jobs.get(&job) else {
+            return Vec::new();
+        };
+        let mut out = vec![Out::Log(format!("[t{tid:x} {job}/{vp}@{host}] {line}"))];
+        for w in &j.waiters {
+            out.push(Out::Reply(
+                w.clone(),
+                Response::Output {
+                    tid,
+                    vp,
+                    host: host.to_string(),
+                    stream,
+                    line: line.clone(),
+                },
+            ));
+        }
+        out
+    }
+
+    /// A host reports a VP ended.
+    pub fn exited(&mut self, host: &str, tid: Tid, status: ExitInfo) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        {
+            let Some(j) = self.jobs.get_mut(&job) else {
+                return out;
+            };
+            let Some(v) = j.vps.get_mut(&vp) else {
+                return out;
+            };
+            // A report from a host the VP already left (restarted elsewhere) is stale.
+            if v.host.as_deref() != Some(host) || v.state == VpState::Exited {
+                return out;
+            }
+            v.state = VpState::Exited;
+            v.exit = Some(status.clone());
+            out.push(Out::Log(format!(
+                "VP t{tid:x} ({job}/{vp}) on {host}: {status}"
+            )));
+            for w in &j.waiters {
+                out.push(Out::Reply(
+                    w.clone(),
+                    Response::VpDone {
+                        tid,
+                        vp,
+                        host: host.to_string(),
+                        status: status.clone(),
+                    },
+                ));
+            }
+        }
+        if !self.jobs.get(&job).is_some_and(|j| j.killed) {
+            out.extend(self.event(Event::VpExit {
+                job: job.clone(),
+                vp,
+            }));
+        }
+        out.extend(self.finish_if_done(&job));
+        out
+    }
+
+    fn finish_if_done(&mut self, job: &str) -> Vec<Out> {
+        let done = self
+            .jobs
+            .get(job)
+            .is_some_and(|j| j.vps.values().all(|v| v.state == VpState::Exited));
+        if !done {
+            return Vec::new();
+        }
+        let Some(j) = self.jobs.remove(job) else {
+            return Vec::new();
+        };
+        for v in j.vps.values() {
+            self.tids.remove(&v.tid);
+        }
+        let status = j
+            .vps
+            .values()
+            .filter_map(|v| v.exit.as_ref())
+            .map(ExitInfo::status)
+            .find(|&s| s != 0)
+            .unwrap_or(0);
+        let mut out = vec![Out::Log(format!("job {job} finished with status {status}"))];
+        for w in j.waiters {
+            out.push(Out::Reply(
+                w,
+                Response::JobDone {
+                    job: job.to_string(),
+                    status,
+                },
+            ));
+        }
+        out
+    }
+
+    /// A control request from `from`, made on host `from_host`.
+    pub fn control(&mut self, from: Requester, from_host: &str, req: Request) -> Vec<Out> {
+        match req {
+            Request::Hosts => vec![Out::Reply(from, Response::Hosts(self.hosts_info()))],
+            Request::Ps => vec![Out::Reply(from, Response::Ps(self.ps()))],
+            Request::Map => {
+                let processors = self
+                    .sched
+                    .map()
+                    .processors()
+                    .map(|(_, p)| p.id.clone())
+                    .collect();
+                let slots = self
+                    .sched
+                    .table()
+                    .into_iter()
+                    .map(|s| {
+                        s.into_iter()
+                            .map(|c| MapCell {
+                                processor: c.processor,
+                                job: c.job,
+                                vps: c.vps,
+                            })
+                            .collect()
+                    })
+                    .collect();
+                vec![Out::Reply(from, Response::Map { processors, slots })]
+            }
+            Request::Spawn(spec) => self.spawn(from, from_host, spec),
+            Request::Kill { target } => self.kill(from, &target),
+            Request::Halt => {
+                let mut out: Vec<Out> = self
+                    .hosts
+                    .iter()
+                    .filter(|(_, h)| h.alive)
+                    .map(|(n, _)| Out::ToHost(n.clone(), PeerMsg::Halt))
+                    .collect();
+                out.insert(
+                    0,
+                    Out::Reply(
+                        from,
+                        Response::Ok {
+                            message: format!("halting {} hosts", out.len()),
+                        },
+                    ),
+                );
+                out
+            }
+        }
+    }
+
+    fn spawn(&mut self, from: Requester, from_host: &str, spec: SpawnSpec) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        if spec.n == 0 || spec.n > 65536 {
+            return err(format!(
+                "cannot start {} VPs: ask for between 1 and 65536",
+                spec.n
+            ));
+        }
+        if let Err(m) = check_program(&spec) {
+            return err(m);
+        }
+        let arch = match self
+            .hosts
+            .get(from_host)
+            .or_else(|| self.hosts.get(&self.name))
+        {
+            Some(h) => h.facts.arch.clone(),
+            None => return err("no host to run on".into()),
+        };
+        let job = format!("j{}", self.next_job);
+        self.next_job += 1;
+        let mut vps = BTreeMap::new();
+        let mut tids = Vec::new();
+        for vp in 0..spec.n {
+            let tid = self.next_tid;
+            self.next_tid += 1;
+            self.tids.insert(tid, (job.clone(), vp));
+            tids.push(tid);
+            vps.insert(
+                vp,
+                VpRec {
+                    tid,
+                    host: None,
+                    pid: None,
+                    state: VpState::Waiting,
+                    exit: None,
+                },
+            );
+        }
+        let waiters = if spec.wait {
+            vec![from.clone()]
+        } else {
+            Vec::new()
+        };
+        let n = spec.n;
+        self.jobs.insert(
+            job.clone(),
+            JobRec {
+                spec,
+                vps,
+                waiters,
+                killed: false,
+            },
+        );
+        let mut out = vec![
+            Out::Reply(
+                from,
+                Response::Spawned {
+                    job: job.clone(),
+                    tids,
+                },
+            ),
+            Out::Log(format!("job {job}: {n} VPs of {arch}")),
+        ];
+        out.extend(self.event(Event::Submit {
+            job,
+            vps: BTreeMap::from([(arch, n)]),
+        }));
+        out
+    }
+
+    fn kill(&mut self, from: Requester, target: &str) -> Vec<Out> {
+        if self.jobs.contains_key(target) {
+            if let Some(j) = self.jobs.get_mut(target) {
+                j.killed = true;
+            }
+            let mut out = self.event(Event::JobExit {
+                job: target.to_string(),
+            });
+            // VPs never started have nothing to kill: they end here.
+            let never: Vec<u32> = self.jobs[target]
+                .vps
+                .iter()
+                .filter(|(_, v)| v.host.is_none() && v.state != VpState::Exited)
+                .map(|(&i, _)| i)
+                .collect();
+            for vp in never {
+                if let Some(v) = self.jobs.get_mut(target).and_then(|j| j.vps.get_mut(&vp)) {
+                    v.state = VpState::Exited;
+                    v.exit = Some(ExitInfo {
+                        code: None,
+                        signal: Some(9),
+                        error: None,
+                    });
+                }
+            }
+            out.push(Out::Reply(
+                from,
+                Response::Ok {
+                    message: format!("killing job {target}"),
+                },
+            ));
+            out.extend(self.finish_if_done(target));
+            return out;
+        }
+        let tid = target.trim_start_matches("t").trim_start_matches("0x");
+        if let Ok(tid) = Tid::from_str_radix(tid, 16) {
+            if let Some((job, vp)) = self.tids.get(&tid).cloned() {
+                if let Some(host) = self
+                    .jobs
+                    .get(&job)
+                    .and_then(|j| j.vps.get(&vp))
+                    .and_then(|v| v.host.clone())
+                {
+                    return vec![
+                        Out::ToHost(host, PeerMsg::Kill { tid }),
+                        Out::Reply(
+                            from,
+                            Response::Ok {
+                                message: format!("killing VP t{tid:x}"),
+                            },
+                        ),
+                    ];
+                }
+            }
+        }
+        vec![Out::Reply(
+            from,
+            Response::Error {
+                message: format!(
+                    "no job or VP {target:?}; `mig ps` lists them (jobs as j1, VPs as t40001)"
+                ),
+            },
+        )]
+    }
+
+    fn hosts_info(&self) -> Vec<HostInfo> {
+        let mut counts: HashMap<&str, u32> = HashMap::new();
+        for j in self.jobs.values() {
+            for v in j.vps.values() {
+                if let (Some(h), VpState::Running | VpState::Starting) = (&v.host, &v.state) {
+                    *counts.entry(h.as_str()).or_default() += 1;
+                }
+            }
+        }
+        self.hosts
+            .iter()
+            .map(|(n, h)| HostInfo {
+                facts: h.facts.clone(),
+                alive: h.alive,
+                master: h.master,
+                vps: counts.get(n.as_str()).copied().unwrap_or(0),
+            })
+            .collect()
+    }
+
+    fn ps(&self) -> Vec<VpInfo> {
+        let mut out = Vec::new();
+        for (job, j) in &self.jobs {
+            for (&vp, v) in &j.vps {
+                out.push(VpInfo {
+                    tid: v.tid,
+                    job: job.clone(),
+                    vp,
+                    host: v.host.clone(),
+                    pid: v.pid,
+                    state: match v.state {
+                        VpState::Waiting => "waiting",
+                        VpState::Starting => "starting",
+                        VpState::Running => "running",
+                        VpState::Exited => "exited",
+                    }
+                    .into(),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The program must exist where the user named it (relative paths from the
+/// spawn's working directory, bare names on `PATH`).
+fn check_program(spec: &SpawnSpec) -> Result<(), String> {
+    let p = &spec.program;
+    if p.is_empty() {
+        return Err("no program given: mig spawn [-n N] -- PROGRAM ARGS...".into());
+    }
+    let found = if p.contains('/') {
+        Path::new(&spec.cwd).join(p).is_file()
+    } else {
+        let path = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var("PATH").ok())
+            .unwrap_or_default();
+        path.split(':').any(|d| Path::new(d).join(p).is_file())
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "program {p:?} not found (relative to {} or on PATH); build it or give its path",
+            spec.cwd
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(name: &str, procs: u32) -> HostFacts {
+        HostFacts {
+            name: name.into(),
+            arch: "x86_64-linux".into(),
+            processors: procs,
+            capacity: 1.0,
+            memory_mb: 1024,
+            addr: "127.0.0.1:1".into(),
+            pid: 1,
+        }
+    }
+
+    fn spec(n: u32) -> SpawnSpec {
+        SpawnSpec {
+            program: "/bin/true".into(),
+            args: vec![],
+            n,
+            cwd: "/".into(),
+            env: vec![],
+            wait: true,
+        }
+    }
+
+    fn starts(out: &[Out]) -> Vec<(String, Tid)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Out::ToHost(h, PeerMsg::Start(s)) => Some((h.clone(), s.tid)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_job_spreads_over_hosts_and_finishes_with_its_status() {
+        let now = Instant::now();
+        let (mut m, _) = Master::new(facts("h0", 1), now);
+        m.register(facts("h1", 1), now);
+        let out = m.control(Requester::Local(7), "h0", Request::Spawn(spec(2)));
+        let s = starts(&out);
+        assert_eq!(s.len(), 2);
+        assert_ne!(s[0].0, s[1].0, "one VP per host");
+        for (h, tid) in &s {
+            m.started(*tid, 100);
+            let out = m.exited(
+                h,
+                *tid,
+                ExitInfo {
+                    code: Some(if h == "h1" { 3 } else { 0 }),
+                    signal: None,
+                    error: None,
+                },
+            );
+            if h == &s[1].0 {
+                assert!(out.contains(&Out::Reply(
+                    Requester::Local(7),
+                    Response::JobDone {
+                        job: "j1".into(),
+                        status: 3
+                    }
+                )));
+            }
+        }
+        assert!(m.ps().is_empty());
+    }
+
+    #[test]
+    fn a_dead_host_leaves_the_map_and_its_vps_restart_elsewhere() {
+        let now = Instant::now();
+        let (mut m, _) = Master::new(facts("h0", 1), now);
+        m.register(facts("h1", 1), now);
+        let out = m.control(Requester::Local(1), "h0", Request::Spawn(spec(2)));
+        assert_eq!(starts(&out).len(), 2);
+        let out = m.tick(now + Duration::from_secs(10), Duration::from_secs(3));
+        let again = starts(&out);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].0, "h0");
+        assert!(!m.is_alive("h1"));
+        assert!(m.sched.map().processors().all(|(_, p)| p.host == "h0"));
+        // It comes back under the same name.
+        let (name, _) = m.register(facts("h1", 1), now);
+        assert_eq!(name, "h1");
+        assert!(m.is_alive("h1"));
+    }
+
+    #[test]
+    fn bad_requests_are_clear_errors() {
+        let now = Instant::now();
+        let (mut m, _) = Master::new(facts("h0", 1), now);
+        let mut s = spec(1);
+        s.program = "./no-such-program".into();
+        let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
+        assert!(
+            matches!(&out[0], Out::Reply(_, Response::Error { message }) if message.contains("not found"))
+        );
+        let out = m.control(
+            Requester::Local(1),
+            "h0",
+            Request::Kill {
+                target: "j99".into(),
+            },
+        );
+        assert!(
+            matches!(&out[0], Out::Reply(_, Response::Error { message }) if message.contains("no job or VP"))
+        );
+        let (name, _) = m.register(facts("h0", 1), now);
+        assert_eq!(name, "h0-2");
+    }
+}

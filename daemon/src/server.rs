@@ -1,0 +1,891 @@
+//! The daemon's event loop: one mio `Poll` owns every socket, pipe and
+//! signal, and one `Daemon` struct owns all state (no locks).
+//!
+//! What lives here: accepting and authenticating connections, decoding
+//! frames and dispatching them, the worker's link to its master, heartbeats,
+//! signals (SIGCHLD reaps, SIGTERM/SIGINT stop), and delivering the master's
+//! `Out`s. What does not: the master's decisions (`master`), process
+//! handling details (`host`), the scheduler (`sched`).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use libmig::auth::{self, ClusterKey};
+use libmig::frame::{self, FrameError};
+use libmig::msg::{ExitInfo, HostFacts, PeerMsg, Request, Response, StartVp, Stream, Tid};
+use mio::net::{TcpListener, TcpStream, UnixListener};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook_mio::v1_0::Signals;
+use thiserror::Error;
+
+use crate::config::Config;
+use crate::conn::{Conn, Kind, ReadOutcome, Sock};
+use crate::host::{self, LocalVp, Pipe, Vps};
+use crate::log;
+use crate::master::{Master, Out, Requester};
+
+const TCP: Token = Token(0);
+const UNIX: Token = Token(1);
+const SIGNALS: Token = Token(2);
+const FIRST: usize = 16;
+/// A connection that has not finished the handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the daemon could not start or stopped on an error.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The cluster key file.
+    #[error(transparent)]
+    Key(#[from] auth::KeyError),
+    /// The master refused or could not be reached.
+    #[error("cannot join the master at {addr}: {why}")]
+    Join {
+        /// Its address.
+        addr: SocketAddr,
+        /// Why.
+        why: String,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+/// The daemon: everything the loop owns.
+pub struct Daemon {
+    poll: Poll,
+    cfg: Config,
+    key: ClusterKey,
+    facts: HostFacts,
+    tcp: TcpListener,
+    unix: UnixListener,
+    socket_path: PathBuf,
+    signals: Signals,
+    conns: HashMap<Token, Conn>,
+    pipes: HashMap<Token, Pipe>,
+    next_token: usize,
+    master: Option<Master>,
+    link: Option<Token>,
+    proxied: HashMap<u64, Token>,
+    next_proxy: u64,
+    vps: Vps,
+    last_beat: Instant,
+    halting: Option<Instant>,
+    uid: u32,
+}
+
+/// Start a daemon with `cfg` and run it until halted or signalled.
+/// When ready it prints its bound address on one line of stdout and writes
+/// it to `STATE_DIR/addr`.
+pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    let mut d = Daemon::start(cfg)?;
+    d.serve()
+}
+
+impl Daemon {
+    fn start(cfg: Config) -> Result<Daemon, DaemonError> {
+        std::fs::create_dir_all(&cfg.state_dir)
+            .map_err(io_err(format!("creating {}", cfg.state_dir.display())))?;
+        let key = ClusterKey::load_or_create(&cfg.key_file)?;
+        let poll = Poll::new().map_err(io_err("creating the poll"))?;
+        let mut tcp = TcpListener::bind(cfg.listen)
+            .map_err(io_err(format!("listening on {}", cfg.listen)))?;
+        let addr = tcp
+            .local_addr()
+            .map_err(io_err("reading the bound address"))?;
+        let socket_path = cfg.state_dir.join("control.sock");
+        let _ = std::fs::remove_file(&socket_path);
+        let mut unix = UnixListener::bind(&socket_path)
+            .map_err(io_err(format!("binding {}", socket_path.display())))?;
+        std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("making the control socket private"))?;
+        let mut signals = Signals::new([SIGCHLD, SIGTERM, SIGINT, SIGHUP])
+            .map_err(io_err("installing signal handlers"))?;
+        poll.registry()
+            .register(&mut tcp, TCP, Interest::READABLE)
+            .map_err(io_err("registering"))?;
+        poll.registry()
+            .register(&mut unix, UNIX, Interest::READABLE)
+            .map_err(io_err("registering"))?;
+        poll.registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)
+            .map_err(io_err("registering"))?;
+        let capacity = cfg
+            .capacity
+            .unwrap_or_else(|| crate::facts::benchmark(Duration::from_millis(50)));
+        let facts = HostFacts {
+            name: cfg.name.clone(),
+            arch: cfg.arch.clone(),
+            processors: cfg.processors,
+            capacity,
+            memory_mb: crate::facts::memory_mb(),
+            addr: addr.to_string(),
+            pid: std::process::id(),
+        };
+        let mut d = Daemon {
+            poll,
+            key,
+            facts,
+            tcp,
+            unix,
+            socket_path,
+            signals,
+            conns: HashMap::new(),
+            pipes: HashMap::new(),
+            next_token: FIRST,
+            master: None,
+            link: None,
+            proxied: HashMap::new(),
+            next_proxy: 1,
+            vps: Vps::default(),
+            last_beat: Instant::now(),
+            halting: None,
+            uid: nix::unistd::geteuid().as_raw(),
+            cfg,
+        };
+        match d.cfg.join {
+            None => {
+                let (m, out) = Master::new(d.facts.clone(), Instant::now());
+                d.master = Some(m);
+                d.deliver(out);
+                log!("master {} listening on {addr}", d.facts.name);
+            }
+            Some(master) => {
+                d.join(master)?;
+                log!(
+                    "worker {} listening on {addr}, joined {master}",
+                    d.facts.name
+                );
+            }
+        }
+        std::fs::write(d.cfg.state_dir.join("addr"), format!("{addr}\n"))
+            .map_err(io_err("writing the address file"))?;
+        let mut stdout = io::stdout();
+        let _ = writeln!(stdout, "{addr}");
+        let _ = stdout.flush();
+        Ok(d)
+    }
+
+    fn token(&mut self) -> Token {
+        let t = Token(self.next_token);
+        self.next_token += 1;
+        t
+    }
+
+    /// Connect to the master and authenticate (blocking, with timeouts),
+    /// then hand the socket to the loop.
+    fn join(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
+        let jerr = |why: String| DaemonError::Join { addr, why };
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+            .map_err(|e| jerr(e.to_string()))?;
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+            .map_err(|e| jerr(e.to_string()))?;
+        s.set_nodelay(true).map_err(|e| jerr(e.to_string()))?;
+        let ours = auth::nonce()?;
+        let fe = |e: FrameError| jerr(e.to_string());
+        frame::write_frame(&mut s, &PeerMsg::Hello { nonce: ours }).map_err(fe)?;
+        let theirs = match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+            Some(PeerMsg::Challenge { nonce, proof })
+                if self.key.check_server(&ours, &nonce, &proof) =>
+            {
+                nonce
+            }
+            Some(PeerMsg::Challenge { .. }) => {
+                return Err(jerr(
+                    "the master does not hold our cluster key (wrong --key-file?)".into(),
+                ))
+            }
+            Some(PeerMsg::Refused { reason }) => return Err(jerr(format!("refused: {reason}"))),
+            other => return Err(jerr(format!("unexpected answer {other:?}"))),
+        };
+        frame::write_frame(
+            &mut s,
+            &PeerMsg::Proof {
+                proof: self.key.client_proof(&theirs, &ours),
+            },
+        )
+        .map_err(fe)?;
+        match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+            Some(PeerMsg::Welcome) => {}
+            Some(PeerMsg::Refused { reason }) => return Err(jerr(format!("refused: {reason}"))),
+            other => return Err(jerr(format!("unexpected answer {other:?}"))),
+        }
+        frame::write_frame(
+            &mut s,
+            &PeerMsg::Register {
+                facts: self.facts.clone(),
+            },
+        )
+        .map_err(fe)?;
+        match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+            Some(PeerMsg::Registered { name }) => {
+                if name != self.facts.name {
+                    log!(
+                        "registered as {name} (the name {} was taken)",
+                        self.facts.name
+                    );
+                }
+                self.facts.name = name;
+            }
+            other => return Err(jerr(format!("unexpected answer {other:?}"))),
+        }
+        s.set_nonblocking(true).map_err(|e| jerr(e.to_string()))?;
+        let mut sock = Sock::Tcp(TcpStream::from_std(s));
+        let t = self.token();
+        self.poll
+            .registry()
+            .register(&mut sock, t, Interest::READABLE)
+            .map_err(io_err("registering"))?;
+        self.conns.insert(t, Conn::new(sock, Kind::Master));
+        self.link = Some(t);
+        Ok(())
+    }
+
+    fn serve(&mut self) -> Result<(), DaemonError> {
+        let mut events = Events::with_capacity(256);
+        loop {
+            if let Some(since) = self.halting {
+                let flushed = self.conns.values().all(|c| c.out.is_empty());
+                if (flushed && self.vps.by_tid.is_empty())
+                    || since.elapsed() > Duration::from_secs(2)
+                {
+                    self.stop_all();
+                    log!("{} stopped", self.facts.name);
+                    let _ = std::fs::remove_file(&self.socket_path);
+                    return Ok(());
+                }
+            }
+            let timeout = self
+                .cfg
+                .heartbeat
+                .saturating_sub(self.last_beat.elapsed())
+                .max(Duration::from_millis(1));
+            let timeout = if self.halting.is_some() {
+                timeout.min(Duration::from_millis(20))
+            } else {
+                timeout
+            };
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(DaemonError::Io {
+                        what: "polling".into(),
+                        source: e,
+                    })
+                }
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    TCP => self.accept_tcp(),
+                    UNIX => self.accept_unix(),
+                    SIGNALS => self.signals(),
+                    t if self.pipes.contains_key(&t) => self.pipe_ready(t),
+                    t => {
+                        if ev.is_writable() {
+                            if let Some(c) = self.conns.get_mut(&t) {
+                                if c.flush(self.poll.registry(), t).is_err() {
+                                    self.close(t, "write failed");
+                                    continue;
+                                }
+                            }
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.conn_ready(t);
+                        }
+                    }
+                }
+            }
+            if self.last_beat.elapsed() >= self.cfg.heartbeat {
+                self.last_beat = Instant::now();
+                self.tick();
+            }
+            let closing: Vec<Token> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.closing && c.out.is_empty())
+                .map(|(t, _)| *t)
+                .collect();
+            for t in closing {
+                self.close(t, "refused");
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        if let Some(link) = self.link {
+            self.send_peer(link, &PeerMsg::Heartbeat);
+        }
+        if let Some(m) = &mut self.master {
+            let out = m.tick(Instant::now(), self.cfg.dead_after);
+            self.deliver(out);
+        }
+        let stale: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                matches!(c.kind, Kind::AwaitHello | Kind::AwaitProof { .. })
+                    && c.since.elapsed() > HANDSHAKE_TIMEOUT
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for t in stale {
+            self.close(t, "handshake timed out");
+        }
+    }
+
+    fn accept_tcp(&mut self) {
+        loop {
+            match self.tcp.accept() {
+                Ok((mut s, peer)) => {
+                    let _ = s.set_nodelay(true);
+                    let t = self.token();
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut s, t, Interest::READABLE)
+                        .is_ok()
+                    {
+                        log!("connection from {peer}");
+                        self.conns
+                            .insert(t, Conn::new(Sock::Tcp(s), Kind::AwaitHello));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn accept_unix(&mut self) {
+        loop {
+            match self.unix.accept() {
+                Ok((mut s, _)) => {
+                    let uid = nix::sys::socket::getsockopt(
+                        &s,
+                        nix::sys::socket::sockopt::PeerCredentials,
+                    )
+                    .map(|c| c.uid())
+                    .unwrap_or(u32::MAX);
+                    if uid != self.uid && uid != 0 {
+                        log!("control connection from uid {uid} refused: only uid {} may control this daemon", self.uid);
+                        continue;
+                    }
+                    let t = self.token();
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut s, t, Interest::READABLE)
+                        .is_ok()
+                    {
+                        self.conns
+                            .insert(t, Conn::new(Sock::Unix(s), Kind::Control));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn signals(&mut self) {
+        let pending: Vec<i32> = self.signals.pending().collect();
+        for sig in pending {
+            match sig {
+                SIGCHLD => self.reap(),
+                _ => {
+                    log!("signal {sig}: stopping");
+                    self.begin_halt();
+                }
+            }
+        }
+    }
+
+    fn begin_halt(&mut self) {
+        if self.halting.is_none() {
+            self.halting = Some(Instant::now());
+            for vp in self.vps.by_tid.values() {
+                host::kill(vp.pid);
+            }
+        }
+    }
+
+    /// Kill every VP left and reap them.
+    fn stop_all(&mut self) {
+        for vp in self.vps.by_tid.values() {
+            host::kill(vp.pid);
+        }
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while !self.vps.by_pid.is_empty() && Instant::now() < deadline {
+            for (pid, _) in host::reap() {
+                self.vps.by_pid.remove(&pid);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn close(&mut self, t: Token, why: &str) {
+        let Some(mut c) = self.conns.remove(&t) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        match c.kind {
+            Kind::Peer { host: Some(h) } => {
+                log!("lost connection to {h}: {why}");
+                if let Some(m) = &mut self.master {
+                    let out = m.host_gone(&h, why);
+                    self.deliver(out);
+                }
+            }
+            Kind::Master => {
+                log!("lost the master: {why}; stopping");
+                self.link = None;
+                self.begin_halt();
+            }
+            Kind::AwaitHello | Kind::AwaitProof { .. } => {
+                log!("dropped unauthenticated connection: {why}")
+            }
+            _ => {}
+        }
+        self.proxied.retain(|_, tok| *tok != t);
+    }
+
+    fn conn_ready(&mut self, t: Token) {
+        let Some(c) = self.conns.get_mut(&t) else {
+            return;
+        };
+        let outcome = c.read_all();
+        loop {
+            let Some(c) = self.conns.get_mut(&t) else {
+                return;
+            };
+            let kind = c.kind.clone();
+            let res = if kind == Kind::Control {
+                match c.dec.next_frame::<Request>() {
+                    Ok(Some(req)) => {
+                        self.control(t, req);
+                        continue;
+                    }
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            } else {
+                match c.dec.next_frame::<PeerMsg>() {
+                    Ok(Some(msg)) => {
+                        self.peer_msg(t, kind, msg);
+                        continue;
+                    }
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            };
+            if let Err(e) = res {
+                self.refuse(t, &e.to_string());
+                return;
+            }
+            break;
+        }
+        if outcome == ReadOutcome::Closed {
+            self.close(t, "closed by peer");
+        }
+    }
+
+    /// Tell the peer why (best effort) and close.
+    fn refuse(&mut self, t: Token, reason: &str) {
+        log!("refusing connection: {reason}");
+        let is_peer = self.conns.get(&t).is_some_and(|c| c.kind != Kind::Control);
+        if is_peer {
+            self.send_peer(
+                t,
+                &PeerMsg::Refused {
+                    reason: reason.to_string(),
+                },
+            );
+        } else {
+            self.send_resp(
+                t,
+                &Response::Error {
+                    message: reason.to_string(),
+                },
+            );
+        }
+        if let Some(c) = self.conns.get_mut(&t) {
+            c.closing = true;
+        }
+        if self.conns.get(&t).is_some_and(|c| c.out.is_empty()) {
+            self.close(t, reason);
+        }
+    }
+
+    fn send_bytes(&mut self, t: Token, bytes: &[u8]) {
+        let failed = match self.conns.get_mut(&t) {
+            Some(c) => c.send(bytes, self.poll.registry(), t).is_err(),
+            None => false,
+        };
+        if failed {
+            self.close(t, "write failed");
+        }
+    }
+
+    fn send_peer(&mut self, t: Token, msg: &PeerMsg) {
+        match frame::encode(msg) {
+            Ok(b) => self.send_bytes(t, &b),
+            Err(e) => log!("cannot encode a message: {e}"),
+        }
+    }
+
+    fn send_resp(&mut self, t: Token, resp: &Response) {
+        match frame::encode(resp) {
+            Ok(b) => self.send_bytes(t, &b),
+            Err(e) => log!("cannot encode a reply: {e}"),
+        }
+    }
+
+    fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg) {
+        match (kind, msg) {
+            (Kind::AwaitHello, PeerMsg::Hello { nonce }) => {
+                let ours = match auth::nonce() {
+                    Ok(n) => n,
+                    Err(e) => return self.refuse(t, &e.to_string()),
+                };
+                let proof = self.key.server_proof(&nonce, &ours);
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::AwaitProof {
+                        theirs: nonce,
+                        ours,
+                    };
+                }
+                self.send_peer(t, &PeerMsg::Challenge { nonce: ours, proof });
+            }
+            (Kind::AwaitProof { theirs, ours }, PeerMsg::Proof { proof }) => {
+                if self.key.check_client(&ours, &theirs, &proof) {
+                    if let Some(c) = self.conns.get_mut(&t) {
+                        c.kind = Kind::Peer { host: None };
+                    }
+                    self.send_peer(t, &PeerMsg::Welcome);
+                } else {
+                    self.refuse(
+                        t,
+                        "authentication failed: the peer does not hold this cluster's key",
+                    );
+                }
+            }
+            (Kind::AwaitHello | Kind::AwaitProof { .. }, other) => {
+                self.refuse(t, &format!("{} before authentication", variant(&other)));
+            }
+            (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
+                let Some(m) = &mut self.master else {
+                    return self.refuse(
+                        t,
+                        "this daemon is a worker, not a master: join the master instead",
+                    );
+                };
+                let (name, out) = m.register(facts, Instant::now());
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::Peer {
+                        host: Some(name.clone()),
+                    };
+                }
+                self.send_peer(t, &PeerMsg::Registered { name });
+                self.deliver(out);
+            }
+            (Kind::Peer { host: Some(h) }, msg) => self.on_worker_msg(&h, t, msg),
+            (Kind::Master, msg) => self.on_master_msg(msg),
+            (_, other) => self.refuse(t, &format!("unexpected {}", variant(&other))),
+        }
+    }
+
+    /// On the master: a message from worker `h`.
+    fn on_worker_msg(&mut self, h: &str, t: Token, msg: PeerMsg) {
+        let Some(m) = &mut self.master else { return };
+        m.heard_from(h, Instant::now());
+        let out = match msg {
+            PeerMsg::Heartbeat => Vec::new(),
+            PeerMsg::Started { tid, pid } => {
+                m.started(tid, pid);
+                Vec::new()
+            }
+            PeerMsg::Exited { tid, status } => m.exited(h, tid, status),
+            PeerMsg::Output { tid, stream, line } => m.output(h, tid, stream, line),
+            PeerMsg::Control { id, req } => m.control(
+                Requester::Remote {
+                    host: h.to_string(),
+                    id,
+                },
+                h,
+                req,
+            ),
+            other => {
+                return self.refuse(t, &format!("unexpected {} from a worker", variant(&other)));
+            }
+        };
+        self.deliver(out);
+    }
+
+    /// On a worker: a message from the master.
+    fn on_master_msg(&mut self, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Reply { id, resp } => {
+                if let Some(&t) = self.proxied.get(&id) {
+                    self.send_resp(t, &resp);
+                }
+                // Spawned, Output and VpDone may be followed by more replies.
+                if !matches!(
+                    resp,
+                    Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
+                ) {
+                    self.proxied.remove(&id);
+                }
+            }
+            other => self.host_msg(other),
+        }
+    }
+
+    /// A message for this host (from the master, possibly itself).
+    fn host_msg(&mut self, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Start(s) => self.start_vp(s),
+            PeerMsg::Kill { tid } => {
+                if let Some(vp) = self.vps.by_tid.get(&tid) {
+                    host::kill(vp.pid);
+                }
+            }
+            PeerMsg::Halt => {
+                log!("halt requested");
+                self.begin_halt();
+            }
+            PeerMsg::Registered { .. } | PeerMsg::Heartbeat => {}
+            other => log!("ignoring unexpected {} from the master", variant(&other)),
+        }
+    }
+
+    /// Report to the master (handled in place when this is the master).
+    fn report(&mut self, msg: PeerMsg) {
+        if let Some(m) = &mut self.master {
+            let me = self.facts.name.clone();
+            let out = match msg {
+                PeerMsg::Started { tid, pid } => {
+                    m.started(tid, pid);
+                    Vec::new()
+                }
+                PeerMsg::Exited { tid, status } => m.exited(&me, tid, status),
+                PeerMsg::Output { tid, stream, line } => m.output(&me, tid, stream, line),
+                _ => Vec::new(),
+            };
+            self.deliver(out);
+        } else if let Some(link) = self.link {
+            self.send_peer(link, &msg);
+        }
+    }
+
+    fn deliver(&mut self, outs: Vec<Out>) {
+        for o in outs {
+            match o {
+                Out::Log(l) => log!("{l}"),
+                Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
+                Out::Reply(Requester::Remote { host, id }, resp) => {
+                    if let Some(t) = self.host_token(&host) {
+                        self.send_peer(t, &PeerMsg::Reply { id, resp });
+                    }
+                }
+                Out::ToHost(host, msg) => {
+                    if host == self.facts.name {
+                        self.host_msg(msg);
+                    } else if let Some(t) = self.host_token(&host) {
+                        self.send_peer(t, &msg);
+                    } else {
+                        log!("no connection to {host}; dropping {}", variant(&msg));
+                    }
+                }
+            }
+        }
+    }
+
+    fn host_token(&self, host: &str) -> Option<Token> {
+        self.conns
+            .iter()
+            .find(|(_, c)| {
+                c.kind
+                    == Kind::Peer {
+                        host: Some(host.to_string()),
+                    }
+            })
+            .map(|(t, _)| *t)
+    }
+
+    fn control(&mut self, t: Token, req: Request) {
+        let me = self.facts.name.clone();
+        if let Some(m) = &mut self.master {
+            let out = m.control(Requester::Local(t.0), &me, req);
+            self.deliver(out);
+        } else if let Some(link) = self.link {
+            let id = self.next_proxy;
+            self.next_proxy += 1;
+            self.proxied.insert(id, t);
+            self.send_peer(link, &PeerMsg::Control { id, req });
+        } else {
+            self.send_resp(
+                t,
+                &Response::Error {
+                    message: "this daemon has lost its master".into(),
+                },
+            );
+        }
+    }
+
+    // ----- VPs on this host --------------------------------------------------
+
+    fn start_vp(&mut self, s: StartVp) {
+        let tid = s.tid;
+        match host::spawn(
+            &s,
+            &self.facts.name,
+            &self.socket_path.display().to_string(),
+        ) {
+            Ok((pid, out, err)) => {
+                self.vps.by_tid.insert(
+                    tid,
+                    LocalVp {
+                        pid,
+                        open_pipes: 0,
+                        exit: None,
+                    },
+                );
+                self.vps.by_pid.insert(pid, tid);
+                for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
+                    let t = self.token();
+                    let file = std::fs::File::from(fd);
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut SourceFd(&file.as_raw_fd()), t, Interest::READABLE)
+                        .is_ok()
+                    {
+                        self.pipes.insert(
+                            t,
+                            Pipe {
+                                file,
+                                tid,
+                                stream,
+                                partial: Vec::new(),
+                            },
+                        );
+                        if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
+                            vp.open_pipes += 1;
+                        }
+                    }
+                }
+                self.report(PeerMsg::Started {
+                    tid,
+                    pid: pid as u32,
+                });
+            }
+            Err(e) => {
+                log!("cannot start {} for VP t{tid:x}: {e}", s.program);
+                let status = ExitInfo {
+                    code: None,
+                    signal: None,
+                    error: Some(format!("{}: {e}", s.program)),
+                };
+                self.report(PeerMsg::Exited { tid, status });
+            }
+        }
+    }
+
+    fn pipe_ready(&mut self, t: Token) {
+        let Some(p) = self.pipes.get_mut(&t) else {
+            return;
+        };
+        let (lines, eof) = host::read_lines(p);
+        let (tid, stream) = (p.tid, p.stream);
+        for line in lines {
+            self.report(PeerMsg::Output { tid, stream, line });
+        }
+        if eof {
+            if let Some(p) = self.pipes.remove(&t) {
+                let _ = self
+                    .poll
+                    .registry()
+                    .deregister(&mut SourceFd(&p.file.as_raw_fd()));
+            }
+            if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
+                vp.open_pipes = vp.open_pipes.saturating_sub(1);
+            }
+            self.report_if_done(tid);
+        }
+    }
+
+    fn reap(&mut self) {
+        for (pid, status) in host::reap() {
+            let Some(tid) = self.vps.by_pid.remove(&pid) else {
+                continue;
+            };
+            if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
+                vp.exit = Some(status);
+            }
+            self.report_if_done(tid);
+        }
+    }
+
+    /// Report an exit once the process is reaped and its output drained.
+    fn report_if_done(&mut self, tid: Tid) {
+        let done = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.exit.is_some() && v.open_pipes == 0);
+        if done {
+            if let Some(vp) = self.vps.by_tid.remove(&tid) {
+                if let Some(status) = vp.exit {
+                    self.report(PeerMsg::Exited { tid, status });
+                }
+            }
+        }
+    }
+}
+
+fn variant(m: &PeerMsg) -> &'static str {
+    match m {
+        PeerMsg::Hello { .. } => "Hello",
+        PeerMsg::Challenge { .. } => "Challenge",
+        PeerMsg::Proof { .. } => "Proof",
+        PeerMsg::Welcome => "Welcome",
+        PeerMsg::Refused { .. } => "Refused",
+        PeerMsg::Register { .. } => "Register",
+        PeerMsg::Registered { .. } => "Registered",
+        PeerMsg::Heartbeat => "Heartbeat",
+        PeerMsg::Start(_) => "Start",
+        PeerMsg::Kill { .. } => "Kill",
+        PeerMsg::Started { .. } => "Started",
+        PeerMsg::Exited { .. } => "Exited",
+        PeerMsg::Output { .. } => "Output",
+        PeerMsg::Control { .. } => "Control",
+        PeerMsg::Reply { .. } => "Reply",
+        PeerMsg::Halt => "Halt",
+    }
+}

@@ -1,0 +1,204 @@
+//! Cluster key and the HMAC-SHA256 challenge-response between daemons.
+//!
+//! Every TCP connection proves both ways that it holds the cluster key:
+//!
+//! ```text
+//! client -> Hello { nonce_c }
+//! server -> Challenge { nonce_s, proof_s = HMAC(key, "mig-server" | nonce_c | nonce_s) }
+//! client    checks proof_s (a wrong key is refused here, before it says anything)
+//! client -> Proof { proof_c = HMAC(key, "mig-client" | nonce_s | nonce_c) }
+//! server    checks proof_c -> Welcome, or Refused and close
+//! ```
+//!
+//! Fresh random nonces on both sides make a recorded exchange useless. What
+//! lives here: loading or creating the key file, the MACs, nonces. What does
+//! not: the messages that carry them (`msg`) or the socket handling.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use thiserror::Error;
+
+/// A nonce or a MAC.
+pub type Block = [u8; 32];
+
+/// What went wrong with the key file.
+#[derive(Debug, Error)]
+pub enum KeyError {
+    /// The file could not be read or created.
+    #[error("key file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The content is not 64 hex digits.
+    #[error("key file {0}: expected 64 hexadecimal digits (a 256-bit key)")]
+    Format(String),
+    /// Others may read it.
+    #[error("key file {0} is readable by group or others; run: chmod 600 {0}")]
+    Permissions(String),
+    /// No randomness from the OS.
+    #[error("no randomness from the operating system: {0}")]
+    Random(String),
+}
+
+/// The shared secret of one virtual machine.
+#[derive(Clone)]
+pub struct ClusterKey(Block);
+
+impl std::fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterKey(..)")
+    }
+}
+
+/// Fresh random bytes.
+pub fn nonce() -> Result<Block, KeyError> {
+    let mut b = [0u8; 32];
+    getrandom::getrandom(&mut b).map_err(|e| KeyError::Random(e.to_string()))?;
+    Ok(b)
+}
+
+impl ClusterKey {
+    /// A key from raw bytes.
+    pub fn from_bytes(b: Block) -> Self {
+        ClusterKey(b)
+    }
+
+    /// Read the key file; create it (mode 0600, random key) when absent.
+    pub fn load_or_create(path: &Path) -> Result<Self, KeyError> {
+        let p = path.display().to_string();
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+        {
+            Ok(mut f) => {
+                let key = nonce()?;
+                let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+                f.write_all(format!("{hex}\n").as_bytes())
+                    .and_then(|_| f.sync_all())
+                    .map_err(|source| KeyError::Io { path: p, source })?;
+                Ok(ClusterKey(key))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Self::load(path),
+            Err(source) => Err(KeyError::Io { path: p, source }),
+        }
+    }
+
+    /// Read an existing key file.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let p = path.display().to_string();
+        let f = File::open(path).map_err(|source| KeyError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let mode = f
+            .metadata()
+            .map_err(|source| KeyError::Io {
+                path: p.clone(),
+                source,
+            })?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(KeyError::Permissions(p));
+        }
+        let mut text = String::new();
+        f.take(256)
+            .read_to_string(&mut text)
+            .map_err(|_| KeyError::Format(p.clone()))?;
+        let hex = text.trim();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(KeyError::Format(p));
+        }
+        let mut key = [0u8; 32];
+        for (i, k) in key.iter_mut().enumerate() {
+            *k = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                .map_err(|_| KeyError::Format(p.clone()))?;
+        }
+        Ok(ClusterKey(key))
+    }
+
+    fn mac(&self, label: &[u8], a: &Block, b: &Block) -> Hmac<Sha256> {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        m.update(label);
+        m.update(a);
+        m.update(b);
+        m
+    }
+
+    /// The server's proof for the client's nonce and its own.
+    pub fn server_proof(&self, nonce_c: &Block, nonce_s: &Block) -> Block {
+        self.mac(b"mig-server", nonce_c, nonce_s)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// The client's proof.
+    pub fn client_proof(&self, nonce_s: &Block, nonce_c: &Block) -> Block {
+        self.mac(b"mig-client", nonce_s, nonce_c)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// Check a server proof in constant time.
+    pub fn check_server(&self, nonce_c: &Block, nonce_s: &Block, proof: &Block) -> bool {
+        self.mac(b"mig-server", nonce_c, nonce_s)
+            .verify_slice(proof)
+            .is_ok()
+    }
+
+    /// Check a client proof in constant time.
+    pub fn check_client(&self, nonce_s: &Block, nonce_c: &Block, proof: &Block) -> bool {
+        self.mac(b"mig-client", nonce_s, nonce_c)
+            .verify_slice(proof)
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_file_is_created_private_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.key");
+        let a = ClusterKey::load_or_create(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = ClusterKey::load_or_create(&path).unwrap();
+        let (n1, n2) = (nonce().unwrap(), nonce().unwrap());
+        assert!(b.check_server(&n1, &n2, &a.server_proof(&n1, &n2)));
+        assert!(!b.check_client(&n1, &n2, &a.server_proof(&n1, &n2)));
+        let other = ClusterKey::from_bytes([7; 32]);
+        assert!(!other.check_client(&n2, &n1, &a.client_proof(&n2, &n1)));
+    }
+
+    #[test]
+    fn bad_key_files_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        std::fs::write(&path, "not hex\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(matches!(ClusterKey::load(&path), Err(KeyError::Format(_))));
+        std::fs::write(&path, "ab".repeat(32)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(
+            ClusterKey::load(&path),
+            Err(KeyError::Permissions(_))
+        ));
+    }
+}

@@ -1,0 +1,216 @@
+//! Framing: a fixed 12-byte header outside postcard, then the body.
+//!
+//! ```text
+//! 0      2      3      4             8             12
+//! +------+------+------+-------------+-------------+----------------
+//! | "MG" |major |minor | reserved(0) | body length | body (postcard)
+//! +------+------+------+-------------+-------------+----------------
+//! ```
+//!
+//! The length is checked against `MAX_BODY` before anything is allocated;
+//! another major version is refused with a message naming both versions.
+//! What lives here: the header, blocking read/write of whole frames, and an
+//! incremental decoder for non-blocking sockets. What does not: what the
+//! bodies mean (`msg`).
+
+use std::io::{self, Read, Write};
+
+use serde::{de::DeserializeOwned, Serialize};
+use thiserror::Error;
+
+/// Frame magic.
+pub const MAGIC: [u8; 2] = *b"MG";
+/// Protocol major version: a peer with another major is refused. Bumped on
+/// any change to a message type (postcard does not describe its schema).
+pub const MAJOR: u8 = 1;
+/// Protocol minor version (informational).
+pub const MINOR: u8 = 0;
+/// Header size in bytes.
+pub const HEADER: usize = 12;
+/// Largest body accepted: 64 MiB of payload plus room for the message.
+pub const MAX_BODY: usize = (64 << 20) + (1 << 20);
+
+/// Why a frame was refused.
+#[derive(Debug, Error)]
+pub enum FrameError {
+    /// The first two bytes are not `MG`.
+    #[error("not a mig frame (bad magic {0:02x?})")]
+    BadMagic([u8; 2]),
+    /// Another major protocol version.
+    #[error("protocol version {theirs}.x is not compatible with ours {MAJOR}.{MINOR}")]
+    Version {
+        /// The peer's major version.
+        theirs: u8,
+    },
+    /// The length prefix is above `MAX_BODY`.
+    #[error("frame of {0} bytes exceeds the maximum of {MAX_BODY}")]
+    TooLarge(u64),
+    /// The body does not decode as the expected message.
+    #[error("malformed message: {0}")]
+    Decode(#[from] postcard::Error),
+    /// The connection ended mid-frame.
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+    /// An I/O error.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Check a header and return the body length.
+pub fn parse_header(h: &[u8; HEADER]) -> Result<usize, FrameError> {
+    if h[0..2] != MAGIC {
+        return Err(FrameError::BadMagic([h[0], h[1]]));
+    }
+    if h[2] != MAJOR {
+        return Err(FrameError::Version { theirs: h[2] });
+    }
+    let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as u64;
+    if len > MAX_BODY as u64 {
+        return Err(FrameError::TooLarge(len));
+    }
+    Ok(len as usize)
+}
+
+/// Encode `msg` as one frame.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let mut out = vec![0u8; HEADER];
+    out = postcard::to_extend(msg, out)?;
+    let len = out.len() - HEADER;
+    if len > MAX_BODY {
+        return Err(FrameError::TooLarge(len as u64));
+    }
+    out[0..2].copy_from_slice(&MAGIC);
+    out[2] = MAJOR;
+    out[3] = MINOR;
+    out[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(out)
+}
+
+/// Write one frame (blocking).
+pub fn write_frame<T: Serialize, W: Write>(w: &mut W, msg: &T) -> Result<(), FrameError> {
+    w.write_all(&encode(msg)?)?;
+    Ok(())
+}
+
+/// Read one frame (blocking). `Ok(None)` on a clean end of stream.
+pub fn read_frame<T: DeserializeOwned, R: Read>(r: &mut R) -> Result<Option<T>, FrameError> {
+    let mut h = [0u8; HEADER];
+    let mut got = 0;
+    while got < HEADER {
+        match r.read(&mut h[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(FrameError::Truncated),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = parse_header(&h)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            FrameError::Truncated
+        } else {
+            e.into()
+        }
+    })?;
+    Ok(Some(postcard::from_bytes(&body)?))
+}
+
+/// Incremental decoder for non-blocking sockets: feed bytes, take frames.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Decoder {
+    /// Append bytes read from the socket.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes buffered but not yet decoded.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next whole frame, if one is buffered. A bad header is an error as
+    /// soon as its 12 bytes are in (no waiting for a huge body).
+    pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+        let avail = &self.buf[self.start..];
+        if avail.len() < HEADER {
+            return Ok(None);
+        }
+        let mut h = [0u8; HEADER];
+        h.copy_from_slice(&avail[..HEADER]);
+        let len = parse_header(&h)?;
+        if avail.len() < HEADER + len {
+            return Ok(None);
+        }
+        let msg = postcard::from_bytes(&avail[HEADER..HEADER + len])?;
+        self.start += HEADER + len;
+        if self.start > (1 << 20) && self.start * 2 > self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        Ok(Some(msg))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_partial_feeds() {
+        let bytes = encode(&("hello".to_string(), 42u32)).unwrap();
+        let mut d = Decoder::default();
+        for b in &bytes[..bytes.len() - 1] {
+            d.feed(std::slice::from_ref(b));
+            assert!(d.next_frame::<(String, u32)>().unwrap().is_none());
+        }
+        d.feed(&bytes[bytes.len() - 1..]);
+        assert_eq!(
+            d.next_frame::<(String, u32)>().unwrap(),
+            Some(("hello".into(), 42))
+        );
+        let mut r = &bytes[..];
+        assert_eq!(
+            read_frame::<(String, u32), _>(&mut r).unwrap(),
+            Some(("hello".into(), 42))
+        );
+        assert!(read_frame::<(String, u32), _>(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_headers_are_refused_before_the_body_arrives() {
+        let mut d = Decoder::default();
+        d.feed(b"GET / HTTP/1.1\r\n");
+        assert!(matches!(
+            d.next_frame::<u32>(),
+            Err(FrameError::BadMagic(_))
+        ));
+        let mut h = encode(&1u32).unwrap();
+        h[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut d = Decoder::default();
+        d.feed(&h[..HEADER]);
+        assert!(matches!(
+            d.next_frame::<u32>(),
+            Err(FrameError::TooLarge(_))
+        ));
+        let mut v = encode(&1u32).unwrap();
+        v[2] = MAJOR + 1;
+        let err = read_frame::<u32, _>(&mut &v[..]).unwrap_err();
+        assert!(err.to_string().contains("not compatible"));
+        let t = encode(&"x".repeat(100)).unwrap();
+        assert!(matches!(
+            read_frame::<String, _>(&mut &t[..50]),
+            Err(FrameError::Truncated)
+        ));
+    }
+}

@@ -1,0 +1,62 @@
+//! A VP's identity, as its daemon started it: read from the environment.
+
+use thiserror::Error;
+
+use crate::msg::Tid;
+
+/// Environment variables a daemon sets for every VP.
+pub mod env {
+    /// The VP's Tid.
+    pub const TID: &str = "MIG_TID";
+    /// Its job id.
+    pub const JOB: &str = "MIG_JOB";
+    /// Its index in the job.
+    pub const VP: &str = "MIG_VP";
+    /// VPs in the job at start.
+    pub const NVPS: &str = "MIG_NVPS";
+    /// The local daemon's socket.
+    pub const SOCKET: &str = "MIG_SOCKET";
+    /// The host it runs on.
+    pub const HOST: &str = "MIG_HOST";
+}
+
+/// Not running as a VP.
+#[derive(Debug, Error)]
+#[error(
+    "not running inside a mig VP ({0} is not set or invalid): start the program with `mig spawn`"
+)]
+pub struct NotAVp(pub &'static str);
+
+/// Who this VP is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Its Tid.
+    pub tid: Tid,
+    /// Its job.
+    pub job: String,
+    /// Its index in the job.
+    pub vp: u32,
+    /// VPs in the job at start.
+    pub nvps: u32,
+    /// Host it runs on.
+    pub host: String,
+}
+
+impl Identity {
+    /// Read the identity from the environment.
+    pub fn from_env() -> Result<Identity, NotAVp> {
+        fn get<T: std::str::FromStr>(k: &'static str) -> Result<T, NotAVp> {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or(NotAVp(k))
+        }
+        Ok(Identity {
+            tid: get(env::TID)?,
+            job: get(env::JOB)?,
+            vp: get(env::VP)?,
+            nvps: get(env::NVPS)?,
+            host: get(env::HOST)?,
+        })
+    }
+}
