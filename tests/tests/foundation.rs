@@ -1,0 +1,300 @@
+//! The foundation on real daemons: jobs run to completion with their exit
+//! statuses and output, a killed worker leaves the pool, bad peers are
+//! refused while others are served, and nothing is left behind.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use libmig::frame;
+use libmig::msg::{PeerMsg, Request, Response};
+use mig_tests::{alive, bin, wait_until, Vm};
+use nix::sys::signal::Signal;
+
+const T: Duration = Duration::from_secs(10);
+
+fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
+#[test]
+fn a_job_of_8_vps_runs_to_completion_with_every_status_and_its_output() {
+    let vm = Vm::start(4);
+    let out = vm.mig(&[
+        "spawn",
+        "-n",
+        "8",
+        "--wait",
+        "--json",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo out $MIG_VP $MIG_HOST; exit $MIG_VP",
+    ]);
+    let events = json_lines(&out.stdout);
+    let outputs: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] == "output").collect();
+    assert_eq!(outputs.len(), 8, "{events:?}");
+    for o in &outputs {
+        let vp = o["vp"].as_u64().unwrap();
+        assert_eq!(
+            o["line"],
+            format!("out {vp} {}", o["host"].as_str().unwrap())
+        );
+    }
+    let hosts: std::collections::BTreeSet<&str> = outputs
+        .iter()
+        .map(|o| o["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts.len(), 4, "the job spreads over every host");
+    let done: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "vp_done").collect();
+    assert_eq!(done.len(), 8);
+    for d in &done {
+        assert_eq!(d["status"], d["vp"], "VP {} exit status", d["vp"]);
+    }
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "job_done");
+    assert_eq!(last["status"], 1, "the first failing VP's status");
+    assert_eq!(out.status.code(), Some(1));
+    // Finished jobs leave no VP behind.
+    assert_eq!(vm.json(&["ps"]).as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn spawning_a_missing_program_is_one_clear_sentence() {
+    let vm = Vm::start(1);
+    let out = vm.mig(&["spawn", "-n", "2", "--wait", "--", "./no-such-program"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not found") && err.contains("no-such-program"),
+        "{err}"
+    );
+    let out = std::process::Command::new(bin("mig"))
+        .env("MIG_DAEMON", "/nonexistent/sock")
+        .arg("hosts")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no mig daemon at /nonexistent/sock"));
+}
+
+#[test]
+fn a_worker_killed_with_sigkill_leaves_the_map_and_its_vp_is_restarted() {
+    let mut vm = Vm::start(4);
+    let out = vm.mig(&["spawn", "-n", "4", "--", "/bin/sleep", "30"]);
+    assert!(out.status.success());
+    assert!(wait_until(T, || vm
+        .json(&["ps"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|v| v["state"] == "running")));
+    let ps = vm.json(&["ps"]);
+    let on_h2 = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["host"] == "h2")
+        .expect("a VP on h2")
+        .clone();
+    let victim = on_h2["pid"].as_u64().unwrap() as u32;
+    vm.signal(2, Signal::SIGKILL);
+    vm.wait(2, T).expect("h2 dies");
+    assert!(wait_until(T, || {
+        let hosts = vm.json(&["hosts"]);
+        hosts
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["name"] == "h2" && h["alive"] == false)
+    }));
+    let map = vm.json(&["map"]);
+    let procs: Vec<&str> = map["processors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(procs, vec!["h0/0", "h1/0", "h3/0"]);
+    // Its VP died with it (parent-death signal) and runs again elsewhere.
+    assert!(wait_until(T, || !alive(victim)));
+    assert!(wait_until(T, || {
+        let ps = vm.json(&["ps"]);
+        let v = ps
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["tid"] == on_h2["tid"])
+            .cloned()
+            .unwrap_or_default();
+        v["state"] == "running" && v["host"] != "h2"
+    }));
+    assert!(vm.log(0).contains("host h2 left the pool"));
+    assert_eq!(vm.mig(&["kill", "j1"]).status.code(), Some(0));
+}
+
+/// A normal control request still gets its answer.
+fn master_serves(vm: &Vm) -> bool {
+    let mut c = libmig::control::Client::connect(&vm.sock()).expect("connect");
+    matches!(c.call(&Request::Hosts), Ok(Response::Hosts(h)) if !h.is_empty())
+}
+
+/// Send bytes on a fresh TCP connection; true if the daemon then closes it.
+fn closed_after(addr: &str, bytes: &[u8]) -> bool {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(T)).unwrap();
+    let _ = s.write_all(bytes);
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn bad_peers_are_refused_while_others_are_served() {
+    let vm = Vm::start(2);
+    // Random bytes.
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    assert!(closed_after(&vm.addr, &noise));
+    assert!(master_serves(&vm));
+    // A 4 GiB length prefix: refused from the header alone.
+    let mut huge = frame::encode(&PeerMsg::Hello { nonce: [0; 32] }).unwrap();
+    huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(closed_after(&vm.addr, &huge[..frame::HEADER]));
+    assert!(master_serves(&vm));
+    // Another major version.
+    let mut v2 = frame::encode(&PeerMsg::Hello { nonce: [0; 32] }).unwrap();
+    v2[2] = frame::MAJOR + 1;
+    assert!(closed_after(&vm.addr, &v2));
+    // A message before authentication.
+    assert!(closed_after(
+        &vm.addr,
+        &frame::encode(&PeerMsg::Heartbeat).unwrap()
+    ));
+    // A wrong proof.
+    {
+        let mut s = TcpStream::connect(&vm.addr).unwrap();
+        frame::write_frame(&mut s, &PeerMsg::Hello { nonce: [1; 32] }).unwrap();
+        let m: PeerMsg = frame::read_frame(&mut s).unwrap().unwrap();
+        assert!(matches!(m, PeerMsg::Challenge { .. }));
+        frame::write_frame(&mut s, &PeerMsg::Proof { proof: [0; 32] }).unwrap();
+        let m: Option<PeerMsg> = frame::read_frame(&mut s).unwrap();
+        assert!(
+            matches!(m, Some(PeerMsg::Refused { reason }) if reason.contains("authentication failed"))
+        );
+    }
+    // A truncated frame, then the peer hangs up.
+    let full = frame::encode(&PeerMsg::Hello { nonce: [2; 32] }).unwrap();
+    {
+        let mut s = TcpStream::connect(&vm.addr).unwrap();
+        s.write_all(&full[..20]).unwrap();
+    }
+    // Garbage on the control socket.
+    {
+        let mut s = std::os::unix::net::UnixStream::connect(vm.sock()).unwrap();
+        s.write_all(b"\x00\x01garbage, not a frame at all").unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+    }
+    assert!(master_serves(&vm));
+    // A daemon with another key cannot join.
+    let other = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin("migd"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--processors",
+            "1",
+            "--capacity",
+            "1",
+            "--name",
+            "intruder",
+            "--join",
+            &vm.addr,
+        ])
+        .arg("--state-dir")
+        .arg(other.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not hold our cluster key"));
+    assert!(master_serves(&vm));
+    let hosts = vm.json(&["hosts"]);
+    assert_eq!(
+        hosts.as_array().unwrap().len(),
+        2,
+        "the intruder never joined"
+    );
+    let log = vm.log(0);
+    for reason in [
+        "bad magic",
+        "exceeds the maximum",
+        "not compatible",
+        "before authentication",
+        "authentication failed",
+    ] {
+        assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
+    }
+}
+
+fn vp_pids(vm: &Vm) -> Vec<u32> {
+    vm.json(&["ps"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["pid"].as_u64())
+        .map(|p| p as u32)
+        .collect()
+}
+
+#[test]
+fn halt_leaves_no_process_behind() {
+    let mut vm = Vm::start(3);
+    assert!(vm
+        .mig(&["spawn", "-n", "3", "--", "/bin/sleep", "30"])
+        .status
+        .success());
+    assert!(wait_until(T, || vp_pids(&vm).len() == 3));
+    let pids = vp_pids(&vm);
+    assert!(vm.mig(&["halt"]).status.success());
+    for i in 0..3 {
+        assert!(
+            vm.wait(i, T).is_some_and(|s| s.success()),
+            "daemon {i} exits cleanly"
+        );
+    }
+    assert!(
+        wait_until(T, || pids.iter().all(|&p| !alive(p))),
+        "VPs survived the halt"
+    );
+}
+
+#[test]
+fn sigkill_of_every_daemon_leaves_no_process_behind() {
+    let mut vm = Vm::start(2);
+    assert!(vm
+        .mig(&["spawn", "-n", "2", "--", "/bin/sleep", "30"])
+        .status
+        .success());
+    assert!(wait_until(T, || vp_pids(&vm).len() == 2));
+    let pids = vp_pids(&vm);
+    for i in 0..2 {
+        vm.signal(i, Signal::SIGKILL);
+        vm.wait(i, T).expect("daemon dies");
+    }
+    assert!(
+        wait_until(T, || pids.iter().all(|&p| !alive(p))),
+        "VPs outlived their daemon"
+    );
+}
