@@ -7,10 +7,11 @@
 //! into exit reports. What does not: deciding where VPs run (the master).
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use libmig::msg::{ExitInfo, StartVp, Stream, Tid};
 use libmig::vp::env;
@@ -42,72 +43,124 @@ pub struct Pipe {
     pub partial: Vec<u8>,
 }
 
-/// Start a VP. Returns its pid and its two output pipes.
-pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd, OwnedFd)> {
-    let mut cmd = Command::new(&s.program);
-    let cwd = std::path::Path::new(&s.cwd);
-    if s.program.contains('/') && !s.program.starts_with('/') {
-        cmd = Command::new(cwd.join(&s.program));
+/// Resolve a program the way `execvp` would: paths with a `/` relative to
+/// `cwd`, bare names on `PATH` (the VP's, else the daemon's).
+fn resolve(s: &StartVp) -> io::Result<PathBuf> {
+    if s.program.contains('/') {
+        let p = Path::new(&s.cwd).join(&s.program);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(io::Error::new(io::ErrorKind::NotFound, "no such file"))
+        };
     }
-    cmd.args(&s.args)
-        .current_dir(cwd)
-        .envs(s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(env::TID, s.tid.to_string())
-        .env(env::JOB, &s.job)
-        .env(env::VP, s.vp.to_string())
-        .env(env::NVPS, s.nvps.to_string())
-        .env(env::HOST, host)
-        .env(env::SOCKET, socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let path = s
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    path.split(':')
+        .map(|d| Path::new(d).join(&s.program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not found on PATH"))
+}
+
+fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
+    CString::new(s).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a NUL byte in an argument or variable",
+        )
+    })
+}
+
+/// Start a VP. Returns its pid and its two output pipes.
+///
+/// Everything the child needs is prepared before `fork`; the child only
+/// makes async-signal-safe calls (setpgid, prctl, dup2, chdir, execve,
+/// write, _exit), and the daemon does not wait for the `exec`, so many VPs
+/// start in parallel.
+pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd, OwnedFd)> {
+    let program = resolve(s)?;
+    let prog = cstring(program.as_os_str().as_bytes())?;
+    let mut argv_own = vec![cstring(s.program.as_bytes())?];
+    for a in &s.args {
+        argv_own.push(cstring(a.as_bytes())?);
+    }
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !k.starts_with("MIG_"))
+        .collect();
+    vars.extend(s.env.iter().cloned());
+    vars.extend([
+        (env::TID.to_string(), s.tid.to_string()),
+        (env::JOB.to_string(), s.job.clone()),
+        (env::VP.to_string(), s.vp.to_string()),
+        (env::NVPS.to_string(), s.nvps.to_string()),
+        (env::HOST.to_string(), host.to_string()),
+        (env::SOCKET.to_string(), socket.to_string()),
+    ]);
+    let mut envp_own = Vec::with_capacity(vars.len());
+    for (k, v) in &vars {
+        envp_own.push(cstring(format!("{k}={v}"))?);
+    }
+    let argv: Vec<*const libc::c_char> = argv_own
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = envp_own
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let cwd = cstring(s.cwd.as_bytes())?;
+    let devnull = std::fs::File::open("/dev/null")?;
+    // Close-on-exec everywhere: dup2 onto 1 and 2 clears it on the copies.
+    let (out_r, out_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (err_r, err_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    for fd in [&out_r, &err_r] {
+        set_nonblocking(fd)?;
+    }
     let parent = std::process::id() as libc::pid_t;
-    // SAFETY: between fork and exec only async-signal-safe calls are made
-    // (setpgid, prctl, getppid, _exit); nothing allocates or takes locks.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The daemon may have died between fork and prctl.
+    let failed: &[u8] = b"mig: cannot run the program (exec failed)\n";
+    // SAFETY: migd is single-threaded; after fork the child only calls
+    // async-signal-safe functions on memory prepared above, then execs or
+    // _exits. Nothing allocates, locks or unwinds in the child.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => unsafe {
+            libc::setpgid(0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             if libc::getppid() != parent {
                 libc::_exit(1);
             }
-            Ok(())
-        });
+            libc::dup2(devnull.as_raw_fd(), 0);
+            libc::dup2(out_w.as_raw_fd(), 1);
+            libc::dup2(err_w.as_raw_fd(), 2);
+            if libc::chdir(cwd.as_ptr()) == 0 {
+                libc::execve(prog.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            }
+            libc::write(2, failed.as_ptr().cast(), failed.len());
+            libc::_exit(127)
+        },
+        pid => {
+            drop((out_w, err_w));
+            Ok((pid, out_r, err_r))
+        }
     }
-    let mut child = cmd.spawn()?;
-    let pid = child.id() as i32;
-    let out: OwnedFd = child
-        .stdout
-        .take()
-        .ok_or_else(|| io::Error::other("no stdout pipe"))?
-        .into();
-    let err: OwnedFd = child
-        .stderr
-        .take()
-        .ok_or_else(|| io::Error::other("no stderr pipe"))?
-        .into();
-    for fd in [&out, &err] {
-        set_nonblocking(fd)?;
-    }
-    // The daemon reaps with waitpid(-1); dropping `child` does not wait.
-    drop(child);
-    Ok((pid, out, err))
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we own; no memory is passed.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
+    unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(())
 }

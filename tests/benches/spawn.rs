@@ -1,0 +1,59 @@
+//! Spawn speed: time from `mig spawn` (the Spawn request) until every VP has
+//! reported its exit (the JobDone reply), for 1, 8 and 32 trivial VPs
+//! (`/bin/true`) on one daemon. One warm-up, then REPS repetitions; prints
+//! `mig_spawn_<n>_exit_ms <median>` lines like the PVM harness.
+//!
+//! Needs release binaries: `cargo build --release --workspace --bins` first
+//! (bench/spawn-vs-pvm.sh does it and runs PVM's harness beside it).
+
+use std::time::Instant;
+
+use libmig::control::Client;
+use libmig::msg::{Request, Response, SpawnSpec};
+use mig_tests::Vm;
+
+fn once(vm: &Vm, n: u32) -> f64 {
+    let mut c = Client::connect(&vm.sock()).expect("connect");
+    let spec = SpawnSpec {
+        program: "/bin/true".into(),
+        args: vec![],
+        n,
+        cwd: "/".into(),
+        env: vec![],
+        wait: true,
+    };
+    let t = Instant::now();
+    c.send(&Request::Spawn(spec)).expect("send");
+    loop {
+        match c.recv(None).expect("reply") {
+            Response::JobDone { status, .. } => {
+                assert_eq!(status, 0);
+                return t.elapsed().as_secs_f64() * 1e3;
+            }
+            Response::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    }
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test` runs benches without --bench: nothing to do.
+    }
+    let reps: usize = std::env::var("REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(21);
+    let vm = Vm::start(1);
+    for n in [1u32, 8, 32] {
+        once(&vm, n);
+        let mut t: Vec<f64> = (0..reps).map(|_| once(&vm, n)).collect();
+        t.sort_by(f64::total_cmp);
+        println!(
+            "mig_spawn_{n}_exit_ms {:.2} ms (min {:.2}, max {:.2}, {reps} reps)",
+            t[reps / 2],
+            t[0],
+            t[reps - 1]
+        );
+    }
+}
