@@ -162,11 +162,22 @@ impl Master {
         (name, out)
     }
 
-    /// A host said something: it is alive.
-    pub fn heard_from(&mut self, host: &str, now: Instant) {
-        if let Some(h) = self.hosts.get_mut(host) {
-            h.last_seen = now;
+    /// A host said something: it is alive. A host that had been taken out
+    /// of the pool for silence comes back with all its processors.
+    pub fn heard_from(&mut self, host: &str, now: Instant) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Vec::new();
+        };
+        h.last_seen = now;
+        if h.alive {
+            return Vec::new();
         }
+        let facts = h.facts.clone();
+        let mut out = vec![Out::Log(format!(
+            "host {host} answers again: back in the pool"
+        ))];
+        out.extend(self.add_host(facts, now, false));
+        out
     }
 
     /// Hosts silent for longer than `dead_after` leave the pool.
@@ -741,7 +752,12 @@ mod tests {
         assert_eq!(again[0].0, "h0");
         assert!(!m.is_alive("h1"));
         assert!(m.sched.map().processors().all(|(_, p)| p.host == "h0"));
-        // It comes back under the same name.
+        // It answers again on the same connection: back in the pool.
+        m.heard_from("h1", now + Duration::from_secs(11));
+        assert!(m.is_alive("h1"));
+        assert_eq!(m.sched.map().processors().count(), 2);
+        m.host_gone("h1", "connection lost");
+        // Or it comes back under the same name.
         let (name, _) = m.register(facts("h1", 1), now);
         assert_eq!(name, "h1");
         assert!(m.is_alive("h1"));

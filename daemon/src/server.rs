@@ -623,8 +623,8 @@ impl Daemon {
     /// On the master: a message from worker `h`.
     fn on_worker_msg(&mut self, h: &str, t: Token, msg: PeerMsg) {
         let Some(m) = &mut self.master else { return };
-        m.heard_from(h, Instant::now());
-        let out = match msg {
+        let mut out = m.heard_from(h, Instant::now());
+        out.extend(match msg {
             PeerMsg::Heartbeat => Vec::new(),
             PeerMsg::Started { tid, pid } => {
                 m.started(tid, pid);
@@ -643,7 +643,7 @@ impl Daemon {
             other => {
                 return self.refuse(t, &format!("unexpected {} from a worker", variant(&other)));
             }
-        };
+        });
         self.deliver(out);
     }
 

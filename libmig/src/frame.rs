@@ -1,13 +1,15 @@
 //! Framing: a fixed 12-byte header outside postcard, then the body.
 //!
 //! ```text
-//! 0      2      3      4             8             12
-//! +------+------+------+-------------+-------------+----------------
-//! | "MG" |major |minor | reserved(0) | body length | body (postcard)
-//! +------+------+------+-------------+-------------+----------------
+//! 0      2      3      4               8             12
+//! +------+------+------+---------------+-------------+------------------+-------------
+//! | "MG" |major |minor | header length | body length | header (postcard) | raw payload
+//! +------+------+------+---------------+-------------+------------------+-------------
 //! ```
 //!
-//! The length is checked against `MAX_BODY` before anything is allocated;
+//! The body is the postcard-encoded message ("header length" bytes) followed
+//! by raw payload bytes (the rest), so bulk data is never re-encoded. The
+//! lengths are checked against `MAX_BODY` before anything is allocated;
 //! another major version is refused with a message naming both versions.
 //! What lives here: the header, blocking read/write of whole frames, and an
 //! incremental decoder for non-blocking sockets. What does not: what the
@@ -45,6 +47,14 @@ pub enum FrameError {
     /// The length prefix is above `MAX_BODY`.
     #[error("frame of {0} bytes exceeds the maximum of {MAX_BODY}")]
     TooLarge(u64),
+    /// The header length exceeds the body length.
+    #[error("header of {head} bytes in a body of {body}")]
+    BadHeaderLength {
+        /// Header length.
+        head: u64,
+        /// Body length.
+        body: u64,
+    },
     /// The body does not decode as the expected message.
     #[error("malformed message: {0}")]
     Decode(#[from] postcard::Error),
@@ -68,20 +78,36 @@ pub fn parse_header(h: &[u8; HEADER]) -> Result<usize, FrameError> {
     if len > MAX_BODY as u64 {
         return Err(FrameError::TooLarge(len));
     }
+    let head = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as u64;
+    if head > len {
+        return Err(FrameError::BadHeaderLength { head, body: len });
+    }
     Ok(len as usize)
 }
 
-/// Encode `msg` as one frame.
+fn head_len(h: &[u8]) -> usize {
+    u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize
+}
+
+/// Encode `msg` as one frame without payload.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    encode_with(msg, &[])
+}
+
+/// Encode `msg` followed by raw `payload` bytes as one frame.
+pub fn encode_with<T: Serialize>(msg: &T, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
     let mut out = vec![0u8; HEADER];
     out = postcard::to_extend(msg, out)?;
-    let len = out.len() - HEADER;
+    let head = out.len() - HEADER;
+    let len = head + payload.len();
     if len > MAX_BODY {
         return Err(FrameError::TooLarge(len as u64));
     }
+    out.extend_from_slice(payload);
     out[0..2].copy_from_slice(&MAGIC);
     out[2] = MAJOR;
     out[3] = MINOR;
+    out[4..8].copy_from_slice(&(head as u32).to_le_bytes());
     out[8..12].copy_from_slice(&(len as u32).to_le_bytes());
     Ok(out)
 }
@@ -92,8 +118,16 @@ pub fn write_frame<T: Serialize, W: Write>(w: &mut W, msg: &T) -> Result<(), Fra
     Ok(())
 }
 
-/// Read one frame (blocking). `Ok(None)` on a clean end of stream.
+/// Read one frame (blocking), dropping any payload. `Ok(None)` on a clean
+/// end of stream.
 pub fn read_frame<T: DeserializeOwned, R: Read>(r: &mut R) -> Result<Option<T>, FrameError> {
+    Ok(read_frame_with(r)?.map(|(m, _)| m))
+}
+
+/// Read one frame and its payload (blocking).
+pub fn read_frame_with<T: DeserializeOwned, R: Read>(
+    r: &mut R,
+) -> Result<Option<(T, Vec<u8>)>, FrameError> {
     let mut h = [0u8; HEADER];
     let mut got = 0;
     while got < HEADER {
@@ -114,7 +148,10 @@ pub fn read_frame<T: DeserializeOwned, R: Read>(r: &mut R) -> Result<Option<T>, 
             e.into()
         }
     })?;
-    Ok(Some(postcard::from_bytes(&body)?))
+    let head = head_len(&h);
+    let msg = postcard::from_bytes(&body[..head])?;
+    body.drain(..head);
+    Ok(Some((msg, body)))
 }
 
 /// Incremental decoder for non-blocking sockets: feed bytes, take frames.
@@ -139,9 +176,17 @@ impl Decoder {
         self.buf.len() - self.start
     }
 
-    /// The next whole frame, if one is buffered. A bad header is an error as
-    /// soon as its 12 bytes are in (no waiting for a huge body).
+    /// The next whole frame's message, if one is buffered (any payload is
+    /// dropped). A bad header is an error as soon as its 12 bytes are in (no
+    /// waiting for a huge body).
     pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+        Ok(self.next_frame_with()?.map(|(m, _)| m))
+    }
+
+    /// The next whole frame's message and payload.
+    pub fn next_frame_with<T: DeserializeOwned>(
+        &mut self,
+    ) -> Result<Option<(T, Vec<u8>)>, FrameError> {
         let avail = &self.buf[self.start..];
         if avail.len() < HEADER {
             return Ok(None);
@@ -152,13 +197,15 @@ impl Decoder {
         if avail.len() < HEADER + len {
             return Ok(None);
         }
-        let msg = postcard::from_bytes(&avail[HEADER..HEADER + len])?;
+        let head = head_len(&h);
+        let msg = postcard::from_bytes(&avail[HEADER..HEADER + head])?;
+        let payload = avail[HEADER + head..HEADER + len].to_vec();
         self.start += HEADER + len;
         if self.start > (1 << 20) && self.start * 2 > self.buf.len() {
             self.buf.drain(..self.start);
             self.start = 0;
         }
-        Ok(Some(msg))
+        Ok(Some((msg, payload)))
     }
 }
 
@@ -185,6 +232,26 @@ mod tests {
             Some(("hello".into(), 42))
         );
         assert!(read_frame::<(String, u32), _>(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn payload_travels_raw_beside_the_message() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let bytes = encode_with(&7u16, &data).unwrap();
+        assert_eq!(bytes.len(), HEADER + 1 + data.len());
+        let mut d = Decoder::default();
+        d.feed(&bytes);
+        assert_eq!(d.next_frame_with::<u16>().unwrap(), Some((7, data.clone())));
+        assert_eq!(
+            read_frame_with::<u16, _>(&mut &bytes[..]).unwrap(),
+            Some((7, data))
+        );
+        let mut bad = bytes.clone();
+        bad[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            read_frame::<u16, _>(&mut &bad[..]),
+            Err(FrameError::BadHeaderLength { .. })
+        ));
     }
 
     #[test]

@@ -298,3 +298,35 @@ fn sigkill_of_every_daemon_leaves_no_process_behind() {
         "VPs outlived their daemon"
     );
 }
+
+#[test]
+fn a_silent_worker_leaves_the_pool_and_rejoins_when_it_answers_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("fast.toml");
+    std::fs::write(&conf, "[daemon]\nheartbeat_ms = 50\ndead_after_ms = 400\n").unwrap();
+    let mut vm = Vm::start_with(2, &["--config", conf.to_str().unwrap()]);
+    let h1_alive = |vm: &Vm| {
+        vm.json(&["hosts"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["name"] == "h1" && h["alive"] == true)
+    };
+    assert!(h1_alive(&vm));
+    vm.signal(1, Signal::SIGSTOP);
+    assert!(
+        wait_until(T, || !h1_alive(&vm)),
+        "a stopped worker is taken out"
+    );
+    assert_eq!(vm.json(&["map"])["processors"], serde_json::json!(["h0/0"]));
+    vm.signal(1, Signal::SIGCONT);
+    assert!(
+        wait_until(T, || h1_alive(&vm)),
+        "it rejoins when it answers"
+    );
+    assert_eq!(
+        vm.json(&["map"])["processors"],
+        serde_json::json!(["h0/0", "h1/0"])
+    );
+    assert!(vm.log(0).contains("answers again"));
+}
