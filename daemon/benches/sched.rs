@@ -84,6 +84,11 @@ fn main() {
     // `cargo test` runs benches with --bench absent: keep that quick.
     let quick = !std::env::args().any(|a| a == "--bench");
     let n = if quick { 50 } else { 2000 };
+    if let Ok(p) = std::env::var("MIG_BENCH_PROCS") {
+        let p: usize = p.parse().unwrap_or(256);
+        per_event(p, (p / 16).max(4), 20_000, &[1.0]);
+        return;
+    }
     if let Ok(k) = std::env::var("MIG_BENCH_REPLAY") {
         replay(k.parse().unwrap_or(10_000));
         return;

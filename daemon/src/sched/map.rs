@@ -72,6 +72,12 @@ impl BitSet {
     pub fn is_disjoint(&self, other: &BitSet) -> bool {
         self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
     }
+    /// `self &= !other`.
+    pub fn remove_all(&mut self, other: &BitSet) {
+        for (k, w) in self.words.iter_mut().enumerate() {
+            *w &= !other.words.get(k).copied().unwrap_or(0);
+        }
+    }
     /// `self &= other`.
     pub fn intersect_with(&mut self, other: &BitSet) {
         for (k, w) in self.words.iter_mut().enumerate() {
@@ -116,6 +122,7 @@ pub struct Column {
     pub id: u64,
     cells: Vec<Option<JobKey>>,
     free: BitSet,
+    busy: usize,
 }
 
 impl Column {
@@ -127,9 +134,9 @@ impl Column {
     pub fn free(&self) -> &BitSet {
         &self.free
     }
-    /// Does any cell hold a job?
+    /// Does no cell hold a job?
     pub fn is_empty(&self) -> bool {
-        self.cells.iter().all(Option::is_none)
+        self.busy == 0
     }
     /// The jobs present in this slot (with repeats, in row order).
     pub fn jobs(&self) -> impl Iterator<Item = (Row, JobKey)> + '_ {
@@ -243,7 +250,9 @@ impl AllocationMap {
         let width = self.rows.len();
         for c in &mut self.columns {
             c.cells.resize(width, None);
-            c.cells[row] = None;
+            if c.cells[row].take().is_some() {
+                c.busy -= 1;
+            }
             c.free.insert(row);
         }
         row
@@ -266,7 +275,9 @@ impl AllocationMap {
         }
         self.live.remove(row);
         for c in &mut self.columns {
-            c.cells[row] = None;
+            if c.cells[row].take().is_some() {
+                c.busy -= 1;
+            }
             c.free.remove(row);
         }
         Some(p)
@@ -280,6 +291,7 @@ impl AllocationMap {
             id,
             cells: vec![None; self.rows.len()],
             free: self.live.clone(),
+            busy: 0,
         });
         id
     }
@@ -293,6 +305,11 @@ impl AllocationMap {
     pub fn set(&mut self, column: u64, row: Row, job: Option<JobKey>) {
         let live = self.live.contains(row);
         if let Some(c) = self.columns.iter_mut().find(|c| c.id == column) {
+            match (c.cells[row].is_some(), job.is_some()) {
+                (false, true) => c.busy += 1,
+                (true, false) => c.busy -= 1,
+                _ => {}
+            }
             c.cells[row] = job;
             if job.is_none() && live {
                 c.free.insert(row);

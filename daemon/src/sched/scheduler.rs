@@ -268,6 +268,34 @@ pub struct JobView {
     pub t_min: f64,
 }
 
+/// MTAT's input for one job on a set of rows (see `Scheduler::pool_input`).
+struct PoolInput {
+    counts: Vec<u32>,
+    pool_of: Vec<usize>,
+    caps: Vec<f64>,
+    current: Vec<u32>,
+    preferred: Vec<bool>,
+}
+
+impl PoolInput {
+    /// Every pool filled by `t`, keeping current VPs where `t` allows.
+    fn fill(&self, t: f64) -> Option<Vec<u32>> {
+        let mut out = vec![0; self.caps.len()];
+        for (z, &x) in self.counts.iter().enumerate() {
+            let members: Vec<usize> = (0..self.caps.len())
+                .filter(|&i| self.pool_of[i] == z)
+                .collect();
+            let pc: Vec<f64> = members.iter().map(|&i| self.caps[i]).collect();
+            let cur: Vec<u32> = members.iter().map(|&i| self.current[i]).collect();
+            let got = fill(x, &pc, t, &cur, &[])?;
+            for (q, &i) in members.iter().enumerate() {
+                out[i] = got[q];
+            }
+        }
+        Some(out)
+    }
+}
+
 /// Per-event bookkeeping.
 struct Ctx {
     actions: Vec<Action>,
@@ -278,6 +306,8 @@ struct Ctx {
     freed: Vec<u64>,
     /// Every column gained a free cell (a processor joined).
     all_freed: bool,
+    /// The row that joined, if one did.
+    new_row: Option<Row>,
 }
 
 /// The scheduler state. See the module doc.
@@ -445,6 +475,7 @@ impl Scheduler {
             budget: self.cfg.max_migrations_per_event,
             freed: Vec::new(),
             all_freed: false,
+            new_row: None,
         };
         let columns_before = self.map.columns().len();
         match event {
@@ -510,12 +541,12 @@ impl Scheduler {
         }
         ctx.dirty.insert(host.clone());
         ctx.all_freed = true;
-        self.map.add_row(Processor {
+        ctx.new_row = Some(self.map.add_row(Processor {
             id,
             host,
             arch,
             capacity,
-        });
+        }));
         self.place_held(ctx);
         self.expand_jobs(ctx);
         Ok(())
@@ -794,19 +825,10 @@ impl Scheduler {
         set.iter().collect()
     }
 
-    /// MTAT (and Compression if `compressed`) for the job's VPs on `rows`.
-    /// Architectures with no row among `rows` are left out (their VPs are
-    /// held). Returns `T` and VPs per row (parallel to `rows`). Without
-    /// compression the VPs are filled in by `max(T, keep_t)`, so a caller
-    /// passing the job's current turnaround as `keep_t` moves no VP that need
-    /// not move.
-    fn plan(
-        &self,
-        k: JobKey,
-        rows: &[Row],
-        compressed: bool,
-        keep_t: f64,
-    ) -> Option<(f64, Vec<u32>)> {
+    /// The MTAT input for the job's VPs on `rows`: VPs per architecture
+    /// pool, each row's pool, capacity and current VPs. Architectures with no
+    /// row among `rows` are left out (their VPs are held).
+    fn pool_input(&self, k: JobKey, rows: &[Row]) -> Option<PoolInput> {
         let j = self.job(k);
         let row_arch: Vec<u32> = rows
             .iter()
@@ -825,36 +847,55 @@ impl Scheduler {
             return None;
         }
         let arches: Vec<u32> = demand.keys().copied().collect();
-        let counts: Vec<u32> = demand.values().copied().collect();
-        let pool_of: Vec<usize> = row_arch
-            .iter()
-            .map(|a| arches.binary_search(a).unwrap_or(usize::MAX))
-            .collect();
-        let caps: Vec<f64> = rows.iter().map(|&r| self.cap(r)).collect();
         let current: Vec<u32> = rows
             .iter()
             .map(|r| j.rows.get(r).copied().unwrap_or(0))
             .collect();
-        let preferred: Vec<bool> = current.iter().map(|&n| n > 0).collect();
-        let m = mtat_pools(&counts, &pool_of, &caps, &preferred);
+        Some(PoolInput {
+            counts: demand.values().copied().collect(),
+            pool_of: row_arch
+                .iter()
+                .map(|a| arches.binary_search(a).unwrap_or(usize::MAX))
+                .collect(),
+            caps: rows.iter().map(|&r| self.cap(r)).collect(),
+            preferred: current.iter().map(|&n| n > 0).collect(),
+            current,
+        })
+    }
+
+    /// MTAT and then Compression (fewest processors) and/or a fill that keeps
+    /// VPs where they are by `max(T, keep_t)` — so a caller passing the job's
+    /// current turnaround moves no VP that need not move.
+    fn plan_both(&self, k: JobKey, rows: &[Row], keep_t: f64) -> Option<(f64, Vec<u32>, Vec<u32>)> {
+        let inp = self.pool_input(k, rows)?;
+        let m = mtat_pools(&inp.counts, &inp.pool_of, &inp.caps, &inp.preferred);
+        if !m.t_min.is_finite() {
+            return None;
+        }
+        let compressed =
+            compress_pools(&inp.counts, &inp.pool_of, &inp.caps, m.t_min, &inp.current)?;
+        let minimal = inp.fill(m.t_min.max(keep_t))?;
+        Some((m.t_min, compressed, minimal))
+    }
+
+    /// MTAT and Compression for the job's VPs on `rows`: `T` and VPs per row
+    /// (parallel to `rows`), or the fill by `T` when not `compressed`.
+    fn plan(
+        &self,
+        k: JobKey,
+        rows: &[Row],
+        compressed: bool,
+        keep_t: f64,
+    ) -> Option<(f64, Vec<u32>)> {
+        let inp = self.pool_input(k, rows)?;
+        let m = mtat_pools(&inp.counts, &inp.pool_of, &inp.caps, &inp.preferred);
         if !m.t_min.is_finite() {
             return None;
         }
         let out = if compressed {
-            compress_pools(&counts, &pool_of, &caps, m.t_min, &current)?
+            compress_pools(&inp.counts, &inp.pool_of, &inp.caps, m.t_min, &inp.current)?
         } else {
-            // Same T, fewest moves: keep VPs where the bound allows.
-            let mut out = vec![0; rows.len()];
-            for (z, &x) in counts.iter().enumerate() {
-                let members: Vec<usize> = (0..rows.len()).filter(|&i| pool_of[i] == z).collect();
-                let pc: Vec<f64> = members.iter().map(|&i| caps[i]).collect();
-                let cur: Vec<u32> = members.iter().map(|&i| current[i]).collect();
-                let got = fill(x, &pc, m.t_min.max(keep_t), &cur, &[])?;
-                for (q, &i) in members.iter().enumerate() {
-                    out[i] = got[q];
-                }
-            }
-            out
+            inp.fill(m.t_min.max(keep_t))?
         };
         Some((m.t_min, out))
     }
@@ -1158,11 +1199,8 @@ impl Scheduler {
             return;
         }
         let cols = self.job(k).columns.clone();
-        match (
-            self.plan(k, &cand, true, 0.0),
-            self.plan(k, &cand, false, self.current_t(k)),
-        ) {
-            (Some((_, compressed)), Some((_, minimal))) => {
+        match self.plan_both(k, &cand, self.current_t(k)) {
+            Some((_, compressed, minimal)) => {
                 let extra = self.optional_moves(k, &cand, &compressed);
                 let counts = if extra <= ctx.budget {
                     compressed
@@ -1171,7 +1209,7 @@ impl Scheduler {
                 };
                 self.apply(k, cols, &cand, &counts, ctx);
             }
-            _ => self.apply(k, cols, &[], &[], ctx),
+            None => self.apply(k, cols, &[], &[], ctx),
         }
     }
 
@@ -1208,11 +1246,19 @@ impl Scheduler {
             }
             // Only free cells that are new (or a job the budget cut off last
             // time) can change a job's answer.
-            let touched = ctx.all_freed
-                || self.retry.contains(&k)
-                || j.columns.iter().any(|c| ctx.freed.binary_search(c).is_ok());
-            if !touched {
+            let retry = self.retry.contains(&k);
+            let freed_here = j.columns.iter().any(|c| ctx.freed.binary_search(c).is_ok());
+            if !(ctx.all_freed || retry || freed_here) {
                 continue;
+            }
+            // A joining processor helps only if a VP finishes there sooner
+            // than the job does now (and it has the job's architecture).
+            if let (Some(r), false, false) = (ctx.new_row, retry, freed_here) {
+                let arch = self.arch_of(r);
+                let fits = j.vps.values().any(|v| Some(v.arch) == arch);
+                if !fits || finish_time(1, self.cap(r)) >= self.current_t(k) * (1.0 - 1e-9) {
+                    continue;
+                }
             }
             self.retry.remove(&k);
             let cand = self.candidates(k);
@@ -1339,12 +1385,18 @@ impl Scheduler {
         if self.map.columns().len() < 2 {
             return;
         }
-        // A slot can only go if its busy cells fit in the free cells of the
-        // others: skip the search when no slot passes that count.
-        let live = self.map.live().len();
-        let free: Vec<usize> = self.map.columns().iter().map(|c| c.free().len()).collect();
-        let total_free: usize = free.iter().sum();
-        if !free.iter().any(|&f| live - f <= total_free - f) {
+        // A slot can only go if each of its busy rows is free in some other
+        // slot: skip the search when no slot passes that test.
+        let mut free_somewhere = BitSet::default();
+        for c in self.map.columns() {
+            free_somewhere.union_with(c.free());
+        }
+        let movable = self.map.columns().iter().any(|c| {
+            let mut busy = self.map.live().clone();
+            busy.remove_all(c.free());
+            busy.is_subset(&free_somewhere)
+        });
+        if !movable {
             return;
         }
         let mut pieces = Vec::new();
