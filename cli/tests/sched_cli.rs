@@ -183,3 +183,63 @@ fn repack_keeps_processors_and_reaches_the_bound() {
     let out = mig(&["sched", "repack", bad.path().to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("slot 0 has 2 entries, expected 3"));
 }
+
+#[test]
+fn sim_compares_policies_on_a_trace_plain_or_gzipped() {
+    let swf = "; MaxProcs: 4\n\
+1 0 0 10 4 -1 -1 4 10 -1 1 1 1 1 1 -1 -1 -1\n\
+2 0 0 5 1 -1 -1 1 5 -1 1 1 1 1 1 -1 -1 -1\n";
+    let plain = file(swf);
+    let jobs_out = tempfile::NamedTempFile::new().unwrap();
+    let v = json(&mig(&[
+        "sim",
+        "--trace",
+        plain.path().to_str().unwrap(),
+        "--policy",
+        "fcfs,mtat",
+        "--json",
+        "--jobs-out",
+        jobs_out.path().to_str().unwrap(),
+    ]));
+    // FCFS: job 1 takes all 4 processors 0-10, job 2 runs 10-15.
+    assert_eq!(v["policies"]["fcfs"]["mean_response_time"], 12.5);
+    assert_eq!(v["policies"]["mtat"]["jobs"], 2);
+    let lines = std::fs::read_to_string(jobs_out.path()).unwrap();
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert_eq!(first["policy"], "fcfs");
+    assert_eq!(lines.lines().count(), 4);
+    let gz = tempfile::NamedTempFile::new().unwrap();
+    let status = std::process::Command::new("gzip")
+        .arg("-c")
+        .arg(plain.path())
+        .stdout(gz.reopen().unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let v = json(&mig(&[
+        "sim",
+        "--trace",
+        gz.path().to_str().unwrap(),
+        "--policy",
+        "easy",
+        "--json",
+    ]));
+    assert_eq!(v["jobs"], 2);
+    let bad = file("1 0 0 x\n");
+    let out = mig(&[
+        "sim",
+        "--trace",
+        bad.path().to_str().unwrap(),
+        "--processors",
+        "4",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1:"));
+    let out = mig(&[
+        "sim",
+        "--trace",
+        plain.path().to_str().unwrap(),
+        "--policy",
+        "lottery",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
+}

@@ -8,7 +8,8 @@
 //! * `master` — hosts, jobs and Tids, and the scheduler's actions turned into messages (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
 //! * `config`, `facts`, `log` — configuration, host facts, the log;
-//! * `sched` — the embedded scheduler (pure; shared with the simulator).
+//! * `sched` — the embedded scheduler (pure; shared with the simulator);
+//! * `sim` — the trace-driven simulator (pure).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod config;
@@ -19,6 +20,7 @@ pub mod log;
 pub mod master;
 pub mod sched;
 pub mod server;
+pub mod sim;
 
 pub use config::Config;
 pub use server::{run, DaemonError};

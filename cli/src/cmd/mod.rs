@@ -7,6 +7,7 @@ pub mod kill;
 pub mod map;
 pub mod ps;
 pub mod sched;
+pub mod sim;
 pub mod spawn;
 pub mod up;
 
@@ -54,6 +55,8 @@ enum Command {
     /// Run the scheduler's algorithms on given input and explain the result.
     #[command(subcommand)]
     Sched(sched::SchedCmd),
+    /// Replay a workload trace (SWF) through scheduling policies and compare them.
+    Sim(sim::Args),
 }
 
 /// Run one parsed command line.
@@ -71,6 +74,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Map(a) => map::run(&daemon, a),
         Command::Halt(a) => halt::run(&daemon, a),
         Command::Sched(c) => sched::run(c),
+        Command::Sim(a) => sim::run(a),
     }
 }
 

@@ -428,6 +428,25 @@ impl Scheduler {
         })
     }
 
+    /// For every job: its id, the slots it runs in, `max n_r / a_r` of its
+    /// assignment, and whether some of its VPs wait for a processor. What a
+    /// simulator needs to advance jobs, without building views.
+    pub fn job_shares(&self) -> Vec<(&str, usize, f64, bool)> {
+        self.queue
+            .iter()
+            .map(|&k| {
+                let j = self.job(k);
+                let placed: u32 = j.rows.values().sum();
+                (
+                    j.id.as_str(),
+                    j.columns.len(),
+                    self.current_t(k),
+                    placed as usize != j.vps.len(),
+                )
+            })
+            .collect()
+    }
+
     /// The slot table of `host`: for each slot of the round, the cells of its
     /// processors that hold a job, with that job's VPs there.
     pub fn host_table(&self, host: &str) -> Vec<Vec<TableCell>> {

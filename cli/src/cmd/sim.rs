@@ -1,0 +1,175 @@
+//! `mig sim`: replay a Standard Workload Format trace (plain or gzip'd)
+//! through scheduling policies with a virtual clock and compare them.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use migd::sim::{self, swf};
+use serde_json::json;
+
+/// Flags of `mig sim`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The trace (.swf or .swf.gz).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Policies to compare, comma-separated: fcfs, easy, mtat, mtat+repack.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fcfs,easy,mtat,mtat+repack"
+    )]
+    policy: Vec<String>,
+    /// Processors (default: the trace's MaxProcs, else MaxNodes).
+    #[arg(long)]
+    processors: Option<u32>,
+    /// Relative capacities of the processors, cycled over them (default all 1).
+    #[arg(long, value_delimiter = ',')]
+    capacities: Vec<f64>,
+    /// Replay only the first N jobs.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Skip and count malformed lines instead of stopping at the first.
+    #[arg(long)]
+    lenient: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write one JSON line per job and policy (id, submit, start, end, processors, migrations).
+    #[arg(long)]
+    jobs_out: Option<PathBuf>,
+}
+
+fn read_trace(path: &PathBuf) -> Result<String> {
+    let mut raw = Vec::new();
+    std::fs::File::open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?
+        .read_to_end(&mut raw)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut text = String::new();
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_string(&mut text)
+            .with_context(|| format!("{}: not a valid gzip'd text file", path.display()))?;
+    } else {
+        text = String::from_utf8(raw)
+            .with_context(|| format!("{}: not UTF-8 text", path.display()))?;
+    }
+    Ok(text)
+}
+
+/// Run it.
+pub fn run(a: Args) -> Result<()> {
+    for p in &a.policy {
+        if !sim::POLICIES.contains(&p.as_str()) {
+            bail!(
+                "unknown policy {p:?}; choose from {}",
+                sim::POLICIES.join(", ")
+            );
+        }
+    }
+    if let Some(c) = a.capacities.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
+        bail!("--capacities: {c} is not a positive number");
+    }
+    let text = read_trace(&a.trace)?;
+    let mut w = swf::parse_swf(&text, a.lenient).with_context(|| a.trace.display().to_string())?;
+    if let Some(n) = a.limit {
+        w.jobs.truncate(n);
+    }
+    let procs = match a.processors.or(w.max_procs) {
+        Some(p) if p > 0 => p,
+        _ => bail!("the trace has no MaxProcs/MaxNodes header: give --processors"),
+    };
+    let caps: Vec<f64> = (0..procs as usize)
+        .map(|i| {
+            if a.capacities.is_empty() {
+                1.0
+            } else {
+                a.capacities[i % a.capacities.len()]
+            }
+        })
+        .collect();
+    let wide = w.jobs.iter().filter(|j| j.procs > procs).count();
+    eprintln!(
+        "mig: {} jobs on {procs} processors (skipped: {} without processors, {} without run time, {} malformed; {} estimates raised to the run time; {wide} wider than the machine)",
+        w.jobs.len(), w.skipped_no_procs, w.skipped_no_runtime, w.skipped_malformed, w.raised_estimates
+    );
+    let mut jobs_out = match &a.jobs_out {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let mut results = Vec::new();
+    for p in &a.policy {
+        let t = Instant::now();
+        eprint!("mig: {p} ...");
+        let Some((outcomes, m)) = sim::replay(&w.jobs, &caps, p) else {
+            continue;
+        };
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!(" {:.2} s", secs);
+        if let Some(f) = jobs_out.as_mut() {
+            for o in &outcomes {
+                writeln!(
+                    f,
+                    "{}",
+                    json!({"policy": p, "id": o.id, "submit": o.submit, "start": o.start, "end": o.end, "processors": o.procs, "migrations": o.migrations})
+                )?;
+            }
+        }
+        results.push((p.clone(), m, secs));
+    }
+    if let Some(mut f) = jobs_out {
+        f.flush()?;
+    }
+    if a.json {
+        let policies: serde_json::Map<String, serde_json::Value> = results
+            .iter()
+            .map(|(p, m, secs)| {
+                let mut v = serde_json::to_value(m).unwrap_or_default();
+                v["replay_seconds"] = json!(secs);
+                (p.clone(), v)
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"trace": a.trace.display().to_string(), "processors": procs, "jobs": w.jobs.len(), "policies": policies})
+        );
+        return Ok(());
+    }
+    print!("{:<26}", "metric");
+    for (p, _, _) in &results {
+        print!("{p:>14}");
+    }
+    println!();
+    type Row = (&'static str, fn(&sim::metrics::Metrics) -> String);
+    let rows: [Row; 10] = [
+        ("jobs completed", |m| m.jobs.to_string()),
+        ("mean response time (s)", |m| {
+            format!("{:.0}", m.mean_response_time)
+        }),
+        ("median response time (s)", |m| {
+            format!("{:.0}", m.median_response_time)
+        }),
+        ("mean bounded slowdown", |m| {
+            format!("{:.2}", m.mean_bounded_slowdown)
+        }),
+        ("utilisation", |m| format!("{:.3}", m.utilization)),
+        ("makespan (s)", |m| format!("{:.0}", m.makespan)),
+        ("migrations", |m| m.migrations.to_string()),
+        ("mean slots per round", |m| format!("{:.2}", m.mean_slots)),
+        ("max slots per round", |m| m.max_slots.to_string()),
+        ("normalized perf. eta", |m| format!("{:.3}", m.eta)),
+    ];
+    for (name, f) in rows {
+        print!("{name:<26}");
+        for (_, m, _) in &results {
+            print!("{:>14}", f(m));
+        }
+        println!();
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! Time sharing through the embedded scheduler (`mtat`, `mtat+repack`).
+//!
+//! The same `Scheduler` that runs in migd places every job; a virtual clock
+//! advances between events. A job's run time in the trace is its work on
+//! dedicated speed-1 processors; in the map it runs in `w` of the round's
+//! `τ` slots with `n_r` VPs on a processor of capacity `a_r`, so it
+//! progresses at `(w / τ) / max_r(n_r / a_r)` (the MTAT model), or not at
+//! all while some VP waits for a processor.
+
+use std::collections::BTreeMap;
+
+use super::swf::Job;
+use super::Outcome;
+use crate::sched::{Action, Event, SchedConfig, Scheduler};
+
+/// What a gang replay produced.
+pub struct GangRun {
+    /// Per job.
+    pub outcomes: Vec<Outcome>,
+    /// Migrations in all.
+    pub migrations: u64,
+    /// Time-weighted mean and maximum slots per round.
+    pub slots: (f64, usize),
+}
+
+/// Replay `jobs` on processors of the given capacities.
+pub fn run(jobs: &[Job], capacities: &[f64], repack: bool) -> GangRun {
+    let mut sched = Scheduler::new(SchedConfig {
+        repack,
+        ..SchedConfig::default()
+    });
+    for (i, &c) in capacities.iter().enumerate() {
+        let id = format!("p{i}");
+        let _ = sched.on_event(Event::NewProcessor {
+            id: id.clone(),
+            host: id,
+            arch: "any".into(),
+            capacity: c,
+        });
+    }
+    let mut remaining: Vec<f64> = jobs.iter().map(|j| j.run).collect();
+    let mut rate: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
+    let mut moved: Vec<u32> = vec![0; jobs.len()];
+    let mut next = 0;
+    let mut now = jobs.first().map_or(0.0, |j| j.submit);
+    let (mut slot_time, mut span, mut max_slots) = (0.0, 0.0, 0usize);
+    let note = |actions: Vec<Action>, moved: &mut Vec<u32>| {
+        for a in actions {
+            if let Action::Migrate { job, .. } = a {
+                if let Ok(i) = job.parse::<usize>() {
+                    moved[i] += 1;
+                }
+            }
+        }
+    };
+    loop {
+        // The next completion at current rates, and the next arrival.
+        let finish = rate
+            .iter()
+            .filter(|(_, &r)| r > 0.0)
+            .map(|(&i, &r)| (now + remaining[i] / r, i))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let arrival = jobs.get(next).map(|j| j.submit);
+        let t = match (finish, arrival) {
+            (None, None) => break,
+            (Some((f, _)), None) => f,
+            (None, Some(a)) => a,
+            (Some((f, _)), Some(a)) => f.min(a),
+        };
+        let dt = (t - now).max(0.0);
+        for (&i, &r) in &rate {
+            remaining[i] -= r * dt;
+        }
+        let slots = sched.map().columns().len();
+        if !rate.is_empty() {
+            slot_time += slots as f64 * dt;
+            span += dt;
+        }
+        now = t;
+        // Completions first (all jobs whose work is done by now), then arrivals.
+        let done: Vec<usize> = rate
+            .iter()
+            .filter(|(&i, &r)| r > 0.0 && remaining[i] <= 1e-9 * jobs[i].run.max(1.0))
+            .map(|(&i, _)| i)
+            .collect();
+        for i in done {
+            rate.remove(&i);
+            if let Ok(a) = sched.on_event(Event::JobExit { job: i.to_string() }) {
+                note(a, &mut moved);
+            }
+            let j = &jobs[i];
+            out[i] = Some(Outcome {
+                id: j.id.clone(),
+                submit: j.submit,
+                start: j.submit,
+                end: now,
+                procs: j.procs,
+                migrations: moved[i],
+            });
+        }
+        while jobs.get(next).is_some_and(|j| j.submit <= now) {
+            let j = &jobs[next];
+            if j.procs > 0 {
+                let e = Event::Submit {
+                    job: next.to_string(),
+                    vps: BTreeMap::from([("any".to_string(), j.procs)]),
+                };
+                if let Ok(a) = sched.on_event(e) {
+                    note(a, &mut moved);
+                }
+                rate.insert(next, 0.0);
+            }
+            next += 1;
+        }
+        let tau = sched.map().columns().len().max(1) as f64;
+        max_slots = max_slots.max(sched.map().columns().len());
+        for (id, width, t_job, waiting) in sched.job_shares() {
+            if let Ok(i) = id.parse::<usize>() {
+                let r = if waiting || t_job <= 0.0 {
+                    0.0
+                } else {
+                    (width as f64 / tau) / t_job
+                };
+                rate.insert(i, r);
+            }
+        }
+    }
+    GangRun {
+        outcomes: out.into_iter().flatten().collect(),
+        migrations: sched.migrations(),
+        slots: (if span > 0.0 { slot_time / span } else { 0.0 }, max_slots),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str, submit: f64, run: f64, procs: u32) -> Job {
+        Job {
+            id: id.into(),
+            submit,
+            run,
+            procs,
+            estimate: run,
+        }
+    }
+
+    #[test]
+    fn two_full_width_jobs_share_the_machine_in_two_slots() {
+        // 4 processors; a and b each need all 4 for 100 s. Time sharing in two
+        // slots: both progress at half speed, both end at 200.
+        let r = run(
+            &[job("a", 0.0, 100.0, 4), job("b", 0.0, 100.0, 4)],
+            &[1.0; 4],
+            true,
+        );
+        for o in &r.outcomes {
+            assert!((o.end - 200.0).abs() < 1e-6, "{o:?}");
+        }
+        assert_eq!(r.slots.1, 2);
+    }
+
+    #[test]
+    fn a_job_alone_runs_at_full_speed_and_doubling_up_halves_it() {
+        let r = run(&[job("a", 5.0, 100.0, 2)], &[1.0; 2], true);
+        assert!((r.outcomes[0].end - 105.0).abs() < 1e-6);
+        // 4 VPs on 2 processors: two per processor, T = 2, so 200 s.
+        let r = run(&[job("a", 0.0, 100.0, 4)], &[1.0; 2], true);
+        assert!((r.outcomes[0].end - 200.0).abs() < 1e-6);
+        // A faster processor: capacity 2 takes both VPs at T = 1.
+        let r = run(&[job("a", 0.0, 100.0, 2)], &[2.0], true);
+        assert!((r.outcomes[0].end - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_small_job_shares_the_slot_of_a_running_one() {
+        // 4 processors: a uses 2 for 100 s; b (2 VPs, 50 s) fits beside it in
+        // the same slot: both at full speed.
+        let r = run(
+            &[job("a", 0.0, 100.0, 2), job("b", 10.0, 50.0, 2)],
+            &[1.0; 4],
+            true,
+        );
+        let b = r.outcomes.iter().find(|o| o.id == "b").unwrap();
+        assert!((b.end - 60.0).abs() < 1e-6);
+        assert_eq!(r.slots.1, 1);
+    }
+}

@@ -1,0 +1,113 @@
+//! What a replay measured: per-job outcomes summed up per policy.
+
+use serde::Serialize;
+
+use super::Outcome;
+
+/// Bounded slowdown threshold, seconds.
+pub const BSLD_TAU: f64 = 10.0;
+
+/// The summary of one policy's replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Metrics {
+    /// Jobs completed.
+    pub jobs: usize,
+    /// Mean of end − submit.
+    pub mean_response_time: f64,
+    /// Median of end − submit.
+    pub median_response_time: f64,
+    /// Mean of max(1, response / max(run, 10 s)).
+    pub mean_bounded_slowdown: f64,
+    /// Work done / (total capacity × makespan).
+    pub utilization: f64,
+    /// Last end − first submit.
+    pub makespan: f64,
+    /// VP migrations.
+    pub migrations: u64,
+    /// Time-weighted mean slots per round (1 without time sharing).
+    pub mean_slots: f64,
+    /// Most slots in a round.
+    pub max_slots: usize,
+    /// Normalized performance η (seeds 003/004): mean over jobs of the
+    /// dedicated run time over the response time, in (0, 1].
+    pub eta: f64,
+}
+
+/// Sum up `outcomes` of jobs whose dedicated run times are `runs`.
+pub fn summarise(
+    outcomes: &[Outcome],
+    runs: &[f64],
+    capacity: f64,
+    migrations: u64,
+    slots: (f64, usize),
+) -> Metrics {
+    let n = outcomes.len();
+    if n == 0 {
+        return Metrics {
+            jobs: 0,
+            mean_response_time: 0.0,
+            median_response_time: 0.0,
+            mean_bounded_slowdown: 0.0,
+            utilization: 0.0,
+            makespan: 0.0,
+            migrations,
+            mean_slots: slots.0,
+            max_slots: slots.1,
+            eta: 0.0,
+        };
+    }
+    let mut resp: Vec<f64> = outcomes.iter().map(|o| o.end - o.submit).collect();
+    let bsld: f64 = outcomes
+        .iter()
+        .zip(runs)
+        .map(|(o, &run)| ((o.end - o.submit) / run.max(BSLD_TAU)).max(1.0))
+        .sum::<f64>()
+        / n as f64;
+    let eta: f64 = outcomes
+        .iter()
+        .zip(runs)
+        .map(|(o, &run)| {
+            let r = o.end - o.submit;
+            if r > 0.0 {
+                (run / r).min(1.0)
+            } else {
+                1.0
+            }
+        })
+        .sum::<f64>()
+        / n as f64;
+    let first = outcomes
+        .iter()
+        .map(|o| o.submit)
+        .fold(f64::INFINITY, f64::min);
+    let last = outcomes.iter().map(|o| o.end).fold(0.0, f64::max);
+    let makespan = (last - first).max(0.0);
+    let work: f64 = outcomes
+        .iter()
+        .zip(runs)
+        .map(|(o, &run)| run * f64::from(o.procs))
+        .sum();
+    let mean = resp.iter().sum::<f64>() / n as f64;
+    resp.sort_by(f64::total_cmp);
+    let median = if n % 2 == 1 {
+        resp[n / 2]
+    } else {
+        (resp[n / 2 - 1] + resp[n / 2]) / 2.0
+    };
+    Metrics {
+        jobs: n,
+        mean_response_time: mean,
+        median_response_time: median,
+        mean_bounded_slowdown: bsld,
+        utilization: if makespan > 0.0 {
+            work / (capacity * makespan)
+        } else {
+            0.0
+        },
+        makespan,
+        migrations,
+        mean_slots: slots.0,
+        max_slots: slots.1,
+        eta,
+    }
+}

@@ -1,0 +1,140 @@
+//! Simulator tests: the pyss peer's FCFS and EASY vectors, hand-computed
+//! traces, and invariants on random traces.
+
+use super::swf::{parse_pyss, Job};
+use super::*;
+
+fn fixture(name: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/pyss")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn check_vectors(policy: &str, files: &[String]) {
+    for f in files {
+        let w = parse_pyss(&fixture(f)).unwrap();
+        let (out, _) = replay(&w.jobs, &[1.0; 100], policy).unwrap();
+        assert_eq!(out.len(), w.jobs.len(), "{f}: every job completes");
+        for o in &out {
+            let expect = o.id.parse::<f64>().unwrap().trunc();
+            assert_eq!(
+                o.end, expect,
+                "{policy} {f}: job {} ends at {} not {expect}",
+                o.id, o.end
+            );
+        }
+    }
+}
+
+fn names(prefix: &str, range: std::ops::RangeInclusive<u32>) -> Vec<String> {
+    range.map(|i| format!("{prefix}.{i}")).collect()
+}
+
+#[test]
+fn fcfs_matches_the_pyss_vectors() {
+    let mut files = names("fcfs_input", 0..=7);
+    files.extend(names("basic_input", 0..=28));
+    files.extend(names("extreme_input", 0..=1));
+    check_vectors("fcfs", &files);
+}
+
+#[test]
+fn easy_matches_the_pyss_vectors() {
+    let mut files = names("bf_input", 0..=8);
+    files.extend(names("easy_bf_input", 0..=3));
+    files.extend(names("basic_input", 0..=28));
+    files.extend(names("extreme_input", 0..=2));
+    check_vectors("easy", &files);
+}
+
+fn job(id: &str, submit: f64, run: f64, procs: u32) -> Job {
+    Job {
+        id: id.into(),
+        submit,
+        run,
+        procs,
+        estimate: run,
+    }
+}
+
+#[test]
+fn hand_computed_metrics() {
+    // 2 processors: a (2 procs, 10 s) at 0, b (1 proc, 5 s) at 0. FCFS: a
+    // 0-10, b 10-15. Responses 10 and 15; bounded slowdowns 1 and 15/10;
+    // work 25 over 2 x 15.
+    let jobs = [job("a", 0.0, 10.0, 2), job("b", 0.0, 5.0, 1)];
+    let (_, m) = replay(&jobs, &[1.0; 2], "fcfs").unwrap();
+    assert_eq!(m.mean_response_time, 12.5);
+    assert_eq!(m.median_response_time, 12.5);
+    assert!((m.mean_bounded_slowdown - 1.25).abs() < 1e-12);
+    assert!((m.utilization - 25.0 / 30.0).abs() < 1e-12);
+    assert_eq!(m.makespan, 15.0);
+    // Gang: two slots would slow a; b fits in a's slot? No: a takes both
+    // processors, so b gets a second slot: both at half speed until b ends.
+    let (out, m) = replay(&jobs, &[1.0; 2], "mtat").unwrap();
+    let b = out.iter().find(|o| o.id == "b").unwrap();
+    assert!(
+        (b.end - 10.0).abs() < 1e-9,
+        "b runs half the time: 5 s of work in 10 s"
+    );
+    let a = out.iter().find(|o| o.id == "a").unwrap();
+    assert!(
+        (a.end - 15.0).abs() < 1e-9,
+        "a: 5 s of work by 10, alone after"
+    );
+    assert_eq!(m.max_slots, 2);
+    assert!(replay(&jobs, &[1.0], "nope").is_none());
+}
+
+fn random_jobs(seed: u64, n: usize, procs: u32) -> Vec<Job> {
+    let mut s = seed;
+    let mut next = move || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        s >> 33
+    };
+    let mut t = 0.0;
+    (0..n)
+        .map(|i| {
+            t += (next() % 50) as f64;
+            job(
+                &i.to_string(),
+                t,
+                1.0 + (next() % 200) as f64,
+                1 + (next() % u64::from(procs)) as u32,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn invariants_on_random_traces() {
+    for seed in 0..6 {
+        let jobs = random_jobs(seed, 60, 8);
+        for policy in POLICIES {
+            let (out, m) = replay(&jobs, &[1.0; 8], policy).unwrap();
+            assert_eq!(out.len(), jobs.len(), "{policy}: every job completes");
+            for o in &out {
+                let j = jobs.iter().find(|j| j.id == o.id).unwrap();
+                assert!(
+                    o.end + 1e-6 >= o.submit + j.run,
+                    "{policy}: job {} faster than its work allows",
+                    o.id
+                );
+                assert!(o.start >= o.submit);
+            }
+            assert!(
+                m.utilization <= 1.0 + 1e-9,
+                "{policy}: utilisation {}",
+                m.utilization
+            );
+            let again = replay(&jobs, &[1.0; 8], policy).unwrap();
+            assert_eq!(
+                again.0, out,
+                "{policy}: the same input gives the same output"
+            );
+        }
+    }
+}
