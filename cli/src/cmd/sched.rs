@@ -73,6 +73,9 @@ pub struct ReplayArgs {
     /// Optional migrations allowed per event.
     #[arg(long, default_value_t = 16)]
     max_migrations: usize,
+    /// Most slots per round; a job needing more waits [default: no limit].
+    #[arg(long, default_value_t = usize::MAX, hide_default_value = true)]
+    max_slots: usize,
     /// Print the final state as JSON (with every event's actions).
     #[arg(long)]
     json: bool,
@@ -305,6 +308,7 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         expansion,
         repack: !a.no_repack,
         max_migrations_per_event: a.max_migrations,
+        max_slots: a.max_slots,
     });
     let n = events.len();
     let actions = replay::run(&mut sched, events).with_context(|| name.clone())?;

@@ -28,6 +28,10 @@ pub struct Args {
     /// Relative capacities of the processors, cycled over them (default all 1).
     #[arg(long, value_delimiter = ',')]
     capacities: Vec<f64>,
+    /// Most slots per round for mtat and mtat+repack (the multiprogramming
+    /// level); jobs needing more wait in submission order.
+    #[arg(long, default_value_t = sim::DEFAULT_MAX_SLOTS)]
+    max_slots: usize,
     /// Replay only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
@@ -106,7 +110,7 @@ pub fn run(a: Args) -> Result<()> {
     for p in &a.policy {
         let t = Instant::now();
         eprint!("mig: {p} ...");
-        let Some((outcomes, m)) = sim::replay(&w.jobs, &caps, p) else {
+        let Some((outcomes, m)) = sim::replay(&w.jobs, &caps, p, a.max_slots.max(1)) else {
             continue;
         };
         let secs = t.elapsed().as_secs_f64();

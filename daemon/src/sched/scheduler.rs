@@ -195,6 +195,9 @@ pub struct SchedConfig {
     /// Optional migrations allowed per event (expansion, compression).
     /// Migrations forced by a processor leaving do not count.
     pub max_migrations_per_event: usize,
+    /// Most slots per round (the multiprogramming level). A job that would
+    /// need one more slot waits (its VPs held) until space appears.
+    pub max_slots: usize,
 }
 
 impl Default for SchedConfig {
@@ -203,6 +206,7 @@ impl Default for SchedConfig {
             expansion: Box::new(RegularPattern),
             repack: true,
             max_migrations_per_event: 16,
+            max_slots: usize::MAX,
         }
     }
 }
@@ -213,6 +217,7 @@ impl std::fmt::Debug for SchedConfig {
             .field("expansion", &self.expansion.name())
             .field("repack", &self.repack)
             .field("max_migrations_per_event", &self.max_migrations_per_event)
+            .field("max_slots", &self.max_slots)
             .finish()
     }
 }
@@ -1171,6 +1176,7 @@ impl Scheduler {
             return;
         };
         let pattern = self.cfg.expansion.find(&self.map, &demand);
+        let at_cap = self.map.columns().len() >= self.cfg.max_slots;
         let choice = pattern.and_then(|p| {
             let covers = demand.keys().all(|a| {
                 p.rows
@@ -1183,12 +1189,17 @@ impl Scheduler {
             let (t_p, counts) = self.plan(k, &p.rows, true, 0.0)?;
             // Wall-clock turnaround: a job in w of tau slots runs w/tau of the
             // time; a new slot makes the round tau + 1 long for everyone.
+            // At the slot cap there is no new slot to compare with.
             let tau = self.map.columns().len() as f64;
-            (t_p * tau / p.columns.len() as f64 <= t_new * (tau + 1.0) * (1.0 + 1e-9))
+            (at_cap || t_p * tau / p.columns.len() as f64 <= t_new * (tau + 1.0) * (1.0 + 1e-9))
                 .then_some((p.columns, p.rows, counts))
         });
         let (columns, rows, counts) = match choice {
             Some(c) => c,
+            None if at_cap => {
+                self.apply(k, Vec::new(), &[], &[], ctx);
+                return;
+            }
             None => {
                 let id = self.map.push_column();
                 ctx.all_dirty = true;
@@ -1246,6 +1257,12 @@ impl Scheduler {
                 v.row.is_none() && self.map.arch_rows(v.arch).is_some_and(|r| !r.is_empty())
             }) {
                 self.reposition(k, ctx);
+                // At the slot cap, jobs wait in queue order: stop at the first
+                // that still finds no room.
+                if self.job(k).columns.is_empty() && self.map.columns().len() >= self.cfg.max_slots
+                {
+                    break;
+                }
             }
         }
     }

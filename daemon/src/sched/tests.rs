@@ -411,3 +411,29 @@ proptest! {
         prop_assert_eq!(sa.table(), sb.table());
     }
 }
+
+#[test]
+fn beyond_the_slot_cap_a_job_waits_until_space_appears() {
+    let mut s = Scheduler::new(SchedConfig {
+        max_slots: 1,
+        ..SchedConfig::default()
+    });
+    for i in 1..=2 {
+        s.on_event(proc_event(&format!("p{i}/0"), "x86_64", 1.0))
+            .unwrap();
+    }
+    s.on_event(submit("a", 2)).unwrap();
+    s.on_event(submit("b", 2)).unwrap();
+    assert_eq!(s.map().columns().len(), 1);
+    assert_eq!(s.job_view("b").unwrap().waiting, vec![0, 1]);
+    let actions = s.on_event(Event::JobExit { job: "a".into() }).unwrap();
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Start { job, .. } if job == "b"))
+            .count(),
+        2
+    );
+    assert!(s.job_view("b").unwrap().waiting.is_empty());
+    s.check_invariants().unwrap();
+}

@@ -23,10 +23,12 @@ pub struct GangRun {
     pub slots: (f64, usize),
 }
 
-/// Replay `jobs` on processors of the given capacities.
-pub fn run(jobs: &[Job], capacities: &[f64], repack: bool) -> GangRun {
+/// Replay `jobs` on processors of the given capacities, with at most
+/// `max_slots` slots per round (jobs beyond wait in submission order).
+pub fn run(jobs: &[Job], capacities: &[f64], repack: bool, max_slots: usize) -> GangRun {
     let mut sched = Scheduler::new(SchedConfig {
         repack,
+        max_slots,
         ..SchedConfig::default()
     });
     for (i, &c) in capacities.iter().enumerate() {
@@ -42,6 +44,7 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool) -> GangRun {
     let mut rate: BTreeMap<usize, f64> = BTreeMap::new();
     let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
     let mut moved: Vec<u32> = vec![0; jobs.len()];
+    let mut started: Vec<Option<f64>> = vec![None; jobs.len()];
     let mut next = 0;
     let mut now = jobs.first().map_or(0.0, |j| j.submit);
     let (mut slot_time, mut span, mut max_slots) = (0.0, 0.0, 0usize);
@@ -81,7 +84,13 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool) -> GangRun {
         // Completions first (all jobs whose work is done by now), then arrivals.
         let done: Vec<usize> = rate
             .iter()
-            .filter(|(&i, &r)| r > 0.0 && remaining[i] <= 1e-9 * jobs[i].run.max(1.0))
+            // Done when no work is left, or when what is left can no longer
+            // move the clock (now + rest == now in floating point).
+            .filter(|(&i, &r)| {
+                r > 0.0
+                    && (remaining[i] <= 1e-9 * jobs[i].run.max(1.0)
+                        || now + remaining[i] / r <= now)
+            })
             .map(|(&i, _)| i)
             .collect();
         for i in done {
@@ -93,7 +102,7 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool) -> GangRun {
             out[i] = Some(Outcome {
                 id: j.id.clone(),
                 submit: j.submit,
-                start: j.submit,
+                start: started[i].unwrap_or(j.submit),
                 end: now,
                 procs: j.procs,
                 migrations: moved[i],
@@ -122,6 +131,9 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool) -> GangRun {
                 } else {
                     (width as f64 / tau) / t_job
                 };
+                if r > 0.0 && started[i].is_none() {
+                    started[i] = Some(now);
+                }
                 rate.insert(i, r);
             }
         }
@@ -155,23 +167,46 @@ mod tests {
             &[job("a", 0.0, 100.0, 4), job("b", 0.0, 100.0, 4)],
             &[1.0; 4],
             true,
+            4,
         );
         for o in &r.outcomes {
             assert!((o.end - 200.0).abs() < 1e-6, "{o:?}");
         }
         assert_eq!(r.slots.1, 2);
+        // With one slot per round, b waits for a: a ends at 100, b at 200.
+        let r = run(
+            &[job("a", 0.0, 100.0, 4), job("b", 0.0, 100.0, 4)],
+            &[1.0; 4],
+            true,
+            1,
+        );
+        let b = r.outcomes.iter().find(|o| o.id == "b").unwrap();
+        assert!(
+            (b.start - 100.0).abs() < 1e-6 && (b.end - 200.0).abs() < 1e-6,
+            "{b:?}"
+        );
+        assert_eq!(r.slots.1, 1);
     }
 
     #[test]
     fn a_job_alone_runs_at_full_speed_and_doubling_up_halves_it() {
-        let r = run(&[job("a", 5.0, 100.0, 2)], &[1.0; 2], true);
+        let r = run(&[job("a", 5.0, 100.0, 2)], &[1.0; 2], true, 4);
         assert!((r.outcomes[0].end - 105.0).abs() < 1e-6);
         // 4 VPs on 2 processors: two per processor, T = 2, so 200 s.
-        let r = run(&[job("a", 0.0, 100.0, 4)], &[1.0; 2], true);
+        let r = run(&[job("a", 0.0, 100.0, 4)], &[1.0; 2], true, 4);
         assert!((r.outcomes[0].end - 200.0).abs() < 1e-6);
         // A faster processor: capacity 2 takes both VPs at T = 1.
-        let r = run(&[job("a", 0.0, 100.0, 2)], &[2.0], true);
+        let r = run(&[job("a", 0.0, 100.0, 2)], &[2.0], true, 4);
         assert!((r.outcomes[0].end - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn late_in_a_long_trace_the_clock_still_advances() {
+        // At t = 1e16 one second is below the clock's resolution: the job
+        // must still complete rather than stall the replay.
+        let r = run(&[job("a", 1e16, 1.0, 1)], &[1.0], true, 4);
+        assert_eq!(r.outcomes.len(), 1);
+        assert!(r.outcomes[0].end >= 1e16);
     }
 
     #[test]
@@ -182,6 +217,7 @@ mod tests {
             &[job("a", 0.0, 100.0, 2), job("b", 10.0, 50.0, 2)],
             &[1.0; 4],
             true,
+            4,
         );
         let b = r.outcomes.iter().find(|o| o.id == "b").unwrap();
         assert!((b.end - 60.0).abs() < 1e-6);

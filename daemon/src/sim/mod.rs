@@ -35,12 +35,17 @@ pub struct Outcome {
 /// The policies `replay` knows.
 pub const POLICIES: &[&str] = &["fcfs", "easy", "mtat", "mtat+repack"];
 
-/// Replay `w` under `policy` on processors of `capacities`; `None` for an
-/// unknown policy.
+/// Slots per round the time-sharing policies allow by default (the
+/// multiprogramming level; Slurm's gang scheduler is capped the same way).
+pub const DEFAULT_MAX_SLOTS: usize = 8;
+
+/// Replay `jobs` under `policy` on processors of `capacities`, time sharing
+/// with at most `max_slots` slots per round; `None` for an unknown policy.
 pub fn replay(
     jobs: &[swf::Job],
     capacities: &[f64],
     policy: &str,
+    max_slots: usize,
 ) -> Option<(Vec<Outcome>, metrics::Metrics)> {
     let runs = |o: &[Outcome]| -> Vec<f64> {
         let by_id: std::collections::HashMap<&str, f64> =
@@ -54,7 +59,7 @@ pub fn replay(
     let (outcomes, migrations, slots) = match policy {
         "fcfs" | "easy" => (batch::run(jobs, procs, policy == "easy"), 0, (1.0, 1)),
         "mtat" | "mtat+repack" => {
-            let g = gang::run(jobs, capacities, policy == "mtat+repack");
+            let g = gang::run(jobs, capacities, policy == "mtat+repack", max_slots);
             (g.outcomes, g.migrations, g.slots)
         }
         _ => return None,

@@ -14,7 +14,7 @@ fn fixture(name: &str) -> String {
 fn check_vectors(policy: &str, files: &[String]) {
     for f in files {
         let w = parse_pyss(&fixture(f)).unwrap();
-        let (out, _) = replay(&w.jobs, &[1.0; 100], policy).unwrap();
+        let (out, _) = replay(&w.jobs, &[1.0; 100], policy, DEFAULT_MAX_SLOTS).unwrap();
         assert_eq!(out.len(), w.jobs.len(), "{f}: every job completes");
         for o in &out {
             let expect = o.id.parse::<f64>().unwrap().trunc();
@@ -64,7 +64,7 @@ fn hand_computed_metrics() {
     // 0-10, b 10-15. Responses 10 and 15; bounded slowdowns 1 and 15/10;
     // work 25 over 2 x 15.
     let jobs = [job("a", 0.0, 10.0, 2), job("b", 0.0, 5.0, 1)];
-    let (_, m) = replay(&jobs, &[1.0; 2], "fcfs").unwrap();
+    let (_, m) = replay(&jobs, &[1.0; 2], "fcfs", DEFAULT_MAX_SLOTS).unwrap();
     assert_eq!(m.mean_response_time, 12.5);
     assert_eq!(m.median_response_time, 12.5);
     assert!((m.mean_bounded_slowdown - 1.25).abs() < 1e-12);
@@ -72,7 +72,7 @@ fn hand_computed_metrics() {
     assert_eq!(m.makespan, 15.0);
     // Gang: two slots would slow a; b fits in a's slot? No: a takes both
     // processors, so b gets a second slot: both at half speed until b ends.
-    let (out, m) = replay(&jobs, &[1.0; 2], "mtat").unwrap();
+    let (out, m) = replay(&jobs, &[1.0; 2], "mtat", DEFAULT_MAX_SLOTS).unwrap();
     let b = out.iter().find(|o| o.id == "b").unwrap();
     assert!(
         (b.end - 10.0).abs() < 1e-9,
@@ -84,7 +84,7 @@ fn hand_computed_metrics() {
         "a: 5 s of work by 10, alone after"
     );
     assert_eq!(m.max_slots, 2);
-    assert!(replay(&jobs, &[1.0], "nope").is_none());
+    assert!(replay(&jobs, &[1.0], "nope", DEFAULT_MAX_SLOTS).is_none());
 }
 
 fn random_jobs(seed: u64, n: usize, procs: u32) -> Vec<Job> {
@@ -114,7 +114,7 @@ fn invariants_on_random_traces() {
     for seed in 0..6 {
         let jobs = random_jobs(seed, 60, 8);
         for policy in POLICIES {
-            let (out, m) = replay(&jobs, &[1.0; 8], policy).unwrap();
+            let (out, m) = replay(&jobs, &[1.0; 8], policy, 3).unwrap();
             assert_eq!(out.len(), jobs.len(), "{policy}: every job completes");
             for o in &out {
                 let j = jobs.iter().find(|j| j.id == o.id).unwrap();
@@ -130,7 +130,7 @@ fn invariants_on_random_traces() {
                 "{policy}: utilisation {}",
                 m.utilization
             );
-            let again = replay(&jobs, &[1.0; 8], policy).unwrap();
+            let again = replay(&jobs, &[1.0; 8], policy, 3).unwrap();
             assert_eq!(
                 again.0, out,
                 "{policy}: the same input gives the same output"
