@@ -330,3 +330,41 @@ fn a_silent_worker_leaves_the_pool_and_rejoins_when_it_answers_again() {
     );
     assert!(vm.log(0).contains("answers again"));
 }
+
+#[test]
+fn a_worker_forwards_its_local_users_requests_to_the_master() {
+    let vm = Vm::start(2);
+    let worker_sock = vm.dir.path().join("h1").join("control.sock");
+    let out = std::process::Command::new(bin("mig"))
+        .env("MIG_DAEMON", &worker_sock)
+        .args([
+            "spawn",
+            "-n",
+            "2",
+            "--wait",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo via $MIG_HOST",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().filter(|l| l.contains("via h")).count(),
+        2,
+        "{text}"
+    );
+    let hosts = std::process::Command::new(bin("mig"))
+        .env("MIG_DAEMON", &worker_sock)
+        .args(["hosts", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&hosts.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+}
