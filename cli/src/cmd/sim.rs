@@ -28,7 +28,7 @@ pub struct Args {
     /// Relative capacities of the processors, cycled over them (default all 1).
     #[arg(long, value_delimiter = ',')]
     capacities: Vec<f64>,
-    /// Most slots per round for mtat and mtat+repack (the multiprogramming
+    /// Most slots per round for the time-sharing policies (the multiprogramming
     /// level); jobs needing more wait in submission order.
     #[arg(long, default_value_t = sim::DEFAULT_MAX_SLOTS)]
     max_slots: usize,

@@ -3,6 +3,7 @@
 //!
 //! * `swf` — reading SWF traces and the pyss test vectors;
 //! * `batch` — FCFS and EASY backfilling (space sharing, no time slicing);
+//! * `matrix` — `gang-firstfit` and `gang-buddy` on an Ousterhout matrix;
 //! * `gang` — `mtat` and `mtat+repack`: the embedded scheduler itself;
 //! * `metrics` — response time, bounded slowdown, utilisation, η.
 //!
@@ -10,6 +11,7 @@
 
 pub mod batch;
 pub mod gang;
+pub mod matrix;
 pub mod metrics;
 pub mod swf;
 
@@ -33,7 +35,14 @@ pub struct Outcome {
 }
 
 /// The policies `replay` knows.
-pub const POLICIES: &[&str] = &["fcfs", "easy", "mtat", "mtat+repack"];
+pub const POLICIES: &[&str] = &[
+    "fcfs",
+    "easy",
+    "gang-firstfit",
+    "gang-buddy",
+    "mtat",
+    "mtat+repack",
+];
 
 /// Slots per round the time-sharing policies allow by default (the
 /// multiprogramming level; Slurm's gang scheduler is capped the same way).
@@ -58,6 +67,10 @@ pub fn replay(
     let procs = capacities.len() as u32;
     let (outcomes, migrations, slots) = match policy {
         "fcfs" | "easy" => (batch::run(jobs, procs, policy == "easy"), 0, (1.0, 1)),
+        "gang-firstfit" | "gang-buddy" => {
+            let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots);
+            (g.outcomes, g.migrations, g.slots)
+        }
         "mtat" | "mtat+repack" => {
             let g = gang::run(jobs, capacities, policy == "mtat+repack", max_slots);
             (g.outcomes, g.migrations, g.slots)
