@@ -11,8 +11,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// Warm a scheduler up to about `slots` slots on `procs` processors, then
-/// time `n` more events.
+/// Warm a scheduler up to `slots` slots on `procs` processors (the slot cap
+/// holds the map at that size once the load fills it), then time `n` more
+/// events.
 fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
     let shape = Shape {
         capacities: capacities.to_vec(),
@@ -23,7 +24,10 @@ fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
         target_jobs: slots * 8,
     };
     let mut g = Generator::new(42, shape);
-    let mut s = Scheduler::new(SchedConfig::default());
+    let mut s = Scheduler::new(SchedConfig {
+        max_slots: slots,
+        ..SchedConfig::default()
+    });
     for e in g.pool() {
         s.on_event(e).expect("legal event");
     }

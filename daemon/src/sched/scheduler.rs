@@ -134,7 +134,8 @@ pub enum Action {
         /// That host.
         host: String,
     },
-    /// The slot tables of these hosts changed: fetch each with
+    /// The slot tables of these hosts changed (of every host when `all`,
+    /// as when the round's length changed): fetch each with
     /// `Scheduler::host_table` and install it at the next round boundary.
     /// `slots` is the new round length; `generation` orders tables.
     SlotTables {
@@ -142,7 +143,10 @@ pub enum Action {
         generation: u64,
         /// Slots per round.
         slots: usize,
-        /// Hosts whose table changed.
+        /// Every host's table changed.
+        all: bool,
+        /// Hosts whose table changed (with `all`: hosts that left the pool,
+        /// which `host_table` no longer lists).
         hosts: Vec<String>,
     },
 }
@@ -304,7 +308,10 @@ impl PoolInput {
 /// Per-event bookkeeping.
 struct Ctx {
     actions: Vec<Action>,
+    /// Hosts named directly (a processor joined or left there).
     dirty: BTreeSet<String>,
+    /// Rows whose cells changed (resolved to hosts once, at the end).
+    dirty_rows: Vec<Row>,
     all_dirty: bool,
     budget: usize,
     /// Columns where cells were freed during the event.
@@ -495,6 +502,7 @@ impl Scheduler {
         let mut ctx = Ctx {
             actions: Vec::new(),
             dirty: BTreeSet::new(),
+            dirty_rows: Vec::new(),
             all_dirty: false,
             budget: self.cfg.max_migrations_per_event,
             freed: Vec::new(),
@@ -518,23 +526,25 @@ impl Scheduler {
         if self.map.columns().len() != columns_before {
             ctx.all_dirty = true;
         }
-        if ctx.all_dirty || !ctx.dirty.is_empty() {
+        if ctx.all_dirty || !ctx.dirty.is_empty() || !ctx.dirty_rows.is_empty() {
             self.generation += 1;
-            let hosts: Vec<String> = if ctx.all_dirty {
-                let all: BTreeSet<String> =
-                    self.map.processors().map(|(_, p)| p.host.clone()).collect();
-                all.into_iter()
-                    .chain(ctx.dirty)
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect()
-            } else {
-                ctx.dirty.into_iter().collect()
-            };
+            let mut hosts = ctx.dirty;
+            if !ctx.all_dirty {
+                ctx.dirty_rows.sort_unstable();
+                ctx.dirty_rows.dedup();
+                for r in ctx.dirty_rows {
+                    if let Some(p) = self.map.processor(r) {
+                        if !hosts.contains(&p.host) {
+                            hosts.insert(p.host.clone());
+                        }
+                    }
+                }
+            }
             ctx.actions.push(Action::SlotTables {
                 generation: self.generation,
                 slots: self.map.columns().len(),
-                hosts,
+                all: ctx.all_dirty,
+                hosts: hosts.into_iter().collect(),
             });
         }
         self.queue.rotate_left(usize::from(!self.queue.is_empty()));
@@ -814,9 +824,7 @@ impl Scheduler {
     }
 
     fn dirty_row(&self, r: Row, ctx: &mut Ctx) {
-        if let Some(p) = self.map.processor(r) {
-            ctx.dirty.insert(p.host.clone());
-        }
+        ctx.dirty_rows.push(r);
     }
 
     /// `max n_r / a_r` of the job's current placement.
@@ -1011,7 +1019,7 @@ impl Scheduler {
             let Some(p) = self.map.processor(r).cloned() else {
                 continue;
             };
-            ctx.dirty.insert(p.host.clone());
+            ctx.dirty_rows.push(r);
             let v = self.job(k).vps[&i].clone();
             let action = match &v.at {
                 Some((from, _)) if from == &p.id => {
