@@ -934,17 +934,16 @@ impl Scheduler {
 
     /// Started VPs that `counts` on `rows` would move, beyond those that must
     /// move anyway because their processor left.
+    /// `rows` is sorted (as `candidates` returns it).
     fn optional_moves(&self, k: JobKey, rows: &[Row], counts: &[u32]) -> usize {
         let j = self.job(k);
-        rows.iter()
-            .zip(counts)
-            .map(|(r, &n)| j.rows.get(r).copied().unwrap_or(0).saturating_sub(n) as usize)
-            .sum::<usize>()
-            + j.rows
-                .keys()
-                .filter(|r| !rows.contains(r))
-                .map(|r| j.rows[r] as usize)
-                .sum::<usize>()
+        j.rows
+            .iter()
+            .map(|(r, &have)| {
+                let keep = rows.binary_search(r).ok().and_then(|i| counts.get(i)).copied().unwrap_or(0);
+                have.saturating_sub(keep) as usize
+            })
+            .sum()
     }
 
     /// Put the job in `columns` with `counts[i]` VPs on `rows[i]`: frees its
@@ -1317,10 +1316,12 @@ impl Scheduler {
                 continue;
             };
             if t_new < t_cur * (1.0 - 1e-9) {
-                if self.optional_moves(k, &cand, &counts) <= ctx.budget {
+                let moves = self.optional_moves(k, &cand, &counts);
+                if moves <= ctx.budget {
                     let cols = self.job(k).columns.clone();
                     self.apply(k, cols, &cand, &counts, ctx);
-                } else {
+                } else if moves <= self.cfg.max_migrations_per_event {
+                    // Cut off by what this event already spent: next time.
                     self.retry.insert(k);
                 }
             }
