@@ -90,7 +90,10 @@ fn main() {
     let n = if quick { 50 } else { 2000 };
     if let Ok(p) = std::env::var("MIG_BENCH_PROCS") {
         let p: usize = p.parse().unwrap_or(256);
-        let slots: usize = std::env::var("MIG_BENCH_SLOTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+        let slots: usize = std::env::var("MIG_BENCH_SLOTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16);
         per_event(p, slots, 3_000, &[1.0, 1.0, 2.0, 3.0, 4.0, 1.5]);
         return;
     }

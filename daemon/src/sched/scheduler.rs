@@ -24,7 +24,7 @@ use thiserror::Error;
 use super::compress::{compress_pools, fill};
 use super::expand::{Expansion, RegularPattern};
 use super::map::{AllocationMap, BitSet, JobKey, Processor, Row};
-use super::mtat::{finish_time, mtat_pools, turnaround};
+use super::mtat::{finish_time, mtat_pools};
 use super::repack::{repack, Piece};
 
 /// Something the scheduler is told.
@@ -829,10 +829,11 @@ impl Scheduler {
 
     /// `max n_r / a_r` of the job's current placement.
     fn current_t(&self, k: JobKey) -> f64 {
-        let j = self.job(k);
-        let counts: Vec<u32> = j.rows.values().copied().collect();
-        let caps: Vec<f64> = j.rows.keys().map(|&r| self.cap(r)).collect();
-        turnaround(&counts, &caps)
+        self.job(k)
+            .rows
+            .iter()
+            .map(|(&r, &n)| finish_time(n, self.cap(r)))
+            .fold(0.0, f64::max)
     }
 
     /// Rows the job may use inside its own columns: its rows plus rows free in
@@ -940,7 +941,12 @@ impl Scheduler {
         j.rows
             .iter()
             .map(|(r, &have)| {
-                let keep = rows.binary_search(r).ok().and_then(|i| counts.get(i)).copied().unwrap_or(0);
+                let keep = rows
+                    .binary_search(r)
+                    .ok()
+                    .and_then(|i| counts.get(i))
+                    .copied()
+                    .unwrap_or(0);
                 have.saturating_sub(keep) as usize
             })
             .sum()
