@@ -76,7 +76,7 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args) -> Result<()> {
         bail!("the job did not start")
     };
     println!(
-        "job {job}: {} VPs of pi, {} intervals, gang-scheduled by the master",
+        "job {job}: {} VPs of pi, {} intervals, placed by the master's gang scheduler (MTAT)",
         a.vps, a.intervals
     );
     let mut partials: BTreeMap<u32, f64> = BTreeMap::new();
