@@ -15,11 +15,12 @@ pub struct Args {
     /// The trace (.swf or .swf.gz).
     #[arg(long)]
     trace: PathBuf,
-    /// Policies to compare, comma-separated: fcfs, easy, mtat, mtat+repack.
+    /// Policies to compare, comma-separated: fcfs, easy, gang-firstfit,
+    /// gang-buddy, mtat, mtat+repack.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "fcfs,easy,mtat,mtat+repack"
+        default_value = "fcfs,easy,gang-firstfit,gang-buddy,mtat,mtat+repack"
     )]
     policy: Vec<String>,
     /// Processors (default: the trace's MaxProcs, else MaxNodes).
