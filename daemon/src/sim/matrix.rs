@@ -53,10 +53,9 @@ impl Matrix {
     fn fit(&self, s: usize, n: usize) -> Option<Vec<usize>> {
         let row = &self.slots[s];
         if self.buddy {
-            let block = n.next_power_of_two();
-            if block > self.procs {
-                return None;
-            }
+            // On a machine that is not a power of two, a job whose rounded
+            // size exceeds it takes the whole machine.
+            let block = n.next_power_of_two().min(self.procs);
             (0..self.procs / block)
                 .map(|b| b * block)
                 .find(|&start| row[start..start + block].iter().all(Option::is_none))
@@ -210,6 +209,9 @@ mod tests {
         let jobs = [job("a", 0.0, 100.0, 3), job("b", 0.0, 10.0, 1)];
         assert_eq!(run(&jobs, 4, true, 8).slots.1, 2);
         assert_eq!(run(&jobs, 4, false, 8).slots.1, 1);
+        // 100 processors: 65 rounds to 128 > 100, so it takes the machine.
+        let r = run(&[job("w", 0.0, 10.0, 65)], 100, true, 8);
+        assert_eq!(r.outcomes.len(), 1);
         // At the slot cap a job waits for room.
         let r = run(&jobs, 4, true, 1);
         let b = r.outcomes.iter().find(|o| o.id == "b").unwrap();

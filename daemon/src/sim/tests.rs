@@ -115,6 +115,15 @@ fn invariants_on_random_traces() {
         let jobs = random_jobs(seed, 60, 8);
         for policy in POLICIES {
             let (out, m) = replay(&jobs, &[1.0; 8], policy, 3).unwrap();
+            let (odd, _) = replay(&jobs, &[1.0; 7], policy, 3).unwrap();
+            // Only the embedded scheduler doubles VPs up on fewer processors;
+            // the others leave out jobs wider than the machine.
+            let fit = if policy.starts_with("mtat") {
+                jobs.len()
+            } else {
+                jobs.iter().filter(|j| j.procs <= 7).count()
+            };
+            assert_eq!(odd.len(), fit, "{policy} on 7 processors");
             assert_eq!(out.len(), jobs.len(), "{policy}: every job completes");
             for o in &out {
                 let j = jobs.iter().find(|j| j.id == o.id).unwrap();
