@@ -1202,10 +1202,16 @@ impl Scheduler {
             let (t_p, counts) = self.plan(k, &p.rows, true, 0.0)?;
             // Wall-clock turnaround: a job in w of tau slots runs w/tau of the
             // time; a new slot makes the round tau + 1 long for everyone.
-            // At the slot cap there is no new slot to compare with.
+            // At the slot cap there is no new slot: the pattern must then be
+            // as fast per slot as a slot of its own (the paper's T_free <= T_min).
             let tau = self.map.columns().len() as f64;
-            (at_cap || t_p * tau / p.columns.len() as f64 <= t_new * (tau + 1.0) * (1.0 + 1e-9))
-                .then_some((p.columns, p.rows, counts))
+            let w = p.columns.len() as f64;
+            let fits = if at_cap {
+                t_p / w <= t_new * (1.0 + 1e-9)
+            } else {
+                t_p * tau / w <= t_new * (tau + 1.0) * (1.0 + 1e-9)
+            };
+            fits.then_some((p.columns, p.rows, counts))
         });
         let (columns, rows, counts) = match choice {
             Some(c) => c,
