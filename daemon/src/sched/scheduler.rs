@@ -1267,8 +1267,11 @@ impl Scheduler {
         if self.waiting.is_empty() {
             return;
         }
+        // A job waiting at the slot cap can only start where cells were freed.
+        let room =
+            !ctx.freed.is_empty() || ctx.all_freed || self.map.columns().len() < self.cfg.max_slots;
         for k in self.fair_order() {
-            if !self.waiting.contains(&k) {
+            if !self.waiting.contains(&k) || (!room && self.job(k).columns.is_empty()) {
                 continue;
             }
             let j = self.job(k);
