@@ -43,28 +43,26 @@ pub struct Pipe {
     pub partial: Vec<u8>,
 }
 
-/// Resolve a program the way `execvp` would: paths with a `/` relative to
-/// `cwd`, bare names on `PATH` (the VP's, else the daemon's).
-fn resolve(s: &StartVp) -> io::Result<PathBuf> {
-    if s.program.contains('/') {
-        let p = Path::new(&s.cwd).join(&s.program);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(io::Error::new(io::ErrorKind::NotFound, "no such file"))
-        };
+/// Find a program the way `execvp` would: a path with a `/` relative to
+/// `cwd`, a bare name on `PATH` (from `env` if it sets one, else the
+/// daemon's). Shared by the master's check at spawn time and the host's exec.
+pub fn find_program(program: &str, cwd: &str, env: &[(String, String)]) -> Option<PathBuf> {
+    if program.is_empty() {
+        return None;
     }
-    let path = s
-        .env
+    if program.contains('/') {
+        let p = Path::new(cwd).join(program);
+        return p.is_file().then_some(p);
+    }
+    let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone())
         .or_else(|| std::env::var("PATH").ok())
         .unwrap_or_default();
     path.split(':')
-        .map(|d| Path::new(d).join(&s.program))
+        .map(|d| Path::new(d).join(program))
         .find(|p| p.is_file())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not found on PATH"))
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -83,7 +81,12 @@ fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
 /// write, _exit), and the daemon does not wait for the `exec`, so many VPs
 /// start in parallel.
 pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd, OwnedFd)> {
-    let program = resolve(s)?;
+    let program = find_program(&s.program, &s.cwd, &s.env).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "not found (relative to the working directory or on PATH)",
+        )
+    })?;
     let prog = cstring(program.as_os_str().as_bytes())?;
     let mut argv_own = vec![cstring(s.program.as_bytes())?];
     for a in &s.args {

@@ -7,7 +7,6 @@
 //! sockets. What does not: sockets, processes, clocks (`now` is passed in).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
@@ -644,29 +643,15 @@ impl Master {
 /// The program must exist where the user named it (relative paths from the
 /// spawn's working directory, bare names on `PATH`).
 fn check_program(spec: &SpawnSpec) -> Result<(), String> {
-    let p = &spec.program;
-    if p.is_empty() {
+    if spec.program.is_empty() {
         return Err("no program given: mig spawn [-n N] -- PROGRAM ARGS...".into());
     }
-    let found = if p.contains('/') {
-        Path::new(&spec.cwd).join(p).is_file()
-    } else {
-        let path = spec
-            .env
-            .iter()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var("PATH").ok())
-            .unwrap_or_default();
-        path.split(':').any(|d| Path::new(d).join(p).is_file())
-    };
-    if found {
-        Ok(())
-    } else {
-        Err(format!(
-            "program {p:?} not found (relative to {} or on PATH); build it or give its path",
-            spec.cwd
-        ))
+    match crate::host::find_program(&spec.program, &spec.cwd, &spec.env) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "program {:?} not found (relative to {} or on PATH); build it or give its path",
+            spec.program, spec.cwd
+        )),
     }
 }
 

@@ -149,22 +149,12 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool, max_slots: usize) -> 
 mod tests {
     use super::*;
 
-    fn job(id: &str, submit: f64, run: f64, procs: u32) -> Job {
-        Job {
-            id: id.into(),
-            submit,
-            run,
-            procs,
-            estimate: run,
-        }
-    }
-
     #[test]
     fn two_full_width_jobs_share_the_machine_in_two_slots() {
         // 4 processors; a and b each need all 4 for 100 s. Time sharing in two
         // slots: both progress at half speed, both end at 200.
         let r = run(
-            &[job("a", 0.0, 100.0, 4), job("b", 0.0, 100.0, 4)],
+            &[Job::new("a", 0.0, 100.0, 4), Job::new("b", 0.0, 100.0, 4)],
             &[1.0; 4],
             true,
             4,
@@ -175,7 +165,7 @@ mod tests {
         assert_eq!(r.slots.1, 2);
         // With one slot per round, b waits for a: a ends at 100, b at 200.
         let r = run(
-            &[job("a", 0.0, 100.0, 4), job("b", 0.0, 100.0, 4)],
+            &[Job::new("a", 0.0, 100.0, 4), Job::new("b", 0.0, 100.0, 4)],
             &[1.0; 4],
             true,
             1,
@@ -190,13 +180,13 @@ mod tests {
 
     #[test]
     fn a_job_alone_runs_at_full_speed_and_doubling_up_halves_it() {
-        let r = run(&[job("a", 5.0, 100.0, 2)], &[1.0; 2], true, 4);
+        let r = run(&[Job::new("a", 5.0, 100.0, 2)], &[1.0; 2], true, 4);
         assert!((r.outcomes[0].end - 105.0).abs() < 1e-6);
         // 4 VPs on 2 processors: two per processor, T = 2, so 200 s.
-        let r = run(&[job("a", 0.0, 100.0, 4)], &[1.0; 2], true, 4);
+        let r = run(&[Job::new("a", 0.0, 100.0, 4)], &[1.0; 2], true, 4);
         assert!((r.outcomes[0].end - 200.0).abs() < 1e-6);
         // A faster processor: capacity 2 takes both VPs at T = 1.
-        let r = run(&[job("a", 0.0, 100.0, 2)], &[2.0], true, 4);
+        let r = run(&[Job::new("a", 0.0, 100.0, 2)], &[2.0], true, 4);
         assert!((r.outcomes[0].end - 100.0).abs() < 1e-6);
     }
 
@@ -204,7 +194,7 @@ mod tests {
     fn late_in_a_long_trace_the_clock_still_advances() {
         // At t = 1e16 one second is below the clock's resolution: the job
         // must still complete rather than stall the replay.
-        let r = run(&[job("a", 1e16, 1.0, 1)], &[1.0], true, 4);
+        let r = run(&[Job::new("a", 1e16, 1.0, 1)], &[1.0], true, 4);
         assert_eq!(r.outcomes.len(), 1);
         assert!(r.outcomes[0].end >= 1e16);
     }
@@ -214,7 +204,7 @@ mod tests {
         // 4 processors: a uses 2 for 100 s; b (2 VPs, 50 s) fits beside it in
         // the same slot: both at full speed.
         let r = run(
-            &[job("a", 0.0, 100.0, 2), job("b", 10.0, 50.0, 2)],
+            &[Job::new("a", 0.0, 100.0, 2), Job::new("b", 10.0, 50.0, 2)],
             &[1.0; 4],
             true,
             4,

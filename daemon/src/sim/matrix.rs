@@ -172,24 +172,14 @@ pub fn run(jobs: &[Job], procs: u32, buddy: bool, max_slots: usize) -> GangRun {
 mod tests {
     use super::*;
 
-    fn job(id: &str, submit: f64, run: f64, procs: u32) -> Job {
-        Job {
-            id: id.into(),
-            submit,
-            run,
-            procs,
-            estimate: run,
-        }
-    }
-
     #[test]
     fn first_fit_shares_a_slot_and_opens_a_new_one_when_full() {
         // 4 processors: a (3) and b (1) share slot 1; c (2) needs slot 2, so
         // all three run at half speed until c ends.
         let jobs = [
-            job("a", 0.0, 100.0, 3),
-            job("b", 0.0, 10.0, 1),
-            job("c", 0.0, 10.0, 2),
+            Job::new("a", 0.0, 100.0, 3),
+            Job::new("b", 0.0, 10.0, 1),
+            Job::new("c", 0.0, 10.0, 2),
         ];
         let r = run(&jobs, 4, false, 8);
         let end = |id: &str| r.outcomes.iter().find(|o| o.id == id).unwrap().end;
@@ -206,11 +196,11 @@ mod tests {
     fn buddy_rounds_up_to_aligned_blocks() {
         // 4 processors: a (3) takes the block 0-3, so b (1) cannot share its
         // slot under buddy but can under first fit.
-        let jobs = [job("a", 0.0, 100.0, 3), job("b", 0.0, 10.0, 1)];
+        let jobs = [Job::new("a", 0.0, 100.0, 3), Job::new("b", 0.0, 10.0, 1)];
         assert_eq!(run(&jobs, 4, true, 8).slots.1, 2);
         assert_eq!(run(&jobs, 4, false, 8).slots.1, 1);
         // 100 processors: 65 rounds to 128 > 100, so it takes the machine.
-        let r = run(&[job("w", 0.0, 10.0, 65)], 100, true, 8);
+        let r = run(&[Job::new("w", 0.0, 10.0, 65)], 100, true, 8);
         assert_eq!(r.outcomes.len(), 1);
         // At the slot cap a job waits for room.
         let r = run(&jobs, 4, true, 1);

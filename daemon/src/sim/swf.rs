@@ -22,6 +22,19 @@ pub struct Job {
     pub estimate: f64,
 }
 
+impl Job {
+    /// A job whose estimate is exactly its run time.
+    pub fn new(id: &str, submit: f64, run: f64, procs: u32) -> Job {
+        Job {
+            id: id.to_string(),
+            submit,
+            run,
+            procs,
+            estimate: run,
+        }
+    }
+}
+
 /// A workload and what was left out of it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Workload {

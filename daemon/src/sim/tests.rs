@@ -48,22 +48,12 @@ fn easy_matches_the_pyss_vectors() {
     check_vectors("easy", &files);
 }
 
-fn job(id: &str, submit: f64, run: f64, procs: u32) -> Job {
-    Job {
-        id: id.into(),
-        submit,
-        run,
-        procs,
-        estimate: run,
-    }
-}
-
 #[test]
 fn hand_computed_metrics() {
     // 2 processors: a (2 procs, 10 s) at 0, b (1 proc, 5 s) at 0. FCFS: a
     // 0-10, b 10-15. Responses 10 and 15; bounded slowdowns 1 and 15/10;
     // work 25 over 2 x 15.
-    let jobs = [job("a", 0.0, 10.0, 2), job("b", 0.0, 5.0, 1)];
+    let jobs = [Job::new("a", 0.0, 10.0, 2), Job::new("b", 0.0, 5.0, 1)];
     let (_, m) = replay(&jobs, &[1.0; 2], "fcfs", DEFAULT_MAX_SLOTS).unwrap();
     assert_eq!(m.mean_response_time, 12.5);
     assert_eq!(m.median_response_time, 12.5);
@@ -99,7 +89,7 @@ fn random_jobs(seed: u64, n: usize, procs: u32) -> Vec<Job> {
     (0..n)
         .map(|i| {
             t += (next() % 50) as f64;
-            job(
+            Job::new(
                 &i.to_string(),
                 t,
                 1.0 + (next() % 200) as f64,
