@@ -188,7 +188,13 @@ pub enum SchedError {
     /// A submission without any VP.
     #[error("job {0:?} has no VPs")]
     NoVps(String),
+    /// More VPs than one job may have.
+    #[error("job {0:?} would have more than {MAX_VPS} VPs")]
+    TooManyVps(String),
 }
+
+/// Most VPs one job may have (bounds the scheduler's memory per job).
+pub const MAX_VPS: u64 = 1 << 20;
 
 /// Tunables.
 pub struct SchedConfig {
@@ -636,6 +642,9 @@ impl Scheduler {
         if vps.values().all(|&n| n == 0) {
             return Err(SchedError::NoVps(job));
         }
+        if vps.values().map(|&n| u64::from(n)).sum::<u64>() > MAX_VPS {
+            return Err(SchedError::TooManyVps(job));
+        }
         let mut entries = BTreeMap::new();
         let mut next = 0u32;
         for (arch, &n) in &vps {
@@ -681,6 +690,9 @@ impl Scheduler {
             return Err(SchedError::Empty("architecture"));
         }
         let k = self.key(job)?;
+        if self.job(k).vps.len() as u64 >= MAX_VPS {
+            return Err(SchedError::TooManyVps(job.to_string()));
+        }
         let arch_id = self.map.intern(&arch);
         let j = self.job_mut(k);
         let vp = j.next_vp;

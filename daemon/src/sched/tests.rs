@@ -316,6 +316,7 @@ fn bad_events_are_refused_and_change_nothing() {
         ),
         (submit("a", 1), "already exists"),
         (submit("b", 0), "has no VPs"),
+        (submit("b", u32::MAX), "more than"),
         (
             Event::VpExit {
                 job: "a".into(),

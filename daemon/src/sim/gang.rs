@@ -110,7 +110,9 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool, max_slots: usize) -> 
         }
         while jobs.get(next).is_some_and(|j| j.submit <= now) {
             let j = &jobs[next];
-            if j.procs > 0 {
+            // Doubling up is allowed, but not without bound: a job of more
+            // VPs than the scheduler takes is left out like a too-wide job.
+            if j.procs > 0 && u64::from(j.procs) <= crate::sched::scheduler::MAX_VPS {
                 let e = Event::Submit {
                     job: next.to_string(),
                     vps: BTreeMap::from([("any".to_string(), j.procs)]),
