@@ -5,6 +5,7 @@
 //! 2 bad usage (clap's own code).
 
 mod cmd;
+mod plot;
 mod render;
 
 use clap::Parser;

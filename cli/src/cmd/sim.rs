@@ -42,6 +42,9 @@ pub struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Write SVG charts into this directory (response-time CDF per policy).
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Write one JSON line per job and policy (id, submit, start, end, processors, migrations).
     #[arg(long)]
     jobs_out: Option<PathBuf>,
@@ -108,6 +111,7 @@ pub fn run(a: Args) -> Result<()> {
         None => None,
     };
     let mut results = Vec::new();
+    let mut responses: Vec<(String, Vec<f64>)> = Vec::new();
     for p in &a.policy {
         let t = Instant::now();
         eprint!("mig: {p} ...");
@@ -125,10 +129,31 @@ pub fn run(a: Args) -> Result<()> {
                 )?;
             }
         }
+        if a.plot.is_some() {
+            responses.push((
+                p.clone(),
+                outcomes.iter().map(|o| o.end - o.submit).collect(),
+            ));
+        }
         results.push((p.clone(), m, secs));
     }
     if let Some(mut f) = jobs_out {
         f.flush()?;
+    }
+    if let Some(dir) = &a.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let name = a
+            .trace
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let path = dir.join("response_cdf.svg");
+        std::fs::write(
+            &path,
+            crate::plot::response_cdf(&format!("response time, {name}"), &responses),
+        )
+        .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("mig: wrote {}", path.display());
     }
     if a.json {
         let policies: serde_json::Map<String, serde_json::Value> = results

@@ -1,0 +1,122 @@
+//! Small SVG charts for `mig sim --plot`: written by hand (no dependency),
+//! meant to be opened in a browser.
+
+use std::fmt::Write;
+
+const COLOURS: &[&str] = &[
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+];
+
+/// Cumulative distribution of response times per policy, log-scaled x axis.
+pub fn response_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
+    let (w, h, left, right, top, bottom) = (760.0, 460.0, 70.0, 170.0, 40.0, 50.0);
+    let values = || {
+        series
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|&x| x > 0.0)
+    };
+    let lo = values().fold(f64::INFINITY, f64::min).max(1e-3);
+    let hi = values().fold(0.0, f64::max).max(lo * 10.0);
+    let (lx, hx) = (lo.log10().floor(), hi.log10().ceil());
+    let px = |x: f64| left + (x.max(lo).log10() - lx) / (hx - lx) * (w - left - right);
+    let py = |y: f64| top + (1.0 - y) * (h - top - bottom);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>
+"#,
+        (w - right + left) / 2.0,
+        escape(title)
+    );
+    for d in (lx as i32)..=(hx as i32) {
+        let x = px(10f64.powi(d));
+        let _ = write!(
+            s,
+            r##"<line x1="{x}" y1="{top}" x2="{x}" y2="{}" stroke="#ddd"/><text x="{x}" y="{}" text-anchor="middle">1e{d}</text>
+"##,
+            h - bottom,
+            h - bottom + 18.0
+        );
+    }
+    for k in 0..=4 {
+        let y = py(f64::from(k) / 4.0);
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{:.2}</text>
+"##,
+            w - right,
+            left - 6.0,
+            y + 4.0,
+            f64::from(k) / 4.0
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">response time (s, log scale)</text>
+<text x="18" y="{}" transform="rotate(-90 18 {})" text-anchor="middle">fraction of jobs</text>
+"#,
+        (w - right + left) / 2.0,
+        h - 12.0,
+        (h - bottom + top) / 2.0,
+        (h - bottom + top) / 2.0
+    );
+    for (i, (name, v)) in series.iter().enumerate() {
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len().max(1) as f64;
+        // At most ~400 points per line.
+        let step = (sorted.len() / 400).max(1);
+        let mut points = String::new();
+        for (k, &x) in sorted
+            .iter()
+            .enumerate()
+            .step_by(step)
+            .chain(sorted.iter().enumerate().last())
+        {
+            let _ = write!(points, "{:.1},{:.1} ", px(x), py((k + 1) as f64 / n));
+        }
+        let c = COLOURS[i % COLOURS.len()];
+        let ly = top + 20.0 * i as f64;
+        let _ = write!(
+            s,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{points}"/>
+<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>
+"#,
+            w - right + 12.0,
+            w - right + 36.0,
+            w - right + 42.0,
+            ly + 4.0,
+            escape(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn escape(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdf_has_one_line_per_policy_and_escapes_names() {
+        let svg = response_cdf(
+            "a <trace>",
+            &[
+                ("easy".into(), vec![1.0, 10.0, 100.0]),
+                ("mtat".into(), vec![5.0]),
+            ],
+        );
+        assert!(svg.starts_with("<svg"));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.contains("a &lt;trace&gt;"));
+    }
+}
