@@ -22,42 +22,38 @@ pub fn response_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
     let px = |x: f64| left + (x.max(lo).log10() - lx) / (hx - lx) * (w - left - right);
     let py = |y: f64| top + (1.0 - y) * (h - top - bottom);
     let mut s = String::new();
-    let _ = write!(
+    let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>
-"#,
+<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
         (w - right + left) / 2.0,
         escape(title)
     );
     for d in (lx as i32)..=(hx as i32) {
         let x = px(10f64.powi(d));
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r##"<line x1="{x}" y1="{top}" x2="{x}" y2="{}" stroke="#ddd"/><text x="{x}" y="{}" text-anchor="middle">1e{d}</text>
-"##,
+            r##"<line x1="{x}" y1="{top}" x2="{x}" y2="{}" stroke="#ddd"/><text x="{x}" y="{}" text-anchor="middle">1e{d}</text>"##,
             h - bottom,
             h - bottom + 18.0
         );
     }
     for k in 0..=4 {
         let y = py(f64::from(k) / 4.0);
-        let _ = write!(
+        let _ = writeln!(
             s,
-            r##"<line x1="{left}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{:.2}</text>
-"##,
+            r##"<line x1="{left}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{:.2}</text>"##,
             w - right,
             left - 6.0,
             y + 4.0,
             f64::from(k) / 4.0
         );
     }
-    let _ = write!(
+    let _ = writeln!(
         s,
         r#"<text x="{}" y="{}" text-anchor="middle">response time (s, log scale)</text>
-<text x="18" y="{}" transform="rotate(-90 18 {})" text-anchor="middle">fraction of jobs</text>
-"#,
+<text x="18" y="{}" transform="rotate(-90 18 {})" text-anchor="middle">fraction of jobs</text>"#,
         (w - right + left) / 2.0,
         h - 12.0,
         (h - bottom + top) / 2.0,
@@ -74,17 +70,16 @@ pub fn response_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
             .iter()
             .enumerate()
             .step_by(step)
-            .chain(sorted.iter().enumerate().last())
+            .chain(sorted.iter().enumerate().next_back())
         {
             let _ = write!(points, "{:.1},{:.1} ", px(x), py((k + 1) as f64 / n));
         }
         let c = COLOURS[i % COLOURS.len()];
         let ly = top + 20.0 * i as f64;
-        let _ = write!(
+        let _ = writeln!(
             s,
             r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{points}"/>
-<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>
-"#,
+<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
             w - right + 12.0,
             w - right + 36.0,
             w - right + 42.0,
