@@ -1,8 +1,9 @@
 //! `mig sim`: replay a Standard Workload Format trace (plain or gzip'd)
 //! through scheduling policies with a virtual clock and compare them.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -114,12 +115,37 @@ pub fn run(a: Args) -> Result<()> {
     let mut responses: Vec<(String, Vec<f64>)> = Vec::new();
     for p in &a.policy {
         let t = Instant::now();
-        eprint!("mig: {p} ...");
-        let Some((outcomes, m)) = sim::replay(&w.jobs, &caps, p, a.max_slots.max(1)) else {
+        let done = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let total = w.jobs.len();
+        let show = std::io::stderr().is_terminal();
+        let replayed = std::thread::scope(|scope| {
+            let bar = scope.spawn(|| {
+                // A progress line on a terminal only; redraw every 200 ms.
+                while show && !stop.load(Ordering::Relaxed) {
+                    let n = done.load(Ordering::Relaxed);
+                    let filled = (n * 30).checked_div(total).unwrap_or(30).min(30);
+                    eprint!(
+                        "\rmig: {p:<14} [{}{}] {n}/{total} jobs",
+                        "#".repeat(filled),
+                        " ".repeat(30 - filled.min(30))
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                if show {
+                    eprint!("\r{}\r", " ".repeat(80));
+                }
+            });
+            let r = sim::replay(&w.jobs, &caps, p, a.max_slots.max(1), &done);
+            stop.store(true, Ordering::Relaxed);
+            let _ = bar.join();
+            r
+        });
+        let Some((outcomes, m)) = replayed else {
             continue;
         };
         let secs = t.elapsed().as_secs_f64();
-        eprintln!(" {:.2} s", secs);
+        eprintln!("mig: {p} replayed in {secs:.2} s");
         if let Some(f) = jobs_out.as_mut() {
             for o in &outcomes {
                 writeln!(

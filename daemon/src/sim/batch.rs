@@ -9,6 +9,8 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+
 use super::swf::Job;
 use super::Outcome;
 
@@ -31,7 +33,7 @@ impl Ord for Ending {
 
 /// Replay `jobs` on `procs` processors with FCFS, or EASY if `easy`.
 /// Jobs wider than the machine never start and are left out.
-pub fn run(jobs: &[Job], procs: u32, easy: bool) -> Vec<Outcome> {
+pub fn run(jobs: &[Job], procs: u32, easy: bool, done: &AtomicUsize) -> Vec<Outcome> {
     let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
     let mut next = 0;
     let mut queue: VecDeque<usize> = VecDeque::new();
@@ -50,6 +52,7 @@ pub fn run(jobs: &[Job], procs: u32, easy: bool) -> Vec<Outcome> {
         };
         while running.peek().is_some_and(|e| e.end <= now) {
             if let Some(e) = running.pop() {
+                done.fetch_add(1, AtomicOrdering::Relaxed);
                 free += jobs[e.index].procs;
                 active.retain(|&(i, _)| i != e.index);
             }
@@ -149,7 +152,7 @@ mod tests {
             job("b", 1.0, 50.0, 6, 50.0),
             job("c", 2.0, 10.0, 2, 10.0),
         ];
-        let r = run(&jobs, 10, false);
+        let r = run(&jobs, 10, false, &AtomicUsize::new(0));
         let end = |id: &str| r.iter().find(|o| o.id == id).unwrap().end;
         assert_eq!(end("a"), 100.0);
         assert_eq!(end("b"), 150.0);
@@ -164,7 +167,7 @@ mod tests {
             job("b", 1.0, 50.0, 6, 50.0),
             job("c", 2.0, 10.0, 2, 10.0),
         ];
-        let r = run(&jobs, 10, true);
+        let r = run(&jobs, 10, true, &AtomicUsize::new(0));
         let c = r.iter().find(|o| o.id == "c").unwrap();
         assert_eq!(
             c.start, 2.0,

@@ -8,6 +8,7 @@
 //! all while some VP waits for a processor.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::swf::Job;
 use super::Outcome;
@@ -25,7 +26,13 @@ pub struct GangRun {
 
 /// Replay `jobs` on processors of the given capacities, with at most
 /// `max_slots` slots per round (jobs beyond wait in submission order).
-pub fn run(jobs: &[Job], capacities: &[f64], repack: bool, max_slots: usize) -> GangRun {
+pub fn run(
+    jobs: &[Job],
+    capacities: &[f64],
+    repack: bool,
+    max_slots: usize,
+    done_count: &AtomicUsize,
+) -> GangRun {
     let mut sched = Scheduler::new(SchedConfig {
         repack,
         max_slots,
@@ -95,6 +102,7 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool, max_slots: usize) -> 
             .collect();
         for i in done {
             rate.remove(&i);
+            done_count.fetch_add(1, Ordering::Relaxed);
             if let Ok(a) = sched.on_event(Event::JobExit { job: i.to_string() }) {
                 note(a, &mut moved);
             }
@@ -150,6 +158,10 @@ pub fn run(jobs: &[Job], capacities: &[f64], repack: bool, max_slots: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(jobs: &[Job], caps: &[f64], repack: bool, max_slots: usize) -> GangRun {
+        super::run(jobs, caps, repack, max_slots, &AtomicUsize::new(0))
+    }
 
     #[test]
     fn two_full_width_jobs_share_the_machine_in_two_slots() {

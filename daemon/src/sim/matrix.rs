@@ -11,6 +11,7 @@
 //! waiting job that now fits is placed, in submission order.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::gang::GangRun;
 use super::swf::Job;
@@ -82,7 +83,13 @@ impl Matrix {
 }
 
 /// Replay `jobs` on `procs` processors.
-pub fn run(jobs: &[Job], procs: u32, buddy: bool, max_slots: usize) -> GangRun {
+pub fn run(
+    jobs: &[Job],
+    procs: u32,
+    buddy: bool,
+    max_slots: usize,
+    done_count: &AtomicUsize,
+) -> GangRun {
     let mut m = Matrix {
         procs: procs as usize,
         slots: Vec::new(),
@@ -127,6 +134,7 @@ pub fn run(jobs: &[Job], procs: u32, buddy: bool, max_slots: usize) -> GangRun {
         let freed = !done.is_empty();
         for i in done {
             let start = running.remove(&i).unwrap_or(now);
+            done_count.fetch_add(1, Ordering::Relaxed);
             m.remove(i);
             let j = &jobs[i];
             out[i] = Some(Outcome {
@@ -181,7 +189,7 @@ mod tests {
             Job::new("b", 0.0, 10.0, 1),
             Job::new("c", 0.0, 10.0, 2),
         ];
-        let r = run(&jobs, 4, false, 8);
+        let r = run(&jobs, 4, false, 8, &AtomicUsize::new(0));
         let end = |id: &str| r.outcomes.iter().find(|o| o.id == id).unwrap().end;
         assert!((end("b") - 20.0).abs() < 1e-9);
         assert!((end("c") - 20.0).abs() < 1e-9);
@@ -197,13 +205,19 @@ mod tests {
         // 4 processors: a (3) takes the block 0-3, so b (1) cannot share its
         // slot under buddy but can under first fit.
         let jobs = [Job::new("a", 0.0, 100.0, 3), Job::new("b", 0.0, 10.0, 1)];
-        assert_eq!(run(&jobs, 4, true, 8).slots.1, 2);
-        assert_eq!(run(&jobs, 4, false, 8).slots.1, 1);
+        assert_eq!(run(&jobs, 4, true, 8, &AtomicUsize::new(0)).slots.1, 2);
+        assert_eq!(run(&jobs, 4, false, 8, &AtomicUsize::new(0)).slots.1, 1);
         // 100 processors: 65 rounds to 128 > 100, so it takes the machine.
-        let r = run(&[Job::new("w", 0.0, 10.0, 65)], 100, true, 8);
+        let r = run(
+            &[Job::new("w", 0.0, 10.0, 65)],
+            100,
+            true,
+            8,
+            &AtomicUsize::new(0),
+        );
         assert_eq!(r.outcomes.len(), 1);
         // At the slot cap a job waits for room.
-        let r = run(&jobs, 4, true, 1);
+        let r = run(&jobs, 4, true, 1, &AtomicUsize::new(0));
         let b = r.outcomes.iter().find(|o| o.id == "b").unwrap();
         assert!((b.start - 100.0).abs() < 1e-9 && (b.end - 110.0).abs() < 1e-9);
     }

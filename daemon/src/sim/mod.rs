@@ -15,6 +15,8 @@ pub mod matrix;
 pub mod metrics;
 pub mod swf;
 
+use std::sync::atomic::AtomicUsize;
+
 use serde::Serialize;
 
 /// One job's fate in a replay.
@@ -50,11 +52,13 @@ pub const DEFAULT_MAX_SLOTS: usize = 8;
 
 /// Replay `jobs` under `policy` on processors of `capacities`, time sharing
 /// with at most `max_slots` slots per round; `None` for an unknown policy.
+/// `done` counts completed jobs as the replay goes (for a progress display).
 pub fn replay(
     jobs: &[swf::Job],
     capacities: &[f64],
     policy: &str,
     max_slots: usize,
+    done: &AtomicUsize,
 ) -> Option<(Vec<Outcome>, metrics::Metrics)> {
     let runs = |o: &[Outcome]| -> Vec<f64> {
         let by_id: std::collections::HashMap<&str, f64> =
@@ -66,13 +70,13 @@ pub fn replay(
     let capacity: f64 = capacities.iter().sum();
     let procs = capacities.len() as u32;
     let (outcomes, migrations, slots) = match policy {
-        "fcfs" | "easy" => (batch::run(jobs, procs, policy == "easy"), 0, (1.0, 1)),
+        "fcfs" | "easy" => (batch::run(jobs, procs, policy == "easy", done), 0, (1.0, 1)),
         "gang-firstfit" | "gang-buddy" => {
-            let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots);
+            let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, done);
             (g.outcomes, g.migrations, g.slots)
         }
         "mtat" | "mtat+repack" => {
-            let g = gang::run(jobs, capacities, policy == "mtat+repack", max_slots);
+            let g = gang::run(jobs, capacities, policy == "mtat+repack", max_slots, done);
             (g.outcomes, g.migrations, g.slots)
         }
         _ => return None,

@@ -1,8 +1,32 @@
 //! Simulator tests: the pyss peer's FCFS and EASY vectors, hand-computed
 //! traces, and invariants on random traces.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use super::swf::{parse_pyss, Job};
 use super::*;
+
+/// `super::replay` with a throw-away progress counter.
+fn replay(
+    jobs: &[Job],
+    caps: &[f64],
+    policy: &str,
+    max_slots: usize,
+) -> Option<(Vec<Outcome>, metrics::Metrics)> {
+    super::replay(jobs, caps, policy, max_slots, &AtomicUsize::new(0))
+}
+
+#[test]
+fn the_progress_counter_counts_every_completed_job() {
+    let jobs: Vec<Job> = (0..20)
+        .map(|i| Job::new(&i.to_string(), f64::from(i), 5.0, 1 + i % 3))
+        .collect();
+    for policy in POLICIES {
+        let done = AtomicUsize::new(0);
+        let (out, _) = super::replay(&jobs, &[1.0; 4], policy, 4, &done).unwrap();
+        assert_eq!(done.load(Ordering::Relaxed), out.len(), "{policy}");
+    }
+}
 
 fn fixture(name: &str) -> String {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
