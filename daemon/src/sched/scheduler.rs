@@ -253,6 +253,9 @@ struct Job {
     columns: Vec<u64>,
     /// VPs per occupied row.
     rows: BTreeMap<Row, u32>,
+    /// Its MTAT turnaround on the whole pool, with the pool generation it
+    /// was computed for (cleared when its VPs change).
+    alone: Option<(u64, f64)>,
 }
 
 /// One cell of a host's slot table.
@@ -341,6 +344,8 @@ pub struct Scheduler {
     retry: BTreeSet<JobKey>,
     /// Jobs with VPs that have no processor.
     waiting: BTreeSet<JobKey>,
+    /// Bumped whenever a processor joins or leaves.
+    pool_gen: u64,
 }
 
 impl Default for Scheduler {
@@ -362,6 +367,7 @@ impl Scheduler {
             migrations: 0,
             retry: BTreeSet::new(),
             waiting: BTreeSet::new(),
+            pool_gen: 0,
         }
     }
 
@@ -581,6 +587,7 @@ impl Scheduler {
         }
         ctx.dirty.insert(host.clone());
         ctx.all_freed = true;
+        self.pool_gen += 1;
         ctx.new_row = Some(self.map.add_row(Processor {
             id,
             host,
@@ -606,6 +613,7 @@ impl Scheduler {
             ctx.dirty.insert(p.host.clone());
         }
         self.map.remove_row(row);
+        self.pool_gen += 1;
         for &k in &affected {
             let j = self.job_mut(k);
             j.rows.remove(&row);
@@ -668,6 +676,7 @@ impl Scheduler {
             next_vp: next,
             columns: Vec::new(),
             rows: BTreeMap::new(),
+            alone: None,
         };
         let k = match self.jobs.iter().position(Option::is_none) {
             Some(free) => {
@@ -697,6 +706,7 @@ impl Scheduler {
         let j = self.job_mut(k);
         let vp = j.next_vp;
         j.next_vp += 1;
+        j.alone = None;
         j.vps.insert(
             vp,
             Vp {
@@ -775,6 +785,7 @@ impl Scheduler {
                 vp,
             });
         };
+        j.alone = None;
         if let Some(r) = v.row {
             let left = j.rows.get_mut(&r).map(|n| {
                 *n -= 1;
@@ -1196,10 +1207,20 @@ impl Scheduler {
             .filter(|(_, p)| demand.contains_key(&p.arch))
             .map(|(r, _)| r)
             .collect();
-        let Some((t_new, _)) = self.plan(k, &all, false, 0.0) else {
-            self.apply(k, Vec::new(), &[], &[], ctx);
-            return;
+        let cached = self
+            .job(k)
+            .alone
+            .filter(|&(g, _)| g == self.pool_gen)
+            .map(|(_, t)| t);
+        let t_new = match cached.or_else(|| self.plan(k, &all, false, 0.0).map(|(t, _)| t)) {
+            Some(t) => t,
+            None => {
+                self.apply(k, Vec::new(), &[], &[], ctx);
+                return;
+            }
         };
+        let gen = self.pool_gen;
+        self.job_mut(k).alone = Some((gen, t_new));
         let pattern = self.cfg.expansion.find(&self.map, &demand);
         let at_cap = self.map.columns().len() >= self.cfg.max_slots;
         let choice = pattern.and_then(|p| {
@@ -1563,6 +1584,7 @@ impl Scheduler {
             next_vp: rows.len() as u32,
             columns: cols.clone(),
             rows: BTreeMap::new(),
+            alone: None,
         };
         for (i, &r) in rows.iter().enumerate() {
             let Some(p) = self.map.processor(r) else {
