@@ -91,6 +91,115 @@ pub fn response_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
     s
 }
 
+/// A value over virtual time per policy (averaged into ~300 buckets), time
+/// in days on the x axis.
+pub fn over_time(title: &str, ylabel: &str, series: &[(String, Vec<(f64, f64)>)]) -> String {
+    let (w, h, left, right, top, bottom) = (760.0, 460.0, 70.0, 170.0, 40.0, 50.0);
+    let t0 = series
+        .iter()
+        .flat_map(|(_, v)| v.first().map(|p| p.0))
+        .fold(f64::INFINITY, f64::min);
+    let t1 = series
+        .iter()
+        .flat_map(|(_, v)| v.last().map(|p| p.0))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let (t0, t1) = if t0.is_finite() && t1 > t0 {
+        (t0, t1)
+    } else {
+        (0.0, 1.0)
+    };
+    const BUCKETS: usize = 300;
+    let bucketed: Vec<(String, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(name, v)| {
+            let mut sum = vec![0.0; BUCKETS];
+            let mut n = vec![0usize; BUCKETS];
+            for &(t, y) in v {
+                let b = (((t - t0) / (t1 - t0)) * (BUCKETS - 1) as f64) as usize;
+                sum[b.min(BUCKETS - 1)] += y;
+                n[b.min(BUCKETS - 1)] += 1;
+            }
+            let pts = (0..BUCKETS)
+                .filter(|&b| n[b] > 0)
+                .map(|b| {
+                    (
+                        t0 + (t1 - t0) * b as f64 / (BUCKETS - 1) as f64,
+                        sum[b] / n[b] as f64,
+                    )
+                })
+                .collect();
+            (name.clone(), pts)
+        })
+        .collect();
+    let ymax = bucketed
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let ymax = if ymax <= 1.0 { 1.0 } else { ymax.ceil() };
+    let px = |t: f64| left + (t - t0) / (t1 - t0) * (w - left - right);
+    let py = |y: f64| top + (1.0 - y / ymax) * (h - top - bottom);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
+        (w - right + left) / 2.0,
+        escape(title)
+    );
+    for k in 0..=4 {
+        let y = ymax * f64::from(k) / 4.0;
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" y1="{0}" x2="{1}" y2="{0}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4:.2}</text>"##,
+            py(y),
+            w - right,
+            left - 6.0,
+            py(y) + 4.0,
+            y
+        );
+        let t = t0 + (t1 - t0) * f64::from(k) / 4.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{:.0}</text>"#,
+            px(t),
+            h - bottom + 18.0,
+            t / 86400.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">time (days)</text>
+<text x="18" y="{}" transform="rotate(-90 18 {})" text-anchor="middle">{}</text>"#,
+        (w - right + left) / 2.0,
+        h - 12.0,
+        (h - bottom + top) / 2.0,
+        (h - bottom + top) / 2.0,
+        escape(ylabel)
+    );
+    for (i, (name, v)) in bucketed.iter().enumerate() {
+        let points: String = v
+            .iter()
+            .map(|&(t, y)| format!("{:.1},{:.1} ", px(t), py(y)))
+            .collect();
+        let c = COLOURS[i % COLOURS.len()];
+        let ly = top + 20.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{points}"/>
+<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+            w - right + 12.0,
+            w - right + 36.0,
+            w - right + 42.0,
+            ly + 4.0,
+            escape(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
 fn escape(t: &str) -> String {
     t.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -113,5 +222,12 @@ mod tests {
         assert!(svg.starts_with("<svg"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("a &lt;trace&gt;"));
+        let svg = over_time(
+            "u",
+            "utilisation",
+            &[("easy".into(), vec![(0.0, 0.5), (86400.0, 1.0)])],
+        );
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert!(svg.trim_end().ends_with("</svg>"));
     }
 }

@@ -43,7 +43,8 @@ pub struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
-    /// Write SVG charts into this directory (response-time CDF per policy).
+    /// Write SVG charts into this directory: response-time CDF, utilisation
+    /// and slots per round over time, one line per policy.
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Write one JSON line per job and policy (id, submit, start, end, processors, migrations).
@@ -113,6 +114,8 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut results = Vec::new();
     let mut responses: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut utilisation: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut slots: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for p in &a.policy {
         let t = Instant::now();
         let done = AtomicUsize::new(0);
@@ -141,7 +144,12 @@ pub fn run(a: Args) -> Result<()> {
             let _ = bar.join();
             r
         });
-        let Some((outcomes, m)) = replayed else {
+        let Some(sim::Replay {
+            outcomes,
+            metrics: m,
+            timeline,
+        }) = replayed
+        else {
             continue;
         };
         let secs = t.elapsed().as_secs_f64();
@@ -160,6 +168,14 @@ pub fn run(a: Args) -> Result<()> {
                 p.clone(),
                 outcomes.iter().map(|o| o.end - o.submit).collect(),
             ));
+            utilisation.push((
+                p.clone(),
+                timeline.iter().map(|s| (s.t, s.utilization)).collect(),
+            ));
+            slots.push((
+                p.clone(),
+                timeline.iter().map(|s| (s.t, s.slots as f64)).collect(),
+            ));
         }
         results.push((p.clone(), m, secs));
     }
@@ -173,12 +189,30 @@ pub fn run(a: Args) -> Result<()> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let path = dir.join("response_cdf.svg");
-        std::fs::write(
-            &path,
-            crate::plot::response_cdf(&format!("response time, {name}"), &responses),
-        )
-        .with_context(|| format!("cannot write {}", path.display()))?;
+        let charts = [
+            (
+                "response_cdf.svg",
+                crate::plot::response_cdf(&format!("response time, {name}"), &responses),
+            ),
+            (
+                "utilisation.svg",
+                crate::plot::over_time(
+                    &format!("utilisation, {name}"),
+                    "utilisation",
+                    &utilisation,
+                ),
+            ),
+            (
+                "slots.svg",
+                crate::plot::over_time(&format!("slots per round, {name}"), "slots", &slots),
+            ),
+        ];
+        for (file, svg) in charts {
+            let path = dir.join(file);
+            std::fs::write(&path, svg)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        let path = dir.join("*.svg");
         eprintln!("mig: wrote {}", path.display());
     }
     if a.json {

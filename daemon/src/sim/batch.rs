@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 use super::swf::Job;
-use super::Outcome;
+use super::{Outcome, Sample};
 
 #[derive(PartialEq)]
 struct Ending {
@@ -33,7 +33,13 @@ impl Ord for Ending {
 
 /// Replay `jobs` on `procs` processors with FCFS, or EASY if `easy`.
 /// Jobs wider than the machine never start and are left out.
-pub fn run(jobs: &[Job], procs: u32, easy: bool, done: &AtomicUsize) -> Vec<Outcome> {
+pub fn run(
+    jobs: &[Job],
+    procs: u32,
+    easy: bool,
+    done: &AtomicUsize,
+) -> (Vec<Outcome>, Vec<Sample>) {
+    let mut timeline: Vec<Sample> = Vec::new();
     let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
     let mut next = 0;
     let mut queue: VecDeque<usize> = VecDeque::new();
@@ -125,8 +131,13 @@ pub fn run(jobs: &[Job], procs: u32, easy: bool, done: &AtomicUsize) -> Vec<Outc
                 }
             }
         }
+        timeline.push(Sample {
+            t: now,
+            utilization: f64::from(procs - free) / f64::from(procs.max(1)),
+            slots: 1,
+        });
     }
-    out.into_iter().flatten().collect()
+    (out.into_iter().flatten().collect(), timeline)
 }
 
 #[cfg(test)]
@@ -152,7 +163,7 @@ mod tests {
             job("b", 1.0, 50.0, 6, 50.0),
             job("c", 2.0, 10.0, 2, 10.0),
         ];
-        let r = run(&jobs, 10, false, &AtomicUsize::new(0));
+        let r = run(&jobs, 10, false, &AtomicUsize::new(0)).0;
         let end = |id: &str| r.iter().find(|o| o.id == id).unwrap().end;
         assert_eq!(end("a"), 100.0);
         assert_eq!(end("b"), 150.0);
@@ -167,7 +178,7 @@ mod tests {
             job("b", 1.0, 50.0, 6, 50.0),
             job("c", 2.0, 10.0, 2, 10.0),
         ];
-        let r = run(&jobs, 10, true, &AtomicUsize::new(0));
+        let r = run(&jobs, 10, true, &AtomicUsize::new(0)).0;
         let c = r.iter().find(|o| o.id == "c").unwrap();
         assert_eq!(
             c.start, 2.0,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::swf::Job;
-use super::Outcome;
+use super::{Outcome, Sample};
 use crate::sched::{Action, Event, SchedConfig, Scheduler};
 
 /// What a gang replay produced.
@@ -22,6 +22,8 @@ pub struct GangRun {
     pub migrations: u64,
     /// Time-weighted mean and maximum slots per round.
     pub slots: (f64, usize),
+    /// Utilisation and slots after every event.
+    pub timeline: Vec<Sample>,
 }
 
 /// Replay `jobs` on processors of the given capacities, with at most
@@ -48,6 +50,8 @@ pub fn run(
         });
     }
     let mut remaining: Vec<f64> = jobs.iter().map(|j| j.run).collect();
+    let total_capacity: f64 = capacities.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    let mut timeline: Vec<Sample> = Vec::new();
     let mut rate: BTreeMap<usize, f64> = BTreeMap::new();
     let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
     let mut moved: Vec<u32> = vec![0; jobs.len()];
@@ -134,6 +138,7 @@ pub fn run(
         }
         let tau = sched.map().columns().len().max(1) as f64;
         max_slots = max_slots.max(sched.map().columns().len());
+        let mut work_rate = 0.0;
         for (id, width, t_job, waiting) in sched.job_shares() {
             if let Ok(i) = id.parse::<usize>() {
                 let r = if waiting || t_job <= 0.0 {
@@ -145,13 +150,20 @@ pub fn run(
                     started[i] = Some(now);
                 }
                 rate.insert(i, r);
+                work_rate += r * f64::from(jobs[i].procs);
             }
         }
+        timeline.push(Sample {
+            t: now,
+            utilization: work_rate / total_capacity,
+            slots: sched.map().columns().len(),
+        });
     }
     GangRun {
         outcomes: out.into_iter().flatten().collect(),
         migrations: sched.migrations(),
         slots: (if span > 0.0 { slot_time / span } else { 0.0 }, max_slots),
+        timeline,
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::gang::GangRun;
 use super::swf::Job;
-use super::Outcome;
+use super::{Outcome, Sample};
 
 struct Matrix {
     procs: usize,
@@ -96,6 +96,7 @@ pub fn run(
         buddy,
     };
     let mut remaining: Vec<f64> = jobs.iter().map(|j| j.run).collect();
+    let mut timeline: Vec<Sample> = Vec::new();
     let mut running: BTreeMap<usize, f64> = BTreeMap::new(); // job -> start
     let mut waiting: Vec<usize> = Vec::new();
     let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
@@ -168,11 +169,19 @@ pub fn run(
             next += 1;
         }
         max_seen = max_seen.max(m.slots.len());
+        let busy: u32 = running.keys().map(|&i| jobs[i].procs).sum();
+        let tau = m.slots.len().max(1) as f64;
+        timeline.push(Sample {
+            t: now,
+            utilization: f64::from(busy) / tau / f64::from(procs.max(1)),
+            slots: m.slots.len(),
+        });
     }
     GangRun {
         outcomes: out.into_iter().flatten().collect(),
         migrations: 0,
         slots: (if span > 0.0 { slot_time / span } else { 0.0 }, max_seen),
+        timeline,
     }
 }
 

@@ -19,6 +19,28 @@ use std::sync::atomic::AtomicUsize;
 
 use serde::Serialize;
 
+/// The machine at one instant of a replay (taken after every event).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sample {
+    /// Virtual time.
+    pub t: f64,
+    /// Fraction of the machine's capacity doing work.
+    pub utilization: f64,
+    /// Slots per round.
+    pub slots: usize,
+}
+
+/// What one policy's replay produced.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// Per job.
+    pub outcomes: Vec<Outcome>,
+    /// The summary.
+    pub metrics: metrics::Metrics,
+    /// Utilisation and slots over time.
+    pub timeline: Vec<Sample>,
+}
+
 /// One job's fate in a replay.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
@@ -59,7 +81,7 @@ pub fn replay(
     policy: &str,
     max_slots: usize,
     done: &AtomicUsize,
-) -> Option<(Vec<Outcome>, metrics::Metrics)> {
+) -> Option<Replay> {
     let runs = |o: &[Outcome]| -> Vec<f64> {
         let by_id: std::collections::HashMap<&str, f64> =
             jobs.iter().map(|j| (j.id.as_str(), j.run)).collect();
@@ -69,20 +91,27 @@ pub fn replay(
     };
     let capacity: f64 = capacities.iter().sum();
     let procs = capacities.len() as u32;
-    let (outcomes, migrations, slots) = match policy {
-        "fcfs" | "easy" => (batch::run(jobs, procs, policy == "easy", done), 0, (1.0, 1)),
+    let (outcomes, migrations, slots, timeline) = match policy {
+        "fcfs" | "easy" => {
+            let (o, timeline) = batch::run(jobs, procs, policy == "easy", done);
+            (o, 0, (1.0, 1), timeline)
+        }
         "gang-firstfit" | "gang-buddy" => {
             let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, done);
-            (g.outcomes, g.migrations, g.slots)
+            (g.outcomes, g.migrations, g.slots, g.timeline)
         }
         "mtat" | "mtat+repack" => {
             let g = gang::run(jobs, capacities, policy == "mtat+repack", max_slots, done);
-            (g.outcomes, g.migrations, g.slots)
+            (g.outcomes, g.migrations, g.slots, g.timeline)
         }
         _ => return None,
     };
-    let m = metrics::summarise(&outcomes, &runs(&outcomes), capacity, migrations, slots);
-    Some((outcomes, m))
+    let metrics = metrics::summarise(&outcomes, &runs(&outcomes), capacity, migrations, slots);
+    Some(Replay {
+        outcomes,
+        metrics,
+        timeline,
+    })
 }
 
 #[cfg(test)]

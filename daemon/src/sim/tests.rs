@@ -14,6 +14,7 @@ fn replay(
     max_slots: usize,
 ) -> Option<(Vec<Outcome>, metrics::Metrics)> {
     super::replay(jobs, caps, policy, max_slots, &AtomicUsize::new(0))
+        .map(|r| (r.outcomes, r.metrics))
 }
 
 #[test]
@@ -23,8 +24,20 @@ fn the_progress_counter_counts_every_completed_job() {
         .collect();
     for policy in POLICIES {
         let done = AtomicUsize::new(0);
-        let (out, _) = super::replay(&jobs, &[1.0; 4], policy, 4, &done).unwrap();
-        assert_eq!(done.load(Ordering::Relaxed), out.len(), "{policy}");
+        let r = super::replay(&jobs, &[1.0; 4], policy, 4, &done).unwrap();
+        assert_eq!(done.load(Ordering::Relaxed), r.outcomes.len(), "{policy}");
+        // The timeline covers the replay and stays within the machine.
+        assert!(!r.timeline.is_empty());
+        assert!(
+            r.timeline.windows(2).all(|w| w[0].t <= w[1].t),
+            "{policy}: time runs forward"
+        );
+        assert!(
+            r.timeline
+                .iter()
+                .all(|s| (0.0..=1.0 + 1e-9).contains(&s.utilization) && s.slots <= 4),
+            "{policy}"
+        );
     }
 }
 
