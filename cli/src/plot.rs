@@ -74,18 +74,7 @@ pub fn response_cdf(title: &str, series: &[(String, Vec<f64>)]) -> String {
         {
             let _ = write!(points, "{:.1},{:.1} ", px(x), py((k + 1) as f64 / n));
         }
-        let c = COLOURS[i % COLOURS.len()];
-        let ly = top + 20.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{points}"/>
-<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
-            w - right + 12.0,
-            w - right + 36.0,
-            w - right + 42.0,
-            ly + 4.0,
-            escape(name)
-        );
+        series_line(&mut s, i, name, &points, 2.0, w - right, top);
     }
     s.push_str("</svg>\n");
     s
@@ -183,21 +172,34 @@ pub fn over_time(title: &str, ylabel: &str, series: &[(String, Vec<(f64, f64)>)]
             .iter()
             .map(|&(t, y)| format!("{:.1},{:.1} ", px(t), py(y)))
             .collect();
-        let c = COLOURS[i % COLOURS.len()];
-        let ly = top + 20.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{points}"/>
-<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
-            w - right + 12.0,
-            w - right + 36.0,
-            w - right + 42.0,
-            ly + 4.0,
-            escape(name)
-        );
+        series_line(&mut s, i, name, &points, 1.5, w - right, top);
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// Policy `i`'s line and its legend entry at the right of the plot area.
+fn series_line(
+    s: &mut String,
+    i: usize,
+    name: &str,
+    points: &str,
+    width: f64,
+    legend_x: f64,
+    top: f64,
+) {
+    let c = COLOURS[i % COLOURS.len()];
+    let ly = top + 20.0 * i as f64;
+    let _ = writeln!(
+        s,
+        r#"<polyline fill="none" stroke="{c}" stroke-width="{width}" points="{points}"/>
+<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+        legend_x + 12.0,
+        legend_x + 36.0,
+        legend_x + 42.0,
+        ly + 4.0,
+        escape(name)
+    );
 }
 
 fn escape(t: &str) -> String {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use migd::config::FileConfig;
 use migd::Config;
 
 /// The mig daemon: one per workstation. The first daemon is the master; the
@@ -44,41 +45,36 @@ struct Flags {
     config: Option<PathBuf>,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    if let Err(e) = start() {
+        eprintln!("migd: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn start() -> anyhow::Result<()> {
     let f = Flags::parse();
-    let state_dir = f
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("migd-state"));
-    let mut cfg = Config::new(state_dir.clone());
+    let mut cfg = Config::new(
+        f.state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("migd-state")),
+    );
     if let Some(path) = &f.config {
         cfg.apply(Config::read_file(path)?);
     }
-    if f.state_dir.is_some() {
-        cfg.key_file = state_dir.join("cluster.key");
-        cfg.state_dir = state_dir;
-    }
-    if let Some(v) = f.listen {
-        cfg.listen = v;
-    }
-    if f.join.is_some() {
-        cfg.join = f.join;
-    }
-    if let Some(v) = f.key_file {
-        cfg.key_file = v;
-    }
-    if let Some(v) = f.processors {
-        cfg.processors = v;
-    }
-    if f.capacity.is_some() {
-        cfg.capacity = f.capacity;
-    }
-    if let Some(v) = f.arch {
-        cfg.arch = v;
-    }
-    if let Some(v) = f.name {
-        cfg.name = v;
-    }
+    // Flags override the file: the same overlay, field by field.
+    cfg.apply(FileConfig {
+        name: f.name,
+        listen: f.listen,
+        join: f.join,
+        state_dir: f.state_dir,
+        key_file: f.key_file,
+        processors: f.processors,
+        capacity: f.capacity,
+        arch: f.arch,
+        heartbeat_ms: None,
+        dead_after_ms: None,
+    });
     cfg.validate().context("invalid configuration")?;
     migd::run(cfg).context("migd")?;
     Ok(())

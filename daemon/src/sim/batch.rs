@@ -47,15 +47,10 @@ pub fn run(
     // (index, start) of running jobs, for EASY's reservation.
     let mut active: Vec<(usize, f64)> = Vec::new();
     let mut free = procs;
-    loop {
-        let t_arrival = jobs.get(next).map(|j| j.submit);
-        let t_end = running.peek().map(|e| e.end);
-        let now = match (t_arrival, t_end) {
-            (None, None) => break,
-            (Some(a), None) => a,
-            (None, Some(e)) => e,
-            (Some(a), Some(e)) => a.min(e),
-        };
+    while let Some(now) = super::next_instant(
+        running.peek().map(|e| e.end),
+        jobs.get(next).map(|j| j.submit),
+    ) {
         while running.peek().is_some_and(|e| e.end <= now) {
             if let Some(e) = running.pop() {
                 done.fetch_add(1, AtomicOrdering::Relaxed);

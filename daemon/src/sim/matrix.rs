@@ -109,12 +109,9 @@ pub fn run(
             .keys()
             .map(|&i| (now + remaining[i] * tau, i))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let arrival = jobs.get(next).map(|j| j.submit);
-        let t = match (finish, arrival) {
-            (None, None) => break,
-            (Some((f, _)), None) => f,
-            (None, Some(a)) => a,
-            (Some((f, _)), Some(a)) => f.min(a),
+        let Some(t) = super::next_instant(finish.map(|f| f.0), jobs.get(next).map(|j| j.submit))
+        else {
+            break;
         };
         let dt = (t - now).max(0.0);
         for &i in running.keys() {

@@ -58,6 +58,17 @@ pub struct Outcome {
     pub migrations: u32,
 }
 
+/// The next instant of an event-driven replay: the earlier of the next
+/// completion and the next arrival, or `None` when neither is left.
+pub(crate) fn next_instant(finish: Option<f64>, arrival: Option<f64>) -> Option<f64> {
+    match (finish, arrival) {
+        (None, None) => None,
+        (Some(f), None) => Some(f),
+        (None, Some(a)) => Some(a),
+        (Some(f), Some(a)) => Some(f.min(a)),
+    }
+}
+
 /// The policies `replay` knows.
 pub const POLICIES: &[&str] = &[
     "fcfs",
