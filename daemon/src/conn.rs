@@ -1,10 +1,18 @@
-//! One non-blocking connection: its socket, its decoder, its output buffer,
-//! and what kind of peer it is. What lives here: buffered reads and writes
-//! that stop at `WouldBlock` and retry on `Interrupted`. What does not: what
-//! the messages mean (the server and the master decide).
+//! One non-blocking connection: its socket, its decoder, its output queue,
+//! and what kind of peer it is. What lives here: reads that stop at
+//! `WouldBlock` and retry on `Interrupted`; an output queue of chunks written
+//! with vectored writes (a forwarded payload is queued as the `Vec` it
+//! arrived in, never copied) that can carry a descriptor (SCM_RIGHTS, for
+//! direct links between VPs). What does not: what the messages mean (the
+//! server and the master decide).
 
-use std::io::{self, Read, Write};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Instant;
+
+use libmig::msg::Tid;
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use libmig::auth::Block;
 use libmig::frame::Decoder;
@@ -39,6 +47,15 @@ impl Write for Sock {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+impl AsRawFd for Sock {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
     }
 }
 
@@ -84,7 +101,28 @@ pub enum Kind {
     Master,
     /// A local control client.
     Control,
+    /// A VP of this host (the socket it was started with).
+    Vp {
+        /// Its Tid.
+        tid: Tid,
+    },
+    /// A data link with another daemon (messages between VPs).
+    Data {
+        /// The other host.
+        host: String,
+    },
 }
+
+/// Bytes waiting to be written, possibly with a descriptor to pass.
+#[derive(Debug)]
+struct Chunk {
+    bytes: Vec<u8>,
+    off: usize,
+    fd: Option<OwnedFd>,
+}
+
+/// Small frames are appended to the last chunk up to this size.
+const COALESCE: usize = 64 * 1024;
 
 /// A connection.
 #[derive(Debug)]
@@ -93,24 +131,17 @@ pub struct Conn {
     pub sock: Sock,
     /// Incoming bytes not yet decoded.
     pub dec: Decoder,
-    /// Outgoing bytes not yet written.
-    pub out: Vec<u8>,
+    out: VecDeque<Chunk>,
+    out_len: usize,
     /// What it is.
     pub kind: Kind,
     /// When it was accepted.
     pub since: Instant,
-    /// Close once `out` is flushed.
+    /// Close once the output is flushed.
     pub closing: bool,
+    /// Not read while a receiver it sends to is full (flow control).
+    pub paused: bool,
     writable: bool,
-}
-
-/// What a read pass found.
-#[derive(Debug, PartialEq, Eq)]
-pub enum ReadOutcome {
-    /// Still open.
-    Open,
-    /// The peer closed (or the socket failed).
-    Closed,
 }
 
 impl Conn {
@@ -119,48 +150,140 @@ impl Conn {
         Conn {
             sock,
             dec: Decoder::default(),
-            out: Vec::new(),
+            out: VecDeque::new(),
+            out_len: 0,
             kind,
             since: Instant::now(),
             closing: false,
+            paused: false,
             writable: false,
         }
     }
 
-    /// Read until `WouldBlock`, feeding the decoder.
-    pub fn read_all(&mut self) -> ReadOutcome {
-        let mut buf = [0u8; 64 * 1024];
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.out_len
+    }
+
+    /// Is everything written?
+    pub fn flushed(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// Read once into the decoder. `Some(true)`: the read filled what was
+    /// asked, so more may be waiting; `Some(false)`: drained for now (the
+    /// poll is edge-triggered, and a short read means the socket was
+    /// empty); `None`: the peer closed or the socket failed.
+    pub fn read_some(&mut self) -> Option<bool> {
         loop {
-            match self.sock.read(&mut buf) {
-                Ok(0) => return ReadOutcome::Closed,
-                Ok(n) => self.dec.feed(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Open,
+            match self.dec.read_from(&mut self.sock) {
+                Ok((0, _)) => return None,
+                Ok((n, asked)) => return Some(n == asked),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return ReadOutcome::Closed,
+                Err(_) => return None,
             }
         }
     }
 
     /// Queue bytes and write what the socket takes now.
     pub fn send(&mut self, bytes: &[u8], registry: &Registry, token: Token) -> io::Result<()> {
-        self.out.extend_from_slice(bytes);
+        match self.out.back_mut() {
+            Some(last) if last.fd.is_none() && last.bytes.len() + bytes.len() <= COALESCE => {
+                last.bytes.extend_from_slice(bytes)
+            }
+            _ => self.out.push_back(Chunk {
+                bytes: bytes.to_vec(),
+                off: 0,
+                fd: None,
+            }),
+        }
+        self.out_len += bytes.len();
         self.flush(registry, token)
+    }
+
+    /// Queue a frame's head and its payload (kept as it is), optionally
+    /// passing `fd` with the head, and write what the socket takes now.
+    pub fn send_parts(
+        &mut self,
+        head: Vec<u8>,
+        payload: Vec<u8>,
+        fd: Option<OwnedFd>,
+        registry: &Registry,
+        token: Token,
+    ) -> io::Result<()> {
+        self.out_len += head.len() + payload.len();
+        if fd.is_none() && payload.len() < COALESCE {
+            self.out_len -= head.len() + payload.len();
+            let mut b = head;
+            b.extend_from_slice(&payload);
+            return self.send(&b, registry, token);
+        }
+        self.out.push_back(Chunk {
+            bytes: head,
+            off: 0,
+            fd,
+        });
+        if !payload.is_empty() {
+            self.out.push_back(Chunk {
+                bytes: payload,
+                off: 0,
+                fd: None,
+            });
+        }
+        self.flush(registry, token)
+    }
+
+    fn write_some(&mut self) -> io::Result<usize> {
+        let Some(front) = self.out.front_mut() else {
+            return Ok(0);
+        };
+        if let Some(fd) = front.fd.as_ref() {
+            let fds = [fd.as_raw_fd()];
+            let cmsg = [ControlMessage::ScmRights(&fds)];
+            let iov = [IoSlice::new(&front.bytes[front.off..])];
+            let n = sendmsg::<()>(self.sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+                .map_err(io::Error::from)?;
+            front.fd = None;
+            return Ok(n);
+        }
+        let slices: Vec<IoSlice> = self
+            .out
+            .iter()
+            .take_while(|c| c.fd.is_none())
+            .take(64)
+            .map(|c| IoSlice::new(&c.bytes[c.off..]))
+            .collect();
+        self.sock.write_vectored(&slices)
     }
 
     /// Write queued bytes until done or `WouldBlock`; ask for writability if
     /// some remain.
     pub fn flush(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
-        let mut written = 0;
-        while written < self.out.len() {
-            match self.sock.write(&self.out[written..]) {
+        while !self.out.is_empty() {
+            match self.write_some() {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => written += n,
+                Ok(mut n) => {
+                    self.out_len -= n;
+                    while n > 0 {
+                        let Some(front) = self.out.front_mut() else {
+                            break;
+                        };
+                        let left = front.bytes.len() - front.off;
+                        if n >= left {
+                            n -= left;
+                            self.out.pop_front();
+                        } else {
+                            front.off += n;
+                            n = 0;
+                        }
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        self.out.drain(..written);
         let want = !self.out.is_empty();
         if want != self.writable {
             let interest = if want {

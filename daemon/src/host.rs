@@ -74,13 +74,30 @@ fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
     })
 }
 
-/// Start a VP. Returns its pid and its two output pipes.
+/// A VP just started: its pid, its output pipes, and the daemon's end of
+/// its message socket.
+#[derive(Debug)]
+pub struct Started {
+    /// Process id (and process group).
+    pub pid: i32,
+    /// Read end of its stdout.
+    pub stdout: OwnedFd,
+    /// Read end of its stderr.
+    pub stderr: OwnedFd,
+    /// The daemon's end of the VP's socket (the VP has the other as `MIG_FD`).
+    pub sock: OwnedFd,
+}
+
+/// The descriptor number a VP finds its socket at.
+const VP_FD: i32 = 3;
+
+/// Start a VP.
 ///
 /// Everything the child needs is prepared before `fork`; the child only
 /// makes async-signal-safe calls (setpgid, prctl, dup2, chdir, execve,
 /// write, _exit), and the daemon does not wait for the `exec`, so many VPs
 /// start in parallel.
-pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd, OwnedFd)> {
+pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<Started> {
     let program = find_program(&s.program, &s.cwd, &s.env).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -103,7 +120,11 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd,
         (env::NVPS.to_string(), s.nvps.to_string()),
         (env::HOST.to_string(), host.to_string()),
         (env::SOCKET.to_string(), socket.to_string()),
+        (env::FD.to_string(), VP_FD.to_string()),
     ]);
+    if let Some(p) = s.parent {
+        vars.push((env::PARENT.to_string(), p.to_string()));
+    }
     let mut envp_own = Vec::with_capacity(vars.len());
     for (k, v) in &vars {
         envp_own.push(cstring(format!("{k}={v}"))?);
@@ -125,7 +146,14 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd,
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (err_r, err_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    for fd in [&out_r, &err_r] {
+    let (sock, vp_sock) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    for fd in [&out_r, &err_r, &sock] {
         set_nonblocking(fd)?;
     }
     let parent = std::process::id() as libc::pid_t;
@@ -144,6 +172,13 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd,
             libc::dup2(devnull.as_raw_fd(), 0);
             libc::dup2(out_w.as_raw_fd(), 1);
             libc::dup2(err_w.as_raw_fd(), 2);
+            // The VP's socket at a known number, without close-on-exec
+            // (dup2 onto itself would keep the flag, so clear it then).
+            if vp_sock.as_raw_fd() == VP_FD {
+                libc::fcntl(VP_FD, libc::F_SETFD, 0);
+            } else {
+                libc::dup2(vp_sock.as_raw_fd(), VP_FD);
+            }
             if libc::chdir(cwd.as_ptr()) == 0 {
                 libc::execve(prog.as_ptr(), argv.as_ptr(), envp.as_ptr());
             }
@@ -151,8 +186,13 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<(i32, OwnedFd,
             libc::_exit(127)
         },
         pid => {
-            drop((out_w, err_w));
-            Ok((pid, out_r, err_r))
+            drop((out_w, err_w, vp_sock));
+            Ok(Started {
+                pid,
+                stdout: out_r,
+                stderr: err_r,
+                sock,
+            })
         }
     }
 }

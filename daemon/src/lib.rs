@@ -6,6 +6,8 @@
 //! * `server` — the event loop that owns all state;
 //! * `conn` — one buffered non-blocking connection;
 //! * `master` — hosts, jobs and Tids, and the scheduler's actions turned into messages (no I/O);
+//! * `route` — where a message between VPs goes next (tables, no I/O);
+//! * `groups` — named groups and barriers, kept by the master (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
 //! * `config`, `facts`, `log` — configuration, host facts, the log;
 //! * `sched` — the embedded scheduler (pure; shared with the simulator);
@@ -15,9 +17,11 @@
 pub mod config;
 pub mod conn;
 pub mod facts;
+pub mod groups;
 pub mod host;
 pub mod log;
 pub mod master;
+pub mod route;
 pub mod sched;
 pub mod server;
 pub mod sim;

@@ -10,10 +10,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    ExitInfo, HostFacts, HostInfo, MapCell, PeerMsg, Request, Response, SpawnSpec, StartVp, Stream,
-    Tid, VpInfo,
+    Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, PeerMsg, Request,
+    Response, SpawnSpec, StartVp, Stream, Tid, VpCall, VpInfo, VpRet, SYSTEM,
 };
 
+use crate::groups::Groups;
 use crate::sched::{Action, Event, SchedConfig, Scheduler};
 
 /// Who asked: a local control connection, or a worker forwarding for one.
@@ -28,6 +29,13 @@ pub enum Requester {
         /// Its id for the request.
         id: u64,
     },
+    /// A VP's call (answered as a `VpReturn`, never as a `Reply`).
+    Vp {
+        /// The VP.
+        tid: Tid,
+        /// Its call id.
+        id: u64,
+    },
 }
 
 /// Something the server must deliver.
@@ -39,6 +47,10 @@ pub enum Out {
     Reply(Requester, Response),
     /// A line for the daemon log.
     Log(String),
+    /// A message to every live host, the master's own included.
+    Broadcast(PeerMsg),
+    /// A message for a VP (a notice from `SYSTEM`), routed like any other.
+    Deliver(Envelope, Vec<u8>),
 }
 
 #[derive(Debug)]
@@ -60,6 +72,9 @@ enum VpState {
 #[derive(Debug)]
 struct VpRec {
     tid: Tid,
+    program: String,
+    args: Vec<String>,
+    parent: Option<Tid>,
     host: Option<String>,
     pid: Option<u32>,
     state: VpState,
@@ -83,6 +98,10 @@ pub struct Master {
     tids: HashMap<Tid, (String, u32)>,
     next_tid: Tid,
     next_job: u64,
+    groups: Groups,
+    exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
+    host_watch: Vec<(Tid, i32, bool)>,
+    gone: HashMap<Tid, ExitInfo>,
 }
 
 fn processor_id(host: &str, i: u32) -> String {
@@ -106,6 +125,10 @@ impl Master {
             tids: HashMap::new(),
             next_tid: 0x40001,
             next_job: 1,
+            groups: Groups::default(),
+            exit_watch: HashMap::new(),
+            host_watch: Vec::new(),
+            gone: HashMap::new(),
         };
         let out = m.add_host(facts, now, true);
         (m, out)
@@ -135,8 +158,9 @@ impl Master {
             };
             out.extend(self.event(e));
         }
+        let name = facts.name.clone();
         self.hosts.insert(
-            facts.name.clone(),
+            name.clone(),
             HostRec {
                 facts,
                 last_seen: now,
@@ -144,7 +168,49 @@ impl Master {
                 master,
             },
         );
+        out.push(Out::Broadcast(self.peers()));
+        if !master {
+            out.extend(self.host_notices(true, &name));
+        }
         out
+    }
+
+    fn peers(&self) -> PeerMsg {
+        PeerMsg::Peers(
+            self.hosts
+                .iter()
+                .filter(|(_, h)| h.alive)
+                .map(|(n, h)| (n.clone(), h.facts.addr.clone()))
+                .collect(),
+        )
+    }
+
+    /// Everything a host that (re)joins must know: where every VP is.
+    pub fn directory(&self) -> PeerMsg {
+        let mut d: Vec<(Tid, Loc)> = self.gone.keys().map(|&t| (t, Loc::Gone)).collect();
+        for j in self.jobs.values() {
+            for v in j.vps.values() {
+                d.push((v.tid, loc_of(v)));
+            }
+        }
+        PeerMsg::Directory(d)
+    }
+
+    fn host_notices(&self, joined: bool, host: &str) -> Vec<Out> {
+        let notice = if joined {
+            Notice::HostJoined {
+                host: host.to_string(),
+            }
+        } else {
+            Notice::HostLeft {
+                host: host.to_string(),
+            }
+        };
+        self.host_watch
+            .iter()
+            .filter(|(_, _, j)| *j == joined)
+            .map(|&(to, tag, _)| notice_to(to, tag, &notice))
+            .collect()
     }
 
     /// A worker registers. Returns the name it gets (a live host's name is
@@ -206,6 +272,8 @@ impl Master {
         h.alive = false;
         let n = h.facts.processors;
         let mut out = vec![Out::Log(format!("host {host} left the pool: {why}"))];
+        out.push(Out::Broadcast(self.peers()));
+        out.extend(self.host_notices(false, host));
         for i in 0..n {
             out.extend(self.event(Event::ProcessorExit {
                 id: processor_id(host, i),
@@ -236,10 +304,11 @@ impl Master {
             job: job.to_string(),
             vp,
             nvps: j.vps.len() as u32,
-            program: j.spec.program.clone(),
-            args: j.spec.args.clone(),
+            program: v.program.clone(),
+            args: v.args.clone(),
             cwd: j.spec.cwd.clone(),
             env: j.spec.env.clone(),
+            parent: v.parent,
         }))
     }
 
@@ -249,7 +318,7 @@ impl Master {
             match a {
                 Action::Start { job, vp, host, .. } => {
                     if let Some(msg) = self.start_msg(&job, vp) {
-                        self.set_vp(&job, vp, Some(host.clone()), VpState::Starting);
+                        out.extend(self.set_vp(&job, vp, Some(host.clone()), VpState::Starting));
                         out.push(Out::ToHost(host, msg));
                     }
                 }
@@ -271,12 +340,12 @@ impl Master {
                         out.push(Out::Log(format!(
                             "restarting VP {vp} of {job} on {to_host} (its host {from_host} is gone)"
                         )));
-                        self.set_vp(&job, vp, Some(to_host.clone()), VpState::Starting);
+                        out.extend(self.set_vp(&job, vp, Some(to_host.clone()), VpState::Starting));
                         out.push(Out::ToHost(to_host, msg));
                     }
                 }
                 Action::Hold { job, vp, .. } => {
-                    self.set_vp(&job, vp, None, VpState::Waiting);
+                    out.extend(self.set_vp(&job, vp, None, VpState::Waiting));
                 }
                 Action::Kill { job, vp, host, .. } => {
                     if let Some(tid) = self.tid_of(&job, vp) {
@@ -289,11 +358,15 @@ impl Master {
         out
     }
 
-    fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) {
-        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
-            v.host = host;
-            v.state = state;
-            v.pid = None;
+    fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) -> Vec<Out> {
+        match self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+            Some(v) => {
+                v.host = host;
+                v.state = state;
+                v.pid = None;
+                vec![Out::Broadcast(PeerMsg::Directory(vec![(v.tid, loc_of(v))]))]
+            }
+            None => Vec::new(),
         }
     }
 
@@ -353,6 +426,7 @@ impl Master {
             out.push(Out::Log(format!(
                 "VP t{tid:x} ({job}/{vp}) on {host}: {status}"
             )));
+            out.push(Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Gone)])));
             for w in &j.waiters {
                 out.push(Out::Reply(
                     w.clone(),
@@ -365,6 +439,7 @@ impl Master {
                 ));
             }
         }
+        out.extend(self.vp_gone(tid, &status));
         if !self.jobs.get(&job).is_some_and(|j| j.killed) {
             out.extend(self.event(Event::VpExit {
                 job: job.clone(),
@@ -388,6 +463,9 @@ impl Master {
         };
         for v in j.vps.values() {
             self.tids.remove(&v.tid);
+            if let Some(e) = &v.exit {
+                self.gone.insert(v.tid, e.clone());
+            }
         }
         let status = j
             .vps
@@ -492,6 +570,9 @@ impl Master {
                 vp,
                 VpRec {
                     tid,
+                    program: spec.program.clone(),
+                    args: spec.args.clone(),
+                    parent: spec.parent,
                     host: None,
                     pid: None,
                     state: VpState::Waiting,
@@ -515,6 +596,9 @@ impl Master {
             },
         );
         let mut out = vec![
+            Out::Broadcast(PeerMsg::Directory(
+                tids.iter().map(|&t| (t, Loc::Waiting)).collect(),
+            )),
             Out::Reply(
                 from,
                 Response::Spawned {
@@ -548,6 +632,7 @@ impl Master {
                 .collect();
             for vp in never {
                 if let Some(v) = self.jobs.get_mut(target).and_then(|j| j.vps.get_mut(&vp)) {
+                    out.push(Out::Broadcast(PeerMsg::Directory(vec![(v.tid, Loc::Gone)])));
                     v.state = VpState::Exited;
                     v.exit = Some(ExitInfo {
                         code: None,
@@ -596,6 +681,241 @@ impl Master {
         )]
     }
 
+    /// A VP is gone for good: tell those who asked, and leave its groups.
+    fn vp_gone(&mut self, tid: Tid, status: &ExitInfo) -> Vec<Out> {
+        let notice = Notice::VpExited {
+            tid,
+            status: status.clone(),
+        };
+        let mut out: Vec<Out> = self
+            .exit_watch
+            .remove(&tid)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(to, tag)| notice_to(to, tag, &notice))
+            .collect();
+        self.host_watch.retain(|&(t, _, _)| t != tid);
+        for (w, id) in self.groups.exited(tid) {
+            out.extend(self.vp_return(w, id, VpRet::Done));
+        }
+        out
+    }
+
+    /// The host a VP is on, if placed.
+    fn host_of(&self, tid: Tid) -> Option<String> {
+        let (job, vp) = self.tids.get(&tid)?;
+        self.jobs.get(job)?.vps.get(vp)?.host.clone()
+    }
+
+    fn vp_return(&self, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {
+        match self.host_of(tid) {
+            Some(h) => vec![Out::ToHost(h, PeerMsg::VpReturn { tid, id, ret })],
+            None => Vec::new(),
+        }
+    }
+
+    /// A worker asks where `tid` is.
+    pub fn locate(&self, host: &str, tid: Tid) -> Vec<Out> {
+        let loc = match self.tids.get(&tid) {
+            Some((job, vp)) => self
+                .jobs
+                .get(job)
+                .and_then(|j| j.vps.get(vp))
+                .map_or(Loc::Gone, loc_of),
+            None => Loc::Gone,
+        };
+        vec![Out::ToHost(
+            host.to_string(),
+            PeerMsg::Directory(vec![(tid, loc)]),
+        )]
+    }
+
+    /// A request of VP `tid` (on `host`).
+    pub fn vp_call(&mut self, host: &str, tid: Tid, id: u64, call: VpCall) -> Vec<Out> {
+        let reply = |ret: VpRet| {
+            vec![Out::ToHost(
+                host.to_string(),
+                PeerMsg::VpReturn { tid, id, ret },
+            )]
+        };
+        let Some((job, _)) = self.tids.get(&tid).cloned() else {
+            return reply(VpRet::Error(format!("t{tid:x} is not a running VP")));
+        };
+        match call {
+            VpCall::Spawn {
+                program,
+                args,
+                n,
+                new_job,
+            } => {
+                let Some(j) = self.jobs.get(&job) else {
+                    return reply(VpRet::Error("the caller's job is gone".into()));
+                };
+                let spec = SpawnSpec {
+                    program,
+                    args,
+                    n,
+                    cwd: j.spec.cwd.clone(),
+                    env: j.spec.env.clone(),
+                    wait: false,
+                    parent: Some(tid),
+                };
+                if new_job {
+                    let mut out = self.spawn(Requester::Vp { tid, id }, host, spec);
+                    for o in &mut out {
+                        if let Out::Reply(Requester::Vp { .. }, resp) = o {
+                            let ret = match resp {
+                                Response::Spawned { tids, .. } => VpRet::Tids(tids.clone()),
+                                Response::Error { message } => VpRet::Error(message.clone()),
+                                _ => VpRet::Done,
+                            };
+                            *o = Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
+                        }
+                    }
+                    return out;
+                }
+                self.grow_job(&job, host, tid, id, spec)
+            }
+            VpCall::Kill { tid: victim } => match self.host_of(victim) {
+                Some(h) => {
+                    let mut out = vec![Out::ToHost(h, PeerMsg::Kill { tid: victim })];
+                    out.extend(reply(VpRet::Done));
+                    out
+                }
+                None => reply(VpRet::Error(format!("no running VP t{victim:x}"))),
+            },
+            VpCall::Tasks => {
+                let tids = self
+                    .jobs
+                    .get(&job)
+                    .map(|j| j.vps.values().map(|v| v.tid).collect())
+                    .unwrap_or_default();
+                reply(VpRet::Tids(tids))
+            }
+            VpCall::Notify { on, tag } => match on {
+                NotifyOn::VpExit(watched) => {
+                    let running = self.tids.get(&watched).is_some_and(|(j, v)| {
+                        self.jobs
+                            .get(j)
+                            .and_then(|j| j.vps.get(v))
+                            .is_some_and(|v| v.state != VpState::Exited)
+                    });
+                    let mut out = reply(VpRet::Done);
+                    if running {
+                        self.exit_watch.entry(watched).or_default().push((tid, tag));
+                    } else {
+                        let status = self.exit_of(watched).unwrap_or(ExitInfo {
+                            code: None,
+                            signal: None,
+                            error: Some("no such VP".into()),
+                        });
+                        out.push(notice_to(
+                            tid,
+                            tag,
+                            &Notice::VpExited {
+                                tid: watched,
+                                status,
+                            },
+                        ));
+                    }
+                    out
+                }
+                NotifyOn::HostJoin | NotifyOn::HostLeave => {
+                    self.host_watch.push((tid, tag, on == NotifyOn::HostJoin));
+                    reply(VpRet::Done)
+                }
+            },
+            VpCall::Join { group } => {
+                let i = self.groups.join(&group, tid);
+                reply(VpRet::Instance(i))
+            }
+            VpCall::Leave { group } => {
+                let (was, released) = self.groups.leave(&group, tid);
+                let mut out = if was {
+                    reply(VpRet::Done)
+                } else {
+                    reply(VpRet::Error(format!("not a member of group {group:?}")))
+                };
+                for (w, wid) in released {
+                    out.extend(self.vp_return(w, wid, VpRet::Done));
+                }
+                out
+            }
+            VpCall::Members { group } => reply(VpRet::Members(self.groups.members(&group))),
+            VpCall::Barrier { group, count } => match self.groups.barrier(&group, tid, id, count) {
+                Ok(released) => released
+                    .into_iter()
+                    .flat_map(|(w, wid)| self.vp_return(w, wid, VpRet::Done))
+                    .collect(),
+                Err(e) => reply(VpRet::Error(e)),
+            },
+        }
+    }
+
+    fn exit_of(&self, tid: Tid) -> Option<ExitInfo> {
+        if let Some(e) = self.gone.get(&tid) {
+            return Some(e.clone());
+        }
+        let (j, v) = self.tids.get(&tid)?;
+        self.jobs.get(j)?.vps.get(v)?.exit.clone()
+    }
+
+    /// `new_VP`: a VP of `job` starts `spec.n` more VPs in it.
+    fn grow_job(&mut self, job: &str, host: &str, tid: Tid, id: u64, spec: SpawnSpec) -> Vec<Out> {
+        let reply = |ret: VpRet| Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
+        if spec.n == 0 || spec.n > 65536 {
+            return vec![reply(VpRet::Error(format!(
+                "cannot start {} VPs: ask for between 1 and 65536",
+                spec.n
+            )))];
+        }
+        if let Err(m) = check_program(&spec) {
+            return vec![reply(VpRet::Error(m))];
+        }
+        let arch = match self.hosts.get(host) {
+            Some(h) => h.facts.arch.clone(),
+            None => return vec![reply(VpRet::Error("no host to run on".into()))],
+        };
+        let mut tids = Vec::new();
+        let mut events = Vec::new();
+        if let Some(j) = self.jobs.get_mut(job) {
+            for _ in 0..spec.n {
+                let vp = j.vps.keys().next_back().map_or(0, |k| k + 1);
+                let t = self.next_tid;
+                self.next_tid += 1;
+                self.tids.insert(t, (job.to_string(), vp));
+                tids.push(t);
+                j.vps.insert(
+                    vp,
+                    VpRec {
+                        tid: t,
+                        program: spec.program.clone(),
+                        args: spec.args.clone(),
+                        parent: Some(tid),
+                        host: None,
+                        pid: None,
+                        state: VpState::Waiting,
+                        exit: None,
+                    },
+                );
+                events.push(Event::NewVp {
+                    job: job.to_string(),
+                    arch: arch.clone(),
+                });
+            }
+        }
+        let mut out = vec![
+            Out::Broadcast(PeerMsg::Directory(
+                tids.iter().map(|&t| (t, Loc::Waiting)).collect(),
+            )),
+            reply(VpRet::Tids(tids)),
+        ];
+        for e in events {
+            out.extend(self.event(e));
+        }
+        out
+    }
+
     fn hosts_info(&self) -> Vec<HostInfo> {
         let mut counts: HashMap<&str, u32> = HashMap::new();
         for j in self.jobs.values() {
@@ -640,6 +960,25 @@ impl Master {
     }
 }
 
+fn loc_of(v: &VpRec) -> Loc {
+    match (&v.state, &v.host) {
+        (VpState::Exited, _) => Loc::Gone,
+        (_, Some(h)) => Loc::At(h.clone()),
+        (_, None) => Loc::Waiting,
+    }
+}
+
+/// A notice for VP `to` with `tag`.
+fn notice_to(to: Tid, tag: i32, notice: &Notice) -> Out {
+    let env = Envelope {
+        from: SYSTEM,
+        to,
+        tag,
+        seq: 0,
+    };
+    Out::Deliver(env, postcard::to_allocvec(notice).unwrap_or_default())
+}
+
 /// The program must exist where the user named it (relative paths from the
 /// spawn's working directory, bare names on `PATH`).
 fn check_program(spec: &SpawnSpec) -> Result<(), String> {
@@ -679,6 +1018,7 @@ mod tests {
             cwd: "/".into(),
             env: vec![],
             wait: true,
+            parent: None,
         }
     }
 

@@ -2,10 +2,14 @@
 //! signal, and one `Daemon` struct owns all state (no locks).
 //!
 //! What lives here: accepting and authenticating connections, decoding
-//! frames and dispatching them, the worker's link to its master, heartbeats,
+//! frames and dispatching them, the worker's link to its master, data links
+//! between daemons (opened on the first message for a host), each VP's
+//! socket, moving messages between VPs with flow control (a receiver that
+//! falls behind pauses its senders: no unbounded buffering), heartbeats,
 //! signals (SIGCHLD reaps, SIGTERM/SIGINT stop), and delivering the master's
-//! `Out`s. What does not: the master's decisions (`master`), process
-//! handling details (`host`), the scheduler (`sched`).
+//! `Out`s. What does not: the master's decisions (`master`), where a message
+//! goes (`route`), process handling details (`host`), the scheduler
+//! (`sched`).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -17,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use libmig::auth::{self, ClusterKey};
 use libmig::frame::{self, FrameError};
-use libmig::msg::{ExitInfo, HostFacts, PeerMsg, Request, Response, StartVp, Stream, Tid};
+use libmig::msg::{
+    Envelope, ExitInfo, HostFacts, Loc, PeerMsg, Request, Response, StartVp, Stream, Tid, VpMsg,
+    SYSTEM,
+};
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -26,10 +33,11 @@ use signal_hook_mio::v1_0::Signals;
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::conn::{Conn, Kind, ReadOutcome, Sock};
+use crate::conn::{Conn, Kind, Sock};
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
 use crate::master::{Master, Out, Requester};
+use crate::route::{Router, Way};
 
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
@@ -37,6 +45,10 @@ const SIGNALS: Token = Token(2);
 const FIRST: usize = 16;
 /// A connection that has not finished the handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection with this much queued for it pauses those who send to it...
+const HIGH_WATER: usize = 8 << 20;
+/// ...until it is down to this.
+const LOW_WATER: usize = 2 << 20;
 
 /// Why the daemon could not start or stopped on an error.
 #[derive(Debug, Error)]
@@ -89,6 +101,10 @@ pub struct Daemon {
     last_beat: Instant,
     halting: Option<Instant>,
     uid: u32,
+    router: Router,
+    peers: HashMap<String, SocketAddr>,
+    links: HashMap<String, Token>,
+    blocked: HashMap<Token, Vec<Token>>,
 }
 
 /// Start a daemon with `cfg` and run it until halted or signalled.
@@ -158,6 +174,10 @@ impl Daemon {
             last_beat: Instant::now(),
             halting: None,
             uid: nix::unistd::geteuid().as_raw(),
+            router: Router::new(&cfg.name, cfg.join.is_none()),
+            peers: HashMap::new(),
+            links: HashMap::new(),
+            blocked: HashMap::new(),
             cfg,
         };
         match d.cfg.join {
@@ -193,40 +213,8 @@ impl Daemon {
     /// then hand the socket to the loop.
     fn join(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
         let jerr = |why: String| DaemonError::Join { addr, why };
-        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-            .map_err(|e| jerr(e.to_string()))?;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-            .map_err(|e| jerr(e.to_string()))?;
-        s.set_nodelay(true).map_err(|e| jerr(e.to_string()))?;
-        let ours = auth::nonce()?;
+        let mut s = connect(&self.key, addr).map_err(jerr)?;
         let fe = |e: FrameError| jerr(e.to_string());
-        frame::write_frame(&mut s, &PeerMsg::Hello { nonce: ours }).map_err(fe)?;
-        let theirs = match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
-            Some(PeerMsg::Challenge { nonce, proof })
-                if self.key.check_server(&ours, &nonce, &proof) =>
-            {
-                nonce
-            }
-            Some(PeerMsg::Challenge { .. }) => {
-                return Err(jerr(
-                    "the master does not hold our cluster key (wrong --key-file?)".into(),
-                ))
-            }
-            Some(PeerMsg::Refused { reason }) => return Err(jerr(format!("refused: {reason}"))),
-            other => return Err(jerr(format!("unexpected answer {other:?}"))),
-        };
-        frame::write_frame(
-            &mut s,
-            &PeerMsg::Proof {
-                proof: self.key.client_proof(&theirs, &ours),
-            },
-        )
-        .map_err(fe)?;
-        match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
-            Some(PeerMsg::Welcome) => {}
-            Some(PeerMsg::Refused { reason }) => return Err(jerr(format!("refused: {reason}"))),
-            other => return Err(jerr(format!("unexpected answer {other:?}"))),
-        }
         frame::write_frame(
             &mut s,
             &PeerMsg::Register {
@@ -242,27 +230,72 @@ impl Daemon {
                         self.facts.name
                     );
                 }
+                self.router.rename(&name);
                 self.facts.name = name;
             }
             other => return Err(jerr(format!("unexpected answer {other:?}"))),
         }
-        s.set_nonblocking(true).map_err(|e| jerr(e.to_string()))?;
+        let t = self
+            .adopt(s, Kind::Master)
+            .map_err(|e| jerr(e.to_string()))?;
+        self.link = Some(t);
+        Ok(())
+    }
+
+    /// Register an authenticated blocking stream with the loop.
+    fn adopt(&mut self, s: std::net::TcpStream, kind: Kind) -> io::Result<Token> {
+        s.set_nonblocking(true)?;
         let mut sock = Sock::Tcp(TcpStream::from_std(s));
         let t = self.token();
         self.poll
             .registry()
-            .register(&mut sock, t, Interest::READABLE)
-            .map_err(io_err("registering"))?;
-        self.conns.insert(t, Conn::new(sock, Kind::Master));
-        self.link = Some(t);
-        Ok(())
+            .register(&mut sock, t, Interest::READABLE)?;
+        self.conns.insert(t, Conn::new(sock, kind));
+        Ok(t)
+    }
+
+    /// The data link to `host`, opened (and authenticated) if need be.
+    fn link_to(&mut self, host: &str) -> Option<Token> {
+        if let Some(&t) = self.links.get(host) {
+            if self.conns.contains_key(&t) {
+                return Some(t);
+            }
+        }
+        let addr = *self.peers.get(host)?;
+        let opened = connect(&self.key, addr).and_then(|mut s| {
+            frame::write_frame(
+                &mut s,
+                &PeerMsg::Hi {
+                    name: self.facts.name.clone(),
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            self.adopt(
+                s,
+                Kind::Data {
+                    host: host.to_string(),
+                },
+            )
+            .map_err(|e| e.to_string())
+        });
+        match opened {
+            Ok(t) => {
+                log!("data link to {host} at {addr}");
+                self.links.insert(host.to_string(), t);
+                Some(t)
+            }
+            Err(e) => {
+                log!("cannot open a data link to {host} at {addr}: {e}");
+                None
+            }
+        }
     }
 
     fn serve(&mut self) -> Result<(), DaemonError> {
         let mut events = Events::with_capacity(256);
         loop {
             if let Some(since) = self.halting {
-                let flushed = self.conns.values().all(|c| c.out.is_empty());
+                let flushed = self.conns.values().all(Conn::flushed);
                 if (flushed && self.vps.by_tid.is_empty())
                     || since.elapsed() > Duration::from_secs(2)
                 {
@@ -306,6 +339,7 @@ impl Daemon {
                                     continue;
                                 }
                             }
+                            self.maybe_resume(t);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.conn_ready(t);
@@ -320,7 +354,7 @@ impl Daemon {
             let closing: Vec<Token> = self
                 .conns
                 .iter()
-                .filter(|(_, c)| c.closing && c.out.is_empty())
+                .filter(|(_, c)| c.closing && c.flushed())
                 .map(|(t, _)| *t)
                 .collect();
             for t in closing {
@@ -470,56 +504,128 @@ impl Daemon {
             Kind::AwaitHello | Kind::AwaitProof { .. } => {
                 log!("dropped unauthenticated connection: {why}")
             }
+            Kind::Vp { tid } => {
+                if why != "closed by peer" {
+                    log!("disconnected VP t{tid:x}: {why}");
+                }
+                self.router.detach(tid);
+            }
+            Kind::Data { host } if self.links.get(&host) == Some(&t) => {
+                self.links.remove(&host);
+            }
             _ => {}
         }
         self.proxied.retain(|_, tok| *tok != t);
+        // Whoever waited for this connection to drain goes on.
+        for src in self.blocked.remove(&t).unwrap_or_default() {
+            self.resume(src);
+        }
     }
 
+    /// Read and handle what a connection has, frame by frame, until it is
+    /// drained, paused (flow control) or closed. Reads are bounded (one
+    /// chunk, or one large payload, at a time), so a fast sender cannot make
+    /// the daemon buffer more than a frame ahead.
     fn conn_ready(&mut self, t: Token) {
-        let Some(c) = self.conns.get_mut(&t) else {
-            return;
-        };
-        let outcome = c.read_all();
+        loop {
+            self.drain_buffered(t);
+            let Some(c) = self.conns.get_mut(&t) else {
+                return;
+            };
+            if c.paused || c.closing {
+                return;
+            }
+            match c.read_some() {
+                Some(true) => {}
+                Some(false) => {
+                    self.drain_buffered(t);
+                    return;
+                }
+                None => {
+                    self.drain_buffered(t);
+                    self.close(t, "closed by peer");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handle the frames a connection has buffered, without reading.
+    fn drain_buffered(&mut self, t: Token) {
         loop {
             let Some(c) = self.conns.get_mut(&t) else {
                 return;
             };
-            let kind = c.kind.clone();
-            let res = if kind == Kind::Control {
-                match c.dec.next_frame::<Request>() {
-                    Ok(Some(req)) => {
-                        self.control(t, req);
-                        continue;
-                    }
-                    Ok(None) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            } else {
-                match c.dec.next_frame::<PeerMsg>() {
-                    Ok(Some(msg)) => {
-                        self.peer_msg(t, kind, msg);
-                        continue;
-                    }
-                    Ok(None) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            };
-            if let Err(e) = res {
-                self.refuse(t, &e.to_string());
+            if c.paused || c.closing {
                 return;
             }
-            break;
+            let kind = c.kind.clone();
+            let res = match kind {
+                Kind::Control => c
+                    .dec
+                    .next_frame::<Request>()
+                    .map(|f| f.map(|req| self.control(t, req))),
+                Kind::Vp { tid } => c
+                    .dec
+                    .next_frame_with::<VpMsg>()
+                    .map(|f| f.map(|(msg, payload)| self.vp_msg(t, tid, msg, payload))),
+                _ => c
+                    .dec
+                    .next_frame_with::<PeerMsg>()
+                    .map(|f| f.map(|(msg, payload)| self.peer_msg(t, kind, msg, payload))),
+            };
+            match res {
+                Ok(Some(())) => {}
+                Ok(None) => return,
+                Err(e) => {
+                    self.refuse(t, &e.to_string());
+                    return;
+                }
+            }
         }
-        if outcome == ReadOutcome::Closed {
-            self.close(t, "closed by peer");
+    }
+
+    /// `src` sent to `dest`, which has too much queued: stop reading `src`
+    /// until `dest` drains.
+    fn pause(&mut self, src: Token, dest: Token) {
+        if src == dest {
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(&src) {
+            if !c.paused {
+                c.paused = true;
+                self.blocked.entry(dest).or_default().push(src);
+            }
+        }
+    }
+
+    fn resume(&mut self, src: Token) {
+        if let Some(c) = self.conns.get_mut(&src) {
+            if c.paused {
+                c.paused = false;
+                self.conn_ready(src);
+            }
+        }
+    }
+
+    /// After `t` wrote: if it is down to the low mark, its senders go on.
+    fn maybe_resume(&mut self, t: Token) {
+        let low = self.conns.get(&t).is_none_or(|c| c.queued() <= LOW_WATER);
+        if low {
+            for src in self.blocked.remove(&t).unwrap_or_default() {
+                self.resume(src);
+            }
         }
     }
 
     /// Tell the peer why (best effort) and close.
     fn refuse(&mut self, t: Token, reason: &str) {
         log!("refusing connection: {reason}");
-        let is_peer = self.conns.get(&t).is_some_and(|c| c.kind != Kind::Control);
-        if is_peer {
+        let kind = self.conns.get(&t).map(|c| c.kind.clone());
+        if let Some(Kind::Vp { .. }) = kind {
+            return self.close(t, reason);
+        }
+        if kind != Some(Kind::Control) {
             self.send_peer(
                 t,
                 &PeerMsg::Refused {
@@ -537,7 +643,7 @@ impl Daemon {
         if let Some(c) = self.conns.get_mut(&t) {
             c.closing = true;
         }
-        if self.conns.get(&t).is_some_and(|c| c.out.is_empty()) {
+        if self.conns.get(&t).is_some_and(Conn::flushed) {
             self.close(t, reason);
         }
     }
@@ -566,7 +672,7 @@ impl Daemon {
         }
     }
 
-    fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg) {
+    fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg, payload: Vec<u8>) {
         match (kind, msg) {
             (Kind::AwaitHello, PeerMsg::Hello { nonce }) => {
                 let ours = match auth::nonce() {
@@ -606,13 +712,24 @@ impl Daemon {
                     );
                 };
                 let (name, out) = m.register(facts, Instant::now());
+                let dir = m.directory();
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer {
                         host: Some(name.clone()),
                     };
                 }
                 self.send_peer(t, &PeerMsg::Registered { name });
+                self.send_peer(t, &dir);
                 self.deliver(out);
+            }
+            (Kind::Peer { host: None }, PeerMsg::Hi { name }) => {
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::Data { host: name };
+                }
+            }
+            (Kind::Data { .. }, PeerMsg::Deliver(env)) => self.route(env, payload, Some(t)),
+            (Kind::Data { .. }, PeerMsg::Undeliverable { env, reason }) => {
+                self.undeliverable(env, &reason)
             }
             (Kind::Peer { host: Some(h) }, msg) => self.on_worker_msg(&h, t, msg),
             (Kind::Master, msg) => self.on_master_msg(msg),
@@ -632,6 +749,8 @@ impl Daemon {
             }
             PeerMsg::Exited { tid, status } => m.exited(h, tid, status),
             PeerMsg::Output { tid, stream, line } => m.output(h, tid, stream, line),
+            PeerMsg::VpCall { tid, id, call } => m.vp_call(h, tid, id, call),
+            PeerMsg::Locate { tid } => m.locate(h, tid),
             PeerMsg::Control { id, req } => m.control(
                 Requester::Remote {
                     host: h.to_string(),
@@ -679,6 +798,18 @@ impl Daemon {
                 log!("halt requested");
                 self.begin_halt();
             }
+            PeerMsg::Peers(list) => {
+                self.peers = list
+                    .into_iter()
+                    .filter_map(|(n, a)| a.parse().ok().map(|a| (n, a)))
+                    .collect();
+            }
+            PeerMsg::Directory(entries) => self.directory(entries),
+            PeerMsg::VpReturn { tid, id, ret } => {
+                if let Way::Local(t) = self.router.way(tid) {
+                    self.send_vp(t, &VpMsg::Return { id, ret });
+                }
+            }
             PeerMsg::Registered { .. } | PeerMsg::Heartbeat => {}
             other => log!("ignoring unexpected {} from the master", variant(&other)),
         }
@@ -695,6 +826,8 @@ impl Daemon {
                 }
                 PeerMsg::Exited { tid, status } => m.exited(&me, tid, status),
                 PeerMsg::Output { tid, stream, line } => m.output(&me, tid, stream, line),
+                PeerMsg::VpCall { tid, id, call } => m.vp_call(&me, tid, id, call),
+                PeerMsg::Locate { tid } => m.locate(&me, tid),
                 _ => Vec::new(),
             };
             self.deliver(out);
@@ -713,6 +846,22 @@ impl Daemon {
                         self.send_peer(t, &PeerMsg::Reply { id, resp });
                     }
                 }
+                Out::Reply(Requester::Vp { tid, id }, _) => {
+                    log!("dropping a control reply meant for VP t{tid:x} call {id}")
+                }
+                Out::Broadcast(msg) => {
+                    let workers: Vec<Token> = self
+                        .conns
+                        .iter()
+                        .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
+                        .map(|(t, _)| *t)
+                        .collect();
+                    for t in workers {
+                        self.send_peer(t, &msg);
+                    }
+                    self.host_msg(msg);
+                }
+                Out::Deliver(env, payload) => self.route(env, payload, None),
                 Out::ToHost(host, msg) => {
                     if host == self.facts.name {
                         self.host_msg(msg);
@@ -758,6 +907,185 @@ impl Daemon {
         }
     }
 
+    // ----- messages between VPs -----------------------------------------------
+
+    /// A frame from local VP `tid` on connection `t`.
+    fn vp_msg(&mut self, t: Token, tid: Tid, msg: VpMsg, payload: Vec<u8>) {
+        match msg {
+            VpMsg::Send { env, confirm } => {
+                if env.from != tid {
+                    return self.refuse(t, &format!("VP t{tid:x} sent as t{:x}", env.from));
+                }
+                if confirm {
+                    match self.router.way(env.to) {
+                        Way::Gone => {
+                            return self.undeliverable(env, &gone(env.to));
+                        }
+                        Way::Locate => self.router.wait_confirm(env.to, tid),
+                        _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
+                    }
+                }
+                self.route(env, payload, Some(t));
+            }
+            VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
+            VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
+            other => self.refuse(t, &format!("a VP may not send {other:?}")),
+        }
+    }
+
+    /// Move a message one step on: to a local VP, to another host, or into
+    /// the hold. `src` (the connection it came on) is paused if the next
+    /// connection is full.
+    fn route(&mut self, env: Envelope, payload: Vec<u8>, src: Option<Token>) {
+        let (dest, head) = match self.router.way(env.to) {
+            Way::Local(d) => (d, frame::encode_head(&VpMsg::Deliver(env), payload.len())),
+            Way::Remote(h) => match self.link_to(&h) {
+                Some(d) => (d, frame::encode_head(&PeerMsg::Deliver(env), payload.len())),
+                None => return self.undeliverable(env, &format!("host {h} cannot be reached")),
+            },
+            Way::Hold => return self.router.hold(env, payload),
+            Way::Locate => {
+                let to = env.to;
+                self.router.hold(env, payload);
+                if self.router.ask(to) {
+                    self.report(PeerMsg::Locate { tid: to });
+                }
+                return;
+            }
+            Way::Gone => return self.undeliverable(env, &gone(env.to)),
+        };
+        let head = match head {
+            Ok(h) => h,
+            Err(e) => return log!("cannot encode a message: {e}"),
+        };
+        let failed = match self.conns.get_mut(&dest) {
+            Some(c) => c
+                .send_parts(head, payload, None, self.poll.registry(), dest)
+                .is_err(),
+            None => return,
+        };
+        if failed {
+            return self.close(dest, "write failed");
+        }
+        if let Some(src) = src {
+            if self
+                .conns
+                .get(&dest)
+                .is_some_and(|c| c.queued() > HIGH_WATER)
+            {
+                self.pause(src, dest);
+            }
+        }
+    }
+
+    /// Tell a message's sender it could not be delivered.
+    fn undeliverable(&mut self, env: Envelope, reason: &str) {
+        if env.from == SYSTEM {
+            return;
+        }
+        match self.router.way(env.from) {
+            Way::Local(t) => self.send_vp(
+                t,
+                &VpMsg::Undeliverable {
+                    to: env.to,
+                    tag: env.tag,
+                    reason: reason.to_string(),
+                },
+            ),
+            Way::Remote(h) => {
+                if let Some(t) = self.link_to(&h) {
+                    self.send_peer(
+                        t,
+                        &PeerMsg::Undeliverable {
+                            env,
+                            reason: reason.to_string(),
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The master says where VPs are: held messages and confirmations go on.
+    fn directory(&mut self, entries: Vec<(Tid, Loc)>) {
+        let (freed, confirms) = self.router.update(entries);
+        for (from, to) in confirms {
+            if self.router.way(to) != Way::Gone {
+                if let Way::Local(t) = self.router.way(from) {
+                    self.send_vp(t, &VpMsg::Confirmed { to });
+                }
+            }
+        }
+        for (env, payload) in freed {
+            self.route(env, payload, None);
+        }
+    }
+
+    /// VP `tid` (on `t`) asks for a direct link to `peer`: a socket pair,
+    /// one end to each, when both are on this host.
+    fn direct_link(&mut self, t: Token, tid: Tid, peer: Tid) {
+        let refused = match self.router.way(peer) {
+            Way::Local(p) if p != t => {
+                match nix::sys::socket::socketpair(
+                    nix::sys::socket::AddressFamily::Unix,
+                    nix::sys::socket::SockType::Stream,
+                    None,
+                    nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                ) {
+                    Ok((a, b)) => {
+                        self.send_vp_fd(
+                            t,
+                            &VpMsg::DirectLink {
+                                peer,
+                                refused: None,
+                            },
+                            a,
+                        );
+                        self.send_vp_fd(
+                            p,
+                            &VpMsg::DirectLink {
+                                peer: tid,
+                                refused: None,
+                            },
+                            b,
+                        );
+                        return;
+                    }
+                    Err(e) => format!("no socket pair: {e}"),
+                }
+            }
+            Way::Local(_) => "a VP needs no link to itself".to_string(),
+            _ => format!("t{peer:x} is not on this host: messages go through the daemons"),
+        };
+        self.send_vp(
+            t,
+            &VpMsg::DirectLink {
+                peer,
+                refused: Some(refused),
+            },
+        );
+    }
+
+    fn send_vp(&mut self, t: Token, msg: &VpMsg) {
+        match frame::encode(msg) {
+            Ok(b) => self.send_bytes(t, &b),
+            Err(e) => log!("cannot encode a message: {e}"),
+        }
+    }
+
+    fn send_vp_fd(&mut self, t: Token, msg: &VpMsg, fd: std::os::fd::OwnedFd) {
+        let failed = match (frame::encode(msg), self.conns.get_mut(&t)) {
+            (Ok(b), Some(c)) => c
+                .send_parts(b, Vec::new(), Some(fd), self.poll.registry(), t)
+                .is_err(),
+            _ => false,
+        };
+        if failed {
+            self.close(t, "write failed");
+        }
+    }
+
     // ----- VPs on this host --------------------------------------------------
 
     fn start_vp(&mut self, s: StartVp) {
@@ -767,7 +1095,26 @@ impl Daemon {
             &self.facts.name,
             &self.socket_path.display().to_string(),
         ) {
-            Ok((pid, out, err)) => {
+            Ok(host::Started {
+                pid,
+                stdout: out,
+                stderr: err,
+                sock,
+            }) => {
+                let std_sock = std::os::unix::net::UnixStream::from(sock);
+                let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
+                let vt = self.token();
+                if self
+                    .poll
+                    .registry()
+                    .register(&mut vp_sock, vt, Interest::READABLE)
+                    .is_ok()
+                {
+                    self.conns.insert(vt, Conn::new(vp_sock, Kind::Vp { tid }));
+                    for (env, payload) in self.router.attach(tid, vt) {
+                        self.route(env, payload, None);
+                    }
+                }
                 self.vps.by_tid.insert(
                     tid,
                     LocalVp {
@@ -869,6 +1216,45 @@ impl Daemon {
     }
 }
 
+fn gone(tid: Tid) -> String {
+    format!("VP t{tid:x} has exited or never existed")
+}
+
+/// Connect to a daemon and authenticate both ways (blocking, with
+/// timeouts); the stream is ready for the first message after `Welcome`.
+fn connect(key: &ClusterKey, addr: SocketAddr) -> Result<std::net::TcpStream, String> {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let ours = auth::nonce().map_err(|e| e.to_string())?;
+    let fe = |e: FrameError| e.to_string();
+    frame::write_frame(&mut s, &PeerMsg::Hello { nonce: ours }).map_err(fe)?;
+    let theirs = match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+        Some(PeerMsg::Challenge { nonce, proof }) if key.check_server(&ours, &nonce, &proof) => {
+            nonce
+        }
+        Some(PeerMsg::Challenge { .. }) => {
+            return Err("the other daemon does not hold our cluster key (wrong --key-file?)".into())
+        }
+        Some(PeerMsg::Refused { reason }) => return Err(format!("refused: {reason}")),
+        other => return Err(format!("unexpected answer {other:?}")),
+    };
+    frame::write_frame(
+        &mut s,
+        &PeerMsg::Proof {
+            proof: key.client_proof(&theirs, &ours),
+        },
+    )
+    .map_err(fe)?;
+    match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+        Some(PeerMsg::Welcome) => Ok(s),
+        Some(PeerMsg::Refused { reason }) => Err(format!("refused: {reason}")),
+        other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
 fn variant(m: &PeerMsg) -> &'static str {
     match m {
         PeerMsg::Hello { .. } => "Hello",
@@ -887,5 +1273,13 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Control { .. } => "Control",
         PeerMsg::Reply { .. } => "Reply",
         PeerMsg::Halt => "Halt",
+        PeerMsg::Hi { .. } => "Hi",
+        PeerMsg::Peers(_) => "Peers",
+        PeerMsg::Directory(_) => "Directory",
+        PeerMsg::Locate { .. } => "Locate",
+        PeerMsg::Deliver(_) => "Deliver",
+        PeerMsg::Undeliverable { .. } => "Undeliverable",
+        PeerMsg::VpCall { .. } => "VpCall",
+        PeerMsg::VpReturn { .. } => "VpReturn",
     }
 }

@@ -24,7 +24,7 @@ use thiserror::Error;
 pub const MAGIC: [u8; 2] = *b"MG";
 /// Protocol major version: a peer with another major is refused. Bumped on
 /// any change to a message type (postcard does not describe its schema).
-pub const MAJOR: u8 = 1;
+pub const MAJOR: u8 = 2;
 /// Protocol minor version (informational).
 pub const MINOR: u8 = 0;
 /// Header size in bytes.
@@ -96,14 +96,22 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
 
 /// Encode `msg` followed by raw `payload` bytes as one frame.
 pub fn encode_with<T: Serialize>(msg: &T, payload: &[u8]) -> Result<Vec<u8>, FrameError> {
+    let mut out = encode_head(msg, payload.len())?;
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// Encode the 12-byte header and `msg` of a frame whose `payload_len` raw
+/// bytes the caller writes next (with a vectored write, so a large payload
+/// is never copied into the frame).
+pub fn encode_head<T: Serialize>(msg: &T, payload_len: usize) -> Result<Vec<u8>, FrameError> {
     let mut out = vec![0u8; HEADER];
     out = postcard::to_extend(msg, out)?;
     let head = out.len() - HEADER;
-    let len = head + payload.len();
+    let len = head + payload_len;
     if len > MAX_BODY {
         return Err(FrameError::TooLarge(len as u64));
     }
-    out.extend_from_slice(payload);
     out[0..2].copy_from_slice(&MAGIC);
     out[2] = MAJOR;
     out[3] = MINOR;
@@ -154,26 +162,132 @@ pub fn read_frame_with<T: DeserializeOwned, R: Read>(
     Ok(Some((msg, body)))
 }
 
-/// Incremental decoder for non-blocking sockets: feed bytes, take frames.
+/// Payloads at least this large get a buffer of their own that the socket
+/// is read into directly: no copy between the kernel and the caller's `Vec`.
+pub const BIG_PAYLOAD: usize = 64 * 1024;
+const READ_CHUNK: usize = 256 * 1024;
+
+/// Incremental decoder for non-blocking sockets: read (or feed) bytes, take
+/// frames. Small frames share one buffer; a large payload is read straight
+/// into its own exact-size `Vec`, which `next_frame_with` hands over.
 #[derive(Debug, Default)]
 pub struct Decoder {
     buf: Vec<u8>,
     start: usize,
+    end: usize,
+    big: Option<BigFrame>,
+}
+
+#[derive(Debug)]
+struct BigFrame {
+    head: Vec<u8>,
+    payload: Vec<u8>,
+    filled: usize,
 }
 
 impl Decoder {
-    /// Append bytes read from the socket.
-    pub fn feed(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+    /// Append bytes read elsewhere.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if let Some(b) = self.big.as_mut().filter(|b| b.filled < b.payload.len()) {
+                let n = bytes.len().min(b.payload.len() - b.filled);
+                b.payload[b.filled..b.filled + n].copy_from_slice(&bytes[..n]);
+                b.filled += n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            self.reserve(bytes.len());
+            self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+            self.end += bytes.len();
+            if self.big.is_none() {
+                // A bad header is reported by `next_frame_with`.
+                let _ = self.begin_big();
+            }
+            return;
+        }
+    }
+
+    /// Read once from `read` (which fills the slice it is given, like
+    /// `Read::read`): into a large frame's payload if one is in progress,
+    /// else into the shared buffer. Returns the bytes read and how many
+    /// were asked for (fewer means the source had no more just then).
+    pub fn fill(
+        &mut self,
+        mut read: impl FnMut(&mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<(usize, usize)> {
+        if let Some(b) = self.big.as_mut().filter(|b| b.filled < b.payload.len()) {
+            let room = &mut b.payload[b.filled..];
+            let asked = room.len();
+            let n = read(room)?;
+            b.filled += n;
+            return Ok((n, asked));
+        }
+        self.reserve(READ_CHUNK);
+        let room = &mut self.buf[self.end..];
+        let asked = room.len();
+        let n = read(room)?;
+        self.end += n;
+        if self.big.is_none() {
+            // A bad header is reported by `next_frame_with`.
+            let _ = self.begin_big();
+        }
+        Ok((n, asked))
+    }
+
+    /// Read once from `r`; see `fill`.
+    pub fn read_from<R: Read>(&mut self, r: &mut R) -> io::Result<(usize, usize)> {
+        self.fill(|b| r.read(b))
+    }
+
+    fn reserve(&mut self, more: usize) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.buf.len() - self.end >= more {
+            return;
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        self.buf.extend_from_slice(bytes);
+        if self.buf.len() - self.end < more {
+            self.buf.resize(self.end + more.max(READ_CHUNK), 0);
+        }
+    }
+
+    /// If the buffered header announces a large payload and its message is
+    /// in, move them out and allocate the payload.
+    fn begin_big(&mut self) -> Result<(), FrameError> {
+        let avail = &self.buf[self.start..self.end];
+        if avail.len() < HEADER {
+            return Ok(());
+        }
+        let mut h = [0u8; HEADER];
+        h.copy_from_slice(&avail[..HEADER]);
+        let len = parse_header(&h)?;
+        let head = head_len(&h);
+        let plen = len - head;
+        if plen < BIG_PAYLOAD || avail.len() < HEADER + head {
+            return Ok(());
+        }
+        let head_bytes = avail[HEADER..HEADER + head].to_vec();
+        let have = (avail.len() - HEADER - head).min(plen);
+        let mut payload = vec![0u8; plen];
+        payload[..have].copy_from_slice(&avail[HEADER + head..HEADER + head + have]);
+        self.start += HEADER + head + have;
+        self.big = Some(BigFrame {
+            head: head_bytes,
+            payload,
+            filled: have,
+        });
+        Ok(())
     }
 
     /// Bytes buffered but not yet decoded.
     pub fn pending(&self) -> usize {
-        self.buf.len() - self.start
+        self.end - self.start + self.big.as_ref().map_or(0, |b| b.filled + b.head.len())
     }
 
     /// The next whole frame's message, if one is buffered (any payload is
@@ -187,7 +301,23 @@ impl Decoder {
     pub fn next_frame_with<T: DeserializeOwned>(
         &mut self,
     ) -> Result<Option<(T, Vec<u8>)>, FrameError> {
-        let avail = &self.buf[self.start..];
+        if self
+            .big
+            .as_ref()
+            .is_some_and(|b| b.filled < b.payload.len())
+        {
+            return Ok(None);
+        }
+        if let Some(b) = self.big.take() {
+            let msg = postcard::from_bytes(&b.head)?;
+            let _ = self.begin_big();
+            return Ok(Some((msg, b.payload)));
+        }
+        self.begin_big()?;
+        if self.big.is_some() {
+            return self.next_frame_with();
+        }
+        let avail = &self.buf[self.start..self.end];
         if avail.len() < HEADER {
             return Ok(None);
         }
@@ -201,10 +331,6 @@ impl Decoder {
         let msg = postcard::from_bytes(&avail[HEADER..HEADER + head])?;
         let payload = avail[HEADER + head..HEADER + len].to_vec();
         self.start += HEADER + len;
-        if self.start > (1 << 20) && self.start * 2 > self.buf.len() {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
         Ok(Some((msg, payload)))
     }
 }
@@ -252,6 +378,38 @@ mod tests {
             read_frame::<u16, _>(&mut &bad[..]),
             Err(FrameError::BadHeaderLength { .. })
         ));
+    }
+
+    #[test]
+    fn large_payloads_arrive_whole_however_they_are_cut() {
+        let big: Vec<u8> = (0..3 * BIG_PAYLOAD as u32).map(|i| (i * 7) as u8).collect();
+        let mut stream = encode_with(&1u8, &big).unwrap();
+        stream.extend(encode_with(&2u8, b"small").unwrap());
+        stream.extend(encode_with(&3u8, &big[..BIG_PAYLOAD]).unwrap());
+        for cut in [1usize, 5, 13, 4096, 70_000, stream.len()] {
+            let mut d = Decoder::default();
+            let mut got = Vec::new();
+            let mut src = &stream[..];
+            while !src.is_empty() {
+                let n = cut.min(src.len());
+                if cut % 2 == 1 {
+                    d.feed(&src[..n]);
+                    src = &src[n..];
+                } else {
+                    let mut chunk = &src[..n];
+                    let (r, _) = d.read_from(&mut chunk).unwrap();
+                    src = &src[r..];
+                }
+                while let Some(f) = d.next_frame_with::<u8>().unwrap() {
+                    got.push(f);
+                }
+            }
+            assert_eq!(got.len(), 3, "cut {cut}");
+            assert_eq!(got[0], (1, big.clone()));
+            assert_eq!(got[1], (2, b"small".to_vec()));
+            assert_eq!(got[2], (3, big[..BIG_PAYLOAD].to_vec()));
+            assert_eq!(d.pending(), 0);
+        }
     }
 
     #[test]

@@ -5,7 +5,11 @@
 //! * `auth` — the cluster key and the challenge-response between daemons;
 //! * `msg` — the messages, one enum per connection kind;
 //! * `control` — a client of a daemon's control socket (what `mig` uses);
-//! * `vp` — a VP's identity, as its daemon started it.
+//! * `vp` — a VP's identity, as its daemon started it;
+//! * `vm` — message passing for a program: `Vm::init`, send, receive,
+//!   spawn, notify, direct links;
+//! * `group` — named groups: barrier, broadcast, reduce, gather, scatter;
+//! * `link` — a VP's sockets (internal).
 //!
 //! # The protocol in one exchange
 //!
@@ -23,5 +27,12 @@
 pub mod auth;
 pub mod control;
 pub mod frame;
+pub mod group;
+mod link;
 pub mod msg;
+pub mod vm;
 pub mod vp;
+
+pub use group::op;
+pub use msg::{Notice, NotifyOn, Tid, SYSTEM};
+pub use vm::{Message, MigError, Route, Vm, MAX_MESSAGE};

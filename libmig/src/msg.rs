@@ -2,6 +2,9 @@
 //!
 //! * `PeerMsg` — daemon to daemon over TCP. The first four variants are the
 //!   handshake (see `auth`); nothing else is legal before `Welcome`.
+//! * `VpMsg` — a VP and its daemon, over the socket the daemon hands the VP
+//!   when it starts it (and `Envelope`, `VpCall`, `VpRet`, `Notice`, what
+//!   travels inside);
 //! * `Request` / `Response` — the control socket (`mig` to its daemon, or a
 //!   worker forwarding for its local `mig` inside `PeerMsg::Control`).
 //!
@@ -15,6 +18,191 @@ use crate::auth::Block;
 /// A VP's identity. Assigned by the master, never reused while the virtual
 /// machine runs, and it never encodes a host (a VP keeps it when it moves).
 pub type Tid = u64;
+
+/// The Tid the system's own messages (notices) come from.
+pub const SYSTEM: Tid = 0;
+
+/// What travels with every message between VPs; the payload follows raw in
+/// the same frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Sender.
+    pub from: Tid,
+    /// Receiver.
+    pub to: Tid,
+    /// The sender's tag.
+    pub tag: i32,
+    /// Per sender→receiver pair, from 1; 0 for notices (no order).
+    pub seq: u64,
+}
+
+/// Where a VP is, as the master tells every host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Loc {
+    /// Placed on this host (starting or running).
+    At(String),
+    /// Known but waiting for a processor.
+    Waiting,
+    /// Exited, or never existed.
+    Gone,
+}
+
+/// What a VP can ask to be told about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NotifyOn {
+    /// This VP exits.
+    VpExit(Tid),
+    /// Any host leaves the virtual machine.
+    HostLeave,
+    /// Any host joins.
+    HostJoin,
+}
+
+/// A notice, delivered as the payload of a message from `SYSTEM` with the
+/// tag the VP chose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Notice {
+    /// A VP exited.
+    VpExited {
+        /// Which.
+        tid: Tid,
+        /// How.
+        status: ExitInfo,
+    },
+    /// A host left.
+    HostLeft {
+        /// Its name.
+        host: String,
+    },
+    /// A host joined.
+    HostJoined {
+        /// Its name.
+        host: String,
+    },
+}
+
+/// A request of a VP that the master answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VpCall {
+    /// Start `n` VPs of `program` (in the caller's job, or a new one).
+    Spawn {
+        /// Program path or name.
+        program: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// How many.
+        n: u32,
+        /// Start a job of their own instead of joining the caller's.
+        new_job: bool,
+    },
+    /// Kill a VP.
+    Kill {
+        /// Which.
+        tid: Tid,
+    },
+    /// The caller's job's VPs, in index order.
+    Tasks,
+    /// Ask for a notice.
+    Notify {
+        /// On what.
+        on: NotifyOn,
+        /// The tag the notice comes with.
+        tag: i32,
+    },
+    /// Join a group; returns the instance number.
+    Join {
+        /// Group name.
+        group: String,
+    },
+    /// Leave a group.
+    Leave {
+        /// Group name.
+        group: String,
+    },
+    /// A group's members by instance.
+    Members {
+        /// Group name.
+        group: String,
+    },
+    /// Wait until `count` members have reached the barrier.
+    Barrier {
+        /// Group name.
+        group: String,
+        /// How many must arrive (0: the group's size when the last arrives).
+        count: u32,
+    },
+}
+
+/// The master's answer to a `VpCall`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VpRet {
+    /// VPs (spawned, or the job's).
+    Tids(Vec<Tid>),
+    /// An instance number in a group.
+    Instance(u32),
+    /// Members of a group: (instance, Tid), by instance.
+    Members(Vec<(u32, Tid)>),
+    /// Done.
+    Done,
+    /// It failed: one sentence.
+    Error(String),
+}
+
+/// A VP and its daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VpMsg {
+    /// VP → daemon: a message (payload follows). With `confirm`, the daemon
+    /// answers `Confirmed` or `Undeliverable` at once.
+    Send {
+        /// Where and what.
+        env: Envelope,
+        /// Answer whether `to` exists.
+        confirm: bool,
+    },
+    /// VP → daemon: a request the master answers with `Return`.
+    Call {
+        /// The VP's id for the answer.
+        id: u64,
+        /// What.
+        call: VpCall,
+    },
+    /// VP → daemon: a direct link to a VP, please.
+    Direct {
+        /// The other VP.
+        peer: Tid,
+    },
+    /// Daemon → VP: a message (payload follows).
+    Deliver(Envelope),
+    /// Daemon → VP: `to` exists; messages to it will be delivered.
+    Confirmed {
+        /// The receiver.
+        to: Tid,
+    },
+    /// Daemon → VP: a message could not be delivered.
+    Undeliverable {
+        /// The receiver.
+        to: Tid,
+        /// Its tag.
+        tag: i32,
+        /// Why.
+        reason: String,
+    },
+    /// Daemon → VP: the answer to `Call`.
+    Return {
+        /// The call's id.
+        id: u64,
+        /// The answer.
+        ret: VpRet,
+    },
+    /// Daemon → VP: a direct link to `peer` (the socket travels with this
+    /// frame as SCM_RIGHTS), or why there is none.
+    DirectLink {
+        /// The other VP.
+        peer: Tid,
+        /// `None`: the socket is attached; `Some(reason)`: no link.
+        refused: Option<String>,
+    },
+}
 
 /// Facts a host reports when it joins.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,6 +284,8 @@ pub struct StartVp {
     pub cwd: String,
     /// Extra environment.
     pub env: Vec<(String, String)>,
+    /// The VP that spawned it, if one did.
+    pub parent: Option<Tid>,
 }
 
 /// Daemon to daemon.
@@ -183,6 +373,47 @@ pub enum PeerMsg {
     },
     /// Master to worker: kill every VP and exit.
     Halt,
+    /// A data link's opener, after the handshake: who it is.
+    Hi {
+        /// Its host name.
+        name: String,
+    },
+    /// Master to every host: the hosts and their addresses.
+    Peers(Vec<(String, String)>),
+    /// Master to every host: where VPs are now.
+    Directory(Vec<(Tid, Loc)>),
+    /// Worker to master: where is this VP?
+    Locate {
+        /// Which.
+        tid: Tid,
+    },
+    /// A message between VPs (payload follows), on a data link.
+    Deliver(Envelope),
+    /// Back to the sender's host: a message could not be delivered.
+    Undeliverable {
+        /// The message.
+        env: Envelope,
+        /// Why.
+        reason: String,
+    },
+    /// Worker to master: a request of one of its VPs.
+    VpCall {
+        /// The VP.
+        tid: Tid,
+        /// Its id.
+        id: u64,
+        /// What.
+        call: VpCall,
+    },
+    /// Master to worker: the answer for one of its VPs.
+    VpReturn {
+        /// The VP.
+        tid: Tid,
+        /// The call's id.
+        id: u64,
+        /// The answer.
+        ret: VpRet,
+    },
 }
 
 /// What `mig spawn` asks for.
@@ -200,6 +431,8 @@ pub struct SpawnSpec {
     pub env: Vec<(String, String)>,
     /// Stream output and statuses back until the job ends.
     pub wait: bool,
+    /// The VP that asked (a VP's `spawn_job`), if one did.
+    pub parent: Option<Tid>,
 }
 
 /// A control request.

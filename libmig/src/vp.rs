@@ -18,6 +18,10 @@ pub mod env {
     pub const SOCKET: &str = "MIG_SOCKET";
     /// The host it runs on.
     pub const HOST: &str = "MIG_HOST";
+    /// The descriptor of its socket to the daemon.
+    pub const FD: &str = "MIG_FD";
+    /// The Tid of the VP that spawned it, if one did.
+    pub const PARENT: &str = "MIG_PARENT";
 }
 
 /// Not running as a VP.

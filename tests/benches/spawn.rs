@@ -21,6 +21,7 @@ fn once(vm: &Vm, n: u32) -> f64 {
         cwd: "/".into(),
         env: vec![],
         wait: true,
+        parent: None,
     };
     let t = Instant::now();
     c.send(&Request::Spawn(spec)).expect("send");

@@ -70,6 +70,7 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args) -> Result<()> {
         cwd: std::env::current_dir()?.display().to_string(),
         env: vec![],
         wait: true,
+        parent: None,
     };
     let t = Instant::now();
     let Response::Spawned { job, .. } = c.call(&Request::Spawn(spec))? else {

@@ -45,6 +45,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         cwd: cwd.display().to_string(),
         env,
         wait: a.wait,
+        parent: None,
     };
     let started = Instant::now();
     let mut c = Client::connect(daemon)?;

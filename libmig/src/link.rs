@@ -1,0 +1,123 @@
+//! One of a VP's sockets (to its daemon, or a direct link to another VP):
+//! non-blocking, read with `recvmsg` so that sockets the daemon passes
+//! (SCM_RIGHTS) are collected, and written with vectored writes so that a
+//! payload is never copied into a frame. What does not live here: what the
+//! frames mean (`vm`).
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+use crate::frame::Decoder;
+
+/// A VP's socket with its decoder and the descriptors it has received.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub sock: UnixStream,
+    pub dec: Decoder,
+    pub fds: VecDeque<OwnedFd>,
+}
+
+impl Link {
+    pub fn new(sock: UnixStream) -> io::Result<Link> {
+        sock.set_nonblocking(true)?;
+        Ok(Link {
+            sock,
+            dec: Decoder::default(),
+            fds: VecDeque::new(),
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Read once without blocking: `Ok(0)` is the end of the stream,
+    /// `WouldBlock` means nothing was there.
+    pub fn read_once(&mut self) -> io::Result<usize> {
+        let fd = self.sock.as_raw_fd();
+        let fds = &mut self.fds;
+        let (n, _) = self.dec.fill(|buf| {
+            let mut iov = [IoSliceMut::new(buf)];
+            let mut space = nix::cmsg_space!([RawFd; 4]);
+            let msg = recvmsg::<()>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+                .map_err(io::Error::from)?;
+            if let Ok(cmsgs) = msg.cmsgs() {
+                for c in cmsgs {
+                    if let ControlMessageOwned::ScmRights(v) = c {
+                        for raw in v {
+                            // SAFETY: the kernel just installed `raw` in this
+                            // process for us; nothing else owns it.
+                            fds.push_back(unsafe { OwnedFd::from_raw_fd(raw) });
+                        }
+                    }
+                }
+            }
+            Ok(msg.bytes)
+        })?;
+        Ok(n)
+    }
+
+    /// Write `parts` from byte `done` on, as far as the socket takes without
+    /// blocking. Returns whether everything is written.
+    pub fn write_parts(&mut self, parts: &[&[u8]], done: &mut usize) -> io::Result<bool> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        while *done < total {
+            let mut skip = *done;
+            let mut slices = Vec::with_capacity(parts.len());
+            for p in parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    continue;
+                }
+                slices.push(IoSlice::new(&p[skip..]));
+                skip = 0;
+            }
+            match self.sock.write_vectored(&slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => *done += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Wait until one of `fds` is readable (or, for `writable`, writable), or
+/// `timeout_ms` passes (-1: forever). Returns the ready flags per fd.
+pub(crate) fn poll(fds: &[(RawFd, bool)], timeout_ms: i32) -> io::Result<Vec<(bool, bool)>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, w)| libc::pollfd {
+            fd,
+            events: libc::POLLIN | if w { libc::POLLOUT } else { 0 },
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+        if r >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(pfds
+        .iter()
+        .map(|p| {
+            let bad = p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0;
+            (
+                p.revents & libc::POLLIN != 0 || bad,
+                p.revents & libc::POLLOUT != 0,
+            )
+        })
+        .collect())
+}

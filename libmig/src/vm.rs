@@ -1,0 +1,666 @@
+//! Message passing for a VP: `Vm`, what a program gets from `Vm::init`.
+//!
+//! Every VP is started by its daemon with one end of a socket pair (its
+//! number in `MIG_FD`); everything goes through it: messages (routed by the
+//! daemons to wherever the receiver is), calls the master answers (spawn,
+//! tasks, groups, notify), and direct links to VPs on the same host (the
+//! daemon passes a socket pair's ends to both VPs).
+//!
+//! Order: every message carries a sequence number per sender→receiver pair,
+//! and the receiver delivers each sender's messages in that order, whatever
+//! route each took (daemons, or a direct link set up half-way). Nothing is
+//! duplicated: a number already delivered is dropped.
+//!
+//! Errors: the first message to each receiver is confirmed by the local
+//! daemon (which knows every VP's location), so sending to a VP that never
+//! existed or has exited is an error at once. A later failure (the receiver
+//! exited while messages were in flight) is reported by the next call.
+//!
+//! What does not live here: the collectives (`group`), the socket plumbing
+//! (`link`).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::io;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use serde::{de::DeserializeOwned, Serialize};
+use thiserror::Error;
+
+use crate::frame::{self, FrameError, MAX_BODY};
+use crate::link::{self, Link};
+use crate::msg::{Envelope, Notice, NotifyOn, Tid, VpCall, VpMsg, VpRet, SYSTEM};
+use crate::vp::{env, Identity, NotAVp};
+
+/// The largest payload of one message: 64 MiB.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// What can go wrong in a VP's message passing.
+#[derive(Debug, Error)]
+pub enum MigError {
+    /// Not started by a daemon.
+    #[error(transparent)]
+    NotAVp(#[from] NotAVp),
+    /// The receiver does not exist (any more).
+    #[error("message to t{to:x} (tag {tag}) not delivered: {reason}")]
+    NoSuchVp {
+        /// The receiver.
+        to: Tid,
+        /// The message's tag.
+        tag: i32,
+        /// Why.
+        reason: String,
+    },
+    /// A payload above `MAX_MESSAGE`.
+    #[error("message of {size} bytes is above the limit of {MAX_MESSAGE} bytes: split it")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+    },
+    /// The local daemon is gone (or its socket failed).
+    #[error("lost the mig daemon: {0}")]
+    DaemonGone(String),
+    /// The daemon or the master refused a call.
+    #[error("{0}")]
+    Refused(String),
+    /// A payload did not decode as the type asked for.
+    #[error("message payload does not decode as the expected type: {0}")]
+    Decode(#[from] postcard::Error),
+    /// The daemon sent something this library does not understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl From<FrameError> for MigError {
+    fn from(e: FrameError) -> MigError {
+        match e {
+            FrameError::Io(e) => MigError::DaemonGone(e.to_string()),
+            FrameError::Decode(e) => MigError::Decode(e),
+            other => MigError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Sender (`SYSTEM` for notices).
+    pub from: Tid,
+    /// Tag.
+    pub tag: i32,
+    /// Payload bytes.
+    pub data: Vec<u8>,
+}
+
+impl Message {
+    /// Decode the payload of a typed `send`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, MigError> {
+        Ok(postcard::from_bytes(&self.data)?)
+    }
+
+    /// The notice this is, if it comes from the system.
+    pub fn notice(&self) -> Option<Notice> {
+        (self.from == SYSTEM)
+            .then(|| postcard::from_bytes(&self.data).ok())
+            .flatten()
+    }
+}
+
+/// How messages to another VP travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Through the daemons (the default): VP → migd → (migd →) VP.
+    Daemon,
+    /// Straight to VPs on the same host over a socket of their own, set up
+    /// on the first message; through the daemons for the others.
+    Direct,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum LinkId {
+    Daemon,
+    Direct(Tid),
+}
+
+#[derive(Debug, Default)]
+struct Order {
+    next: u64,
+    early: BTreeMap<u64, Message>,
+}
+
+/// This VP's view of the virtual machine.
+#[derive(Debug)]
+pub struct Vm {
+    me: Identity,
+    parent: Option<Tid>,
+    daemon: Link,
+    direct: HashMap<Tid, Link>,
+    route: Route,
+    asked_direct: HashSet<Tid>,
+    mailbox: VecDeque<Message>,
+    order: HashMap<Tid, Order>,
+    seq_out: HashMap<Tid, u64>,
+    confirmed: HashSet<Tid>,
+    confirm: HashMap<Tid, Result<(), String>>,
+    failures: VecDeque<MigError>,
+    returns: HashMap<u64, VpRet>,
+    next_call: u64,
+}
+
+impl Vm {
+    /// Join the virtual machine as the VP the daemon started. Outside a VP
+    /// (a program run by hand) this is a clear `NotAVp` error.
+    pub fn init() -> Result<Vm, MigError> {
+        let me = Identity::from_env()?;
+        let fd: RawFd = std::env::var(env::FD)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&fd| fd > 2)
+            .ok_or(NotAVp(env::FD))?;
+        if !is_unix_socket(fd) {
+            return Err(NotAVp(env::FD).into());
+        }
+        // SAFETY: the daemon passed this descriptor for us alone, and we
+        // checked it is an open Unix socket; nothing else in the process
+        // owns it (the variable is removed so no second `init` takes it).
+        let sock = unsafe { UnixStream::from_raw_fd(fd) };
+        std::env::remove_var(env::FD);
+        // Programs this VP runs must not inherit the daemon's socket.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        let parent = std::env::var(env::PARENT).ok().and_then(|v| v.parse().ok());
+        Ok(Vm {
+            me,
+            parent,
+            daemon: Link::new(sock).map_err(|e| MigError::DaemonGone(e.to_string()))?,
+            direct: HashMap::new(),
+            route: Route::Daemon,
+            asked_direct: HashSet::new(),
+            mailbox: VecDeque::new(),
+            order: HashMap::new(),
+            seq_out: HashMap::new(),
+            confirmed: HashSet::new(),
+            confirm: HashMap::new(),
+            failures: VecDeque::new(),
+            returns: HashMap::new(),
+            next_call: 1,
+        })
+    }
+
+    /// This VP's Tid.
+    pub fn tid(&self) -> Tid {
+        self.me.tid
+    }
+
+    /// The VP that spawned this one, if a VP did.
+    pub fn parent(&self) -> Option<Tid> {
+        self.parent
+    }
+
+    /// Who this VP is (job, index, host).
+    pub fn identity(&self) -> &Identity {
+        &self.me
+    }
+
+    /// How messages to other VPs travel from now on.
+    pub fn set_route(&mut self, route: Route) {
+        self.route = route;
+    }
+
+    // ----- sending ------------------------------------------------------
+
+    /// Send a typed value (postcard-encoded) to `to` with `tag`.
+    pub fn send<T: Serialize + ?Sized>(
+        &mut self,
+        to: Tid,
+        tag: i32,
+        value: &T,
+    ) -> Result<(), MigError> {
+        let bytes = postcard::to_allocvec(value)?;
+        self.send_bytes(to, tag, &bytes)
+    }
+
+    /// Send raw bytes to `to` with `tag` (written straight from `data`).
+    pub fn send_bytes(&mut self, to: Tid, tag: i32, data: &[u8]) -> Result<(), MigError> {
+        if data.len() > MAX_MESSAGE {
+            return Err(MigError::TooLarge { size: data.len() });
+        }
+        if let Some(e) = self.failures.pop_front() {
+            return Err(e);
+        }
+        let first = !self.confirmed.contains(&to);
+        let seq = {
+            let s = self.seq_out.entry(to).or_insert(0);
+            *s += 1;
+            *s
+        };
+        let env = Envelope {
+            from: self.me.tid,
+            to,
+            tag,
+            seq,
+        };
+        let via = if self.direct.contains_key(&to) && !first {
+            LinkId::Direct(to)
+        } else {
+            LinkId::Daemon
+        };
+        let head = frame::encode_head(
+            &VpMsg::Send {
+                env,
+                confirm: first,
+            },
+            data.len(),
+        )?;
+        if let Err(e) = self.write(via, &[&head, data]) {
+            if via == LinkId::Daemon {
+                return Err(e);
+            }
+            // The direct link broke (the peer ended?): the daemons decide.
+            self.direct.remove(&to);
+            let head = frame::encode_head(&VpMsg::Send { env, confirm: true }, data.len())?;
+            self.write(LinkId::Daemon, &[&head, data])?;
+            self.confirmed.remove(&to);
+            return self.await_confirm(to, tag, seq);
+        }
+        if first {
+            self.await_confirm(to, tag, seq)?;
+            if self.route == Route::Direct && self.asked_direct.insert(to) {
+                let head = frame::encode_head(&VpMsg::Direct { peer: to }, 0)?;
+                self.write(LinkId::Daemon, &[&head])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn await_confirm(&mut self, to: Tid, tag: i32, seq: u64) -> Result<(), MigError> {
+        loop {
+            if let Some(r) = self.confirm.remove(&to) {
+                return match r {
+                    Ok(()) => {
+                        self.confirmed.insert(to);
+                        Ok(())
+                    }
+                    Err(reason) => {
+                        // The message was not sent: its number is free again.
+                        if let Some(s) = self.seq_out.get_mut(&to) {
+                            if *s == seq {
+                                *s -= 1;
+                            }
+                        }
+                        Err(MigError::NoSuchVp { to, tag, reason })
+                    }
+                };
+            }
+            self.wait_daemon()?;
+        }
+    }
+
+    /// Send the same typed value to every VP in `to`.
+    pub fn mcast<T: Serialize + ?Sized>(
+        &mut self,
+        to: &[Tid],
+        tag: i32,
+        value: &T,
+    ) -> Result<(), MigError> {
+        let bytes = postcard::to_allocvec(value)?;
+        self.mcast_bytes(to, tag, &bytes)
+    }
+
+    /// Send the same bytes to every VP in `to`.
+    pub fn mcast_bytes(&mut self, to: &[Tid], tag: i32, data: &[u8]) -> Result<(), MigError> {
+        for &t in to {
+            self.send_bytes(t, tag, data)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, via: LinkId, parts: &[&[u8]]) -> Result<(), MigError> {
+        let mut done = 0;
+        loop {
+            let link = match via {
+                LinkId::Daemon => &mut self.daemon,
+                LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                    Some(l) => l,
+                    None => return Err(MigError::DaemonGone("direct link closed".into())),
+                },
+            };
+            match link.write_parts(parts, &mut done) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => return Err(MigError::DaemonGone(e.to_string())),
+            }
+            // The socket is full: take in what arrives meanwhile, so two VPs
+            // sending to each other never block each other.
+            self.wait_io(Some(via), None)?;
+        }
+    }
+
+    // ----- receiving ----------------------------------------------------
+
+    /// Wait for a message from `from` (any if `None`) with `tag` (any if
+    /// `None`).
+    pub fn recv(&mut self, from: Option<Tid>, tag: Option<i32>) -> Result<Message, MigError> {
+        loop {
+            if let Some(m) = self.take(from, tag)? {
+                return Ok(m);
+            }
+            self.wait_io(None, None)?;
+        }
+    }
+
+    /// A matching message if one has arrived; never waits.
+    pub fn try_recv(
+        &mut self,
+        from: Option<Tid>,
+        tag: Option<i32>,
+    ) -> Result<Option<Message>, MigError> {
+        if let Some(m) = self.take(from, tag)? {
+            return Ok(Some(m));
+        }
+        self.wait_io(None, Some(Duration::ZERO))?;
+        self.take(from, tag)
+    }
+
+    /// Wait at most `timeout` for a matching message.
+    pub fn recv_timeout(
+        &mut self,
+        from: Option<Tid>,
+        tag: Option<i32>,
+        timeout: Duration,
+    ) -> Result<Option<Message>, MigError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(m) = self.take(from, tag)? {
+                return Ok(Some(m));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.wait_io(None, Some(left))?;
+        }
+    }
+
+    /// Has a matching message arrived? Its sender, tag and size, without
+    /// taking it.
+    pub fn probe(
+        &mut self,
+        from: Option<Tid>,
+        tag: Option<i32>,
+    ) -> Result<Option<(Tid, i32, usize)>, MigError> {
+        self.wait_io(None, Some(Duration::ZERO))?;
+        Ok(self
+            .mailbox
+            .iter()
+            .find(|m| matches(m, from, tag))
+            .map(|m| (m.from, m.tag, m.data.len())))
+    }
+
+    fn take(&mut self, from: Option<Tid>, tag: Option<i32>) -> Result<Option<Message>, MigError> {
+        if let Some(e) = self.failures.pop_front() {
+            return Err(e);
+        }
+        Ok(self
+            .mailbox
+            .iter()
+            .position(|m| matches(m, from, tag))
+            .and_then(|i| self.mailbox.remove(i)))
+    }
+
+    /// Wait until a socket is readable (and `writable` writable), up to
+    /// `timeout` (`None`: forever), and take in everything that arrived.
+    fn wait_io(
+        &mut self,
+        writable: Option<LinkId>,
+        timeout: Option<Duration>,
+    ) -> Result<(), MigError> {
+        let mut ids = vec![LinkId::Daemon];
+        ids.extend(self.direct.keys().map(|&t| LinkId::Direct(t)));
+        let fds: Vec<(RawFd, bool)> = ids
+            .iter()
+            .map(|&id| {
+                let fd = match id {
+                    LinkId::Daemon => self.daemon.fd(),
+                    LinkId::Direct(t) => self.direct.get(&t).map_or(-1, Link::fd),
+                };
+                (fd, Some(id) == writable)
+            })
+            .collect();
+        let ms = match timeout {
+            None => -1,
+            Some(d) => {
+                d.as_millis().min(i32::MAX as u128) as i32
+                    + i32::from(d.subsec_nanos() % 1_000_000 != 0)
+            }
+        };
+        let ready = link::poll(&fds, ms).map_err(|e| MigError::DaemonGone(e.to_string()))?;
+        for (id, (r, _)) in ids.into_iter().zip(ready) {
+            if r {
+                self.pump(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_daemon(&mut self) -> Result<(), MigError> {
+        self.wait_io(None, None)
+    }
+
+    /// Read what a socket has and file every frame.
+    fn pump(&mut self, id: LinkId) -> Result<(), MigError> {
+        loop {
+            let link = match id {
+                LinkId::Daemon => &mut self.daemon,
+                LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                    Some(l) => l,
+                    None => return Ok(()),
+                },
+            };
+            let n = match link.read_once() {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return self.link_lost(id, e.to_string()),
+            };
+            let mut frames = Vec::new();
+            loop {
+                match link.dec.next_frame_with::<VpMsg>() {
+                    Ok(Some(f)) => frames.push(f),
+                    Ok(None) => break,
+                    Err(e) => return self.link_lost(id, e.to_string()),
+                }
+            }
+            for (msg, payload) in frames {
+                self.file(id, msg, payload)?;
+            }
+            if n == 0 {
+                return self.link_lost(id, "closed".into());
+            }
+        }
+    }
+
+    fn link_lost(&mut self, id: LinkId, why: String) -> Result<(), MigError> {
+        match id {
+            LinkId::Daemon => Err(MigError::DaemonGone(why)),
+            LinkId::Direct(t) => {
+                // The peer ended or moved: later messages go by the daemons.
+                self.direct.remove(&t);
+                Ok(())
+            }
+        }
+    }
+
+    fn file(&mut self, id: LinkId, msg: VpMsg, data: Vec<u8>) -> Result<(), MigError> {
+        match msg {
+            VpMsg::Deliver(env) | VpMsg::Send { env, .. } => {
+                let forged = matches!(id, LinkId::Direct(p) if p != env.from);
+                if env.to != self.me.tid || forged {
+                    return Err(MigError::Protocol(format!(
+                        "got a message for t{:x}",
+                        env.to
+                    )));
+                }
+                self.deliver(env, data);
+            }
+            VpMsg::Confirmed { to } => {
+                self.confirm.insert(to, Ok(()));
+            }
+            VpMsg::Undeliverable { to, tag, reason } => {
+                self.confirmed.remove(&to);
+                self.direct.remove(&to);
+                if let std::collections::hash_map::Entry::Vacant(e) = self.confirm.entry(to) {
+                    e.insert(Err(reason.clone()));
+                }
+                self.failures
+                    .push_back(MigError::NoSuchVp { to, tag, reason });
+            }
+            VpMsg::Return { id: call, ret } => {
+                self.returns.insert(call, ret);
+            }
+            VpMsg::DirectLink { peer, refused } => {
+                if id != LinkId::Daemon {
+                    return Err(MigError::Protocol("a direct link offered by a VP".into()));
+                }
+                if refused.is_none() {
+                    let fd = self.daemon.fds.pop_front().ok_or_else(|| {
+                        MigError::Protocol("a direct link without its socket".into())
+                    })?;
+                    let sock = UnixStream::from(fd);
+                    if let Ok(l) = Link::new(sock) {
+                        self.direct.insert(peer, l);
+                        self.asked_direct.insert(peer);
+                    }
+                }
+            }
+            VpMsg::Call { .. } | VpMsg::Direct { .. } => {
+                return Err(MigError::Protocol("a request from the daemon".into()));
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, env: Envelope, data: Vec<u8>) {
+        let m = Message {
+            from: env.from,
+            tag: env.tag,
+            data,
+        };
+        if env.seq == 0 {
+            self.mailbox.push_back(m);
+            return;
+        }
+        let o = self.order.entry(env.from).or_insert(Order {
+            next: 1,
+            early: BTreeMap::new(),
+        });
+        if env.seq < o.next {
+            return; // a duplicate
+        }
+        if env.seq > o.next {
+            o.early.insert(env.seq, m);
+            return;
+        }
+        self.mailbox.push_back(m);
+        o.next += 1;
+        while let Some(m) = o.early.remove(&o.next) {
+            self.mailbox.push_back(m);
+            o.next += 1;
+        }
+    }
+
+    // ----- calls the master answers ---------------------------------------
+
+    pub(crate) fn call(&mut self, call: VpCall) -> Result<VpRet, MigError> {
+        let id = self.next_call;
+        self.next_call += 1;
+        let head = frame::encode_head(&VpMsg::Call { id, call }, 0)?;
+        self.write(LinkId::Daemon, &[&head])?;
+        loop {
+            if let Some(r) = self.returns.remove(&id) {
+                return match r {
+                    VpRet::Error(e) => Err(MigError::Refused(e)),
+                    r => Ok(r),
+                };
+            }
+            self.wait_daemon()?;
+        }
+    }
+
+    /// Start `n` more VPs of `program` with `args` in this VP's job (the
+    /// scheduler places them: `new_VP`). Their Tids, in order.
+    pub fn spawn(&mut self, program: &str, args: &[&str], n: u32) -> Result<Vec<Tid>, MigError> {
+        self.spawn_as(program, args, n, false)
+    }
+
+    /// Start `n` VPs of `program` as a job of their own.
+    pub fn spawn_job(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        n: u32,
+    ) -> Result<Vec<Tid>, MigError> {
+        self.spawn_as(program, args, n, true)
+    }
+
+    fn spawn_as(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        n: u32,
+        new_job: bool,
+    ) -> Result<Vec<Tid>, MigError> {
+        match self.call(VpCall::Spawn {
+            program: program.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            n,
+            new_job,
+        })? {
+            VpRet::Tids(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Kill a VP.
+    pub fn kill(&mut self, tid: Tid) -> Result<(), MigError> {
+        self.call(VpCall::Kill { tid }).map(|_| ())
+    }
+
+    /// The VPs of this job, by index (exited ones included).
+    pub fn tasks(&mut self) -> Result<Vec<Tid>, MigError> {
+        match self.call(VpCall::Tasks)? {
+            VpRet::Tids(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Be told, by a message from `SYSTEM` with `tag` (see
+    /// `Message::notice`), when `on` happens. A VP that has already exited
+    /// is reported at once.
+    pub fn notify(&mut self, on: NotifyOn, tag: i32) -> Result<(), MigError> {
+        self.call(VpCall::Notify { on, tag }).map(|_| ())
+    }
+
+    /// Leave the virtual machine: flush and close the daemon's socket. The
+    /// process may go on (but can no longer send or receive).
+    pub fn exit(self) {}
+}
+
+fn matches(m: &Message, from: Option<Tid>, tag: Option<i32>) -> bool {
+    from.is_none_or(|f| f == m.from) && tag.is_none_or(|t| t == m.tag)
+}
+
+pub(crate) fn unexpected(r: VpRet) -> MigError {
+    MigError::Protocol(format!("unexpected answer {r:?}"))
+}
+
+fn is_unix_socket(fd: RawFd) -> bool {
+    // SAFETY: fstat on any integer is safe; it fails on a closed descriptor.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+    }
+}
+
+const _: () = assert!(MAX_MESSAGE < MAX_BODY);
