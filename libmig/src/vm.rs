@@ -143,6 +143,7 @@ pub struct Vm {
     seq_out: HashMap<Tid, u64>,
     confirmed: HashSet<Tid>,
     confirm: HashMap<Tid, Result<(), String>>,
+    confirm_pending: HashSet<Tid>,
     failures: VecDeque<MigError>,
     returns: HashMap<u64, VpRet>,
     next_call: u64,
@@ -182,6 +183,7 @@ impl Vm {
             seq_out: HashMap::new(),
             confirmed: HashSet::new(),
             confirm: HashMap::new(),
+            confirm_pending: HashSet::new(),
             failures: VecDeque::new(),
             returns: HashMap::new(),
             next_call: 1,
@@ -201,6 +203,13 @@ impl Vm {
     /// Who this VP is (job, index, host).
     pub fn identity(&self) -> &Identity {
         &self.me
+    }
+
+    /// The VPs this one has a direct link with.
+    pub fn direct_peers(&self) -> Vec<Tid> {
+        let mut v: Vec<Tid> = self.direct.keys().copied().collect();
+        v.sort_unstable();
+        v
     }
 
     /// How messages to other VPs travel from now on.
@@ -260,16 +269,20 @@ impl Vm {
             // The direct link broke (the peer ended?): the daemons decide.
             self.direct.remove(&to);
             let head = frame::encode_head(&VpMsg::Send { env, confirm: true }, data.len())?;
-            self.write(LinkId::Daemon, &[&head, data])?;
             self.confirmed.remove(&to);
+            self.confirm_pending.insert(to);
+            self.write(LinkId::Daemon, &[&head, data])?;
             return self.await_confirm(to, tag, seq);
         }
         if first {
             self.await_confirm(to, tag, seq)?;
-            if self.route == Route::Direct && self.asked_direct.insert(to) {
-                let head = frame::encode_head(&VpMsg::Direct { peer: to }, 0)?;
-                self.write(LinkId::Daemon, &[&head])?;
-            }
+        }
+        if self.route == Route::Direct
+            && !self.direct.contains_key(&to)
+            && self.asked_direct.insert(to)
+        {
+            let head = frame::encode_head(&VpMsg::Direct { peer: to }, 0)?;
+            self.write(LinkId::Daemon, &[&head])?;
         }
         Ok(())
     }
@@ -505,16 +518,19 @@ impl Vm {
                 self.deliver(env, data);
             }
             VpMsg::Confirmed { to } => {
+                self.confirm_pending.remove(&to);
                 self.confirm.insert(to, Ok(()));
             }
             VpMsg::Undeliverable { to, tag, reason } => {
                 self.confirmed.remove(&to);
                 self.direct.remove(&to);
-                if let std::collections::hash_map::Entry::Vacant(e) = self.confirm.entry(to) {
-                    e.insert(Err(reason.clone()));
+                if self.confirm_pending.remove(&to) {
+                    // The answer to this send's confirmation: reported there.
+                    self.confirm.insert(to, Err(reason));
+                } else {
+                    self.failures
+                        .push_back(MigError::NoSuchVp { to, tag, reason });
                 }
-                self.failures
-                    .push_back(MigError::NoSuchVp { to, tag, reason });
             }
             VpMsg::Return { id: call, ret } => {
                 self.returns.insert(call, ret);
