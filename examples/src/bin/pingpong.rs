@@ -97,9 +97,9 @@ fn bw(vm: &mut Vm, p: Tid, size: usize, plan: &Plan) -> f64 {
 }
 
 fn size_name(s: usize) -> String {
-    if s % (1 << 20) == 0 {
+    if s.is_multiple_of(1 << 20) {
         format!("{}MiB", s >> 20)
-    } else if s % 1024 == 0 {
+    } else if s.is_multiple_of(1024) {
         format!("{}KiB", s >> 10)
     } else {
         format!("{s}B")
