@@ -106,6 +106,18 @@ pub enum Kind {
         /// Its Tid.
         tid: Tid,
     },
+    /// A data link being opened: `Hello` sent, waiting for `Challenge`.
+    Dial {
+        /// The other host.
+        host: String,
+        /// Our nonce.
+        ours: Block,
+    },
+    /// A data link being opened: `Proof` sent, waiting for `Welcome`.
+    DialWelcome {
+        /// The other host.
+        host: String,
+    },
     /// A data link with another daemon (messages between VPs).
     Data {
         /// The other host.
@@ -141,6 +153,9 @@ pub struct Conn {
     pub closing: bool,
     /// Not read while a receiver it sends to is full (flow control).
     pub paused: bool,
+    /// Writing failed (the peer closed its end): output is dropped, but
+    /// what the peer sent before is still read to the end.
+    pub broken: bool,
     writable: bool,
 }
 
@@ -156,6 +171,7 @@ impl Conn {
             since: Instant::now(),
             closing: false,
             paused: false,
+            broken: false,
             writable: false,
         }
     }
@@ -188,6 +204,9 @@ impl Conn {
 
     /// Queue bytes and write what the socket takes now.
     pub fn send(&mut self, bytes: &[u8], registry: &Registry, token: Token) -> io::Result<()> {
+        if self.broken {
+            return Ok(());
+        }
         match self.out.back_mut() {
             Some(last) if last.fd.is_none() && last.bytes.len() + bytes.len() <= COALESCE => {
                 last.bytes.extend_from_slice(bytes)
@@ -212,6 +231,9 @@ impl Conn {
         registry: &Registry,
         token: Token,
     ) -> io::Result<()> {
+        if self.broken {
+            return Ok(());
+        }
         self.out_len += head.len() + payload.len();
         if fd.is_none() && payload.len() < COALESCE {
             self.out_len -= head.len() + payload.len();
@@ -281,7 +303,14 @@ impl Conn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.broken = true;
+                    self.out.clear();
+                    self.out_len = 0;
+                    let _ = registry.reregister(&mut self.sock, token, Interest::READABLE);
+                    self.writable = false;
+                    return Err(e);
+                }
             }
         }
         let want = !self.out.is_empty();

@@ -104,6 +104,7 @@ pub struct Daemon {
     router: Router,
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
+    dialling: HashMap<Token, Vec<(Envelope, Vec<u8>)>>,
     blocked: HashMap<Token, Vec<Token>>,
 }
 
@@ -177,6 +178,7 @@ impl Daemon {
             router: Router::new(&cfg.name, cfg.join.is_none()),
             peers: HashMap::new(),
             links: HashMap::new(),
+            dialling: HashMap::new(),
             blocked: HashMap::new(),
             cfg,
         };
@@ -254,7 +256,9 @@ impl Daemon {
         Ok(t)
     }
 
-    /// The data link to `host`, opened (and authenticated) if need be.
+    /// The data link to `host`; dialled if there is none. Dialling does not
+    /// block the loop: the handshake runs as messages arrive (`Dial`,
+    /// `DialWelcome`), and messages wait in `dialling` until `Welcome`.
     fn link_to(&mut self, host: &str) -> Option<Token> {
         if let Some(&t) = self.links.get(host) {
             if self.conns.contains_key(&t) {
@@ -262,26 +266,25 @@ impl Daemon {
             }
         }
         let addr = *self.peers.get(host)?;
-        let opened = connect(&self.key, addr).and_then(|mut s| {
-            frame::write_frame(
-                &mut s,
-                &PeerMsg::Hi {
-                    name: self.facts.name.clone(),
-                },
-            )
-            .map_err(|e| e.to_string())?;
-            self.adopt(
-                s,
-                Kind::Data {
-                    host: host.to_string(),
-                },
-            )
-            .map_err(|e| e.to_string())
+        let dialled = auth::nonce().map_err(|e| e.to_string()).and_then(|ours| {
+            let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+            let _ = s.set_nodelay(true);
+            let t = self.token();
+            self.poll
+                .registry()
+                .register(&mut s, t, Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+            let kind = Kind::Dial {
+                host: host.to_string(),
+                ours,
+            };
+            self.conns.insert(t, Conn::new(Sock::Tcp(s), kind));
+            Ok((t, ours))
         });
-        match opened {
-            Ok(t) => {
-                log!("data link to {host} at {addr}");
+        match dialled {
+            Ok((t, ours)) => {
                 self.links.insert(host.to_string(), t);
+                self.send_peer(t, &PeerMsg::Hello { nonce: ours });
                 Some(t)
             }
             Err(e) => {
@@ -334,9 +337,8 @@ impl Daemon {
                     t => {
                         if ev.is_writable() {
                             if let Some(c) = self.conns.get_mut(&t) {
-                                if c.flush(self.poll.registry(), t).is_err() {
-                                    self.close(t, "write failed");
-                                    continue;
+                                if let Err(e) = c.flush(self.poll.registry(), t) {
+                                    self.write_failed(t, &e);
                                 }
                             }
                             self.maybe_resume(t);
@@ -375,8 +377,13 @@ impl Daemon {
             .conns
             .iter()
             .filter(|(_, c)| {
-                matches!(c.kind, Kind::AwaitHello | Kind::AwaitProof { .. })
-                    && c.since.elapsed() > HANDSHAKE_TIMEOUT
+                matches!(
+                    c.kind,
+                    Kind::AwaitHello
+                        | Kind::AwaitProof { .. }
+                        | Kind::Dial { .. }
+                        | Kind::DialWelcome { .. }
+                ) && c.since.elapsed() > HANDSHAKE_TIMEOUT
             })
             .map(|(t, _)| *t)
             .collect();
@@ -510,8 +517,13 @@ impl Daemon {
                 }
                 self.router.detach(tid);
             }
-            Kind::Data { host } if self.links.get(&host) == Some(&t) => {
+            Kind::Data { host } | Kind::Dial { host, .. } | Kind::DialWelcome { host }
+                if self.links.get(&host) == Some(&t) =>
+            {
                 self.links.remove(&host);
+                for (env, _) in self.dialling.remove(&t).unwrap_or_default() {
+                    self.undeliverable(env, &format!("host {host} cannot be reached: {why}"));
+                }
             }
             _ => {}
         }
@@ -618,6 +630,24 @@ impl Daemon {
         }
     }
 
+    /// Writing to `t` failed: its output is dropped (the connection is
+    /// `broken`), but it is read to its end, so nothing its peer sent before
+    /// closing is lost; whoever waited for it to drain goes on.
+    fn write_failed(&mut self, t: Token, e: &io::Error) {
+        let kind = self.conns.get(&t).map(|c| c.kind.clone());
+        if !matches!(kind, Some(Kind::Vp { .. })) {
+            log!("cannot write to {kind:?}: {e}");
+        }
+        for src in self.blocked.remove(&t).unwrap_or_default() {
+            self.resume(src);
+        }
+        if let Some(c) = self.conns.get(&t) {
+            if c.closing {
+                self.close(t, "write failed");
+            }
+        }
+    }
+
     /// Tell the peer why (best effort) and close.
     fn refuse(&mut self, t: Token, reason: &str) {
         log!("refusing connection: {reason}");
@@ -650,11 +680,11 @@ impl Daemon {
 
     fn send_bytes(&mut self, t: Token, bytes: &[u8]) {
         let failed = match self.conns.get_mut(&t) {
-            Some(c) => c.send(bytes, self.poll.registry(), t).is_err(),
-            None => false,
+            Some(c) => c.send(bytes, self.poll.registry(), t).err(),
+            None => None,
         };
-        if failed {
-            self.close(t, "write failed");
+        if let Some(e) = failed {
+            self.write_failed(t, &e);
         }
     }
 
@@ -721,6 +751,34 @@ impl Daemon {
                 self.send_peer(t, &PeerMsg::Registered { name });
                 self.send_peer(t, &dir);
                 self.deliver(out);
+            }
+            (Kind::Dial { host, ours }, PeerMsg::Challenge { nonce, proof }) => {
+                if !self.key.check_server(&ours, &nonce, &proof) {
+                    return self.refuse(
+                        t,
+                        &format!("{host} does not hold this cluster's key (wrong --key-file?)"),
+                    );
+                }
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::DialWelcome { host };
+                }
+                let proof = self.key.client_proof(&nonce, &ours);
+                self.send_peer(t, &PeerMsg::Proof { proof });
+            }
+            (Kind::DialWelcome { host }, PeerMsg::Welcome) => {
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::Data { host: host.clone() };
+                }
+                log!("data link to {host}");
+                let name = self.facts.name.clone();
+                self.send_peer(t, &PeerMsg::Hi { name });
+                for (env, payload) in self.dialling.remove(&t).unwrap_or_default() {
+                    self.route(env, payload, None);
+                }
+            }
+            (Kind::Dial { host, .. } | Kind::DialWelcome { host }, PeerMsg::Refused { reason }) => {
+                log!("{host} refused a data link: {reason}");
+                self.close(t, &reason);
             }
             (Kind::Peer { host: None }, PeerMsg::Hi { name }) => {
                 if let Some(c) = self.conns.get_mut(&t) {
@@ -938,9 +996,21 @@ impl Daemon {
     /// connection is full.
     fn route(&mut self, env: Envelope, payload: Vec<u8>, src: Option<Token>) {
         let (dest, head) = match self.router.way(env.to) {
+            // A VP whose socket broke is ending: its exit decides.
+            Way::Local(d) if self.conns.get(&d).is_none_or(|c| c.broken) => {
+                return self.router.hold(env, payload)
+            }
             Way::Local(d) => (d, frame::encode_head(&VpMsg::Deliver(env), payload.len())),
             Way::Remote(h) => match self.link_to(&h) {
-                Some(d) => (d, frame::encode_head(&PeerMsg::Deliver(env), payload.len())),
+                Some(d)
+                    if self
+                        .conns
+                        .get(&d)
+                        .is_some_and(|c| matches!(c.kind, Kind::Data { .. })) =>
+                {
+                    (d, frame::encode_head(&PeerMsg::Deliver(env), payload.len()))
+                }
+                Some(d) => return self.dialling.entry(d).or_default().push((env, payload)),
                 None => return self.undeliverable(env, &format!("host {h} cannot be reached")),
             },
             Way::Hold => return self.router.hold(env, payload),
@@ -961,11 +1031,11 @@ impl Daemon {
         let failed = match self.conns.get_mut(&dest) {
             Some(c) => c
                 .send_parts(head, payload, None, self.poll.registry(), dest)
-                .is_err(),
+                .err(),
             None => return,
         };
-        if failed {
-            return self.close(dest, "write failed");
+        if let Some(e) = failed {
+            return self.write_failed(dest, &e);
         }
         if let Some(src) = src {
             if self
@@ -993,14 +1063,23 @@ impl Daemon {
                 },
             ),
             Way::Remote(h) => {
-                if let Some(t) = self.link_to(&h) {
-                    self.send_peer(
+                let ready = self.link_to(&h).filter(|d| {
+                    self.conns
+                        .get(d)
+                        .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
+                });
+                match ready {
+                    Some(t) => self.send_peer(
                         t,
                         &PeerMsg::Undeliverable {
                             env,
                             reason: reason.to_string(),
                         },
-                    );
+                    ),
+                    None => log!(
+                        "cannot tell t{:x} that a message was not delivered: {reason}",
+                        env.from
+                    ),
                 }
             }
             _ => {}
@@ -1078,11 +1157,11 @@ impl Daemon {
         let failed = match (frame::encode(msg), self.conns.get_mut(&t)) {
             (Ok(b), Some(c)) => c
                 .send_parts(b, Vec::new(), Some(fd), self.poll.registry(), t)
-                .is_err(),
-            _ => false,
+                .err(),
+            _ => None,
         };
-        if failed {
-            self.close(t, "write failed");
+        if let Some(e) = failed {
+            self.write_failed(t, &e);
         }
     }
 

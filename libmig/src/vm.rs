@@ -255,6 +255,9 @@ impl Vm {
         } else {
             LinkId::Daemon
         };
+        if first {
+            self.confirm_pending.insert(to);
+        }
         let head = frame::encode_head(
             &VpMsg::Send {
                 env,

@@ -51,6 +51,31 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// The lines a job printed (`mig spawn --wait` prefixes each with
+/// `[tTID HOST] `), without the prefix.
+pub fn job_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| match l.split_once("] ") {
+            Some((_, rest)) if l.starts_with("[t") => rest.to_string(),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+/// Peak resident memory of a process in MiB (`VmHWM`).
+pub fn peak_rss_mib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = s
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
+}
+
 /// A local virtual machine of real daemons.
 pub struct Vm {
     /// Its state directory (removed on drop).
@@ -69,6 +94,15 @@ impl Vm {
 
     /// Start `n` daemons, each with extra flags.
     pub fn start_with(n: usize, extra: &[&str]) -> Vm {
+        Vm::start_procs(n, 1, extra)
+    }
+
+    /// Start `n` daemons of `procs` processors each, with extra flags.
+    pub fn start_procs(n: usize, procs: u32, extra: &[&str]) -> Vm {
+        let procs = procs.to_string();
+        let mut flags = vec!["--processors", procs.as_str()];
+        flags.extend_from_slice(extra);
+        let extra = &flags[..];
         let dir = tempfile::tempdir().expect("temp dir");
         let mut vm = Vm {
             dir,
@@ -96,24 +130,23 @@ impl Vm {
         std::fs::create_dir_all(&state).expect("state dir");
         let log = std::fs::File::create(state.join("migd.log")).expect("log");
         let mut cmd = Command::new(bin("migd"));
-        cmd.args([
-            "--listen",
-            "127.0.0.1:0",
-            "--processors",
-            "1",
-            "--capacity",
-            "1",
-            "--name",
-        ])
-        .arg(format!("h{i}"))
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--key-file")
-        .arg(self.key())
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log));
+        let procs = if extra.contains(&"--processors") {
+            &[][..]
+        } else {
+            &["--processors", "1"][..]
+        };
+        cmd.args(["--listen", "127.0.0.1:0"])
+            .args(procs)
+            .args(["--capacity", "1", "--name"])
+            .arg(format!("h{i}"))
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--key-file")
+            .arg(self.key())
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
         if let Some(a) = join {
             cmd.arg("--join").arg(a);
         }

@@ -1,0 +1,242 @@
+//! `testvp MODE`: small VP programs the integration tests start on real
+//! daemons. Each prints what it saw on stdout and exits non-zero (with the
+//! reason on stderr) when something is not as it must be.
+//!
+//! * `fifo N` — VP 0 receives N messages from every other VP (tags 1 and 2
+//!   alternating, some senders switching to direct links half-way) and
+//!   checks wildcards, filters, probe, try_recv, timeouts and per-sender
+//!   order;
+//! * `notify` — spawns a child that exits 3 and waits for its exit notice,
+//!   then reports hosts leaving and joining;
+//! * `exit3` — checks it has a parent and exits 3;
+//! * `big` — VP 0 sends 64 MiB to VP 1, which checks every byte;
+//! * `errors` — the errors a program can meet, each a clear `Err`;
+//! * `garbage` — writes junk on its socket before `init`, then finds it
+//!   has been disconnected;
+//! * `flood MIB` — VP 0 streams MIB MiB in 16 MiB messages to a slow VP 1.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use libmig::{MigError, Notice, NotifyOn, Route, Vm};
+
+fn fail(msg: String) -> ! {
+    eprintln!("testvp: {msg}");
+    std::process::exit(1)
+}
+
+fn ok<T>(r: Result<T, MigError>) -> T {
+    r.unwrap_or_else(|e| fail(e.to_string()))
+}
+
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+fn fifo(vm: &mut Vm, n: u32) {
+    let tasks = ok(vm.tasks());
+    let me = vm.tid();
+    if me != tasks[0] {
+        let k = tasks.iter().position(|&t| t == me).unwrap_or(0) as u32;
+        for i in 0..n {
+            if k.is_multiple_of(2) && i == n / 2 {
+                vm.set_route(Route::Direct);
+            }
+            ok(vm.send(tasks[0], 1 + (i % 2) as i32, &(k, i)));
+        }
+        return;
+    }
+    let senders = tasks.len() - 1;
+    let total = senders * n as usize;
+    if ok(vm.recv_timeout(Some(0xdead), None, Duration::from_millis(50))).is_some() {
+        fail("a message from nobody".into());
+    }
+    // A filtered receive: the first tag-2 message of the last sender.
+    let last = *tasks.last().unwrap_or(&0);
+    let m = ok(vm.recv(Some(last), Some(2)));
+    let (_, i): (u32, u32) = ok(m.decode());
+    if i != 1 {
+        fail(format!(
+            "first tag-2 message of the last sender is #{i}, expected #1"
+        ));
+    }
+    let mut seen: HashMap<(u64, i32), Vec<u32>> = HashMap::new();
+    seen.entry((last, 2)).or_default().push(i);
+    let mut got = 1;
+    while got < total {
+        if got % 100 == 0 {
+            let _ = ok(vm.probe(None, None));
+        }
+        let Some(m) = ok(vm.recv_timeout(None, None, Duration::from_secs(20))) else {
+            let counts: Vec<String> = seen
+                .iter()
+                .map(|((f, t), v)| format!("t{f:x}/{t}: {} last {:?}", v.len(), v.last()))
+                .collect();
+            fail(format!("stuck after {got} messages: {}", counts.join(", ")));
+        };
+        let (k, i): (u32, u32) = ok(m.decode());
+        if tasks.get(k as usize) != Some(&m.from) {
+            fail(format!(
+                "message claims sender {k} but came from t{:x}",
+                m.from
+            ));
+        }
+        seen.entry((m.from, m.tag)).or_default().push(i);
+        got += 1;
+    }
+    for ((from, tag), v) in &seen {
+        let want: Vec<u32> = (0..n).filter(|i| 1 + (i % 2) as i32 == *tag).collect();
+        if *v != want {
+            fail(format!(
+                "t{from:x} tag {tag}: got {} messages out of order or missing",
+                v.len()
+            ));
+        }
+    }
+    if ok(vm.try_recv(None, None)).is_some() {
+        fail("a message too many".into());
+    }
+    println!("fifo ok {got} from {senders} senders");
+}
+
+fn notify(vm: &mut Vm) {
+    let child = ok(vm.spawn(&std::env::args().next().unwrap_or_default(), &["exit3"], 1))[0];
+    if !ok(vm.tasks()).contains(&child) {
+        fail("the spawned VP is not in the job".into());
+    }
+    ok(vm.notify(NotifyOn::VpExit(child), 77));
+    let m = ok(vm.recv(Some(libmig::SYSTEM), Some(77)));
+    match m.notice() {
+        Some(Notice::VpExited { tid, status }) if tid == child && status.code == Some(3) => {
+            println!("child exited 3");
+        }
+        other => fail(format!("unexpected notice {other:?}")),
+    }
+    ok(vm.notify(NotifyOn::HostLeave, 78));
+    ok(vm.notify(NotifyOn::HostJoin, 79));
+    println!("ready on {}", vm.identity().host);
+    for _ in 0..2 {
+        let m = ok(vm.recv(Some(libmig::SYSTEM), None));
+        match m.notice() {
+            Some(Notice::HostLeft { host }) => println!("host left {host}"),
+            Some(Notice::HostJoined { host }) => println!("host joined {host}"),
+            other => fail(format!("unexpected notice {other:?}")),
+        }
+    }
+}
+
+fn big(vm: &mut Vm) {
+    let tasks = ok(vm.tasks());
+    let size = libmig::MAX_MESSAGE;
+    if vm.tid() == tasks[0] {
+        let data: Vec<u8> = (0..size).map(pattern).collect();
+        ok(vm.send_bytes(tasks[1], 1, &data));
+        let m = ok(vm.recv(Some(tasks[1]), Some(2)));
+        let verdict: String = ok(m.decode());
+        println!("big: {verdict}");
+    } else {
+        let m = ok(vm.recv(Some(tasks[0]), Some(1)));
+        let good = m.data.len() == size && m.data.iter().enumerate().all(|(i, &b)| b == pattern(i));
+        let verdict = if good {
+            format!("{} bytes intact", m.data.len())
+        } else {
+            format!("{} bytes, CORRUPTED", m.data.len())
+        };
+        ok(vm.send(tasks[0], 2, &verdict));
+    }
+}
+
+fn errors(vm: &mut Vm) {
+    match vm.send(0xfffff, 1, &1u8) {
+        Err(MigError::NoSuchVp { to: 0xfffff, .. }) => println!("unknown: refused"),
+        other => fail(format!("send to an unknown Tid: {other:?}")),
+    }
+    // A job of its own, so that its exit status is not this job's.
+    let child = ok(vm.spawn_job(&std::env::args().next().unwrap_or_default(), &["exit3"], 1))[0];
+    ok(vm.notify(NotifyOn::VpExit(child), 5));
+    ok(vm.recv(Some(libmig::SYSTEM), Some(5)));
+    match vm.send(child, 1, &1u8) {
+        Err(e @ MigError::NoSuchVp { .. }) => println!("exited: refused: {e}"),
+        other => fail(format!("send to an exited VP: {other:?}")),
+    }
+    let huge = vec![0u8; libmig::MAX_MESSAGE + 1];
+    match vm.send_bytes(vm.tid(), 1, &huge) {
+        Err(MigError::TooLarge { .. }) => println!("too large: refused"),
+        other => fail(format!("an oversized message: {other:?}")),
+    }
+    match vm.kill(0xfffff) {
+        Err(MigError::Refused(_)) => println!("kill unknown: refused"),
+        other => fail(format!("kill of an unknown VP: {other:?}")),
+    }
+    // A message to itself arrives; a timeout with nothing is None.
+    ok(vm.send(vm.tid(), 9, &"self"));
+    let m = ok(vm.recv(None, Some(9)));
+    if ok(m.decode::<String>()) != "self" {
+        fail("a message to itself changed".into());
+    }
+    if ok(vm.recv_timeout(None, None, Duration::from_millis(20))).is_some() {
+        fail("a message from nowhere".into());
+    }
+    println!("errors ok");
+}
+
+fn garbage() {
+    let fd: i32 = std::env::var(libmig::vp::env::FD)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| fail("no MIG_FD".into()));
+    let junk = b"GET / HTTP/1.1\r\n\r\nnot a frame at all";
+    // SAFETY: writing a buffer we own to a descriptor we were given.
+    unsafe { libc::write(fd, junk.as_ptr().cast(), junk.len()) };
+    let mut vm = ok(Vm::init());
+    match vm.recv(None, None) {
+        Err(MigError::DaemonGone(why)) => println!("disconnected: {why}"),
+        other => fail(format!("still connected after garbage: {other:?}")),
+    }
+}
+
+fn flood(vm: &mut Vm, mib: usize) {
+    let tasks = ok(vm.tasks());
+    let chunk = 16 << 20;
+    let count = (mib << 20) / chunk;
+    if vm.tid() == tasks[0] {
+        let data = vec![7u8; chunk];
+        for _ in 0..count {
+            ok(vm.send_bytes(tasks[1], 1, &data));
+        }
+        let m = ok(vm.recv(Some(tasks[1]), Some(2)));
+        let n: usize = ok(m.decode());
+        println!("flood: {n} bytes received");
+    } else {
+        let mut n = 0;
+        for _ in 0..count {
+            std::thread::sleep(Duration::from_millis(10));
+            n += ok(vm.recv(Some(tasks[0]), Some(1))).data.len();
+        }
+        ok(vm.send(tasks[0], 2, &n));
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).map(String::as_str).unwrap_or("");
+    let num = |d: u32| args.get(2).and_then(|v| v.parse().ok()).unwrap_or(d);
+    if mode == "garbage" {
+        return garbage();
+    }
+    let mut vm = ok(Vm::init());
+    match mode {
+        "fifo" => fifo(&mut vm, num(200)),
+        "notify" => notify(&mut vm),
+        "exit3" => {
+            if vm.parent().is_none() {
+                fail("no parent".into());
+            }
+            std::process::exit(3)
+        }
+        "big" => big(&mut vm),
+        "errors" => errors(&mut vm),
+        "flood" => flood(&mut vm, num(1024) as usize),
+        other => fail(format!("unknown mode {other:?}")),
+    }
+}

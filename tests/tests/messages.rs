@@ -1,0 +1,182 @@
+//! Message passing on real daemons over loopback: the examples check their
+//! own answers, and `testvp` exercises order, wildcards, groups, notify,
+//! size limits, errors, a misbehaving VP and flow control.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use mig_tests::{bin, job_lines, peak_rss_mib, Vm};
+
+/// Run a job to its end; its lines and whether it succeeded.
+fn job(vm: &Vm, n: u32, prog: &str, args: &[&str]) -> (bool, Vec<String>) {
+    let n = n.to_string();
+    let path = bin(prog);
+    let mut a = vec!["spawn", "-n", &n, "--wait", "--", path.to_str().unwrap()];
+    a.extend_from_slice(args);
+    let out = vm.mig(&a);
+    let lines = job_lines(&out);
+    if !out.status.success() {
+        eprintln!(
+            "job {prog} failed:\n{}\n{}\nmaster log:\n{}",
+            lines.join("\n"),
+            String::from_utf8_lossy(&out.stderr),
+            vm.log(0)
+        );
+    }
+    (out.status.success(), lines)
+}
+
+fn has(lines: &[String], needle: &str) -> bool {
+    lines.iter().any(|l| l.contains(needle))
+}
+
+#[test]
+fn many_senders_keep_their_order_and_wildcards_match() {
+    let vm = Vm::start_procs(3, 2, &[]);
+    let (ok, lines) = job(&vm, 6, "testvp", &["fifo", "300"]);
+    assert!(
+        ok && has(&lines, "fifo ok 1500 from 5 senders"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn groups_of_16_vps_over_4_daemons_give_exact_results() {
+    let vm = Vm::start(4);
+    let (ok, lines) = job(&vm, 16, "groups", &[]);
+    assert!(
+        ok && has(
+            &lines,
+            "groups: 16 members: barrier bcast reduce gather scatter: ok"
+        ),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn the_examples_check_their_answers_across_daemons() {
+    let vm = Vm::start_procs(2, 2, &[]);
+    let (ok, lines) = job(
+        &vm,
+        4,
+        "heat",
+        &["--rows", "64", "--cols", "48", "--iters", "200"],
+    );
+    assert!(
+        ok && has(&lines, "identical to the serial run: ok"),
+        "{lines:?}"
+    );
+    let (ok, lines) = job(&vm, 4, "pi", &["--samples", "4000000", "--chunk", "100000"]);
+    assert!(ok && has(&lines, "chunks 40 vps 4: ok"), "{lines:?}");
+    let (ok, lines) = job(
+        &vm,
+        4,
+        "pingpong",
+        &["--quick", "--json", "--sizes", "65536,1048576"],
+    );
+    assert!(ok, "{lines:?}");
+    let last = lines.last().expect("pingpong printed nothing");
+    let v: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    for route in ["daemon", "direct", "remote"] {
+        for key in [
+            format!("rtt_8B_{route}_p50_us"),
+            format!("rtt_8B_{route}_p99_us"),
+            format!("bw_64KiB_{route}_MBps"),
+            format!("bw_1MiB_{route}_MBps"),
+        ] {
+            assert!(v[&key].as_f64().is_some_and(|x| x > 0.0), "{key} in {last}");
+        }
+    }
+    assert_eq!(v["direct_link"], true, "{last}");
+}
+
+#[test]
+fn a_64_mib_message_arrives_intact_locally_and_between_daemons() {
+    let vm = Vm::start_procs(1, 2, &[]);
+    let (ok, lines) = job(&vm, 2, "testvp", &["big"]);
+    assert!(ok && has(&lines, "big: 67108864 bytes intact"), "{lines:?}");
+    let vm = Vm::start(2);
+    let (ok, lines) = job(&vm, 2, "testvp", &["big"]);
+    assert!(ok && has(&lines, "big: 67108864 bytes intact"), "{lines:?}");
+}
+
+#[test]
+fn errors_are_clear_results() {
+    let vm = Vm::start(2);
+    let (ok, lines) = job(&vm, 1, "testvp", &["errors"]);
+    assert!(ok, "{lines:?}");
+    for l in [
+        "unknown: refused",
+        "exited: refused: message to t",
+        "too large: refused",
+        "kill unknown: refused",
+        "errors ok",
+    ] {
+        assert!(has(&lines, l), "{l:?} missing in {lines:?}");
+    }
+}
+
+#[test]
+fn a_vp_sending_garbage_is_cut_off_and_the_daemon_serves_on() {
+    let vm = Vm::start_procs(1, 2, &[]);
+    let (ok, lines) = job(&vm, 1, "testvp", &["garbage"]);
+    assert!(ok && has(&lines, "disconnected"), "{lines:?}");
+    assert!(vm.log(0).contains("disconnected VP"), "{}", vm.log(0));
+    let (ok, lines) = job(&vm, 4, "groups", &[]);
+    assert!(ok && has(&lines, ": ok"), "{lines:?}");
+}
+
+#[test]
+fn notices_come_for_an_exited_vp_a_killed_daemon_and_a_new_one() {
+    let mut vm = Vm::start(3);
+    let mut child = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "1", "--wait", "--"])
+        .arg(bin("testvp"))
+        .arg("notify")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mig spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut next = || lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(next().ends_with("child exited 3"));
+    let ready = next();
+    let on = ready.rsplit(' ').next().unwrap_or("").to_string();
+    assert!(ready.contains("ready on h"), "{ready}");
+    // Kill a worker the notified VP is not on.
+    let victim = if on == "h1" { 2 } else { 1 };
+    vm.signal(victim, nix::sys::signal::Signal::SIGKILL);
+    let left = next();
+    assert!(left.ends_with(&format!("host left h{victim}")), "{left}");
+    let addr = vm.addr.clone();
+    let (c, _) = vm.daemon(3, Some(&addr), &[]);
+    vm.daemons.push(Some(c));
+    let joined = next();
+    assert!(joined.ends_with("host joined h3"), "{joined}");
+    // The job's status is its first failing VP's: the child's 3.
+    assert_eq!(child.wait().expect("wait").code(), Some(3));
+}
+
+#[test]
+fn a_slow_receiver_holds_the_sender_back_and_daemons_stay_small() {
+    // 1 GiB through one daemon, then 512 MiB through two.
+    let vm = Vm::start_procs(1, 2, &[]);
+    let (ok, lines) = job(&vm, 2, "testvp", &["flood", "1024"]);
+    assert!(
+        ok && has(&lines, "flood: 1073741824 bytes received"),
+        "{lines:?}"
+    );
+    let peak = peak_rss_mib(vm.pid(0)).expect("VmHWM");
+    assert!(peak < 160, "the daemon peaked at {peak} MiB for 1 GiB");
+    let vm = Vm::start(2);
+    let (ok, lines) = job(&vm, 2, "testvp", &["flood", "512"]);
+    assert!(
+        ok && has(&lines, "flood: 536870912 bytes received"),
+        "{lines:?}"
+    );
+    for i in 0..2 {
+        let peak = peak_rss_mib(vm.pid(i)).expect("VmHWM");
+        assert!(peak < 160, "daemon h{i} peaked at {peak} MiB for 512 MiB");
+    }
+}
