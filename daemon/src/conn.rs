@@ -153,6 +153,8 @@ pub struct Conn {
     pub closing: bool,
     /// Not read while a receiver it sends to is full (flow control).
     pub paused: bool,
+    /// Descriptors received with the bytes (VPs pass memfd payloads).
+    pub fds: VecDeque<OwnedFd>,
     /// Writing failed (the peer closed its end): output is dropped, but
     /// what the peer sent before is still read to the end.
     pub broken: bool,
@@ -172,6 +174,7 @@ impl Conn {
             closing: false,
             paused: false,
             broken: false,
+            fds: VecDeque::new(),
             writable: false,
         }
     }
@@ -189,12 +192,24 @@ impl Conn {
     /// Read once into the decoder. `Some(true)`: the read filled what was
     /// asked, so more may be waiting; `Some(false)`: drained for now (the
     /// poll is edge-triggered, and a short read means the socket was
-    /// empty); `None`: the peer closed or the socket failed.
+    /// empty, unless a descriptor cut it short); `None`: the peer closed or
+    /// the socket failed.
     pub fn read_some(&mut self) -> Option<bool> {
         loop {
-            match self.dec.read_from(&mut self.sock) {
+            let fds_before = self.fds.len();
+            let got = match &mut self.sock {
+                Sock::Tcp(s) => self.dec.read_from(s),
+                Sock::Unix(s) => {
+                    let (fd, fds) = (s.as_raw_fd(), &mut self.fds);
+                    self.dec
+                        .fill(|b| libmig::payload::recv_with_fds(fd, b, fds))
+                }
+            };
+            match got {
                 Ok((0, _)) => return None,
-                Ok((n, asked)) => return Some(n == asked),
+                // A read stops after a descriptor, so one that brought one
+                // does not mean the socket is empty.
+                Ok((n, asked)) => return Some(n == asked || self.fds.len() > fds_before),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return None,

@@ -7,6 +7,7 @@
 //! lives here: those tables and the decision. What does not: sockets.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::fd::OwnedFd;
 
 use libmig::msg::{Envelope, Loc, Tid};
 use mio::Token;
@@ -26,8 +27,33 @@ pub enum Way {
     Gone,
 }
 
+/// A message's payload as a daemon holds it: bytes, or the sealed memfd a
+/// VP of this host passed (never read unless it must go to another host).
+#[derive(Debug)]
+pub enum Body {
+    /// Bytes.
+    Bytes(Vec<u8>),
+    /// A sealed memfd of this many bytes.
+    Fd(OwnedFd, usize),
+}
+
+impl Body {
+    /// Payload length.
+    pub fn len(&self) -> usize {
+        match self {
+            Body::Bytes(b) => b.len(),
+            Body::Fd(_, n) => *n,
+        }
+    }
+
+    /// Is it empty?
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A held message.
-pub type Held = (Envelope, Vec<u8>);
+pub type Held = (Envelope, Body);
 
 /// The routing tables of one daemon.
 #[derive(Debug)]
@@ -82,7 +108,7 @@ impl Router {
     }
 
     /// Keep a message for later.
-    pub fn hold(&mut self, env: Envelope, payload: Vec<u8>) {
+    pub fn hold(&mut self, env: Envelope, payload: Body) {
         self.held
             .entry(env.to)
             .or_default()
@@ -164,7 +190,7 @@ mod tests {
         assert_eq!(r.way(7), Way::Locate);
         assert!(r.ask(7));
         assert!(!r.ask(7), "asked once");
-        r.hold(env(7), b"a".to_vec());
+        r.hold(env(7), Body::Bytes(b"a".to_vec()));
         r.wait_confirm(7, 1);
         let (freed, confirms) = r.update(vec![(7, Loc::At("h2".into()))]);
         assert_eq!(freed.len(), 1);
@@ -172,7 +198,7 @@ mod tests {
         assert_eq!(r.way(7), Way::Remote("h2".into()));
         r.update(vec![(8, Loc::At("h1".into()))]);
         assert_eq!(r.way(8), Way::Hold, "placed here but not connected yet");
-        r.hold(env(8), b"b".to_vec());
+        r.hold(env(8), Body::Bytes(b"b".to_vec()));
         assert_eq!(r.attach(8, Token(40)).len(), 1);
         assert_eq!(r.way(8), Way::Local(Token(40)));
         assert_eq!(r.local_tid(Token(40)), Some(8));

@@ -37,7 +37,7 @@ use crate::conn::{Conn, Kind, Sock};
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
 use crate::master::{Master, Out, Requester};
-use crate::route::{Router, Way};
+use crate::route::{Body, Router, Way};
 
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
@@ -49,6 +49,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const HIGH_WATER: usize = 8 << 20;
 /// ...until it is down to this.
 const LOW_WATER: usize = 2 << 20;
+/// A VP with this much in memfd payloads passed and not yet taken in
+/// pauses those who send to it...
+const FD_HIGH_WATER: usize = 64 << 20;
+/// ...until it is down to this.
+const FD_LOW_WATER: usize = 16 << 20;
 
 /// Why the daemon could not start or stopped on an error.
 #[derive(Debug, Error)]
@@ -104,7 +109,8 @@ pub struct Daemon {
     router: Router,
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
-    dialling: HashMap<Token, Vec<(Envelope, Vec<u8>)>>,
+    dialling: HashMap<Token, Vec<(Envelope, Body)>>,
+    fd_inflight: HashMap<Token, usize>,
     blocked: HashMap<Token, Vec<Token>>,
 }
 
@@ -179,6 +185,7 @@ impl Daemon {
             peers: HashMap::new(),
             links: HashMap::new(),
             dialling: HashMap::new(),
+            fd_inflight: HashMap::new(),
             blocked: HashMap::new(),
             cfg,
         };
@@ -528,6 +535,7 @@ impl Daemon {
             _ => {}
         }
         self.proxied.retain(|_, tok| *tok != t);
+        self.fd_inflight.remove(&t);
         // Whoever waited for this connection to drain goes on.
         for src in self.blocked.remove(&t).unwrap_or_default() {
             self.resume(src);
@@ -546,6 +554,9 @@ impl Daemon {
             };
             if c.paused || c.closing {
                 return;
+            }
+            if c.fds.len() > 64 {
+                return self.refuse(t, "descriptors passed without their messages");
             }
             match c.read_some() {
                 Some(true) => {}
@@ -622,7 +633,8 @@ impl Daemon {
 
     /// After `t` wrote: if it is down to the low mark, its senders go on.
     fn maybe_resume(&mut self, t: Token) {
-        let low = self.conns.get(&t).is_none_or(|c| c.queued() <= LOW_WATER);
+        let low = self.conns.get(&t).is_none_or(|c| c.queued() <= LOW_WATER)
+            && self.fd_inflight.get(&t).is_none_or(|&n| n <= FD_LOW_WATER);
         if low {
             for src in self.blocked.remove(&t).unwrap_or_default() {
                 self.resume(src);
@@ -785,7 +797,9 @@ impl Daemon {
                     c.kind = Kind::Data { host: name };
                 }
             }
-            (Kind::Data { .. }, PeerMsg::Deliver(env)) => self.route(env, payload, Some(t)),
+            (Kind::Data { .. }, PeerMsg::Deliver(env)) => {
+                self.route(env, Body::Bytes(payload), Some(t))
+            }
             (Kind::Data { .. }, PeerMsg::Undeliverable { env, reason }) => {
                 self.undeliverable(env, &reason)
             }
@@ -919,7 +933,7 @@ impl Daemon {
                     }
                     self.host_msg(msg);
                 }
-                Out::Deliver(env, payload) => self.route(env, payload, None),
+                Out::Deliver(env, payload) => self.route(env, Body::Bytes(payload), None),
                 Out::ToHost(host, msg) => {
                     if host == self.facts.name {
                         self.host_msg(msg);
@@ -983,7 +997,39 @@ impl Daemon {
                         _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
                     }
                 }
-                self.route(env, payload, Some(t));
+                self.route(env, Body::Bytes(payload), Some(t));
+            }
+            VpMsg::SendFd { env, confirm, len } => {
+                let fd = self.conns.get_mut(&t).and_then(|c| c.fds.pop_front());
+                let checked = fd
+                    .ok_or_else(|| "a message without its descriptor".to_string())
+                    .and_then(|fd| {
+                        libmig::payload::check_sealed(&fd, len as usize)
+                            .map(|()| fd)
+                            .map_err(|e| e.to_string())
+                    });
+                let fd = match checked {
+                    Ok(fd) if env.from == tid && len as usize <= libmig::MAX_MESSAGE => fd,
+                    Ok(_) => {
+                        return self
+                            .refuse(t, &format!("VP t{tid:x}: a forged or oversized message"))
+                    }
+                    Err(e) => return self.refuse(t, &format!("VP t{tid:x}: {e}")),
+                };
+                if confirm {
+                    match self.router.way(env.to) {
+                        Way::Gone => return self.undeliverable(env, &gone(env.to)),
+                        Way::Locate => self.router.wait_confirm(env.to, tid),
+                        _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
+                    }
+                }
+                self.route(env, Body::Fd(fd, len as usize), Some(t));
+            }
+            VpMsg::Consumed { bytes } => {
+                if let Some(n) = self.fd_inflight.get_mut(&t) {
+                    *n = n.saturating_sub(bytes as usize);
+                }
+                self.maybe_resume(t);
             }
             VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
@@ -994,13 +1040,13 @@ impl Daemon {
     /// Move a message one step on: to a local VP, to another host, or into
     /// the hold. `src` (the connection it came on) is paused if the next
     /// connection is full.
-    fn route(&mut self, env: Envelope, payload: Vec<u8>, src: Option<Token>) {
-        let (dest, head) = match self.router.way(env.to) {
+    fn route(&mut self, env: Envelope, body: Body, src: Option<Token>) {
+        let dest = match self.router.way(env.to) {
             // A VP whose socket broke is ending: its exit decides.
             Way::Local(d) if self.conns.get(&d).is_none_or(|c| c.broken) => {
-                return self.router.hold(env, payload)
+                return self.router.hold(env, body)
             }
-            Way::Local(d) => (d, frame::encode_head(&VpMsg::Deliver(env), payload.len())),
+            Way::Local(d) => d,
             Way::Remote(h) => match self.link_to(&h) {
                 Some(d)
                     if self
@@ -1008,15 +1054,15 @@ impl Daemon {
                         .get(&d)
                         .is_some_and(|c| matches!(c.kind, Kind::Data { .. })) =>
                 {
-                    (d, frame::encode_head(&PeerMsg::Deliver(env), payload.len()))
+                    d
                 }
-                Some(d) => return self.dialling.entry(d).or_default().push((env, payload)),
+                Some(d) => return self.dialling.entry(d).or_default().push((env, body)),
                 None => return self.undeliverable(env, &format!("host {h} cannot be reached")),
             },
-            Way::Hold => return self.router.hold(env, payload),
+            Way::Hold => return self.router.hold(env, body),
             Way::Locate => {
                 let to = env.to;
-                self.router.hold(env, payload);
+                self.router.hold(env, body);
                 if self.router.ask(to) {
                     self.report(PeerMsg::Locate { tid: to });
                 }
@@ -1024,13 +1070,41 @@ impl Daemon {
             }
             Way::Gone => return self.undeliverable(env, &gone(env.to)),
         };
+        let local = self
+            .conns
+            .get(&dest)
+            .is_some_and(|c| matches!(c.kind, Kind::Vp { .. }));
+        let (head, payload, fd) = match (local, body) {
+            (true, Body::Fd(fd, len)) => {
+                *self.fd_inflight.entry(dest).or_default() += len;
+                let msg = VpMsg::DeliverFd {
+                    env,
+                    len: len as u64,
+                };
+                (frame::encode_head(&msg, 0), Vec::new(), Some(fd))
+            }
+            (true, Body::Bytes(b)) => (frame::encode_head(&VpMsg::Deliver(env), b.len()), b, None),
+            (false, body) => {
+                // Another host: the bytes themselves go over TCP.
+                let b = match body {
+                    Body::Bytes(b) => b,
+                    Body::Fd(fd, len) => match libmig::Payload::read_fd(fd, len) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            return self.undeliverable(env, &format!("reading its payload: {e}"))
+                        }
+                    },
+                };
+                (frame::encode_head(&PeerMsg::Deliver(env), b.len()), b, None)
+            }
+        };
         let head = match head {
             Ok(h) => h,
             Err(e) => return log!("cannot encode a message: {e}"),
         };
         let failed = match self.conns.get_mut(&dest) {
             Some(c) => c
-                .send_parts(head, payload, None, self.poll.registry(), dest)
+                .send_parts(head, payload, fd, self.poll.registry(), dest)
                 .err(),
             None => return,
         };
@@ -1038,14 +1112,16 @@ impl Daemon {
             return self.write_failed(dest, &e);
         }
         if let Some(src) = src {
-            if self
-                .conns
-                .get(&dest)
-                .is_some_and(|c| c.queued() > HIGH_WATER)
-            {
+            if self.full(dest) {
                 self.pause(src, dest);
             }
         }
+    }
+
+    /// Has `t` so much waiting for it that its senders must wait?
+    fn full(&self, t: Token) -> bool {
+        self.conns.get(&t).is_some_and(|c| c.queued() > HIGH_WATER)
+            || self.fd_inflight.get(&t).is_some_and(|&n| n > FD_HIGH_WATER)
     }
 
     /// Tell a message's sender it could not be delivered.

@@ -9,6 +9,7 @@
 //! * `vm` — message passing for a program: `Vm::init`, send, receive,
 //!   spawn, notify, direct links;
 //! * `group` — named groups: barrier, broadcast, reduce, gather, scatter;
+//! * `payload` — message bytes, and large ones passed as sealed memfds;
 //! * `link` — a VP's sockets (internal).
 //!
 //! # The protocol in one exchange
@@ -30,9 +31,11 @@ pub mod frame;
 pub mod group;
 mod link;
 pub mod msg;
+pub mod payload;
 pub mod vm;
 pub mod vp;
 
 pub use group::op;
 pub use msg::{Notice, NotifyOn, Tid, SYSTEM};
+pub use payload::Payload;
 pub use vm::{Message, MigError, Route, Vm, MAX_MESSAGE};

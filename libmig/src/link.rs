@@ -5,11 +5,11 @@
 //! frames mean (`vm`).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, IoSliceMut, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSlice, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use crate::frame::Decoder;
 
@@ -35,35 +35,40 @@ impl Link {
         self.sock.as_raw_fd()
     }
 
-    /// Read once without blocking: `Ok(0)` is the end of the stream,
-    /// `WouldBlock` means nothing was there.
-    pub fn read_once(&mut self) -> io::Result<usize> {
+    /// Read once without blocking: the bytes read (0 is the end of the
+    /// stream; `WouldBlock` means nothing was there) and whether more may be
+    /// waiting (the read filled what was asked, or stopped at a passed
+    /// descriptor).
+    pub fn read_once(&mut self) -> io::Result<(usize, bool)> {
         let fd = self.sock.as_raw_fd();
+        let before = self.fds.len();
         let fds = &mut self.fds;
-        let (n, _) = self.dec.fill(|buf| {
-            let mut iov = [IoSliceMut::new(buf)];
-            let mut space = nix::cmsg_space!([RawFd; 4]);
-            let msg = recvmsg::<()>(fd, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-                .map_err(io::Error::from)?;
-            if let Ok(cmsgs) = msg.cmsgs() {
-                for c in cmsgs {
-                    if let ControlMessageOwned::ScmRights(v) = c {
-                        for raw in v {
-                            // SAFETY: the kernel just installed `raw` in this
-                            // process for us; nothing else owns it.
-                            fds.push_back(unsafe { OwnedFd::from_raw_fd(raw) });
-                        }
-                    }
-                }
-            }
-            Ok(msg.bytes)
-        })?;
-        Ok(n)
+        let (n, asked) = self
+            .dec
+            .fill(|buf| crate::payload::recv_with_fds(fd, buf, fds))?;
+        Ok((n, n == asked || self.fds.len() > before))
     }
 
     /// Write `parts` from byte `done` on, as far as the socket takes without
-    /// blocking. Returns whether everything is written.
-    pub fn write_parts(&mut self, parts: &[&[u8]], done: &mut usize) -> io::Result<bool> {
+    /// blocking, passing `fd` with the first byte. Returns whether
+    /// everything is written.
+    pub fn write_parts(
+        &mut self,
+        parts: &[&[u8]],
+        fd: Option<&OwnedFd>,
+        done: &mut usize,
+    ) -> io::Result<bool> {
+        if let (Some(fd), 0, Some(first)) = (fd, *done, parts.first()) {
+            let fds = [fd.as_raw_fd()];
+            let cmsg = [ControlMessage::ScmRights(&fds)];
+            let iov = [IoSlice::new(first)];
+            match sendmsg::<()>(self.fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+                Ok(n) => *done += n,
+                Err(nix::errno::Errno::EAGAIN) => return Ok(false),
+                Err(nix::errno::Errno::EINTR) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
         let total: usize = parts.iter().map(|p| p.len()).sum();
         while *done < total {
             let mut skip = *done;

@@ -159,6 +159,22 @@ pub enum VpMsg {
         /// Answer whether `to` exists.
         confirm: bool,
     },
+    /// VP → daemon, or VP → VP on a direct link: a message whose payload is
+    /// a sealed memfd of `len` bytes passed with this frame (SCM_RIGHTS).
+    SendFd {
+        /// Where and what.
+        env: Envelope,
+        /// Answer whether `to` exists.
+        confirm: bool,
+        /// Payload length.
+        len: u64,
+    },
+    /// VP → daemon: it has taken in `bytes` of memfd payloads, so senders
+    /// held back for them may go on (flow control).
+    Consumed {
+        /// How many bytes.
+        bytes: u64,
+    },
     /// VP → daemon: a request the master answers with `Return`.
     Call {
         /// The VP's id for the answer.
@@ -173,6 +189,14 @@ pub enum VpMsg {
     },
     /// Daemon → VP: a message (payload follows).
     Deliver(Envelope),
+    /// Daemon → VP: a message whose payload is the sealed memfd of `len`
+    /// bytes passed with this frame.
+    DeliverFd {
+        /// Where and what.
+        env: Envelope,
+        /// Payload length.
+        len: u64,
+    },
     /// Daemon → VP: `to` exists; messages to it will be delivered.
     Confirmed {
         /// The receiver.

@@ -31,6 +31,7 @@ use thiserror::Error;
 use crate::frame::{self, FrameError, MAX_BODY};
 use crate::link::{self, Link};
 use crate::msg::{Envelope, Notice, NotifyOn, Tid, VpCall, VpMsg, VpRet, SYSTEM};
+use crate::payload::{sealed_memfd, Payload, FD_PAYLOAD};
 use crate::vp::{env, Identity, NotAVp};
 
 /// The largest payload of one message: 64 MiB.
@@ -89,8 +90,9 @@ pub struct Message {
     pub from: Tid,
     /// Tag.
     pub tag: i32,
-    /// Payload bytes.
-    pub data: Vec<u8>,
+    /// Payload bytes (a large payload is the sender's memory mapped
+    /// read-only, not a copy).
+    pub data: Payload,
 }
 
 impl Message {
@@ -258,23 +260,55 @@ impl Vm {
         if first {
             self.confirm_pending.insert(to);
         }
-        let head = frame::encode_head(
-            &VpMsg::Send {
-                env,
-                confirm: first,
-            },
-            data.len(),
-        )?;
-        if let Err(e) = self.write(via, &[&head, data]) {
+        let memfd = if data.len() >= FD_PAYLOAD {
+            Some(sealed_memfd(data).map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?)
+        } else {
+            None
+        };
+        let (head, data) = match &memfd {
+            Some(_) => {
+                let len = data.len() as u64;
+                let head = frame::encode_head(
+                    &VpMsg::SendFd {
+                        env,
+                        confirm: first,
+                        len,
+                    },
+                    0,
+                )?;
+                (head, &[][..])
+            }
+            None => {
+                let msg = VpMsg::Send {
+                    env,
+                    confirm: first,
+                };
+                (frame::encode_head(&msg, data.len())?, data)
+            }
+        };
+        if let Err(e) = self.write(via, &[&head, data], memfd.as_ref()) {
             if via == LinkId::Daemon {
                 return Err(e);
             }
             // The direct link broke (the peer ended?): the daemons decide.
             self.direct.remove(&to);
-            let head = frame::encode_head(&VpMsg::Send { env, confirm: true }, data.len())?;
+            let head = match &memfd {
+                Some(_) => {
+                    let len = data.len() as u64;
+                    frame::encode_head(
+                        &VpMsg::SendFd {
+                            env,
+                            confirm: true,
+                            len,
+                        },
+                        0,
+                    )?
+                }
+                None => frame::encode_head(&VpMsg::Send { env, confirm: true }, data.len())?,
+            };
             self.confirmed.remove(&to);
             self.confirm_pending.insert(to);
-            self.write(LinkId::Daemon, &[&head, data])?;
+            self.write(LinkId::Daemon, &[&head, data], memfd.as_ref())?;
             return self.await_confirm(to, tag, seq);
         }
         if first {
@@ -285,7 +319,7 @@ impl Vm {
             && self.asked_direct.insert(to)
         {
             let head = frame::encode_head(&VpMsg::Direct { peer: to }, 0)?;
-            self.write(LinkId::Daemon, &[&head])?;
+            self.write(LinkId::Daemon, &[&head], None)?;
         }
         Ok(())
     }
@@ -332,7 +366,12 @@ impl Vm {
         Ok(())
     }
 
-    fn write(&mut self, via: LinkId, parts: &[&[u8]]) -> Result<(), MigError> {
+    fn write(
+        &mut self,
+        via: LinkId,
+        parts: &[&[u8]],
+        fd: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<(), MigError> {
         let mut done = 0;
         loop {
             let link = match via {
@@ -342,7 +381,7 @@ impl Vm {
                     None => return Err(MigError::DaemonGone("direct link closed".into())),
                 },
             };
-            match link.write_parts(parts, &mut done) {
+            match link.write_parts(parts, fd, &mut done) {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => return Err(MigError::DaemonGone(e.to_string())),
@@ -474,8 +513,8 @@ impl Vm {
                     None => return Ok(()),
                 },
             };
-            let n = match link.read_once() {
-                Ok(n) => n,
+            let (n, more) = match link.read_once() {
+                Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return self.link_lost(id, e.to_string()),
@@ -493,6 +532,9 @@ impl Vm {
             }
             if n == 0 {
                 return self.link_lost(id, "closed".into());
+            }
+            if !more {
+                return Ok(());
             }
         }
     }
@@ -518,7 +560,35 @@ impl Vm {
                         env.to
                     )));
                 }
-                self.deliver(env, data);
+                self.deliver(env, data.into());
+            }
+            VpMsg::DeliverFd { env, len } | VpMsg::SendFd { env, len, .. } => {
+                let forged = matches!(id, LinkId::Direct(p) if p != env.from);
+                if env.to != self.me.tid || forged || len as usize > MAX_MESSAGE {
+                    return Err(MigError::Protocol(format!(
+                        "a bad message descriptor for t{:x}",
+                        env.to
+                    )));
+                }
+                let link = match id {
+                    LinkId::Daemon => &mut self.daemon,
+                    LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                        Some(l) => l,
+                        None => return Ok(()),
+                    },
+                };
+                let fd = link
+                    .fds
+                    .pop_front()
+                    .ok_or_else(|| MigError::Protocol("a message without its descriptor".into()))?;
+                let payload = Payload::map(fd, len as usize)
+                    .map_err(|e| MigError::Protocol(format!("message descriptor: {e}")))?;
+                if id == LinkId::Daemon {
+                    // The daemon counts what it passed us: let it go on.
+                    let head = frame::encode_head(&VpMsg::Consumed { bytes: len }, 0)?;
+                    self.write(LinkId::Daemon, &[&head], None)?;
+                }
+                self.deliver(env, payload);
             }
             VpMsg::Confirmed { to } => {
                 self.confirm_pending.remove(&to);
@@ -553,14 +623,14 @@ impl Vm {
                     }
                 }
             }
-            VpMsg::Call { .. } | VpMsg::Direct { .. } => {
+            VpMsg::Call { .. } | VpMsg::Direct { .. } | VpMsg::Consumed { .. } => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }
         }
         Ok(())
     }
 
-    fn deliver(&mut self, env: Envelope, data: Vec<u8>) {
+    fn deliver(&mut self, env: Envelope, data: Payload) {
         let m = Message {
             from: env.from,
             tag: env.tag,
@@ -595,7 +665,7 @@ impl Vm {
         let id = self.next_call;
         self.next_call += 1;
         let head = frame::encode_head(&VpMsg::Call { id, call }, 0)?;
-        self.write(LinkId::Daemon, &[&head])?;
+        self.write(LinkId::Daemon, &[&head], None)?;
         loop {
             if let Some(r) = self.returns.remove(&id) {
                 return match r {

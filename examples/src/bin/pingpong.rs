@@ -2,7 +2,9 @@
 //! measures them (`bench/pvm`): 1,000 warm-up and 10,000 timed 8-byte round
 //! trips (p50/p99, nearest rank), then one-way streams of 64 KiB, 1 MiB and
 //! 16 MiB messages (128 MiB per repetition, at least 4 messages; one warm-up
-//! and 5 timed repetitions, median; MB = 10^6 bytes) ended by an ack.
+//! and 5 timed repetitions, median; MB = 10^6 bytes) ended by an ack. The
+//! receiver copies every message into a buffer of its own, as the PVM
+//! harness's receiver does with `pvm_upkbyte`.
 //!
 //! Start it as a job of 3 VPs on a virtual machine where VP 0 shares a host
 //! with one partner and not with the other (`mig up` with a 2-processor host
@@ -11,8 +13,15 @@
 //! one (VP → migd → TCP → migd → VP), and the direct route (VP ↔ VP socket)
 //! to the local one. Routes without a partner are reported as null.
 //!
+//! With `--spawn N` it measures spawning instead, as the PVM harness does:
+//! VP 0 spawns N VPs (of this program) into its job and waits until each
+//! has sent it a message; one warm-up and 5 timed repetitions, median
+//! (`spawn_<N>_report_ms`).
+//!
 //! Usage: pingpong [--json] [--quick] [--sizes 65536,1048576,16777216]
-//! With --json the last line is one JSON object: `rtt_8B_<route>_{p50,p99}_us`
+//!        pingpong --spawn N [--json]
+//! Without --json it prints `mig_<name> VALUE UNIT` lines, like the PVM
+//! harness. With --json the last line is one JSON object: `rtt_8B_<route>_{p50,p99}_us`
 //! and `bw_<size>_<route>_MBps` for route in daemon, direct, remote.
 
 use std::time::Instant;
@@ -38,6 +47,7 @@ struct Plan {
 }
 
 fn serve(vm: &mut Vm, master: Tid) {
+    let mut buf: Vec<u8> = Vec::new();
     loop {
         let m = or_die(PROG, vm.recv(Some(master), None));
         match m.tag {
@@ -47,7 +57,10 @@ fn serve(vm: &mut Vm, master: Tid) {
                 let mut bytes = 0usize;
                 for _ in 0..count {
                     let d = or_die(PROG, vm.recv(Some(master), Some(DATA)));
-                    bytes += d.data.len();
+                    // Into a buffer of our own, as PVM's pvm_upkbyte does.
+                    buf.clear();
+                    buf.extend_from_slice(&d.data);
+                    bytes += buf.len();
                 }
                 or_die(PROG, vm.send(master, ACK, &bytes));
             }
@@ -65,7 +78,7 @@ fn rtt(vm: &mut Vm, p: Tid, plan: &Plan) -> (f64, f64) {
         or_die(PROG, vm.send_bytes(p, PING, &msg));
         let r = or_die(PROG, vm.recv(Some(p), Some(PONG)));
         let dt = t0.elapsed().as_secs_f64() * 1e6;
-        assert_eq!(r.data, msg, "the echo differs");
+        assert_eq!(&*r.data, &msg[..], "the echo differs");
         if i >= plan.warm {
             samples.push(dt);
         }
@@ -106,6 +119,32 @@ fn size_name(s: usize) -> String {
     }
 }
 
+/// Spawn `n` children that each say hello; the median time until all have.
+fn spawn_bench(vm: &mut Vm, n: u32, json: bool) {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| PROG.to_string());
+    let mut times = Vec::new();
+    for rep in 0..6 {
+        let t0 = Instant::now();
+        let kids = or_die(PROG, vm.spawn(&exe, &["--child-hello"], n));
+        for _ in 0..kids.len() {
+            or_die(PROG, vm.recv(None, Some(HELLO)));
+        }
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        if rep > 0 {
+            times.push(ms);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let med = percentile(&times, 50.0);
+    if json {
+        println!("{{\"spawn_{n}_report_ms\": {med:.3}}}");
+    } else {
+        println!("mig_spawn_{n}_report_ms {med:.2} ms");
+    }
+}
+
 fn main() {
     let json = switch("json");
     let quick = switch("quick");
@@ -139,6 +178,19 @@ fn main() {
         }
     };
     let mut vm = init_or_exit(PROG);
+    if switch("child-hello") {
+        if let Some(p) = vm.parent() {
+            or_die(PROG, vm.send(p, HELLO, &()));
+        }
+        return;
+    }
+    if let Some(n) = flag("spawn") {
+        let n: u32 = n.parse().unwrap_or_else(|_| {
+            eprintln!("{PROG}: --spawn wants a number of VPs");
+            std::process::exit(2)
+        });
+        return spawn_bench(&mut vm, n, json);
+    }
     let tasks = or_die(PROG, vm.tasks());
     let master = tasks[0];
     let host = vm.identity().host.clone();
@@ -171,21 +223,19 @@ fn main() {
             }
             None => (None, None, vec![None; plan.sizes.len()]),
         };
-        if !json {
-            match (r50, r99) {
-                (Some(a), Some(b)) => {
-                    println!("{route:>6}: 8-byte round trip p50 {a:.1} us, p99 {b:.1} us")
-                }
-                _ => println!("{route:>6}: no partner for this route"),
-            }
+        if !json && p.is_none() {
+            println!("# {route}: no partner for this route");
         }
-        out.insert(format!("rtt_8B_{route}_p50_us"), r50.into());
-        out.insert(format!("rtt_8B_{route}_p99_us"), r99.into());
-        for (&s, r) in plan.sizes.iter().zip(bws) {
-            if let (false, Some(r)) = (json, r) {
-                println!("{route:>6}: {} messages {r:.0} MB/s", size_name(s));
+        let mut put = |name: String, v: Option<f64>, unit: &str| {
+            if let (false, Some(v)) = (json, v) {
+                println!("mig_{name} {v:.1} {unit}");
             }
-            out.insert(format!("bw_{}_{route}_MBps", size_name(s)), r.into());
+            out.insert(name, v.into());
+        };
+        put(format!("rtt_8B_{route}_p50_us"), r50, "us");
+        put(format!("rtt_8B_{route}_p99_us"), r99, "us");
+        for (&s, r) in plan.sizes.iter().zip(bws) {
+            put(format!("bw_{}_{route}_MBps", size_name(s)), r, "MB/s");
         }
     };
     run(&mut vm, "daemon", local);

@@ -1,0 +1,219 @@
+//! Message payloads, and how large ones travel between processes of one
+//! host without being copied by anyone in between.
+//!
+//! A payload of at least `FD_PAYLOAD` bytes is written once into a sealed
+//! memfd (it can no longer grow, shrink or change), and the descriptor is
+//! passed along (SCM_RIGHTS): through the daemon, which never reads it, or
+//! over a direct link. The receiver maps it read-only. So a large message
+//! costs one copy in total, where a socket costs two per hop. What lives
+//! here: `Payload` (bytes on the heap, or a mapping), creating and checking
+//! such memfds. What does not: who sends what (`vm`, the daemon).
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Write};
+use std::ops::Deref;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Payloads from this size on travel as a memfd between processes of one
+/// host.
+pub const FD_PAYLOAD: usize = 128 * 1024;
+
+const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+
+/// The bytes of a received message: on the heap, or mapped read-only from
+/// the sender's sealed memfd (unmapped when dropped).
+pub struct Payload(Inner);
+
+enum Inner {
+    Heap(Vec<u8>),
+    Mapped { ptr: *mut libc::c_void, len: usize },
+}
+
+// SAFETY: a mapping is private to this value, read-only and sealed against
+// changes by anyone, so sharing or moving it across threads is like a Vec.
+unsafe impl Send for Payload {}
+// SAFETY: as above; only shared reads are possible.
+unsafe impl Sync for Payload {}
+
+impl Payload {
+    /// Copy the bytes into a `Vec` (free when they already are one).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        if let Inner::Heap(v) = &mut self.0 {
+            return std::mem::take(v);
+        }
+        self.to_vec()
+    }
+
+    /// Map `len` bytes of a sealed memfd received from another process,
+    /// after checking that it is one (a regular file of at least `len`
+    /// bytes that can no longer shrink or change).
+    pub fn map(fd: OwnedFd, len: usize) -> io::Result<Payload> {
+        check_sealed(&fd, len)?;
+        if len == 0 {
+            return Ok(Payload(Inner::Heap(Vec::new())));
+        }
+        // SAFETY: mapping a file we hold, read-only, at a size it is sealed
+        // to have at least; the result is checked before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Payload(Inner::Mapped { ptr, len }))
+    }
+
+    /// The memfd's bytes read into a `Vec` (for a daemon that must send them
+    /// on over TCP).
+    pub fn read_fd(fd: OwnedFd, len: usize) -> io::Result<Vec<u8>> {
+        Ok(Payload::map(fd, len)?.into_vec())
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Payload {
+        Payload(Inner::Heap(v))
+    }
+}
+
+impl Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Inner::Heap(v) => v,
+            // SAFETY: `ptr` maps `len` readable bytes until `drop`.
+            Inner::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.cast(), *len) },
+        }
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        if let Inner::Mapped { ptr, len } = self.0 {
+            // SAFETY: unmapping exactly the mapping this value owns.
+            unsafe { libc::munmap(ptr, len) };
+        }
+    }
+}
+
+impl Clone for Payload {
+    fn clone(&self) -> Payload {
+        Payload(Inner::Heap(self.to_vec()))
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Payload {}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Payload({} bytes)", self.len())
+    }
+}
+
+/// Read once from the Unix socket `sock` into `buf` with `recvmsg`, keeping
+/// any descriptors that came along in `fds` (close-on-exec).
+pub fn recv_with_fds(
+    sock: std::os::fd::RawFd,
+    buf: &mut [u8],
+    fds: &mut std::collections::VecDeque<OwnedFd>,
+) -> io::Result<usize> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(io::Error::from)?;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmRights(v) = c {
+                for raw in v {
+                    // SAFETY: the kernel just installed `raw` in this process
+                    // for us; nothing else owns it.
+                    fds.push_back(unsafe { OwnedFd::from_raw_fd(raw) });
+                }
+            }
+        }
+    }
+    Ok(msg.bytes)
+}
+
+/// Write `data` into a new sealed memfd.
+pub fn sealed_memfd(data: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated name and valid flags; the result is checked.
+    let raw = unsafe {
+        libc::memfd_create(
+            c"mig-message".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create just returned this descriptor to us.
+    let mut file = unsafe { File::from_raw_fd(raw) };
+    file.write_all(data)?;
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(OwnedFd::from(file))
+}
+
+/// Is `fd` a sealed memfd of at least `len` bytes?
+pub fn check_sealed(fd: &OwnedFd, len: usize) -> io::Result<()> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+    // SAFETY: fstat and fcntl on a descriptor we hold.
+    let (st, seals) = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        (st, libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(bad("a message descriptor that is not a file"));
+    }
+    if seals < 0 || seals & SEALS != SEALS {
+        return Err(bad("a message descriptor that is not sealed"));
+    }
+    if (st.st_size as u64) < len as u64 {
+        return Err(bad("a message descriptor shorter than its message"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_memfd_maps_back_to_the_same_bytes_and_cannot_change() {
+        let data: Vec<u8> = (0..FD_PAYLOAD * 3).map(|i| (i % 253) as u8).collect();
+        let fd = sealed_memfd(&data).unwrap();
+        let copy = fd.try_clone().unwrap();
+        let p = Payload::map(fd, data.len()).unwrap();
+        assert_eq!(&*p, &data[..]);
+        assert_eq!(p.clone().into_vec(), data);
+        // The sender can no longer change or shrink it.
+        let mut f = File::from(copy.try_clone().unwrap());
+        assert!(f.write_all(b"x").is_err());
+        assert!(f.set_len(1).is_err());
+        // A longer length than it has, or an unsealed file, is refused.
+        assert!(Payload::map(copy, data.len() + 1).is_err());
+        let plain = OwnedFd::from(tempfile::tempfile().unwrap());
+        assert!(Payload::map(plain, 0).is_err());
+    }
+}
