@@ -12,6 +12,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Instant;
 
 use libmig::msg::Tid;
+use libmig::Payload;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use libmig::auth::Block;
@@ -128,7 +129,7 @@ pub enum Kind {
 /// Bytes waiting to be written, possibly with a descriptor to pass.
 #[derive(Debug)]
 struct Chunk {
-    bytes: Vec<u8>,
+    bytes: Payload,
     off: usize,
     fd: Option<OwnedFd>,
 }
@@ -202,7 +203,7 @@ impl Conn {
                 Sock::Unix(s) => {
                     let (fd, fds) = (s.as_raw_fd(), &mut self.fds);
                     self.dec
-                        .fill(|b| libmig::payload::recv_with_fds(fd, b, fds))
+                        .fill(|b| libmig::payload::recv_with_fds(fd, b, fds, false))
                 }
             };
             match got {
@@ -222,12 +223,13 @@ impl Conn {
         if self.broken {
             return Ok(());
         }
-        match self.out.back_mut() {
-            Some(last) if last.fd.is_none() && last.bytes.len() + bytes.len() <= COALESCE => {
-                last.bytes.extend_from_slice(bytes)
-            }
-            _ => self.out.push_back(Chunk {
-                bytes: bytes.to_vec(),
+        match self.out.back_mut().and_then(|c| {
+            let room = c.fd.is_none() && c.bytes.len() + bytes.len() <= COALESCE;
+            c.bytes.heap_mut().filter(|_| room)
+        }) {
+            Some(last) => last.extend_from_slice(bytes),
+            None => self.out.push_back(Chunk {
+                bytes: bytes.to_vec().into(),
                 off: 0,
                 fd: None,
             }),
@@ -236,12 +238,13 @@ impl Conn {
         self.flush(registry, token)
     }
 
-    /// Queue a frame's head and its payload (kept as it is), optionally
-    /// passing `fd` with the head, and write what the socket takes now.
+    /// Queue a frame's head and its payload (kept as it is: bytes, or a
+    /// mapped memfd), optionally passing `fd` with the head, and write what
+    /// the socket takes now.
     pub fn send_parts(
         &mut self,
         head: Vec<u8>,
-        payload: Vec<u8>,
+        payload: Payload,
         fd: Option<OwnedFd>,
         registry: &Registry,
         token: Token,
@@ -257,7 +260,7 @@ impl Conn {
             return self.send(&b, registry, token);
         }
         self.out.push_back(Chunk {
-            bytes: head,
+            bytes: head.into(),
             off: 0,
             fd,
         });

@@ -38,6 +38,8 @@ use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
 use crate::master::{Master, Out, Requester};
 use crate::route::{Body, Router, Way};
+use libmig::payload::{sealed_memfd, FD_PAYLOAD};
+use libmig::Payload;
 
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
@@ -1074,6 +1076,16 @@ impl Daemon {
             .conns
             .get(&dest)
             .is_some_and(|c| matches!(c.kind, Kind::Vp { .. }));
+        let body = match body {
+            // A large payload from another host reaches its VP as a sealed
+            // memfd: one copy here instead of one into the socket and one
+            // out of it.
+            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => match sealed_memfd(&b) {
+                Ok(fd) => Body::Fd(fd, b.len()),
+                Err(_) => Body::Bytes(b),
+            },
+            other => other,
+        };
         let (head, payload, fd) = match (local, body) {
             (true, Body::Fd(fd, len)) => {
                 *self.fd_inflight.entry(dest).or_default() += len;
@@ -1081,21 +1093,29 @@ impl Daemon {
                     env,
                     len: len as u64,
                 };
-                (frame::encode_head(&msg, 0), Vec::new(), Some(fd))
+                (
+                    frame::encode_head(&msg, 0),
+                    Payload::from(Vec::new()),
+                    Some(fd),
+                )
             }
-            (true, Body::Bytes(b)) => (frame::encode_head(&VpMsg::Deliver(env), b.len()), b, None),
+            (true, Body::Bytes(b)) => {
+                let head = frame::encode_head(&VpMsg::Deliver(env), b.len());
+                (head, b.into(), None)
+            }
             (false, body) => {
-                // Another host: the bytes themselves go over TCP.
-                let b = match body {
-                    Body::Bytes(b) => b,
-                    Body::Fd(fd, len) => match libmig::Payload::read_fd(fd, len) {
-                        Ok(b) => b,
+                // Another host: the bytes go over TCP, written straight
+                // from the memfd's mapping if they came as one.
+                let p = match body {
+                    Body::Bytes(b) => Payload::from(b),
+                    Body::Fd(fd, len) => match Payload::map(fd, len) {
+                        Ok(p) => p,
                         Err(e) => {
                             return self.undeliverable(env, &format!("reading its payload: {e}"))
                         }
                     },
                 };
-                (frame::encode_head(&PeerMsg::Deliver(env), b.len()), b, None)
+                (frame::encode_head(&PeerMsg::Deliver(env), p.len()), p, None)
             }
         };
         let head = match head {
@@ -1232,7 +1252,13 @@ impl Daemon {
     fn send_vp_fd(&mut self, t: Token, msg: &VpMsg, fd: std::os::fd::OwnedFd) {
         let failed = match (frame::encode(msg), self.conns.get_mut(&t)) {
             (Ok(b), Some(c)) => c
-                .send_parts(b, Vec::new(), Some(fd), self.poll.registry(), t)
+                .send_parts(
+                    b,
+                    Payload::from(Vec::new()),
+                    Some(fd),
+                    self.poll.registry(),
+                    t,
+                )
                 .err(),
             _ => None,
         };

@@ -162,6 +162,25 @@ pub fn read_frame_with<T: DeserializeOwned, R: Read>(
     Ok(Some((msg, body)))
 }
 
+/// Map a large fresh buffer's pages in one system call rather than one
+/// page fault per 4 KiB while the kernel copies into it (best effort).
+fn prefault(buf: &mut [u8]) {
+    const PAGE: usize = 4096;
+    let start = (buf.as_mut_ptr() as usize).next_multiple_of(PAGE);
+    let end = (buf.as_mut_ptr() as usize + buf.len()) / PAGE * PAGE;
+    if end > start {
+        // SAFETY: advice on whole pages inside memory we own; it only
+        // populates them (with the zeros they already hold).
+        unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+    }
+}
+
 /// Payloads at least this large get a buffer of their own that the socket
 /// is read into directly: no copy between the kernel and the caller's `Vec`.
 pub const BIG_PAYLOAD: usize = 64 * 1024;
@@ -275,6 +294,7 @@ impl Decoder {
         let head_bytes = avail[HEADER..HEADER + head].to_vec();
         let have = (avail.len() - HEADER - head).min(plen);
         let mut payload = vec![0u8; plen];
+        prefault(&mut payload);
         payload[..have].copy_from_slice(&avail[HEADER + head..HEADER + head + have]);
         self.start += HEADER + head + have;
         self.big = Some(BigFrame {

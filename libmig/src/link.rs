@@ -1,11 +1,13 @@
 //! One of a VP's sockets (to its daemon, or a direct link to another VP):
-//! non-blocking, read with `recvmsg` so that sockets the daemon passes
-//! (SCM_RIGHTS) are collected, and written with vectored writes so that a
-//! payload is never copied into a frame. What does not live here: what the
+//! a blocking socket used without blocking (MSG_DONTWAIT), except for the
+//! one read a VP waits in when it has nothing else to watch; read with
+//! `recvmsg` so that descriptors passed along (SCM_RIGHTS) are collected,
+//! and written with vectored `sendmsg` so that a payload is never copied
+//! into a frame. What does not live here: what the
 //! frames mean (`vm`).
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
@@ -23,7 +25,7 @@ pub(crate) struct Link {
 
 impl Link {
     pub fn new(sock: UnixStream) -> io::Result<Link> {
-        sock.set_nonblocking(true)?;
+        sock.set_nonblocking(false)?;
         Ok(Link {
             sock,
             dec: Decoder::default(),
@@ -35,17 +37,17 @@ impl Link {
         self.sock.as_raw_fd()
     }
 
-    /// Read once without blocking: the bytes read (0 is the end of the
+    /// Read once (waiting for data only if `wait`): the bytes read (0 is the end of the
     /// stream; `WouldBlock` means nothing was there) and whether more may be
     /// waiting (the read filled what was asked, or stopped at a passed
     /// descriptor).
-    pub fn read_once(&mut self) -> io::Result<(usize, bool)> {
+    pub fn read_once(&mut self, wait: bool) -> io::Result<(usize, bool)> {
         let fd = self.sock.as_raw_fd();
         let before = self.fds.len();
         let fds = &mut self.fds;
         let (n, asked) = self
             .dec
-            .fill(|buf| crate::payload::recv_with_fds(fd, buf, fds))?;
+            .fill(|buf| crate::payload::recv_with_fds(fd, buf, fds, wait))?;
         Ok((n, n == asked || self.fds.len() > before))
     }
 
@@ -58,17 +60,6 @@ impl Link {
         fd: Option<&OwnedFd>,
         done: &mut usize,
     ) -> io::Result<bool> {
-        if let (Some(fd), 0, Some(first)) = (fd, *done, parts.first()) {
-            let fds = [fd.as_raw_fd()];
-            let cmsg = [ControlMessage::ScmRights(&fds)];
-            let iov = [IoSlice::new(first)];
-            match sendmsg::<()>(self.fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
-                Ok(n) => *done += n,
-                Err(nix::errno::Errno::EAGAIN) => return Ok(false),
-                Err(nix::errno::Errno::EINTR) => return Ok(false),
-                Err(e) => return Err(e.into()),
-            }
-        }
         let total: usize = parts.iter().map(|p| p.len()).sum();
         while *done < total {
             let mut skip = *done;
@@ -81,12 +72,17 @@ impl Link {
                 slices.push(IoSlice::new(&p[skip..]));
                 skip = 0;
             }
-            match self.sock.write_vectored(&slices) {
+            // The descriptor goes with the frame's first byte.
+            let raw = fd.filter(|_| *done == 0).map(|f| [f.as_raw_fd()]);
+            let cmsg: Vec<ControlMessage> =
+                raw.iter().map(|r| ControlMessage::ScmRights(r)).collect();
+            let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+            match sendmsg::<()>(self.fd(), &slices, &cmsg, flags, None) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => *done += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(nix::errno::Errno::EAGAIN) => return Ok(false),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(true)

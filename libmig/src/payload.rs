@@ -45,6 +45,14 @@ impl Payload {
         self.to_vec()
     }
 
+    /// The `Vec` itself when the bytes are on the heap (to append to).
+    pub fn heap_mut(&mut self) -> Option<&mut Vec<u8>> {
+        match &mut self.0 {
+            Inner::Heap(v) => Some(v),
+            Inner::Mapped { .. } => None,
+        }
+    }
+
     /// Map `len` bytes of a sealed memfd received from another process,
     /// after checking that it is one (a regular file of at least `len`
     /// bytes that can no longer shrink or change).
@@ -69,12 +77,6 @@ impl Payload {
             return Err(io::Error::last_os_error());
         }
         Ok(Payload(Inner::Mapped { ptr, len }))
-    }
-
-    /// The memfd's bytes read into a `Vec` (for a daemon that must send them
-    /// on over TCP).
-    pub fn read_fd(fd: OwnedFd, len: usize) -> io::Result<Vec<u8>> {
-        Ok(Payload::map(fd, len)?.into_vec())
     }
 }
 
@@ -125,17 +127,22 @@ impl fmt::Debug for Payload {
 }
 
 /// Read once from the Unix socket `sock` into `buf` with `recvmsg`, keeping
-/// any descriptors that came along in `fds` (close-on-exec).
+/// any descriptors that came along in `fds` (close-on-exec). Waits for data
+/// only if `wait` (and the socket is blocking).
 pub fn recv_with_fds(
     sock: std::os::fd::RawFd,
     buf: &mut [u8],
     fds: &mut std::collections::VecDeque<OwnedFd>,
+    wait: bool,
 ) -> io::Result<usize> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut iov = [io::IoSliceMut::new(buf)];
     let mut space = nix::cmsg_space!([std::os::fd::RawFd; 4]);
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(io::Error::from)?;
+    let mut flags = MsgFlags::MSG_CMSG_CLOEXEC;
+    if !wait {
+        flags |= MsgFlags::MSG_DONTWAIT;
+    }
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), flags).map_err(io::Error::from)?;
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
             if let ControlMessageOwned::ScmRights(v) = c {

@@ -260,7 +260,9 @@ impl Vm {
         if first {
             self.confirm_pending.insert(to);
         }
-        let memfd = if data.len() >= FD_PAYLOAD {
+        // Large payloads go to the daemon as a sealed memfd (it passes the
+        // descriptor on instead of copying); a direct link streams them.
+        let memfd = if data.len() >= FD_PAYLOAD && via == LinkId::Daemon {
             Some(sealed_memfd(data).map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?)
         } else {
             None
@@ -471,6 +473,11 @@ impl Vm {
         writable: Option<LinkId>,
         timeout: Option<Duration>,
     ) -> Result<(), MigError> {
+        if self.direct.is_empty() && writable.is_none() && timeout.is_none() {
+            // Nothing else to watch: wait in the read itself (one system
+            // call instead of poll + read).
+            return self.pump(LinkId::Daemon, true);
+        }
         let mut ids = vec![LinkId::Daemon];
         ids.extend(self.direct.keys().map(|&t| LinkId::Direct(t)));
         let fds: Vec<(RawFd, bool)> = ids
@@ -493,7 +500,7 @@ impl Vm {
         let ready = link::poll(&fds, ms).map_err(|e| MigError::DaemonGone(e.to_string()))?;
         for (id, (r, _)) in ids.into_iter().zip(ready) {
             if r {
-                self.pump(id)?;
+                self.pump(id, false)?;
             }
         }
         Ok(())
@@ -503,8 +510,9 @@ impl Vm {
         self.wait_io(None, None)
     }
 
-    /// Read what a socket has and file every frame.
-    fn pump(&mut self, id: LinkId) -> Result<(), MigError> {
+    /// Read what a socket has and file every frame; with `wait`, the first
+    /// read waits for data.
+    fn pump(&mut self, id: LinkId, mut wait: bool) -> Result<(), MigError> {
         loop {
             let link = match id {
                 LinkId::Daemon => &mut self.daemon,
@@ -513,7 +521,7 @@ impl Vm {
                     None => return Ok(()),
                 },
             };
-            let (n, more) = match link.read_once() {
+            let (n, more) = match link.read_once(std::mem::take(&mut wait)) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
