@@ -18,6 +18,27 @@
 //!
 //! What does not live here: the collectives (`group`), the socket plumbing
 //! (`link`).
+//!
+//! ```no_run
+//! use libmig::{MigError, Vm};
+//!
+//! fn main() -> Result<(), MigError> {
+//!     let mut vm = Vm::init()?;
+//!     let tasks = vm.tasks()?;
+//!     if vm.tid() == tasks[0] {
+//!         // VP 0 adds up what the others send.
+//!         let mut sum = 0u64;
+//!         for _ in 1..tasks.len() {
+//!             sum += vm.recv(None, Some(1))?.decode::<u64>()?;
+//!         }
+//!         println!("sum {sum}");
+//!     } else {
+//!         let mine = u64::from(vm.identity().vp);
+//!         vm.send(tasks[0], 1, &mine)?;
+//!     }
+//!     Ok(())
+//! }
+//! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
