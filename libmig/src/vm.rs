@@ -170,6 +170,8 @@ pub struct Vm {
     failures: VecDeque<MigError>,
     returns: HashMap<u64, VpRet>,
     next_call: u64,
+    spin: Duration,
+    arrivals: u64,
 }
 
 impl Vm {
@@ -210,6 +212,8 @@ impl Vm {
             failures: VecDeque::new(),
             returns: HashMap::new(),
             next_call: 1,
+            spin: spin_from_env(),
+            arrivals: 0,
         })
     }
 
@@ -494,6 +498,32 @@ impl Vm {
         writable: Option<LinkId>,
         timeout: Option<Duration>,
     ) -> Result<(), MigError> {
+        if writable.is_none() && !self.spin.is_zero() && timeout != Some(Duration::ZERO) {
+            // Gang scheduling runs a job's VPs together, so the answer is
+            // often microseconds away: look for it a while before sleeping
+            // (yielding the processor to anyone else who wants it).
+            let until = Instant::now() + timeout.map_or(self.spin, |t| t.min(self.spin));
+            let before = self.arrivals;
+            loop {
+                self.pump(LinkId::Daemon, false)?;
+                let peers: Vec<Tid> = self.direct.keys().copied().collect();
+                for t in peers {
+                    self.pump(LinkId::Direct(t), false)?;
+                }
+                if self.arrivals != before {
+                    return Ok(());
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            if let Some(t) = timeout {
+                if t <= self.spin {
+                    return Ok(());
+                }
+            }
+        }
         if self.direct.is_empty() && writable.is_none() && timeout.is_none() {
             // Nothing else to watch: wait in the read itself (one system
             // call instead of poll + read).
@@ -580,6 +610,7 @@ impl Vm {
     }
 
     fn file(&mut self, id: LinkId, msg: VpMsg, data: Vec<u8>) -> Result<(), MigError> {
+        self.arrivals += 1;
         match msg {
             VpMsg::Deliver(env) | VpMsg::Send { env, .. } => {
                 let forged = matches!(id, LinkId::Direct(p) if p != env.from);
@@ -763,6 +794,16 @@ impl Vm {
     /// Leave the virtual machine: flush and close the daemon's socket. The
     /// process may go on (but can no longer send or receive).
     pub fn exit(self) {}
+}
+
+/// How long a VP looks for a message before it sleeps: `MIG_SPIN_US`
+/// microseconds (default 50; 0 never spins).
+fn spin_from_env() -> Duration {
+    let us = std::env::var(env::SPIN_US)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50u64);
+    Duration::from_micros(us.min(1_000_000))
 }
 
 fn matches(m: &Message, from: Option<Tid>, tag: Option<i32>) -> bool {
