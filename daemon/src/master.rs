@@ -985,6 +985,15 @@ fn check_program(spec: &SpawnSpec) -> Result<(), String> {
     if spec.program.is_empty() {
         return Err("no program given: mig spawn [-n N] -- PROGRAM ARGS...".into());
     }
+    if let Some((k, _)) = spec
+        .env
+        .iter()
+        .find(|(k, _)| k.starts_with("MIG_") && k != libmig::vp::env::SPIN_US)
+    {
+        return Err(format!(
+            "{k} is set by the daemon for every VP and cannot be given to a job"
+        ));
+    }
     match crate::host::find_program(&spec.program, &spec.cwd, &spec.env) {
         Some(_) => Ok(()),
         None => Err(format!(
@@ -1097,6 +1106,12 @@ mod tests {
         let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
         assert!(
             matches!(&out[0], Out::Reply(_, Response::Error { message }) if message.contains("not found"))
+        );
+        let mut s = spec(1);
+        s.env.push(("MIG_TID".into(), "1".into()));
+        let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
+        assert!(
+            matches!(&out[0], Out::Reply(_, Response::Error { message }) if message.contains("MIG_TID is set by the daemon"))
         );
         let out = m.control(
             Requester::Local(1),

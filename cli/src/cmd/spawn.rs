@@ -19,6 +19,10 @@ pub struct Args {
     /// (0 if every VP exited 0, else the first failing VP's status).
     #[arg(long)]
     wait: bool,
+    /// Set a variable for every VP (repeatable). PATH, HOME, USER, LANG,
+    /// RUST_BACKTRACE and MIG_SPIN_US pass from this shell already.
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
     /// Print JSON lines (spawned, output, vp_done, job_done) instead of text.
     #[arg(long)]
     json: bool,
@@ -28,16 +32,32 @@ pub struct Args {
 }
 
 /// Environment passed from the spawner to every VP.
-const PASSED_ENV: &[&str] = &["PATH", "HOME", "USER", "LANG", "RUST_BACKTRACE"];
+const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "RUST_BACKTRACE",
+    "MIG_SPIN_US",
+];
 
 /// Run it.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
     let (program, args) = a.command.split_first().context("no program given")?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    let env = PASSED_ENV
+    let mut env: Vec<(String, String)> = PASSED_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
         .collect();
+    for kv in &a.env {
+        match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => {
+                env.retain(|(old, _)| old != k);
+                env.push((k.to_string(), v.to_string()));
+            }
+            _ => bail!("--env wants KEY=VALUE, got {kv:?}"),
+        }
+    }
     let spec = SpawnSpec {
         program: program.clone(),
         args: args.to_vec(),
