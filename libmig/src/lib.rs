@@ -9,6 +9,7 @@
 //! * `vm` — message passing for a program: `Vm::init`, send, receive,
 //!   spawn, notify, direct links;
 //! * `group` — named groups: barrier, broadcast, reduce, gather, scatter;
+//! * `checkpoint` — the checkpoint image: format, atomic write, checked read;
 //! * `payload` — message bytes, and large ones passed as sealed memfds;
 //! * `link` — a VP's sockets (internal).
 //!
@@ -26,6 +27,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod auth;
+pub mod checkpoint;
 pub mod control;
 pub mod frame;
 pub mod group;

@@ -1,0 +1,339 @@
+//! Checkpoint images: what a VP writes at a safe point so that it can be
+//! started again, on this host or another, and carry on with the same Tid.
+//!
+//! ```text
+//! 0           8         12        16            24
+//! +-----------+---------+---------+-------------+----------------------+
+//! | MIGCKPT\0 | version | crc32c  | body length | body (postcard Image) |
+//! +-----------+---------+---------+-------------+----------------------+
+//! ```
+//!
+//! The body holds the header (Tid, job, program, arguments, working
+//! directory, environment), the program's own state (postcard bytes of the
+//! value it keeps), and libmig's state (unread messages, sequence numbers
+//! per peer). A reader checks, in this order, the size (the preamble is
+//! there, the body length is within `MAX_IMAGE` and matches the file), the
+//! magic, the version and the checksum, and only then decodes: a damaged
+//! image is always a clear error, never a panic and never a silent restore.
+//! Images are written atomically (a temporary file, fsync, rename, fsync of
+//! the directory), so a crash leaves the previous image or the new one.
+//!
+//! What does not live here: when images are taken (`vm`) or moved (migd).
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::msg::Tid;
+
+/// The first 8 bytes of every image.
+pub const MAGIC: [u8; 8] = *b"MIGCKPT\0";
+/// The image format this library writes and reads.
+pub const VERSION: u32 = 1;
+/// Bytes before the body.
+pub const PREAMBLE: usize = 24;
+/// The largest image body accepted: 4 GiB.
+pub const MAX_IMAGE: u64 = 4 << 30;
+
+/// Why an image cannot be used.
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    /// Reading or writing failed.
+    #[error("checkpoint {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Shorter than its preamble or than the body length it announces.
+    #[error("checkpoint is truncated: {got} bytes, {want} expected")]
+    Truncated {
+        /// Bytes present.
+        got: u64,
+        /// Bytes announced.
+        want: u64,
+    },
+    /// Longer than it announces, or announces more than `MAX_IMAGE`.
+    #[error("checkpoint has a bad length: {0}")]
+    BadLength(String),
+    /// Not an image at all.
+    #[error("not a mig checkpoint (bad magic)")]
+    BadMagic,
+    /// Written by another format version.
+    #[error("checkpoint format version {theirs} is not supported (this library reads {VERSION})")]
+    Version {
+        /// The image's version.
+        theirs: u32,
+    },
+    /// The bytes changed after they were written.
+    #[error("checkpoint is corrupted (checksum {got:08x}, expected {want:08x})")]
+    Checksum {
+        /// Computed.
+        got: u32,
+        /// Stored.
+        want: u32,
+    },
+    /// The checksum holds but the body does not decode.
+    #[error("checkpoint body does not decode: {0}")]
+    Decode(#[from] postcard::Error),
+}
+
+/// Who the image belongs to and how to start it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// The VP's Tid (kept across restarts).
+    pub tid: Tid,
+    /// Its job.
+    pub job: String,
+    /// Its index in the job.
+    pub vp: u32,
+    /// The program as spawned.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its working directory.
+    pub cwd: String,
+    /// The environment that matters (what the job was given).
+    pub env: Vec<(String, String)>,
+}
+
+/// A message taken in but not yet received by the program.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unread {
+    /// Sender.
+    pub from: Tid,
+    /// Tag.
+    pub tag: i32,
+    /// Its sequence number (0 for notices).
+    pub seq: u64,
+    /// Payload.
+    pub data: Vec<u8>,
+}
+
+/// libmig's own state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibState {
+    /// Messages taken in, in arrival order (those in order per sender).
+    pub mailbox: Vec<Unread>,
+    /// Messages that arrived ahead of their turn.
+    pub early: Vec<Unread>,
+    /// Per receiver: the last sequence number sent.
+    pub seq_out: Vec<(Tid, u64)>,
+    /// Per sender: the next sequence number expected.
+    pub seq_in: Vec<(Tid, u64)>,
+}
+
+/// A whole image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// Who and how.
+    pub header: Header,
+    /// The program's state, postcard-encoded.
+    pub state: Vec<u8>,
+    /// libmig's state.
+    pub lib: LibState,
+}
+
+impl Image {
+    /// The image as bytes: preamble and body.
+    pub fn encode(&self) -> Result<Vec<u8>, CheckpointError> {
+        let mut out = vec![0u8; PREAMBLE];
+        out = postcard::to_extend(self, out)?;
+        let body = &out[PREAMBLE..];
+        let crc = crc32c::crc32c(body);
+        let len = body.len() as u64;
+        out[0..8].copy_from_slice(&MAGIC);
+        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        out[12..16].copy_from_slice(&crc.to_le_bytes());
+        out[16..24].copy_from_slice(&len.to_le_bytes());
+        Ok(out)
+    }
+
+    /// An image from bytes, checked in the order size, magic, version,
+    /// checksum.
+    pub fn decode(bytes: &[u8]) -> Result<Image, CheckpointError> {
+        let got = bytes.len() as u64;
+        if bytes.len() < PREAMBLE {
+            return Err(CheckpointError::Truncated {
+                got,
+                want: PREAMBLE as u64,
+            });
+        }
+        let word = |r: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&bytes[r]);
+            u64::from_le_bytes(b)
+        };
+        let len = word(16..24);
+        if len > MAX_IMAGE {
+            return Err(CheckpointError::BadLength(format!(
+                "announces {len} bytes, more than the limit of {MAX_IMAGE}"
+            )));
+        }
+        let want = PREAMBLE as u64 + len;
+        if got < want {
+            return Err(CheckpointError::Truncated { got, want });
+        }
+        if got > want {
+            return Err(CheckpointError::BadLength(format!(
+                "{got} bytes where {want} were announced"
+            )));
+        }
+        if bytes[0..8] != MAGIC {
+            return Err(CheckpointError::BadMagic);
+        }
+        let version = word(8..12) as u32;
+        if version != VERSION {
+            return Err(CheckpointError::Version { theirs: version });
+        }
+        let body = &bytes[PREAMBLE..];
+        let (got, want) = (crc32c::crc32c(body), word(12..16) as u32);
+        if got != want {
+            return Err(CheckpointError::Checksum { got, want });
+        }
+        Ok(postcard::from_bytes(body)?)
+    }
+
+    /// Write the image to `path` atomically.
+    pub fn write(&self, path: &Path) -> Result<(), CheckpointError> {
+        let bytes = self.encode()?;
+        let io = |source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let mut f = File::create(&tmp).map_err(io)?;
+        f.write_all(&bytes).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        fs::rename(&tmp, path).map_err(io)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Read and check the image at `path`.
+    pub fn read(path: &Path) -> Result<Image, CheckpointError> {
+        let io = |source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let size = fs::metadata(path).map_err(io)?.len();
+        if size > PREAMBLE as u64 + MAX_IMAGE {
+            return Err(CheckpointError::BadLength(format!(
+                "a file of {size} bytes is larger than any image"
+            )));
+        }
+        Image::decode(&fs::read(path).map_err(io)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image() -> Image {
+        Image {
+            header: Header {
+                tid: 0x40001,
+                job: "j1".into(),
+                vp: 0,
+                program: "./heat".into(),
+                args: vec!["--rows".into(), "64".into()],
+                cwd: "/tmp".into(),
+                env: vec![("LANG".into(), "C".into())],
+            },
+            state: postcard::to_allocvec(&(7u32, vec![1.5f64; 100])).unwrap(),
+            lib: LibState {
+                mailbox: vec![Unread {
+                    from: 0x40002,
+                    tag: 3,
+                    seq: 9,
+                    data: b"halo".to_vec(),
+                }],
+                early: vec![],
+                seq_out: vec![(0x40002, 12)],
+                seq_in: vec![(0x40002, 10)],
+            },
+        }
+    }
+
+    #[test]
+    fn an_image_survives_the_disk_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t40001.ckpt");
+        image().write(&path).unwrap();
+        assert_eq!(Image::read(&path).unwrap(), image());
+        // Writing again replaces it whole; no temporary file is left.
+        let mut second = image();
+        second.state = vec![1, 2, 3];
+        second.write(&path).unwrap();
+        assert_eq!(Image::read(&path).unwrap(), second);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_refused() {
+        let bytes = image().encode().unwrap();
+        for cut in 0..bytes.len() {
+            let err = Image::decode(&bytes[..cut]).unwrap_err();
+            assert!(
+                matches!(err, CheckpointError::Truncated { .. }),
+                "cut {cut}: {err}"
+            );
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(
+                Image::decode(&bad).is_err(),
+                "flipping byte {i} went unnoticed"
+            );
+        }
+    }
+
+    #[test]
+    fn checks_come_in_order_size_magic_version_checksum() {
+        let bytes = image().encode().unwrap();
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(matches!(
+            Image::decode(&long),
+            Err(CheckpointError::BadLength(_))
+        ));
+        let mut huge = bytes.clone();
+        huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        huge[0] = b'X';
+        assert!(matches!(
+            Image::decode(&huge),
+            Err(CheckpointError::BadLength(_))
+        ));
+        let mut magic = bytes.clone();
+        magic[0] = b'X';
+        magic[8] = 9;
+        assert!(matches!(
+            Image::decode(&magic),
+            Err(CheckpointError::BadMagic)
+        ));
+        let mut version = bytes.clone();
+        version[8] = 9;
+        version[30] ^= 1;
+        let err = Image::decode(&version).unwrap_err();
+        assert!(
+            matches!(err, CheckpointError::Version { theirs: 9 }),
+            "{err}"
+        );
+        let mut body = bytes.clone();
+        body[30] ^= 1;
+        let err = Image::decode(&body).unwrap_err();
+        assert!(err.to_string().contains("corrupted"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let missing = Image::read(&dir.path().join("none")).unwrap_err();
+        assert!(missing.to_string().contains("none"), "{missing}");
+    }
+}
