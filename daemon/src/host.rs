@@ -28,6 +28,10 @@ pub struct LocalVp {
     pub open_pipes: u8,
     /// Its exit, once reaped.
     pub exit: Option<ExitInfo>,
+    /// Asked to checkpoint and move: the target host and how it starts it.
+    pub moving: Option<(String, StartVp)>,
+    /// Its checkpoint image is written: its end is a move, not an exit.
+    pub moved: bool,
 }
 
 /// One output pipe of a VP.

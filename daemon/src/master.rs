@@ -66,6 +66,8 @@ enum VpState {
     Waiting,
     Starting,
     Running,
+    /// Being checkpointed on its host and restarted on this one.
+    Moving(String),
     Exited,
 }
 
@@ -370,14 +372,111 @@ impl Master {
         }
     }
 
-    /// A host started a VP.
-    pub fn started(&mut self, tid: Tid, pid: u32) {
-        if let Some((job, vp)) = self.tids.get(&tid).cloned() {
-            if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
-                v.pid = Some(pid);
+    /// A host started a VP (after a migration: the target host restored it).
+    pub fn started(&mut self, host: &str, tid: Tid, pid: u32) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        v.pid = Some(pid);
+        match &v.state {
+            VpState::Moving(to) if to == host => {
+                let from = v.host.replace(host.to_string()).unwrap_or_default();
                 v.state = VpState::Running;
+                vec![
+                    Out::Log(format!("VP t{tid:x} moved from {from} to {host}")),
+                    Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(host.to_string()))])),
+                ]
+            }
+            _ => {
+                v.state = VpState::Running;
+                Vec::new()
             }
         }
+    }
+
+    /// `mig migrate`: checkpoint VP `target` on its host and restart it on
+    /// `to`. Messages for it are held everywhere until it runs there.
+    fn migrate(&mut self, from: Requester, target: &str, to: &str) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        let hex = target.trim_start_matches('t').trim_start_matches("0x");
+        let Some(tid) = Tid::from_str_radix(hex, 16)
+            .ok()
+            .filter(|t| self.tids.contains_key(t))
+        else {
+            return err(format!("no VP {target:?}; `mig ps` lists them (as t40001)"));
+        };
+        let Some(h) = self.hosts.get(to).filter(|h| h.alive) else {
+            return err(format!("no live host {to:?}; `mig hosts` lists them"));
+        };
+        let to_arch = h.facts.arch.clone();
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return err(format!("no VP {target:?}"));
+        };
+        let Some(start) = self.start_msg(&job, vp) else {
+            return err(format!("no VP {target:?}"));
+        };
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return err(format!("no VP {target:?}"));
+        };
+        let Some(v) = j.vps.get_mut(&vp) else {
+            return err(format!("no VP {target:?}"));
+        };
+        let Some(src) = v.host.clone().filter(|_| v.state == VpState::Running) else {
+            return err(format!("VP t{tid:x} is not running (it is {:?})", v.state));
+        };
+        if src == to {
+            return err(format!("VP t{tid:x} already runs on {to}"));
+        }
+        let src_arch = self.hosts.get(&src).map(|h| h.facts.arch.clone());
+        if src_arch.as_deref() != Some(to_arch.as_str()) {
+            return err(format!(
+                "{to} is {to_arch} and the job's program is built for {}: it cannot run there",
+                src_arch.unwrap_or_default()
+            ));
+        }
+        let PeerMsg::Start(start) = start else {
+            return err("internal: no start message".into());
+        };
+        v.state = VpState::Moving(to.to_string());
+        vec![
+            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Waiting)])),
+            Out::ToHost(
+                src.clone(),
+                PeerMsg::Checkpoint {
+                    to: to.to_string(),
+                    start,
+                },
+            ),
+            Out::Log(format!("moving VP t{tid:x} from {src} to {to}")),
+            Out::Reply(
+                from,
+                Response::Ok {
+                    message: format!("moving VP t{tid:x} from {src} to {to}"),
+                },
+            ),
+        ]
+    }
+
+    /// The VP's host could not checkpoint it: it stays where it is.
+    pub fn migrate_failed(&mut self, tid: Tid, reason: &str) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        if !matches!(v.state, VpState::Moving(_)) {
+            return Vec::new();
+        }
+        v.state = VpState::Running;
+        let at = v.host.clone().unwrap_or_default();
+        vec![
+            Out::Log(format!("VP t{tid:x} stays on {at}: {reason}")),
+            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(at))])),
+        ]
     }
 
     /// A line of a VP's output.
@@ -418,7 +517,8 @@ impl Master {
                 return out;
             };
             // A report from a host the VP already left (restarted elsewhere) is stale.
-            if v.host.as_deref() != Some(host) || v.state == VpState::Exited {
+            let restoring_there = matches!(&v.state, VpState::Moving(to) if to == host);
+            if (v.host.as_deref() != Some(host) && !restoring_there) || v.state == VpState::Exited {
                 return out;
             }
             v.state = VpState::Exited;
@@ -517,6 +617,7 @@ impl Master {
             }
             Request::Spawn(spec) => self.spawn(from, from_host, spec),
             Request::Kill { target } => self.kill(from, &target),
+            Request::Migrate { tid, to } => self.migrate(from, &tid, &to),
             Request::Halt => {
                 let mut out: Vec<Out> = self
                     .hosts
@@ -949,6 +1050,7 @@ impl Master {
                     state: match v.state {
                         VpState::Waiting => "waiting",
                         VpState::Starting => "starting",
+                        VpState::Moving(_) => "moving",
                         VpState::Running => "running",
                         VpState::Exited => "exited",
                     }

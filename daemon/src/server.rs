@@ -817,11 +817,15 @@ impl Daemon {
         let mut out = m.heard_from(h, Instant::now());
         out.extend(match msg {
             PeerMsg::Heartbeat => Vec::new(),
-            PeerMsg::Started { tid, pid } => {
-                m.started(tid, pid);
-                Vec::new()
-            }
+            PeerMsg::Started { tid, pid } => m.started(h, tid, pid),
             PeerMsg::Exited { tid, status } => m.exited(h, tid, status),
+            PeerMsg::Restore { to, start, image } => {
+                vec![Out::ToHost(
+                    to.clone(),
+                    PeerMsg::Restore { to, start, image },
+                )]
+            }
+            PeerMsg::MigrateFailed { tid, reason } => m.migrate_failed(tid, &reason),
             PeerMsg::Output { tid, stream, line } => m.output(h, tid, stream, line),
             PeerMsg::VpCall { tid, id, call } => m.vp_call(h, tid, id, call),
             PeerMsg::Locate { tid } => m.locate(h, tid),
@@ -872,6 +876,8 @@ impl Daemon {
                 log!("halt requested");
                 self.begin_halt();
             }
+            PeerMsg::Checkpoint { to, start } => self.checkpoint(to, start),
+            PeerMsg::Restore { start, image, .. } => self.restore(start, &image),
             PeerMsg::Peers(list) => {
                 self.peers = list
                     .into_iter()
@@ -894,11 +900,15 @@ impl Daemon {
         if let Some(m) = &mut self.master {
             let me = self.facts.name.clone();
             let out = match msg {
-                PeerMsg::Started { tid, pid } => {
-                    m.started(tid, pid);
-                    Vec::new()
-                }
+                PeerMsg::Started { tid, pid } => m.started(&me, tid, pid),
                 PeerMsg::Exited { tid, status } => m.exited(&me, tid, status),
+                PeerMsg::Restore { to, start, image } => {
+                    vec![Out::ToHost(
+                        to.clone(),
+                        PeerMsg::Restore { to, start, image },
+                    )]
+                }
+                PeerMsg::MigrateFailed { tid, reason } => m.migrate_failed(tid, &reason),
                 PeerMsg::Output { tid, stream, line } => m.output(&me, tid, stream, line),
                 PeerMsg::VpCall { tid, id, call } => m.vp_call(&me, tid, id, call),
                 PeerMsg::Locate { tid } => m.locate(&me, tid),
@@ -1033,6 +1043,7 @@ impl Daemon {
                 }
                 self.maybe_resume(t);
             }
+            VpMsg::Checkpointed { path } => self.checkpointed(tid, &path),
             VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
             other => self.refuse(t, &format!("a VP may not send {other:?}")),
@@ -1267,6 +1278,93 @@ impl Daemon {
         }
     }
 
+    // ----- migration ---------------------------------------------------------
+
+    /// The master moves local VP `start.tid` to `to`: from now on messages
+    /// for it are held here (the master has told every host to hold them
+    /// too); it is asked to checkpoint at its next safe point (woken if
+    /// stopped, signalled so that its safe point looks).
+    fn checkpoint(&mut self, to: String, start: StartVp) {
+        let tid = start.tid;
+        let (Way::Local(t), Some(vp)) = (self.router.way(tid), self.vps.by_tid.get_mut(&tid))
+        else {
+            return self.report(PeerMsg::MigrateFailed {
+                tid,
+                reason: format!("it is not running on {}", self.facts.name),
+            });
+        };
+        let pid = vp.pid;
+        vp.moving = Some((to, start));
+        self.router.detach(tid);
+        let path = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
+        self.send_vp(
+            t,
+            &VpMsg::Checkpoint {
+                path: path.display().to_string(),
+            },
+        );
+        let p = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGCONT);
+        let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGUSR2);
+    }
+
+    /// VP `tid` wrote its image (with the messages it had taken in but not
+    /// yet read): check it and send it on to the target host through the
+    /// master.
+    fn checkpointed(&mut self, tid: Tid, path: &str) {
+        let Some((to, start)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
+            return log!("VP t{tid:x} checkpointed without being asked");
+        };
+        let expected = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
+        let checked = (std::path::Path::new(path) == expected)
+            .then(|| std::fs::read(&expected).map_err(|e| e.to_string()))
+            .unwrap_or_else(|| Err(format!("it wrote {path}, not {}", expected.display())))
+            .and_then(|b| {
+                libmig::checkpoint::Image::decode(&b)
+                    .map(|_| b)
+                    .map_err(|e| e.to_string())
+            });
+        match checked {
+            Ok(image) => {
+                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    v.moved = true;
+                }
+                let _ = std::fs::remove_file(&expected);
+                self.report(PeerMsg::Restore { to, start, image });
+            }
+            Err(e) => {
+                log!("VP t{tid:x}: its checkpoint is unusable: {e}");
+                self.report(PeerMsg::MigrateFailed {
+                    tid,
+                    reason: format!("its checkpoint is unusable: {e}"),
+                });
+            }
+        }
+    }
+
+    /// Start a VP from a checkpoint image sent by its previous host.
+    fn restore(&mut self, mut start: StartVp, image: &[u8]) {
+        let tid = start.tid;
+        let path = self.cfg.state_dir.join(format!("t{tid:x}.restore"));
+        let written = libmig::checkpoint::Image::decode(image)
+            .map_err(|e| e.to_string())
+            .and_then(|img| img.write(&path).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            log!("cannot restore VP t{tid:x}: {e}");
+            let status = ExitInfo {
+                code: None,
+                signal: None,
+                error: Some(format!("restoring it failed: {e}")),
+            };
+            return self.report(PeerMsg::Exited { tid, status });
+        }
+        start.env.push((
+            libmig::vp::env::RESTORE.to_string(),
+            path.display().to_string(),
+        ));
+        self.start_vp(start);
+    }
+
     // ----- VPs on this host --------------------------------------------------
 
     fn start_vp(&mut self, s: StartVp) {
@@ -1302,6 +1400,8 @@ impl Daemon {
                         pid,
                         open_pipes: 0,
                         exit: None,
+                        moving: None,
+                        moved: false,
                     },
                 );
                 self.vps.by_pid.insert(pid, tid);
@@ -1389,8 +1489,19 @@ impl Daemon {
             .is_some_and(|v| v.exit.is_some() && v.open_pipes == 0);
         if done {
             if let Some(vp) = self.vps.by_tid.remove(&tid) {
-                if let Some(status) = vp.exit {
-                    self.report(PeerMsg::Exited { tid, status });
+                match (vp.moved, vp.exit) {
+                    // It went on elsewhere: its end here is not an exit.
+                    (true, _) => {}
+                    (false, Some(status)) => {
+                        if vp.moving.is_some() {
+                            self.report(PeerMsg::MigrateFailed {
+                                tid,
+                                reason: format!("it ended before its checkpoint ({status})"),
+                            });
+                        }
+                        self.report(PeerMsg::Exited { tid, status });
+                    }
+                    (false, None) => {}
                 }
             }
         }
@@ -1462,5 +1573,8 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Undeliverable { .. } => "Undeliverable",
         PeerMsg::VpCall { .. } => "VpCall",
         PeerMsg::VpReturn { .. } => "VpReturn",
+        PeerMsg::Checkpoint { .. } => "Checkpoint",
+        PeerMsg::Restore { .. } => "Restore",
+        PeerMsg::MigrateFailed { .. } => "MigrateFailed",
     }
 }

@@ -218,6 +218,17 @@ pub enum VpMsg {
         /// The answer.
         ret: VpRet,
     },
+    /// Daemon → VP: at your next safe point, write your checkpoint image
+    /// to `path`, answer `Checkpointed` and end (you are moving).
+    Checkpoint {
+        /// Where to write the image.
+        path: String,
+    },
+    /// VP → daemon: the image is written.
+    Checkpointed {
+        /// Where.
+        path: String,
+    },
     /// Daemon → VP: a direct link to `peer` (the socket travels with this
     /// frame as SCM_RIGHTS), or why there is none.
     DirectLink {
@@ -420,6 +431,31 @@ pub enum PeerMsg {
         /// Why.
         reason: String,
     },
+    /// Master to the VP's host: checkpoint it and send it to `start`'s
+    /// target host (`to`).
+    Checkpoint {
+        /// The target host.
+        to: String,
+        /// How the target starts it (the image is added).
+        start: StartVp,
+    },
+    /// Source host to the master, master to the target host: start this VP
+    /// from its checkpoint image.
+    Restore {
+        /// The target host.
+        to: String,
+        /// How to start it.
+        start: StartVp,
+        /// The image (see `checkpoint`).
+        image: Vec<u8>,
+    },
+    /// Source host to the master: the VP did not move.
+    MigrateFailed {
+        /// Which.
+        tid: Tid,
+        /// Why.
+        reason: String,
+    },
     /// Worker to master: a request of one of its VPs.
     VpCall {
         /// The VP.
@@ -474,6 +510,13 @@ pub enum Request {
     Kill {
         /// Job id or Tid.
         target: String,
+    },
+    /// Move a VP to another host (checkpoint, restart there).
+    Migrate {
+        /// Its Tid (`t40001` or hex).
+        tid: String,
+        /// The target host.
+        to: String,
     },
     /// Stop every daemon and VP.
     Halt,

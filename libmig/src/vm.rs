@@ -44,11 +44,13 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{de::DeserializeOwned, Serialize};
 use thiserror::Error;
 
+use crate::checkpoint::{Header, Image, LibState, Unread};
 use crate::frame::{self, FrameError, MAX_BODY};
 use crate::link::{self, Link};
 use crate::msg::{Envelope, Notice, NotifyOn, Tid, VpCall, VpMsg, VpRet, SYSTEM};
@@ -86,6 +88,9 @@ pub enum MigError {
     /// The daemon or the master refused a call.
     #[error("{0}")]
     Refused(String),
+    /// A checkpoint could not be written or read back.
+    #[error("checkpoint: {0}")]
+    Restore(String),
     /// A payload did not decode as the type asked for.
     #[error("message payload does not decode as the expected type: {0}")]
     Decode(#[from] postcard::Error),
@@ -172,6 +177,28 @@ pub struct Vm {
     next_call: u64,
     spin: Duration,
     arrivals: u64,
+    checkpoint_to: Option<String>,
+    restored: bool,
+}
+
+/// Set by SIGUSR2, which the daemon sends with a checkpoint request so that
+/// `safe_point` only looks at the socket when there is something to see.
+static ASKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigusr2(_: libc::c_int) {
+    ASKED.store(true, Ordering::Relaxed);
+}
+
+fn install_sigusr2() {
+    // SAFETY: the handler only stores to an atomic (async-signal-safe);
+    // SA_RESTART keeps blocking calls going.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigusr2 as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
+    }
 }
 
 impl Vm {
@@ -214,7 +241,176 @@ impl Vm {
             next_call: 1,
             spin: spin_from_env(),
             arrivals: 0,
-        })
+            checkpoint_to: None,
+            restored: false,
+        }
+        .with_handler())
+    }
+
+    fn with_handler(self) -> Vm {
+        install_sigusr2();
+        self
+    }
+
+    /// Join the virtual machine, fresh or resumed: a VP restarted from a
+    /// checkpoint (after a migration) gets the state it saved and its
+    /// unread messages back; otherwise `fresh()` makes the state.
+    pub fn init_or_restore<S: DeserializeOwned>(
+        fresh: impl FnOnce() -> S,
+    ) -> Result<(Vm, S), MigError> {
+        let mut vm = Vm::init()?;
+        let Some(path) = std::env::var_os(env::RESTORE) else {
+            return Ok((vm, fresh()));
+        };
+        let path = std::path::PathBuf::from(path);
+        let image = Image::read(&path).map_err(|e| MigError::Restore(e.to_string()))?;
+        if image.header.tid != vm.me.tid {
+            return Err(MigError::Restore(format!(
+                "the image at {} is of t{:x}, not t{:x}",
+                path.display(),
+                image.header.tid,
+                vm.me.tid
+            )));
+        }
+        let state = postcard::from_bytes(&image.state)?;
+        let lib = image.lib;
+        vm.mailbox = lib
+            .mailbox
+            .into_iter()
+            .map(|u| Message {
+                from: u.from,
+                tag: u.tag,
+                data: u.data.into(),
+            })
+            .collect();
+        vm.seq_out = lib.seq_out.into_iter().collect();
+        for (from, next) in lib.seq_in {
+            vm.order.insert(
+                from,
+                Order {
+                    next,
+                    early: BTreeMap::new(),
+                },
+            );
+        }
+        for u in lib.early {
+            let o = vm.order.entry(u.from).or_insert(Order {
+                next: 1,
+                early: BTreeMap::new(),
+            });
+            o.early.insert(
+                u.seq,
+                Message {
+                    from: u.from,
+                    tag: u.tag,
+                    data: u.data.into(),
+                },
+            );
+        }
+        let _ = std::fs::remove_file(&path);
+        std::env::remove_var(env::RESTORE);
+        vm.restored = true;
+        Ok((vm, state))
+    }
+
+    /// Was this VP restarted from a checkpoint?
+    pub fn restored(&self) -> bool {
+        self.restored
+    }
+
+    /// A safe point: cheap unless the daemon has asked this VP to move, in
+    /// which case it writes `state` and its unread messages to a checkpoint
+    /// image and ends; the VP goes on elsewhere from `init_or_restore`.
+    pub fn safe_point<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        if ASKED.swap(false, Ordering::Relaxed) {
+            self.pump(LinkId::Daemon, false)?;
+        }
+        if self.checkpoint_to.is_some() {
+            self.checkpoint_and_end(state)?;
+        }
+        Ok(())
+    }
+
+    /// `recv` that is also a safe point: while it waits, a request to move
+    /// is carried out with `state` (so a VP blocked in a receive never holds
+    /// a migration up).
+    pub fn recv_safe<S: Serialize>(
+        &mut self,
+        state: &S,
+        from: Option<Tid>,
+        tag: Option<i32>,
+    ) -> Result<Message, MigError> {
+        loop {
+            if self.checkpoint_to.is_some() {
+                self.checkpoint_and_end(state)?;
+            }
+            if let Some(m) = self.take(from, tag)? {
+                return Ok(m);
+            }
+            self.wait_io(None, None)?;
+        }
+    }
+
+    /// Write the checkpoint image and end the process (it only returns an
+    /// error).
+    fn checkpoint_and_end<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        let Some(path) = self.checkpoint_to.clone() else {
+            return Ok(());
+        };
+        // Direct links: stop peers writing (they fall back to the daemons,
+        // which hold messages for a moving VP), then take in what is queued.
+        let peers: Vec<Tid> = self.direct.keys().copied().collect();
+        for t in &peers {
+            if let Some(l) = self.direct.get(t) {
+                let _ = l.sock.shutdown(std::net::Shutdown::Read);
+            }
+            self.pump(LinkId::Direct(*t), false)?;
+        }
+        self.direct.clear();
+        self.pump(LinkId::Daemon, false)?;
+        let mut args = std::env::args();
+        let program = args.next().unwrap_or_default();
+        let unread = |from: Tid, tag: i32, seq: u64, data: &Payload| Unread {
+            from,
+            tag,
+            seq,
+            data: data.to_vec(),
+        };
+        let image = Image {
+            header: Header {
+                tid: self.me.tid,
+                job: self.me.job.clone(),
+                vp: self.me.vp,
+                program,
+                args: args.collect(),
+                cwd: std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default(),
+                env: Vec::new(),
+            },
+            state: postcard::to_allocvec(state)?,
+            lib: LibState {
+                mailbox: self
+                    .mailbox
+                    .iter()
+                    .map(|m| unread(m.from, m.tag, 0, &m.data))
+                    .collect(),
+                early: self
+                    .order
+                    .values()
+                    .flat_map(|o| o.early.iter())
+                    .map(|(&seq, m)| unread(m.from, m.tag, seq, &m.data))
+                    .collect(),
+                seq_out: self.seq_out.iter().map(|(&t, &n)| (t, n)).collect(),
+                seq_in: self.order.iter().map(|(&t, o)| (t, o.next)).collect(),
+            },
+        };
+        image
+            .write(std::path::Path::new(&path))
+            .map_err(|e| MigError::Restore(e.to_string()))?;
+        let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
+        self.write(LinkId::Daemon, &[&head], None)?;
+        std::process::exit(0)
     }
 
     /// This VP's Tid.
@@ -683,7 +879,14 @@ impl Vm {
                     }
                 }
             }
-            VpMsg::Call { .. } | VpMsg::Direct { .. } | VpMsg::Consumed { .. } => {
+            VpMsg::Checkpoint { path } if id == LinkId::Daemon => {
+                self.checkpoint_to = Some(path);
+            }
+            VpMsg::Call { .. }
+            | VpMsg::Direct { .. }
+            | VpMsg::Consumed { .. }
+            | VpMsg::Checkpoint { .. }
+            | VpMsg::Checkpointed { .. } => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }
         }

@@ -22,6 +22,8 @@ pub mod env {
     pub const FD: &str = "MIG_FD";
     /// The Tid of the VP that spawned it, if one did.
     pub const PARENT: &str = "MIG_PARENT";
+    /// The checkpoint image a VP is restarted from (after a migration).
+    pub const RESTORE: &str = "MIG_RESTORE";
     /// How many microseconds a VP looks for a message before it sleeps
     /// (default 50; 0: never).
     pub const SPIN_US: &str = "MIG_SPIN_US";

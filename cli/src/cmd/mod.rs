@@ -5,6 +5,7 @@ pub mod halt;
 pub mod hosts;
 pub mod kill;
 pub mod map;
+pub mod migrate;
 pub mod ps;
 pub mod sched;
 pub mod sim;
@@ -48,6 +49,9 @@ enum Command {
     Ps(ps::Args),
     /// Kill a job (j1) or one VP (t40001).
     Kill(kill::Args),
+    /// Move a running VP to another host: it checkpoints at its next safe
+    /// point and goes on there with the same Tid, no message lost.
+    Migrate(migrate::Args),
     /// Draw the allocation map (processors x time slots).
     Map(map::Args),
     /// Stop every daemon and VP of the virtual machine.
@@ -71,6 +75,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Spawn(a) => spawn::run(&daemon, a),
         Command::Ps(a) => ps::run(&daemon, a),
         Command::Kill(a) => kill::run(&daemon, a),
+        Command::Migrate(a) => migrate::run(&daemon, a),
         Command::Map(a) => map::run(&daemon, a),
         Command::Halt(a) => halt::run(&daemon, a),
         Command::Sched(c) => sched::run(c),

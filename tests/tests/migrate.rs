@@ -1,0 +1,115 @@
+//! Migration on real daemons: a running VP checkpoints at a safe point and
+//! goes on on another host with the same Tid, and no message is lost,
+//! duplicated or reordered, however often it moves.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use mig_tests::{bin, job_lines, wait_until, Vm};
+
+/// (host, state) of VP `tid` as `mig ps --json` shows it.
+fn where_is(vm: &Vm, tid: &str) -> Option<(String, String)> {
+    let ps = vm.json(&["ps"]);
+    ps.as_array()?.iter().find_map(|v| {
+        (v["tid"].as_str()? == tid).then(|| {
+            (
+                v["host"].as_str().unwrap_or("").to_string(),
+                v["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+    })
+}
+
+#[test]
+fn a_stream_consumer_moved_200_times_loses_nothing() {
+    let vm = Vm::start(3);
+    let stop = vm.dir.path().join("stop");
+    let job = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "2", "--wait", "--"])
+        .arg(bin("stream"))
+        .args(["--json", "--pause-every", "20", "--until"])
+        .arg(&stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    let consumer = "t40002";
+    assert!(
+        wait_until(Duration::from_secs(10), || where_is(&vm, consumer)
+            .is_some_and(|(_, s)| s == "running")),
+        "the consumer never ran"
+    );
+    for k in 0..200 {
+        let (from, _) = where_is(&vm, consumer).expect("consumer");
+        let to = ["h0", "h1", "h2"]
+            .into_iter()
+            .find(|h| *h != from && (k % 2 == 0 || *h != "h0"))
+            .unwrap_or("h1");
+        let out = vm.mig(&["migrate", consumer, "--to", to]);
+        assert!(
+            out.status.success(),
+            "move {k} to {to}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || where_is(&vm, consumer)
+                == Some((to.to_string(), "running".to_string()))),
+            "move {k}: the consumer did not come up on {to}\n{}",
+            vm.log(0)
+        );
+    }
+    std::fs::write(&stop, b"").expect("stop file");
+    let out = job.wait_with_output().expect("job");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = lines.last().expect("output");
+    let v: serde_json::Value = serde_json::from_str(last).expect("JSON tally");
+    assert_eq!(v["restored"], 200, "{last}");
+    assert_eq!(v["lost"], 0, "{last}");
+    assert_eq!(v["duplicated"], 0, "{last}");
+    assert_eq!(v["out_of_order"], 0, "{last}");
+    assert!(v["received"].as_u64().is_some_and(|n| n > 0), "{last}");
+}
+
+#[test]
+fn bad_moves_are_clear_errors_and_the_vp_stays() {
+    let vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "2", "--wait", "--"])
+        .arg(bin("stream"))
+        .args(["--json", "--until"])
+        .arg(&stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mig spawn");
+    assert!(wait_until(Duration::from_secs(10), || where_is(
+        &vm, "t40002"
+    )
+    .is_some_and(|(_, s)| s == "running")));
+    let (at, _) = where_is(&vm, "t40002").expect("consumer");
+    for (args, says) in [
+        (vec!["migrate", "t40002", "--to", "h9"], "no live host"),
+        (
+            vec!["migrate", "t40002", "--to", at.as_str()],
+            "already runs on",
+        ),
+        (vec!["migrate", "t4ffff", "--to", "h1"], "no VP"),
+    ] {
+        let out = vm.mig(&args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(where_is(&vm, "t40002").map(|(h, _)| h), Some(at));
+    std::fs::write(&stop, b"").expect("stop file");
+    let out = job.wait_with_output().expect("job");
+    assert!(out.status.success());
+}
