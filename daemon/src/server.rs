@@ -1316,14 +1316,16 @@ impl Daemon {
             return log!("VP t{tid:x} checkpointed without being asked");
         };
         let expected = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
-        let checked = (std::path::Path::new(path) == expected)
-            .then(|| std::fs::read(&expected).map_err(|e| e.to_string()))
-            .unwrap_or_else(|| Err(format!("it wrote {path}, not {}", expected.display())))
-            .and_then(|b| {
-                libmig::checkpoint::Image::decode(&b)
-                    .map(|_| b)
-                    .map_err(|e| e.to_string())
-            });
+        let read = if std::path::Path::new(path) == expected {
+            std::fs::read(&expected).map_err(|e| e.to_string())
+        } else {
+            Err(format!("it wrote {path}, not {}", expected.display()))
+        };
+        let checked = read.and_then(|b| {
+            libmig::checkpoint::Image::decode(&b)
+                .map(|_| b)
+                .map_err(|e| e.to_string())
+        });
         match checked {
             Ok(image) => {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
