@@ -170,6 +170,11 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<Started> {
         -1 => Err(io::Error::last_os_error()),
         0 => unsafe {
             libc::setpgid(0, 0);
+            // The daemon nudges a VP with SIGUSR2 when it asks for a
+            // checkpoint; until libmig installs its handler (or in a program
+            // without libmig) that must not end the process. An ignored
+            // signal stays ignored across exec.
+            libc::signal(libc::SIGUSR2, libc::SIG_IGN);
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             if libc::getppid() != parent {
                 libc::_exit(1);

@@ -1152,7 +1152,7 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_ne!(s[0].0, s[1].0, "one VP per host");
         for (h, tid) in &s {
-            m.started(*tid, 100);
+            m.started(h, *tid, 100);
             let out = m.exited(
                 h,
                 *tid,

@@ -144,9 +144,17 @@ impl Router {
         self.held.remove(&tid).map(Vec::from).unwrap_or_default()
     }
 
-    /// A VP of this host is gone from here.
+    /// A VP of this host is gone from here (or moving away).
     pub fn detach(&mut self, tid: Tid) {
         self.local.remove(&tid);
+    }
+
+    /// Connection `token` closed: if it still is `tid`'s, `tid` is gone
+    /// from here (a VP that left and came back has a new one).
+    pub fn closed(&mut self, tid: Tid, token: Token) {
+        if self.local.get(&tid) == Some(&token) {
+            self.local.remove(&tid);
+        }
     }
 
     /// The local VP on `token`, if any.

@@ -112,6 +112,9 @@ pub struct Daemon {
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
     dialling: HashMap<Token, Vec<(Envelope, Body)>>,
+    /// Each local VP's socket, for answers to it (also while it moves, when
+    /// the router no longer delivers messages to it).
+    vp_conns: HashMap<Tid, Token>,
     fd_inflight: HashMap<Token, usize>,
     blocked: HashMap<Token, Vec<Token>>,
 }
@@ -187,6 +190,7 @@ impl Daemon {
             peers: HashMap::new(),
             links: HashMap::new(),
             dialling: HashMap::new(),
+            vp_conns: HashMap::new(),
             fd_inflight: HashMap::new(),
             blocked: HashMap::new(),
             cfg,
@@ -524,7 +528,10 @@ impl Daemon {
                 if why != "closed by peer" {
                     log!("disconnected VP t{tid:x}: {why}");
                 }
-                self.router.detach(tid);
+                self.router.closed(tid, t);
+                if self.vp_conns.get(&tid) == Some(&t) {
+                    self.vp_conns.remove(&tid);
+                }
             }
             Kind::Data { host } | Kind::Dial { host, .. } | Kind::DialWelcome { host }
                 if self.links.get(&host) == Some(&t) =>
@@ -886,7 +893,7 @@ impl Daemon {
             }
             PeerMsg::Directory(entries) => self.directory(entries),
             PeerMsg::VpReturn { tid, id, ret } => {
-                if let Way::Local(t) = self.router.way(tid) {
+                if let Some(&t) = self.vp_conns.get(&tid) {
                     self.send_vp(t, &VpMsg::Return { id, ret });
                 }
             }
@@ -1160,7 +1167,11 @@ impl Daemon {
         if env.from == SYSTEM {
             return;
         }
-        match self.router.way(env.from) {
+        let way = match self.vp_conns.get(&env.from) {
+            Some(&t) => Way::Local(t),
+            None => self.router.way(env.from),
+        };
+        match way {
             Way::Local(t) => self.send_vp(
                 t,
                 &VpMsg::Undeliverable {
@@ -1198,7 +1209,7 @@ impl Daemon {
         let (freed, confirms) = self.router.update(entries);
         for (from, to) in confirms {
             if self.router.way(to) != Way::Gone {
-                if let Way::Local(t) = self.router.way(from) {
+                if let Some(&t) = self.vp_conns.get(&from) {
                     self.send_vp(t, &VpMsg::Confirmed { to });
                 }
             }
@@ -1286,14 +1297,14 @@ impl Daemon {
     /// stopped, signalled so that its safe point looks).
     fn checkpoint(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
-        let (Way::Local(t), Some(vp)) = (self.router.way(tid), self.vps.by_tid.get_mut(&tid))
-        else {
+        let (Some(&t), Some(vp)) = (self.vp_conns.get(&tid), self.vps.by_tid.get_mut(&tid)) else {
             return self.report(PeerMsg::MigrateFailed {
                 tid,
                 reason: format!("it is not running on {}", self.facts.name),
             });
         };
         let pid = vp.pid;
+        log!("asking VP t{tid:x} to checkpoint for {to}");
         vp.moving = Some((to, start));
         self.router.detach(tid);
         let path = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
@@ -1328,6 +1339,7 @@ impl Daemon {
         });
         match checked {
             Ok(image) => {
+                log!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
                     v.moved = true;
                 }
@@ -1364,6 +1376,7 @@ impl Daemon {
             libmig::vp::env::RESTORE.to_string(),
             path.display().to_string(),
         ));
+        log!("restoring VP t{tid:x} from its checkpoint");
         self.start_vp(start);
     }
 
@@ -1392,6 +1405,7 @@ impl Daemon {
                     .is_ok()
                 {
                     self.conns.insert(vt, Conn::new(vp_sock, Kind::Vp { tid }));
+                    self.vp_conns.insert(tid, vt);
                     for (env, payload) in self.router.attach(tid, vt) {
                         self.route(env, payload, None);
                     }

@@ -55,8 +55,10 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
         assert!(
             wait_until(Duration::from_secs(10), || where_is(&vm, consumer)
                 == Some((to.to_string(), "running".to_string()))),
-            "move {k}: the consumer did not come up on {to}\n{}",
-            vm.log(0)
+            "move {k}: the consumer did not come up on {to}\n{}\n{}\n{}",
+            vm.log(0),
+            vm.log(1),
+            vm.log(2)
         );
     }
     std::fs::write(&stop, b"").expect("stop file");
