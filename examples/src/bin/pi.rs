@@ -52,15 +52,31 @@ fn main() {
         let h = (0..chunks).map(|i| hits(i, size(i))).sum();
         return report(h, samples, chunks, 1);
     }
-    let mut vm = init_or_exit(PROG);
+    // Migration-aware: whatever a VP needs to go on is in `Pi`, and every
+    // wait for a message is a safe point (`recv_safe`), so any VP can be
+    // moved between chunks (`mig migrate`) without changing the answer.
+    let (mut vm, mut st) = match libmig::Vm::init_or_restore(Pi::default) {
+        Ok(v) => v,
+        Err(libmig::MigError::NotAVp(_)) => {
+            init_or_exit(PROG);
+            return;
+        }
+        Err(e) => {
+            eprintln!("{PROG}: {e}");
+            std::process::exit(1);
+        }
+    };
     let tasks = or_die(PROG, vm.tasks());
     let me = vm.tid();
     if tasks.first() != Some(&me) {
         // A worker: ask for work (an empty result), compute, repeat.
         let master = tasks[0];
-        or_die(PROG, vm.send(master, RESULT, &(u64::MAX, 0u64)));
+        if !st.asked {
+            or_die(PROG, vm.send(master, RESULT, &(u64::MAX, 0u64)));
+            st.asked = true;
+        }
         loop {
-            let m = or_die(PROG, vm.recv(Some(master), Some(WORK)));
+            let m = or_die(PROG, vm.recv_safe(&st, Some(master), Some(WORK)));
             let i: u64 = or_die(PROG, m.decode());
             if i == u64::MAX {
                 return;
@@ -69,27 +85,38 @@ fn main() {
             or_die(PROG, vm.send(master, RESULT, &(i, h)));
         }
     }
-    let workers: Vec<Tid> = tasks[1..].to_vec();
-    if workers.is_empty() {
+    let workers = tasks.len() - 1;
+    if workers == 0 {
         let h = (0..chunks).map(|i| hits(i, size(i))).sum();
         return report(h, samples, chunks, 1);
     }
-    let (mut next, mut done, mut total) = (0u64, 0u64, 0u64);
-    let mut stopped = std::collections::HashSet::new();
     // Until every chunk is in and every worker has been told to stop.
-    while done < chunks || stopped.len() < workers.len() {
-        let m = or_die(PROG, vm.recv(None, Some(RESULT)));
+    while st.done < chunks || st.stopped.len() < workers {
+        let m = or_die(PROG, vm.recv_safe(&st, None, Some(RESULT)));
         let (i, h): (u64, u64) = or_die(PROG, m.decode());
         if i != u64::MAX {
-            total += h;
-            done += 1;
+            st.total += h;
+            st.done += 1;
         }
-        let work = if next < chunks { next } else { u64::MAX };
-        next += 1;
-        if work == u64::MAX {
-            stopped.insert(m.from);
+        let work = if st.next < chunks { st.next } else { u64::MAX };
+        st.next += 1;
+        if work == u64::MAX && !st.stopped.contains(&m.from) {
+            st.stopped.push(m.from);
         }
         or_die(PROG, vm.send(m.from, WORK, &work));
     }
-    report(total, samples, chunks, tasks.len());
+    report(st.total, samples, chunks, tasks.len());
+}
+
+/// What a VP of `pi` keeps across a move.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Pi {
+    /// A worker has asked for its first chunk.
+    asked: bool,
+    /// The master: next chunk to hand out, chunks done, hits so far, and the
+    /// workers told to stop.
+    next: u64,
+    done: u64,
+    total: u64,
+    stopped: Vec<Tid>,
 }
