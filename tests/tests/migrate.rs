@@ -115,3 +115,52 @@ fn bad_moves_are_clear_errors_and_the_vp_stays() {
     let out = job.wait_with_output().expect("job");
     assert!(out.status.success());
 }
+
+#[test]
+fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
+    let vm = Vm::start(3);
+    let job = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "3", "--wait", "--"])
+        .arg(bin("heat"))
+        .args(["--rows", "40", "--cols", "40", "--iters", "8000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    let mut moved = 0;
+    for tid in ["t40002", "t40003", "t40002"] {
+        let running = wait_until(Duration::from_secs(10), || {
+            where_is(&vm, tid).is_some_and(|(_, s)| s == "running")
+        });
+        let Some((from, _)) = where_is(&vm, tid).filter(|_| running) else {
+            break; // the job ended first
+        };
+        let to = ["h0", "h1", "h2"]
+            .into_iter()
+            .find(|h| *h != from)
+            .unwrap_or("h0");
+        if vm.mig(&["migrate", tid, "--to", to]).status.success()
+            && wait_until(Duration::from_secs(10), || {
+                where_is(&vm, tid) == Some((to.to_string(), "running".to_string()))
+            })
+        {
+            moved += 1;
+        }
+    }
+    let out = job.wait_with_output().expect("job");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(moved >= 1, "no move happened while the job ran");
+    eprintln!("heat: {moved} moves while it ran");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("identical to the serial run: ok")),
+        "{lines:?}"
+    );
+}

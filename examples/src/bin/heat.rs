@@ -3,7 +3,9 @@
 //! rows to its neighbours and receives their halo rows, then updates its
 //! block. At the end VP 0 gathers the grid, runs the same computation
 //! serially, and checks that both are bit for bit identical.
-//! Run by hand (not as a VP) it only runs the serial computation.
+//! Run by hand (not as a VP) it only runs the serial computation. It is
+//! migration-aware: any VP can be moved (`mig migrate`) at any point and
+//! the answer stays bit for bit the same.
 //!
 //! Usage: heat [--rows N] [--cols N] [--iters N]   (defaults 256, 256, 500)
 //! Prints: `heat: RxC, I iterations on K VPs, checksum …: identical to the serial run: ok`
@@ -54,6 +56,17 @@ fn block(rows: usize, k: usize, n: usize) -> (usize, usize) {
     (1 + inner * k / n, 1 + inner * (k + 1) / n)
 }
 
+/// What a VP of `heat` keeps across a move: its rows (with halos), the
+/// iteration, and how far into the iteration's exchange it got.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Block {
+    g: Vec<Vec<f64>>,
+    iter: usize,
+    sent: bool,
+    got_up: bool,
+    got_down: bool,
+}
+
 fn main() {
     let rows: usize = num_flag(PROG, "rows", 256);
     let cols: usize = num_flag(PROG, "cols", 256);
@@ -70,7 +83,17 @@ fn main() {
         );
         return;
     }
-    let mut vm = init_or_exit(PROG);
+    let (mut vm, mut st) = match libmig::Vm::init_or_restore(Block::default) {
+        Ok(v) => v,
+        Err(libmig::MigError::NotAVp(_)) => {
+            init_or_exit(PROG);
+            return;
+        }
+        Err(e) => {
+            eprintln!("{PROG}: {e}");
+            std::process::exit(1);
+        }
+    };
     let tasks: Vec<Tid> = or_die(PROG, vm.tasks());
     let n = tasks.len();
     let k = tasks.iter().position(|&t| t == vm.tid()).unwrap_or(0);
@@ -79,31 +102,49 @@ fn main() {
         std::process::exit(2);
     }
     let (lo, hi) = block(rows, k, n);
-    // Local rows lo-1..=hi: a halo (or fixed edge) on each side.
     let full = initial(rows, cols);
-    let mut g: Vec<Vec<f64>> = full[lo - 1..=hi].to_vec();
-    let mut next = g.clone();
+    if st.g.is_empty() {
+        // Local rows lo-1..=hi: a halo (or fixed edge) on each side.
+        st.g = full[lo - 1..=hi].to_vec();
+    }
+    let mut next = st.g.clone();
     let up = (k > 0).then(|| tasks[k - 1]);
     let down = (k + 1 < n).then(|| tasks[k + 1]);
-    let last = g.len() - 1;
-    for _ in 0..iters {
-        if let Some(u) = up {
-            or_die(PROG, vm.send(u, UP, &g[1]));
+    let last = st.g.len() - 1;
+    // Each step is recorded in the state as it is done, so a VP moved in
+    // the middle of an iteration neither sends an edge twice nor loses a
+    // halo it already has.
+    while st.iter < iters {
+        if !st.sent {
+            if let Some(u) = up {
+                or_die(PROG, vm.send(u, UP, &st.g[1]));
+            }
+            if let Some(d) = down {
+                or_die(PROG, vm.send(d, DOWN, &st.g[last - 1]));
+            }
+            st.sent = true;
         }
-        if let Some(d) = down {
-            or_die(PROG, vm.send(d, DOWN, &g[last - 1]));
+        if let (Some(u), false) = (up, st.got_up) {
+            let m = or_die(PROG, vm.recv_safe(&st, Some(u), Some(DOWN)));
+            st.g[0] = or_die(PROG, m.decode());
+            st.got_up = true;
         }
-        if let Some(u) = up {
-            g[0] = or_die(PROG, or_die(PROG, vm.recv(Some(u), Some(DOWN))).decode());
+        if let (Some(d), false) = (down, st.got_down) {
+            let m = or_die(PROG, vm.recv_safe(&st, Some(d), Some(UP)));
+            st.g[last] = or_die(PROG, m.decode());
+            st.got_down = true;
         }
-        if let Some(d) = down {
-            g[last] = or_die(PROG, or_die(PROG, vm.recv(Some(d), Some(UP))).decode());
-        }
-        next[0].clone_from(&g[0]);
-        next[last].clone_from(&g[last]);
-        step(&g, &mut next);
-        std::mem::swap(&mut g, &mut next);
+        next[0].clone_from(&st.g[0]);
+        next[last].clone_from(&st.g[last]);
+        step(&st.g, &mut next);
+        std::mem::swap(&mut st.g, &mut next);
+        st.iter += 1;
+        st.sent = false;
+        st.got_up = false;
+        st.got_down = false;
+        or_die(PROG, vm.safe_point(&st));
     }
+    let g = st.g;
     let mine: Vec<Vec<f64>> = g[1..last].to_vec();
     if k != 0 {
         or_die(PROG, vm.send(tasks[0], BLOCK, &mine));
