@@ -1362,7 +1362,7 @@ impl Daemon {
         let path = self.cfg.state_dir.join(format!("t{tid:x}.restore"));
         let written = libmig::checkpoint::Image::decode(image)
             .map_err(|e| e.to_string())
-            .and_then(|img| img.write(&path).map_err(|e| e.to_string()));
+            .and_then(|img| img.write_transient(&path).map_err(|e| e.to_string()));
         if let Err(e) = written {
             log!("cannot restore VP t{tid:x}: {e}");
             let status = ExitInfo {

@@ -112,6 +112,7 @@ pub struct Unread {
     /// Its sequence number (0 for notices).
     pub seq: u64,
     /// Payload.
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -134,6 +135,7 @@ pub struct Image {
     /// Who and how.
     pub header: Header,
     /// The program's state, postcard-encoded.
+    #[serde(with = "serde_bytes")]
     pub state: Vec<u8>,
     /// libmig's state.
     pub lib: LibState,
@@ -199,8 +201,20 @@ impl Image {
         Ok(postcard::from_bytes(body)?)
     }
 
-    /// Write the image to `path` atomically.
+    /// Write the image to `path` atomically and durably (fsync of the file
+    /// and its directory): for checkpoints that must survive a crash.
     pub fn write(&self, path: &Path) -> Result<(), CheckpointError> {
+        self.write_to(path, true)
+    }
+
+    /// Write the image to `path` atomically but without waiting for the
+    /// disk: for an image that only carries a VP to another host, where a
+    /// crash meanwhile loses the move, not the VP.
+    pub fn write_transient(&self, path: &Path) -> Result<(), CheckpointError> {
+        self.write_to(path, false)
+    }
+
+    fn write_to(&self, path: &Path, durable: bool) -> Result<(), CheckpointError> {
         let bytes = self.encode()?;
         let io = |source| CheckpointError::Io {
             path: path.to_path_buf(),
@@ -209,9 +223,14 @@ impl Image {
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
         let mut f = File::create(&tmp).map_err(io)?;
         f.write_all(&bytes).map_err(io)?;
-        f.sync_all().map_err(io)?;
+        if durable {
+            f.sync_all().map_err(io)?;
+        }
         fs::rename(&tmp, path).map_err(io)?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| durable && !d.as_os_str().is_empty())
+        {
             File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
         }
         Ok(())

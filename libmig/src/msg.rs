@@ -447,6 +447,7 @@ pub enum PeerMsg {
         /// How to start it.
         start: StartVp,
         /// The image (see `checkpoint`).
+        #[serde(with = "serde_bytes")]
         image: Vec<u8>,
     },
     /// Source host to the master: the VP did not move.

@@ -406,7 +406,7 @@ impl Vm {
             },
         };
         image
-            .write(std::path::Path::new(&path))
+            .write_transient(std::path::Path::new(&path))
             .map_err(|e| MigError::Restore(e.to_string()))?;
         let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
         self.write(LinkId::Daemon, &[&head], None)?;

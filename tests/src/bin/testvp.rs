@@ -217,12 +217,34 @@ fn flood(vm: &mut Vm, mib: usize) {
     }
 }
 
+/// Hold `mib` MiB of state (as one byte string) and wait in a safe receive
+/// until told to stop; say "restored N" after each move (for the migration
+/// benchmark).
+fn hold(mib: usize) {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Ballast(#[serde(with = "serde_bytes")] Vec<u8>);
+    let (mut vm, state) = ok(Vm::init_or_restore(|| Ballast(vec![7u8; mib << 20])));
+    if vm.restored() {
+        println!("restored {}", state.0.len());
+    } else {
+        println!("ready");
+    }
+    loop {
+        if ok(vm.recv_safe(&state, None, None)).tag == 9 {
+            return;
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("");
     let num = |d: u32| args.get(2).and_then(|v| v.parse().ok()).unwrap_or(d);
     if mode == "garbage" {
         return garbage();
+    }
+    if mode == "hold" {
+        return hold(num(0) as usize);
     }
     let mut vm = ok(Vm::init());
     match mode {

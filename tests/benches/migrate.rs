@@ -1,0 +1,123 @@
+//! Migration speed: time from the `Migrate` request until the moved VP has
+//! restored its state on the target and said so (a line of output), for
+//! states of 0, 1 and 64 MiB, beside copying the same bytes over a plain
+//! loopback TCP socket in the same run. 1 warm-up, then REPS moves back
+//! and forth between two daemons; medians.
+//!
+//! Needs release binaries: `cargo build --release --workspace --bins`, then
+//! `cargo bench -p mig-tests --bench migrate -- --bench`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+use libmig::control::Client;
+use libmig::msg::{Request, Response, SpawnSpec};
+use mig_tests::{bin, Vm};
+
+/// Time to copy `bytes` over loopback TCP (one writer thread, one reader).
+fn tcp_copy(bytes: usize) -> f64 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let data = vec![7u8; bytes.max(1)];
+    let t = Instant::now();
+    let w = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.write_all(&data).expect("write");
+    });
+    let (mut r, _) = l.accept().expect("accept");
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0;
+    while got < bytes.max(1) {
+        got += r.read(&mut buf).expect("read");
+    }
+    let _ = w.join();
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn wait_line(c: &mut Client, want: &str) {
+    loop {
+        match c.recv(None).expect("reply") {
+            Response::Output { line, .. } if line.starts_with(want) => return,
+            Response::JobDone { status, .. } => panic!("the job ended ({status})"),
+            Response::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    }
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test` runs benches without --bench: nothing to do.
+    }
+    let reps: usize = std::env::var("REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(11);
+    let vm = Vm::start(2);
+    for mib in [0usize, 1, 64] {
+        let mut job = Client::connect(&vm.sock()).expect("connect");
+        let spec = SpawnSpec {
+            program: bin("testvp").display().to_string(),
+            args: vec!["hold".into(), mib.to_string()],
+            n: 1,
+            cwd: "/".into(),
+            env: vec![],
+            wait: true,
+            parent: None,
+        };
+        let Response::Spawned { tids, .. } = job.call(&Request::Spawn(spec)).expect("spawn") else {
+            panic!("no job")
+        };
+        let tid = format!("t{:x}", tids[0]);
+        wait_line(&mut job, "ready");
+        let mut c = Client::connect(&vm.sock()).expect("connect");
+        let Response::Ps(ps) = c.call(&Request::Ps).expect("ps") else {
+            panic!("no ps")
+        };
+        let mut at = ps
+            .iter()
+            .find(|v| v.tid == tids[0])
+            .and_then(|v| v.host.clone())
+            .expect("placed");
+        let mut times = Vec::new();
+        for rep in 0..=reps {
+            let to = if at == "h0" { "h1" } else { "h0" }.to_string();
+            let t = Instant::now();
+            match c
+                .call(&Request::Migrate {
+                    tid: tid.clone(),
+                    to: to.clone(),
+                })
+                .expect("migrate")
+            {
+                Response::Ok { .. } => {}
+                other => panic!("{other:?}"),
+            }
+            wait_line(&mut job, "restored");
+            if rep > 0 {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            at = to;
+        }
+        times.sort_by(f64::total_cmp);
+        let mut tcp: Vec<f64> = (0..reps).map(|_| tcp_copy(mib << 20)).collect();
+        tcp.sort_by(f64::total_cmp);
+        let (m, r) = (times[reps / 2], tcp[reps / 2]);
+        println!(
+            "mig_migrate_{mib}MiB_ms {m:.2} ms (min {:.2}, max {:.2}); tcp_copy_{mib}MiB_ms {r:.2} ms; {}",
+            times[0],
+            times[reps - 1],
+            if mib > 0 {
+                format!(
+                    "throughput {:.0} MB/s = {:.2} x raw TCP",
+                    (mib << 20) as f64 / m / 1e3,
+                    r / m
+                )
+            } else {
+                "no state to copy".into()
+            }
+        );
+        let _ = c.call(&Request::Kill { target: tid });
+    }
+}
