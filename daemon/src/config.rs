@@ -60,6 +60,9 @@ pub struct FileConfig {
     pub heartbeat_ms: Option<u64>,
     /// A worker silent this long (ms) is taken out of the pool.
     pub dead_after_ms: Option<u64>,
+    /// A VP asked to move that reaches no safe point within this (ms) stays
+    /// where it is and goes on running.
+    pub safe_point_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,6 +95,8 @@ pub struct Config {
     pub heartbeat: Duration,
     /// Silence after which a worker is taken out of the pool.
     pub dead_after: Duration,
+    /// How long a VP asked to move may take to reach a safe point.
+    pub safe_point_timeout: Duration,
 }
 
 impl Config {
@@ -108,6 +113,7 @@ impl Config {
             arch: crate::facts::arch(),
             heartbeat: Duration::from_millis(500),
             dead_after: Duration::from_millis(3000),
+            safe_point_timeout: Duration::from_secs(10),
         }
     }
 
@@ -158,6 +164,9 @@ impl Config {
         if let Some(v) = f.dead_after_ms {
             self.dead_after = Duration::from_millis(v);
         }
+        if let Some(v) = f.safe_point_timeout_ms {
+            self.safe_point_timeout = Duration::from_millis(v);
+        }
     }
 
     /// Check every value; the first bad one is a clear error.
@@ -185,6 +194,11 @@ impl Config {
         }
         if self.heartbeat < Duration::from_millis(10) || self.heartbeat > Duration::from_secs(60) {
             return bad("heartbeat_ms must be between 10 and 60000".into());
+        }
+        if self.safe_point_timeout < Duration::from_millis(10)
+            || self.safe_point_timeout > Duration::from_secs(3600)
+        {
+            return bad("safe_point_timeout_ms must be between 10 and 3600000".into());
         }
         if self.dead_after < self.heartbeat * 2 {
             return bad("dead_after_ms must be at least twice heartbeat_ms".into());

@@ -28,8 +28,9 @@ pub struct LocalVp {
     pub open_pipes: u8,
     /// Its exit, once reaped.
     pub exit: Option<ExitInfo>,
-    /// Asked to checkpoint and move: the target host and how it starts it.
-    pub moving: Option<(String, StartVp)>,
+    /// Asked to checkpoint and move: the target host, how it starts it,
+    /// and since when.
+    pub moving: Option<(String, StartVp, std::time::Instant)>,
     /// Its checkpoint image is written: its end is a move, not an exit.
     pub moved: bool,
 }

@@ -379,6 +379,7 @@ impl Daemon {
     }
 
     fn tick(&mut self) {
+        self.call_off_slow_moves();
         if let Some(link) = self.link {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
@@ -1305,7 +1306,7 @@ impl Daemon {
         };
         let pid = vp.pid;
         log!("asking VP t{tid:x} to checkpoint for {to}");
-        vp.moving = Some((to, start));
+        vp.moving = Some((to, start, Instant::now()));
         self.router.detach(tid);
         let path = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
         self.send_vp(
@@ -1319,11 +1320,43 @@ impl Daemon {
         let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGUSR2);
     }
 
+    /// A VP asked to move that has not reached a safe point in time stays
+    /// where it is and runs on: it is told so, its messages flow again, and
+    /// the master hears why (`mig ps` shows it running here again).
+    fn call_off_slow_moves(&mut self) {
+        let limit = self.cfg.safe_point_timeout;
+        let late: Vec<Tid> = self
+            .vps
+            .by_tid
+            .iter()
+            .filter(|(_, v)| !v.moved && v.moving.as_ref().is_some_and(|m| m.2.elapsed() > limit))
+            .map(|(&t, _)| t)
+            .collect();
+        for tid in late {
+            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                v.moving = None;
+            }
+            if let Some(&t) = self.vp_conns.get(&tid) {
+                self.send_vp(t, &VpMsg::StayPut);
+                for (env, body) in self.router.attach(tid, t) {
+                    self.route(env, body, None);
+                }
+            }
+            let reason = format!(
+                "no safe point within {} ms: it stays on {} and runs on",
+                limit.as_millis(),
+                self.facts.name
+            );
+            log!("VP t{tid:x}: {reason}");
+            self.report(PeerMsg::MigrateFailed { tid, reason });
+        }
+    }
+
     /// VP `tid` wrote its image (with the messages it had taken in but not
     /// yet read): check it and send it on to the target host through the
     /// master.
     fn checkpointed(&mut self, tid: Tid, path: &str) {
-        let Some((to, start)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
+        let Some((to, start, _)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
             return log!("VP t{tid:x} checkpointed without being asked");
         };
         let expected = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));

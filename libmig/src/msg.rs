@@ -224,6 +224,8 @@ pub enum VpMsg {
         /// Where to write the image.
         path: String,
     },
+    /// Daemon → VP: the move is called off (no safe point in time); go on.
+    StayPut,
     /// VP → daemon: the image is written.
     Checkpointed {
         /// Where.

@@ -882,10 +882,14 @@ impl Vm {
             VpMsg::Checkpoint { path } if id == LinkId::Daemon => {
                 self.checkpoint_to = Some(path);
             }
+            VpMsg::StayPut if id == LinkId::Daemon => {
+                self.checkpoint_to = None;
+            }
             VpMsg::Call { .. }
             | VpMsg::Direct { .. }
             | VpMsg::Consumed { .. }
             | VpMsg::Checkpoint { .. }
+            | VpMsg::StayPut
             | VpMsg::Checkpointed { .. } => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }

@@ -164,3 +164,51 @@ fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
+    let conf = tempfile::tempdir().expect("tmp");
+    let file = conf.path().join("migd.toml");
+    std::fs::write(&file, "[daemon]\nsafe_point_timeout_ms = 300\n").expect("config");
+    let vm = Vm::start_with(2, &["--config", file.to_str().expect("utf-8")]);
+    let job = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "1", "--wait", "--"])
+        .arg(bin("testvp"))
+        .args(["stubborn", "3000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    assert!(wait_until(Duration::from_secs(10), || where_is(
+        &vm, "t40001"
+    )
+    .is_some_and(|(_, s)| s == "running")));
+    let (at, _) = where_is(&vm, "t40001").expect("running");
+    let to = if at == "h0" { "h1" } else { "h0" };
+    let out = vm.mig(&["migrate", "t40001", "--to", to]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        where_is(&vm, "t40001").map(|(_, s)| s),
+        Some("moving".into())
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || where_is(&vm, "t40001")
+            == Some((at.clone(), "running".into()))),
+        "it did not stay: {:?}\n{}",
+        where_is(&vm, "t40001"),
+        vm.log(0)
+    );
+    assert!(
+        vm.log(0).contains("no safe point within 300 ms"),
+        "{}",
+        vm.log(0)
+    );
+    let out = job.wait_with_output().expect("job");
+    assert!(out.status.success(), "the VP was not left to finish");
+    assert!(job_lines(&out).iter().any(|l| l == "stubborn done"));
+}

@@ -74,6 +74,7 @@ fn start() -> anyhow::Result<()> {
         arch: f.arch,
         heartbeat_ms: None,
         dead_after_ms: None,
+        safe_point_timeout_ms: None,
     });
     cfg.validate().context("invalid configuration")?;
     migd::run(cfg).context("migd")?;

@@ -246,6 +246,13 @@ fn main() {
     if mode == "hold" {
         return hold(num(0) as usize);
     }
+    if mode == "stubborn" {
+        // Never reaches a safe point: computes (sleeps) for N ms, then ends.
+        let _vm = ok(Vm::init());
+        std::thread::sleep(Duration::from_millis(u64::from(num(2000))));
+        println!("stubborn done");
+        return;
+    }
     let mut vm = ok(Vm::init());
     match mode {
         "fifo" => fifo(&mut vm, num(200)),
