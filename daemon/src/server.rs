@@ -1366,8 +1366,8 @@ impl Daemon {
             Err(format!("it wrote {path}, not {}", expected.display()))
         };
         let checked = read.and_then(|b| {
-            libmig::checkpoint::Image::decode(&b)
-                .map(|_| b)
+            libmig::checkpoint::Image::check(&b)
+                .map(|()| b)
                 .map_err(|e| e.to_string())
         });
         match checked {
@@ -1393,9 +1393,10 @@ impl Daemon {
     fn restore(&mut self, mut start: StartVp, image: &[u8]) {
         let tid = start.tid;
         let path = self.cfg.state_dir.join(format!("t{tid:x}.restore"));
-        let written = libmig::checkpoint::Image::decode(image)
-            .map_err(|e| e.to_string())
-            .and_then(|img| img.write_transient(&path).map_err(|e| e.to_string()));
+        // Checked, then written as received: the VP decodes it itself.
+        let written = libmig::checkpoint::Image::check(image)
+            .and_then(|()| libmig::checkpoint::write_bytes(&path, image, false))
+            .map_err(|e| e.to_string());
         if let Err(e) = written {
             log!("cannot restore VP t{tid:x}: {e}");
             let status = ExitInfo {

@@ -156,9 +156,9 @@ impl Image {
         Ok(out)
     }
 
-    /// An image from bytes, checked in the order size, magic, version,
-    /// checksum.
-    pub fn decode(bytes: &[u8]) -> Result<Image, CheckpointError> {
+    /// Check image bytes in the order size, magic, version, checksum,
+    /// without decoding them (a daemon passing an image on needs no more).
+    pub fn check(bytes: &[u8]) -> Result<(), CheckpointError> {
         let got = bytes.len() as u64;
         if bytes.len() < PREAMBLE {
             return Err(CheckpointError::Truncated {
@@ -198,7 +198,13 @@ impl Image {
         if got != want {
             return Err(CheckpointError::Checksum { got, want });
         }
-        Ok(postcard::from_bytes(body)?)
+        Ok(())
+    }
+
+    /// An image from bytes, checked (see `check`), then decoded.
+    pub fn decode(bytes: &[u8]) -> Result<Image, CheckpointError> {
+        Image::check(bytes)?;
+        Ok(postcard::from_bytes(&bytes[PREAMBLE..])?)
     }
 
     /// Write the image to `path` atomically and durably (fsync of the file
@@ -215,27 +221,8 @@ impl Image {
     }
 
     fn write_to(&self, path: &Path, durable: bool) -> Result<(), CheckpointError> {
-        let bytes = self.encode()?;
-        let io = |source| CheckpointError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let mut f = File::create(&tmp).map_err(io)?;
-        f.write_all(&bytes).map_err(io)?;
-        if durable {
-            f.sync_all().map_err(io)?;
-        }
-        fs::rename(&tmp, path).map_err(io)?;
-        if let Some(dir) = path
-            .parent()
-            .filter(|d| durable && !d.as_os_str().is_empty())
-        {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
-        Ok(())
+        write_bytes(path, &self.encode()?, durable)
     }
-
     /// Read and check the image at `path`.
     pub fn read(path: &Path) -> Result<Image, CheckpointError> {
         let io = |source| CheckpointError::Io {
@@ -250,6 +237,29 @@ impl Image {
         }
         Image::decode(&fs::read(path).map_err(io)?)
     }
+}
+
+/// Write image bytes (already checked) to `path` atomically; `durable`
+/// also waits for the disk (file and directory).
+pub fn write_bytes(path: &Path, bytes: &[u8], durable: bool) -> Result<(), CheckpointError> {
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut f = File::create(&tmp).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    if durable {
+        f.sync_all().map_err(io)?;
+    }
+    fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| durable && !d.as_os_str().is_empty())
+    {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
