@@ -111,7 +111,9 @@ pub struct Daemon {
     router: Router,
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
-    dialling: HashMap<Token, Vec<(Envelope, Body)>>,
+    dialling: HashMap<Token, Vec<Pending>>,
+    /// Checkpoint images arriving in parts: how to start each, and the bytes.
+    incoming: HashMap<Tid, (StartVp, Vec<u8>)>,
     /// Each local VP's socket, for answers to it (also while it moves, when
     /// the router no longer delivers messages to it).
     vp_conns: HashMap<Tid, Token>,
@@ -190,6 +192,7 @@ impl Daemon {
             peers: HashMap::new(),
             links: HashMap::new(),
             dialling: HashMap::new(),
+            incoming: HashMap::new(),
             vp_conns: HashMap::new(),
             fd_inflight: HashMap::new(),
             blocked: HashMap::new(),
@@ -538,8 +541,17 @@ impl Daemon {
                 if self.links.get(&host) == Some(&t) =>
             {
                 self.links.remove(&host);
-                for (env, _) in self.dialling.remove(&t).unwrap_or_default() {
-                    self.undeliverable(env, &format!("host {host} cannot be reached: {why}"));
+                for p in self.dialling.remove(&t).unwrap_or_default() {
+                    match p {
+                        Pending::Msg(env, _) => self
+                            .undeliverable(env, &format!("host {host} cannot be reached: {why}")),
+                        // Through the master instead.
+                        Pending::Image(start, image) => self.report(PeerMsg::Restore {
+                            to: host.clone(),
+                            start,
+                            image,
+                        }),
+                    }
                 }
             }
             _ => {}
@@ -794,8 +806,11 @@ impl Daemon {
                 log!("data link to {host}");
                 let name = self.facts.name.clone();
                 self.send_peer(t, &PeerMsg::Hi { name });
-                for (env, payload) in self.dialling.remove(&t).unwrap_or_default() {
-                    self.route(env, payload, None);
+                for p in self.dialling.remove(&t).unwrap_or_default() {
+                    match p {
+                        Pending::Msg(env, body) => self.route(env, body, None),
+                        Pending::Image(start, image) => self.send_image(&host, start, image),
+                    }
                 }
             }
             (Kind::Dial { host, .. } | Kind::DialWelcome { host }, PeerMsg::Refused { reason }) => {
@@ -809,6 +824,9 @@ impl Daemon {
             }
             (Kind::Data { .. }, PeerMsg::Deliver(env)) => {
                 self.route(env, Body::Bytes(payload), Some(t))
+            }
+            (Kind::Data { .. }, PeerMsg::RestorePart { tid, total, start }) => {
+                self.image_part(tid, total, start, payload)
             }
             (Kind::Data { .. }, PeerMsg::Undeliverable { env, reason }) => {
                 self.undeliverable(env, &reason)
@@ -1077,7 +1095,13 @@ impl Daemon {
                 {
                     d
                 }
-                Some(d) => return self.dialling.entry(d).or_default().push((env, body)),
+                Some(d) => {
+                    return self
+                        .dialling
+                        .entry(d)
+                        .or_default()
+                        .push(Pending::Msg(env, body))
+                }
                 None => return self.undeliverable(env, &format!("host {h} cannot be reached")),
             },
             Way::Hold => return self.router.hold(env, body),
@@ -1377,7 +1401,7 @@ impl Daemon {
                     v.moved = true;
                 }
                 let _ = std::fs::remove_file(&expected);
-                self.report(PeerMsg::Restore { to, start, image });
+                self.send_image(&to, start, image);
             }
             Err(e) => {
                 log!("VP t{tid:x}: its checkpoint is unusable: {e}");
@@ -1385,6 +1409,78 @@ impl Daemon {
                     tid,
                     reason: format!("its checkpoint is unusable: {e}"),
                 });
+            }
+        }
+    }
+
+    /// Send a checkpoint image to `to` over the data link, in parts of at
+    /// most 32 MiB (raw frame payloads, read on arrival straight into their
+    /// buffers); through the master if there is no link.
+    fn send_image(&mut self, to: &str, start: StartVp, image: Vec<u8>) {
+        const PART: usize = 32 << 20;
+        let Some(d) = self.link_to(to) else {
+            return self.report(PeerMsg::Restore {
+                to: to.to_string(),
+                start,
+                image,
+            });
+        };
+        if !self
+            .conns
+            .get(&d)
+            .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
+        {
+            return self
+                .dialling
+                .entry(d)
+                .or_default()
+                .push(Pending::Image(start, image));
+        }
+        let (tid, total) = (start.tid, image.len() as u64);
+        let mut start = Some(start);
+        for part in image.chunks(PART) {
+            let msg = PeerMsg::RestorePart {
+                tid,
+                total,
+                start: start.take(),
+            };
+            let head = match frame::encode_head(&msg, part.len()) {
+                Ok(h) => h,
+                Err(e) => return log!("cannot encode an image part: {e}"),
+            };
+            let failed = match self.conns.get_mut(&d) {
+                Some(c) => c
+                    .send_parts(head, part.to_vec().into(), None, self.poll.registry(), d)
+                    .err(),
+                None => return log!("lost the link to {to} while sending VP t{tid:x}"),
+            };
+            if let Some(e) = failed {
+                return self.write_failed(d, &e);
+            }
+        }
+    }
+
+    /// Part of a checkpoint image from the VP's previous host.
+    fn image_part(&mut self, tid: Tid, total: u64, start: Option<StartVp>, part: Vec<u8>) {
+        let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
+        if total > limit {
+            return log!("refusing an image of {total} bytes for t{tid:x}");
+        }
+        if let Some(start) = start {
+            self.incoming
+                .insert(tid, (start, Vec::with_capacity(total as usize)));
+        }
+        let Some((_, buf)) = self.incoming.get_mut(&tid) else {
+            return log!("an image part for t{tid:x} without its start");
+        };
+        if buf.len() as u64 + part.len() as u64 > total {
+            self.incoming.remove(&tid);
+            return log!("image parts for t{tid:x} overflow its size");
+        }
+        buf.extend_from_slice(&part);
+        if buf.len() as u64 == total {
+            if let Some((start, image)) = self.incoming.remove(&tid) {
+                self.restore(start, &image);
             }
         }
     }
@@ -1558,6 +1654,14 @@ impl Daemon {
     }
 }
 
+/// Something waiting for a data link to finish its handshake.
+enum Pending {
+    /// A message between VPs.
+    Msg(Envelope, Body),
+    /// A checkpoint image on its way to the host restoring it.
+    Image(StartVp, Vec<u8>),
+}
+
 fn gone(tid: Tid) -> String {
     format!("VP t{tid:x} has exited or never existed")
 }
@@ -1626,5 +1730,6 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Checkpoint { .. } => "Checkpoint",
         PeerMsg::Restore { .. } => "Restore",
         PeerMsg::MigrateFailed { .. } => "MigrateFailed",
+        PeerMsg::RestorePart { .. } => "RestorePart",
     }
 }

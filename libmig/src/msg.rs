@@ -452,6 +452,17 @@ pub enum PeerMsg {
         #[serde(with = "serde_bytes")]
         image: Vec<u8>,
     },
+    /// Source host to target host, on their data link: part of a VP's
+    /// checkpoint image (the bytes follow raw); the first part says how to
+    /// start it, the part that completes `total` bytes starts it.
+    RestorePart {
+        /// The VP.
+        tid: Tid,
+        /// The whole image's size.
+        total: u64,
+        /// How to start it (first part only).
+        start: Option<StartVp>,
+    },
     /// Source host to the master: the VP did not move.
     MigrateFailed {
         /// Which.

@@ -1,6 +1,6 @@
 //! Migration speed: time from the `Migrate` request until the moved VP has
 //! restored its state on the target and said so (a line of output), for
-//! states of 0, 1 and 64 MiB, beside copying the same bytes over a plain
+//! states of 0, 1, 64 and 256 MiB, beside copying the same bytes over a plain
 //! loopback TCP socket in the same run. 1 warm-up, then REPS moves back
 //! and forth between two daemons; medians.
 //!
@@ -55,7 +55,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(11);
     let vm = Vm::start(2);
-    for mib in [0usize, 1, 64] {
+    for mib in [0usize, 1, 64, 256] {
         let mut job = Client::connect(&vm.sock()).expect("connect");
         let spec = SpawnSpec {
             program: bin("testvp").display().to_string(),
