@@ -33,6 +33,11 @@ pub struct LocalVp {
     pub moving: Option<(String, StartVp, std::time::Instant)>,
     /// Its checkpoint image is written: its end is a move, not an exit.
     pub moved: bool,
+    /// How it was started (to start it again here from a late image).
+    pub start: Option<StartVp>,
+    /// An image it wrote after its move was called off: once the process
+    /// has ended, it is started again here from it.
+    pub restart_here: Option<Vec<u8>>,
 }
 
 /// One output pipe of a VP.

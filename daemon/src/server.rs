@@ -1380,10 +1380,20 @@ impl Daemon {
     /// yet read): check it and send it on to the target host through the
     /// master.
     fn checkpointed(&mut self, tid: Tid, path: &str) {
-        let Some((to, start, _)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
-            return log!("VP t{tid:x} checkpointed without being asked");
-        };
         let expected = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
+        let Some((to, start, _)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
+            // Its move was called off while it was writing: it goes on here.
+            let late = std::fs::read(&expected)
+                .ok()
+                .filter(|b| libmig::checkpoint::Image::check(b).is_ok());
+            if let (Some(v), Some(image)) = (self.vps.by_tid.get_mut(&tid), late) {
+                log!("VP t{tid:x} checkpointed after its move was called off: it restarts here");
+                v.moved = true;
+                v.restart_here = Some(image);
+                let _ = std::fs::remove_file(&expected);
+            }
+            return;
+        };
         let read = if std::path::Path::new(path) == expected {
             std::fs::read(&expected).map_err(|e| e.to_string())
         } else {
@@ -1502,6 +1512,7 @@ impl Daemon {
             };
             return self.report(PeerMsg::Exited { tid, status });
         }
+        start.env.retain(|(k, _)| k != libmig::vp::env::RESTORE);
         start.env.push((
             libmig::vp::env::RESTORE.to_string(),
             path.display().to_string(),
@@ -1548,6 +1559,8 @@ impl Daemon {
                         exit: None,
                         moving: None,
                         moved: false,
+                        start: Some(s.clone()),
+                        restart_here: None,
                     },
                 );
                 self.vps.by_pid.insert(pid, tid);
@@ -1636,8 +1649,12 @@ impl Daemon {
         if done {
             if let Some(vp) = self.vps.by_tid.remove(&tid) {
                 match (vp.moved, vp.exit) {
-                    // It went on elsewhere: its end here is not an exit.
-                    (true, _) => {}
+                    (true, _) => {
+                        // It went on elsewhere, or goes on here from its image.
+                        if let (Some(start), Some(image)) = (vp.start, vp.restart_here) {
+                            self.restore(start, &image);
+                        }
+                    }
                     (false, Some(status)) => {
                         if vp.moving.is_some() {
                             self.report(PeerMsg::MigrateFailed {
