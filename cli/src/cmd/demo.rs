@@ -1,6 +1,7 @@
 //! `mig demo`: the quick start in one command. Starts a local virtual
 //! machine of several daemons on loopback, runs the `pi` example across
-//! them, checks the answer, prints timings, and stops everything.
+//! them, moves one of its VPs to another host while it computes, checks the
+//! answer, prints timings, and stops everything.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -37,7 +37,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The quick start: a local virtual machine, a parallel job across it, the answer checked.
+    /// The quick start: a local virtual machine, a parallel job across it, one of its VPs moved to another host mid-run, the answer checked.
     Demo(demo::Args),
     /// Start a local virtual machine of N daemons on loopback.
     Up(up::Args),
