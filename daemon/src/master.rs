@@ -298,15 +298,18 @@ impl Master {
             .map(|v| v.tid)
     }
 
-    fn start_msg(&self, job: &str, vp: u32) -> Option<PeerMsg> {
+    /// How host `host` starts VP `vp` of `job` (with the job's program for
+    /// that host's architecture).
+    fn start_msg(&self, job: &str, vp: u32, host: &str) -> Option<PeerMsg> {
         let j = self.jobs.get(job)?;
         let v = j.vps.get(&vp)?;
+        let arch = &self.hosts.get(host)?.facts.arch;
         Some(PeerMsg::Start(StartVp {
             tid: v.tid,
             job: job.to_string(),
             vp,
             nvps: j.vps.len() as u32,
-            program: v.program.clone(),
+            program: program_for(&v.program, arch)?,
             args: v.args.clone(),
             cwd: j.spec.cwd.clone(),
             env: j.spec.env.clone(),
@@ -319,7 +322,7 @@ impl Master {
         for a in actions {
             match a {
                 Action::Start { job, vp, host, .. } => {
-                    if let Some(msg) = self.start_msg(&job, vp) {
+                    if let Some(msg) = self.start_msg(&job, vp, &host) {
                         out.extend(self.set_vp(&job, vp, Some(host.clone()), VpState::Starting));
                         out.push(Out::ToHost(host, msg));
                     }
@@ -338,7 +341,7 @@ impl Master {
                         continue;
                     }
                     // Its host died with it: start it again from the beginning.
-                    if let Some(msg) = self.start_msg(&job, vp) {
+                    if let Some(msg) = self.start_msg(&job, vp, &to_host) {
                         out.push(Out::Log(format!(
                             "restarting VP {vp} of {job} on {to_host} (its host {from_host} is gone)"
                         )));
@@ -415,7 +418,29 @@ impl Master {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return err(format!("no VP {target:?}"));
         };
-        let Some(start) = self.start_msg(&job, vp) else {
+        let Some(program) = self
+            .jobs
+            .get(&job)
+            .and_then(|j| j.vps.get(&vp))
+            .map(|v| v.program.clone())
+        else {
+            return err(format!("no VP {target:?}"));
+        };
+        let Some(path) = program_for(&program, &to_arch) else {
+            return err(format!(
+                "{to} is {to_arch} and the job names no program for it: spawn it with a path \
+                 template (./prog-{{arch}}) or ARCH=PATH,... to let it move there"
+            ));
+        };
+        let Some(spec) = self.jobs.get(&job).map(|j| j.spec.clone()) else {
+            return err(format!("no VP {target:?}"));
+        };
+        if crate::host::find_program(&path, &spec.cwd, &spec.env).is_none() {
+            return err(format!(
+                "the job's program for {to_arch}, {path:?}, does not exist: VP t{tid:x} cannot run on {to}"
+            ));
+        }
+        let Some(start) = self.start_msg(&job, vp, to) else {
             return err(format!("no VP {target:?}"));
         };
         let Some(j) = self.jobs.get_mut(&job) else {
@@ -429,13 +454,6 @@ impl Master {
         };
         if src == to {
             return err(format!("VP t{tid:x} already runs on {to}"));
-        }
-        let src_arch = self.hosts.get(&src).map(|h| h.facts.arch.clone());
-        if src_arch.as_deref() != Some(to_arch.as_str()) {
-            return err(format!(
-                "{to} is {to_arch} and the job's program is built for {}: it cannot run there",
-                src_arch.unwrap_or_default()
-            ));
         }
         let PeerMsg::Start(start) = start else {
             return err("internal: no start message".into());
@@ -647,9 +665,6 @@ impl Master {
                 spec.n
             ));
         }
-        if let Err(m) = check_program(&spec) {
-            return err(m);
-        }
         let arch = match self
             .hosts
             .get(from_host)
@@ -658,6 +673,9 @@ impl Master {
             Some(h) => h.facts.arch.clone(),
             None => return err("no host to run on".into()),
         };
+        if let Err(m) = check_program(&spec, &arch) {
+            return err(m);
+        }
         let job = format!("j{}", self.next_job);
         self.next_job += 1;
         let mut vps = BTreeMap::new();
@@ -970,13 +988,13 @@ impl Master {
                 spec.n
             )))];
         }
-        if let Err(m) = check_program(&spec) {
-            return vec![reply(VpRet::Error(m))];
-        }
         let arch = match self.hosts.get(host) {
             Some(h) => h.facts.arch.clone(),
             None => return vec![reply(VpRet::Error("no host to run on".into()))],
         };
+        if let Err(m) = check_program(&spec, &arch) {
+            return vec![reply(VpRet::Error(m))];
+        }
         let mut tids = Vec::new();
         let mut events = Vec::new();
         if let Some(j) = self.jobs.get_mut(job) {
@@ -1081,9 +1099,37 @@ fn notice_to(to: Tid, tag: i32, notice: &Notice) -> Out {
     Out::Deliver(env, postcard::to_allocvec(notice).unwrap_or_default())
 }
 
+/// The program of a job for architecture `arch`. A job names its program
+/// as one path (the same everywhere), as a template with `{arch}` in it
+/// (`./heat-{arch}`), or per architecture (`x86_64=./heat,aarch64=./heat-arm`;
+/// a key matches the whole architecture or its part before `-`).
+pub fn program_for(spec: &str, arch: &str) -> Option<String> {
+    if spec.contains("{arch}") {
+        return Some(spec.replace("{arch}", arch));
+    }
+    let pairs: Option<Vec<(&str, &str)>> = spec
+        .split(',')
+        .map(|p| {
+            p.split_once('=')
+                .filter(|(k, _)| !k.is_empty() && !k.contains('/'))
+        })
+        .collect();
+    match pairs {
+        Some(pairs) if spec.contains('=') => {
+            let short = arch.split('-').next().unwrap_or(arch);
+            pairs
+                .iter()
+                .find(|(k, _)| *k == arch)
+                .or_else(|| pairs.iter().find(|(k, _)| *k == short))
+                .map(|(_, p)| p.to_string())
+        }
+        _ => Some(spec.to_string()),
+    }
+}
+
 /// The program must exist where the user named it (relative paths from the
 /// spawn's working directory, bare names on `PATH`).
-fn check_program(spec: &SpawnSpec) -> Result<(), String> {
+fn check_program(spec: &SpawnSpec, arch: &str) -> Result<(), String> {
     if spec.program.is_empty() {
         return Err("no program given: mig spawn [-n N] -- PROGRAM ARGS...".into());
     }
@@ -1096,11 +1142,17 @@ fn check_program(spec: &SpawnSpec) -> Result<(), String> {
             "{k} is set by the daemon for every VP and cannot be given to a job"
         ));
     }
-    match crate::host::find_program(&spec.program, &spec.cwd, &spec.env) {
+    let Some(program) = program_for(&spec.program, arch) else {
+        return Err(format!(
+            "{:?} names no program for {arch}, where the job starts",
+            spec.program
+        ));
+    };
+    match crate::host::find_program(&program, &spec.cwd, &spec.env) {
         Some(_) => Ok(()),
         None => Err(format!(
-            "program {:?} not found (relative to {} or on PATH); build it or give its path",
-            spec.program, spec.cwd
+            "program {program:?} not found (relative to {} or on PATH); build it or give its path",
+            spec.cwd
         )),
     }
 }
@@ -1108,6 +1160,30 @@ fn check_program(spec: &SpawnSpec) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_names_its_program_per_architecture() {
+        assert_eq!(
+            program_for("./heat", "aarch64-linux").as_deref(),
+            Some("./heat")
+        );
+        assert_eq!(
+            program_for("./heat-{arch}", "aarch64-linux").as_deref(),
+            Some("./heat-aarch64-linux")
+        );
+        let map = "x86_64=./heat,aarch64-linux=./heat-arm";
+        assert_eq!(program_for(map, "x86_64-linux").as_deref(), Some("./heat"));
+        assert_eq!(
+            program_for(map, "aarch64-linux").as_deref(),
+            Some("./heat-arm")
+        );
+        assert_eq!(program_for(map, "riscv64-linux"), None);
+        // A path with '=' in a directory is still one path.
+        assert_eq!(
+            program_for("/opt/a=b/prog", "x").as_deref(),
+            Some("/opt/a=b/prog")
+        );
+    }
 
     fn facts(name: &str, procs: u32) -> HostFacts {
         HostFacts {

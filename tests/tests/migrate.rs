@@ -212,3 +212,75 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
     assert!(out.status.success(), "the VP was not left to finish");
     assert!(job_lines(&out).iter().any(|l| l == "stubborn done"));
 }
+
+#[test]
+fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else() {
+    let mut vm = Vm::start(1);
+    let addr = vm.addr.clone();
+    for (i, arch) in [(1, "aarch64-linux"), (2, "riscv64-linux")] {
+        let (c, _) = vm.daemon(i, Some(&addr), &["--arch", arch]);
+        vm.daemons.push(Some(c));
+    }
+    assert!(wait_until(Duration::from_secs(5), || vm
+        .json(&["hosts"])
+        .as_array()
+        .is_some_and(|h| h.len() == 3)));
+    // The job's program per architecture: a template; only x86_64 and
+    // aarch64 builds exist.
+    let progs = tempfile::tempdir().expect("tmp");
+    let local = vm.json(&["hosts"])[0]["arch"]
+        .as_str()
+        .expect("arch")
+        .to_string();
+    for arch in [local.as_str(), "aarch64-linux"] {
+        std::os::unix::fs::symlink(bin("stream"), progs.path().join(format!("stream-{arch}")))
+            .expect("symlink");
+    }
+    let template = progs.path().join("stream-{arch}");
+    let stop = vm.dir.path().join("stop");
+    let job = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "2", "--wait", "--"])
+        .arg(&template)
+        .args(["--json", "--pause-every", "20", "--until"])
+        .arg(&stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    assert!(wait_until(Duration::from_secs(10), || where_is(
+        &vm, "t40002"
+    ) == Some((
+        "h0".into(),
+        "running".into()
+    ))));
+    let out = vm.mig(&["migrate", "t40002", "--to", "h2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("does not exist") && err.contains("riscv64-linux"),
+        "{err}"
+    );
+    let out = vm.mig(&["migrate", "t40002", "--to", "h1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || where_is(&vm, "t40002")
+            == Some(("h1".into(), "running".into()))),
+        "{}",
+        vm.log(1)
+    );
+    std::fs::write(&stop, b"").expect("stop file");
+    let out = job.wait_with_output().expect("job");
+    let lines = job_lines(&out);
+    assert!(out.status.success(), "{lines:?}");
+    let v: serde_json::Value = serde_json::from_str(lines.last().expect("tally")).expect("JSON");
+    assert_eq!(
+        (v["restored"].as_u64(), v["lost"].as_u64()),
+        (Some(1), Some(0)),
+        "{v}"
+    );
+}
