@@ -1,17 +1,36 @@
-//! Shared helpers of the example programs: joining the virtual machine with
-//! a clear message when run by hand, flags, a seeded random generator, and
-//! percentiles.
+//! Shared helpers of the example programs: joining the virtual machine
+//! (fresh or restored after a move) with a clear message when run by hand,
+//! flags, a seeded random generator, and percentiles.
 
 use libmig::{MigError, Vm};
+use serde::de::DeserializeOwned;
+
+fn not_a_vp(name: &str, e: &MigError) -> ! {
+    eprintln!("{name}: {e}");
+    eprintln!(
+        "{name}: run it on a virtual machine, e.g. `mig up` then `mig spawn -n 4 --wait {name}`"
+    );
+    std::process::exit(2);
+}
 
 /// Join the virtual machine, or say how to run the example and exit 2.
 pub fn init_or_exit(name: &str) -> Vm {
-    match Vm::init() {
-        Ok(vm) => vm,
+    Vm::init().unwrap_or_else(|e| not_a_vp(name, &e))
+}
+
+/// Join the virtual machine fresh or, after a move, with the state saved
+/// at the last safe point (`Vm::init_or_restore`); outside a VP, say how to
+/// run the example and exit 2.
+pub fn init_or_restore_or_exit<S: DeserializeOwned>(
+    name: &str,
+    fresh: impl FnOnce() -> S,
+) -> (Vm, S) {
+    match Vm::init_or_restore(fresh) {
+        Ok(v) => v,
+        Err(e @ MigError::NotAVp(_)) => not_a_vp(name, &e),
         Err(e) => {
             eprintln!("{name}: {e}");
-            eprintln!("{name}: run it on a virtual machine, e.g. `mig up` then `mig spawn -n 4 --wait {name}`");
-            std::process::exit(2);
+            std::process::exit(1)
         }
     }
 }

@@ -2,10 +2,25 @@
 //! goes on on another host with the same Tid, and no message is lost,
 //! duplicated or reordered, however often it moves.
 
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mig_tests::{bin, job_lines, wait_until, Vm};
+
+/// `mig spawn -n N --wait -- PROGRAM ARGS...` in the background.
+fn start_job<A: AsRef<OsStr>>(vm: &Vm, n: u32, program: &Path, args: &[A]) -> Child {
+    Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", &n.to_string(), "--wait", "--"])
+        .arg(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig spawn")
+}
 
 /// (host, state) of VP `tid` as `mig ps --json` shows it.
 fn where_is(vm: &Vm, tid: &str) -> Option<(String, String)> {
@@ -24,16 +39,18 @@ fn where_is(vm: &Vm, tid: &str) -> Option<(String, String)> {
 fn a_stream_consumer_moved_200_times_loses_nothing() {
     let vm = Vm::start(3);
     let stop = vm.dir.path().join("stop");
-    let job = Command::new(bin("mig"))
-        .env("MIG_DAEMON", vm.sock())
-        .args(["spawn", "-n", "2", "--wait", "--"])
-        .arg(bin("stream"))
-        .args(["--json", "--pause-every", "20", "--until"])
-        .arg(&stop)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mig spawn");
+    let job = start_job(
+        &vm,
+        2,
+        &bin("stream"),
+        &[
+            OsStr::new("--json"),
+            OsStr::new("--pause-every"),
+            OsStr::new("20"),
+            OsStr::new("--until"),
+            stop.as_os_str(),
+        ],
+    );
     let consumer = "t40002";
     assert!(
         wait_until(Duration::from_secs(10), || where_is(&vm, consumer)
@@ -82,16 +99,16 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
 fn bad_moves_are_clear_errors_and_the_vp_stays() {
     let vm = Vm::start(2);
     let stop = vm.dir.path().join("stop");
-    let job = Command::new(bin("mig"))
-        .env("MIG_DAEMON", vm.sock())
-        .args(["spawn", "-n", "2", "--wait", "--"])
-        .arg(bin("stream"))
-        .args(["--json", "--until"])
-        .arg(&stop)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("mig spawn");
+    let job = start_job(
+        &vm,
+        2,
+        &bin("stream"),
+        &[
+            OsStr::new("--json"),
+            OsStr::new("--until"),
+            stop.as_os_str(),
+        ],
+    );
     assert!(wait_until(Duration::from_secs(10), || where_is(
         &vm, "t40002"
     )
@@ -119,15 +136,12 @@ fn bad_moves_are_clear_errors_and_the_vp_stays() {
 #[test]
 fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
     let vm = Vm::start(3);
-    let job = Command::new(bin("mig"))
-        .env("MIG_DAEMON", vm.sock())
-        .args(["spawn", "-n", "3", "--wait", "--"])
-        .arg(bin("heat"))
-        .args(["--rows", "40", "--cols", "40", "--iters", "8000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mig spawn");
+    let job = start_job(
+        &vm,
+        3,
+        &bin("heat"),
+        &["--rows", "40", "--cols", "40", "--iters", "8000"],
+    );
     let mut moved = 0;
     for tid in ["t40002", "t40003", "t40002"] {
         let running = wait_until(Duration::from_secs(10), || {
@@ -171,15 +185,7 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
     let file = conf.path().join("migd.toml");
     std::fs::write(&file, "[daemon]\nsafe_point_timeout_ms = 300\n").expect("config");
     let vm = Vm::start_with(2, &["--config", file.to_str().expect("utf-8")]);
-    let job = Command::new(bin("mig"))
-        .env("MIG_DAEMON", vm.sock())
-        .args(["spawn", "-n", "1", "--wait", "--"])
-        .arg(bin("testvp"))
-        .args(["stubborn", "3000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mig spawn");
+    let job = start_job(&vm, 1, &bin("testvp"), &["stubborn", "3000"]);
     assert!(wait_until(Duration::from_secs(10), || where_is(
         &vm, "t40001"
     )
@@ -238,16 +244,18 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
     }
     let template = progs.path().join("stream-{arch}");
     let stop = vm.dir.path().join("stop");
-    let job = Command::new(bin("mig"))
-        .env("MIG_DAEMON", vm.sock())
-        .args(["spawn", "-n", "2", "--wait", "--"])
-        .arg(&template)
-        .args(["--json", "--pause-every", "20", "--until"])
-        .arg(&stop)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mig spawn");
+    let job = start_job(
+        &vm,
+        2,
+        &template,
+        &[
+            OsStr::new("--json"),
+            OsStr::new("--pause-every"),
+            OsStr::new("20"),
+            OsStr::new("--until"),
+            stop.as_os_str(),
+        ],
+    );
     assert!(wait_until(Duration::from_secs(10), || where_is(
         &vm, "t40002"
     ) == Some((

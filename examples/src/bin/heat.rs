@@ -11,7 +11,7 @@
 //! Prints: `heat: RxC, I iterations on K VPs, checksum …: identical to the serial run: ok`
 
 use libmig::Tid;
-use mig_examples::{in_vm, init_or_exit, num_flag, or_die};
+use mig_examples::{in_vm, init_or_restore_or_exit, num_flag, or_die};
 
 const UP: i32 = 1;
 const DOWN: i32 = 2;
@@ -83,17 +83,7 @@ fn main() {
         );
         return;
     }
-    let (mut vm, mut st) = match libmig::Vm::init_or_restore(Block::default) {
-        Ok(v) => v,
-        Err(libmig::MigError::NotAVp(_)) => {
-            init_or_exit(PROG);
-            return;
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}");
-            std::process::exit(1);
-        }
-    };
+    let (mut vm, mut st) = init_or_restore_or_exit(PROG, Block::default);
     let tasks: Vec<Tid> = or_die(PROG, vm.tasks());
     let n = tasks.len();
     let k = tasks.iter().position(|&t| t == vm.tid()).unwrap_or(0);

@@ -8,7 +8,7 @@
 //! Prints: `pi = 3.14… error … samples N chunks C vps V: ok`
 
 use libmig::Tid;
-use mig_examples::{in_vm, init_or_exit, num_flag, or_die, Rng};
+use mig_examples::{in_vm, init_or_restore_or_exit, num_flag, or_die, Rng};
 
 const WORK: i32 = 1;
 const RESULT: i32 = 2;
@@ -55,17 +55,7 @@ fn main() {
     // Migration-aware: whatever a VP needs to go on is in `Pi`, and every
     // wait for a message is a safe point (`recv_safe`), so any VP can be
     // moved between chunks (`mig migrate`) without changing the answer.
-    let (mut vm, mut st) = match libmig::Vm::init_or_restore(Pi::default) {
-        Ok(v) => v,
-        Err(libmig::MigError::NotAVp(_)) => {
-            init_or_exit(PROG);
-            return;
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}");
-            std::process::exit(1);
-        }
-    };
+    let (mut vm, mut st) = init_or_restore_or_exit(PROG, Pi::default);
     let tasks = or_die(PROG, vm.tasks());
     let me = vm.tid();
     if tasks.first() != Some(&me) {

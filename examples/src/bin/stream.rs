@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use mig_examples::{init_or_exit, num_flag, or_die, switch};
+use mig_examples::{init_or_restore_or_exit, num_flag, or_die, switch};
 
 const DATA: i32 = 1;
 const END: i32 = 2;
@@ -33,17 +33,7 @@ fn main() {
     let every: u64 = num_flag(PROG, "pause-every", 100);
     let json = switch("json");
     let until = mig_examples::flag("until").map(std::path::PathBuf::from);
-    let (mut vm, mut t) = match libmig::Vm::init_or_restore(Tally::default) {
-        Ok(v) => v,
-        Err(libmig::MigError::NotAVp(_)) => {
-            init_or_exit(PROG);
-            return;
-        }
-        Err(e) => {
-            eprintln!("{PROG}: {e}");
-            std::process::exit(1);
-        }
-    };
+    let (mut vm, mut t) = init_or_restore_or_exit(PROG, Tally::default);
     let tasks = or_die(PROG, vm.tasks());
     if tasks.len() != 2 {
         eprintln!("{PROG}: run it as a job of 2 VPs (mig spawn -n 2)");
