@@ -1477,8 +1477,9 @@ impl Daemon {
             return log!("refusing an image of {total} bytes for t{tid:x}");
         }
         if let Some(start) = start {
-            self.incoming
-                .insert(tid, (start, Vec::with_capacity(total as usize)));
+            // Grown as parts arrive: a peer's announced size is not trusted
+            // with memory before the bytes are there.
+            self.incoming.insert(tid, (start, Vec::new()));
         }
         let Some((_, buf)) = self.incoming.get_mut(&tid) else {
             return log!("an image part for t{tid:x} without its start");
