@@ -63,6 +63,7 @@ pub struct Router {
     dir: HashMap<Tid, Loc>,
     local: HashMap<Tid, Token>,
     held: HashMap<Tid, VecDeque<Held>>,
+    held_bytes: HashMap<Tid, usize>,
     locating: HashSet<Tid>,
     /// Local VPs waiting for a confirmation about a receiver.
     confirm_wait: HashMap<Tid, Vec<Tid>>,
@@ -77,6 +78,7 @@ impl Router {
             dir: HashMap::new(),
             local: HashMap::new(),
             held: HashMap::new(),
+            held_bytes: HashMap::new(),
             locating: HashSet::new(),
             confirm_wait: HashMap::new(),
         }
@@ -109,10 +111,16 @@ impl Router {
 
     /// Keep a message for later.
     pub fn hold(&mut self, env: Envelope, payload: Body) {
+        *self.held_bytes.entry(env.to).or_default() += payload.len();
         self.held
             .entry(env.to)
             .or_default()
             .push_back((env, payload));
+    }
+
+    /// Payload bytes held for `tid`.
+    pub fn held_bytes(&self, tid: Tid) -> usize {
+        self.held_bytes.get(&tid).copied().unwrap_or(0)
     }
 
     /// Remember that local VP `from` waits for a confirmation about `to`.
@@ -128,6 +136,7 @@ impl Router {
         for (tid, loc) in entries {
             self.locating.remove(&tid);
             self.dir.insert(tid, loc);
+            self.held_bytes.remove(&tid);
             if let Some(q) = self.held.remove(&tid) {
                 freed.extend(q);
             }
@@ -141,6 +150,7 @@ impl Router {
     /// A VP of this host connected. Returns the messages held for it.
     pub fn attach(&mut self, tid: Tid, token: Token) -> Vec<Held> {
         self.local.insert(tid, token);
+        self.held_bytes.remove(&tid);
         self.held.remove(&tid).map(Vec::from).unwrap_or_default()
     }
 
@@ -199,9 +209,11 @@ mod tests {
         assert!(r.ask(7));
         assert!(!r.ask(7), "asked once");
         r.hold(env(7), Body::Bytes(b"a".to_vec()));
+        assert_eq!(r.held_bytes(7), 1);
         r.wait_confirm(7, 1);
         let (freed, confirms) = r.update(vec![(7, Loc::At("h2".into()))]);
         assert_eq!(freed.len(), 1);
+        assert_eq!(r.held_bytes(7), 0);
         assert_eq!(confirms, vec![(1, 7)]);
         assert_eq!(r.way(7), Way::Remote("h2".into()));
         r.update(vec![(8, Loc::At("h1".into()))]);

@@ -112,6 +112,8 @@ pub struct Daemon {
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
     dialling: HashMap<Token, Vec<Pending>>,
+    /// Senders paused because too much is held for a VP not reachable yet.
+    held_blocked: HashMap<Tid, Vec<Token>>,
     /// Checkpoint images arriving in parts: how to start each, and the bytes.
     incoming: HashMap<Tid, (StartVp, Vec<u8>)>,
     /// Each local VP's socket, for answers to it (also while it moves, when
@@ -193,6 +195,7 @@ impl Daemon {
             links: HashMap::new(),
             dialling: HashMap::new(),
             incoming: HashMap::new(),
+            held_blocked: HashMap::new(),
             vp_conns: HashMap::new(),
             fd_inflight: HashMap::new(),
             blocked: HashMap::new(),
@@ -1083,7 +1086,7 @@ impl Daemon {
         let dest = match self.router.way(env.to) {
             // A VP whose socket broke is ending: its exit decides.
             Way::Local(d) if self.conns.get(&d).is_none_or(|c| c.broken) => {
-                return self.router.hold(env, body)
+                return self.hold(env, body, src)
             }
             Way::Local(d) => d,
             Way::Remote(h) => match self.link_to(&h) {
@@ -1104,10 +1107,10 @@ impl Daemon {
                 }
                 None => return self.undeliverable(env, &format!("host {h} cannot be reached")),
             },
-            Way::Hold => return self.router.hold(env, body),
+            Way::Hold => return self.hold(env, body, src),
             Way::Locate => {
                 let to = env.to;
-                self.router.hold(env, body);
+                self.hold(env, body, src);
                 if self.router.ask(to) {
                     self.report(PeerMsg::Locate { tid: to });
                 }
@@ -1181,6 +1184,29 @@ impl Daemon {
         }
     }
 
+    /// Keep a message for a VP not reachable yet; past the high mark, its
+    /// sender waits until the VP can be reached (flow control for held
+    /// messages too).
+    fn hold(&mut self, env: Envelope, body: Body, src: Option<Token>) {
+        let to = env.to;
+        self.router.hold(env, body);
+        if let Some(src) = src {
+            if self.router.held_bytes(to) > HIGH_WATER {
+                if let Some(c) = self.conns.get_mut(&src).filter(|c| !c.paused) {
+                    c.paused = true;
+                    self.held_blocked.entry(to).or_default().push(src);
+                }
+            }
+        }
+    }
+
+    /// Messages held for `tid` went on: the senders paused for them go on.
+    fn released(&mut self, tid: Tid) {
+        for src in self.held_blocked.remove(&tid).unwrap_or_default() {
+            self.resume(src);
+        }
+    }
+
     /// Has `t` so much waiting for it that its senders must wait?
     fn full(&self, t: Token) -> bool {
         self.conns.get(&t).is_some_and(|c| c.queued() > HIGH_WATER)
@@ -1231,6 +1257,7 @@ impl Daemon {
 
     /// The master says where VPs are: held messages and confirmations go on.
     fn directory(&mut self, entries: Vec<(Tid, Loc)>) {
+        let tids: Vec<Tid> = entries.iter().map(|(t, _)| *t).collect();
         let (freed, confirms) = self.router.update(entries);
         for (from, to) in confirms {
             if self.router.way(to) != Way::Gone {
@@ -1241,6 +1268,9 @@ impl Daemon {
         }
         for (env, payload) in freed {
             self.route(env, payload, None);
+        }
+        for tid in tids {
+            self.released(tid);
         }
     }
 
@@ -1365,6 +1395,7 @@ impl Daemon {
                 for (env, body) in self.router.attach(tid, t) {
                     self.route(env, body, None);
                 }
+                self.released(tid);
             }
             let reason = format!(
                 "no safe point within {} ms: it stays on {} and runs on",
@@ -1551,6 +1582,7 @@ impl Daemon {
                     for (env, payload) in self.router.attach(tid, vt) {
                         self.route(env, payload, None);
                     }
+                    self.released(tid);
                 }
                 self.vps.by_tid.insert(
                     tid,
