@@ -1059,7 +1059,10 @@ impl Daemon {
                 };
                 if confirm {
                     match self.router.way(env.to) {
-                        Way::Gone => return self.undeliverable(env, &gone(env.to)),
+                        Way::Gone => {
+                            self.credit(&env, &Body::Fd(fd, len as usize));
+                            return self.undeliverable(env, &gone(env.to));
+                        }
                         Way::Locate => self.router.wait_confirm(env.to, tid),
                         _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
                     }
@@ -1105,7 +1108,10 @@ impl Daemon {
                         .or_default()
                         .push(Pending::Msg(env, body))
                 }
-                None => return self.undeliverable(env, &format!("host {h} cannot be reached")),
+                None => {
+                    self.credit(&env, &body);
+                    return self.undeliverable(env, &format!("host {h} cannot be reached"));
+                }
             },
             Way::Hold => return self.hold(env, body, src),
             Way::Locate => {
@@ -1116,7 +1122,10 @@ impl Daemon {
                 }
                 return;
             }
-            Way::Gone => return self.undeliverable(env, &gone(env.to)),
+            Way::Gone => {
+                self.credit(&env, &body);
+                return self.undeliverable(env, &gone(env.to));
+            }
         };
         let local = self
             .conns
@@ -1132,6 +1141,7 @@ impl Daemon {
             },
             other => other,
         };
+        self.credit(&env, &body);
         let (head, payload, fd) = match (local, body) {
             (true, Body::Fd(fd, len)) => {
                 *self.fd_inflight.entry(dest).or_default() += len;
@@ -1181,6 +1191,15 @@ impl Daemon {
             if self.full(dest) {
                 self.pause(src, dest);
             }
+        }
+    }
+
+    /// A memfd payload of a local sender leaves this daemon (passed on or
+    /// dropped): the sender may send that much more.
+    fn credit(&mut self, env: &Envelope, body: &Body) {
+        if let (Body::Fd(_, len), Some(&t)) = (body, self.vp_conns.get(&env.from)) {
+            let bytes = *len as u64;
+            self.send_vp(t, &VpMsg::Credit { bytes });
         }
     }
 

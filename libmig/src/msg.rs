@@ -218,6 +218,12 @@ pub enum VpMsg {
         /// The answer.
         ret: VpRet,
     },
+    /// Daemon → VP: `bytes` of memfd payloads you sent have left the daemon
+    /// (delivered, or sent on to another host): you may send that much more.
+    Credit {
+        /// How many bytes.
+        bytes: u64,
+    },
     /// Daemon → VP: at your next safe point, write your checkpoint image
     /// to `path`, answer `Checkpointed` and end (you are moving).
     Checkpoint {

@@ -179,7 +179,14 @@ pub struct Vm {
     arrivals: u64,
     checkpoint_to: Option<String>,
     restored: bool,
+    /// Bytes of memfd payloads sent to the daemon and not yet passed on.
+    fd_unacked: usize,
 }
+
+/// How many bytes of memfd payloads a VP may have with its daemon before it
+/// waits for them to be passed on (its memory, not the daemon's, but a
+/// receiver that cannot keep up must still hold the sender back).
+const FD_WINDOW: usize = 64 << 20;
 
 /// Set by SIGUSR2, which the daemon sends with a checkpoint request so that
 /// `safe_point` only looks at the socket when there is something to see.
@@ -243,6 +250,7 @@ impl Vm {
             arrivals: 0,
             checkpoint_to: None,
             restored: false,
+            fd_unacked: 0,
         }
         .with_handler())
     }
@@ -483,7 +491,12 @@ impl Vm {
         }
         // Large payloads go to the daemon as a sealed memfd (it passes the
         // descriptor on instead of copying); a direct link streams them.
-        let memfd = if data.len() >= FD_PAYLOAD && via == LinkId::Daemon {
+        let payload_len = data.len();
+        let use_fd = payload_len >= FD_PAYLOAD && via == LinkId::Daemon;
+        while use_fd && self.fd_unacked > 0 && self.fd_unacked + data.len() > FD_WINDOW {
+            self.wait_io(None, None)?;
+        }
+        let memfd = if use_fd {
             Some(sealed_memfd(data).map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?)
         } else {
             None
@@ -509,6 +522,9 @@ impl Vm {
                 (frame::encode_head(&msg, data.len())?, data)
             }
         };
+        if memfd.is_some() {
+            self.fd_unacked += payload_len;
+        }
         if let Err(e) = self.write(via, &[&head, data], memfd.as_ref()) {
             if via == LinkId::Daemon {
                 return Err(e);
@@ -885,11 +901,15 @@ impl Vm {
             VpMsg::StayPut if id == LinkId::Daemon => {
                 self.checkpoint_to = None;
             }
+            VpMsg::Credit { bytes } if id == LinkId::Daemon => {
+                self.fd_unacked = self.fd_unacked.saturating_sub(bytes as usize);
+            }
             VpMsg::Call { .. }
             | VpMsg::Direct { .. }
             | VpMsg::Consumed { .. }
             | VpMsg::Checkpoint { .. }
             | VpMsg::StayPut
+            | VpMsg::Credit { .. }
             | VpMsg::Checkpointed { .. } => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }

@@ -180,3 +180,75 @@ fn a_slow_receiver_holds_the_sender_back_and_daemons_stay_small() {
         assert!(peak < 160, "daemon h{i} peaked at {peak} MiB for 512 MiB");
     }
 }
+
+#[test]
+fn a_sender_to_a_vp_that_cannot_be_reached_is_held_back() {
+    // A VP of an aarch64 job loses its only aarch64 host: it waits for a
+    // processor, and what is sent to it is held... up to a limit.
+    let mut vm = Vm::start(1);
+    let addr = vm.addr.clone();
+    let (c, _) = vm.daemon(1, Some(&addr), &["--arch", "aarch64-linux"]);
+    vm.daemons.push(Some(c));
+    let h1 = vm.dir.path().join("h1").join("control.sock");
+    let out = Command::new(bin("mig"))
+        .env("MIG_DAEMON", &h1)
+        .args(["spawn", "-n", "1", "--"])
+        .arg(bin("testvp"))
+        .args(["hold", "0"])
+        .output()
+        .expect("spawn on h1");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = |vm: &Vm| {
+        vm.json(&["ps"])
+            .as_array()
+            .and_then(|a| a.first().cloned())
+            .and_then(|v| {
+                let host = v["host"].as_str().unwrap_or("").to_string();
+                Some((host, v["state"].as_str()?.to_string()))
+            })
+    };
+    assert!(mig_tests::wait_until(
+        std::time::Duration::from_secs(10),
+        || state(&vm) == Some(("h1".into(), "running".into()))
+    ));
+    vm.signal(1, nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        mig_tests::wait_until(std::time::Duration::from_secs(10), || state(&vm)
+            .is_some_and(|(_, s)| s == "waiting")),
+        "{:?}",
+        state(&vm)
+    );
+    let mut sender = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "1", "--wait", "--"])
+        .arg(bin("testvp"))
+        .args(["floodto", "t40001", "200"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sender");
+    let lines = BufReader::new(sender.stdout.take().expect("stdout")).lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let first = rx.try_iter().count();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let more = rx.try_iter().count();
+    let _ = sender.kill();
+    let _ = sender.wait();
+    assert!(first > 0, "the sender sent nothing");
+    assert!(
+        first < 80,
+        "{first} MiB went out for a VP that cannot be reached\n{}",
+        vm.log(0)
+    );
+    assert_eq!(more, 0, "the sender kept going");
+}

@@ -246,6 +246,21 @@ fn main() {
     if mode == "hold" {
         return hold(num(0) as usize);
     }
+    if mode == "floodto" {
+        // Send MIB messages of 1 MiB to Tid (hex), saying each.
+        let to = args
+            .get(2)
+            .and_then(|t| u64::from_str_radix(t.trim_start_matches('t'), 16).ok())
+            .unwrap_or_else(|| fail("floodto wants a Tid".into()));
+        let n: usize = args.get(3).and_then(|v| v.parse().ok()).unwrap_or(100);
+        let mut vm = ok(Vm::init());
+        let mib = vec![1u8; 1 << 20];
+        for i in 0..n {
+            ok(vm.send_bytes(to, 1, &mib));
+            println!("sent {}", i + 1);
+        }
+        return;
+    }
     if mode == "stubborn" {
         // Never reaches a safe point: computes (sleeps) for N ms, then ends.
         let _vm = ok(Vm::init());
