@@ -418,6 +418,10 @@ impl Vm {
             .map_err(|e| MigError::Restore(e.to_string()))?;
         let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
         self.write(LinkId::Daemon, &[&head], None)?;
+        // The process ends here without unwinding: what it printed goes out.
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
         std::process::exit(0)
     }
 
