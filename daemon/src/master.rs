@@ -405,58 +405,42 @@ impl Master {
     fn migrate(&mut self, from: Requester, target: &str, to: &str) -> Vec<Out> {
         let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
         let hex = target.trim_start_matches('t').trim_start_matches("0x");
-        let Some(tid) = Tid::from_str_radix(hex, 16)
-            .ok()
-            .filter(|t| self.tids.contains_key(t))
-        else {
+        let found = Tid::from_str_radix(hex, 16).ok().and_then(|tid| {
+            let (job, vp) = self.tids.get(&tid)?.clone();
+            let v = self.jobs.get(&job)?.vps.get(&vp)?;
+            Some((tid, job, vp, v.host.clone(), v.state.clone()))
+        });
+        let Some((tid, job, vp, host, state)) = found else {
             return err(format!("no VP {target:?}; `mig ps` lists them (as t40001)"));
         };
-        let Some(h) = self.hosts.get(to).filter(|h| h.alive) else {
+        let Some(to_arch) = self
+            .hosts
+            .get(to)
+            .filter(|h| h.alive)
+            .map(|h| h.facts.arch.clone())
+        else {
             return err(format!("no live host {to:?}; `mig hosts` lists them"));
         };
-        let to_arch = h.facts.arch.clone();
-        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
-            return err(format!("no VP {target:?}"));
+        let Some(src) = host.filter(|_| state == VpState::Running) else {
+            return err(format!("VP t{tid:x} is not running (it is {state:?})"));
         };
-        let Some(program) = self
-            .jobs
-            .get(&job)
-            .and_then(|j| j.vps.get(&vp))
-            .map(|v| v.program.clone())
-        else {
-            return err(format!("no VP {target:?}"));
-        };
-        let Some(path) = program_for(&program, &to_arch) else {
+        if src == to {
+            return err(format!("VP t{tid:x} already runs on {to}"));
+        }
+        let Some(PeerMsg::Start(start)) = self.start_msg(&job, vp, to) else {
             return err(format!(
                 "{to} is {to_arch} and the job names no program for it: spawn it with a path \
                  template (./prog-{{arch}}) or ARCH=PATH,... to let it move there"
             ));
         };
-        let Some(spec) = self.jobs.get(&job).map(|j| j.spec.clone()) else {
-            return err(format!("no VP {target:?}"));
-        };
-        if crate::host::find_program(&path, &spec.cwd, &spec.env).is_none() {
+        if crate::host::find_program(&start.program, &start.cwd, &start.env).is_none() {
             return err(format!(
-                "the job's program for {to_arch}, {path:?}, does not exist: VP t{tid:x} cannot run on {to}"
+                "the job's program for {to_arch}, {:?}, does not exist: VP t{tid:x} cannot run on {to}",
+                start.program
             ));
         }
-        let Some(start) = self.start_msg(&job, vp, to) else {
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return err(format!("no VP {target:?}"));
-        };
-        let Some(j) = self.jobs.get_mut(&job) else {
-            return err(format!("no VP {target:?}"));
-        };
-        let Some(v) = j.vps.get_mut(&vp) else {
-            return err(format!("no VP {target:?}"));
-        };
-        let Some(src) = v.host.clone().filter(|_| v.state == VpState::Running) else {
-            return err(format!("VP t{tid:x} is not running (it is {:?})", v.state));
-        };
-        if src == to {
-            return err(format!("VP t{tid:x} already runs on {to}"));
-        }
-        let PeerMsg::Start(start) = start else {
-            return err("internal: no start message".into());
         };
         v.state = VpState::Moving(to.to_string());
         vec![
