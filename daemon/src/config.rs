@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::owner::{OwnerConfig, OwnerFile};
+
 /// A config file or value that cannot be used.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -70,6 +72,8 @@ pub struct FileConfig {
 struct File {
     #[serde(default)]
     daemon: FileConfig,
+    #[serde(default)]
+    owner: OwnerFile,
 }
 
 /// Everything the daemon needs to start.
@@ -97,6 +101,8 @@ pub struct Config {
     pub dead_after: Duration,
     /// How long a VP asked to move may take to reach a safe point.
     pub safe_point_timeout: Duration,
+    /// The owner monitor.
+    pub owner: OwnerConfig,
 }
 
 impl Config {
@@ -114,11 +120,12 @@ impl Config {
             heartbeat: Duration::from_millis(500),
             dead_after: Duration::from_millis(3000),
             safe_point_timeout: Duration::from_secs(10),
+            owner: OwnerConfig::default(),
         }
     }
 
-    /// Read a config file.
-    pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    /// Read a config file: its `[daemon]` and `[owner]` sections.
+    pub fn read_file(path: &Path) -> Result<(FileConfig, OwnerFile), ConfigError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: p.clone(),
@@ -128,7 +135,12 @@ impl Config {
             path: p,
             message: e.to_string(),
         })?;
-        Ok(f.daemon)
+        Ok((f.daemon, f.owner))
+    }
+
+    /// Overlay the `[owner]` section, checking each value.
+    pub fn apply_owner(&mut self, f: OwnerFile) -> Result<(), ConfigError> {
+        self.owner.apply(f).map_err(ConfigError::Invalid)
     }
 
     /// Overlay the values a file sets.
@@ -221,9 +233,21 @@ mod tests {
         )
         .unwrap();
         let mut c = Config::new(dir.path().into());
-        c.apply(Config::read_file(&p).unwrap());
+        c.apply(Config::read_file(&p).unwrap().0);
         assert_eq!(c.processors, 3);
         c.validate().unwrap();
+        std::fs::write(
+            &p,
+            "[owner]\nscope = \"tree:1\"\nreclaim_load = 0.2\noffer_max_load = 0.1\n",
+        )
+        .unwrap();
+        let (_, owner) = Config::read_file(&p).unwrap();
+        c.apply_owner(owner).unwrap();
+        assert_eq!(c.owner.policy.reclaim_load, 0.2);
+        std::fs::write(&p, "[owner]\nreclaim_load = 2.0\noffer_max_load = 3.0\n").unwrap();
+        let (_, owner) = Config::read_file(&p).unwrap();
+        let e = c.apply_owner(owner).unwrap_err().to_string();
+        assert!(e.contains("offer_max_load"), "{e}");
         std::fs::write(&p, "[daemon]\nprocesors = 3\n").unwrap();
         let e = Config::read_file(&p).unwrap_err().to_string();
         assert!(

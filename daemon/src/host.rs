@@ -237,7 +237,12 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 
 /// Kill a VP's whole process group.
 pub fn kill(pid: i32) {
-    let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    signal(pid, Signal::SIGKILL);
+}
+
+/// Send `sig` to a VP's process group (the VP and its children).
+pub fn signal(pid: i32, sig: Signal) {
+    let _ = killpg(Pid::from_raw(pid), sig);
 }
 
 /// Reap every child that ended: (pid, how).

@@ -9,6 +9,7 @@
 //! * `route` — where a message between VPs goes next (tables, no I/O);
 //! * `groups` — named groups and barriers, kept by the master (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
+//! * `owner` — the owner monitor: activity sources and the policy (when the host is offered);
 //! * `config`, `facts`, `log` — configuration, host facts, the log;
 //! * `sched` — the embedded scheduler (pure; shared with the simulator);
 //! * `sim` — the trace-driven simulator (pure).
@@ -21,6 +22,7 @@ pub mod groups;
 pub mod host;
 pub mod log;
 pub mod master;
+pub mod owner;
 pub mod route;
 pub mod sched;
 pub mod server;

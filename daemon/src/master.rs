@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, PeerMsg, Request,
-    Response, SpawnSpec, StartVp, Stream, Tid, VpCall, VpInfo, VpRet, SYSTEM,
+    Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, OwnerAction,
+    OwnerReport, OwnerState, PeerMsg, Request, Response, SpawnSpec, StartVp, Stream, Tid, VpCall,
+    VpInfo, VpRet, SYSTEM,
 };
 
 use crate::groups::Groups;
@@ -59,6 +60,10 @@ struct HostRec {
     last_seen: Instant,
     alive: bool,
     master: bool,
+    /// Are its processors in the scheduler's pool (alive and offered)?
+    in_pool: bool,
+    /// Its owner monitor's last report.
+    owner: Option<OwnerReport>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +86,23 @@ struct VpRec {
     pid: Option<u32>,
     state: VpState,
     exit: Option<ExitInfo>,
+    /// Where the scheduler wants it, when a move there is still to be made:
+    /// after the move under way, or after one that failed (with the number
+    /// of failed attempts and when to try again).
+    wants: Option<Wanted>,
 }
+
+/// A move the scheduler asked for that has not happened yet.
+#[derive(Debug, Clone)]
+struct Wanted {
+    to: String,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+/// A scheduler move that failed this many times is given up (the VP runs,
+/// or stays stopped, where it is) and reported.
+const MAX_MOVE_ATTEMPTS: u32 = 5;
 
 #[derive(Debug)]
 struct JobRec {
@@ -104,6 +125,10 @@ pub struct Master {
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
     host_watch: Vec<(Tid, i32, bool)>,
     gone: HashMap<Tid, ExitInfo>,
+    /// `mig owner reclaim|release` waiting for its host.
+    owner_waiting: HashMap<u64, Requester>,
+    next_owner_id: u64,
+    now: Instant,
 }
 
 fn processor_id(host: &str, i: u32) -> String {
@@ -113,15 +138,9 @@ fn processor_id(host: &str, i: u32) -> String {
 impl Master {
     /// A master whose own host has `facts`.
     pub fn new(facts: HostFacts, now: Instant) -> (Master, Vec<Out>) {
-        // Until VPs can be checkpointed, moving a running VP would lose its
-        // work: the scheduler may only move VPs whose host is gone.
-        let cfg = SchedConfig {
-            max_migrations_per_event: 0,
-            ..SchedConfig::default()
-        };
         let mut m = Master {
             name: facts.name.clone(),
-            sched: Scheduler::new(cfg),
+            sched: Scheduler::new(SchedConfig::default()),
             hosts: BTreeMap::new(),
             jobs: BTreeMap::new(),
             tids: HashMap::new(),
@@ -131,6 +150,9 @@ impl Master {
             exit_watch: HashMap::new(),
             host_watch: Vec::new(),
             gone: HashMap::new(),
+            owner_waiting: HashMap::new(),
+            next_owner_id: 1,
+            now,
         };
         let out = m.add_host(facts, now, true);
         (m, out)
@@ -148,19 +170,21 @@ impl Master {
 
     fn add_host(&mut self, facts: HostFacts, now: Instant, master: bool) -> Vec<Out> {
         let mut out = vec![Out::Log(format!(
-            "host {} joined: {} processors of {} (capacity {:.2}) at {}",
-            facts.name, facts.processors, facts.arch, facts.capacity, facts.addr
+            "host {} joined: {} processors of {} (capacity {:.2}) at {}{}",
+            facts.name,
+            facts.processors,
+            facts.arch,
+            facts.capacity,
+            facts.addr,
+            if facts.offered {
+                ""
+            } else {
+                " (its owner is active: not offered yet)"
+            }
         ))];
-        for i in 0..facts.processors {
-            let e = Event::NewProcessor {
-                id: processor_id(&facts.name, i),
-                host: facts.name.clone(),
-                arch: facts.arch.clone(),
-                capacity: facts.capacity,
-            };
-            out.extend(self.event(e));
-        }
         let name = facts.name.clone();
+        let offered = facts.offered;
+        let owner = self.hosts.remove(&name).and_then(|h| h.owner);
         self.hosts.insert(
             name.clone(),
             HostRec {
@@ -168,8 +192,13 @@ impl Master {
                 last_seen: now,
                 alive: true,
                 master,
+                in_pool: false,
+                owner,
             },
         );
+        if offered {
+            out.extend(self.join_pool(&name));
+        }
         out.push(Out::Broadcast(self.peers()));
         if !master {
             out.extend(self.host_notices(true, &name));
@@ -232,6 +261,7 @@ impl Master {
     /// A host said something: it is alive. A host that had been taken out
     /// of the pool for silence comes back with all its processors.
     pub fn heard_from(&mut self, host: &str, now: Instant) -> Vec<Out> {
+        self.now = now;
         let Some(h) = self.hosts.get_mut(host) else {
             return Vec::new();
         };
@@ -249,13 +279,14 @@ impl Master {
 
     /// Hosts silent for longer than `dead_after` leave the pool.
     pub fn tick(&mut self, now: Instant, dead_after: Duration) -> Vec<Out> {
+        self.now = now;
+        let mut out = self.retry_moves(now);
         let silent: Vec<String> = self
             .hosts
             .iter()
             .filter(|(_, h)| h.alive && !h.master && now.duration_since(h.last_seen) > dead_after)
             .map(|(n, _)| n.clone())
             .collect();
-        let mut out = Vec::new();
         for h in silent {
             out.extend(self.host_gone(&h, "stopped answering heartbeats"));
         }
@@ -272,16 +303,142 @@ impl Master {
             return Vec::new();
         }
         h.alive = false;
-        let n = h.facts.processors;
         let mut out = vec![Out::Log(format!("host {host} left the pool: {why}"))];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
+        out.extend(self.leave_pool(host));
+        out
+    }
+
+    /// A host's processors join the pool (`new_processor` for each).
+    fn join_pool(&mut self, host: &str) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host).filter(|h| h.alive && !h.in_pool) else {
+            return Vec::new();
+        };
+        h.in_pool = true;
+        let f = h.facts.clone();
+        let mut out = Vec::new();
+        for i in 0..f.processors {
+            out.extend(self.event(Event::NewProcessor {
+                id: processor_id(host, i),
+                host: host.to_string(),
+                arch: f.arch.clone(),
+                capacity: f.capacity,
+            }));
+        }
+        out
+    }
+
+    /// A host's processors leave the pool (`processor_exit` for each): the
+    /// scheduler moves its VPs elsewhere or holds them.
+    fn leave_pool(&mut self, host: &str) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host).filter(|h| h.in_pool) else {
+            return Vec::new();
+        };
+        h.in_pool = false;
+        let n = h.facts.processors;
+        let mut out = Vec::new();
         for i in 0..n {
             out.extend(self.event(Event::ProcessorExit {
                 id: processor_id(host, i),
             }));
         }
         out
+    }
+
+    /// A host's owner monitor reports: its processors leave the pool when
+    /// the owner has taken it back and join it when it is offered again.
+    pub fn owner_report(&mut self, host: &str, report: OwnerReport) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Vec::new();
+        };
+        let before = h.owner.as_ref().map(|r| r.state);
+        let state = report.state;
+        let mut out = Vec::new();
+        if before != Some(state) {
+            out.push(Out::Log(format!(
+                "host {host} is {state} ({})",
+                report.decided_by
+            )));
+        }
+        h.facts.offered = state == OwnerState::Offered;
+        h.owner = Some(report);
+        match state {
+            OwnerState::Reclaimed => out.extend(self.leave_pool(host)),
+            OwnerState::Offered => out.extend(self.join_pool(host)),
+            OwnerState::Suspended => {}
+        }
+        out
+    }
+
+    /// A report from host `host` (a worker, or the master's own host);
+    /// `None` for a message hosts do not send.
+    pub fn from_host(&mut self, host: &str, msg: PeerMsg) -> Option<Vec<Out>> {
+        Some(match msg {
+            PeerMsg::Heartbeat => Vec::new(),
+            PeerMsg::Started { tid, pid } => self.started(host, tid, pid),
+            PeerMsg::Exited { tid, status } => self.exited(host, tid, status),
+            PeerMsg::Restore { to, start, image } => {
+                vec![Out::ToHost(
+                    to.clone(),
+                    PeerMsg::Restore { to, start, image },
+                )]
+            }
+            PeerMsg::MigrateFailed { tid, reason } => self.migrate_failed(tid, &reason),
+            PeerMsg::Output { tid, stream, line } => self.output(host, tid, stream, line),
+            PeerMsg::VpCall { tid, id, call } => self.vp_call(host, tid, id, call),
+            PeerMsg::Locate { tid } => self.locate(host, tid),
+            PeerMsg::Owner(report) => self.owner_report(host, report),
+            PeerMsg::OwnerDone { id, message } => self.owner_done(id, message),
+            _ => return None,
+        })
+    }
+
+    /// The host carried out `mig owner reclaim|release`.
+    pub fn owner_done(&mut self, id: u64, message: String) -> Vec<Out> {
+        match self.owner_waiting.remove(&id) {
+            Some(r) => vec![Out::Reply(r, Response::Ok { message })],
+            None => Vec::new(),
+        }
+    }
+
+    fn owner(
+        &mut self,
+        from: Requester,
+        from_host: &str,
+        action: OwnerAction,
+        host: Option<String>,
+    ) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        if let Some(h) = &host {
+            if !self.is_alive(h) {
+                return err(format!("no live host {h:?}; `mig hosts` lists them"));
+            }
+        }
+        match action {
+            OwnerAction::Status => {
+                let list = self
+                    .hosts
+                    .iter()
+                    .filter(|(n, h)| h.alive && host.as_ref().is_none_or(|x| x == *n))
+                    .filter_map(|(n, h)| Some((n.clone(), h.owner.clone()?)))
+                    .collect();
+                vec![Out::Reply(from, Response::Owner(list))]
+            }
+            OwnerAction::Reclaim | OwnerAction::Release => {
+                let target = host.unwrap_or_else(|| from_host.to_string());
+                let id = self.next_owner_id;
+                self.next_owner_id += 1;
+                self.owner_waiting.insert(id, from);
+                vec![Out::ToHost(
+                    target,
+                    PeerMsg::OwnerCommand {
+                        id,
+                        reclaim: action == OwnerAction::Reclaim,
+                    },
+                )]
+            }
+        }
     }
 
     fn event(&mut self, e: Event) -> Vec<Out> {
@@ -321,12 +478,7 @@ impl Master {
         let mut out = Vec::new();
         for a in actions {
             match a {
-                Action::Start { job, vp, host, .. } => {
-                    if let Some(msg) = self.start_msg(&job, vp, &host) {
-                        out.extend(self.set_vp(&job, vp, Some(host.clone()), VpState::Starting));
-                        out.push(Out::ToHost(host, msg));
-                    }
-                }
+                Action::Start { job, vp, host, .. } => out.extend(self.place(&job, vp, &host)),
                 Action::Migrate {
                     job,
                     vp,
@@ -335,9 +487,7 @@ impl Master {
                     ..
                 } => {
                     if self.is_alive(&from_host) {
-                        out.push(Out::Log(format!(
-                            "not moving VP {vp} of {job} from live host {from_host}: checkpointing is not available"
-                        )));
+                        out.extend(self.place(&job, vp, &to_host));
                         continue;
                     }
                     // Its host died with it: start it again from the beginning.
@@ -350,7 +500,32 @@ impl Master {
                     }
                 }
                 Action::Hold { job, vp, .. } => {
-                    out.extend(self.set_vp(&job, vp, None, VpState::Waiting));
+                    // A VP whose process lives on (stopped on a host its owner
+                    // took back) stays where it is until a processor is free.
+                    let hosts = &self.hosts;
+                    let parked = self
+                        .jobs
+                        .get_mut(&job)
+                        .and_then(|j| j.vps.get_mut(&vp))
+                        .filter(|v| {
+                            let alive = v
+                                .host
+                                .as_ref()
+                                .and_then(|h| hosts.get(h))
+                                .is_some_and(|h| h.alive);
+                            alive && v.state != VpState::Waiting
+                        });
+                    match parked {
+                        Some(v) => {
+                            v.wants = None;
+                            out.push(Out::Log(format!(
+                                "VP t{:x} waits on {} for a free processor",
+                                v.tid,
+                                v.host.as_deref().unwrap_or("?")
+                            )));
+                        }
+                        None => out.extend(self.set_vp(&job, vp, None, VpState::Waiting)),
+                    }
                 }
                 Action::Kill { job, vp, host, .. } => {
                     if let Some(tid) = self.tid_of(&job, vp) {
@@ -361,6 +536,131 @@ impl Master {
             }
         }
         out
+    }
+
+    /// The scheduler puts VP `vp` of `job` on `host`: start it there if it
+    /// has no process yet, leave it if it is there already, else move it
+    /// (checkpoint where it is, restart there), now or after the move under way.
+    fn place(&mut self, job: &str, vp: u32, host: &str) -> Vec<Out> {
+        let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        let tid = v.tid;
+        match (&v.state, v.host.clone()) {
+            (VpState::Waiting, _) | (_, None) => {
+                let Some(msg) = self.start_msg(job, vp, host) else {
+                    return Vec::new();
+                };
+                let mut out = self.set_vp(job, vp, Some(host.to_string()), VpState::Starting);
+                out.push(Out::ToHost(host.to_string(), msg));
+                out
+            }
+            (VpState::Exited, _) => Vec::new(),
+            (VpState::Moving(to), _) => {
+                v.wants = (to != host).then(|| Wanted {
+                    to: host.to_string(),
+                    failures: 0,
+                    retry_at: None,
+                });
+                Vec::new()
+            }
+            (VpState::Running | VpState::Starting, Some(at)) if at == host => {
+                v.wants = None;
+                Vec::new()
+            }
+            (VpState::Running | VpState::Starting, Some(at)) => {
+                v.wants = Some(Wanted {
+                    to: host.to_string(),
+                    failures: 0,
+                    retry_at: None,
+                });
+                match self.begin_move(tid, job, vp, &at, host) {
+                    Ok(out) => out,
+                    Err(e) => vec![Out::Log(format!("cannot move VP t{tid:x} to {host}: {e}"))],
+                }
+            }
+        }
+    }
+
+    /// Ask `src` to checkpoint VP `tid` and ship it to `to`; messages for
+    /// it are held everywhere until it runs there.
+    fn begin_move(
+        &mut self,
+        tid: Tid,
+        job: &str,
+        vp: u32,
+        src: &str,
+        to: &str,
+    ) -> Result<Vec<Out>, String> {
+        let to_arch = self
+            .hosts
+            .get(to)
+            .filter(|h| h.alive)
+            .map(|h| h.facts.arch.clone())
+            .ok_or_else(|| format!("no live host {to:?}; `mig hosts` lists them"))?;
+        let Some(PeerMsg::Start(start)) = self.start_msg(job, vp, to) else {
+            return Err(format!(
+                "{to} is {to_arch} and the job names no program for it: spawn it with a path \
+                 template (./prog-{{arch}}) or ARCH=PATH,... to let it move there"
+            ));
+        };
+        if crate::host::find_program(&start.program, &start.cwd, &start.env).is_none() {
+            return Err(format!(
+                "the job's program for {to_arch}, {:?}, does not exist: VP t{tid:x} cannot run on {to}",
+                start.program
+            ));
+        }
+        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+            v.state = VpState::Moving(to.to_string());
+        }
+        Ok(vec![
+            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Waiting)])),
+            Out::ToHost(
+                src.to_string(),
+                PeerMsg::Checkpoint {
+                    to: to.to_string(),
+                    start,
+                },
+            ),
+            Out::Log(format!("moving VP t{tid:x} from {src} to {to}")),
+        ])
+    }
+
+    /// Moves the scheduler asked for that are due: after a move under way
+    /// ended elsewhere, or again after a failed attempt.
+    fn retry_moves(&mut self, now: Instant) -> Vec<Out> {
+        let due: Vec<(Tid, String, u32, String, String)> = self
+            .jobs
+            .iter()
+            .flat_map(|(job, j)| j.vps.iter().map(move |(&vp, v)| (job, vp, v)))
+            .filter_map(|(job, vp, v)| {
+                let w = v.wants.as_ref()?;
+                let due = w.retry_at.is_none_or(|t| now >= t) && v.state == VpState::Running;
+                let at = v.host.clone().filter(|_| due)?;
+                Some((v.tid, job.clone(), vp, at, w.to.clone()))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (tid, job, vp, at, to) in due {
+            if at == to {
+                self.clear_wants(&job, vp);
+                continue;
+            }
+            match self.begin_move(tid, &job, vp, &at, &to) {
+                Ok(o) => out.extend(o),
+                Err(e) => {
+                    self.clear_wants(&job, vp);
+                    out.push(Out::Log(format!("not moving VP t{tid:x} to {to}: {e}")));
+                }
+            }
+        }
+        out
+    }
+
+    fn clear_wants(&mut self, job: &str, vp: u32) {
+        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+            v.wants = None;
+        }
     }
 
     fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) -> Vec<Out> {
@@ -388,6 +688,9 @@ impl Master {
             VpState::Moving(to) if to == host => {
                 let from = v.host.replace(host.to_string()).unwrap_or_default();
                 v.state = VpState::Running;
+                if v.wants.as_ref().is_some_and(|w| w.to == host) {
+                    v.wants = None;
+                }
                 vec![
                     Out::Log(format!("VP t{tid:x} moved from {from} to {host}")),
                     Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(host.to_string()))])),
@@ -413,53 +716,24 @@ impl Master {
         let Some((tid, job, vp, host, state)) = found else {
             return err(format!("no VP {target:?}; `mig ps` lists them (as t40001)"));
         };
-        let Some(to_arch) = self
-            .hosts
-            .get(to)
-            .filter(|h| h.alive)
-            .map(|h| h.facts.arch.clone())
-        else {
-            return err(format!("no live host {to:?}; `mig hosts` lists them"));
-        };
         let Some(src) = host.filter(|_| state == VpState::Running) else {
             return err(format!("VP t{tid:x} is not running (it is {state:?})"));
         };
         if src == to {
             return err(format!("VP t{tid:x} already runs on {to}"));
         }
-        let Some(PeerMsg::Start(start)) = self.start_msg(&job, vp, to) else {
-            return err(format!(
-                "{to} is {to_arch} and the job names no program for it: spawn it with a path \
-                 template (./prog-{{arch}}) or ARCH=PATH,... to let it move there"
-            ));
-        };
-        if crate::host::find_program(&start.program, &start.cwd, &start.env).is_none() {
-            return err(format!(
-                "the job's program for {to_arch}, {:?}, does not exist: VP t{tid:x} cannot run on {to}",
-                start.program
-            ));
+        match self.begin_move(tid, &job, vp, &src, to) {
+            Ok(mut out) => {
+                out.push(Out::Reply(
+                    from,
+                    Response::Ok {
+                        message: format!("moving VP t{tid:x} from {src} to {to}"),
+                    },
+                ));
+                out
+            }
+            Err(e) => err(e),
         }
-        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
-            return err(format!("no VP {target:?}"));
-        };
-        v.state = VpState::Moving(to.to_string());
-        vec![
-            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Waiting)])),
-            Out::ToHost(
-                src.clone(),
-                PeerMsg::Checkpoint {
-                    to: to.to_string(),
-                    start,
-                },
-            ),
-            Out::Log(format!("moving VP t{tid:x} from {src} to {to}")),
-            Out::Reply(
-                from,
-                Response::Ok {
-                    message: format!("moving VP t{tid:x} from {src} to {to}"),
-                },
-            ),
-        ]
     }
 
     /// The VP's host could not checkpoint it: it stays where it is.
@@ -470,11 +744,26 @@ impl Master {
         let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
-        if !matches!(v.state, VpState::Moving(_)) {
+        let VpState::Moving(to) = v.state.clone() else {
             return Vec::new();
-        }
+        };
         v.state = VpState::Running;
         let at = v.host.clone().unwrap_or_default();
+        let mut also = String::new();
+        if let Some(w) = &mut v.wants {
+            if w.to == to {
+                w.failures += 1;
+                if w.failures >= MAX_MOVE_ATTEMPTS {
+                    also = format!("; gave up moving it to {to} after {} attempts", w.failures);
+                    v.wants = None;
+                } else {
+                    let wait = Duration::from_secs(5) * 2u32.pow(w.failures - 1);
+                    w.retry_at = Some(self.now + wait);
+                    also = format!("; trying again in {} s", wait.as_secs());
+                }
+            }
+        }
+        let reason = format!("{reason}{also}");
         vec![
             Out::Log(format!("VP t{tid:x} stays on {at}: {reason}")),
             Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(at))])),
@@ -620,6 +909,7 @@ impl Master {
             Request::Spawn(spec) => self.spawn(from, from_host, spec),
             Request::Kill { target } => self.kill(from, &target),
             Request::Migrate { tid, to } => self.migrate(from, &tid, &to),
+            Request::Owner { action, host } => self.owner(from, from_host, action, host),
             Request::Halt => {
                 let mut out: Vec<Out> = self
                     .hosts
@@ -680,6 +970,7 @@ impl Master {
                     pid: None,
                     state: VpState::Waiting,
                     exit: None,
+                    wants: None,
                 },
             );
         }
@@ -999,6 +1290,7 @@ impl Master {
                         pid: None,
                         state: VpState::Waiting,
                         exit: None,
+                        wants: None,
                     },
                 );
                 events.push(Event::NewVp {
@@ -1035,6 +1327,7 @@ impl Master {
                 alive: h.alive,
                 master: h.master,
                 vps: counts.get(n.as_str()).copied().unwrap_or(0),
+                owner: h.owner.clone(),
             })
             .collect()
     }
@@ -1049,18 +1342,39 @@ impl Master {
                     vp,
                     host: v.host.clone(),
                     pid: v.pid,
-                    state: match v.state {
-                        VpState::Waiting => "waiting",
-                        VpState::Starting => "starting",
-                        VpState::Moving(_) => "moving",
-                        VpState::Running => "running",
-                        VpState::Exited => "exited",
-                    }
-                    .into(),
+                    state: self.vp_state(v),
                 });
             }
         }
         out
+    }
+}
+
+impl Master {
+    /// A VP's state as `mig ps` says it.
+    fn vp_state(&self, v: &VpRec) -> String {
+        let owner_back = v
+            .host
+            .as_ref()
+            .and_then(|h| self.hosts.get(h))
+            .is_some_and(|h| h.alive && !h.facts.offered);
+        let mut s = match &v.state {
+            VpState::Waiting => "waiting".to_string(),
+            VpState::Starting => "starting".to_string(),
+            VpState::Moving(to) => format!("moving to {to}"),
+            VpState::Running if owner_back => "stopped (owner back)".to_string(),
+            VpState::Running => "running".to_string(),
+            VpState::Exited => "exited".to_string(),
+        };
+        if let Some(w) = v.wants.as_ref().filter(|w| w.failures > 0) {
+            s.push_str(&format!(
+                ", to move to {} ({} failed attempt{})",
+                w.to,
+                w.failures,
+                if w.failures == 1 { "" } else { "s" }
+            ));
+        }
+        s
     }
 }
 
@@ -1178,6 +1492,7 @@ mod tests {
             memory_mb: 1024,
             addr: "127.0.0.1:1".into(),
             pid: 1,
+            offered: true,
         }
     }
 

@@ -37,9 +37,11 @@ use crate::conn::{Conn, Kind, Sock};
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
 use crate::master::{Master, Out, Requester};
+use crate::owner::{Change, Monitor};
 use crate::route::{Body, Router, Way};
 use libmig::payload::{sealed_memfd, FD_PAYLOAD};
 use libmig::Payload;
+use nix::sys::signal::Signal;
 
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
@@ -121,6 +123,8 @@ pub struct Daemon {
     vp_conns: HashMap<Tid, Token>,
     fd_inflight: HashMap<Token, usize>,
     blocked: HashMap<Token, Vec<Token>>,
+    /// Is this workstation its owner's right now?
+    owner: Monitor,
 }
 
 /// Start a daemon with `cfg` and run it until halted or signalled.
@@ -170,7 +174,11 @@ impl Daemon {
             memory_mb: crate::facts::memory_mb(),
             addr: addr.to_string(),
             pid: std::process::id(),
+            offered: false,
         };
+        let owner = Monitor::new(cfg.owner.clone(), Instant::now());
+        let mut facts = facts;
+        facts.offered = owner.offered();
         let mut d = Daemon {
             poll,
             key,
@@ -199,6 +207,7 @@ impl Daemon {
             vp_conns: HashMap::new(),
             fd_inflight: HashMap::new(),
             blocked: HashMap::new(),
+            owner,
             cfg,
         };
         match d.cfg.join {
@@ -331,6 +340,7 @@ impl Daemon {
                 .cfg
                 .heartbeat
                 .saturating_sub(self.last_beat.elapsed())
+                .min(self.owner.due().saturating_duration_since(Instant::now()))
                 .max(Duration::from_millis(1));
             let timeout = if self.halting.is_some() {
                 timeout.min(Duration::from_millis(20))
@@ -368,6 +378,9 @@ impl Daemon {
                     }
                 }
             }
+            if Instant::now() >= self.owner.due() {
+                self.owner_poll(None);
+            }
             if self.last_beat.elapsed() >= self.cfg.heartbeat {
                 self.last_beat = Instant::now();
                 self.tick();
@@ -386,6 +399,9 @@ impl Daemon {
 
     fn tick(&mut self) {
         self.call_off_slow_moves();
+        // The owner's state rides with the heartbeat, for `mig owner status`.
+        let report = self.owner.report(Instant::now());
+        self.report(PeerMsg::Owner(report));
         if let Some(link) = self.link {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
@@ -845,19 +861,6 @@ impl Daemon {
         let Some(m) = &mut self.master else { return };
         let mut out = m.heard_from(h, Instant::now());
         out.extend(match msg {
-            PeerMsg::Heartbeat => Vec::new(),
-            PeerMsg::Started { tid, pid } => m.started(h, tid, pid),
-            PeerMsg::Exited { tid, status } => m.exited(h, tid, status),
-            PeerMsg::Restore { to, start, image } => {
-                vec![Out::ToHost(
-                    to.clone(),
-                    PeerMsg::Restore { to, start, image },
-                )]
-            }
-            PeerMsg::MigrateFailed { tid, reason } => m.migrate_failed(tid, &reason),
-            PeerMsg::Output { tid, stream, line } => m.output(h, tid, stream, line),
-            PeerMsg::VpCall { tid, id, call } => m.vp_call(h, tid, id, call),
-            PeerMsg::Locate { tid } => m.locate(h, tid),
             PeerMsg::Control { id, req } => m.control(
                 Requester::Remote {
                     host: h.to_string(),
@@ -866,8 +869,14 @@ impl Daemon {
                 h,
                 req,
             ),
-            other => {
-                return self.refuse(t, &format!("unexpected {} from a worker", variant(&other)));
+            msg => {
+                let what = variant(&msg);
+                match m.from_host(h, msg) {
+                    Some(out) => out,
+                    None => {
+                        return self.refuse(t, &format!("unexpected {what} from a worker"));
+                    }
+                }
             }
         });
         self.deliver(out);
@@ -906,6 +915,10 @@ impl Daemon {
                 self.begin_halt();
             }
             PeerMsg::Checkpoint { to, start } => self.checkpoint(to, start),
+            PeerMsg::OwnerCommand { id, reclaim } => {
+                self.owner.request(reclaim, Instant::now());
+                self.owner_poll(Some(id));
+            }
             PeerMsg::Restore { start, image, .. } => self.restore(start, &image),
             PeerMsg::Peers(list) => {
                 self.peers = list
@@ -927,22 +940,7 @@ impl Daemon {
     /// Report to the master (handled in place when this is the master).
     fn report(&mut self, msg: PeerMsg) {
         if let Some(m) = &mut self.master {
-            let me = self.facts.name.clone();
-            let out = match msg {
-                PeerMsg::Started { tid, pid } => m.started(&me, tid, pid),
-                PeerMsg::Exited { tid, status } => m.exited(&me, tid, status),
-                PeerMsg::Restore { to, start, image } => {
-                    vec![Out::ToHost(
-                        to.clone(),
-                        PeerMsg::Restore { to, start, image },
-                    )]
-                }
-                PeerMsg::MigrateFailed { tid, reason } => m.migrate_failed(tid, &reason),
-                PeerMsg::Output { tid, stream, line } => m.output(&me, tid, stream, line),
-                PeerMsg::VpCall { tid, id, call } => m.vp_call(&me, tid, id, call),
-                PeerMsg::Locate { tid } => m.locate(&me, tid),
-                _ => Vec::new(),
-            };
+            let out = m.from_host(&self.facts.name, msg).unwrap_or_default();
             self.deliver(out);
         } else if let Some(link) = self.link {
             self.send_peer(link, &msg);
@@ -1369,6 +1367,67 @@ impl Daemon {
     /// for it are held here (the master has told every host to hold them
     /// too); it is asked to checkpoint at its next safe point (woken if
     /// stopped, signalled so that its safe point looks).
+    /// Read the owner's activity sources and carry out what the policy
+    /// says: stop or resume every VP here at once, tell the master (whose
+    /// scheduler then moves them off, or uses this host again). `command`
+    /// is the master's id of a `mig owner reclaim|release` being answered.
+    fn owner_poll(&mut self, command: Option<u64>) {
+        let now = Instant::now();
+        let pids: Vec<u32> = self
+            .vps
+            .by_tid
+            .values()
+            .filter(|v| v.exit.is_none())
+            .filter_map(|v| u32::try_from(v.pid).ok())
+            .collect();
+        let changes = self.owner.poll(now, &pids);
+        let mut done = Vec::new();
+        for c in &changes {
+            match c {
+                Change::StopVps => {
+                    // VPs checkpointing for a move go on to their safe point.
+                    let n = self.signal_vps(Signal::SIGSTOP, |v| v.moving.is_none());
+                    done.push(format!("{n} VPs stopped"));
+                }
+                Change::ResumeVps => {
+                    let n = self.signal_vps(Signal::SIGCONT, |_| true);
+                    done.push(format!("{n} VPs resumed"));
+                }
+                Change::LeavePool => done.push("leaving the pool".into()),
+                Change::JoinPool => done.push("joining the pool".into()),
+            }
+        }
+        let report = self.owner.report(now);
+        let name = self.facts.name.clone();
+        let said = format!(
+            "{name} is {} ({}){}{}",
+            report.state,
+            report.decided_by,
+            if done.is_empty() { "" } else { ": " },
+            done.join(", ")
+        );
+        if !changes.is_empty() {
+            log!("owner: {said}");
+            self.report(PeerMsg::Owner(report));
+        }
+        if let Some(id) = command {
+            self.report(PeerMsg::OwnerDone { id, message: said });
+        }
+    }
+
+    /// Send `sig` to the process group of every live local VP that `which`
+    /// picks; how many.
+    fn signal_vps(&self, sig: Signal, which: impl Fn(&host::LocalVp) -> bool) -> usize {
+        let mut n = 0;
+        for v in self.vps.by_tid.values() {
+            if v.exit.is_none() && which(v) {
+                host::signal(v.pid, sig);
+                n += 1;
+            }
+        }
+        n
+    }
+
     fn checkpoint(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
         let (Some(&t), Some(vp)) = (self.vp_conns.get(&tid), self.vps.by_tid.get_mut(&tid)) else {
@@ -1416,11 +1475,22 @@ impl Daemon {
                 }
                 self.released(tid);
             }
-            let reason = format!(
-                "no safe point within {} ms: it stays on {} and runs on",
-                limit.as_millis(),
-                self.facts.name
-            );
+            let reason = if self.owner.offered() {
+                format!(
+                    "no safe point within {} ms: it stays on {} and runs on",
+                    limit.as_millis(),
+                    self.facts.name
+                )
+            } else {
+                if let Some(v) = self.vps.by_tid.get(&tid) {
+                    host::signal(v.pid, Signal::SIGSTOP);
+                }
+                format!(
+                    "no safe point within {} ms: it stays stopped on {}, whose owner is back",
+                    limit.as_millis(),
+                    self.facts.name
+                )
+            };
             log!("VP t{tid:x}: {reason}");
             self.report(PeerMsg::MigrateFailed { tid, reason });
         }
@@ -1616,6 +1686,11 @@ impl Daemon {
                     },
                 );
                 self.vps.by_pid.insert(pid, tid);
+                if !self.owner.offered() {
+                    // Started as the owner came back: it waits, stopped,
+                    // for the scheduler to move it or the owner to leave.
+                    host::signal(pid, Signal::SIGSTOP);
+                }
                 for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
                     let t = self.token();
                     let file = std::fs::File::from(fd);
@@ -1800,5 +1875,8 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Restore { .. } => "Restore",
         PeerMsg::MigrateFailed { .. } => "MigrateFailed",
         PeerMsg::RestorePart { .. } => "RestorePart",
+        PeerMsg::Owner(_) => "Owner",
+        PeerMsg::OwnerCommand { .. } => "OwnerCommand",
+        PeerMsg::OwnerDone { .. } => "OwnerDone",
     }
 }

@@ -264,6 +264,8 @@ pub struct HostFacts {
     pub addr: String,
     /// Its migd process id (for `mig hosts`).
     pub pid: u32,
+    /// Is it offered to the pool (its owner away) as it joins?
+    pub offered: bool,
 }
 
 /// How a VP ended.
@@ -469,6 +471,23 @@ pub enum PeerMsg {
         /// How to start it (first part only).
         start: Option<StartVp>,
     },
+    /// Worker to master: its owner monitor's state (on every change and
+    /// with each heartbeat).
+    Owner(OwnerReport),
+    /// Master to a host: `mig owner reclaim` (true) or `release` (false).
+    OwnerCommand {
+        /// The master's id for the request.
+        id: u64,
+        /// Reclaim or release.
+        reclaim: bool,
+    },
+    /// Host to master: the command was carried out (VPs stopped or resumed).
+    OwnerDone {
+        /// The request's id.
+        id: u64,
+        /// What happened.
+        message: String,
+    },
     /// Source host to the master: the VP did not move.
     MigrateFailed {
         /// Which.
@@ -538,8 +557,26 @@ pub enum Request {
         /// The target host.
         to: String,
     },
+    /// `mig owner reclaim|release|status`.
+    Owner {
+        /// What to do.
+        action: OwnerAction,
+        /// Which host (default: the daemon asked).
+        host: Option<String>,
+    },
     /// Stop every daemon and VP.
     Halt,
+}
+
+/// What `mig owner` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OwnerAction {
+    /// The owner wants the host now.
+    Reclaim,
+    /// The owner lends it again.
+    Release,
+    /// Show what the monitor sees.
+    Status,
 }
 
 /// One host as `mig hosts` shows it.
@@ -553,6 +590,60 @@ pub struct HostInfo {
     pub master: bool,
     /// VPs running there.
     pub vps: u32,
+    /// Its owner monitor's last report.
+    pub owner: Option<OwnerReport>,
+}
+
+/// Whose a host is now, as its owner monitor decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerState {
+    /// The owner is away: the host is in the pool and its VPs run.
+    Offered,
+    /// The owner is back: its VPs are stopped, not yet moved off.
+    Suspended,
+    /// The owner is back: the host has left the pool.
+    Reclaimed,
+}
+
+impl std::fmt::Display for OwnerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OwnerState::Offered => "offered",
+            OwnerState::Suspended => "suspended",
+            OwnerState::Reclaimed => "reclaimed",
+        })
+    }
+}
+
+/// One owner-activity source as `mig owner status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceReport {
+    /// `load`, `terminals`, `input devices`, `interrupts`, `explicit`.
+    pub name: String,
+    /// Is it watching anything on this host?
+    pub active: bool,
+    /// What it sees now.
+    pub sees: String,
+    /// Seconds since it last saw owner activity.
+    pub last_activity_s: Option<f64>,
+}
+
+/// A host's owner monitor: its state and every source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnerReport {
+    /// The state.
+    pub state: OwnerState,
+    /// Seconds in it.
+    pub for_s: f64,
+    /// The source that decided it, and what it saw.
+    pub decided_by: String,
+    /// Seconds since the owner's last activity, if any was seen.
+    pub idle_s: Option<f64>,
+    /// Non-VP CPU load in cores, when measured.
+    pub load: Option<f64>,
+    /// Each source.
+    pub sources: Vec<SourceReport>,
 }
 
 /// One VP as `mig ps` shows it.
@@ -590,6 +681,8 @@ pub enum Response {
     Hosts(Vec<HostInfo>),
     /// To `Ps`.
     Ps(Vec<VpInfo>),
+    /// To `Owner { action: Status }`: each host's owner monitor.
+    Owner(Vec<(String, OwnerReport)>),
     /// To `Map`: processors in row order and each slot's cells.
     Map {
         /// Processor ids.

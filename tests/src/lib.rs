@@ -135,8 +135,15 @@ impl Vm {
         } else {
             &["--processors", "1"][..]
         };
+        // Daemons sharing this machine: no owner's load unless a test says whose.
+        let scope = if extra.contains(&"--owner-scope") {
+            &[][..]
+        } else {
+            &["--owner-scope", "none"][..]
+        };
         cmd.args(["--listen", "127.0.0.1:0"])
             .args(procs)
+            .args(scope)
             .args(["--capacity", "1", "--name"])
             .arg(format!("h{i}"))
             .arg("--state-dir")

@@ -200,7 +200,7 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
     );
     assert_eq!(
         where_is(&vm, "t40001").map(|(_, s)| s),
-        Some("moving".into())
+        Some(format!("moving to {to}"))
     );
     assert!(
         wait_until(Duration::from_secs(5), || where_is(&vm, "t40001")

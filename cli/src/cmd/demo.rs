@@ -1,11 +1,18 @@
 //! `mig demo`: the quick start in one command. Starts a local virtual
 //! machine of several daemons on loopback, runs the `pi` example across
-//! them, moves one of its VPs to another host while it computes, checks the
-//! answer, prints timings, and stops everything.
+//! them, has the owner of one host come back (a CPU-bound program starts on
+//! their "desk") so that host's VPs stop and move to the others while the
+//! job computes, checks the answer, prints timings, and stops everything.
+//!
+//! The daemons share this machine, so each host's owner is a process tree:
+//! host h1's owner monitor counts the load of a desk shell's tree, and the
+//! demo starts a busy loop there (`--owner-scope tree:PID`).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libmig::control::Client;
@@ -23,7 +30,7 @@ pub struct Args {
     #[arg(long, default_value_t = 8)]
     vps: u32,
     /// Monte Carlo samples for pi (the job's size).
-    #[arg(long, default_value_t = 200_000_000)]
+    #[arg(long, default_value_t = 2_000_000_000)]
     samples: u64,
 }
 
@@ -41,12 +48,58 @@ fn example(name: &str) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The owner policy of the demo's hosts: the desk's busy loop shares two
+/// cores with the job's VPs, so a small load is the owner's return; the
+/// owner counts as gone after 2 s idle (a real desk waits 15 minutes).
+const DEMO_POLICY: &str =
+    "[owner]\nreclaim_load = 0.1\noffer_max_load = 0.05\noffer_after_idle_s = 2\n";
+
+/// The owner's desk on host h1: a shell whose process tree is theirs.
+struct Desk {
+    shell: Child,
+}
+
+impl Desk {
+    fn open() -> Result<Desk> {
+        let shell = Command::new("sh")
+            .arg("-s")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting the desk shell (sh)")?;
+        Ok(Desk { shell })
+    }
+
+    fn type_line(&mut self, line: &str) -> Result<()> {
+        let stdin = self.shell.stdin.as_mut().context("the desk's input")?;
+        writeln!(stdin, "{line}").context("typing at the desk")?;
+        stdin.flush().context("typing at the desk")
+    }
+}
+
+impl Drop for Desk {
+    fn drop(&mut self) {
+        let _ = self.type_line("kill $! 2>/dev/null; exit");
+        let _ = self.shell.wait();
+    }
+}
+
 /// Run it.
 pub fn run(a: Args) -> Result<()> {
     let pi = example("pi")?;
+    if a.hosts < 2 {
+        bail!("the demo needs at least 2 hosts, so that VPs have somewhere to go");
+    }
     let dir = std::env::temp_dir().join(format!("mig-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let policy = dir.join("owner.toml");
+    std::fs::write(&policy, DEMO_POLICY).context("writing the demo's owner policy")?;
+    let mut desk = Desk::open()?;
     let t0 = Instant::now();
-    let mut vm = Vm::start(&dir, &UpArgs::new(a.hosts, 1, vec![1.0; a.hosts]))?;
+    let up_args = UpArgs::new(a.hosts, 1, vec![1.0; a.hosts])
+        .config(policy)
+        .owner_desk(1, desk.shell.id());
+    let mut vm = Vm::start(&dir, &up_args)?;
     let up = t0.elapsed();
     println!(
         "virtual machine: {} daemons on loopback, up in {:.1} ms (state in {})",
@@ -54,7 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         up.as_secs_f64() * 1e3,
         dir.display()
     );
-    let result = run_job(&vm, &pi, &a);
+    let result = run_job(&vm, &pi, &a, &mut desk);
     let t1 = Instant::now();
     vm.halt();
     let _ = std::fs::remove_dir_all(&dir);
@@ -62,65 +115,113 @@ pub fn run(a: Args) -> Result<()> {
     result
 }
 
-/// Where a VP runs and in what state, as `mig ps` has it.
-fn whereabouts(c: &mut Client, tid: u64) -> Result<Option<(String, String)>> {
-    let Response::Ps(vps) = c.call(&Request::Ps)? else {
-        bail!("the daemon did not list its VPs")
-    };
-    Ok(vps
-        .into_iter()
-        .find(|v| v.tid == tid)
-        .map(|v| (v.host.unwrap_or_default(), v.state)))
+/// Is process `pid` stopped (state T in /proc)?
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
 }
 
-/// Move one running VP of the job to another host while it computes, and
-/// say how long it took until it ran there.
-fn move_one(vm: &Vm, tid: u64) -> Result<()> {
+/// Wait until every VP runs, then have h1's owner come back: a busy loop
+/// starts on their desk. Time until h1's VPs are stopped and until h1 is
+/// empty (its VPs moved); then the owner leaves again.
+fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
     let mut c = Client::connect(&vm.master_sock)?;
-    let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    let from = loop {
-        match whereabouts(&mut c, tid)? {
-            Some((h, s)) if s == "running" => break h,
-            _ if Instant::now() > deadline => bail!("VP t{tid:x} never started"),
-            _ => std::thread::sleep(std::time::Duration::from_millis(2)),
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let on_h1 = loop {
+        let Response::Ps(vps) = c.call(&Request::Ps)? else {
+            bail!("the daemon did not list its VPs")
+        };
+        if vps.iter().all(|v| v.state == "running") && vps.len() == tids.len() {
+            break vps
+                .into_iter()
+                .filter(|v| v.host.as_deref() == Some("h1"))
+                .filter_map(|v| Some((v.tid, v.pid?)))
+                .collect::<Vec<_>>();
         }
+        if Instant::now() > deadline {
+            bail!("the job's VPs never all ran");
+        }
+        std::thread::sleep(Duration::from_millis(2));
     };
-    let Response::Hosts(hosts) = c.call(&Request::Hosts)? else {
-        bail!("the daemon did not list its hosts")
-    };
-    let Some(to) = hosts
-        .iter()
-        .map(|h| h.facts.name.clone())
-        .find(|h| *h != from)
-    else {
+    if on_h1.is_empty() {
+        println!("no VP on h1: nothing to show");
         return Ok(());
-    };
+    }
     let t = Instant::now();
-    match c.call(&Request::Migrate {
-        tid: format!("t{tid:x}"),
-        to: to.clone(),
-    })? {
-        Response::Ok { .. } => {}
-        Response::Error { message } => bail!("moving t{tid:x}: {message}"),
-        other => bail!("unexpected reply {other:?}"),
-    }
-    loop {
-        match whereabouts(&mut c, tid)? {
-            Some((h, s)) if h == to && s == "running" => break,
-            // It finished before it could move: nothing to show.
-            None => return Ok(()),
-            _ if Instant::now() > deadline => bail!("VP t{tid:x} did not arrive on {to}"),
-            _ => std::thread::sleep(std::time::Duration::from_millis(1)),
-        }
-    }
+    desk.type_line("while :; do :; done &")?;
     println!(
-        "migrated VP t{tid:x} from {from} to {to} while it computed: checkpoint, move, restart in {:.1} ms, no message lost",
-        t.elapsed().as_secs_f64() * 1e3
+        "h1's owner is back: a busy loop started on their desk, with {} VPs of the job on h1",
+        on_h1.len()
     );
+    let mut all_stopped = None;
+    loop {
+        if all_stopped.is_none() && on_h1.iter().all(|&(_, pid)| stopped(pid)) {
+            all_stopped = Some(t.elapsed());
+        }
+        let Response::Ps(vps) = c.call(&Request::Ps)? else {
+            bail!("the daemon did not list its VPs")
+        };
+        let left = on_h1
+            .iter()
+            .filter(|(tid, _)| {
+                vps.iter()
+                    .any(|v| v.tid == *tid && v.host.as_deref() == Some("h1"))
+            })
+            .count();
+        if left == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("h1's VPs did not move off: {vps:?}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let empty = t.elapsed();
+    match all_stopped {
+        Some(s) => println!(
+            "h1's VPs stopped {:.1} ms after the owner came back; moved to other hosts (checkpoint, move, restart) {:.1} ms after, no message lost",
+            s.as_secs_f64() * 1e3,
+            empty.as_secs_f64() * 1e3
+        ),
+        None => println!(
+            "h1's VPs moved to other hosts (checkpoint, move, restart) {:.1} ms after the owner came back, no message lost",
+            empty.as_secs_f64() * 1e3
+        ),
+    }
+    desk.type_line("kill $!")?;
+    let t = Instant::now();
+    println!("h1's owner left again: h1 is offered after 2 s idle");
+    // Back in the pool, h1 gets VPs again where MTAT says the job gains.
+    while Instant::now() < t + Duration::from_secs(10) {
+        let Response::Ps(vps) = c.call(&Request::Ps)? else {
+            bail!("the daemon did not list its VPs")
+        };
+        if vps.iter().any(|v| v.state == "exited") {
+            println!("the job was finishing: nothing moved back to h1");
+            break;
+        }
+        let back = vps
+            .iter()
+            .filter(|v| v.host.as_deref() == Some("h1") && v.state == "running")
+            .count();
+        if back > 0 {
+            println!(
+                "h1 offered again {:.1} s later; the scheduler moved {back} VPs back onto it (MTAT: the job gets faster)",
+                t.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     Ok(())
 }
 
-fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args) -> Result<()> {
+fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk) -> Result<()> {
     let mut c = Client::connect(&vm.master_sock)?;
     let spec = SpawnSpec {
         program: pi.display().to_string(),
@@ -139,9 +240,7 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args) -> Result<()> {
         "job {job}: {} VPs of pi, {} Monte Carlo samples that VP 0 hands out in chunks to the others by message; placed by the master's gang scheduler (MTAT)",
         a.vps, a.samples
     );
-    if let Some(&worker) = tids.get(1) {
-        move_one(vm, worker)?;
-    }
+    owner_returns(vm, &tids, desk)?;
     let mut verdict = None;
     let mut per_host: BTreeMap<String, u32> = BTreeMap::new();
     let status = loop {

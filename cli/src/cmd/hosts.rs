@@ -27,6 +27,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                     "processors": h.facts.processors, "capacity": h.facts.capacity,
                     "memory_mb": h.facts.memory_mb, "pid": h.facts.pid,
                     "alive": h.alive, "master": h.master, "vps": h.vps,
+                    "owner": h.owner,
                 })
             })
             .collect();
@@ -34,8 +35,8 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<10} {:<22} {:<16} {:>5} {:>8} {:>8} {:>4}  STATE",
-        "HOST", "ADDRESS", "ARCH", "PROCS", "CAPACITY", "MEM(MB)", "VPS"
+        "{:<10} {:<22} {:<16} {:>5} {:>8} {:>8} {:>4}  {:<7} OWNER",
+        "HOST", "ADDRESS", "ARCH", "PROCS", "CAPACITY", "MEM(MB)", "VPS", "STATE"
     );
     for h in hosts {
         let state = match (h.alive, h.master) {
@@ -43,8 +44,12 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             (true, false) => "up",
             (false, _) => "gone",
         };
+        let owner = h
+            .owner
+            .as_ref()
+            .map_or_else(|| "-".to_string(), super::owner::summary);
         println!(
-            "{:<10} {:<22} {:<16} {:>5} {:>8.2} {:>8} {:>4}  {state}",
+            "{:<10} {:<22} {:<16} {:>5} {:>8.2} {:>8} {:>4}  {state:<7} {owner}",
             h.facts.name,
             h.facts.addr,
             h.facts.arch,

@@ -6,6 +6,7 @@ pub mod hosts;
 pub mod kill;
 pub mod map;
 pub mod migrate;
+pub mod owner;
 pub mod ps;
 pub mod sched;
 pub mod sim;
@@ -37,7 +38,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The quick start: a local virtual machine, a parallel job across it, one of its VPs moved to another host mid-run, the answer checked.
+    /// The quick start: a local virtual machine, a parallel job across it, the owner of one host coming back and its VPs moving off mid-run, the answer checked.
     Demo(demo::Args),
     /// Start a local virtual machine of N daemons on loopback.
     Up(up::Args),
@@ -52,6 +53,10 @@ enum Command {
     /// Move a running VP to another host: it checkpoints at its next safe
     /// point and goes on there with the same Tid, no message lost.
     Migrate(migrate::Args),
+    /// The owner's side: take a host back now, lend it again, or see what
+    /// its owner monitor sees (owner reclaim|release|status).
+    #[command(subcommand)]
+    Owner(owner::OwnerCmd),
     /// Draw the allocation map (processors x time slots).
     Map(map::Args),
     /// Stop every daemon and VP of the virtual machine.
@@ -77,6 +82,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Kill(a) => kill::run(&daemon, a),
         Command::Migrate(a) => migrate::run(&daemon, a),
         Command::Map(a) => map::run(&daemon, a),
+        Command::Owner(c) => owner::run(&daemon, c),
         Command::Halt(a) => halt::run(&daemon, a),
         Command::Sched(c) => sched::run(c),
         Command::Sim(a) => sim::run(a),

@@ -35,6 +35,14 @@ pub struct Args {
     /// Return once the machine is up, leaving the daemons running.
     #[arg(long)]
     detach: bool,
+    /// Config file (TOML, [daemon] and [owner] sections) for every daemon.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Whose CPU load counts as each host's owner's, per host: none (the
+    /// default: the hosts share this machine, so only `mig owner reclaim`
+    /// takes one back) or tree:PID (that process tree is the owner's desk).
+    #[arg(long, value_delimiter = ',')]
+    owner_scopes: Vec<String>,
 }
 
 /// Where `mig up` keeps its virtual machine by default.
@@ -106,7 +114,24 @@ impl Args {
             capacities,
             state_dir: None,
             detach: true,
+            config: None,
+            owner_scopes: Vec::new(),
         }
+    }
+
+    /// Every daemon reads this config file.
+    pub fn config(mut self, path: PathBuf) -> Args {
+        self.config = Some(path);
+        self
+    }
+
+    /// Host `i` counts the load of the process tree of `pid` as its owner's.
+    pub fn owner_desk(mut self, i: usize, pid: u32) -> Args {
+        if self.owner_scopes.len() <= i {
+            self.owner_scopes.resize(i + 1, "none".into());
+        }
+        self.owner_scopes[i] = format!("tree:{pid}");
+        self
     }
 }
 
@@ -128,6 +153,8 @@ fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(C
         .arg(a.processors.to_string())
         .arg("--capacity")
         .arg(capacity.to_string())
+        .arg("--owner-scope")
+        .arg(a.owner_scopes.get(i).map_or("none", String::as_str))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -136,6 +163,9 @@ fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(C
         .process_group(0);
     if let Some(addr) = join {
         cmd.arg("--join").arg(addr);
+    }
+    if let Some(c) = &a.config {
+        cmd.arg("--config").arg(c);
     }
     let mut child = cmd.spawn().with_context(|| {
         format!(

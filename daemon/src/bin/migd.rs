@@ -40,7 +40,12 @@ struct Flags {
     /// Host name (default: the system host name).
     #[arg(long)]
     name: Option<String>,
-    /// TOML config file with a [daemon] section; flags override it.
+    /// Whose CPU load counts as the owner's: machine (every process but the
+    /// VPs and migd), none, or tree:PID (that process tree: for several
+    /// daemons on one machine) [default: machine].
+    #[arg(long, value_name = "SCOPE")]
+    owner_scope: Option<String>,
+    /// TOML config file with [daemon] and [owner] sections; flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -60,7 +65,9 @@ fn start() -> anyhow::Result<()> {
             .unwrap_or_else(|| PathBuf::from("migd-state")),
     );
     if let Some(path) = &f.config {
-        cfg.apply(Config::read_file(path)?);
+        let (daemon, owner) = Config::read_file(path)?;
+        cfg.apply(daemon);
+        cfg.apply_owner(owner).context("invalid configuration")?;
     }
     // Flags override the file: the same overlay, field by field.
     cfg.apply(FileConfig {
@@ -76,6 +83,11 @@ fn start() -> anyhow::Result<()> {
         dead_after_ms: None,
         safe_point_timeout_ms: None,
     });
+    cfg.apply_owner(migd::owner::OwnerFile {
+        scope: f.owner_scope,
+        ..Default::default()
+    })
+    .context("invalid configuration")?;
     cfg.validate().context("invalid configuration")?;
     migd::run(cfg).context("migd")?;
     Ok(())

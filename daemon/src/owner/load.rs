@@ -1,0 +1,371 @@
+//! CPU load that is not ours: every process in the owner's scope except the
+//! VPs (and their children) and migd itself.
+//!
+//! What lives here: reading /proc cheaply enough to poll every few tens of
+//! milliseconds, and the load (in cores) over a short window. What does not:
+//! deciding what the load means (`policy`).
+//!
+//! Two ways to count, by scope:
+//! * `machine` (a real deployment, one daemon per machine): the machine's
+//!   busy time from /proc/stat (one file) minus ours: each VP's process tree
+//!   from /proc/PID/stat, migd's own and its reaped children's times from
+//!   getrusage. A full /proc scan every poll would cost the owner more than
+//!   the work it protects.
+//! * `tree:PID` (several daemons on one machine, tests): the processes of
+//!   the tree rooted at PID, found through /proc/PID/task/TID/children.
+//!
+//! Per-process times are summed as deltas keyed by (pid, start time), so a
+//! process that ends between polls or a reused pid never makes a spike.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::time::{Duration, Instant};
+
+/// Whose load counts as the owner's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every process on the machine that is not ours.
+    Machine,
+    /// The process tree rooted at this pid.
+    Tree(u32),
+    /// No load source (explicit and input sources only).
+    None,
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Scope, String> {
+        match s {
+            "machine" => Ok(Scope::Machine),
+            "none" => Ok(Scope::None),
+            _ => {
+                let pid = s
+                    .strip_prefix("tree:")
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .filter(|&p| p > 0);
+                pid.map(Scope::Tree)
+                    .ok_or_else(|| format!("owner scope {s:?}: expected machine, none or tree:PID"))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Machine => write!(f, "machine"),
+            Scope::Tree(p) => write!(f, "tree:{p}"),
+            Scope::None => write!(f, "none"),
+        }
+    }
+}
+
+/// Clock ticks per second of /proc's times (USER_HZ).
+fn ticks_per_s() -> f64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as f64
+    } else {
+        100.0
+    }
+}
+
+/// A process's (start time, utime + stime) in ticks, from /proc/PID/stat.
+fn proc_times(pid: u32) -> Option<(u64, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything: fields
+    // are counted from the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    let start: u64 = f.get(19)?.parse().ok()?;
+    Some((start, utime + stime))
+}
+
+/// `pid` and all its descendants.
+pub fn tree(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() && out.len() < 100_000 {
+        let p = out[i];
+        i += 1;
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Ok(kids) = fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            out.extend(
+                kids.split_whitespace()
+                    .filter_map(|k| k.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Busy ticks of the whole machine (all cores) from /proc/stat.
+fn machine_busy() -> Option<u64> {
+    let text = fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest is in user).
+    let busy = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| v.get(i)).sum();
+    Some(busy)
+}
+
+/// CPU seconds of this process (`RUSAGE_SELF`) or its reaped children.
+fn rusage_s(who: libc::c_int) -> f64 {
+    // SAFETY: getrusage fills the struct it is given and nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Per-process tick deltas across polls.
+#[derive(Debug, Default)]
+struct Deltas {
+    seen: HashMap<u32, (u64, u64)>,
+}
+
+impl Deltas {
+    /// Ticks the processes `pids` used since the last call (a process new
+    /// since then counts in full, except on the first call), and the last
+    /// totals of those that are gone.
+    fn step(&mut self, pids: &[u32], first: bool) -> (u64, HashMap<u32, u64>) {
+        let mut now = HashMap::with_capacity(pids.len());
+        let mut used = 0;
+        for &p in pids {
+            let Some((start, t)) = proc_times(p) else {
+                continue;
+            };
+            used += match self.seen.get(&p) {
+                Some(&(s, before)) if s == start => t.saturating_sub(before),
+                _ if first => 0,
+                _ => t,
+            };
+            now.insert(p, (start, t));
+        }
+        let gone = self
+            .seen
+            .iter()
+            .filter(|(p, _)| !now.contains_key(p))
+            .map(|(&p, &(_, t))| (p, t))
+            .collect();
+        self.seen = now;
+        (used, gone)
+    }
+}
+
+/// The owner's CPU load, polled.
+#[derive(Debug)]
+pub struct LoadMeter {
+    scope: Scope,
+    window: Duration,
+    hz: f64,
+    /// (when, owner CPU seconds so far).
+    samples: VecDeque<(Instant, f64)>,
+    total: f64,
+    ours: Deltas,
+    theirs: Deltas,
+    busy: Option<u64>,
+    self_s: f64,
+    children_s: f64,
+    last: Option<f64>,
+}
+
+impl LoadMeter {
+    /// A meter for `scope`, averaging over `window`.
+    pub fn new(scope: Scope, window: Duration) -> LoadMeter {
+        LoadMeter {
+            scope,
+            window,
+            hz: ticks_per_s(),
+            samples: VecDeque::new(),
+            total: 0.0,
+            ours: Deltas::default(),
+            theirs: Deltas::default(),
+            busy: None,
+            self_s: rusage_s(libc::RUSAGE_SELF),
+            children_s: rusage_s(libc::RUSAGE_CHILDREN),
+            last: None,
+        }
+    }
+
+    /// Its scope.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// The load last measured, in cores.
+    pub fn last(&self) -> Option<f64> {
+        self.last
+    }
+
+    /// Measure at `now`; `vps` are the pids of this host's VPs. Returns the
+    /// load in cores over the window, once two samples span part of it.
+    pub fn poll(&mut self, now: Instant, vps: &[u32]) -> Option<f64> {
+        let first = self.samples.is_empty();
+        let ours_pids: Vec<u32> = vps.iter().flat_map(|&v| tree(v)).collect();
+        let used = match self.scope {
+            Scope::None => return None,
+            Scope::Tree(root) => {
+                let me = std::process::id();
+                let pids: Vec<u32> = tree(root)
+                    .into_iter()
+                    .filter(|p| *p != me && !ours_pids.contains(p))
+                    .collect();
+                self.theirs.step(&pids, first).0 as f64 / self.hz
+            }
+            Scope::Machine => {
+                let busy = machine_busy()?;
+                let (ours, gone) = self.ours.step(&ours_pids, first);
+                let self_s = rusage_s(libc::RUSAGE_SELF);
+                let children_s = rusage_s(libc::RUSAGE_CHILDREN);
+                // A VP reaped since the last poll shows up in our children's
+                // times in full; what we had counted of it already is not new.
+                let gone_vps: u64 = vps.iter().filter_map(|p| gone.get(p)).sum::<u64>()
+                    + gone
+                        .iter()
+                        .filter(|(p, _)| !vps.contains(p))
+                        .map(|(_, t)| t)
+                        .sum::<u64>();
+                let reaped = (children_s - self.children_s - gone_vps as f64 / self.hz).max(0.0);
+                let ours_s = ours as f64 / self.hz + (self_s - self.self_s) + reaped;
+                let all_s = self
+                    .busy
+                    .map_or(0.0, |b| busy.saturating_sub(b) as f64 / self.hz);
+                self.busy = Some(busy);
+                self.self_s = self_s;
+                self.children_s = children_s;
+                (all_s - ours_s).max(0.0)
+            }
+        };
+        self.total += used;
+        self.samples.push_back((now, self.total));
+        // Keep the newest sample at least a window old, drop older ones.
+        while self.samples.len() > 2
+            && self
+                .samples
+                .get(1)
+                .is_some_and(|(t, _)| now.duration_since(*t) >= self.window)
+        {
+            self.samples.pop_front();
+        }
+        let (t0, c0) = *self.samples.front()?;
+        let dt = now.duration_since(t0).as_secs_f64();
+        self.last = (dt > 0.0).then(|| (self.total - c0) / dt);
+        self.last
+    }
+
+    /// What it sees, for `mig owner status`.
+    pub fn describe(&self) -> String {
+        let what = match self.scope {
+            Scope::Machine => "every process but the VPs and migd".to_string(),
+            Scope::Tree(p) => format!("the process tree of pid {p}"),
+            Scope::None => return "off (scope none)".into(),
+        };
+        match self.last {
+            Some(l) => format!(
+                "{l:.2} cores over {} ms, counting {what}",
+                self.window.as_millis()
+            ),
+            None => format!("measuring {what}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_parse_and_bad_ones_are_clear() {
+        assert_eq!("machine".parse::<Scope>(), Ok(Scope::Machine));
+        assert_eq!("tree:42".parse::<Scope>(), Ok(Scope::Tree(42)));
+        assert_eq!("none".parse::<Scope>(), Ok(Scope::None));
+        for bad in ["tree:", "tree:0", "tree:x", "cgroup"] {
+            let e = bad.parse::<Scope>().unwrap_err();
+            assert!(e.contains("machine, none or tree:PID"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_busy_child_in_the_tree_is_load_and_an_idle_one_is_not() {
+        let me = std::process::id();
+        let mut idle = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(tree(me).contains(&idle.id()));
+        let mut m = LoadMeter::new(Scope::Tree(idle.id()), Duration::from_millis(200));
+        let t0 = Instant::now();
+        m.poll(t0, &[]);
+        std::thread::sleep(Duration::from_millis(250));
+        let l = m.poll(Instant::now(), &[]).unwrap();
+        assert!(l < 0.2, "a sleeping tree has load {l}");
+        idle.kill().unwrap();
+        idle.wait().unwrap();
+
+        let mut hog = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        let mut m = LoadMeter::new(Scope::Tree(hog.id()), Duration::from_millis(300));
+        m.poll(Instant::now(), &[]);
+        std::thread::sleep(Duration::from_millis(400));
+        let l = m.poll(Instant::now(), &[]).unwrap();
+        // A busy loop gets most of a core even on a busy machine.
+        assert!(l > 0.2, "a busy loop has load {l}");
+        // The same process as one of our VPs does not count.
+        let mut ours = LoadMeter::new(Scope::Tree(hog.id()), Duration::from_millis(300));
+        ours.poll(Instant::now(), &[hog.id()]);
+        std::thread::sleep(Duration::from_millis(400));
+        let l = ours.poll(Instant::now(), &[hog.id()]).unwrap();
+        assert_eq!(l, 0.0, "a VP's load counted as the owner's");
+        hog.kill().unwrap();
+        hog.wait().unwrap();
+    }
+
+    #[test]
+    fn machine_load_excludes_our_vps() {
+        let mut hog = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        // Two meters over the same interval: one told the busy loop is a VP.
+        let vps = [hog.id()];
+        let window = Duration::from_millis(400);
+        let mut with = LoadMeter::new(Scope::Machine, window);
+        let mut without = LoadMeter::new(Scope::Machine, window);
+        let t0 = Instant::now();
+        with.poll(t0, &vps);
+        without.poll(t0, &[]);
+        std::thread::sleep(Duration::from_millis(500));
+        let t1 = Instant::now();
+        let counted = without.poll(t1, &[]).unwrap();
+        let excluded = with.poll(t1, &vps).unwrap();
+        hog.kill().unwrap();
+        hog.wait().unwrap();
+        // The loop gets most of a core even on a shared machine.
+        assert!(
+            counted - excluded > 0.2,
+            "a VP's busy loop still counted: {counted:.2} without vs {excluded:.2} with it excluded"
+        );
+        assert!(
+            with.describe().contains("cores over 400 ms"),
+            "{}",
+            with.describe()
+        );
+    }
+}
