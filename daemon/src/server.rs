@@ -225,6 +225,9 @@ impl Daemon {
                 );
             }
         }
+        // The master knows from the start whose this host is.
+        let report = d.owner.report(Instant::now());
+        d.report(PeerMsg::Owner(report));
         std::fs::write(d.cfg.state_dir.join("addr"), format!("{addr}\n"))
             .map_err(io_err("writing the address file"))?;
         let mut stdout = io::stdout();

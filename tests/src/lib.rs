@@ -203,6 +203,38 @@ impl Vm {
         serde_json::from_slice(&out.stdout).expect("JSON")
     }
 
+    /// `mig spawn -n N --wait -- PROGRAM ARGS...` in the background, its
+    /// output piped.
+    pub fn start_job<A: AsRef<std::ffi::OsStr>>(
+        &self,
+        n: u32,
+        program: &Path,
+        args: &[A],
+    ) -> Child {
+        Command::new(bin("mig"))
+            .env("MIG_DAEMON", self.sock())
+            .args(["spawn", "-n", &n.to_string(), "--wait", "--"])
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mig spawn")
+    }
+
+    /// (host, state) of VP `tid` as `mig ps --json` shows it.
+    pub fn where_is(&self, tid: &str) -> Option<(String, String)> {
+        let ps = self.json(&["ps"]);
+        ps.as_array()?.iter().find_map(|v| {
+            (v["tid"].as_str()? == tid).then(|| {
+                (
+                    v["host"].as_str().unwrap_or("").to_string(),
+                    v["state"].as_str().unwrap_or("").to_string(),
+                )
+            })
+        })
+    }
+
     /// Pid of daemon `i`.
     pub fn pid(&self, i: usize) -> u32 {
         self.daemons[i]

@@ -3,44 +3,15 @@
 //! duplicated or reordered, however often it moves.
 
 use std::ffi::OsStr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mig_tests::{bin, job_lines, wait_until, Vm};
-
-/// `mig spawn -n N --wait -- PROGRAM ARGS...` in the background.
-fn start_job<A: AsRef<OsStr>>(vm: &Vm, n: u32, program: &Path, args: &[A]) -> Child {
-    Command::new(bin("mig"))
-        .env("MIG_DAEMON", vm.sock())
-        .args(["spawn", "-n", &n.to_string(), "--wait", "--"])
-        .arg(program)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mig spawn")
-}
-
-/// (host, state) of VP `tid` as `mig ps --json` shows it.
-fn where_is(vm: &Vm, tid: &str) -> Option<(String, String)> {
-    let ps = vm.json(&["ps"]);
-    ps.as_array()?.iter().find_map(|v| {
-        (v["tid"].as_str()? == tid).then(|| {
-            (
-                v["host"].as_str().unwrap_or("").to_string(),
-                v["state"].as_str().unwrap_or("").to_string(),
-            )
-        })
-    })
-}
 
 #[test]
 fn a_stream_consumer_moved_200_times_loses_nothing() {
     let vm = Vm::start(3);
     let stop = vm.dir.path().join("stop");
-    let job = start_job(
-        &vm,
+    let job = vm.start_job(
         2,
         &bin("stream"),
         &[
@@ -53,12 +24,13 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
     );
     let consumer = "t40002";
     assert!(
-        wait_until(Duration::from_secs(10), || where_is(&vm, consumer)
+        wait_until(Duration::from_secs(10), || vm
+            .where_is(consumer)
             .is_some_and(|(_, s)| s == "running")),
         "the consumer never ran"
     );
     for k in 0..200 {
-        let (from, _) = where_is(&vm, consumer).expect("consumer");
+        let (from, _) = vm.where_is(consumer).expect("consumer");
         let to = ["h0", "h1", "h2"]
             .into_iter()
             .find(|h| *h != from && (k % 2 == 0 || *h != "h0"))
@@ -70,7 +42,7 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            wait_until(Duration::from_secs(10), || where_is(&vm, consumer)
+            wait_until(Duration::from_secs(10), || vm.where_is(consumer)
                 == Some((to.to_string(), "running".to_string()))),
             "move {k}: the consumer did not come up on {to}\n{}\n{}\n{}",
             vm.log(0),
@@ -99,8 +71,7 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
 fn bad_moves_are_clear_errors_and_the_vp_stays() {
     let vm = Vm::start(2);
     let stop = vm.dir.path().join("stop");
-    let job = start_job(
-        &vm,
+    let job = vm.start_job(
         2,
         &bin("stream"),
         &[
@@ -109,11 +80,10 @@ fn bad_moves_are_clear_errors_and_the_vp_stays() {
             stop.as_os_str(),
         ],
     );
-    assert!(wait_until(Duration::from_secs(10), || where_is(
-        &vm, "t40002"
-    )
-    .is_some_and(|(_, s)| s == "running")));
-    let (at, _) = where_is(&vm, "t40002").expect("consumer");
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .where_is("t40002")
+        .is_some_and(|(_, s)| s == "running")));
+    let (at, _) = vm.where_is("t40002").expect("consumer");
     for (args, says) in [
         (vec!["migrate", "t40002", "--to", "h9"], "no live host"),
         (
@@ -127,7 +97,7 @@ fn bad_moves_are_clear_errors_and_the_vp_stays() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
-    assert_eq!(where_is(&vm, "t40002").map(|(h, _)| h), Some(at));
+    assert_eq!(vm.where_is("t40002").map(|(h, _)| h), Some(at));
     std::fs::write(&stop, b"").expect("stop file");
     let out = job.wait_with_output().expect("job");
     assert!(out.status.success());
@@ -136,8 +106,7 @@ fn bad_moves_are_clear_errors_and_the_vp_stays() {
 #[test]
 fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
     let vm = Vm::start(3);
-    let job = start_job(
-        &vm,
+    let job = vm.start_job(
         3,
         &bin("heat"),
         &["--rows", "40", "--cols", "40", "--iters", "8000"],
@@ -145,9 +114,9 @@ fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
     let mut moved = 0;
     for tid in ["t40002", "t40003", "t40002"] {
         let running = wait_until(Duration::from_secs(10), || {
-            where_is(&vm, tid).is_some_and(|(_, s)| s == "running")
+            vm.where_is(tid).is_some_and(|(_, s)| s == "running")
         });
-        let Some((from, _)) = where_is(&vm, tid).filter(|_| running) else {
+        let Some((from, _)) = vm.where_is(tid).filter(|_| running) else {
             break; // the job ended first
         };
         let to = ["h0", "h1", "h2"]
@@ -156,7 +125,7 @@ fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
             .unwrap_or("h0");
         if vm.mig(&["migrate", tid, "--to", to]).status.success()
             && wait_until(Duration::from_secs(10), || {
-                where_is(&vm, tid) == Some((to.to_string(), "running".to_string()))
+                vm.where_is(tid) == Some((to.to_string(), "running".to_string()))
             })
         {
             moved += 1;
@@ -185,12 +154,11 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
     let file = conf.path().join("migd.toml");
     std::fs::write(&file, "[daemon]\nsafe_point_timeout_ms = 300\n").expect("config");
     let vm = Vm::start_with(2, &["--config", file.to_str().expect("utf-8")]);
-    let job = start_job(&vm, 1, &bin("testvp"), &["stubborn", "3000"]);
-    assert!(wait_until(Duration::from_secs(10), || where_is(
-        &vm, "t40001"
-    )
-    .is_some_and(|(_, s)| s == "running")));
-    let (at, _) = where_is(&vm, "t40001").expect("running");
+    let job = vm.start_job(1, &bin("testvp"), &["stubborn", "3000"]);
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .where_is("t40001")
+        .is_some_and(|(_, s)| s == "running")));
+    let (at, _) = vm.where_is("t40001").expect("running");
     let to = if at == "h0" { "h1" } else { "h0" };
     let out = vm.mig(&["migrate", "t40001", "--to", to]);
     assert!(
@@ -199,14 +167,14 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
-        where_is(&vm, "t40001").map(|(_, s)| s),
+        vm.where_is("t40001").map(|(_, s)| s),
         Some(format!("moving to {to}"))
     );
     assert!(
-        wait_until(Duration::from_secs(5), || where_is(&vm, "t40001")
+        wait_until(Duration::from_secs(5), || vm.where_is("t40001")
             == Some((at.clone(), "running".into()))),
         "it did not stay: {:?}\n{}",
-        where_is(&vm, "t40001"),
+        vm.where_is("t40001"),
         vm.log(0)
     );
     assert!(
@@ -244,8 +212,7 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
     }
     let template = progs.path().join("stream-{arch}");
     let stop = vm.dir.path().join("stop");
-    let job = start_job(
-        &vm,
+    let job = vm.start_job(
         2,
         &template,
         &[
@@ -256,12 +223,9 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
             stop.as_os_str(),
         ],
     );
-    assert!(wait_until(Duration::from_secs(10), || where_is(
-        &vm, "t40002"
-    ) == Some((
-        "h0".into(),
-        "running".into()
-    ))));
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .where_is("t40002")
+        == Some(("h0".into(), "running".into()))));
     let out = vm.mig(&["migrate", "t40002", "--to", "h2"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -276,7 +240,7 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        wait_until(Duration::from_secs(10), || where_is(&vm, "t40002")
+        wait_until(Duration::from_secs(10), || vm.where_is("t40002")
             == Some(("h1".into(), "running".into()))),
         "{}",
         vm.log(1)

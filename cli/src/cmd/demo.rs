@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -65,6 +66,7 @@ impl Desk {
             .arg("-s")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
+            .process_group(0)
             .spawn()
             .context("starting the desk shell (sh)")?;
         Ok(Desk { shell })
@@ -79,7 +81,9 @@ impl Desk {
 
 impl Drop for Desk {
     fn drop(&mut self) {
-        let _ = self.type_line("kill $! 2>/dev/null; exit");
+        // The shell and anything it started: its own process group.
+        let group = nix::unistd::Pid::from_raw(self.shell.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.shell.wait();
     }
 }

@@ -13,7 +13,9 @@
 //! * `errors` — the errors a program can meet, each a clear `Err`;
 //! * `garbage` — writes junk on its socket before `init`, then finds it
 //!   has been disconnected;
-//! * `flood MIB` — VP 0 streams MIB MiB in 16 MiB messages to a slow VP 1.
+//! * `flood MIB` — VP 0 streams MIB MiB in 16 MiB messages to a slow VP 1;
+//! * `spin FILE` — burns CPU, migration-aware, until FILE exists, then
+//!   says how many hosts it ran on.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -236,6 +238,29 @@ fn hold(mib: usize) {
     }
 }
 
+/// Burn CPU (migration-aware: a safe point every few milliseconds) until
+/// `stop` exists; then say how much work was done and on how many hosts.
+fn spin(stop: &str) {
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct Work {
+        rounds: u64,
+        hosts: u32,
+    }
+    let (mut vm, mut w) = ok(Vm::init_or_restore(Work::default));
+    w.hosts += 1;
+    println!("spinning");
+    while !std::path::Path::new(stop).exists() {
+        let t = std::time::Instant::now();
+        let mut x = w.rounds;
+        while t.elapsed() < Duration::from_millis(5) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        w.rounds += 1;
+        ok(vm.safe_point(&w));
+    }
+    println!("spin done: {} rounds on {} hosts", w.rounds, w.hosts);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("");
@@ -245,6 +270,9 @@ fn main() {
     }
     if mode == "hold" {
         return hold(num(0) as usize);
+    }
+    if mode == "spin" {
+        return spin(args.get(2).map_or("", String::as_str));
     }
     if mode == "floodto" {
         // Send MIB messages of 1 MiB to Tid (hex), saying each.

@@ -1,0 +1,403 @@
+//! The owner monitor on real daemons: a host's owner coming back (a CPU-bound
+//! program on their desk, typing at a terminal, `mig owner reclaim`) stops
+//! its VPs and the scheduler moves them off; the owner leaving gives the host
+//! back to the pool and it is used again. VPs' own load is never the owner's.
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mig_tests::{bin, job_lines, wait_until, Vm};
+
+/// An owner's desk: a shell whose process tree is the owner's, to start
+/// and stop programs in.
+struct Desk(Child);
+
+impl Desk {
+    fn open() -> Desk {
+        Desk(
+            Command::new("sh")
+                .arg("-s")
+                .stdin(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("sh"),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn type_line(&mut self, line: &str) {
+        let stdin = self.0.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("type");
+        stdin.flush().expect("flush");
+    }
+}
+
+impl Drop for Desk {
+    fn drop(&mut self) {
+        // The shell and whatever it started: its own process group.
+        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+fn policy(dir: &Path, text: &str) -> String {
+    let p = dir.join("owner.toml");
+    std::fs::write(&p, text).expect("config");
+    p.display().to_string()
+}
+
+/// Host `name`'s owner report, from `mig hosts --json`.
+fn owner(vm: &Vm, name: &str) -> serde_json::Value {
+    vm.json(&["hosts"])
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["name"] == name).cloned())
+        .map(|h| h["owner"].clone())
+        .unwrap_or_default()
+}
+
+/// The hosts of every VP of the job, by Tid.
+fn hosts_of(vm: &Vm) -> Vec<(String, String, u32)> {
+    vm.json(&["ps"])
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| {
+                    (
+                        v["host"].as_str().unwrap_or("").to_string(),
+                        v["state"].as_str().unwrap_or("").to_string(),
+                        v["pid"].as_u64().unwrap_or(0) as u32,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Is process `pid` stopped (state T)?
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+fn finish(vm: &Vm, job: Child) -> Vec<String> {
+    std::fs::write(vm.dir.path().join("stop"), "").expect("stop file");
+    let out = job.wait_with_output().expect("job");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+}
+
+#[test]
+fn a_cpu_hog_on_the_desk_takes_the_host_back_and_its_end_gives_it_back() {
+    let mut desk = Desk::open();
+    let mut vm = Vm::start(1);
+    let conf = policy(
+        vm.dir.path(),
+        "[owner]\npoll_ms = 20\nreclaim_load = 0.2\noffer_max_load = 0.1\noffer_after_idle_s = 1\n",
+    );
+    let scope = format!("tree:{}", desk.pid());
+    let addr = vm.addr.clone();
+    let (c, _) = vm.daemon(
+        1,
+        Some(&addr),
+        &["--owner-scope", &scope, "--config", &conf],
+    );
+    vm.daemons.push(Some(c));
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let h = hosts_of(&vm);
+            h.len() == 2 && h.iter().all(|(_, s, _)| s == "running")
+        }),
+        "{:?}",
+        hosts_of(&vm)
+    );
+    assert!(
+        hosts_of(&vm).iter().any(|(h, _, _)| h == "h1"),
+        "{:?}",
+        hosts_of(&vm)
+    );
+    assert_eq!(owner(&vm, "h1")["state"], "offered");
+
+    // The owner starts a busy loop: h1 is theirs again, its VP moves to h0.
+    desk.type_line("while :; do :; done &");
+    assert!(
+        wait_until(Duration::from_secs(10), || hosts_of(&vm)
+            .iter()
+            .all(|(h, s, _)| h == "h0" && s == "running")),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(1)
+    );
+    let o = owner(&vm, "h1");
+    assert_eq!(o["state"], "reclaimed", "{o}");
+    assert!(
+        o["decided_by"].as_str().unwrap_or("").starts_with("load:"),
+        "{o}"
+    );
+
+    // The owner stops it: after 1 s idle h1 is offered, and the scheduler
+    // spreads the job over both hosts again (MTAT: it gets faster).
+    desk.type_line("kill $!");
+    assert!(
+        wait_until(Duration::from_secs(10), || hosts_of(&vm)
+            .iter()
+            .any(|(h, s, _)| h == "h1" && s == "running")),
+        "h1 was not used again: {:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    assert_eq!(owner(&vm, "h1")["state"], "offered");
+    let lines = finish(&vm, job);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("spin done") && l.contains("on 3 hosts")),
+        "one VP ran on h1, h0, h1: {lines:?}"
+    );
+}
+
+#[test]
+fn reclaim_and_release_by_hand_and_vps_wait_stopped_when_no_host_is_free() {
+    let vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || {
+        let h = hosts_of(&vm);
+        h.len() == 2 && h.iter().all(|(h, s, _)| s == "running" && !h.is_empty())
+    }));
+    let out = vm.mig(&["owner", "reclaim", "--host", "h1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("h1 is reclaimed (mig owner reclaim)"),
+        "{said}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || hosts_of(&vm)
+            .iter()
+            .all(|(h, s, _)| h == "h0" && s == "running")),
+        "{:?}",
+        hosts_of(&vm)
+    );
+    // No host left: both VPs wait where they are, stopped, none lost.
+    let out = vm.mig(&["owner", "reclaim", "--host", "h0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vps = hosts_of(&vm);
+    assert!(
+        vps.iter()
+            .all(|(h, s, pid)| h == "h0" && s == "stopped (owner back)" && stopped(*pid)),
+        "{vps:?}"
+    );
+    // It stays taken back (an explicit reclaim waits for release).
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(hosts_of(&vm).iter().all(|(_, _, pid)| stopped(*pid)));
+    let status = vm.json(&["owner", "status", "--host", "h0"]);
+    assert_eq!(status["h0"]["state"], "reclaimed", "{status}");
+    assert_eq!(status["h0"]["decided_by"], "mig owner reclaim", "{status}");
+    let out = vm.mig(&["owner", "release", "--host", "h0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vps = hosts_of(&vm);
+    assert!(
+        vps.iter()
+            .all(|(_, s, pid)| s == "running" && !stopped(*pid)),
+        "{vps:?}"
+    );
+    let out = vm.mig(&["owner", "reclaim", "--host", "h9"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no live host \"h9\""));
+    let lines = finish(&vm, job);
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        2,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn typing_at_a_watched_terminal_is_owner_input() {
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let tty = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&pty.slave)
+    ))
+    .expect("tty path");
+    // An access long ago: the kernel updates it on the next read (it skips
+    // updates less than 8 s apart).
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .read(true)
+        .open(&tty)
+        .expect("open tty")
+        .set_times(std::fs::FileTimes::new().set_accessed(hour_ago))
+        .expect("set atime");
+    let dir = tempfile::tempdir().expect("tmp");
+    let conf = policy(
+        dir.path(),
+        &format!(
+            "[owner]\npoll_ms = 20\nterminals = [{:?}]\n",
+            tty.display().to_string()
+        ),
+    );
+    let vm = Vm::start_with(1, &["--config", &conf]);
+    assert_eq!(owner(&vm, "h0")["state"], "offered");
+    let t = Instant::now();
+    // The owner types; the program on the terminal reads it.
+    nix::unistd::write(&pty.master, b"ls\n").expect("type");
+    let mut buf = [0u8; 16];
+    let n = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&pty.slave), &mut buf)
+        .expect("read the terminal");
+    assert_eq!(&buf[..n], b"ls\n");
+    assert!(
+        wait_until(Duration::from_secs(5), || owner(&vm, "h0")["state"]
+            == "reclaimed"),
+        "{}",
+        owner(&vm, "h0")
+    );
+    let o = owner(&vm, "h0");
+    assert_eq!(
+        o["decided_by"],
+        format!("input: tty {}", tty.display()),
+        "{o}"
+    );
+    eprintln!("terminal input seen in {:?}", t.elapsed());
+}
+
+#[test]
+fn a_vps_own_load_is_never_the_owners() {
+    // The daemon inside the watched tree: its VPs are in it too.
+    let dir = tempfile::tempdir().expect("tmp");
+    let state = dir.path().join("h0");
+    let conf = policy(
+        dir.path(),
+        "[owner]\npoll_ms = 20\nreclaim_load = 0.2\noffer_max_load = 0.1\n",
+    );
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg("\"$0\" --owner-scope tree:$$ \"$@\"; exit $?")
+        .arg(bin("migd"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--processors",
+            "1",
+            "--capacity",
+            "1",
+        ])
+        .args(["--name", "h0", "--config", &conf, "--state-dir"])
+        .arg(&state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("sh");
+    let group = nix::unistd::Pid::from_raw(shell.id() as i32);
+    let _cleanup = KillGroup(group);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(shell.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("address");
+    assert!(!line.trim().is_empty(), "migd did not start");
+    let sock = state.join("control.sock");
+    let mig = |args: &[&str]| {
+        Command::new(bin("mig"))
+            .env("MIG_DAEMON", &sock)
+            .args(args)
+            .output()
+            .expect("mig")
+    };
+    let stop = dir.path().join("stop");
+    let out = mig(&[
+        "spawn",
+        "-n",
+        "1",
+        "--",
+        &bin("testvp").display().to_string(),
+        "spin",
+        &stop.display().to_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A full core of VP work for a second, measured every 20 ms.
+    std::thread::sleep(Duration::from_secs(1));
+    let out = mig(&["owner", "status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let h0 = &status["h0"];
+    assert_eq!(h0["state"], "offered", "{h0}");
+    assert!(h0["load"].as_f64().is_some_and(|l| l < 0.2), "{h0}");
+    let ps = mig(&["ps", "--json"]);
+    let ps: serde_json::Value = serde_json::from_slice(&ps.stdout).expect("json");
+    assert_eq!(ps[0]["state"], "running", "{ps}");
+    std::fs::write(&stop, "").expect("stop");
+    let _ = mig(&["halt"]);
+    let _ = shell.wait();
+}
+
+struct KillGroup(nix::unistd::Pid);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(self.0, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+#[test]
+fn bad_owner_settings_are_clear_errors_at_start() {
+    let dir = tempfile::tempdir().expect("tmp");
+    for (text, flag, says) in [
+        ("[owner]\nreclaim_load = -2.0\n", None, "owner.reclaim_load"),
+        ("[owner]\npoll_ms = 0\n", None, "owner.poll_ms"),
+        (
+            "[owner]\nterminals = \"everyone\"\n",
+            None,
+            "owner.terminals",
+        ),
+        ("", Some("tree:abc"), "machine, none or tree:PID"),
+    ] {
+        let conf = policy(dir.path(), text);
+        let mut cmd = Command::new(bin("migd"));
+        cmd.args(["--listen", "127.0.0.1:0", "--config", &conf, "--state-dir"])
+            .arg(dir.path().join("state"));
+        if let Some(f) = flag {
+            cmd.args(["--owner-scope", f]);
+        }
+        let out = cmd.output().expect("migd");
+        assert_eq!(out.status.code(), Some(1), "{text:?} {flag:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{text:?} {flag:?}: {err}");
+    }
+}
