@@ -169,18 +169,34 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<Started> {
     roomy(&sock, &vp_sock);
     let parent = std::process::id() as libc::pid_t;
     let failed: &[u8] = b"mig: cannot run the program (exec failed)\n";
+    // The daemon nudges a VP with SIGUSR2 when it asks for a checkpoint;
+    // until libmig installs its handler (or in a program without libmig)
+    // that must not end the process, even if it comes at once (the owner
+    // stopping a VP that has just forked, then a move resuming it). So the
+    // child starts with SIGUSR2 blocked, ignores it (which discards one
+    // pending), then unblocks it; an ignored signal stays ignored across exec.
+    // SAFETY: sigset operations on local values.
+    let mut usr2: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigemptyset(&mut usr2);
+        libc::sigaddset(&mut usr2, libc::SIGUSR2);
+        libc::sigprocmask(libc::SIG_BLOCK, &usr2, &mut old_mask);
+    }
     // SAFETY: migd is single-threaded; after fork the child only calls
     // async-signal-safe functions on memory prepared above, then execs or
     // _exits. Nothing allocates, locks or unwinds in the child.
-    match unsafe { libc::fork() } {
+    let pid = unsafe { libc::fork() };
+    if pid != 0 {
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
+    }
+    match pid {
         -1 => Err(io::Error::last_os_error()),
         0 => unsafe {
             libc::setpgid(0, 0);
-            // The daemon nudges a VP with SIGUSR2 when it asks for a
-            // checkpoint; until libmig installs its handler (or in a program
-            // without libmig) that must not end the process. An ignored
-            // signal stays ignored across exec.
             libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+            libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             if libc::getppid() != parent {
                 libc::_exit(1);
@@ -202,6 +218,10 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<Started> {
             libc::_exit(127)
         },
         pid => {
+            // Its process group exists from now on, whichever side runs
+            // first (a stop sent to the group at once must reach it).
+            // SAFETY: setpgid on our own child.
+            unsafe { libc::setpgid(pid, pid) };
             drop((out_w, err_w, vp_sock));
             Ok(Started {
                 pid,

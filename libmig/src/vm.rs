@@ -257,6 +257,9 @@ impl Vm {
 
     fn with_handler(self) -> Vm {
         install_sigusr2();
+        // A request to move may have come before the handler was there
+        // (a VP asked to move as it starts): the first safe point looks.
+        ASKED.store(true, Ordering::Relaxed);
         self
     }
 

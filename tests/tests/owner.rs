@@ -401,3 +401,45 @@ fn bad_owner_settings_are_clear_errors_at_start() {
         assert!(err.contains(says), "{text:?} {flag:?}: {err}");
     }
 }
+
+#[test]
+fn a_vp_taken_back_again_as_it_restarts_is_never_lost() {
+    // Reclaim h1 the moment its VP is back: the VP is stopped and asked to
+    // move while it is still starting (found by the owner benchmark: a
+    // checkpoint nudge before libmig's handler killed it).
+    let vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    let on_h1 = |vm: &Vm| {
+        hosts_of(vm)
+            .iter()
+            .any(|(h, s, _)| h == "h1" && s == "running")
+    };
+    assert!(wait_until(Duration::from_secs(10), || on_h1(&vm)));
+    for round in 0..20 {
+        let out = vm.mig(&["owner", "reclaim", "--host", "h1"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = vm.mig(&["owner", "release", "--host", "h1"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || on_h1(&vm)),
+            "round {round}: {:?}\n{}",
+            hosts_of(&vm),
+            vm.log(1)
+        );
+    }
+    let lines = finish(&vm, job);
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        2,
+        "{lines:?}"
+    );
+}

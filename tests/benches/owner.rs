@@ -1,0 +1,261 @@
+//! Owner activity to VPs out of the way: how long from the owner's return
+//! (a CPU-bound program starting on their desk; `mig owner reclaim`) until
+//! every VP on that host is stopped, and until the host is empty of VPs
+//! (moved to another host); p50/p99 over TRIALS trials each. Then the owner
+//! monitor's own cost on an idle desk: migd's CPU time while nothing runs,
+//! with the monitor watching the whole machine (the default) and with it off.
+//!
+//! Needs release binaries: `cargo build --release --workspace --bins`, then
+//! `cargo bench -p mig-tests --bench owner -- --bench` (TRIALS=N to change).
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use libmig::control::Client;
+use libmig::msg::{OwnerAction, Request, Response};
+use mig_tests::{bin, wait_until, Vm};
+
+struct Desk(Child);
+
+impl Desk {
+    fn open() -> Desk {
+        Desk(
+            Command::new("sh")
+                .arg("-s")
+                .stdin(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("sh"),
+        )
+    }
+    fn type_line(&mut self, line: &str) {
+        let stdin = self.0.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("type");
+        stdin.flush().expect("flush");
+    }
+}
+
+impl Drop for Desk {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+/// (host, state, pid) of every VP.
+fn vps(c: &mut Client) -> Vec<(String, String, u32)> {
+    match c.call(&Request::Ps).expect("ps") {
+        Response::Ps(v) => v
+            .into_iter()
+            .map(|v| (v.host.unwrap_or_default(), v.state, v.pid.unwrap_or(0)))
+            .collect(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn owner(c: &mut Client, action: OwnerAction, host: &str) {
+    let req = Request::Owner {
+        action,
+        host: Some(host.into()),
+    };
+    match c.call(&req).expect("owner") {
+        Response::Ok { .. } => {}
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn report(what: &str, v: &mut [f64], target: Option<f64>) {
+    let (p50, p99, max) = (pct(v, 0.5), pct(v, 0.99), pct(v, 1.0));
+    let t = target.map_or(String::new(), |t| {
+        format!(
+            "  target p99 < {t} ms: {}",
+            if p99 < t { "met" } else { "missed" }
+        )
+    });
+    println!(
+        "{what:<52} p50 {p50:7.1} ms  p99 {p99:7.1} ms  max {max:7.1} ms  (n={}){t}",
+        v.len()
+    );
+}
+
+/// Trigger the owner's return on h1, time until its VPs are stopped (or
+/// gone from it, when `until_empty`), then let the owner go and wait until
+/// h1 runs `expect_back` VPs again.
+fn trial(
+    vm: &Vm,
+    c: &mut Client,
+    desk: &mut Desk,
+    hog: bool,
+    until_empty: bool,
+    expect_back: usize,
+) -> f64 {
+    let on_h1: Vec<u32> = vps(c)
+        .into_iter()
+        .filter(|(h, s, _)| h == "h1" && s == "running")
+        .map(|(_, _, p)| p)
+        .collect();
+    assert!(!on_h1.is_empty(), "no VP on h1");
+    let t = Instant::now();
+    if hog {
+        desk.type_line("while :; do :; done &");
+    } else {
+        owner(c, OwnerAction::Reclaim, "h1");
+    }
+    let took = loop {
+        let done = if until_empty {
+            !vps(c).iter().any(|(h, _, _)| h == "h1")
+        } else {
+            on_h1.iter().all(|&p| stopped(p))
+        };
+        if done {
+            break t.elapsed().as_secs_f64() * 1e3;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "timed out: {:?}, stopped {:?}\n{}\n{}",
+            vps(c),
+            on_h1.iter().map(|&p| stopped(p)).collect::<Vec<_>>(),
+            vm.log(0),
+            vm.log(1)
+        );
+        if !until_empty {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    };
+    if hog {
+        desk.type_line("kill $!");
+    } else {
+        owner(c, OwnerAction::Release, "h1");
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || vps(c)
+            .iter()
+            .filter(|(h, s, p)| h == "h1" && s == "running" && !stopped(*p))
+            .count()
+            == expect_back),
+        "h1 did not get its VPs back: {:?}",
+        vps(c)
+    );
+    took
+}
+
+/// Percent of one core migd used over `secs` seconds of an idle desk.
+fn idle_cost(scope: &str, secs: u64) -> f64 {
+    let vm = Vm::start_with(1, &["--owner-scope", scope]);
+    std::thread::sleep(Duration::from_millis(500));
+    let ticks = |pid: u32| -> f64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let f: Vec<&str> = s[s.rfind(')').expect(")") + 1..]
+            .split_whitespace()
+            .collect();
+        f[11].parse::<f64>().expect("utime") + f[12].parse::<f64>().expect("stime")
+    };
+    let pid = vm.pid(0);
+    let (t0, c0) = (Instant::now(), ticks(pid));
+    std::thread::sleep(Duration::from_secs(secs));
+    let used = (ticks(pid) - c0) / 100.0;
+    used / t0.elapsed().as_secs_f64() * 100.0
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test` runs benches without --bench: nothing to do.
+    }
+    let trials: usize = std::env::var("TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let mut desk = Desk::open();
+    let mut vm = Vm::start(1);
+    let conf = vm.dir.path().join("owner.toml");
+    std::fs::write(
+        &conf,
+        "[owner]\nreclaim_load = 0.2\noffer_max_load = 0.1\noffer_after_idle_s = 0.2\n",
+    )
+    .expect("config");
+    let scope = format!("tree:{}", desk.0.id());
+    let addr = vm.addr.clone();
+    let conf = conf.display().to_string();
+    let (ch, _) = vm.daemon(
+        1,
+        Some(&addr),
+        &["--owner-scope", &scope, "--config", &conf],
+    );
+    vm.daemons.push(Some(ch));
+    let stop = vm.dir.path().join("stop");
+    let mut job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    let mut c = Client::connect(&vm.sock()).expect("connect");
+    assert!(wait_until(Duration::from_secs(10), || {
+        let v = vps(&mut c);
+        v.len() == 2 && v.iter().all(|(_, s, _)| s == "running")
+    }));
+    println!("owner activity on h1 (poll 50 ms, load window 100 ms): 2 hosts, a job of 2 CPU-bound VPs, {trials} trials each");
+
+    // Host empty: h0 is free, so h1's VP moves there; back when released.
+    let (mut hog_empty, mut cmd_empty) = (Vec::new(), Vec::new());
+    for _ in 0..trials {
+        hog_empty.push(trial(&vm, &mut c, &mut desk, true, true, 1));
+        cmd_empty.push(trial(&vm, &mut c, &mut desk, false, true, 1));
+    }
+    // VPs stopped: h0 taken back too, so both VPs wait on h1, stopped.
+    owner(&mut c, OwnerAction::Reclaim, "h0");
+    assert!(wait_until(Duration::from_secs(10), || vps(&mut c)
+        .iter()
+        .all(|(h, s, _)| h == "h1" && s == "running")));
+    let (mut hog_stop, mut cmd_stop) = (Vec::new(), Vec::new());
+    for _ in 0..trials {
+        hog_stop.push(trial(&vm, &mut c, &mut desk, true, false, 2));
+        cmd_stop.push(trial(&vm, &mut c, &mut desk, false, false, 2));
+    }
+    report(
+        "CPU hog starts -> every VP on h1 stopped",
+        &mut hog_stop,
+        Some(150.0),
+    );
+    report(
+        "mig owner reclaim -> every VP on h1 stopped",
+        &mut cmd_stop,
+        Some(20.0),
+    );
+    report(
+        "CPU hog starts -> h1 empty (VPs moved to h0)",
+        &mut hog_empty,
+        None,
+    );
+    report(
+        "mig owner reclaim -> h1 empty (VPs moved to h0)",
+        &mut cmd_empty,
+        None,
+    );
+    std::fs::write(&stop, "").expect("stop");
+    owner(&mut c, OwnerAction::Release, "h0");
+    let _ = job.wait();
+    drop(vm);
+
+    let secs = 10;
+    let on = idle_cost("machine", secs);
+    let off = idle_cost("none", secs);
+    println!(
+        "idle desk, {secs} s, no VPs: migd uses {on:.2}% of one core watching the whole machine, {off:.2}% with the load source off (target < 0.5%: {})",
+        if on < 0.5 { "met" } else { "missed" }
+    );
+}
