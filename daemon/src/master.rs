@@ -73,6 +73,8 @@ enum VpState {
     Running,
     /// Being checkpointed on its host and restarted on this one.
     Moving(String),
+    /// Checkpointed to its host's disk while the owner has it; no process.
+    Parked,
     Exited,
 }
 
@@ -390,8 +392,26 @@ impl Master {
             PeerMsg::Locate { tid } => self.locate(host, tid),
             PeerMsg::Owner(report) => self.owner_report(host, report),
             PeerMsg::OwnerDone { id, message } => self.owner_done(id, message),
+            PeerMsg::Parked { tid } => self.parked(host, tid),
             _ => return None,
         })
+    }
+
+    /// A VP waiting on a taken-back host was checkpointed to its disk.
+    fn parked(&mut self, host: &str, tid: Tid) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        match self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
+            Some(v) if v.host.as_deref() == Some(host) && v.state == VpState::Running => {
+                v.state = VpState::Parked;
+                v.pid = None;
+                vec![Out::Log(format!(
+                    "VP t{tid:x} parked on {host}'s disk until a processor is free"
+                ))]
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// The host carried out `mig owner reclaim|release`.
@@ -556,6 +576,10 @@ impl Master {
                 out
             }
             (VpState::Exited, _) => Vec::new(),
+            (VpState::Parked, Some(at)) if at == host => {
+                v.state = VpState::Starting;
+                vec![Out::ToHost(host.to_string(), PeerMsg::Unpark { tid })]
+            }
             (VpState::Moving(to), _) => {
                 v.wants = (to != host).then(|| Wanted {
                     to: host.to_string(),
@@ -568,7 +592,7 @@ impl Master {
                 v.wants = None;
                 Vec::new()
             }
-            (VpState::Running | VpState::Starting, Some(at)) => {
+            (VpState::Running | VpState::Starting | VpState::Parked, Some(at)) => {
                 v.wants = Some(Wanted {
                     to: host.to_string(),
                     failures: 0,
@@ -635,7 +659,8 @@ impl Master {
             .flat_map(|(job, j)| j.vps.iter().map(move |(&vp, v)| (job, vp, v)))
             .filter_map(|(job, vp, v)| {
                 let w = v.wants.as_ref()?;
-                let due = w.retry_at.is_none_or(|t| now >= t) && v.state == VpState::Running;
+                let due = w.retry_at.is_none_or(|t| now >= t)
+                    && matches!(v.state, VpState::Running | VpState::Parked);
                 let at = v.host.clone().filter(|_| due)?;
                 Some((v.tid, job.clone(), vp, at, w.to.clone()))
             })
@@ -1363,6 +1388,7 @@ impl Master {
             VpState::Starting => "starting".to_string(),
             VpState::Moving(to) => format!("moving to {to}"),
             VpState::Running if owner_back => "stopped (owner back)".to_string(),
+            VpState::Parked => "parked on disk (owner back)".to_string(),
             VpState::Running => "running".to_string(),
             VpState::Exited => "exited".to_string(),
         };

@@ -125,6 +125,11 @@ pub struct Daemon {
     blocked: HashMap<Token, Vec<Token>>,
     /// Is this workstation its owner's right now?
     owner: Monitor,
+    /// VPs checkpointed to disk while the owner has the host: how to start
+    /// each again, and its image.
+    parked: HashMap<Tid, (StartVp, PathBuf)>,
+    /// VPs asked to park during this taking back (asked once).
+    park_tried: std::collections::HashSet<Tid>,
 }
 
 /// Start a daemon with `cfg` and run it until halted or signalled.
@@ -208,6 +213,8 @@ impl Daemon {
             fd_inflight: HashMap::new(),
             blocked: HashMap::new(),
             owner,
+            parked: HashMap::new(),
+            park_tried: Default::default(),
             cfg,
         };
         match d.cfg.join {
@@ -912,7 +919,17 @@ impl Daemon {
                 if let Some(vp) = self.vps.by_tid.get(&tid) {
                     host::kill(vp.pid);
                 }
+                if let Some((_, path)) = self.parked.remove(&tid) {
+                    let _ = std::fs::remove_file(path);
+                    let status = ExitInfo {
+                        code: None,
+                        signal: Some(9),
+                        error: None,
+                    };
+                    self.report(PeerMsg::Exited { tid, status });
+                }
             }
+            PeerMsg::Unpark { tid } => self.unpark(tid),
             PeerMsg::Halt => {
                 log!("halt requested");
                 self.begin_halt();
@@ -1394,6 +1411,7 @@ impl Daemon {
                 }
                 Change::ResumeVps => {
                     let n = self.signal_vps(Signal::SIGCONT, |_| true);
+                    self.park_tried.clear();
                     done.push(format!("{n} VPs resumed"));
                 }
                 Change::LeavePool => done.push("leaving the pool".into()),
@@ -1416,6 +1434,49 @@ impl Daemon {
         if let Some(id) = command {
             self.report(PeerMsg::OwnerDone { id, message: said });
         }
+        if self.owner.park_due(now) {
+            self.park_waiting();
+        }
+    }
+
+    /// The owner has had the host back for `park_after_s` and VPs still
+    /// wait here: checkpoint each to disk and let its process end, so the
+    /// owner gets the memory back. The image stays here until the VP is
+    /// placed again (`Unpark`, or a move that ships it).
+    fn park_waiting(&mut self) {
+        let due: Vec<(Tid, StartVp)> = self
+            .vps
+            .by_tid
+            .iter()
+            .filter(|(t, v)| v.exit.is_none() && v.moving.is_none() && !self.park_tried.contains(t))
+            .filter_map(|(&t, v)| Some((t, v.start.clone()?)))
+            .collect();
+        let me = self.facts.name.clone();
+        for (tid, start) in due {
+            self.park_tried.insert(tid);
+            self.checkpoint(me.clone(), start);
+        }
+    }
+
+    /// Start a parked VP again here from its image.
+    fn unpark(&mut self, tid: Tid) {
+        let Some((start, path)) = self.parked.remove(&tid) else {
+            return log!("asked to start VP t{tid:x} again, but it is not parked here");
+        };
+        match std::fs::read(&path) {
+            Ok(image) => {
+                let _ = std::fs::remove_file(&path);
+                self.restore(start, &image);
+            }
+            Err(e) => {
+                let status = ExitInfo {
+                    code: None,
+                    signal: None,
+                    error: Some(format!("its parked image {}: {e}", path.display())),
+                };
+                self.report(PeerMsg::Exited { tid, status });
+            }
+        }
     }
 
     /// Send `sig` to the process group of every live local VP that `which`
@@ -1433,6 +1494,21 @@ impl Daemon {
 
     fn checkpoint(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
+        if let Some((_, path)) = self.parked.remove(&tid) {
+            // Parked on disk: its image goes as it is.
+            let image = std::fs::read(&path);
+            let _ = std::fs::remove_file(&path);
+            return match image {
+                Ok(image) => {
+                    log!("sending parked VP t{tid:x} to {to}");
+                    self.send_image(&to, start, image)
+                }
+                Err(e) => self.report(PeerMsg::MigrateFailed {
+                    tid,
+                    reason: format!("its parked image {}: {e}", path.display()),
+                }),
+            };
+        }
         let (Some(&t), Some(vp)) = (self.vp_conns.get(&tid), self.vps.by_tid.get_mut(&tid)) else {
             return self.report(PeerMsg::MigrateFailed {
                 tid,
@@ -1440,7 +1516,11 @@ impl Daemon {
             });
         };
         let pid = vp.pid;
-        log!("asking VP t{tid:x} to checkpoint for {to}");
+        if to == self.facts.name {
+            log!("asking VP t{tid:x} to checkpoint to disk (parking it while the owner has the host)");
+        } else {
+            log!("asking VP t{tid:x} to checkpoint for {to}");
+        }
         vp.moving = Some((to, start, Instant::now()));
         self.router.detach(tid);
         let path = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
@@ -1528,6 +1608,20 @@ impl Daemon {
                 .map_err(|e| e.to_string())
         });
         match checked {
+            Ok(image) if to == self.facts.name => {
+                let parked = self.cfg.state_dir.join(format!("t{tid:x}.parked"));
+                match std::fs::rename(&expected, &parked) {
+                    Ok(()) => {
+                        log!("VP t{tid:x} parked on disk ({} bytes)", image.len());
+                        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                            v.moved = true;
+                        }
+                        self.parked.insert(tid, (start, parked));
+                        self.report(PeerMsg::Parked { tid });
+                    }
+                    Err(e) => log!("VP t{tid:x}: keeping its image: {e}"),
+                }
+            }
             Ok(image) => {
                 log!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
@@ -1881,5 +1975,7 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Owner(_) => "Owner",
         PeerMsg::OwnerCommand { .. } => "OwnerCommand",
         PeerMsg::OwnerDone { .. } => "OwnerDone",
+        PeerMsg::Parked { .. } => "Parked",
+        PeerMsg::Unpark { .. } => "Unpark",
     }
 }

@@ -488,6 +488,17 @@ pub enum PeerMsg {
         /// What happened.
         message: String,
     },
+    /// Host to master: a VP waiting on a taken-back host was checkpointed to
+    /// its disk and its process ended (the owner gets the memory back).
+    Parked {
+        /// Which.
+        tid: Tid,
+    },
+    /// Master to host: start a parked VP again here from its image.
+    Unpark {
+        /// Which.
+        tid: Tid,
+    },
     /// Source host to the master: the VP did not move.
     MigrateFailed {
         /// Which.

@@ -443,3 +443,83 @@ fn a_vp_taken_back_again_as_it_restarts_is_never_lost() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let conf = policy(dir.path(), "[owner]\npark_after_s = 0.2\n");
+    let vm = Vm::start_with(2, &["--config", &conf]);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    let all_on = |vm: &Vm, host: &str, state: &str| {
+        let v = hosts_of(vm);
+        v.len() == 2 && v.iter().all(|(h, s, _)| h == host && s == state)
+    };
+    assert!(wait_until(Duration::from_secs(10), || hosts_of(&vm)
+        .iter()
+        .filter(|(_, s, _)| s == "running")
+        .count()
+        == 2));
+    for host in ["h1", "h0"] {
+        let out = vm.mig(&["owner", "reclaim", "--host", host]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let h0_dir = vm.dir.path().join("h0");
+    let parked_files = || {
+        std::fs::read_dir(&h0_dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".parked"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    // Both wait on h0, then go to its disk: no process left.
+    assert!(
+        wait_until(Duration::from_secs(10), || all_on(
+            &vm,
+            "h0",
+            "parked on disk (owner back)"
+        ) && parked_files() == 2),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    assert!(hosts_of(&vm).iter().all(|(_, _, pid)| *pid == 0));
+    // h0's owner leaves: they start again there from their images.
+    let out = vm.mig(&["owner", "release", "--host", "h0"]);
+    assert!(out.status.success());
+    assert!(
+        wait_until(Duration::from_secs(10), || all_on(&vm, "h0", "running")),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    assert_eq!(parked_files(), 0);
+    // Parked again, then h1 is free: the images go there.
+    let out = vm.mig(&["owner", "reclaim", "--host", "h0"]);
+    assert!(out.status.success());
+    assert!(wait_until(Duration::from_secs(10), || all_on(
+        &vm,
+        "h0",
+        "parked on disk (owner back)"
+    )));
+    let out = vm.mig(&["owner", "release", "--host", "h1"]);
+    assert!(out.status.success());
+    assert!(
+        wait_until(Duration::from_secs(10), || all_on(&vm, "h1", "running")),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    let lines = finish(&vm, job);
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        2,
+        "{lines:?}"
+    );
+}

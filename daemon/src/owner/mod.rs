@@ -49,6 +49,9 @@ pub struct OwnerFile {
     pub input_devices: Option<bool>,
     /// Watch the i8042 keyboard/mouse interrupt counters.
     pub interrupts: Option<bool>,
+    /// VPs waiting on a taken-back host this long (s) are checkpointed to
+    /// disk and their processes ended; unset, they wait stopped.
+    pub park_after_s: Option<f64>,
 }
 
 /// `terminals = "logged-in"` or `terminals = ["/dev/pts/3"]`.
@@ -78,6 +81,9 @@ pub struct OwnerConfig {
     pub input_devices: Option<bool>,
     /// Watch keyboard/mouse interrupts.
     pub interrupts: Option<bool>,
+    /// VPs waiting on a taken-back host this long are checkpointed to disk
+    /// and their processes ended (`None`: they wait stopped).
+    pub park_after: Option<Duration>,
     /// The policy.
     pub policy: PolicyConfig,
     /// Where utmp, input devices and interrupts are (tests point elsewhere).
@@ -99,6 +105,7 @@ impl Default for OwnerConfig {
             terminals: None,
             input_devices: None,
             interrupts: None,
+            park_after: None,
             policy: PolicyConfig::default(),
             utmp: "/var/run/utmp".into(),
             input_dir: "/dev/input".into(),
@@ -190,6 +197,9 @@ impl OwnerConfig {
         if f.interrupts.is_some() {
             self.interrupts = f.interrupts;
         }
+        if let Some(v) = f.park_after_s {
+            self.park_after = Some(secs("park_after_s", v, 7.0 * 86400.0)?);
+        }
         Ok(())
     }
 
@@ -246,6 +256,16 @@ impl Monitor {
     /// Is the host offered now (may its VPs run)?
     pub fn offered(&self) -> bool {
         self.policy.offered()
+    }
+
+    /// Have the VPs waiting here been taken back long enough to be
+    /// checkpointed to disk (when the config says so)?
+    pub fn park_due(&self, now: Instant) -> bool {
+        self.policy.state() == libmig::msg::OwnerState::Reclaimed
+            && self
+                .cfg
+                .park_after
+                .is_some_and(|d| now.duration_since(self.policy.since()) >= d)
     }
 
     /// When the next poll is due.
@@ -348,8 +368,11 @@ mod tests {
 
     #[test]
     fn config_values_apply_and_bad_ones_are_named() {
-        let c =
-            file("poll_ms = 20\nscope = \"tree:7\"\nterminals = []\nmove_after_s = 1.5\n").unwrap();
+        let c = file(
+            "poll_ms = 20\nscope = \"tree:7\"\nterminals = []\nmove_after_s = 1.5\npark_after_s = 60\n",
+        )
+        .unwrap();
+        assert_eq!(c.park_after, Some(Duration::from_secs(60)));
         assert_eq!(c.poll, Duration::from_millis(20));
         assert_eq!(c.scope, Scope::Tree(7));
         assert_eq!(c.terminals, Some(Terminals::List(vec![])));
@@ -363,6 +386,7 @@ mod tests {
                 "must not exceed",
             ),
             ("offer_after_idle_s = nan", "owner.offer_after_idle_s"),
+            ("park_after_s = -1", "owner.park_after_s"),
             ("terminals = \"all\"", "owner.terminals"),
             ("pol_ms = 3", "unknown field"),
         ] {
