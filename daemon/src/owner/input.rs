@@ -13,6 +13,11 @@
 //! * Interrupts: the i8042 (PS/2 keyboard and mouse) lines of
 //!   /proc/interrupts. USB devices share their controller's interrupt with
 //!   disks and more, so they are left to the input devices source.
+//! * Desktop sessions: logind's idle hint of each graphical session (the
+//!   session files under /run/systemd/sessions say which are graphical;
+//!   `loginctl show-session` gives the hint, run every 5 s without waiting
+//!   for it). A desktop sets the hint after minutes of idleness, so this
+//!   source keeps a host from being offered rather than reclaiming it fast.
 
 use std::fs::{self, File};
 use std::io::Read;
@@ -362,6 +367,141 @@ impl InterruptSource {
     }
 }
 
+/// logind's graphical sessions and their idle hints.
+#[derive(Debug)]
+pub struct LogindSource {
+    dir: PathBuf,
+    running: Option<(std::process::Child, Vec<u8>)>,
+    next: Instant,
+    sees: String,
+    last_input: Option<Instant>,
+}
+
+/// The graphical sessions among logind's session files in `dir`.
+pub fn graphical_sessions(dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let id = e.file_name().to_str()?.to_string();
+            let ok = id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            let text = fs::read_to_string(e.path()).ok()?;
+            let graphical = text
+                .lines()
+                .any(|l| matches!(l, "TYPE=x11" | "TYPE=wayland" | "TYPE=mir"));
+            (ok && graphical).then_some(id)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `loginctl show-session -p IdleHint ...` output: is any session not idle?
+pub fn any_active(text: &str) -> Option<bool> {
+    let hints: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("IdleHint="))
+        .collect();
+    (!hints.is_empty()).then(|| hints.iter().any(|h| h.trim() == "no"))
+}
+
+impl LogindSource {
+    /// Watch the graphical sessions logind lists in `dir`.
+    pub fn new(dir: PathBuf, now: Instant) -> LogindSource {
+        LogindSource {
+            dir,
+            running: None,
+            next: now,
+            sees: "not read yet".into(),
+            last_input: None,
+        }
+    }
+
+    /// A graphical session that is not idle, as `logind session ...`.
+    pub fn poll(&mut self, now: Instant) -> Option<String> {
+        if let Some((child, buf)) = &mut self.running {
+            let out = child.stdout.as_mut()?;
+            let mut chunk = [0u8; 4096];
+            loop {
+                match out.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) if buf.len() < 1 << 20 => buf.extend_from_slice(&chunk[..n]),
+                    Ok(_) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                    Err(_) => break,
+                }
+            }
+            let text = String::from_utf8_lossy(buf).into_owned();
+            // The daemon's reaper collects the process.
+            self.running = None;
+            return match any_active(&text) {
+                Some(true) => {
+                    self.sees = "a graphical session is not idle".into();
+                    self.last_input = Some(now);
+                    Some("logind: a graphical session is not idle".into())
+                }
+                Some(false) => {
+                    self.sees = "every graphical session is idle".into();
+                    None
+                }
+                None => {
+                    self.sees = "loginctl gave no idle hint".into();
+                    None
+                }
+            };
+        }
+        if now < self.next {
+            return None;
+        }
+        self.next = now + Duration::from_secs(5);
+        let sessions = graphical_sessions(&self.dir);
+        if sessions.is_empty() {
+            self.sees = format!("no graphical session in {}", self.dir.display());
+            return None;
+        }
+        let child = std::process::Command::new("loginctl")
+            .args(["show-session", "-p", "IdleHint"])
+            .args(&sessions)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        match child {
+            Ok(c) => {
+                if let Some(out) = &c.stdout {
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(out);
+                    // SAFETY: fcntl on a descriptor the child handle owns.
+                    unsafe {
+                        let fl = libc::fcntl(fd, libc::F_GETFL);
+                        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+                    }
+                }
+                self.running = Some((c, Vec::new()));
+            }
+            Err(e) => self.sees = format!("cannot run loginctl: {e}"),
+        }
+        None
+    }
+
+    /// What it sees.
+    pub fn status(&self) -> Status {
+        Status {
+            name: "logind",
+            active: self.dir.is_dir(),
+            sees: if self.dir.is_dir() {
+                self.sees.clone()
+            } else {
+                format!("no logind here ({})", self.dir.display())
+            },
+            last_input: self.last_input,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,6 +588,21 @@ mod tests {
         w.write_all(&event(1)).unwrap();
         assert_eq!(s.poll(t0), Some(format!("input {}", dev.display())));
         assert_eq!(s.status().last_input, Some(t0));
+    }
+
+    #[test]
+    fn logind_graphical_sessions_and_idle_hints() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("2"), "UID=1000\nTYPE=x11\nACTIVE=1\n").unwrap();
+        fs::write(dir.path().join("c1"), "UID=0\nTYPE=tty\n").unwrap();
+        fs::write(dir.path().join("5"), "TYPE=wayland\n").unwrap();
+        assert_eq!(graphical_sessions(dir.path()), vec!["2", "5"]);
+        assert_eq!(any_active("IdleHint=yes\n\nIdleHint=no\n"), Some(true));
+        assert_eq!(any_active("IdleHint=yes\n\nIdleHint=yes\n"), Some(false));
+        assert_eq!(any_active("Failed to get session\n"), None);
+        let mut s = LogindSource::new("/nonexistent/sessions".into(), Instant::now());
+        assert_eq!(s.poll(Instant::now()), None);
+        assert!(!s.status().active);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub use input::Terminals;
 pub use load::Scope;
 pub use policy::{Change, PolicyConfig, Seen};
 
-use input::{DeviceSource, InterruptSource, Status, TerminalSource};
+use input::{DeviceSource, InterruptSource, LogindSource, Status, TerminalSource};
 use load::LoadMeter;
 use policy::Policy;
 
@@ -49,6 +49,8 @@ pub struct OwnerFile {
     pub input_devices: Option<bool>,
     /// Watch the i8042 keyboard/mouse interrupt counters.
     pub interrupts: Option<bool>,
+    /// Read logind's idle hints of graphical sessions.
+    pub logind: Option<bool>,
     /// VPs waiting on a taken-back host this long (s) are checkpointed to
     /// disk and their processes ended; unset, they wait stopped.
     pub park_after_s: Option<f64>,
@@ -81,6 +83,8 @@ pub struct OwnerConfig {
     pub input_devices: Option<bool>,
     /// Watch keyboard/mouse interrupts.
     pub interrupts: Option<bool>,
+    /// Read logind's idle hints.
+    pub logind: Option<bool>,
     /// VPs waiting on a taken-back host this long are checkpointed to disk
     /// and their processes ended (`None`: they wait stopped).
     pub park_after: Option<Duration>,
@@ -92,6 +96,8 @@ pub struct OwnerConfig {
     pub input_dir: PathBuf,
     /// The interrupt counters.
     pub interrupts_file: PathBuf,
+    /// logind's session files.
+    pub logind_dir: PathBuf,
 }
 
 impl Default for OwnerConfig {
@@ -105,11 +111,13 @@ impl Default for OwnerConfig {
             terminals: None,
             input_devices: None,
             interrupts: None,
+            logind: None,
             park_after: None,
             policy: PolicyConfig::default(),
             utmp: "/var/run/utmp".into(),
             input_dir: "/dev/input".into(),
             interrupts_file: "/proc/interrupts".into(),
+            logind_dir: "/run/systemd/sessions".into(),
         }
     }
 }
@@ -197,6 +205,9 @@ impl OwnerConfig {
         if f.interrupts.is_some() {
             self.interrupts = f.interrupts;
         }
+        if f.logind.is_some() {
+            self.logind = f.logind;
+        }
         if let Some(v) = f.park_after_s {
             self.park_after = Some(secs("park_after_s", v, 7.0 * 86400.0)?);
         }
@@ -217,6 +228,7 @@ pub struct Monitor {
     terminals: TerminalSource,
     devices: Option<DeviceSource>,
     interrupts: Option<InterruptSource>,
+    logind: Option<LogindSource>,
     policy: Policy,
     explicit: Option<bool>,
     explicit_at: Option<Instant>,
@@ -244,6 +256,10 @@ impl Monitor {
                 .interrupts
                 .unwrap_or(whole)
                 .then(|| InterruptSource::new(cfg.interrupts_file.clone())),
+            logind: cfg
+                .logind
+                .unwrap_or(whole)
+                .then(|| LogindSource::new(cfg.logind_dir.clone(), now)),
             terminals,
             policy,
             explicit: None,
@@ -291,6 +307,9 @@ impl Monitor {
         if let Some(i) = &mut self.interrupts {
             input = i.poll(now).or(input);
         }
+        if let Some(l) = &mut self.logind {
+            input = l.poll(now).or(input);
+        }
         let seen = Seen {
             input,
             load: self.load.poll(now, vps),
@@ -324,6 +343,10 @@ impl Monitor {
         match &self.interrupts {
             Some(i) => add(i.status()),
             None => add(off("interrupts", self.cfg.interrupts.is_some())),
+        }
+        match &self.logind {
+            Some(l) => add(l.status()),
+            None => add(off("logind", self.cfg.logind.is_some())),
         }
         sources.push(SourceReport {
             name: "explicit".into(),
@@ -410,7 +433,7 @@ mod tests {
         assert_eq!(m.poll(t0, &[]), vec![Change::StopVps, Change::LeavePool]);
         let r = m.report(t0);
         assert_eq!(r.decided_by, "mig owner reclaim");
-        assert_eq!(r.sources.len(), 5);
+        assert_eq!(r.sources.len(), 6);
         assert!(
             r.sources.iter().all(|s| !s.active || s.name == "explicit"),
             "{r:?}"
