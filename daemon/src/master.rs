@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use libmig::msg::{
     Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, OwnerAction,
-    OwnerReport, OwnerState, PeerMsg, Request, Response, SpawnSpec, StartVp, Stream, Tid, VpCall,
-    VpInfo, VpRet, SYSTEM,
+    OwnerReport, OwnerState, PeerMsg, Request, Response, SliceReport, SliceStats, SlotCell,
+    SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet, SYSTEM,
 };
 
 use crate::groups::Groups;
@@ -52,6 +52,19 @@ pub enum Out {
     Broadcast(PeerMsg),
     /// A message for a VP (a notice from `SYSTEM`), routed like any other.
     Deliver(Envelope, Vec<u8>),
+    /// New slot tables for these hosts (the server sets when they take
+    /// effect, on its clock, and sends each). `slots` is the round's length;
+    /// `all`: every host's table changed (a new epoch for all).
+    SlotTables {
+        /// Orders tables.
+        generation: u64,
+        /// Slots per round.
+        slots: usize,
+        /// Every host gets one.
+        all: bool,
+        /// Per host, per slot, its cells.
+        tables: Vec<(String, Vec<Vec<SlotCell>>)>,
+    },
 }
 
 #[derive(Debug)]
@@ -131,7 +144,25 @@ pub struct Master {
     owner_waiting: HashMap<u64, Requester>,
     next_owner_id: u64,
     now: Instant,
+    /// The real-time clock (ns since the Unix epoch) as the server last set it.
+    wall_ns: u64,
+    /// Gang slicing: slot length (0: off), and the round the hosts run
+    /// (epoch, slots) once tables went out.
+    quantum_ns: u64,
+    round: Option<(u64, u64)>,
+    /// Per host, the switches and table installs it reported.
+    slicing: BTreeMap<String, HostSlicing>,
 }
+
+/// What a host's slicer reported, for `mig stats`.
+#[derive(Debug, Default)]
+struct HostSlicing {
+    switches: std::collections::VecDeque<Switch>,
+    installed: Vec<(u64, u64, u64)>,
+}
+
+/// Switches kept per host for `mig stats`.
+const KEEP_SWITCHES: usize = 4096;
 
 fn processor_id(host: &str, i: u32) -> String {
     format!("{host}/{i}")
@@ -139,7 +170,9 @@ fn processor_id(host: &str, i: u32) -> String {
 
 impl Master {
     /// A master whose own host has `facts`.
-    pub fn new(facts: HostFacts, now: Instant) -> (Master, Vec<Out>) {
+    /// `quantum`: the slot length hosts slice with (zero: no slicing, the
+    /// kernel shares processors among slots' VPs).
+    pub fn new(facts: HostFacts, now: Instant, quantum: Duration) -> (Master, Vec<Out>) {
         let mut m = Master {
             name: facts.name.clone(),
             sched: Scheduler::new(SchedConfig::default()),
@@ -155,6 +188,10 @@ impl Master {
             owner_waiting: HashMap::new(),
             next_owner_id: 1,
             now,
+            wall_ns: 0,
+            quantum_ns: quantum.as_nanos() as u64,
+            round: None,
+            slicing: BTreeMap::new(),
         };
         let out = m.add_host(facts, now, true);
         (m, out)
@@ -393,6 +430,7 @@ impl Master {
             PeerMsg::Owner(report) => self.owner_report(host, report),
             PeerMsg::OwnerDone { id, message } => self.owner_done(id, message),
             PeerMsg::Parked { tid } => self.parked(host, tid),
+            PeerMsg::Slicing(r) => self.slicing_report(host, r),
             _ => return None,
         })
     }
@@ -552,7 +590,43 @@ impl Master {
                         out.push(Out::ToHost(host, PeerMsg::Kill { tid }));
                     }
                 }
-                Action::SlotTables { .. } => {}
+                Action::SlotTables {
+                    generation,
+                    slots,
+                    all,
+                    hosts,
+                } => {
+                    if self.quantum_ns == 0 {
+                        continue;
+                    }
+                    // A new round length is a new epoch: every host's table.
+                    let all = all || self.round.is_none_or(|(_, n)| n != slots as u64);
+                    let mut targets: Vec<String> = hosts;
+                    if all {
+                        targets.extend(
+                            self.hosts
+                                .iter()
+                                .filter(|(_, h)| h.alive)
+                                .map(|(n, _)| n.clone()),
+                        );
+                    }
+                    targets.sort();
+                    targets.dedup();
+                    targets.retain(|h| self.is_alive(h));
+                    let tables = targets
+                        .into_iter()
+                        .map(|h| {
+                            let t = self.slot_table(&h);
+                            (h, t)
+                        })
+                        .collect();
+                    out.push(Out::SlotTables {
+                        generation,
+                        slots,
+                        all,
+                        tables,
+                    });
+                }
             }
         }
         out
@@ -685,6 +759,145 @@ impl Master {
     fn clear_wants(&mut self, job: &str, vp: u32) {
         if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
             v.wants = None;
+        }
+    }
+
+    /// Host `host`'s slot table from the scheduler's map: per slot, per
+    /// processor of the host, the Tids there.
+    fn slot_table(&self, host: &str) -> Vec<Vec<SlotCell>> {
+        self.sched
+            .host_table(host)
+            .into_iter()
+            .map(|slot| {
+                slot.into_iter()
+                    .filter_map(|c| {
+                        let j = self.jobs.get(&c.job)?;
+                        let processor = c.processor.rsplit('/').next()?.parse().ok()?;
+                        Some(SlotCell {
+                            processor,
+                            tids: c
+                                .vps
+                                .iter()
+                                .filter_map(|vp| j.vps.get(vp).map(|v| v.tid))
+                                .collect(),
+                            independent: j.spec.independent,
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The server's clock, for answers that depend on it (`mig map`).
+    pub fn set_wall(&mut self, ns: u64) {
+        self.wall_ns = ns;
+    }
+
+    /// `set_wall`, chained.
+    pub fn with_wall(&mut self, ns: u64) -> &mut Master {
+        self.wall_ns = ns;
+        self
+    }
+
+    /// The round the hosts now slice: its epoch (ns) and slots.
+    pub fn set_round(&mut self, epoch_ns: u64, slots: u64) {
+        self.round = Some((epoch_ns, slots));
+    }
+
+    /// The slot length (ns); 0 when not slicing.
+    pub fn quantum_ns(&self) -> u64 {
+        self.quantum_ns
+    }
+
+    /// The round in force, if tables went out.
+    pub fn round(&self) -> Option<(u64, u64)> {
+        self.round
+    }
+
+    /// A host's slicer reported.
+    fn slicing_report(&mut self, host: &str, r: SliceReport) -> Vec<Out> {
+        let h = self.slicing.entry(host.to_string()).or_default();
+        for s in r.switches {
+            if h.switches.len() == KEEP_SWITCHES {
+                h.switches.pop_front();
+            }
+            h.switches.push_back(s);
+        }
+        h.installed.extend(r.installed);
+        let extra = h.installed.len().saturating_sub(64);
+        h.installed.drain(..extra);
+        Vec::new()
+    }
+
+    /// `mig stats`: switch lateness per host and overall, cross-host skew
+    /// for the same boundary, time lost to switching.
+    fn stats(&self) -> StatsInfo {
+        fn pcts(mut v: Vec<f64>) -> [f64; 3] {
+            if v.is_empty() {
+                return [0.0; 3];
+            }
+            v.sort_by(f64::total_cmp);
+            let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+            [at(0.5), at(0.99), at(1.0)]
+        }
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let lost = |sw: &[&Switch]| {
+            let (first, last) = match (
+                sw.iter().map(|s| s.ideal_ns).min(),
+                sw.iter().map(|s| s.ideal_ns).max(),
+            ) {
+                (Some(a), Some(b)) if b > a => (a, b),
+                _ => return 0.0,
+            };
+            let took: u64 = sw.iter().map(|s| s.took_ns).sum();
+            took as f64 / (last - first) as f64
+        };
+        let mut hosts = Vec::new();
+        let mut all: Vec<&Switch> = Vec::new();
+        let mut by_boundary: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for (name, h) in &self.slicing {
+            let sw: Vec<&Switch> = h.switches.iter().collect();
+            for s in &sw {
+                by_boundary.entry(s.ideal_ns).or_default().push(s.late_ns);
+            }
+            hosts.push(SliceStats {
+                host: name.clone(),
+                switches: sw.len() as u64,
+                late_ms: pcts(sw.iter().map(|s| ms(s.late_ns)).collect()),
+                lost: lost(&sw),
+                installed: h.installed.clone(),
+            });
+            all.extend(sw);
+        }
+        let lost_all = if hosts.is_empty() {
+            0.0
+        } else {
+            hosts.iter().map(|h| h.lost).sum::<f64>() / hosts.len() as f64
+        };
+        hosts.push(SliceStats {
+            host: "all".into(),
+            switches: all.len() as u64,
+            late_ms: pcts(all.iter().map(|s| ms(s.late_ns)).collect()),
+            lost: lost_all,
+            installed: Vec::new(),
+        });
+        let skews: Vec<f64> = by_boundary
+            .values()
+            .filter(|l| l.len() > 1)
+            .map(|l| {
+                let (lo, hi) = (
+                    l.iter().min().copied().unwrap_or(0),
+                    l.iter().max().copied().unwrap_or(0),
+                );
+                ms(hi - lo)
+            })
+            .collect();
+        StatsInfo {
+            quantum_ms: ms(self.quantum_ns),
+            slots: self.sched.map().columns().len() as u32,
+            boundaries: skews.len() as u64,
+            skew_ms: pcts(skews),
+            hosts,
         }
     }
 
@@ -929,12 +1142,26 @@ impl Master {
                             .collect()
                     })
                     .collect();
-                vec![Out::Reply(from, Response::Map { processors, slots })]
+                let now = self
+                    .round
+                    .filter(|&(_, n)| n > 1 && self.quantum_ns > 0 && self.wall_ns >= 1)
+                    .map(|(epoch, n)| {
+                        (self.wall_ns.saturating_sub(epoch) / self.quantum_ns % n) as u32
+                    });
+                vec![Out::Reply(
+                    from,
+                    Response::Map {
+                        processors,
+                        slots,
+                        now,
+                    },
+                )]
             }
             Request::Spawn(spec) => self.spawn(from, from_host, spec),
             Request::Kill { target } => self.kill(from, &target),
             Request::Migrate { tid, to } => self.migrate(from, &tid, &to),
             Request::Owner { action, host } => self.owner(from, from_host, action, host),
+            Request::Stats => vec![Out::Reply(from, Response::Stats(self.stats()))],
             Request::Halt => {
                 let mut out: Vec<Out> = self
                     .hosts
@@ -1178,6 +1405,7 @@ impl Master {
                     env: j.spec.env.clone(),
                     wait: false,
                     parent: Some(tid),
+                    independent: false,
                 };
                 if new_job {
                     let mut out = self.spawn(Requester::Vp { tid, id }, host, spec);
@@ -1531,6 +1759,7 @@ mod tests {
             env: vec![],
             wait: true,
             parent: None,
+            independent: false,
         }
     }
 
@@ -1546,7 +1775,7 @@ mod tests {
     #[test]
     fn a_job_spreads_over_hosts_and_finishes_with_its_status() {
         let now = Instant::now();
-        let (mut m, _) = Master::new(facts("h0", 1), now);
+        let (mut m, _) = Master::new(facts("h0", 1), now, Duration::ZERO);
         m.register(facts("h1", 1), now);
         let out = m.control(Requester::Local(7), "h0", Request::Spawn(spec(2)));
         let s = starts(&out);
@@ -1579,7 +1808,7 @@ mod tests {
     #[test]
     fn a_dead_host_leaves_the_map_and_its_vps_restart_elsewhere() {
         let now = Instant::now();
-        let (mut m, _) = Master::new(facts("h0", 1), now);
+        let (mut m, _) = Master::new(facts("h0", 1), now, Duration::ZERO);
         m.register(facts("h1", 1), now);
         let out = m.control(Requester::Local(1), "h0", Request::Spawn(spec(2)));
         assert_eq!(starts(&out).len(), 2);
@@ -1603,7 +1832,7 @@ mod tests {
     #[test]
     fn bad_requests_are_clear_errors() {
         let now = Instant::now();
-        let (mut m, _) = Master::new(facts("h0", 1), now);
+        let (mut m, _) = Master::new(facts("h0", 1), now, Duration::ZERO);
         let mut s = spec(1);
         s.program = "./no-such-program".into();
         let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));

@@ -39,9 +39,22 @@ use crate::log;
 use crate::master::{Master, Out, Requester};
 use crate::owner::{Change, Monitor};
 use crate::route::{Body, Router, Way};
+use crate::slicer::Slicer;
 use libmig::payload::{sealed_memfd, FD_PAYLOAD};
 use libmig::Payload;
 use nix::sys::signal::Signal;
+
+/// How far ahead of a slot switch the loop stops polling and sleeps to it
+/// (the poll's timeout has millisecond granularity, a sleep does not).
+const SLICE_SPIN: Duration = Duration::from_micros(1500);
+
+/// The real-time clock in ns since the Unix epoch (slot boundaries are
+/// instants on it, the same on every host).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
 
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
@@ -130,6 +143,8 @@ pub struct Daemon {
     parked: HashMap<Tid, (StartVp, PathBuf)>,
     /// VPs asked to park during this taking back (asked once).
     park_tried: std::collections::HashSet<Tid>,
+    /// Which local VPs run in the slot in force.
+    slicer: Slicer,
 }
 
 /// Start a daemon with `cfg` and run it until halted or signalled.
@@ -215,11 +230,12 @@ impl Daemon {
             owner,
             parked: HashMap::new(),
             park_tried: Default::default(),
+            slicer: Slicer::default(),
             cfg,
         };
         match d.cfg.join {
             None => {
-                let (m, out) = Master::new(d.facts.clone(), Instant::now());
+                let (m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
                 d.master = Some(m);
                 d.deliver(out);
                 log!("master {} listening on {addr}", d.facts.name);
@@ -351,6 +367,11 @@ impl Daemon {
                 .heartbeat
                 .saturating_sub(self.last_beat.elapsed())
                 .min(self.owner.due().saturating_duration_since(Instant::now()))
+                // Wake a little early for a slot switch, then sleep to it exactly.
+                .min(
+                    self.slice_due_in()
+                        .map_or(Duration::MAX, |d| d.saturating_sub(SLICE_SPIN)),
+                )
                 .max(Duration::from_millis(1));
             let timeout = if self.halting.is_some() {
                 timeout.min(Duration::from_millis(20))
@@ -388,6 +409,12 @@ impl Daemon {
                     }
                 }
             }
+            if let Some(d) = self.slice_due_in() {
+                if d <= SLICE_SPIN {
+                    std::thread::sleep(d);
+                    self.slice();
+                }
+            }
             if Instant::now() >= self.owner.due() {
                 self.owner_poll(None);
             }
@@ -409,9 +436,13 @@ impl Daemon {
 
     fn tick(&mut self) {
         self.call_off_slow_moves();
-        // The owner's state rides with the heartbeat, for `mig owner status`.
+        // The owner's state rides with the heartbeat, for `mig owner status`,
+        // and so do the slicer's switches, for `mig stats`.
         let report = self.owner.report(Instant::now());
         self.report(PeerMsg::Owner(report));
+        if let Some(r) = self.slicer.report() {
+            self.report(PeerMsg::Slicing(r));
+        }
         if let Some(link) = self.link {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
@@ -871,7 +902,7 @@ impl Daemon {
         let Some(m) = &mut self.master else { return };
         let mut out = m.heard_from(h, Instant::now());
         out.extend(match msg {
-            PeerMsg::Control { id, req } => m.control(
+            PeerMsg::Control { id, req } => m.with_wall(wall_ns()).control(
                 Requester::Remote {
                     host: h.to_string(),
                     id,
@@ -930,6 +961,10 @@ impl Daemon {
                 }
             }
             PeerMsg::Unpark { tid } => self.unpark(tid),
+            PeerMsg::SlotTable(t) => {
+                self.slicer.install(t);
+                self.slice();
+            }
             PeerMsg::Halt => {
                 log!("halt requested");
                 self.begin_halt();
@@ -993,6 +1028,12 @@ impl Daemon {
                     self.host_msg(msg);
                 }
                 Out::Deliver(env, payload) => self.route(env, Body::Bytes(payload), None),
+                Out::SlotTables {
+                    generation,
+                    slots,
+                    all,
+                    tables,
+                } => self.send_tables(generation, slots, all, tables),
                 Out::ToHost(host, msg) => {
                     if host == self.facts.name {
                         self.host_msg(msg);
@@ -1021,6 +1062,7 @@ impl Daemon {
     fn control(&mut self, t: Token, req: Request) {
         let me = self.facts.name.clone();
         if let Some(m) = &mut self.master {
+            m.set_wall(wall_ns());
             let out = m.control(Requester::Local(t.0), &me, req);
             self.deliver(out);
         } else if let Some(link) = self.link {
@@ -1406,11 +1448,12 @@ impl Daemon {
             match c {
                 Change::StopVps => {
                     // VPs checkpointing for a move go on to their safe point.
-                    let n = self.signal_vps(Signal::SIGSTOP, |v| v.moving.is_none());
+                    let n = self.signal_vps(Signal::SIGSTOP, |_, v| v.moving.is_none());
                     done.push(format!("{n} VPs stopped"));
                 }
                 Change::ResumeVps => {
-                    let n = self.signal_vps(Signal::SIGCONT, |_| true);
+                    // Those whose slot is not running stay stopped.
+                    let n = self.signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
                     self.park_tried.clear();
                     done.push(format!("{n} VPs resumed"));
                 }
@@ -1481,15 +1524,97 @@ impl Daemon {
 
     /// Send `sig` to the process group of every live local VP that `which`
     /// picks; how many.
-    fn signal_vps(&self, sig: Signal, which: impl Fn(&host::LocalVp) -> bool) -> usize {
+    fn signal_vps(&self, sig: Signal, which: impl Fn(Tid, &host::LocalVp) -> bool) -> usize {
         let mut n = 0;
-        for v in self.vps.by_tid.values() {
-            if v.exit.is_none() && which(v) {
+        for (&tid, v) in &self.vps.by_tid {
+            if v.exit.is_none() && which(tid, v) {
                 host::signal(v.pid, sig);
                 n += 1;
             }
         }
         n
+    }
+
+    /// On the master: time new slot tables. They take effect at the first
+    /// slot boundary at least `TABLE_LEAD` away (on every host at the same
+    /// boundary); a new round length starts a new epoch there.
+    fn send_tables(
+        &mut self,
+        generation: u64,
+        slots: usize,
+        all: bool,
+        tables: Vec<(String, Vec<Vec<libmig::msg::SlotCell>>)>,
+    ) {
+        const TABLE_LEAD: u64 = 10_000_000;
+        let Some(m) = &mut self.master else { return };
+        let q = m.quantum_ns().max(1);
+        let now = wall_ns();
+        let (epoch, n) = m.round().unwrap_or((now, slots as u64));
+        let t = now + TABLE_LEAD;
+        let from = if t <= epoch {
+            epoch
+        } else {
+            epoch + (t - epoch).div_ceil(q) * q
+        };
+        let epoch = if all || n != slots as u64 {
+            from
+        } else {
+            epoch
+        };
+        m.set_round(epoch, slots as u64);
+        let outs = tables
+            .into_iter()
+            .map(|(host, cells)| {
+                Out::ToHost(
+                    host,
+                    PeerMsg::SlotTable(libmig::msg::SlotTable {
+                        generation,
+                        epoch_ns: epoch,
+                        from_ns: from,
+                        quantum_ns: q,
+                        slots: cells,
+                    }),
+                )
+            })
+            .collect();
+        self.deliver(outs);
+    }
+
+    /// How long until the slicer's next switch, if one is coming.
+    fn slice_due_in(&self) -> Option<Duration> {
+        let due = self.slicer.next_due()?;
+        Some(Duration::from_nanos(due.saturating_sub(wall_ns())))
+    }
+
+    /// Carry out the slot switch that is due: stop the outgoing slot's VPs,
+    /// then continue the incoming one's (so two slots never overlap on a
+    /// processor), and record how late it was. While the owner has the host
+    /// the slicer keeps time but signals nobody.
+    fn slice(&mut self) {
+        let now = wall_ns();
+        let Some(plan) = self.slicer.at(now) else {
+            return;
+        };
+        let start = wall_ns();
+        if self.owner.offered() {
+            for (list, sig) in [(&plan.stop, Signal::SIGSTOP), (&plan.cont, Signal::SIGCONT)] {
+                for tid in list {
+                    // A VP on its way to a safe point is not held up.
+                    match self.vps.by_tid.get(tid) {
+                        Some(v) if v.exit.is_none() && v.moving.is_none() => {
+                            host::signal(v.pid, sig)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let end = wall_ns();
+        self.slicer.record(libmig::msg::Switch {
+            ideal_ns: plan.ideal_ns,
+            late_ns: start.saturating_sub(plan.ideal_ns),
+            took_ns: end.saturating_sub(start),
+        });
     }
 
     fn checkpoint(&mut self, to: String, start: StartVp) {
@@ -1783,9 +1908,11 @@ impl Daemon {
                     },
                 );
                 self.vps.by_pid.insert(pid, tid);
-                if !self.owner.offered() {
-                    // Started as the owner came back: it waits, stopped,
-                    // for the scheduler to move it or the owner to leave.
+                let off_slot = self.slicer.started(tid);
+                if !self.owner.offered() || off_slot {
+                    // Started as the owner came back (it waits, stopped, for
+                    // the scheduler to move it or the owner to leave), or
+                    // outside its slot (it waits for its turn).
                     host::signal(pid, Signal::SIGSTOP);
                 }
                 for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
@@ -1872,6 +1999,7 @@ impl Daemon {
             .is_some_and(|v| v.exit.is_some() && v.open_pipes == 0);
         if done {
             if let Some(vp) = self.vps.by_tid.remove(&tid) {
+                self.slicer.gone(tid);
                 match (vp.moved, vp.exit) {
                     (true, _) => {
                         // It went on elsewhere, or goes on here from its image.
@@ -1976,6 +2104,8 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::OwnerCommand { .. } => "OwnerCommand",
         PeerMsg::OwnerDone { .. } => "OwnerDone",
         PeerMsg::Parked { .. } => "Parked",
+        PeerMsg::SlotTable(_) => "SlotTable",
+        PeerMsg::Slicing(_) => "Slicing",
         PeerMsg::Unpark { .. } => "Unpark",
     }
 }

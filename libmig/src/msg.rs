@@ -488,6 +488,10 @@ pub enum PeerMsg {
         /// What happened.
         message: String,
     },
+    /// Master to host: its slot table (takes effect at `from_ns`).
+    SlotTable(SlotTable),
+    /// Host to master: what its slicer did (with the heartbeat).
+    Slicing(SliceReport),
     /// Host to master: a VP waiting on a taken-back host was checkpointed to
     /// its disk and its process ended (the owner gets the memory back).
     Parked {
@@ -543,6 +547,9 @@ pub struct SpawnSpec {
     pub wait: bool,
     /// The VP that asked (a VP's `spawn_job`), if one did.
     pub parent: Option<Tid>,
+    /// Its VPs need no coordination: besides their own slot they run in
+    /// any slot whose cell on their processor is empty (Concurrent Gang).
+    pub independent: bool,
 }
 
 /// A control request.
@@ -568,6 +575,8 @@ pub enum Request {
         /// The target host.
         to: String,
     },
+    /// Gang slicing figures: switch lateness, skew, time lost.
+    Stats,
     /// `mig owner reclaim|release|status`.
     Owner {
         /// What to do.
@@ -603,6 +612,88 @@ pub struct HostInfo {
     pub vps: u32,
     /// Its owner monitor's last report.
     pub owner: Option<OwnerReport>,
+}
+
+/// One cell of a host's slot table: the VPs on one of its processors in
+/// one slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotCell {
+    /// The processor's index on its host.
+    pub processor: u32,
+    /// The VPs there.
+    pub tids: Vec<Tid>,
+    /// They need no coordination (they may fill empty cells).
+    pub independent: bool,
+}
+
+/// A host's slot table: which of its VPs run in which slot of the round,
+/// and when the round's slots begin (on the real-time clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotTable {
+    /// Orders tables.
+    pub generation: u64,
+    /// Slot 0 of some round began at this instant (ns since the Unix
+    /// epoch); slot `k` of the round runs from `epoch + k * quantum`.
+    pub epoch_ns: u64,
+    /// The table takes effect at this slot boundary (ns since the epoch).
+    pub from_ns: u64,
+    /// Length of a slot.
+    pub quantum_ns: u64,
+    /// Per slot, the cells of this host's processors that hold a job.
+    pub slots: Vec<Vec<SlotCell>>,
+}
+
+/// One switch between slots on a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Switch {
+    /// The ideal instant (ns since the Unix epoch).
+    pub ideal_ns: u64,
+    /// How late it began (ns).
+    pub late_ns: u64,
+    /// How long stopping and continuing took (ns).
+    pub took_ns: u64,
+}
+
+/// What a host's slicer did since its last report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceReport {
+    /// The table in force.
+    pub generation: u64,
+    /// Switches since the last report (at most the last 512).
+    pub switches: Vec<Switch>,
+    /// Tables that took effect since: (generation, boundary, when applied), ns.
+    pub installed: Vec<(u64, u64, u64)>,
+}
+
+/// Gang slicing as `mig stats` shows it, per host and overall.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SliceStats {
+    /// Host name, or `all`.
+    pub host: String,
+    /// Switches counted.
+    pub switches: u64,
+    /// Switch lateness p50, p99, max (ms).
+    pub late_ms: [f64; 3],
+    /// Time lost to switching, as a fraction of the time covered.
+    pub lost: f64,
+    /// Tables that took effect: (generation, boundary, applied) in ns.
+    pub installed: Vec<(u64, u64, u64)>,
+}
+
+/// To `Stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatsInfo {
+    /// Slot length (ms); 0 when slicing is off.
+    pub quantum_ms: f64,
+    /// Slots per round now.
+    pub slots: u32,
+    /// Per host, then `all`.
+    pub hosts: Vec<SliceStats>,
+    /// Cross-host skew for the same boundary: p50, p99, max (ms), and how
+    /// many boundaries were seen by more than one host.
+    pub skew_ms: [f64; 3],
+    /// Boundaries compared for the skew.
+    pub boundaries: u64,
 }
 
 /// Whose a host is now, as its owner monitor decided.
@@ -692,6 +783,8 @@ pub enum Response {
     Hosts(Vec<HostInfo>),
     /// To `Ps`.
     Ps(Vec<VpInfo>),
+    /// To `Stats`.
+    Stats(StatsInfo),
     /// To `Owner { action: Status }`: each host's owner monitor.
     Owner(Vec<(String, OwnerReport)>),
     /// To `Map`: processors in row order and each slot's cells.
@@ -700,6 +793,8 @@ pub enum Response {
         processors: Vec<String>,
         /// Per slot, its occupied cells.
         slots: Vec<Vec<MapCell>>,
+        /// The slot running now, when the hosts slice.
+        now: Option<u32>,
     },
     /// To `Spawn`: the job started.
     Spawned {

@@ -65,6 +65,7 @@ fn main() {
             env: vec![],
             wait: true,
             parent: None,
+            independent: false,
         };
         let Response::Spawned { tids, .. } = job.call(&Request::Spawn(spec)).expect("spawn") else {
             panic!("no job")

@@ -22,6 +22,7 @@ fn once(vm: &Vm, n: u32) -> f64 {
         env: vec![],
         wait: true,
         parent: None,
+        independent: false,
     };
     let t = Instant::now();
     c.send(&Request::Spawn(spec)).expect("send");

@@ -9,20 +9,25 @@ use migd::sched::TableCell;
 /// Flags of `mig map`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Print JSON: {"processors": [...], "slots": [[{processor, job, vps}], ...]}.
+    /// Print JSON: {"processors": [...], "slots": [[{processor, job, vps}], ...], "now": slot}.
     #[arg(long)]
     json: bool,
 }
 
 /// Run it.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
-    let Response::Map { processors, slots } = super::call(daemon, &Request::Map)? else {
+    let Response::Map {
+        processors,
+        slots,
+        now,
+    } = super::call(daemon, &Request::Map)?
+    else {
         bail!("unexpected reply")
     };
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"processors": processors, "slots": slots})
+            serde_json::json!({"processors": processors, "slots": slots, "now": now})
         );
         return Ok(());
     }
@@ -38,6 +43,9 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                 .collect()
         })
         .collect();
-    print!("{}", crate::render::map(&processors, &slots, None));
+    print!(
+        "{}",
+        crate::render::map(&processors, &slots, now.map(|n| n as usize))
+    );
     Ok(())
 }

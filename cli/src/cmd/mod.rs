@@ -11,6 +11,7 @@ pub mod ps;
 pub mod sched;
 pub mod sim;
 pub mod spawn;
+pub mod stats;
 pub mod up;
 
 use std::path::PathBuf;
@@ -57,7 +58,9 @@ enum Command {
     /// its owner monitor sees (owner reclaim|release|status).
     #[command(subcommand)]
     Owner(owner::OwnerCmd),
-    /// Draw the allocation map (processors x time slots).
+    /// Gang slicing: switch lateness per host, skew between hosts, time lost.
+    Stats(stats::Args),
+    /// Draw the allocation map (processors x time slots), marking the slot running now.
     Map(map::Args),
     /// Stop every daemon and VP of the virtual machine.
     Halt(halt::Args),
@@ -82,6 +85,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Kill(a) => kill::run(&daemon, a),
         Command::Migrate(a) => migrate::run(&daemon, a),
         Command::Map(a) => map::run(&daemon, a),
+        Command::Stats(a) => stats::run(&daemon, a),
         Command::Owner(c) => owner::run(&daemon, c),
         Command::Halt(a) => halt::run(&daemon, a),
         Command::Sched(c) => sched::run(c),

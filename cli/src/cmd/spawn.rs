@@ -23,6 +23,10 @@ pub struct Args {
     /// RUST_BACKTRACE and MIG_SPIN_US pass from this shell already.
     #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
+    /// The VPs need no coordination (a bag of tasks): besides their own time
+    /// slot they run in any slot that leaves their processor empty.
+    #[arg(long)]
+    independent: bool,
     /// Print JSON lines (spawned, output, vp_done, job_done) instead of text.
     #[arg(long)]
     json: bool,
@@ -66,6 +70,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         env,
         wait: a.wait,
         parent: None,
+        independent: a.independent,
     };
     let started = Instant::now();
     let mut c = Client::connect(daemon)?;

@@ -82,6 +82,7 @@ fn start() -> anyhow::Result<()> {
         heartbeat_ms: None,
         dead_after_ms: None,
         safe_point_timeout_ms: None,
+        quantum_ms: None,
     });
     cfg.apply_owner(migd::owner::OwnerFile {
         scope: f.owner_scope,

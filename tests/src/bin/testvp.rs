@@ -14,8 +14,8 @@
 //! * `garbage` — writes junk on its socket before `init`, then finds it
 //!   has been disconnected;
 //! * `flood MIB` — VP 0 streams MIB MiB in 16 MiB messages to a slow VP 1;
-//! * `spin FILE` — burns CPU, migration-aware, until FILE exists, then
-//!   says how many hosts it ran on.
+//! * `spin FILE` — burns CPU, migration-aware, until FILE (or FILE.K for
+//!   VP K) exists, then says how many hosts it ran on.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -249,7 +249,9 @@ fn spin(stop: &str) {
     let (mut vm, mut w) = ok(Vm::init_or_restore(Work::default));
     w.hosts += 1;
     println!("spinning");
-    while !std::path::Path::new(stop).exists() {
+    // FILE ends every VP of the job; FILE.K ends VP K alone.
+    let mine = format!("{stop}.{}", std::env::var("MIG_VP").unwrap_or_default());
+    while !std::path::Path::new(stop).exists() && !std::path::Path::new(&mine).exists() {
         let t = std::time::Instant::now();
         let mut x = w.rounds;
         while t.elapsed() < Duration::from_millis(5) {
