@@ -75,6 +75,14 @@ pub struct FileConfig {
     /// Gang slicing: the length of a time slot (ms) on the master; 0 turns
     /// slicing off (the kernel shares processors among slots' VPs).
     pub quantum_ms: Option<u64>,
+    /// Niceness of VPs (0..19; default 10, as HTCondor renices jobs): they
+    /// yield to the owner's programs and to migd's slot switches.
+    pub vp_nice: Option<i32>,
+    /// Run VPs in the SCHED_IDLE class (default false): they get a core
+    /// only when nothing else on the machine wants it, and any other
+    /// program preempts them at once. Strict: a VP then also waits for the
+    /// daemons' own work, so message-heavy jobs slow down on a busy host.
+    pub vp_idle_class: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -113,6 +121,10 @@ pub struct Config {
     pub safe_point_timeout: Duration,
     /// Slot length for gang slicing (zero: off).
     pub quantum: Duration,
+    /// Niceness VPs run at.
+    pub vp_nice: i32,
+    /// VPs in the SCHED_IDLE class.
+    pub vp_idle_class: bool,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -133,6 +145,8 @@ impl Config {
             dead_after: Duration::from_millis(3000),
             safe_point_timeout: Duration::from_secs(10),
             quantum: Duration::from_millis(DEFAULT_QUANTUM_MS),
+            vp_nice: 10,
+            vp_idle_class: false,
             owner: OwnerConfig::default(),
         }
     }
@@ -195,6 +209,12 @@ impl Config {
         if let Some(v) = f.quantum_ms {
             self.quantum = Duration::from_millis(v);
         }
+        if let Some(v) = f.vp_nice {
+            self.vp_nice = v;
+        }
+        if let Some(v) = f.vp_idle_class {
+            self.vp_idle_class = v;
+        }
     }
 
     /// Check every value; the first bad one is a clear error.
@@ -232,6 +252,12 @@ impl Config {
             && (self.quantum < Duration::from_millis(5) || self.quantum > Duration::from_secs(600))
         {
             return bad("quantum_ms must be 0 (no slicing) or between 5 and 600000".into());
+        }
+        if !(0..=19).contains(&self.vp_nice) {
+            return bad(format!(
+                "vp_nice must be between 0 and 19, got {}",
+                self.vp_nice
+            ));
         }
         if self.dead_after < self.heartbeat * 2 {
             return bad("dead_after_ms must be at least twice heartbeat_ms".into());

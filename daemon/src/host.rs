@@ -47,6 +47,8 @@ pub struct Pipe {
     pub file: std::fs::File,
     /// Whose.
     pub tid: Tid,
+    /// Which process of it (a VP that moved away and back has had two).
+    pub pid: i32,
     /// Which stream.
     pub stream: Stream,
     /// A partial line.
@@ -104,10 +106,13 @@ const VP_FD: i32 = 3;
 /// Start a VP.
 ///
 /// Everything the child needs is prepared before `fork`; the child only
-/// makes async-signal-safe calls (setpgid, prctl, dup2, chdir, execve,
+/// makes async-signal-safe calls (setpgid, setpriority, prctl, dup2, chdir, execve,
 /// write, _exit), and the daemon does not wait for the `exec`, so many VPs
 /// start in parallel.
-pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<Started> {
+/// `nice` is the VP's scheduling niceness and `idle` puts it in the
+/// SCHED_IDLE class: VPs run below the owner's programs and below migd,
+/// whose slot switches must not wait for a core.
+pub fn spawn(s: &StartVp, host: &str, socket: &str, nice: i32, idle: bool) -> io::Result<Started> {
     let program = find_program(&s.program, &s.cwd, &s.env).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -195,6 +200,11 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str) -> io::Result<Started> {
         -1 => Err(io::Error::last_os_error()),
         0 => unsafe {
             libc::setpgid(0, 0);
+            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+            if idle {
+                let param = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+            }
             libc::signal(libc::SIGUSR2, libc::SIG_IGN);
             libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);

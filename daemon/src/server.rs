@@ -48,6 +48,9 @@ use nix::sys::signal::Signal;
 /// (the poll's timeout has millisecond granularity, a sleep does not).
 const SLICE_SPIN: Duration = Duration::from_micros(1500);
 
+/// The last stretch before a switch, spent watching the clock.
+const SLICE_WATCH: Duration = Duration::from_micros(200);
+
 /// The real-time clock in ns since the Unix epoch (slot boundaries are
 /// instants on it, the same on every host).
 fn wall_ns() -> u64 {
@@ -145,6 +148,9 @@ pub struct Daemon {
     park_tried: std::collections::HashSet<Tid>,
     /// Which local VPs run in the slot in force.
     slicer: Slicer,
+    /// By pid: processes of VPs that moved away and have come back here
+    /// before the old process was gone.
+    leaving: HashMap<i32, LocalVp>,
 }
 
 /// Start a daemon with `cfg` and run it until halted or signalled.
@@ -231,6 +237,7 @@ impl Daemon {
             parked: HashMap::new(),
             park_tried: Default::default(),
             slicer: Slicer::default(),
+            leaving: HashMap::new(),
             cfg,
         };
         match d.cfg.join {
@@ -411,7 +418,12 @@ impl Daemon {
             }
             if let Some(d) = self.slice_due_in() {
                 if d <= SLICE_SPIN {
-                    std::thread::sleep(d);
+                    // Sleep most of the way, then watch the clock: a sleep
+                    // may end late, a look at the clock does not.
+                    std::thread::sleep(d.saturating_sub(SLICE_WATCH));
+                    while self.slice_due_in().is_some_and(|d| !d.is_zero()) {
+                        std::hint::spin_loop();
+                    }
                     self.slice();
                 }
             }
@@ -1545,7 +1557,7 @@ impl Daemon {
         all: bool,
         tables: Vec<(String, Vec<Vec<libmig::msg::SlotCell>>)>,
     ) {
-        const TABLE_LEAD: u64 = 10_000_000;
+        const TABLE_LEAD: u64 = 50_000_000;
         let Some(m) = &mut self.master else { return };
         let q = m.quantum_ns().max(1);
         let now = wall_ns();
@@ -1872,6 +1884,8 @@ impl Daemon {
             &s,
             &self.facts.name,
             &self.socket_path.display().to_string(),
+            self.cfg.vp_nice,
+            self.cfg.vp_idle_class,
         ) {
             Ok(host::Started {
                 pid,
@@ -1894,6 +1908,13 @@ impl Daemon {
                         self.route(env, payload, None);
                     }
                     self.released(tid);
+                }
+                if let Some(old) = self.vps.by_tid.remove(&tid) {
+                    // Back before its old process here was gone: that one's
+                    // end must not count as this one's.
+                    if old.moved && (old.exit.is_none() || old.open_pipes > 0) {
+                        self.leaving.insert(old.pid, old);
+                    }
                 }
                 self.vps.by_tid.insert(
                     tid,
@@ -1929,6 +1950,7 @@ impl Daemon {
                             Pipe {
                                 file,
                                 tid,
+                                pid,
                                 stream,
                                 partial: Vec::new(),
                             },
@@ -1960,7 +1982,7 @@ impl Daemon {
             return;
         };
         let (lines, eof) = host::read_lines(p);
-        let (tid, stream) = (p.tid, p.stream);
+        let (tid, pid, stream) = (p.tid, p.pid, p.stream);
         for line in lines {
             self.report(PeerMsg::Output { tid, stream, line });
         }
@@ -1971,10 +1993,13 @@ impl Daemon {
                     .registry()
                     .deregister(&mut SourceFd(&p.file.as_raw_fd()));
             }
-            if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
-                vp.open_pipes = vp.open_pipes.saturating_sub(1);
+            match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
+                Some(vp) => {
+                    vp.open_pipes = vp.open_pipes.saturating_sub(1);
+                    self.report_if_done(tid);
+                }
+                None => self.old_process_done(pid, None),
             }
-            self.report_if_done(tid);
         }
     }
 
@@ -1983,10 +2008,28 @@ impl Daemon {
             let Some(tid) = self.vps.by_pid.remove(&pid) else {
                 continue;
             };
-            if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
-                vp.exit = Some(status);
+            match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
+                Some(vp) => {
+                    vp.exit = Some(status);
+                    self.report_if_done(tid);
+                }
+                None => self.old_process_done(pid, Some(status)),
             }
-            self.report_if_done(tid);
+        }
+    }
+
+    /// A process of a VP that has since come back to this host ended (or
+    /// closed a pipe): it went on elsewhere, so its end is nobody's exit.
+    fn old_process_done(&mut self, pid: i32, exit: Option<ExitInfo>) {
+        let Some(old) = self.leaving.get_mut(&pid) else {
+            return;
+        };
+        match exit {
+            Some(e) => old.exit = Some(e),
+            None => old.open_pipes = old.open_pipes.saturating_sub(1),
+        }
+        if old.exit.is_some() && old.open_pipes == 0 {
+            self.leaving.remove(&pid);
         }
     }
 

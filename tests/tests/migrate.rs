@@ -38,8 +38,11 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
         let out = vm.mig(&["migrate", consumer, "--to", to]);
         assert!(
             out.status.success(),
-            "move {k} to {to}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "move {k} to {to}: {}\n{}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            vm.log(0),
+            vm.log(1),
+            vm.log(2)
         );
         assert!(
             wait_until(Duration::from_secs(10), || vm.where_is(consumer)

@@ -211,7 +211,12 @@ fn reclaim_and_release_by_hand_and_vps_wait_stopped_when_no_host_is_free() {
     let vps = hosts_of(&vm);
     assert!(
         vps.iter()
-            .all(|(h, s, pid)| h == "h0" && s == "stopped (owner back)" && stopped(*pid)),
+            .all(|(h, s, _)| h == "h0" && s == "stopped (owner back)"),
+        "{vps:?}"
+    );
+    // A SIGSTOP shows in /proc once the process is next scheduled.
+    assert!(
+        wait_until(Duration::from_secs(2), || vps.iter().all(|v| stopped(v.2))),
         "{vps:?}"
     );
     // It stays taken back (an explicit reclaim waits for release).

@@ -83,6 +83,8 @@ fn start() -> anyhow::Result<()> {
         dead_after_ms: None,
         safe_point_timeout_ms: None,
         quantum_ms: None,
+        vp_nice: None,
+        vp_idle_class: None,
     });
     cfg.apply_owner(migd::owner::OwnerFile {
         scope: f.owner_scope,

@@ -104,6 +104,7 @@ fn main() {
     // Each step is recorded in the state as it is done, so a VP moved in
     // the middle of an iteration neither sends an edge twice nor loses a
     // halo it already has.
+    let (t0, first) = (std::time::Instant::now(), st.iter);
     while st.iter < iters {
         if !st.sent {
             if let Some(u) = up {
@@ -140,6 +141,12 @@ fn main() {
         or_die(PROG, vm.send(tasks[0], BLOCK, &mine));
         return;
     }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "heat: {} iterations in {secs:.3} s: {:.0} iterations/s",
+        iters - first,
+        (iters - first) as f64 / secs.max(1e-9)
+    );
     let mut grid = vec![full[0].clone()];
     grid.extend(mine);
     for &t in &tasks[1..] {

@@ -1,0 +1,135 @@
+//! Gang slicing, measured:
+//! * skew and overhead: 4 hosts, 2 jobs of 4 CPU-bound VPs, quantum 50 ms,
+//!   for SECS seconds: switch lateness and cross-host skew p50/p99, and the
+//!   time lost to switching, from `mig stats`;
+//! * why gang: the heat stencil (2 VPs exchanging halos every iteration)
+//!   sharing 2 hosts with a CPU-bound competitor job, gang-scheduled
+//!   (quantum 50 ms) versus left to the kernel's time sharing (quantum 0),
+//!   in one run: iterations per second of each.
+//!
+//! Needs release binaries: `cargo build --release --workspace --bins`, then
+//! `cargo bench -p mig-tests --bench gang -- --bench` (SECS=N, ITERS=N).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use mig_tests::{bin, job_lines, wait_until, Vm};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn vm_with_quantum(n: usize, quantum_ms: u64) -> (Vm, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let conf = dir.path().join("gang.toml");
+    std::fs::write(&conf, format!("[daemon]\nquantum_ms = {quantum_ms}\n")).expect("config");
+    let vm = Vm::start_with(n, &["--config", conf.to_str().expect("utf-8")]);
+    (vm, dir)
+}
+
+fn running(vm: &Vm) -> usize {
+    vm.json(&["ps"])
+        .as_array()
+        .map(|a| a.iter().filter(|v| v["state"] == "running").count())
+        .unwrap_or(0)
+}
+
+/// Iterations per second of a heat run beside a spinning competitor.
+fn heat_beside_competitor(quantum_ms: u64, iters: u64) -> f64 {
+    let (vm, _conf) = vm_with_quantum(2, quantum_ms);
+    let stop = vm.dir.path().join("stop");
+    let competitor = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 2));
+    let out = Command::new(bin("mig"))
+        .env("MIG_DAEMON", vm.sock())
+        .args(["spawn", "-n", "2", "--wait", "--"])
+        .arg(bin("heat"))
+        .args([
+            "--rows",
+            "64",
+            "--cols",
+            "64",
+            "--iters",
+            &iters.to_string(),
+        ])
+        .output()
+        .expect("heat");
+    std::fs::write(&stop, "").expect("stop");
+    let _ = competitor.wait_with_output();
+    let lines = job_lines(&out);
+    assert!(out.status.success(), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("identical to the serial run: ok")),
+        "{lines:?}"
+    );
+    lines
+        .iter()
+        .find_map(|l| {
+            l.split(": ")
+                .last()?
+                .strip_suffix(" iterations/s")?
+                .parse()
+                .ok()
+        })
+        .expect("heat's rate")
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test` runs benches without --bench: nothing to do.
+    }
+    let secs = env("SECS", 10);
+    {
+        let (vm, _conf) = vm_with_quantum(4, 50);
+        let stop = vm.dir.path().join("stop");
+        let a = vm.start_job(4, &bin("testvp"), &[Path::new("spin"), &stop]);
+        let b = vm.start_job(4, &bin("testvp"), &[Path::new("spin"), &stop]);
+        assert!(wait_until(Duration::from_secs(10), || running(&vm) == 8));
+        std::thread::sleep(Duration::from_secs(secs));
+        let s = vm.json(&["stats"]);
+        std::fs::write(&stop, "").expect("stop");
+        let _ = (a.wait_with_output(), b.wait_with_output());
+        let all = s["hosts"]
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h["host"] == "all").cloned())
+            .unwrap_or_default();
+        let ms = |v: &serde_json::Value, i: usize| v[i].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "4 hosts, 2 jobs of 4 CPU-bound VPs, quantum 50 ms, {secs} s: {} switches",
+            all["switches"]
+        );
+        println!(
+            "switch lateness      p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (target p99 < 2 ms: {})",
+            ms(&all["late_ms"], 0),
+            ms(&all["late_ms"], 1),
+            ms(&all["late_ms"], 2),
+            if ms(&all["late_ms"], 1) < 2.0 { "met" } else { "missed" }
+        );
+        println!(
+            "cross-host skew      p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  over {} boundaries  (target p99 < 2 ms: {})",
+            ms(&s["skew_ms"], 0),
+            ms(&s["skew_ms"], 1),
+            ms(&s["skew_ms"], 2),
+            s["boundaries"],
+            if ms(&s["skew_ms"], 1) < 2.0 { "met" } else { "missed" }
+        );
+        let lost = all["lost"].as_f64().unwrap_or(f64::NAN) * 100.0;
+        println!(
+            "time lost switching  {lost:.3}%  (target < 1%: {})",
+            if lost < 1.0 { "met" } else { "missed" }
+        );
+    }
+    let iters = env("ITERS", 20_000);
+    let gang = heat_beside_competitor(50, iters);
+    let kernel = heat_beside_competitor(0, iters);
+    println!(
+        "heat (64x64, 2 VPs, {iters} iterations) beside a CPU-bound job on 2 hosts: gang {gang:.0} iterations/s, kernel time sharing {kernel:.0} iterations/s: gang {:.2}x",
+        gang / kernel
+    );
+}
