@@ -83,6 +83,9 @@ pub struct FileConfig {
     /// program preempts them at once. Strict: a VP then also waits for the
     /// daemons' own work, so message-heavy jobs slow down on a busy host.
     pub vp_idle_class: Option<bool>,
+    /// On the master: checkpoint every job this often (s); 0, the default,
+    /// only on `mig checkpoint`.
+    pub checkpoint_interval_s: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -125,6 +128,8 @@ pub struct Config {
     pub vp_nice: i32,
     /// VPs in the SCHED_IDLE class.
     pub vp_idle_class: bool,
+    /// Periodic job checkpoints (none: on request only).
+    pub checkpoint_interval: Option<Duration>,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -147,6 +152,7 @@ impl Config {
             quantum: Duration::from_millis(DEFAULT_QUANTUM_MS),
             vp_nice: 10,
             vp_idle_class: false,
+            checkpoint_interval: None,
             owner: OwnerConfig::default(),
         }
     }
@@ -215,6 +221,12 @@ impl Config {
         if let Some(v) = f.vp_idle_class {
             self.vp_idle_class = v;
         }
+        if let Some(v) = f.checkpoint_interval_s {
+            self.checkpoint_interval = (v != 0.0).then(|| Duration::from_secs_f64(v.abs()));
+            if !(v.is_finite() && v >= 0.0) {
+                self.checkpoint_interval = Some(Duration::ZERO);
+            }
+        }
     }
 
     /// Check every value; the first bad one is a clear error.
@@ -252,6 +264,12 @@ impl Config {
             && (self.quantum < Duration::from_millis(5) || self.quantum > Duration::from_secs(600))
         {
             return bad("quantum_ms must be 0 (no slicing) or between 5 and 600000".into());
+        }
+        if self
+            .checkpoint_interval
+            .is_some_and(|d| d < Duration::from_millis(100) || d > Duration::from_secs(7 * 86400))
+        {
+            return bad("checkpoint_interval_s must be 0 (off) or between 0.1 and 604800".into());
         }
         if !(0..=19).contains(&self.vp_nice) {
             return bad(format!(

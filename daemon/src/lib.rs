@@ -9,6 +9,7 @@
 //! * `route` — where a message between VPs goes next (tables, no I/O);
 //! * `groups` — named groups and barriers, kept by the master (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
+//! * `store` — job checkpoints on disk (images per generation, checked when read);
 //! * `slicer` — the gang slicer: which local VPs run in the slot in force (no I/O);
 //! * `owner` — the owner monitor: activity sources and the policy (when the host is offered);
 //! * `config`, `facts`, `log` — configuration, host facts, the log;
@@ -29,6 +30,7 @@ pub mod sched;
 pub mod server;
 pub mod sim;
 pub mod slicer;
+pub mod store;
 
 pub use config::Config;
 pub use server::{run, DaemonError};

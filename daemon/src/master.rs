@@ -9,10 +9,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+
 use libmig::msg::{
     Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, OwnerAction,
     OwnerReport, OwnerState, PeerMsg, Request, Response, SliceReport, SliceStats, SlotCell,
-    SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet, SYSTEM,
+    SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet, SYSTEM,
 };
 
 use crate::groups::Groups;
@@ -52,6 +54,35 @@ pub enum Out {
     Broadcast(PeerMsg),
     /// A message for a VP (a notice from `SYSTEM`), routed like any other.
     Deliver(Envelope, Vec<u8>),
+    /// Keep VP `tid`'s image of checkpoint `id` of `job` (the server writes
+    /// it to the master's state directory).
+    StoreImage {
+        /// The job.
+        job: String,
+        /// Generation.
+        id: u64,
+        /// The VP.
+        tid: Tid,
+        /// The image.
+        image: Vec<u8>,
+    },
+    /// Restart `job` from its newest checkpoint whose images are all
+    /// intact (`ids`, newest first): each VP on its host.
+    RestoreJob {
+        /// The job.
+        job: String,
+        /// Complete generations, newest first.
+        ids: Vec<u64>,
+        /// (VP, host, how to start it).
+        placements: Vec<(Tid, String, StartVp)>,
+    },
+    /// Keep only these generations of `job`'s checkpoints.
+    PruneCheckpoints {
+        /// The job.
+        job: String,
+        /// Generations to keep (none: the job is gone).
+        keep: Vec<u64>,
+    },
     /// New slot tables for these hosts (the server sets when they take
     /// effect, on its clock, and sends each). `slots` is the round's length;
     /// `all`: every host's table changed (a new epoch for all).
@@ -86,6 +117,8 @@ enum VpState {
     Running,
     /// Being checkpointed on its host and restarted on this one.
     Moving(String),
+    /// Being started again from the job's checkpoint.
+    Restoring,
     /// Checkpointed to its host's disk while the owner has it; no process.
     Parked,
     Exited,
@@ -125,6 +158,30 @@ struct JobRec {
     vps: BTreeMap<u32, VpRec>,
     waiters: Vec<Requester>,
     killed: bool,
+    ckpt: Ckpt,
+}
+
+/// A job's consistent checkpoints.
+#[derive(Debug, Default)]
+struct Ckpt {
+    /// The one being taken.
+    round: Option<Round>,
+    /// Complete generations, oldest first (the last two are kept).
+    good: Vec<u64>,
+    /// When the last one began.
+    last: Option<Instant>,
+}
+
+/// A checkpoint being taken.
+#[derive(Debug)]
+struct Round {
+    id: u64,
+    started: Instant,
+    /// VPs stopped, with the last sequence number each sent to each peer.
+    paused: HashMap<Tid, Vec<(Tid, u64)>>,
+    /// VPs whose image arrived, and its size.
+    taken: HashMap<Tid, usize>,
+    waiters: Vec<Requester>,
 }
 
 /// The master's state.
@@ -152,6 +209,13 @@ pub struct Master {
     round: Option<(u64, u64)>,
     /// Per host, the switches and table installs it reported.
     slicing: BTreeMap<String, HostSlicing>,
+    /// Job checkpoints: the next generation, how often (none: on request),
+    /// how long one may take.
+    next_ckpt: u64,
+    checkpoint_every: Option<Duration>,
+    checkpoint_timeout: Duration,
+    /// Jobs to restart from their checkpoint once the events at hand are done.
+    to_restart: BTreeSet<String>,
 }
 
 /// What a host's slicer reported, for `mig stats`.
@@ -192,6 +256,10 @@ impl Master {
             quantum_ns: quantum.as_nanos() as u64,
             round: None,
             slicing: BTreeMap::new(),
+            next_ckpt: 1,
+            checkpoint_every: None,
+            checkpoint_timeout: Duration::from_secs(30),
+            to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);
         (m, out)
@@ -320,6 +388,7 @@ impl Master {
     pub fn tick(&mut self, now: Instant, dead_after: Duration) -> Vec<Out> {
         self.now = now;
         let mut out = self.retry_moves(now);
+        out.extend(self.checkpoint_tick(now));
         let silent: Vec<String> = self
             .hosts
             .iter()
@@ -346,6 +415,9 @@ impl Master {
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
         out.extend(self.leave_pool(host));
+        for job in std::mem::take(&mut self.to_restart) {
+            out.extend(self.restart_job(&job, None));
+        }
         out
     }
 
@@ -431,6 +503,11 @@ impl Master {
             PeerMsg::OwnerDone { id, message } => self.owner_done(id, message),
             PeerMsg::Parked { tid } => self.parked(host, tid),
             PeerMsg::Slicing(r) => self.slicing_report(host, r),
+            PeerMsg::Snap {
+                tid,
+                step: SnapStep::Paused { id, sent },
+            } => self.snap_paused(tid, id, sent),
+            PeerMsg::SnapImage { tid, id, image } => self.snap_image(host, tid, id, image),
             _ => return None,
         })
     }
@@ -548,6 +625,15 @@ impl Master {
                         out.extend(self.place(&job, vp, &to_host));
                         continue;
                     }
+                    // Its host died with it: the whole job goes back to its
+                    // last consistent checkpoint, if it has one.
+                    if let Some(j) = self.jobs.get_mut(&job).filter(|j| !j.ckpt.good.is_empty()) {
+                        if let Some(v) = j.vps.get_mut(&vp) {
+                            v.host = Some(to_host.clone());
+                        }
+                        self.to_restart.insert(job);
+                        continue;
+                    }
                     // Its host died with it: start it again from the beginning.
                     if let Some(msg) = self.start_msg(&job, vp, &to_host) {
                         out.push(Out::Log(format!(
@@ -649,7 +735,7 @@ impl Master {
                 out.push(Out::ToHost(host.to_string(), msg));
                 out
             }
-            (VpState::Exited, _) => Vec::new(),
+            (VpState::Exited | VpState::Restoring, _) => Vec::new(),
             (VpState::Parked, Some(at)) if at == host => {
                 v.state = VpState::Starting;
                 vec![Out::ToHost(host.to_string(), PeerMsg::Unpark { tid })]
@@ -760,6 +846,323 @@ impl Master {
         if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
             v.wants = None;
         }
+    }
+
+    /// Checkpoint jobs every `every` (none: only on request); a checkpoint
+    /// not done within `timeout` is given up.
+    pub fn set_checkpointing(&mut self, every: Option<Duration>, timeout: Duration) {
+        self.checkpoint_every = every;
+        self.checkpoint_timeout = timeout;
+    }
+
+    /// `mig checkpoint JOB` (or the periodic one): every VP stops at a safe
+    /// point and reports what it sent; see `SnapStep`.
+    fn checkpoint_job(&mut self, job: &str, from: Option<Requester>) -> Vec<Out> {
+        let err = |m: String| match &from {
+            Some(r) => vec![Out::Reply(r.clone(), Response::Error { message: m })],
+            None => vec![Out::Log(m)],
+        };
+        let Some(j) = self.jobs.get_mut(job) else {
+            return err(format!("no job {job:?}; `mig ps` lists them"));
+        };
+        if let Some(r) = &mut j.ckpt.round {
+            if let Some(f) = from {
+                r.waiters.push(f);
+            }
+            return Vec::new();
+        }
+        let hosts: Option<Vec<(Tid, String)>> = j
+            .vps
+            .values()
+            .map(|v| match (&v.state, &v.host) {
+                (VpState::Running, Some(h)) => Some((v.tid, h.clone())),
+                _ => None,
+            })
+            .collect();
+        let Some(hosts) = hosts else {
+            return err(format!(
+                "job {job} cannot be checkpointed now: not all of its VPs are running"
+            ));
+        };
+        let id = self.next_ckpt;
+        self.next_ckpt += 1;
+        j.ckpt.last = Some(self.now);
+        j.ckpt.round = Some(Round {
+            id,
+            started: self.now,
+            paused: HashMap::new(),
+            taken: HashMap::new(),
+            waiters: from.into_iter().collect(),
+        });
+        let mut out = vec![Out::Log(format!(
+            "checkpointing job {job} (generation {id})"
+        ))];
+        for (tid, host) in hosts {
+            out.push(Out::ToHost(
+                host,
+                PeerMsg::Snap {
+                    tid,
+                    step: SnapStep::Begin {
+                        id,
+                        path: String::new(),
+                    },
+                },
+            ));
+        }
+        out
+    }
+
+    /// The job a VP belongs to, and its checkpoint round if `id` is current.
+    fn round_of(&mut self, tid: Tid, id: u64) -> Option<(String, &mut JobRec)> {
+        let (job, _) = self.tids.get(&tid)?.clone();
+        let j = self.jobs.get_mut(&job)?;
+        j.ckpt.round.as_ref().filter(|r| r.id == id)?;
+        Some((job, j))
+    }
+
+    /// A VP stopped for checkpoint `id`. Once all have, each is told how
+    /// much its peers sent it.
+    fn snap_paused(&mut self, tid: Tid, id: u64, sent: Vec<(Tid, u64)>) -> Vec<Out> {
+        let Some((_, j)) = self.round_of(tid, id) else {
+            return Vec::new();
+        };
+        let Some(r) = j.ckpt.round.as_mut() else {
+            return Vec::new();
+        };
+        r.paused.insert(tid, sent);
+        if r.paused.len() < j.vps.len() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for v in j.vps.values() {
+            let expect: Vec<(Tid, u64)> = r
+                .paused
+                .iter()
+                .filter_map(|(&from, sent)| {
+                    sent.iter()
+                        .find(|(to, _)| *to == v.tid)
+                        .map(|&(_, n)| (from, n))
+                })
+                .collect();
+            if let Some(h) = &v.host {
+                out.push(Out::ToHost(
+                    h.clone(),
+                    PeerMsg::Snap {
+                        tid: v.tid,
+                        step: SnapStep::Now { id, expect },
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    /// VP `tid`'s image of checkpoint `id` arrived from `host`: keep it here
+    /// (and on a third host when `host` is this one); once all are in, the
+    /// checkpoint is good and the VPs go on.
+    fn snap_image(&mut self, host: &str, tid: Tid, id: u64, image: Vec<u8>) -> Vec<Out> {
+        let me = self.name.clone();
+        let now = self.now;
+        let spare = self
+            .hosts
+            .iter()
+            .find(|(n, h)| h.alive && **n != me)
+            .map(|(n, _)| n.clone());
+        let Some((job, j)) = self.round_of(tid, id) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if host == me {
+            // The image lives on this host already: one copy elsewhere.
+            if let Some(other) = spare {
+                out.push(Out::ToHost(
+                    other,
+                    PeerMsg::Replica {
+                        job: job.clone(),
+                        id,
+                        tid,
+                        image: image.clone(),
+                    },
+                ));
+            }
+        }
+        let size = image.len();
+        out.push(Out::StoreImage {
+            job: job.clone(),
+            id,
+            tid,
+            image,
+        });
+        let Some(r) = j.ckpt.round.as_mut() else {
+            return out;
+        };
+        r.taken.insert(tid, size);
+        if r.taken.len() < j.vps.len() {
+            return out;
+        }
+        let Some(r) = j.ckpt.round.take() else {
+            return out;
+        };
+        j.ckpt.good.push(id);
+        let extra = j.ckpt.good.len().saturating_sub(2);
+        j.ckpt.good.drain(..extra);
+        let bytes: usize = r.taken.values().sum();
+        let took = now.saturating_duration_since(r.started);
+        let message = format!(
+            "job {job} checkpointed (generation {id}): {} VPs, {bytes} bytes",
+            r.taken.len()
+        );
+        out.push(Out::Log(format!(
+            "{message}, in about {} ms",
+            took.as_millis()
+        )));
+        for v in j.vps.values() {
+            if let Some(h) = &v.host {
+                out.push(Out::ToHost(
+                    h.clone(),
+                    PeerMsg::Snap {
+                        tid: v.tid,
+                        step: SnapStep::Resume { id },
+                    },
+                ));
+            }
+        }
+        out.push(Out::PruneCheckpoints {
+            job: job.clone(),
+            keep: j.ckpt.good.clone(),
+        });
+        for w in r.waiters {
+            out.push(Out::Reply(
+                w,
+                Response::Ok {
+                    message: message.clone(),
+                },
+            ));
+        }
+        out
+    }
+
+    /// Periodic checkpoints, and rounds that take too long given up.
+    fn checkpoint_tick(&mut self, now: Instant) -> Vec<Out> {
+        let mut out = Vec::new();
+        let timeout = self.checkpoint_timeout;
+        let mut due = Vec::new();
+        for (job, j) in &mut self.jobs {
+            if let Some(r) = j
+                .ckpt
+                .round
+                .take_if(|r| now.duration_since(r.started) > timeout)
+            {
+                out.push(Out::Log(format!(
+                    "checkpoint {} of job {job} given up: not every VP reached a safe point within {} s",
+                    r.id,
+                    timeout.as_secs()
+                )));
+                for v in j.vps.values() {
+                    if let Some(h) = &v.host {
+                        out.push(Out::ToHost(
+                            h.clone(),
+                            PeerMsg::Snap {
+                                tid: v.tid,
+                                step: SnapStep::Abort { id: r.id },
+                            },
+                        ));
+                    }
+                }
+                for w in r.waiters {
+                    out.push(Out::Reply(
+                        w,
+                        Response::Error {
+                            message: format!("checkpoint of job {job} given up: not every VP reached a safe point"),
+                        },
+                    ));
+                }
+            }
+            let every = self.checkpoint_every;
+            let running = j.vps.values().all(|v| v.state == VpState::Running);
+            if every.is_some_and(|e| j.ckpt.last.is_none_or(|l| now.duration_since(l) >= e))
+                && j.ckpt.round.is_none()
+                && running
+                && !j.killed
+            {
+                due.push(job.clone());
+            }
+        }
+        for job in due {
+            out.extend(self.checkpoint_job(&job, None));
+        }
+        out
+    }
+
+    /// Restart `job` from its last good checkpoint: every VP's process is
+    /// ended and started again from its image (on its host, or where the
+    /// scheduler put it if its host is gone). `mig restart`, and
+    /// automatically when a host dies under a job that has a checkpoint.
+    fn restart_job(&mut self, job: &str, from: Option<Requester>) -> Vec<Out> {
+        let err = |m: String| match &from {
+            Some(r) => vec![Out::Reply(r.clone(), Response::Error { message: m })],
+            None => vec![Out::Log(m)],
+        };
+        let Some(j) = self.jobs.get(job) else {
+            return err(format!("no job {job:?}; `mig ps` lists them"));
+        };
+        if j.ckpt.good.is_empty() {
+            return err(format!(
+                "job {job} has no checkpoint yet: `mig checkpoint {job}`, or set checkpoint_interval_s"
+            ));
+        }
+        let placed: Option<Vec<(u32, Tid, String)>> = j
+            .vps
+            .iter()
+            .map(|(&vp, v)| {
+                let h = v.host.clone().filter(|h| self.is_alive(h))?;
+                Some((vp, v.tid, h))
+            })
+            .collect();
+        let Some(placed) = placed else {
+            return err(format!(
+                "job {job} waits for processors before it can restart from its checkpoint"
+            ));
+        };
+        let ids: Vec<u64> = j.ckpt.good.iter().rev().copied().collect();
+        let mut out = vec![Out::Log(format!(
+            "restarting job {job} from its checkpoint (generation {})",
+            ids[0]
+        ))];
+        let mut placements = Vec::new();
+        let mut dir = Vec::new();
+        for (vp, tid, host) in placed {
+            let Some(PeerMsg::Start(start)) = self.start_msg(job, vp, &host) else {
+                continue;
+            };
+            out.push(Out::ToHost(host.clone(), PeerMsg::Kill { tid }));
+            placements.push((tid, host, start));
+            dir.push((tid, Loc::Waiting));
+        }
+        if let Some(j) = self.jobs.get_mut(job) {
+            j.ckpt.round = None;
+            for v in j.vps.values_mut() {
+                v.state = VpState::Restoring;
+                v.pid = None;
+                v.exit = None;
+                v.wants = None;
+            }
+        }
+        out.push(Out::Broadcast(PeerMsg::Directory(dir)));
+        out.push(Out::RestoreJob {
+            job: job.to_string(),
+            ids,
+            placements,
+        });
+        if let Some(r) = from {
+            out.push(Out::Reply(
+                r,
+                Response::Ok {
+                    message: format!("restarting job {job} from its last checkpoint"),
+                },
+            ));
+        }
+        out
     }
 
     /// Host `host`'s slot table from the scheduler's map: per slot, per
@@ -923,6 +1326,14 @@ impl Master {
         };
         v.pid = Some(pid);
         match &v.state {
+            VpState::Restoring => {
+                v.state = VpState::Running;
+                v.host = Some(host.to_string());
+                vec![Out::Broadcast(PeerMsg::Directory(vec![(
+                    tid,
+                    Loc::At(host.to_string()),
+                )]))]
+            }
             VpState::Moving(to) if to == host => {
                 let from = v.host.replace(host.to_string()).unwrap_or_default();
                 v.state = VpState::Running;
@@ -1045,6 +1456,10 @@ impl Master {
             let Some(v) = j.vps.get_mut(&vp) else {
                 return out;
             };
+            // The end of a process the job's restart replaces is no exit.
+            if v.state == VpState::Restoring {
+                return out;
+            }
             // A report from a host the VP already left (restarted elsewhere) is stale.
             let restoring_there = matches!(&v.state, VpState::Moving(to) if to == host);
             if (v.host.as_deref() != Some(host) && !restoring_there) || v.state == VpState::Exited {
@@ -1162,6 +1577,8 @@ impl Master {
             Request::Migrate { tid, to } => self.migrate(from, &tid, &to),
             Request::Owner { action, host } => self.owner(from, from_host, action, host),
             Request::Stats => vec![Out::Reply(from, Response::Stats(self.stats()))],
+            Request::Checkpoint { job } => self.checkpoint_job(&job, Some(from)),
+            Request::Restart { job } => self.restart_job(&job, Some(from)),
             Request::Halt => {
                 let mut out: Vec<Out> = self
                     .hosts
@@ -1239,6 +1656,7 @@ impl Master {
                 vps,
                 waiters,
                 killed: false,
+                ckpt: Ckpt::default(),
             },
         );
         let mut out = vec![
@@ -1617,6 +2035,7 @@ impl Master {
             VpState::Moving(to) => format!("moving to {to}"),
             VpState::Running if owner_back => "stopped (owner back)".to_string(),
             VpState::Parked => "parked on disk (owner back)".to_string(),
+            VpState::Restoring => "restoring from the job's checkpoint".to_string(),
             VpState::Running => "running".to_string(),
             VpState::Exited => "exited".to_string(),
         };

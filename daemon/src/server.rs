@@ -40,6 +40,8 @@ use crate::master::{Master, Out, Requester};
 use crate::owner::{Change, Monitor};
 use crate::route::{Body, Router, Way};
 use crate::slicer::Slicer;
+use crate::store::Store;
+use libmig::msg::SnapStep;
 use libmig::payload::{sealed_memfd, FD_PAYLOAD};
 use libmig::Payload;
 use nix::sys::signal::Signal;
@@ -151,6 +153,9 @@ pub struct Daemon {
     /// By pid: processes of VPs that moved away and have come back here
     /// before the old process was gone.
     leaving: HashMap<i32, LocalVp>,
+    /// Job checkpoints (on the master), and copies kept for it.
+    store: Store,
+    replicas: Store,
 }
 
 /// Start a daemon with `cfg` and run it until halted or signalled.
@@ -238,11 +243,14 @@ impl Daemon {
             park_tried: Default::default(),
             slicer: Slicer::default(),
             leaving: HashMap::new(),
+            store: Store::new(cfg.state_dir.join("ckpt")),
+            replicas: Store::new(cfg.state_dir.join("replicas")),
             cfg,
         };
         match d.cfg.join {
             None => {
-                let (m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
+                let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
+                m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.safe_point_timeout);
                 d.master = Some(m);
                 d.deliver(out);
                 log!("master {} listening on {addr}", d.facts.name);
@@ -973,6 +981,18 @@ impl Daemon {
                 }
             }
             PeerMsg::Unpark { tid } => self.unpark(tid),
+            PeerMsg::Snap { tid, step } => self.snap_step(tid, step),
+            PeerMsg::Replica {
+                job,
+                id,
+                tid,
+                image,
+            } => {
+                if let Err(e) = self.replicas.save(&job, id, tid, &image) {
+                    log!("cannot keep a copy of job {job}'s checkpoint: {e}");
+                }
+                self.replicas.prune(&job, &[id.saturating_sub(1), id]);
+            }
             PeerMsg::SlotTable(t) => {
                 self.slicer.install(t);
                 self.slice();
@@ -1046,6 +1066,22 @@ impl Daemon {
                     all,
                     tables,
                 } => self.send_tables(generation, slots, all, tables),
+                Out::StoreImage {
+                    job,
+                    id,
+                    tid,
+                    image,
+                } => {
+                    if let Err(e) = self.store.save(&job, id, tid, &image) {
+                        log!("cannot keep job {job}'s checkpoint: {e}");
+                    }
+                }
+                Out::PruneCheckpoints { job, keep } => self.store.prune(&job, &keep),
+                Out::RestoreJob {
+                    job,
+                    ids,
+                    placements,
+                } => self.restore_job(&job, &ids, placements),
                 Out::ToHost(host, msg) => {
                     if host == self.facts.name {
                         self.host_msg(msg);
@@ -1148,6 +1184,11 @@ impl Daemon {
                 self.maybe_resume(t);
             }
             VpMsg::Checkpointed { path } => self.checkpointed(tid, &path),
+            VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(PeerMsg::Snap {
+                tid,
+                step: SnapStep::Paused { id, sent },
+            }),
+            VpMsg::Snap(SnapStep::Taken { id, path }) => self.snap_taken(tid, id, &path),
             VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
             other => self.refuse(t, &format!("a VP may not send {other:?}")),
@@ -1587,6 +1628,105 @@ impl Daemon {
                         slots: cells,
                     }),
                 )
+            })
+            .collect();
+        self.deliver(outs);
+    }
+
+    /// A job checkpoint's step from the master for local VP `tid`.
+    fn snap_step(&mut self, tid: Tid, step: SnapStep) {
+        let Some(&t) = self.vp_conns.get(&tid) else {
+            return;
+        };
+        let step = match step {
+            SnapStep::Begin { id, .. } => {
+                let path = self.cfg.state_dir.join(format!("t{tid:x}.snap"));
+                if let Some(v) = self.vps.by_tid.get(&tid) {
+                    // Looked at by the VP at its next safe point.
+                    host::signal(v.pid, Signal::SIGUSR2);
+                }
+                SnapStep::Begin {
+                    id,
+                    path: path.display().to_string(),
+                }
+            }
+            other => other,
+        };
+        self.send_vp(t, &VpMsg::Snap(step));
+    }
+
+    /// VP `tid` wrote its image of job checkpoint `id`: check it, keep a
+    /// copy here, send it to the master.
+    fn snap_taken(&mut self, tid: Tid, id: u64, path: &str) {
+        let expected = self.cfg.state_dir.join(format!("t{tid:x}.snap"));
+        if std::path::Path::new(path) != expected {
+            return log!(
+                "VP t{tid:x} wrote its checkpoint to {path}, not {}",
+                expected.display()
+            );
+        }
+        let image = std::fs::read(&expected)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                libmig::checkpoint::Image::check(&b)
+                    .map(|()| b)
+                    .map_err(|e| e.to_string())
+            });
+        let _ = std::fs::remove_file(&expected);
+        match image {
+            Ok(image) => {
+                let job = self
+                    .vps
+                    .by_tid
+                    .get(&tid)
+                    .and_then(|v| v.start.as_ref())
+                    .map(|s| s.job.clone())
+                    .unwrap_or_default();
+                if self.master.is_none() {
+                    // Kept here too: the master holds the other copy.
+                    if let Err(e) = self.replicas.save(&job, id, tid, &image) {
+                        log!("cannot keep a copy of job {job}'s checkpoint: {e}");
+                    }
+                    self.replicas.prune(&job, &[id.saturating_sub(1), id]);
+                }
+                self.report(PeerMsg::SnapImage { tid, id, image });
+            }
+            Err(e) => log!("VP t{tid:x}: its checkpoint image is unusable: {e}"),
+        }
+    }
+
+    /// On the master: restart a job's VPs from the newest generation whose
+    /// images are all intact; a bad image is named in the log and the
+    /// generation before it used.
+    fn restore_job(&mut self, job: &str, ids: &[u64], placements: Vec<(Tid, String, StartVp)>) {
+        let tids: Vec<Tid> = placements.iter().map(|p| p.0).collect();
+        let mut images = None;
+        for &id in ids {
+            match self.store.load(job, id, &tids) {
+                Ok(i) => {
+                    log!("job {job}: restoring from generation {id}");
+                    images = Some(i);
+                    break;
+                }
+                Err(e) => log!("job {job}: checkpoint generation {id} refused: {e}"),
+            }
+        }
+        let Some(images) = images else {
+            return log!("job {job}: no intact checkpoint to restart from");
+        };
+        let mut images: HashMap<Tid, Vec<u8>> = images.into_iter().collect();
+        let outs = placements
+            .into_iter()
+            .filter_map(|(tid, host, start)| {
+                let image = images.remove(&tid)?;
+                Some(Out::ToHost(
+                    host.clone(),
+                    PeerMsg::Restore {
+                        to: host,
+                        start,
+                        image,
+                    },
+                ))
             })
             .collect();
         self.deliver(outs);
@@ -2148,6 +2288,9 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::OwnerDone { .. } => "OwnerDone",
         PeerMsg::Parked { .. } => "Parked",
         PeerMsg::SlotTable(_) => "SlotTable",
+        PeerMsg::Snap { .. } => "Snap",
+        PeerMsg::SnapImage { .. } => "SnapImage",
+        PeerMsg::Replica { .. } => "Replica",
         PeerMsg::Slicing(_) => "Slicing",
         PeerMsg::Unpark { .. } => "Unpark",
     }

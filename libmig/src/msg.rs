@@ -232,6 +232,8 @@ pub enum VpMsg {
     },
     /// Daemon → VP: the move is called off (no safe point in time); go on.
     StayPut,
+    /// A step of a job-wide checkpoint, daemon ↔ VP (see `SnapStep`).
+    Snap(SnapStep),
     /// VP → daemon: the image is written.
     Checkpointed {
         /// Where.
@@ -488,6 +490,34 @@ pub enum PeerMsg {
         /// What happened.
         message: String,
     },
+    /// A step of a job checkpoint for VP `tid`, between the master and the
+    /// VP's host (which relays it to or from the VP).
+    Snap {
+        /// The VP.
+        tid: Tid,
+        /// The step.
+        step: SnapStep,
+    },
+    /// Host to master: VP `tid`'s image for checkpoint `id`.
+    SnapImage {
+        /// The VP.
+        tid: Tid,
+        /// Generation.
+        id: u64,
+        /// The image (checked by the host).
+        image: Vec<u8>,
+    },
+    /// Master to a host: keep this copy of a job checkpoint's image.
+    Replica {
+        /// The job.
+        job: String,
+        /// Generation.
+        id: u64,
+        /// The VP.
+        tid: Tid,
+        /// The image.
+        image: Vec<u8>,
+    },
     /// Master to host: its slot table (takes effect at `from_ns`).
     SlotTable(SlotTable),
     /// Host to master: what its slicer did (with the heartbeat).
@@ -577,6 +607,16 @@ pub enum Request {
     },
     /// Gang slicing figures: switch lateness, skew, time lost.
     Stats,
+    /// Write a consistent checkpoint of a job now.
+    Checkpoint {
+        /// The job.
+        job: String,
+    },
+    /// Restart a job from its last good checkpoint.
+    Restart {
+        /// The job.
+        job: String,
+    },
     /// `mig owner reclaim|release|status`.
     Owner {
         /// What to do.
@@ -694,6 +734,56 @@ pub struct StatsInfo {
     pub skew_ms: [f64; 3],
     /// Boundaries compared for the skew.
     pub boundaries: u64,
+}
+
+/// The steps of a consistent checkpoint of a whole job. Every VP stops at
+/// a safe point and says how many messages it has sent to each peer
+/// (`Paused`); once all have, each takes in everything its peers sent it
+/// (`Now` says how much that is), writes its image and says so (`Taken`);
+/// then all go on (`Resume`). Nothing is in flight between the images, so
+/// rolling back to them loses and duplicates nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapStep {
+    /// Master → VP (through its host, which adds the path): stop at the
+    /// next safe point.
+    Begin {
+        /// The checkpoint's generation.
+        id: u64,
+        /// Where to write the image (set by the VP's host).
+        path: String,
+    },
+    /// VP → master: stopped; the last sequence number sent to each peer.
+    Paused {
+        /// Generation.
+        id: u64,
+        /// (peer, last sequence number sent to it).
+        sent: Vec<(Tid, u64)>,
+    },
+    /// Master → VP: take in, from each peer, up to this sequence number,
+    /// then write the image.
+    Now {
+        /// Generation.
+        id: u64,
+        /// (peer, last sequence number it sent here).
+        expect: Vec<(Tid, u64)>,
+    },
+    /// VP → its host: the image is at `path`.
+    Taken {
+        /// Generation.
+        id: u64,
+        /// Where.
+        path: String,
+    },
+    /// Master → VP: every image is taken; go on.
+    Resume {
+        /// Generation.
+        id: u64,
+    },
+    /// Master → VP: the checkpoint was given up; go on.
+    Abort {
+        /// Generation.
+        id: u64,
+    },
 }
 
 /// Whose a host is now, as its owner monitor decided.

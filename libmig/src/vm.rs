@@ -53,7 +53,7 @@ use thiserror::Error;
 use crate::checkpoint::{Header, Image, LibState, Unread};
 use crate::frame::{self, FrameError, MAX_BODY};
 use crate::link::{self, Link};
-use crate::msg::{Envelope, Notice, NotifyOn, Tid, VpCall, VpMsg, VpRet, SYSTEM};
+use crate::msg::{Envelope, Notice, NotifyOn, SnapStep, Tid, VpCall, VpMsg, VpRet, SYSTEM};
 use crate::payload::{sealed_memfd, Payload, FD_PAYLOAD};
 use crate::vp::{env, Identity, NotAVp};
 
@@ -178,6 +178,9 @@ pub struct Vm {
     spin: Duration,
     arrivals: u64,
     checkpoint_to: Option<String>,
+    /// A job checkpoint in progress: its generation, where to write, and
+    /// (once every VP has stopped) how much to take in from each peer.
+    snap: Option<SnapState>,
     restored: bool,
     /// Bytes of memfd payloads sent to the daemon and not yet passed on.
     fd_unacked: usize,
@@ -187,6 +190,19 @@ pub struct Vm {
 /// waits for them to be passed on (its memory, not the daemon's, but a
 /// receiver that cannot keep up must still hold the sender back).
 const FD_WINDOW: usize = 64 << 20;
+
+/// A job checkpoint this VP takes part in.
+#[derive(Debug)]
+struct SnapState {
+    id: u64,
+    path: String,
+    /// Set by `Now`: the last sequence number each peer sent here.
+    expect: Option<Vec<(Tid, u64)>>,
+    /// Paused has been said.
+    paused: bool,
+    /// The image is written and said: waiting for `Resume`.
+    taken: bool,
+}
 
 /// Set by SIGUSR2, which the daemon sends with a checkpoint request so that
 /// `safe_point` only looks at the socket when there is something to see.
@@ -249,6 +265,7 @@ impl Vm {
             spin: spin_from_env(),
             arrivals: 0,
             checkpoint_to: None,
+            snap: None,
             restored: false,
             fd_unacked: 0,
         }
@@ -336,10 +353,56 @@ impl Vm {
         if ASKED.swap(false, Ordering::Relaxed) {
             self.pump(LinkId::Daemon, false)?;
         }
+        if self.snap.is_some() {
+            self.join_snapshot(state)?;
+        }
         if self.checkpoint_to.is_some() {
             self.checkpoint_and_end(state)?;
         }
         Ok(())
+    }
+
+    /// Take part in a job checkpoint: stop here, say what was sent, take
+    /// in what the peers sent, write the image, wait until every VP has.
+    /// The program's code does not run meanwhile, so it sends nothing.
+    fn join_snapshot<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        let Some(id) = self.snap.as_ref().map(|s| s.id) else {
+            return Ok(());
+        };
+        let sent: Vec<(Tid, u64)> = self.seq_out.iter().map(|(&t, &n)| (t, n)).collect();
+        self.tell(VpMsg::Snap(SnapStep::Paused { id, sent }))?;
+        if let Some(s) = &mut self.snap {
+            s.paused = true;
+        }
+        loop {
+            let Some(snap) = &self.snap else {
+                return Ok(()); // resumed or given up
+            };
+            if !snap.taken {
+                let all_in = snap.expect.as_ref().is_some_and(|e| {
+                    e.iter()
+                        .all(|&(p, n)| n == 0 || self.order.get(&p).is_some_and(|o| o.next > n))
+                });
+                if all_in {
+                    let path = snap.path.clone();
+                    self.image(state)?
+                        .write_transient(std::path::Path::new(&path))
+                        .map_err(|e| MigError::Restore(e.to_string()))?;
+                    if let Some(s) = &mut self.snap {
+                        s.taken = true;
+                    }
+                    self.tell(VpMsg::Snap(SnapStep::Taken { id, path }))?;
+                    continue;
+                }
+            }
+            self.wait_io(None, None)?;
+        }
+    }
+
+    /// Say something to the daemon.
+    fn tell(&mut self, msg: VpMsg) -> Result<(), MigError> {
+        let head = frame::encode_head(&msg, 0)?;
+        self.write(LinkId::Daemon, &[&head], None)
     }
 
     /// `recv` that is also a safe point: while it waits, a request to move
@@ -352,6 +415,9 @@ impl Vm {
         tag: Option<i32>,
     ) -> Result<Message, MigError> {
         loop {
+            if self.snap.is_some() {
+                self.join_snapshot(state)?;
+            }
             if self.checkpoint_to.is_some() {
                 self.checkpoint_and_end(state)?;
             }
@@ -362,23 +428,9 @@ impl Vm {
         }
     }
 
-    /// Write the checkpoint image and end the process (it only returns an
-    /// error).
-    fn checkpoint_and_end<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
-        let Some(path) = self.checkpoint_to.clone() else {
-            return Ok(());
-        };
-        // Direct links: stop peers writing (they fall back to the daemons,
-        // which hold messages for a moving VP), then take in what is queued.
-        let peers: Vec<Tid> = self.direct.keys().copied().collect();
-        for t in &peers {
-            if let Some(l) = self.direct.get(t) {
-                let _ = l.sock.shutdown(std::net::Shutdown::Read);
-            }
-            self.pump(LinkId::Direct(*t), false)?;
-        }
-        self.direct.clear();
-        self.pump(LinkId::Daemon, false)?;
+    /// This VP's checkpoint image: `state`, its unread messages and
+    /// sequence numbers.
+    fn image<S: Serialize>(&self, state: &S) -> Result<Image, MigError> {
         let mut args = std::env::args();
         let program = args.next().unwrap_or_default();
         let unread = |from: Tid, tag: i32, seq: u64, data: &Payload| Unread {
@@ -387,7 +439,7 @@ impl Vm {
             seq,
             data: data.to_vec(),
         };
-        let image = Image {
+        Ok(Image {
             header: Header {
                 tid: self.me.tid,
                 job: self.me.job.clone(),
@@ -415,7 +467,27 @@ impl Vm {
                 seq_out: self.seq_out.iter().map(|(&t, &n)| (t, n)).collect(),
                 seq_in: self.order.iter().map(|(&t, o)| (t, o.next)).collect(),
             },
+        })
+    }
+
+    /// Write the checkpoint image and end the process (it only returns an
+    /// error).
+    fn checkpoint_and_end<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        let Some(path) = self.checkpoint_to.clone() else {
+            return Ok(());
         };
+        // Direct links: stop peers writing (they fall back to the daemons,
+        // which hold messages for a moving VP), then take in what is queued.
+        let peers: Vec<Tid> = self.direct.keys().copied().collect();
+        for t in &peers {
+            if let Some(l) = self.direct.get(t) {
+                let _ = l.sock.shutdown(std::net::Shutdown::Read);
+            }
+            self.pump(LinkId::Direct(*t), false)?;
+        }
+        self.direct.clear();
+        self.pump(LinkId::Daemon, false)?;
+        let image = self.image(state)?;
         image
             .write_transient(std::path::Path::new(&path))
             .map_err(|e| MigError::Restore(e.to_string()))?;
@@ -908,6 +980,32 @@ impl Vm {
             VpMsg::StayPut if id == LinkId::Daemon => {
                 self.checkpoint_to = None;
             }
+            VpMsg::Snap(step) if id == LinkId::Daemon => match step {
+                SnapStep::Begin { id, path } => {
+                    self.snap = Some(SnapState {
+                        id,
+                        path,
+                        expect: None,
+                        paused: false,
+                        taken: false,
+                    });
+                }
+                SnapStep::Now { id, expect } => {
+                    if let Some(s) = self.snap.as_mut().filter(|s| s.id == id) {
+                        s.expect = Some(expect);
+                    }
+                }
+                SnapStep::Resume { id } | SnapStep::Abort { id } => {
+                    if self.snap.as_ref().is_some_and(|s| s.id == id) {
+                        self.snap = None;
+                    }
+                }
+                SnapStep::Paused { .. } | SnapStep::Taken { .. } => {
+                    return Err(MigError::Protocol(
+                        "a VP's checkpoint step from the daemon".into(),
+                    ));
+                }
+            },
             VpMsg::Credit { bytes } if id == LinkId::Daemon => {
                 self.fd_unacked = self.fd_unacked.saturating_sub(bytes as usize);
             }
@@ -916,6 +1014,7 @@ impl Vm {
             | VpMsg::Consumed { .. }
             | VpMsg::Checkpoint { .. }
             | VpMsg::StayPut
+            | VpMsg::Snap(_)
             | VpMsg::Credit { .. }
             | VpMsg::Checkpointed { .. } => {
                 return Err(MigError::Protocol("a request from the daemon".into()));

@@ -1,5 +1,6 @@
 //! The subcommands of `mig` and their dispatch: one module per subcommand.
 
+pub mod checkpoint;
 pub mod demo;
 pub mod halt;
 pub mod hosts;
@@ -60,6 +61,11 @@ enum Command {
     Owner(owner::OwnerCmd),
     /// Gang slicing: switch lateness per host, skew between hosts, time lost.
     Stats(stats::Args),
+    /// Write a consistent checkpoint of a whole job (kept on the master and
+    /// another host); with `checkpoint_interval_s` it happens periodically.
+    Checkpoint(checkpoint::Args),
+    /// Restart a job from its last good checkpoint (automatic when a host dies).
+    Restart(checkpoint::Args),
     /// Draw the allocation map (processors x time slots), marking the slot running now.
     Map(map::Args),
     /// Stop every daemon and VP of the virtual machine.
@@ -86,6 +92,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Migrate(a) => migrate::run(&daemon, a),
         Command::Map(a) => map::run(&daemon, a),
         Command::Stats(a) => stats::run(&daemon, a),
+        Command::Checkpoint(a) => checkpoint::checkpoint(&daemon, a),
+        Command::Restart(a) => checkpoint::restart(&daemon, a),
         Command::Owner(c) => owner::run(&daemon, c),
         Command::Halt(a) => halt::run(&daemon, a),
         Command::Sched(c) => sched::run(c),

@@ -1,0 +1,138 @@
+//! Job checkpoints on real daemons: a consistent checkpoint of a whole job,
+//! a host killed with SIGKILL mid-run and the job finishing with the right
+//! answer from its checkpoint, a damaged checkpoint refused and the one
+//! before it used.
+
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use mig_tests::{bin, job_lines, wait_until, Vm};
+
+/// The heat stencil on 3 VPs: deterministic, checked against a serial run.
+fn heat(vm: &Vm, iters: &str) -> Child {
+    vm.start_job(
+        3,
+        &bin("heat"),
+        &["--rows", "48", "--cols", "48", "--iters", iters],
+    )
+}
+
+fn running(vm: &Vm) -> usize {
+    vm.json(&["ps"])
+        .as_array()
+        .map(|a| a.iter().filter(|v| v["state"] == "running").count())
+        .unwrap_or(0)
+}
+
+fn finishes_right(job: Child, vm: &Vm) {
+    let out = job.wait_with_output().expect("job");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.log(0)
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("identical to the serial run: ok")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_host_killed_mid_run_and_the_job_finishes_from_its_checkpoint() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let conf = dir.path().join("migd.toml");
+    std::fs::write(&conf, "[daemon]\ncheckpoint_interval_s = 0.3\n").expect("config");
+    let mut vm = Vm::start_with(3, &["--config", conf.to_str().expect("utf-8")]);
+    let job = heat(&vm, "12000");
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 3));
+    assert!(
+        wait_until(Duration::from_secs(20), || vm
+            .log(0)
+            .contains("checkpointed (generation 2)")),
+        "{}",
+        vm.log(0)
+    );
+    // A copy of every image on the master, and of some on the other hosts.
+    let g = |h: &str, sub: &str| vm.dir.path().join(h).join(sub).join("j1");
+    assert!(g("h0", "ckpt").is_dir());
+    assert!(g("h1", "replicas").is_dir() || g("h2", "replicas").is_dir());
+    vm.signal(2, nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(10), || vm
+            .log(0)
+            .contains("restarting job j1 from its checkpoint")),
+        "{}",
+        vm.log(0)
+    );
+    finishes_right(job, &vm);
+}
+
+#[test]
+fn a_damaged_checkpoint_is_refused_and_the_one_before_is_used() {
+    let vm = Vm::start(3);
+    let job = heat(&vm, "12000");
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 3));
+    for g in 1..=2 {
+        let out = vm.mig(&["checkpoint", "j1"]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains(&format!("generation {g}")),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Generation 2: one image truncated, one with a flipped byte.
+    let g2 = vm.dir.path().join("h0/ckpt/j1/g2");
+    let truncated = g2.join("t40001.img");
+    let bytes = std::fs::read(&truncated).expect("image");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncate");
+    let flipped = g2.join("t40002.img");
+    let mut bytes = std::fs::read(&flipped).expect("image");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&flipped, &bytes).expect("flip");
+    let out = vm.mig(&["restart", "j1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || vm
+            .log(0)
+            .contains("restoring from generation 1")),
+        "{}",
+        vm.log(0)
+    );
+    let log = vm.log(0);
+    assert!(
+        log.contains("checkpoint generation 2 refused") && log.contains("t40001.img"),
+        "{log}"
+    );
+    finishes_right(job, &vm);
+}
+
+#[test]
+fn checkpoint_and_restart_say_what_is_wrong() {
+    let vm = Vm::start(1);
+    let out = vm.mig(&["checkpoint", "j9"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no job \"j9\""));
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(1, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 1));
+    let out = vm.mig(&["restart", "j1"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has no checkpoint yet"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&stop, "").expect("stop");
+    let _ = job.wait_with_output();
+}
