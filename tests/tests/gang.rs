@@ -312,3 +312,37 @@ fn a_new_table_takes_effect_at_the_next_boundary_on_both_hosts() {
     done(a, "j1");
     done(b, "j2");
 }
+
+#[test]
+fn a_stencil_sliced_with_a_competitor_stops_many_times_and_still_gets_the_serial_answer() {
+    // Stopped VPs are not dead ones: halos sent to a VP outside its slot
+    // wait in its socket, and nothing times out.
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tmp");
+    let conf = config(dir.path(), "[daemon]\nquantum_ms = 20\n");
+    let vm = Vm::start_with(2, &["--config", &conf]);
+    let stop = dir.path().join("stop");
+    let competitor = spin(&vm, 2, &stop, false);
+    assert!(wait_until(Duration::from_secs(10), || vps(&vm).len() == 2));
+    let heat = vm.start_job(
+        2,
+        &bin("heat"),
+        &["--rows", "32", "--cols", "32", "--iters", "3000"],
+    );
+    let out = heat.wait_with_output().expect("heat");
+    let lines = job_lines(&out);
+    std::fs::write(&stop, "").expect("stop");
+    done(competitor, "competitor");
+    assert!(
+        out.status.success()
+            && lines
+                .iter()
+                .any(|l| l.contains("identical to the serial run: ok")),
+        "{lines:?}"
+    );
+    let stats = vm.json(&["stats"]);
+    assert!(
+        stats["hosts"][0]["switches"].as_u64().unwrap_or(0) > 10,
+        "heat was never sliced: {stats}"
+    );
+}
