@@ -34,6 +34,18 @@ pub struct Args {
     /// level); jobs needing more wait in submission order.
     #[arg(long, default_value_t = sim::DEFAULT_MAX_SLOTS)]
     max_slots: usize,
+    /// Owners taking processors back: none, or synthetic:BUSY/IDLE (mean
+    /// seconds an owner is at the desk / away, exponential, seeded). Applies
+    /// to mtat and mtat+repack, which move work off a processor; the others
+    /// run as if owners never came.
+    #[arg(long, default_value = "none")]
+    owners: String,
+    /// Owners from a file instead: `TIME PROCESSOR leave|return` per line.
+    #[arg(long, conflicts_with = "owners")]
+    availability: Option<PathBuf>,
+    /// Seconds of work a job loses each time one of its VPs moves.
+    #[arg(long, default_value_t = 0.0)]
+    migration_cost: f64,
     /// Replay only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
@@ -101,6 +113,21 @@ pub fn run(a: Args) -> Result<()> {
             }
         })
         .collect();
+    if !(a.migration_cost.is_finite() && a.migration_cost >= 0.0) {
+        bail!("--migration-cost must be a number of seconds, at least 0");
+    }
+    let owners = match &a.availability {
+        Some(f) => sim::owners::Model::availability(
+            &std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
+            procs as usize,
+        )
+        .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+        None => sim::owners::Model::parse(&a.owners).map_err(|e| anyhow::anyhow!(e))?,
+    };
+    let cond = sim::Conditions {
+        owners,
+        migration_cost: a.migration_cost,
+    };
     let wide = w.jobs.iter().filter(|j| j.procs > procs).count();
     eprintln!(
         "mig: {} jobs on {procs} processors (skipped: {} without processors, {} without run time, {} malformed; {} estimates raised to the run time; {wide} wider than the machine)",
@@ -139,7 +166,7 @@ pub fn run(a: Args) -> Result<()> {
                     eprint!("\r{}\r", " ".repeat(80));
                 }
             });
-            let r = sim::replay(&w.jobs, &caps, p, a.max_slots.max(1), &done);
+            let r = sim::replay_with(&w.jobs, &caps, p, a.max_slots.max(1), &cond, &done);
             stop.store(true, Ordering::Relaxed);
             let _ = bar.join();
             r

@@ -33,6 +33,7 @@ pub fn run(
     capacities: &[f64],
     repack: bool,
     max_slots: usize,
+    cond: &super::Conditions,
     done_count: &AtomicUsize,
 ) -> GangRun {
     let mut sched = Scheduler::new(SchedConfig {
@@ -59,23 +60,41 @@ pub fn run(
     let mut next = 0;
     let mut now = jobs.first().map_or(0.0, |j| j.submit);
     let (mut slot_time, mut span, mut max_slots) = (0.0, 0.0, 0usize);
-    let note = |actions: Vec<Action>, moved: &mut Vec<u32>| {
+    let mut owners = cond.owners.changes(capacities.len(), now);
+    let mut away = 0usize;
+    let cost = cond.migration_cost;
+    // A moved VP stalls its gang for `cost` seconds: the job loses what it
+    // would have done in that time at its rate so far.
+    let note = |actions: Vec<Action>,
+                moved: &mut Vec<u32>,
+                remaining: &mut Vec<f64>,
+                rate: &BTreeMap<usize, f64>| {
         for a in actions {
             if let Action::Migrate { job, .. } = a {
                 if let Ok(i) = job.parse::<usize>() {
                     moved[i] += 1;
+                    remaining[i] += cost * rate.get(&i).copied().unwrap_or(0.0);
                 }
             }
         }
     };
     loop {
-        // The next completion at current rates, and the next arrival.
+        // The next completion at current rates, the next arrival, and (while
+        // jobs are left) the next owner change.
         let finish = rate
             .iter()
             .filter(|(_, &r)| r > 0.0)
             .map(|(&i, &r)| (now + remaining[i] / r, i))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // Owner changes matter while jobs are left, and when nothing else
+        // will happen, only while some processor is away (its return may
+        // let a waiting job run; with all present nothing more can).
+        let pending = !rate.is_empty() || next < jobs.len();
+        let stuck = finish.is_none() && next >= jobs.len() && away == 0;
+        let owner = owners.peek().filter(|_| pending && !stuck);
         let Some(t) = super::next_instant(finish.map(|f| f.0), jobs.get(next).map(|j| j.submit))
+            .map(|t| owner.map_or(t, |o| t.min(o)))
+            .or(owner)
         else {
             break;
         };
@@ -105,7 +124,7 @@ pub fn run(
             rate.remove(&i);
             done_count.fetch_add(1, Ordering::Relaxed);
             if let Ok(a) = sched.on_event(Event::JobExit { job: i.to_string() }) {
-                note(a, &mut moved);
+                note(a, &mut moved, &mut remaining, &rate);
             }
             let j = &jobs[i];
             out[i] = Some(Outcome {
@@ -117,6 +136,29 @@ pub fn run(
                 migrations: moved[i],
             });
         }
+        // Owners: a processor taken back leaves the pool, one left joins it.
+        while owners.peek().is_some_and(|o| o <= now) {
+            let Some(c) = owners.next() else { break };
+            if c.leaves {
+                away += 1;
+            } else {
+                away = away.saturating_sub(1);
+            }
+            let id = format!("p{}", c.processor);
+            let e = if c.leaves {
+                Event::ProcessorExit { id }
+            } else {
+                Event::NewProcessor {
+                    id: id.clone(),
+                    host: id,
+                    arch: "any".into(),
+                    capacity: capacities[c.processor],
+                }
+            };
+            if let Ok(a) = sched.on_event(e) {
+                note(a, &mut moved, &mut remaining, &rate);
+            }
+        }
         while jobs.get(next).is_some_and(|j| j.submit <= now) {
             let j = &jobs[next];
             // Doubling up is allowed, but not without bound: a job of more
@@ -127,7 +169,7 @@ pub fn run(
                     vps: BTreeMap::from([("any".to_string(), j.procs)]),
                 };
                 if let Ok(a) = sched.on_event(e) {
-                    note(a, &mut moved);
+                    note(a, &mut moved, &mut remaining, &rate);
                 }
                 rate.insert(next, 0.0);
             }
@@ -169,7 +211,74 @@ mod tests {
     use super::*;
 
     fn run(jobs: &[Job], caps: &[f64], repack: bool, max_slots: usize) -> GangRun {
-        super::run(jobs, caps, repack, max_slots, &AtomicUsize::new(0))
+        super::run(
+            jobs,
+            caps,
+            repack,
+            max_slots,
+            &crate::sim::Conditions::default(),
+            &AtomicUsize::new(0),
+        )
+    }
+
+    #[test]
+    fn a_processor_taken_back_mid_run_slows_the_job_and_its_return_restores_it() {
+        // 2 processors, a 2-VP job of 100 s from 0. p1's owner is back from
+        // 10 to 60: its VP doubles up on p0 (half speed), then moves back.
+        // Work: 10 s at full speed, 50 s at half (25), then 65 left: ends at
+        // 125. Each move stalls the job 1 s: 1 s of work at full speed at
+        // t = 10, 0.5 at half speed at t = 60: 126.5.
+        let owners = crate::sim::owners::Model::availability(
+            "10 1 leave
+60 1 return
+",
+            2,
+        )
+        .unwrap();
+        for (cost, end) in [(0.0, 125.0), (1.0, 126.5)] {
+            let cond = crate::sim::Conditions {
+                owners: owners.clone(),
+                migration_cost: cost,
+            };
+            let r = super::run(
+                &[Job::new("a", 0.0, 100.0, 2)],
+                &[1.0; 2],
+                true,
+                4,
+                &cond,
+                &AtomicUsize::new(0),
+            );
+            let o = &r.outcomes[0];
+            assert!((o.end - end).abs() < 1e-6, "cost {cost}: {o:?}");
+            assert_eq!(o.migrations, 2, "{o:?}");
+        }
+    }
+
+    #[test]
+    fn synthetic_owners_never_lose_a_job() {
+        let jobs: Vec<Job> = (0..40)
+            .map(|i| {
+                Job::new(
+                    &i.to_string(),
+                    f64::from(i) * 7.0,
+                    50.0 + f64::from(i % 5) * 30.0,
+                    1 + i % 4,
+                )
+            })
+            .collect();
+        let cond = crate::sim::Conditions {
+            owners: crate::sim::owners::Model::parse("synthetic:100/300").unwrap(),
+            migration_cost: 2.0,
+        };
+        let r = super::run(&jobs, &[1.0; 8], true, 4, &cond, &AtomicUsize::new(0));
+        assert_eq!(r.outcomes.len(), jobs.len());
+        for (o, j) in r.outcomes.iter().zip(&jobs) {
+            assert!(
+                o.end >= o.submit + j.run - 1e-6,
+                "{o:?} finished before its work allows"
+            );
+        }
+        assert!(r.outcomes.iter().map(|o| o.migrations).sum::<u32>() > 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! * `batch` — FCFS and EASY backfilling (space sharing, no time slicing);
 //! * `matrix` — `gang-firstfit` and `gang-buddy` on an Ousterhout matrix;
 //! * `gang` — `mtat` and `mtat+repack`: the embedded scheduler itself;
-//! * `metrics` — response time, bounded slowdown, utilisation, η.
+//! * `metrics` — response time, bounded slowdown, utilisation, η;
+//! * `owners` — owners taking processors back and leaving them (mtat policies).
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
 
@@ -13,6 +14,7 @@ pub mod batch;
 pub mod gang;
 pub mod matrix;
 pub mod metrics;
+pub mod owners;
 pub mod swf;
 
 use std::sync::atomic::AtomicUsize;
@@ -83,6 +85,16 @@ pub const POLICIES: &[&str] = &[
 /// multiprogramming level; Slurm's gang scheduler is capped the same way).
 pub const DEFAULT_MAX_SLOTS: usize = 8;
 
+/// What the machine does besides running jobs.
+#[derive(Debug, Clone, Default)]
+pub struct Conditions {
+    /// Owners taking processors back (applied to `mtat` and
+    /// `mtat+repack`, which can move work off a processor).
+    pub owners: owners::Model,
+    /// Seconds of work a job loses each time one of its VPs moves.
+    pub migration_cost: f64,
+}
+
 /// Replay `jobs` under `policy` on processors of `capacities`, time sharing
 /// with at most `max_slots` slots per round; `None` for an unknown policy.
 /// `done` counts completed jobs as the replay goes (for a progress display).
@@ -91,6 +103,25 @@ pub fn replay(
     capacities: &[f64],
     policy: &str,
     max_slots: usize,
+    done: &AtomicUsize,
+) -> Option<Replay> {
+    replay_with(
+        jobs,
+        capacities,
+        policy,
+        max_slots,
+        &Conditions::default(),
+        done,
+    )
+}
+
+/// `replay` under `cond`.
+pub fn replay_with(
+    jobs: &[swf::Job],
+    capacities: &[f64],
+    policy: &str,
+    max_slots: usize,
+    cond: &Conditions,
     done: &AtomicUsize,
 ) -> Option<Replay> {
     let runs = |o: &[Outcome]| -> Vec<f64> {
@@ -112,7 +143,14 @@ pub fn replay(
             (g.outcomes, g.migrations, g.slots, g.timeline)
         }
         "mtat" | "mtat+repack" => {
-            let g = gang::run(jobs, capacities, policy == "mtat+repack", max_slots, done);
+            let g = gang::run(
+                jobs,
+                capacities,
+                policy == "mtat+repack",
+                max_slots,
+                cond,
+                done,
+            );
             (g.outcomes, g.migrations, g.slots, g.timeline)
         }
         _ => return None,
