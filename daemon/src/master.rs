@@ -933,28 +933,18 @@ impl Master {
         if r.paused.len() < j.vps.len() {
             return Vec::new();
         }
-        let mut out = Vec::new();
-        for v in j.vps.values() {
-            let expect: Vec<(Tid, u64)> = r
-                .paused
+        let paused = r.paused.clone();
+        to_every_vp(j, |tid| SnapStep::Now {
+            id,
+            expect: paused
                 .iter()
                 .filter_map(|(&from, sent)| {
                     sent.iter()
-                        .find(|(to, _)| *to == v.tid)
+                        .find(|(to, _)| *to == tid)
                         .map(|&(_, n)| (from, n))
                 })
-                .collect();
-            if let Some(h) = &v.host {
-                out.push(Out::ToHost(
-                    h.clone(),
-                    PeerMsg::Snap {
-                        tid: v.tid,
-                        step: SnapStep::Now { id, expect },
-                    },
-                ));
-            }
-        }
-        out
+                .collect(),
+        })
     }
 
     /// VP `tid`'s image of checkpoint `id` arrived from `host`: keep it here
@@ -1016,17 +1006,7 @@ impl Master {
             "{message}, in about {} ms",
             took.as_millis()
         )));
-        for v in j.vps.values() {
-            if let Some(h) = &v.host {
-                out.push(Out::ToHost(
-                    h.clone(),
-                    PeerMsg::Snap {
-                        tid: v.tid,
-                        step: SnapStep::Resume { id },
-                    },
-                ));
-            }
-        }
+        out.extend(to_every_vp(j, |_| SnapStep::Resume { id }));
         out.push(Out::PruneCheckpoints {
             job: job.clone(),
             keep: j.ckpt.good.clone(),
@@ -1058,17 +1038,7 @@ impl Master {
                     r.id,
                     timeout.as_secs()
                 )));
-                for v in j.vps.values() {
-                    if let Some(h) = &v.host {
-                        out.push(Out::ToHost(
-                            h.clone(),
-                            PeerMsg::Snap {
-                                tid: v.tid,
-                                step: SnapStep::Abort { id: r.id },
-                            },
-                        ));
-                    }
-                }
+                out.extend(to_every_vp(j, |_| SnapStep::Abort { id: r.id }));
                 for w in r.waiters {
                     out.push(Out::Reply(
                         w,
@@ -2057,6 +2027,23 @@ fn loc_of(v: &VpRec) -> Loc {
         (_, Some(h)) => Loc::At(h.clone()),
         (_, None) => Loc::Waiting,
     }
+}
+
+/// A job checkpoint's step for every VP of job `j`, to its host.
+fn to_every_vp(j: &JobRec, step: impl Fn(Tid) -> SnapStep) -> Vec<Out> {
+    j.vps
+        .values()
+        .filter_map(|v| {
+            let h = v.host.clone()?;
+            Some(Out::ToHost(
+                h,
+                PeerMsg::Snap {
+                    tid: v.tid,
+                    step: step(v.tid),
+                },
+            ))
+        })
+        .collect()
 }
 
 /// A notice for VP `to` with `tag`.

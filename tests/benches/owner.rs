@@ -8,53 +8,12 @@
 //! Needs release binaries: `cargo build --release --workspace --bins`, then
 //! `cargo bench -p mig-tests --bench owner -- --bench` (TRIALS=N to change).
 
-use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use libmig::control::Client;
 use libmig::msg::{OwnerAction, Request, Response};
-use mig_tests::{bin, wait_until, Vm};
-
-struct Desk(Child);
-
-impl Desk {
-    fn open() -> Desk {
-        Desk(
-            Command::new("sh")
-                .arg("-s")
-                .stdin(Stdio::piped())
-                .process_group(0)
-                .spawn()
-                .expect("sh"),
-        )
-    }
-    fn type_line(&mut self, line: &str) {
-        let stdin = self.0.stdin.as_mut().expect("stdin");
-        writeln!(stdin, "{line}").expect("type");
-        stdin.flush().expect("flush");
-    }
-}
-
-impl Drop for Desk {
-    fn drop(&mut self) {
-        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.0.wait();
-    }
-}
-
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-}
+use mig_tests::{bin, stopped, wait_until, Desk, Vm};
 
 /// (host, state, pid) of every VP.
 fn vps(c: &mut Client) -> Vec<(String, String, u32)> {
@@ -192,7 +151,7 @@ fn main() {
         "[owner]\nreclaim_load = 0.2\noffer_max_load = 0.1\noffer_after_idle_s = 0.2\n",
     )
     .expect("config");
-    let scope = format!("tree:{}", desk.0.id());
+    let scope = format!("tree:{}", desk.pid());
     let addr = vm.addr.clone();
     let conf = conf.display().to_string();
     let (ch, _) = vm.daemon(

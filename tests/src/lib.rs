@@ -275,3 +275,55 @@ impl Drop for Vm {
         }
     }
 }
+
+/// An owner's desk: a shell whose process tree is the owner's (a daemon
+/// started with `--owner-scope tree:PID` of it counts its load), to start
+/// and stop programs in. Dropped, it ends with all it started.
+pub struct Desk(Child);
+
+impl Desk {
+    /// A shell reading commands from a pipe, in its own process group.
+    pub fn open() -> Desk {
+        use std::os::unix::process::CommandExt;
+        Desk(
+            Command::new("sh")
+                .arg("-s")
+                .stdin(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("sh"),
+        )
+    }
+
+    /// Its pid (the root of the owner's tree).
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Type a command line at it.
+    pub fn type_line(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.0.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("type");
+        stdin.flush().expect("flush");
+    }
+}
+
+impl Drop for Desk {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+/// Is process `pid` stopped (state T in /proc)?
+pub fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}

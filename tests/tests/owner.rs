@@ -3,49 +3,12 @@
 //! its VPs and the scheduler moves them off; the owner leaving gives the host
 //! back to the pool and it is used again. VPs' own load is never the owner's.
 
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mig_tests::{bin, job_lines, wait_until, Vm};
-
-/// An owner's desk: a shell whose process tree is the owner's, to start
-/// and stop programs in.
-struct Desk(Child);
-
-impl Desk {
-    fn open() -> Desk {
-        Desk(
-            Command::new("sh")
-                .arg("-s")
-                .stdin(Stdio::piped())
-                .process_group(0)
-                .spawn()
-                .expect("sh"),
-        )
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-
-    fn type_line(&mut self, line: &str) {
-        let stdin = self.0.stdin.as_mut().expect("stdin");
-        writeln!(stdin, "{line}").expect("type");
-        stdin.flush().expect("flush");
-    }
-}
-
-impl Drop for Desk {
-    fn drop(&mut self) {
-        // The shell and whatever it started: its own process group.
-        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.0.wait();
-    }
-}
+use mig_tests::{bin, job_lines, stopped, wait_until, Desk, Vm};
 
 fn policy(dir: &Path, text: &str) -> String {
     let p = dir.join("owner.toml");
@@ -80,15 +43,24 @@ fn hosts_of(vm: &Vm) -> Vec<(String, String, u32)> {
         .unwrap_or_default()
 }
 
-/// Is process `pid` stopped (state T)?
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
+/// `mig ARGS` succeeds; its stdout.
+fn mig_ok(vm: &Vm, args: &[&str]) -> String {
+    let out = vm.mig(args);
+    assert!(
+        out.status.success(),
+        "mig {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Both VPs of a `spin` job ended well.
+fn both_spun(lines: &[String]) {
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        2,
+        "{lines:?}"
+    );
 }
 
 fn finish(vm: &Vm, job: Child) -> Vec<String> {
@@ -183,13 +155,7 @@ fn reclaim_and_release_by_hand_and_vps_wait_stopped_when_no_host_is_free() {
         let h = hosts_of(&vm);
         h.len() == 2 && h.iter().all(|(h, s, _)| s == "running" && !h.is_empty())
     }));
-    let out = vm.mig(&["owner", "reclaim", "--host", "h1"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let said = String::from_utf8_lossy(&out.stdout);
+    let said = mig_ok(&vm, &["owner", "reclaim", "--host", "h1"]);
     assert!(
         said.contains("h1 is reclaimed (mig owner reclaim)"),
         "{said}"
@@ -202,12 +168,7 @@ fn reclaim_and_release_by_hand_and_vps_wait_stopped_when_no_host_is_free() {
         hosts_of(&vm)
     );
     // No host left: both VPs wait where they are, stopped, none lost.
-    let out = vm.mig(&["owner", "reclaim", "--host", "h0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mig_ok(&vm, &["owner", "reclaim", "--host", "h0"]);
     let vps = hosts_of(&vm);
     assert!(
         vps.iter()
@@ -225,12 +186,7 @@ fn reclaim_and_release_by_hand_and_vps_wait_stopped_when_no_host_is_free() {
     let status = vm.json(&["owner", "status", "--host", "h0"]);
     assert_eq!(status["h0"]["state"], "reclaimed", "{status}");
     assert_eq!(status["h0"]["decided_by"], "mig owner reclaim", "{status}");
-    let out = vm.mig(&["owner", "release", "--host", "h0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mig_ok(&vm, &["owner", "release", "--host", "h0"]);
     let vps = hosts_of(&vm);
     assert!(
         vps.iter()
@@ -240,12 +196,7 @@ fn reclaim_and_release_by_hand_and_vps_wait_stopped_when_no_host_is_free() {
     let out = vm.mig(&["owner", "reclaim", "--host", "h9"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no live host \"h9\""));
-    let lines = finish(&vm, job);
-    assert_eq!(
-        lines.iter().filter(|l| l.contains("spin done")).count(),
-        2,
-        "{lines:?}"
-    );
+    both_spun(&finish(&vm, job));
 }
 
 #[test]
@@ -422,18 +373,8 @@ fn a_vp_taken_back_again_as_it_restarts_is_never_lost() {
     };
     assert!(wait_until(Duration::from_secs(10), || on_h1(&vm)));
     for round in 0..20 {
-        let out = vm.mig(&["owner", "reclaim", "--host", "h1"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = vm.mig(&["owner", "release", "--host", "h1"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        mig_ok(&vm, &["owner", "reclaim", "--host", "h1"]);
+        mig_ok(&vm, &["owner", "release", "--host", "h1"]);
         assert!(
             wait_until(Duration::from_secs(10), || on_h1(&vm)),
             "round {round}: {:?}\n{}",
@@ -441,12 +382,7 @@ fn a_vp_taken_back_again_as_it_restarts_is_never_lost() {
             vm.log(1)
         );
     }
-    let lines = finish(&vm, job);
-    assert_eq!(
-        lines.iter().filter(|l| l.contains("spin done")).count(),
-        2,
-        "{lines:?}"
-    );
+    both_spun(&finish(&vm, job));
 }
 
 #[test]
@@ -466,12 +402,7 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
         .count()
         == 2));
     for host in ["h1", "h0"] {
-        let out = vm.mig(&["owner", "reclaim", "--host", host]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        mig_ok(&vm, &["owner", "reclaim", "--host", host]);
     }
     let h0_dir = vm.dir.path().join("h0");
     let parked_files = || {
@@ -496,8 +427,7 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     );
     assert!(hosts_of(&vm).iter().all(|(_, _, pid)| *pid == 0));
     // h0's owner leaves: they start again there from their images.
-    let out = vm.mig(&["owner", "release", "--host", "h0"]);
-    assert!(out.status.success());
+    mig_ok(&vm, &["owner", "release", "--host", "h0"]);
     assert!(
         wait_until(Duration::from_secs(10), || all_on(&vm, "h0", "running")),
         "{:?}\n{}",
@@ -506,25 +436,18 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     );
     assert_eq!(parked_files(), 0);
     // Parked again, then h1 is free: the images go there.
-    let out = vm.mig(&["owner", "reclaim", "--host", "h0"]);
-    assert!(out.status.success());
+    mig_ok(&vm, &["owner", "reclaim", "--host", "h0"]);
     assert!(wait_until(Duration::from_secs(10), || all_on(
         &vm,
         "h0",
         "parked on disk (owner back)"
     )));
-    let out = vm.mig(&["owner", "release", "--host", "h1"]);
-    assert!(out.status.success());
+    mig_ok(&vm, &["owner", "release", "--host", "h1"]);
     assert!(
         wait_until(Duration::from_secs(10), || all_on(&vm, "h1", "running")),
         "{:?}\n{}",
         hosts_of(&vm),
         vm.log(0)
     );
-    let lines = finish(&vm, job);
-    assert_eq!(
-        lines.iter().filter(|l| l.contains("spin done")).count(),
-        2,
-        "{lines:?}"
-    );
+    both_spun(&finish(&vm, job));
 }
