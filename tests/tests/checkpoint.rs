@@ -82,8 +82,11 @@ fn a_damaged_checkpoint_is_refused_and_the_one_before_is_used() {
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && said.contains(&format!("generation {g}")),
-            "{said}{}",
-            String::from_utf8_lossy(&out.stderr)
+            "{said}{}\n{}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            vm.log(0),
+            vm.log(1),
+            vm.log(2)
         );
     }
     // Generation 2: one image truncated, one with a flipped byte.
