@@ -353,7 +353,7 @@ impl Vm {
         if ASKED.swap(false, Ordering::Relaxed) {
             self.pump(LinkId::Daemon, false)?;
         }
-        if self.snap.is_some() {
+        while self.snap.as_ref().is_some_and(|s| !s.paused) {
             self.join_snapshot(state)?;
         }
         if self.checkpoint_to.is_some() {
@@ -375,8 +375,10 @@ impl Vm {
             s.paused = true;
         }
         loop {
-            let Some(snap) = &self.snap else {
-                return Ok(()); // resumed or given up
+            // Resumed or given up, and perhaps already asked for the next
+            // one (both read at once): that one starts at the next safe point.
+            let Some(snap) = self.snap.as_ref().filter(|s| s.id == id) else {
+                return Ok(());
             };
             if !snap.taken {
                 let all_in = snap.expect.as_ref().is_some_and(|e| {
@@ -415,7 +417,7 @@ impl Vm {
         tag: Option<i32>,
     ) -> Result<Message, MigError> {
         loop {
-            if self.snap.is_some() {
+            while self.snap.as_ref().is_some_and(|s| !s.paused) {
                 self.join_snapshot(state)?;
             }
             if self.checkpoint_to.is_some() {
