@@ -222,10 +222,13 @@ impl Config {
             self.vp_idle_class = v;
         }
         if let Some(v) = f.checkpoint_interval_s {
-            self.checkpoint_interval = (v != 0.0).then(|| Duration::from_secs_f64(v.abs()));
-            if !(v.is_finite() && v >= 0.0) {
-                self.checkpoint_interval = Some(Duration::ZERO);
-            }
+            // Out of range (negative, not a number, huge): zero, which
+            // `validate` refuses with the allowed range.
+            self.checkpoint_interval = match v {
+                0.0 => None,
+                v if v.is_finite() && v > 0.0 && v < 1e9 => Some(Duration::from_secs_f64(v)),
+                _ => Some(Duration::ZERO),
+            };
         }
     }
 
@@ -313,6 +316,13 @@ mod tests {
         let (_, owner) = Config::read_file(&p).unwrap();
         let e = c.apply_owner(owner).unwrap_err().to_string();
         assert!(e.contains("offer_max_load"), "{e}");
+        for bad in ["-1", "nan", "1e300", "0.01"] {
+            std::fs::write(&p, format!("[daemon]\ncheckpoint_interval_s = {bad}\n")).unwrap();
+            let mut c = Config::new(dir.path().into());
+            c.apply(Config::read_file(&p).unwrap().0);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("checkpoint_interval_s"), "{bad}: {e}");
+        }
         std::fs::write(&p, "[daemon]\nprocesors = 3\n").unwrap();
         let e = Config::read_file(&p).unwrap_err().to_string();
         assert!(
