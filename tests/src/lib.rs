@@ -63,6 +63,19 @@ pub fn job_lines(out: &Output) -> Vec<String> {
         .collect()
 }
 
+/// Wait for a `mig spawn --wait` job: it must succeed (else the panic shows
+/// its output, its errors and `context`); the lines it printed.
+pub fn job_succeeds(job: Child, context: &str) -> Vec<String> {
+    let out = job.wait_with_output().expect("job");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{context}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+}
+
 /// Peak resident memory of a process in MiB (`VmHWM`).
 pub fn peak_rss_mib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

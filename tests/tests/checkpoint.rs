@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
-use mig_tests::{bin, job_lines, wait_until, Vm};
+use mig_tests::{bin, job_succeeds, wait_until, Vm};
 
 /// The heat stencil on 3 VPs: deterministic, checked against a serial run.
 fn heat(vm: &Vm, iters: &str) -> Child {
@@ -26,14 +26,7 @@ fn running(vm: &Vm) -> usize {
 }
 
 fn finishes_right(job: Child, vm: &Vm) {
-    let out = job.wait_with_output().expect("job");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.log(0)
-    );
+    let lines = job_succeeds(job, &vm.log(0));
     assert!(
         lines
             .iter()

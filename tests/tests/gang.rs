@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use mig_tests::{bin, job_lines, wait_until, Vm};
+use mig_tests::{bin, job_lines, job_succeeds, wait_until, Vm};
 
 /// (job, host, pid) of every running VP.
 fn vps(vm: &Vm) -> Vec<(String, String, u32)> {
@@ -142,13 +142,7 @@ fn config(vm_dir: &Path, text: &str) -> String {
 }
 
 fn done(job: Child, what: &str) {
-    let out = job.wait_with_output().expect("job");
-    assert!(
-        out.status.success(),
-        "{what}: {:?}\n{}",
-        job_lines(&out),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    job_succeeds(job, what);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
-use mig_tests::{bin, job_lines, wait_until, Vm};
+use mig_tests::{bin, job_lines, job_succeeds, wait_until, Vm};
 
 #[test]
 fn a_stream_consumer_moved_200_times_loses_nothing() {
@@ -54,13 +54,7 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
         );
     }
     std::fs::write(&stop, b"").expect("stop file");
-    let out = job.wait_with_output().expect("job");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let lines = job_succeeds(job, "");
     let last = lines.last().expect("output");
     let v: serde_json::Value = serde_json::from_str(last).expect("JSON tally");
     assert_eq!(v["restored"], 200, "{last}");

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mig_tests::{bin, job_lines, stopped, wait_until, Desk, Vm};
+use mig_tests::{bin, job_succeeds, stopped, wait_until, Desk, Vm};
 
 fn policy(dir: &Path, text: &str) -> String {
     let p = dir.join("owner.toml");
@@ -65,14 +65,7 @@ fn both_spun(lines: &[String]) {
 
 fn finish(vm: &Vm, job: Child) -> Vec<String> {
     std::fs::write(vm.dir.path().join("stop"), "").expect("stop file");
-    let out = job.wait_with_output().expect("job");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    lines
+    job_succeeds(job, "")
 }
 
 #[test]
