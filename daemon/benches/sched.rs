@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use migd::sched::random::{Generator, Shape};
-use migd::sched::{SchedConfig, Scheduler};
+use migd::sched::{Event, SchedConfig, Scheduler};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -35,13 +35,17 @@ fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
         s.on_event(g.event()).expect("legal event");
     }
     let mut times = Vec::with_capacity(n);
+    let mut by_kind: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
     let mut slot_sum = 0usize;
     let mut max_slots = 0usize;
     for _ in 0..n {
         let e = g.event();
+        let kind = kind(&e);
         let t = Instant::now();
         s.on_event(e).expect("legal event");
-        times.push(t.elapsed().as_secs_f64() * 1e6);
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        times.push(us);
+        by_kind.entry(kind).or_default().push(us);
         slot_sum += s.map().columns().len();
         max_slots = max_slots.max(s.map().columns().len());
     }
@@ -54,6 +58,28 @@ fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
         percentile(&times, 0.99),
         times[times.len() - 1],
     );
+    if std::env::var_os("MIG_BENCH_KINDS").is_some() {
+        for (kind, mut t) in by_kind {
+            t.sort_by(f64::total_cmp);
+            println!(
+                "      {kind:<15} {:>5} events: p50 {:>8.1} µs  p99 {:>9.1} µs",
+                t.len(),
+                percentile(&t, 0.5),
+                percentile(&t, 0.99)
+            );
+        }
+    }
+}
+
+fn kind(e: &Event) -> &'static str {
+    match e {
+        Event::NewProcessor { .. } => "new_processor",
+        Event::ProcessorExit { .. } => "processor_exit",
+        Event::Submit { .. } => "submit",
+        Event::NewVp { .. } => "new_vp",
+        Event::VpExit { .. } => "vp_exit",
+        Event::JobExit { .. } => "job_exit",
+    }
 }
 
 fn replay(n: usize) {
@@ -84,6 +110,40 @@ fn replay(n: usize) {
     );
 }
 
+/// A digest of every action the scheduler emits on fixed random streams (two
+/// architectures, mixed capacities, several map sizes): an optimisation that
+/// must not change behaviour must not change this line.
+fn digest() {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut events = 0usize;
+    for (seed, procs, slots) in [(1u64, 16usize, 4usize), (2, 64, 8), (3, 256, 16)] {
+        let mut g = Generator::new(
+            seed,
+            Shape {
+                processors: procs,
+                per_host: 4,
+                arches: vec!["x86_64".into(), "aarch64".into()],
+                max_job: (procs / 4) as u32,
+                target_jobs: slots * 6,
+                capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
+            },
+        );
+        let mut s = Scheduler::new(SchedConfig {
+            max_slots: slots,
+            ..SchedConfig::default()
+        });
+        let mut stream = g.pool();
+        stream.extend((0..3000).map(|_| g.event()));
+        for e in stream {
+            let actions = s.on_event(e).expect("legal event");
+            format!("{actions:?}").hash(&mut h);
+            events += 1;
+        }
+    }
+    println!("digest of {events} events' actions: {:016x}", h.finish());
+}
+
 fn main() {
     // `cargo test` runs benches with --bench absent: keep that quick.
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -95,6 +155,10 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(16);
         per_event(p, slots, 3_000, &[1.0, 1.0, 2.0, 3.0, 4.0, 1.5]);
+        return;
+    }
+    if std::env::var_os("MIG_BENCH_DIGEST").is_some() {
+        digest();
         return;
     }
     if let Ok(k) = std::env::var("MIG_BENCH_REPLAY") {

@@ -142,6 +142,11 @@ pub fn compress_pools(
     t: f64,
     current: &[u32],
 ) -> Option<Vec<u32>> {
+    if let [x] = demand {
+        if pool_of.iter().all(|&z| z == 0) {
+            return compress(*x, caps, t, current);
+        }
+    }
     let mut out = vec![0; caps.len()];
     for (z, &x) in demand.iter().enumerate() {
         let members: Vec<usize> = (0..caps.len()).filter(|&i| pool_of[i] == z).collect();

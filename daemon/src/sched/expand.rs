@@ -14,8 +14,6 @@
 //! against every other column. Free cells are kept as bitsets, so each test is
 //! `Φ / 64` word operations and the search costs `Θ(τ² Φ / 64 + τ Φ)`.
 
-use std::collections::BTreeMap;
-
 use super::map::{AllocationMap, BitSet, Row};
 use super::mtat::mtat_pools;
 
@@ -28,14 +26,48 @@ pub struct Pattern {
     pub columns: Vec<u64>,
 }
 
-/// A search for usable free space. `demand` maps each architecture the job
-/// needs to its VP count; implementations only offer rows of those
+/// What a job asks of the map: VPs per architecture (ids as the map interns
+/// them, each at most once, counts above zero) and the live rows of those
 /// architectures.
+#[derive(Debug, Clone, Default)]
+pub struct Demand {
+    /// `(architecture id, VPs)`.
+    pub counts: Vec<(u32, u32)>,
+    /// Live rows whose architecture is in `counts`.
+    pub rows: BitSet,
+}
+
+impl Demand {
+    /// The demand of `counts` on `map`: architectures the map has no live
+    /// processor of are left out.
+    pub fn new(map: &AllocationMap, counts: impl IntoIterator<Item = (u32, u32)>) -> Self {
+        let mut d = Demand::default();
+        for (a, n) in counts {
+            let Some(rows) = map.arch_rows(a).filter(|r| !r.is_empty()) else {
+                continue;
+            };
+            if n == 0 {
+                continue;
+            }
+            match d.counts.iter_mut().find(|(x, _)| *x == a) {
+                Some(e) => e.1 += n,
+                None => {
+                    d.counts.push((a, n));
+                    d.rows.union_with(rows);
+                }
+            }
+        }
+        d
+    }
+}
+
+/// A search for usable free space. Implementations only offer rows of the
+/// architectures in `demand`.
 pub trait Expansion: Send {
     /// The name used on the command line and in configs.
     fn name(&self) -> &'static str;
     /// The best pattern by this search's own criterion, if any cell is free.
-    fn find(&self, map: &AllocationMap, demand: &BTreeMap<String, u32>) -> Option<Pattern>;
+    fn find(&self, map: &AllocationMap, demand: &Demand) -> Option<Pattern>;
 }
 
 /// The names `by_name` accepts.
@@ -48,17 +80,6 @@ pub fn by_name(name: &str) -> Option<Box<dyn Expansion>> {
         "exhaustive" => Some(Box::new(Exhaustive::default())),
         _ => None,
     }
-}
-
-/// Rows whose architecture the job needs.
-fn wanted_rows(map: &AllocationMap, demand: &BTreeMap<String, u32>) -> BitSet {
-    let mut s = BitSet::default();
-    for (row, p) in map.processors() {
-        if demand.get(&p.arch).is_some_and(|&n| n > 0) {
-            s.insert(row);
-        }
-    }
-    s
 }
 
 fn capacity(map: &AllocationMap, rows: &BitSet) -> f64 {
@@ -79,13 +100,13 @@ impl Expansion for RegularPattern {
         "regular"
     }
 
-    fn find(&self, map: &AllocationMap, demand: &BTreeMap<String, u32>) -> Option<Pattern> {
-        let wanted = wanted_rows(map, demand);
+    fn find(&self, map: &AllocationMap, demand: &Demand) -> Option<Pattern> {
+        let wanted = &demand.rows;
         let mut best: Option<(f64, usize)> = None;
         let mut free_sets = Vec::with_capacity(map.columns().len());
         for c in map.columns() {
             let mut e = c.free().clone();
-            e.intersect_with(&wanted);
+            e.intersect_with(wanted);
             free_sets.push(e);
         }
         for (i, e_i) in free_sets.iter().enumerate() {
@@ -138,14 +159,13 @@ impl Expansion for Exhaustive {
         "exhaustive"
     }
 
-    fn find(&self, map: &AllocationMap, demand: &BTreeMap<String, u32>) -> Option<Pattern> {
+    fn find(&self, map: &AllocationMap, demand: &Demand) -> Option<Pattern> {
         let cols = map.columns();
         if cols.len() > self.max_columns {
             return RegularPattern.find(map, demand);
         }
-        let wanted = wanted_rows(map, demand);
-        let arches: Vec<&String> = demand.keys().collect();
-        let counts: Vec<u32> = demand.values().copied().collect();
+        let wanted = &demand.rows;
+        let counts: Vec<u32> = demand.counts.iter().map(|&(_, n)| n).collect();
         let mut best: Option<(f64, usize, usize, Pattern)> = None;
         for mask in 1u32..(1u32 << cols.len()) {
             let mut rows = wanted.clone();
@@ -162,10 +182,12 @@ impl Expansion for Exhaustive {
             let mut caps = Vec::with_capacity(rows.len());
             for &r in &rows {
                 let Some(p) = map.processor(r) else { continue };
+                let arch = map.row_arch(r);
                 pool_of.push(
-                    arches
+                    demand
+                        .counts
                         .iter()
-                        .position(|a| **a == p.arch)
+                        .position(|&(a, _)| Some(a) == arch)
                         .unwrap_or(usize::MAX),
                 );
                 caps.push(p.capacity);
@@ -255,8 +277,9 @@ mod tests {
 
     #[test]
     fn regular_pattern_finds_the_largest_column_pattern_of_figure_5() {
-        let m = figure5();
-        let demand = BTreeMap::from([("x86_64".to_string(), 4)]);
+        let mut m = figure5();
+        let x86 = m.intern("x86_64");
+        let demand = Demand::new(&m, [(x86, 4)]);
         let p = RegularPattern.find(&m, &demand).unwrap();
         // Column t1's free set {p2, p5, p6} is contained in t1, t2 and t8:
         // size 3 * 3 = 9, the largest (t8's six rows fit only in t8: 6 * 1).
@@ -266,11 +289,12 @@ mod tests {
 
     #[test]
     fn exhaustive_search_minimises_turnaround_per_slot() {
-        let m = figure5();
+        let mut m = figure5();
+        let x86 = m.intern("x86_64");
         // 6 VPs: the regular pattern gives 2 per row over 3 slots (T/w = 2/3);
         // {p2, p5, p6, p7, p8, p9} in t8 alone gives 1 per row (T/w = 1);
         // {p2, p5} in t1, t2, t7, t8 gives 3 per row over 4 slots (3/4).
-        let demand = BTreeMap::from([("x86_64".to_string(), 6)]);
+        let demand = Demand::new(&m, [(x86, 6)]);
         let p = Exhaustive::default().find(&m, &demand).unwrap();
         assert_eq!(p.rows, vec![1, 4, 5]);
         assert_eq!(p.columns.len(), 3);
@@ -285,7 +309,8 @@ mod tests {
             ..proc(1)
         });
         m.push_column();
-        let demand = BTreeMap::from([("aarch64".to_string(), 1)]);
+        let arm = m.intern("aarch64");
+        let demand = Demand::new(&m, [(arm, 1)]);
         let p = RegularPattern.find(&m, &demand).unwrap();
         assert_eq!(p.rows, vec![1]);
         assert!(

@@ -6,7 +6,7 @@
 //! fixed-width bitset. What does not: which VPs sit on a cell (the scheduler
 //! keeps that per job) or any decision about where to put work.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -157,7 +157,12 @@ pub struct AllocationMap {
     per_arch: HashMap<String, usize>,
     arch_names: Vec<String>,
     row_arch: Vec<u32>,
+    /// Capacity per row (1.0 where no processor is), dense for the hot loops.
+    row_cap: Vec<f64>,
     arch_live: Vec<BitSet>,
+    /// Per architecture id: live processors per capacity (by its bits; for
+    /// positive floats the bits order like the values).
+    arch_caps: Vec<BTreeMap<u64, u32>>,
     columns: Vec<Column>,
     next_column: u64,
 }
@@ -182,6 +187,7 @@ impl AllocationMap {
             None => {
                 self.arch_names.push(name.to_string());
                 self.arch_live.push(BitSet::default());
+                self.arch_caps.push(BTreeMap::new());
                 (self.arch_names.len() - 1) as u32
             }
         }
@@ -198,9 +204,21 @@ impl AllocationMap {
             None
         }
     }
+    /// The capacity of the processor at `row` (1.0 if there is none).
+    pub fn row_capacity_of(&self, row: Row) -> f64 {
+        self.row_cap.get(row).copied().unwrap_or(1.0)
+    }
     /// Live rows of architecture id `id`.
     pub fn arch_rows(&self, id: u32) -> Option<&BitSet> {
         self.arch_live.get(id as usize)
+    }
+    /// Live processors of architecture id `id` as `(capacity, how many)`,
+    /// slowest first.
+    pub fn arch_capacities(&self, id: u32) -> Vec<(f64, u32)> {
+        self.arch_caps
+            .get(id as usize)
+            .map(|c| c.iter().map(|(&b, &n)| (f64::from_bits(b), n)).collect())
+            .unwrap_or_default()
     }
     /// Is any processor of architecture `arch` in the pool?
     pub fn has_arch(&self, arch: &str) -> bool {
@@ -221,13 +239,14 @@ impl AllocationMap {
     pub fn columns(&self) -> &[Column] {
         &self.columns
     }
-    /// Position of a column id in the round.
+    /// Position of a column id in the round. Columns are only ever appended
+    /// with a fresh, larger id or removed, so the round is sorted by id.
     pub fn position(&self, id: u64) -> Option<usize> {
-        self.columns.iter().position(|c| c.id == id)
+        self.columns.binary_search_by_key(&id, |c| c.id).ok()
     }
     /// The column with id `id`.
     pub fn column(&self, id: u64) -> Option<&Column> {
-        self.columns.iter().find(|c| c.id == id)
+        self.position(id).map(|i| &self.columns[i])
     }
 
     /// Add a processor; returns its row. The caller checks the id is new.
@@ -244,7 +263,12 @@ impl AllocationMap {
         let a = self.intern(&p.arch);
         self.row_arch.resize(self.rows.len(), u32::MAX);
         self.row_arch[row] = a;
+        self.row_cap.resize(self.rows.len(), 1.0);
+        self.row_cap[row] = p.capacity;
         self.arch_live[a as usize].insert(row);
+        *self.arch_caps[a as usize]
+            .entry(p.capacity.to_bits())
+            .or_default() += 1;
         self.rows[row] = Some(p);
         self.live.insert(row);
         let width = self.rows.len();
@@ -262,9 +286,21 @@ impl AllocationMap {
     pub fn remove_row(&mut self, row: Row) -> Option<Processor> {
         let p = self.rows.get_mut(row)?.take()?;
         self.row_of.remove(&p.id);
+        if let Some(c) = self.row_cap.get_mut(row) {
+            *c = 1.0;
+        }
         if let Some(&a) = self.row_arch.get(row) {
             if let Some(set) = self.arch_live.get_mut(a as usize) {
                 set.remove(row);
+            }
+            if let Some(caps) = self.arch_caps.get_mut(a as usize) {
+                let key = p.capacity.to_bits();
+                if let Some(n) = caps.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        caps.remove(&key);
+                    }
+                }
             }
         }
         if let Some(n) = self.per_arch.get_mut(&p.arch) {
@@ -298,13 +334,15 @@ impl AllocationMap {
 
     /// Remove the column `id` (which must be empty).
     pub fn remove_column(&mut self, id: u64) {
-        self.columns.retain(|c| c.id != id);
+        if let Some(i) = self.position(id) {
+            self.columns.remove(i);
+        }
     }
 
     /// Put `job` in `(row, column)` or free the cell with `None`.
     pub fn set(&mut self, column: u64, row: Row, job: Option<JobKey>) {
         let live = self.live.contains(row);
-        if let Some(c) = self.columns.iter_mut().find(|c| c.id == column) {
+        if let Some(c) = self.position(column).map(|i| &mut self.columns[i]) {
             match (c.cells[row].is_some(), job.is_some()) {
                 (false, true) => c.busy += 1,
                 (true, false) => c.busy -= 1,

@@ -27,7 +27,7 @@ pub mod scheduler;
 #[cfg(test)]
 mod tests;
 
-pub use expand::{by_name as expansion_by_name, Expansion, Pattern};
+pub use expand::{by_name as expansion_by_name, Demand, Expansion, Pattern};
 pub use map::{AllocationMap, Processor};
 pub use mtat::{mtat, mtat_pools, Mtat};
 pub use scheduler::{Action, Event, JobView, SchedConfig, SchedError, Scheduler, TableCell};

@@ -155,28 +155,97 @@ pub fn mtat(x: u32, caps: &[f64], preferred: &[bool]) -> Mtat {
         }
     }
     // Stage 2: the Diff remaining VPs, one at a time, where each finishes first.
-    let mut heap: BinaryHeap<Candidate> = (0..n)
-        .map(|i| Candidate {
-            next: assignment[i] + 1,
-            cap: caps[i],
-            holds: assignment[i] > 0,
-            preferred: preferred.get(i).copied().unwrap_or(false),
-            index: i,
-        })
-        .collect();
     let mut diff = u64::from(x) - placed;
-    while diff > 0 {
-        let Some(mut best) = heap.pop() else { break };
-        assignment[best.index] += 1;
-        best.next += 1;
-        best.holds = true;
-        heap.push(best);
-        diff -= 1;
+    if diff > 0 {
+        let mut candidates: Vec<Candidate> = (0..n)
+            .map(|i| Candidate {
+                next: assignment[i] + 1,
+                cap: caps[i],
+                holds: assignment[i] > 0,
+                preferred: preferred.get(i).copied().unwrap_or(false),
+                index: i,
+            })
+            .collect();
+        // Only the Diff best first candidates can ever be taken: a processor
+        // is first taken when its first candidate is the best left, so the
+        // processors taken are a prefix of the first candidates' order. The
+        // heap then holds Diff entries instead of one per processor.
+        if (diff as usize) < n {
+            let d = diff as usize;
+            candidates.select_nth_unstable_by(d - 1, |a, b| b.cmp(a));
+            candidates.truncate(d);
+        }
+        let mut heap = BinaryHeap::from(candidates);
+        while diff > 0 {
+            let Some(mut best) = heap.pop() else { break };
+            assignment[best.index] += 1;
+            best.next += 1;
+            best.holds = true;
+            heap.push(best);
+            diff -= 1;
+        }
     }
     Mtat {
         t_min: turnaround(&assignment, caps),
         assignment,
     }
+}
+
+/// MTAT's turnaround alone, from a pool given as capacity classes
+/// `(capacity, processors)`: the `x`-th smallest of the completion times
+/// `k / a` (`k >= 1`, one per VP a processor could take), since the greedy
+/// takes completion times smallest first. `O(classes)` plus a step per class
+/// level beyond the ideal shares, instead of `O(processors)`: the scheduler
+/// asks this for a job in a slot of its own on the whole pool.
+pub fn t_min_by_classes(x: u32, classes: &[(f64, u32)]) -> f64 {
+    if x == 0 {
+        return 0.0;
+    }
+    let total: f64 = classes.iter().map(|&(a, m)| a * f64::from(m)).sum();
+    if classes.is_empty() || total <= 0.0 {
+        return f64::INFINITY;
+    }
+    let alpha = f64::from(x) / total;
+    // Stage 1: every processor of a class takes floor(alpha a) VPs, all
+    // finishing by alpha.
+    let mut placed: u64 = 0;
+    let mut t: f64 = 0.0;
+    let mut level: Vec<u32> = classes
+        .iter()
+        .map(|&(a, m)| {
+            let f = (alpha * a).floor();
+            let f = if f.is_finite() && f > 0.0 {
+                f.min(f64::from(x)) as u32
+            } else {
+                0
+            };
+            placed += u64::from(f) * u64::from(m);
+            if f > 0 {
+                t = t.max(finish_time(f, a));
+            }
+            f
+        })
+        .collect();
+    // Floating point can overshoot in degenerate inputs: fall back.
+    if placed > u64::from(x) {
+        let caps: Vec<f64> = classes
+            .iter()
+            .flat_map(|&(a, m)| std::iter::repeat_n(a, m as usize))
+            .collect();
+        return mtat(x, &caps, &[]).t_min;
+    }
+    // Stage 2: the next completion time of every class, smallest first.
+    while placed < u64::from(x) {
+        let Some(j) = (0..classes.len())
+            .min_by(|&i, &j| cmp_time(level[i] + 1, classes[i].0, level[j] + 1, classes[j].0))
+        else {
+            break;
+        };
+        level[j] += 1;
+        placed += u64::from(classes[j].1);
+        t = t.max(finish_time(level[j], classes[j].0));
+    }
+    t
 }
 
 /// The paper's steps 1–5 exactly as written (Drag of eq. 3, at most one
@@ -238,6 +307,11 @@ pub fn turnaround(assignment: &[u32], caps: &[f64]) -> f64 {
 /// processor `i`; `demand[z]` is the number of VPs restricted to pool `z`.
 /// `T_min = max_z T_z`; a pool with demand but no processor gives `INFINITY`.
 pub fn mtat_pools(demand: &[u32], pool_of: &[usize], caps: &[f64], preferred: &[bool]) -> Mtat {
+    if let [x] = demand {
+        if pool_of.iter().all(|&z| z == 0) {
+            return mtat(*x, caps, preferred);
+        }
+    }
     let mut assignment = vec![0; caps.len()];
     let mut t_min: f64 = 0.0;
     for (z, &x) in demand.iter().enumerate() {
@@ -406,6 +480,18 @@ pub(crate) mod tests {
             prop_assert_eq!(m.assignment.iter().sum::<u32>(), x);
             prop_assert!(close(m.t_min, turnaround(&m.assignment, &caps)));
             prop_assert!(close(m.t_min, brute_force_t(x, &caps)), "mtat {} brute {}", m.t_min, brute_force_t(x, &caps));
+        }
+
+        #[test]
+        fn capacity_classes_give_the_same_turnaround(x in 0u32..=40, caps in caps_strategy()) {
+            let mut classes: Vec<(f64, u32)> = Vec::new();
+            for &a in &caps {
+                match classes.iter_mut().find(|(c, _)| *c == a) {
+                    Some(e) => e.1 += 1,
+                    None => classes.push((a, 1)),
+                }
+            }
+            prop_assert_eq!(t_min_by_classes(x, &classes), mtat(x, &caps, &[]).t_min);
         }
 
         #[test]

@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::compress::{compress_pools, fill};
-use super::expand::{Expansion, RegularPattern};
+use super::expand::{Demand, Expansion, RegularPattern};
 use super::map::{AllocationMap, BitSet, JobKey, Processor, Row};
-use super::mtat::{finish_time, mtat_pools};
+use super::mtat::{finish_time, mtat_pools, slots_at, t_min_by_classes};
 use super::repack::{repack, Piece};
 
 /// Something the scheduler is told.
@@ -253,9 +253,47 @@ struct Job {
     columns: Vec<u64>,
     /// VPs per occupied row.
     rows: BTreeMap<Row, u32>,
-    /// Its MTAT turnaround on the whole pool, with the pool generation it
-    /// was computed for (cleared when its VPs change).
-    alone: Option<(u64, f64)>,
+    /// VPs per architecture id (no zero counts), kept by `insert_vp` and
+    /// `remove_vp`.
+    arches: Vec<(u32, u32)>,
+}
+
+impl Job {
+    fn new(id: String, next_vp: u32, columns: Vec<u64>) -> Self {
+        Job {
+            id,
+            vps: BTreeMap::new(),
+            next_vp,
+            columns,
+            rows: BTreeMap::new(),
+            arches: Vec::new(),
+        }
+    }
+
+    fn insert_vp(&mut self, i: u32, vp: Vp) {
+        match self.arches.iter_mut().find(|(a, _)| *a == vp.arch) {
+            Some(e) => e.1 += 1,
+            None => self.arches.push((vp.arch, 1)),
+        }
+        if let Some(old) = self.vps.insert(i, vp) {
+            self.uncount(old.arch);
+        }
+    }
+
+    fn remove_vp(&mut self, i: u32) -> Option<Vp> {
+        let vp = self.vps.remove(&i)?;
+        self.uncount(vp.arch);
+        Some(vp)
+    }
+
+    fn uncount(&mut self, arch: u32) {
+        if let Some(p) = self.arches.iter().position(|(a, _)| *a == arch) {
+            self.arches[p].1 -= 1;
+            if self.arches[p].1 == 0 {
+                self.arches.swap_remove(p);
+            }
+        }
+    }
 }
 
 /// One cell of a host's slot table.
@@ -298,6 +336,11 @@ struct PoolInput {
 impl PoolInput {
     /// Every pool filled by `t`, keeping current VPs where `t` allows.
     fn fill(&self, t: f64) -> Option<Vec<u32>> {
+        if let [x] = self.counts[..] {
+            if self.pool_of.iter().all(|&z| z == 0) {
+                return fill(x, &self.caps, t, &self.current, &[]);
+            }
+        }
         let mut out = vec![0; self.caps.len()];
         for (z, &x) in self.counts.iter().enumerate() {
             let members: Vec<usize> = (0..self.caps.len())
@@ -344,8 +387,6 @@ pub struct Scheduler {
     retry: BTreeSet<JobKey>,
     /// Jobs with VPs that have no processor.
     waiting: BTreeSet<JobKey>,
-    /// Bumped whenever a processor joins or leaves.
-    pool_gen: u64,
 }
 
 impl Default for Scheduler {
@@ -367,7 +408,6 @@ impl Scheduler {
             migrations: 0,
             retry: BTreeSet::new(),
             waiting: BTreeSet::new(),
-            pool_gen: 0,
         }
     }
 
@@ -587,7 +627,6 @@ impl Scheduler {
         }
         ctx.dirty.insert(host.clone());
         ctx.all_freed = true;
-        self.pool_gen += 1;
         ctx.new_row = Some(self.map.add_row(Processor {
             id,
             host,
@@ -613,7 +652,6 @@ impl Scheduler {
             ctx.dirty.insert(p.host.clone());
         }
         self.map.remove_row(row);
-        self.pool_gen += 1;
         for &k in &affected {
             let j = self.job_mut(k);
             j.rows.remove(&row);
@@ -653,12 +691,13 @@ impl Scheduler {
         if vps.values().map(|&n| u64::from(n)).sum::<u64>() > MAX_VPS {
             return Err(SchedError::TooManyVps(job));
         }
-        let mut entries = BTreeMap::new();
+        let total: u32 = vps.values().sum();
+        let mut j = Job::new(job.clone(), total, Vec::new());
         let mut next = 0u32;
         for (arch, &n) in &vps {
             let arch = self.map.intern(arch);
             for _ in 0..n {
-                entries.insert(
+                j.insert_vp(
                     next,
                     Vp {
                         arch,
@@ -670,14 +709,6 @@ impl Scheduler {
                 next += 1;
             }
         }
-        let j = Job {
-            id: job.clone(),
-            vps: entries,
-            next_vp: next,
-            columns: Vec::new(),
-            rows: BTreeMap::new(),
-            alone: None,
-        };
         let k = match self.jobs.iter().position(Option::is_none) {
             Some(free) => {
                 self.jobs[free] = Some(j);
@@ -706,8 +737,7 @@ impl Scheduler {
         let j = self.job_mut(k);
         let vp = j.next_vp;
         j.next_vp += 1;
-        j.alone = None;
-        j.vps.insert(
+        j.insert_vp(
             vp,
             Vp {
                 arch: arch_id,
@@ -779,13 +809,12 @@ impl Scheduler {
     fn vp_exit(&mut self, job: &str, vp: u32, ctx: &mut Ctx) -> Result<(), SchedError> {
         let k = self.key(job)?;
         let j = self.job_mut(k);
-        let Some(v) = j.vps.remove(&vp) else {
+        let Some(v) = j.remove_vp(vp) else {
             return Err(SchedError::UnknownVp {
                 job: job.to_string(),
                 vp,
             });
         };
-        j.alone = None;
         if let Some(r) = v.row {
             let left = j.rows.get_mut(&r).map(|n| {
                 *n -= 1;
@@ -843,7 +872,7 @@ impl Scheduler {
     }
 
     fn cap(&self, r: Row) -> f64 {
-        self.map.processor(r).map_or(1.0, |p| p.capacity)
+        self.map.row_capacity_of(r)
     }
 
     fn dirty_row(&self, r: Row, ctx: &mut Ctx) {
@@ -862,23 +891,24 @@ impl Scheduler {
     /// Rows the job may use inside its own columns: its rows plus rows free in
     /// all its columns, of the architectures it has VPs of.
     fn candidates(&self, k: JobKey) -> Vec<Row> {
+        self.candidate_set(k).iter().collect()
+    }
+
+    /// `candidates` as a set.
+    fn candidate_set(&self, k: JobKey) -> BitSet {
         let j = self.job(k);
+        let mut set: BitSet = self.map.free_in_all(&j.columns);
         let mut wanted = BitSet::default();
-        let mut seen: Vec<u32> = Vec::new();
-        for v in j.vps.values() {
-            if !seen.contains(&v.arch) {
-                seen.push(v.arch);
-                if let Some(rows) = self.map.arch_rows(v.arch) {
-                    wanted.union_with(rows);
-                }
+        for &(a, _) in &j.arches {
+            if let Some(rows) = self.map.arch_rows(a) {
+                wanted.union_with(rows);
             }
         }
-        let mut set: BitSet = self.map.free_in_all(&j.columns);
+        set.intersect_with(&wanted);
         for &r in j.rows.keys() {
             set.insert(r);
         }
-        set.intersect_with(&wanted);
-        set.iter().collect()
+        set
     }
 
     /// The MTAT input for the job's VPs on `rows`: VPs per architecture
@@ -886,34 +916,43 @@ impl Scheduler {
     /// row among `rows` are left out (their VPs are held).
     fn pool_input(&self, k: JobKey, rows: &[Row]) -> Option<PoolInput> {
         let j = self.job(k);
-        let row_arch: Vec<u32> = rows
-            .iter()
-            .map(|&r| self.arch_of(r).unwrap_or(u32::MAX))
-            .collect();
-        let mut present: Vec<u32> = row_arch.clone();
-        present.sort_unstable();
-        present.dedup();
-        let mut demand: BTreeMap<u32, u32> = BTreeMap::new();
-        for v in j.vps.values() {
-            if present.binary_search(&v.arch).is_ok() {
-                *demand.entry(v.arch).or_default() += 1;
+        // Architectures with a row among `rows`, and the job's VPs of each.
+        let mut arches: Vec<(u32, u32)> = Vec::new();
+        let mut pool_of = Vec::with_capacity(rows.len());
+        let mut caps = Vec::with_capacity(rows.len());
+        let mut current = Vec::with_capacity(rows.len());
+        for &r in rows {
+            let a = self.arch_of(r).unwrap_or(u32::MAX);
+            if !arches.iter().any(|&(x, _)| x == a) {
+                arches.push((a, 0));
+            }
+            caps.push(self.cap(r));
+            current.push(j.rows.get(&r).copied().unwrap_or(0));
+        }
+        for &(a, n) in &j.arches {
+            if let Some(e) = arches.iter_mut().find(|(x, _)| *x == a) {
+                e.1 = n;
             }
         }
-        if demand.is_empty() {
+        // Pools in architecture order, those the job has VPs of.
+        arches.retain(|&(_, n)| n > 0);
+        if arches.is_empty() {
             return None;
         }
-        let arches: Vec<u32> = demand.keys().copied().collect();
-        let current: Vec<u32> = rows
-            .iter()
-            .map(|r| j.rows.get(r).copied().unwrap_or(0))
-            .collect();
+        arches.sort_unstable();
+        for &r in rows {
+            let a = self.arch_of(r).unwrap_or(u32::MAX);
+            pool_of.push(
+                arches
+                    .iter()
+                    .position(|&(x, _)| x == a)
+                    .unwrap_or(usize::MAX),
+            );
+        }
         Some(PoolInput {
-            counts: demand.values().copied().collect(),
-            pool_of: row_arch
-                .iter()
-                .map(|a| arches.binary_search(a).unwrap_or(usize::MAX))
-                .collect(),
-            caps: rows.iter().map(|&r| self.cap(r)).collect(),
+            counts: arches.iter().map(|&(_, n)| n).collect(),
+            pool_of,
+            caps,
             preferred: current.iter().map(|&n| n > 0).collect(),
             current,
         })
@@ -1185,60 +1224,51 @@ impl Scheduler {
             ctx.freed.push(c);
         }
         self.job_mut(k).columns.clear();
-        let demand: BTreeMap<String, u32> = {
-            let j = self.job(k);
-            let mut d = BTreeMap::new();
-            for v in j.vps.values() {
-                let name = self.map.arch_name(v.arch);
-                if self.map.has_arch(name) {
-                    *d.entry(name.to_string()).or_default() += 1;
-                }
-            }
-            d
-        };
-        if demand.is_empty() {
+        let demand = Demand::new(&self.map, self.job(k).arches.iter().copied());
+        if demand.counts.is_empty() {
             self.apply(k, Vec::new(), &[], &[], ctx);
             self.drop_empty_columns(ctx);
             return;
         }
-        let all: Vec<Row> = self
-            .map
-            .processors()
-            .filter(|(_, p)| demand.contains_key(&p.arch))
-            .map(|(r, _)| r)
-            .collect();
-        let cached = self
-            .job(k)
-            .alone
-            .filter(|&(g, _)| g == self.pool_gen)
-            .map(|(_, t)| t);
-        let t_new = match cached.or_else(|| self.plan(k, &all, false, 0.0).map(|(t, _)| t)) {
-            Some(t) => t,
-            None => {
-                self.apply(k, Vec::new(), &[], &[], ctx);
-                return;
-            }
-        };
-        let gen = self.pool_gen;
-        self.job_mut(k).alone = Some((gen, t_new));
+        let all: Vec<Row> = demand.rows.iter().collect();
+        // The turnaround in a slot of its own: on the whole pool, from its
+        // capacity classes.
+        let t_new = demand
+            .counts
+            .iter()
+            .map(|&(a, x)| t_min_by_classes(x, &self.map.arch_capacities(a)))
+            .fold(0.0, f64::max);
+        if !t_new.is_finite() {
+            self.apply(k, Vec::new(), &[], &[], ctx);
+            return;
+        }
         let pattern = self.cfg.expansion.find(&self.map, &demand);
         let at_cap = self.map.columns().len() >= self.cfg.max_slots;
         let choice = pattern.and_then(|p| {
-            let covers = demand.keys().all(|a| {
-                p.rows
-                    .iter()
-                    .any(|&r| self.map.processor(r).is_some_and(|q| &q.arch == a))
-            });
+            let covers = demand
+                .counts
+                .iter()
+                .all(|&(a, _)| p.rows.iter().any(|&r| self.arch_of(r) == Some(a)));
             if !covers {
                 return None;
             }
-            let (t_p, counts) = self.plan(k, &p.rows, true, 0.0)?;
             // Wall-clock turnaround: a job in w of tau slots runs w/tau of the
             // time; a new slot makes the round tau + 1 long for everyone.
             // At the slot cap there is no new slot: the pattern must then be
             // as fast per slot as a slot of its own (the paper's T_free <= T_min).
             let tau = self.map.columns().len() as f64;
             let w = p.columns.len() as f64;
+            // A pattern that cannot even finish by a bound a little above the
+            // one it must meet is out without running MTAT on it.
+            let bound = if at_cap {
+                t_new * w
+            } else {
+                t_new * (tau + 1.0) / tau * w
+            };
+            if !self.can_finish_by(&demand, &p.rows, bound * (1.0 + 1e-6)) {
+                return None;
+            }
+            let (t_p, counts) = self.plan(k, &p.rows, true, 0.0)?;
             let fits = if at_cap {
                 t_p / w <= t_new * (1.0 + 1e-9)
             } else {
@@ -1255,7 +1285,13 @@ impl Scheduler {
             None => {
                 let id = self.map.push_column();
                 ctx.all_dirty = true;
-                let (_, counts) = self.plan(k, &all, true, 0.0).unwrap_or((t_new, Vec::new()));
+                // MTAT on `all` gave `t_new` (cached or just now): compress to it.
+                let counts = self
+                    .pool_input(k, &all)
+                    .and_then(|inp| {
+                        compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
+                    })
+                    .unwrap_or_default();
                 (vec![id], all, counts)
             }
         };
@@ -1270,8 +1306,7 @@ impl Scheduler {
         let cand = self.candidates(k);
         let needs_elsewhere = {
             let j = self.job(k);
-            let arches: BTreeSet<u32> = j.vps.values().map(|v| v.arch).collect();
-            arches.into_iter().any(|a| {
+            j.arches.iter().any(|&(a, _)| {
                 !cand.iter().any(|&r| self.arch_of(r) == Some(a))
                     && self.map.arch_rows(a).is_some_and(|rows| !rows.is_empty())
             })
@@ -1346,20 +1381,21 @@ impl Scheduler {
             // than the job does now (and it has the job's architecture).
             if let (Some(r), false, false) = (ctx.new_row, retry, freed_here) {
                 let arch = self.arch_of(r);
-                let fits = j.vps.values().any(|v| Some(v.arch) == arch);
+                let fits = j.arches.iter().any(|&(a, _)| Some(a) == arch);
                 if !fits || finish_time(1, self.cap(r)) >= self.current_t(k) * (1.0 - 1e-9) {
                     continue;
                 }
             }
             self.retry.remove(&k);
-            let cand = self.candidates(k);
-            if cand.len() == self.job(k).rows.len() {
+            let set = self.candidate_set(k);
+            if set.len() == self.job(k).rows.len() {
                 continue;
             }
             let t_cur = self.current_t(k);
-            if !self.could_beat(k, &cand, t_cur) {
+            if !self.could_beat(k, set.iter(), t_cur) {
                 continue;
             }
+            let cand: Vec<Row> = set.iter().collect();
             let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
                 continue;
             };
@@ -1380,26 +1416,45 @@ impl Scheduler {
     /// pool must hold its VPs with each processor finishing before `t`:
     /// `sum ceil(t a_r) - 1 >= X_z`. Linear, no allocation per row: it spares
     /// MTAT for the many jobs that cannot get faster.
-    fn could_beat(&self, k: JobKey, rows: &[Row], t: f64) -> bool {
+    fn could_beat(&self, k: JobKey, rows: impl Iterator<Item = Row>, t: f64) -> bool {
         let j = self.job(k);
-        let mut need: Vec<(u32, u64)> = Vec::new();
-        for v in j.vps.values() {
-            match need.iter_mut().find(|(a, _)| *a == v.arch) {
-                Some(e) => e.1 += 1,
-                None => need.push((v.arch, 1)),
-            }
-        }
+        let mut need: Vec<(u32, u64)> = j.arches.iter().map(|&(a, n)| (a, u64::from(n))).collect();
+        let mut unmet = need.len();
         let bound = t * (1.0 - 1e-9);
-        for &r in rows {
+        for r in rows {
             let Some(a) = self.arch_of(r) else { continue };
             if let Some(e) = need.iter_mut().find(|(x, _)| *x == a) {
                 let fits = (bound * self.cap(r)).ceil() - 1.0;
-                if fits > 0.0 {
+                if fits > 0.0 && e.1 > 0 {
                     e.1 = e.1.saturating_sub(fits as u64);
+                    if e.1 == 0 {
+                        unmet -= 1;
+                        if unmet == 0 {
+                            return true;
+                        }
+                    }
                 }
             }
         }
-        need.iter().all(|&(_, left)| left == 0)
+        unmet == 0
+    }
+
+    /// Could `demand` finish by `t` on `rows`? Each architecture's VPs must
+    /// fit in `sum slots_at(t, a_r)` over its rows: exactly when MTAT's
+    /// turnaround there is at most `t`. Linear, no allocation.
+    fn can_finish_by(&self, demand: &Demand, rows: &[Row], t: f64) -> bool {
+        demand.counts.iter().all(|&(a, x)| {
+            let mut room: u64 = 0;
+            for &r in rows {
+                if self.arch_of(r) == Some(a) {
+                    room += u64::from(slots_at(t, self.cap(r)));
+                    if room >= u64::from(x) {
+                        return true;
+                    }
+                }
+            }
+            false
+        })
     }
 
     fn remove_job(&mut self, k: JobKey, ctx: &mut Ctx) {
@@ -1578,19 +1633,12 @@ impl Scheduler {
             }
         }
         let k = self.jobs.len() as JobKey;
-        let mut j = Job {
-            id: job.to_string(),
-            vps: BTreeMap::new(),
-            next_vp: rows.len() as u32,
-            columns: cols.clone(),
-            rows: BTreeMap::new(),
-            alone: None,
-        };
+        let mut j = Job::new(job.to_string(), rows.len() as u32, cols.clone());
         for (i, &r) in rows.iter().enumerate() {
             let Some(p) = self.map.processor(r) else {
                 continue;
             };
-            j.vps.insert(
+            j.insert_vp(
                 i as u32,
                 Vp {
                     arch: self.map.row_arch(r).unwrap_or(u32::MAX),
