@@ -105,17 +105,13 @@ pub fn compress(x: u32, caps: &[f64], t: f64, current: &[u32]) -> Option<Vec<u32
     if x == 0 {
         return Some(vec![0; n]);
     }
-    let mut order: Vec<usize> = (0..n).filter(|&i| slots_at(t, caps[i]) > 0).collect();
-    order.sort_by(|&i, &j| {
-        slots_at(t, caps[j])
-            .cmp(&slots_at(t, caps[i]))
-            .then(
-                current
-                    .get(j)
-                    .copied()
-                    .unwrap_or(0)
-                    .cmp(&current.get(i).copied().unwrap_or(0)),
-            )
+    let slots: Vec<u32> = caps.iter().map(|&a| slots_at(t, a)).collect();
+    let cur = |i: usize| current.get(i).copied().unwrap_or(0);
+    let mut order: Vec<usize> = (0..n).filter(|&i| slots[i] > 0).collect();
+    order.sort_unstable_by(|&i, &j| {
+        slots[j]
+            .cmp(&slots[i])
+            .then(cur(j).cmp(&cur(i)))
             .then(i.cmp(&j))
     });
     let mut allowed = vec![false; n];
@@ -125,7 +121,7 @@ pub fn compress(x: u32, caps: &[f64], t: f64, current: &[u32]) -> Option<Vec<u32
             break;
         }
         allowed[i] = true;
-        covered += u64::from(slots_at(t, caps[i]));
+        covered += u64::from(slots[i]);
     }
     if covered < u64::from(x) {
         return None;

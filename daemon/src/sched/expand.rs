@@ -126,7 +126,7 @@ impl Expansion for RegularPattern {
         let (_, i) = best?;
         let e_i = &free_sets[i];
         Some(Pattern {
-            rows: e_i.iter().collect(),
+            rows: e_i.to_vec(),
             columns: map
                 .columns()
                 .iter()
@@ -177,7 +177,7 @@ impl Expansion for Exhaustive {
             if rows.is_empty() {
                 continue;
             }
-            let rows: Vec<Row> = rows.iter().collect();
+            let rows: Vec<Row> = rows.to_vec();
             let mut pool_of = Vec::with_capacity(rows.len());
             let mut caps = Vec::with_capacity(rows.len());
             for &r in &rows {

@@ -99,6 +99,12 @@ impl BitSet {
     pub fn len(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
     }
+    /// The set bits in increasing order, collected (one allocation).
+    pub fn to_vec(&self) -> Vec<usize> {
+        let mut v = Vec::with_capacity(self.len());
+        v.extend(self.iter());
+        v
+    }
     /// The set bits in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.words.iter().enumerate().flat_map(|(k, &w)| {

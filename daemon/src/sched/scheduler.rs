@@ -891,7 +891,7 @@ impl Scheduler {
     /// Rows the job may use inside its own columns: its rows plus rows free in
     /// all its columns, of the architectures it has VPs of.
     fn candidates(&self, k: JobKey) -> Vec<Row> {
-        self.candidate_set(k).iter().collect()
+        self.candidate_set(k).to_vec()
     }
 
     /// `candidates` as a set.
@@ -1230,7 +1230,7 @@ impl Scheduler {
             self.drop_empty_columns(ctx);
             return;
         }
-        let all: Vec<Row> = demand.rows.iter().collect();
+        let all: Vec<Row> = demand.rows.to_vec();
         // The turnaround in a slot of its own: on the whole pool, from its
         // capacity classes.
         let t_new = demand
@@ -1395,7 +1395,7 @@ impl Scheduler {
             if !self.could_beat(k, set.iter(), t_cur) {
                 continue;
             }
-            let cand: Vec<Row> = set.iter().collect();
+            let cand: Vec<Row> = set.to_vec();
             let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
                 continue;
             };
