@@ -16,6 +16,7 @@
 //! * the fairness queue starts from a different job on each event;
 //! * deterministic: the same events give the same actions.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
@@ -256,6 +257,10 @@ struct Job {
     /// VPs per architecture id (no zero counts), kept by `insert_vp` and
     /// `remove_vp`.
     arches: Vec<(u32, u32)>,
+    /// `current_t`, once computed; cleared wherever `rows` changes.
+    t_cur: Cell<Option<f64>>,
+    /// The keys of `rows` as a set, kept wherever `rows` changes.
+    row_set: BitSet,
 }
 
 impl Job {
@@ -267,6 +272,8 @@ impl Job {
             columns,
             rows: BTreeMap::new(),
             arches: Vec::new(),
+            t_cur: Cell::new(None),
+            row_set: BitSet::default(),
         }
     }
 
@@ -655,6 +662,8 @@ impl Scheduler {
         for &k in &affected {
             let j = self.job_mut(k);
             j.rows.remove(&row);
+            j.row_set.remove(row);
+            j.t_cur.set(None);
             for v in j.vps.values_mut() {
                 if v.row == Some(row) {
                     v.row = None;
@@ -816,12 +825,14 @@ impl Scheduler {
             });
         };
         if let Some(r) = v.row {
+            j.t_cur.set(None);
             let left = j.rows.get_mut(&r).map(|n| {
                 *n -= 1;
                 *n
             });
             if left == Some(0) {
                 j.rows.remove(&r);
+                j.row_set.remove(r);
                 let cols = j.columns.clone();
                 for c in cols {
                     self.map.set(c, r, None);
@@ -881,11 +892,17 @@ impl Scheduler {
 
     /// `max n_r / a_r` of the job's current placement.
     fn current_t(&self, k: JobKey) -> f64 {
-        self.job(k)
+        let j = self.job(k);
+        if let Some(t) = j.t_cur.get() {
+            return t;
+        }
+        let t = j
             .rows
             .iter()
             .map(|(&r, &n)| finish_time(n, self.cap(r)))
-            .fold(0.0, f64::max)
+            .fold(0.0, f64::max);
+        j.t_cur.set(Some(t));
+        t
     }
 
     /// Rows the job may use inside its own columns: its rows plus rows free in
@@ -905,9 +922,7 @@ impl Scheduler {
             }
         }
         set.intersect_with(&wanted);
-        for &r in j.rows.keys() {
-            set.insert(r);
-        }
+        set.union_with(&j.row_set);
         set
     }
 
@@ -1179,7 +1194,12 @@ impl Scheduler {
             }
         }
         let j = self.job_mut(k);
+        j.row_set = BitSet::default();
+        for &r in new_rows.keys() {
+            j.row_set.insert(r);
+        }
         j.rows = new_rows;
+        j.t_cur.set(None);
         j.columns = columns;
         self.drop_empty_columns(ctx);
     }
@@ -1379,10 +1399,11 @@ impl Scheduler {
             }
             // A joining processor helps only if a VP finishes there sooner
             // than the job does now (and it has the job's architecture).
+            let t_cur = self.current_t(k);
             if let (Some(r), false, false) = (ctx.new_row, retry, freed_here) {
                 let arch = self.arch_of(r);
                 let fits = j.arches.iter().any(|&(a, _)| Some(a) == arch);
-                if !fits || finish_time(1, self.cap(r)) >= self.current_t(k) * (1.0 - 1e-9) {
+                if !fits || finish_time(1, self.cap(r)) >= t_cur * (1.0 - 1e-9) {
                     continue;
                 }
             }
@@ -1391,7 +1412,6 @@ impl Scheduler {
             if set.len() == self.job(k).rows.len() {
                 continue;
             }
-            let t_cur = self.current_t(k);
             if !self.could_beat(k, set.iter(), t_cur) {
                 continue;
             }
@@ -1503,13 +1523,24 @@ impl Scheduler {
     /// slot unification against slot minimisation; we minimise).
     fn drop_redundant_columns(&mut self, ctx: &mut Ctx) {
         loop {
-            let redundant = self.map.columns().iter().map(|c| c.id).find(|&id| {
-                self.jobs
-                    .iter()
-                    .flatten()
-                    .filter(|j| j.columns.contains(&id))
-                    .all(|j| j.columns.len() > 1)
-            });
+            // Columns some job runs in alone are needed; the first other
+            // column goes.
+            let mut needed: Vec<u64> = self
+                .jobs
+                .iter()
+                .flatten()
+                .filter_map(|j| match j.columns[..] {
+                    [only] => Some(only),
+                    _ => None,
+                })
+                .collect();
+            needed.sort_unstable();
+            let redundant = self
+                .map
+                .columns()
+                .iter()
+                .map(|c| c.id)
+                .find(|id| needed.binary_search(id).is_err());
             let Some(id) = redundant else { return };
             for j in self.jobs.iter_mut().flatten() {
                 j.columns.retain(|&c| c != id);
@@ -1552,15 +1583,11 @@ impl Scheduler {
         let mut owner = Vec::new();
         for k in self.fair_order() {
             let j = self.job(k);
-            let mut rows = BitSet::default();
-            for &r in j.rows.keys() {
-                rows.insert(r);
-            }
             for &c in &j.columns {
                 if let Some(pos) = self.map.position(c) {
                     pieces.push(Piece {
                         job: k,
-                        rows: rows.clone(),
+                        rows: j.row_set.clone(),
                     });
                     slot_of.push(pos);
                     owner.push(k);
@@ -1648,7 +1675,9 @@ impl Scheduler {
                 },
             );
             *j.rows.entry(r).or_default() += 1;
+            j.row_set.insert(r);
         }
+        j.t_cur.set(None);
         for &c in &cols {
             for &r in j.rows.keys() {
                 self.map.set(c, r, Some(k));
@@ -1706,6 +1735,30 @@ impl Scheduler {
             }
             if rows != j.rows {
                 return Err(format!("job {}: row counts out of step", j.id));
+            }
+            // The caches kept beside `rows` and `vps`.
+            if j.row_set.to_vec() != rows.keys().copied().collect::<Vec<_>>() {
+                return Err(format!("job {}: row set out of step", j.id));
+            }
+            let t = rows
+                .iter()
+                .map(|(&r, &n)| finish_time(n, self.cap(r)))
+                .fold(0.0, f64::max);
+            if j.t_cur.get().is_some_and(|c| c != t) {
+                return Err(format!("job {}: cached turnaround out of step", j.id));
+            }
+            let mut arches: Vec<(u32, u32)> = Vec::new();
+            for v in j.vps.values() {
+                match arches.iter_mut().find(|(a, _)| *a == v.arch) {
+                    Some(e) => e.1 += 1,
+                    None => arches.push((v.arch, 1)),
+                }
+            }
+            let mut have = j.arches.clone();
+            arches.sort_unstable();
+            have.sort_unstable();
+            if arches != have {
+                return Err(format!("job {}: VPs per architecture out of step", j.id));
             }
             if !rows.is_empty() && j.columns.is_empty() {
                 return Err(format!("job {}: placed VPs but no slot", j.id));
