@@ -83,10 +83,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Expansion>> {
 }
 
 fn capacity(map: &AllocationMap, rows: &BitSet) -> f64 {
-    rows.iter()
-        .filter_map(|r| map.processor(r))
-        .map(|p| p.capacity)
-        .sum()
+    rows.iter().map(|r| map.row_capacity_of(r)).sum()
 }
 
 /// The paper's search: for each column `i` with free entries `E_i`, the

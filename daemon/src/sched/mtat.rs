@@ -63,11 +63,12 @@ pub fn slots_at(t: f64, a: f64) -> u32 {
     if !v.is_finite() || v <= 0.0 {
         return 0;
     }
-    let n = (v * (1.0 + 1e-12) + 1e-12).floor();
-    if n >= f64::from(u32::MAX) {
+    // Positive: truncation is the floor (and a cast, not a libm call).
+    let w = v * (1.0 + 1e-12) + 1e-12;
+    if w >= f64::from(u32::MAX) {
         u32::MAX
     } else {
-        n as u32
+        w as u32
     }
 }
 
@@ -136,8 +137,9 @@ pub fn mtat(x: u32, caps: &[f64], preferred: &[bool]) -> Mtat {
     let mut assignment: Vec<u32> = caps
         .iter()
         .map(|&a| {
-            let share = (alpha * a).floor();
-            if share.is_finite() && share > 0.0 {
+            // Truncation is the floor of a positive share.
+            let share = alpha * a;
+            if share.is_finite() && share >= 1.0 {
                 share.min(f64::from(x)) as u32
             } else {
                 0
@@ -213,9 +215,9 @@ pub fn t_min_by_classes(x: u32, classes: &[(f64, u32)]) -> f64 {
     let mut level: Vec<u32> = classes
         .iter()
         .map(|&(a, m)| {
-            let f = (alpha * a).floor();
-            let f = if f.is_finite() && f > 0.0 {
-                f.min(f64::from(x)) as u32
+            let s = alpha * a;
+            let f = if s.is_finite() && s >= 1.0 {
+                s.min(f64::from(x)) as u32
             } else {
                 0
             };

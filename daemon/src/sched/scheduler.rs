@@ -1032,6 +1032,24 @@ impl Scheduler {
     /// Put the job in `columns` with `counts[i]` VPs on `rows[i]`: frees its
     /// old cells, moves as few VPs as it can, and emits Start/Migrate/Hold.
     fn apply(&mut self, k: JobKey, columns: Vec<u64>, rows: &[Row], counts: &[u32], ctx: &mut Ctx) {
+        // A job already held whole that gets nowhere again: nothing changes
+        // (the common case of a job waiting at the slot cap).
+        {
+            let j = self.job(k);
+            if j.rows.is_empty()
+                && j.columns.is_empty()
+                && counts.iter().all(|&n| n == 0)
+                && j.vps.values().all(|v| v.held && v.row.is_none())
+            {
+                if j.vps.is_empty() {
+                    self.waiting.remove(&k);
+                } else {
+                    self.waiting.insert(k);
+                }
+                self.drop_empty_columns(ctx);
+                return;
+            }
+        }
         let (old_cols, old_rows): (Vec<u64>, Vec<Row>) = {
             let j = self.job(k);
             (j.columns.clone(), j.rows.keys().copied().collect())
@@ -1444,9 +1462,13 @@ impl Scheduler {
         for r in rows {
             let Some(a) = self.arch_of(r) else { continue };
             if let Some(e) = need.iter_mut().find(|(x, _)| *x == a) {
-                let fits = (bound * self.cap(r)).ceil() - 1.0;
-                if fits > 0.0 && e.1 > 0 {
-                    e.1 = e.1.saturating_sub(fits as u64);
+                // Whole VPs finishing strictly before the bound: ceil(y) - 1,
+                // with casts rather than libm calls (y > 1 here).
+                let y = bound * self.cap(r);
+                if y > 1.0 && e.1 > 0 {
+                    let whole = y as u64;
+                    let fits = if whole as f64 == y { whole - 1 } else { whole };
+                    e.1 = e.1.saturating_sub(fits);
                     if e.1 == 0 {
                         unmet -= 1;
                         if unmet == 0 {
