@@ -68,6 +68,14 @@ impl BitSet {
             .enumerate()
             .all(|(k, &w)| w & !other.words.get(k).copied().unwrap_or(0) == 0)
     }
+    /// How many bits the two sets have in common.
+    pub fn intersection_len(&self, other: &BitSet) -> usize {
+        self.words
+            .iter()
+            .zip(&other.words)
+            .map(|(a, b)| (a & b).count_ones() as usize)
+            .sum()
+    }
     /// No bit in common?
     pub fn is_disjoint(&self, other: &BitSet) -> bool {
         self.words.iter().zip(&other.words).all(|(a, b)| a & b == 0)
@@ -166,9 +174,9 @@ pub struct AllocationMap {
     /// Capacity per row (1.0 where no processor is), dense for the hot loops.
     row_cap: Vec<f64>,
     arch_live: Vec<BitSet>,
-    /// Per architecture id: live processors per capacity (by its bits; for
+    /// Per architecture id: live rows per capacity (keyed by its bits; for
     /// positive floats the bits order like the values).
-    arch_caps: Vec<BTreeMap<u64, u32>>,
+    arch_caps: Vec<BTreeMap<u64, BitSet>>,
     columns: Vec<Column>,
     next_column: u64,
 }
@@ -221,10 +229,16 @@ impl AllocationMap {
     /// Live processors of architecture id `id` as `(capacity, how many)`,
     /// slowest first.
     pub fn arch_capacities(&self, id: u32) -> Vec<(f64, u32)> {
+        self.capacity_classes(id)
+            .map(|(a, rows)| (a, rows.len() as u32))
+            .collect()
+    }
+    /// Live rows of architecture id `id` by capacity, slowest first.
+    pub fn capacity_classes(&self, id: u32) -> impl Iterator<Item = (f64, &BitSet)> {
         self.arch_caps
             .get(id as usize)
-            .map(|c| c.iter().map(|(&b, &n)| (f64::from_bits(b), n)).collect())
-            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|c| c.iter().map(|(&b, rows)| (f64::from_bits(b), rows)))
     }
     /// Is any processor of architecture `arch` in the pool?
     pub fn has_arch(&self, arch: &str) -> bool {
@@ -272,9 +286,10 @@ impl AllocationMap {
         self.row_cap.resize(self.rows.len(), 1.0);
         self.row_cap[row] = p.capacity;
         self.arch_live[a as usize].insert(row);
-        *self.arch_caps[a as usize]
+        self.arch_caps[a as usize]
             .entry(p.capacity.to_bits())
-            .or_default() += 1;
+            .or_default()
+            .insert(row);
         self.rows[row] = Some(p);
         self.live.insert(row);
         let width = self.rows.len();
@@ -301,9 +316,9 @@ impl AllocationMap {
             }
             if let Some(caps) = self.arch_caps.get_mut(a as usize) {
                 let key = p.capacity.to_bits();
-                if let Some(n) = caps.get_mut(&key) {
-                    *n -= 1;
-                    if *n == 0 {
+                if let Some(rows) = caps.get_mut(&key) {
+                    rows.remove(row);
+                    if rows.is_empty() {
                         caps.remove(&key);
                     }
                 }

@@ -913,6 +913,14 @@ impl Scheduler {
 
     /// `candidates` as a set.
     fn candidate_set(&self, k: JobKey) -> BitSet {
+        let mut set = self.free_candidates(k);
+        set.union_with(&self.job(k).row_set);
+        set
+    }
+
+    /// Rows free in all the job's columns, of its architectures (the
+    /// candidates it does not hold already).
+    fn free_candidates(&self, k: JobKey) -> BitSet {
         let j = self.job(k);
         let mut set: BitSet = self.map.free_in_all(&j.columns);
         let mut wanted = BitSet::default();
@@ -922,7 +930,6 @@ impl Scheduler {
             }
         }
         set.intersect_with(&wanted);
-        set.union_with(&j.row_set);
         set
     }
 
@@ -1426,13 +1433,11 @@ impl Scheduler {
                 }
             }
             self.retry.remove(&k);
-            let set = self.candidate_set(k);
-            if set.len() == self.job(k).rows.len() {
+            let mut set = self.free_candidates(k);
+            if set.is_empty() || !self.could_beat(k, &set, t_cur) {
                 continue;
             }
-            if !self.could_beat(k, set.iter(), t_cur) {
-                continue;
-            }
+            set.union_with(&self.job(k).row_set);
             let cand: Vec<Row> = set.to_vec();
             let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
                 continue;
@@ -1450,35 +1455,45 @@ impl Scheduler {
         }
     }
 
-    /// Could the job finish strictly before `t` on `rows`? Every architecture
-    /// pool must hold its VPs with each processor finishing before `t`:
-    /// `sum ceil(t a_r) - 1 >= X_z`. Linear, no allocation per row: it spares
-    /// MTAT for the many jobs that cannot get faster.
-    fn could_beat(&self, k: JobKey, rows: impl Iterator<Item = Row>, t: f64) -> bool {
-        let j = self.job(k);
-        let mut need: Vec<(u32, u64)> = j.arches.iter().map(|&(a, n)| (a, u64::from(n))).collect();
-        let mut unmet = need.len();
+    /// Could the job finish strictly before `t` on its own rows plus `free`?
+    /// Every architecture pool must hold its VPs with each processor
+    /// finishing before `t`: `sum ceil(t a_r) - 1 >= X_z`. The free rows are
+    /// counted per capacity class (a popcount each), not one by one: it
+    /// spares MTAT for the many jobs that cannot get faster.
+    fn could_beat(&self, k: JobKey, free: &BitSet, t: f64) -> bool {
         let bound = t * (1.0 - 1e-9);
-        for r in rows {
-            let Some(a) = self.arch_of(r) else { continue };
-            if let Some(e) = need.iter_mut().find(|(x, _)| *x == a) {
-                // Whole VPs finishing strictly before the bound: ceil(y) - 1,
-                // with casts rather than libm calls (y > 1 here).
-                let y = bound * self.cap(r);
-                if y > 1.0 && e.1 > 0 {
-                    let whole = y as u64;
-                    let fits = if whole as f64 == y { whole - 1 } else { whole };
-                    e.1 = e.1.saturating_sub(fits);
-                    if e.1 == 0 {
-                        unmet -= 1;
-                        if unmet == 0 {
-                            return true;
-                        }
-                    }
+        // Whole VPs finishing strictly before the bound: ceil(y) - 1, with
+        // casts rather than libm calls.
+        let before = |a: f64| -> u64 {
+            let y = bound * a;
+            if y > 1.0 {
+                let whole = y as u64;
+                if whole as f64 == y {
+                    whole - 1
+                } else {
+                    whole
                 }
+            } else {
+                0
             }
-        }
-        unmet == 0
+        };
+        let j = self.job(k);
+        j.arches.iter().all(|&(arch, x)| {
+            let mut room: u64 = j
+                .rows
+                .keys()
+                .filter(|&&r| self.arch_of(r) == Some(arch))
+                .map(|&r| before(self.cap(r)))
+                .sum();
+            for (a, rows) in self.map.capacity_classes(arch) {
+                if room >= u64::from(x) {
+                    break;
+                }
+                room = room
+                    .saturating_add((free.intersection_len(rows) as u64).saturating_mul(before(a)));
+            }
+            room >= u64::from(x)
+        })
     }
 
     /// Could `demand` finish by `t` on `rows`? Each architecture's VPs must
