@@ -1123,48 +1123,56 @@ impl Scheduler {
         let queue: Vec<u32> = queues.into_values().flatten().collect();
         let job_id = self.job(k).id.clone();
         for (i, r) in assignments {
-            let Some(p) = self.map.processor(r).cloned() else {
+            let Some(p) = self.map.processor(r) else {
                 continue;
             };
             ctx.dirty_rows.push(r);
-            let v = self.job(k).vps[&i].clone();
-            let action = match &v.at {
-                Some((from, _)) if from == &p.id => {
-                    // A held VP back on the processor it is on: just resume it.
-                    Action::Start {
-                        job: job_id.clone(),
-                        vp: i,
-                        arch: self.map.arch_name(v.arch).to_string(),
-                        processor: p.id.clone(),
-                        host: p.host.clone(),
-                        restore: false,
-                    }
+            let Some(v) = self.jobs[k as usize]
+                .as_mut()
+                .and_then(|j| j.vps.get_mut(&i))
+            else {
+                continue;
+            };
+            let start = |job: &String| Action::Start {
+                job: job.clone(),
+                vp: i,
+                arch: self.map.arch_name(v.arch).to_string(),
+                processor: p.id.clone(),
+                host: p.host.clone(),
+                restore: false,
+            };
+            let action = match v.at.take() {
+                // A held VP back on the processor it is on: just resume it.
+                Some(at) if at.0 == p.id => {
+                    let action = start(&job_id);
+                    v.at = if at.1 == p.host {
+                        Some(at)
+                    } else {
+                        Some((at.0, p.host.clone()))
+                    };
+                    action
                 }
                 Some((from, from_host)) => {
                     self.migrations += 1;
                     ctx.budget = ctx.budget.saturating_sub(1);
+                    v.at = Some((p.id.clone(), p.host.clone()));
                     Action::Migrate {
                         job: job_id.clone(),
                         vp: i,
-                        from: from.clone(),
-                        from_host: from_host.clone(),
+                        from,
+                        from_host,
                         to: p.id.clone(),
                         to_host: p.host.clone(),
                     }
                 }
-                None => Action::Start {
-                    job: job_id.clone(),
-                    vp: i,
-                    arch: self.map.arch_name(v.arch).to_string(),
-                    processor: p.id.clone(),
-                    host: p.host.clone(),
-                    restore: false,
-                },
+                None => {
+                    let action = start(&job_id);
+                    v.at = Some((p.id.clone(), p.host.clone()));
+                    action
+                }
             };
             ctx.actions.push(action);
-            let v = self.job_mut(k).vps.get_mut(&i).expect("vp exists");
             v.row = Some(r);
-            v.at = Some((p.id.clone(), p.host.clone()));
             v.held = false;
         }
         // VPs left without a row are held (said once, until placed again).
