@@ -1073,25 +1073,26 @@ impl Scheduler {
             b.sort_unstable();
             a == b
         };
-        // Which VPs stay, which move, where the deficits are.
-        let target: BTreeMap<Row, u32> = rows
-            .iter()
-            .copied()
-            .zip(counts.iter().copied())
-            .filter(|&(_, n)| n > 0)
-            .collect();
-        let mut kept: BTreeMap<Row, u32> = BTreeMap::new();
+        // Which VPs stay, which move, where the deficits are (dense by row:
+        // jobs can span thousands of rows).
+        let width = self.map.row_capacity();
+        let mut want = vec![0u32; width];
+        let mut target_rows: Vec<Row> = Vec::with_capacity(rows.len());
+        for (&r, &n) in rows.iter().zip(counts) {
+            if r < width && n > 0 {
+                want[r] = n;
+                target_rows.push(r);
+            }
+        }
+        target_rows.sort_unstable();
+        target_rows.dedup();
+        let mut kept = vec![0u32; width];
         let mut movers: Vec<u32> = Vec::new();
         {
             let j = self.job(k);
             for (&i, v) in &j.vps {
                 match v.row {
-                    Some(r)
-                        if kept.get(&r).copied().unwrap_or(0)
-                            < target.get(&r).copied().unwrap_or(0) =>
-                    {
-                        *kept.entry(r).or_default() += 1;
-                    }
+                    Some(r) if r < width && kept[r] < want[r] => kept[r] += 1,
                     _ => movers.push(i),
                 }
             }
@@ -1109,12 +1110,11 @@ impl Scheduler {
             }
         }
         let mut assignments: Vec<(u32, Row)> = Vec::new();
-        for (&r, &want) in &target {
-            let have = kept.get(&r).copied().unwrap_or(0);
+        for &r in &target_rows {
             let Some(q) = self.arch_of(r).and_then(|a| queues.get_mut(&a)) else {
                 continue;
             };
-            for _ in have..want {
+            for _ in kept[r]..want[r] {
                 if let Some(i) = q.pop_front() {
                     assignments.push((i, r));
                 }
@@ -1197,16 +1197,15 @@ impl Scheduler {
                 *new_rows.entry(r).or_default() += 1;
             }
         }
+        // `self.job(k).rows` still holds the old counts here.
         for &r in old_rows.iter().chain(new_rows.keys()) {
-            let changed = !same_columns
-                || old_rows.contains(&r) != new_rows.contains_key(&r)
-                || self.job(k).rows.get(&r) != new_rows.get(&r);
-            if changed {
+            if !same_columns || self.job(k).rows.get(&r) != new_rows.get(&r) {
                 self.dirty_row(r, ctx);
             }
         }
+        let lost_a_row = old_rows.iter().any(|r| !new_rows.contains_key(r));
         for &c in &old_cols {
-            if !columns.contains(&c) || old_rows.iter().any(|r| !new_rows.contains_key(r)) {
+            if lost_a_row || !columns.contains(&c) {
                 ctx.freed.push(c);
             }
         }
