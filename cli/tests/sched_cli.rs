@@ -242,4 +242,26 @@ fn sim_compares_policies_on_a_trace_plain_or_gzipped() {
         "lottery",
     ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy"));
+    for (flag, value, says) in [
+        ("--quantum", "0", "--quantum must be a positive number"),
+        (
+            "--switch-cost",
+            "-1",
+            "--switch-cost must be a number of seconds",
+        ),
+        (
+            "--migration-cost-per-mb",
+            "NaN",
+            "--migration-cost-per-mb must be",
+        ),
+    ] {
+        let arg = format!("{flag}={value}");
+        let out = mig(&["sim", "--trace", plain.path().to_str().unwrap(), &arg]);
+        assert!(!out.status.success(), "{flag} {value}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{flag} {value}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -35,17 +35,31 @@ pub struct Args {
     #[arg(long, default_value_t = sim::DEFAULT_MAX_SLOTS)]
     max_slots: usize,
     /// Owners taking processors back: none, or synthetic:BUSY/IDLE (mean
-    /// seconds an owner is at the desk / away, exponential, seeded). Applies
-    /// to mtat and mtat+repack, which move work off a processor; the others
-    /// run as if owners never came.
+    /// seconds an owner is at the desk / away, exponential, seeded; owners
+    /// come and go until the last job is submitted). mtat and mtat+repack
+    /// move the VPs off a processor taken back; the other policies cannot,
+    /// so the jobs on it stop until the owner leaves.
     #[arg(long, default_value = "none")]
     owners: String,
-    /// Owners from a file instead: `TIME PROCESSOR leave|return` per line.
+    /// Owners from a file instead: `TIME PROCESSOR leave|return` per line
+    /// (followed exactly).
     #[arg(long, conflicts_with = "owners")]
     availability: Option<PathBuf>,
-    /// Seconds of work a job loses each time one of its VPs moves.
+    /// Seconds a job stalls each time one of its VPs moves.
     #[arg(long, default_value_t = 0.0)]
     migration_cost: f64,
+    /// Seconds more per MB of the moving VP's state: the job's memory per
+    /// processor in the trace (used, else requested).
+    #[arg(long, default_value_t = 0.0)]
+    migration_cost_per_mb: f64,
+    /// The gang quantum (length of a slot), seconds.
+    #[arg(long, default_value_t = sim::DEFAULT_QUANTUM)]
+    quantum: f64,
+    /// Seconds each slot switch costs the time-sharing policies (with more
+    /// than one slot a round does quantum / (quantum + switch cost) of its
+    /// work; migd measures its own with `mig stats`).
+    #[arg(long, default_value_t = 0.0)]
+    switch_cost: f64,
     /// Replay only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
@@ -113,8 +127,20 @@ pub fn run(a: Args) -> Result<()> {
             }
         })
         .collect();
-    if !(a.migration_cost.is_finite() && a.migration_cost >= 0.0) {
-        bail!("--migration-cost must be a number of seconds, at least 0");
+    for (flag, v) in [
+        ("--migration-cost", a.migration_cost),
+        ("--migration-cost-per-mb", a.migration_cost_per_mb),
+        ("--switch-cost", a.switch_cost),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("{flag} must be a number of seconds, at least 0 (got {v})");
+        }
+    }
+    if !(a.quantum.is_finite() && a.quantum > 0.0) {
+        bail!(
+            "--quantum must be a positive number of seconds (got {})",
+            a.quantum
+        );
     }
     let owners = match &a.availability {
         Some(f) => sim::owners::Model::availability(
@@ -127,6 +153,9 @@ pub fn run(a: Args) -> Result<()> {
     let cond = sim::Conditions {
         owners,
         migration_cost: a.migration_cost,
+        migration_cost_per_mb: a.migration_cost_per_mb,
+        quantum: a.quantum,
+        switch_cost: a.switch_cost,
     };
     let wide = w.jobs.iter().filter(|j| j.procs > procs).count();
     eprintln!(

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::swf::Job;
-use super::{Outcome, Sample};
+use super::{last_submit, Outcome, Sample};
 use crate::sched::{Action, Event, SchedConfig, Scheduler};
 
 /// What a gang replay produced.
@@ -60,10 +60,11 @@ pub fn run(
     let mut next = 0;
     let mut now = jobs.first().map_or(0.0, |j| j.submit);
     let (mut slot_time, mut span, mut max_slots) = (0.0, 0.0, 0usize);
-    let mut owners = cond.owners.changes(capacities.len(), now);
+    let mut owners = cond
+        .owners
+        .changes(capacities.len(), now, last_submit(jobs));
     let mut away = 0usize;
-    let cost = cond.migration_cost;
-    // A moved VP stalls its gang for `cost` seconds: the job loses what it
+    // A moved VP stalls its gang for the move's cost: the job loses what it
     // would have done in that time at its rate so far.
     let note = |actions: Vec<Action>,
                 moved: &mut Vec<u32>,
@@ -73,7 +74,7 @@ pub fn run(
             if let Action::Migrate { job, .. } = a {
                 if let Ok(i) = job.parse::<usize>() {
                     moved[i] += 1;
-                    remaining[i] += cost * rate.get(&i).copied().unwrap_or(0.0);
+                    remaining[i] += cond.move_cost(&jobs[i]) * rate.get(&i).copied().unwrap_or(0.0);
                 }
             }
         }
@@ -176,6 +177,7 @@ pub fn run(
             next += 1;
         }
         let tau = sched.map().columns().len().max(1) as f64;
+        let efficiency = cond.sharing_efficiency(sched.map().columns().len());
         max_slots = max_slots.max(sched.map().columns().len());
         let mut work_rate = 0.0;
         for (id, width, t_job, waiting) in sched.job_shares() {
@@ -183,7 +185,7 @@ pub fn run(
                 let r = if waiting || t_job <= 0.0 {
                     0.0
                 } else {
-                    (width as f64 / tau) / t_job
+                    (width as f64 / tau) / t_job * efficiency
                 };
                 if r > 0.0 && started[i].is_none() {
                     started[i] = Some(now);
@@ -239,6 +241,7 @@ mod tests {
             let cond = crate::sim::Conditions {
                 owners: owners.clone(),
                 migration_cost: cost,
+                ..crate::sim::Conditions::default()
             };
             let r = super::run(
                 &[Job::new("a", 0.0, 100.0, 2)],
@@ -269,6 +272,7 @@ mod tests {
         let cond = crate::sim::Conditions {
             owners: crate::sim::owners::Model::parse("synthetic:100/300").unwrap(),
             migration_cost: 2.0,
+            ..crate::sim::Conditions::default()
         };
         let r = super::run(&jobs, &[1.0; 8], true, 4, &cond, &AtomicUsize::new(0));
         assert_eq!(r.outcomes.len(), jobs.len());

@@ -6,7 +6,7 @@
 //! * `matrix` — `gang-firstfit` and `gang-buddy` on an Ousterhout matrix;
 //! * `gang` — `mtat` and `mtat+repack`: the embedded scheduler itself;
 //! * `metrics` — response time, bounded slowdown, utilisation, η;
-//! * `owners` — owners taking processors back and leaving them (mtat policies).
+//! * `owners` — owners taking processors back and leaving them.
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
 
@@ -71,6 +71,14 @@ pub(crate) fn next_instant(finish: Option<f64>, arrival: Option<f64>) -> Option<
     }
 }
 
+/// When the last job is submitted: owners act until then (see
+/// `owners::Model::changes`).
+pub(crate) fn last_submit(jobs: &[swf::Job]) -> f64 {
+    jobs.iter()
+        .map(|j| j.submit)
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
 /// The policies `replay` knows.
 pub const POLICIES: &[&str] = &[
     "fcfs",
@@ -86,14 +94,53 @@ pub const POLICIES: &[&str] = &[
 pub const DEFAULT_MAX_SLOTS: usize = 8;
 
 /// What the machine does besides running jobs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Conditions {
-    /// Owners taking processors back (applied to `mtat` and
-    /// `mtat+repack`, which can move work off a processor).
+    /// Owners taking processors back. `mtat` and `mtat+repack` move work
+    /// off the processor; the others stop the jobs on it until it is left.
     pub owners: owners::Model,
-    /// Seconds of work a job loses each time one of its VPs moves.
+    /// Seconds a job stalls each time one of its VPs moves.
     pub migration_cost: f64,
+    /// Seconds more per MB of the moving VP's state (its job's memory per
+    /// processor in the trace).
+    pub migration_cost_per_mb: f64,
+    /// The gang quantum, seconds: the length of a slot.
+    pub quantum: f64,
+    /// Seconds every slot switch costs (stopping one slot, starting the next).
+    pub switch_cost: f64,
 }
+
+impl Default for Conditions {
+    fn default() -> Self {
+        Conditions {
+            owners: owners::Model::None,
+            migration_cost: 0.0,
+            migration_cost_per_mb: 0.0,
+            quantum: DEFAULT_QUANTUM,
+            switch_cost: 0.0,
+        }
+    }
+}
+
+impl Conditions {
+    /// The share of a round that does work with `slots` slots: a round of
+    /// `slots` quanta spends `slots` switches, none with one slot.
+    pub fn sharing_efficiency(&self, slots: usize) -> f64 {
+        if slots > 1 && self.quantum > 0.0 {
+            self.quantum / (self.quantum + self.switch_cost)
+        } else {
+            1.0
+        }
+    }
+
+    /// Seconds a job of `job` stalls when one of its VPs moves.
+    pub fn move_cost(&self, job: &swf::Job) -> f64 {
+        self.migration_cost + self.migration_cost_per_mb * job.memory_kb / 1024.0
+    }
+}
+
+/// The gang quantum the simulator assumes unless told (migd's default).
+pub const DEFAULT_QUANTUM: f64 = 0.1;
 
 /// Replay `jobs` under `policy` on processors of `capacities`, time sharing
 /// with at most `max_slots` slots per round; `None` for an unknown policy.
@@ -135,11 +182,11 @@ pub fn replay_with(
     let procs = capacities.len() as u32;
     let (outcomes, migrations, slots, timeline) = match policy {
         "fcfs" | "easy" => {
-            let (o, timeline) = batch::run(jobs, procs, policy == "easy", done);
+            let (o, timeline) = batch::run(jobs, procs, policy == "easy", &cond.owners, done);
             (o, 0, (1.0, 1), timeline)
         }
         "gang-firstfit" | "gang-buddy" => {
-            let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, done);
+            let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, cond, done);
             (g.outcomes, g.migrations, g.slots, g.timeline)
         }
         "mtat" | "mtat+repack" => {

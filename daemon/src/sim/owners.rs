@@ -108,11 +108,28 @@ impl Model {
         Ok(Model::Schedule(out))
     }
 
-    /// The changes for `n` processors from `t0` on, in time order.
-    pub fn changes(&self, n: usize, t0: f64) -> Changes {
+    /// The changes for `n` processors from `t0` on, in time order. A
+    /// synthetic model stops at `until`: every processor still taken back
+    /// is left again then and the stream ends (owners act while the trace
+    /// submits jobs; its tail runs on the whole machine, so every policy
+    /// finishes). An availability file is followed exactly.
+    pub fn changes(&self, n: usize, t0: f64, until: f64) -> Changes {
+        let until = match self {
+            Model::Synthetic { .. } => until,
+            _ => f64::INFINITY,
+        };
+        Changes {
+            inner: self.source(n, t0),
+            until,
+            away: vec![false; n],
+            draining: 0,
+        }
+    }
+
+    fn source(&self, n: usize, t0: f64) -> Inner {
         match self {
-            Model::None => Changes(Inner::Fixed(Vec::new().into_iter())),
-            Model::Schedule(v) => Changes(Inner::Fixed(v.clone().into_iter())),
+            Model::None => Inner::Fixed(Vec::new().into_iter()),
+            Model::Schedule(v) => Inner::Fixed(v.clone().into_iter()),
             Model::Synthetic { busy, idle, seed } => {
                 let mut rng = SplitMix(*seed);
                 let heap = (0..n)
@@ -122,12 +139,12 @@ impl Model {
                         leaves: true,
                     })
                     .collect();
-                Changes(Inner::Synthetic {
+                Inner::Synthetic {
                     heap,
                     rng,
                     busy: *busy,
                     idle: *idle,
-                })
+                }
             }
         }
     }
@@ -176,9 +193,16 @@ impl PartialOrd for Next {
     }
 }
 
-/// The stream of owner changes.
+/// The stream of owner changes (see `Model::changes`).
 #[derive(Debug)]
-pub struct Changes(Inner);
+pub struct Changes {
+    inner: Inner,
+    until: f64,
+    /// Processors taken back now.
+    away: Vec<bool>,
+    /// Past the horizon: the next processor to give back.
+    draining: usize,
+}
 
 #[derive(Debug)]
 enum Inner {
@@ -194,20 +218,16 @@ enum Inner {
     },
 }
 
-impl Changes {
-    /// When the next change is, if any.
-    pub fn peek(&self) -> Option<f64> {
-        match &self.0 {
+impl Inner {
+    fn peek(&self) -> Option<f64> {
+        match self {
             Inner::Fixed(it) => it.as_slice().first().map(|c| c.t),
             Inner::Synthetic { heap, .. } => heap.peek().map(|n| n.t),
         }
     }
-}
 
-impl Iterator for Changes {
-    type Item = Change;
     fn next(&mut self) -> Option<Change> {
-        match &mut self.0 {
+        match self {
             Inner::Fixed(it) => it.next(),
             Inner::Synthetic {
                 heap,
@@ -229,6 +249,45 @@ impl Iterator for Changes {
                 })
             }
         }
+    }
+}
+
+impl Changes {
+    /// When the next change is, if any.
+    pub fn peek(&self) -> Option<f64> {
+        match self.inner.peek() {
+            Some(t) if t <= self.until => Some(t),
+            _ => self.away[self.draining.min(self.away.len())..]
+                .iter()
+                .any(|&a| a)
+                .then_some(self.until),
+        }
+    }
+}
+
+impl Iterator for Changes {
+    type Item = Change;
+    fn next(&mut self) -> Option<Change> {
+        if self.inner.peek().is_some_and(|t| t <= self.until) {
+            let c = self.inner.next()?;
+            if let Some(a) = self.away.get_mut(c.processor) {
+                *a = c.leaves;
+            }
+            return Some(c);
+        }
+        // Past the horizon: give back what is still taken, then stop.
+        while self.draining < self.away.len() {
+            let p = self.draining;
+            self.draining += 1;
+            if std::mem::take(&mut self.away[p]) {
+                return Some(Change {
+                    t: self.until,
+                    processor: p,
+                    leaves: false,
+                });
+            }
+        }
+        None
     }
 }
 
@@ -256,7 +315,7 @@ mod tests {
     #[test]
     fn availability_files_are_checked_line_by_line() {
         let m = Model::availability("# t p what\n60 1 return\n10 1 leave\n", 2).unwrap();
-        let c: Vec<Change> = m.changes(2, 0.0).collect();
+        let c: Vec<Change> = m.changes(2, 0.0, f64::INFINITY).collect();
         assert_eq!(c.len(), 2);
         assert!(c[0].leaves && c[0].t == 10.0 && !c[1].leaves);
         let e = Model::availability("10 5 leave\n", 2).unwrap_err();
@@ -268,7 +327,7 @@ mod tests {
     #[test]
     fn synthetic_owners_alternate_in_time_order_and_repeat() {
         let m = Model::parse("synthetic:10/40").unwrap();
-        let a: Vec<Change> = m.changes(4, 100.0).take(400).collect();
+        let a: Vec<Change> = m.changes(4, 100.0, f64::INFINITY).take(400).collect();
         assert!(a.windows(2).all(|w| w[0].t <= w[1].t));
         for p in 0..4 {
             let mine: Vec<&Change> = a.iter().filter(|c| c.processor == p).collect();
@@ -287,7 +346,27 @@ mod tests {
         let span: f64 = since.iter().map(|s| s - 100.0).sum();
         let share = busy / span;
         assert!((0.1..0.3).contains(&share), "busy share {share}");
-        let b: Vec<Change> = m.changes(4, 100.0).take(400).collect();
+        let b: Vec<Change> = m.changes(4, 100.0, f64::INFINITY).take(400).collect();
         assert_eq!(a, b, "the same model gives the same changes");
+    }
+
+    #[test]
+    fn past_the_horizon_every_processor_comes_back_and_the_stream_ends() {
+        let m = Model::parse("synthetic:50/50").unwrap();
+        let c: Vec<Change> = m.changes(8, 0.0, 1000.0).collect();
+        assert!(c.iter().all(|c| c.t <= 1000.0));
+        let mut away = [false; 8];
+        for c in &c {
+            away[c.processor] = c.leaves;
+        }
+        assert_eq!(away, [false; 8], "all back at the end");
+        assert!(c.len() > 20, "owners came and went before the horizon");
+        let f = Model::availability("10 0 leave\n2000 0 return\n", 2).unwrap();
+        let c: Vec<Change> = f.changes(2, 0.0, 100.0).collect();
+        assert_eq!(c.len(), 2);
+        assert!(
+            c[0].leaves && !c[1].leaves && c[1].t == 2000.0,
+            "a file is exact"
+        );
     }
 }

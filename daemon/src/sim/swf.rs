@@ -20,6 +20,9 @@ pub struct Job {
     pub procs: u32,
     /// The user's estimate (requested time), at least `run`.
     pub estimate: f64,
+    /// Memory per processor in KB (used, else requested; 0 when unknown):
+    /// the state a VP of this job carries when it moves.
+    pub memory_kb: f64,
 }
 
 impl Job {
@@ -31,6 +34,7 @@ impl Job {
             run,
             procs,
             estimate: run,
+            memory_kb: 0.0,
         }
     }
 }
@@ -120,9 +124,10 @@ pub fn parse_swf(text: &str, lenient: bool) -> Result<Workload, ParseError> {
                 field(&f, 4, n)?,
                 field(&f, 7, n)?,
                 field(&f, 8, n)?,
+                (field(&f, 6, n)?, field(&f, 9, n)?),
             ))
         })();
-        let (submit, run, alloc, req_procs, req_time) = match parsed {
+        let (submit, run, alloc, req_procs, req_time, (used_mem, req_mem)) = match parsed {
             Ok(v) => v,
             Err(e) if lenient => {
                 let _ = e;
@@ -152,6 +157,11 @@ pub fn parse_swf(text: &str, lenient: bool) -> Result<Workload, ParseError> {
             run,
             procs: procs.min(f64::from(u32::MAX)) as u32,
             estimate,
+            memory_kb: if used_mem > 0.0 {
+                used_mem
+            } else {
+                req_mem.max(0.0)
+            },
         });
     }
     w.jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit));
@@ -189,6 +199,7 @@ pub fn parse_pyss(text: &str) -> Result<Workload, ParseError> {
             run,
             procs: procs.max(0.0) as u32,
             estimate,
+            memory_kb: 0.0,
         });
     }
     w.jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit));
@@ -200,9 +211,9 @@ mod tests {
     use super::*;
 
     const SWF: &str = "; MaxProcs: 128\n; MaxNodes: 64\n\
-1 0 5 100 4 -1 -1 4 50 -1 1 1 1 1 1 -1 -1 -1\n\
+1 0 5 100 4 -1 2048 4 50 -1 1 1 1 1 1 -1 -1 -1\n\
 2 10 -1 -1 -1 -1 -1 -1 -1 -1 5 1 1 1 1 -1 -1 -1\n\
-3 20 0 30 -1 -1 -1 8 3600 -1 1 1 1 1 1 -1 -1 -1\n\
+3 20 0 30 -1 -1 -1 8 3600 512 1 1 1 1 1 -1 -1 -1\n\
 4 30 0 -1 2 -1 -1 2 60 -1 5 1 1 1 1 -1 -1 -1\n";
 
     #[test]
@@ -217,8 +228,13 @@ mod tests {
                 submit: 0.0,
                 run: 100.0,
                 procs: 4,
-                estimate: 100.0
+                estimate: 100.0,
+                memory_kb: 2048.0,
             }
+        );
+        assert_eq!(
+            w.jobs[1].memory_kb, 512.0,
+            "requested memory when used is unknown"
         );
         assert_eq!(
             w.jobs[1].procs, 8,

@@ -174,3 +174,104 @@ fn invariants_on_random_traces() {
         }
     }
 }
+
+#[test]
+fn with_owners_every_policy_still_finishes_every_job() {
+    // Owners come and go while jobs arrive; none may be lost, none may end
+    // before its work allows, and the same seed gives the same replay.
+    let cond = Conditions {
+        owners: owners::Model::parse("synthetic:100/300").unwrap(),
+        migration_cost: 1.0,
+        ..Conditions::default()
+    };
+    for seed in 0..3 {
+        let jobs = random_jobs(seed, 40, 8);
+        for policy in POLICIES {
+            let run =
+                || replay_with(&jobs, &[1.0; 8], policy, 3, &cond, &AtomicUsize::new(0)).unwrap();
+            let r = run();
+            assert_eq!(
+                r.outcomes.len(),
+                jobs.len(),
+                "{policy}: every job completes"
+            );
+            for o in &r.outcomes {
+                let j = jobs.iter().find(|j| j.id == o.id).unwrap();
+                assert!(o.end + 1e-6 >= o.submit + j.run, "{policy}: job {}", o.id);
+            }
+            assert!(r.metrics.utilization <= 1.0 + 1e-9, "{policy}");
+            assert_eq!(run().outcomes, r.outcomes, "{policy}: repeatable");
+        }
+    }
+}
+
+#[test]
+fn switching_costs_the_time_sharing_policies_only_with_several_slots() {
+    // Two 4-VP jobs of 10 s on 4 processors share two slots: each runs half
+    // the time, and with a switch as long as the quantum half of that is
+    // lost: both end at 40 instead of 20. Alone, a job pays nothing.
+    let jobs = [Job::new("a", 0.0, 10.0, 4), Job::new("b", 0.0, 10.0, 4)];
+    let cond = Conditions {
+        quantum: 0.1,
+        switch_cost: 0.1,
+        ..Conditions::default()
+    };
+    for policy in ["gang-firstfit", "gang-buddy", "mtat", "mtat+repack"] {
+        let end = |jobs: &[Job], cond: &Conditions| -> Vec<f64> {
+            replay_with(jobs, &[1.0; 4], policy, 4, cond, &AtomicUsize::new(0))
+                .unwrap()
+                .outcomes
+                .iter()
+                .map(|o| o.end)
+                .collect()
+        };
+        let shared = end(&jobs, &cond);
+        assert!(
+            shared.iter().all(|e| (e - 40.0).abs() < 1e-6),
+            "{policy}: {shared:?}"
+        );
+        let plain = end(&jobs, &Conditions::default());
+        assert!(
+            plain.iter().all(|e| (e - 20.0).abs() < 1e-6),
+            "{policy}: {plain:?}"
+        );
+        let alone = end(&jobs[..1], &cond);
+        assert!((alone[0] - 10.0).abs() < 1e-6, "{policy}: {alone:?}");
+    }
+    // Space sharing never switches.
+    let easy = replay_with(&jobs, &[1.0; 4], "easy", 4, &cond, &AtomicUsize::new(0)).unwrap();
+    let ends: Vec<f64> = easy.outcomes.iter().map(|o| o.end).collect();
+    assert_eq!(ends, vec![10.0, 20.0]);
+}
+
+#[test]
+fn a_move_costs_more_for_a_job_with_more_memory() {
+    // 2 processors, a 2-VP job of 100 s; p1's owner is back 10..60, so two
+    // VPs move (off at 10, back at 60). At 0.5 s per MB and 2 MB per
+    // processor a move stalls the job 1 s: 1 s of work at full speed at 10,
+    // 0.5 s at half speed at 60, so it ends at 125 + 1.5 (125 without cost).
+    let owners = owners::Model::availability("10 1 leave\n60 1 return\n", 2).unwrap();
+    let mut job = Job::new("a", 0.0, 100.0, 2);
+    for (memory_kb, end) in [(0.0, 125.0), (2048.0, 126.5)] {
+        job.memory_kb = memory_kb;
+        let cond = Conditions {
+            owners: owners.clone(),
+            migration_cost_per_mb: 0.5,
+            ..Conditions::default()
+        };
+        let r = replay_with(
+            std::slice::from_ref(&job),
+            &[1.0; 2],
+            "mtat",
+            4,
+            &cond,
+            &AtomicUsize::new(0),
+        )
+        .unwrap();
+        assert!(
+            (r.outcomes[0].end - end).abs() < 1e-6,
+            "{memory_kb} KB: {:?}",
+            r.outcomes
+        );
+    }
+}
