@@ -261,6 +261,8 @@ struct Job {
     t_cur: Cell<Option<f64>>,
     /// The keys of `rows` as a set, kept wherever `rows` changes.
     row_set: BitSet,
+    /// The sum of `rows`: VPs placed, kept wherever `rows` changes.
+    placed: u32,
 }
 
 impl Job {
@@ -274,6 +276,7 @@ impl Job {
             arches: Vec::new(),
             t_cur: Cell::new(None),
             row_set: BitSet::default(),
+            placed: 0,
         }
     }
 
@@ -507,12 +510,11 @@ impl Scheduler {
             .iter()
             .map(|&k| {
                 let j = self.job(k);
-                let placed: u32 = j.rows.values().sum();
                 (
                     j.id.as_str(),
                     j.columns.len(),
                     self.current_t(k),
-                    placed as usize != j.vps.len(),
+                    j.placed as usize != j.vps.len(),
                 )
             })
             .collect()
@@ -661,7 +663,8 @@ impl Scheduler {
         self.map.remove_row(row);
         for &k in &affected {
             let j = self.job_mut(k);
-            j.rows.remove(&row);
+            let gone = j.rows.remove(&row).unwrap_or(0);
+            j.placed = j.placed.saturating_sub(gone);
             j.row_set.remove(row);
             j.t_cur.set(None);
             for v in j.vps.values_mut() {
@@ -826,6 +829,7 @@ impl Scheduler {
         };
         if let Some(r) = v.row {
             j.t_cur.set(None);
+            j.placed = j.placed.saturating_sub(1);
             let left = j.rows.get_mut(&r).map(|n| {
                 *n -= 1;
                 *n
@@ -1230,6 +1234,7 @@ impl Scheduler {
         for &r in new_rows.keys() {
             j.row_set.insert(r);
         }
+        j.placed = new_rows.values().sum();
         j.rows = new_rows;
         j.t_cur.set(None);
         j.columns = columns;
@@ -1719,6 +1724,7 @@ impl Scheduler {
                 },
             );
             *j.rows.entry(r).or_default() += 1;
+            j.placed += 1;
             j.row_set.insert(r);
         }
         j.t_cur.set(None);
@@ -1781,6 +1787,9 @@ impl Scheduler {
                 return Err(format!("job {}: row counts out of step", j.id));
             }
             // The caches kept beside `rows` and `vps`.
+            if j.placed != rows.values().sum::<u32>() {
+                return Err(format!("job {}: placed count out of step", j.id));
+            }
             if j.row_set.to_vec() != rows.keys().copied().collect::<Vec<_>>() {
                 return Err(format!("job {}: row set out of step", j.id));
             }
