@@ -627,11 +627,11 @@ impl Master {
                     }
                     // Its host died with it: the whole job goes back to its
                     // last consistent checkpoint, if it has one.
-                    if let Some(j) = self.jobs.get_mut(&job).filter(|j| !j.ckpt.good.is_empty()) {
+                    if let Some(j) = self.jobs.get_mut(&*job).filter(|j| !j.ckpt.good.is_empty()) {
                         if let Some(v) = j.vps.get_mut(&vp) {
-                            v.host = Some(to_host.clone());
+                            v.host = Some(to_host.to_string());
                         }
-                        self.to_restart.insert(job);
+                        self.to_restart.insert(job.to_string());
                         continue;
                     }
                     // Its host died with it: start it again from the beginning.
@@ -639,8 +639,13 @@ impl Master {
                         out.push(Out::Log(format!(
                             "restarting VP {vp} of {job} on {to_host} (its host {from_host} is gone)"
                         )));
-                        out.extend(self.set_vp(&job, vp, Some(to_host.clone()), VpState::Starting));
-                        out.push(Out::ToHost(to_host, msg));
+                        out.extend(self.set_vp(
+                            &job,
+                            vp,
+                            Some(to_host.to_string()),
+                            VpState::Starting,
+                        ));
+                        out.push(Out::ToHost(to_host.to_string(), msg));
                     }
                 }
                 Action::Hold { job, vp, .. } => {
@@ -649,7 +654,7 @@ impl Master {
                     let hosts = &self.hosts;
                     let parked = self
                         .jobs
-                        .get_mut(&job)
+                        .get_mut(&*job)
                         .and_then(|j| j.vps.get_mut(&vp))
                         .filter(|v| {
                             let alive = v
@@ -673,7 +678,7 @@ impl Master {
                 }
                 Action::Kill { job, vp, host, .. } => {
                     if let Some(tid) = self.tid_of(&job, vp) {
-                        out.push(Out::ToHost(host, PeerMsg::Kill { tid }));
+                        out.push(Out::ToHost(host.to_string(), PeerMsg::Kill { tid }));
                     }
                 }
                 Action::SlotTables {
@@ -1511,7 +1516,7 @@ impl Master {
                     .sched
                     .map()
                     .processors()
-                    .map(|(_, p)| p.id.clone())
+                    .map(|(_, p)| p.id.to_string())
                     .collect();
                 let slots = self
                     .sched
@@ -2223,7 +2228,7 @@ mod tests {
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].0, "h0");
         assert!(!m.is_alive("h1"));
-        assert!(m.sched.map().processors().all(|(_, p)| p.host == "h0"));
+        assert!(m.sched.map().processors().all(|(_, p)| &*p.host == "h0"));
         // It answers again on the same connection: back in the pool.
         m.heard_from("h1", now + Duration::from_secs(11));
         assert!(m.is_alive("h1"));

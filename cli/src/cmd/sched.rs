@@ -325,7 +325,7 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
     let procs: Vec<String> = sched
         .map()
         .processors()
-        .map(|(_, p)| p.id.clone())
+        .map(|(_, p)| p.id.to_string())
         .collect();
     print!("{}", render::map(&procs, &sched.table(), None));
     for id in sched.job_ids() {

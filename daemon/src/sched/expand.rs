@@ -225,8 +225,8 @@ mod tests {
 
     fn proc(i: usize) -> Processor {
         Processor {
-            id: format!("p{i}"),
-            host: format!("p{i}"),
+            id: format!("p{i}").into(),
+            host: format!("p{i}").into(),
             arch: "x86_64".into(),
             capacity: 1.0,
         }

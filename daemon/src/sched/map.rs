@@ -7,6 +7,7 @@
 //! keeps that per job) or any decision about where to put work.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,10 +21,11 @@ pub type JobKey = u32;
 /// A processor as the scheduler sees it: one row of the allocation map.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Processor {
-    /// Unique name, e.g. `h1/0` (host `h1`, core 0).
-    pub id: String,
+    /// Unique name, e.g. `h1/0` (host `h1`, core 0). Shared, not copied,
+    /// by the actions that name it.
+    pub id: Arc<str>,
     /// The host (daemon) that owns this processor.
-    pub host: String,
+    pub host: Arc<str>,
     /// Architecture, e.g. `x86_64`.
     pub arch: String,
     /// Capacity relative to the slowest processor.
@@ -169,7 +171,7 @@ pub struct AllocationMap {
     row_of: HashMap<String, Row>,
     live: BitSet,
     per_arch: HashMap<String, usize>,
-    arch_names: Vec<String>,
+    arch_names: Vec<Arc<str>>,
     row_arch: Vec<u32>,
     /// Capacity per row (1.0 where no processor is), dense for the hot loops.
     row_cap: Vec<f64>,
@@ -196,10 +198,10 @@ impl AllocationMap {
     }
     /// The id of architecture `name` (assigned on first use).
     pub fn intern(&mut self, name: &str) -> u32 {
-        match self.arch_names.iter().position(|n| n == name) {
+        match self.arch_names.iter().position(|n| &**n == name) {
             Some(i) => i as u32,
             None => {
-                self.arch_names.push(name.to_string());
+                self.arch_names.push(name.into());
                 self.arch_live.push(BitSet::default());
                 self.arch_caps.push(BTreeMap::new());
                 (self.arch_names.len() - 1) as u32
@@ -208,7 +210,14 @@ impl AllocationMap {
     }
     /// The name of architecture id `id`.
     pub fn arch_name(&self, id: u32) -> &str {
-        self.arch_names.get(id as usize).map_or("?", String::as_str)
+        self.arch_names.get(id as usize).map_or("?", |n| &**n)
+    }
+    /// The name of architecture id `id`, shared.
+    pub fn arch_shared(&self, id: u32) -> Arc<str> {
+        self.arch_names
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| "?".into())
     }
     /// The architecture id of a live row.
     pub fn row_arch(&self, row: Row) -> Option<u32> {
@@ -278,7 +287,7 @@ impl AllocationMap {
                 self.rows.len() - 1
             }
         };
-        self.row_of.insert(p.id.clone(), row);
+        self.row_of.insert(p.id.to_string(), row);
         *self.per_arch.entry(p.arch.clone()).or_default() += 1;
         let a = self.intern(&p.arch);
         self.row_arch.resize(self.rows.len(), u32::MAX);
@@ -306,7 +315,7 @@ impl AllocationMap {
     /// Take a processor out of the pool; its cells become empty and not free.
     pub fn remove_row(&mut self, row: Row) -> Option<Processor> {
         let p = self.rows.get_mut(row)?.take()?;
-        self.row_of.remove(&p.id);
+        self.row_of.remove(&*p.id);
         if let Some(c) = self.row_cap.get_mut(row) {
             *c = 1.0;
         }

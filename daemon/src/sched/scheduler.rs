@@ -18,6 +18,7 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -84,56 +85,56 @@ pub enum Action {
     /// checkpoint when `restore`).
     Start {
         /// Job id.
-        job: String,
+        job: Arc<str>,
         /// VP index.
         vp: u32,
         /// Architecture of the program to run.
-        arch: String,
+        arch: Arc<str>,
         /// Target processor.
-        processor: String,
+        processor: Arc<str>,
         /// Target host.
-        host: String,
+        host: Arc<str>,
         /// Start from the VP's checkpoint rather than fresh.
         restore: bool,
     },
     /// Move a VP (checkpoint on `from`, restart on `to`).
     Migrate {
         /// Job id.
-        job: String,
+        job: Arc<str>,
         /// VP index.
         vp: u32,
         /// Processor it is on.
-        from: String,
+        from: Arc<str>,
         /// Its host.
-        from_host: String,
+        from_host: Arc<str>,
         /// Processor it moves to.
-        to: String,
+        to: Arc<str>,
         /// That host.
-        to_host: String,
+        to_host: Arc<str>,
     },
     /// No processor of the VP's architecture can take it: keep it stopped
     /// (or checkpointed) where it is until one can. `processor` is where its
     /// process is, if it was started.
     Hold {
         /// Job id.
-        job: String,
+        job: Arc<str>,
         /// VP index.
         vp: u32,
         /// Where its process is, if it was started.
-        processor: Option<String>,
+        processor: Option<Arc<str>>,
         /// That host.
-        host: Option<String>,
+        host: Option<Arc<str>>,
     },
     /// Kill a VP (its job was killed).
     Kill {
         /// Job id.
-        job: String,
+        job: Arc<str>,
         /// VP index.
         vp: u32,
         /// Where its process is.
-        processor: String,
+        processor: Arc<str>,
         /// That host.
-        host: String,
+        host: Arc<str>,
     },
     /// The slot tables of these hosts changed (of every host when `all`,
     /// as when the round's length changed): fetch each with
@@ -240,14 +241,14 @@ struct Vp {
     /// The row it is placed on (a live processor), if any.
     row: Option<Row>,
     /// Processor and host where its process is (set once started; kept while held).
-    at: Option<(String, String)>,
+    at: Option<(Arc<str>, Arc<str>)>,
     /// A `Hold` was emitted and it has not been placed since.
     held: bool,
 }
 
 #[derive(Debug, Clone)]
 struct Job {
-    id: String,
+    id: Arc<str>,
     vps: BTreeMap<u32, Vp>,
     next_vp: u32,
     /// Column ids the job occupies (round order not implied).
@@ -268,7 +269,7 @@ struct Job {
 impl Job {
     fn new(id: String, next_vp: u32, columns: Vec<u64>) -> Self {
         Job {
-            id,
+            id: id.into(),
             vps: BTreeMap::new(),
             next_vp,
             columns,
@@ -462,7 +463,10 @@ impl Scheduler {
 
     /// Job ids in fairness-queue order.
     pub fn job_ids(&self) -> Vec<String> {
-        self.queue.iter().map(|&k| self.job(k).id.clone()).collect()
+        self.queue
+            .iter()
+            .map(|&k| self.job(k).id.to_string())
+            .collect()
     }
 
     /// A view of one job.
@@ -476,7 +480,7 @@ impl Scheduler {
             .collect();
         slots.sort_unstable();
         Some(JobView {
-            id: j.id.clone(),
+            id: j.id.to_string(),
             vps: j
                 .vps
                 .iter()
@@ -488,7 +492,7 @@ impl Scheduler {
                 .filter_map(|(&i, v)| {
                     v.row
                         .and_then(|r| self.map.processor(r))
-                        .map(|p| (i, p.id.clone()))
+                        .map(|p| (i, p.id.to_string()))
                 })
                 .collect(),
             waiting: j
@@ -511,7 +515,7 @@ impl Scheduler {
             .map(|&k| {
                 let j = self.job(k);
                 (
-                    j.id.as_str(),
+                    &*j.id,
                     j.columns.len(),
                     self.current_t(k),
                     j.placed as usize != j.vps.len(),
@@ -523,7 +527,7 @@ impl Scheduler {
     /// The slot table of `host`: for each slot of the round, the cells of its
     /// processors that hold a job, with that job's VPs there.
     pub fn host_table(&self, host: &str) -> Vec<Vec<TableCell>> {
-        self.cells_where(|p| p.host == host)
+        self.cells_where(|p| &*p.host == host)
     }
 
     /// The whole map as slot tables (every processor).
@@ -548,8 +552,8 @@ impl Scheduler {
                             .map(|(&i, _)| i)
                             .collect();
                         Some(TableCell {
-                            processor: p.id.clone(),
-                            job: j.id.clone(),
+                            processor: p.id.to_string(),
+                            job: j.id.to_string(),
                             vps,
                         })
                     })
@@ -595,8 +599,8 @@ impl Scheduler {
                 ctx.dirty_rows.dedup();
                 for r in ctx.dirty_rows {
                     if let Some(p) = self.map.processor(r) {
-                        if !hosts.contains(&p.host) {
-                            hosts.insert(p.host.clone());
+                        if !hosts.contains(&*p.host) {
+                            hosts.insert(p.host.to_string());
                         }
                     }
                 }
@@ -637,8 +641,8 @@ impl Scheduler {
         ctx.dirty.insert(host.clone());
         ctx.all_freed = true;
         ctx.new_row = Some(self.map.add_row(Processor {
-            id,
-            host,
+            id: id.into(),
+            host: host.into(),
             arch,
             capacity,
         }));
@@ -658,7 +662,7 @@ impl Scheduler {
             .filter(|&k| self.job(k).rows.contains_key(&row))
             .collect();
         if let Some(p) = self.map.processor(row) {
-            ctx.dirty.insert(p.host.clone());
+            ctx.dirty.insert(p.host.to_string());
         }
         self.map.remove_row(row);
         for &k in &affected {
@@ -1137,10 +1141,10 @@ impl Scheduler {
             else {
                 continue;
             };
-            let start = |job: &String| Action::Start {
+            let start = |job: &Arc<str>| Action::Start {
                 job: job.clone(),
                 vp: i,
-                arch: self.map.arch_name(v.arch).to_string(),
+                arch: self.map.arch_shared(v.arch),
                 processor: p.id.clone(),
                 host: p.host.clone(),
                 restore: false,
@@ -1539,7 +1543,7 @@ impl Scheduler {
             ctx.freed.push(c);
         }
         if let Some(j) = self.jobs[k as usize].take() {
-            self.job_of.remove(&j.id);
+            self.job_of.remove(&*j.id);
         }
         self.queue.retain(|&x| x != k);
         self.retry.remove(&k);
@@ -1702,7 +1706,7 @@ impl Scheduler {
                     let id = self
                         .map
                         .processor(r)
-                        .map(|p| p.id.clone())
+                        .map(|p| p.id.to_string())
                         .unwrap_or_default();
                     return Err(SchedError::DuplicateProcessor(id));
                 }
@@ -1822,7 +1826,7 @@ impl Scheduler {
                     .column(c)
                     .ok_or(format!("job {}: slot gone", j.id))?;
                 for &r in rows.keys() {
-                    if col.cell(r) != self.job_of.get(&j.id).copied() {
+                    if col.cell(r) != self.job_of.get(&*j.id).copied() {
                         return Err(format!("job {}: not gang-placed in slot {c}", j.id));
                     }
                 }

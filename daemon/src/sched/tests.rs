@@ -145,9 +145,9 @@ fn figure_1_processor_exit_doubles_up_and_compresses() {
         .filter(|a| matches!(a, Action::Migrate { .. }))
         .count();
     assert_eq!(migrations, 1 + 2 + 1 + 1 + 1 + 1 + 2);
-    assert!(actions
-        .iter()
-        .any(|a| matches!(a, Action::Migrate { job, from, .. } if job == "J4" && from == "p1/0")));
+    assert!(actions.iter().any(
+        |a| matches!(a, Action::Migrate { job, from, .. } if &**job == "J4" && &**from == "p1/0")
+    ));
     assert_eq!(s.map().columns().len(), 5);
 }
 
@@ -206,7 +206,7 @@ fn vps_without_a_processor_of_their_architecture_wait_and_are_never_lost() {
     let actions = s.on_event(proc_event("arm/0", "aarch64", 1.0)).unwrap();
     assert!(actions
         .iter()
-        .any(|a| matches!(a, Action::Start { vp: 0, processor, .. } if processor == "arm/0")));
+        .any(|a| matches!(a, Action::Start { vp: 0, processor, .. } if &**processor == "arm/0")));
     assert!(s.job_view("j").unwrap().waiting.is_empty());
     // The aarch64 processor leaves: VP 0 is held where it is, then moves back
     // when another aarch64 processor arrives.
@@ -215,11 +215,11 @@ fn vps_without_a_processor_of_their_architecture_wait_and_are_never_lost() {
         .unwrap();
     assert!(actions
         .iter()
-        .any(|a| matches!(a, Action::Hold { vp: 0, processor: Some(p), .. } if p == "arm/0")));
+        .any(|a| matches!(a, Action::Hold { vp: 0, processor: Some(p), .. } if &**p == "arm/0")));
     let actions = s.on_event(proc_event("arm2/0", "aarch64", 1.0)).unwrap();
     assert!(actions
         .iter()
-        .any(|a| matches!(a, Action::Migrate { vp: 0, from, to, .. } if from == "arm/0" && to == "arm2/0")));
+        .any(|a| matches!(a, Action::Migrate { vp: 0, from, to, .. } if &**from == "arm/0" && &**to == "arm2/0")));
     s.check_invariants().unwrap();
 }
 
@@ -262,7 +262,7 @@ fn job_exit_kills_its_vps_and_repacking_deletes_a_slot() {
     let actions = s.on_event(Event::JobExit { job: "c".into() }).unwrap();
     assert!(actions
         .iter()
-        .any(|a| matches!(a, Action::Kill { job, .. } if job == "c")));
+        .any(|a| matches!(a, Action::Kill { job, .. } if &**job == "c")));
     // Rows: p1 holds a, e; p2 holds b, d: two slots suffice, and no VP moved.
     assert_eq!(s.map().columns().len(), 2);
     assert!(!actions.iter().any(|a| matches!(a, Action::Migrate { .. })));
@@ -398,7 +398,7 @@ proptest! {
                     Event::ProcessorExit { id } => { live.remove(id); }
                     _ => {}
                 }
-                let optional = acts.iter().filter(|a| matches!(a, Action::Migrate { from, .. } if live.contains(from))).count();
+                let optional = acts.iter().filter(|a| matches!(a, Action::Migrate { from, .. } if live.contains(&**from))).count();
                 prop_assert!(optional <= budget, "{optional} optional migrations > {budget} after {e:?}");
             }
         }
@@ -431,7 +431,7 @@ fn beyond_the_slot_cap_a_job_waits_until_space_appears() {
     assert_eq!(
         actions
             .iter()
-            .filter(|a| matches!(a, Action::Start { job, .. } if job == "b"))
+            .filter(|a| matches!(a, Action::Start { job, .. } if &**job == "b"))
             .count(),
         2
     );
