@@ -265,3 +265,61 @@ fn sim_compares_policies_on_a_trace_plain_or_gzipped() {
         );
     }
 }
+
+#[test]
+fn sim_machines_of_several_architectures_and_drawn_capacities() {
+    // Job 1 (partition 1) needs the first architecture, job 2 (partition 2)
+    // the second. With 3 + 1 processors, job 1 (3 procs) and job 2 (1 proc)
+    // run side by side under FCFS: both end at their run times.
+    let swf = "; MaxProcs: 4\n\
+1 0 0 10 3 -1 -1 3 10 -1 1 1 1 1 1 1 -1 -1\n\
+2 0 0 5 1 -1 -1 1 5 -1 1 1 1 1 1 2 -1 -1\n";
+    let trace = file(swf);
+    let path = trace.path().to_str().unwrap();
+    let v = json(&mig(&[
+        "sim",
+        "--trace",
+        path,
+        "--policy",
+        "fcfs,mtat",
+        "--json",
+        "--arches",
+        "x86_64:3,aarch64:1",
+        "--capacities",
+        "uniform:1-4",
+    ]));
+    assert_eq!(v["policies"]["fcfs"]["jobs"], 2);
+    assert_eq!(v["policies"]["fcfs"]["makespan"], 10.0);
+    assert_eq!(v["policies"]["mtat"]["jobs"], 2);
+    // Two processors of each: job 1 (3 procs) no longer fits its pool under
+    // FCFS; mtat doubles it up.
+    let v = json(&mig(&[
+        "sim",
+        "--trace",
+        path,
+        "--policy",
+        "fcfs,mtat",
+        "--json",
+        "--arches",
+        "x86_64,aarch64",
+    ]));
+    assert_eq!(v["policies"]["fcfs"]["jobs"], 1);
+    assert_eq!(v["policies"]["mtat"]["jobs"], 2);
+    for (flag, says) in [
+        (
+            "--arches=x86_64:3,aarch64:2",
+            "add up to 5, the machine has 4",
+        ),
+        (
+            "--arches=x86_64:3,aarch64",
+            "a count for every architecture or for none",
+        ),
+        ("--arches=x86_64,x86_64", "each once"),
+        ("--capacities=uniform:4-1", "LO is above HI"),
+        ("--capacities=1,0", "not a positive number"),
+    ] {
+        let out = mig(&["sim", "--trace", path, flag]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{flag}: {err}");
+    }
+}

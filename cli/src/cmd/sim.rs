@@ -27,9 +27,17 @@ pub struct Args {
     /// Processors (default: the trace's MaxProcs, else MaxNodes).
     #[arg(long)]
     processors: Option<u32>,
-    /// Relative capacities of the processors, cycled over them (default all 1).
-    #[arg(long, value_delimiter = ',')]
-    capacities: Vec<f64>,
+    /// Relative capacities of the processors: a list cycled over them
+    /// (`1,2,4`), or `uniform:LO-HI` drawn per processor from a fixed seed
+    /// (default all 1).
+    #[arg(long)]
+    capacities: Option<String>,
+    /// Architectures of the processors: `NAME:COUNT,...` (counts adding up
+    /// to the processors) or `NAME,...` cycled over them. A job needs the
+    /// architecture its partition (SWF field 16) names: partition p takes
+    /// the p-th in the list, cycling; unknown takes the first.
+    #[arg(long)]
+    arches: Option<String>,
     /// Most slots per round for the time-sharing policies (the multiprogramming
     /// level); jobs needing more wait in submission order.
     #[arg(long, default_value_t = sim::DEFAULT_MAX_SLOTS)]
@@ -78,6 +86,85 @@ pub struct Args {
     jobs_out: Option<PathBuf>,
 }
 
+/// `--capacities`: a list cycled over `n` processors, or `uniform:LO-HI`.
+fn capacities(spec: Option<&str>, n: usize) -> Result<Vec<f64>> {
+    let Some(spec) = spec else {
+        return Ok(vec![1.0; n]);
+    };
+    let positive = |v: &str| -> Result<f64> {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|c| c.is_finite() && *c > 0.0)
+            .with_context(|| format!("--capacities: {v:?} is not a positive number"))
+    };
+    if let Some(range) = spec.strip_prefix("uniform:") {
+        let (lo, hi) = range
+            .split_once('-')
+            .context("--capacities uniform:LO-HI, e.g. uniform:1-4")?;
+        let (lo, hi) = (positive(lo)?, positive(hi)?);
+        if lo > hi {
+            bail!("--capacities uniform:{lo}-{hi}: LO is above HI");
+        }
+        // A fixed seed: the same machine every run (SplitMix64).
+        let mut state: u64 = 0x5eed;
+        return Ok((0..n)
+            .map(|_| {
+                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                let u = ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64;
+                lo + (hi - lo) * u
+            })
+            .collect());
+    }
+    let list: Vec<f64> = spec.split(',').map(positive).collect::<Result<_>>()?;
+    Ok((0..n).map(|i| list[i % list.len()]).collect())
+}
+
+/// `--arches`: the architecture names and each processor's, from
+/// `NAME:COUNT,...` or `NAME,...` (cycled). None given: one architecture.
+fn architectures(spec: Option<&str>, n: usize) -> Result<(Vec<String>, Vec<u32>)> {
+    let Some(spec) = spec else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let mut names: Vec<String> = Vec::new();
+    let mut counts: Vec<Option<usize>> = Vec::new();
+    for part in spec.split(',') {
+        let (name, count) = match part.split_once(':') {
+            Some((name, c)) => (
+                name.trim(),
+                Some(c.trim().parse::<usize>().with_context(|| {
+                    format!("--arches: {c:?} in {part:?} is not a processor count")
+                })?),
+            ),
+            None => (part.trim(), None),
+        };
+        if name.is_empty() || names.iter().any(|x| x == name) {
+            bail!("--arches: {part:?}: names must be given, each once");
+        }
+        names.push(name.to_string());
+        counts.push(count);
+    }
+    let arches: Vec<u32> = if counts.iter().all(Option::is_none) {
+        (0..n).map(|i| (i % names.len()) as u32).collect()
+    } else if counts.iter().all(Option::is_some) {
+        let total: usize = counts.iter().flatten().sum();
+        if total != n {
+            bail!("--arches: the counts add up to {total}, the machine has {n} processors");
+        }
+        counts
+            .iter()
+            .enumerate()
+            .flat_map(|(a, c)| std::iter::repeat_n(a as u32, c.unwrap_or(0)))
+            .collect()
+    } else {
+        bail!("--arches: give a count for every architecture or for none");
+    };
+    Ok((names, arches))
+}
+
 fn read_trace(path: &PathBuf) -> Result<String> {
     let mut raw = Vec::new();
     std::fs::File::open(path)
@@ -106,9 +193,6 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
     }
-    if let Some(c) = a.capacities.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
-        bail!("--capacities: {c} is not a positive number");
-    }
     let text = read_trace(&a.trace)?;
     let mut w = swf::parse_swf(&text, a.lenient).with_context(|| a.trace.display().to_string())?;
     if let Some(n) = a.limit {
@@ -118,15 +202,14 @@ pub fn run(a: Args) -> Result<()> {
         Some(p) if p > 0 => p,
         _ => bail!("the trace has no MaxProcs/MaxNodes header: give --processors"),
     };
-    let caps: Vec<f64> = (0..procs as usize)
-        .map(|i| {
-            if a.capacities.is_empty() {
-                1.0
-            } else {
-                a.capacities[i % a.capacities.len()]
-            }
-        })
-        .collect();
+    let caps = capacities(a.capacities.as_deref(), procs as usize)?;
+    let (arch_names, arches) = architectures(a.arches.as_deref(), procs as usize)?;
+    for j in &mut w.jobs {
+        j.arch = match (j.partition, arch_names.len()) {
+            (p, n) if p >= 1 && n > 0 => ((p - 1) as usize % n) as u32,
+            _ => 0,
+        };
+    }
     for (flag, v) in [
         ("--migration-cost", a.migration_cost),
         ("--migration-cost-per-mb", a.migration_cost_per_mb),
@@ -151,6 +234,8 @@ pub fn run(a: Args) -> Result<()> {
         None => sim::owners::Model::parse(&a.owners).map_err(|e| anyhow::anyhow!(e))?,
     };
     let cond = sim::Conditions {
+        arches,
+        arch_names,
         owners,
         migration_cost: a.migration_cost,
         migration_cost_per_mb: a.migration_cost_per_mb,

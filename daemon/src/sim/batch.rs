@@ -8,17 +8,17 @@
 //! an owner takes back a processor a job holds, the whole job stops (as a
 //! suspended job does under HTCondor's default policy or a gang-suspended one
 //! under Slurm) until every processor it holds is left again; a processor
-//! taken back while free is not given to new jobs. What does not: time
-//! sharing (`gang`, `matrix`).
+//! taken back while free is not given to new jobs. A job runs on processors
+//! of its own architecture only (one pool each; the queue is shared). What
+//! does not: time sharing (`gang`, `matrix`).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
-use super::owners::Model;
 use super::swf::Job;
-use super::{last_submit, Outcome, Sample};
+use super::{last_submit, Conditions, Outcome, Sample};
 
 /// A running job's projected end; stale once its `epoch` is behind the job's.
 #[derive(PartialEq)]
@@ -42,17 +42,20 @@ impl Ord for Ending {
     }
 }
 
-/// Replay `jobs` on `procs` processors with FCFS, or EASY if `easy`, while
-/// `owners` take processors back. Jobs wider than the machine never start
-/// and are left out.
+/// Replay `jobs` on `procs` processors with FCFS, or EASY if `easy`, under
+/// `cond` (architectures, owners). Jobs wider than their architecture's
+/// pool never start and are left out.
 pub fn run(
     jobs: &[Job],
     procs: u32,
     easy: bool,
-    owners: &Model,
+    cond: &Conditions,
     done: &AtomicUsize,
 ) -> (Vec<Outcome>, Vec<Sample>) {
     let n = procs as usize;
+    let arches = cond.arch_names.len().max(1);
+    let pool: Vec<usize> = (0..arches as u32).map(|a| cond.pool_size(n, a)).collect();
+    let arch = |i: usize| (jobs[i].arch as usize).min(arches - 1);
     let mut timeline: Vec<Sample> = Vec::new();
     let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
     let mut next = 0;
@@ -60,8 +63,13 @@ pub fn run(
     let mut running: BinaryHeap<Ending> = BinaryHeap::new();
     // (index, start) of running jobs, for EASY's reservation.
     let mut active: Vec<(usize, f64)> = Vec::new();
-    // Processors free and not taken back, lowest first; who holds the rest.
-    let mut avail: BTreeSet<usize> = (0..n).collect();
+    // Per architecture: processors free and not taken back, lowest first;
+    // who holds the rest.
+    let mut avail: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); arches];
+    for p in 0..n {
+        avail[(cond.arch_of(p) as usize).min(arches - 1)].insert(p);
+    }
+    let home = |p: usize| (cond.arch_of(p) as usize).min(arches - 1);
     let mut holder: Vec<Option<usize>> = vec![None; n];
     let mut held: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
     // A running job's processors taken back now, its projected end, the work
@@ -71,7 +79,9 @@ pub fn run(
     let mut left: Vec<f64> = vec![0.0; jobs.len()];
     let mut epoch: Vec<u32> = vec![0; jobs.len()];
     let mut started: Vec<f64> = vec![0.0; jobs.len()];
-    let mut owners = owners.changes(n, jobs.first().map_or(0.0, |j| j.submit), last_submit(jobs));
+    let mut owners =
+        cond.owners
+            .changes(n, jobs.first().map_or(0.0, |j| j.submit), last_submit(jobs));
     loop {
         while running.peek().is_some_and(|e| e.epoch != epoch[e.index]) {
             running.pop();
@@ -94,7 +104,7 @@ pub fn run(
             done.fetch_add(1, AtomicOrdering::Relaxed);
             for p in std::mem::take(&mut held[e.index]) {
                 holder[p] = None;
-                avail.insert(p);
+                avail[home(p)].insert(p);
             }
             active.retain(|&(i, _)| i != e.index);
             let j = &jobs[e.index];
@@ -123,7 +133,7 @@ pub fn run(
                     }
                 }
                 (true, None) => {
-                    avail.remove(&p);
+                    avail[home(p)].remove(&p);
                 }
                 (false, Some(i)) => {
                     blocked[i] = blocked[i].saturating_sub(1);
@@ -137,35 +147,36 @@ pub fn run(
                     }
                 }
                 (false, None) => {
-                    avail.insert(p);
+                    avail[home(p)].insert(p);
                 }
             }
         }
         while jobs.get(next).is_some_and(|j| j.submit <= now) {
-            if jobs[next].procs <= procs && jobs[next].procs > 0 {
+            if jobs[next].procs as usize <= pool[arch(next)] && jobs[next].procs > 0 {
                 queue.push_back(next);
             }
             next += 1;
         }
-        let mut start = |i: usize, avail: &mut BTreeSet<usize>, active: &mut Vec<(usize, f64)>| {
-            let j = &jobs[i];
-            for _ in 0..j.procs {
-                if let Some(p) = avail.pop_first() {
-                    holder[p] = Some(i);
-                    held[i].push(p);
+        let mut start =
+            |i: usize, avail: &mut Vec<BTreeSet<usize>>, active: &mut Vec<(usize, f64)>| {
+                let j = &jobs[i];
+                for _ in 0..j.procs {
+                    if let Some(p) = avail[arch(i)].pop_first() {
+                        holder[p] = Some(i);
+                        held[i].push(p);
+                    }
                 }
-            }
-            active.push((i, now));
-            started[i] = now;
-            ends[i] = now + j.run;
-            running.push(Ending {
-                end: ends[i],
-                index: i,
-                epoch: epoch[i],
-            });
-        };
+                active.push((i, now));
+                started[i] = now;
+                ends[i] = now + j.run;
+                running.push(Ending {
+                    end: ends[i],
+                    index: i,
+                    epoch: epoch[i],
+                });
+            };
         while let Some(&h) = queue.front() {
-            if jobs[h].procs as usize > avail.len() {
+            if jobs[h].procs as usize > avail[arch(h)].len() {
                 break;
             }
             queue.pop_front();
@@ -173,13 +184,16 @@ pub fn run(
         }
         if easy {
             if let Some(&head) = queue.front() {
-                // The head's reservation: when enough processors free up.
+                // The head's reservation: when enough processors of its
+                // architecture free up.
+                let ha = arch(head);
                 let mut ends: Vec<(f64, u32)> = active
                     .iter()
+                    .filter(|&&(i, _)| arch(i) == ha)
                     .map(|&(i, s)| (s + jobs[i].estimate, jobs[i].procs))
                     .collect();
                 ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let mut avail_then = avail.len() as u32;
+                let mut avail_then = avail[ha].len() as u32;
                 let mut shadow = f64::INFINITY;
                 for (t, p) in ends {
                     avail_then += p;
@@ -192,10 +206,11 @@ pub fn run(
                 let candidates: Vec<usize> = queue.iter().skip(1).copied().collect();
                 for i in candidates {
                     let j = &jobs[i];
-                    if j.procs as usize > avail.len() {
+                    if j.procs as usize > avail[arch(i)].len() {
                         continue;
                     }
-                    let before_shadow = now + j.estimate <= shadow;
+                    // Another architecture's job cannot delay the head.
+                    let before_shadow = arch(i) != ha || now + j.estimate <= shadow;
                     if before_shadow || j.procs <= extra {
                         if !before_shadow {
                             extra -= j.procs;
@@ -226,12 +241,8 @@ mod tests {
 
     fn job(id: &str, submit: f64, run: f64, procs: u32, estimate: f64) -> Job {
         Job {
-            id: id.into(),
-            submit,
-            run,
-            procs,
             estimate,
-            memory_kb: 0.0,
+            ..Job::new(id, submit, run, procs)
         }
     }
 
@@ -244,7 +255,14 @@ mod tests {
             job("b", 1.0, 50.0, 6, 50.0),
             job("c", 2.0, 10.0, 2, 10.0),
         ];
-        let r = run(&jobs, 10, false, &Model::None, &AtomicUsize::new(0)).0;
+        let r = run(
+            &jobs,
+            10,
+            false,
+            &Conditions::default(),
+            &AtomicUsize::new(0),
+        )
+        .0;
         let end = |id: &str| r.iter().find(|o| o.id == id).unwrap().end;
         assert_eq!(end("a"), 100.0);
         assert_eq!(end("b"), 150.0);
@@ -260,8 +278,14 @@ mod tests {
         // and keeps it past 150: when a ends, p0, p1, p2 are left and b runs
         // 150..160. Without owners: a ends at 100, b runs 100..110.
         let jobs = [job("a", 0.0, 100.0, 2, 100.0), job("b", 5.0, 10.0, 3, 10.0)];
-        let owners =
-            Model::availability("10 1 leave\n60 1 return\n20 3 leave\n200 3 return\n", 4).unwrap();
+        let owners = Conditions {
+            owners: crate::sim::owners::Model::availability(
+                "10 1 leave\n60 1 return\n20 3 leave\n200 3 return\n",
+                4,
+            )
+            .unwrap(),
+            ..Conditions::default()
+        };
         let span = |r: &[Outcome], id: &str| {
             let o = r.iter().find(|o| o.id == id).unwrap();
             (o.start, o.end)
@@ -272,7 +296,7 @@ mod tests {
             assert_eq!(span(&r, "b"), (150.0, 160.0));
             let stopped = timeline.iter().find(|s| s.t == 10.0).unwrap();
             assert_eq!(stopped.utilization, 0.0, "a does nothing while stopped");
-            let r = run(&jobs, 4, easy, &Model::None, &AtomicUsize::new(0)).0;
+            let r = run(&jobs, 4, easy, &Conditions::default(), &AtomicUsize::new(0)).0;
             assert_eq!(span(&r, "a"), (0.0, 100.0));
             assert_eq!(span(&r, "b"), (100.0, 110.0));
         }
@@ -285,7 +309,14 @@ mod tests {
             job("b", 1.0, 50.0, 6, 50.0),
             job("c", 2.0, 10.0, 2, 10.0),
         ];
-        let r = run(&jobs, 10, true, &Model::None, &AtomicUsize::new(0)).0;
+        let r = run(
+            &jobs,
+            10,
+            true,
+            &Conditions::default(),
+            &AtomicUsize::new(0),
+        )
+        .0;
         let c = r.iter().find(|o| o.id == "c").unwrap();
         assert_eq!(
             c.start, 2.0,

@@ -46,10 +46,13 @@ pub fn run(
         let _ = sched.on_event(Event::NewProcessor {
             id: id.clone(),
             host: id,
-            arch: "any".into(),
+            arch: cond.arch_name(cond.arch_of(i)).into(),
             capacity: c,
         });
     }
+    let pools: Vec<usize> = (0..cond.arch_names.len().max(1) as u32)
+        .map(|a| cond.pool_size(capacities.len(), a))
+        .collect();
     let mut remaining: Vec<f64> = jobs.iter().map(|j| j.run).collect();
     let total_capacity: f64 = capacities.iter().sum::<f64>().max(f64::MIN_POSITIVE);
     let mut timeline: Vec<Sample> = Vec::new();
@@ -152,7 +155,7 @@ pub fn run(
                 Event::NewProcessor {
                     id: id.clone(),
                     host: id,
-                    arch: "any".into(),
+                    arch: cond.arch_name(cond.arch_of(c.processor)).into(),
                     capacity: capacities[c.processor],
                 }
             };
@@ -163,11 +166,15 @@ pub fn run(
         while jobs.get(next).is_some_and(|j| j.submit <= now) {
             let j = &jobs[next];
             // Doubling up is allowed, but not without bound: a job of more
-            // VPs than the scheduler takes is left out like a too-wide job.
-            if j.procs > 0 && u64::from(j.procs) <= crate::sched::scheduler::MAX_VPS {
+            // VPs than the scheduler takes is left out like a too-wide job,
+            // and so is one whose architecture the machine has none of.
+            if j.procs > 0
+                && u64::from(j.procs) <= crate::sched::scheduler::MAX_VPS
+                && pools[(j.arch as usize).min(pools.len() - 1)] > 0
+            {
                 let e = Event::Submit {
                     job: next.to_string(),
-                    vps: BTreeMap::from([("any".to_string(), j.procs)]),
+                    vps: BTreeMap::from([(cond.arch_name(j.arch).to_string(), j.procs)]),
                 };
                 if let Ok(a) = sched.on_event(e) {
                     note(a, &mut moved, &mut remaining, &rate);

@@ -27,16 +27,19 @@ struct Matrix {
     buddy: bool,
     /// Processors their owners have taken back.
     owned: Vec<bool>,
+    /// The processors of each architecture, in order.
+    cols: Vec<Vec<usize>>,
 }
 
 impl Matrix {
-    /// Cells for job `i` of `n` VPs in some slot, creating one if allowed.
-    fn place(&mut self, i: usize, n: usize, max_slots: usize) -> bool {
-        if n == 0 || n > self.procs {
+    /// Cells for job `i` of `n` VPs of architecture `a` in some slot,
+    /// creating one if allowed.
+    fn place(&mut self, i: usize, n: usize, a: usize, max_slots: usize) -> bool {
+        if n == 0 || n > self.cols.get(a).map_or(0, Vec::len) {
             return false;
         }
         for s in 0..self.slots.len() {
-            if let Some(cells) = self.fit(s, n) {
+            if let Some(cells) = self.fit(s, n, a) {
                 for c in cells {
                     self.slots[s][c] = Some(i);
                 }
@@ -46,7 +49,7 @@ impl Matrix {
         if self.slots.len() < max_slots {
             self.slots.push(vec![None; self.procs]);
             let s = self.slots.len() - 1;
-            if let Some(cells) = self.fit(s, n) {
+            if let Some(cells) = self.fit(s, n, a) {
                 for c in cells {
                     self.slots[s][c] = Some(i);
                 }
@@ -57,19 +60,24 @@ impl Matrix {
         false
     }
 
-    fn fit(&self, s: usize, n: usize) -> Option<Vec<usize>> {
+    fn fit(&self, s: usize, n: usize, a: usize) -> Option<Vec<usize>> {
         let row = &self.slots[s];
+        let cols = self.cols.get(a)?;
+        let usable = |c: usize| row[c].is_none() && !self.owned[c];
         if self.buddy {
-            // On a machine that is not a power of two, a job whose rounded
-            // size exceeds it takes the whole machine.
-            let block = n.next_power_of_two().min(self.procs);
-            (0..self.procs / block)
-                .map(|b| b * block)
-                .find(|&start| (start..start + block).all(|c| row[c].is_none() && !self.owned[c]))
-                .map(|start| (start..start + block).collect())
+            // Blocks over the architecture's processors. On a pool that is
+            // not a power of two, a job whose rounded size exceeds it takes
+            // the whole pool.
+            let block = n.next_power_of_two().min(cols.len());
+            (0..cols.len() / block)
+                .map(|b| &cols[b * block..(b + 1) * block])
+                .find(|block| block.iter().all(|&c| usable(c)))
+                .map(<[usize]>::to_vec)
         } else {
-            let free: Vec<usize> = (0..self.procs)
-                .filter(|&c| row[c].is_none() && !self.owned[c])
+            let free: Vec<usize> = cols
+                .iter()
+                .copied()
+                .filter(|&c| usable(c))
                 .take(n)
                 .collect();
             (free.len() == n).then_some(free)
@@ -122,7 +130,17 @@ pub fn run(
         slots: Vec::new(),
         buddy,
         owned: vec![false; procs as usize],
+        cols: {
+            let mut cols = vec![Vec::new(); cond.arch_names.len().max(1)];
+            for p in 0..procs as usize {
+                let a = (cond.arch_of(p) as usize).min(cols.len() - 1);
+                cols[a].push(p);
+            }
+            cols
+        },
     };
+    let arches = m.cols.len();
+    let arch = |i: usize| (jobs[i].arch as usize).min(arches - 1);
     // Cells of each job on processors taken back: it runs only at 0.
     let mut blocked: Vec<u32> = vec![0; jobs.len()];
     let mut owners = cond.owners.changes(
@@ -213,7 +231,8 @@ pub fn run(
             // one) can be placed: skip those without searching.
             let widest = m.widest_room(max_slots);
             waiting.retain(|&i| {
-                if jobs[i].procs as usize <= widest && m.place(i, jobs[i].procs as usize, max_slots)
+                if jobs[i].procs as usize <= widest
+                    && m.place(i, jobs[i].procs as usize, arch(i), max_slots)
                 {
                     running.insert(i, now);
                     false
@@ -224,8 +243,8 @@ pub fn run(
         }
         while jobs.get(next).is_some_and(|j| j.submit <= now) {
             let j = &jobs[next];
-            if j.procs > 0 && j.procs <= procs {
-                if waiting.is_empty() && m.place(next, j.procs as usize, max_slots) {
+            if j.procs > 0 && j.procs as usize <= m.cols[arch(next)].len() {
+                if waiting.is_empty() && m.place(next, j.procs as usize, arch(next), max_slots) {
                     running.insert(next, now);
                 } else {
                     waiting.push(next);

@@ -93,9 +93,15 @@ pub const POLICIES: &[&str] = &[
 /// multiprogramming level; Slurm's gang scheduler is capped the same way).
 pub const DEFAULT_MAX_SLOTS: usize = 8;
 
-/// What the machine does besides running jobs.
+/// The machine beyond its capacities, and what happens to it besides
+/// running jobs.
 #[derive(Debug, Clone)]
 pub struct Conditions {
+    /// Architecture of each processor (an index into `arch_names`); empty
+    /// when all share one. A job runs only on its own (`Job::arch`).
+    pub arches: Vec<u32>,
+    /// Architecture names (`any` when empty).
+    pub arch_names: Vec<String>,
     /// Owners taking processors back. `mtat` and `mtat+repack` move work
     /// off the processor; the others stop the jobs on it until it is left.
     pub owners: owners::Model,
@@ -113,6 +119,8 @@ pub struct Conditions {
 impl Default for Conditions {
     fn default() -> Self {
         Conditions {
+            arches: Vec::new(),
+            arch_names: Vec::new(),
             owners: owners::Model::None,
             migration_cost: 0.0,
             migration_cost_per_mb: 0.0,
@@ -123,6 +131,23 @@ impl Default for Conditions {
 }
 
 impl Conditions {
+    /// The architecture of processor `p`.
+    pub fn arch_of(&self, p: usize) -> u32 {
+        self.arches.get(p).copied().unwrap_or(0)
+    }
+
+    /// The name of architecture `a`.
+    pub fn arch_name(&self, a: u32) -> &str {
+        self.arch_names
+            .get(a as usize)
+            .map_or("any", String::as_str)
+    }
+
+    /// Processors of architecture `a` among `n`.
+    pub fn pool_size(&self, n: usize, a: u32) -> usize {
+        (0..n).filter(|&p| self.arch_of(p) == a).count()
+    }
+
     /// The share of a round that does work with `slots` slots: a round of
     /// `slots` quanta spends `slots` switches, none with one slot.
     pub fn sharing_efficiency(&self, slots: usize) -> f64 {
@@ -182,7 +207,7 @@ pub fn replay_with(
     let procs = capacities.len() as u32;
     let (outcomes, migrations, slots, timeline) = match policy {
         "fcfs" | "easy" => {
-            let (o, timeline) = batch::run(jobs, procs, policy == "easy", &cond.owners, done);
+            let (o, timeline) = batch::run(jobs, procs, policy == "easy", cond, done);
             (o, 0, (1.0, 1), timeline)
         }
         "gang-firstfit" | "gang-buddy" => {

@@ -23,6 +23,10 @@ pub struct Job {
     /// Memory per processor in KB (used, else requested; 0 when unknown):
     /// the state a VP of this job carries when it moves.
     pub memory_kb: f64,
+    /// The trace's partition number (-1 when unknown).
+    pub partition: i64,
+    /// Architecture (index into the machine's names) its program needs.
+    pub arch: u32,
 }
 
 impl Job {
@@ -35,6 +39,8 @@ impl Job {
             procs,
             estimate: run,
             memory_kb: 0.0,
+            partition: -1,
+            arch: 0,
         }
     }
 }
@@ -124,10 +130,11 @@ pub fn parse_swf(text: &str, lenient: bool) -> Result<Workload, ParseError> {
                 field(&f, 4, n)?,
                 field(&f, 7, n)?,
                 field(&f, 8, n)?,
-                (field(&f, 6, n)?, field(&f, 9, n)?),
+                (field(&f, 6, n)?, field(&f, 9, n)?, field(&f, 15, n)?),
             ))
         })();
-        let (submit, run, alloc, req_procs, req_time, (used_mem, req_mem)) = match parsed {
+        let (submit, run, alloc, req_procs, req_time, (used_mem, req_mem, partition)) = match parsed
+        {
             Ok(v) => v,
             Err(e) if lenient => {
                 let _ = e;
@@ -162,6 +169,12 @@ pub fn parse_swf(text: &str, lenient: bool) -> Result<Workload, ParseError> {
             } else {
                 req_mem.max(0.0)
             },
+            partition: if partition >= 1.0 {
+                partition.min(1e9) as i64
+            } else {
+                -1
+            },
+            arch: 0,
         });
     }
     w.jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit));
@@ -200,6 +213,8 @@ pub fn parse_pyss(text: &str) -> Result<Workload, ParseError> {
             procs: procs.max(0.0) as u32,
             estimate,
             memory_kb: 0.0,
+            partition: -1,
+            arch: 0,
         });
     }
     w.jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit));
@@ -211,7 +226,7 @@ mod tests {
     use super::*;
 
     const SWF: &str = "; MaxProcs: 128\n; MaxNodes: 64\n\
-1 0 5 100 4 -1 2048 4 50 -1 1 1 1 1 1 -1 -1 -1\n\
+1 0 5 100 4 -1 2048 4 50 -1 1 1 1 1 1 2 -1 -1\n\
 2 10 -1 -1 -1 -1 -1 -1 -1 -1 5 1 1 1 1 -1 -1 -1\n\
 3 20 0 30 -1 -1 -1 8 3600 512 1 1 1 1 1 -1 -1 -1\n\
 4 30 0 -1 2 -1 -1 2 60 -1 5 1 1 1 1 -1 -1 -1\n";
@@ -230,6 +245,8 @@ mod tests {
                 procs: 4,
                 estimate: 100.0,
                 memory_kb: 2048.0,
+                partition: 2,
+                arch: 0,
             }
         );
         assert_eq!(

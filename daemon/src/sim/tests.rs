@@ -275,3 +275,44 @@ fn a_move_costs_more_for_a_job_with_more_memory() {
         );
     }
 }
+
+#[test]
+fn jobs_run_only_on_processors_of_their_architecture() {
+    // Three x86_64 processors and one aarch64. a (x86_64, 3 VPs, 10 s) fills
+    // the x86_64 pool; b (aarch64, 2 VPs, 10 s) has one processor: mtat
+    // doubles it up there (ends at 20, not 10 as on two processors), the
+    // policies without doubling up cannot run it at all.
+    let cond = Conditions {
+        arch_names: vec!["x86_64".into(), "aarch64".into()],
+        arches: vec![0, 0, 0, 1],
+        ..Conditions::default()
+    };
+    let a = Job::new("a", 0.0, 10.0, 3);
+    let b = Job {
+        arch: 1,
+        ..Job::new("b", 0.0, 10.0, 2)
+    };
+    for policy in POLICIES {
+        let r = replay_with(
+            &[a.clone(), b.clone()],
+            &[1.0; 4],
+            policy,
+            4,
+            &cond,
+            &AtomicUsize::new(0),
+        )
+        .unwrap();
+        let end = |id: &str| r.outcomes.iter().find(|o| o.id == id).map(|o| o.end);
+        assert_eq!(end("a"), Some(10.0), "{policy}");
+        let b_end = if policy.starts_with("mtat") {
+            Some(20.0)
+        } else {
+            None
+        };
+        assert_eq!(end("b"), b_end, "{policy}");
+    }
+    // On a machine of one architecture b spreads out and ends at 10 under
+    // mtat (the names do not matter, the pools do).
+    let r = replay(&[a, Job::new("b", 0.0, 10.0, 2)], &[1.0; 5], "mtat", 4).unwrap();
+    assert!(r.0.iter().all(|o| o.end == 10.0), "{:?}", r.0);
+}
