@@ -1095,26 +1095,25 @@ impl Scheduler {
         target_rows.sort_unstable();
         target_rows.dedup();
         let mut kept = vec![0u32; width];
-        let mut movers: Vec<u32> = Vec::new();
+        // VPs that must find a row: (index, architecture, placed before).
+        let mut movers: Vec<(u32, u32, bool)> = Vec::new();
         {
             let j = self.job(k);
             for (&i, v) in &j.vps {
                 match v.row {
                     Some(r) if r < width && kept[r] < want[r] => kept[r] += 1,
-                    _ => movers.push(i),
+                    _ => movers.push((i, v.arch, v.row.is_some() || v.at.is_some())),
                 }
             }
         }
         // Place movers in row order, each on a row of its architecture;
         // placed movers first so that new or held VPs fill what is left.
         let mut queues: BTreeMap<u32, VecDeque<u32>> = BTreeMap::new();
-        {
-            let j = self.job(k);
-            let (placed, unplaced): (Vec<u32>, Vec<u32>) = movers
-                .into_iter()
-                .partition(|i| j.vps[i].row.is_some() || j.vps[i].at.is_some());
-            for i in placed.into_iter().chain(unplaced) {
-                queues.entry(j.vps[&i].arch).or_default().push_back(i);
+        for placed in [true, false] {
+            for &(i, arch, was) in &movers {
+                if was == placed {
+                    queues.entry(arch).or_default().push_back(i);
+                }
             }
         }
         let mut assignments: Vec<(u32, Row)> = Vec::new();
