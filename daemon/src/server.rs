@@ -134,8 +134,9 @@ pub struct Daemon {
     dialling: HashMap<Token, Vec<Pending>>,
     /// Senders paused because too much is held for a VP not reachable yet.
     held_blocked: HashMap<Tid, Vec<Token>>,
-    /// Checkpoint images arriving in parts: how to start each, and the bytes.
-    incoming: HashMap<Tid, (StartVp, Vec<u8>)>,
+    /// Checkpoint images arriving in parts: how to start each, and the file
+    /// they go into.
+    incoming: HashMap<Tid, Incoming>,
     /// Each local VP's socket, for answers to it (also while it moves, when
     /// the router no longer delivers messages to it).
     vp_conns: HashMap<Tid, Token>,
@@ -629,7 +630,7 @@ impl Daemon {
                         Pending::Image(start, image) => self.report(PeerMsg::Restore {
                             to: host.clone(),
                             start,
-                            image,
+                            image: image.into_vec(),
                         }),
                     }
                 }
@@ -1773,7 +1774,7 @@ impl Daemon {
         let tid = start.tid;
         if let Some((_, path)) = self.parked.remove(&tid) {
             // Parked on disk: its image goes as it is.
-            let image = std::fs::read(&path);
+            let image = map_image(&path);
             let _ = std::fs::remove_file(&path);
             return match image {
                 Ok(image) => {
@@ -1874,8 +1875,9 @@ impl Daemon {
             }
             return;
         };
+        // Mapped, not read: checked in place and sent from the page cache.
         let read = if std::path::Path::new(path) == expected {
-            std::fs::read(&expected).map_err(|e| e.to_string())
+            map_image(&expected)
         } else {
             Err(format!("it wrote {path}, not {}", expected.display()))
         };
@@ -1920,13 +1922,13 @@ impl Daemon {
     /// Send a checkpoint image to `to` over the data link, in parts of at
     /// most 32 MiB (raw frame payloads, read on arrival straight into their
     /// buffers); through the master if there is no link.
-    fn send_image(&mut self, to: &str, start: StartVp, image: Vec<u8>) {
+    fn send_image(&mut self, to: &str, start: StartVp, image: Payload) {
         const PART: usize = 32 << 20;
         let Some(d) = self.link_to(to) else {
             return self.report(PeerMsg::Restore {
                 to: to.to_string(),
                 start,
-                image,
+                image: image.into_vec(),
             });
         };
         if !self
@@ -1942,7 +1944,8 @@ impl Daemon {
         }
         let (tid, total) = (start.tid, image.len() as u64);
         let mut start = Some(start);
-        for part in image.chunks(PART) {
+        // Pieces of the image itself, not copies of them.
+        for part in image.split(PART) {
             let msg = PeerMsg::RestorePart {
                 tid,
                 total,
@@ -1954,7 +1957,7 @@ impl Daemon {
             };
             let failed = match self.conns.get_mut(&d) {
                 Some(c) => c
-                    .send_parts(head, part.to_vec().into(), None, self.poll.registry(), d)
+                    .send_parts(head, part, None, self.poll.registry(), d)
                     .err(),
                 None => return log!("lost the link to {to} while sending VP t{tid:x}"),
             };
@@ -1964,49 +1967,99 @@ impl Daemon {
         }
     }
 
-    /// Part of a checkpoint image from the VP's previous host.
+    /// Part of a checkpoint image from the VP's previous host: written
+    /// to a file as it arrives and checked on the way, never held whole.
     fn image_part(&mut self, tid: Tid, total: u64, start: Option<StartVp>, part: Vec<u8>) {
         let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
         if total > limit {
             return log!("refusing an image of {total} bytes for t{tid:x}");
         }
         if let Some(start) = start {
-            // Grown as parts arrive: a peer's announced size is not trusted
-            // with memory before the bytes are there.
-            self.incoming.insert(tid, (start, Vec::new()));
+            let tmp = self.cfg.state_dir.join(format!("t{tid:x}.restore.part"));
+            match std::fs::File::create(&tmp) {
+                Ok(file) => {
+                    self.incoming.insert(
+                        tid,
+                        Incoming {
+                            start,
+                            file,
+                            tmp,
+                            check: libmig::checkpoint::Checker::default(),
+                        },
+                    );
+                }
+                Err(e) => return log!("cannot take in VP t{tid:x}: {}: {e}", tmp.display()),
+            }
         }
-        let Some((_, buf)) = self.incoming.get_mut(&tid) else {
+        let Some(inc) = self.incoming.get_mut(&tid) else {
             return log!("an image part for t{tid:x} without its start");
         };
-        if buf.len() as u64 + part.len() as u64 > total {
-            self.incoming.remove(&tid);
-            return log!("image parts for t{tid:x} overflow its size");
+        let failed = if inc.check.seen() + part.len() as u64 > total {
+            Some("image parts overflow its size".to_string())
+        } else {
+            inc.check.update(&part);
+            inc.file.write_all(&part).err().map(|e| e.to_string())
+        };
+        if let Some(why) = failed {
+            if let Some(inc) = self.incoming.remove(&tid) {
+                let _ = std::fs::remove_file(&inc.tmp);
+            }
+            return log!("cannot take in VP t{tid:x}: {why}");
         }
-        buf.extend_from_slice(&part);
-        if buf.len() as u64 == total {
-            if let Some((start, image)) = self.incoming.remove(&tid) {
-                self.restore(start, &image);
+        if inc.check.seen() == total {
+            if let Some(inc) = self.incoming.remove(&tid) {
+                self.restore_received(inc);
+            }
+        }
+    }
+
+    /// A whole image arrived in parts: checked, it becomes the VP's restore
+    /// file and the VP starts from it.
+    fn restore_received(&mut self, inc: Incoming) {
+        let tid = inc.start.tid;
+        let path = self.cfg.state_dir.join(format!("t{tid:x}.restore"));
+        drop(inc.file);
+        let ready = inc
+            .check
+            .finish()
+            .map_err(|e| e.to_string())
+            .and_then(|()| std::fs::rename(&inc.tmp, &path).map_err(|e| e.to_string()));
+        match ready {
+            Ok(()) => self.start_restored(inc.start, &path),
+            Err(e) => {
+                let _ = std::fs::remove_file(&inc.tmp);
+                self.restore_failed(tid, &e);
             }
         }
     }
 
     /// Start a VP from a checkpoint image sent by its previous host.
-    fn restore(&mut self, mut start: StartVp, image: &[u8]) {
+    fn restore(&mut self, start: StartVp, image: &[u8]) {
         let tid = start.tid;
         let path = self.cfg.state_dir.join(format!("t{tid:x}.restore"));
         // Checked, then written as received: the VP decodes it itself.
         let written = libmig::checkpoint::Image::check(image)
             .and_then(|()| libmig::checkpoint::write_bytes(&path, image, false))
             .map_err(|e| e.to_string());
-        if let Err(e) = written {
-            log!("cannot restore VP t{tid:x}: {e}");
-            let status = ExitInfo {
-                code: None,
-                signal: None,
-                error: Some(format!("restoring it failed: {e}")),
-            };
-            return self.report(PeerMsg::Exited { tid, status });
+        match written {
+            Ok(()) => self.start_restored(start, &path),
+            Err(e) => self.restore_failed(tid, &e),
         }
+    }
+
+    fn restore_failed(&mut self, tid: Tid, e: &str) {
+        log!("cannot restore VP t{tid:x}: {e}");
+        let status = ExitInfo {
+            code: None,
+            signal: None,
+            error: Some(format!("restoring it failed: {e}")),
+        };
+        self.report(PeerMsg::Exited { tid, status });
+    }
+
+    /// Start VP `start` from the image at `path`.
+    fn start_restored(&mut self, mut start: StartVp, path: &std::path::Path) {
+        let tid = start.tid;
         start.env.retain(|(k, _)| k != libmig::vp::env::RESTORE);
         start.env.push((
             libmig::vp::env::RESTORE.to_string(),
@@ -2211,7 +2264,7 @@ enum Pending {
     /// A message between VPs.
     Msg(Envelope, Body),
     /// A checkpoint image on its way to the host restoring it.
-    Image(StartVp, Vec<u8>),
+    Image(StartVp, Payload),
 }
 
 fn gone(tid: Tid) -> String {
@@ -2294,4 +2347,30 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Slicing(_) => "Slicing",
         PeerMsg::Unpark { .. } => "Unpark",
     }
+}
+
+/// A checkpoint image arriving in parts (see `Daemon::image_part`).
+struct Incoming {
+    start: StartVp,
+    file: std::fs::File,
+    tmp: std::path::PathBuf,
+    check: libmig::checkpoint::Checker,
+}
+
+/// A checkpoint image file, mapped read-only (no copy) after checking its
+/// size against the largest image there can be.
+fn map_image(path: &std::path::Path) -> Result<Payload, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let len = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
+    if len > limit {
+        return Err(format!(
+            "{}: {len} bytes, larger than any image",
+            path.display()
+        ));
+    }
+    Payload::map_file(&f, len as usize).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -159,46 +159,9 @@ impl Image {
     /// Check image bytes in the order size, magic, version, checksum,
     /// without decoding them (a daemon passing an image on needs no more).
     pub fn check(bytes: &[u8]) -> Result<(), CheckpointError> {
-        let got = bytes.len() as u64;
-        if bytes.len() < PREAMBLE {
-            return Err(CheckpointError::Truncated {
-                got,
-                want: PREAMBLE as u64,
-            });
-        }
-        let word = |r: std::ops::Range<usize>| {
-            let mut b = [0u8; 8];
-            b[..r.len()].copy_from_slice(&bytes[r]);
-            u64::from_le_bytes(b)
-        };
-        let len = word(16..24);
-        if len > MAX_IMAGE {
-            return Err(CheckpointError::BadLength(format!(
-                "announces {len} bytes, more than the limit of {MAX_IMAGE}"
-            )));
-        }
-        let want = PREAMBLE as u64 + len;
-        if got < want {
-            return Err(CheckpointError::Truncated { got, want });
-        }
-        if got > want {
-            return Err(CheckpointError::BadLength(format!(
-                "{got} bytes where {want} were announced"
-            )));
-        }
-        if bytes[0..8] != MAGIC {
-            return Err(CheckpointError::BadMagic);
-        }
-        let version = word(8..12) as u32;
-        if version != VERSION {
-            return Err(CheckpointError::Version { theirs: version });
-        }
-        let body = &bytes[PREAMBLE..];
-        let (got, want) = (crc32c::crc32c(body), word(12..16) as u32);
-        if got != want {
-            return Err(CheckpointError::Checksum { got, want });
-        }
-        Ok(())
+        let mut c = Checker::default();
+        c.update(bytes);
+        c.finish()
     }
 
     /// An image from bytes, checked (see `check`), then decoded.
@@ -236,6 +199,81 @@ impl Image {
             )));
         }
         Image::decode(&fs::read(path).map_err(io)?)
+    }
+}
+
+/// `Image::check` over bytes that arrive in pieces: feed them in order with
+/// `update`, then `finish` gives the same verdict as checking them whole,
+/// without ever holding them all.
+#[derive(Debug, Clone, Default)]
+pub struct Checker {
+    preamble: Vec<u8>,
+    body: u64,
+    crc: u32,
+}
+
+impl Checker {
+    /// Take in the next bytes of the image.
+    pub fn update(&mut self, mut bytes: &[u8]) {
+        if self.preamble.len() < PREAMBLE {
+            let take = (PREAMBLE - self.preamble.len()).min(bytes.len());
+            self.preamble.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.body += bytes.len() as u64;
+    }
+
+    /// Bytes taken in so far.
+    pub fn seen(&self) -> u64 {
+        self.preamble.len() as u64 + self.body
+    }
+
+    /// The verdict on everything taken in: size, magic, version, checksum.
+    pub fn finish(&self) -> Result<(), CheckpointError> {
+        let got = self.seen();
+        let p = &self.preamble;
+        if p.len() < PREAMBLE {
+            return Err(CheckpointError::Truncated {
+                got,
+                want: PREAMBLE as u64,
+            });
+        }
+        let word = |r: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&p[r]);
+            u64::from_le_bytes(b)
+        };
+        let len = word(16..24);
+        if len > MAX_IMAGE {
+            return Err(CheckpointError::BadLength(format!(
+                "announces {len} bytes, more than the limit of {MAX_IMAGE}"
+            )));
+        }
+        let want = PREAMBLE as u64 + len;
+        if got < want {
+            return Err(CheckpointError::Truncated { got, want });
+        }
+        if got > want {
+            return Err(CheckpointError::BadLength(format!(
+                "{got} bytes where {want} were announced"
+            )));
+        }
+        if p[0..8] != MAGIC {
+            return Err(CheckpointError::BadMagic);
+        }
+        let version = word(8..12) as u32;
+        if version != VERSION {
+            return Err(CheckpointError::Version { theirs: version });
+        }
+        let want = word(12..16) as u32;
+        if self.crc != want {
+            return Err(CheckpointError::Checksum {
+                got: self.crc,
+                want,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -290,6 +328,28 @@ mod tests {
                 seq_in: vec![(0x40002, 10)],
             },
         }
+    }
+
+    #[test]
+    fn checking_in_pieces_gives_the_verdict_of_checking_whole() {
+        let good = image().encode().unwrap();
+        let mut bad = good.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let short = &good[..good.len() - 3];
+        for bytes in [&good[..], &bad[..], short, &good[..10]] {
+            for piece in [1, 7, 24, 1000] {
+                let mut c = Checker::default();
+                bytes.chunks(piece).for_each(|p| c.update(p));
+                assert_eq!(c.seen(), bytes.len() as u64);
+                assert_eq!(
+                    format!("{:?}", c.finish()),
+                    format!("{:?}", Image::check(bytes)),
+                    "pieces of {piece}"
+                );
+            }
+        }
+        assert!(Image::check(&good).is_ok() && Image::check(&bad).is_err());
     }
 
     #[test]

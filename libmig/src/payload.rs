@@ -27,7 +27,16 @@ pub struct Payload(Inner);
 
 enum Inner {
     Heap(Vec<u8>),
-    Mapped { ptr: *mut libc::c_void, len: usize },
+    Mapped {
+        ptr: *mut libc::c_void,
+        len: usize,
+    },
+    /// A range of another payload, shared (see `split`).
+    Slice {
+        of: std::sync::Arc<Payload>,
+        off: usize,
+        len: usize,
+    },
 }
 
 // SAFETY: a mapping is private to this value, read-only and sealed against
@@ -49,8 +58,51 @@ impl Payload {
     pub fn heap_mut(&mut self) -> Option<&mut Vec<u8>> {
         match &mut self.0 {
             Inner::Heap(v) => Some(v),
-            Inner::Mapped { .. } => None,
+            Inner::Mapped { .. } | Inner::Slice { .. } => None,
         }
+    }
+
+    /// Map the first `len` bytes of a file read-only, without copying them:
+    /// for a file this process wrote or owns, which nobody changes while
+    /// it is mapped (the daemon's checkpoint images).
+    pub fn map_file(file: &File, len: usize) -> io::Result<Payload> {
+        if len == 0 {
+            return Ok(Payload(Inner::Heap(Vec::new())));
+        }
+        // SAFETY: a private read-only mapping of a file we hold; the result
+        // is checked before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Payload(Inner::Mapped { ptr, len }))
+    }
+
+    /// Cut into consecutive pieces of at most `part` bytes that share these
+    /// bytes instead of copying them.
+    pub fn split(self, part: usize) -> Vec<Payload> {
+        let len = self.len();
+        let part = part.max(1);
+        let whole = std::sync::Arc::new(self);
+        (0..len)
+            .step_by(part)
+            .map(|off| {
+                Payload(Inner::Slice {
+                    of: whole.clone(),
+                    off,
+                    len: part.min(len - off),
+                })
+            })
+            .collect()
     }
 
     /// Map `len` bytes of a sealed memfd received from another process,
@@ -93,6 +145,7 @@ impl Deref for Payload {
             Inner::Heap(v) => v,
             // SAFETY: `ptr` maps `len` readable bytes until `drop`.
             Inner::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.cast(), *len) },
+            Inner::Slice { of, off, len } => &of[*off..*off + *len],
         }
     }
 }
@@ -205,6 +258,22 @@ pub fn check_sealed(fd: &OwnedFd, len: usize) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mapped_file_splits_into_shared_pieces_that_join_to_it() {
+        let data: Vec<u8> = (0..100_003u32).map(|i| (i % 251) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&data).unwrap();
+        let p = Payload::map_file(&f, data.len()).unwrap();
+        assert_eq!(&*p, &data[..]);
+        let parts = p.split(4096 * 3);
+        assert_eq!(parts.len(), data.len().div_ceil(4096 * 3));
+        assert!(parts.iter().all(|q| q.len() <= 4096 * 3));
+        let joined: Vec<u8> = parts.iter().flat_map(|q| q.iter().copied()).collect();
+        assert_eq!(joined, data);
+        assert_eq!(parts[1].clone().into_vec(), &data[4096 * 3..4096 * 6]);
+        assert!(Payload::map_file(&f, 0).unwrap().split(10).is_empty());
+    }
 
     #[test]
     fn a_sealed_memfd_maps_back_to_the_same_bytes_and_cannot_change() {
