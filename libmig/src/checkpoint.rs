@@ -183,8 +183,50 @@ impl Image {
         self.write_to(path, false)
     }
 
+    /// Streamed into the file (a checksumming writer behind a buffer), the
+    /// preamble written last: the image is never built in memory.
     fn write_to(&self, path: &Path, durable: bool) -> Result<(), CheckpointError> {
-        write_bytes(path, &self.encode()?, durable)
+        use std::io::{Seek, SeekFrom};
+        let io = |source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let written = (|| {
+            let mut f = File::create(&tmp).map_err(io)?;
+            f.write_all(&[0u8; PREAMBLE]).map_err(io)?;
+            let sink = Summing {
+                out: io::BufWriter::with_capacity(1 << 20, f),
+                crc: 0,
+                len: 0,
+            };
+            let mut sink = postcard::to_io(self, sink)?;
+            sink.out.flush().map_err(io)?;
+            let mut f = sink.out.into_inner().map_err(|e| io(e.into_error()))?;
+            let mut pre = [0u8; PREAMBLE];
+            pre[0..8].copy_from_slice(&MAGIC);
+            pre[8..12].copy_from_slice(&VERSION.to_le_bytes());
+            pre[12..16].copy_from_slice(&sink.crc.to_le_bytes());
+            pre[16..24].copy_from_slice(&sink.len.to_le_bytes());
+            f.seek(SeekFrom::Start(0)).map_err(io)?;
+            f.write_all(&pre).map_err(io)?;
+            if durable {
+                f.sync_all().map_err(io)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        fs::rename(&tmp, path).map_err(io)?;
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| durable && !d.as_os_str().is_empty())
+        {
+            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        }
+        Ok(())
     }
     /// Read and check the image at `path`.
     pub fn read(path: &Path) -> Result<Image, CheckpointError> {
@@ -200,6 +242,63 @@ impl Image {
         }
         Image::decode(&fs::read(path).map_err(io)?)
     }
+}
+
+/// A writer that passes bytes on, summing them (CRC-32C) and counting.
+struct Summing<W> {
+    out: W,
+    crc: u32,
+    len: u64,
+}
+
+impl<W: Write> Write for Summing<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// An image decoded in place: the program's state borrowed from the bytes
+/// (a mapping of the file), not copied out of them.
+#[derive(Debug, Deserialize)]
+pub struct ImageRef<'a> {
+    /// Who and how.
+    pub header: Header,
+    /// The program's state, postcard-encoded.
+    #[serde(borrow)]
+    pub state: &'a [u8],
+    /// libmig's state.
+    pub lib: LibState,
+}
+
+impl<'a> ImageRef<'a> {
+    /// Check (see `Image::check`), then decode borrowing the state.
+    pub fn decode(bytes: &'a [u8]) -> Result<ImageRef<'a>, CheckpointError> {
+        Image::check(bytes)?;
+        Ok(postcard::from_bytes(&bytes[PREAMBLE..])?)
+    }
+}
+
+/// Map the image file at `path` read-only (no copy), refusing a file larger
+/// than any image; decode it with `ImageRef::decode`.
+pub fn map(path: &Path) -> Result<crate::Payload, CheckpointError> {
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = File::open(path).map_err(io)?;
+    let size = f.metadata().map_err(io)?.len();
+    if size > PREAMBLE as u64 + MAX_IMAGE {
+        return Err(CheckpointError::BadLength(format!(
+            "a file of {size} bytes is larger than any image"
+        )));
+    }
+    crate::Payload::map_file(&f, size as usize).map_err(io)
 }
 
 /// `Image::check` over bytes that arrive in pieces: feed them in order with
@@ -350,6 +449,19 @@ mod tests {
             }
         }
         assert!(Image::check(&good).is_ok() && Image::check(&bad).is_err());
+    }
+
+    #[test]
+    fn a_streamed_image_is_the_encoded_one_and_decodes_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t40001.ckpt");
+        image().write_transient(&path).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), image().encode().unwrap());
+        let mapped = map(&path).unwrap();
+        let r = ImageRef::decode(&mapped).unwrap();
+        assert_eq!(r.header, image().header);
+        assert_eq!(r.state, &image().state[..]);
+        assert_eq!(r.lib, image().lib);
     }
 
     #[test]

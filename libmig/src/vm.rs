@@ -291,7 +291,9 @@ impl Vm {
             return Ok((vm, fresh()));
         };
         let path = std::path::PathBuf::from(path);
-        let image = Image::read(&path).map_err(|e| MigError::Restore(e.to_string()))?;
+        let mapped = crate::checkpoint::map(&path).map_err(|e| MigError::Restore(e.to_string()))?;
+        let image = crate::checkpoint::ImageRef::decode(&mapped)
+            .map_err(|e| MigError::Restore(e.to_string()))?;
         if image.header.tid != vm.me.tid {
             return Err(MigError::Restore(format!(
                 "the image at {} is of t{:x}, not t{:x}",
@@ -300,7 +302,7 @@ impl Vm {
                 vm.me.tid
             )));
         }
-        let state = postcard::from_bytes(&image.state)?;
+        let state = postcard::from_bytes(image.state)?;
         let lib = image.lib;
         vm.mailbox = lib
             .mailbox
