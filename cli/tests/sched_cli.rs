@@ -276,33 +276,23 @@ fn sim_machines_of_several_architectures_and_drawn_capacities() {
 2 0 0 5 1 -1 -1 1 5 -1 1 1 1 1 1 2 -1 -1\n";
     let trace = file(swf);
     let path = trace.path().to_str().unwrap();
-    let v = json(&mig(&[
-        "sim",
-        "--trace",
-        path,
-        "--policy",
-        "fcfs,mtat",
-        "--json",
+    let run = |extra: &[&str]| {
+        let mut args = vec!["sim", "--trace", path, "--policy", "fcfs,mtat", "--json"];
+        args.extend_from_slice(extra);
+        json(&mig(&args))
+    };
+    let v = run(&[
         "--arches",
         "x86_64:3,aarch64:1",
         "--capacities",
         "uniform:1-4",
-    ]));
+    ]);
     assert_eq!(v["policies"]["fcfs"]["jobs"], 2);
     assert_eq!(v["policies"]["fcfs"]["makespan"], 10.0);
     assert_eq!(v["policies"]["mtat"]["jobs"], 2);
     // Two processors of each: job 1 (3 procs) no longer fits its pool under
     // FCFS; mtat doubles it up.
-    let v = json(&mig(&[
-        "sim",
-        "--trace",
-        path,
-        "--policy",
-        "fcfs,mtat",
-        "--json",
-        "--arches",
-        "x86_64,aarch64",
-    ]));
+    let v = run(&["--arches", "x86_64,aarch64"]);
     assert_eq!(v["policies"]["fcfs"]["jobs"], 1);
     assert_eq!(v["policies"]["mtat"]["jobs"], 2);
     for (flag, says) in [

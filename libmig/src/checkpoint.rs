@@ -219,14 +219,7 @@ impl Image {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
-        fs::rename(&tmp, path).map_err(io)?;
-        if let Some(dir) = path
-            .parent()
-            .filter(|d| durable && !d.as_os_str().is_empty())
-        {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
-        Ok(())
+        publish(&tmp, path, durable)
     }
     /// Read and check the image at `path`.
     pub fn read(path: &Path) -> Result<Image, CheckpointError> {
@@ -389,7 +382,16 @@ pub fn write_bytes(path: &Path, bytes: &[u8], durable: bool) -> Result<(), Check
     if durable {
         f.sync_all().map_err(io)?;
     }
-    fs::rename(&tmp, path).map_err(io)?;
+    publish(&tmp, path, durable)
+}
+
+/// Rename the written `tmp` to `path`; `durable` also syncs the directory.
+fn publish(tmp: &Path, path: &Path, durable: bool) -> Result<(), CheckpointError> {
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    fs::rename(tmp, path).map_err(io)?;
     if let Some(dir) = path
         .parent()
         .filter(|d| durable && !d.as_os_str().is_empty())

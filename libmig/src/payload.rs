@@ -66,25 +66,7 @@ impl Payload {
     /// for a file this process wrote or owns, which nobody changes while
     /// it is mapped (the daemon's checkpoint images).
     pub fn map_file(file: &File, len: usize) -> io::Result<Payload> {
-        if len == 0 {
-            return Ok(Payload(Inner::Heap(Vec::new())));
-        }
-        // SAFETY: a private read-only mapping of a file we hold; the result
-        // is checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_POPULATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Payload(Inner::Mapped { ptr, len }))
+        map_read_only(file.as_raw_fd(), len, libc::MAP_PRIVATE)
     }
 
     /// Cut into consecutive pieces of at most `part` bytes that share these
@@ -110,26 +92,31 @@ impl Payload {
     /// bytes that can no longer shrink or change).
     pub fn map(fd: OwnedFd, len: usize) -> io::Result<Payload> {
         check_sealed(&fd, len)?;
-        if len == 0 {
-            return Ok(Payload(Inner::Heap(Vec::new())));
-        }
-        // SAFETY: mapping a file we hold, read-only, at a size it is sealed
-        // to have at least; the result is checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Payload(Inner::Mapped { ptr, len }))
+        map_read_only(fd.as_raw_fd(), len, libc::MAP_SHARED)
     }
+}
+
+/// Map `len` bytes of `fd` read-only (and populated) as a payload.
+fn map_read_only(fd: std::os::fd::RawFd, len: usize, share: libc::c_int) -> io::Result<Payload> {
+    if len == 0 {
+        return Ok(Payload(Inner::Heap(Vec::new())));
+    }
+    // SAFETY: mapping a file the caller holds, read-only, at a size it has
+    // (the caller checked); the result is checked before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            share | libc::MAP_POPULATE,
+            fd,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Payload(Inner::Mapped { ptr, len }))
 }
 
 impl From<Vec<u8>> for Payload {
