@@ -183,44 +183,13 @@ impl Image {
         self.write_to(path, false)
     }
 
-    /// Streamed into the file (a checksumming writer behind a buffer), the
-    /// preamble written last: the image is never built in memory.
     fn write_to(&self, path: &Path, durable: bool) -> Result<(), CheckpointError> {
-        use std::io::{Seek, SeekFrom};
-        let io = |source| CheckpointError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let written = (|| {
-            let mut f = File::create(&tmp).map_err(io)?;
-            f.write_all(&[0u8; PREAMBLE]).map_err(io)?;
-            let sink = Summing {
-                out: io::BufWriter::with_capacity(1 << 20, f),
-                crc: 0,
-                len: 0,
-            };
-            let mut sink = postcard::to_io(self, sink)?;
-            sink.out.flush().map_err(io)?;
-            let mut f = sink.out.into_inner().map_err(|e| io(e.into_error()))?;
-            let mut pre = [0u8; PREAMBLE];
-            pre[0..8].copy_from_slice(&MAGIC);
-            pre[8..12].copy_from_slice(&VERSION.to_le_bytes());
-            pre[12..16].copy_from_slice(&sink.crc.to_le_bytes());
-            pre[16..24].copy_from_slice(&sink.len.to_le_bytes());
-            f.seek(SeekFrom::Start(0)).map_err(io)?;
-            f.write_all(&pre).map_err(io)?;
-            if durable {
-                f.sync_all().map_err(io)?;
-            }
+        stream_to(path, durable, |sink| {
+            postcard::to_io(self, sink)?;
             Ok(())
-        })();
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-        publish(&tmp, path, durable)
+        })
     }
+
     /// Read and check the image at `path`.
     pub fn read(path: &Path) -> Result<Image, CheckpointError> {
         let io = |source| CheckpointError::Io {
@@ -234,6 +203,100 @@ impl Image {
             )));
         }
         Image::decode(&fs::read(path).map_err(io)?)
+    }
+}
+
+/// Write the image of a program's `state` (with `header` and `lib`) to
+/// `path` without encoding the state in memory first: its size is counted,
+/// then it is encoded straight into the file. The bytes are those of
+/// `Image { header, state: postcard::to_allocvec(state), lib }.encode()`.
+pub fn write_state<S: Serialize>(
+    path: &Path,
+    header: &Header,
+    state: &S,
+    lib: &LibState,
+    durable: bool,
+) -> Result<(), CheckpointError> {
+    let len = postcard::to_io(state, Counted(0))?.0;
+    stream_to(path, durable, |sink| {
+        postcard::to_io(header, &mut *sink)?;
+        // Postcard writes a byte string as its length (LEB128) then the bytes.
+        let mut varint = Vec::with_capacity(10);
+        let mut n = len;
+        loop {
+            let low = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                varint.push(low);
+                break;
+            }
+            varint.push(low | 0x80);
+        }
+        sink.write_all(&varint)
+            .map_err(|source| CheckpointError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        postcard::to_io(state, &mut *sink)?;
+        postcard::to_io(lib, &mut *sink)?;
+        Ok(())
+    })
+}
+
+/// Write an image file atomically: a blank preamble, the body from `body`
+/// through a checksumming writer behind a buffer, then the preamble; the
+/// image is never built in memory.
+fn stream_to(
+    path: &Path,
+    durable: bool,
+    body: impl FnOnce(&mut Summing<io::BufWriter<File>>) -> Result<(), CheckpointError>,
+) -> Result<(), CheckpointError> {
+    use std::io::{Seek, SeekFrom};
+    let io = |source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let written = (|| {
+        let mut f = File::create(&tmp).map_err(io)?;
+        f.write_all(&[0u8; PREAMBLE]).map_err(io)?;
+        let mut sink = Summing {
+            out: io::BufWriter::with_capacity(1 << 20, f),
+            crc: 0,
+            len: 0,
+        };
+        body(&mut sink)?;
+        sink.out.flush().map_err(io)?;
+        let mut f = sink.out.into_inner().map_err(|e| io(e.into_error()))?;
+        let mut pre = [0u8; PREAMBLE];
+        pre[0..8].copy_from_slice(&MAGIC);
+        pre[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        pre[12..16].copy_from_slice(&sink.crc.to_le_bytes());
+        pre[16..24].copy_from_slice(&sink.len.to_le_bytes());
+        f.seek(SeekFrom::Start(0)).map_err(io)?;
+        f.write_all(&pre).map_err(io)?;
+        if durable {
+            f.sync_all().map_err(io)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    publish(&tmp, path, durable)
+}
+
+/// A writer that only counts what it is given.
+struct Counted(u64);
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -464,6 +527,23 @@ mod tests {
         assert_eq!(r.header, image().header);
         assert_eq!(r.state, &image().state[..]);
         assert_eq!(r.lib, image().lib);
+    }
+
+    #[test]
+    fn a_state_written_straight_to_the_file_is_the_image_encoded_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t40001.ckpt");
+        let i = image();
+        // States whose encodings need length prefixes of 1, 2 and 3 bytes.
+        for n in [3usize, 200, 20_000] {
+            let state = (7u32, vec![1.5f64; n]);
+            write_state(&path, &i.header, &state, &i.lib, false).unwrap();
+            let whole = Image {
+                state: postcard::to_allocvec(&state).unwrap(),
+                ..image()
+            };
+            assert_eq!(fs::read(&path).unwrap(), whole.encode().unwrap(), "{n}");
+        }
     }
 
     #[test]

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use serde::{de::DeserializeOwned, Serialize};
 use thiserror::Error;
 
-use crate::checkpoint::{Header, Image, LibState, Unread};
+use crate::checkpoint::{Header, LibState, Unread};
 use crate::frame::{self, FrameError, MAX_BODY};
 use crate::link::{self, Link};
 use crate::msg::{Envelope, Notice, NotifyOn, SnapStep, Tid, VpCall, VpMsg, VpRet, SYSTEM};
@@ -389,9 +389,7 @@ impl Vm {
                 });
                 if all_in {
                     let path = snap.path.clone();
-                    self.image(state)?
-                        .write_transient(std::path::Path::new(&path))
-                        .map_err(|e| MigError::Restore(e.to_string()))?;
+                    self.write_image(state, &path)?;
                     if let Some(s) = &mut self.snap {
                         s.taken = true;
                     }
@@ -432,9 +430,11 @@ impl Vm {
         }
     }
 
-    /// This VP's checkpoint image: `state`, its unread messages and
-    /// sequence numbers.
-    fn image<S: Serialize>(&self, state: &S) -> Result<Image, MigError> {
+    /// Write this VP's checkpoint image of `state` to `path` (not durably:
+    /// it carries the VP to its next host or is copied on by its daemon):
+    /// who it is and how to start it, `state`, unread messages and the
+    /// sequence numbers. The state is encoded straight into the file.
+    fn write_image<S: Serialize>(&self, state: &S, path: &str) -> Result<(), MigError> {
         let mut args = std::env::args();
         let program = args.next().unwrap_or_default();
         let unread = |from: Tid, tag: i32, seq: u64, data: &Payload| Unread {
@@ -443,35 +443,34 @@ impl Vm {
             seq,
             data: data.to_vec(),
         };
-        Ok(Image {
-            header: Header {
-                tid: self.me.tid,
-                job: self.me.job.clone(),
-                vp: self.me.vp,
-                program,
-                args: args.collect(),
-                cwd: std::env::current_dir()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_default(),
-                env: Vec::new(),
-            },
-            state: postcard::to_allocvec(state)?,
-            lib: LibState {
-                mailbox: self
-                    .mailbox
-                    .iter()
-                    .map(|m| unread(m.from, m.tag, 0, &m.data))
-                    .collect(),
-                early: self
-                    .order
-                    .values()
-                    .flat_map(|o| o.early.iter())
-                    .map(|(&seq, m)| unread(m.from, m.tag, seq, &m.data))
-                    .collect(),
-                seq_out: self.seq_out.iter().map(|(&t, &n)| (t, n)).collect(),
-                seq_in: self.order.iter().map(|(&t, o)| (t, o.next)).collect(),
-            },
-        })
+        let header = Header {
+            tid: self.me.tid,
+            job: self.me.job.clone(),
+            vp: self.me.vp,
+            program,
+            args: args.collect(),
+            cwd: std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            env: Vec::new(),
+        };
+        let lib = LibState {
+            mailbox: self
+                .mailbox
+                .iter()
+                .map(|m| unread(m.from, m.tag, 0, &m.data))
+                .collect(),
+            early: self
+                .order
+                .values()
+                .flat_map(|o| o.early.iter())
+                .map(|(&seq, m)| unread(m.from, m.tag, seq, &m.data))
+                .collect(),
+            seq_out: self.seq_out.iter().map(|(&t, &n)| (t, n)).collect(),
+            seq_in: self.order.iter().map(|(&t, o)| (t, o.next)).collect(),
+        };
+        crate::checkpoint::write_state(std::path::Path::new(path), &header, state, &lib, false)
+            .map_err(|e| MigError::Restore(e.to_string()))
     }
 
     /// Write the checkpoint image and end the process (it only returns an
@@ -491,10 +490,7 @@ impl Vm {
         }
         self.direct.clear();
         self.pump(LinkId::Daemon, false)?;
-        let image = self.image(state)?;
-        image
-            .write_transient(std::path::Path::new(&path))
-            .map_err(|e| MigError::Restore(e.to_string()))?;
+        self.write_image(state, &path)?;
         let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
         self.write(LinkId::Daemon, &[&head], None)?;
         // The process ends here without unwinding: what it printed goes out.
