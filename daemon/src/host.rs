@@ -270,6 +270,17 @@ pub fn kill(pid: i32) {
     signal(pid, Signal::SIGKILL);
 }
 
+/// Is process `pid` stopped (state T in /proc)?
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
 /// Send `sig` to a VP's process group (the VP and its children).
 pub fn signal(pid: i32, sig: Signal) {
     let _ = killpg(Pid::from_raw(pid), sig);

@@ -332,11 +332,5 @@ impl Drop for Desk {
 
 /// Is process `pid` stopped (state T in /proc)?
 pub fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
+    migd::host::is_stopped(pid)
 }

@@ -119,17 +119,6 @@ pub fn run(a: Args) -> Result<()> {
     result
 }
 
-/// Is process `pid` stopped (state T in /proc)?
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].trim_start().starts_with('T'))
-        })
-        .unwrap_or(false)
-}
-
 /// Wait until every VP runs, then have h1's owner come back: a busy loop
 /// starts on their desk. Time until h1's VPs are stopped and until h1 is
 /// empty (its VPs moved); then the owner leaves again.
@@ -164,7 +153,7 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
     );
     let mut all_stopped = None;
     loop {
-        if all_stopped.is_none() && on_h1.iter().all(|&(_, pid)| stopped(pid)) {
+        if all_stopped.is_none() && on_h1.iter().all(|&(_, pid)| migd::host::is_stopped(pid)) {
             all_stopped = Some(t.elapsed());
         }
         let Response::Ps(vps) = c.call(&Request::Ps)? else {
