@@ -136,6 +136,7 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str, nice: i32, idle: bool) -> io
         (env::HOST.to_string(), host.to_string()),
         (env::SOCKET.to_string(), socket.to_string()),
         (env::FD.to_string(), VP_FD.to_string()),
+        (env::INCARNATION.to_string(), s.incarnation.to_string()),
     ]);
     if let Some(p) = s.parent {
         vars.push((env::PARENT.to_string(), p.to_string()));

@@ -6,10 +6,8 @@
 //! method returns the `Out`s the server must deliver, so it is tested without
 //! sockets. What does not: sockets, processes, clocks (`now` is passed in).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
-
-use std::collections::BTreeSet;
 
 use libmig::msg::{
     Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, OwnerAction,
@@ -159,6 +157,11 @@ struct JobRec {
     waiters: Vec<Requester>,
     killed: bool,
     ckpt: Ckpt,
+    /// Restarts from a checkpoint so far (see `Envelope::incarnation`).
+    incarnation: u32,
+    /// The index the next VP spawned into the job gets (as the scheduler
+    /// counts: never reused, even after a restart drops VPs).
+    next_vp: u32,
 }
 
 /// A job's consistent checkpoints.
@@ -167,15 +170,26 @@ struct Ckpt {
     /// The one being taken.
     round: Option<Round>,
     /// Complete generations, oldest first (the last two are kept).
-    good: Vec<u64>,
+    good: Vec<Generation>,
     /// When the last one began.
     last: Option<Instant>,
+}
+
+/// A complete consistent checkpoint of a job.
+#[derive(Debug, Clone)]
+struct Generation {
+    id: u64,
+    /// The VPs (indices in the job) it holds: those that existed when it
+    /// was taken. VPs spawned after it are not in it.
+    vps: BTreeSet<u32>,
 }
 
 /// A checkpoint being taken.
 #[derive(Debug)]
 struct Round {
     id: u64,
+    /// The VPs it covers (all the job had when it began).
+    members: BTreeSet<Tid>,
     started: Instant,
     /// VPs stopped, with the last sequence number each sent to each peer.
     paused: HashMap<Tid, Vec<(Tid, u64)>>,
@@ -606,6 +620,7 @@ impl Master {
             cwd: j.spec.cwd.clone(),
             env: j.spec.env.clone(),
             parent: v.parent,
+            incarnation: j.incarnation,
         }))
     }
 
@@ -894,6 +909,7 @@ impl Master {
         j.ckpt.last = Some(self.now);
         j.ckpt.round = Some(Round {
             id,
+            members: hosts.iter().map(|(t, _)| *t).collect(),
             started: self.now,
             paused: HashMap::new(),
             taken: HashMap::new(),
@@ -935,11 +951,12 @@ impl Master {
             return Vec::new();
         };
         r.paused.insert(tid, sent);
-        if r.paused.len() < j.vps.len() {
+        if r.paused.len() < r.members.len() {
             return Vec::new();
         }
         let paused = r.paused.clone();
-        to_every_vp(j, |tid| SnapStep::Now {
+        let members = r.members.clone();
+        to_every_vp(j, &members, |tid| SnapStep::Now {
             id,
             expect: paused
                 .iter()
@@ -992,13 +1009,19 @@ impl Master {
             return out;
         };
         r.taken.insert(tid, size);
-        if r.taken.len() < j.vps.len() {
+        if r.taken.len() < r.members.len() {
             return out;
         }
         let Some(r) = j.ckpt.round.take() else {
             return out;
         };
-        j.ckpt.good.push(id);
+        let vps = j
+            .vps
+            .iter()
+            .filter(|(_, v)| r.members.contains(&v.tid))
+            .map(|(&vp, _)| vp)
+            .collect();
+        j.ckpt.good.push(Generation { id, vps });
         let extra = j.ckpt.good.len().saturating_sub(2);
         j.ckpt.good.drain(..extra);
         let bytes: usize = r.taken.values().sum();
@@ -1011,10 +1034,10 @@ impl Master {
             "{message}, in about {} ms",
             took.as_millis()
         )));
-        out.extend(to_every_vp(j, |_| SnapStep::Resume { id }));
+        out.extend(to_every_vp(j, &r.members, |_| SnapStep::Resume { id }));
         out.push(Out::PruneCheckpoints {
             job: job.clone(),
-            keep: j.ckpt.good.clone(),
+            keep: j.ckpt.good.iter().map(|g| g.id).collect(),
         });
         for w in r.waiters {
             out.push(Out::Reply(
@@ -1043,7 +1066,7 @@ impl Master {
                     r.id,
                     timeout.as_secs()
                 )));
-                out.extend(to_every_vp(j, |_| SnapStep::Abort { id: r.id }));
+                out.extend(to_every_vp(j, &r.members, |_| SnapStep::Abort { id: r.id }));
                 for w in r.waiters {
                     out.push(Out::Reply(
                         w,
@@ -1081,14 +1104,15 @@ impl Master {
         let Some(j) = self.jobs.get(job) else {
             return err(format!("no job {job:?}; `mig ps` lists them"));
         };
-        if j.ckpt.good.is_empty() {
+        let Some(gen) = j.ckpt.good.last().cloned() else {
             return err(format!(
                 "job {job} has no checkpoint yet: `mig checkpoint {job}`, or set checkpoint_interval_s"
             ));
-        }
+        };
         let placed: Option<Vec<(u32, Tid, String)>> = j
             .vps
             .iter()
+            .filter(|(vp, _)| gen.vps.contains(vp))
             .map(|(&vp, v)| {
                 let h = v.host.clone().filter(|h| self.is_alive(h))?;
                 Some((vp, v.tid, h))
@@ -1099,11 +1123,33 @@ impl Master {
                 "job {job} waits for processors before it can restart from its checkpoint"
             ));
         };
-        let ids: Vec<u64> = j.ckpt.good.iter().rev().copied().collect();
+        // An older generation is the fallback should this one's images be
+        // refused, if it holds the same VPs.
+        let ids: Vec<u64> = j
+            .ckpt
+            .good
+            .iter()
+            .rev()
+            .filter(|g| g.vps == gen.vps)
+            .map(|g| g.id)
+            .collect();
+        // Every VP the job has had since, dropped or not.
+        let fenced: Vec<Tid> = j.vps.values().map(|v| v.tid).collect();
         let mut out = vec![Out::Log(format!(
             "restarting job {job} from its checkpoint (generation {})",
-            ids[0]
+            gen.id
         ))];
+        let mut out_after = self.drop_unsaved(job, &gen.vps, &mut out);
+        let Some(j) = self.jobs.get_mut(job) else {
+            return out;
+        };
+        // Whatever the job's VPs sent after the checkpoint is not part of
+        // the run that goes on: every host drops it from now on.
+        j.incarnation += 1;
+        out.push(Out::Broadcast(PeerMsg::Fence {
+            tids: fenced,
+            incarnation: j.incarnation,
+        }));
         let mut placements = Vec::new();
         let mut dir = Vec::new();
         for (vp, tid, host) in placed {
@@ -1137,7 +1183,62 @@ impl Master {
                 },
             ));
         }
+        out.append(&mut out_after);
         out
+    }
+
+    /// A restart goes back to a checkpoint taken before the VPs of `job`
+    /// outside `keep` were spawned: they are ended and forgotten (their
+    /// parents, rolled back, spawn them again under new Tids). Their
+    /// processes' ends go into `out`; the scheduler's answers to their
+    /// exits are returned, to follow the restart.
+    fn drop_unsaved(&mut self, job: &str, keep: &BTreeSet<u32>, out: &mut Vec<Out>) -> Vec<Out> {
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Vec::new();
+        };
+        let dropped: Vec<(u32, VpRec)> = j.vps.extract_if(.., |vp, _| !keep.contains(vp)).collect();
+        let members: BTreeSet<Tid> = j.vps.values().map(|v| v.tid).collect();
+        let mut gone = Vec::new();
+        let mut events = Vec::new();
+        for (vp, v) in dropped {
+            let exited = v.state == VpState::Exited;
+            if let Some(h) = v
+                .host
+                .filter(|h| !exited && self.hosts.get(h).is_some_and(|h| h.alive))
+            {
+                out.push(Out::ToHost(h, PeerMsg::Kill { tid: v.tid }));
+            }
+            if !exited {
+                events.push(Event::VpExit {
+                    job: job.to_string(),
+                    vp,
+                });
+            }
+            self.tids.remove(&v.tid);
+            gone.push((v.tid, Loc::Gone));
+            // Its exit is news to nobody in the job: they are rolled back
+            // to before it existed.
+            if let Some(w) = self.exit_watch.get_mut(&v.tid) {
+                w.retain(|(to, _)| !members.contains(to));
+            }
+            let status = ExitInfo {
+                code: None,
+                signal: None,
+                error: Some(format!(
+                    "dropped: spawned after the checkpoint job {job} restarted from"
+                )),
+            };
+            out.extend(self.vp_gone(v.tid, &status));
+            self.gone.insert(v.tid, status);
+        }
+        if !gone.is_empty() {
+            out.push(Out::Log(format!(
+                "job {job}: {} VPs spawned after its checkpoint dropped",
+                gone.len()
+            )));
+            out.push(Out::Broadcast(PeerMsg::Directory(gone)));
+        }
+        events.into_iter().flat_map(|e| self.event(e)).collect()
     }
 
     /// Host `host`'s slot table from the scheduler's map: per slot, per
@@ -1632,6 +1733,8 @@ impl Master {
                 waiters,
                 killed: false,
                 ckpt: Ckpt::default(),
+                incarnation: 0,
+                next_vp: n,
             },
         );
         let mut out = vec![
@@ -1920,7 +2023,8 @@ impl Master {
         let mut events = Vec::new();
         if let Some(j) = self.jobs.get_mut(job) {
             for _ in 0..spec.n {
-                let vp = j.vps.keys().next_back().map_or(0, |k| k + 1);
+                let vp = j.next_vp;
+                j.next_vp += 1;
                 let t = self.next_tid;
                 self.next_tid += 1;
                 self.tids.insert(t, (job.to_string(), vp));
@@ -2035,9 +2139,11 @@ fn loc_of(v: &VpRec) -> Loc {
 }
 
 /// A job checkpoint's step for every VP of job `j`, to its host.
-fn to_every_vp(j: &JobRec, step: impl Fn(Tid) -> SnapStep) -> Vec<Out> {
+/// `step` for each VP of `j` in `members` (the VPs of a checkpoint round).
+fn to_every_vp(j: &JobRec, members: &BTreeSet<Tid>, step: impl Fn(Tid) -> SnapStep) -> Vec<Out> {
     j.vps
         .values()
+        .filter(|v| members.contains(&v.tid))
         .filter_map(|v| {
             let h = v.host.clone()?;
             Some(Out::ToHost(
@@ -2058,6 +2164,7 @@ fn notice_to(to: Tid, tag: i32, notice: &Notice) -> Out {
         to,
         tag,
         seq: 0,
+        incarnation: 0,
     };
     Out::Deliver(env, postcard::to_allocvec(notice).unwrap_or_default())
 }

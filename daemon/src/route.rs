@@ -67,9 +67,30 @@ pub struct Router {
     locating: HashSet<Tid>,
     /// Local VPs waiting for a confirmation about a receiver.
     confirm_wait: HashMap<Tid, Vec<Tid>>,
+    /// VPs of jobs restarted from a checkpoint: the incarnation their
+    /// messages must have (an earlier one's are stale).
+    fences: HashMap<Tid, u32>,
 }
 
 impl Router {
+    /// `tids`' job went back to a checkpoint and is now `incarnation`.
+    pub fn fence(&mut self, tids: &[Tid], incarnation: u32) {
+        for &t in tids {
+            let f = self.fences.entry(t).or_default();
+            *f = (*f).max(incarnation);
+        }
+    }
+
+    /// Was `env` sent by an earlier incarnation of a restarted job (after
+    /// the checkpoint it went back to)? Notices are never stale.
+    pub fn is_stale(&self, env: &Envelope) -> bool {
+        env.seq != 0
+            && self
+                .fences
+                .get(&env.from)
+                .is_some_and(|&f| env.incarnation < f)
+    }
+
     /// The tables of host `me`.
     pub fn new(me: &str, is_master: bool) -> Router {
         Router {
@@ -78,6 +99,7 @@ impl Router {
             dir: HashMap::new(),
             local: HashMap::new(),
             held: HashMap::new(),
+            fences: HashMap::new(),
             held_bytes: HashMap::new(),
             locating: HashSet::new(),
             confirm_wait: HashMap::new(),
@@ -199,7 +221,25 @@ mod tests {
             to,
             tag: 0,
             seq: 1,
+            incarnation: 0,
         }
+    }
+
+    #[test]
+    fn fenced_senders_old_messages_are_stale() {
+        let mut r = Router::new("h0", false);
+        let old = env(2);
+        assert!(!r.is_stale(&old), "nothing is fenced yet");
+        r.fence(&[1], 1);
+        assert!(r.is_stale(&old), "incarnation 0 from a job now at 1");
+        assert!(!r.is_stale(&Envelope {
+            incarnation: 1,
+            ..old
+        }));
+        assert!(!r.is_stale(&Envelope { seq: 0, ..old }), "a notice");
+        assert!(!r.is_stale(&Envelope { from: 9, ..old }), "another job");
+        r.fence(&[1], 0);
+        assert!(r.is_stale(&old), "a fence never goes back");
     }
 
     #[test]

@@ -1015,6 +1015,7 @@ impl Daemon {
                     .collect();
             }
             PeerMsg::Directory(entries) => self.directory(entries),
+            PeerMsg::Fence { tids, incarnation } => self.router.fence(&tids, incarnation),
             PeerMsg::VpReturn { tid, id, ret } => {
                 if let Some(&t) = self.vp_conns.get(&tid) {
                     self.send_vp(t, &VpMsg::Return { id, ret });
@@ -1200,6 +1201,10 @@ impl Daemon {
     /// the hold. `src` (the connection it came on) is paused if the next
     /// connection is full.
     fn route(&mut self, env: Envelope, body: Body, src: Option<Token>) {
+        if self.router.is_stale(&env) {
+            // From a run its job has gone back on: never delivered.
+            return self.credit(&env, &body);
+        }
         let dest = match self.router.way(env.to) {
             // A VP whose socket broke is ending: its exit decides.
             Way::Local(d) if self.conns.get(&d).is_none_or(|c| c.broken) => {
@@ -2327,6 +2332,7 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Hi { .. } => "Hi",
         PeerMsg::Peers(_) => "Peers",
         PeerMsg::Directory(_) => "Directory",
+        PeerMsg::Fence { .. } => "Fence",
         PeerMsg::Locate { .. } => "Locate",
         PeerMsg::Deliver(_) => "Deliver",
         PeerMsg::Undeliverable { .. } => "Undeliverable",

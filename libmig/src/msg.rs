@@ -34,6 +34,11 @@ pub struct Envelope {
     pub tag: i32,
     /// Per sender→receiver pair, from 1; 0 for notices (no order).
     pub seq: u64,
+    /// The sender's incarnation: how many times its job was restarted from
+    /// a checkpoint when it sent this. Hosts drop messages of an earlier
+    /// incarnation of a restarted job (sent after the checkpoint the job
+    /// went back to, so never part of the run that goes on).
+    pub incarnation: u32,
 }
 
 /// Where a VP is, as the master tells every host.
@@ -333,6 +338,8 @@ pub struct StartVp {
     pub env: Vec<(String, String)>,
     /// The VP that spawned it, if one did.
     pub parent: Option<Tid>,
+    /// Its job's incarnation (restarts from a checkpoint so far).
+    pub incarnation: u32,
 }
 
 /// Daemon to daemon.
@@ -429,6 +436,14 @@ pub enum PeerMsg {
     Peers(Vec<(String, String)>),
     /// Master to every host: where VPs are now.
     Directory(Vec<(Tid, Loc)>),
+    /// Master to every host: these VPs' job went back to a checkpoint;
+    /// drop their messages of an earlier incarnation than this.
+    Fence {
+        /// The job's VPs.
+        tids: Vec<Tid>,
+        /// Its incarnation from now on.
+        incarnation: u32,
+    },
     /// Worker to master: where is this VP?
     Locate {
         /// Which.

@@ -559,6 +559,7 @@ impl Vm {
             to,
             tag,
             seq,
+            incarnation: self.me.incarnation,
         };
         let via = if self.direct.contains_key(&to) && !first {
             LinkId::Direct(to)

@@ -27,6 +27,8 @@ pub mod env {
     /// How many microseconds a VP looks for a message before it sleeps
     /// (default 50; 0: never).
     pub const SPIN_US: &str = "MIG_SPIN_US";
+    /// Its job's incarnation: restarts from a checkpoint so far (0 if unset).
+    pub const INCARNATION: &str = "MIG_INCARNATION";
 }
 
 /// Not running as a VP.
@@ -49,6 +51,8 @@ pub struct Identity {
     pub nvps: u32,
     /// Host it runs on.
     pub host: String,
+    /// Its job's incarnation (see `Envelope::incarnation`).
+    pub incarnation: u32,
 }
 
 impl Identity {
@@ -66,6 +70,9 @@ impl Identity {
             vp: get(env::VP)?,
             nvps: get(env::NVPS)?,
             host: get(env::HOST)?,
+            incarnation: std::env::var(env::INCARNATION)
+                .map_or(Ok(0), |v| v.parse())
+                .map_err(|_| NotAVp(env::INCARNATION))?,
         })
     }
 }

@@ -139,3 +139,101 @@ fn checkpoint_and_restart_say_what_is_wrong() {
     std::fs::write(&stop, "").expect("stop");
     let _ = job.wait_with_output();
 }
+
+/// The Tids of the job's running VPs, as `mig ps --json` shows them.
+fn running_tids(vm: &Vm) -> Vec<String> {
+    vm.json(&["ps"])
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|v| v["state"] == "running")
+                .map(|v| v["tid"].to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_restart_drops_the_vps_spawned_after_its_checkpoint() {
+    let vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(1, &bin("testvp"), &[Path::new("respawn"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 1));
+    let out = vm.mig(&["checkpoint", "j1"]);
+    assert!(out.status.success(), "{}", vm.log(0));
+    // After the checkpoint, the VP spawns a child.
+    std::fs::write(format!("{}.spawn", stop.display()), "").expect("go");
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 2));
+    let first = running_tids(&vm);
+    let out = vm.mig(&["restart", "j1"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.log(0)
+    );
+    // The child is not in the checkpoint: it is dropped, and the parent,
+    // rolled back to before it spawned it, spawns another.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let now = running_tids(&vm);
+            now.len() == 2 && now.iter().any(|t| !first.contains(t))
+        }),
+        "{:?} then {:?}\n{}",
+        first,
+        running_tids(&vm),
+        vm.log(0)
+    );
+    assert!(vm
+        .log(0)
+        .contains("1 VPs spawned after its checkpoint dropped"));
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(job, &vm.log(0));
+    for want in ["spawned", "up, life 2, child None", "respawn done"] {
+        assert!(lines.iter().any(|l| l.contains(want)), "{want}: {lines:?}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("spawned") && l.ends_with("in life 2")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn messages_sent_after_the_checkpoint_a_job_restarts_from_are_never_delivered() {
+    let vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("sequence"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 2));
+    // Twice: checkpoint, let the stream run on, go back to the checkpoint.
+    for round in 1..=2 {
+        let out = vm.mig(&["checkpoint", "j1"]);
+        assert!(out.status.success(), "{}", vm.log(0));
+        std::thread::sleep(Duration::from_millis(200));
+        let out = vm.mig(&["restart", "j1"]);
+        assert!(out.status.success(), "{}", vm.log(0));
+        assert!(
+            wait_until(Duration::from_secs(10), || vm
+                .log(0)
+                .matches("restoring from generation")
+                .count()
+                == round
+                && running(&vm) == 2),
+            "{}",
+            vm.log(0)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(job, &vm.log(0));
+    let last: serde_json::Value = lines
+        .iter()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no summary: {lines:?}"));
+    assert_eq!(last["lives"], 3, "{last}");
+    assert_eq!(last["out_of_order"], 0, "{last}");
+    assert_eq!(last["stale"], 0, "{last}");
+    assert!(last["received"].as_u64().unwrap_or(0) > 0, "{last}");
+}

@@ -15,7 +15,11 @@
 //!   has been disconnected;
 //! * `flood MIB` — VP 0 streams MIB MiB in 16 MiB messages to a slow VP 1;
 //! * `spin FILE` — burns CPU, migration-aware, until FILE (or FILE.K for
-//!   VP K) exists, then says how many hosts it ran on.
+//!   VP K) exists, then says how many hosts it ran on;
+//! * `respawn FILE` — spawns a `spin FILE` child once FILE.spawn exists
+//!   (after a checkpoint, in the tests), ends when FILE exists;
+//! * `sequence FILE` — VP 0 streams numbered messages to VP 1 until FILE
+//!   exists; VP 1 checks that none comes from a run its job went back on.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -263,6 +267,105 @@ fn spin(stop: &str) {
     println!("spin done: {} rounds on {} hosts", w.rounds, w.hosts);
 }
 
+/// Once `FILE.spawn` exists, spawn one `spin FILE` child (remembered in
+/// the state, so a VP rolled back to before it spawns it again); end once
+/// FILE exists.
+fn respawn(stop: &str) {
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct State {
+        lives: u32,
+        child: Option<u64>,
+    }
+    let (mut vm, mut s) = ok(Vm::init_or_restore(State::default));
+    s.lives += 1;
+    println!("up, life {}, child {:?}", s.lives, s.child);
+    let go = format!("{stop}.spawn");
+    while !std::path::Path::new(stop).exists() {
+        if s.child.is_none() && std::path::Path::new(&go).exists() {
+            let me = bin_path();
+            let t = ok(vm.spawn(&me, &["spin", stop], 1))[0];
+            println!("spawned t{t:x} in life {}", s.lives);
+            s.child = Some(t);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        ok(vm.safe_point(&s));
+    }
+    println!("respawn done");
+}
+
+/// This program's path (to spawn more of it).
+fn bin_path() -> String {
+    std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|e| fail(format!("own path: {e}")))
+}
+
+/// VP 0 sends VP 1 messages numbered from 0, each with the life (starts
+/// and restarts) it was sent in, until FILE exists; then it tells VP 1 at
+/// which number each life began. VP 1 checks the numbers are consecutive
+/// and that no message of a life came after the number its next life began
+/// at: such a message was sent after the checkpoint the job went back to,
+/// by a run that does not go on. Last line (VP 1): JSON
+/// `{"received","out_of_order","stale","lives"}`.
+fn sequence(stop: &str) {
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct State {
+        lives: u32,
+        /// Sender: the next number; receiver: the number expected next.
+        next: u64,
+        /// Sender: the number each life began at.
+        born: Vec<u64>,
+        /// Receiver: per life, the highest number received from it.
+        top: std::collections::BTreeMap<u32, u64>,
+        received: u64,
+        out_of_order: u64,
+    }
+    let (mut vm, mut s) = ok(Vm::init_or_restore(State::default));
+    s.lives += 1;
+    let tasks = ok(vm.tasks());
+    println!("up, life {}", s.lives);
+    if vm.tid() == tasks[0] {
+        s.born.push(s.next);
+        while !std::path::Path::new(stop).exists() {
+            ok(vm.send(tasks[1], 1, &(s.lives, s.next)));
+            s.next += 1;
+            ok(vm.safe_point(&s));
+        }
+        ok(vm.send(tasks[1], 2, &s.born));
+        return;
+    }
+    loop {
+        let m = ok(vm.recv_safe(&s, None, None));
+        if m.tag == 2 {
+            let born: Vec<u64> = ok(m.decode());
+            // Life L's messages all come before life L+1's first number.
+            let stale = s
+                .top
+                .iter()
+                .filter(|&(&life, &top)| born.get(life as usize).is_some_and(|&b| top >= b))
+                .count();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "received": s.received,
+                    "out_of_order": s.out_of_order,
+                    "stale": stale,
+                    "lives": s.lives,
+                })
+            );
+            return;
+        }
+        let (life, n): (u32, u64) = ok(m.decode());
+        if n != s.next {
+            s.out_of_order += 1;
+        }
+        s.next = n + 1;
+        s.received += 1;
+        let top = s.top.entry(life).or_default();
+        *top = (*top).max(n);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("");
@@ -275,6 +378,12 @@ fn main() {
     }
     if mode == "spin" {
         return spin(args.get(2).map_or("", String::as_str));
+    }
+    if mode == "respawn" {
+        return respawn(args.get(2).map_or("", String::as_str));
+    }
+    if mode == "sequence" {
+        return sequence(args.get(2).map_or("", String::as_str));
     }
     if mode == "floodto" {
         // Send MIB messages of 1 MiB to Tid (hex), saying each.
