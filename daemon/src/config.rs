@@ -83,6 +83,11 @@ pub struct FileConfig {
     /// program preempts them at once. Strict: a VP then also waits for the
     /// daemons' own work, so message-heavy jobs slow down on a busy host.
     pub vp_idle_class: Option<bool>,
+    /// Let VPs' C library back large allocations with 2 MiB pages (default
+    /// true; `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` unless the job sets
+    /// GLIBC_TUNABLES itself): a restored VP takes in a 256 MiB state in
+    /// about a quarter of the time.
+    pub vp_huge_pages: Option<bool>,
     /// On the master: checkpoint every job this often (s); 0, the default,
     /// only on `mig checkpoint`.
     pub checkpoint_interval_s: Option<f64>,
@@ -128,6 +133,8 @@ pub struct Config {
     pub vp_nice: i32,
     /// VPs in the SCHED_IDLE class.
     pub vp_idle_class: bool,
+    /// VPs' large allocations in huge pages.
+    pub vp_huge_pages: bool,
     /// Periodic job checkpoints (none: on request only).
     pub checkpoint_interval: Option<Duration>,
     /// The owner monitor.
@@ -152,6 +159,7 @@ impl Config {
             quantum: Duration::from_millis(DEFAULT_QUANTUM_MS),
             vp_nice: 10,
             vp_idle_class: false,
+            vp_huge_pages: true,
             checkpoint_interval: None,
             owner: OwnerConfig::default(),
         }
@@ -217,6 +225,9 @@ impl Config {
         }
         if let Some(v) = f.vp_nice {
             self.vp_nice = v;
+        }
+        if let Some(v) = f.vp_huge_pages {
+            self.vp_huge_pages = v;
         }
         if let Some(v) = f.vp_idle_class {
             self.vp_idle_class = v;

@@ -100,6 +100,19 @@ pub struct Started {
     pub sock: OwnedFd,
 }
 
+/// How VPs run, from the daemon's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Treatment {
+    /// Scheduling niceness: VPs run below the owner's programs and below
+    /// migd, whose slot switches must not wait for a core.
+    pub nice: i32,
+    /// The SCHED_IDLE class.
+    pub idle: bool,
+    /// Large allocations in 2 MiB pages (glibc's `malloc.hugetlb` tunable),
+    /// unless the job sets `GLIBC_TUNABLES` itself.
+    pub huge_pages: bool,
+}
+
 /// The descriptor number a VP finds its socket at.
 const VP_FD: i32 = 3;
 
@@ -109,10 +122,12 @@ const VP_FD: i32 = 3;
 /// makes async-signal-safe calls (setpgid, setpriority, prctl, dup2, chdir, execve,
 /// write, _exit), and the daemon does not wait for the `exec`, so many VPs
 /// start in parallel.
-/// `nice` is the VP's scheduling niceness and `idle` puts it in the
-/// SCHED_IDLE class: VPs run below the owner's programs and below migd,
-/// whose slot switches must not wait for a core.
-pub fn spawn(s: &StartVp, host: &str, socket: &str, nice: i32, idle: bool) -> io::Result<Started> {
+pub fn spawn(s: &StartVp, host: &str, socket: &str, how: &Treatment) -> io::Result<Started> {
+    let Treatment {
+        nice,
+        idle,
+        huge_pages,
+    } = *how;
     let program = find_program(&s.program, &s.cwd, &s.env).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -140,6 +155,9 @@ pub fn spawn(s: &StartVp, host: &str, socket: &str, nice: i32, idle: bool) -> io
     ]);
     if let Some(p) = s.parent {
         vars.push((env::PARENT.to_string(), p.to_string()));
+    }
+    if huge_pages && !vars.iter().any(|(k, _)| k == "GLIBC_TUNABLES") {
+        vars.push(("GLIBC_TUNABLES".into(), "glibc.malloc.hugetlb=1".into()));
     }
     let mut envp_own = Vec::with_capacity(vars.len());
     for (k, v) in &vars {

@@ -907,7 +907,10 @@ impl Daemon {
                 self.route(env, Body::Bytes(payload), Some(t))
             }
             (Kind::Data { .. }, PeerMsg::RestorePart { tid, total, start }) => {
-                self.image_part(tid, total, start, payload)
+                self.image_part(tid, total, start, &payload);
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.dec.recycle(payload);
+                }
             }
             (Kind::Data { .. }, PeerMsg::Undeliverable { env, reason }) => {
                 self.undeliverable(env, &reason)
@@ -1880,14 +1883,17 @@ impl Daemon {
             }
             return;
         };
-        // Mapped, not read: checked in place and sent from the page cache.
+        // Mapped, not read, and sent from the page cache. Its writer summed
+        // it as it wrote it, and the target sums it again as it arrives (a
+        // VP parked here sums it when it restores): here only its shape is
+        // checked, without a pass over the body.
         let read = if std::path::Path::new(path) == expected {
             map_image(&expected)
         } else {
             Err(format!("it wrote {path}, not {}", expected.display()))
         };
         let checked = read.and_then(|b| {
-            libmig::checkpoint::Image::check(&b)
+            libmig::checkpoint::Image::check_shape(&b)
                 .map(|()| b)
                 .map_err(|e| e.to_string())
         });
@@ -1928,7 +1934,7 @@ impl Daemon {
     /// most 32 MiB (raw frame payloads, read on arrival straight into their
     /// buffers); through the master if there is no link.
     fn send_image(&mut self, to: &str, start: StartVp, image: Payload) {
-        const PART: usize = 32 << 20;
+        const PART: usize = 4 << 20;
         let Some(d) = self.link_to(to) else {
             return self.report(PeerMsg::Restore {
                 to: to.to_string(),
@@ -1974,7 +1980,7 @@ impl Daemon {
 
     /// Part of a checkpoint image from the VP's previous host: written
     /// to a file as it arrives and checked on the way, never held whole.
-    fn image_part(&mut self, tid: Tid, total: u64, start: Option<StartVp>, part: Vec<u8>) {
+    fn image_part(&mut self, tid: Tid, total: u64, start: Option<StartVp>, part: &[u8]) {
         let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
         if total > limit {
             return log!("refusing an image of {total} bytes for t{tid:x}");
@@ -2002,8 +2008,8 @@ impl Daemon {
         let failed = if inc.check.seen() + part.len() as u64 > total {
             Some("image parts overflow its size".to_string())
         } else {
-            inc.check.update(&part);
-            inc.file.write_all(&part).err().map(|e| e.to_string())
+            inc.check.update(part);
+            inc.file.write_all(part).err().map(|e| e.to_string())
         };
         if let Some(why) = failed {
             if let Some(inc) = self.incoming.remove(&tid) {
@@ -2082,8 +2088,11 @@ impl Daemon {
             &s,
             &self.facts.name,
             &self.socket_path.display().to_string(),
-            self.cfg.vp_nice,
-            self.cfg.vp_idle_class,
+            &host::Treatment {
+                nice: self.cfg.vp_nice,
+                idle: self.cfg.vp_idle_class,
+                huge_pages: self.cfg.vp_huge_pages,
+            },
         ) {
             Ok(host::Started {
                 pid,
@@ -2378,5 +2387,5 @@ fn map_image(path: &std::path::Path) -> Result<Payload, String> {
             path.display()
         ));
     }
-    Payload::map_file(&f, len as usize).map_err(|e| format!("{}: {e}", path.display()))
+    Payload::map_file(&f, len as usize, false).map_err(|e| format!("{}: {e}", path.display()))
 }

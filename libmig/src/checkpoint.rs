@@ -164,6 +164,19 @@ impl Image {
         c.finish()
     }
 
+    /// `check` but for the checksum: size, magic and version only, without
+    /// reading the body (for an image its writer just summed and whose
+    /// receiver sums it again).
+    pub fn check_shape(bytes: &[u8]) -> Result<(), CheckpointError> {
+        let take = PREAMBLE.min(bytes.len());
+        let c = Checker {
+            preamble: bytes[..take].to_vec(),
+            body: (bytes.len() - take) as u64,
+            crc: 0,
+        };
+        c.finish_shape().map(|_| ())
+    }
+
     /// An image from bytes, checked (see `check`), then decoded.
     pub fn decode(bytes: &[u8]) -> Result<Image, CheckpointError> {
         Image::check(bytes)?;
@@ -309,7 +322,10 @@ struct Summing<W> {
 
 impl<W: Write> Write for Summing<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.out.write(buf)?;
+        // A megabyte at a time, so the sum reads what the write just
+        // brought into the cache (one pass over memory, not two). As large
+        // as the buffer behind it, which then passes it straight on.
+        let n = self.out.write(&buf[..buf.len().min(1 << 20)])?;
         self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
         self.len += n as u64;
         Ok(n)
@@ -354,7 +370,7 @@ pub fn map(path: &Path) -> Result<crate::Payload, CheckpointError> {
             "a file of {size} bytes is larger than any image"
         )));
     }
-    crate::Payload::map_file(&f, size as usize).map_err(io)
+    crate::Payload::map_file(&f, size as usize, true).map_err(io)
 }
 
 /// `Image::check` over bytes that arrive in pieces: feed them in order with
@@ -386,6 +402,18 @@ impl Checker {
 
     /// The verdict on everything taken in: size, magic, version, checksum.
     pub fn finish(&self) -> Result<(), CheckpointError> {
+        let want = self.finish_shape()?;
+        if self.crc != want {
+            return Err(CheckpointError::Checksum {
+                got: self.crc,
+                want,
+            });
+        }
+        Ok(())
+    }
+
+    /// Size, magic and version; the checksum the preamble announces.
+    fn finish_shape(&self) -> Result<u32, CheckpointError> {
         let got = self.seen();
         let p = &self.preamble;
         if p.len() < PREAMBLE {
@@ -421,14 +449,7 @@ impl Checker {
         if version != VERSION {
             return Err(CheckpointError::Version { theirs: version });
         }
-        let want = word(12..16) as u32;
-        if self.crc != want {
-            return Err(CheckpointError::Checksum {
-                got: self.crc,
-                want,
-            });
-        }
-        Ok(())
+        Ok(word(12..16) as u32)
     }
 }
 
@@ -577,6 +598,34 @@ mod tests {
                 Image::decode(&bad).is_err(),
                 "flipping byte {i} went unnoticed"
             );
+        }
+    }
+
+    #[test]
+    fn the_shape_check_is_the_full_check_but_for_the_checksum() {
+        let bytes = image().encode().unwrap();
+        Image::check_shape(&bytes).unwrap();
+        for cut in 0..bytes.len() {
+            let (shape, full) = (
+                Image::check_shape(&bytes[..cut]),
+                Image::check(&bytes[..cut]),
+            );
+            assert_eq!(
+                shape.unwrap_err().to_string(),
+                full.unwrap_err().to_string()
+            );
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            match Image::check(&bad).unwrap_err() {
+                CheckpointError::Checksum { .. } => Image::check_shape(&bad).unwrap(),
+                other => assert_eq!(
+                    Image::check_shape(&bad).unwrap_err().to_string(),
+                    other.to_string(),
+                    "byte {i}"
+                ),
+            }
         }
     }
 

@@ -64,9 +64,13 @@ impl Payload {
 
     /// Map the first `len` bytes of a file read-only, without copying them:
     /// for a file this process wrote or owns, which nobody changes while
-    /// it is mapped (the daemon's checkpoint images).
-    pub fn map_file(file: &File, len: usize) -> io::Result<Payload> {
-        map_read_only(file.as_raw_fd(), len, libc::MAP_PRIVATE)
+    /// it is mapped (checkpoint images). `populate` maps every page at once
+    /// (for bytes about to be read more than once); otherwise pages come in
+    /// as they are first read (a daemon sending an image front to back
+    /// starts at once).
+    pub fn map_file(file: &File, len: usize, populate: bool) -> io::Result<Payload> {
+        let populate = if populate { libc::MAP_POPULATE } else { 0 };
+        map_read_only(file.as_raw_fd(), len, libc::MAP_PRIVATE | populate)
     }
 
     /// Cut into consecutive pieces of at most `part` bytes that share these
@@ -92,27 +96,18 @@ impl Payload {
     /// bytes that can no longer shrink or change).
     pub fn map(fd: OwnedFd, len: usize) -> io::Result<Payload> {
         check_sealed(&fd, len)?;
-        map_read_only(fd.as_raw_fd(), len, libc::MAP_SHARED)
+        map_read_only(fd.as_raw_fd(), len, libc::MAP_SHARED | libc::MAP_POPULATE)
     }
 }
 
 /// Map `len` bytes of `fd` read-only (and populated) as a payload.
-fn map_read_only(fd: std::os::fd::RawFd, len: usize, share: libc::c_int) -> io::Result<Payload> {
+fn map_read_only(fd: std::os::fd::RawFd, len: usize, flags: libc::c_int) -> io::Result<Payload> {
     if len == 0 {
         return Ok(Payload(Inner::Heap(Vec::new())));
     }
     // SAFETY: mapping a file the caller holds, read-only, at a size it has
     // (the caller checked); the result is checked before use.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            share | libc::MAP_POPULATE,
-            fd,
-            0,
-        )
-    };
+    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, flags, fd, 0) };
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
@@ -251,7 +246,7 @@ mod tests {
         let data: Vec<u8> = (0..100_003u32).map(|i| (i % 251) as u8).collect();
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&data).unwrap();
-        let p = Payload::map_file(&f, data.len()).unwrap();
+        let p = Payload::map_file(&f, data.len(), false).unwrap();
         assert_eq!(&*p, &data[..]);
         let parts = p.split(4096 * 3);
         assert_eq!(parts.len(), data.len().div_ceil(4096 * 3));
@@ -259,7 +254,7 @@ mod tests {
         let joined: Vec<u8> = parts.iter().flat_map(|q| q.iter().copied()).collect();
         assert_eq!(joined, data);
         assert_eq!(parts[1].clone().into_vec(), &data[4096 * 3..4096 * 6]);
-        assert!(Payload::map_file(&f, 0).unwrap().split(10).is_empty());
+        assert!(Payload::map_file(&f, 0, true).unwrap().split(10).is_empty());
     }
 
     #[test]

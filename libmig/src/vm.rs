@@ -337,7 +337,21 @@ impl Vm {
                 },
             );
         }
-        let _ = std::fs::remove_file(&path);
+        // Unmapping and deleting a large image takes milliseconds the
+        // program need not wait for.
+        let file = path.clone();
+        let release = move || {
+            drop(mapped);
+            let _ = std::fs::remove_file(&file);
+        };
+        if std::thread::Builder::new()
+            .name("mig-release".into())
+            .spawn(release)
+            .is_err()
+        {
+            // No thread (the mapping went with the closure): here, then.
+            let _ = std::fs::remove_file(&path);
+        }
         std::env::remove_var(env::RESTORE);
         vm.restored = true;
         Ok((vm, state))

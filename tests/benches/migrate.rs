@@ -86,7 +86,8 @@ fn main() {
             .find(|v| v.tid == tids[0])
             .and_then(|v| v.host.clone())
             .expect("placed");
-        let mut times = Vec::new();
+        // Moves and raw copies alternate, so both see the same machine.
+        let (mut times, mut tcp) = (Vec::new(), Vec::new());
         for rep in 0..=reps {
             let to = if at == "h0" { "h1" } else { "h0" }.to_string();
             let t = Instant::now();
@@ -103,11 +104,17 @@ fn main() {
             wait_line(&mut job, "restored");
             if rep > 0 {
                 times.push(t.elapsed().as_secs_f64() * 1e3);
+                if std::env::var_os("MIG_BENCH_SAMPLES").is_some() {
+                    eprintln!("{at} -> {to}: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+                }
+                tcp.push(tcp_copy(mib << 20));
             }
             at = to;
         }
+        if std::env::var_os("MIG_BENCH_SAMPLES").is_some() {
+            eprintln!("{mib} MiB moves (ms): {times:.1?}\n{mib} MiB copies (ms): {tcp:.1?}");
+        }
         times.sort_by(f64::total_cmp);
-        let mut tcp: Vec<f64> = (0..reps).map(|_| tcp_copy(mib << 20)).collect();
         tcp.sort_by(f64::total_cmp);
         let (m, r) = (times[reps / 2], tcp[reps / 2]);
         println!(

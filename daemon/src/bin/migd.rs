@@ -85,6 +85,7 @@ fn start() -> anyhow::Result<()> {
         quantum_ms: None,
         vp_nice: None,
         vp_idle_class: None,
+        vp_huge_pages: None,
         checkpoint_interval_s: None,
     });
     cfg.apply_owner(migd::owner::OwnerFile {
