@@ -2071,7 +2071,13 @@ impl Daemon {
     /// Start VP `start` from the image at `path`.
     fn start_restored(&mut self, mut start: StartVp, path: &std::path::Path) {
         let tid = start.tid;
-        start.env.retain(|(k, _)| k != libmig::vp::env::RESTORE);
+        start
+            .env
+            .retain(|(k, _)| k != libmig::vp::env::RESTORE && k != libmig::vp::env::RESTORE_SUMMED);
+        // Every caller checked the image's checksum on its way here.
+        start
+            .env
+            .push((libmig::vp::env::RESTORE_SUMMED.to_string(), "1".into()));
         start.env.push((
             libmig::vp::env::RESTORE.to_string(),
             path.display().to_string(),

@@ -292,8 +292,13 @@ impl Vm {
         };
         let path = std::path::PathBuf::from(path);
         let mapped = crate::checkpoint::map(&path).map_err(|e| MigError::Restore(e.to_string()))?;
-        let image = crate::checkpoint::ImageRef::decode(&mapped)
-            .map_err(|e| MigError::Restore(e.to_string()))?;
+        let summed = std::env::var_os(env::RESTORE_SUMMED).is_some_and(|v| v == "1");
+        let image = if summed {
+            crate::checkpoint::ImageRef::decode_summed(&mapped)
+        } else {
+            crate::checkpoint::ImageRef::decode(&mapped)
+        }
+        .map_err(|e| MigError::Restore(e.to_string()))?;
         if image.header.tid != vm.me.tid {
             return Err(MigError::Restore(format!(
                 "the image at {} is of t{:x}, not t{:x}",
@@ -353,6 +358,7 @@ impl Vm {
             let _ = std::fs::remove_file(&path);
         }
         std::env::remove_var(env::RESTORE);
+        std::env::remove_var(env::RESTORE_SUMMED);
         vm.restored = true;
         Ok((vm, state))
     }

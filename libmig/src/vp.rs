@@ -24,6 +24,9 @@ pub mod env {
     pub const PARENT: &str = "MIG_PARENT";
     /// The checkpoint image a VP is restarted from (after a migration).
     pub const RESTORE: &str = "MIG_RESTORE";
+    /// Set (to 1) by the daemon when it has checked that image's checksum
+    /// itself: the VP then checks only its shape (size, magic, version).
+    pub const RESTORE_SUMMED: &str = "MIG_RESTORE_SUMMED";
     /// How many microseconds a VP looks for a message before it sleeps
     /// (default 50; 0: never).
     pub const SPIN_US: &str = "MIG_SPIN_US";
