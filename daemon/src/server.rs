@@ -137,6 +137,8 @@ pub struct Daemon {
     /// Checkpoint images arriving in parts: how to start each, and the file
     /// they go into.
     incoming: HashMap<Tid, Incoming>,
+    /// Images of moving VPs being sent on while the VP writes them.
+    outgoing: HashMap<Tid, Outgoing>,
     /// Each local VP's socket, for answers to it (also while it moves, when
     /// the router no longer delivers messages to it).
     vp_conns: HashMap<Tid, Token>,
@@ -235,6 +237,7 @@ impl Daemon {
             links: HashMap::new(),
             dialling: HashMap::new(),
             incoming: HashMap::new(),
+            outgoing: HashMap::new(),
             held_blocked: HashMap::new(),
             vp_conns: HashMap::new(),
             fd_inflight: HashMap::new(),
@@ -906,8 +909,17 @@ impl Daemon {
             (Kind::Data { .. }, PeerMsg::Deliver(env)) => {
                 self.route(env, Body::Bytes(payload), Some(t))
             }
-            (Kind::Data { .. }, PeerMsg::RestorePart { tid, total, start }) => {
-                self.image_part(tid, total, start, &payload);
+            (
+                Kind::Data { .. },
+                PeerMsg::RestorePart {
+                    tid,
+                    at,
+                    total,
+                    last,
+                    start,
+                },
+            ) => {
+                self.image_part(tid, at, total, last, start, &payload);
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.dec.recycle(payload);
                 }
@@ -1188,6 +1200,7 @@ impl Daemon {
                 }
                 self.maybe_resume(t);
             }
+            VpMsg::Written { path, upto } => self.written(tid, &path, upto),
             VpMsg::Checkpointed { path } => self.checkpointed(tid, &path),
             VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(PeerMsg::Snap {
                 tid,
@@ -1830,7 +1843,12 @@ impl Daemon {
             .vps
             .by_tid
             .iter()
-            .filter(|(_, v)| !v.moved && v.moving.as_ref().is_some_and(|m| m.2.elapsed() > limit))
+            // One writing its image (sent on as it goes) is past its safe point.
+            .filter(|(t, v)| {
+                !v.moved
+                    && !self.outgoing.contains_key(t)
+                    && v.moving.as_ref().is_some_and(|m| m.2.elapsed() > limit)
+            })
             .map(|(&t, _)| t)
             .collect();
         for tid in late {
@@ -1930,11 +1948,105 @@ impl Daemon {
         }
     }
 
-    /// Send a checkpoint image to `to` over the data link, in parts of at
-    /// most 32 MiB (raw frame payloads, read on arrival straight into their
-    /// buffers); through the master if there is no link.
+    /// VP `tid`, moving to another host, has written its image up to
+    /// `upto`: the whole parts of it not sent yet go now, while it writes
+    /// the rest (see `send_image` for the end). Only with a data link up;
+    /// otherwise the image goes whole once written.
+    fn written(&mut self, tid: Tid, path: &str, upto: u64) {
+        let Some((to, start, _)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
+            return;
+        };
+        // Its own temporary file in the state directory, nothing else.
+        let path = std::path::Path::new(path);
+        let ours = path.parent() == Some(self.cfg.state_dir.as_path())
+            && path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("t{tid:x}.tmp.")));
+        if to == self.facts.name || !ours {
+            return;
+        }
+        let Some(d) = self.link_to(&to).filter(|d| {
+            self.conns
+                .get(d)
+                .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
+        }) else {
+            return;
+        };
+        if self.outgoing.get(&tid).is_none_or(|o| o.path != path) {
+            match std::fs::File::open(path) {
+                Ok(file) => {
+                    log!("sending on the image of VP t{tid:x} while it writes it");
+                    let out = Outgoing {
+                        file,
+                        path: path.to_path_buf(),
+                        sent: 0,
+                        link: d,
+                    };
+                    self.outgoing.insert(tid, out);
+                }
+                Err(_) => return,
+            }
+        }
+        let Some(out) = self.outgoing.get_mut(&tid).filter(|o| o.link == d) else {
+            return;
+        };
+        let end = upto / IMAGE_PART as u64 * IMAGE_PART as u64;
+        let mut parts = Vec::new();
+        while out.sent < end {
+            match Payload::map_file_at(&out.file, out.sent, IMAGE_PART) {
+                Ok(p) => parts.push((out.sent, p)),
+                Err(e) => {
+                    log!("VP t{tid:x}: cannot map its image as it is written: {e}");
+                    break;
+                }
+            }
+            out.sent += IMAGE_PART as u64;
+        }
+        for (at, part) in parts {
+            let msg = PeerMsg::RestorePart {
+                tid,
+                at,
+                total: 0,
+                last: false,
+                start: (at == 0).then(|| start.clone()),
+            };
+            if !self.send_image_part(d, &msg, part) {
+                self.outgoing.remove(&tid);
+                return;
+            }
+        }
+    }
+
+    /// One part of an image on data link `d`; false if the link failed.
+    fn send_image_part(&mut self, d: Token, msg: &PeerMsg, part: Payload) -> bool {
+        let head = match frame::encode_head(msg, part.len()) {
+            Ok(h) => h,
+            Err(e) => {
+                log!("cannot encode an image part: {e}");
+                return false;
+            }
+        };
+        let failed = match self.conns.get_mut(&d) {
+            Some(c) => c
+                .send_parts(head, part, None, self.poll.registry(), d)
+                .err(),
+            None => return false,
+        };
+        if let Some(e) = failed {
+            self.write_failed(d, &e);
+            return false;
+        }
+        true
+    }
+
+    /// Send a checkpoint image to `to` over the data link, in parts (raw
+    /// frame payloads, read on arrival straight into their buffers) that
+    /// share the mapped image; through the master if there is no link.
+    /// The parts already sent while the VP wrote it are not sent again;
+    /// then the preamble, written last, goes last.
     fn send_image(&mut self, to: &str, start: StartVp, image: Payload) {
-        const PART: usize = 4 << 20;
+        let streamed = self.outgoing.remove(&start.tid);
         let Some(d) = self.link_to(to) else {
             return self.report(PeerMsg::Restore {
                 to: to.to_string(),
@@ -1953,37 +2065,50 @@ impl Daemon {
                 .or_default()
                 .push(Pending::Image(start, image));
         }
-        let (tid, total) = (start.tid, image.len() as u64);
-        let mut start = Some(start);
+        let (tid, len) = (start.tid, image.len());
+        let from = streamed
+            .filter(|s| s.link == d)
+            .map_or(0, |s| s.sent as usize)
+            .min(len);
+        let mut ranges: Vec<std::ops::Range<usize>> = (from..len)
+            .step_by(IMAGE_PART)
+            .map(|at| at..(at + IMAGE_PART).min(len))
+            .collect();
+        if from > 0 {
+            ranges.push(0..libmig::checkpoint::PREAMBLE);
+        }
+        let n = ranges.len();
+        let mut start = (from == 0).then_some(start);
         // Pieces of the image itself, not copies of them.
-        for part in image.split(PART) {
+        for (i, (part, r)) in image.pieces(&ranges).into_iter().zip(ranges).enumerate() {
             let msg = PeerMsg::RestorePart {
                 tid,
-                total,
+                at: r.start as u64,
+                total: len as u64,
+                last: i + 1 == n,
                 start: start.take(),
             };
-            let head = match frame::encode_head(&msg, part.len()) {
-                Ok(h) => h,
-                Err(e) => return log!("cannot encode an image part: {e}"),
-            };
-            let failed = match self.conns.get_mut(&d) {
-                Some(c) => c
-                    .send_parts(head, part, None, self.poll.registry(), d)
-                    .err(),
-                None => return log!("lost the link to {to} while sending VP t{tid:x}"),
-            };
-            if let Some(e) = failed {
-                return self.write_failed(d, &e);
+            if !self.send_image_part(d, &msg, part) {
+                return log!("lost the link to {to} while sending VP t{tid:x}");
             }
         }
     }
 
     /// Part of a checkpoint image from the VP's previous host: written
     /// to a file as it arrives and checked on the way, never held whole.
-    fn image_part(&mut self, tid: Tid, total: u64, start: Option<StartVp>, part: &[u8]) {
+    fn image_part(
+        &mut self,
+        tid: Tid,
+        at: u64,
+        total: u64,
+        last: bool,
+        start: Option<StartVp>,
+        part: &[u8],
+    ) {
         let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
-        if total > limit {
-            return log!("refusing an image of {total} bytes for t{tid:x}");
+        let end = at.saturating_add(part.len() as u64);
+        if total > limit || end > limit {
+            return log!("refusing an image of more than {limit} bytes for t{tid:x}");
         }
         if let Some(start) = start {
             let tmp = self.cfg.state_dir.join(format!("t{tid:x}.restore.part"));
@@ -2005,11 +2130,14 @@ impl Daemon {
         let Some(inc) = self.incoming.get_mut(&tid) else {
             return log!("an image part for t{tid:x} without its start");
         };
-        let failed = if inc.check.seen() + part.len() as u64 > total {
+        let failed = if total > 0 && end > total {
             Some("image parts overflow its size".to_string())
         } else {
-            inc.check.update(part);
-            inc.file.write_all(part).err().map(|e| e.to_string())
+            use std::os::unix::fs::FileExt;
+            match inc.check.update_at(at, part) {
+                Ok(()) => inc.file.write_all_at(part, at).err().map(|e| e.to_string()),
+                Err(e) => Some(e.to_string()),
+            }
         };
         if let Some(why) = failed {
             if let Some(inc) = self.incoming.remove(&tid) {
@@ -2017,9 +2145,15 @@ impl Daemon {
             }
             return log!("cannot take in VP t{tid:x}: {why}");
         }
-        if inc.check.seen() == total {
+        if last {
             if let Some(inc) = self.incoming.remove(&tid) {
-                self.restore_received(inc);
+                if inc.check.seen() == total {
+                    self.restore_received(inc);
+                } else {
+                    let _ = std::fs::remove_file(&inc.tmp);
+                    let why = format!("{} bytes of an image of {total} arrived", inc.check.seen());
+                    self.restore_failed(tid, &why);
+                }
             }
         }
     }
@@ -2369,6 +2503,20 @@ fn variant(m: &PeerMsg) -> &'static str {
         PeerMsg::Unpark { .. } => "Unpark",
     }
 }
+
+/// An image sent on while its VP writes it (see `Daemon::written`).
+struct Outgoing {
+    /// The file being written, and its name (a VP's process writes its own).
+    file: std::fs::File,
+    path: PathBuf,
+    /// Bytes of it sent so far (whole parts).
+    sent: u64,
+    /// The data link they went on.
+    link: Token,
+}
+
+/// The size of the parts images travel in between hosts.
+const IMAGE_PART: usize = 4 << 20;
 
 /// A checkpoint image arriving in parts (see `Daemon::image_part`).
 struct Incoming {

@@ -197,7 +197,7 @@ impl Image {
     }
 
     fn write_to(&self, path: &Path, durable: bool) -> Result<(), CheckpointError> {
-        stream_to(path, durable, |sink| {
+        stream_to(path, durable, None, |sink| {
             postcard::to_io(self, sink)?;
             Ok(())
         })
@@ -223,15 +223,20 @@ impl Image {
 /// `path` without encoding the state in memory first: its size is counted,
 /// then it is encoded straight into the file. The bytes are those of
 /// `Image { header, state: postcard::to_allocvec(state), lib }.encode()`.
+///
+/// `progress`, if given, hears (file being written, bytes of it final but
+/// for the preamble) every `PROGRESS_STEP` bytes: a daemon can send the
+/// image on while it is written (the preamble, written last, goes last).
 pub fn write_state<S: Serialize>(
     path: &Path,
     header: &Header,
     state: &S,
     lib: &LibState,
     durable: bool,
+    progress: Option<OnProgress<'_>>,
 ) -> Result<(), CheckpointError> {
     let len = postcard::to_io(state, Counted(0))?.0;
-    stream_to(path, durable, |sink| {
+    stream_to(path, durable, progress, |sink| {
         postcard::to_io(header, &mut *sink)?;
         // Postcard writes a byte string as its length (LEB128) then the bytes.
         let mut varint = Vec::with_capacity(10);
@@ -262,6 +267,7 @@ pub fn write_state<S: Serialize>(
 fn stream_to(
     path: &Path,
     durable: bool,
+    progress: Option<OnProgress<'_>>,
     body: impl FnOnce(&mut Summing<io::BufWriter<File>>) -> Result<(), CheckpointError>,
 ) -> Result<(), CheckpointError> {
     use std::io::{Seek, SeekFrom};
@@ -277,6 +283,7 @@ fn stream_to(
             out: io::BufWriter::with_capacity(1 << 20, f),
             crc: 0,
             len: 0,
+            progress: progress.map(|p| (p, tmp.clone(), PROGRESS_STEP)),
         };
         body(&mut sink)?;
         sink.out.flush().map_err(io)?;
@@ -313,14 +320,25 @@ impl Write for Counted {
     }
 }
 
+/// Hears how far an image's write has come: (file being written, bytes of
+/// it final but for the preamble).
+pub type OnProgress<'a> = &'a mut dyn FnMut(&Path, u64);
+
+/// How often (bytes) `write_state` reports its progress.
+pub const PROGRESS_STEP: u64 = 8 << 20;
+
+/// Who hears the progress of a write, of which file, and when next.
+type Progress<'a> = (OnProgress<'a>, std::path::PathBuf, u64);
+
 /// A writer that passes bytes on, summing them (CRC-32C) and counting.
-struct Summing<W> {
+struct Summing<'a, W> {
     out: W,
     crc: u32,
     len: u64,
+    progress: Option<Progress<'a>>,
 }
 
-impl<W: Write> Write for Summing<W> {
+impl<W: Write> Write for Summing<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // A megabyte at a time, so the sum reads what the write just
         // brought into the cache (one pass over memory, not two). As large
@@ -328,6 +346,13 @@ impl<W: Write> Write for Summing<W> {
         let n = self.out.write(&buf[..buf.len().min(1 << 20)])?;
         self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
         self.len += n as u64;
+        if let Some((tell, file, next)) = &mut self.progress {
+            if self.len >= *next {
+                self.out.flush()?;
+                tell(file, PREAMBLE as u64 + self.len);
+                *next = self.len + PROGRESS_STEP;
+            }
+        }
         Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -400,6 +425,44 @@ impl Checker {
         }
         self.crc = crc32c::crc32c_append(self.crc, bytes);
         self.body += bytes.len() as u64;
+    }
+
+    /// Take in bytes at offset `at` of the image. The body must come in
+    /// order (each piece where the last one ended); the preamble may come
+    /// again later and replaces what came before (an image sent on while
+    /// it is written gets its preamble last). A piece out of order is an
+    /// error.
+    pub fn update_at(&mut self, at: u64, bytes: &[u8]) -> Result<(), CheckpointError> {
+        let pre = PREAMBLE as u64;
+        let split =
+            usize::try_from(pre.saturating_sub(at)).map_or(bytes.len(), |n| n.min(bytes.len()));
+        let (head, body) = bytes.split_at(split);
+        if !head.is_empty() {
+            let at = at as usize;
+            if at > self.preamble.len() {
+                return Err(CheckpointError::BadLength(format!(
+                    "a piece at {at} where {} was next",
+                    self.preamble.len()
+                )));
+            }
+            let end = at + head.len();
+            if self.preamble.len() < end {
+                self.preamble.resize(end, 0);
+            }
+            self.preamble[at..end].copy_from_slice(head);
+        }
+        if !body.is_empty() {
+            let body_at = at.max(pre);
+            if body_at != pre + self.body || self.preamble.len() < PREAMBLE {
+                return Err(CheckpointError::BadLength(format!(
+                    "a piece at {body_at} where {} was next",
+                    self.seen()
+                )));
+            }
+            self.crc = crc32c::crc32c_append(self.crc, body);
+            self.body += body.len() as u64;
+        }
+        Ok(())
     }
 
     /// Bytes taken in so far.
@@ -565,7 +628,7 @@ mod tests {
         // States whose encodings need length prefixes of 1, 2 and 3 bytes.
         for n in [3usize, 200, 20_000] {
             let state = (7u32, vec![1.5f64; n]);
-            write_state(&path, &i.header, &state, &i.lib, false).unwrap();
+            write_state(&path, &i.header, &state, &i.lib, false, None).unwrap();
             let whole = Image {
                 state: postcard::to_allocvec(&state).unwrap(),
                 ..image()
@@ -605,6 +668,38 @@ mod tests {
                 Image::decode(&bad).is_err(),
                 "flipping byte {i} went unnoticed"
             );
+        }
+    }
+
+    #[test]
+    fn an_image_sent_while_written_is_checked_with_its_preamble_last() {
+        let bytes = image().encode().unwrap();
+        let mut placeholder = bytes.clone();
+        placeholder[..PREAMBLE].fill(0);
+        // As a daemon sends it: the body as written (after a blank
+        // preamble) in pieces, then the preamble.
+        let mut c = Checker::default();
+        for (i, piece) in placeholder.chunks(7).enumerate() {
+            c.update_at((i * 7) as u64, piece).unwrap();
+        }
+        c.update_at(0, &bytes[..PREAMBLE]).unwrap();
+        c.finish().unwrap();
+        // Without the real preamble: refused.
+        let mut c = Checker::default();
+        c.update_at(0, &placeholder).unwrap();
+        assert!(c.finish().is_err());
+        // A piece of the body out of order: refused at once.
+        let mut c = Checker::default();
+        c.update_at(0, &bytes[..40]).unwrap();
+        assert!(c.update_at(50, &bytes[50..60]).is_err());
+        assert!(c.update_at(30, &bytes[30..60]).is_err());
+        // A flipped byte anywhere is still found.
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            let mut c = Checker::default();
+            c.update_at(0, &bad).unwrap();
+            assert!(c.finish().is_err(), "byte {i}");
         }
     }
 

@@ -239,6 +239,15 @@ pub enum VpMsg {
     StayPut,
     /// A step of a job-wide checkpoint, daemon ↔ VP (see `SnapStep`).
     Snap(SnapStep),
+    /// VP → daemon, while it writes the image it moves with: `path` (the
+    /// file being written) holds its final bytes up to `upto`, but for the
+    /// preamble (written last).
+    Written {
+        /// The file being written.
+        path: String,
+        /// How far.
+        upto: u64,
+    },
     /// VP → daemon: the image is written.
     Checkpointed {
         /// Where.
@@ -483,8 +492,12 @@ pub enum PeerMsg {
     RestorePart {
         /// The VP.
         tid: Tid,
-        /// The whole image's size.
+        /// Where in the image this part goes.
+        at: u64,
+        /// The whole image's size (0 while it is still being written).
         total: u64,
+        /// The last part: the image is whole.
+        last: bool,
         /// How to start it (first part only).
         start: Option<StartVp>,
     },

@@ -70,7 +70,15 @@ impl Payload {
     /// starts at once).
     pub fn map_file(file: &File, len: usize, populate: bool) -> io::Result<Payload> {
         let populate = if populate { libc::MAP_POPULATE } else { 0 };
-        map_read_only(file.as_raw_fd(), len, libc::MAP_PRIVATE | populate)
+        map_read_only(file.as_raw_fd(), 0, len, libc::MAP_PRIVATE | populate)
+    }
+
+    /// `map_file` of `len` bytes from `offset` (a multiple of the page
+    /// size), pages coming in as they are read.
+    pub fn map_file_at(file: &File, offset: u64, len: usize) -> io::Result<Payload> {
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+        map_read_only(file.as_raw_fd(), offset, len, libc::MAP_PRIVATE)
     }
 
     /// Cut into consecutive pieces of at most `part` bytes that share these
@@ -78,14 +86,26 @@ impl Payload {
     pub fn split(self, part: usize) -> Vec<Payload> {
         let len = self.len();
         let part = part.max(1);
-        let whole = std::sync::Arc::new(self);
-        (0..len)
+        let ranges: Vec<_> = (0..len)
             .step_by(part)
-            .map(|off| {
+            .map(|off| off..off + part.min(len - off))
+            .collect();
+        self.pieces(&ranges)
+    }
+
+    /// The given ranges of these bytes (clipped to them), sharing them
+    /// instead of copying.
+    pub fn pieces(self, ranges: &[std::ops::Range<usize>]) -> Vec<Payload> {
+        let len = self.len();
+        let whole = std::sync::Arc::new(self);
+        ranges
+            .iter()
+            .map(|r| {
+                let off = r.start.min(len);
                 Payload(Inner::Slice {
                     of: whole.clone(),
                     off,
-                    len: part.min(len - off),
+                    len: r.end.min(len).saturating_sub(off),
                 })
             })
             .collect()
@@ -96,18 +116,37 @@ impl Payload {
     /// bytes that can no longer shrink or change).
     pub fn map(fd: OwnedFd, len: usize) -> io::Result<Payload> {
         check_sealed(&fd, len)?;
-        map_read_only(fd.as_raw_fd(), len, libc::MAP_SHARED | libc::MAP_POPULATE)
+        map_read_only(
+            fd.as_raw_fd(),
+            0,
+            len,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+        )
     }
 }
 
 /// Map `len` bytes of `fd` read-only (and populated) as a payload.
-fn map_read_only(fd: std::os::fd::RawFd, len: usize, flags: libc::c_int) -> io::Result<Payload> {
+fn map_read_only(
+    fd: std::os::fd::RawFd,
+    offset: libc::off_t,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<Payload> {
     if len == 0 {
         return Ok(Payload(Inner::Heap(Vec::new())));
     }
     // SAFETY: mapping a file the caller holds, read-only, at a size it has
     // (the caller checked); the result is checked before use.
-    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, flags, fd, 0) };
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            flags,
+            fd,
+            offset,
+        )
+    };
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }

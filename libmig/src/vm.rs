@@ -409,7 +409,7 @@ impl Vm {
                 });
                 if all_in {
                     let path = snap.path.clone();
-                    self.write_image(state, &path)?;
+                    self.write_image(state, &path, false)?;
                     if let Some(s) = &mut self.snap {
                         s.taken = true;
                     }
@@ -454,7 +454,14 @@ impl Vm {
     /// it carries the VP to its next host or is copied on by its daemon):
     /// who it is and how to start it, `state`, unread messages and the
     /// sequence numbers. The state is encoded straight into the file.
-    fn write_image<S: Serialize>(&self, state: &S, path: &str) -> Result<(), MigError> {
+    /// Write this VP's image to `path`; with `tell`, say how far the write
+    /// has come every few megabytes (`VpMsg::Written`).
+    fn write_image<S: Serialize>(
+        &mut self,
+        state: &S,
+        path: &str,
+        tell: bool,
+    ) -> Result<(), MigError> {
         let mut args = std::env::args();
         let program = args.next().unwrap_or_default();
         let unread = |from: Tid, tag: i32, seq: u64, data: &Payload| Unread {
@@ -489,8 +496,33 @@ impl Vm {
             seq_out: self.seq_out.iter().map(|(&t, &n)| (t, n)).collect(),
             seq_in: self.order.iter().map(|(&t, o)| (t, o.next)).collect(),
         };
-        crate::checkpoint::write_state(std::path::Path::new(path), &header, state, &lib, false)
-            .map_err(|e| MigError::Restore(e.to_string()))
+        let daemon = &mut self.daemon;
+        let mut written = |file: &std::path::Path, upto: u64| {
+            let msg = VpMsg::Written {
+                path: file.display().to_string(),
+                upto,
+            };
+            let Ok(head) = frame::encode_head(&msg, 0) else {
+                return;
+            };
+            // A progress report only: if the daemon is gone, the end of the
+            // checkpoint says so.
+            let mut done = 0;
+            while let Ok(false) = daemon.write_parts(&[&head], None, &mut done) {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        };
+        let progress: Option<crate::checkpoint::OnProgress<'_>> =
+            if tell { Some(&mut written) } else { None };
+        crate::checkpoint::write_state(
+            std::path::Path::new(path),
+            &header,
+            state,
+            &lib,
+            false,
+            progress,
+        )
+        .map_err(|e| MigError::Restore(e.to_string()))
     }
 
     /// Write the checkpoint image and end the process (it only returns an
@@ -510,7 +542,8 @@ impl Vm {
         }
         self.direct.clear();
         self.pump(LinkId::Daemon, false)?;
-        self.write_image(state, &path)?;
+        // The daemon sends the image on as it is written.
+        self.write_image(state, &path, true)?;
         let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
         self.write(LinkId::Daemon, &[&head], None)?;
         // The process ends here without unwinding: what it printed goes out.
@@ -1037,6 +1070,7 @@ impl Vm {
             | VpMsg::StayPut
             | VpMsg::Snap(_)
             | VpMsg::Credit { .. }
+            | VpMsg::Written { .. }
             | VpMsg::Checkpointed { .. } => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }

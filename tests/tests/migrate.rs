@@ -253,3 +253,52 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
         "{v}"
     );
 }
+
+#[test]
+fn a_large_state_sent_on_while_it_is_written_arrives_byte_for_byte() {
+    // 24 MiB: several parts go while the VP still writes, then the rest
+    // and the preamble.
+    let vm = Vm::start(2);
+    let job = vm.start_job(1, &bin("testvp"), &["hold", "24", "check"]);
+    let tid = "t40001";
+    assert!(wait_until(Duration::from_secs(20), || vm
+        .where_is(tid)
+        .is_some_and(|(_, s)| s == "running")));
+    // Four moves: the fourth starts at a safe point, which the VP reaches
+    // only after saying how its third restore went.
+    for _ in 0..4 {
+        let (from, _) = vm.where_is(tid).expect("placed");
+        let to = if from == "h0" { "h1" } else { "h0" };
+        let out = vm.mig(&["migrate", tid, "--to", to]);
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            vm.log(0)
+        );
+        assert!(
+            wait_until(Duration::from_secs(20), || vm
+                .where_is(tid)
+                .is_some_and(|(h, s)| h == to && s == "running")),
+            "{}\n{}",
+            vm.log(0),
+            vm.log(1)
+        );
+    }
+    let _ = vm.mig(&["kill", tid]);
+    let out = job.wait_with_output().expect("job");
+    let lines = job_lines(&out);
+    let intact = lines
+        .iter()
+        .filter(|l| *l == &format!("restored {} intact", 24 << 20))
+        .count();
+    assert!(
+        intact >= 3,
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("differs"));
+    // The parts went while the VP was writing its image.
+    let logs = format!("{}{}", vm.log(0), vm.log(1));
+    assert!(logs.contains("sending on the image of VP t40001"), "{logs}");
+}

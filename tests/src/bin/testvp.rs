@@ -16,6 +16,8 @@
 //! * `flood MIB` — VP 0 streams MIB MiB in 16 MiB messages to a slow VP 1;
 //! * `spin FILE` — burns CPU, migration-aware, until FILE (or FILE.K for
 //!   VP K) exists, then says how many hosts it ran on;
+//! * `hold MIB [check]` — holds MIB MiB of state (with `check`, a
+//!   pattern it checks byte for byte after each move) until told to stop;
 //! * `respawn FILE` — spawns a `spin FILE` child once FILE.spawn exists
 //!   (after a checkpoint, in the tests), ends when FILE exists;
 //! * `sequence FILE` — VP 0 streams numbered messages to VP 1 until FILE
@@ -226,12 +228,20 @@ fn flood(vm: &mut Vm, mib: usize) {
 /// Hold `mib` MiB of state (as one byte string) and wait in a safe receive
 /// until told to stop; say "restored N" after each move (for the migration
 /// benchmark).
-fn hold(mib: usize) {
+fn hold(mib: usize, check: bool) {
     #[derive(serde::Serialize, serde::Deserialize)]
     struct Ballast(#[serde(with = "serde_bytes")] Vec<u8>);
-    let (mut vm, state) = ok(Vm::init_or_restore(|| Ballast(vec![7u8; mib << 20])));
+    let fresh = || match check {
+        true => Ballast((0..mib << 20).map(pattern).collect()),
+        false => Ballast(vec![7u8; mib << 20]),
+    };
+    let (mut vm, state) = ok(Vm::init_or_restore(fresh));
     if vm.restored() {
-        println!("restored {}", state.0.len());
+        if let Some(i) = (0..state.0.len()).find(|&i| check && state.0[i] != pattern(i)) {
+            fail(format!("restored state differs at byte {i}"));
+        }
+        let intact = if check { " intact" } else { "" };
+        println!("restored {}{intact}", state.0.len());
     } else {
         println!("ready");
     }
@@ -374,7 +384,7 @@ fn main() {
         return garbage();
     }
     if mode == "hold" {
-        return hold(num(0) as usize);
+        return hold(num(0) as usize, args.get(3).is_some_and(|a| a == "check"));
     }
     if mode == "spin" {
         return spin(args.get(2).map_or("", String::as_str));
