@@ -1991,7 +1991,10 @@ impl Daemon {
         let Some(out) = self.outgoing.get_mut(&tid).filter(|o| o.link == d) else {
             return;
         };
-        let end = upto / IMAGE_PART as u64 * IMAGE_PART as u64;
+        // Never past what the file holds (a mapping past its end would
+        // fault when read): the VP's word is checked against the file.
+        let size = out.file.metadata().map_or(0, |m| m.len());
+        let end = upto.min(size) / IMAGE_PART as u64 * IMAGE_PART as u64;
         let mut parts = Vec::new();
         while out.sent < end {
             match Payload::map_file_at(&out.file, out.sent, IMAGE_PART) {
