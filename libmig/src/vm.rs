@@ -453,9 +453,9 @@ impl Vm {
     /// Write this VP's checkpoint image of `state` to `path` (not durably:
     /// it carries the VP to its next host or is copied on by its daemon):
     /// who it is and how to start it, `state`, unread messages and the
-    /// sequence numbers. The state is encoded straight into the file.
-    /// Write this VP's image to `path`; with `tell`, say how far the write
-    /// has come every few megabytes (`VpMsg::Written`).
+    /// sequence numbers. The state is encoded straight into the file; with
+    /// `tell`, the daemon hears how far the write has come every few
+    /// megabytes (`VpMsg::Written`) and sends the image on meanwhile.
     fn write_image<S: Serialize>(
         &mut self,
         state: &S,
