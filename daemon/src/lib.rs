@@ -31,6 +31,7 @@ pub mod server;
 pub mod sim;
 pub mod slicer;
 pub mod store;
+pub mod switcher;
 
 pub use config::Config;
 pub use server::{run, DaemonError};

@@ -39,27 +39,20 @@ use crate::log;
 use crate::master::{Master, Out, Requester};
 use crate::owner::{Change, Monitor};
 use crate::route::{Body, Router, Way};
-use crate::slicer::Slicer;
+use crate::slicer::{Plan, Slicer};
 use crate::store::Store;
+use crate::switcher::{wall_ns, Armed, Switcher};
 use libmig::msg::SnapStep;
 use libmig::payload::{sealed_memfd, FD_PAYLOAD};
 use libmig::Payload;
 use nix::sys::signal::Signal;
 
-/// How far ahead of a slot switch the loop stops polling and sleeps to it
-/// (the poll's timeout has millisecond granularity, a sleep does not).
-const SLICE_SPIN: Duration = Duration::from_micros(1500);
+/// How far ahead of a slot switch the loop arms it for the switcher's
+/// threads (so a loop held up for a few milliseconds does not make it late).
+const ARM_AHEAD: Duration = Duration::from_millis(10);
 
-/// The last stretch before a switch, spent watching the clock.
-const SLICE_WATCH: Duration = Duration::from_micros(200);
-
-/// The real-time clock in ns since the Unix epoch (slot boundaries are
-/// instants on it, the same on every host).
-fn wall_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
+/// Threads that race to carry out each slot switch, on as many processors.
+const SWITCH_THREADS: usize = 4;
 
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
@@ -153,6 +146,9 @@ pub struct Daemon {
     park_tried: std::collections::HashSet<Tid>,
     /// Which local VPs run in the slot in force.
     slicer: Slicer,
+    /// Carries out slot switches at their instants, and the switch armed.
+    switcher: Switcher,
+    armed: Option<Plan>,
     /// By pid: processes of VPs that moved away and have come back here
     /// before the old process was gone.
     leaving: HashMap<i32, LocalVp>,
@@ -213,6 +209,14 @@ impl Daemon {
         let owner = Monitor::new(cfg.owner.clone(), Instant::now());
         let mut facts = facts;
         facts.offered = owner.offered();
+        let (switcher, realtime) =
+            Switcher::start(SWITCH_THREADS).map_err(|e| DaemonError::Io {
+                what: "starting the slot switch threads".into(),
+                source: e,
+            })?;
+        if !realtime {
+            log!("slot switches run in the normal scheduling class (no permission for SCHED_FIFO): they may be late by milliseconds on a busy host");
+        }
         let mut d = Daemon {
             poll,
             key,
@@ -246,6 +250,8 @@ impl Daemon {
             parked: HashMap::new(),
             park_tried: Default::default(),
             slicer: Slicer::default(),
+            switcher,
+            armed: None,
             leaving: HashMap::new(),
             store: Store::new(cfg.state_dir.join("ckpt")),
             replicas: Store::new(cfg.state_dir.join("replicas")),
@@ -386,10 +392,10 @@ impl Daemon {
                 .heartbeat
                 .saturating_sub(self.last_beat.elapsed())
                 .min(self.owner.due().saturating_duration_since(Instant::now()))
-                // Wake a little early for a slot switch, then sleep to it exactly.
+                // Wake to arm the next slot switch.
                 .min(
                     self.slice_due_in()
-                        .map_or(Duration::MAX, |d| d.saturating_sub(SLICE_SPIN)),
+                        .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
                 )
                 .max(Duration::from_millis(1));
             let timeout = if self.halting.is_some() {
@@ -428,17 +434,7 @@ impl Daemon {
                     }
                 }
             }
-            if let Some(d) = self.slice_due_in() {
-                if d <= SLICE_SPIN {
-                    // Sleep most of the way, then watch the clock: a sleep
-                    // may end late, a look at the clock does not.
-                    std::thread::sleep(d.saturating_sub(SLICE_WATCH));
-                    while self.slice_due_in().is_some_and(|d| !d.is_zero()) {
-                        std::hint::spin_loop();
-                    }
-                    self.slice();
-                }
-            }
+            self.drive_slicer();
             if Instant::now() >= self.owner.due() {
                 self.owner_poll(None);
             }
@@ -464,6 +460,9 @@ impl Daemon {
         // and so do the slicer's switches, for `mig stats`.
         let report = self.owner.report(Instant::now());
         self.report(PeerMsg::Owner(report));
+        for s in self.switcher.done() {
+            self.slicer.record(s);
+        }
         if let Some(r) = self.slicer.report() {
             self.report(PeerMsg::Slicing(r));
         }
@@ -1011,7 +1010,7 @@ impl Daemon {
             }
             PeerMsg::SlotTable(t) => {
                 self.slicer.install(t);
-                self.slice();
+                self.drive_slicer();
             }
             PeerMsg::Halt => {
                 log!("halt requested");
@@ -1522,6 +1521,9 @@ impl Daemon {
         for c in &changes {
             match c {
                 Change::StopVps => {
+                    // A switch not yet carried out never continues anyone now.
+                    self.switcher.disarm();
+                    self.armed = None;
                     // VPs checkpointing for a move go on to their safe point.
                     let n = self.signal_vps(Signal::SIGSTOP, |_, v| v.moving.is_none());
                     done.push(format!("{n} VPs stopped"));
@@ -1760,35 +1762,47 @@ impl Daemon {
         Some(Duration::from_nanos(due.saturating_sub(wall_ns())))
     }
 
-    /// Carry out the slot switch that is due: stop the outgoing slot's VPs,
-    /// then continue the incoming one's (so two slots never overlap on a
-    /// processor), and record how late it was. While the owner has the host
-    /// the slicer keeps time but signals nobody.
-    fn slice(&mut self) {
-        let now = wall_ns();
-        let Some(plan) = self.slicer.at(now) else {
-            return;
-        };
-        let start = wall_ns();
-        if self.owner.offered() {
-            for (list, sig) in [(&plan.stop, Signal::SIGSTOP), (&plan.cont, Signal::SIGCONT)] {
-                for tid in list {
-                    // A VP on its way to a safe point is not held up.
-                    match self.vps.by_tid.get(tid) {
-                        Some(v) if v.exit.is_none() && v.moving.is_none() => {
-                            host::signal(v.pid, sig)
-                        }
-                        _ => {}
-                    }
+    /// Keep the slicer going: arm the next slot switch for the switcher
+    /// when it is `ARM_AHEAD` away, and re-arm it with the VPs' processes as
+    /// they are now (one that ended or is moving is not signalled). While
+    /// the owner has the host the slicer keeps time but signals nobody.
+    fn drive_slicer(&mut self) {
+        if !self.owner.offered() {
+            self.switcher.disarm();
+            self.armed = None;
+            let now = wall_ns();
+            while self.slicer.next_due().is_some_and(|d| d <= now) {
+                if self.slicer.at(now).is_none() {
+                    break;
                 }
             }
+            return;
         }
-        let end = wall_ns();
-        self.slicer.record(libmig::msg::Switch {
-            ideal_ns: plan.ideal_ns,
-            late_ns: start.saturating_sub(plan.ideal_ns),
-            took_ns: end.saturating_sub(start),
-        });
+        if self.armed.is_some() && self.switcher.armed().is_none() {
+            self.armed = None; // carried out
+        }
+        if self.armed.is_none() {
+            let horizon = wall_ns() + ARM_AHEAD.as_nanos() as u64;
+            let Some(due) = self.slicer.next_due().filter(|&d| d <= horizon) else {
+                return;
+            };
+            self.armed = self.slicer.at(due.max(wall_ns()));
+        }
+        if let Some(plan) = &self.armed {
+            let pids = |tids: &[Tid]| -> Vec<i32> {
+                tids.iter()
+                    .filter_map(|t| self.vps.by_tid.get(t))
+                    // A VP on its way to a safe point is not held up.
+                    .filter(|v| v.exit.is_none() && v.moving.is_none())
+                    .map(|v| v.pid)
+                    .collect()
+            };
+            self.switcher.arm(Armed {
+                ideal_ns: plan.ideal_ns,
+                stop: pids(&plan.stop),
+                cont: pids(&plan.cont),
+            });
+        }
     }
 
     fn checkpoint(&mut self, to: String, start: StartVp) {

@@ -6,7 +6,7 @@
 //! continue at each switch (only those that need it), the record of every
 //! switch's lateness. Pure: instants are passed in (ns since the Unix
 //! epoch), so it is tested without clocks or processes. What does not:
-//! sending signals or reading the clock (the server), building tables (the
+//! sending signals at the instants (the switcher), building tables (the
 //! master, from the scheduler's map).
 //!
 //! Rules: a VP runs in its own slot; a VP of an independent job also runs

@@ -5,10 +5,12 @@
 //! * why gang: the heat stencil (2 VPs exchanging halos every iteration)
 //!   sharing 2 hosts with a CPU-bound competitor job, gang-scheduled
 //!   (quantum 50 ms) versus left to the kernel's time sharing (quantum 0),
-//!   in one run: iterations per second of each.
+//!   alternated REPS times: iterations per second of each, and medians.
 //!
 //! Needs release binaries: `cargo build --release --workspace --bins`, then
-//! `cargo bench -p mig-tests --bench gang -- --bench` (SECS=N, ITERS=N).
+//! `cargo bench -p mig-tests --bench gang -- --bench` (SECS=N, ITERS=N,
+//! REPS=N heat runs of each kind, SIZE=N rows and columns, EXTRA_CONFIG=
+//! "more [daemon] lines").
 
 use std::path::Path;
 use std::process::Command;
@@ -26,7 +28,13 @@ fn env(name: &str, default: u64) -> u64 {
 fn vm_with_quantum(n: usize, quantum_ms: u64) -> (Vm, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tmp");
     let conf = dir.path().join("gang.toml");
-    std::fs::write(&conf, format!("[daemon]\nquantum_ms = {quantum_ms}\n")).expect("config");
+    // EXTRA_CONFIG: more `[daemon]` lines, to compare settings.
+    let extra = std::env::var("EXTRA_CONFIG").unwrap_or_default();
+    std::fs::write(
+        &conf,
+        format!("[daemon]\nquantum_ms = {quantum_ms}\n{extra}\n"),
+    )
+    .expect("config");
     let vm = Vm::start_with(n, &["--config", conf.to_str().expect("utf-8")]);
     (vm, dir)
 }
@@ -39,7 +47,7 @@ fn running(vm: &Vm) -> usize {
 }
 
 /// Iterations per second of a heat run beside a spinning competitor.
-fn heat_beside_competitor(quantum_ms: u64, iters: u64) -> f64 {
+fn heat_beside_competitor(quantum_ms: u64, iters: u64, size: u64) -> f64 {
     let (vm, _conf) = vm_with_quantum(2, quantum_ms);
     let stop = vm.dir.path().join("stop");
     let competitor = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
@@ -50,9 +58,9 @@ fn heat_beside_competitor(quantum_ms: u64, iters: u64) -> f64 {
         .arg(bin("heat"))
         .args([
             "--rows",
-            "64",
+            &size.to_string(),
             "--cols",
-            "64",
+            &size.to_string(),
             "--iters",
             &iters.to_string(),
         ])
@@ -141,11 +149,33 @@ fn main() {
             if lost < 1.0 { "met" } else { "missed" }
         );
     }
-    let iters = env("ITERS", 20_000);
-    let gang = heat_beside_competitor(50, iters);
-    let kernel = heat_beside_competitor(0, iters);
+    // Alternated, REPS times each, medians: the two see the same machine.
+    let iters = env("ITERS", 5_000);
+    let reps = env("REPS", 3).max(1);
+    let size = env("SIZE", 256);
+    let (mut gang, mut kernel) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        gang.push(heat_beside_competitor(50, iters, size));
+        kernel.push(heat_beside_competitor(0, iters, size));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let all = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     println!(
-        "heat (64x64, 2 VPs, {iters} iterations) beside a CPU-bound job on 2 hosts: gang {gang:.0} iterations/s, kernel time sharing {kernel:.0} iterations/s: gang {:.2}x",
-        gang / kernel
+        "heat ({size}x{size}, 2 VPs, {iters} iterations) beside a CPU-bound job on 2 hosts, {reps} runs each: gang {} iterations/s, kernel time sharing {} iterations/s",
+        all(&gang),
+        all(&kernel)
+    );
+    let (g, k) = (median(&mut gang), median(&mut kernel));
+    println!(
+        "medians: gang {g:.0}, kernel {k:.0} iterations/s: gang {:.2}x",
+        g / k
     );
 }
