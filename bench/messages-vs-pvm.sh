@@ -32,7 +32,8 @@ work=$(mktemp -d)
 export PVM_ROOT=/usr/lib/pvm3 PVM_ALLOW_ROOT=1 PVM_TMP=$work/pvmtmp
 export MIG_DAEMON=$work/mig/h0/control.sock
 cleanup() {
-  [ -n "${PVMD_PID:-}" ] && kill "$PVMD_PID" 2>/dev/null && wait "$PVMD_PID" 2>/dev/null
+  # (wait gives 143 for a daemon stopped by SIGTERM: not a failure here)
+  if [ -n "${PVMD_PID:-}" ]; then kill "$PVMD_PID" 2>/dev/null && wait "$PVMD_PID" 2>/dev/null || true; fi
   "$MIG" halt >/dev/null 2>&1 || true
   rm -rf "$work"
 }

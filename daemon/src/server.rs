@@ -43,7 +43,7 @@ use crate::slicer::{Plan, Slicer};
 use crate::store::Store;
 use crate::switcher::{wall_ns, Armed, Switcher};
 use libmig::msg::SnapStep;
-use libmig::payload::{sealed_memfd, FD_PAYLOAD};
+use libmig::payload::FD_PAYLOAD;
 use libmig::Payload;
 use nix::sys::signal::Signal;
 
@@ -144,6 +144,10 @@ pub struct Daemon {
     parked: HashMap<Tid, (StartVp, PathBuf)>,
     /// VPs asked to park during this taking back (asked once).
     park_tried: std::collections::HashSet<Tid>,
+    /// Buffers for large messages from other hosts to local VPs, and
+    /// mappings of local VPs' buffers whose bytes go to other hosts.
+    outbox: libmig::pool::Outbox,
+    inbox: libmig::pool::Inbox,
     /// Which local VPs run in the slot in force.
     slicer: Slicer,
     /// Carries out slot switches at their instants, and the switch armed.
@@ -249,6 +253,8 @@ impl Daemon {
             owner,
             parked: HashMap::new(),
             park_tried: Default::default(),
+            outbox: Default::default(),
+            inbox: Default::default(),
             slicer: Slicer::default(),
             switcher,
             armed: None,
@@ -1169,8 +1175,8 @@ impl Daemon {
                 let checked = fd
                     .ok_or_else(|| "a message without its descriptor".to_string())
                     .and_then(|fd| {
-                        libmig::payload::check_sealed(&fd, len as usize)
-                            .map(|()| fd)
+                        libmig::pool::check_fd(&fd, len as usize)
+                            .map(|_| fd)
                             .map_err(|e| e.to_string())
                     });
                 let fd = match checked {
@@ -1265,15 +1271,22 @@ impl Daemon {
             .conns
             .get(&dest)
             .is_some_and(|c| matches!(c.kind, Kind::Vp { .. }));
-        let body = match body {
-            // A large payload from another host reaches its VP as a sealed
-            // memfd: one copy here instead of one into the socket and one
-            // out of it.
-            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => match sealed_memfd(&b) {
-                Ok(fd) => Body::Fd(fd, b.len()),
-                Err(_) => Body::Bytes(b),
+        let (body, lent) = match body {
+            // A large payload from another host reaches its VP in one of
+            // this daemon's pooled buffers: one copy here instead of one
+            // into the socket and one out of it.
+            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => match self.outbox.stage(&b) {
+                Ok(fd) => {
+                    let len = b.len();
+                    // Its buffer takes in the next large message of that link.
+                    if let Some(c) = src.and_then(|s| self.conns.get_mut(&s)) {
+                        c.dec.recycle(b);
+                    }
+                    (Body::Fd(fd, len), true)
+                }
+                Err(_) => (Body::Bytes(b), false),
             },
-            other => other,
+            other => (other, false),
         };
         self.credit(&env, &body);
         let (head, payload, fd) = match (local, body) {
@@ -1282,6 +1295,7 @@ impl Daemon {
                 let msg = VpMsg::DeliverFd {
                     env,
                     len: len as u64,
+                    lent,
                 };
                 (
                     frame::encode_head(&msg, 0),
@@ -1298,7 +1312,7 @@ impl Daemon {
                 // from the memfd's mapping if they came as one.
                 let p = match body {
                     Body::Bytes(b) => Payload::from(b),
-                    Body::Fd(fd, len) => match Payload::map(fd, len) {
+                    Body::Fd(fd, len) => match self.inbox.pass_on(fd, len) {
                         Ok(p) => p,
                         Err(e) => {
                             return self.undeliverable(env, &format!("reading its payload: {e}"))

@@ -200,7 +200,7 @@ pub fn prefault(buf: &mut [u8]) {
 pub const BIG_PAYLOAD: usize = 64 * 1024;
 const READ_CHUNK: usize = 256 * 1024;
 /// The largest payload buffer a decoder keeps for reuse.
-pub const MAX_SPARE: usize = 8 << 20;
+pub const MAX_SPARE: usize = 16 << 20;
 
 /// Incremental decoder for non-blocking sockets: read (or feed) bytes, take
 /// frames. Small frames share one buffer; a large payload is read straight

@@ -34,6 +34,7 @@ pub mod group;
 mod link;
 pub mod msg;
 pub mod payload;
+pub mod pool;
 pub mod vm;
 pub mod vp;
 

@@ -194,13 +194,17 @@ pub enum VpMsg {
     },
     /// Daemon → VP: a message (payload follows).
     Deliver(Envelope),
-    /// Daemon → VP: a message whose payload is the sealed memfd of `len`
-    /// bytes passed with this frame.
+    /// Daemon → VP: a message whose payload of `len` bytes is in the
+    /// memfd passed with this frame (a sender's sealed memfd or pooled
+    /// buffer, see `pool`).
     DeliverFd {
         /// Where and what.
         env: Envelope,
         /// Payload length.
         len: u64,
+        /// The buffer is the daemon's own, lent until the payload is
+        /// dropped: the VP reads it in place instead of copying it out.
+        lent: bool,
     },
     /// Daemon → VP: `to` exists; messages to it will be delivered.
     Confirmed {

@@ -1,13 +1,14 @@
 //! Message payloads, and how large ones travel between processes of one
 //! host without being copied by anyone in between.
 //!
-//! A payload of at least `FD_PAYLOAD` bytes is written once into a sealed
-//! memfd (it can no longer grow, shrink or change), and the descriptor is
-//! passed along (SCM_RIGHTS): through the daemon, which never reads it, or
-//! over a direct link. The receiver maps it read-only. So a large message
-//! costs one copy in total, where a socket costs two per hop. What lives
-//! here: `Payload` (bytes on the heap, or a mapping), creating and checking
-//! such memfds. What does not: who sends what (`vm`, the daemon).
+//! A payload of at least `FD_PAYLOAD` bytes travels as a memfd descriptor
+//! (SCM_RIGHTS), through the daemon, which never reads it, or over a direct
+//! link: one of the sender's reusable shared buffers (`pool`), or, when
+//! those are all in use, a sealed memfd of its own (it can no longer grow,
+//! shrink or change), which the receiver maps read-only. What lives here:
+//! `Payload` (bytes on the heap, a mapping, or a lent shared buffer),
+//! sealed memfds, receiving descriptors. What does not: the shared buffers
+//! (`pool`), who sends what (`vm`, the daemon).
 
 use std::fmt;
 use std::fs::File;
@@ -29,6 +30,12 @@ enum Inner {
     Heap(Vec<u8>),
     Mapped {
         ptr: *mut libc::c_void,
+        len: usize,
+    },
+    /// A peer's pooled buffer, released when dropped (see `pool`): only
+    /// ever written to a socket, never looked at.
+    Pooled {
+        map: std::sync::Arc<crate::pool::Mapping>,
         len: usize,
     },
     /// A range of another payload, shared (see `split`).
@@ -58,7 +65,7 @@ impl Payload {
     pub fn heap_mut(&mut self) -> Option<&mut Vec<u8>> {
         match &mut self.0 {
             Inner::Heap(v) => Some(v),
-            Inner::Mapped { .. } | Inner::Slice { .. } => None,
+            Inner::Mapped { .. } | Inner::Pooled { .. } | Inner::Slice { .. } => None,
         }
     }
 
@@ -115,13 +122,23 @@ impl Payload {
     /// after checking that it is one (a regular file of at least `len`
     /// bytes that can no longer shrink or change).
     pub fn map(fd: OwnedFd, len: usize) -> io::Result<Payload> {
-        check_sealed(&fd, len)?;
+        if crate::pool::check_fd(&fd, len)?.0 != crate::pool::FdKind::Sealed {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a message descriptor that is not sealed against writes",
+            ));
+        }
         map_read_only(
             fd.as_raw_fd(),
             0,
             len,
             libc::MAP_SHARED | libc::MAP_POPULATE,
         )
+    }
+
+    /// `len` bytes of a peer's pooled buffer, released when dropped.
+    pub(crate) fn pooled(map: std::sync::Arc<crate::pool::Mapping>, len: usize) -> Payload {
+        Payload(Inner::Pooled { map, len })
     }
 }
 
@@ -166,6 +183,13 @@ impl Deref for Payload {
             Inner::Heap(v) => v,
             // SAFETY: `ptr` maps `len` readable bytes until `drop`.
             Inner::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.cast(), *len) },
+            // SAFETY: the mapping holds HEADER + len bytes (checked when
+            // made); a sender that writes them meanwhile breaks the pool's
+            // rule and spoils only its own message, which is only written
+            // to a socket.
+            Inner::Pooled { map, len } => unsafe {
+                std::slice::from_raw_parts(map.data(*len), *len)
+            },
             Inner::Slice { of, off, len } => &of[*off..*off + *len],
         }
     }
@@ -173,9 +197,14 @@ impl Deref for Payload {
 
 impl Drop for Payload {
     fn drop(&mut self) {
-        if let Inner::Mapped { ptr, len } = self.0 {
-            // SAFETY: unmapping exactly the mapping this value owns.
-            unsafe { libc::munmap(ptr, len) };
+        match &self.0 {
+            Inner::Mapped { ptr, len } => {
+                // SAFETY: unmapping exactly the mapping this value owns.
+                unsafe { libc::munmap(*ptr, *len) };
+            }
+            // Written out: the sender may use its buffer again.
+            Inner::Pooled { map, .. } => map.release(),
+            _ => {}
         }
     }
 }
@@ -251,29 +280,6 @@ pub fn sealed_memfd(data: &[u8]) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(OwnedFd::from(file))
-}
-
-/// Is `fd` a sealed memfd of at least `len` bytes?
-pub fn check_sealed(fd: &OwnedFd, len: usize) -> io::Result<()> {
-    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
-    // SAFETY: fstat and fcntl on a descriptor we hold.
-    let (st, seals) = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        (st, libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))
-    };
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(bad("a message descriptor that is not a file"));
-    }
-    if seals < 0 || seals & SEALS != SEALS {
-        return Err(bad("a message descriptor that is not sealed"));
-    }
-    if (st.st_size as u64) < len as u64 {
-        return Err(bad("a message descriptor shorter than its message"));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -54,7 +54,8 @@ use crate::checkpoint::{Header, LibState, Unread};
 use crate::frame::{self, FrameError, MAX_BODY};
 use crate::link::{self, Link};
 use crate::msg::{Envelope, Notice, NotifyOn, SnapStep, Tid, VpCall, VpMsg, VpRet, SYSTEM};
-use crate::payload::{sealed_memfd, Payload, FD_PAYLOAD};
+use crate::payload::{Payload, FD_PAYLOAD};
+use crate::pool::{Inbox, Outbox};
 use crate::vp::{env, Identity, NotAVp};
 
 /// The largest payload of one message: 64 MiB.
@@ -184,6 +185,9 @@ pub struct Vm {
     restored: bool,
     /// Bytes of memfd payloads sent to the daemon and not yet passed on.
     fd_unacked: usize,
+    /// Shared buffers for large messages sent, and mappings of peers'.
+    outbox: Outbox,
+    inbox: Inbox,
 }
 
 /// How many bytes of memfd payloads a VP may have with its daemon before it
@@ -268,6 +272,8 @@ impl Vm {
             snap: None,
             restored: false,
             fd_unacked: 0,
+            outbox: Outbox::default(),
+            inbox: Inbox::default(),
         }
         .with_handler())
     }
@@ -622,18 +628,24 @@ impl Vm {
         if first {
             self.confirm_pending.insert(to);
         }
-        // Large payloads go to the daemon as a sealed memfd (it passes the
-        // descriptor on instead of copying); a direct link streams them.
+        // Large payloads go as a descriptor of a shared buffer (the daemon
+        // passes it on instead of copying): through the daemon, within the
+        // window of bytes it has not yet passed on; over a direct link,
+        // while the pool has a buffer for it (else as bytes, which the
+        // link's socket holds back).
         let payload_len = data.len();
-        let use_fd = payload_len >= FD_PAYLOAD && via == LinkId::Daemon;
-        while use_fd && self.fd_unacked > 0 && self.fd_unacked + data.len() > FD_WINDOW {
-            self.wait_io(None, None)?;
+        let memfd = match via {
+            _ if payload_len < FD_PAYLOAD => None,
+            LinkId::Daemon => {
+                while self.fd_unacked > 0 && self.fd_unacked + data.len() > FD_WINDOW {
+                    self.wait_io(None, None)?;
+                }
+                Some(self.outbox.stage(data))
+            }
+            LinkId::Direct(_) => self.outbox.try_stage(data),
         }
-        let memfd = if use_fd {
-            Some(sealed_memfd(data).map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?)
-        } else {
-            None
-        };
+        .transpose()
+        .map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?;
         let (head, data) = match &memfd {
             Some(_) => {
                 let len = data.len() as u64;
@@ -655,7 +667,7 @@ impl Vm {
                 (frame::encode_head(&msg, data.len())?, data)
             }
         };
-        if memfd.is_some() {
+        if memfd.is_some() && via == LinkId::Daemon {
             self.fd_unacked += payload_len;
         }
         if let Err(e) = self.write(via, &[&head, data], memfd.as_ref()) {
@@ -666,7 +678,7 @@ impl Vm {
             self.direct.remove(&to);
             let head = match &memfd {
                 Some(_) => {
-                    let len = data.len() as u64;
+                    let len = payload_len as u64;
                     frame::encode_head(
                         &VpMsg::SendFd {
                             env,
@@ -680,6 +692,9 @@ impl Vm {
             };
             self.confirmed.remove(&to);
             self.confirm_pending.insert(to);
+            if memfd.is_some() {
+                self.fd_unacked += payload_len;
+            }
             self.write(LinkId::Daemon, &[&head, data], memfd.as_ref())?;
             return self.await_confirm(to, tag, seq);
         }
@@ -967,7 +982,9 @@ impl Vm {
                 }
                 self.deliver(env, data.into());
             }
-            VpMsg::DeliverFd { env, len } | VpMsg::SendFd { env, len, .. } => {
+            VpMsg::DeliverFd { env, len, .. } | VpMsg::SendFd { env, len, .. } => {
+                let lent =
+                    matches!(msg, VpMsg::DeliverFd { lent: true, .. }) && id == LinkId::Daemon;
                 let forged = matches!(id, LinkId::Direct(p) if p != env.from);
                 if env.to != self.me.tid || forged || len as usize > MAX_MESSAGE {
                     return Err(MigError::Protocol(format!(
@@ -986,8 +1003,15 @@ impl Vm {
                     .fds
                     .pop_front()
                     .ok_or_else(|| MigError::Protocol("a message without its descriptor".into()))?;
-                let payload = Payload::map(fd, len as usize)
-                    .map_err(|e| MigError::Protocol(format!("message descriptor: {e}")))?;
+                // Only the daemon's own buffers are read in place: it
+                // never writes one before it is released; a VP might.
+                let payload = if lent {
+                    self.inbox.pass_on(fd, len as usize)
+                } else {
+                    self.inbox.take(fd, len as usize)
+                };
+                let payload =
+                    payload.map_err(|e| MigError::Protocol(format!("message descriptor: {e}")))?;
                 if id == LinkId::Daemon {
                     // The daemon counts what it passed us: let it go on.
                     let head = frame::encode_head(&VpMsg::Consumed { bytes: len }, 0)?;

@@ -101,6 +101,24 @@ fn a_64_mib_message_arrives_intact_locally_and_between_daemons() {
 }
 
 #[test]
+fn a_burst_of_large_messages_arrives_intact_on_every_route() {
+    // Shared buffers are reused as soon as their bytes are out: on one
+    // host by the daemon and direct routes, between two by both daemons.
+    for (hosts, route) in [(1, "daemon"), (1, "direct"), (2, "daemon")] {
+        let vm = if hosts == 1 {
+            Vm::start_procs(1, 2, &[])
+        } else {
+            Vm::start(2)
+        };
+        let (ok, lines) = job(&vm, 2, "testvp", &["burst", route]);
+        assert!(
+            ok && has(&lines, "burst: 60 messages, 0 corrupted"),
+            "{hosts} hosts, {route}: {lines:?}"
+        );
+    }
+}
+
+#[test]
 fn errors_are_clear_results() {
     let vm = Vm::start(2);
     let (ok, lines) = job(&vm, 1, "testvp", &["errors"]);

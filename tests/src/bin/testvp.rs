@@ -10,6 +10,10 @@
 //!   then reports hosts leaving and joining;
 //! * `exit3` — checks it has a parent and exits 3;
 //! * `big` — VP 0 sends 64 MiB to VP 1, which checks every byte;
+//! * `burst ROUTE` — VP 0 sends 60 large messages (128 KiB to 3 MiB, each
+//!   its own pattern) as fast as it can, by the daemons or (`direct`) a
+//!   direct link; VP 1 keeps every fourth one a while before checking it:
+//!   a shared buffer used again too early would show;
 //! * `errors` — the errors a program can meet, each a clear `Err`;
 //! * `garbage` — writes junk on its socket before `init`, then finds it
 //!   has been disconnected;
@@ -151,6 +155,50 @@ fn big(vm: &mut Vm) {
             format!("{} bytes, CORRUPTED", m.data.len())
         };
         ok(vm.send(tasks[0], 2, &verdict));
+    }
+}
+
+fn burst(vm: &mut Vm, direct: bool) {
+    const COUNT: usize = 60;
+    let size = |k: usize| [128 << 10, 1 << 20, 3 << 20, (1 << 20) + 7][k % 4];
+    let byte = |k: usize, i: usize| (i as u8).wrapping_mul(7) ^ (k as u8).wrapping_mul(29);
+    let tasks = ok(vm.tasks());
+    if vm.tid() == tasks[0] {
+        if direct {
+            vm.set_route(Route::Direct);
+        }
+        for k in 0..COUNT {
+            let data: Vec<u8> = (0..size(k)).map(|i| byte(k, i)).collect();
+            ok(vm.send_bytes(tasks[1], 1, &data));
+        }
+        let m = ok(vm.recv(Some(tasks[1]), Some(2)));
+        let verdict: String = ok(m.decode());
+        println!("burst: {verdict}");
+    } else {
+        let mut kept = Vec::new();
+        let mut bad = 0;
+        let mut check = |k: usize, data: &[u8]| {
+            if data.len() != size(k) || data.iter().enumerate().any(|(i, &b)| b != byte(k, i)) {
+                bad += 1;
+            }
+        };
+        for k in 0..COUNT {
+            let m = ok(vm.recv(Some(tasks[0]), Some(1)));
+            if k % 4 == 0 {
+                kept.push((k, m));
+            } else {
+                check(k, &m.data);
+            }
+            if kept.len() == 3 {
+                for (k, m) in kept.drain(..) {
+                    check(k, &m.data);
+                }
+            }
+        }
+        for (k, m) in kept.drain(..) {
+            check(k, &m.data);
+        }
+        ok(vm.send(tasks[0], 2, &format!("{COUNT} messages, {bad} corrupted")));
     }
 }
 
@@ -428,6 +476,7 @@ fn main() {
             std::process::exit(3)
         }
         "big" => big(&mut vm),
+        "burst" => burst(&mut vm, args.get(2).is_some_and(|a| a == "direct")),
         "errors" => errors(&mut vm),
         "flood" => flood(&mut vm, num(1024) as usize),
         other => fail(format!("unknown mode {other:?}")),

@@ -1,0 +1,425 @@
+//! Reusable shared buffers for large messages between processes of one
+//! host, so that a stream of them costs two copies in memory already
+//! mapped, instead of fresh pages for every message.
+//!
+//! What lives here: the sender's pool of buffers (`Outbox`), the receiver's
+//! cache of mappings of its peers' buffers (`Inbox`), the release flag, and
+//! the check every receiver of a message descriptor makes (`check_fd`).
+//! What does not: sending descriptors (`vm`, the daemon), `Payload`.
+//!
+//! A pooled buffer is a memfd of `HEADER + capacity` bytes, sealed so that
+//! its size never changes (mapping it is safe: no SIGBUS), but not against
+//! writes. Its first word says whether it is in use. The sender fills a
+//! free buffer, marks it in use and sends its descriptor; whoever takes the
+//! bytes out (the receiver, or a daemon sending them to another host)
+//! copies them, or writes them to its socket, and only then marks it free.
+//! Until then the sender never touches it. A sender that breaks this rule
+//! can only spoil its own message: a receiver copies the bytes out before
+//! it looks at them. A buffer never marked free is never used again (the
+//! pool then makes another one, or falls back to a sealed memfd).
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use crate::payload::{sealed_memfd, Payload, FD_PAYLOAD};
+
+/// Bytes before a pooled buffer's data: the flag, and room to keep the
+/// data page-aligned.
+pub const HEADER: usize = 4096;
+
+/// The most a sender keeps in its pool (the most it may have in flight to
+/// its daemon too).
+pub const POOL_BYTES: usize = 64 << 20;
+
+/// How much of its peers' buffers a receiver keeps mapped (the least
+/// recently used go first): a whole pool of each of two busy senders.
+/// Unmapping is costly (it interrupts every processor), mapping again too.
+const INBOX_BYTES: usize = 2 * POOL_BYTES;
+
+const FIXED_SIZE: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// What a message descriptor from another process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FdKind {
+    /// A sealed memfd: the bytes from offset 0, unchangeable.
+    Sealed,
+    /// A pooled buffer: the bytes from `HEADER`, to be released.
+    Pooled,
+}
+
+/// Check a message descriptor of `len` bytes from another process: a
+/// regular file that can no longer grow or shrink, long enough, and either
+/// sealed against writes or a pooled buffer. Gives its kind and its
+/// identity (device, inode, size).
+pub fn check_fd(fd: &OwnedFd, len: usize) -> io::Result<(FdKind, (u64, u64, u64))> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+    // SAFETY: fstat and fcntl on a descriptor we hold.
+    let (st, seals) = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        (st, libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(bad("a message descriptor that is not a file"));
+    }
+    let fixed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    if seals < 0 || seals & fixed != fixed {
+        return Err(bad("a message descriptor that is not sealed"));
+    }
+    let (kind, start) = if seals & libc::F_SEAL_WRITE != 0 {
+        (FdKind::Sealed, 0)
+    } else {
+        (FdKind::Pooled, HEADER as u64)
+    };
+    let size = st.st_size as u64;
+    if size < start + len as u64 {
+        return Err(bad("a message descriptor shorter than its message"));
+    }
+    Ok((kind, (st.st_dev, st.st_ino, size)))
+}
+
+/// A shared read-write mapping of a whole pooled buffer.
+pub(crate) struct Mapping {
+    ptr: *mut u8,
+    size: usize,
+}
+
+// SAFETY: the mapping is owned by this value; the data is only copied in
+// or out through raw pointers, the flag is atomic.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(fd: &OwnedFd, size: usize) -> io::Result<Mapping> {
+        // SAFETY: a shared mapping of a file whose size is sealed at
+        // `size` or more (checked or made by the caller); checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            size,
+        })
+    }
+
+    fn flag(&self) -> &AtomicU32 {
+        // SAFETY: the mapping starts page-aligned and holds at least
+        // HEADER bytes; the first word is only used atomically.
+        unsafe { &*(self.ptr as *const AtomicU32) }
+    }
+
+    /// `len` bytes of data, from `HEADER`.
+    pub(crate) fn data(&self, len: usize) -> *const u8 {
+        debug_assert!(HEADER + len <= self.size);
+        // SAFETY: within the mapping (the caller checked the size).
+        unsafe { self.ptr.add(HEADER) }
+    }
+
+    /// The bytes are out: the sender may use the buffer again.
+    pub(crate) fn release(&self) {
+        self.flag().store(0, Ordering::Release);
+    }
+
+    /// Map a peer's pooled buffer of `size` bytes.
+    pub(crate) fn of_peer(fd: &OwnedFd, size: u64) -> io::Result<Mapping> {
+        let size = usize::try_from(size)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a buffer too large"))?;
+        Mapping::new(fd, size)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping this value owns.
+        unsafe { libc::munmap(self.ptr.cast(), self.size) };
+    }
+}
+
+struct Buffer {
+    fd: OwnedFd,
+    map: Mapping,
+    capacity: usize,
+}
+
+impl Buffer {
+    fn new(capacity: usize) -> io::Result<Buffer> {
+        // SAFETY: a NUL-terminated name and valid flags; checked below.
+        let raw = unsafe {
+            libc::memfd_create(
+                c"mig-pooled".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: memfd_create just returned this descriptor to us.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let size = HEADER + capacity;
+        // SAFETY: plain system calls on the descriptor we own.
+        unsafe {
+            if libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) != 0
+                || libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, FIXED_SIZE) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let map = Mapping::new(&fd, size)?;
+        Ok(Buffer { fd, map, capacity })
+    }
+
+    fn free(&self) -> bool {
+        self.map.flag().load(Ordering::Acquire) == 0
+    }
+
+    fn fill(&self, data: &[u8]) -> io::Result<OwnedFd> {
+        self.map.flag().store(1, Ordering::Relaxed);
+        // SAFETY: the buffer holds `capacity >= data.len()` bytes after the
+        // header, and nobody reads them until its descriptor is sent.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.ptr.add(HEADER), data.len());
+        }
+        self.fd.try_clone()
+    }
+}
+
+/// A sender's pool of buffers.
+#[derive(Default)]
+pub struct Outbox {
+    buffers: Vec<Buffer>,
+    bytes: usize,
+}
+
+impl Outbox {
+    /// A descriptor holding `data`, to send: a free buffer of the pool
+    /// filled again, else a new one while the pool has room (replacing free
+    /// ones too small), else a sealed memfd of its own.
+    pub fn stage(&mut self, data: &[u8]) -> io::Result<OwnedFd> {
+        match self.try_stage(data) {
+            Some(r) => r,
+            None => sealed_memfd(data),
+        }
+    }
+
+    /// `stage`, but `None` when the pool has no room (for a route whose
+    /// socket, not this pool, must hold a fast sender back).
+    pub fn try_stage(&mut self, data: &[u8]) -> Option<io::Result<OwnedFd>> {
+        let fits = |b: &Buffer| b.capacity >= data.len() && b.free();
+        if let Some(b) = self
+            .buffers
+            .iter()
+            .filter(|b| fits(b))
+            .min_by_key(|b| b.capacity)
+        {
+            return Some(b.fill(data));
+        }
+        let capacity = data.len().next_power_of_two().max(FD_PAYLOAD);
+        while self.bytes + capacity > POOL_BYTES {
+            let Some(i) = self
+                .buffers
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.free())
+                .min_by_key(|(_, b)| b.capacity)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            self.bytes -= self.buffers.swap_remove(i).capacity;
+        }
+        if self.bytes + capacity > POOL_BYTES {
+            return None;
+        }
+        let made = Buffer::new(capacity).and_then(|b| {
+            let fd = b.fill(data)?;
+            self.bytes += capacity;
+            self.buffers.push(b);
+            Ok(fd)
+        });
+        Some(made)
+    }
+
+    /// Buffers in the pool (for tests).
+    pub fn buffers(&self) -> usize {
+        self.buffers.len()
+    }
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Outbox({} buffers, {} bytes)",
+            self.buffers.len(),
+            self.bytes
+        )
+    }
+}
+
+/// A receiver's mappings of its peers' buffers.
+#[derive(Default)]
+pub struct Inbox {
+    maps: VecDeque<((u64, u64), Arc<Mapping>)>,
+    bytes: usize,
+}
+
+impl Inbox {
+    /// The `len` bytes a peer's message descriptor carries: a sealed memfd
+    /// is mapped as it is; a pooled buffer's bytes are copied out and the
+    /// buffer released (its mapping kept for the next message in it).
+    pub fn take(&mut self, fd: OwnedFd, len: usize) -> io::Result<Payload> {
+        let map = match self.look_up(fd, len)? {
+            Ok(sealed) => return Ok(sealed),
+            Err(map) => map,
+        };
+        let mut v = Vec::with_capacity(len);
+        // SAFETY: the mapping holds HEADER + len bytes (checked); the copy
+        // goes into the Vec's spare capacity, then its length is set.
+        unsafe {
+            std::ptr::copy_nonoverlapping(map.data(len), v.as_mut_ptr(), len);
+            v.set_len(len);
+        }
+        map.release();
+        Ok(v.into())
+    }
+
+    /// The `len` bytes a peer's message descriptor carries, read in place:
+    /// a sealed memfd mapped, or a pooled buffer's mapping, released to its
+    /// sender once the payload is dropped. For bytes passed on without
+    /// being looked at (a daemon writing them to another host), or a buffer
+    /// of a sender that never writes it before its release (a VP's daemon).
+    pub fn pass_on(&mut self, fd: OwnedFd, len: usize) -> io::Result<Payload> {
+        Ok(match self.look_up(fd, len)? {
+            Ok(sealed) => sealed,
+            Err(map) => Payload::pooled(map, len),
+        })
+    }
+
+    /// A sealed memfd mapped (`Ok`), or the mapping of a pooled buffer.
+    fn look_up(&mut self, fd: OwnedFd, len: usize) -> io::Result<Result<Payload, Arc<Mapping>>> {
+        let (kind, (dev, ino, size)) = check_fd(&fd, len)?;
+        if kind == FdKind::Sealed {
+            return Payload::map(fd, len).map(Ok);
+        }
+        let hit = self.maps.iter().position(|(k, _)| *k == (dev, ino));
+        let entry = match hit.and_then(|i| self.maps.remove(i)) {
+            Some(e) => e,
+            None => {
+                let map = Arc::new(Mapping::of_peer(&fd, size)?);
+                self.bytes += map.size;
+                while self.bytes > INBOX_BYTES {
+                    match self.maps.pop_back() {
+                        Some((_, old)) => self.bytes -= old.size,
+                        None => break,
+                    }
+                }
+                ((dev, ino), map)
+            }
+        };
+        let map = entry.1.clone();
+        self.maps.push_front(entry);
+        Ok(Err(map))
+    }
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Inbox({} mappings)", self.maps.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    }
+
+    #[test]
+    fn a_buffer_is_used_again_only_once_its_bytes_are_out() {
+        let mut out = Outbox::default();
+        let mut inbox = Inbox::default();
+        let a = bytes(FD_PAYLOAD + 5, 1);
+        let fd1 = out.stage(&a).unwrap();
+        // Not yet taken out: a second message gets a buffer of its own.
+        let b = bytes(FD_PAYLOAD, 2);
+        let fd2 = out.stage(&b).unwrap();
+        assert_eq!(out.buffers(), 2);
+        assert_eq!(&*inbox.take(fd1, a.len()).unwrap(), &a[..]);
+        // The first is free again: the third message reuses it.
+        let c = bytes(FD_PAYLOAD + 9, 3);
+        let fd3 = out.stage(&c).unwrap();
+        assert_eq!(out.buffers(), 2);
+        assert_eq!(&*inbox.take(fd3, c.len()).unwrap(), &c[..]);
+        assert_eq!(&*inbox.take(fd2, b.len()).unwrap(), &b[..]);
+    }
+
+    #[test]
+    fn bytes_passed_on_release_their_buffer_when_dropped() {
+        let mut out = Outbox::default();
+        let mut daemon = Inbox::default();
+        let a = bytes(FD_PAYLOAD, 5);
+        let p = daemon.pass_on(out.stage(&a).unwrap(), a.len()).unwrap();
+        assert_eq!(&*p, &a[..]);
+        let b = bytes(FD_PAYLOAD, 6);
+        let fd = out.stage(&b).unwrap();
+        assert_eq!(out.buffers(), 2, "the first is still being passed on");
+        drop(p);
+        let _ = daemon.take(fd, b.len()).unwrap();
+        let _ = out.stage(&a).unwrap();
+        assert_eq!(out.buffers(), 2, "the first was free again");
+    }
+
+    #[test]
+    fn a_full_pool_falls_back_to_sealed_memfds() {
+        let mut out = Outbox::default();
+        let big = vec![7u8; POOL_BYTES / 2];
+        let held: Vec<OwnedFd> = (0..2).map(|_| out.stage(&big).unwrap()).collect();
+        assert_eq!(out.buffers(), 2);
+        assert!(out.try_stage(&big).is_none());
+        let fd = out.stage(&big).unwrap();
+        assert_eq!(check_fd(&fd, big.len()).unwrap().0, FdKind::Sealed);
+        assert_eq!(out.buffers(), 2);
+        for h in &held {
+            assert_eq!(check_fd(h, big.len()).unwrap().0, FdKind::Pooled);
+        }
+    }
+
+    #[test]
+    fn descriptors_that_could_change_size_or_are_short_are_refused() {
+        // SAFETY: test-only memfd, checked.
+        let raw = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0);
+        // SAFETY: just created.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: on our own descriptor.
+        assert_eq!(unsafe { libc::ftruncate(raw, 1 << 20) }, 0);
+        assert!(check_fd(&fd, 10).is_err(), "unsealed");
+        let mut out = Outbox::default();
+        let data = bytes(FD_PAYLOAD, 4);
+        let fd = out.stage(&data).unwrap();
+        let room = out.buffers[0].capacity;
+        assert!(check_fd(&fd, room).is_ok());
+        assert!(check_fd(&fd, room + 1).is_err(), "shorter than claimed");
+        let sealed = sealed_memfd(&data).unwrap();
+        assert!(check_fd(&sealed, data.len() + 1).is_err());
+        assert_eq!(check_fd(&sealed, data.len()).unwrap().0, FdKind::Sealed);
+    }
+}
