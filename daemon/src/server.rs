@@ -635,11 +635,7 @@ impl Daemon {
                         Pending::Msg(env, _) => self
                             .undeliverable(env, &format!("host {host} cannot be reached: {why}")),
                         // Through the master instead.
-                        Pending::Image(start, image) => self.report(PeerMsg::Restore {
-                            to: host.clone(),
-                            start,
-                            image: image.into_vec(),
-                        }),
+                        Pending::Image(start, image) => self.relay_image(&host, start, image),
                     }
                 }
             }
@@ -1938,8 +1934,13 @@ impl Daemon {
         } else {
             Err(format!("it wrote {path}, not {}", expected.display()))
         };
+        // (The preamble is copied, not read from the mapping: a VP that
+        // cut its file short meanwhile must not crash this daemon.)
         let checked = read.and_then(|b| {
-            libmig::checkpoint::Image::check_shape(&b)
+            let start = b
+                .copy_checked(0..libmig::checkpoint::PREAMBLE.min(b.len()))
+                .map_err(|e| e.to_string())?;
+            libmig::checkpoint::Image::check_shape_of(&start, b.len() as u64)
                 .map(|()| b)
                 .map_err(|e| e.to_string())
         });
@@ -2071,6 +2072,23 @@ impl Daemon {
         true
     }
 
+    /// Send a checkpoint image to `to` through the master (no data link).
+    /// Copied through the kernel: a VP that cut its image file short makes
+    /// the move fail, not this daemon crash.
+    fn relay_image(&mut self, to: &str, start: StartVp, image: Payload) {
+        match image.copy_checked(0..image.len()) {
+            Ok(image) => self.report(PeerMsg::Restore {
+                to: to.to_string(),
+                start,
+                image,
+            }),
+            Err(e) => self.report(PeerMsg::MigrateFailed {
+                tid: start.tid,
+                reason: format!("reading its image: {e}"),
+            }),
+        }
+    }
+
     /// Send a checkpoint image to `to` over the data link, in parts (raw
     /// frame payloads, read on arrival straight into their buffers) that
     /// share the mapped image; through the master if there is no link.
@@ -2079,11 +2097,7 @@ impl Daemon {
     fn send_image(&mut self, to: &str, start: StartVp, image: Payload) {
         let streamed = self.outgoing.remove(&start.tid);
         let Some(d) = self.link_to(to) else {
-            return self.report(PeerMsg::Restore {
-                to: to.to_string(),
-                start,
-                image: image.into_vec(),
-            });
+            return self.relay_image(to, start, image);
         };
         if !self
             .conns

@@ -169,9 +169,16 @@ impl Image {
     /// receiver sums it again).
     pub fn check_shape(bytes: &[u8]) -> Result<(), CheckpointError> {
         let take = PREAMBLE.min(bytes.len());
+        Image::check_shape_of(&bytes[..take], bytes.len() as u64)
+    }
+
+    /// `check_shape` of an image of `total` bytes from its first bytes
+    /// (the preamble, or all there is if shorter).
+    pub fn check_shape_of(start: &[u8], total: u64) -> Result<(), CheckpointError> {
+        let take = PREAMBLE.min(start.len());
         let c = Checker {
-            preamble: bytes[..take].to_vec(),
-            body: (bytes.len() - take) as u64,
+            preamble: start[..take].to_vec(),
+            body: total.saturating_sub(take as u64),
             crc: 0,
         };
         c.finish_shape().map(|_| ())

@@ -61,6 +61,61 @@ impl Payload {
         self.to_vec()
     }
 
+    /// Copy `range` of these bytes through the kernel rather than by
+    /// reading them: when they map a file another process has truncated
+    /// meanwhile, this is an error instead of a SIGBUS that kills this
+    /// process (a daemon reading a VP's image file).
+    pub fn copy_checked(&self, range: std::ops::Range<usize>) -> io::Result<Vec<u8>> {
+        let bytes: &[u8] = self;
+        let src = bytes
+            .get(range.clone())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a range past the end"))?;
+        if let Inner::Heap(_) = &self.0 {
+            return Ok(src.to_vec());
+        }
+        let mut out = vec![0u8; src.len()];
+        let mut done = 0;
+        while done < src.len() {
+            let local = libc::iovec {
+                iov_base: out[done..].as_mut_ptr().cast(),
+                iov_len: src.len() - done,
+            };
+            let remote = libc::iovec {
+                iov_base: src[done..].as_ptr() as *mut libc::c_void,
+                iov_len: src.len() - done,
+            };
+            // SAFETY: both ranges lie within live memory of this process:
+            // `out` is ours to write, `src` is mapped (the kernel reports
+            // pages it cannot read as an error, it does not fault us).
+            let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the mapped file was cut short",
+                    ))
+                }
+                _ => {
+                    let e = io::Error::last_os_error();
+                    return match e.raw_os_error() {
+                        // Not allowed here (a sandbox): copy directly.
+                        Some(libc::ENOSYS) | Some(libc::EPERM) => {
+                            out[done..].copy_from_slice(&src[done..]);
+                            Ok(out)
+                        }
+                        Some(libc::EFAULT) => Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the mapped file was cut short",
+                        )),
+                        _ => Err(e),
+                    };
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The `Vec` itself when the bytes are on the heap (to append to).
     pub fn heap_mut(&mut self) -> Option<&mut Vec<u8>> {
         match &mut self.0 {
@@ -300,6 +355,21 @@ mod tests {
         assert_eq!(joined, data);
         assert_eq!(parts[1].clone().into_vec(), &data[4096 * 3..4096 * 6]);
         assert!(Payload::map_file(&f, 0, true).unwrap().split(10).is_empty());
+    }
+
+    #[test]
+    fn a_mapped_file_cut_short_is_an_error_to_copy_not_a_crash() {
+        let data: Vec<u8> = (0..5 * 4096u32).map(|i| (i % 241) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&data).unwrap();
+        let p = Payload::map_file(&f, data.len(), false).unwrap();
+        assert_eq!(p.copy_checked(4096..8192).unwrap(), &data[4096..8192]);
+        // Another process (here: this one) truncates the file.
+        f.set_len(4096).unwrap();
+        assert_eq!(p.copy_checked(0..100).unwrap(), &data[..100]);
+        assert!(p.copy_checked(0..data.len()).is_err());
+        assert!(p.copy_checked(8192..8200).is_err());
+        assert!(p.copy_checked(0..data.len() + 1).is_err(), "past the end");
     }
 
     #[test]
