@@ -15,8 +15,9 @@
 //! copies them, or writes them to its socket, and only then marks it free.
 //! Until then the sender never touches it. A sender that breaks this rule
 //! can only spoil its own message: a receiver copies the bytes out before
-//! it looks at them. A buffer never marked free is never used again (the
-//! pool then makes another one, or falls back to a sealed memfd).
+//! it looks at them. A buffer never marked free is never used again: the
+//! pool makes another one, and once full it forgets the buffers filled
+//! longest ago (their holders keep their memory until done with them).
 
 use std::collections::VecDeque;
 use std::io;
@@ -155,6 +156,8 @@ struct Buffer {
     fd: OwnedFd,
     map: Mapping,
     capacity: usize,
+    /// When it was last filled (the pool's count of fills).
+    filled: u64,
 }
 
 impl Buffer {
@@ -181,14 +184,20 @@ impl Buffer {
             }
         }
         let map = Mapping::new(&fd, size)?;
-        Ok(Buffer { fd, map, capacity })
+        Ok(Buffer {
+            fd,
+            map,
+            capacity,
+            filled: 0,
+        })
     }
 
     fn free(&self) -> bool {
         self.map.flag().load(Ordering::Acquire) == 0
     }
 
-    fn fill(&self, data: &[u8]) -> io::Result<OwnedFd> {
+    fn fill(&mut self, data: &[u8], count: u64) -> io::Result<OwnedFd> {
+        self.filled = count;
         self.map.flag().store(1, Ordering::Relaxed);
         // SAFETY: the buffer holds `capacity >= data.len()` bytes after the
         // header, and nobody reads them until its descriptor is sent.
@@ -204,13 +213,27 @@ impl Buffer {
 pub struct Outbox {
     buffers: Vec<Buffer>,
     bytes: usize,
+    fills: u64,
 }
 
 impl Outbox {
     /// A descriptor holding `data`, to send: a free buffer of the pool
     /// filled again, else a new one while the pool has room (replacing free
-    /// ones too small), else a sealed memfd of its own.
+    /// ones too small), else a new one in place of the buffers filled
+    /// longest ago. Those are forgotten, not reused: whoever holds one
+    /// keeps its memory until done with it, and one held by a process that
+    /// ended without releasing it stops counting against the pool.
     pub fn stage(&mut self, data: &[u8]) -> io::Result<OwnedFd> {
+        if let Some(r) = self.try_stage(data) {
+            return r;
+        }
+        let capacity = data.len().next_power_of_two().max(FD_PAYLOAD);
+        while self.bytes + capacity > POOL_BYTES {
+            let Some(i) = (0..self.buffers.len()).min_by_key(|&i| self.buffers[i].filled) else {
+                break;
+            };
+            self.bytes -= self.buffers.swap_remove(i).capacity;
+        }
         match self.try_stage(data) {
             Some(r) => r,
             None => sealed_memfd(data),
@@ -220,14 +243,15 @@ impl Outbox {
     /// `stage`, but `None` when the pool has no room (for a route whose
     /// socket, not this pool, must hold a fast sender back).
     pub fn try_stage(&mut self, data: &[u8]) -> Option<io::Result<OwnedFd>> {
+        self.fills += 1;
         let fits = |b: &Buffer| b.capacity >= data.len() && b.free();
         if let Some(b) = self
             .buffers
-            .iter()
+            .iter_mut()
             .filter(|b| fits(b))
             .min_by_key(|b| b.capacity)
         {
-            return Some(b.fill(data));
+            return Some(b.fill(data, self.fills));
         }
         let capacity = data.len().next_power_of_two().max(FD_PAYLOAD);
         while self.bytes + capacity > POOL_BYTES {
@@ -246,8 +270,8 @@ impl Outbox {
         if self.bytes + capacity > POOL_BYTES {
             return None;
         }
-        let made = Buffer::new(capacity).and_then(|b| {
-            let fd = b.fill(data)?;
+        let made = Buffer::new(capacity).and_then(|mut b| {
+            let fd = b.fill(data, self.fills)?;
             self.bytes += capacity;
             self.buffers.push(b);
             Ok(fd)
@@ -388,18 +412,24 @@ mod tests {
     }
 
     #[test]
-    fn a_full_pool_falls_back_to_sealed_memfds() {
+    fn a_full_pool_forgets_its_oldest_buffer_and_never_reuses_a_held_one() {
         let mut out = Outbox::default();
-        let big = vec![7u8; POOL_BYTES / 2];
-        let held: Vec<OwnedFd> = (0..2).map(|_| out.stage(&big).unwrap()).collect();
+        let mut inbox = Inbox::default();
+        let half = |seed| bytes(POOL_BYTES / 2, seed);
+        let (a, b, c) = (half(1), half(2), half(3));
+        let fa = out.stage(&a).unwrap();
+        let fb = out.stage(&b).unwrap();
         assert_eq!(out.buffers(), 2);
-        assert!(out.try_stage(&big).is_none());
-        let fd = out.stage(&big).unwrap();
-        assert_eq!(check_fd(&fd, big.len()).unwrap().0, FdKind::Sealed);
+        // Full, both held: a direct link sends bytes instead...
+        assert!(out.try_stage(&c).is_none());
+        // ...the daemon route forgets the oldest (still held) for a new one.
+        let fc = out.stage(&c).unwrap();
         assert_eq!(out.buffers(), 2);
-        for h in &held {
-            assert_eq!(check_fd(h, big.len()).unwrap().0, FdKind::Pooled);
-        }
+        assert_eq!(check_fd(&fc, c.len()).unwrap().0, FdKind::Pooled);
+        // Nothing held was overwritten.
+        assert_eq!(&*inbox.take(fa, a.len()).unwrap(), &a[..]);
+        assert_eq!(&*inbox.take(fb, b.len()).unwrap(), &b[..]);
+        assert_eq!(&*inbox.take(fc, c.len()).unwrap(), &c[..]);
     }
 
     #[test]
