@@ -601,6 +601,24 @@ impl Daemon {
             return;
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
+        // Images that were arriving on it never will: their VPs cannot
+        // start here (the master hears so), and their files go.
+        let cut: Vec<Tid> = self
+            .incoming
+            .iter()
+            .filter(|(_, inc)| inc.from == t)
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in cut {
+            if let Some(inc) = self.incoming.remove(&tid) {
+                let _ = std::fs::remove_file(&inc.tmp);
+                let got = inc.check.seen();
+                self.restore_failed(
+                    tid,
+                    &format!("its image stopped coming after {got} bytes ({why})"),
+                );
+            }
+        }
         match c.kind {
             Kind::Peer { host: Some(h) } => {
                 log!("lost connection to {h}: {why}");
@@ -920,7 +938,7 @@ impl Daemon {
                     start,
                 },
             ) => {
-                self.image_part(tid, at, total, last, start, &payload);
+                self.image_part(t, tid, at, total, last, start, &payload);
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.dec.recycle(payload);
                 }
@@ -2143,6 +2161,7 @@ impl Daemon {
     /// to a file as it arrives and checked on the way, never held whole.
     fn image_part(
         &mut self,
+        from: Token,
         tid: Tid,
         at: u64,
         total: u64,
@@ -2162,6 +2181,7 @@ impl Daemon {
                     self.incoming.insert(
                         tid,
                         Incoming {
+                            from,
                             start,
                             file,
                             tmp,
@@ -2565,6 +2585,8 @@ const IMAGE_PART: usize = 4 << 20;
 
 /// A checkpoint image arriving in parts (see `Daemon::image_part`).
 struct Incoming {
+    /// The link it arrives on.
+    from: Token,
     start: StartVp,
     file: std::fs::File,
     tmp: std::path::PathBuf,

@@ -302,3 +302,53 @@ fn a_large_state_sent_on_while_it_is_written_arrives_byte_for_byte() {
     let logs = format!("{}{}", vm.log(0), vm.log(1));
     assert!(logs.contains("sending on the image of VP t40001"), "{logs}");
 }
+
+#[test]
+fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
+    let mut vm = Vm::start(3);
+    let job = vm.start_job(1, &bin("testvp"), &["hold", "192"]);
+    let tid = "t40001";
+    let on = |vm: &Vm, h: &str| {
+        wait_until(Duration::from_secs(30), || {
+            vm.where_is(tid)
+                .is_some_and(|(at, s)| at == h && s == "running")
+        })
+    };
+    assert!(wait_until(Duration::from_secs(30), || vm
+        .where_is(tid)
+        .is_some_and(|(_, s)| s == "running")));
+    // The source must not be the master (h0): its end would end everything.
+    if vm.where_is(tid).is_some_and(|(h, _)| h == "h0") {
+        assert!(vm.mig(&["migrate", tid, "--to", "h1"]).status.success());
+        assert!(on(&vm, "h1"), "{}", vm.log(0));
+    }
+    let (from, _) = vm.where_is(tid).expect("placed");
+    let (src, dst) = if from == "h1" { (1, 2) } else { (2, 1) };
+    let part = vm
+        .dir
+        .path()
+        .join(format!("h{dst}"))
+        .join("t40001.restore.part");
+    assert!(vm
+        .mig(&["migrate", tid, "--to", &format!("h{dst}")])
+        .status
+        .success());
+    // As soon as its image starts arriving, its source host dies.
+    assert!(
+        wait_until(Duration::from_secs(30), || part.exists()),
+        "{}",
+        vm.log(dst)
+    );
+    vm.signal(src, nix::sys::signal::Signal::SIGKILL);
+    // (Generous: on a loaded machine the parts already in flight may take
+    // a while to be written.)
+    let cut_off = "cannot restore VP t40001: its image stopped coming after";
+    assert!(
+        wait_until(Duration::from_secs(60), || vm.log(dst).contains(cut_off)),
+        "{}",
+        vm.log(dst)
+    );
+    assert!(!part.exists(), "{}", vm.log(dst));
+    let _ = vm.mig(&["kill", "j1"]);
+    let _ = job.wait_with_output();
+}
