@@ -938,7 +938,13 @@ impl Daemon {
                     start,
                 },
             ) => {
-                self.image_part(t, tid, at, total, last, start, &payload);
+                let part = ImagePart {
+                    tid,
+                    at,
+                    total,
+                    last,
+                };
+                self.image_part(t, part, start, &payload);
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.dec.recycle(payload);
                 }
@@ -2162,10 +2168,12 @@ impl Daemon {
     fn image_part(
         &mut self,
         from: Token,
-        tid: Tid,
-        at: u64,
-        total: u64,
-        last: bool,
+        ImagePart {
+            tid,
+            at,
+            total,
+            last,
+        }: ImagePart,
         start: Option<StartVp>,
         part: &[u8],
     ) {
@@ -2584,6 +2592,15 @@ struct Outgoing {
 const IMAGE_PART: usize = 4 << 20;
 
 /// A checkpoint image arriving in parts (see `Daemon::image_part`).
+/// Where a part of an image goes: whose, at which offset, of how many
+/// bytes in all, and whether it is the last.
+struct ImagePart {
+    tid: Tid,
+    at: u64,
+    total: u64,
+    last: bool,
+}
+
 struct Incoming {
     /// The link it arrives on.
     from: Token,
