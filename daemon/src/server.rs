@@ -2591,7 +2591,6 @@ struct Outgoing {
 /// The size of the parts images travel in between hosts.
 const IMAGE_PART: usize = 4 << 20;
 
-/// A checkpoint image arriving in parts (see `Daemon::image_part`).
 /// Where a part of an image goes: whose, at which offset, of how many
 /// bytes in all, and whether it is the last.
 struct ImagePart {
@@ -2601,6 +2600,7 @@ struct ImagePart {
     last: bool,
 }
 
+/// A checkpoint image arriving in parts (see `Daemon::image_part`).
 struct Incoming {
     /// The link it arrives on.
     from: Token,
