@@ -315,20 +315,21 @@ pub fn recv_with_fds(
     Ok(msg.bytes)
 }
 
-/// Write `data` into a new sealed memfd.
-pub fn sealed_memfd(data: &[u8]) -> io::Result<OwnedFd> {
+/// A new empty memfd that may be sealed (close-on-exec).
+pub(crate) fn sealable_memfd(name: &std::ffi::CStr) -> io::Result<OwnedFd> {
     // SAFETY: a NUL-terminated name and valid flags; the result is checked.
-    let raw = unsafe {
-        libc::memfd_create(
-            c"mig-message".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
+    let raw =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: memfd_create just returned this descriptor to us.
-    let mut file = unsafe { File::from_raw_fd(raw) };
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Write `data` into a new sealed memfd.
+pub fn sealed_memfd(data: &[u8]) -> io::Result<OwnedFd> {
+    let mut file = File::from(sealable_memfd(c"mig-message")?);
     file.write_all(data)?;
     // SAFETY: fcntl on a descriptor we own.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } < 0 {

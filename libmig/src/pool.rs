@@ -21,7 +21,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -162,18 +162,7 @@ struct Buffer {
 
 impl Buffer {
     fn new(capacity: usize) -> io::Result<Buffer> {
-        // SAFETY: a NUL-terminated name and valid flags; checked below.
-        let raw = unsafe {
-            libc::memfd_create(
-                c"mig-pooled".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: memfd_create just returned this descriptor to us.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = crate::payload::sealable_memfd(c"mig-pooled")?;
         let size = HEADER + capacity;
         // SAFETY: plain system calls on the descriptor we own.
         unsafe {
@@ -438,7 +427,7 @@ mod tests {
         let raw = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
         assert!(raw >= 0);
         // SAFETY: just created.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
         // SAFETY: on our own descriptor.
         assert_eq!(unsafe { libc::ftruncate(raw, 1 << 20) }, 0);
         assert!(check_fd(&fd, 10).is_err(), "unsealed");
