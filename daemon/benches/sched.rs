@@ -77,6 +77,7 @@ fn kind(e: &Event) -> &'static str {
         Event::ProcessorExit { .. } => "processor_exit",
         Event::Submit { .. } => "submit",
         Event::NewVp { .. } => "new_vp",
+        Event::VpBack { .. } => "vp_back",
         Event::VpExit { .. } => "vp_exit",
         Event::JobExit { .. } => "job_exit",
     }

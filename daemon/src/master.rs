@@ -1109,6 +1109,56 @@ impl Master {
                 "job {job} has no checkpoint yet: `mig checkpoint {job}`, or set checkpoint_interval_s"
             ));
         };
+        // VPs that ended after the checkpoint come back with it: the
+        // scheduler places them again (`VpBack`), so they are gang-sliced
+        // like the others.
+        let back: Vec<(u32, String)> = j
+            .vps
+            .iter()
+            .filter(|(vp, v)| gen.vps.contains(vp) && v.state == VpState::Exited)
+            .filter_map(|(&vp, v)| {
+                let arch = self.hosts.get(v.host.as_ref()?)?.facts.arch.clone();
+                Some((vp, arch))
+            })
+            .collect();
+        let mut actions = Vec::new();
+        let mut out_back = Vec::new();
+        let mut added = Vec::new();
+        if !back.is_empty() {
+            for (vp, arch) in back {
+                let e = Event::VpBack {
+                    job: job.to_string(),
+                    vp,
+                    arch,
+                };
+                match self.sched.on_event(e) {
+                    Ok(a) => {
+                        actions.extend(a);
+                        added.push(vp);
+                    }
+                    Err(e) => out_back.push(Out::Log(format!("job {job}: {e}"))),
+                }
+            }
+            // This job restarts where the scheduler now has its VPs; what
+            // the scheduler asks of other jobs is carried out.
+            actions.retain(|a| action_job(a) != Some(job));
+            let placement = self
+                .sched
+                .job_view(job)
+                .map(|v| v.placement)
+                .unwrap_or_default();
+            if let Some(j) = self.jobs.get_mut(job) {
+                for (vp, v) in j.vps.iter_mut() {
+                    if let Some((host, _)) = placement.get(vp).and_then(|p| p.rsplit_once('/')) {
+                        v.host = Some(host.to_string());
+                    }
+                }
+            }
+        }
+        out_back.extend(self.carry_out(actions));
+        let Some(j) = self.jobs.get(job) else {
+            return err(format!("no job {job:?}; `mig ps` lists them"));
+        };
         let placed: Option<Vec<(u32, Tid, String)>> = j
             .vps
             .iter()
@@ -1119,9 +1169,18 @@ impl Master {
             })
             .collect();
         let Some(placed) = placed else {
-            return err(format!(
+            let mut out = err(format!(
                 "job {job} waits for processors before it can restart from its checkpoint"
             ));
+            // The VPs brought back leave again: the job goes on as it was.
+            for vp in added {
+                out.extend(self.event(Event::VpExit {
+                    job: job.to_string(),
+                    vp,
+                }));
+            }
+            out.extend(out_back);
+            return out;
         };
         // An older generation is the fallback should this one's images be
         // refused, if it holds the same VPs.
@@ -1184,6 +1243,7 @@ impl Master {
             ));
         }
         out.append(&mut out_after);
+        out.append(&mut out_back);
         out
     }
 
@@ -2167,6 +2227,17 @@ fn notice_to(to: Tid, tag: i32, notice: &Notice) -> Out {
         incarnation: 0,
     };
     Out::Deliver(env, postcard::to_allocvec(notice).unwrap_or_default())
+}
+
+/// The job an action is about, if one.
+fn action_job(a: &Action) -> Option<&str> {
+    match a {
+        Action::Start { job, .. }
+        | Action::Migrate { job, .. }
+        | Action::Hold { job, .. }
+        | Action::Kill { job, .. } => Some(job),
+        _ => None,
+    }
 }
 
 /// The program of a job for architecture `arch`. A job names its program

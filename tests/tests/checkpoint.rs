@@ -237,3 +237,61 @@ fn messages_sent_after_the_checkpoint_a_job_restarts_from_are_never_delivered() 
     assert_eq!(last["stale"], 0, "{last}");
     assert!(last["received"].as_u64().unwrap_or(0) > 0, "{last}");
 }
+
+/// The VPs the scheduler's map places, over every slot.
+fn mapped_vps(vm: &Vm) -> usize {
+    vm.json(&["map"])["slots"]
+        .as_array()
+        .map(|slots| {
+            slots
+                .iter()
+                .flat_map(|s| s.as_array().cloned().unwrap_or_default())
+                .map(|c| c["vps"].as_array().map_or(0, Vec::len))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_vp_that_ended_after_the_checkpoint_is_scheduled_again_when_it_comes_back() {
+    let vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 2));
+    assert_eq!(mapped_vps(&vm), 2);
+    let out = vm.mig(&["checkpoint", "j1"]);
+    assert!(out.status.success(), "{}", vm.log(0));
+    // VP 1 ends after the checkpoint: the scheduler lets its cell go.
+    let one = format!("{}.1", stop.display());
+    std::fs::write(&one, "").expect("end VP 1");
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 1));
+    assert!(wait_until(Duration::from_secs(10), || mapped_vps(&vm) == 1));
+    // The restart brings it back from the checkpoint: it runs, and has its
+    // place in the map again (so gang slicing knows it).
+    std::fs::remove_file(&one).expect("VP 1 may run again");
+    let out = vm.mig(&["restart", "j1"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.log(0)
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || running(&vm) == 2),
+        "{}",
+        vm.log(0)
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || mapped_vps(&vm) == 2),
+        "{}\n{}",
+        vm.json(&["map"]),
+        vm.log(0)
+    );
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(job, &vm.log(0));
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        3,
+        "{lines:?}"
+    );
+}

@@ -63,6 +63,16 @@ pub enum Event {
         /// The new VP's architecture.
         arch: String,
     },
+    /// A VP that ended comes back under its own index: its job restarts
+    /// from a checkpoint taken while it ran. Placed as `new_VP` places one.
+    VpBack {
+        /// The job.
+        job: String,
+        /// The VP's index in its job (one it had and no longer has).
+        vp: u32,
+        /// Its architecture.
+        arch: String,
+    },
     /// A VP ended (`VP_exit`).
     VpExit {
         /// The job.
@@ -182,6 +192,14 @@ pub enum SchedError {
     /// A VP index the job does not have.
     #[error("job {job:?} has no VP {vp}")]
     UnknownVp {
+        /// Job id.
+        job: String,
+        /// VP index.
+        vp: u32,
+    },
+    /// A VP said to come back that never left, or never was.
+    #[error("VP {vp} of job {job:?} cannot come back: it is still there or never was")]
+    NotBack {
         /// Job id.
         job: String,
         /// VP index.
@@ -584,7 +602,8 @@ impl Scheduler {
             } => self.new_processor(id, host, arch, capacity, &mut ctx)?,
             Event::ProcessorExit { id } => self.processor_exit(&id, &mut ctx)?,
             Event::Submit { job, vps } => self.submit(job, vps, &mut ctx)?,
-            Event::NewVp { job, arch } => self.new_vp(&job, arch, &mut ctx)?,
+            Event::NewVp { job, arch } => self.new_vp(&job, None, arch, &mut ctx)?,
+            Event::VpBack { job, vp, arch } => self.new_vp(&job, Some(vp), arch, &mut ctx)?,
             Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
             Event::JobExit { job } => self.job_exit(&job, &mut ctx)?,
         }
@@ -741,7 +760,14 @@ impl Scheduler {
         Ok(())
     }
 
-    fn new_vp(&mut self, job: &str, arch: String, ctx: &mut Ctx) -> Result<(), SchedError> {
+    /// `new_VP`: the next index, or `back`, an index the job had before.
+    fn new_vp(
+        &mut self,
+        job: &str,
+        back: Option<u32>,
+        arch: String,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
         if arch.is_empty() {
             return Err(SchedError::Empty("architecture"));
         }
@@ -749,10 +775,21 @@ impl Scheduler {
         if self.job(k).vps.len() as u64 >= MAX_VPS {
             return Err(SchedError::TooManyVps(job.to_string()));
         }
+        if let Some(vp) = back {
+            let j = self.job(k);
+            if vp >= j.next_vp || j.vps.contains_key(&vp) {
+                return Err(SchedError::NotBack {
+                    job: job.to_string(),
+                    vp,
+                });
+            }
+        }
         let arch_id = self.map.intern(&arch);
         let j = self.job_mut(k);
-        let vp = j.next_vp;
-        j.next_vp += 1;
+        let vp = back.unwrap_or(j.next_vp);
+        if back.is_none() {
+            j.next_vp += 1;
+        }
         j.insert_vp(
             vp,
             Vp {

@@ -250,6 +250,48 @@ fn last_vp_exit_removes_the_job_and_its_slot() {
 }
 
 #[test]
+fn a_vp_back_from_a_checkpoint_is_placed_again_under_its_own_index() {
+    let mut s = pool(&[1.0; 2]);
+    s.on_event(submit("a", 2)).unwrap();
+    s.on_event(Event::VpExit {
+        job: "a".into(),
+        vp: 1,
+    })
+    .unwrap();
+    assert_eq!(s.job_view("a").unwrap().placement.len(), 1);
+    let back = |vp| Event::VpBack {
+        job: "a".into(),
+        vp,
+        arch: "x86_64".into(),
+    };
+    let actions = s.on_event(back(1)).unwrap();
+    let view = s.job_view("a").unwrap();
+    assert_eq!(
+        view.placement.keys().copied().collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Start { vp: 1, .. })),
+        "{actions:?}"
+    );
+    // Only an index the job had and has no longer comes back.
+    for vp in [1, 2] {
+        let err = s.on_event(back(vp)).unwrap_err();
+        assert!(err.to_string().contains("cannot come back"), "{err}");
+    }
+    // A VP spawned later still gets a new index.
+    s.on_event(Event::NewVp {
+        job: "a".into(),
+        arch: "x86_64".into(),
+    })
+    .unwrap();
+    assert!(s.job_view("a").unwrap().placement.contains_key(&2));
+    s.check_invariants().unwrap();
+}
+
+#[test]
 fn job_exit_kills_its_vps_and_repacking_deletes_a_slot() {
     // Slot 0: a on p1, b on p2; slot 1: c on p1, d on p2... built by hand so
     // that after c leaves, d can shift into slot 0 only if b is gone.
