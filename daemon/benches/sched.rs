@@ -78,6 +78,7 @@ fn kind(e: &Event) -> &'static str {
         Event::Submit { .. } => "submit",
         Event::NewVp { .. } => "new_vp",
         Event::VpBack { .. } => "vp_back",
+        Event::VpMoved { .. } => "vp_moved",
         Event::VpExit { .. } => "vp_exit",
         Event::JobExit { .. } => "job_exit",
     }

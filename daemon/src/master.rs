@@ -1476,15 +1476,44 @@ impl Master {
                 if v.wants.as_ref().is_some_and(|w| w.to == host) {
                     v.wants = None;
                 }
-                vec![
+                let mut out = vec![
                     Out::Log(format!("VP t{tid:x} moved from {from} to {host}")),
                     Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(host.to_string()))])),
-                ]
+                ];
+                out.extend(self.follow_in_map(&job, vp, host));
+                out
             }
             _ => {
                 v.state = VpState::Running;
                 Vec::new()
             }
+        }
+    }
+
+    /// A VP moved by hand runs where the scheduler's map does not have it:
+    /// its place in the map follows it (so gang slicing and later decisions
+    /// see where it is), if that host has room in its job's slots.
+    fn follow_in_map(&mut self, job: &str, vp: u32, host: &str) -> Vec<Out> {
+        let mapped = self
+            .sched
+            .job_view(job)
+            .and_then(|v| v.placement.get(&vp).cloned());
+        let Some(p) = mapped else {
+            return Vec::new();
+        };
+        if p.rsplit_once('/').is_some_and(|(h, _)| h == host) {
+            return Vec::new();
+        }
+        let e = Event::VpMoved {
+            job: job.to_string(),
+            vp,
+            host: host.to_string(),
+        };
+        match self.sched.on_event(e) {
+            Ok(actions) => self.carry_out(actions),
+            Err(e) => vec![Out::Log(format!(
+                "VP {vp} of {job} runs on {host} outside the allocation map ({e}): gang slicing there leaves it alone"
+            ))],
         }
     }
 

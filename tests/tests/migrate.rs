@@ -352,3 +352,45 @@ fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
     let _ = vm.mig(&["kill", "j1"]);
     let _ = job.wait_with_output();
 }
+
+#[test]
+fn a_vp_moved_by_hand_takes_its_place_in_the_allocation_map_with_it() {
+    let vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(1, &bin("testvp"), &[OsStr::new("spin"), stop.as_os_str()]);
+    let tid = "t40001";
+    assert!(wait_until(Duration::from_secs(20), || vm
+        .where_is(tid)
+        .is_some_and(|(_, s)| s == "running")));
+    let mapped_on = |vm: &Vm| -> Vec<String> {
+        vm.json(&["map"])["slots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s.as_array().cloned().unwrap_or_default())
+            .filter_map(|c| c["processor"].as_str().map(str::to_string))
+            .collect()
+    };
+    let (from, _) = vm.where_is(tid).expect("placed");
+    assert!(mapped_on(&vm)
+        .iter()
+        .all(|p| p.starts_with(&format!("{from}/"))));
+    let to = if from == "h0" { "h1" } else { "h0" };
+    let out = vm.mig(&["migrate", tid, "--to", to]);
+    assert!(out.status.success(), "{}", vm.log(0));
+    assert!(wait_until(Duration::from_secs(20), || vm
+        .where_is(tid)
+        .is_some_and(|(h, s)| h == to && s == "running")));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let on = mapped_on(&vm);
+            !on.is_empty() && on.iter().all(|p| p.starts_with(&format!("{to}/")))
+        }),
+        "{}\n{}",
+        vm.json(&["map"]),
+        vm.log(0)
+    );
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(job, &vm.log(0));
+    assert!(lines.iter().any(|l| l.contains("on 2 hosts")), "{lines:?}");
+}

@@ -73,6 +73,17 @@ pub enum Event {
         /// Its architecture.
         arch: String,
     },
+    /// A VP was moved by hand to `host` (`mig migrate`): its place in the
+    /// map follows it, to a processor of that host that is free in the
+    /// job's slots, else one the job already holds there.
+    VpMoved {
+        /// The job.
+        job: String,
+        /// The VP's index in its job.
+        vp: u32,
+        /// Where it runs now.
+        host: String,
+    },
     /// A VP ended (`VP_exit`).
     VpExit {
         /// The job.
@@ -204,6 +215,14 @@ pub enum SchedError {
         job: String,
         /// VP index.
         vp: u32,
+    },
+    /// No processor of a host can take a VP moved there by hand.
+    #[error("no processor of {host} of the VP's architecture is free in job {job:?}'s slots")]
+    NoRoom {
+        /// Job id.
+        job: String,
+        /// The host.
+        host: String,
     },
     /// A submission without any VP.
     #[error("job {0:?} has no VPs")]
@@ -604,6 +623,7 @@ impl Scheduler {
             Event::Submit { job, vps } => self.submit(job, vps, &mut ctx)?,
             Event::NewVp { job, arch } => self.new_vp(&job, None, arch, &mut ctx)?,
             Event::VpBack { job, vp, arch } => self.new_vp(&job, Some(vp), arch, &mut ctx)?,
+            Event::VpMoved { job, vp, host } => self.vp_moved(&job, vp, &host, &mut ctx)?,
             Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
             Event::JobExit { job } => self.job_exit(&job, &mut ctx)?,
         }
@@ -856,6 +876,89 @@ impl Scheduler {
             .map(|r| self.job(k).rows.get(r).copied().unwrap_or(0) + u32::from(*r == best_row))
             .collect();
         self.apply(k, cols, &rows, &counts, ctx);
+        Ok(())
+    }
+
+    fn vp_moved(
+        &mut self,
+        job: &str,
+        vp: u32,
+        host: &str,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        let unknown = || SchedError::UnknownVp {
+            job: job.to_string(),
+            vp,
+        };
+        let (arch, from) = {
+            let v = self.job(k).vps.get(&vp).ok_or_else(unknown)?;
+            (v.arch, v.row.ok_or_else(unknown)?)
+        };
+        if self.map.processor(from).is_some_and(|p| &*p.host == host) {
+            return Ok(());
+        }
+        let cols = self.job(k).columns.clone();
+        let here: Vec<Row> = self
+            .map
+            .processors()
+            .filter(|(r, p)| &*p.host == host && self.map.row_arch(*r) == Some(arch))
+            .map(|(r, _)| r)
+            .collect();
+        let free = |r: Row| {
+            cols.iter()
+                .all(|&c| self.map.column(c).is_some_and(|col| col.cell(r).is_none()))
+        };
+        let to = here
+            .iter()
+            .copied()
+            .find(|&r| free(r))
+            .or_else(|| {
+                here.iter()
+                    .copied()
+                    .find(|r| self.job(k).rows.contains_key(r))
+            })
+            .ok_or_else(|| SchedError::NoRoom {
+                job: job.to_string(),
+                host: host.to_string(),
+            })?;
+        let at = self
+            .map
+            .processor(to)
+            .map(|p| (p.id.clone(), p.host.clone()));
+        let j = self.job_mut(k);
+        if let Some(v) = j.vps.get_mut(&vp) {
+            v.row = Some(to);
+            v.at = at;
+        }
+        j.t_cur.set(None);
+        let added = {
+            let n = j.rows.entry(to).or_default();
+            *n += 1;
+            *n == 1
+        };
+        if added {
+            j.row_set.insert(to);
+        }
+        let left = j.rows.get_mut(&from).map(|n| {
+            *n -= 1;
+            *n
+        });
+        if left == Some(0) {
+            j.rows.remove(&from);
+            j.row_set.remove(from);
+        }
+        for &c in &cols {
+            if added {
+                self.map.set(c, to, Some(k));
+            }
+            if left == Some(0) {
+                self.map.set(c, from, None);
+                ctx.freed.push(c);
+            }
+        }
+        self.dirty_row(from, ctx);
+        self.dirty_row(to, ctx);
         Ok(())
     }
 

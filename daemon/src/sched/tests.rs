@@ -292,6 +292,53 @@ fn a_vp_back_from_a_checkpoint_is_placed_again_under_its_own_index() {
 }
 
 #[test]
+fn a_vp_moved_by_hand_takes_its_place_in_the_map_with_it() {
+    let mut s = pool(&[1.0; 3]);
+    s.on_event(submit("a", 2)).unwrap();
+    let at = |s: &Scheduler, vp: u32| s.job_view("a").unwrap().placement[&vp].clone();
+    let (p0, p1) = (at(&s, 0), at(&s, 1));
+    let spare = ["p1/0", "p2/0", "p3/0"]
+        .into_iter()
+        .find(|p| *p != p0 && *p != p1)
+        .unwrap();
+    let host = |p: &str| p.split('/').next().unwrap().to_string();
+    let moved = |vp, h: &str| Event::VpMoved {
+        job: "a".into(),
+        vp,
+        host: h.to_string(),
+    };
+    // To a free processor: the old one is freed, the host's table changes.
+    let actions = s.on_event(moved(0, &host(spare))).unwrap();
+    assert_eq!(at(&s, 0), spare);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::SlotTables { hosts, .. } if hosts.contains(&host(spare)))),
+        "{actions:?}"
+    );
+    s.check_invariants().unwrap();
+    // To the host of its partner, whose only processor the job holds: the
+    // two share it.
+    s.on_event(moved(0, &host(&p1))).unwrap();
+    assert_eq!((at(&s, 0), at(&s, 1)), (p1.clone(), p1.clone()));
+    s.check_invariants().unwrap();
+    // Where it already is: nothing changes.
+    let gen = s.generation();
+    s.on_event(moved(0, &host(&p1))).unwrap();
+    assert_eq!(s.generation(), gen);
+    // Nowhere to go, or no such VP: refused, nothing changed.
+    for (e, msg) in [
+        (moved(0, "nowhere"), "no processor of nowhere"),
+        (moved(9, &host(spare)), "has no VP 9"),
+    ] {
+        let err = s.on_event(e).unwrap_err();
+        assert!(err.to_string().contains(msg), "{err}");
+    }
+    assert_eq!(at(&s, 0), p1);
+    s.check_invariants().unwrap();
+}
+
+#[test]
 fn job_exit_kills_its_vps_and_repacking_deletes_a_slot() {
     // Slot 0: a on p1, b on p2; slot 1: c on p1, d on p2... built by hand so
     // that after c leaves, d can shift into slot 0 only if b is gone.
