@@ -51,6 +51,10 @@ use nix::sys::signal::Signal;
 /// threads (so a loop held up for a few milliseconds does not make it late).
 const ARM_AHEAD: Duration = Duration::from_millis(10);
 
+/// Shared buffers and mappings of them unused this long are let go: a
+/// stream that ended leaves nothing behind in the daemon.
+const POOL_IDLE: Duration = Duration::from_secs(5);
+
 /// Threads that race to carry out each slot switch, on as many processors.
 const SWITCH_THREADS: usize = 4;
 
@@ -148,6 +152,8 @@ pub struct Daemon {
     /// mappings of local VPs' buffers whose bytes go to other hosts.
     outbox: libmig::pool::Outbox,
     inbox: libmig::pool::Inbox,
+    /// When buffers and mappings unused for a while were last let go.
+    pools_trimmed: Instant,
     /// Which local VPs run in the slot in force.
     slicer: Slicer,
     /// Carries out slot switches at their instants, and the switch armed.
@@ -255,6 +261,7 @@ impl Daemon {
             park_tried: Default::default(),
             outbox: Default::default(),
             inbox: Default::default(),
+            pools_trimmed: Instant::now(),
             slicer: Slicer::default(),
             switcher,
             armed: None,
@@ -462,6 +469,11 @@ impl Daemon {
 
     fn tick(&mut self) {
         self.call_off_slow_moves();
+        if self.pools_trimmed.elapsed() >= POOL_IDLE {
+            self.pools_trimmed = Instant::now();
+            self.outbox.trim_idle();
+            self.inbox.trim_idle();
+        }
         // The owner's state rides with the heartbeat, for `mig owner status`,
         // and so do the slicer's switches, for `mig stats`.
         let report = self.owner.report(Instant::now());

@@ -158,6 +158,8 @@ struct Buffer {
     capacity: usize,
     /// When it was last filled (the pool's count of fills).
     filled: u64,
+    /// Filled since the last `trim_idle`.
+    used: bool,
 }
 
 impl Buffer {
@@ -178,6 +180,7 @@ impl Buffer {
             map,
             capacity,
             filled: 0,
+            used: true,
         })
     }
 
@@ -187,6 +190,7 @@ impl Buffer {
 
     fn fill(&mut self, data: &[u8], count: u64) -> io::Result<OwnedFd> {
         self.filled = count;
+        self.used = true;
         self.map.flag().store(1, Ordering::Relaxed);
         // SAFETY: the buffer holds `capacity >= data.len()` bytes after the
         // header, and nobody reads them until its descriptor is sent.
@@ -272,6 +276,21 @@ impl Outbox {
     pub fn buffers(&self) -> usize {
         self.buffers.len()
     }
+
+    /// Let go of the free buffers not filled since the last call (for a
+    /// daemon, now and then: a stream that ended leaves nothing behind).
+    pub fn trim_idle(&mut self) {
+        let mut freed = 0;
+        self.buffers.retain_mut(|b| {
+            let keep = b.used || !b.free();
+            b.used = false;
+            if !keep {
+                freed += b.capacity;
+            }
+            keep
+        });
+        self.bytes -= freed;
+    }
 }
 
 impl std::fmt::Debug for Outbox {
@@ -288,7 +307,9 @@ impl std::fmt::Debug for Outbox {
 /// A receiver's mappings of its peers' buffers.
 #[derive(Default)]
 pub struct Inbox {
-    maps: VecDeque<((u64, u64), Arc<Mapping>)>,
+    /// Mappings by buffer, most recently used first, each with whether it
+    /// was used since the last `trim_idle`.
+    maps: VecDeque<((u64, u64), Arc<Mapping>, bool)>,
     bytes: usize,
 }
 
@@ -330,24 +351,38 @@ impl Inbox {
         if kind == FdKind::Sealed {
             return Payload::map(fd, len).map(Ok);
         }
-        let hit = self.maps.iter().position(|(k, _)| *k == (dev, ino));
-        let entry = match hit.and_then(|i| self.maps.remove(i)) {
-            Some(e) => e,
+        let hit = self.maps.iter().position(|(k, _, _)| *k == (dev, ino));
+        let (key, map) = match hit.and_then(|i| self.maps.remove(i)) {
+            Some((k, m, _)) => (k, m),
             None => {
                 let map = Arc::new(Mapping::of_peer(&fd, size)?);
                 self.bytes += map.size;
                 while self.bytes > INBOX_BYTES {
                     match self.maps.pop_back() {
-                        Some((_, old)) => self.bytes -= old.size,
+                        Some((_, old, _)) => self.bytes -= old.size,
                         None => break,
                     }
                 }
                 ((dev, ino), map)
             }
         };
-        let map = entry.1.clone();
-        self.maps.push_front(entry);
+        self.maps.push_front((key, map.clone(), true));
         Ok(Err(map))
+    }
+
+    /// Unmap the buffers not used since the last call (for a daemon, now
+    /// and then: the buffers of a VP that ended are not kept alive here).
+    pub fn trim_idle(&mut self) {
+        let mut freed = 0;
+        self.maps.retain_mut(|(_, m, used)| {
+            let keep = *used;
+            *used = false;
+            if !keep {
+                freed += m.size;
+            }
+            keep
+        });
+        self.bytes -= freed;
     }
 }
 
@@ -398,6 +433,30 @@ mod tests {
         let _ = daemon.take(fd, b.len()).unwrap();
         let _ = out.stage(&a).unwrap();
         assert_eq!(out.buffers(), 2, "the first was free again");
+    }
+
+    #[test]
+    fn idle_buffers_and_mappings_are_let_go() {
+        let mut out = Outbox::default();
+        let mut inbox = Inbox::default();
+        let a = bytes(FD_PAYLOAD, 7);
+        let fd = out.stage(&a).unwrap();
+        let _ = inbox.take(fd, a.len()).unwrap();
+        // Used since the last trim: kept.
+        out.trim_idle();
+        inbox.trim_idle();
+        assert_eq!((out.buffers(), inbox.maps.len()), (1, 1));
+        // Idle through a whole period: let go.
+        out.trim_idle();
+        inbox.trim_idle();
+        assert_eq!((out.buffers(), inbox.maps.len()), (0, 0));
+        assert_eq!((out.bytes, inbox.bytes), (0, 0));
+        // A buffer still held is never let go.
+        let held = out.stage(&a).unwrap();
+        out.trim_idle();
+        out.trim_idle();
+        assert_eq!(out.buffers(), 1);
+        drop(held);
     }
 
     #[test]
