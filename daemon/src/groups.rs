@@ -58,6 +58,15 @@ impl Groups {
         names.iter().flat_map(|n| self.leave(n, tid).1).collect()
     }
 
+    /// `tids` went back to a checkpoint: the barrier calls their old
+    /// processes made are void (the restored ones call again). Membership
+    /// stays: joining again keeps the instance.
+    pub fn restarted(&mut self, tids: &[Tid]) {
+        for g in self.groups.values_mut() {
+            g.waiting.retain(|(t, _)| !tids.contains(t));
+        }
+    }
+
     /// Members by instance.
     pub fn members(&self, name: &str) -> Vec<(u32, Tid)> {
         self.groups
@@ -110,6 +119,24 @@ impl Groups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_voids_the_barrier_calls_of_the_old_processes() {
+        let mut g = Groups::default();
+        for t in [1, 2, 3] {
+            g.join("w", t);
+        }
+        // 1 and 2 wait; the job of 1 and 2 goes back to a checkpoint.
+        assert!(g.barrier("w", 1, 100, 0).unwrap().is_empty());
+        assert!(g.barrier("w", 2, 101, 0).unwrap().is_empty());
+        g.restarted(&[1, 2]);
+        // 3 arriving alone does not release anyone: the old calls are void.
+        assert!(g.barrier("w", 3, 102, 0).unwrap().is_empty());
+        assert!(g.barrier("w", 1, 200, 0).unwrap().is_empty());
+        let all = g.barrier("w", 2, 201, 0).unwrap();
+        assert_eq!(all, vec![(3, 102), (1, 200), (2, 201)]);
+        assert_eq!(g.join("w", 2), 1, "membership stays");
+    }
 
     #[test]
     fn instances_are_the_lowest_free_and_barriers_release_together() {

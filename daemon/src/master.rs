@@ -1194,6 +1194,7 @@ impl Master {
             .collect();
         // Every VP the job has had since, dropped or not.
         let fenced: Vec<Tid> = j.vps.values().map(|v| v.tid).collect();
+        self.groups.restarted(&fenced);
         let mut out = vec![Out::Log(format!(
             "restarting job {job} from its checkpoint (generation {})",
             gen.id
