@@ -280,16 +280,9 @@ impl Outbox {
     /// Let go of the free buffers not filled since the last call (for a
     /// daemon, now and then: a stream that ended leaves nothing behind).
     pub fn trim_idle(&mut self) {
-        let mut freed = 0;
-        self.buffers.retain_mut(|b| {
-            let keep = b.used || !b.free();
-            b.used = false;
-            if !keep {
-                freed += b.capacity;
-            }
-            keep
-        });
-        self.bytes -= freed;
+        self.buffers
+            .retain_mut(|b| std::mem::take(&mut b.used) || !b.free());
+        self.bytes = self.buffers.iter().map(|b| b.capacity).sum();
     }
 }
 
@@ -373,16 +366,8 @@ impl Inbox {
     /// Unmap the buffers not used since the last call (for a daemon, now
     /// and then: the buffers of a VP that ended are not kept alive here).
     pub fn trim_idle(&mut self) {
-        let mut freed = 0;
-        self.maps.retain_mut(|(_, m, used)| {
-            let keep = *used;
-            *used = false;
-            if !keep {
-                freed += m.size;
-            }
-            keep
-        });
-        self.bytes -= freed;
+        self.maps.retain_mut(|(_, _, used)| std::mem::take(used));
+        self.bytes = self.maps.iter().map(|(_, m, _)| m.size).sum();
     }
 }
 

@@ -194,6 +194,20 @@ impl Vm {
             .unwrap_or_default()
     }
 
+    /// Run `mig` against this machine and insist that it succeeds (failing
+    /// with its stderr and the master's log).
+    pub fn mig_ok(&self, args: &[&str]) -> Output {
+        let out = self.mig(args);
+        assert!(
+            out.status.success(),
+            "mig {}: {}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr),
+            self.log(0)
+        );
+        out
+    }
+
     /// Run `mig` against this machine.
     pub fn mig(&self, args: &[&str]) -> Output {
         Command::new(bin("mig"))

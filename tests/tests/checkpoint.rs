@@ -165,13 +165,7 @@ fn a_restart_drops_the_vps_spawned_after_its_checkpoint() {
     std::fs::write(format!("{}.spawn", stop.display()), "").expect("go");
     assert!(wait_until(Duration::from_secs(10), || running(&vm) == 2));
     let first = running_tids(&vm);
-    let out = vm.mig(&["restart", "j1"]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.log(0)
-    );
+    vm.mig_ok(&["restart", "j1"]);
     // The child is not in the checkpoint: it is dropped, and the parent,
     // rolled back to before it spawned it, spawns another.
     assert!(
@@ -269,13 +263,7 @@ fn a_vp_that_ended_after_the_checkpoint_is_scheduled_again_when_it_comes_back() 
     // The restart brings it back from the checkpoint: it runs, and has its
     // place in the map again (so gang slicing knows it).
     std::fs::remove_file(&one).expect("VP 1 may run again");
-    let out = vm.mig(&["restart", "j1"]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.log(0)
-    );
+    vm.mig_ok(&["restart", "j1"]);
     assert!(
         wait_until(Duration::from_secs(20), || running(&vm) == 2),
         "{}",

@@ -269,13 +269,7 @@ fn a_large_state_sent_on_while_it_is_written_arrives_byte_for_byte() {
     for _ in 0..4 {
         let (from, _) = vm.where_is(tid).expect("placed");
         let to = if from == "h0" { "h1" } else { "h0" };
-        let out = vm.mig(&["migrate", tid, "--to", to]);
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            vm.log(0)
-        );
+        vm.mig_ok(&["migrate", tid, "--to", to]);
         assert!(
             wait_until(Duration::from_secs(20), || vm
                 .where_is(tid)
