@@ -159,6 +159,8 @@ pub struct Daemon {
     /// Carries out slot switches at their instants, and the switch armed.
     switcher: Switcher,
     armed: Option<Plan>,
+    /// What was last armed for it.
+    armed_as: Option<Armed>,
     /// By pid: processes of VPs that moved away and have come back here
     /// before the old process was gone.
     leaving: HashMap<i32, LocalVp>,
@@ -265,6 +267,7 @@ impl Daemon {
             slicer: Slicer::default(),
             switcher,
             armed: None,
+            armed_as: None,
             leaving: HashMap::new(),
             store: Store::new(cfg.state_dir.join("ckpt")),
             replicas: Store::new(cfg.state_dir.join("replicas")),
@@ -1568,8 +1571,7 @@ impl Daemon {
             match c {
                 Change::StopVps => {
                     // A switch not yet carried out never continues anyone now.
-                    self.switcher.disarm();
-                    self.armed = None;
+                    self.disarm_switch();
                     // VPs checkpointing for a move go on to their safe point.
                     let n = self.signal_vps(Signal::SIGSTOP, |_, v| v.moving.is_none());
                     done.push(format!("{n} VPs stopped"));
@@ -1808,14 +1810,21 @@ impl Daemon {
         Some(Duration::from_nanos(due.saturating_sub(wall_ns())))
     }
 
+    /// Take back the slot switch armed and not yet carried out, if any.
+    fn disarm_switch(&mut self) {
+        if self.armed.take().is_some() {
+            self.switcher.disarm();
+        }
+        self.armed_as = None;
+    }
+
     /// Keep the slicer going: arm the next slot switch for the switcher
     /// when it is `ARM_AHEAD` away, and re-arm it with the VPs' processes as
     /// they are now (one that ended or is moving is not signalled). While
     /// the owner has the host the slicer keeps time but signals nobody.
     fn drive_slicer(&mut self) {
         if !self.owner.offered() {
-            self.switcher.disarm();
-            self.armed = None;
+            self.disarm_switch();
             let now = wall_ns();
             while self.slicer.next_due().is_some_and(|d| d <= now) {
                 if self.slicer.at(now).is_none() {
@@ -1825,7 +1834,9 @@ impl Daemon {
             return;
         }
         if self.armed.is_some() && self.switcher.armed().is_none() {
-            self.armed = None; // carried out
+            // Carried out.
+            self.armed = None;
+            self.armed_as = None;
         }
         if self.armed.is_none() {
             let horizon = wall_ns() + ARM_AHEAD.as_nanos() as u64;
@@ -1843,11 +1854,19 @@ impl Daemon {
                     .map(|v| v.pid)
                     .collect()
             };
-            self.switcher.arm(Armed {
+            let a = Armed {
                 ideal_ns: plan.ideal_ns,
                 stop: pids(&plan.stop),
                 cont: pids(&plan.cont),
-            });
+            };
+            // (The loop comes here on every event: the lock only when the
+            // switch changed.)
+            if self.armed_as.as_ref() != Some(&a) {
+                self.armed_as = Some(a.clone());
+                self.switcher.arm(a);
+            }
+        } else {
+            self.armed_as = None;
         }
     }
 
