@@ -137,11 +137,12 @@ impl Mapping {
         self.flag().store(0, Ordering::Release);
     }
 
-    /// Map a peer's pooled buffer of `size` bytes.
+    /// Map a peer's pooled buffer of `size` bytes: no more than the largest
+    /// message needs (a peer's buffer never holds more; one that claims a
+    /// huge size maps no more than that).
     pub(crate) fn of_peer(fd: &OwnedFd, size: u64) -> io::Result<Mapping> {
-        let size = usize::try_from(size)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a buffer too large"))?;
-        Mapping::new(fd, size)
+        let most = (HEADER + crate::MAX_MESSAGE) as u64;
+        Mapping::new(fd, size.min(most) as usize)
     }
 }
 
@@ -418,6 +419,25 @@ mod tests {
         let _ = daemon.take(fd, b.len()).unwrap();
         let _ = out.stage(&a).unwrap();
         assert_eq!(out.buffers(), 2, "the first was free again");
+    }
+
+    #[test]
+    fn a_peer_buffer_claiming_a_huge_size_maps_no_more_than_a_message_needs() {
+        let mut inbox = Inbox::default();
+        let fd = crate::payload::sealable_memfd(c"huge").unwrap();
+        let huge: u64 = 1 << 40;
+        // SAFETY: on our own descriptor.
+        unsafe {
+            assert_eq!(libc::ftruncate(fd.as_raw_fd(), huge as libc::off_t), 0);
+            assert_eq!(
+                libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, FIXED_SIZE),
+                0
+            );
+        }
+        let got = inbox.take(fd, FD_PAYLOAD).unwrap();
+        assert_eq!(got.len(), FD_PAYLOAD);
+        assert!(got.iter().all(|&b| b == 0));
+        assert_eq!(inbox.bytes, HEADER + crate::MAX_MESSAGE);
     }
 
     #[test]
