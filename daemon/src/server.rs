@@ -1310,7 +1310,8 @@ impl Daemon {
             // A large payload from another host reaches its VP in one of
             // this daemon's pooled buffers: one copy here instead of one
             // into the socket and one out of it.
-            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => match self.outbox.stage(&b) {
+            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => match self.outbox.stage(env.to, &b)
+            {
                 Ok(fd) => {
                     let len = b.len();
                     // Its buffer takes in the next large message of that link.

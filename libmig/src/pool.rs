@@ -9,7 +9,9 @@
 //!
 //! A pooled buffer is a memfd of `HEADER + capacity` bytes, sealed so that
 //! its size never changes (mapping it is safe: no SIGBUS), but not against
-//! writes. Its first word says whether it is in use. The sender fills a
+//! writes. Its first word says whether it is in use. A buffer carries
+//! messages to one receiver only: a receiver, which keeps it mapped, never
+//! sees (or touches) what goes to anyone else. The sender fills a
 //! free buffer, marks it in use and sends its descriptor; whoever takes the
 //! bytes out (the receiver, or a daemon sending them to another host)
 //! copies them, or writes them to its socket, and only then marks it free.
@@ -161,10 +163,12 @@ struct Buffer {
     filled: u64,
     /// Filled since the last `trim_idle`.
     used: bool,
+    /// The one receiver it carries messages to.
+    to: crate::msg::Tid,
 }
 
 impl Buffer {
-    fn new(capacity: usize) -> io::Result<Buffer> {
+    fn new(capacity: usize, to: crate::msg::Tid) -> io::Result<Buffer> {
         let fd = crate::payload::sealable_memfd(c"mig-pooled")?;
         let size = HEADER + capacity;
         // SAFETY: plain system calls on the descriptor we own.
@@ -182,6 +186,7 @@ impl Buffer {
             capacity,
             filled: 0,
             used: true,
+            to,
         })
     }
 
@@ -211,14 +216,15 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// A descriptor holding `data`, to send: a free buffer of the pool
-    /// filled again, else a new one while the pool has room (replacing free
-    /// ones too small), else a new one in place of the buffers filled
-    /// longest ago. Those are forgotten, not reused: whoever holds one
-    /// keeps its memory until done with it, and one held by a process that
-    /// ended without releasing it stops counting against the pool.
-    pub fn stage(&mut self, data: &[u8]) -> io::Result<OwnedFd> {
-        if let Some(r) = self.try_stage(data) {
+    /// A descriptor holding `data`, to send to `to`: a free buffer of the
+    /// pool that carries messages to `to` filled again, else a new one
+    /// while the pool has room (replacing free ones too small, or another
+    /// receiver's), else a new one in place of the buffers filled longest
+    /// ago. Those are forgotten, not reused: whoever holds one keeps its
+    /// memory until done with it, and one held by a process that ended
+    /// without releasing it stops counting against the pool.
+    pub fn stage(&mut self, to: crate::msg::Tid, data: &[u8]) -> io::Result<OwnedFd> {
+        if let Some(r) = self.try_stage(to, data) {
             return r;
         }
         let capacity = data.len().next_power_of_two().max(FD_PAYLOAD);
@@ -228,7 +234,7 @@ impl Outbox {
             };
             self.bytes -= self.buffers.swap_remove(i).capacity;
         }
-        match self.try_stage(data) {
+        match self.try_stage(to, data) {
             Some(r) => r,
             None => sealed_memfd(data),
         }
@@ -236,9 +242,9 @@ impl Outbox {
 
     /// `stage`, but `None` when the pool has no room (for a route whose
     /// socket, not this pool, must hold a fast sender back).
-    pub fn try_stage(&mut self, data: &[u8]) -> Option<io::Result<OwnedFd>> {
+    pub fn try_stage(&mut self, to: crate::msg::Tid, data: &[u8]) -> Option<io::Result<OwnedFd>> {
         self.fills += 1;
-        let fits = |b: &Buffer| b.capacity >= data.len() && b.free();
+        let fits = |b: &Buffer| b.to == to && b.capacity >= data.len() && b.free();
         if let Some(b) = self
             .buffers
             .iter_mut()
@@ -264,7 +270,7 @@ impl Outbox {
         if self.bytes + capacity > POOL_BYTES {
             return None;
         }
-        let made = Buffer::new(capacity).and_then(|mut b| {
+        let made = Buffer::new(capacity, to).and_then(|mut b| {
             let fd = b.fill(data, self.fills)?;
             self.bytes += capacity;
             self.buffers.push(b);
@@ -391,18 +397,34 @@ mod tests {
         let mut out = Outbox::default();
         let mut inbox = Inbox::default();
         let a = bytes(FD_PAYLOAD + 5, 1);
-        let fd1 = out.stage(&a).unwrap();
+        let fd1 = out.stage(1, &a).unwrap();
         // Not yet taken out: a second message gets a buffer of its own.
         let b = bytes(FD_PAYLOAD, 2);
-        let fd2 = out.stage(&b).unwrap();
+        let fd2 = out.stage(1, &b).unwrap();
         assert_eq!(out.buffers(), 2);
         assert_eq!(&*inbox.take(fd1, a.len()).unwrap(), &a[..]);
         // The first is free again: the third message reuses it.
         let c = bytes(FD_PAYLOAD + 9, 3);
-        let fd3 = out.stage(&c).unwrap();
+        let fd3 = out.stage(1, &c).unwrap();
         assert_eq!(out.buffers(), 2);
         assert_eq!(&*inbox.take(fd3, c.len()).unwrap(), &c[..]);
         assert_eq!(&*inbox.take(fd2, b.len()).unwrap(), &b[..]);
+    }
+
+    #[test]
+    fn a_buffer_only_ever_carries_messages_to_one_receiver() {
+        let mut out = Outbox::default();
+        let mut inbox = Inbox::default();
+        let a = bytes(FD_PAYLOAD, 8);
+        let fd = out.stage(1, &a).unwrap();
+        let _ = inbox.take(fd, a.len()).unwrap();
+        // Free again, but it went to 1: a message to 2 gets its own buffer.
+        let fd = out.stage(2, &a).unwrap();
+        assert_eq!(out.buffers(), 2);
+        let _ = inbox.take(fd, a.len()).unwrap();
+        // And 1's is used again for 1.
+        let _ = out.stage(1, &a).unwrap();
+        assert_eq!(out.buffers(), 2);
     }
 
     #[test]
@@ -410,14 +432,14 @@ mod tests {
         let mut out = Outbox::default();
         let mut daemon = Inbox::default();
         let a = bytes(FD_PAYLOAD, 5);
-        let p = daemon.pass_on(out.stage(&a).unwrap(), a.len()).unwrap();
+        let p = daemon.pass_on(out.stage(1, &a).unwrap(), a.len()).unwrap();
         assert_eq!(&*p, &a[..]);
         let b = bytes(FD_PAYLOAD, 6);
-        let fd = out.stage(&b).unwrap();
+        let fd = out.stage(1, &b).unwrap();
         assert_eq!(out.buffers(), 2, "the first is still being passed on");
         drop(p);
         let _ = daemon.take(fd, b.len()).unwrap();
-        let _ = out.stage(&a).unwrap();
+        let _ = out.stage(1, &a).unwrap();
         assert_eq!(out.buffers(), 2, "the first was free again");
     }
 
@@ -445,7 +467,7 @@ mod tests {
         let mut out = Outbox::default();
         let mut inbox = Inbox::default();
         let a = bytes(FD_PAYLOAD, 7);
-        let fd = out.stage(&a).unwrap();
+        let fd = out.stage(1, &a).unwrap();
         let _ = inbox.take(fd, a.len()).unwrap();
         // Used since the last trim: kept.
         out.trim_idle();
@@ -457,7 +479,7 @@ mod tests {
         assert_eq!((out.buffers(), inbox.maps.len()), (0, 0));
         assert_eq!((out.bytes, inbox.bytes), (0, 0));
         // A buffer still held is never let go.
-        let held = out.stage(&a).unwrap();
+        let held = out.stage(1, &a).unwrap();
         out.trim_idle();
         out.trim_idle();
         assert_eq!(out.buffers(), 1);
@@ -470,13 +492,13 @@ mod tests {
         let mut inbox = Inbox::default();
         let half = |seed| bytes(POOL_BYTES / 2, seed);
         let (a, b, c) = (half(1), half(2), half(3));
-        let fa = out.stage(&a).unwrap();
-        let fb = out.stage(&b).unwrap();
+        let fa = out.stage(1, &a).unwrap();
+        let fb = out.stage(1, &b).unwrap();
         assert_eq!(out.buffers(), 2);
         // Full, both held: a direct link sends bytes instead...
-        assert!(out.try_stage(&c).is_none());
+        assert!(out.try_stage(1, &c).is_none());
         // ...the daemon route forgets the oldest (still held) for a new one.
-        let fc = out.stage(&c).unwrap();
+        let fc = out.stage(1, &c).unwrap();
         assert_eq!(out.buffers(), 2);
         assert_eq!(check_fd(&fc, c.len()).unwrap().0, FdKind::Pooled);
         // Nothing held was overwritten.
@@ -497,7 +519,7 @@ mod tests {
         assert!(check_fd(&fd, 10).is_err(), "unsealed");
         let mut out = Outbox::default();
         let data = bytes(FD_PAYLOAD, 4);
-        let fd = out.stage(&data).unwrap();
+        let fd = out.stage(1, &data).unwrap();
         let room = out.buffers[0].capacity;
         assert!(check_fd(&fd, room).is_ok());
         assert!(check_fd(&fd, room + 1).is_err(), "shorter than claimed");

@@ -640,9 +640,9 @@ impl Vm {
                 while self.fd_unacked > 0 && self.fd_unacked + data.len() > FD_WINDOW {
                     self.wait_io(None, None)?;
                 }
-                Some(self.outbox.stage(data))
+                Some(self.outbox.stage(to, data))
             }
-            LinkId::Direct(_) => self.outbox.try_stage(data),
+            LinkId::Direct(_) => self.outbox.try_stage(to, data),
         }
         .transpose()
         .map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?;
