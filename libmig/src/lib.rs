@@ -10,7 +10,8 @@
 //!   spawn, notify, direct links;
 //! * `group` — named groups: barrier, broadcast, reduce, gather, scatter;
 //! * `checkpoint` — the checkpoint image: format, atomic write, checked read;
-//! * `payload` — message bytes, and large ones passed as sealed memfds;
+//! * `payload` — message bytes, and large ones passed as memfds;
+//! * `pool` — the reusable shared buffers large messages travel in;
 //! * `link` — a VP's sockets (internal).
 //!
 //! # The protocol in one exchange

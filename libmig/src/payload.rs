@@ -3,9 +3,10 @@
 //!
 //! A payload of at least `FD_PAYLOAD` bytes travels as a memfd descriptor
 //! (SCM_RIGHTS), through the daemon, which never reads it, or over a direct
-//! link: one of the sender's reusable shared buffers (`pool`), or, when
-//! those are all in use, a sealed memfd of its own (it can no longer grow,
-//! shrink or change), which the receiver maps read-only. What lives here:
+//! link: one of the sender's reusable shared buffers (`pool`), or a sealed
+//! memfd of its own (it can no longer grow, shrink or change; the daemon
+//! route's fallback when no pooled buffer can be made), which the receiver
+//! maps read-only. What lives here:
 //! `Payload` (bytes on the heap, a mapping, or a lent shared buffer),
 //! sealed memfds, receiving descriptors. What does not: the shared buffers
 //! (`pool`), who sends what (`vm`, the daemon).
@@ -22,8 +23,9 @@ pub const FD_PAYLOAD: usize = 128 * 1024;
 
 const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
 
-/// The bytes of a received message: on the heap, or mapped read-only from
-/// the sender's sealed memfd (unmapped when dropped).
+/// The bytes of a received message: on the heap, mapped read-only from the
+/// sender's sealed memfd (unmapped when dropped), or read in place from a
+/// shared buffer (released to its sender when dropped).
 pub struct Payload(Inner);
 
 enum Inner {
