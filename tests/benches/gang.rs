@@ -13,7 +13,6 @@
 //! "more [daemon] lines").
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use mig_tests::{bin, job_lines, wait_until, Vm};
@@ -52,7 +51,7 @@ fn heat_beside_competitor(quantum_ms: u64, iters: u64, size: u64) -> f64 {
     let stop = vm.dir.path().join("stop");
     let competitor = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
     assert!(wait_until(Duration::from_secs(10), || running(&vm) == 2));
-    let out = Command::new(bin("mig"))
+    let out = mig_tests::command("mig")
         .env("MIG_DAEMON", vm.sock())
         .args(["spawn", "-n", "2", "--wait", "--"])
         .arg(bin("heat"))

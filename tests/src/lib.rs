@@ -5,10 +5,19 @@
 //!
 //! The binaries are those `cargo test --workspace` builds next to the test
 //! executable (`target/<profile>/migd`, `mig`, and the examples).
+//!
+//! Nothing a test starts outlives it: every process is started through
+//! [`command`] (its own process group, killed by the kernel when the test's
+//! thread ends, even if the test binary is killed), VPs die with their
+//! daemon, and a virtual machine that has not been dropped after its
+//! deadline ([`deadline`]) prints its daemons' logs and kills them, so the
+//! test fails with the logs instead of hanging.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// A binary of the workspace.
@@ -25,6 +34,125 @@ pub fn bin(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+/// A command for a workspace binary, tied to the test: in its own process
+/// group, and killed by the kernel (`PR_SET_PDEATHSIG`) when the thread that
+/// started it ends, so nothing is left behind even when the test binary
+/// is killed.
+pub fn command(name: &str) -> Command {
+    tied(Command::new(bin(name)))
+}
+
+/// `cmd`, tied to the test as [`command`] says.
+pub fn tied(mut cmd: Command) -> Command {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd.process_group(0);
+    cmd
+}
+
+/// How long a test's virtual machine may live: `MIG_TEST_DEADLINE_S`
+/// seconds, 240 by default (a test takes seconds; under heavy load, a
+/// minute at most).
+pub fn deadline() -> Duration {
+    let s = std::env::var("MIG_TEST_DEADLINE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(240);
+    Duration::from_secs(s)
+}
+
+/// Watches a virtual machine: past the deadline it prints every daemon's
+/// log and kills the daemons (a test waiting on them then fails); if the
+/// test is still not done 30 s later, it ends the test binary.
+struct Watchdog(Arc<(Mutex<bool>, Condvar)>);
+
+impl Watchdog {
+    fn start(dir: PathBuf, what: String, limit: Duration) -> Watchdog {
+        let done = Arc::new((Mutex::new(false), Condvar::new()));
+        let d = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let wait = |limit: Duration| {
+                let (lock, cv) = &*d;
+                let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+                let (guard, _) = cv
+                    .wait_timeout_while(guard, limit, |done| !*done)
+                    .unwrap_or_else(|e| e.into_inner());
+                *guard
+            };
+            if wait(limit) {
+                return;
+            }
+            eprintln!(
+                "\n=== {what}: still running after {} s: its daemons' logs, then they are killed ===",
+                limit.as_secs()
+            );
+            for (name, log) in logs(&dir) {
+                eprintln!("--- {name} ---\n{log}");
+            }
+            kill_daemons_of(&dir);
+            if wait(Duration::from_secs(30)) {
+                return;
+            }
+            eprintln!("=== {what}: the test is still not done: ending the test binary ===");
+            std::process::exit(101);
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.0;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+    }
+}
+
+/// Every `hK/migd.log` under `dir`, by host.
+fn logs(dir: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let log = std::fs::read_to_string(e.path().join("migd.log")).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), log))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// SIGKILL every process whose command line names a state directory under
+/// `dir` (the daemons; their VPs die with them).
+fn kill_daemons_of(dir: &Path) {
+    let needle = dir.as_os_str().as_encoded_bytes().to_vec();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if cmdline
+            .windows(needle.len())
+            .any(|w| w == needle.as_slice())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 /// Poll `f` every 5 ms until it holds or `timeout` passes.
@@ -91,12 +219,14 @@ pub fn peak_rss_mib(pid: u32) -> Option<u64> {
 
 /// A local virtual machine of real daemons.
 pub struct Vm {
-    /// Its state directory (removed on drop).
-    pub dir: tempfile::TempDir,
     /// The daemons, master first (None once killed or reaped).
     pub daemons: Vec<Option<Child>>,
     /// The master's TCP address.
     pub addr: String,
+    /// Fails the test with the logs if it runs past its deadline.
+    _watchdog: Watchdog,
+    /// Its state directory (removed on drop, after the daemons end).
+    pub dir: tempfile::TempDir,
 }
 
 impl Vm {
@@ -112,12 +242,23 @@ impl Vm {
 
     /// Start `n` daemons of `procs` processors each, with extra flags.
     pub fn start_procs(n: usize, procs: u32, extra: &[&str]) -> Vm {
+        Vm::start_until(n, procs, extra, deadline())
+    }
+
+    /// `start_procs`, failing the test if the machine is not dropped within
+    /// `limit`.
+    pub fn start_until(n: usize, procs: u32, extra: &[&str], limit: Duration) -> Vm {
         let procs = procs.to_string();
         let mut flags = vec!["--processors", procs.as_str()];
         flags.extend_from_slice(extra);
         let extra = &flags[..];
         let dir = tempfile::tempdir().expect("temp dir");
+        let what = std::thread::current()
+            .name()
+            .unwrap_or("a test")
+            .to_string();
         let mut vm = Vm {
+            _watchdog: Watchdog::start(dir.path().to_path_buf(), what, limit),
             dir,
             daemons: Vec::new(),
             addr: String::new(),
@@ -142,7 +283,7 @@ impl Vm {
         let state = self.dir.path().join(format!("h{i}"));
         std::fs::create_dir_all(&state).expect("state dir");
         let log = std::fs::File::create(state.join("migd.log")).expect("log");
-        let mut cmd = Command::new(bin("migd"));
+        let mut cmd = command("migd");
         let procs = if extra.contains(&"--processors") {
             &[][..]
         } else {
@@ -210,7 +351,7 @@ impl Vm {
 
     /// Run `mig` against this machine.
     pub fn mig(&self, args: &[&str]) -> Output {
-        Command::new(bin("mig"))
+        command("mig")
             .env("MIG_DAEMON", self.sock())
             .args(args)
             .output()
@@ -238,7 +379,7 @@ impl Vm {
         program: &Path,
         args: &[A],
     ) -> Child {
-        Command::new(bin("mig"))
+        command("mig")
             .env("MIG_DAEMON", self.sock())
             .args(["spawn", "-n", &n.to_string(), "--wait", "--"])
             .arg(program)
@@ -311,12 +452,10 @@ pub struct Desk(Child);
 impl Desk {
     /// A shell reading commands from a pipe, in its own process group.
     pub fn open() -> Desk {
-        use std::os::unix::process::CommandExt;
         Desk(
-            Command::new("sh")
+            tied(Command::new("sh"))
                 .arg("-s")
                 .stdin(Stdio::piped())
-                .process_group(0)
                 .spawn()
                 .expect("sh"),
         )

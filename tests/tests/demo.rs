@@ -1,13 +1,9 @@
 //! The quick start's `mig demo` keeps working: the owner of h1 comes back,
 //! h1's VPs move off while the job runs, and the answer is right.
 
-use std::process::Command;
-
-use mig_tests::bin;
-
 #[test]
 fn the_demo_moves_vps_off_a_reclaimed_host_and_checks_its_answer() {
-    let out = Command::new(bin("mig"))
+    let out = mig_tests::command("mig")
         .args([
             "demo",
             "--hosts",

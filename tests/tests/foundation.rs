@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use libmig::frame;
 use libmig::msg::{PeerMsg, Request, Response};
-use mig_tests::{alive, bin, wait_until, Vm};
+use mig_tests::{alive, wait_until, Vm};
 use nix::sys::signal::Signal;
 
 const T: Duration = Duration::from_secs(10);
@@ -73,7 +73,7 @@ fn spawning_a_missing_program_is_one_clear_sentence() {
         err.contains("not found") && err.contains("no-such-program"),
         "{err}"
     );
-    let out = std::process::Command::new(bin("mig"))
+    let out = mig_tests::command("mig")
         .env("MIG_DAEMON", "/nonexistent/sock")
         .arg("hosts")
         .output()
@@ -210,7 +210,7 @@ fn bad_peers_are_refused_while_others_are_served() {
     assert!(master_serves(&vm));
     // A daemon with another key cannot join.
     let other = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(bin("migd"))
+    let out = mig_tests::command("migd")
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -335,7 +335,7 @@ fn a_silent_worker_leaves_the_pool_and_rejoins_when_it_answers_again() {
 fn a_worker_forwards_its_local_users_requests_to_the_master() {
     let vm = Vm::start(2);
     let worker_sock = vm.dir.path().join("h1").join("control.sock");
-    let out = std::process::Command::new(bin("mig"))
+    let out = mig_tests::command("mig")
         .env("MIG_DAEMON", &worker_sock)
         .args([
             "spawn",
@@ -360,11 +360,29 @@ fn a_worker_forwards_its_local_users_requests_to_the_master() {
         2,
         "{text}"
     );
-    let hosts = std::process::Command::new(bin("mig"))
+    let hosts = mig_tests::command("mig")
         .env("MIG_DAEMON", &worker_sock)
         .args(["hosts", "--json"])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&hosts.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_test_past_its_deadline_fails_instead_of_hanging_and_leaves_nothing() {
+    // A job that would wait for ever, under a machine given 3 s: the
+    // fixture's watchdog kills the daemons, the waiting client returns
+    // with an error, and the VPs die with their daemons.
+    let vm = Vm::start_until(2, 1, &[], Duration::from_secs(3));
+    let job = vm.start_job(2, std::path::Path::new("/bin/sleep"), &["1000"]);
+    assert!(wait_until(T, || vp_pids(&vm).len() == 2));
+    let pids = vp_pids(&vm);
+    let daemons = [vm.pid(0), vm.pid(1)];
+    let out = job.wait_with_output().expect("mig spawn --wait");
+    assert!(!out.status.success(), "the job cannot have finished");
+    assert!(
+        wait_until(T, || pids.iter().chain(&daemons).all(|&p| !alive(p))),
+        "daemons or VPs survived the deadline"
+    );
 }

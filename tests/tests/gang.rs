@@ -114,7 +114,7 @@ fn spin(vm: &Vm, n: u32, stop: &Path, independent: bool) -> Child {
     let mut args: Vec<PathBuf> = vec!["spin".into(), stop.into()];
     if independent {
         // `mig spawn --independent -n N -- testvp spin FILE`
-        let out = std::process::Command::new(bin("mig"))
+        let out = mig_tests::command("mig")
             .env("MIG_DAEMON", vm.sock())
             .args([
                 "spawn",

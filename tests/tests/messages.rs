@@ -3,7 +3,7 @@
 //! size limits, errors, a misbehaving VP and flow control.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use mig_tests::{bin, job_lines, peak_rss_mib, Vm};
 
@@ -147,7 +147,7 @@ fn a_vp_sending_garbage_is_cut_off_and_the_daemon_serves_on() {
 #[test]
 fn notices_come_for_an_exited_vp_a_killed_daemon_and_a_new_one() {
     let mut vm = Vm::start(3);
-    let mut child = Command::new(bin("mig"))
+    let mut child = mig_tests::command("mig")
         .env("MIG_DAEMON", vm.sock())
         .args(["spawn", "-n", "1", "--wait", "--"])
         .arg(bin("testvp"))
@@ -208,7 +208,7 @@ fn a_sender_to_a_vp_that_cannot_be_reached_is_held_back() {
     let (c, _) = vm.daemon(1, Some(&addr), &["--arch", "aarch64-linux"]);
     vm.daemons.push(Some(c));
     let h1 = vm.dir.path().join("h1").join("control.sock");
-    let out = Command::new(bin("mig"))
+    let out = mig_tests::command("mig")
         .env("MIG_DAEMON", &h1)
         .args(["spawn", "-n", "1", "--"])
         .arg(bin("testvp"))
@@ -240,7 +240,7 @@ fn a_sender_to_a_vp_that_cannot_be_reached_is_held_back() {
         "{:?}",
         state(&vm)
     );
-    let mut sender = Command::new(bin("mig"))
+    let mut sender = mig_tests::command("mig")
         .env("MIG_DAEMON", vm.sock())
         .args(["spawn", "-n", "1", "--wait", "--"])
         .arg(bin("testvp"))

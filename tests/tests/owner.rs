@@ -280,7 +280,7 @@ fn a_vps_own_load_is_never_the_owners() {
     assert!(!line.trim().is_empty(), "migd did not start");
     let sock = state.join("control.sock");
     let mig = |args: &[&str]| {
-        Command::new(bin("mig"))
+        mig_tests::command("mig")
             .env("MIG_DAEMON", &sock)
             .args(args)
             .output()
@@ -338,7 +338,7 @@ fn bad_owner_settings_are_clear_errors_at_start() {
         ("", Some("tree:abc"), "machine, none or tree:PID"),
     ] {
         let conf = policy(dir.path(), text);
-        let mut cmd = Command::new(bin("migd"));
+        let mut cmd = mig_tests::command("migd");
         cmd.args(["--listen", "127.0.0.1:0", "--config", &conf, "--state-dir"])
             .arg(dir.path().join("state"));
         if let Some(f) = flag {

@@ -102,7 +102,8 @@ pub fn run(a: Args) -> Result<()> {
     let t0 = Instant::now();
     let up_args = UpArgs::new(a.hosts, 1, vec![1.0; a.hosts])
         .config(policy)
-        .owner_desk(1, desk.shell.id());
+        .owner_desk(1, desk.shell.id())
+        .tied();
     let mut vm = Vm::start(&dir, &up_args)?;
     let up = t0.elapsed();
     println!(

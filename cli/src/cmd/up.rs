@@ -43,6 +43,10 @@ pub struct Args {
     /// takes one back) or tree:PID (that process tree is the owner's desk).
     #[arg(long, value_delimiter = ',')]
     owner_scopes: Vec<String>,
+    /// The daemons end with this process (the kernel kills them if it dies):
+    /// a machine in the foreground (`mig demo`, `mig up` without --detach).
+    #[arg(skip)]
+    tied: bool,
 }
 
 /// Where `mig up` keeps its virtual machine by default.
@@ -116,12 +120,19 @@ impl Args {
             detach: true,
             config: None,
             owner_scopes: Vec::new(),
+            tied: false,
         }
     }
 
     /// Every daemon reads this config file.
     pub fn config(mut self, path: PathBuf) -> Args {
         self.config = Some(path);
+        self
+    }
+
+    /// The daemons end with this process (see `tied`).
+    pub fn tied(mut self) -> Args {
+        self.tied = true;
         self
     }
 
@@ -164,6 +175,19 @@ fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(C
     if let Some(addr) = join {
         cmd.arg("--join").arg(addr);
     }
+    if a.tied {
+        let parent = std::process::id();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+                if nix::unistd::getppid().as_raw() as u32 != parent {
+                    return Err(std::io::Error::other("mig ended before its daemon started"));
+                }
+                Ok(())
+            });
+        }
+    }
     if let Some(c) = &a.config {
         cmd.arg("--config").arg(c);
     }
@@ -205,6 +229,10 @@ pub fn run(a: Args) -> Result<()> {
             dir.display()
         );
     }
+    let a = Args {
+        tied: !a.detach,
+        ..a
+    };
     let mut vm = Vm::start(&dir, &a)?;
     let addr = vm.addr.clone();
     eprintln!(
