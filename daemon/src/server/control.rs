@@ -1,0 +1,27 @@
+//! Requests from `mig` on the local control socket: answered by the master,
+//! forwarded to it by a worker.
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn control(&mut self, t: Token, req: Request) {
+        let me = self.facts.name.clone();
+        if let Some(m) = &mut self.master {
+            m.set_wall(wall_ns());
+            let out = m.control(Requester::Local(t.0), &me, req);
+            self.deliver(out);
+        } else if let Some(link) = self.link {
+            let id = self.next_proxy;
+            self.next_proxy += 1;
+            self.proxied.insert(id, t);
+            self.send_peer(link, &PeerMsg::Control { id, req });
+        } else {
+            self.send_resp(
+                t,
+                &Response::Error {
+                    message: "this daemon has lost its master".into(),
+                },
+            );
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! VPs on this host: starting their processes, their output, reaping them,
+//! and reporting each exit once its output is drained.
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn start_vp(&mut self, s: StartVp) {
+        let tid = s.tid;
+        match host::spawn(
+            &s,
+            &self.facts.name,
+            &self.socket_path.display().to_string(),
+            &host::Treatment {
+                nice: self.cfg.vp_nice,
+                idle: self.cfg.vp_idle_class,
+                huge_pages: self.cfg.vp_huge_pages,
+            },
+        ) {
+            Ok(host::Started {
+                pid,
+                stdout: out,
+                stderr: err,
+                sock,
+            }) => {
+                let std_sock = std::os::unix::net::UnixStream::from(sock);
+                let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
+                let vt = self.token();
+                if self
+                    .poll
+                    .registry()
+                    .register(&mut vp_sock, vt, Interest::READABLE)
+                    .is_ok()
+                {
+                    self.conns.insert(vt, Conn::new(vp_sock, Kind::Vp { tid }));
+                    self.vp_conns.insert(tid, vt);
+                    for (env, payload) in self.router.attach(tid, vt) {
+                        self.route(env, payload, None);
+                    }
+                    self.released(tid);
+                }
+                if let Some(old) = self.vps.by_tid.remove(&tid) {
+                    // Back before its old process here was gone: that one's
+                    // end must not count as this one's.
+                    if old.moved && (old.exit.is_none() || old.open_pipes > 0) {
+                        self.leaving.insert(old.pid, old);
+                    }
+                }
+                self.vps.by_tid.insert(
+                    tid,
+                    LocalVp {
+                        pid,
+                        open_pipes: 0,
+                        exit: None,
+                        moving: None,
+                        moved: false,
+                        start: Some(s.clone()),
+                        restart_here: None,
+                    },
+                );
+                self.vps.by_pid.insert(pid, tid);
+                let off_slot = self.slicer.started(tid);
+                if !self.owner.offered() || off_slot {
+                    // Started as the owner came back (it waits, stopped, for
+                    // the scheduler to move it or the owner to leave), or
+                    // outside its slot (it waits for its turn).
+                    host::signal(pid, Signal::SIGSTOP);
+                }
+                for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
+                    let t = self.token();
+                    let file = std::fs::File::from(fd);
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut SourceFd(&file.as_raw_fd()), t, Interest::READABLE)
+                        .is_ok()
+                    {
+                        self.pipes.insert(
+                            t,
+                            Pipe {
+                                file,
+                                tid,
+                                pid,
+                                stream,
+                                partial: Vec::new(),
+                            },
+                        );
+                        if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
+                            vp.open_pipes += 1;
+                        }
+                    }
+                }
+                self.report(PeerMsg::Started {
+                    tid,
+                    pid: pid as u32,
+                });
+            }
+            Err(e) => {
+                log!("cannot start {} for VP t{tid:x}: {e}", s.program);
+                let status = ExitInfo {
+                    code: None,
+                    signal: None,
+                    error: Some(format!("{}: {e}", s.program)),
+                };
+                self.report(PeerMsg::Exited { tid, status });
+            }
+        }
+    }
+
+    pub(super) fn pipe_ready(&mut self, t: Token) {
+        let Some(p) = self.pipes.get_mut(&t) else {
+            return;
+        };
+        let (lines, eof) = host::read_lines(p);
+        let (tid, pid, stream) = (p.tid, p.pid, p.stream);
+        for line in lines {
+            self.report(PeerMsg::Output { tid, stream, line });
+        }
+        if eof {
+            if let Some(p) = self.pipes.remove(&t) {
+                let _ = self
+                    .poll
+                    .registry()
+                    .deregister(&mut SourceFd(&p.file.as_raw_fd()));
+            }
+            match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
+                Some(vp) => {
+                    vp.open_pipes = vp.open_pipes.saturating_sub(1);
+                    self.report_if_done(tid);
+                }
+                None => self.old_process_done(pid, None),
+            }
+        }
+    }
+
+    pub(super) fn reap(&mut self) {
+        for (pid, status) in host::reap() {
+            let Some(tid) = self.vps.by_pid.remove(&pid) else {
+                continue;
+            };
+            match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
+                Some(vp) => {
+                    vp.exit = Some(status);
+                    self.report_if_done(tid);
+                }
+                None => self.old_process_done(pid, Some(status)),
+            }
+        }
+    }
+
+    /// A process of a VP that has since come back to this host ended (or
+    /// closed a pipe): it went on elsewhere, so its end is nobody's exit.
+    pub(super) fn old_process_done(&mut self, pid: i32, exit: Option<ExitInfo>) {
+        let Some(old) = self.leaving.get_mut(&pid) else {
+            return;
+        };
+        match exit {
+            Some(e) => old.exit = Some(e),
+            None => old.open_pipes = old.open_pipes.saturating_sub(1),
+        }
+        if old.exit.is_some() && old.open_pipes == 0 {
+            self.leaving.remove(&pid);
+        }
+    }
+
+    /// Report an exit once the process is reaped and its output drained.
+    pub(super) fn report_if_done(&mut self, tid: Tid) {
+        let done = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.exit.is_some() && v.open_pipes == 0);
+        if done {
+            if let Some(vp) = self.vps.by_tid.remove(&tid) {
+                self.slicer.gone(tid);
+                match (vp.moved, vp.exit) {
+                    (true, _) => {
+                        // It went on elsewhere, or goes on here from its image.
+                        if let (Some(start), Some(image)) = (vp.start, vp.restart_here) {
+                            self.restore(start, &image);
+                        }
+                    }
+                    (false, Some(status)) => {
+                        if vp.moving.is_some() {
+                            self.report(PeerMsg::MigrateFailed {
+                                tid,
+                                reason: format!("it ended before its checkpoint ({status})"),
+                            });
+                        }
+                        self.report(PeerMsg::Exited { tid, status });
+                    }
+                    (false, None) => {}
+                }
+            }
+        }
+    }
+}

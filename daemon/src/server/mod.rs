@@ -1,0 +1,486 @@
+//! The daemon's event loop: one mio `Poll` owns every socket, pipe and
+//! signal, and one `Daemon` struct owns all state (no locks).
+//!
+//! What lives here: accepting and authenticating connections, decoding
+//! frames and dispatching them, the worker's link to its master, data links
+//! between daemons (opened on the first message for a host), each VP's
+//! socket, moving messages between VPs with flow control (a receiver that
+//! falls behind pauses its senders: no unbounded buffering), heartbeats,
+//! signals (SIGCHLD reaps, SIGTERM/SIGINT stop), and delivering the master's
+//! `Out`s. What does not: the master's decisions (`master`), where a message
+//! goes (`route`), process handling details (`host`), the scheduler
+//! (`sched`).
+
+mod control;
+mod flow;
+mod local;
+mod net;
+mod owner;
+mod peer;
+mod routing;
+mod slicing;
+mod snapshot;
+mod source;
+mod target;
+mod vp;
+
+use net::Pending;
+use routing::gone;
+use source::Outgoing;
+use target::{ImagePart, Incoming};
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use libmig::auth::{self, ClusterKey};
+use libmig::frame::{self, FrameError};
+use libmig::msg::{
+    Envelope, ExitInfo, HostFacts, Loc, PeerMsg, Request, Response, StartVp, Stream, Tid, VpMsg,
+    SYSTEM,
+};
+use mio::net::{TcpListener, TcpStream, UnixListener};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook_mio::v1_0::Signals;
+use thiserror::Error;
+
+use crate::config::Config;
+use crate::conn::{Conn, Kind, Sock};
+use crate::host::{self, LocalVp, Pipe, Vps};
+use crate::log;
+use crate::master::{Master, Out, Requester};
+use crate::owner::{Change, Monitor};
+use crate::route::{Body, Router, Way};
+use crate::slicer::{Plan, Slicer};
+use crate::store::Store;
+use crate::switcher::{wall_ns, Armed, Switcher};
+use libmig::msg::SnapStep;
+use libmig::payload::FD_PAYLOAD;
+use libmig::Payload;
+use nix::sys::signal::Signal;
+
+/// How far ahead of a slot switch the loop arms it for the switcher's
+/// threads (so a loop held up for a few milliseconds does not make it late).
+const ARM_AHEAD: Duration = Duration::from_millis(10);
+
+/// Shared buffers and mappings of them unused this long are let go: a
+/// stream that ended leaves nothing behind in the daemon.
+const POOL_IDLE: Duration = Duration::from_secs(5);
+
+/// Threads that race to carry out each slot switch, on as many processors.
+const SWITCH_THREADS: usize = 4;
+
+const TCP: Token = Token(0);
+const UNIX: Token = Token(1);
+const SIGNALS: Token = Token(2);
+const FIRST: usize = 16;
+/// A connection that has not finished the handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection with this much queued for it pauses those who send to it...
+const HIGH_WATER: usize = 8 << 20;
+/// ...until it is down to this.
+const LOW_WATER: usize = 2 << 20;
+/// A VP with this much in memfd payloads passed and not yet taken in
+/// pauses those who send to it...
+const FD_HIGH_WATER: usize = 64 << 20;
+/// ...until it is down to this.
+const FD_LOW_WATER: usize = 16 << 20;
+
+/// Why the daemon could not start or stopped on an error.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The cluster key file.
+    #[error(transparent)]
+    Key(#[from] auth::KeyError),
+    /// The master refused or could not be reached.
+    #[error("cannot join the master at {addr}: {why}")]
+    Join {
+        /// Its address.
+        addr: SocketAddr,
+        /// Why.
+        why: String,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+/// The daemon: everything the loop owns.
+pub struct Daemon {
+    poll: Poll,
+    cfg: Config,
+    key: ClusterKey,
+    facts: HostFacts,
+    tcp: TcpListener,
+    unix: UnixListener,
+    socket_path: PathBuf,
+    signals: Signals,
+    conns: HashMap<Token, Conn>,
+    pipes: HashMap<Token, Pipe>,
+    next_token: usize,
+    master: Option<Master>,
+    link: Option<Token>,
+    proxied: HashMap<u64, Token>,
+    next_proxy: u64,
+    vps: Vps,
+    last_beat: Instant,
+    halting: Option<Instant>,
+    uid: u32,
+    router: Router,
+    peers: HashMap<String, SocketAddr>,
+    links: HashMap<String, Token>,
+    dialling: HashMap<Token, Vec<Pending>>,
+    /// Senders paused because too much is held for a VP not reachable yet.
+    held_blocked: HashMap<Tid, Vec<Token>>,
+    /// Checkpoint images arriving in parts: how to start each, and the file
+    /// they go into.
+    incoming: HashMap<Tid, Incoming>,
+    /// Images of moving VPs being sent on while the VP writes them.
+    outgoing: HashMap<Tid, Outgoing>,
+    /// Each local VP's socket, for answers to it (also while it moves, when
+    /// the router no longer delivers messages to it).
+    vp_conns: HashMap<Tid, Token>,
+    fd_inflight: HashMap<Token, usize>,
+    blocked: HashMap<Token, Vec<Token>>,
+    /// Is this workstation its owner's right now?
+    owner: Monitor,
+    /// VPs checkpointed to disk while the owner has the host: how to start
+    /// each again, and its image.
+    parked: HashMap<Tid, (StartVp, PathBuf)>,
+    /// VPs asked to park during this taking back (asked once).
+    park_tried: std::collections::HashSet<Tid>,
+    /// Buffers for large messages from other hosts to local VPs, and
+    /// mappings of local VPs' buffers whose bytes go to other hosts.
+    outbox: libmig::pool::Outbox,
+    inbox: libmig::pool::Inbox,
+    /// When buffers and mappings unused for a while were last let go.
+    pools_trimmed: Instant,
+    /// Which local VPs run in the slot in force.
+    slicer: Slicer,
+    /// Carries out slot switches at their instants, and the switch armed.
+    switcher: Switcher,
+    armed: Option<Plan>,
+    /// What was last armed for it.
+    armed_as: Option<Armed>,
+    /// By pid: processes of VPs that moved away and have come back here
+    /// before the old process was gone.
+    leaving: HashMap<i32, LocalVp>,
+    /// Job checkpoints (on the master), and copies kept for it.
+    store: Store,
+    replicas: Store,
+}
+
+/// Start a daemon with `cfg` and run it until halted or signalled.
+/// When ready it prints its bound address on one line of stdout and writes
+/// it to `STATE_DIR/addr`.
+pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    let mut d = Daemon::start(cfg)?;
+    d.serve()
+}
+
+impl Daemon {
+    pub(super) fn start(cfg: Config) -> Result<Daemon, DaemonError> {
+        std::fs::create_dir_all(&cfg.state_dir)
+            .map_err(io_err(format!("creating {}", cfg.state_dir.display())))?;
+        let key = ClusterKey::load_or_create(&cfg.key_file)?;
+        let poll = Poll::new().map_err(io_err("creating the poll"))?;
+        let mut tcp = TcpListener::bind(cfg.listen)
+            .map_err(io_err(format!("listening on {}", cfg.listen)))?;
+        let addr = tcp
+            .local_addr()
+            .map_err(io_err("reading the bound address"))?;
+        let socket_path = cfg.state_dir.join("control.sock");
+        let _ = std::fs::remove_file(&socket_path);
+        let mut unix = UnixListener::bind(&socket_path)
+            .map_err(io_err(format!("binding {}", socket_path.display())))?;
+        std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("making the control socket private"))?;
+        let mut signals = Signals::new([SIGCHLD, SIGTERM, SIGINT, SIGHUP])
+            .map_err(io_err("installing signal handlers"))?;
+        poll.registry()
+            .register(&mut tcp, TCP, Interest::READABLE)
+            .map_err(io_err("registering"))?;
+        poll.registry()
+            .register(&mut unix, UNIX, Interest::READABLE)
+            .map_err(io_err("registering"))?;
+        poll.registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)
+            .map_err(io_err("registering"))?;
+        let capacity = cfg
+            .capacity
+            .unwrap_or_else(|| crate::facts::benchmark(Duration::from_millis(50)));
+        let facts = HostFacts {
+            name: cfg.name.clone(),
+            arch: cfg.arch.clone(),
+            processors: cfg.processors,
+            capacity,
+            memory_mb: crate::facts::memory_mb(),
+            addr: addr.to_string(),
+            pid: std::process::id(),
+            offered: false,
+        };
+        let owner = Monitor::new(cfg.owner.clone(), Instant::now());
+        let mut facts = facts;
+        facts.offered = owner.offered();
+        let (switcher, realtime) =
+            Switcher::start(SWITCH_THREADS).map_err(|e| DaemonError::Io {
+                what: "starting the slot switch threads".into(),
+                source: e,
+            })?;
+        if !realtime {
+            log!("slot switches run in the normal scheduling class (no permission for SCHED_FIFO): they may be late by milliseconds on a busy host");
+        }
+        let mut d = Daemon {
+            poll,
+            key,
+            facts,
+            tcp,
+            unix,
+            socket_path,
+            signals,
+            conns: HashMap::new(),
+            pipes: HashMap::new(),
+            next_token: FIRST,
+            master: None,
+            link: None,
+            proxied: HashMap::new(),
+            next_proxy: 1,
+            vps: Vps::default(),
+            last_beat: Instant::now(),
+            halting: None,
+            uid: nix::unistd::geteuid().as_raw(),
+            router: Router::new(&cfg.name, cfg.join.is_none()),
+            peers: HashMap::new(),
+            links: HashMap::new(),
+            dialling: HashMap::new(),
+            incoming: HashMap::new(),
+            outgoing: HashMap::new(),
+            held_blocked: HashMap::new(),
+            vp_conns: HashMap::new(),
+            fd_inflight: HashMap::new(),
+            blocked: HashMap::new(),
+            owner,
+            parked: HashMap::new(),
+            park_tried: Default::default(),
+            outbox: Default::default(),
+            inbox: Default::default(),
+            pools_trimmed: Instant::now(),
+            slicer: Slicer::default(),
+            switcher,
+            armed: None,
+            armed_as: None,
+            leaving: HashMap::new(),
+            store: Store::new(cfg.state_dir.join("ckpt")),
+            replicas: Store::new(cfg.state_dir.join("replicas")),
+            cfg,
+        };
+        match d.cfg.join {
+            None => {
+                let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
+                m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.safe_point_timeout);
+                d.master = Some(m);
+                d.deliver(out);
+                log!("master {} listening on {addr}", d.facts.name);
+            }
+            Some(master) => {
+                d.join(master)?;
+                log!(
+                    "worker {} listening on {addr}, joined {master}",
+                    d.facts.name
+                );
+            }
+        }
+        // The master knows from the start whose this host is.
+        let report = d.owner.report(Instant::now());
+        d.report(PeerMsg::Owner(report));
+        std::fs::write(d.cfg.state_dir.join("addr"), format!("{addr}\n"))
+            .map_err(io_err("writing the address file"))?;
+        let mut stdout = io::stdout();
+        let _ = writeln!(stdout, "{addr}");
+        let _ = stdout.flush();
+        Ok(d)
+    }
+
+    pub(super) fn token(&mut self) -> Token {
+        let t = Token(self.next_token);
+        self.next_token += 1;
+        t
+    }
+
+    pub(super) fn serve(&mut self) -> Result<(), DaemonError> {
+        let mut events = Events::with_capacity(256);
+        loop {
+            if let Some(since) = self.halting {
+                let flushed = self.conns.values().all(Conn::flushed);
+                if (flushed && self.vps.by_tid.is_empty())
+                    || since.elapsed() > Duration::from_secs(2)
+                {
+                    self.stop_all();
+                    log!("{} stopped", self.facts.name);
+                    let _ = std::fs::remove_file(&self.socket_path);
+                    return Ok(());
+                }
+            }
+            let timeout = self
+                .cfg
+                .heartbeat
+                .saturating_sub(self.last_beat.elapsed())
+                .min(self.owner.due().saturating_duration_since(Instant::now()))
+                // Wake to arm the next slot switch.
+                .min(
+                    self.slice_due_in()
+                        .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
+                )
+                .max(Duration::from_millis(1));
+            let timeout = if self.halting.is_some() {
+                timeout.min(Duration::from_millis(20))
+            } else {
+                timeout
+            };
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(DaemonError::Io {
+                        what: "polling".into(),
+                        source: e,
+                    })
+                }
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    TCP => self.accept_tcp(),
+                    UNIX => self.accept_unix(),
+                    SIGNALS => self.signals(),
+                    t if self.pipes.contains_key(&t) => self.pipe_ready(t),
+                    t => {
+                        if ev.is_writable() {
+                            if let Some(c) = self.conns.get_mut(&t) {
+                                if let Err(e) = c.flush(self.poll.registry(), t) {
+                                    self.write_failed(t, &e);
+                                }
+                            }
+                            self.maybe_resume(t);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.conn_ready(t);
+                        }
+                    }
+                }
+            }
+            self.drive_slicer();
+            if Instant::now() >= self.owner.due() {
+                self.owner_poll(None);
+            }
+            if self.last_beat.elapsed() >= self.cfg.heartbeat {
+                self.last_beat = Instant::now();
+                self.tick();
+            }
+            let closing: Vec<Token> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.closing && c.flushed())
+                .map(|(t, _)| *t)
+                .collect();
+            for t in closing {
+                self.close(t, "refused");
+            }
+        }
+    }
+
+    pub(super) fn tick(&mut self) {
+        self.call_off_slow_moves();
+        if self.pools_trimmed.elapsed() >= POOL_IDLE {
+            self.pools_trimmed = Instant::now();
+            self.outbox.trim_idle();
+            self.inbox.trim_idle();
+        }
+        // The owner's state rides with the heartbeat, for `mig owner status`,
+        // and so do the slicer's switches, for `mig stats`.
+        let report = self.owner.report(Instant::now());
+        self.report(PeerMsg::Owner(report));
+        for s in self.switcher.done() {
+            self.slicer.record(s);
+        }
+        if let Some(r) = self.slicer.report() {
+            self.report(PeerMsg::Slicing(r));
+        }
+        if let Some(link) = self.link {
+            self.send_peer(link, &PeerMsg::Heartbeat);
+        }
+        if let Some(m) = &mut self.master {
+            let out = m.tick(Instant::now(), self.cfg.dead_after);
+            self.deliver(out);
+        }
+        let stale: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                matches!(
+                    c.kind,
+                    Kind::AwaitHello
+                        | Kind::AwaitProof { .. }
+                        | Kind::Dial { .. }
+                        | Kind::DialWelcome { .. }
+                ) && c.since.elapsed() > HANDSHAKE_TIMEOUT
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for t in stale {
+            self.close(t, "handshake timed out");
+        }
+    }
+
+    pub(super) fn signals(&mut self) {
+        let pending: Vec<i32> = self.signals.pending().collect();
+        for sig in pending {
+            match sig {
+                SIGCHLD => self.reap(),
+                _ => {
+                    log!("signal {sig}: stopping");
+                    self.begin_halt();
+                }
+            }
+        }
+    }
+
+    pub(super) fn begin_halt(&mut self) {
+        if self.halting.is_none() {
+            self.halting = Some(Instant::now());
+            for vp in self.vps.by_tid.values() {
+                host::kill(vp.pid);
+            }
+        }
+    }
+
+    /// Kill every VP left and reap them.
+    pub(super) fn stop_all(&mut self) {
+        for vp in self.vps.by_tid.values() {
+            host::kill(vp.pid);
+        }
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while !self.vps.by_pid.is_empty() && Instant::now() < deadline {
+            for (pid, _) in host::reap() {
+                self.vps.by_pid.remove(&pid);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

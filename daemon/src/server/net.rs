@@ -1,0 +1,430 @@
+//! Connections: accepting them (TCP from daemons, the Unix control socket), the
+//! handshake, dialling data links, reading and decoding frames, sending,
+//! refusing and closing. What does not live here: what a frame means once
+//! decoded (`peer`, `vp`, `control`).
+
+use super::*;
+
+impl Daemon {
+    /// Connect to the master and authenticate (blocking, with timeouts),
+    /// then hand the socket to the loop.
+    pub(super) fn join(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
+        let jerr = |why: String| DaemonError::Join { addr, why };
+        let mut s = connect(&self.key, addr).map_err(jerr)?;
+        let fe = |e: FrameError| jerr(e.to_string());
+        frame::write_frame(
+            &mut s,
+            &PeerMsg::Register {
+                facts: self.facts.clone(),
+            },
+        )
+        .map_err(fe)?;
+        match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+            Some(PeerMsg::Registered { name }) => {
+                if name != self.facts.name {
+                    log!(
+                        "registered as {name} (the name {} was taken)",
+                        self.facts.name
+                    );
+                }
+                self.router.rename(&name);
+                self.facts.name = name;
+            }
+            other => return Err(jerr(format!("unexpected answer {other:?}"))),
+        }
+        let t = self
+            .adopt(s, Kind::Master)
+            .map_err(|e| jerr(e.to_string()))?;
+        self.link = Some(t);
+        Ok(())
+    }
+
+    /// Register an authenticated blocking stream with the loop.
+    pub(super) fn adopt(&mut self, s: std::net::TcpStream, kind: Kind) -> io::Result<Token> {
+        s.set_nonblocking(true)?;
+        let mut sock = Sock::Tcp(TcpStream::from_std(s));
+        let t = self.token();
+        self.poll
+            .registry()
+            .register(&mut sock, t, Interest::READABLE)?;
+        self.conns.insert(t, Conn::new(sock, kind));
+        Ok(t)
+    }
+
+    /// The data link to `host`; dialled if there is none. Dialling does not
+    /// block the loop: the handshake runs as messages arrive (`Dial`,
+    /// `DialWelcome`), and messages wait in `dialling` until `Welcome`.
+    pub(super) fn link_to(&mut self, host: &str) -> Option<Token> {
+        if let Some(&t) = self.links.get(host) {
+            if self.conns.contains_key(&t) {
+                return Some(t);
+            }
+        }
+        let addr = *self.peers.get(host)?;
+        let dialled = auth::nonce().map_err(|e| e.to_string()).and_then(|ours| {
+            let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+            let _ = s.set_nodelay(true);
+            let t = self.token();
+            self.poll
+                .registry()
+                .register(&mut s, t, Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+            let kind = Kind::Dial {
+                host: host.to_string(),
+                ours,
+            };
+            self.conns.insert(t, Conn::new(Sock::Tcp(s), kind));
+            Ok((t, ours))
+        });
+        match dialled {
+            Ok((t, ours)) => {
+                self.links.insert(host.to_string(), t);
+                self.send_peer(t, &PeerMsg::Hello { nonce: ours });
+                Some(t)
+            }
+            Err(e) => {
+                log!("cannot open a data link to {host} at {addr}: {e}");
+                None
+            }
+        }
+    }
+
+    pub(super) fn accept_tcp(&mut self) {
+        loop {
+            match self.tcp.accept() {
+                Ok((mut s, peer)) => {
+                    let _ = s.set_nodelay(true);
+                    let t = self.token();
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut s, t, Interest::READABLE)
+                        .is_ok()
+                    {
+                        log!("connection from {peer}");
+                        self.conns
+                            .insert(t, Conn::new(Sock::Tcp(s), Kind::AwaitHello));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) fn accept_unix(&mut self) {
+        loop {
+            match self.unix.accept() {
+                Ok((mut s, _)) => {
+                    let uid = nix::sys::socket::getsockopt(
+                        &s,
+                        nix::sys::socket::sockopt::PeerCredentials,
+                    )
+                    .map(|c| c.uid())
+                    .unwrap_or(u32::MAX);
+                    if uid != self.uid && uid != 0 {
+                        log!("control connection from uid {uid} refused: only uid {} may control this daemon", self.uid);
+                        continue;
+                    }
+                    let t = self.token();
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut s, t, Interest::READABLE)
+                        .is_ok()
+                    {
+                        self.conns
+                            .insert(t, Conn::new(Sock::Unix(s), Kind::Control));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) fn close(&mut self, t: Token, why: &str) {
+        let Some(mut c) = self.conns.remove(&t) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        // Images that were arriving on it never will: their VPs cannot
+        // start here (the master hears so), and their files go.
+        let cut: Vec<Tid> = self
+            .incoming
+            .iter()
+            .filter(|(_, inc)| inc.from == t)
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in cut {
+            if let Some(inc) = self.incoming.remove(&tid) {
+                let _ = std::fs::remove_file(&inc.tmp);
+                let got = inc.check.seen();
+                self.restore_failed(
+                    tid,
+                    &format!("its image stopped coming after {got} bytes ({why})"),
+                );
+            }
+        }
+        match c.kind {
+            Kind::Peer { host: Some(h) } => {
+                log!("lost connection to {h}: {why}");
+                if let Some(m) = &mut self.master {
+                    let out = m.host_gone(&h, why);
+                    self.deliver(out);
+                }
+            }
+            Kind::Master => {
+                log!("lost the master: {why}; stopping");
+                self.link = None;
+                self.begin_halt();
+            }
+            Kind::AwaitHello | Kind::AwaitProof { .. } => {
+                log!("dropped unauthenticated connection: {why}")
+            }
+            Kind::Vp { tid } => {
+                if why != "closed by peer" {
+                    log!("disconnected VP t{tid:x}: {why}");
+                }
+                self.router.closed(tid, t);
+                if self.vp_conns.get(&tid) == Some(&t) {
+                    self.vp_conns.remove(&tid);
+                }
+            }
+            Kind::Data { host } | Kind::Dial { host, .. } | Kind::DialWelcome { host }
+                if self.links.get(&host) == Some(&t) =>
+            {
+                self.links.remove(&host);
+                for p in self.dialling.remove(&t).unwrap_or_default() {
+                    match p {
+                        Pending::Msg(env, _) => self
+                            .undeliverable(env, &format!("host {host} cannot be reached: {why}")),
+                        // Through the master instead.
+                        Pending::Image(start, image) => self.relay_image(&host, start, image),
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.proxied.retain(|_, tok| *tok != t);
+        self.fd_inflight.remove(&t);
+        // Whoever waited for this connection to drain goes on.
+        for src in self.blocked.remove(&t).unwrap_or_default() {
+            self.resume(src);
+        }
+    }
+
+    /// Read and handle what a connection has, frame by frame, until it is
+    /// drained, paused (flow control) or closed. Reads are bounded (one
+    /// chunk, or one large payload, at a time), so a fast sender cannot make
+    /// the daemon buffer more than a frame ahead.
+    pub(super) fn conn_ready(&mut self, t: Token) {
+        loop {
+            self.drain_buffered(t);
+            let Some(c) = self.conns.get_mut(&t) else {
+                return;
+            };
+            if c.paused || c.closing {
+                return;
+            }
+            if c.fds.len() > 64 {
+                return self.refuse(t, "descriptors passed without their messages");
+            }
+            match c.read_some() {
+                Some(true) => {}
+                Some(false) => {
+                    self.drain_buffered(t);
+                    return;
+                }
+                None => {
+                    self.drain_buffered(t);
+                    self.close(t, "closed by peer");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handle the frames a connection has buffered, without reading.
+    pub(super) fn drain_buffered(&mut self, t: Token) {
+        loop {
+            let Some(c) = self.conns.get_mut(&t) else {
+                return;
+            };
+            if c.paused || c.closing {
+                return;
+            }
+            let kind = c.kind.clone();
+            let res = match kind {
+                Kind::Control => c
+                    .dec
+                    .next_frame::<Request>()
+                    .map(|f| f.map(|req| self.control(t, req))),
+                Kind::Vp { tid } => c
+                    .dec
+                    .next_frame_with::<VpMsg>()
+                    .map(|f| f.map(|(msg, payload)| self.vp_msg(t, tid, msg, payload))),
+                _ => c
+                    .dec
+                    .next_frame_with::<PeerMsg>()
+                    .map(|f| f.map(|(msg, payload)| self.peer_msg(t, kind, msg, payload))),
+            };
+            match res {
+                Ok(Some(())) => {}
+                Ok(None) => return,
+                Err(e) => {
+                    self.refuse(t, &e.to_string());
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Writing to `t` failed: its output is dropped (the connection is
+    /// `broken`), but it is read to its end, so nothing its peer sent before
+    /// closing is lost; whoever waited for it to drain goes on.
+    pub(super) fn write_failed(&mut self, t: Token, e: &io::Error) {
+        let kind = self.conns.get(&t).map(|c| c.kind.clone());
+        if !matches!(kind, Some(Kind::Vp { .. })) {
+            log!("cannot write to {kind:?}: {e}");
+        }
+        for src in self.blocked.remove(&t).unwrap_or_default() {
+            self.resume(src);
+        }
+        if let Some(c) = self.conns.get(&t) {
+            if c.closing {
+                self.close(t, "write failed");
+            }
+        }
+    }
+
+    /// Tell the peer why (best effort) and close.
+    pub(super) fn refuse(&mut self, t: Token, reason: &str) {
+        log!("refusing connection: {reason}");
+        let kind = self.conns.get(&t).map(|c| c.kind.clone());
+        if let Some(Kind::Vp { .. }) = kind {
+            return self.close(t, reason);
+        }
+        if kind != Some(Kind::Control) {
+            self.send_peer(
+                t,
+                &PeerMsg::Refused {
+                    reason: reason.to_string(),
+                },
+            );
+        } else {
+            self.send_resp(
+                t,
+                &Response::Error {
+                    message: reason.to_string(),
+                },
+            );
+        }
+        if let Some(c) = self.conns.get_mut(&t) {
+            c.closing = true;
+        }
+        if self.conns.get(&t).is_some_and(Conn::flushed) {
+            self.close(t, reason);
+        }
+    }
+
+    pub(super) fn send_bytes(&mut self, t: Token, bytes: &[u8]) {
+        let failed = match self.conns.get_mut(&t) {
+            Some(c) => c.send(bytes, self.poll.registry(), t).err(),
+            None => None,
+        };
+        if let Some(e) = failed {
+            self.write_failed(t, &e);
+        }
+    }
+
+    pub(super) fn send_peer(&mut self, t: Token, msg: &PeerMsg) {
+        match frame::encode(msg) {
+            Ok(b) => self.send_bytes(t, &b),
+            Err(e) => log!("cannot encode a message: {e}"),
+        }
+    }
+
+    pub(super) fn send_resp(&mut self, t: Token, resp: &Response) {
+        match frame::encode(resp) {
+            Ok(b) => self.send_bytes(t, &b),
+            Err(e) => log!("cannot encode a reply: {e}"),
+        }
+    }
+
+    pub(super) fn send_vp(&mut self, t: Token, msg: &VpMsg) {
+        match frame::encode(msg) {
+            Ok(b) => self.send_bytes(t, &b),
+            Err(e) => log!("cannot encode a message: {e}"),
+        }
+    }
+
+    pub(super) fn send_vp_fd(&mut self, t: Token, msg: &VpMsg, fd: std::os::fd::OwnedFd) {
+        let failed = match (frame::encode(msg), self.conns.get_mut(&t)) {
+            (Ok(b), Some(c)) => c
+                .send_parts(
+                    b,
+                    Payload::from(Vec::new()),
+                    Some(fd),
+                    self.poll.registry(),
+                    t,
+                )
+                .err(),
+            _ => None,
+        };
+        if let Some(e) = failed {
+            self.write_failed(t, &e);
+        }
+    }
+}
+
+/// Something waiting for a data link to finish its handshake.
+pub(super) enum Pending {
+    /// A message between VPs.
+    Msg(Envelope, Body),
+    /// A checkpoint image on its way to the host restoring it.
+    Image(StartVp, Payload),
+}
+
+/// Connect to a daemon and authenticate both ways (blocking, with
+/// timeouts); the stream is ready for the first message after `Welcome`.
+pub(super) fn connect(key: &ClusterKey, addr: SocketAddr) -> Result<std::net::TcpStream, String> {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let ours = auth::nonce().map_err(|e| e.to_string())?;
+    let fe = |e: FrameError| e.to_string();
+    frame::write_frame(&mut s, &PeerMsg::Hello { nonce: ours }).map_err(fe)?;
+    let theirs = match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+        Some(PeerMsg::Challenge { nonce, proof }) if key.check_server(&ours, &nonce, &proof) => {
+            nonce
+        }
+        Some(PeerMsg::Challenge { .. }) => {
+            return Err("the other daemon does not hold our cluster key (wrong --key-file?)".into())
+        }
+        Some(PeerMsg::Refused { reason }) => return Err(format!("refused: {reason}")),
+        other => return Err(format!("unexpected answer {other:?}")),
+    };
+    frame::write_frame(
+        &mut s,
+        &PeerMsg::Proof {
+            proof: key.client_proof(&theirs, &ours),
+        },
+    )
+    .map_err(fe)?;
+    match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+        Some(PeerMsg::Welcome) => Ok(s),
+        Some(PeerMsg::Refused { reason }) => Err(format!("refused: {reason}")),
+        other => Err(format!("unexpected answer {other:?}")),
+    }
+}

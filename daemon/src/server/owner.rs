@@ -1,0 +1,122 @@
+//! The owner of this workstation: carrying out what the owner monitor says
+//! (stop or resume every VP), and parking VPs on disk while the owner stays.
+
+use super::*;
+
+impl Daemon {
+    /// The master moves local VP `start.tid` to `to`: from now on messages
+    /// for it are held here (the master has told every host to hold them
+    /// too); it is asked to checkpoint at its next safe point (woken if
+    /// stopped, signalled so that its safe point looks).
+    /// Read the owner's activity sources and carry out what the policy
+    /// says: stop or resume every VP here at once, tell the master (whose
+    /// scheduler then moves them off, or uses this host again). `command`
+    /// is the master's id of a `mig owner reclaim|release` being answered.
+    pub(super) fn owner_poll(&mut self, command: Option<u64>) {
+        let now = Instant::now();
+        let pids: Vec<u32> = self
+            .vps
+            .by_tid
+            .values()
+            .filter(|v| v.exit.is_none())
+            .filter_map(|v| u32::try_from(v.pid).ok())
+            .collect();
+        let changes = self.owner.poll(now, &pids);
+        let mut done = Vec::new();
+        for c in &changes {
+            match c {
+                Change::StopVps => {
+                    // A switch not yet carried out never continues anyone now.
+                    self.disarm_switch();
+                    // VPs checkpointing for a move go on to their safe point.
+                    let n = self.signal_vps(Signal::SIGSTOP, |_, v| v.moving.is_none());
+                    done.push(format!("{n} VPs stopped"));
+                }
+                Change::ResumeVps => {
+                    // Those whose slot is not running stay stopped.
+                    let n = self.signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
+                    self.park_tried.clear();
+                    done.push(format!("{n} VPs resumed"));
+                }
+                Change::LeavePool => done.push("leaving the pool".into()),
+                Change::JoinPool => done.push("joining the pool".into()),
+            }
+        }
+        let report = self.owner.report(now);
+        let name = self.facts.name.clone();
+        let said = format!(
+            "{name} is {} ({}){}{}",
+            report.state,
+            report.decided_by,
+            if done.is_empty() { "" } else { ": " },
+            done.join(", ")
+        );
+        if !changes.is_empty() {
+            log!("owner: {said}");
+            self.report(PeerMsg::Owner(report));
+        }
+        if let Some(id) = command {
+            self.report(PeerMsg::OwnerDone { id, message: said });
+        }
+        if self.owner.park_due(now) {
+            self.park_waiting();
+        }
+    }
+
+    /// The owner has had the host back for `park_after_s` and VPs still
+    /// wait here: checkpoint each to disk and let its process end, so the
+    /// owner gets the memory back. The image stays here until the VP is
+    /// placed again (`Unpark`, or a move that ships it).
+    pub(super) fn park_waiting(&mut self) {
+        let due: Vec<(Tid, StartVp)> = self
+            .vps
+            .by_tid
+            .iter()
+            .filter(|(t, v)| v.exit.is_none() && v.moving.is_none() && !self.park_tried.contains(t))
+            .filter_map(|(&t, v)| Some((t, v.start.clone()?)))
+            .collect();
+        let me = self.facts.name.clone();
+        for (tid, start) in due {
+            self.park_tried.insert(tid);
+            self.checkpoint(me.clone(), start);
+        }
+    }
+
+    /// Start a parked VP again here from its image.
+    pub(super) fn unpark(&mut self, tid: Tid) {
+        let Some((start, path)) = self.parked.remove(&tid) else {
+            return log!("asked to start VP t{tid:x} again, but it is not parked here");
+        };
+        match std::fs::read(&path) {
+            Ok(image) => {
+                let _ = std::fs::remove_file(&path);
+                self.restore(start, &image);
+            }
+            Err(e) => {
+                let status = ExitInfo {
+                    code: None,
+                    signal: None,
+                    error: Some(format!("its parked image {}: {e}", path.display())),
+                };
+                self.report(PeerMsg::Exited { tid, status });
+            }
+        }
+    }
+
+    /// Send `sig` to the process group of every live local VP that `which`
+    /// picks; how many.
+    pub(super) fn signal_vps(
+        &self,
+        sig: Signal,
+        which: impl Fn(Tid, &host::LocalVp) -> bool,
+    ) -> usize {
+        let mut n = 0;
+        for (&tid, v) in &self.vps.by_tid {
+            if v.exit.is_none() && which(tid, v) {
+                host::signal(v.pid, sig);
+                n += 1;
+            }
+        }
+        n
+    }
+}

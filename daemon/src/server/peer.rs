@@ -1,0 +1,360 @@
+//! Messages between daemons once authenticated: the master's side of its
+//! workers, a worker's side of its master, and delivering the master's `Out`s.
+
+use super::*;
+
+impl Daemon {
+    pub(super) fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg, payload: Vec<u8>) {
+        match (kind, msg) {
+            (Kind::AwaitHello, PeerMsg::Hello { nonce }) => {
+                let ours = match auth::nonce() {
+                    Ok(n) => n,
+                    Err(e) => return self.refuse(t, &e.to_string()),
+                };
+                let proof = self.key.server_proof(&nonce, &ours);
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::AwaitProof {
+                        theirs: nonce,
+                        ours,
+                    };
+                }
+                self.send_peer(t, &PeerMsg::Challenge { nonce: ours, proof });
+            }
+            (Kind::AwaitProof { theirs, ours }, PeerMsg::Proof { proof }) => {
+                if self.key.check_client(&ours, &theirs, &proof) {
+                    if let Some(c) = self.conns.get_mut(&t) {
+                        c.kind = Kind::Peer { host: None };
+                    }
+                    self.send_peer(t, &PeerMsg::Welcome);
+                } else {
+                    self.refuse(
+                        t,
+                        "authentication failed: the peer does not hold this cluster's key",
+                    );
+                }
+            }
+            (Kind::AwaitHello | Kind::AwaitProof { .. }, other) => {
+                self.refuse(t, &format!("{} before authentication", variant(&other)));
+            }
+            (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
+                let Some(m) = &mut self.master else {
+                    return self.refuse(
+                        t,
+                        "this daemon is a worker, not a master: join the master instead",
+                    );
+                };
+                let (name, out) = m.register(facts, Instant::now());
+                let dir = m.directory();
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::Peer {
+                        host: Some(name.clone()),
+                    };
+                }
+                self.send_peer(t, &PeerMsg::Registered { name });
+                self.send_peer(t, &dir);
+                self.deliver(out);
+            }
+            (Kind::Dial { host, ours }, PeerMsg::Challenge { nonce, proof }) => {
+                if !self.key.check_server(&ours, &nonce, &proof) {
+                    return self.refuse(
+                        t,
+                        &format!("{host} does not hold this cluster's key (wrong --key-file?)"),
+                    );
+                }
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::DialWelcome { host };
+                }
+                let proof = self.key.client_proof(&nonce, &ours);
+                self.send_peer(t, &PeerMsg::Proof { proof });
+            }
+            (Kind::DialWelcome { host }, PeerMsg::Welcome) => {
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::Data { host: host.clone() };
+                }
+                log!("data link to {host}");
+                let name = self.facts.name.clone();
+                self.send_peer(t, &PeerMsg::Hi { name });
+                for p in self.dialling.remove(&t).unwrap_or_default() {
+                    match p {
+                        Pending::Msg(env, body) => self.route(env, body, None),
+                        Pending::Image(start, image) => self.send_image(&host, start, image),
+                    }
+                }
+            }
+            (Kind::Dial { host, .. } | Kind::DialWelcome { host }, PeerMsg::Refused { reason }) => {
+                log!("{host} refused a data link: {reason}");
+                self.close(t, &reason);
+            }
+            (Kind::Peer { host: None }, PeerMsg::Hi { name }) => {
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::Data { host: name };
+                }
+            }
+            (Kind::Data { .. }, PeerMsg::Deliver(env)) => {
+                self.route(env, Body::Bytes(payload), Some(t))
+            }
+            (
+                Kind::Data { .. },
+                PeerMsg::RestorePart {
+                    tid,
+                    at,
+                    total,
+                    last,
+                    start,
+                },
+            ) => {
+                let part = ImagePart {
+                    tid,
+                    at,
+                    total,
+                    last,
+                };
+                self.image_part(t, part, start, &payload);
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.dec.recycle(payload);
+                }
+            }
+            (Kind::Data { .. }, PeerMsg::Undeliverable { env, reason }) => {
+                self.undeliverable(env, &reason)
+            }
+            (Kind::Peer { host: Some(h) }, msg) => self.on_worker_msg(&h, t, msg),
+            (Kind::Master, msg) => self.on_master_msg(msg),
+            (_, other) => self.refuse(t, &format!("unexpected {}", variant(&other))),
+        }
+    }
+
+    /// On the master: a message from worker `h`.
+    pub(super) fn on_worker_msg(&mut self, h: &str, t: Token, msg: PeerMsg) {
+        let Some(m) = &mut self.master else { return };
+        let mut out = m.heard_from(h, Instant::now());
+        out.extend(match msg {
+            PeerMsg::Control { id, req } => m.with_wall(wall_ns()).control(
+                Requester::Remote {
+                    host: h.to_string(),
+                    id,
+                },
+                h,
+                req,
+            ),
+            msg => {
+                let what = variant(&msg);
+                match m.from_host(h, msg) {
+                    Some(out) => out,
+                    None => {
+                        return self.refuse(t, &format!("unexpected {what} from a worker"));
+                    }
+                }
+            }
+        });
+        self.deliver(out);
+    }
+
+    /// On a worker: a message from the master.
+    pub(super) fn on_master_msg(&mut self, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Reply { id, resp } => {
+                if let Some(&t) = self.proxied.get(&id) {
+                    self.send_resp(t, &resp);
+                }
+                // Spawned, Output and VpDone may be followed by more replies.
+                if !matches!(
+                    resp,
+                    Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
+                ) {
+                    self.proxied.remove(&id);
+                }
+            }
+            other => self.host_msg(other),
+        }
+    }
+
+    /// A message for this host (from the master, possibly itself).
+    pub(super) fn host_msg(&mut self, msg: PeerMsg) {
+        match msg {
+            PeerMsg::Start(s) => self.start_vp(s),
+            PeerMsg::Kill { tid } => {
+                if let Some(vp) = self.vps.by_tid.get(&tid) {
+                    host::kill(vp.pid);
+                }
+                if let Some((_, path)) = self.parked.remove(&tid) {
+                    let _ = std::fs::remove_file(path);
+                    let status = ExitInfo {
+                        code: None,
+                        signal: Some(9),
+                        error: None,
+                    };
+                    self.report(PeerMsg::Exited { tid, status });
+                }
+            }
+            PeerMsg::Unpark { tid } => self.unpark(tid),
+            PeerMsg::Snap { tid, step } => self.snap_step(tid, step),
+            PeerMsg::Replica {
+                job,
+                id,
+                tid,
+                image,
+            } => {
+                if let Err(e) = self.replicas.save(&job, id, tid, &image) {
+                    log!("cannot keep a copy of job {job}'s checkpoint: {e}");
+                }
+                self.replicas.prune(&job, &[id.saturating_sub(1), id]);
+            }
+            PeerMsg::SlotTable(t) => {
+                self.slicer.install(t);
+                self.drive_slicer();
+            }
+            PeerMsg::Halt => {
+                log!("halt requested");
+                self.begin_halt();
+            }
+            PeerMsg::Checkpoint { to, start } => self.checkpoint(to, start),
+            PeerMsg::OwnerCommand { id, reclaim } => {
+                self.owner.request(reclaim, Instant::now());
+                self.owner_poll(Some(id));
+            }
+            PeerMsg::Restore { start, image, .. } => self.restore(start, &image),
+            PeerMsg::Peers(list) => {
+                self.peers = list
+                    .into_iter()
+                    .filter_map(|(n, a)| a.parse().ok().map(|a| (n, a)))
+                    .collect();
+            }
+            PeerMsg::Directory(entries) => self.directory(entries),
+            PeerMsg::Fence { tids, incarnation } => self.router.fence(&tids, incarnation),
+            PeerMsg::VpReturn { tid, id, ret } => {
+                if let Some(&t) = self.vp_conns.get(&tid) {
+                    self.send_vp(t, &VpMsg::Return { id, ret });
+                }
+            }
+            PeerMsg::Registered { .. } | PeerMsg::Heartbeat => {}
+            other => log!("ignoring unexpected {} from the master", variant(&other)),
+        }
+    }
+
+    /// Report to the master (handled in place when this is the master).
+    pub(super) fn report(&mut self, msg: PeerMsg) {
+        if let Some(m) = &mut self.master {
+            let out = m.from_host(&self.facts.name, msg).unwrap_or_default();
+            self.deliver(out);
+        } else if let Some(link) = self.link {
+            self.send_peer(link, &msg);
+        }
+    }
+
+    pub(super) fn deliver(&mut self, outs: Vec<Out>) {
+        for o in outs {
+            match o {
+                Out::Log(l) => log!("{l}"),
+                Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
+                Out::Reply(Requester::Remote { host, id }, resp) => {
+                    if let Some(t) = self.host_token(&host) {
+                        self.send_peer(t, &PeerMsg::Reply { id, resp });
+                    }
+                }
+                Out::Reply(Requester::Vp { tid, id }, _) => {
+                    log!("dropping a control reply meant for VP t{tid:x} call {id}")
+                }
+                Out::Broadcast(msg) => {
+                    let workers: Vec<Token> = self
+                        .conns
+                        .iter()
+                        .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
+                        .map(|(t, _)| *t)
+                        .collect();
+                    for t in workers {
+                        self.send_peer(t, &msg);
+                    }
+                    self.host_msg(msg);
+                }
+                Out::Deliver(env, payload) => self.route(env, Body::Bytes(payload), None),
+                Out::SlotTables {
+                    generation,
+                    slots,
+                    all,
+                    tables,
+                } => self.send_tables(generation, slots, all, tables),
+                Out::StoreImage {
+                    job,
+                    id,
+                    tid,
+                    image,
+                } => {
+                    if let Err(e) = self.store.save(&job, id, tid, &image) {
+                        log!("cannot keep job {job}'s checkpoint: {e}");
+                    }
+                }
+                Out::PruneCheckpoints { job, keep } => self.store.prune(&job, &keep),
+                Out::RestoreJob {
+                    job,
+                    ids,
+                    placements,
+                } => self.restore_job(&job, &ids, placements),
+                Out::ToHost(host, msg) => {
+                    if host == self.facts.name {
+                        self.host_msg(msg);
+                    } else if let Some(t) = self.host_token(&host) {
+                        self.send_peer(t, &msg);
+                    } else {
+                        log!("no connection to {host}; dropping {}", variant(&msg));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn host_token(&self, host: &str) -> Option<Token> {
+        self.conns
+            .iter()
+            .find(|(_, c)| {
+                c.kind
+                    == Kind::Peer {
+                        host: Some(host.to_string()),
+                    }
+            })
+            .map(|(t, _)| *t)
+    }
+}
+
+pub(super) fn variant(m: &PeerMsg) -> &'static str {
+    match m {
+        PeerMsg::Hello { .. } => "Hello",
+        PeerMsg::Challenge { .. } => "Challenge",
+        PeerMsg::Proof { .. } => "Proof",
+        PeerMsg::Welcome => "Welcome",
+        PeerMsg::Refused { .. } => "Refused",
+        PeerMsg::Register { .. } => "Register",
+        PeerMsg::Registered { .. } => "Registered",
+        PeerMsg::Heartbeat => "Heartbeat",
+        PeerMsg::Start(_) => "Start",
+        PeerMsg::Kill { .. } => "Kill",
+        PeerMsg::Started { .. } => "Started",
+        PeerMsg::Exited { .. } => "Exited",
+        PeerMsg::Output { .. } => "Output",
+        PeerMsg::Control { .. } => "Control",
+        PeerMsg::Reply { .. } => "Reply",
+        PeerMsg::Halt => "Halt",
+        PeerMsg::Hi { .. } => "Hi",
+        PeerMsg::Peers(_) => "Peers",
+        PeerMsg::Directory(_) => "Directory",
+        PeerMsg::Fence { .. } => "Fence",
+        PeerMsg::Locate { .. } => "Locate",
+        PeerMsg::Deliver(_) => "Deliver",
+        PeerMsg::Undeliverable { .. } => "Undeliverable",
+        PeerMsg::VpCall { .. } => "VpCall",
+        PeerMsg::VpReturn { .. } => "VpReturn",
+        PeerMsg::Checkpoint { .. } => "Checkpoint",
+        PeerMsg::Restore { .. } => "Restore",
+        PeerMsg::MigrateFailed { .. } => "MigrateFailed",
+        PeerMsg::RestorePart { .. } => "RestorePart",
+        PeerMsg::Owner(_) => "Owner",
+        PeerMsg::OwnerCommand { .. } => "OwnerCommand",
+        PeerMsg::OwnerDone { .. } => "OwnerDone",
+        PeerMsg::Parked { .. } => "Parked",
+        PeerMsg::SlotTable(_) => "SlotTable",
+        PeerMsg::Snap { .. } => "Snap",
+        PeerMsg::SnapImage { .. } => "SnapImage",
+        PeerMsg::Replica { .. } => "Replica",
+        PeerMsg::Slicing(_) => "Slicing",
+        PeerMsg::Unpark { .. } => "Unpark",
+    }
+}

@@ -1,0 +1,197 @@
+//! Moving a message one step on: to a local VP, to another host, into the
+//! hold; telling a sender what could not be delivered; the directory of
+//! where VPs are.
+
+use super::*;
+
+impl Daemon {
+    /// Move a message one step on: to a local VP, to another host, or into
+    /// the hold. `src` (the connection it came on) is paused if the next
+    /// connection is full.
+    pub(super) fn route(&mut self, env: Envelope, body: Body, src: Option<Token>) {
+        if self.router.is_stale(&env) {
+            // From a run its job has gone back on: never delivered.
+            return self.credit(&env, &body);
+        }
+        let dest = match self.router.way(env.to) {
+            // A VP whose socket broke is ending: its exit decides.
+            Way::Local(d) if self.conns.get(&d).is_none_or(|c| c.broken) => {
+                return self.hold(env, body, src)
+            }
+            Way::Local(d) => d,
+            Way::Remote(h) => match self.link_to(&h) {
+                Some(d)
+                    if self
+                        .conns
+                        .get(&d)
+                        .is_some_and(|c| matches!(c.kind, Kind::Data { .. })) =>
+                {
+                    d
+                }
+                Some(d) => {
+                    return self
+                        .dialling
+                        .entry(d)
+                        .or_default()
+                        .push(Pending::Msg(env, body))
+                }
+                None => {
+                    self.credit(&env, &body);
+                    return self.undeliverable(env, &format!("host {h} cannot be reached"));
+                }
+            },
+            Way::Hold => return self.hold(env, body, src),
+            Way::Locate => {
+                let to = env.to;
+                self.hold(env, body, src);
+                if self.router.ask(to) {
+                    self.report(PeerMsg::Locate { tid: to });
+                }
+                return;
+            }
+            Way::Gone => {
+                self.credit(&env, &body);
+                return self.undeliverable(env, &gone(env.to));
+            }
+        };
+        let local = self
+            .conns
+            .get(&dest)
+            .is_some_and(|c| matches!(c.kind, Kind::Vp { .. }));
+        let (body, lent) = match body {
+            // A large payload from another host reaches its VP in one of
+            // this daemon's pooled buffers: one copy here instead of one
+            // into the socket and one out of it.
+            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => match self.outbox.stage(env.to, &b)
+            {
+                Ok(fd) => {
+                    let len = b.len();
+                    // Its buffer takes in the next large message of that link.
+                    if let Some(c) = src.and_then(|s| self.conns.get_mut(&s)) {
+                        c.dec.recycle(b);
+                    }
+                    (Body::Fd(fd, len), true)
+                }
+                Err(_) => (Body::Bytes(b), false),
+            },
+            other => (other, false),
+        };
+        self.credit(&env, &body);
+        let (head, payload, fd) = match (local, body) {
+            (true, Body::Fd(fd, len)) => {
+                *self.fd_inflight.entry(dest).or_default() += len;
+                let msg = VpMsg::DeliverFd {
+                    env,
+                    len: len as u64,
+                    lent,
+                };
+                (
+                    frame::encode_head(&msg, 0),
+                    Payload::from(Vec::new()),
+                    Some(fd),
+                )
+            }
+            (true, Body::Bytes(b)) => {
+                let head = frame::encode_head(&VpMsg::Deliver(env), b.len());
+                (head, b.into(), None)
+            }
+            (false, body) => {
+                // Another host: the bytes go over TCP, written straight
+                // from the memfd's mapping if they came as one.
+                let p = match body {
+                    Body::Bytes(b) => Payload::from(b),
+                    Body::Fd(fd, len) => match self.inbox.pass_on(fd, len) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            return self.undeliverable(env, &format!("reading its payload: {e}"))
+                        }
+                    },
+                };
+                (frame::encode_head(&PeerMsg::Deliver(env), p.len()), p, None)
+            }
+        };
+        let head = match head {
+            Ok(h) => h,
+            Err(e) => return log!("cannot encode a message: {e}"),
+        };
+        let failed = match self.conns.get_mut(&dest) {
+            Some(c) => c
+                .send_parts(head, payload, fd, self.poll.registry(), dest)
+                .err(),
+            None => return,
+        };
+        if let Some(e) = failed {
+            return self.write_failed(dest, &e);
+        }
+        if let Some(src) = src {
+            if self.full(dest) {
+                self.pause(src, dest);
+            }
+        }
+    }
+
+    /// Tell a message's sender it could not be delivered.
+    pub(super) fn undeliverable(&mut self, env: Envelope, reason: &str) {
+        if env.from == SYSTEM {
+            return;
+        }
+        let way = match self.vp_conns.get(&env.from) {
+            Some(&t) => Way::Local(t),
+            None => self.router.way(env.from),
+        };
+        match way {
+            Way::Local(t) => self.send_vp(
+                t,
+                &VpMsg::Undeliverable {
+                    to: env.to,
+                    tag: env.tag,
+                    reason: reason.to_string(),
+                },
+            ),
+            Way::Remote(h) => {
+                let ready = self.link_to(&h).filter(|d| {
+                    self.conns
+                        .get(d)
+                        .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
+                });
+                match ready {
+                    Some(t) => self.send_peer(
+                        t,
+                        &PeerMsg::Undeliverable {
+                            env,
+                            reason: reason.to_string(),
+                        },
+                    ),
+                    None => log!(
+                        "cannot tell t{:x} that a message was not delivered: {reason}",
+                        env.from
+                    ),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The master says where VPs are: held messages and confirmations go on.
+    pub(super) fn directory(&mut self, entries: Vec<(Tid, Loc)>) {
+        let tids: Vec<Tid> = entries.iter().map(|(t, _)| *t).collect();
+        let (freed, confirms) = self.router.update(entries);
+        for (from, to) in confirms {
+            if self.router.way(to) != Way::Gone {
+                if let Some(&t) = self.vp_conns.get(&from) {
+                    self.send_vp(t, &VpMsg::Confirmed { to });
+                }
+            }
+        }
+        for (env, payload) in freed {
+            self.route(env, payload, None);
+        }
+        for tid in tids {
+            self.released(tid);
+        }
+    }
+}
+
+pub(super) fn gone(tid: Tid) -> String {
+    format!("VP t{tid:x} has exited or never existed")
+}

@@ -1,0 +1,117 @@
+//! Gang slicing on this host: timing the master's slot tables, and arming
+//! each slot switch for the switch threads.
+
+use super::*;
+
+impl Daemon {
+    /// On the master: time new slot tables. They take effect at the first
+    /// slot boundary at least `TABLE_LEAD` away (on every host at the same
+    /// boundary); a new round length starts a new epoch there.
+    pub(super) fn send_tables(
+        &mut self,
+        generation: u64,
+        slots: usize,
+        all: bool,
+        tables: Vec<(String, Vec<Vec<libmig::msg::SlotCell>>)>,
+    ) {
+        const TABLE_LEAD: u64 = 50_000_000;
+        let Some(m) = &mut self.master else { return };
+        let q = m.quantum_ns().max(1);
+        let now = wall_ns();
+        let (epoch, n) = m.round().unwrap_or((now, slots as u64));
+        let t = now + TABLE_LEAD;
+        let from = if t <= epoch {
+            epoch
+        } else {
+            epoch + (t - epoch).div_ceil(q) * q
+        };
+        let epoch = if all || n != slots as u64 {
+            from
+        } else {
+            epoch
+        };
+        m.set_round(epoch, slots as u64);
+        let outs = tables
+            .into_iter()
+            .map(|(host, cells)| {
+                Out::ToHost(
+                    host,
+                    PeerMsg::SlotTable(libmig::msg::SlotTable {
+                        generation,
+                        epoch_ns: epoch,
+                        from_ns: from,
+                        quantum_ns: q,
+                        slots: cells,
+                    }),
+                )
+            })
+            .collect();
+        self.deliver(outs);
+    }
+
+    /// How long until the slicer's next switch, if one is coming.
+    pub(super) fn slice_due_in(&self) -> Option<Duration> {
+        let due = self.slicer.next_due()?;
+        Some(Duration::from_nanos(due.saturating_sub(wall_ns())))
+    }
+
+    /// Take back the slot switch armed and not yet carried out, if any.
+    pub(super) fn disarm_switch(&mut self) {
+        if self.armed.take().is_some() {
+            self.switcher.disarm();
+        }
+        self.armed_as = None;
+    }
+
+    /// Keep the slicer going: arm the next slot switch for the switcher
+    /// when it is `ARM_AHEAD` away, and re-arm it with the VPs' processes as
+    /// they are now (one that ended or is moving is not signalled). While
+    /// the owner has the host the slicer keeps time but signals nobody.
+    pub(super) fn drive_slicer(&mut self) {
+        if !self.owner.offered() {
+            self.disarm_switch();
+            let now = wall_ns();
+            while self.slicer.next_due().is_some_and(|d| d <= now) {
+                if self.slicer.at(now).is_none() {
+                    break;
+                }
+            }
+            return;
+        }
+        if self.armed.is_some() && self.switcher.armed().is_none() {
+            // Carried out.
+            self.armed = None;
+            self.armed_as = None;
+        }
+        if self.armed.is_none() {
+            let horizon = wall_ns() + ARM_AHEAD.as_nanos() as u64;
+            let Some(due) = self.slicer.next_due().filter(|&d| d <= horizon) else {
+                return;
+            };
+            self.armed = self.slicer.at(due.max(wall_ns()));
+        }
+        if let Some(plan) = &self.armed {
+            let pids = |tids: &[Tid]| -> Vec<i32> {
+                tids.iter()
+                    .filter_map(|t| self.vps.by_tid.get(t))
+                    // A VP on its way to a safe point is not held up.
+                    .filter(|v| v.exit.is_none() && v.moving.is_none())
+                    .map(|v| v.pid)
+                    .collect()
+            };
+            let a = Armed {
+                ideal_ns: plan.ideal_ns,
+                stop: pids(&plan.stop),
+                cont: pids(&plan.cont),
+            };
+            // (The loop comes here on every event: the lock only when the
+            // switch changed.)
+            if self.armed_as.as_ref() != Some(&a) {
+                self.armed_as = Some(a.clone());
+                self.switcher.arm(a);
+            }
+        } else {
+            self.armed_as = None;
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Frames from local VPs: messages to route, calls for the master, steps of
+//! checkpoints and moves, requests for direct links.
+
+use super::*;
+
+impl Daemon {
+    /// A frame from local VP `tid` on connection `t`.
+    pub(super) fn vp_msg(&mut self, t: Token, tid: Tid, msg: VpMsg, payload: Vec<u8>) {
+        match msg {
+            VpMsg::Send { env, confirm } => {
+                if env.from != tid {
+                    return self.refuse(t, &format!("VP t{tid:x} sent as t{:x}", env.from));
+                }
+                if confirm {
+                    match self.router.way(env.to) {
+                        Way::Gone => {
+                            return self.undeliverable(env, &gone(env.to));
+                        }
+                        Way::Locate => self.router.wait_confirm(env.to, tid),
+                        _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
+                    }
+                }
+                self.route(env, Body::Bytes(payload), Some(t));
+            }
+            VpMsg::SendFd { env, confirm, len } => {
+                let fd = self.conns.get_mut(&t).and_then(|c| c.fds.pop_front());
+                let checked = fd
+                    .ok_or_else(|| "a message without its descriptor".to_string())
+                    .and_then(|fd| {
+                        libmig::pool::check_fd(&fd, len as usize)
+                            .map(|_| fd)
+                            .map_err(|e| e.to_string())
+                    });
+                let fd = match checked {
+                    Ok(fd) if env.from == tid && len as usize <= libmig::MAX_MESSAGE => fd,
+                    Ok(_) => {
+                        return self
+                            .refuse(t, &format!("VP t{tid:x}: a forged or oversized message"))
+                    }
+                    Err(e) => return self.refuse(t, &format!("VP t{tid:x}: {e}")),
+                };
+                if confirm {
+                    match self.router.way(env.to) {
+                        Way::Gone => {
+                            self.credit(&env, &Body::Fd(fd, len as usize));
+                            return self.undeliverable(env, &gone(env.to));
+                        }
+                        Way::Locate => self.router.wait_confirm(env.to, tid),
+                        _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
+                    }
+                }
+                self.route(env, Body::Fd(fd, len as usize), Some(t));
+            }
+            VpMsg::Consumed { bytes } => {
+                if let Some(n) = self.fd_inflight.get_mut(&t) {
+                    *n = n.saturating_sub(bytes as usize);
+                }
+                self.maybe_resume(t);
+            }
+            VpMsg::Written { path, upto } => self.written(tid, &path, upto),
+            VpMsg::Checkpointed { path } => self.checkpointed(tid, &path),
+            VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(PeerMsg::Snap {
+                tid,
+                step: SnapStep::Paused { id, sent },
+            }),
+            VpMsg::Snap(SnapStep::Taken { id, path }) => self.snap_taken(tid, id, &path),
+            VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
+            VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
+            other => self.refuse(t, &format!("a VP may not send {other:?}")),
+        }
+    }
+
+    /// VP `tid` (on `t`) asks for a direct link to `peer`: a socket pair,
+    /// one end to each, when both are on this host.
+    pub(super) fn direct_link(&mut self, t: Token, tid: Tid, peer: Tid) {
+        let refused = match self.router.way(peer) {
+            Way::Local(p) if p != t => {
+                match nix::sys::socket::socketpair(
+                    nix::sys::socket::AddressFamily::Unix,
+                    nix::sys::socket::SockType::Stream,
+                    None,
+                    nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                ) {
+                    Ok((a, b)) => {
+                        self.send_vp_fd(
+                            t,
+                            &VpMsg::DirectLink {
+                                peer,
+                                refused: None,
+                            },
+                            a,
+                        );
+                        self.send_vp_fd(
+                            p,
+                            &VpMsg::DirectLink {
+                                peer: tid,
+                                refused: None,
+                            },
+                            b,
+                        );
+                        return;
+                    }
+                    Err(e) => format!("no socket pair: {e}"),
+                }
+            }
+            Way::Local(_) => "a VP needs no link to itself".to_string(),
+            _ => format!("t{peer:x} is not on this host: messages go through the daemons"),
+        };
+        self.send_vp(
+            t,
+            &VpMsg::DirectLink {
+                peer,
+                refused: Some(refused),
+            },
+        );
+    }
+}
