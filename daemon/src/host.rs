@@ -28,16 +28,8 @@ pub struct LocalVp {
     pub open_pipes: u8,
     /// Its exit, once reaped.
     pub exit: Option<ExitInfo>,
-    /// Asked to checkpoint and move: the target host, how it starts it,
-    /// and since when.
-    pub moving: Option<(String, StartVp, std::time::Instant)>,
-    /// Its checkpoint image is written: its end is a move, not an exit.
-    pub moved: bool,
     /// How it was started (to start it again here from a late image).
     pub start: Option<StartVp>,
-    /// An image it wrote after its move was called off: once the process
-    /// has ended, it is started again here from it.
-    pub restart_here: Option<Vec<u8>>,
 }
 
 /// One output pipe of a VP.
@@ -303,6 +295,11 @@ pub fn is_stopped(pid: u32) -> bool {
 /// Send `sig` to a VP's process group (the VP and its children).
 pub fn signal(pid: i32, sig: Signal) {
     let _ = killpg(Pid::from_raw(pid), sig);
+}
+
+/// Send `sig` to the VP's own process only (not its children).
+pub fn signal_one(pid: i32, sig: Signal) {
+    let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
 }
 
 /// Reap every child that ended: (pid, how).

@@ -24,12 +24,14 @@ pub mod groups;
 pub mod host;
 pub mod log;
 pub mod master;
+pub mod migrate;
 pub mod owner;
 pub mod route;
 pub mod sched;
 pub mod server;
 pub mod sim;
 pub mod slicer;
+pub mod state_dir;
 pub mod store;
 pub mod switcher;
 

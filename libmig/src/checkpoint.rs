@@ -282,7 +282,7 @@ fn stream_to(
         path: path.to_path_buf(),
         source,
     };
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let tmp = temp_path(path, std::process::id());
     let written = (|| {
         let mut f = File::create(&tmp).map_err(io)?;
         f.write_all(&[0u8; PREAMBLE]).map_err(io)?;
@@ -530,6 +530,25 @@ impl Checker {
     }
 }
 
+/// The file process `pid` writes an image for `path` into before it
+/// renames it there. A daemon that watches a VP write its image (moves send
+/// it on while it is written) names the same file with [`is_temp_of`].
+pub fn temp_path(path: &Path, pid: u32) -> PathBuf {
+    path.with_extension(format!("tmp.{pid}"))
+}
+
+/// Is `candidate` the file some process writes an image for `path` into?
+pub fn is_temp_of(candidate: &Path, path: &Path) -> bool {
+    let Some(pid) = candidate
+        .extension()
+        .and_then(|e| e.to_str())
+        .and_then(|e| e.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    candidate == temp_path(path, pid)
+}
+
 /// Write image bytes (already checked) to `path` atomically; `durable`
 /// also waits for the disk (file and directory).
 pub fn write_bytes(path: &Path, bytes: &[u8], durable: bool) -> Result<(), CheckpointError> {
@@ -537,7 +556,7 @@ pub fn write_bytes(path: &Path, bytes: &[u8], durable: bool) -> Result<(), Check
         path: path.to_path_buf(),
         source,
     };
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let tmp = temp_path(path, std::process::id());
     let mut f = File::create(&tmp).map_err(io)?;
     f.write_all(bytes).map_err(io)?;
     if durable {
@@ -776,5 +795,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = Image::read(&dir.path().join("none")).unwrap_err();
         assert!(missing.to_string().contains("none"), "{missing}");
+    }
+
+    #[test]
+    fn a_daemon_names_the_temporary_file_a_vp_writes_its_image_into() {
+        let final_path = Path::new("/state/t40001.ckpt");
+        let tmp = temp_path(final_path, 4242);
+        assert_eq!(tmp, Path::new("/state/t40001.tmp.4242"));
+        assert!(is_temp_of(&tmp, final_path));
+        assert!(!is_temp_of(Path::new("/state/t40002.tmp.4242"), final_path));
+        assert!(!is_temp_of(Path::new("/other/t40001.tmp.4242"), final_path));
+        assert!(!is_temp_of(Path::new("/state/t40001.tmp.x"), final_path));
+        assert!(!is_temp_of(final_path, final_path));
     }
 }

@@ -2,6 +2,7 @@
 //! and reporting each exit once its output is drained.
 
 use super::*;
+use crate::migrate::Move;
 
 impl Daemon {
     pub(super) fn start_vp(&mut self, s: StartVp) {
@@ -38,10 +39,11 @@ impl Daemon {
                     }
                     self.released(tid);
                 }
+                let old_left = self.moves.ended(tid).is_some_and(|m| m.left());
                 if let Some(old) = self.vps.by_tid.remove(&tid) {
                     // Back before its old process here was gone: that one's
                     // end must not count as this one's.
-                    if old.moved && (old.exit.is_none() || old.open_pipes > 0) {
+                    if old_left && (old.exit.is_none() || old.open_pipes > 0) {
                         self.leaving.insert(old.pid, old);
                     }
                 }
@@ -51,10 +53,7 @@ impl Daemon {
                         pid,
                         open_pipes: 0,
                         exit: None,
-                        moving: None,
-                        moved: false,
                         start: Some(s.clone()),
-                        restart_here: None,
                     },
                 );
                 self.vps.by_pid.insert(pid, tid);
@@ -172,15 +171,12 @@ impl Daemon {
         if done {
             if let Some(vp) = self.vps.by_tid.remove(&tid) {
                 self.slicer.gone(tid);
-                match (vp.moved, vp.exit) {
-                    (true, _) => {
-                        // It went on elsewhere, or goes on here from its image.
-                        if let (Some(start), Some(image)) = (vp.start, vp.restart_here) {
-                            self.restore(start, &image);
-                        }
-                    }
-                    (false, Some(status)) => {
-                        if vp.moving.is_some() {
+                match (self.moves.ended(tid), vp.exit) {
+                    // It went on elsewhere, or goes on here from its image.
+                    (Some(Move::Left), _) => {}
+                    (Some(Move::RestartHere { start, image }), _) => self.restore(start, &image),
+                    (moving, Some(status)) => {
+                        if moving.is_some_and(|m| m.under_way()) {
                             self.report(PeerMsg::MigrateFailed {
                                 tid,
                                 reason: format!("it ended before its checkpoint ({status})"),
@@ -188,7 +184,7 @@ impl Daemon {
                         }
                         self.report(PeerMsg::Exited { tid, status });
                     }
-                    (false, None) => {}
+                    (_, None) => {}
                 }
             }
         }

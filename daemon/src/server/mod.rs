@@ -26,8 +26,7 @@ mod vp;
 
 use net::Pending;
 use routing::gone;
-use source::Outgoing;
-use target::{ImagePart, Incoming};
+use target::ImagePart;
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -55,9 +54,11 @@ use crate::conn::{Conn, Kind, Sock};
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
 use crate::master::{Master, Out, Requester};
+use crate::migrate::MoveTable;
 use crate::owner::{Change, Monitor};
 use crate::route::{Body, Router, Way};
 use crate::slicer::{Plan, Slicer};
+use crate::state_dir::StateDir;
 use crate::store::Store;
 use crate::switcher::{wall_ns, Armed, Switcher};
 use libmig::msg::SnapStep;
@@ -149,11 +150,11 @@ pub struct Daemon {
     dialling: HashMap<Token, Vec<Pending>>,
     /// Senders paused because too much is held for a VP not reachable yet.
     held_blocked: HashMap<Tid, Vec<Token>>,
-    /// Checkpoint images arriving in parts: how to start each, and the file
-    /// they go into.
-    incoming: HashMap<Tid, Incoming>,
-    /// Images of moving VPs being sent on while the VP writes them.
-    outgoing: HashMap<Tid, Outgoing>,
+    /// Where each local VP is in its move, and the images this host holds
+    /// for moves: on their way out, parked, arriving.
+    moves: MoveTable,
+    /// The files this daemon keeps.
+    state: StateDir,
     /// Each local VP's socket, for answers to it (also while it moves, when
     /// the router no longer delivers messages to it).
     vp_conns: HashMap<Tid, Token>,
@@ -161,11 +162,6 @@ pub struct Daemon {
     blocked: HashMap<Token, Vec<Token>>,
     /// Is this workstation its owner's right now?
     owner: Monitor,
-    /// VPs checkpointed to disk while the owner has the host: how to start
-    /// each again, and its image.
-    parked: HashMap<Tid, (StartVp, PathBuf)>,
-    /// VPs asked to park during this taking back (asked once).
-    park_tried: std::collections::HashSet<Tid>,
     /// Buffers for large messages from other hosts to local VPs, and
     /// mappings of local VPs' buffers whose bytes go to other hosts.
     outbox: libmig::pool::Outbox,
@@ -206,7 +202,7 @@ impl Daemon {
         let addr = tcp
             .local_addr()
             .map_err(io_err("reading the bound address"))?;
-        let socket_path = cfg.state_dir.join("control.sock");
+        let socket_path = StateDir::new(cfg.state_dir.clone()).control_socket();
         let _ = std::fs::remove_file(&socket_path);
         let mut unix = UnixListener::bind(&socket_path)
             .map_err(io_err(format!("binding {}", socket_path.display())))?;
@@ -270,15 +266,13 @@ impl Daemon {
             peers: HashMap::new(),
             links: HashMap::new(),
             dialling: HashMap::new(),
-            incoming: HashMap::new(),
-            outgoing: HashMap::new(),
+            moves: MoveTable::default(),
+            state: StateDir::new(cfg.state_dir.clone()),
             held_blocked: HashMap::new(),
             vp_conns: HashMap::new(),
             fd_inflight: HashMap::new(),
             blocked: HashMap::new(),
             owner,
-            parked: HashMap::new(),
-            park_tried: Default::default(),
             outbox: Default::default(),
             inbox: Default::default(),
             pools_trimmed: Instant::now(),
@@ -287,8 +281,8 @@ impl Daemon {
             armed: None,
             armed_as: None,
             leaving: HashMap::new(),
-            store: Store::new(cfg.state_dir.join("ckpt")),
-            replicas: Store::new(cfg.state_dir.join("replicas")),
+            store: Store::new(StateDir::new(cfg.state_dir.clone()).checkpoints()),
+            replicas: Store::new(StateDir::new(cfg.state_dir.clone()).replicas()),
             cfg,
         };
         match d.cfg.join {
@@ -310,7 +304,7 @@ impl Daemon {
         // The master knows from the start whose this host is.
         let report = d.owner.report(Instant::now());
         d.report(PeerMsg::Owner(report));
-        std::fs::write(d.cfg.state_dir.join("addr"), format!("{addr}\n"))
+        std::fs::write(d.state.addr_file(), format!("{addr}\n"))
             .map_err(io_err("writing the address file"))?;
         let mut stdout = io::stdout();
         let _ = writeln!(stdout, "{addr}");

@@ -158,21 +158,14 @@ impl Daemon {
         let _ = self.poll.registry().deregister(&mut c.sock);
         // Images that were arriving on it never will: their VPs cannot
         // start here (the master hears so), and their files go.
-        let cut: Vec<Tid> = self
-            .incoming
-            .iter()
-            .filter(|(_, inc)| inc.from == t)
-            .map(|(&tid, _)| tid)
-            .collect();
-        for tid in cut {
-            if let Some(inc) = self.incoming.remove(&tid) {
-                let _ = std::fs::remove_file(&inc.tmp);
-                let got = inc.check.seen();
-                self.restore_failed(
-                    tid,
-                    &format!("its image stopped coming after {got} bytes ({why})"),
-                );
-            }
+        for inc in self.moves.cut_off(t) {
+            let got = inc.seen();
+            let tid = inc.start().tid;
+            inc.discard();
+            self.restore_failed(
+                tid,
+                &format!("its image stopped coming after {got} bytes ({why})"),
+            );
         }
         match c.kind {
             Kind::Peer { host: Some(h) } => {
@@ -334,6 +327,18 @@ impl Daemon {
         if self.conns.get(&t).is_some_and(Conn::flushed) {
             self.close(t, reason);
         }
+    }
+
+    /// Is `t` a data link whose handshake is done?
+    pub(super) fn is_data_link(&self, t: Token) -> bool {
+        self.conns
+            .get(&t)
+            .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
+    }
+
+    /// The data link to `host` if it is ready now (dialled if there is none).
+    pub(super) fn data_link(&mut self, host: &str) -> Option<Token> {
+        self.link_to(host).filter(|&d| self.is_data_link(d))
     }
 
     pub(super) fn send_bytes(&mut self, t: Token, bytes: &[u8]) {

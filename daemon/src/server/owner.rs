@@ -2,6 +2,7 @@
 //! (stop or resume every VP), and parking VPs on disk while the owner stays.
 
 use super::*;
+use crate::migrate::Parked;
 
 impl Daemon {
     /// The master moves local VP `start.tid` to `to`: from now on messages
@@ -29,13 +30,13 @@ impl Daemon {
                     // A switch not yet carried out never continues anyone now.
                     self.disarm_switch();
                     // VPs checkpointing for a move go on to their safe point.
-                    let n = self.signal_vps(Signal::SIGSTOP, |_, v| v.moving.is_none());
+                    let n = self.signal_vps(Signal::SIGSTOP, |t, _| !self.moves.let_run(t));
                     done.push(format!("{n} VPs stopped"));
                 }
                 Change::ResumeVps => {
                     // Those whose slot is not running stay stopped.
                     let n = self.signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
-                    self.park_tried.clear();
+                    self.moves.owner_left();
                     done.push(format!("{n} VPs resumed"));
                 }
                 Change::LeavePool => done.push("leaving the pool".into()),
@@ -68,23 +69,24 @@ impl Daemon {
     /// owner gets the memory back. The image stays here until the VP is
     /// placed again (`Unpark`, or a move that ships it).
     pub(super) fn park_waiting(&mut self) {
-        let due: Vec<(Tid, StartVp)> = self
+        let waiting: Vec<(Tid, StartVp)> = self
             .vps
             .by_tid
             .iter()
-            .filter(|(t, v)| v.exit.is_none() && v.moving.is_none() && !self.park_tried.contains(t))
+            .filter(|(_, v)| v.exit.is_none())
             .filter_map(|(&t, v)| Some((t, v.start.clone()?)))
             .collect();
         let me = self.facts.name.clone();
-        for (tid, start) in due {
-            self.park_tried.insert(tid);
-            self.checkpoint(me.clone(), start);
+        for (tid, start) in waiting {
+            if self.moves.try_park(tid) {
+                self.checkpoint(me.clone(), start);
+            }
         }
     }
 
     /// Start a parked VP again here from its image.
     pub(super) fn unpark(&mut self, tid: Tid) {
-        let Some((start, path)) = self.parked.remove(&tid) else {
+        let Some(Parked { start, path }) = self.moves.unpark(tid) else {
             return log!("asked to start VP t{tid:x} again, but it is not parked here");
         };
         match std::fs::read(&path) {

@@ -77,7 +77,7 @@ impl Daemon {
                 for p in self.dialling.remove(&t).unwrap_or_default() {
                     match p {
                         Pending::Msg(env, body) => self.route(env, body, None),
-                        Pending::Image(start, image) => self.send_image(&host, start, image),
+                        Pending::Image(start, image) => self.send_image(&host, start, image, None),
                     }
                 }
             }
@@ -176,8 +176,8 @@ impl Daemon {
                 if let Some(vp) = self.vps.by_tid.get(&tid) {
                     host::kill(vp.pid);
                 }
-                if let Some((_, path)) = self.parked.remove(&tid) {
-                    let _ = std::fs::remove_file(path);
+                if let Some(parked) = self.moves.unpark(tid) {
+                    let _ = std::fs::remove_file(parked.path);
                     let status = ExitInfo {
                         code: None,
                         signal: Some(9),

@@ -20,14 +20,7 @@ impl Daemon {
             }
             Way::Local(d) => d,
             Way::Remote(h) => match self.link_to(&h) {
-                Some(d)
-                    if self
-                        .conns
-                        .get(&d)
-                        .is_some_and(|c| matches!(c.kind, Kind::Data { .. })) =>
-                {
-                    d
-                }
+                Some(d) if self.is_data_link(d) => d,
                 Some(d) => {
                     return self
                         .dialling
@@ -148,26 +141,19 @@ impl Daemon {
                     reason: reason.to_string(),
                 },
             ),
-            Way::Remote(h) => {
-                let ready = self.link_to(&h).filter(|d| {
-                    self.conns
-                        .get(d)
-                        .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
-                });
-                match ready {
-                    Some(t) => self.send_peer(
-                        t,
-                        &PeerMsg::Undeliverable {
-                            env,
-                            reason: reason.to_string(),
-                        },
-                    ),
-                    None => log!(
-                        "cannot tell t{:x} that a message was not delivered: {reason}",
-                        env.from
-                    ),
-                }
-            }
+            Way::Remote(h) => match self.data_link(&h) {
+                Some(t) => self.send_peer(
+                    t,
+                    &PeerMsg::Undeliverable {
+                        env,
+                        reason: reason.to_string(),
+                    },
+                ),
+                None => log!(
+                    "cannot tell t{:x} that a message was not delivered: {reason}",
+                    env.from
+                ),
+            },
             _ => {}
         }
     }

@@ -93,9 +93,10 @@ impl Daemon {
         if let Some(plan) = &self.armed {
             let pids = |tids: &[Tid]| -> Vec<i32> {
                 tids.iter()
-                    .filter_map(|t| self.vps.by_tid.get(t))
                     // A VP on its way to a safe point is not held up.
-                    .filter(|v| v.exit.is_none() && v.moving.is_none())
+                    .filter(|&&t| !self.moves.let_run(t))
+                    .filter_map(|t| self.vps.by_tid.get(t))
+                    .filter(|v| v.exit.is_none())
                     .map(|v| v.pid)
                     .collect()
             };

@@ -1,74 +1,68 @@
-//! The source end of a move: asking a VP for its image, calling off a move
-//! whose VP reaches no safe point in time, and sending the image on (while
-//! it is written, then the rest) to the target host.
+//! The source end of a move, as the loop carries it out: asking a VP for
+//! its image, calling off a move whose VP reaches no safe point in time,
+//! and sending the image on (while it is written, then the rest) to the
+//! target host. Where each move is lives in the `MoveTable` (`migrate`).
 
 use super::*;
+use crate::migrate::{map_image, remaining_ranges, Dest, Outgoing, Written};
 
 impl Daemon {
+    /// The master moves local VP `start.tid` to `to` (this host: park it on
+    /// disk while the owner has the host). From now on messages for it are
+    /// held here (the master has told every host to hold them too); it is
+    /// asked to write its image at its next safe point (woken if stopped,
+    /// and signalled so that its safe point looks).
     pub(super) fn checkpoint(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
-        if let Some((_, path)) = self.parked.remove(&tid) {
+        if let Some(parked) = self.moves.unpark(tid) {
             // Parked on disk: its image goes as it is.
-            let image = map_image(&path);
-            let _ = std::fs::remove_file(&path);
+            let image = map_image(&parked.path);
+            let _ = std::fs::remove_file(&parked.path);
             return match image {
                 Ok(image) => {
                     log!("sending parked VP t{tid:x} to {to}");
-                    self.send_image(&to, start, image)
+                    self.send_image(&to, start, image, None)
                 }
                 Err(e) => self.report(PeerMsg::MigrateFailed {
                     tid,
-                    reason: format!("its parked image {}: {e}", path.display()),
+                    reason: format!("its parked image {}: {e}", parked.path.display()),
                 }),
             };
         }
-        let (Some(&t), Some(vp)) = (self.vp_conns.get(&tid), self.vps.by_tid.get_mut(&tid)) else {
+        let (Some(&t), Some(vp)) = (self.vp_conns.get(&tid), self.vps.by_tid.get(&tid)) else {
             return self.report(PeerMsg::MigrateFailed {
                 tid,
                 reason: format!("it is not running on {}", self.facts.name),
             });
         };
         let pid = vp.pid;
-        if to == self.facts.name {
+        let dest = if to == self.facts.name {
             log!("asking VP t{tid:x} to checkpoint to disk (parking it while the owner has the host)");
+            Dest::Disk
         } else {
             log!("asking VP t{tid:x} to checkpoint for {to}");
-        }
-        vp.moving = Some((to, start, Instant::now()));
+            Dest::Host(to)
+        };
+        self.moves.ask(tid, dest, start, Instant::now());
         self.router.detach(tid);
-        let path = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
+        let path = self.state.move_image(tid);
         self.send_vp(
             t,
             &VpMsg::Checkpoint {
                 path: path.display().to_string(),
             },
         );
-        let p = nix::unistd::Pid::from_raw(pid);
-        let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGCONT);
-        let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGUSR2);
+        host::signal_one(pid, Signal::SIGCONT);
+        host::signal_one(pid, Signal::SIGUSR2);
     }
 
     /// A VP asked to move that has not reached a safe point in time stays
     /// where it is and runs on: it is told so, its messages flow again, and
-    /// the master hears why (`mig ps` shows it running here again).
+    /// the master hears why (`mig ps` shows it running here again). One
+    /// writing its image (sent on as it goes) is past its safe point.
     pub(super) fn call_off_slow_moves(&mut self) {
         let limit = self.cfg.safe_point_timeout;
-        let late: Vec<Tid> = self
-            .vps
-            .by_tid
-            .iter()
-            // One writing its image (sent on as it goes) is past its safe point.
-            .filter(|(t, v)| {
-                !v.moved
-                    && !self.outgoing.contains_key(t)
-                    && v.moving.as_ref().is_some_and(|m| m.2.elapsed() > limit)
-            })
-            .map(|(&t, _)| t)
-            .collect();
-        for tid in late {
-            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-                v.moving = None;
-            }
+        for tid in self.moves.call_off_overdue(Instant::now(), limit) {
             if let Some(&t) = self.vp_conns.get(&tid) {
                 self.send_vp(t, &VpMsg::StayPut);
                 for (env, body) in self.router.attach(tid, t) {
@@ -98,22 +92,17 @@ impl Daemon {
     }
 
     /// VP `tid` wrote its image (with the messages it had taken in but not
-    /// yet read): check it and send it on to the target host through the
-    /// master.
+    /// yet read): check it, then send it to the target host or park it.
     pub(super) fn checkpointed(&mut self, tid: Tid, path: &str) {
-        let expected = self.cfg.state_dir.join(format!("t{tid:x}.ckpt"));
-        let Some((to, start, _)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
-            // Its move was called off while it was writing: it goes on here.
-            let late = std::fs::read(&expected)
-                .ok()
-                .filter(|b| libmig::checkpoint::Image::check(b).is_ok());
-            if let (Some(v), Some(image)) = (self.vps.by_tid.get_mut(&tid), late) {
-                log!("VP t{tid:x} checkpointed after its move was called off: it restarts here");
-                v.moved = true;
-                v.restart_here = Some(image);
-                let _ = std::fs::remove_file(&expected);
-            }
-            return;
+        let expected = self.state.move_image(tid);
+        let (to, start, streamed) = match self.moves.written(tid) {
+            Written::Send {
+                to,
+                start,
+                streamed,
+            } => (Some(to), start, streamed),
+            Written::Park { start } => (None, start, None),
+            Written::Unasked => return self.checkpointed_late(tid, &expected),
         };
         // Mapped, not read, and sent from the page cache. Its writer summed
         // it as it wrote it, and the target sums it again as it arrives (a
@@ -134,30 +123,26 @@ impl Daemon {
                 .map(|()| b)
                 .map_err(|e| e.to_string())
         });
-        match checked {
-            Ok(image) if to == self.facts.name => {
-                let parked = self.cfg.state_dir.join(format!("t{tid:x}.parked"));
+        match (checked, to) {
+            (Ok(image), None) => {
+                let parked = self.state.parked(tid);
                 match std::fs::rename(&expected, &parked) {
                     Ok(()) => {
                         log!("VP t{tid:x} parked on disk ({} bytes)", image.len());
-                        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-                            v.moved = true;
-                        }
-                        self.parked.insert(tid, (start, parked));
+                        self.moves.left(tid);
+                        self.moves.park(tid, start, parked);
                         self.report(PeerMsg::Parked { tid });
                     }
                     Err(e) => log!("VP t{tid:x}: keeping its image: {e}"),
                 }
             }
-            Ok(image) => {
+            (Ok(image), Some(to)) => {
                 log!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
-                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-                    v.moved = true;
-                }
+                self.moves.left(tid);
                 let _ = std::fs::remove_file(&expected);
-                self.send_image(&to, start, image);
+                self.send_image(&to, start, image, streamed);
             }
-            Err(e) => {
+            (Err(e), _) => {
                 log!("VP t{tid:x}: its checkpoint is unusable: {e}");
                 self.report(PeerMsg::MigrateFailed {
                     tid,
@@ -167,64 +152,57 @@ impl Daemon {
         }
     }
 
+    /// VP `tid` wrote its image after its move was called off: it goes on
+    /// here, from that image once its process has ended.
+    fn checkpointed_late(&mut self, tid: Tid, expected: &std::path::Path) {
+        let late = std::fs::read(expected)
+            .ok()
+            .filter(|b| libmig::checkpoint::Image::check(b).is_ok());
+        let start = self.vps.by_tid.get(&tid).and_then(|v| v.start.clone());
+        if let (Some(start), Some(image)) = (start, late) {
+            log!("VP t{tid:x} checkpointed after its move was called off: it restarts here");
+            self.moves.restart_here(tid, start, image);
+            let _ = std::fs::remove_file(expected);
+        }
+    }
+
     /// VP `tid`, moving to another host, has written its image up to
     /// `upto`: the whole parts of it not sent yet go now, while it writes
     /// the rest (see `send_image` for the end). Only with a data link up;
     /// otherwise the image goes whole once written.
     pub(super) fn written(&mut self, tid: Tid, path: &str, upto: u64) {
-        let Some((to, start, _)) = self.vps.by_tid.get(&tid).and_then(|v| v.moving.clone()) else {
+        let Some((to, start)) = self
+            .moves
+            .target(tid)
+            .map(|(to, start)| (to.to_string(), start.clone()))
+        else {
             return;
         };
         // Its own temporary file in the state directory, nothing else.
         let path = std::path::Path::new(path);
-        let ours = path.parent() == Some(self.cfg.state_dir.as_path())
-            && path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("t{tid:x}.tmp.")));
-        if to == self.facts.name || !ours {
+        if !self.state.is_move_image_being_written(tid, path) {
             return;
         }
-        let Some(d) = self.link_to(&to).filter(|d| {
-            self.conns
-                .get(d)
-                .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
-        }) else {
+        let Some(d) = self.data_link(&to) else {
             return;
         };
-        if self.outgoing.get(&tid).is_none_or(|o| o.path != path) {
+        if self.moves.outgoing(tid).is_none_or(|o| o.path != path) {
             match std::fs::File::open(path) {
                 Ok(file) => {
                     log!("sending on the image of VP t{tid:x} while it writes it");
-                    let out = Outgoing {
-                        file,
-                        path: path.to_path_buf(),
-                        sent: 0,
-                        link: d,
-                    };
-                    self.outgoing.insert(tid, out);
+                    self.moves
+                        .stream(tid, Outgoing::new(file, path.to_path_buf(), d));
                 }
                 Err(_) => return,
             }
         }
-        let Some(out) = self.outgoing.get_mut(&tid).filter(|o| o.link == d) else {
+        let Some(out) = self.moves.outgoing(tid).filter(|o| o.link == d) else {
             return;
         };
-        // Never past what the file holds (a mapping past its end would
-        // fault when read): the VP's word is checked against the file.
-        let size = out.file.metadata().map_or(0, |m| m.len());
-        let end = upto.min(size) / IMAGE_PART as u64 * IMAGE_PART as u64;
-        let mut parts = Vec::new();
-        while out.sent < end {
-            match Payload::map_file_at(&out.file, out.sent, IMAGE_PART) {
-                Ok(p) => parts.push((out.sent, p)),
-                Err(e) => {
-                    log!("VP t{tid:x}: cannot map its image as it is written: {e}");
-                    break;
-                }
-            }
-            out.sent += IMAGE_PART as u64;
-        }
+        let parts = match out.due_parts(upto) {
+            Ok(parts) => parts,
+            Err(e) => return log!("VP t{tid:x}: {e}"),
+        };
         for (at, part) in parts {
             let msg = PeerMsg::RestorePart {
                 tid,
@@ -234,14 +212,14 @@ impl Daemon {
                 start: (at == 0).then(|| start.clone()),
             };
             if !self.send_image_part(d, &msg, part) {
-                self.outgoing.remove(&tid);
+                self.moves.stop_streaming(tid);
                 return;
             }
         }
     }
 
     /// One part of an image on data link `d`; false if the link failed.
-    pub(super) fn send_image_part(&mut self, d: Token, msg: &PeerMsg, part: Payload) -> bool {
+    fn send_image_part(&mut self, d: Token, msg: &PeerMsg, part: Payload) -> bool {
         let head = match frame::encode_head(msg, part.len()) {
             Ok(h) => h,
             Err(e) => {
@@ -282,18 +260,20 @@ impl Daemon {
     /// Send a checkpoint image to `to` over the data link, in parts (raw
     /// frame payloads, read on arrival straight into their buffers) that
     /// share the mapped image; through the master if there is no link.
-    /// The parts already sent while the VP wrote it are not sent again;
-    /// then the preamble, written last, goes last.
-    pub(super) fn send_image(&mut self, to: &str, start: StartVp, image: Payload) {
-        let streamed = self.outgoing.remove(&start.tid);
+    /// The parts already sent while the VP wrote it (`streamed`: on which
+    /// link, how many bytes) are not sent again; then the preamble, written
+    /// last, goes last.
+    pub(super) fn send_image(
+        &mut self,
+        to: &str,
+        start: StartVp,
+        image: Payload,
+        streamed: Option<(Token, u64)>,
+    ) {
         let Some(d) = self.link_to(to) else {
             return self.relay_image(to, start, image);
         };
-        if !self
-            .conns
-            .get(&d)
-            .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
-        {
+        if !self.is_data_link(d) {
             return self
                 .dialling
                 .entry(d)
@@ -302,16 +282,9 @@ impl Daemon {
         }
         let (tid, len) = (start.tid, image.len());
         let from = streamed
-            .filter(|s| s.link == d)
-            .map_or(0, |s| s.sent as usize)
-            .min(len);
-        let mut ranges: Vec<std::ops::Range<usize>> = (from..len)
-            .step_by(IMAGE_PART)
-            .map(|at| at..(at + IMAGE_PART).min(len))
-            .collect();
-        if from > 0 {
-            ranges.push(0..libmig::checkpoint::PREAMBLE);
-        }
+            .filter(|&(link, _)| link == d)
+            .map_or(0, |(_, sent)| sent as usize);
+        let ranges = remaining_ranges(len, from);
         let n = ranges.len();
         let mut start = (from == 0).then_some(start);
         // Pieces of the image itself, not copies of them.
@@ -328,36 +301,4 @@ impl Daemon {
             }
         }
     }
-}
-
-/// An image sent on while its VP writes it (see `Daemon::written`).
-pub(super) struct Outgoing {
-    /// The file being written, and its name (a VP's process writes its own).
-    pub(super) file: std::fs::File,
-    pub(super) path: PathBuf,
-    /// Bytes of it sent so far (whole parts).
-    pub(super) sent: u64,
-    /// The data link they went on.
-    pub(super) link: Token,
-}
-
-/// The size of the parts images travel in between hosts.
-pub(super) const IMAGE_PART: usize = 4 << 20;
-
-/// A checkpoint image file, mapped read-only (no copy) after checking its
-/// size against the largest image there can be.
-pub(super) fn map_image(path: &std::path::Path) -> Result<Payload, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let len = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .len();
-    let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
-    if len > limit {
-        return Err(format!(
-            "{}: {len} bytes, larger than any image",
-            path.display()
-        ));
-    }
-    Payload::map_file(&f, len as usize, false).map_err(|e| format!("{}: {e}", path.display()))
 }

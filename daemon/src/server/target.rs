@@ -2,6 +2,7 @@
 //! into its restore file, and the VP started from it.
 
 use super::*;
+use crate::migrate::Incoming;
 
 impl Daemon {
     /// Part of a checkpoint image from the VP's previous host: written
@@ -24,70 +25,32 @@ impl Daemon {
             return log!("refusing an image of more than {limit} bytes for t{tid:x}");
         }
         if let Some(start) = start {
-            let tmp = self.cfg.state_dir.join(format!("t{tid:x}.restore.part"));
-            match std::fs::File::create(&tmp) {
-                Ok(file) => {
-                    self.incoming.insert(
-                        tid,
-                        Incoming {
-                            from,
-                            start,
-                            file,
-                            tmp,
-                            check: libmig::checkpoint::Checker::default(),
-                        },
-                    );
-                }
-                Err(e) => return log!("cannot take in VP t{tid:x}: {}: {e}", tmp.display()),
+            match Incoming::create(from, start, self.state.restore_part(tid)) {
+                Ok(inc) => self.moves.arriving(tid, inc),
+                Err(e) => return log!("cannot take in VP t{tid:x}: {e}"),
             }
         }
-        let Some(inc) = self.incoming.get_mut(&tid) else {
+        let Some(inc) = self.moves.incoming(tid) else {
             return log!("an image part for t{tid:x} without its start");
         };
-        let failed = if total > 0 && end > total {
-            Some("image parts overflow its size".to_string())
-        } else {
-            use std::os::unix::fs::FileExt;
-            match inc.check.update_at(at, part) {
-                Ok(()) => inc.file.write_all_at(part, at).err().map(|e| e.to_string()),
-                Err(e) => Some(e.to_string()),
-            }
-        };
-        if let Some(why) = failed {
-            if let Some(inc) = self.incoming.remove(&tid) {
-                let _ = std::fs::remove_file(&inc.tmp);
+        if let Err(why) = inc.take(at, total, part) {
+            if let Some(inc) = self.moves.take_incoming(tid) {
+                inc.discard();
             }
             return log!("cannot take in VP t{tid:x}: {why}");
         }
-        if last {
-            if let Some(inc) = self.incoming.remove(&tid) {
-                if inc.check.seen() == total {
-                    self.restore_received(inc);
-                } else {
-                    let _ = std::fs::remove_file(&inc.tmp);
-                    let why = format!("{} bytes of an image of {total} arrived", inc.check.seen());
-                    self.restore_failed(tid, &why);
-                }
-            }
+        if !last {
+            return;
         }
-    }
-
-    /// A whole image arrived in parts: checked, it becomes the VP's restore
-    /// file and the VP starts from it.
-    pub(super) fn restore_received(&mut self, inc: Incoming) {
-        let tid = inc.start.tid;
-        let path = self.cfg.state_dir.join(format!("t{tid:x}.restore"));
-        drop(inc.file);
-        let ready = inc
-            .check
-            .finish()
-            .map_err(|e| e.to_string())
-            .and_then(|()| std::fs::rename(&inc.tmp, &path).map_err(|e| e.to_string()));
-        match ready {
-            Ok(()) => self.start_restored(inc.start, &path),
-            Err(e) => {
-                let _ = std::fs::remove_file(&inc.tmp);
-                self.restore_failed(tid, &e);
+        // Whole and checked, it becomes the VP's restore file and the VP
+        // starts from it.
+        if let Some(inc) = self.moves.take_incoming(tid) {
+            match inc.finish(total, &self.state.restore(tid)) {
+                Ok(start) => {
+                    let path = self.state.restore(tid);
+                    self.start_restored(start, &path)
+                }
+                Err((_, why)) => self.restore_failed(tid, &why),
             }
         }
     }
@@ -95,7 +58,7 @@ impl Daemon {
     /// Start a VP from a checkpoint image sent by its previous host.
     pub(super) fn restore(&mut self, start: StartVp, image: &[u8]) {
         let tid = start.tid;
-        let path = self.cfg.state_dir.join(format!("t{tid:x}.restore"));
+        let path = self.state.restore(tid);
         // Checked, then written as received: the VP decodes it itself.
         let written = libmig::checkpoint::Image::check(image)
             .and_then(|()| libmig::checkpoint::write_bytes(&path, image, false))
@@ -142,14 +105,4 @@ pub(super) struct ImagePart {
     pub(super) at: u64,
     pub(super) total: u64,
     pub(super) last: bool,
-}
-
-/// A checkpoint image arriving in parts (see `Daemon::image_part`).
-pub(super) struct Incoming {
-    /// The link it arrives on.
-    pub(super) from: Token,
-    pub(super) start: StartVp,
-    pub(super) file: std::fs::File,
-    pub(super) tmp: std::path::PathBuf,
-    pub(super) check: libmig::checkpoint::Checker,
 }

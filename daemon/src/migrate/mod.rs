@@ -1,0 +1,437 @@
+//! The worker's side of moves: where each local VP is in its move, and the
+//! images on their way out, parked on disk, or arriving.
+//!
+//! What lives here: the [`MoveTable`], which owns that state, with one
+//! [`Move`] per VP whose move has begun, and the pure parts of each end
+//! (`source`: which parts of an image go when; `target`: an image taken in
+//! part by part, checked on the way). What does not: sockets, signals and
+//! processes (the server asks the table and carries out what it answers).
+
+pub mod source;
+pub mod target;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{StartVp, Tid};
+use mio::Token;
+
+pub use source::{map_image, remaining_ranges, Outgoing, IMAGE_PART};
+pub use target::Incoming;
+
+/// Where a VP asked for its image goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dest {
+    /// To another host, which starts it from the image.
+    Host(String),
+    /// To this host's disk: parked while the owner has the host, its
+    /// process ended so the owner gets the memory back.
+    Disk,
+}
+
+/// Where one local VP is in its move.
+#[derive(Debug)]
+pub enum Move {
+    /// Asked to write its image at its next safe point (resumed for that,
+    /// and nudged), since `since`.
+    Asked {
+        /// Where the image goes.
+        dest: Dest,
+        /// How the target starts it.
+        start: StartVp,
+        /// When it was asked.
+        since: Instant,
+    },
+    /// Past its safe point and writing its image, whose whole parts go on
+    /// to `to` while it writes.
+    Streaming {
+        /// The target host.
+        to: String,
+        /// How the target starts it.
+        start: StartVp,
+        /// When it was asked.
+        since: Instant,
+        /// What went so far, and on which link.
+        out: Outgoing,
+    },
+    /// It reached no safe point in time: it stays here (running, or stopped
+    /// while the owner has the host).
+    CalledOff,
+    /// Its image went to another host or is parked here: its process ends,
+    /// and that end is no exit.
+    Left,
+    /// It wrote its image after its move was called off: once its process
+    /// has ended it starts again here from that image.
+    RestartHere {
+        /// How it was started.
+        start: StartVp,
+        /// The image.
+        image: Vec<u8>,
+    },
+}
+
+impl Move {
+    /// On its way to a safe point or writing its image: neither the owner
+    /// nor a slot switch stops it.
+    pub fn under_way(&self) -> bool {
+        matches!(self, Move::Asked { .. } | Move::Streaming { .. })
+    }
+
+    /// Not to be stopped, by the owner's return or a slot switch: on its
+    /// way to a safe point, writing its image, or ending after it went.
+    pub fn let_run(&self) -> bool {
+        matches!(
+            self,
+            Move::Asked { .. } | Move::Streaming { .. } | Move::Left
+        )
+    }
+
+    /// Its process's end is not the VP's exit.
+    pub fn left(&self) -> bool {
+        matches!(self, Move::Left | Move::RestartHere { .. })
+    }
+}
+
+/// A VP parked on this host's disk.
+#[derive(Debug, Clone)]
+pub struct Parked {
+    /// How to start it again.
+    pub start: StartVp,
+    /// Its image.
+    pub path: PathBuf,
+}
+
+/// What a VP that wrote its image asked for.
+#[derive(Debug)]
+pub enum Written {
+    /// Send it to `to`; `streamed`: the link the first parts went on and
+    /// how many bytes.
+    Send {
+        /// The target host.
+        to: String,
+        /// How it starts there.
+        start: StartVp,
+        /// Parts already sent on while it was written.
+        streamed: Option<(Token, u64)>,
+    },
+    /// Park it on this host's disk.
+    Park {
+        /// How to start it again.
+        start: StartVp,
+    },
+    /// Nobody asked (any more): its move was called off.
+    Unasked,
+}
+
+/// The moves of this host's VPs, and the images it holds for them.
+#[derive(Debug, Default)]
+pub struct MoveTable {
+    moves: HashMap<Tid, Move>,
+    parked: HashMap<Tid, Parked>,
+    /// VPs asked to park while the owner has the host this time (once each).
+    park_tried: HashSet<Tid>,
+    incoming: HashMap<Tid, Incoming>,
+}
+
+impl MoveTable {
+    /// Where `tid` is in its move, if one began.
+    pub fn get(&self, tid: Tid) -> Option<&Move> {
+        self.moves.get(&tid)
+    }
+
+    /// Is `tid` on its way to a safe point or writing its image?
+    pub fn under_way(&self, tid: Tid) -> bool {
+        self.moves.get(&tid).is_some_and(Move::under_way)
+    }
+
+    /// Is `tid` not to be stopped (see [`Move::let_run`])?
+    pub fn let_run(&self, tid: Tid) -> bool {
+        self.moves.get(&tid).is_some_and(Move::let_run)
+    }
+
+    /// `tid` is asked for its image, for `dest`.
+    pub fn ask(&mut self, tid: Tid, dest: Dest, start: StartVp, now: Instant) {
+        self.moves.insert(
+            tid,
+            Move::Asked {
+                dest,
+                start,
+                since: now,
+            },
+        );
+    }
+
+    /// Moves asked for more than `limit` ago whose VP has not begun to
+    /// write: called off. Their VPs.
+    pub fn call_off_overdue(&mut self, now: Instant, limit: Duration) -> Vec<Tid> {
+        let late: Vec<Tid> = self
+            .moves
+            .iter()
+            .filter(|(_, m)| {
+                matches!(m, Move::Asked { since, .. } if now.saturating_duration_since(*since) > limit)
+            })
+            .map(|(&t, _)| t)
+            .collect();
+        for t in &late {
+            self.moves.insert(*t, Move::CalledOff);
+        }
+        late
+    }
+
+    /// The target host of `tid`'s move, if it is asked for or streaming
+    /// its image to another host.
+    pub fn target(&self, tid: Tid) -> Option<(&str, &StartVp)> {
+        match self.moves.get(&tid)? {
+            Move::Asked {
+                dest: Dest::Host(to),
+                start,
+                ..
+            }
+            | Move::Streaming { to, start, .. } => Some((to, start)),
+            _ => None,
+        }
+    }
+
+    /// `tid`, asked for its image for another host, has begun to write it:
+    /// the parts go on over `out`'s link from now on.
+    pub fn stream(&mut self, tid: Tid, out: Outgoing) {
+        let next = match self.moves.remove(&tid) {
+            Some(
+                Move::Asked {
+                    dest: Dest::Host(to),
+                    start,
+                    since,
+                }
+                | Move::Streaming {
+                    to, start, since, ..
+                },
+            ) => Move::Streaming {
+                to,
+                start,
+                since,
+                out,
+            },
+            Some(other) => other,
+            None => return,
+        };
+        self.moves.insert(tid, next);
+    }
+
+    /// What is being sent on of `tid`'s image, if it streams.
+    pub fn outgoing(&mut self, tid: Tid) -> Option<&mut Outgoing> {
+        match self.moves.get_mut(&tid)? {
+            Move::Streaming { out, .. } => Some(out),
+            _ => None,
+        }
+    }
+
+    /// `tid` stops streaming (its link failed): the image goes whole once
+    /// written.
+    pub fn stop_streaming(&mut self, tid: Tid) {
+        match self.moves.remove(&tid) {
+            Some(Move::Streaming {
+                to, start, since, ..
+            }) => {
+                let dest = Dest::Host(to);
+                self.moves.insert(tid, Move::Asked { dest, start, since });
+            }
+            Some(other) => {
+                self.moves.insert(tid, other);
+            }
+            None => {}
+        }
+    }
+
+    /// `tid` wrote its image: what was asked of it. The move is not over
+    /// until [`MoveTable::left`] (the image may be unusable).
+    pub fn written(&self, tid: Tid) -> Written {
+        match self.moves.get(&tid) {
+            Some(Move::Asked {
+                dest: Dest::Disk,
+                start,
+                ..
+            }) => Written::Park {
+                start: start.clone(),
+            },
+            Some(Move::Asked {
+                dest: Dest::Host(to),
+                start,
+                ..
+            }) => Written::Send {
+                to: to.clone(),
+                start: start.clone(),
+                streamed: None,
+            },
+            Some(Move::Streaming { to, start, out, .. }) => Written::Send {
+                to: to.clone(),
+                start: start.clone(),
+                streamed: Some((out.link, out.sent)),
+            },
+            _ => Written::Unasked,
+        }
+    }
+
+    /// `tid`'s image went (or is parked): its process's end is no exit.
+    pub fn left(&mut self, tid: Tid) {
+        self.moves.insert(tid, Move::Left);
+    }
+
+    /// `tid` wrote `image` although its move was called off: it starts
+    /// again here from it once its process has ended.
+    pub fn restart_here(&mut self, tid: Tid, start: StartVp, image: Vec<u8>) {
+        self.moves.insert(tid, Move::RestartHere { start, image });
+    }
+
+    /// `tid`'s process ended (or a new one replaces it): its move is over.
+    pub fn ended(&mut self, tid: Tid) -> Option<Move> {
+        self.moves.remove(&tid)
+    }
+
+    /// Keep `tid` parked on disk.
+    pub fn park(&mut self, tid: Tid, start: StartVp, path: PathBuf) {
+        self.parked.insert(tid, Parked { start, path });
+    }
+
+    /// Take `tid` out of the parked VPs.
+    pub fn unpark(&mut self, tid: Tid) -> Option<Parked> {
+        self.parked.remove(&tid)
+    }
+
+    /// Should `tid` be asked to park now? (Once while the owner has the
+    /// host.)
+    pub fn try_park(&mut self, tid: Tid) -> bool {
+        !self.let_run(tid) && self.park_tried.insert(tid)
+    }
+
+    /// The owner left: VPs may be parked again next time.
+    pub fn owner_left(&mut self) {
+        self.park_tried.clear();
+    }
+
+    /// An image begins to arrive for `tid`.
+    pub fn arriving(&mut self, tid: Tid, inc: Incoming) {
+        if let Some(old) = self.incoming.insert(tid, inc) {
+            old.discard();
+        }
+    }
+
+    /// The image arriving for `tid`.
+    pub fn incoming(&mut self, tid: Tid) -> Option<&mut Incoming> {
+        self.incoming.get_mut(&tid)
+    }
+
+    /// Take the image arriving for `tid` out of the table.
+    pub fn take_incoming(&mut self, tid: Tid) -> Option<Incoming> {
+        self.incoming.remove(&tid)
+    }
+
+    /// Link `link` closed: the images arriving on it never will.
+    pub fn cut_off(&mut self, link: Token) -> Vec<Incoming> {
+        let cut: Vec<Tid> = self
+            .incoming
+            .iter()
+            .filter(|(_, inc)| inc.from() == link)
+            .map(|(&t, _)| t)
+            .collect();
+        cut.into_iter()
+            .filter_map(|t| self.incoming.remove(&t))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(tid: Tid) -> StartVp {
+        StartVp {
+            tid,
+            job: "j1".into(),
+            vp: 0,
+            nvps: 1,
+            program: "/bin/true".into(),
+            args: vec![],
+            cwd: "/".into(),
+            env: vec![],
+            parent: None,
+            incarnation: 0,
+        }
+    }
+
+    #[test]
+    fn a_move_goes_from_asked_to_left_and_its_end_is_no_exit() {
+        let mut t = MoveTable::default();
+        let now = Instant::now();
+        t.ask(1, Dest::Host("h2".into()), start(1), now);
+        assert!(t.under_way(1));
+        assert_eq!(t.target(1).map(|(h, _)| h), Some("h2"));
+        assert!(matches!(t.written(1), Written::Send { streamed: None, .. }));
+        t.left(1);
+        assert!(!t.under_way(1));
+        assert!(t.ended(1).is_some_and(|m| m.left()));
+        assert!(t.get(1).is_none());
+    }
+
+    #[test]
+    fn a_move_not_at_a_safe_point_in_time_is_called_off_but_one_writing_is_not() {
+        let mut t = MoveTable::default();
+        let now = Instant::now();
+        t.ask(1, Dest::Host("h2".into()), start(1), now);
+        t.ask(2, Dest::Disk, start(2), now);
+        t.ask(3, Dest::Host("h2".into()), start(3), now);
+        let file = tempfile::tempfile().expect("temp file");
+        t.stream(3, Outgoing::new(file, PathBuf::from("x"), Token(9)));
+        let limit = Duration::from_secs(1);
+        assert!(t.call_off_overdue(now, limit).is_empty());
+        let mut late = t.call_off_overdue(now + Duration::from_secs(2), limit);
+        late.sort();
+        assert_eq!(late, vec![1, 2]);
+        assert!(matches!(t.get(1), Some(Move::CalledOff)));
+        assert!(matches!(t.written(1), Written::Unasked));
+        assert!(
+            t.under_way(3),
+            "one writing its image is past its safe point"
+        );
+        // Written late, it restarts here once its process ended.
+        t.restart_here(1, start(1), vec![1, 2, 3]);
+        assert!(matches!(t.ended(1), Some(Move::RestartHere { image, .. }) if image == [1, 2, 3]));
+    }
+
+    #[test]
+    fn parking_is_asked_once_per_owner_visit_and_the_image_is_kept_until_placed() {
+        let mut t = MoveTable::default();
+        assert!(t.try_park(1));
+        assert!(!t.try_park(1), "asked once");
+        t.ask(1, Dest::Disk, start(1), Instant::now());
+        assert!(matches!(t.written(1), Written::Park { .. }));
+        t.left(1);
+        t.park(1, start(1), PathBuf::from("/s/t1.parked"));
+        assert!(t.ended(1).is_some_and(|m| m.left()));
+        assert_eq!(
+            t.unpark(1).map(|p| p.path),
+            Some(PathBuf::from("/s/t1.parked"))
+        );
+        assert!(t.unpark(1).is_none());
+        t.owner_left();
+        assert!(t.try_park(1), "the owner came back again");
+    }
+
+    #[test]
+    fn a_streamed_image_says_how_much_went_and_on_which_link() {
+        let mut t = MoveTable::default();
+        t.ask(5, Dest::Host("h1".into()), start(5), Instant::now());
+        let file = tempfile::tempfile().expect("temp file");
+        t.stream(5, Outgoing::new(file, PathBuf::from("t5.tmp.1"), Token(42)));
+        if let Some(o) = t.outgoing(5) {
+            o.sent = 8 << 20;
+        }
+        assert!(matches!(
+            t.written(5),
+            Written::Send { streamed: Some((Token(42), n)), .. } if n == 8 << 20
+        ));
+        // A failed link: the image goes whole once written.
+        t.stop_streaming(5);
+        assert!(matches!(t.written(5), Written::Send { streamed: None, .. }));
+    }
+}

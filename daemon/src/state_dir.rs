@@ -1,0 +1,109 @@
+//! Every file a daemon keeps in its state directory, named in one place.
+//!
+//! What lives here: the layout (`control.sock`, `addr`, `ckpt/` and
+//! `replicas/` for job checkpoints, and per VP the image it writes for a
+//! move or to be parked, `tTID.ckpt`; for a job checkpoint, `tTID.snap`;
+//! parked on disk, `tTID.parked`; arriving from another host,
+//! `tTID.restore.part` then `tTID.restore`). What does not: reading or
+//! writing them (the server, `store`, libmig's checkpoint writer).
+
+use std::path::{Path, PathBuf};
+
+use libmig::msg::Tid;
+
+/// A daemon's state directory.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    /// The state directory at `root`.
+    pub fn new(root: PathBuf) -> StateDir {
+        StateDir { root }
+    }
+
+    /// Its path.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The local control socket (`mig` talks to it; VPs too).
+    pub fn control_socket(&self) -> PathBuf {
+        self.root.join("control.sock")
+    }
+
+    /// The daemon's bound TCP address, written when it is ready.
+    pub fn addr_file(&self) -> PathBuf {
+        self.root.join("addr")
+    }
+
+    /// Job checkpoints kept here (on the master).
+    pub fn checkpoints(&self) -> PathBuf {
+        self.root.join("ckpt")
+    }
+
+    /// Copies of other hosts' job checkpoints kept here.
+    pub fn replicas(&self) -> PathBuf {
+        self.root.join("replicas")
+    }
+
+    /// The image VP `tid` writes when asked to move or to park.
+    pub fn move_image(&self, tid: Tid) -> PathBuf {
+        self.root.join(format!("t{tid:x}.ckpt"))
+    }
+
+    /// Is `path` the file VP `tid` writes its move image into before it
+    /// renames it (the name libmig's writer uses)?
+    pub fn is_move_image_being_written(&self, tid: Tid, path: &Path) -> bool {
+        libmig::checkpoint::is_temp_of(path, &self.move_image(tid))
+    }
+
+    /// The image VP `tid` writes for a checkpoint of its job.
+    pub fn snap_image(&self, tid: Tid) -> PathBuf {
+        self.root.join(format!("t{tid:x}.snap"))
+    }
+
+    /// The image of VP `tid`, parked on disk while the owner has the host.
+    pub fn parked(&self, tid: Tid) -> PathBuf {
+        self.root.join(format!("t{tid:x}.parked"))
+    }
+
+    /// An image for VP `tid` arriving from another host, until it is whole.
+    pub fn restore_part(&self, tid: Tid) -> PathBuf {
+        self.root.join(format!("t{tid:x}.restore.part"))
+    }
+
+    /// The whole, checked image VP `tid` starts from here.
+    pub fn restore(&self, tid: Tid) -> PathBuf {
+        self.root.join(format!("t{tid:x}.restore"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_a_vp_is_its_own_and_inside_the_directory() {
+        let d = StateDir::new(PathBuf::from("/var/lib/migd"));
+        let tid = 0x40001;
+        let names = [
+            d.move_image(tid),
+            d.snap_image(tid),
+            d.parked(tid),
+            d.restore_part(tid),
+            d.restore(tid),
+        ];
+        for (i, a) in names.iter().enumerate() {
+            assert_eq!(a.parent(), Some(d.root()));
+            assert!(a.to_string_lossy().contains("t40001."));
+            for b in &names[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        let tmp = libmig::checkpoint::temp_path(&d.move_image(tid), 77);
+        assert!(d.is_move_image_being_written(tid, &tmp));
+        assert!(!d.is_move_image_being_written(0x40002, &tmp));
+    }
+}
