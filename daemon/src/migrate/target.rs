@@ -62,7 +62,7 @@ impl Incoming {
 
     /// The last part arrived and the image was `total` bytes: checked, it
     /// becomes `path`. How to start its VP, or why not (the file is gone).
-    pub fn finish(self, total: u64, path: &Path) -> Result<StartVp, (StartVp, String)> {
+    pub fn finish(self, total: u64, path: &Path) -> Result<StartVp, String> {
         let Incoming {
             start,
             file,
@@ -84,7 +84,7 @@ impl Incoming {
             Ok(()) => Ok(start),
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
-                Err((start, e))
+                Err(e)
             }
         }
     }

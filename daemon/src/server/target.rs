@@ -50,7 +50,7 @@ impl Daemon {
                     let path = self.state.restore(tid);
                     self.start_restored(start, &path)
                 }
-                Err((_, why)) => self.restore_failed(tid, &why),
+                Err(why) => self.restore_failed(tid, &why),
             }
         }
     }
