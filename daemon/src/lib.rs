@@ -20,6 +20,7 @@
 pub mod config;
 pub mod conn;
 pub mod facts;
+pub mod flow;
 pub mod groups;
 pub mod host;
 pub mod log;

@@ -4,16 +4,15 @@
 use super::*;
 
 impl Daemon {
+    /// A request on local control connection `t`.
     pub(super) fn control(&mut self, t: Token, req: Request) {
         let me = self.facts.name.clone();
-        if let Some(m) = &mut self.master {
+        if let Some(m) = self.role.master() {
             m.set_wall(wall_ns());
             let out = m.control(Requester::Local(t.0), &me, req);
             self.deliver(out);
-        } else if let Some(link) = self.link {
-            let id = self.next_proxy;
-            self.next_proxy += 1;
-            self.proxied.insert(id, t);
+        } else if let (Some(link), Some(proxied)) = (self.role.link(), self.role.proxied()) {
+            let id = proxied.forward(t);
             self.send_peer(link, &PeerMsg::Control { id, req });
         } else {
             self.send_resp(

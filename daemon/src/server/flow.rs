@@ -1,7 +1,8 @@
-//! Flow control: a receiver that falls behind pauses those who send to it,
-//! and messages held for a VP not reachable yet hold their senders back.
+//! Flow control on the loop's connections: pausing and resuming senders
+//! as the `Flow` bookkeeping (`crate::flow`) says.
 
 use super::*;
+use crate::flow::Flow;
 
 impl Daemon {
     /// `src` sent to `dest`, which has too much queued: stop reading `src`
@@ -10,32 +11,32 @@ impl Daemon {
         if src == dest {
             return;
         }
-        if let Some(c) = self.conns.get_mut(&src) {
-            if !c.paused {
-                c.paused = true;
-                self.blocked.entry(dest).or_default().push(src);
-            }
+        if let Some(c) = self.conns.get_mut(&src).filter(|c| !c.paused) {
+            c.paused = true;
+            self.flow.wait_on(dest, src);
         }
     }
 
+    /// Read `src` again.
     pub(super) fn resume(&mut self, src: Token) {
-        if let Some(c) = self.conns.get_mut(&src) {
-            if c.paused {
-                c.paused = false;
-                self.conn_ready(src);
-            }
+        if let Some(c) = self.conns.get_mut(&src).filter(|c| c.paused) {
+            c.paused = false;
+            self.conn_ready(src);
+        }
+    }
+
+    /// Resume each of `senders`.
+    pub(super) fn resume_all(&mut self, senders: Vec<Token>) {
+        for src in senders {
+            self.resume(src);
         }
     }
 
     /// After `t` wrote: if it is down to the low mark, its senders go on.
     pub(super) fn maybe_resume(&mut self, t: Token) {
-        let low = self.conns.get(&t).is_none_or(|c| c.queued() <= LOW_WATER)
-            && self.fd_inflight.get(&t).is_none_or(|&n| n <= FD_LOW_WATER);
-        if low {
-            for src in self.blocked.remove(&t).unwrap_or_default() {
-                self.resume(src);
-            }
-        }
+        let queued = self.conns.get(&t).map_or(0, Conn::queued);
+        let senders = self.flow.drained(t, queued);
+        self.resume_all(senders);
     }
 
     /// A memfd payload of a local sender leaves this daemon (passed on or
@@ -53,26 +54,24 @@ impl Daemon {
     pub(super) fn hold(&mut self, env: Envelope, body: Body, src: Option<Token>) {
         let to = env.to;
         self.router.hold(env, body);
-        if let Some(src) = src {
-            if self.router.held_bytes(to) > HIGH_WATER {
-                if let Some(c) = self.conns.get_mut(&src).filter(|c| !c.paused) {
-                    c.paused = true;
-                    self.held_blocked.entry(to).or_default().push(src);
-                }
-            }
+        let Some(src) = src.filter(|_| Flow::held_too_much(self.router.held_bytes(to))) else {
+            return;
+        };
+        if let Some(c) = self.conns.get_mut(&src).filter(|c| !c.paused) {
+            c.paused = true;
+            self.flow.wait_on_held(to, src);
         }
     }
 
     /// Messages held for `tid` went on: the senders paused for them go on.
     pub(super) fn released(&mut self, tid: Tid) {
-        for src in self.held_blocked.remove(&tid).unwrap_or_default() {
-            self.resume(src);
-        }
+        let senders = self.flow.held_released(tid);
+        self.resume_all(senders);
     }
 
     /// Has `t` so much waiting for it that its senders must wait?
     pub(super) fn full(&self, t: Token) -> bool {
-        self.conns.get(&t).is_some_and(|c| c.queued() > HIGH_WATER)
-            || self.fd_inflight.get(&t).is_some_and(|&n| n > FD_HIGH_WATER)
+        self.flow
+            .full(t, self.conns.get(&t).map_or(0, Conn::queued))
     }
 }

@@ -17,6 +17,7 @@ mod local;
 mod net;
 mod owner;
 mod peer;
+mod role;
 mod routing;
 mod slicing;
 mod snapshot;
@@ -25,6 +26,7 @@ mod target;
 mod vp;
 
 use net::Pending;
+use role::Role;
 use routing::gone;
 use target::ImagePart;
 
@@ -51,6 +53,7 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::conn::{Conn, Kind, Sock};
+use crate::flow::Flow;
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
 use crate::master::{Master, Out, Requester};
@@ -83,15 +86,6 @@ const SIGNALS: Token = Token(2);
 const FIRST: usize = 16;
 /// A connection that has not finished the handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// A connection with this much queued for it pauses those who send to it...
-const HIGH_WATER: usize = 8 << 20;
-/// ...until it is down to this.
-const LOW_WATER: usize = 2 << 20;
-/// A VP with this much in memfd payloads passed and not yet taken in
-/// pauses those who send to it...
-const FD_HIGH_WATER: usize = 64 << 20;
-/// ...until it is down to this.
-const FD_LOW_WATER: usize = 16 << 20;
 
 /// Why the daemon could not start or stopped on an error.
 #[derive(Debug, Error)]
@@ -136,10 +130,8 @@ pub struct Daemon {
     conns: HashMap<Token, Conn>,
     pipes: HashMap<Token, Pipe>,
     next_token: usize,
-    master: Option<Master>,
-    link: Option<Token>,
-    proxied: HashMap<u64, Token>,
-    next_proxy: u64,
+    /// The master, or a worker and its link to the master.
+    role: Role,
     vps: Vps,
     last_beat: Instant,
     halting: Option<Instant>,
@@ -148,8 +140,6 @@ pub struct Daemon {
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
     dialling: HashMap<Token, Vec<Pending>>,
-    /// Senders paused because too much is held for a VP not reachable yet.
-    held_blocked: HashMap<Tid, Vec<Token>>,
     /// Where each local VP is in its move, and the images this host holds
     /// for moves: on their way out, parked, arriving.
     moves: MoveTable,
@@ -158,8 +148,8 @@ pub struct Daemon {
     /// Each local VP's socket, for answers to it (also while it moves, when
     /// the router no longer delivers messages to it).
     vp_conns: HashMap<Tid, Token>,
-    fd_inflight: HashMap<Token, usize>,
-    blocked: HashMap<Token, Vec<Token>>,
+    /// Who waits for whom (flow control).
+    flow: Flow,
     /// Is this workstation its owner's right now?
     owner: Monitor,
     /// Buffers for large messages from other hosts to local VPs, and
@@ -254,10 +244,7 @@ impl Daemon {
             conns: HashMap::new(),
             pipes: HashMap::new(),
             next_token: FIRST,
-            master: None,
-            link: None,
-            proxied: HashMap::new(),
-            next_proxy: 1,
+            role: Role::worker(),
             vps: Vps::default(),
             last_beat: Instant::now(),
             halting: None,
@@ -268,10 +255,8 @@ impl Daemon {
             dialling: HashMap::new(),
             moves: MoveTable::default(),
             state: StateDir::new(cfg.state_dir.clone()),
-            held_blocked: HashMap::new(),
             vp_conns: HashMap::new(),
-            fd_inflight: HashMap::new(),
-            blocked: HashMap::new(),
+            flow: Flow::default(),
             owner,
             outbox: Default::default(),
             inbox: Default::default(),
@@ -289,7 +274,7 @@ impl Daemon {
             None => {
                 let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
                 m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.safe_point_timeout);
-                d.master = Some(m);
+                d.role = Role::Master(Box::new(m));
                 d.deliver(out);
                 log!("master {} listening on {addr}", d.facts.name);
             }
@@ -360,8 +345,8 @@ impl Daemon {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    TCP => self.accept_tcp(),
-                    UNIX => self.accept_unix(),
+                    TCP => self.accept(true),
+                    UNIX => self.accept(false),
                     SIGNALS => self.signals(),
                     t if self.pipes.contains_key(&t) => self.pipe_ready(t),
                     t => {
@@ -416,10 +401,10 @@ impl Daemon {
         if let Some(r) = self.slicer.report() {
             self.report(PeerMsg::Slicing(r));
         }
-        if let Some(link) = self.link {
+        if let Some(link) = self.role.link() {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
-        if let Some(m) = &mut self.master {
+        if let Some(m) = self.role.master() {
             let out = m.tick(Instant::now(), self.cfg.dead_after);
             self.deliver(out);
         }

@@ -35,7 +35,7 @@ impl Daemon {
         let t = self
             .adopt(s, Kind::Master)
             .map_err(|e| jerr(e.to_string()))?;
-        self.link = Some(t);
+        self.role.joined(t);
         Ok(())
     }
 
@@ -89,23 +89,23 @@ impl Daemon {
         }
     }
 
-    pub(super) fn accept_tcp(&mut self) {
+    /// Take every connection waiting on a listener: daemons on TCP (they
+    /// must authenticate first), `mig` and VPs on the control socket (only
+    /// this daemon's user and root).
+    pub(super) fn accept(&mut self, tcp: bool) {
         loop {
-            match self.tcp.accept() {
-                Ok((mut s, peer)) => {
+            let accepted = if tcp {
+                self.tcp.accept().map(|(s, peer)| {
                     let _ = s.set_nodelay(true);
-                    let t = self.token();
-                    if self
-                        .poll
-                        .registry()
-                        .register(&mut s, t, Interest::READABLE)
-                        .is_ok()
-                    {
-                        log!("connection from {peer}");
-                        self.conns
-                            .insert(t, Conn::new(Sock::Tcp(s), Kind::AwaitHello));
-                    }
-                }
+                    (Sock::Tcp(s), Kind::AwaitHello, Some(peer))
+                })
+            } else {
+                self.unix
+                    .accept()
+                    .map(|(s, _)| (Sock::Unix(s), Kind::Control, None))
+            };
+            match accepted {
+                Ok((sock, kind, peer)) => self.admit(sock, kind, peer),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -116,38 +116,30 @@ impl Daemon {
         }
     }
 
-    pub(super) fn accept_unix(&mut self) {
-        loop {
-            match self.unix.accept() {
-                Ok((mut s, _)) => {
-                    let uid = nix::sys::socket::getsockopt(
-                        &s,
-                        nix::sys::socket::sockopt::PeerCredentials,
-                    )
-                    .map(|c| c.uid())
-                    .unwrap_or(u32::MAX);
-                    if uid != self.uid && uid != 0 {
-                        log!("control connection from uid {uid} refused: only uid {} may control this daemon", self.uid);
-                        continue;
-                    }
-                    let t = self.token();
-                    if self
-                        .poll
-                        .registry()
-                        .register(&mut s, t, Interest::READABLE)
-                        .is_ok()
-                    {
-                        self.conns
-                            .insert(t, Conn::new(Sock::Unix(s), Kind::Control));
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log!("accept failed: {e}");
-                    return;
-                }
+    /// Register an accepted connection with the loop.
+    fn admit(&mut self, mut sock: Sock, kind: Kind, peer: Option<SocketAddr>) {
+        if let Sock::Unix(s) = &sock {
+            let uid = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
+                .map(|c| c.uid())
+                .unwrap_or(u32::MAX);
+            if uid != self.uid && uid != 0 {
+                return log!(
+                    "control connection from uid {uid} refused: only uid {} may control this daemon",
+                    self.uid
+                );
             }
+        }
+        let t = self.token();
+        if self
+            .poll
+            .registry()
+            .register(&mut sock, t, Interest::READABLE)
+            .is_ok()
+        {
+            if let Some(peer) = peer {
+                log!("connection from {peer}");
+            }
+            self.conns.insert(t, Conn::new(sock, kind));
         }
     }
 
@@ -170,14 +162,14 @@ impl Daemon {
         match c.kind {
             Kind::Peer { host: Some(h) } => {
                 log!("lost connection to {h}: {why}");
-                if let Some(m) = &mut self.master {
+                if let Some(m) = self.role.master() {
                     let out = m.host_gone(&h, why);
                     self.deliver(out);
                 }
             }
             Kind::Master => {
                 log!("lost the master: {why}; stopping");
-                self.link = None;
+                self.role.lost_master();
                 self.begin_halt();
             }
             Kind::AwaitHello | Kind::AwaitProof { .. } => {
@@ -207,12 +199,12 @@ impl Daemon {
             }
             _ => {}
         }
-        self.proxied.retain(|_, tok| *tok != t);
-        self.fd_inflight.remove(&t);
-        // Whoever waited for this connection to drain goes on.
-        for src in self.blocked.remove(&t).unwrap_or_default() {
-            self.resume(src);
+        if let Some(p) = self.role.proxied() {
+            p.closed(t);
         }
+        // Whoever waited for this connection to drain goes on.
+        let senders = self.flow.closed(t);
+        self.resume_all(senders);
     }
 
     /// Read and handle what a connection has, frame by frame, until it is
@@ -289,9 +281,8 @@ impl Daemon {
         if !matches!(kind, Some(Kind::Vp { .. })) {
             log!("cannot write to {kind:?}: {e}");
         }
-        for src in self.blocked.remove(&t).unwrap_or_default() {
-            self.resume(src);
-        }
+        let senders = self.flow.gave_up(t);
+        self.resume_all(senders);
         if let Some(c) = self.conns.get(&t) {
             if c.closing {
                 self.close(t, "write failed");

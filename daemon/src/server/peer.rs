@@ -37,7 +37,7 @@ impl Daemon {
                 self.refuse(t, &format!("{} before authentication", variant(&other)));
             }
             (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
-                let Some(m) = &mut self.master else {
+                let Some(m) = self.role.master() else {
                     return self.refuse(
                         t,
                         "this daemon is a worker, not a master: join the master instead",
@@ -125,7 +125,7 @@ impl Daemon {
 
     /// On the master: a message from worker `h`.
     pub(super) fn on_worker_msg(&mut self, h: &str, t: Token, msg: PeerMsg) {
-        let Some(m) = &mut self.master else { return };
+        let Some(m) = self.role.master() else { return };
         let mut out = m.heard_from(h, Instant::now());
         out.extend(match msg {
             PeerMsg::Control { id, req } => m.with_wall(wall_ns()).control(
@@ -153,15 +153,14 @@ impl Daemon {
     pub(super) fn on_master_msg(&mut self, msg: PeerMsg) {
         match msg {
             PeerMsg::Reply { id, resp } => {
-                if let Some(&t) = self.proxied.get(&id) {
-                    self.send_resp(t, &resp);
-                }
                 // Spawned, Output and VpDone may be followed by more replies.
-                if !matches!(
+                let more = matches!(
                     resp,
                     Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
-                ) {
-                    self.proxied.remove(&id);
+                );
+                let to = self.role.proxied().and_then(|p| p.answered(id, more));
+                if let Some(t) = to {
+                    self.send_resp(t, &resp);
                 }
             }
             other => self.host_msg(other),
@@ -233,10 +232,10 @@ impl Daemon {
 
     /// Report to the master (handled in place when this is the master).
     pub(super) fn report(&mut self, msg: PeerMsg) {
-        if let Some(m) = &mut self.master {
+        if let Some(m) = self.role.master() {
             let out = m.from_host(&self.facts.name, msg).unwrap_or_default();
             self.deliver(out);
-        } else if let Some(link) = self.link {
+        } else if let Some(link) = self.role.link() {
             self.send_peer(link, &msg);
         }
     }

@@ -72,7 +72,7 @@ impl Daemon {
         self.credit(&env, &body);
         let (head, payload, fd) = match (local, body) {
             (true, Body::Fd(fd, len)) => {
-                *self.fd_inflight.entry(dest).or_default() += len;
+                self.flow.passed(dest, len);
                 let msg = VpMsg::DeliverFd {
                     env,
                     len: len as u64,

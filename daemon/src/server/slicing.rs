@@ -15,7 +15,7 @@ impl Daemon {
         tables: Vec<(String, Vec<Vec<libmig::msg::SlotCell>>)>,
     ) {
         const TABLE_LEAD: u64 = 50_000_000;
-        let Some(m) = &mut self.master else { return };
+        let Some(m) = self.role.master() else { return };
         let q = m.quantum_ns().max(1);
         let now = wall_ns();
         let (epoch, n) = m.round().unwrap_or((now, slots as u64));

@@ -53,7 +53,7 @@ impl Daemon {
                     .and_then(|v| v.start.as_ref())
                     .map(|s| s.job.clone())
                     .unwrap_or_default();
-                if self.master.is_none() {
+                if !self.role.is_master() {
                     // Kept here too: the master holds the other copy.
                     if let Err(e) = self.replicas.save(&job, id, tid, &image) {
                         log!("cannot keep a copy of job {job}'s checkpoint: {e}");

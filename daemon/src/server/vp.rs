@@ -52,9 +52,7 @@ impl Daemon {
                 self.route(env, Body::Fd(fd, len as usize), Some(t));
             }
             VpMsg::Consumed { bytes } => {
-                if let Some(n) = self.fd_inflight.get_mut(&t) {
-                    *n = n.saturating_sub(bytes as usize);
-                }
+                self.flow.consumed(t, bytes as usize);
                 self.maybe_resume(t);
             }
             VpMsg::Written { path, upto } => self.written(tid, &path, upto),

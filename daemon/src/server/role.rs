@@ -1,0 +1,107 @@
+//! What a daemon is in its virtual machine: the master, which decides, or a
+//! worker, which talks to the master over one link and forwards its local
+//! users' requests to it.
+
+use std::collections::HashMap;
+
+use mio::Token;
+
+use crate::master::Master;
+
+/// The master, or a worker.
+pub(super) enum Role {
+    /// The master: its `Master` answers every event with `Out`s.
+    Master(Box<Master>),
+    /// A worker.
+    Worker {
+        /// The link to the master (none once lost: the daemon halts).
+        link: Option<Token>,
+        /// Control requests of local users forwarded to the master.
+        proxied: Proxied,
+    },
+}
+
+impl Role {
+    /// A worker not joined yet.
+    pub(super) fn worker() -> Role {
+        Role::Worker {
+            link: None,
+            proxied: Proxied::default(),
+        }
+    }
+
+    /// The master's state, if this is the master.
+    pub(super) fn master(&mut self) -> Option<&mut Master> {
+        match self {
+            Role::Master(m) => Some(m),
+            Role::Worker { .. } => None,
+        }
+    }
+
+    /// Is this the master?
+    pub(super) fn is_master(&self) -> bool {
+        matches!(self, Role::Master(_))
+    }
+
+    /// A worker's link to its master.
+    pub(super) fn link(&self) -> Option<Token> {
+        match self {
+            Role::Worker { link, .. } => *link,
+            Role::Master(_) => None,
+        }
+    }
+
+    /// A worker joined its master over `t`.
+    pub(super) fn joined(&mut self, t: Token) {
+        if let Role::Worker { link, .. } = self {
+            *link = Some(t);
+        }
+    }
+
+    /// A worker lost its master.
+    pub(super) fn lost_master(&mut self) {
+        if let Role::Worker { link, .. } = self {
+            *link = None;
+        }
+    }
+
+    /// A worker's forwarded requests (none on the master).
+    pub(super) fn proxied(&mut self) -> Option<&mut Proxied> {
+        match self {
+            Role::Worker { proxied, .. } => Some(proxied),
+            Role::Master(_) => None,
+        }
+    }
+}
+
+/// Control requests a worker forwarded to its master, by the id the master
+/// answers with, and the local connection each came on.
+#[derive(Default)]
+pub(super) struct Proxied {
+    by_id: HashMap<u64, Token>,
+    next: u64,
+}
+
+impl Proxied {
+    /// A request from local connection `t` goes to the master: its id.
+    pub(super) fn forward(&mut self, t: Token) -> u64 {
+        self.next += 1;
+        self.by_id.insert(self.next, t);
+        self.next
+    }
+
+    /// The master answered request `id`; `more`: further answers follow
+    /// (a job's output, its VPs' ends). The connection to answer on.
+    pub(super) fn answered(&mut self, id: u64, more: bool) -> Option<Token> {
+        if more {
+            self.by_id.get(&id).copied()
+        } else {
+            self.by_id.remove(&id)
+        }
+    }
+
+    /// Local connection `t` closed: its requests are answered no more.
+    pub(super) fn closed(&mut self, t: Token) {
+        self.by_id.retain(|_, tok| *tok != t);
+    }
+}
