@@ -1,0 +1,192 @@
+//! Calls from VPs: spawning, killing, tasks, notices (exits, hosts), groups
+//! and barriers, and answering them.
+
+use super::*;
+
+impl Master {
+    /// A request of VP `tid` (on `host`).
+    pub fn vp_call(&mut self, host: &str, tid: Tid, id: u64, call: VpCall) -> Vec<Out> {
+        let reply = |ret: VpRet| {
+            vec![Out::ToHost(
+                host.to_string(),
+                PeerMsg::VpReturn { tid, id, ret },
+            )]
+        };
+        let Some((job, _)) = self.tids.get(&tid).cloned() else {
+            return reply(VpRet::Error(format!("t{tid:x} is not a running VP")));
+        };
+        match call {
+            VpCall::Spawn {
+                program,
+                args,
+                n,
+                new_job,
+            } => {
+                let Some(j) = self.jobs.get(&job) else {
+                    return reply(VpRet::Error("the caller's job is gone".into()));
+                };
+                let spec = SpawnSpec {
+                    program,
+                    args,
+                    n,
+                    cwd: j.spec.cwd.clone(),
+                    env: j.spec.env.clone(),
+                    wait: false,
+                    parent: Some(tid),
+                    independent: false,
+                };
+                if new_job {
+                    let mut out = self.spawn(Requester::Vp { tid, id }, host, spec);
+                    for o in &mut out {
+                        if let Out::Reply(Requester::Vp { .. }, resp) = o {
+                            let ret = match resp {
+                                Response::Spawned { tids, .. } => VpRet::Tids(tids.clone()),
+                                Response::Error { message } => VpRet::Error(message.clone()),
+                                _ => VpRet::Done,
+                            };
+                            *o = Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
+                        }
+                    }
+                    return out;
+                }
+                self.grow_job(&job, host, tid, id, spec)
+            }
+            VpCall::Kill { tid: victim } => match self.host_of(victim) {
+                Some(h) => {
+                    let mut out = vec![Out::ToHost(h, PeerMsg::Kill { tid: victim })];
+                    out.extend(reply(VpRet::Done));
+                    out
+                }
+                None => reply(VpRet::Error(format!("no running VP t{victim:x}"))),
+            },
+            VpCall::Tasks => {
+                let tids = self
+                    .jobs
+                    .get(&job)
+                    .map(|j| j.vps.values().map(|v| v.tid).collect())
+                    .unwrap_or_default();
+                reply(VpRet::Tids(tids))
+            }
+            VpCall::Notify { on, tag } => match on {
+                NotifyOn::VpExit(watched) => {
+                    let running = self.tids.get(&watched).is_some_and(|(j, v)| {
+                        self.jobs
+                            .get(j)
+                            .and_then(|j| j.vps.get(v))
+                            .is_some_and(|v| v.state != VpState::Exited)
+                    });
+                    let mut out = reply(VpRet::Done);
+                    if running {
+                        self.exit_watch.entry(watched).or_default().push((tid, tag));
+                    } else {
+                        let status = self.exit_of(watched).unwrap_or(ExitInfo {
+                            code: None,
+                            signal: None,
+                            error: Some("no such VP".into()),
+                        });
+                        out.push(notice_to(
+                            tid,
+                            tag,
+                            &Notice::VpExited {
+                                tid: watched,
+                                status,
+                            },
+                        ));
+                    }
+                    out
+                }
+                NotifyOn::HostJoin | NotifyOn::HostLeave => {
+                    self.host_watch.push((tid, tag, on == NotifyOn::HostJoin));
+                    reply(VpRet::Done)
+                }
+            },
+            VpCall::Join { group } => {
+                let i = self.groups.join(&group, tid);
+                reply(VpRet::Instance(i))
+            }
+            VpCall::Leave { group } => {
+                let (was, released) = self.groups.leave(&group, tid);
+                let mut out = if was {
+                    reply(VpRet::Done)
+                } else {
+                    reply(VpRet::Error(format!("not a member of group {group:?}")))
+                };
+                for (w, wid) in released {
+                    out.extend(self.vp_return(w, wid, VpRet::Done));
+                }
+                out
+            }
+            VpCall::Members { group } => reply(VpRet::Members(self.groups.members(&group))),
+            VpCall::Barrier { group, count } => match self.groups.barrier(&group, tid, id, count) {
+                Ok(released) => released
+                    .into_iter()
+                    .flat_map(|(w, wid)| self.vp_return(w, wid, VpRet::Done))
+                    .collect(),
+                Err(e) => reply(VpRet::Error(e)),
+            },
+        }
+    }
+
+    /// A VP is gone for good: tell those who asked, and leave its groups.
+    pub(super) fn vp_gone(&mut self, tid: Tid, status: &ExitInfo) -> Vec<Out> {
+        let notice = Notice::VpExited {
+            tid,
+            status: status.clone(),
+        };
+        let mut out: Vec<Out> = self
+            .exit_watch
+            .remove(&tid)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(to, tag)| notice_to(to, tag, &notice))
+            .collect();
+        self.host_watch.retain(|&(t, _, _)| t != tid);
+        for (w, id) in self.groups.exited(tid) {
+            out.extend(self.vp_return(w, id, VpRet::Done));
+        }
+        out
+    }
+
+    pub(super) fn vp_return(&self, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {
+        match self.host_of(tid) {
+            Some(h) => vec![Out::ToHost(h, PeerMsg::VpReturn { tid, id, ret })],
+            None => Vec::new(),
+        }
+    }
+
+    /// A worker asks where `tid` is.
+    pub fn locate(&self, host: &str, tid: Tid) -> Vec<Out> {
+        let loc = match self.tids.get(&tid) {
+            Some((job, vp)) => self
+                .jobs
+                .get(job)
+                .and_then(|j| j.vps.get(vp))
+                .map_or(Loc::Gone, loc_of),
+            None => Loc::Gone,
+        };
+        vec![Out::ToHost(
+            host.to_string(),
+            PeerMsg::Directory(vec![(tid, loc)]),
+        )]
+    }
+
+    pub(super) fn exit_of(&self, tid: Tid) -> Option<ExitInfo> {
+        if let Some(e) = self.gone.get(&tid) {
+            return Some(e.clone());
+        }
+        let (j, v) = self.tids.get(&tid)?;
+        self.jobs.get(j)?.vps.get(v)?.exit.clone()
+    }
+}
+
+/// A notice for VP `to` with `tag`.
+pub(super) fn notice_to(to: Tid, tag: i32, notice: &Notice) -> Out {
+    let env = Envelope {
+        from: SYSTEM,
+        to,
+        tag,
+        seq: 0,
+        incarnation: 0,
+    };
+    Out::Deliver(env, postcard::to_allocvec(notice).unwrap_or_default())
+}

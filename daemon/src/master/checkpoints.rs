@@ -1,0 +1,469 @@
+//! Job checkpoints: consistent rounds (every VP stopped at a safe point, told
+//! what its peers sent it, its image kept), periodic ones, and restarting a
+//! job from its newest complete generation.
+
+use super::*;
+
+impl Master {
+    /// Checkpoint jobs every `every` (none: only on request); a checkpoint
+    /// not done within `timeout` is given up.
+    pub fn set_checkpointing(&mut self, every: Option<Duration>, timeout: Duration) {
+        self.checkpoint_every = every;
+        self.checkpoint_timeout = timeout;
+    }
+
+    /// `mig checkpoint JOB` (or the periodic one): every VP stops at a safe
+    /// point and reports what it sent; see `SnapStep`.
+    pub(super) fn checkpoint_job(&mut self, job: &str, from: Option<Requester>) -> Vec<Out> {
+        let err = |m: String| match &from {
+            Some(r) => vec![Out::Reply(r.clone(), Response::Error { message: m })],
+            None => vec![Out::Log(m)],
+        };
+        let Some(j) = self.jobs.get_mut(job) else {
+            return err(format!("no job {job:?}; `mig ps` lists them"));
+        };
+        if let Some(r) = &mut j.ckpt.round {
+            if let Some(f) = from {
+                r.waiters.push(f);
+            }
+            return Vec::new();
+        }
+        let hosts: Option<Vec<(Tid, String)>> = j
+            .vps
+            .values()
+            .map(|v| match (&v.state, &v.host) {
+                (VpState::Running, Some(h)) => Some((v.tid, h.clone())),
+                _ => None,
+            })
+            .collect();
+        let Some(hosts) = hosts else {
+            return err(format!(
+                "job {job} cannot be checkpointed now: not all of its VPs are running"
+            ));
+        };
+        let id = self.next_ckpt;
+        self.next_ckpt += 1;
+        j.ckpt.last = Some(self.now);
+        j.ckpt.round = Some(Round {
+            id,
+            members: hosts.iter().map(|(t, _)| *t).collect(),
+            started: self.now,
+            paused: HashMap::new(),
+            taken: HashMap::new(),
+            waiters: from.into_iter().collect(),
+        });
+        let mut out = vec![Out::Log(format!(
+            "checkpointing job {job} (generation {id})"
+        ))];
+        for (tid, host) in hosts {
+            out.push(Out::ToHost(
+                host,
+                PeerMsg::Snap {
+                    tid,
+                    step: SnapStep::Begin {
+                        id,
+                        path: String::new(),
+                    },
+                },
+            ));
+        }
+        out
+    }
+
+    /// The job a VP belongs to, and its checkpoint round if `id` is current.
+    pub(super) fn round_of(&mut self, tid: Tid, id: u64) -> Option<(String, &mut JobRec)> {
+        let (job, _) = self.tids.get(&tid)?.clone();
+        let j = self.jobs.get_mut(&job)?;
+        j.ckpt.round.as_ref().filter(|r| r.id == id)?;
+        Some((job, j))
+    }
+
+    /// A VP stopped for checkpoint `id`. Once all have, each is told how
+    /// much its peers sent it.
+    pub(super) fn snap_paused(&mut self, tid: Tid, id: u64, sent: Vec<(Tid, u64)>) -> Vec<Out> {
+        let Some((_, j)) = self.round_of(tid, id) else {
+            return Vec::new();
+        };
+        let Some(r) = j.ckpt.round.as_mut() else {
+            return Vec::new();
+        };
+        r.paused.insert(tid, sent);
+        if r.paused.len() < r.members.len() {
+            return Vec::new();
+        }
+        let paused = r.paused.clone();
+        let members = r.members.clone();
+        to_every_vp(j, &members, |tid| SnapStep::Now {
+            id,
+            expect: paused
+                .iter()
+                .filter_map(|(&from, sent)| {
+                    sent.iter()
+                        .find(|(to, _)| *to == tid)
+                        .map(|&(_, n)| (from, n))
+                })
+                .collect(),
+        })
+    }
+
+    /// VP `tid`'s image of checkpoint `id` arrived from `host`: keep it here
+    /// (and on a third host when `host` is this one); once all are in, the
+    /// checkpoint is good and the VPs go on.
+    pub(super) fn snap_image(&mut self, host: &str, tid: Tid, id: u64, image: Vec<u8>) -> Vec<Out> {
+        let me = self.name.clone();
+        let now = self.now;
+        let spare = self
+            .hosts
+            .iter()
+            .find(|(n, h)| h.alive && **n != me)
+            .map(|(n, _)| n.clone());
+        let Some((job, j)) = self.round_of(tid, id) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if host == me {
+            // The image lives on this host already: one copy elsewhere.
+            if let Some(other) = spare {
+                out.push(Out::ToHost(
+                    other,
+                    PeerMsg::Replica {
+                        job: job.clone(),
+                        id,
+                        tid,
+                        image: image.clone(),
+                    },
+                ));
+            }
+        }
+        let size = image.len();
+        out.push(Out::StoreImage {
+            job: job.clone(),
+            id,
+            tid,
+            image,
+        });
+        let Some(r) = j.ckpt.round.as_mut() else {
+            return out;
+        };
+        r.taken.insert(tid, size);
+        if r.taken.len() < r.members.len() {
+            return out;
+        }
+        let Some(r) = j.ckpt.round.take() else {
+            return out;
+        };
+        let vps = j
+            .vps
+            .iter()
+            .filter(|(_, v)| r.members.contains(&v.tid))
+            .map(|(&vp, _)| vp)
+            .collect();
+        j.ckpt.good.push(Generation { id, vps });
+        let extra = j.ckpt.good.len().saturating_sub(2);
+        j.ckpt.good.drain(..extra);
+        let bytes: usize = r.taken.values().sum();
+        let took = now.saturating_duration_since(r.started);
+        let message = format!(
+            "job {job} checkpointed (generation {id}): {} VPs, {bytes} bytes",
+            r.taken.len()
+        );
+        out.push(Out::Log(format!(
+            "{message}, in about {} ms",
+            took.as_millis()
+        )));
+        out.extend(to_every_vp(j, &r.members, |_| SnapStep::Resume { id }));
+        out.push(Out::PruneCheckpoints {
+            job: job.clone(),
+            keep: j.ckpt.good.iter().map(|g| g.id).collect(),
+        });
+        for w in r.waiters {
+            out.push(Out::Reply(
+                w,
+                Response::Ok {
+                    message: message.clone(),
+                },
+            ));
+        }
+        out
+    }
+
+    /// Periodic checkpoints, and rounds that take too long given up.
+    pub(super) fn checkpoint_tick(&mut self, now: Instant) -> Vec<Out> {
+        let mut out = Vec::new();
+        let timeout = self.checkpoint_timeout;
+        let mut due = Vec::new();
+        for (job, j) in &mut self.jobs {
+            if let Some(r) = j
+                .ckpt
+                .round
+                .take_if(|r| now.duration_since(r.started) > timeout)
+            {
+                out.push(Out::Log(format!(
+                    "checkpoint {} of job {job} given up: not every VP reached a safe point within {} s",
+                    r.id,
+                    timeout.as_secs()
+                )));
+                out.extend(to_every_vp(j, &r.members, |_| SnapStep::Abort { id: r.id }));
+                for w in r.waiters {
+                    out.push(Out::Reply(
+                        w,
+                        Response::Error {
+                            message: format!("checkpoint of job {job} given up: not every VP reached a safe point"),
+                        },
+                    ));
+                }
+            }
+            let every = self.checkpoint_every;
+            let running = j.vps.values().all(|v| v.state == VpState::Running);
+            if every.is_some_and(|e| j.ckpt.last.is_none_or(|l| now.duration_since(l) >= e))
+                && j.ckpt.round.is_none()
+                && running
+                && !j.killed
+            {
+                due.push(job.clone());
+            }
+        }
+        for job in due {
+            out.extend(self.checkpoint_job(&job, None));
+        }
+        out
+    }
+
+    /// Restart `job` from its last good checkpoint: every VP's process is
+    /// ended and started again from its image (on its host, or where the
+    /// scheduler put it if its host is gone). `mig restart`, and
+    /// automatically when a host dies under a job that has a checkpoint.
+    pub(super) fn restart_job(&mut self, job: &str, from: Option<Requester>) -> Vec<Out> {
+        let err = |m: String| match &from {
+            Some(r) => vec![Out::Reply(r.clone(), Response::Error { message: m })],
+            None => vec![Out::Log(m)],
+        };
+        let Some(j) = self.jobs.get(job) else {
+            return err(format!("no job {job:?}; `mig ps` lists them"));
+        };
+        let Some(gen) = j.ckpt.good.last().cloned() else {
+            return err(format!(
+                "job {job} has no checkpoint yet: `mig checkpoint {job}`, or set checkpoint_interval_s"
+            ));
+        };
+        // VPs that ended after the checkpoint come back with it: the
+        // scheduler places them again (`VpBack`), so they are gang-sliced
+        // like the others.
+        let back: Vec<(u32, String)> = j
+            .vps
+            .iter()
+            .filter(|(vp, v)| gen.vps.contains(vp) && v.state == VpState::Exited)
+            .filter_map(|(&vp, v)| {
+                let arch = self.hosts.get(v.host.as_ref()?)?.facts.arch.clone();
+                Some((vp, arch))
+            })
+            .collect();
+        let mut actions = Vec::new();
+        let mut out_back = Vec::new();
+        let mut added = Vec::new();
+        if !back.is_empty() {
+            for (vp, arch) in back {
+                let e = Event::VpBack {
+                    job: job.to_string(),
+                    vp,
+                    arch,
+                };
+                match self.sched.on_event(e) {
+                    Ok(a) => {
+                        actions.extend(a);
+                        added.push(vp);
+                    }
+                    Err(e) => out_back.push(Out::Log(format!("job {job}: {e}"))),
+                }
+            }
+            // This job restarts where the scheduler now has its VPs; what
+            // the scheduler asks of other jobs is carried out.
+            actions.retain(|a| action_job(a) != Some(job));
+            let placement = self
+                .sched
+                .job_view(job)
+                .map(|v| v.placement)
+                .unwrap_or_default();
+            if let Some(j) = self.jobs.get_mut(job) {
+                for (vp, v) in j.vps.iter_mut() {
+                    if let Some((host, _)) = placement.get(vp).and_then(|p| p.rsplit_once('/')) {
+                        v.host = Some(host.to_string());
+                    }
+                }
+            }
+        }
+        out_back.extend(self.carry_out(actions));
+        let Some(j) = self.jobs.get(job) else {
+            return err(format!("no job {job:?}; `mig ps` lists them"));
+        };
+        let placed: Option<Vec<(u32, Tid, String)>> = j
+            .vps
+            .iter()
+            .filter(|(vp, _)| gen.vps.contains(vp))
+            .map(|(&vp, v)| {
+                let h = v.host.clone().filter(|h| self.is_alive(h))?;
+                Some((vp, v.tid, h))
+            })
+            .collect();
+        let Some(placed) = placed else {
+            let mut out = err(format!(
+                "job {job} waits for processors before it can restart from its checkpoint"
+            ));
+            // The VPs brought back leave again: the job goes on as it was.
+            for vp in added {
+                out.extend(self.event(Event::VpExit {
+                    job: job.to_string(),
+                    vp,
+                }));
+            }
+            out.extend(out_back);
+            return out;
+        };
+        // An older generation is the fallback should this one's images be
+        // refused, if it holds the same VPs.
+        let ids: Vec<u64> = j
+            .ckpt
+            .good
+            .iter()
+            .rev()
+            .filter(|g| g.vps == gen.vps)
+            .map(|g| g.id)
+            .collect();
+        // Every VP the job has had since, dropped or not.
+        let fenced: Vec<Tid> = j.vps.values().map(|v| v.tid).collect();
+        self.groups.restarted(&fenced);
+        let mut out = vec![Out::Log(format!(
+            "restarting job {job} from its checkpoint (generation {})",
+            gen.id
+        ))];
+        let mut out_after = self.drop_unsaved(job, &gen.vps, &mut out);
+        let Some(j) = self.jobs.get_mut(job) else {
+            return out;
+        };
+        // Whatever the job's VPs sent after the checkpoint is not part of
+        // the run that goes on: every host drops it from now on.
+        j.incarnation += 1;
+        out.push(Out::Broadcast(PeerMsg::Fence {
+            tids: fenced,
+            incarnation: j.incarnation,
+        }));
+        let mut placements = Vec::new();
+        let mut dir = Vec::new();
+        for (vp, tid, host) in placed {
+            let Some(PeerMsg::Start(start)) = self.start_msg(job, vp, &host) else {
+                continue;
+            };
+            out.push(Out::ToHost(host.clone(), PeerMsg::Kill { tid }));
+            placements.push((tid, host, start));
+            dir.push((tid, Loc::Waiting));
+        }
+        if let Some(j) = self.jobs.get_mut(job) {
+            j.ckpt.round = None;
+            for v in j.vps.values_mut() {
+                v.state = VpState::Restoring;
+                v.pid = None;
+                v.exit = None;
+                v.wants = None;
+            }
+        }
+        out.push(Out::Broadcast(PeerMsg::Directory(dir)));
+        out.push(Out::RestoreJob {
+            job: job.to_string(),
+            ids,
+            placements,
+        });
+        if let Some(r) = from {
+            out.push(Out::Reply(
+                r,
+                Response::Ok {
+                    message: format!("restarting job {job} from its last checkpoint"),
+                },
+            ));
+        }
+        out.append(&mut out_after);
+        out.append(&mut out_back);
+        out
+    }
+
+    /// A restart goes back to a checkpoint taken before the VPs of `job`
+    /// outside `keep` were spawned: they are ended and forgotten (their
+    /// parents, rolled back, spawn them again under new Tids). Their
+    /// processes' ends go into `out`; the scheduler's answers to their
+    /// exits are returned, to follow the restart.
+    pub(super) fn drop_unsaved(
+        &mut self,
+        job: &str,
+        keep: &BTreeSet<u32>,
+        out: &mut Vec<Out>,
+    ) -> Vec<Out> {
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Vec::new();
+        };
+        let dropped: Vec<(u32, VpRec)> = j.vps.extract_if(.., |vp, _| !keep.contains(vp)).collect();
+        let members: BTreeSet<Tid> = j.vps.values().map(|v| v.tid).collect();
+        let mut gone = Vec::new();
+        let mut events = Vec::new();
+        for (vp, v) in dropped {
+            let exited = v.state == VpState::Exited;
+            if let Some(h) = v
+                .host
+                .filter(|h| !exited && self.hosts.get(h).is_some_and(|h| h.alive))
+            {
+                out.push(Out::ToHost(h, PeerMsg::Kill { tid: v.tid }));
+            }
+            if !exited {
+                events.push(Event::VpExit {
+                    job: job.to_string(),
+                    vp,
+                });
+            }
+            self.tids.remove(&v.tid);
+            gone.push((v.tid, Loc::Gone));
+            // Its exit is news to nobody in the job: they are rolled back
+            // to before it existed.
+            if let Some(w) = self.exit_watch.get_mut(&v.tid) {
+                w.retain(|(to, _)| !members.contains(to));
+            }
+            let status = ExitInfo {
+                code: None,
+                signal: None,
+                error: Some(format!(
+                    "dropped: spawned after the checkpoint job {job} restarted from"
+                )),
+            };
+            out.extend(self.vp_gone(v.tid, &status));
+            self.gone.insert(v.tid, status);
+        }
+        if !gone.is_empty() {
+            out.push(Out::Log(format!(
+                "job {job}: {} VPs spawned after its checkpoint dropped",
+                gone.len()
+            )));
+            out.push(Out::Broadcast(PeerMsg::Directory(gone)));
+        }
+        events.into_iter().flat_map(|e| self.event(e)).collect()
+    }
+}
+
+/// A job checkpoint's step for every VP of job `j`, to its host.
+/// `step` for each VP of `j` in `members` (the VPs of a checkpoint round).
+pub(super) fn to_every_vp(
+    j: &JobRec,
+    members: &BTreeSet<Tid>,
+    step: impl Fn(Tid) -> SnapStep,
+) -> Vec<Out> {
+    j.vps
+        .values()
+        .filter(|v| members.contains(&v.tid))
+        .filter_map(|v| {
+            let h = v.host.clone()?;
+            Some(Out::ToHost(
+                h,
+                PeerMsg::Snap {
+                    tid: v.tid,
+                    step: step(v.tid),
+                },
+            ))
+        })
+        .collect()
+}

@@ -1,0 +1,214 @@
+//! Hosts: joining (registration, or answering again after silence), leaving
+//! (a lost connection or silence), their processors entering and leaving
+//! the scheduler's pool, and what every host must know (peers, directory).
+
+use super::*;
+
+impl Master {
+    pub(super) fn add_host(&mut self, facts: HostFacts, now: Instant, master: bool) -> Vec<Out> {
+        let mut out = vec![Out::Log(format!(
+            "host {} joined: {} processors of {} (capacity {:.2}) at {}{}",
+            facts.name,
+            facts.processors,
+            facts.arch,
+            facts.capacity,
+            facts.addr,
+            if facts.offered {
+                ""
+            } else {
+                " (its owner is active: not offered yet)"
+            }
+        ))];
+        let name = facts.name.clone();
+        let offered = facts.offered;
+        let owner = self.hosts.remove(&name).and_then(|h| h.owner);
+        self.hosts.insert(
+            name.clone(),
+            HostRec {
+                facts,
+                last_seen: now,
+                alive: true,
+                master,
+                in_pool: false,
+                owner,
+            },
+        );
+        if offered {
+            out.extend(self.join_pool(&name));
+        }
+        out.push(Out::Broadcast(self.peers()));
+        if !master {
+            out.extend(self.host_notices(true, &name));
+        }
+        out
+    }
+
+    pub(super) fn peers(&self) -> PeerMsg {
+        PeerMsg::Peers(
+            self.hosts
+                .iter()
+                .filter(|(_, h)| h.alive)
+                .map(|(n, h)| (n.clone(), h.facts.addr.clone()))
+                .collect(),
+        )
+    }
+
+    /// Everything a host that (re)joins must know: where every VP is.
+    pub fn directory(&self) -> PeerMsg {
+        let mut d: Vec<(Tid, Loc)> = self.gone.keys().map(|&t| (t, Loc::Gone)).collect();
+        for j in self.jobs.values() {
+            for v in j.vps.values() {
+                d.push((v.tid, loc_of(v)));
+            }
+        }
+        PeerMsg::Directory(d)
+    }
+
+    pub(super) fn host_notices(&self, joined: bool, host: &str) -> Vec<Out> {
+        let notice = if joined {
+            Notice::HostJoined {
+                host: host.to_string(),
+            }
+        } else {
+            Notice::HostLeft {
+                host: host.to_string(),
+            }
+        };
+        self.host_watch
+            .iter()
+            .filter(|(_, _, j)| *j == joined)
+            .map(|&(to, tag, _)| notice_to(to, tag, &notice))
+            .collect()
+    }
+
+    /// A worker registers. Returns the name it gets (a live host's name is
+    /// not reused; a dead host's name is, so a host that comes back rejoins).
+    pub fn register(&mut self, mut facts: HostFacts, now: Instant) -> (String, Vec<Out>) {
+        let base = facts.name.clone();
+        let mut n = 2;
+        while self.hosts.get(&facts.name).is_some_and(|h| h.alive) {
+            facts.name = format!("{base}-{n}");
+            n += 1;
+        }
+        let name = facts.name.clone();
+        let out = self.add_host(facts, now, false);
+        (name, out)
+    }
+
+    /// A host said something: it is alive. A host that had been taken out
+    /// of the pool for silence comes back with all its processors.
+    pub fn heard_from(&mut self, host: &str, now: Instant) -> Vec<Out> {
+        self.now = now;
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Vec::new();
+        };
+        h.last_seen = now;
+        if h.alive {
+            return Vec::new();
+        }
+        let facts = h.facts.clone();
+        let mut out = vec![Out::Log(format!(
+            "host {host} answers again: back in the pool"
+        ))];
+        out.extend(self.add_host(facts, now, false));
+        out
+    }
+
+    /// Hosts silent for longer than `dead_after` leave the pool.
+    pub fn tick(&mut self, now: Instant, dead_after: Duration) -> Vec<Out> {
+        self.now = now;
+        let mut out = self.retry_moves(now);
+        out.extend(self.checkpoint_tick(now));
+        let silent: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.alive && !h.master && now.duration_since(h.last_seen) > dead_after)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for h in silent {
+            out.extend(self.host_gone(&h, "stopped answering heartbeats"));
+        }
+        out
+    }
+
+    /// A host is gone (connection lost or silent): its processors leave the
+    /// map and its VPs are placed again elsewhere.
+    pub fn host_gone(&mut self, host: &str, why: &str) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host) else {
+            return Vec::new();
+        };
+        if !h.alive {
+            return Vec::new();
+        }
+        h.alive = false;
+        let mut out = vec![Out::Log(format!("host {host} left the pool: {why}"))];
+        out.push(Out::Broadcast(self.peers()));
+        out.extend(self.host_notices(false, host));
+        out.extend(self.leave_pool(host));
+        for job in std::mem::take(&mut self.to_restart) {
+            out.extend(self.restart_job(&job, None));
+        }
+        out
+    }
+
+    /// A host's processors join the pool (`new_processor` for each).
+    pub(super) fn join_pool(&mut self, host: &str) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host).filter(|h| h.alive && !h.in_pool) else {
+            return Vec::new();
+        };
+        h.in_pool = true;
+        let f = h.facts.clone();
+        let mut out = Vec::new();
+        for i in 0..f.processors {
+            out.extend(self.event(Event::NewProcessor {
+                id: processor_id(host, i),
+                host: host.to_string(),
+                arch: f.arch.clone(),
+                capacity: f.capacity,
+            }));
+        }
+        out
+    }
+
+    /// A host's processors leave the pool (`processor_exit` for each): the
+    /// scheduler moves its VPs elsewhere or holds them.
+    pub(super) fn leave_pool(&mut self, host: &str) -> Vec<Out> {
+        let Some(h) = self.hosts.get_mut(host).filter(|h| h.in_pool) else {
+            return Vec::new();
+        };
+        h.in_pool = false;
+        let n = h.facts.processors;
+        let mut out = Vec::new();
+        for i in 0..n {
+            out.extend(self.event(Event::ProcessorExit {
+                id: processor_id(host, i),
+            }));
+        }
+        out
+    }
+
+    pub(super) fn hosts_info(&self) -> Vec<HostInfo> {
+        let mut counts: HashMap<&str, u32> = HashMap::new();
+        for j in self.jobs.values() {
+            for v in j.vps.values() {
+                if let (Some(h), VpState::Running | VpState::Starting) = (&v.host, &v.state) {
+                    *counts.entry(h.as_str()).or_default() += 1;
+                }
+            }
+        }
+        self.hosts
+            .iter()
+            .map(|(n, h)| HostInfo {
+                facts: h.facts.clone(),
+                alive: h.alive,
+                master: h.master,
+                vps: counts.get(n.as_str()).copied().unwrap_or(0),
+                owner: h.owner.clone(),
+            })
+            .collect()
+    }
+}
+
+pub(super) fn processor_id(host: &str, i: u32) -> String {
+    format!("{host}/{i}")
+}

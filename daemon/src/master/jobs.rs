@@ -1,0 +1,375 @@
+//! Jobs: spawning them, killing them, their output and their VPs' ends, a
+//! job growing (`new_VP`), and `mig ps`.
+
+use super::*;
+
+impl Master {
+    pub(super) fn spawn(&mut self, from: Requester, from_host: &str, spec: SpawnSpec) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        if spec.n == 0 || spec.n > 65536 {
+            return err(format!(
+                "cannot start {} VPs: ask for between 1 and 65536",
+                spec.n
+            ));
+        }
+        let arch = match self
+            .hosts
+            .get(from_host)
+            .or_else(|| self.hosts.get(&self.name))
+        {
+            Some(h) => h.facts.arch.clone(),
+            None => return err("no host to run on".into()),
+        };
+        if let Err(m) = check_program(&spec, &arch) {
+            return err(m);
+        }
+        let job = format!("j{}", self.next_job);
+        self.next_job += 1;
+        let mut vps = BTreeMap::new();
+        let mut tids = Vec::new();
+        for vp in 0..spec.n {
+            let tid = self.next_tid;
+            self.next_tid += 1;
+            self.tids.insert(tid, (job.clone(), vp));
+            tids.push(tid);
+            vps.insert(
+                vp,
+                VpRec {
+                    tid,
+                    program: spec.program.clone(),
+                    args: spec.args.clone(),
+                    parent: spec.parent,
+                    host: None,
+                    pid: None,
+                    state: VpState::Waiting,
+                    exit: None,
+                    wants: None,
+                },
+            );
+        }
+        let waiters = if spec.wait {
+            vec![from.clone()]
+        } else {
+            Vec::new()
+        };
+        let n = spec.n;
+        self.jobs.insert(
+            job.clone(),
+            JobRec {
+                spec,
+                vps,
+                waiters,
+                killed: false,
+                ckpt: Ckpt::default(),
+                incarnation: 0,
+                next_vp: n,
+            },
+        );
+        let mut out = vec![
+            Out::Broadcast(PeerMsg::Directory(
+                tids.iter().map(|&t| (t, Loc::Waiting)).collect(),
+            )),
+            Out::Reply(
+                from,
+                Response::Spawned {
+                    job: job.clone(),
+                    tids,
+                },
+            ),
+            Out::Log(format!("job {job}: {n} VPs of {arch}")),
+        ];
+        out.extend(self.event(Event::Submit {
+            job,
+            vps: BTreeMap::from([(arch, n)]),
+        }));
+        out
+    }
+
+    pub(super) fn kill(&mut self, from: Requester, target: &str) -> Vec<Out> {
+        if self.jobs.contains_key(target) {
+            if let Some(j) = self.jobs.get_mut(target) {
+                j.killed = true;
+            }
+            let mut out = self.event(Event::JobExit {
+                job: target.to_string(),
+            });
+            // VPs never started have nothing to kill: they end here.
+            let never: Vec<u32> = self.jobs[target]
+                .vps
+                .iter()
+                .filter(|(_, v)| v.host.is_none() && v.state != VpState::Exited)
+                .map(|(&i, _)| i)
+                .collect();
+            for vp in never {
+                if let Some(v) = self.jobs.get_mut(target).and_then(|j| j.vps.get_mut(&vp)) {
+                    out.push(Out::Broadcast(PeerMsg::Directory(vec![(v.tid, Loc::Gone)])));
+                    v.state = VpState::Exited;
+                    v.exit = Some(ExitInfo {
+                        code: None,
+                        signal: Some(9),
+                        error: None,
+                    });
+                }
+            }
+            out.push(Out::Reply(
+                from,
+                Response::Ok {
+                    message: format!("killing job {target}"),
+                },
+            ));
+            out.extend(self.finish_if_done(target));
+            return out;
+        }
+        let tid = target.trim_start_matches("t").trim_start_matches("0x");
+        if let Ok(tid) = Tid::from_str_radix(tid, 16) {
+            if let Some((job, vp)) = self.tids.get(&tid).cloned() {
+                if let Some(host) = self
+                    .jobs
+                    .get(&job)
+                    .and_then(|j| j.vps.get(&vp))
+                    .and_then(|v| v.host.clone())
+                {
+                    return vec![
+                        Out::ToHost(host, PeerMsg::Kill { tid }),
+                        Out::Reply(
+                            from,
+                            Response::Ok {
+                                message: format!("killing VP t{tid:x}"),
+                            },
+                        ),
+                    ];
+                }
+            }
+        }
+        vec![Out::Reply(
+            from,
+            Response::Error {
+                message: format!(
+                    "no job or VP {target:?}; `mig ps` lists them (jobs as j1, VPs as t40001)"
+                ),
+            },
+        )]
+    }
+
+    /// A line of a VP's output.
+    pub fn output(&mut self, host: &str, tid: Tid, stream: Stream, line: String) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let Some(j) = self.jobs.get(&job) else {
+            return Vec::new();
+        };
+        let mut out = vec![Out::Log(format!("[t{tid:x} {job}/{vp}@{host}] {line}"))];
+        for w in &j.waiters {
+            out.push(Out::Reply(
+                w.clone(),
+                Response::Output {
+                    tid,
+                    vp,
+                    host: host.to_string(),
+                    stream,
+                    line: line.clone(),
+                },
+            ));
+        }
+        out
+    }
+
+    /// A host reports a VP ended.
+    pub fn exited(&mut self, host: &str, tid: Tid, status: ExitInfo) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        {
+            let Some(j) = self.jobs.get_mut(&job) else {
+                return out;
+            };
+            let Some(v) = j.vps.get_mut(&vp) else {
+                return out;
+            };
+            // The end of a process the job's restart replaces is no exit.
+            if v.state == VpState::Restoring {
+                return out;
+            }
+            // A report from a host the VP already left (restarted elsewhere) is stale.
+            let restoring_there = matches!(&v.state, VpState::Moving(to) if to == host);
+            if (v.host.as_deref() != Some(host) && !restoring_there) || v.state == VpState::Exited {
+                return out;
+            }
+            v.state = VpState::Exited;
+            v.exit = Some(status.clone());
+            out.push(Out::Log(format!(
+                "VP t{tid:x} ({job}/{vp}) on {host}: {status}"
+            )));
+            out.push(Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Gone)])));
+            for w in &j.waiters {
+                out.push(Out::Reply(
+                    w.clone(),
+                    Response::VpDone {
+                        tid,
+                        vp,
+                        host: host.to_string(),
+                        status: status.clone(),
+                    },
+                ));
+            }
+        }
+        out.extend(self.vp_gone(tid, &status));
+        if !self.jobs.get(&job).is_some_and(|j| j.killed) {
+            out.extend(self.event(Event::VpExit {
+                job: job.clone(),
+                vp,
+            }));
+        }
+        out.extend(self.finish_if_done(&job));
+        out
+    }
+
+    pub(super) fn finish_if_done(&mut self, job: &str) -> Vec<Out> {
+        let done = self
+            .jobs
+            .get(job)
+            .is_some_and(|j| j.vps.values().all(|v| v.state == VpState::Exited));
+        if !done {
+            return Vec::new();
+        }
+        let Some(j) = self.jobs.remove(job) else {
+            return Vec::new();
+        };
+        for v in j.vps.values() {
+            self.tids.remove(&v.tid);
+            if let Some(e) = &v.exit {
+                self.gone.insert(v.tid, e.clone());
+            }
+        }
+        let status = j
+            .vps
+            .values()
+            .filter_map(|v| v.exit.as_ref())
+            .map(ExitInfo::status)
+            .find(|&s| s != 0)
+            .unwrap_or(0);
+        let mut out = vec![Out::Log(format!("job {job} finished with status {status}"))];
+        for w in j.waiters {
+            out.push(Out::Reply(
+                w,
+                Response::JobDone {
+                    job: job.to_string(),
+                    status,
+                },
+            ));
+        }
+        out
+    }
+
+    /// `new_VP`: a VP of `job` starts `spec.n` more VPs in it.
+    pub(super) fn grow_job(
+        &mut self,
+        job: &str,
+        host: &str,
+        tid: Tid,
+        id: u64,
+        spec: SpawnSpec,
+    ) -> Vec<Out> {
+        let reply = |ret: VpRet| Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
+        if spec.n == 0 || spec.n > 65536 {
+            return vec![reply(VpRet::Error(format!(
+                "cannot start {} VPs: ask for between 1 and 65536",
+                spec.n
+            )))];
+        }
+        let arch = match self.hosts.get(host) {
+            Some(h) => h.facts.arch.clone(),
+            None => return vec![reply(VpRet::Error("no host to run on".into()))],
+        };
+        if let Err(m) = check_program(&spec, &arch) {
+            return vec![reply(VpRet::Error(m))];
+        }
+        let mut tids = Vec::new();
+        let mut events = Vec::new();
+        if let Some(j) = self.jobs.get_mut(job) {
+            for _ in 0..spec.n {
+                let vp = j.next_vp;
+                j.next_vp += 1;
+                let t = self.next_tid;
+                self.next_tid += 1;
+                self.tids.insert(t, (job.to_string(), vp));
+                tids.push(t);
+                j.vps.insert(
+                    vp,
+                    VpRec {
+                        tid: t,
+                        program: spec.program.clone(),
+                        args: spec.args.clone(),
+                        parent: Some(tid),
+                        host: None,
+                        pid: None,
+                        state: VpState::Waiting,
+                        exit: None,
+                        wants: None,
+                    },
+                );
+                events.push(Event::NewVp {
+                    job: job.to_string(),
+                    arch: arch.clone(),
+                });
+            }
+        }
+        let mut out = vec![
+            Out::Broadcast(PeerMsg::Directory(
+                tids.iter().map(|&t| (t, Loc::Waiting)).collect(),
+            )),
+            reply(VpRet::Tids(tids)),
+        ];
+        for e in events {
+            out.extend(self.event(e));
+        }
+        out
+    }
+
+    pub(super) fn ps(&self) -> Vec<VpInfo> {
+        let mut out = Vec::new();
+        for (job, j) in &self.jobs {
+            for (&vp, v) in &j.vps {
+                out.push(VpInfo {
+                    tid: v.tid,
+                    job: job.clone(),
+                    vp,
+                    host: v.host.clone(),
+                    pid: v.pid,
+                    state: self.vp_state(v),
+                });
+            }
+        }
+        out
+    }
+
+    /// A VP's state as `mig ps` says it.
+    pub(super) fn vp_state(&self, v: &VpRec) -> String {
+        let owner_back = v
+            .host
+            .as_ref()
+            .and_then(|h| self.hosts.get(h))
+            .is_some_and(|h| h.alive && !h.facts.offered);
+        let mut s = match &v.state {
+            VpState::Waiting => "waiting".to_string(),
+            VpState::Starting => "starting".to_string(),
+            VpState::Moving(to) => format!("moving to {to}"),
+            VpState::Running if owner_back => "stopped (owner back)".to_string(),
+            VpState::Parked => "parked on disk (owner back)".to_string(),
+            VpState::Restoring => "restoring from the job's checkpoint".to_string(),
+            VpState::Running => "running".to_string(),
+            VpState::Exited => "exited".to_string(),
+        };
+        if let Some(w) = v.wants.as_ref().filter(|w| w.failures > 0) {
+            s.push_str(&format!(
+                ", to move to {} ({} failed attempt{})",
+                w.to,
+                w.failures,
+                if w.failures == 1 { "" } else { "s" }
+            ));
+        }
+        s
+    }
+}

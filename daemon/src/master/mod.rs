@@ -1,0 +1,418 @@
+//! The master's bookkeeping: hosts, jobs, Tids, and the embedded scheduler.
+//!
+//! What lives here: turning what hosts and users say (registrations,
+//! heartbeats, VP starts and exits, output, control requests) into scheduler
+//! events, and the scheduler's actions into messages. It does no I/O: every
+//! method returns the `Out`s the server must deliver, so it is tested without
+//! sockets. What does not: sockets, processes, clocks (`now` is passed in).
+
+mod calls;
+mod checkpoints;
+mod hosts;
+mod jobs;
+mod moves;
+mod owner;
+mod records;
+mod slicing;
+#[cfg(test)]
+mod tests;
+
+use calls::notice_to;
+use records::{Ckpt, Generation, HostRec, JobRec, Round, VpRec, VpState, Wanted};
+use slicing::HostSlicing;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use libmig::msg::{
+    Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, OwnerAction,
+    OwnerReport, OwnerState, PeerMsg, Request, Response, SliceReport, SliceStats, SlotCell,
+    SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet, SYSTEM,
+};
+
+use crate::groups::Groups;
+use crate::sched::{Action, Event, SchedConfig, Scheduler};
+
+/// Who asked: a local control connection, or a worker forwarding for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requester {
+    /// A control connection of the master (its token).
+    Local(usize),
+    /// A control connection of a worker: the worker and its request id.
+    Remote {
+        /// The worker.
+        host: String,
+        /// Its id for the request.
+        id: u64,
+    },
+    /// A VP's call (answered as a `VpReturn`, never as a `Reply`).
+    Vp {
+        /// The VP.
+        tid: Tid,
+        /// Its call id.
+        id: u64,
+    },
+}
+
+/// Something the server must deliver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// A message to a host (possibly the master itself).
+    ToHost(String, PeerMsg),
+    /// A reply to whoever asked.
+    Reply(Requester, Response),
+    /// A line for the daemon log.
+    Log(String),
+    /// A message to every live host, the master's own included.
+    Broadcast(PeerMsg),
+    /// A message for a VP (a notice from `SYSTEM`), routed like any other.
+    Deliver(Envelope, Vec<u8>),
+    /// Keep VP `tid`'s image of checkpoint `id` of `job` (the server writes
+    /// it to the master's state directory).
+    StoreImage {
+        /// The job.
+        job: String,
+        /// Generation.
+        id: u64,
+        /// The VP.
+        tid: Tid,
+        /// The image.
+        image: Vec<u8>,
+    },
+    /// Restart `job` from its newest checkpoint whose images are all
+    /// intact (`ids`, newest first): each VP on its host.
+    RestoreJob {
+        /// The job.
+        job: String,
+        /// Complete generations, newest first.
+        ids: Vec<u64>,
+        /// (VP, host, how to start it).
+        placements: Vec<(Tid, String, StartVp)>,
+    },
+    /// Keep only these generations of `job`'s checkpoints.
+    PruneCheckpoints {
+        /// The job.
+        job: String,
+        /// Generations to keep (none: the job is gone).
+        keep: Vec<u64>,
+    },
+    /// New slot tables for these hosts (the server sets when they take
+    /// effect, on its clock, and sends each). `slots` is the round's length;
+    /// `all`: every host's table changed (a new epoch for all).
+    SlotTables {
+        /// Orders tables.
+        generation: u64,
+        /// Slots per round.
+        slots: usize,
+        /// Every host gets one.
+        all: bool,
+        /// Per host, per slot, its cells.
+        tables: Vec<(String, Vec<Vec<SlotCell>>)>,
+    },
+}
+
+/// The master's state.
+pub struct Master {
+    name: String,
+    sched: Scheduler,
+    hosts: BTreeMap<String, HostRec>,
+    jobs: BTreeMap<String, JobRec>,
+    tids: HashMap<Tid, (String, u32)>,
+    next_tid: Tid,
+    next_job: u64,
+    groups: Groups,
+    exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
+    host_watch: Vec<(Tid, i32, bool)>,
+    gone: HashMap<Tid, ExitInfo>,
+    /// `mig owner reclaim|release` waiting for its host.
+    owner_waiting: HashMap<u64, Requester>,
+    next_owner_id: u64,
+    now: Instant,
+    /// The real-time clock (ns since the Unix epoch) as the server last set it.
+    wall_ns: u64,
+    /// Gang slicing: slot length (0: off), and the round the hosts run
+    /// (epoch, slots) once tables went out.
+    quantum_ns: u64,
+    round: Option<(u64, u64)>,
+    /// Per host, the switches and table installs it reported.
+    slicing: BTreeMap<String, HostSlicing>,
+    /// Job checkpoints: the next generation, how often (none: on request),
+    /// how long one may take.
+    next_ckpt: u64,
+    checkpoint_every: Option<Duration>,
+    checkpoint_timeout: Duration,
+    /// Jobs to restart from their checkpoint once the events at hand are done.
+    to_restart: BTreeSet<String>,
+}
+
+impl Master {
+    /// A master whose own host has `facts`.
+    /// `quantum`: the slot length hosts slice with (zero: no slicing, the
+    /// kernel shares processors among slots' VPs).
+    pub fn new(facts: HostFacts, now: Instant, quantum: Duration) -> (Master, Vec<Out>) {
+        let mut m = Master {
+            name: facts.name.clone(),
+            sched: Scheduler::new(SchedConfig::default()),
+            hosts: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            tids: HashMap::new(),
+            next_tid: 0x40001,
+            next_job: 1,
+            groups: Groups::default(),
+            exit_watch: HashMap::new(),
+            host_watch: Vec::new(),
+            gone: HashMap::new(),
+            owner_waiting: HashMap::new(),
+            next_owner_id: 1,
+            now,
+            wall_ns: 0,
+            quantum_ns: quantum.as_nanos() as u64,
+            round: None,
+            slicing: BTreeMap::new(),
+            next_ckpt: 1,
+            checkpoint_every: None,
+            checkpoint_timeout: Duration::from_secs(30),
+            to_restart: BTreeSet::new(),
+        };
+        let out = m.add_host(facts, now, true);
+        (m, out)
+    }
+
+    /// This master's own host name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Is `host` known and alive?
+    pub fn is_alive(&self, host: &str) -> bool {
+        self.hosts.get(host).is_some_and(|h| h.alive)
+    }
+
+    /// A report from host `host` (a worker, or the master's own host);
+    /// `None` for a message hosts do not send.
+    pub fn from_host(&mut self, host: &str, msg: PeerMsg) -> Option<Vec<Out>> {
+        Some(match msg {
+            PeerMsg::Heartbeat => Vec::new(),
+            PeerMsg::Started { tid, pid } => self.started(host, tid, pid),
+            PeerMsg::Exited { tid, status } => self.exited(host, tid, status),
+            PeerMsg::Restore { to, start, image } => {
+                vec![Out::ToHost(
+                    to.clone(),
+                    PeerMsg::Restore { to, start, image },
+                )]
+            }
+            PeerMsg::MigrateFailed { tid, reason } => self.migrate_failed(tid, &reason),
+            PeerMsg::Output { tid, stream, line } => self.output(host, tid, stream, line),
+            PeerMsg::VpCall { tid, id, call } => self.vp_call(host, tid, id, call),
+            PeerMsg::Locate { tid } => self.locate(host, tid),
+            PeerMsg::Owner(report) => self.owner_report(host, report),
+            PeerMsg::OwnerDone { id, message } => self.owner_done(id, message),
+            PeerMsg::Parked { tid } => self.parked(host, tid),
+            PeerMsg::Slicing(r) => self.slicing_report(host, r),
+            PeerMsg::Snap {
+                tid,
+                step: SnapStep::Paused { id, sent },
+            } => self.snap_paused(tid, id, sent),
+            PeerMsg::SnapImage { tid, id, image } => self.snap_image(host, tid, id, image),
+            _ => return None,
+        })
+    }
+
+    /// A control request from `from`, made on host `from_host`.
+    pub fn control(&mut self, from: Requester, from_host: &str, req: Request) -> Vec<Out> {
+        match req {
+            Request::Hosts => vec![Out::Reply(from, Response::Hosts(self.hosts_info()))],
+            Request::Ps => vec![Out::Reply(from, Response::Ps(self.ps()))],
+            Request::Map => {
+                let processors = self
+                    .sched
+                    .map()
+                    .processors()
+                    .map(|(_, p)| p.id.to_string())
+                    .collect();
+                let slots = self
+                    .sched
+                    .table()
+                    .into_iter()
+                    .map(|s| {
+                        s.into_iter()
+                            .map(|c| MapCell {
+                                processor: c.processor,
+                                job: c.job,
+                                vps: c.vps,
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let now = self
+                    .round
+                    .filter(|&(_, n)| n > 1 && self.quantum_ns > 0 && self.wall_ns >= 1)
+                    .map(|(epoch, n)| {
+                        (self.wall_ns.saturating_sub(epoch) / self.quantum_ns % n) as u32
+                    });
+                vec![Out::Reply(
+                    from,
+                    Response::Map {
+                        processors,
+                        slots,
+                        now,
+                    },
+                )]
+            }
+            Request::Spawn(spec) => self.spawn(from, from_host, spec),
+            Request::Kill { target } => self.kill(from, &target),
+            Request::Migrate { tid, to } => self.migrate(from, &tid, &to),
+            Request::Owner { action, host } => self.owner(from, from_host, action, host),
+            Request::Stats => vec![Out::Reply(from, Response::Stats(self.stats()))],
+            Request::Checkpoint { job } => self.checkpoint_job(&job, Some(from)),
+            Request::Restart { job } => self.restart_job(&job, Some(from)),
+            Request::Halt => {
+                let mut out: Vec<Out> = self
+                    .hosts
+                    .iter()
+                    .filter(|(_, h)| h.alive)
+                    .map(|(n, _)| Out::ToHost(n.clone(), PeerMsg::Halt))
+                    .collect();
+                out.insert(
+                    0,
+                    Out::Reply(
+                        from,
+                        Response::Ok {
+                            message: format!("halting {} hosts", out.len()),
+                        },
+                    ),
+                );
+                out
+            }
+        }
+    }
+
+    fn event(&mut self, e: Event) -> Vec<Out> {
+        match self.sched.on_event(e.clone()) {
+            Ok(actions) => self.carry_out(actions),
+            Err(err) => vec![Out::Log(format!("scheduler refused {e:?}: {err}"))],
+        }
+    }
+
+    fn tid_of(&self, job: &str, vp: u32) -> Option<Tid> {
+        self.jobs
+            .get(job)
+            .and_then(|j| j.vps.get(&vp))
+            .map(|v| v.tid)
+    }
+
+    /// How host `host` starts VP `vp` of `job` (with the job's program for
+    /// that host's architecture).
+    fn start_msg(&self, job: &str, vp: u32, host: &str) -> Option<PeerMsg> {
+        let j = self.jobs.get(job)?;
+        let v = j.vps.get(&vp)?;
+        let arch = &self.hosts.get(host)?.facts.arch;
+        Some(PeerMsg::Start(StartVp {
+            tid: v.tid,
+            job: job.to_string(),
+            vp,
+            nvps: j.vps.len() as u32,
+            program: program_for(&v.program, arch)?,
+            args: v.args.clone(),
+            cwd: j.spec.cwd.clone(),
+            env: j.spec.env.clone(),
+            parent: v.parent,
+            incarnation: j.incarnation,
+        }))
+    }
+
+    fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) -> Vec<Out> {
+        match self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+            Some(v) => {
+                v.host = host;
+                v.state = state;
+                v.pid = None;
+                vec![Out::Broadcast(PeerMsg::Directory(vec![(v.tid, loc_of(v))]))]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The host a VP is on, if placed.
+    fn host_of(&self, tid: Tid) -> Option<String> {
+        let (job, vp) = self.tids.get(&tid)?;
+        self.jobs.get(job)?.vps.get(vp)?.host.clone()
+    }
+}
+
+fn loc_of(v: &VpRec) -> Loc {
+    match (&v.state, &v.host) {
+        (VpState::Exited, _) => Loc::Gone,
+        (_, Some(h)) => Loc::At(h.clone()),
+        (_, None) => Loc::Waiting,
+    }
+}
+
+/// The job an action is about, if one.
+fn action_job(a: &Action) -> Option<&str> {
+    match a {
+        Action::Start { job, .. }
+        | Action::Migrate { job, .. }
+        | Action::Hold { job, .. }
+        | Action::Kill { job, .. } => Some(job),
+        _ => None,
+    }
+}
+
+/// The program of a job for architecture `arch`. A job names its program
+/// as one path (the same everywhere), as a template with `{arch}` in it
+/// (`./heat-{arch}`), or per architecture (`x86_64=./heat,aarch64=./heat-arm`;
+/// a key matches the whole architecture or its part before `-`).
+pub fn program_for(spec: &str, arch: &str) -> Option<String> {
+    if spec.contains("{arch}") {
+        return Some(spec.replace("{arch}", arch));
+    }
+    let pairs: Option<Vec<(&str, &str)>> = spec
+        .split(',')
+        .map(|p| {
+            p.split_once('=')
+                .filter(|(k, _)| !k.is_empty() && !k.contains('/'))
+        })
+        .collect();
+    match pairs {
+        Some(pairs) if spec.contains('=') => {
+            let short = arch.split('-').next().unwrap_or(arch);
+            pairs
+                .iter()
+                .find(|(k, _)| *k == arch)
+                .or_else(|| pairs.iter().find(|(k, _)| *k == short))
+                .map(|(_, p)| p.to_string())
+        }
+        _ => Some(spec.to_string()),
+    }
+}
+
+/// The program must exist where the user named it (relative paths from the
+/// spawn's working directory, bare names on `PATH`).
+fn check_program(spec: &SpawnSpec, arch: &str) -> Result<(), String> {
+    if spec.program.is_empty() {
+        return Err("no program given: mig spawn [-n N] -- PROGRAM ARGS...".into());
+    }
+    if let Some((k, _)) = spec
+        .env
+        .iter()
+        .find(|(k, _)| k.starts_with("MIG_") && k != libmig::vp::env::SPIN_US)
+    {
+        return Err(format!(
+            "{k} is set by the daemon for every VP and cannot be given to a job"
+        ));
+    }
+    let Some(program) = program_for(&spec.program, arch) else {
+        return Err(format!(
+            "{:?} names no program for {arch}, where the job starts",
+            spec.program
+        ));
+    };
+    match crate::host::find_program(&program, &spec.cwd, &spec.env) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "program {program:?} not found (relative to {} or on PATH); build it or give its path",
+            spec.cwd
+        )),
+    }
+}

@@ -1,0 +1,387 @@
+//! Carrying out the scheduler's actions, and moves: placing a VP, asking its
+//! host for its image and starting it on the target, retrying a move that
+//! failed, `mig migrate`.
+
+use super::*;
+
+impl Master {
+    pub(super) fn carry_out(&mut self, actions: Vec<Action>) -> Vec<Out> {
+        let mut out = Vec::new();
+        for a in actions {
+            match a {
+                Action::Start { job, vp, host, .. } => out.extend(self.place(&job, vp, &host)),
+                Action::Migrate {
+                    job,
+                    vp,
+                    from_host,
+                    to_host,
+                    ..
+                } => {
+                    if self.is_alive(&from_host) {
+                        out.extend(self.place(&job, vp, &to_host));
+                        continue;
+                    }
+                    // Its host died with it: the whole job goes back to its
+                    // last consistent checkpoint, if it has one.
+                    if let Some(j) = self.jobs.get_mut(&*job).filter(|j| !j.ckpt.good.is_empty()) {
+                        if let Some(v) = j.vps.get_mut(&vp) {
+                            v.host = Some(to_host.to_string());
+                        }
+                        self.to_restart.insert(job.to_string());
+                        continue;
+                    }
+                    // Its host died with it: start it again from the beginning.
+                    if let Some(msg) = self.start_msg(&job, vp, &to_host) {
+                        out.push(Out::Log(format!(
+                            "restarting VP {vp} of {job} on {to_host} (its host {from_host} is gone)"
+                        )));
+                        out.extend(self.set_vp(
+                            &job,
+                            vp,
+                            Some(to_host.to_string()),
+                            VpState::Starting,
+                        ));
+                        out.push(Out::ToHost(to_host.to_string(), msg));
+                    }
+                }
+                Action::Hold { job, vp, .. } => {
+                    // A VP whose process lives on (stopped on a host its owner
+                    // took back) stays where it is until a processor is free.
+                    let hosts = &self.hosts;
+                    let parked = self
+                        .jobs
+                        .get_mut(&*job)
+                        .and_then(|j| j.vps.get_mut(&vp))
+                        .filter(|v| {
+                            let alive = v
+                                .host
+                                .as_ref()
+                                .and_then(|h| hosts.get(h))
+                                .is_some_and(|h| h.alive);
+                            alive && v.state != VpState::Waiting
+                        });
+                    match parked {
+                        Some(v) => {
+                            v.wants = None;
+                            out.push(Out::Log(format!(
+                                "VP t{:x} waits on {} for a free processor",
+                                v.tid,
+                                v.host.as_deref().unwrap_or("?")
+                            )));
+                        }
+                        None => out.extend(self.set_vp(&job, vp, None, VpState::Waiting)),
+                    }
+                }
+                Action::Kill { job, vp, host, .. } => {
+                    if let Some(tid) = self.tid_of(&job, vp) {
+                        out.push(Out::ToHost(host.to_string(), PeerMsg::Kill { tid }));
+                    }
+                }
+                Action::SlotTables {
+                    generation,
+                    slots,
+                    all,
+                    hosts,
+                } => {
+                    if self.quantum_ns == 0 {
+                        continue;
+                    }
+                    // A new round length is a new epoch: every host's table.
+                    let all = all || self.round.is_none_or(|(_, n)| n != slots as u64);
+                    let mut targets: Vec<String> = hosts;
+                    if all {
+                        targets.extend(
+                            self.hosts
+                                .iter()
+                                .filter(|(_, h)| h.alive)
+                                .map(|(n, _)| n.clone()),
+                        );
+                    }
+                    targets.sort();
+                    targets.dedup();
+                    targets.retain(|h| self.is_alive(h));
+                    let tables = targets
+                        .into_iter()
+                        .map(|h| {
+                            let t = self.slot_table(&h);
+                            (h, t)
+                        })
+                        .collect();
+                    out.push(Out::SlotTables {
+                        generation,
+                        slots,
+                        all,
+                        tables,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The scheduler puts VP `vp` of `job` on `host`: start it there if it
+    /// has no process yet, leave it if it is there already, else move it
+    /// (checkpoint where it is, restart there), now or after the move under way.
+    pub(super) fn place(&mut self, job: &str, vp: u32, host: &str) -> Vec<Out> {
+        let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        let tid = v.tid;
+        match (&v.state, v.host.clone()) {
+            (VpState::Waiting, _) | (_, None) => {
+                let Some(msg) = self.start_msg(job, vp, host) else {
+                    return Vec::new();
+                };
+                let mut out = self.set_vp(job, vp, Some(host.to_string()), VpState::Starting);
+                out.push(Out::ToHost(host.to_string(), msg));
+                out
+            }
+            (VpState::Exited | VpState::Restoring, _) => Vec::new(),
+            (VpState::Parked, Some(at)) if at == host => {
+                v.state = VpState::Starting;
+                vec![Out::ToHost(host.to_string(), PeerMsg::Unpark { tid })]
+            }
+            (VpState::Moving(to), _) => {
+                v.wants = (to != host).then(|| Wanted {
+                    to: host.to_string(),
+                    failures: 0,
+                    retry_at: None,
+                });
+                Vec::new()
+            }
+            (VpState::Running | VpState::Starting, Some(at)) if at == host => {
+                v.wants = None;
+                Vec::new()
+            }
+            (VpState::Running | VpState::Starting | VpState::Parked, Some(at)) => {
+                v.wants = Some(Wanted {
+                    to: host.to_string(),
+                    failures: 0,
+                    retry_at: None,
+                });
+                match self.begin_move(tid, job, vp, &at, host) {
+                    Ok(out) => out,
+                    Err(e) => vec![Out::Log(format!("cannot move VP t{tid:x} to {host}: {e}"))],
+                }
+            }
+        }
+    }
+
+    /// Ask `src` to checkpoint VP `tid` and ship it to `to`; messages for
+    /// it are held everywhere until it runs there.
+    pub(super) fn begin_move(
+        &mut self,
+        tid: Tid,
+        job: &str,
+        vp: u32,
+        src: &str,
+        to: &str,
+    ) -> Result<Vec<Out>, String> {
+        let to_arch = self
+            .hosts
+            .get(to)
+            .filter(|h| h.alive)
+            .map(|h| h.facts.arch.clone())
+            .ok_or_else(|| format!("no live host {to:?}; `mig hosts` lists them"))?;
+        let Some(PeerMsg::Start(start)) = self.start_msg(job, vp, to) else {
+            return Err(format!(
+                "{to} is {to_arch} and the job names no program for it: spawn it with a path \
+                 template (./prog-{{arch}}) or ARCH=PATH,... to let it move there"
+            ));
+        };
+        if crate::host::find_program(&start.program, &start.cwd, &start.env).is_none() {
+            return Err(format!(
+                "the job's program for {to_arch}, {:?}, does not exist: VP t{tid:x} cannot run on {to}",
+                start.program
+            ));
+        }
+        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+            v.state = VpState::Moving(to.to_string());
+        }
+        Ok(vec![
+            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Waiting)])),
+            Out::ToHost(
+                src.to_string(),
+                PeerMsg::Checkpoint {
+                    to: to.to_string(),
+                    start,
+                },
+            ),
+            Out::Log(format!("moving VP t{tid:x} from {src} to {to}")),
+        ])
+    }
+
+    /// Moves the scheduler asked for that are due: after a move under way
+    /// ended elsewhere, or again after a failed attempt.
+    pub(super) fn retry_moves(&mut self, now: Instant) -> Vec<Out> {
+        let due: Vec<(Tid, String, u32, String, String)> = self
+            .jobs
+            .iter()
+            .flat_map(|(job, j)| j.vps.iter().map(move |(&vp, v)| (job, vp, v)))
+            .filter_map(|(job, vp, v)| {
+                let w = v.wants.as_ref()?;
+                let due = w.retry_at.is_none_or(|t| now >= t)
+                    && matches!(v.state, VpState::Running | VpState::Parked);
+                let at = v.host.clone().filter(|_| due)?;
+                Some((v.tid, job.clone(), vp, at, w.to.clone()))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (tid, job, vp, at, to) in due {
+            if at == to {
+                self.clear_wants(&job, vp);
+                continue;
+            }
+            match self.begin_move(tid, &job, vp, &at, &to) {
+                Ok(o) => out.extend(o),
+                Err(e) => {
+                    self.clear_wants(&job, vp);
+                    out.push(Out::Log(format!("not moving VP t{tid:x} to {to}: {e}")));
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn clear_wants(&mut self, job: &str, vp: u32) {
+        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+            v.wants = None;
+        }
+    }
+
+    /// A host started a VP (after a migration: the target host restored it).
+    pub fn started(&mut self, host: &str, tid: Tid, pid: u32) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        v.pid = Some(pid);
+        match &v.state {
+            VpState::Restoring => {
+                v.state = VpState::Running;
+                v.host = Some(host.to_string());
+                vec![Out::Broadcast(PeerMsg::Directory(vec![(
+                    tid,
+                    Loc::At(host.to_string()),
+                )]))]
+            }
+            VpState::Moving(to) if to == host => {
+                let from = v.host.replace(host.to_string()).unwrap_or_default();
+                v.state = VpState::Running;
+                if v.wants.as_ref().is_some_and(|w| w.to == host) {
+                    v.wants = None;
+                }
+                let mut out = vec![
+                    Out::Log(format!("VP t{tid:x} moved from {from} to {host}")),
+                    Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(host.to_string()))])),
+                ];
+                out.extend(self.follow_in_map(&job, vp, host));
+                out
+            }
+            _ => {
+                v.state = VpState::Running;
+                Vec::new()
+            }
+        }
+    }
+
+    /// A VP moved by hand runs where the scheduler's map does not have it:
+    /// its place in the map follows it (so gang slicing and later decisions
+    /// see where it is), if that host has room in its job's slots.
+    pub(super) fn follow_in_map(&mut self, job: &str, vp: u32, host: &str) -> Vec<Out> {
+        let mapped = self
+            .sched
+            .job_view(job)
+            .and_then(|v| v.placement.get(&vp).cloned());
+        let Some(p) = mapped else {
+            return Vec::new();
+        };
+        if p.rsplit_once('/').is_some_and(|(h, _)| h == host) {
+            return Vec::new();
+        }
+        let e = Event::VpMoved {
+            job: job.to_string(),
+            vp,
+            host: host.to_string(),
+        };
+        match self.sched.on_event(e) {
+            Ok(actions) => self.carry_out(actions),
+            Err(e) => vec![Out::Log(format!(
+                "VP {vp} of {job} runs on {host} outside the allocation map ({e}): gang slicing there leaves it alone"
+            ))],
+        }
+    }
+
+    /// `mig migrate`: checkpoint VP `target` on its host and restart it on
+    /// `to`. Messages for it are held everywhere until it runs there.
+    pub(super) fn migrate(&mut self, from: Requester, target: &str, to: &str) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        let hex = target.trim_start_matches('t').trim_start_matches("0x");
+        let found = Tid::from_str_radix(hex, 16).ok().and_then(|tid| {
+            let (job, vp) = self.tids.get(&tid)?.clone();
+            let v = self.jobs.get(&job)?.vps.get(&vp)?;
+            Some((tid, job, vp, v.host.clone(), v.state.clone()))
+        });
+        let Some((tid, job, vp, host, state)) = found else {
+            return err(format!("no VP {target:?}; `mig ps` lists them (as t40001)"));
+        };
+        let Some(src) = host.filter(|_| state == VpState::Running) else {
+            return err(format!("VP t{tid:x} is not running (it is {state:?})"));
+        };
+        if src == to {
+            return err(format!("VP t{tid:x} already runs on {to}"));
+        }
+        match self.begin_move(tid, &job, vp, &src, to) {
+            Ok(mut out) => {
+                out.push(Out::Reply(
+                    from,
+                    Response::Ok {
+                        message: format!("moving VP t{tid:x} from {src} to {to}"),
+                    },
+                ));
+                out
+            }
+            Err(e) => err(e),
+        }
+    }
+
+    /// The VP's host could not checkpoint it: it stays where it is.
+    pub fn migrate_failed(&mut self, tid: Tid, reason: &str) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        let VpState::Moving(to) = v.state.clone() else {
+            return Vec::new();
+        };
+        v.state = VpState::Running;
+        let at = v.host.clone().unwrap_or_default();
+        let mut also = String::new();
+        if let Some(w) = &mut v.wants {
+            if w.to == to {
+                w.failures += 1;
+                if w.failures >= MAX_MOVE_ATTEMPTS {
+                    also = format!("; gave up moving it to {to} after {} attempts", w.failures);
+                    v.wants = None;
+                } else {
+                    let wait = Duration::from_secs(5) * 2u32.pow(w.failures - 1);
+                    w.retry_at = Some(self.now + wait);
+                    also = format!("; trying again in {} s", wait.as_secs());
+                }
+            }
+        }
+        let reason = format!("{reason}{also}");
+        vec![
+            Out::Log(format!("VP t{tid:x} stays on {at}: {reason}")),
+            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(at))])),
+        ]
+    }
+}
+
+/// A scheduler move that failed this many times is given up (the VP runs,
+/// or stays stopped, where it is) and reported.
+pub(super) const MAX_MOVE_ATTEMPTS: u32 = 5;

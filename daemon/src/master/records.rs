@@ -1,0 +1,101 @@
+//! What the master keeps per host, job and VP, and per checkpoint of a job.
+
+use super::*;
+
+#[derive(Debug)]
+pub(super) struct HostRec {
+    pub(super) facts: HostFacts,
+    pub(super) last_seen: Instant,
+    pub(super) alive: bool,
+    pub(super) master: bool,
+    /// Are its processors in the scheduler's pool (alive and offered)?
+    pub(super) in_pool: bool,
+    /// Its owner monitor's last report.
+    pub(super) owner: Option<OwnerReport>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum VpState {
+    Waiting,
+    Starting,
+    Running,
+    /// Being checkpointed on its host and restarted on this one.
+    Moving(String),
+    /// Being started again from the job's checkpoint.
+    Restoring,
+    /// Checkpointed to its host's disk while the owner has it; no process.
+    Parked,
+    Exited,
+}
+
+#[derive(Debug)]
+pub(super) struct VpRec {
+    pub(super) tid: Tid,
+    pub(super) program: String,
+    pub(super) args: Vec<String>,
+    pub(super) parent: Option<Tid>,
+    pub(super) host: Option<String>,
+    pub(super) pid: Option<u32>,
+    pub(super) state: VpState,
+    pub(super) exit: Option<ExitInfo>,
+    /// Where the scheduler wants it, when a move there is still to be made:
+    /// after the move under way, or after one that failed (with the number
+    /// of failed attempts and when to try again).
+    pub(super) wants: Option<Wanted>,
+}
+
+/// A move the scheduler asked for that has not happened yet.
+#[derive(Debug, Clone)]
+pub(super) struct Wanted {
+    pub(super) to: String,
+    pub(super) failures: u32,
+    pub(super) retry_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+pub(super) struct JobRec {
+    pub(super) spec: SpawnSpec,
+    pub(super) vps: BTreeMap<u32, VpRec>,
+    pub(super) waiters: Vec<Requester>,
+    pub(super) killed: bool,
+    pub(super) ckpt: Ckpt,
+    /// Restarts from a checkpoint so far (see `Envelope::incarnation`).
+    pub(super) incarnation: u32,
+    /// The index the next VP spawned into the job gets (as the scheduler
+    /// counts: never reused, even after a restart drops VPs).
+    pub(super) next_vp: u32,
+}
+
+/// A job's consistent checkpoints.
+#[derive(Debug, Default)]
+pub(super) struct Ckpt {
+    /// The one being taken.
+    pub(super) round: Option<Round>,
+    /// Complete generations, oldest first (the last two are kept).
+    pub(super) good: Vec<Generation>,
+    /// When the last one began.
+    pub(super) last: Option<Instant>,
+}
+
+/// A complete consistent checkpoint of a job.
+#[derive(Debug, Clone)]
+pub(super) struct Generation {
+    pub(super) id: u64,
+    /// The VPs (indices in the job) it holds: those that existed when it
+    /// was taken. VPs spawned after it are not in it.
+    pub(super) vps: BTreeSet<u32>,
+}
+
+/// A checkpoint being taken.
+#[derive(Debug)]
+pub(super) struct Round {
+    pub(super) id: u64,
+    /// The VPs it covers (all the job had when it began).
+    pub(super) members: BTreeSet<Tid>,
+    pub(super) started: Instant,
+    /// VPs stopped, with the last sequence number each sent to each peer.
+    pub(super) paused: HashMap<Tid, Vec<(Tid, u64)>>,
+    /// VPs whose image arrived, and its size.
+    pub(super) taken: HashMap<Tid, usize>,
+    pub(super) waiters: Vec<Requester>,
+}
