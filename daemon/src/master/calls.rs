@@ -73,7 +73,7 @@ impl Master {
                         self.jobs
                             .get(j)
                             .and_then(|j| j.vps.get(v))
-                            .is_some_and(|v| v.state != VpState::Exited)
+                            .is_some_and(|v| !v.state.ended())
                     });
                     let mut out = reply(VpRet::Done);
                     if running {

@@ -214,7 +214,7 @@ impl Master {
                 }
             }
             let every = self.checkpoint_every;
-            let running = j.vps.values().all(|v| v.state == VpState::Running);
+            let running = j.vps.values().all(|v| v.state.can_migrate());
             if every.is_some_and(|e| j.ckpt.last.is_none_or(|l| now.duration_since(l) >= e))
                 && j.ckpt.round.is_none()
                 && running
@@ -252,7 +252,7 @@ impl Master {
         let back: Vec<(u32, String)> = j
             .vps
             .iter()
-            .filter(|(vp, v)| gen.vps.contains(vp) && v.state == VpState::Exited)
+            .filter(|(vp, v)| gen.vps.contains(vp) && v.state.ended())
             .filter_map(|(&vp, v)| {
                 let arch = self.hosts.get(v.host.as_ref()?)?.facts.arch.clone();
                 Some((vp, arch))
@@ -404,7 +404,7 @@ impl Master {
         let mut gone = Vec::new();
         let mut events = Vec::new();
         for (vp, v) in dropped {
-            let exited = v.state == VpState::Exited;
+            let exited = v.state.ended();
             if let Some(h) = v
                 .host
                 .filter(|h| !exited && self.hosts.get(h).is_some_and(|h| h.alive))

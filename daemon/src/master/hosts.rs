@@ -191,7 +191,7 @@ impl Master {
         let mut counts: HashMap<&str, u32> = HashMap::new();
         for j in self.jobs.values() {
             for v in j.vps.values() {
-                if let (Some(h), VpState::Running | VpState::Starting) = (&v.host, &v.state) {
+                if let (Some(h), true) = (&v.host, v.state.on_a_processor()) {
                     *counts.entry(h.as_str()).or_default() += 1;
                 }
             }

@@ -97,7 +97,7 @@ impl Master {
             let never: Vec<u32> = self.jobs[target]
                 .vps
                 .iter()
-                .filter(|(_, v)| v.host.is_none() && v.state != VpState::Exited)
+                .filter(|(_, v)| v.host.is_none() && !v.state.ended())
                 .map(|(&i, _)| i)
                 .collect();
             for vp in never {
@@ -194,7 +194,7 @@ impl Master {
             }
             // A report from a host the VP already left (restarted elsewhere) is stale.
             let restoring_there = matches!(&v.state, VpState::Moving(to) if to == host);
-            if (v.host.as_deref() != Some(host) && !restoring_there) || v.state == VpState::Exited {
+            if (v.host.as_deref() != Some(host) && !restoring_there) || v.state.ended() {
                 return out;
             }
             v.state = VpState::Exited;
@@ -230,7 +230,7 @@ impl Master {
         let done = self
             .jobs
             .get(job)
-            .is_some_and(|j| j.vps.values().all(|v| v.state == VpState::Exited));
+            .is_some_and(|j| j.vps.values().all(|v| v.state.ended()));
         if !done {
             return Vec::new();
         }

@@ -220,8 +220,7 @@ impl Master {
             .flat_map(|(job, j)| j.vps.iter().map(move |(&vp, v)| (job, vp, v)))
             .filter_map(|(job, vp, v)| {
                 let w = v.wants.as_ref()?;
-                let due = w.retry_at.is_none_or(|t| now >= t)
-                    && matches!(v.state, VpState::Running | VpState::Parked);
+                let due = w.retry_at.is_none_or(|t| now >= t) && v.state.can_begin_move();
                 let at = v.host.clone().filter(|_| due)?;
                 Some((v.tid, job.clone(), vp, at, w.to.clone()))
             })
@@ -327,7 +326,7 @@ impl Master {
         let Some((tid, job, vp, host, state)) = found else {
             return err(format!("no VP {target:?}; `mig ps` lists them (as t40001)"));
         };
-        let Some(src) = host.filter(|_| state == VpState::Running) else {
+        let Some(src) = host.filter(|_| state.can_migrate()) else {
             return err(format!("VP t{tid:x} is not running (it is {state:?})"));
         };
         if src == to {

@@ -2,6 +2,7 @@
 
 use super::*;
 
+/// A host as the master knows it.
 #[derive(Debug)]
 pub(super) struct HostRec {
     pub(super) facts: HostFacts,
@@ -14,10 +15,14 @@ pub(super) struct HostRec {
     pub(super) owner: Option<OwnerReport>,
 }
 
+/// Where a VP is in its life, as the master sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum VpState {
+    /// Not placed: waiting for a processor.
     Waiting,
+    /// Its host was told to start it.
     Starting,
+    /// Its process runs (or is stopped by its host's owner or slicer).
     Running,
     /// Being checkpointed on its host and restarted on this one.
     Moving(String),
@@ -25,8 +30,36 @@ pub(super) enum VpState {
     Restoring,
     /// Checkpointed to its host's disk while the owner has it; no process.
     Parked,
+    /// Ended for good.
     Exited,
 }
+
+impl VpState {
+    /// May it be moved now by hand (`mig migrate`) or be part of a
+    /// job checkpoint? Only with a process that runs where the master
+    /// thinks it does.
+    pub(super) fn can_migrate(&self) -> bool {
+        *self == VpState::Running
+    }
+
+    /// May a move the scheduler wants begin now (a parked VP ships its
+    /// image from disk)?
+    pub(super) fn can_begin_move(&self) -> bool {
+        matches!(self, VpState::Running | VpState::Parked)
+    }
+
+    /// Does it hold a processor of its host (for `mig hosts`)?
+    pub(super) fn on_a_processor(&self) -> bool {
+        matches!(self, VpState::Running | VpState::Starting)
+    }
+
+    /// Has it ended for good?
+    pub(super) fn ended(&self) -> bool {
+        *self == VpState::Exited
+    }
+}
+
+/// A VP as the master knows it.
 
 #[derive(Debug)]
 pub(super) struct VpRec {
@@ -52,6 +85,7 @@ pub(super) struct Wanted {
     pub(super) retry_at: Option<Instant>,
 }
 
+/// A job as the master knows it.
 #[derive(Debug)]
 pub(super) struct JobRec {
     pub(super) spec: SpawnSpec,

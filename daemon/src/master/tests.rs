@@ -2,6 +2,7 @@
 //! hosts, users and VPs.
 
 use super::*;
+use crate::master::moves::MAX_MOVE_ATTEMPTS;
 
 #[test]
 fn a_job_names_its_program_per_architecture() {
@@ -147,4 +148,556 @@ fn bad_requests_are_clear_errors() {
     );
     let (name, _) = m.register(facts("h0", 1), now);
     assert_eq!(name, "h0-2");
+}
+
+// ----- moves, checkpoint rounds, restarts, owners, lost hosts ---------------
+
+/// A master with hosts `h0..hN` of one processor each, at time `t0`.
+struct Cluster {
+    m: Master,
+    t0: Instant,
+}
+
+impl Cluster {
+    fn new(hosts: usize) -> Cluster {
+        let t0 = Instant::now();
+        let (mut m, _) = Master::new(facts("h0", 1), t0, Duration::ZERO);
+        for i in 1..hosts {
+            m.register(facts(&format!("h{i}"), 1), t0);
+        }
+        Cluster { m, t0 }
+    }
+
+    /// Spawn a job of `n` VPs and start each where it was placed: its
+    /// (host, Tid) pairs.
+    fn running_job(&mut self, n: u32) -> Vec<(String, Tid)> {
+        let out = self
+            .m
+            .control(Requester::Local(1), "h0", Request::Spawn(spec(n)));
+        let placed = starts(&out);
+        assert_eq!(placed.len(), n as usize, "{out:?}");
+        for (h, tid) in &placed {
+            self.m.started(h, *tid, 100 + *tid as u32);
+        }
+        placed
+    }
+
+    fn state(&self, tid: Tid) -> (Option<String>, String) {
+        let v = self
+            .m
+            .ps()
+            .into_iter()
+            .find(|v| v.tid == tid)
+            .expect("VP in ps");
+        (v.host, v.state)
+    }
+
+    fn at(&self, secs: u64) -> Instant {
+        self.t0 + Duration::from_secs(secs)
+    }
+}
+
+fn checkpoint_asks(out: &[Out]) -> Vec<(String, Tid, String)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::ToHost(h, PeerMsg::Checkpoint { to, start }) => {
+                Some((h.clone(), start.tid, to.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn snaps(out: &[Out]) -> Vec<(String, Tid, SnapStep)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::ToHost(h, PeerMsg::Snap { tid, step }) => Some((h.clone(), *tid, step.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn replies(out: &[Out]) -> Vec<&Response> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Reply(_, r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn error_says(out: &[Out], words: &str) -> bool {
+    replies(out)
+        .iter()
+        .any(|r| matches!(r, Response::Error { message } if message.contains(words)))
+}
+
+fn dir_entries(out: &[Out]) -> Vec<(Tid, Loc)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Broadcast(PeerMsg::Directory(d)) => Some(d.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn other(h: &str) -> String {
+    if h == "h0" { "h1" } else { "h0" }.to_string()
+}
+
+fn report(state: OwnerState) -> OwnerReport {
+    OwnerReport {
+        state,
+        for_s: 0.0,
+        decided_by: "test".into(),
+        idle_s: None,
+        load: None,
+        sources: vec![],
+    }
+}
+
+fn migrate(c: &mut Cluster, tid: Tid, to: &str) -> Vec<Out> {
+    c.m.control(
+        Requester::Local(2),
+        "h0",
+        Request::Migrate {
+            tid: format!("t{tid:x}"),
+            to: to.into(),
+        },
+    )
+}
+
+#[test]
+fn mig_migrate_asks_the_source_for_the_image_and_has_messages_held() {
+    let mut c = Cluster::new(2);
+    let (src, tid) = c.running_job(1)[0].clone();
+    let to = other(&src);
+    let out = migrate(&mut c, tid, &to);
+    assert_eq!(checkpoint_asks(&out), vec![(src.clone(), tid, to.clone())]);
+    assert_eq!(
+        dir_entries(&out),
+        vec![(tid, Loc::Waiting)],
+        "held everywhere"
+    );
+    assert!(matches!(replies(&out)[..], [Response::Ok { .. }]));
+    assert_eq!(c.state(tid), (Some(src), format!("moving to {to}")));
+}
+
+#[test]
+fn a_move_is_over_when_the_target_starts_the_vp() {
+    let mut c = Cluster::new(2);
+    let (src, tid) = c.running_job(1)[0].clone();
+    let to = other(&src);
+    migrate(&mut c, tid, &to);
+    let out = c.m.started(&to, tid, 4242);
+    assert_eq!(dir_entries(&out), vec![(tid, Loc::At(to.clone()))]);
+    assert_eq!(c.state(tid), (Some(to.clone()), "running".into()));
+    // Its place in the allocation map followed it.
+    let placed = c.m.sched.job_view("j1").expect("job").placement;
+    assert!(
+        placed.values().all(|p| p.starts_with(&format!("{to}/"))),
+        "{placed:?}"
+    );
+}
+
+#[test]
+fn a_failed_move_leaves_the_vp_running_where_it_was() {
+    let mut c = Cluster::new(2);
+    let (src, tid) = c.running_job(1)[0].clone();
+    migrate(&mut c, tid, &other(&src));
+    let out = c.m.migrate_failed(tid, "no safe point within 1000 ms");
+    assert_eq!(dir_entries(&out), vec![(tid, Loc::At(src.clone()))]);
+    assert_eq!(c.state(tid), (Some(src), "running".into()));
+    // Its end reported late by the target is stale.
+    let late = c.m.exited(
+        &other(&c.state(tid).0.unwrap_or_default()),
+        tid,
+        ExitInfo {
+            code: Some(0),
+            signal: None,
+            error: None,
+        },
+    );
+    assert!(late.is_empty(), "{late:?}");
+}
+
+#[test]
+fn moving_what_cannot_move_is_a_clear_error() {
+    let mut c = Cluster::new(2);
+    let (src, tid) = c.running_job(1)[0].clone();
+    assert!(error_says(&migrate(&mut c, tid, "h9"), "no live host"));
+    assert!(error_says(&migrate(&mut c, tid, &src), "already runs on"));
+    assert!(error_says(&migrate(&mut c, 0x999, "h1"), "no VP"));
+    migrate(&mut c, tid, &other(&src));
+    assert!(error_says(&migrate(&mut c, tid, &src), "is not running"));
+}
+
+#[test]
+fn an_owner_back_moves_its_vps_where_there_is_room() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    let idle = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| placed.iter().all(|(p, _)| p != h))
+        .expect("a free host");
+    let (busy, tid) = placed[0].clone();
+    let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
+    assert_eq!(
+        checkpoint_asks(&out),
+        vec![(busy.clone(), tid, idle.to_string())],
+        "{out:?}"
+    );
+    assert!(c.state(tid).1.starts_with("moving to"));
+}
+
+#[test]
+fn an_owner_back_with_nowhere_to_go_keeps_the_vp_stopped_where_it_is() {
+    let mut c = Cluster::new(1);
+    let (h, tid) = c.running_job(1)[0].clone();
+    let out = c.m.owner_report(&h, report(OwnerState::Reclaimed));
+    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    assert!(starts(&out).is_empty());
+    assert_eq!(
+        c.state(tid),
+        (Some(h.clone()), "stopped (owner back)".into())
+    );
+    // Parked on disk while the owner stays; started there again when the
+    // host is offered again.
+    c.m.parked(&h, tid);
+    assert_eq!(c.state(tid).1, "parked on disk (owner back)");
+    let out = c.m.owner_report(&h, report(OwnerState::Offered));
+    assert!(
+        out.contains(&Out::ToHost(h.clone(), PeerMsg::Unpark { tid })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_scheduler_move_that_fails_is_tried_again_later_then_given_up() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    let (busy, tid) = placed[0].clone();
+    let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
+    let target = checkpoint_asks(&out)[0].2.clone();
+    for attempt in 1..MAX_MOVE_ATTEMPTS {
+        let out = c.m.migrate_failed(tid, "its checkpoint is unusable");
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Out::Log(l) if l.contains("trying again"))),
+            "{out:?}"
+        );
+        let backoff = 5u64 << (attempt - 1);
+        let early = c.m.now + Duration::from_secs(backoff - 1);
+        let before = c.m.tick(early, Duration::from_secs(3600));
+        assert!(
+            checkpoint_asks(&before).is_empty(),
+            "attempt {attempt}: too early"
+        );
+        let when = c.m.now + Duration::from_secs(backoff);
+        let again = c.m.tick(when, Duration::from_secs(3600));
+        assert_eq!(
+            checkpoint_asks(&again),
+            vec![(busy.clone(), tid, target.clone())],
+            "attempt {attempt}"
+        );
+    }
+    let out = c.m.migrate_failed(tid, "its checkpoint is unusable");
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Out::Log(l) if l.contains("gave up"))));
+    let later = c.m.tick(c.at(10_000), Duration::from_secs(100_000));
+    assert!(checkpoint_asks(&later).is_empty());
+}
+
+/// Take checkpoint `n` of job j1 whose VPs are `placed`, to the end; its id.
+fn take_checkpoint(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
+    let out = c.m.control(
+        Requester::Local(3),
+        "h0",
+        Request::Checkpoint { job: "j1".into() },
+    );
+    let begins = snaps(&out);
+    assert_eq!(begins.len(), placed.len(), "{out:?}");
+    let SnapStep::Begin { id, .. } = begins[0].2 else {
+        panic!("{begins:?}")
+    };
+    for (i, (_, tid)) in placed.iter().enumerate() {
+        let sent = placed
+            .iter()
+            .filter(|(_, t)| t != tid)
+            .map(|(_, t)| (*t, 10 + i as u64))
+            .collect();
+        let out = c.m.snap_paused(*tid, id, sent);
+        if i + 1 < placed.len() {
+            assert!(out.is_empty());
+        } else {
+            // Once all are paused, each hears what its peers sent it.
+            let now = snaps(&out);
+            assert_eq!(now.len(), placed.len());
+            for (_, _, step) in &now {
+                assert!(
+                    matches!(step, SnapStep::Now { expect, .. } if expect.len() == placed.len() - 1)
+                );
+            }
+        }
+    }
+    for (i, (h, tid)) in placed.iter().enumerate() {
+        let out = c.m.snap_image(h, *tid, id, vec![i as u8; 8]);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Out::StoreImage { tid: t, .. } if t == tid)));
+        if i + 1 == placed.len() {
+            assert!(snaps(&out)
+                .iter()
+                .all(|(_, _, s)| matches!(s, SnapStep::Resume { .. })));
+            assert!(out
+                .iter()
+                .any(|o| matches!(o, Out::PruneCheckpoints { .. })));
+            assert!(matches!(replies(&out)[..], [Response::Ok { .. }]));
+        }
+    }
+    id
+}
+
+#[test]
+fn a_checkpoint_round_pauses_every_vp_then_keeps_every_image() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let id = take_checkpoint(&mut c, &placed);
+    assert!(id >= 1);
+    // A second round gets the next generation.
+    assert_eq!(take_checkpoint(&mut c, &placed), id + 1);
+}
+
+#[test]
+fn an_image_of_the_master_itself_is_copied_to_another_host() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let out = c.m.control(
+        Requester::Local(3),
+        "h0",
+        Request::Checkpoint { job: "j1".into() },
+    );
+    let SnapStep::Begin { id, .. } = snaps(&out)[0].2 else {
+        panic!()
+    };
+    for (_, tid) in &placed {
+        c.m.snap_paused(*tid, id, vec![]);
+    }
+    let (h0_vp, _) = placed
+        .iter()
+        .find(|(h, _)| h == "h0")
+        .map(|(h, t)| (*t, h.clone()))
+        .expect("a VP on h0");
+    let out = c.m.snap_image("h0", h0_vp, id, vec![1; 4]);
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Out::ToHost(h, PeerMsg::Replica { tid, .. }) if h == "h1" && *tid == h0_vp
+    )));
+}
+
+#[test]
+fn a_checkpoint_is_refused_unless_every_vp_runs_and_given_up_when_too_slow() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let ckpt = |c: &mut Cluster| {
+        c.m.control(
+            Requester::Local(3),
+            "h0",
+            Request::Checkpoint { job: "j1".into() },
+        )
+    };
+    assert!(error_says(
+        &c.m.control(
+            Requester::Local(3),
+            "h0",
+            Request::Checkpoint { job: "j9".into() }
+        ),
+        "no job"
+    ));
+    migrate(&mut c, placed[0].1, &other(&placed[0].0));
+    assert!(error_says(&ckpt(&mut c), "not all of its VPs are running"));
+    c.m.migrate_failed(placed[0].1, "test");
+    c.m.set_checkpointing(None, Duration::from_secs(5));
+    assert_eq!(snaps(&ckpt(&mut c)).len(), 2);
+    let out = c.m.tick(c.at(6), Duration::from_secs(3600));
+    let aborts = snaps(&out);
+    assert_eq!(aborts.len(), 2, "{out:?}");
+    assert!(aborts
+        .iter()
+        .all(|(_, _, s)| matches!(s, SnapStep::Abort { .. })));
+    assert!(error_says(&out, "given up"));
+}
+
+#[test]
+fn periodic_checkpoints_begin_by_themselves() {
+    let mut c = Cluster::new(2);
+    c.running_job(2);
+    c.m.set_checkpointing(Some(Duration::from_secs(60)), Duration::from_secs(30));
+    let first = c.m.tick(c.at(1), Duration::from_secs(3600));
+    assert_eq!(snaps(&first).len(), 2, "the first at once");
+}
+
+#[test]
+fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_one() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let g1 = take_checkpoint(&mut c, &placed);
+    let g2 = take_checkpoint(&mut c, &placed);
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    for (h, tid) in &placed {
+        assert!(out.contains(&Out::ToHost(h.clone(), PeerMsg::Kill { tid: *tid })));
+    }
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Out::Broadcast(PeerMsg::Fence { incarnation: 1, tids }) if tids.len() == 2
+    )));
+    // Newest first; the older one is the fallback should an image of the
+    // newest be damaged (the server tries them in that order).
+    let restore = out.iter().find_map(|o| match o {
+        Out::RestoreJob {
+            ids, placements, ..
+        } => Some((ids.clone(), placements.len())),
+        _ => None,
+    });
+    assert_eq!(restore, Some((vec![g2, g1], 2)));
+    for (_, tid) in &placed {
+        assert_eq!(c.state(*tid).1, "restoring from the job's checkpoint");
+    }
+    // The killed processes' ends are no exits; the restored ones run.
+    for (h, tid) in &placed {
+        let end = c.m.exited(
+            h,
+            *tid,
+            ExitInfo {
+                code: None,
+                signal: Some(9),
+                error: None,
+            },
+        );
+        assert!(end.is_empty(), "{end:?}");
+        c.m.started(h, *tid, 7);
+        assert_eq!(c.state(*tid).1, "running");
+    }
+}
+
+#[test]
+fn a_restart_without_a_checkpoint_is_a_clear_error_and_changes_nothing() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    assert!(error_says(&out, "has no checkpoint yet"));
+    assert!(!out
+        .iter()
+        .any(|o| matches!(o, Out::ToHost(_, PeerMsg::Kill { .. }))));
+    for (h, tid) in &placed {
+        assert_eq!(c.state(*tid), (Some(h.clone()), "running".into()));
+    }
+}
+
+#[test]
+fn a_host_lost_with_a_job_that_has_a_checkpoint_restarts_the_job_from_it() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let (lost, _) = placed
+        .iter()
+        .find(|(h, _)| h != "h0")
+        .cloned()
+        .expect("a VP on a worker");
+    let out = c.m.host_gone(&lost, "connection lost");
+    let restore = out.iter().find_map(|o| match o {
+        Out::RestoreJob { placements, .. } => Some(placements.clone()),
+        _ => None,
+    });
+    let placements = restore.expect("the job restarts from its checkpoint");
+    assert_eq!(placements.len(), 2);
+    assert!(placements.iter().all(|(_, h, _)| *h != lost));
+}
+
+#[test]
+fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
+    let mut c = Cluster::new(3);
+    let (mut src, tid) = c.running_job(1)[0].clone();
+    if src == "h0" {
+        // The master's own host is never lost: start from a worker.
+        migrate(&mut c, tid, "h1");
+        c.m.started("h1", tid, 5);
+        src = "h1".into();
+    }
+    let to = if src == "h1" { "h2" } else { "h1" };
+    migrate(&mut c, tid, to);
+    let out = c.m.host_gone(&src, "stopped answering heartbeats");
+    let again = starts(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    assert_eq!(again[0].1, tid);
+    assert_ne!(again[0].0, src);
+    assert_eq!(c.state(tid).1, "starting");
+}
+
+#[test]
+fn killing_a_job_ends_its_vps_and_a_second_kill_finds_nothing() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let out = c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    for (h, tid) in &placed {
+        assert!(
+            out.contains(&Out::ToHost(h.clone(), PeerMsg::Kill { tid: *tid })),
+            "{out:?}"
+        );
+    }
+    for (h, tid) in &placed {
+        c.m.exited(
+            h,
+            *tid,
+            ExitInfo {
+                code: None,
+                signal: Some(9),
+                error: None,
+            },
+        );
+    }
+    assert!(c.m.ps().is_empty());
+    let again = c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    assert!(error_says(&again, "no job or VP"));
+}
+
+#[test]
+fn a_silent_host_mid_job_is_lost_and_its_vp_placed_again() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let (lost, tid) = placed
+        .iter()
+        .find(|(h, _)| h == "h1")
+        .cloned()
+        .expect("a VP on h1");
+    c.m.heard_from("h0", c.at(1));
+    let out = c.m.tick(c.at(10), Duration::from_secs(3));
+    assert!(!c.m.is_alive(&lost));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Out::Log(l) if l.contains("left the pool"))));
+    // One processor left for two VPs: gang scheduling gives it two slots.
+    assert_eq!(starts(&out), vec![("h0".to_string(), tid)]);
 }
