@@ -16,6 +16,7 @@
 //! a regression test.
 
 pub mod compress;
+pub mod event;
 pub mod expand;
 pub mod map;
 pub mod mtat;

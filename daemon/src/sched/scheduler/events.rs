@@ -1,0 +1,370 @@
+//! The handlers of the four events of section 4.4 (`new_processor`,
+//! `processor_exit`, `new_VP`, `VP_exit`), submission and job exit, and a VP
+//! moved by hand.
+
+use super::*;
+
+impl Scheduler {
+    pub(super) fn new_processor(
+        &mut self,
+        id: String,
+        host: String,
+        arch: String,
+        capacity: f64,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        if id.is_empty() {
+            return Err(SchedError::Empty("processor id"));
+        }
+        if arch.is_empty() {
+            return Err(SchedError::Empty("architecture"));
+        }
+        if !(capacity.is_finite() && capacity > 0.0) {
+            return Err(SchedError::BadCapacity { id, capacity });
+        }
+        if self.map.row_of(&id).is_some() {
+            return Err(SchedError::DuplicateProcessor(id));
+        }
+        ctx.dirty.insert(host.clone());
+        ctx.all_freed = true;
+        ctx.new_row = Some(self.map.add_row(Processor {
+            id: id.into(),
+            host: host.into(),
+            arch,
+            capacity,
+        }));
+        self.place_held(ctx);
+        self.expand_jobs(ctx);
+        Ok(())
+    }
+
+    pub(super) fn processor_exit(&mut self, id: &str, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let row = self
+            .map
+            .row_of(id)
+            .ok_or_else(|| SchedError::UnknownProcessor(id.to_string()))?;
+        let affected: Vec<JobKey> = self
+            .fair_order()
+            .into_iter()
+            .filter(|&k| self.job(k).rows.contains_key(&row))
+            .collect();
+        if let Some(p) = self.map.processor(row) {
+            ctx.dirty.insert(p.host.to_string());
+        }
+        self.map.remove_row(row);
+        for &k in &affected {
+            let j = self.job_mut(k);
+            let gone = j.rows.remove(&row).unwrap_or(0);
+            j.placed = j.placed.saturating_sub(gone);
+            j.row_set.remove(row);
+            j.t_cur.set(None);
+            for v in j.vps.values_mut() {
+                if v.row == Some(row) {
+                    v.row = None;
+                }
+            }
+        }
+        for &k in &affected {
+            self.reposition(k, ctx);
+        }
+        self.drop_empty_columns(ctx);
+        self.expand_jobs(ctx);
+        self.repack(ctx);
+        Ok(())
+    }
+
+    pub(super) fn submit(
+        &mut self,
+        job: String,
+        vps: BTreeMap<String, u32>,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        if job.is_empty() {
+            return Err(SchedError::Empty("job id"));
+        }
+        if self.job_of.contains_key(&job) {
+            return Err(SchedError::DuplicateJob(job));
+        }
+        if vps.keys().any(String::is_empty) {
+            return Err(SchedError::Empty("architecture"));
+        }
+        if vps.values().all(|&n| n == 0) {
+            return Err(SchedError::NoVps(job));
+        }
+        if vps.values().map(|&n| u64::from(n)).sum::<u64>() > MAX_VPS {
+            return Err(SchedError::TooManyVps(job));
+        }
+        let total: u32 = vps.values().sum();
+        let mut j = Job::new(job.clone(), total, Vec::new());
+        let mut next = 0u32;
+        for (arch, &n) in &vps {
+            let arch = self.map.intern(arch);
+            for _ in 0..n {
+                j.insert_vp(
+                    next,
+                    Vp {
+                        arch,
+                        row: None,
+                        at: None,
+                        held: false,
+                    },
+                );
+                next += 1;
+            }
+        }
+        let k = match self.jobs.iter().position(Option::is_none) {
+            Some(free) => {
+                self.jobs[free] = Some(j);
+                free as JobKey
+            }
+            None => {
+                self.jobs.push(Some(j));
+                (self.jobs.len() - 1) as JobKey
+            }
+        };
+        self.job_of.insert(job, k);
+        self.queue.push_back(k);
+        self.place_fresh(k, ctx);
+        Ok(())
+    }
+
+    /// `new_VP`: the next index, or `back`, an index the job had before.
+    pub(super) fn new_vp(
+        &mut self,
+        job: &str,
+        back: Option<u32>,
+        arch: String,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        if arch.is_empty() {
+            return Err(SchedError::Empty("architecture"));
+        }
+        let k = self.key(job)?;
+        if self.job(k).vps.len() as u64 >= MAX_VPS {
+            return Err(SchedError::TooManyVps(job.to_string()));
+        }
+        if let Some(vp) = back {
+            let j = self.job(k);
+            if vp >= j.next_vp || j.vps.contains_key(&vp) {
+                return Err(SchedError::NotBack {
+                    job: job.to_string(),
+                    vp,
+                });
+            }
+        }
+        let arch_id = self.map.intern(&arch);
+        let j = self.job_mut(k);
+        let vp = back.unwrap_or(j.next_vp);
+        if back.is_none() {
+            j.next_vp += 1;
+        }
+        j.insert_vp(
+            vp,
+            Vp {
+                arch: arch_id,
+                row: None,
+                at: None,
+                held: false,
+            },
+        );
+        if self.job(k).columns.is_empty() {
+            self.place_fresh(k, ctx);
+            return Ok(());
+        }
+        let cand: Vec<Row> = self
+            .candidates(k)
+            .into_iter()
+            .filter(|&r| self.arch_of(r) == Some(arch_id))
+            .collect();
+        if cand.is_empty() {
+            if self.map.has_arch(&arch) {
+                self.place_fresh(k, ctx);
+            } else {
+                self.hold_unplaced(k, ctx);
+            }
+            return Ok(());
+        }
+        // (a) no migration: the new VP where it finishes first.
+        let j = self.job(k);
+        let (best_row, t_here) = cand
+            .iter()
+            .map(|&r| {
+                let n = j.rows.get(&r).copied().unwrap_or(0) + 1;
+                (r, finish_time(n, self.cap(r)))
+            })
+            .min_by(|a, b| {
+                a.1.partial_cmp(&b.1)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(j.rows.contains_key(&b.0).cmp(&j.rows.contains_key(&a.0)))
+                    .then(a.0.cmp(&b.0))
+            })
+            .unwrap_or((cand[0], f64::INFINITY));
+        let t_a = self.current_t(k).max(t_here);
+        // (b) the full optimum, if it is strictly faster and affordable.
+        let all = self.candidates(k);
+        if let Some((t_b, counts)) = self.plan(k, &all, true, 0.0) {
+            if t_b < t_a * (1.0 - 1e-9) && self.optional_moves(k, &all, &counts) <= ctx.budget {
+                let cols = self.job(k).columns.clone();
+                self.apply(k, cols, &all, &counts, ctx);
+                return Ok(());
+            }
+        }
+        let cols = self.job(k).columns.clone();
+        let rows: Vec<Row> = self
+            .job(k)
+            .rows
+            .keys()
+            .copied()
+            .chain(std::iter::once(best_row))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let counts: Vec<u32> = rows
+            .iter()
+            .map(|r| self.job(k).rows.get(r).copied().unwrap_or(0) + u32::from(*r == best_row))
+            .collect();
+        self.apply(k, cols, &rows, &counts, ctx);
+        Ok(())
+    }
+
+    pub(super) fn vp_moved(
+        &mut self,
+        job: &str,
+        vp: u32,
+        host: &str,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        let unknown = || SchedError::UnknownVp {
+            job: job.to_string(),
+            vp,
+        };
+        let (arch, from) = {
+            let v = self.job(k).vps.get(&vp).ok_or_else(unknown)?;
+            (v.arch, v.row.ok_or_else(unknown)?)
+        };
+        if self.map.processor(from).is_some_and(|p| &*p.host == host) {
+            return Ok(());
+        }
+        let cols = self.job(k).columns.clone();
+        let here: Vec<Row> = self
+            .map
+            .processors()
+            .filter(|(r, p)| &*p.host == host && self.map.row_arch(*r) == Some(arch))
+            .map(|(r, _)| r)
+            .collect();
+        let free = |r: Row| {
+            cols.iter()
+                .all(|&c| self.map.column(c).is_some_and(|col| col.cell(r).is_none()))
+        };
+        let to = here
+            .iter()
+            .copied()
+            .find(|&r| free(r))
+            .or_else(|| {
+                here.iter()
+                    .copied()
+                    .find(|r| self.job(k).rows.contains_key(r))
+            })
+            .ok_or_else(|| SchedError::NoRoom {
+                job: job.to_string(),
+                host: host.to_string(),
+            })?;
+        let at = self
+            .map
+            .processor(to)
+            .map(|p| (p.id.clone(), p.host.clone()));
+        let j = self.job_mut(k);
+        if let Some(v) = j.vps.get_mut(&vp) {
+            v.row = Some(to);
+            v.at = at;
+        }
+        j.t_cur.set(None);
+        let added = {
+            let n = j.rows.entry(to).or_default();
+            *n += 1;
+            *n == 1
+        };
+        if added {
+            j.row_set.insert(to);
+        }
+        let left = j.rows.get_mut(&from).map(|n| {
+            *n -= 1;
+            *n
+        });
+        if left == Some(0) {
+            j.rows.remove(&from);
+            j.row_set.remove(from);
+        }
+        for &c in &cols {
+            if added {
+                self.map.set(c, to, Some(k));
+            }
+            if left == Some(0) {
+                self.map.set(c, from, None);
+                ctx.freed.push(c);
+            }
+        }
+        self.dirty_row(from, ctx);
+        self.dirty_row(to, ctx);
+        Ok(())
+    }
+
+    pub(super) fn vp_exit(&mut self, job: &str, vp: u32, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        let j = self.job_mut(k);
+        let Some(v) = j.remove_vp(vp) else {
+            return Err(SchedError::UnknownVp {
+                job: job.to_string(),
+                vp,
+            });
+        };
+        if let Some(r) = v.row {
+            j.t_cur.set(None);
+            j.placed = j.placed.saturating_sub(1);
+            let left = j.rows.get_mut(&r).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if left == Some(0) {
+                j.rows.remove(&r);
+                j.row_set.remove(r);
+                let cols = j.columns.clone();
+                for c in cols {
+                    self.map.set(c, r, None);
+                    ctx.freed.push(c);
+                }
+                self.dirty_row(r, ctx);
+            }
+        }
+        if self.job(k).vps.is_empty() {
+            self.remove_job(k, ctx);
+        }
+        self.drop_empty_columns(ctx);
+        self.place_held(ctx);
+        self.expand_jobs(ctx);
+        self.repack(ctx);
+        Ok(())
+    }
+
+    pub(super) fn job_exit(&mut self, job: &str, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        let j = self.job(k);
+        for (&vp, v) in &j.vps {
+            if let Some((processor, host)) = &v.at {
+                ctx.actions.push(Action::Kill {
+                    job: j.id.clone(),
+                    vp,
+                    processor: processor.clone(),
+                    host: host.clone(),
+                });
+            }
+        }
+        self.remove_job(k, ctx);
+        self.drop_empty_columns(ctx);
+        self.place_held(ctx);
+        self.expand_jobs(ctx);
+        self.repack(ctx);
+        Ok(())
+    }
+}

@@ -1,0 +1,492 @@
+//! Carrying a plan out on the map: which VPs stay, which move and where
+//! (Start, Migrate, Hold), placing new and held VPs, Expansion into free
+//! cells, and removing a job.
+
+use super::*;
+
+impl Scheduler {
+    /// Put the job in `columns` with `counts[i]` VPs on `rows[i]`: frees its
+    /// old cells, moves as few VPs as it can, and emits Start/Migrate/Hold.
+    pub(super) fn apply(
+        &mut self,
+        k: JobKey,
+        columns: Vec<u64>,
+        rows: &[Row],
+        counts: &[u32],
+        ctx: &mut Ctx,
+    ) {
+        if self.still_held_whole(k, counts, ctx) {
+            return;
+        }
+        let (old_cols, old_rows): (Vec<u64>, Vec<Row>) = {
+            let j = self.job(k);
+            (j.columns.clone(), j.rows.keys().copied().collect())
+        };
+        for &c in &old_cols {
+            for &r in &old_rows {
+                self.map.set(c, r, None);
+            }
+        }
+        let same_columns = {
+            let mut a = old_cols.clone();
+            let mut b = columns.clone();
+            a.sort_unstable();
+            b.sort_unstable();
+            a == b
+        };
+        let (assignments, unplaced) = self.assign(k, rows, counts);
+        self.place_assigned(k, assignments, ctx);
+        self.hold_all(k, unplaced, ctx);
+        self.settle(k, columns, &old_cols, &old_rows, same_columns, ctx);
+    }
+
+    /// A job already held whole that gets nowhere again: nothing changes
+    /// (the common case of a job waiting at the slot cap). True if so.
+    fn still_held_whole(&mut self, k: JobKey, counts: &[u32], ctx: &mut Ctx) -> bool {
+        let j = self.job(k);
+        let nowhere = j.rows.is_empty()
+            && j.columns.is_empty()
+            && counts.iter().all(|&n| n == 0)
+            && j.vps.values().all(|v| v.held && v.row.is_none());
+        if !nowhere {
+            return false;
+        }
+        if j.vps.is_empty() {
+            self.waiting.remove(&k);
+        } else {
+            self.waiting.insert(k);
+        }
+        self.drop_empty_columns(ctx);
+        true
+    }
+
+    /// Which VPs stay on their rows, and where the others go to fill
+    /// `counts[i]` on `rows[i]`: (VP, row) for each that moves or starts,
+    /// and the VPs left without a row. Dense by row: jobs can span
+    /// thousands of rows.
+    fn assign(&self, k: JobKey, rows: &[Row], counts: &[u32]) -> (Vec<(u32, Row)>, Vec<u32>) {
+        let width = self.map.row_capacity();
+        let mut want = vec![0u32; width];
+        let mut target_rows: Vec<Row> = Vec::with_capacity(rows.len());
+        for (&r, &n) in rows.iter().zip(counts) {
+            if r < width && n > 0 {
+                want[r] = n;
+                target_rows.push(r);
+            }
+        }
+        target_rows.sort_unstable();
+        target_rows.dedup();
+        let mut kept = vec![0u32; width];
+        // VPs that must find a row: (index, architecture, placed before).
+        let mut movers: Vec<(u32, u32, bool)> = Vec::new();
+        for (&i, v) in &self.job(k).vps {
+            match v.row {
+                Some(r) if r < width && kept[r] < want[r] => kept[r] += 1,
+                _ => movers.push((i, v.arch, v.row.is_some() || v.at.is_some())),
+            }
+        }
+        // Place movers in row order, each on a row of its architecture;
+        // placed movers first so that new or held VPs fill what is left.
+        let mut queues: BTreeMap<u32, VecDeque<u32>> = BTreeMap::new();
+        for placed in [true, false] {
+            for &(i, arch, was) in &movers {
+                if was == placed {
+                    queues.entry(arch).or_default().push_back(i);
+                }
+            }
+        }
+        let mut assignments: Vec<(u32, Row)> = Vec::new();
+        for &r in &target_rows {
+            let Some(q) = self.arch_of(r).and_then(|a| queues.get_mut(&a)) else {
+                continue;
+            };
+            for _ in kept[r]..want[r] {
+                if let Some(i) = q.pop_front() {
+                    assignments.push((i, r));
+                }
+            }
+        }
+        (assignments, queues.into_values().flatten().collect())
+    }
+
+    /// Each assigned VP to its row: started there, resumed where it is
+    /// (held on that processor), or migrated from where its process is.
+    fn place_assigned(&mut self, k: JobKey, assignments: Vec<(u32, Row)>, ctx: &mut Ctx) {
+        let job_id = self.job(k).id.clone();
+        for (i, r) in assignments {
+            let Some(p) = self.map.processor(r) else {
+                continue;
+            };
+            ctx.dirty_rows.push(r);
+            let Some(v) = self.jobs[k as usize]
+                .as_mut()
+                .and_then(|j| j.vps.get_mut(&i))
+            else {
+                continue;
+            };
+            let start = |job: &Arc<str>| Action::Start {
+                job: job.clone(),
+                vp: i,
+                arch: self.map.arch_shared(v.arch),
+                processor: p.id.clone(),
+                host: p.host.clone(),
+                restore: false,
+            };
+            let action = match v.at.take() {
+                // A held VP back on the processor it is on: just resume it.
+                Some(at) if at.0 == p.id => {
+                    let action = start(&job_id);
+                    v.at = if at.1 == p.host {
+                        Some(at)
+                    } else {
+                        Some((at.0, p.host.clone()))
+                    };
+                    action
+                }
+                Some((from, from_host)) => {
+                    self.migrations += 1;
+                    ctx.budget = ctx.budget.saturating_sub(1);
+                    v.at = Some((p.id.clone(), p.host.clone()));
+                    Action::Migrate {
+                        job: job_id.clone(),
+                        vp: i,
+                        from,
+                        from_host,
+                        to: p.id.clone(),
+                        to_host: p.host.clone(),
+                    }
+                }
+                None => {
+                    let action = start(&job_id);
+                    v.at = Some((p.id.clone(), p.host.clone()));
+                    action
+                }
+            };
+            ctx.actions.push(action);
+            v.row = Some(r);
+            v.held = false;
+        }
+    }
+
+    /// VPs left without a row are held (said once, until placed again).
+    fn hold_all(&mut self, k: JobKey, unplaced: Vec<u32>, ctx: &mut Ctx) {
+        let job_id = self.job(k).id.clone();
+        for i in unplaced {
+            let v = self.job_mut(k).vps.get_mut(&i).expect("vp exists");
+            v.row = None;
+            if !v.held {
+                v.held = true;
+                let at = v.at.clone();
+                ctx.actions.push(Action::Hold {
+                    job: job_id.clone(),
+                    vp: i,
+                    processor: at.as_ref().map(|a| a.0.clone()),
+                    host: at.map(|a| a.1),
+                });
+            }
+        }
+    }
+
+    /// Rebuild the job's rows and cells in `columns` from where its VPs
+    /// now are; rows and columns that changed are marked.
+    fn settle(
+        &mut self,
+        k: JobKey,
+        columns: Vec<u64>,
+        old_cols: &[u64],
+        old_rows: &[Row],
+        same_columns: bool,
+        ctx: &mut Ctx,
+    ) {
+        let mut new_rows: BTreeMap<Row, u32> = BTreeMap::new();
+        for v in self.job(k).vps.values() {
+            if let Some(r) = v.row {
+                *new_rows.entry(r).or_default() += 1;
+            }
+        }
+        // `self.job(k).rows` still holds the old counts here.
+        for &r in old_rows.iter().chain(new_rows.keys()) {
+            if !same_columns || self.job(k).rows.get(&r) != new_rows.get(&r) {
+                self.dirty_row(r, ctx);
+            }
+        }
+        let lost_a_row = old_rows.iter().any(|r| !new_rows.contains_key(r));
+        for &c in old_cols {
+            if lost_a_row || !columns.contains(&c) {
+                ctx.freed.push(c);
+            }
+        }
+        let placed: u32 = new_rows.values().sum();
+        if placed as usize == self.job(k).vps.len() {
+            self.waiting.remove(&k);
+        } else {
+            self.waiting.insert(k);
+        }
+        let columns = if new_rows.is_empty() {
+            Vec::new()
+        } else {
+            columns
+        };
+        for &c in &columns {
+            for &r in new_rows.keys() {
+                self.map.set(c, r, Some(k));
+            }
+        }
+        let j = self.job_mut(k);
+        j.row_set = BitSet::default();
+        for &r in new_rows.keys() {
+            j.row_set.insert(r);
+        }
+        j.placed = placed;
+        j.rows = new_rows;
+        j.t_cur.set(None);
+        j.columns = columns;
+        self.drop_empty_columns(ctx);
+    }
+
+    /// Emit Hold for VPs without a row that were not held before.
+    pub(super) fn hold_unplaced(&mut self, k: JobKey, ctx: &mut Ctx) {
+        self.waiting.insert(k);
+        let j = self.jobs[k as usize]
+            .as_mut()
+            .expect("job key refers to a live job");
+        for (&i, v) in j.vps.iter_mut() {
+            if v.row.is_none() && !v.held {
+                v.held = true;
+                ctx.actions.push(Action::Hold {
+                    job: j.id.clone(),
+                    vp: i,
+                    processor: v.at.as_ref().map(|a| a.0.clone()),
+                    host: v.at.as_ref().map(|a| a.1.clone()),
+                });
+            }
+        }
+    }
+
+    /// Place a job as if submitted now (seed 000 section 4.4.1): MTAT on a new
+    /// slot vs. the Expansion pattern, then Compression. Section 4.3 compares
+    /// the turnaround in a new slot, "T_min / τ" of the round, with the
+    /// pattern's; we compare wall-clock turnarounds: `T_new · (τ + 1)` in a new
+    /// slot (the round grows by one) against `T_free · τ / w` in a pattern of
+    /// `w` of the `τ` existing slots. Its own cells count
+    /// as free; its VPs prefer the processors they are on.
+    pub(super) fn place_fresh(&mut self, k: JobKey, ctx: &mut Ctx) {
+        // Release its cells first.
+        let (old_cols, old_rows): (Vec<u64>, Vec<Row>) = {
+            let j = self.job(k);
+            (j.columns.clone(), j.rows.keys().copied().collect())
+        };
+        for &c in &old_cols {
+            for &r in &old_rows {
+                self.map.set(c, r, None);
+                self.dirty_row(r, ctx);
+            }
+            ctx.freed.push(c);
+        }
+        self.job_mut(k).columns.clear();
+        let demand = Demand::new(&self.map, self.job(k).arches.iter().copied());
+        if demand.counts.is_empty() {
+            self.apply(k, Vec::new(), &[], &[], ctx);
+            self.drop_empty_columns(ctx);
+            return;
+        }
+        let all: Vec<Row> = demand.rows.to_vec();
+        // The turnaround in a slot of its own: on the whole pool, from its
+        // capacity classes.
+        let t_new = demand
+            .counts
+            .iter()
+            .map(|&(a, x)| t_min_by_classes(x, &self.map.arch_capacities(a)))
+            .fold(0.0, f64::max);
+        if !t_new.is_finite() {
+            self.apply(k, Vec::new(), &[], &[], ctx);
+            return;
+        }
+        let pattern = self.cfg.expansion.find(&self.map, &demand);
+        let at_cap = self.map.columns().len() >= self.cfg.max_slots;
+        let choice = pattern.and_then(|p| {
+            let covers = demand
+                .counts
+                .iter()
+                .all(|&(a, _)| p.rows.iter().any(|&r| self.arch_of(r) == Some(a)));
+            if !covers {
+                return None;
+            }
+            // Wall-clock turnaround: a job in w of tau slots runs w/tau of the
+            // time; a new slot makes the round tau + 1 long for everyone.
+            // At the slot cap there is no new slot: the pattern must then be
+            // as fast per slot as a slot of its own (the paper's T_free <= T_min).
+            let tau = self.map.columns().len() as f64;
+            let w = p.columns.len() as f64;
+            // A pattern that cannot even finish by a bound a little above the
+            // one it must meet is out without running MTAT on it.
+            let bound = if at_cap {
+                t_new * w
+            } else {
+                t_new * (tau + 1.0) / tau * w
+            };
+            if !self.can_finish_by(&demand, &p.rows, bound * (1.0 + 1e-6)) {
+                return None;
+            }
+            let (t_p, counts) = self.plan(k, &p.rows, true, 0.0)?;
+            let fits = if at_cap {
+                t_p / w <= t_new * (1.0 + 1e-9)
+            } else {
+                t_p * tau / w <= t_new * (tau + 1.0) * (1.0 + 1e-9)
+            };
+            fits.then_some((p.columns, p.rows, counts))
+        });
+        let (columns, rows, counts) = match choice {
+            Some(c) => c,
+            None if at_cap => {
+                self.apply(k, Vec::new(), &[], &[], ctx);
+                return;
+            }
+            None => {
+                let id = self.map.push_column();
+                ctx.all_dirty = true;
+                // MTAT on `all` gave `t_new` (cached or just now): compress to it.
+                let counts = self
+                    .pool_input(k, &all)
+                    .and_then(|inp| {
+                        compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
+                    })
+                    .unwrap_or_default();
+                (vec![id], all, counts)
+            }
+        };
+        self.apply(k, columns, &rows, &counts, ctx);
+        self.drop_empty_columns(ctx);
+    }
+
+    /// A job lost a processor (or gained a VP that does not fit): MTAT and
+    /// Compression within its columns (section 4.4.3), or a fresh placement if
+    /// an architecture it needs has no room there but exists elsewhere.
+    pub(super) fn reposition(&mut self, k: JobKey, ctx: &mut Ctx) {
+        let cand = self.candidates(k);
+        let needs_elsewhere = {
+            let j = self.job(k);
+            j.arches.iter().any(|&(a, _)| {
+                !cand.iter().any(|&r| self.arch_of(r) == Some(a))
+                    && self.map.arch_rows(a).is_some_and(|rows| !rows.is_empty())
+            })
+        };
+        if needs_elsewhere || self.job(k).columns.is_empty() {
+            self.place_fresh(k, ctx);
+            return;
+        }
+        let cols = self.job(k).columns.clone();
+        match self.plan_both(k, &cand, self.current_t(k)) {
+            Some((_, compressed, minimal)) => {
+                let extra = self.optional_moves(k, &cand, &compressed);
+                let counts = if extra <= ctx.budget {
+                    compressed
+                } else {
+                    minimal
+                };
+                self.apply(k, cols, &cand, &counts, ctx);
+            }
+            None => self.apply(k, cols, &[], &[], ctx),
+        }
+    }
+
+    /// Held VPs whose architecture is back: place them (fairness order).
+    pub(super) fn place_held(&mut self, ctx: &mut Ctx) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        // A job waiting at the slot cap can only start where cells were freed.
+        let room =
+            !ctx.freed.is_empty() || ctx.all_freed || self.map.columns().len() < self.cfg.max_slots;
+        for k in self.fair_order() {
+            if !self.waiting.contains(&k) || (!room && self.job(k).columns.is_empty()) {
+                continue;
+            }
+            let j = self.job(k);
+            if j.vps.values().any(|v| {
+                v.row.is_none() && self.map.arch_rows(v.arch).is_some_and(|r| !r.is_empty())
+            }) {
+                self.reposition(k, ctx);
+                // At the slot cap, jobs wait in queue order: stop at the first
+                // that still finds no room.
+                if self.job(k).columns.is_empty() && self.map.columns().len() >= self.cfg.max_slots
+                {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Offer free cells to jobs that get faster with them (section 4.4.2),
+    /// starting from the head of the fairness queue.
+    pub(super) fn expand_jobs(&mut self, ctx: &mut Ctx) {
+        ctx.freed.sort_unstable();
+        ctx.freed.dedup();
+        for k in self.fair_order() {
+            if ctx.budget == 0 || !self.map.has_free_cells() {
+                break;
+            }
+            let j = self.job(k);
+            if j.columns.is_empty() {
+                continue;
+            }
+            // Only free cells that are new (or a job the budget cut off last
+            // time) can change a job's answer.
+            let retry = self.retry.contains(&k);
+            let freed_here = j.columns.iter().any(|c| ctx.freed.binary_search(c).is_ok());
+            if !(ctx.all_freed || retry || freed_here) {
+                continue;
+            }
+            // A joining processor helps only if a VP finishes there sooner
+            // than the job does now (and it has the job's architecture).
+            let t_cur = self.current_t(k);
+            if let (Some(r), false, false) = (ctx.new_row, retry, freed_here) {
+                let arch = self.arch_of(r);
+                let fits = j.arches.iter().any(|&(a, _)| Some(a) == arch);
+                if !fits || finish_time(1, self.cap(r)) >= t_cur * (1.0 - 1e-9) {
+                    continue;
+                }
+            }
+            self.retry.remove(&k);
+            let mut set = self.free_candidates(k);
+            if set.is_empty() || !self.could_beat(k, &set, t_cur) {
+                continue;
+            }
+            set.union_with(&self.job(k).row_set);
+            let cand: Vec<Row> = set.to_vec();
+            let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
+                continue;
+            };
+            if t_new < t_cur * (1.0 - 1e-9) {
+                let moves = self.optional_moves(k, &cand, &counts);
+                if moves <= ctx.budget {
+                    let cols = self.job(k).columns.clone();
+                    self.apply(k, cols, &cand, &counts, ctx);
+                } else if moves <= self.cfg.max_migrations_per_event {
+                    // Cut off by what this event already spent: next time.
+                    self.retry.insert(k);
+                }
+            }
+        }
+    }
+
+    pub(super) fn remove_job(&mut self, k: JobKey, ctx: &mut Ctx) {
+        let (cols, rows): (Vec<u64>, Vec<Row>) = {
+            let j = self.job(k);
+            (j.columns.clone(), j.rows.keys().copied().collect())
+        };
+        for &c in &cols {
+            for &r in &rows {
+                self.map.set(c, r, None);
+                self.dirty_row(r, ctx);
+            }
+            ctx.freed.push(c);
+        }
+        if let Some(j) = self.jobs[k as usize].take() {
+            self.job_of.remove(&*j.id);
+        }
+        self.queue.retain(|&x| x != k);
+        self.retry.remove(&k);
+        self.waiting.remove(&k);
+    }
+}

@@ -1,0 +1,233 @@
+//! What MTAT and Compression say for one job on a set of rows: its
+//! candidate processors, its turnaround now and at best, the plan that
+//! reaches it, and how many optional moves that costs.
+
+use super::*;
+
+impl Scheduler {
+    pub(super) fn fair_order(&self) -> Vec<JobKey> {
+        self.queue.iter().copied().collect()
+    }
+
+    pub(super) fn arch_of(&self, r: Row) -> Option<u32> {
+        self.map.row_arch(r)
+    }
+
+    pub(super) fn cap(&self, r: Row) -> f64 {
+        self.map.row_capacity_of(r)
+    }
+
+    pub(super) fn dirty_row(&self, r: Row, ctx: &mut Ctx) {
+        ctx.dirty_rows.push(r);
+    }
+
+    /// `max n_r / a_r` of the job's current placement.
+    pub(super) fn current_t(&self, k: JobKey) -> f64 {
+        let j = self.job(k);
+        if let Some(t) = j.t_cur.get() {
+            return t;
+        }
+        let t = j
+            .rows
+            .iter()
+            .map(|(&r, &n)| finish_time(n, self.cap(r)))
+            .fold(0.0, f64::max);
+        j.t_cur.set(Some(t));
+        t
+    }
+
+    /// Rows the job may use inside its own columns: its rows plus rows free in
+    /// all its columns, of the architectures it has VPs of.
+    pub(super) fn candidates(&self, k: JobKey) -> Vec<Row> {
+        self.candidate_set(k).to_vec()
+    }
+
+    /// `candidates` as a set.
+    pub(super) fn candidate_set(&self, k: JobKey) -> BitSet {
+        let mut set = self.free_candidates(k);
+        set.union_with(&self.job(k).row_set);
+        set
+    }
+
+    /// Rows free in all the job's columns, of its architectures (the
+    /// candidates it does not hold already).
+    pub(super) fn free_candidates(&self, k: JobKey) -> BitSet {
+        let j = self.job(k);
+        let mut set: BitSet = self.map.free_in_all(&j.columns);
+        let mut wanted = BitSet::default();
+        for &(a, _) in &j.arches {
+            if let Some(rows) = self.map.arch_rows(a) {
+                wanted.union_with(rows);
+            }
+        }
+        set.intersect_with(&wanted);
+        set
+    }
+
+    /// The MTAT input for the job's VPs on `rows`: VPs per architecture
+    /// pool, each row's pool, capacity and current VPs. Architectures with no
+    /// row among `rows` are left out (their VPs are held).
+    pub(super) fn pool_input(&self, k: JobKey, rows: &[Row]) -> Option<PoolInput> {
+        let j = self.job(k);
+        // Architectures with a row among `rows`, and the job's VPs of each.
+        let mut arches: Vec<(u32, u32)> = Vec::new();
+        let mut pool_of = Vec::with_capacity(rows.len());
+        let mut caps = Vec::with_capacity(rows.len());
+        let mut current = Vec::with_capacity(rows.len());
+        for &r in rows {
+            let a = self.arch_of(r).unwrap_or(u32::MAX);
+            if !arches.iter().any(|&(x, _)| x == a) {
+                arches.push((a, 0));
+            }
+            caps.push(self.cap(r));
+            current.push(j.rows.get(&r).copied().unwrap_or(0));
+        }
+        for &(a, n) in &j.arches {
+            if let Some(e) = arches.iter_mut().find(|(x, _)| *x == a) {
+                e.1 = n;
+            }
+        }
+        // Pools in architecture order, those the job has VPs of.
+        arches.retain(|&(_, n)| n > 0);
+        if arches.is_empty() {
+            return None;
+        }
+        arches.sort_unstable();
+        for &r in rows {
+            let a = self.arch_of(r).unwrap_or(u32::MAX);
+            pool_of.push(
+                arches
+                    .iter()
+                    .position(|&(x, _)| x == a)
+                    .unwrap_or(usize::MAX),
+            );
+        }
+        Some(PoolInput {
+            counts: arches.iter().map(|&(_, n)| n).collect(),
+            pool_of,
+            caps,
+            preferred: current.iter().map(|&n| n > 0).collect(),
+            current,
+        })
+    }
+
+    /// MTAT and then Compression (fewest processors) and/or a fill that keeps
+    /// VPs where they are by `max(T, keep_t)` — so a caller passing the job's
+    /// current turnaround moves no VP that need not move.
+    pub(super) fn plan_both(
+        &self,
+        k: JobKey,
+        rows: &[Row],
+        keep_t: f64,
+    ) -> Option<(f64, Vec<u32>, Vec<u32>)> {
+        let inp = self.pool_input(k, rows)?;
+        let m = mtat_pools(&inp.counts, &inp.pool_of, &inp.caps, &inp.preferred);
+        if !m.t_min.is_finite() {
+            return None;
+        }
+        let compressed =
+            compress_pools(&inp.counts, &inp.pool_of, &inp.caps, m.t_min, &inp.current)?;
+        let minimal = inp.fill(m.t_min.max(keep_t))?;
+        Some((m.t_min, compressed, minimal))
+    }
+
+    /// MTAT and Compression for the job's VPs on `rows`: `T` and VPs per row
+    /// (parallel to `rows`), or the fill by `T` when not `compressed`.
+    pub(super) fn plan(
+        &self,
+        k: JobKey,
+        rows: &[Row],
+        compressed: bool,
+        keep_t: f64,
+    ) -> Option<(f64, Vec<u32>)> {
+        let inp = self.pool_input(k, rows)?;
+        let m = mtat_pools(&inp.counts, &inp.pool_of, &inp.caps, &inp.preferred);
+        if !m.t_min.is_finite() {
+            return None;
+        }
+        let out = if compressed {
+            compress_pools(&inp.counts, &inp.pool_of, &inp.caps, m.t_min, &inp.current)?
+        } else {
+            inp.fill(m.t_min.max(keep_t))?
+        };
+        Some((m.t_min, out))
+    }
+
+    /// Started VPs that `counts` on `rows` would move, beyond those that must
+    /// move anyway because their processor left.
+    /// `rows` is sorted (as `candidates` returns it).
+    pub(super) fn optional_moves(&self, k: JobKey, rows: &[Row], counts: &[u32]) -> usize {
+        let j = self.job(k);
+        j.rows
+            .iter()
+            .map(|(r, &have)| {
+                let keep = rows
+                    .binary_search(r)
+                    .ok()
+                    .and_then(|i| counts.get(i))
+                    .copied()
+                    .unwrap_or(0);
+                have.saturating_sub(keep) as usize
+            })
+            .sum()
+    }
+
+    /// Could the job finish strictly before `t` on its own rows plus `free`?
+    /// Every architecture pool must hold its VPs with each processor
+    /// finishing before `t`: `sum ceil(t a_r) - 1 >= X_z`. The free rows are
+    /// counted per capacity class (a popcount each), not one by one: it
+    /// spares MTAT for the many jobs that cannot get faster.
+    pub(super) fn could_beat(&self, k: JobKey, free: &BitSet, t: f64) -> bool {
+        let bound = t * (1.0 - 1e-9);
+        // Whole VPs finishing strictly before the bound: ceil(y) - 1, with
+        // casts rather than libm calls.
+        let before = |a: f64| -> u64 {
+            let y = bound * a;
+            if y > 1.0 {
+                let whole = y as u64;
+                if whole as f64 == y {
+                    whole - 1
+                } else {
+                    whole
+                }
+            } else {
+                0
+            }
+        };
+        let j = self.job(k);
+        j.arches.iter().all(|&(arch, x)| {
+            let mut room: u64 = j
+                .rows
+                .keys()
+                .filter(|&&r| self.arch_of(r) == Some(arch))
+                .map(|&r| before(self.cap(r)))
+                .sum();
+            for (a, rows) in self.map.capacity_classes(arch) {
+                if room >= u64::from(x) {
+                    break;
+                }
+                room = room
+                    .saturating_add((free.intersection_len(rows) as u64).saturating_mul(before(a)));
+            }
+            room >= u64::from(x)
+        })
+    }
+
+    /// Could `demand` finish by `t` on `rows`? Each architecture's VPs must
+    /// fit in `sum slots_at(t, a_r)` over its rows: exactly when MTAT's
+    /// turnaround there is at most `t`. Linear, no allocation.
+    pub(super) fn can_finish_by(&self, demand: &Demand, rows: &[Row], t: f64) -> bool {
+        demand.counts.iter().all(|&(a, x)| {
+            let mut room: u64 = 0;
+            for &r in rows {
+                if self.arch_of(r) == Some(a) {
+                    room += u64::from(slots_at(t, self.cap(r)));
+                    if room >= u64::from(x) {
+                        return true;
+                    }
+                }
+            }
+            false
+        })
+    }
+}
