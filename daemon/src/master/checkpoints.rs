@@ -246,53 +246,7 @@ impl Master {
                 "job {job} has no checkpoint yet: `mig checkpoint {job}`, or set checkpoint_interval_s"
             ));
         };
-        // VPs that ended after the checkpoint come back with it: the
-        // scheduler places them again (`VpBack`), so they are gang-sliced
-        // like the others.
-        let back: Vec<(u32, String)> = j
-            .vps
-            .iter()
-            .filter(|(vp, v)| gen.vps.contains(vp) && v.state.ended())
-            .filter_map(|(&vp, v)| {
-                let arch = self.hosts.get(v.host.as_ref()?)?.facts.arch.clone();
-                Some((vp, arch))
-            })
-            .collect();
-        let mut actions = Vec::new();
-        let mut out_back = Vec::new();
-        let mut added = Vec::new();
-        if !back.is_empty() {
-            for (vp, arch) in back {
-                let e = Event::VpBack {
-                    job: job.to_string(),
-                    vp,
-                    arch,
-                };
-                match self.sched.on_event(e) {
-                    Ok(a) => {
-                        actions.extend(a);
-                        added.push(vp);
-                    }
-                    Err(e) => out_back.push(Out::Log(format!("job {job}: {e}"))),
-                }
-            }
-            // This job restarts where the scheduler now has its VPs; what
-            // the scheduler asks of other jobs is carried out.
-            actions.retain(|a| action_job(a) != Some(job));
-            let placement = self
-                .sched
-                .job_view(job)
-                .map(|v| v.placement)
-                .unwrap_or_default();
-            if let Some(j) = self.jobs.get_mut(job) {
-                for (vp, v) in j.vps.iter_mut() {
-                    if let Some((host, _)) = placement.get(vp).and_then(|p| p.rsplit_once('/')) {
-                        v.host = Some(host.to_string());
-                    }
-                }
-            }
-        }
-        out_back.extend(self.carry_out(actions));
+        let (added, mut out_back) = self.bring_back(job, &gen);
         let Some(j) = self.jobs.get(job) else {
             return err(format!("no job {job:?}; `mig ps` lists them"));
         };
@@ -383,6 +337,61 @@ impl Master {
         out.append(&mut out_after);
         out.append(&mut out_back);
         out
+    }
+
+    /// VPs of `job` that ended after checkpoint `gen` come back with it:
+    /// the scheduler places them again (`VpBack`), so they are gang-sliced
+    /// like the others, and the job's VPs are recorded where the scheduler
+    /// now has them. What the scheduler asks of other jobs is carried out.
+    /// The VPs brought back, and what to deliver.
+    fn bring_back(&mut self, job: &str, gen: &Generation) -> (Vec<u32>, Vec<Out>) {
+        let Some(j) = self.jobs.get(job) else {
+            return (Vec::new(), Vec::new());
+        };
+        let back: Vec<(u32, String)> = j
+            .vps
+            .iter()
+            .filter(|(vp, v)| gen.vps.contains(vp) && v.state.ended())
+            .filter_map(|(&vp, v)| {
+                let arch = self.hosts.get(v.host.as_ref()?)?.facts.arch.clone();
+                Some((vp, arch))
+            })
+            .collect();
+        let mut actions = Vec::new();
+        let mut out = Vec::new();
+        let mut added = Vec::new();
+        if !back.is_empty() {
+            for (vp, arch) in back {
+                let e = Event::VpBack {
+                    job: job.to_string(),
+                    vp,
+                    arch,
+                };
+                match self.sched.on_event(e) {
+                    Ok(a) => {
+                        actions.extend(a);
+                        added.push(vp);
+                    }
+                    Err(e) => out.push(Out::Log(format!("job {job}: {e}"))),
+                }
+            }
+            // This job restarts where the scheduler now has its VPs.
+            actions.retain(|a| action_job(a) != Some(job));
+            let placement = self
+                .sched
+                .job_view(job)
+                .map(|v| v.placement)
+                .unwrap_or_default();
+            if let Some(j) = self.jobs.get_mut(job) {
+                for (vp, v) in j.vps.iter_mut() {
+                    if let Some((host, _)) = placement.get(vp).and_then(|p| p.rsplit_once('/')) {
+                        v.host = Some(host.to_string());
+                    }
+                }
+            }
+        }
+        out.extend(self.carry_out(actions));
+        (added, out)
     }
 
     /// A restart goes back to a checkpoint taken before the VPs of `job`

@@ -52,187 +52,276 @@ pub fn run(
     cond: &Conditions,
     done: &AtomicUsize,
 ) -> (Vec<Outcome>, Vec<Sample>) {
-    let n = procs as usize;
-    let arches = cond.arch_names.len().max(1);
-    let pool: Vec<usize> = (0..arches as u32).map(|a| cond.pool_size(n, a)).collect();
-    let arch = |i: usize| (jobs[i].arch as usize).min(arches - 1);
-    let mut timeline: Vec<Sample> = Vec::new();
-    let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
-    let mut next = 0;
-    let mut queue: VecDeque<usize> = VecDeque::new();
-    let mut running: BinaryHeap<Ending> = BinaryHeap::new();
-    // (index, start) of running jobs, for EASY's reservation.
-    let mut active: Vec<(usize, f64)> = Vec::new();
-    // Per architecture: processors free and not taken back, lowest first;
-    // who holds the rest.
-    let mut avail: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); arches];
-    for p in 0..n {
-        avail[(cond.arch_of(p) as usize).min(arches - 1)].insert(p);
-    }
-    let home = |p: usize| (cond.arch_of(p) as usize).min(arches - 1);
-    let mut holder: Vec<Option<usize>> = vec![None; n];
-    let mut held: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
-    // A running job's processors taken back now, its projected end, the work
-    // it had left when it stopped, and the epoch of its live `Ending`.
-    let mut blocked: Vec<u32> = vec![0; jobs.len()];
-    let mut ends: Vec<f64> = vec![0.0; jobs.len()];
-    let mut left: Vec<f64> = vec![0.0; jobs.len()];
-    let mut epoch: Vec<u32> = vec![0; jobs.len()];
-    let mut started: Vec<f64> = vec![0.0; jobs.len()];
-    let mut owners =
-        cond.owners
-            .changes(n, jobs.first().map_or(0.0, |j| j.submit), last_submit(jobs));
+    let mut r = Batch::new(jobs, procs, cond);
+    let mut owners = cond.owners.changes(
+        r.n,
+        jobs.first().map_or(0.0, |j| j.submit),
+        last_submit(jobs),
+    );
     loop {
-        while running.peek().is_some_and(|e| e.epoch != epoch[e.index]) {
-            running.pop();
+        while r
+            .running
+            .peek()
+            .is_some_and(|e| e.epoch != r.epoch[e.index])
+        {
+            r.running.pop();
         }
-        let pending = !active.is_empty() || !queue.is_empty() || next < jobs.len();
-        let owner = owners.peek().filter(|_| pending);
-        let Some(now) = super::next_instant(
-            running.peek().map(|e| e.end),
-            jobs.get(next).map(|j| j.submit),
-        )
-        .map(|t| owner.map_or(t, |o| t.min(o)))
-        .or(owner) else {
+        let pending = !r.active.is_empty() || !r.queue.is_empty() || r.next < jobs.len();
+        let Some(now) = super::step_to(
+            r.running.peek().map(|e| e.end),
+            jobs.get(r.next).map(|j| j.submit),
+            owners.peek().filter(|_| pending),
+        ) else {
             break;
         };
-        while running.peek().is_some_and(|e| e.end <= now) {
-            let Some(e) = running.pop() else { break };
-            if e.epoch != epoch[e.index] {
+        r.complete(now, done);
+        // Owners: a held processor stops its job; a free one is withheld.
+        while owners.peek().is_some_and(|o| o <= now) {
+            let Some(c) = owners.next() else { break };
+            r.owner_change(now, c.processor, c.leaves);
+        }
+        r.arrivals(now);
+        r.start_in_order(now);
+        if easy {
+            r.backfill(now);
+        }
+        r.sample(now);
+    }
+    (r.out.into_iter().flatten().collect(), r.timeline)
+}
+
+/// The state of a space-sharing replay.
+struct Batch<'a> {
+    jobs: &'a [Job],
+    cond: &'a Conditions,
+    /// Processors, and per architecture how many.
+    n: usize,
+    pool: Vec<usize>,
+    timeline: Vec<Sample>,
+    out: Vec<Option<Outcome>>,
+    /// The next job to arrive.
+    next: usize,
+    queue: VecDeque<usize>,
+    running: BinaryHeap<Ending>,
+    /// (index, start) of running jobs, for EASY's reservation.
+    active: Vec<(usize, f64)>,
+    /// Per architecture: processors free and not taken back, lowest first;
+    /// who holds the rest.
+    avail: Vec<BTreeSet<usize>>,
+    holder: Vec<Option<usize>>,
+    held: Vec<Vec<usize>>,
+    /// A running job's processors taken back now, its projected end, the
+    /// work it had left when it stopped, and the epoch of its live `Ending`.
+    blocked: Vec<u32>,
+    ends: Vec<f64>,
+    left: Vec<f64>,
+    epoch: Vec<u32>,
+    started: Vec<f64>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(jobs: &'a [Job], procs: u32, cond: &'a Conditions) -> Batch<'a> {
+        let n = procs as usize;
+        let arches = cond.arch_names.len().max(1);
+        let mut avail: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); arches];
+        for p in 0..n {
+            avail[(cond.arch_of(p) as usize).min(arches - 1)].insert(p);
+        }
+        Batch {
+            jobs,
+            cond,
+            n,
+            pool: (0..arches as u32).map(|a| cond.pool_size(n, a)).collect(),
+            timeline: Vec::new(),
+            out: vec![None; jobs.len()],
+            next: 0,
+            queue: VecDeque::new(),
+            running: BinaryHeap::new(),
+            active: Vec::new(),
+            avail,
+            holder: vec![None; n],
+            held: vec![Vec::new(); jobs.len()],
+            blocked: vec![0; jobs.len()],
+            ends: vec![0.0; jobs.len()],
+            left: vec![0.0; jobs.len()],
+            epoch: vec![0; jobs.len()],
+            started: vec![0.0; jobs.len()],
+        }
+    }
+
+    /// Job `i`'s architecture (one pool each).
+    fn arch(&self, i: usize) -> usize {
+        (self.jobs[i].arch as usize).min(self.avail.len() - 1)
+    }
+
+    /// Processor `p`'s architecture.
+    fn home(&self, p: usize) -> usize {
+        (self.cond.arch_of(p) as usize).min(self.avail.len() - 1)
+    }
+
+    /// Jobs whose end has come by `now` end: their processors are free.
+    fn complete(&mut self, now: f64, done: &AtomicUsize) {
+        while self.running.peek().is_some_and(|e| e.end <= now) {
+            let Some(e) = self.running.pop() else { break };
+            if e.epoch != self.epoch[e.index] {
                 continue;
             }
             done.fetch_add(1, AtomicOrdering::Relaxed);
-            for p in std::mem::take(&mut held[e.index]) {
-                holder[p] = None;
-                avail[home(p)].insert(p);
+            for p in std::mem::take(&mut self.held[e.index]) {
+                self.holder[p] = None;
+                let home = self.home(p);
+                self.avail[home].insert(p);
             }
-            active.retain(|&(i, _)| i != e.index);
-            let j = &jobs[e.index];
-            out[e.index] = Some(Outcome {
+            self.active.retain(|&(i, _)| i != e.index);
+            let j = &self.jobs[e.index];
+            self.out[e.index] = Some(Outcome {
                 id: j.id.clone(),
                 submit: j.submit,
-                start: started[e.index],
+                start: self.started[e.index],
                 end: e.end,
                 procs: j.procs,
                 migrations: 0,
             });
         }
-        // Owners: a held processor stops its job; a free one is withheld.
-        while owners.peek().is_some_and(|o| o <= now) {
-            let Some(c) = owners.next() else { break };
-            let p = c.processor;
-            if p >= n {
-                continue;
+    }
+
+    /// Processor `p`'s owner leaves it (`leaves`) or comes back: the job
+    /// holding it stops until every processor it holds is left again; a
+    /// free one is withheld from new jobs.
+    fn owner_change(&mut self, now: f64, p: usize, leaves: bool) {
+        if p >= self.n {
+            return;
+        }
+        match (leaves, self.holder[p]) {
+            (true, Some(i)) => {
+                self.blocked[i] += 1;
+                if self.blocked[i] == 1 {
+                    self.left[i] = (self.ends[i] - now).max(0.0);
+                    self.epoch[i] += 1;
+                }
             }
-            match (c.leaves, holder[p]) {
-                (true, Some(i)) => {
-                    blocked[i] += 1;
-                    if blocked[i] == 1 {
-                        left[i] = (ends[i] - now).max(0.0);
-                        epoch[i] += 1;
-                    }
+            (true, None) => {
+                let home = self.home(p);
+                self.avail[home].remove(&p);
+            }
+            (false, Some(i)) => {
+                self.blocked[i] = self.blocked[i].saturating_sub(1);
+                if self.blocked[i] == 0 {
+                    self.ends[i] = now + self.left[i];
+                    self.running.push(Ending {
+                        end: self.ends[i],
+                        index: i,
+                        epoch: self.epoch[i],
+                    });
                 }
-                (true, None) => {
-                    avail[home(p)].remove(&p);
-                }
-                (false, Some(i)) => {
-                    blocked[i] = blocked[i].saturating_sub(1);
-                    if blocked[i] == 0 {
-                        ends[i] = now + left[i];
-                        running.push(Ending {
-                            end: ends[i],
-                            index: i,
-                            epoch: epoch[i],
-                        });
-                    }
-                }
-                (false, None) => {
-                    avail[home(p)].insert(p);
-                }
+            }
+            (false, None) => {
+                let home = self.home(p);
+                self.avail[home].insert(p);
             }
         }
-        while jobs.get(next).is_some_and(|j| j.submit <= now) {
-            if jobs[next].procs as usize <= pool[arch(next)] && jobs[next].procs > 0 {
-                queue.push_back(next);
+    }
+
+    /// Jobs submitted by `now` join the queue (those wider than their
+    /// pool, or of no processors, are left out).
+    fn arrivals(&mut self, now: f64) {
+        while self.jobs.get(self.next).is_some_and(|j| j.submit <= now) {
+            let (i, j) = (self.next, &self.jobs[self.next]);
+            if j.procs as usize <= self.pool[self.arch(i)] && j.procs > 0 {
+                self.queue.push_back(i);
             }
-            next += 1;
+            self.next += 1;
         }
-        let mut start =
-            |i: usize, avail: &mut Vec<BTreeSet<usize>>, active: &mut Vec<(usize, f64)>| {
-                let j = &jobs[i];
-                for _ in 0..j.procs {
-                    if let Some(p) = avail[arch(i)].pop_first() {
-                        holder[p] = Some(i);
-                        held[i].push(p);
-                    }
-                }
-                active.push((i, now));
-                started[i] = now;
-                ends[i] = now + j.run;
-                running.push(Ending {
-                    end: ends[i],
-                    index: i,
-                    epoch: epoch[i],
-                });
-            };
-        while let Some(&h) = queue.front() {
-            if jobs[h].procs as usize > avail[arch(h)].len() {
+    }
+
+    /// Start job `i` now on the lowest free processors of its architecture.
+    fn start(&mut self, i: usize, now: f64) {
+        let j = &self.jobs[i];
+        let a = self.arch(i);
+        for _ in 0..j.procs {
+            if let Some(p) = self.avail[a].pop_first() {
+                self.holder[p] = Some(i);
+                self.held[i].push(p);
+            }
+        }
+        self.active.push((i, now));
+        self.started[i] = now;
+        self.ends[i] = now + j.run;
+        self.running.push(Ending {
+            end: self.ends[i],
+            index: i,
+            epoch: self.epoch[i],
+        });
+    }
+
+    /// FCFS: start jobs from the head of the queue while they fit.
+    fn start_in_order(&mut self, now: f64) {
+        while let Some(&h) = self.queue.front() {
+            if self.jobs[h].procs as usize > self.avail[self.arch(h)].len() {
                 break;
             }
-            queue.pop_front();
-            start(h, &mut avail, &mut active);
+            self.queue.pop_front();
+            self.start(h, now);
         }
-        if easy {
-            if let Some(&head) = queue.front() {
-                // The head's reservation: when enough processors of its
-                // architecture free up.
-                let ha = arch(head);
-                let mut ends: Vec<(f64, u32)> = active
-                    .iter()
-                    .filter(|&&(i, _)| arch(i) == ha)
-                    .map(|&(i, s)| (s + jobs[i].estimate, jobs[i].procs))
-                    .collect();
-                ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let mut avail_then = avail[ha].len() as u32;
-                let mut shadow = f64::INFINITY;
-                for (t, p) in ends {
-                    avail_then += p;
-                    if avail_then >= jobs[head].procs {
-                        shadow = t;
-                        break;
-                    }
-                }
-                let mut extra = avail_then.saturating_sub(jobs[head].procs);
-                let candidates: Vec<usize> = queue.iter().skip(1).copied().collect();
-                for i in candidates {
-                    let j = &jobs[i];
-                    if j.procs as usize > avail[arch(i)].len() {
-                        continue;
-                    }
-                    // Another architecture's job cannot delay the head.
-                    let before_shadow = arch(i) != ha || now + j.estimate <= shadow;
-                    if before_shadow || j.procs <= extra {
-                        if !before_shadow {
-                            extra -= j.procs;
-                        }
-                        queue.retain(|&x| x != i);
-                        start(i, &mut avail, &mut active);
-                    }
-                }
+    }
+
+    /// EASY: start a later job now if it does not delay the reservation of
+    /// the head of the queue (when enough processors of its architecture
+    /// free up, from the running jobs' estimates).
+    fn backfill(&mut self, now: f64) {
+        let Some(&head) = self.queue.front() else {
+            return;
+        };
+        let ha = self.arch(head);
+        let mut ends: Vec<(f64, u32)> = self
+            .active
+            .iter()
+            .filter(|&&(i, _)| self.arch(i) == ha)
+            .map(|&(i, s)| (s + self.jobs[i].estimate, self.jobs[i].procs))
+            .collect();
+        ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut avail_then = self.avail[ha].len() as u32;
+        let mut shadow = f64::INFINITY;
+        for (t, p) in ends {
+            avail_then += p;
+            if avail_then >= self.jobs[head].procs {
+                shadow = t;
+                break;
             }
         }
-        let busy: u32 = active
+        let mut extra = avail_then.saturating_sub(self.jobs[head].procs);
+        let candidates: Vec<usize> = self.queue.iter().skip(1).copied().collect();
+        for i in candidates {
+            let j = &self.jobs[i];
+            if j.procs as usize > self.avail[self.arch(i)].len() {
+                continue;
+            }
+            // Another architecture's job cannot delay the head.
+            let before_shadow = self.arch(i) != ha || now + j.estimate <= shadow;
+            if before_shadow || j.procs <= extra {
+                if !before_shadow {
+                    extra -= j.procs;
+                }
+                self.queue.retain(|&x| x != i);
+                self.start(i, now);
+            }
+        }
+    }
+
+    /// The machine now: the share of processors doing work.
+    fn sample(&mut self, now: f64) {
+        let busy: u32 = self
+            .active
             .iter()
-            .filter(|&&(i, _)| blocked[i] == 0)
-            .map(|&(i, _)| jobs[i].procs)
+            .filter(|&&(i, _)| self.blocked[i] == 0)
+            .map(|&(i, _)| self.jobs[i].procs)
             .sum();
-        timeline.push(Sample {
+        self.timeline.push(Sample {
             t: now,
-            utilization: f64::from(busy) / f64::from(procs.max(1)),
+            utilization: f64::from(busy) / (self.n.max(1) as f64),
             slots: 1,
         });
     }
-    (out.into_iter().flatten().collect(), timeline)
 }
 
 #[cfg(test)]

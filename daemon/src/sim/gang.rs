@@ -36,182 +36,268 @@ pub fn run(
     cond: &super::Conditions,
     done_count: &AtomicUsize,
 ) -> GangRun {
-    let mut sched = Scheduler::new(SchedConfig {
-        repack,
-        max_slots,
-        ..SchedConfig::default()
-    });
-    for (i, &c) in capacities.iter().enumerate() {
-        let id = format!("p{i}");
-        let _ = sched.on_event(Event::NewProcessor {
-            id: id.clone(),
-            host: id,
-            arch: cond.arch_name(cond.arch_of(i)).into(),
-            capacity: c,
-        });
-    }
-    let pools: Vec<usize> = (0..cond.arch_names.len().max(1) as u32)
-        .map(|a| cond.pool_size(capacities.len(), a))
-        .collect();
-    let mut remaining: Vec<f64> = jobs.iter().map(|j| j.run).collect();
-    let total_capacity: f64 = capacities.iter().sum::<f64>().max(f64::MIN_POSITIVE);
-    let mut timeline: Vec<Sample> = Vec::new();
-    let mut rate: BTreeMap<usize, f64> = BTreeMap::new();
-    let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
-    let mut moved: Vec<u32> = vec![0; jobs.len()];
-    let mut started: Vec<Option<f64>> = vec![None; jobs.len()];
-    let mut next = 0;
-    let mut now = jobs.first().map_or(0.0, |j| j.submit);
-    let (mut slot_time, mut span, mut max_slots) = (0.0, 0.0, 0usize);
+    let mut g = Gang::new(jobs, capacities, repack, max_slots, cond);
     let mut owners = cond
         .owners
-        .changes(capacities.len(), now, last_submit(jobs));
-    let mut away = 0usize;
-    // A moved VP stalls its gang for the move's cost: the job loses what it
-    // would have done in that time at its rate so far.
-    let note = |actions: Vec<Action>,
-                moved: &mut Vec<u32>,
-                remaining: &mut Vec<f64>,
-                rate: &BTreeMap<usize, f64>| {
-        for a in actions {
-            if let Action::Migrate { job, .. } = a {
-                if let Ok(i) = job.parse::<usize>() {
-                    moved[i] += 1;
-                    remaining[i] += cond.move_cost(&jobs[i]) * rate.get(&i).copied().unwrap_or(0.0);
-                }
-            }
-        }
-    };
+        .changes(capacities.len(), g.now, last_submit(jobs));
     loop {
         // The next completion at current rates, the next arrival, and (while
         // jobs are left) the next owner change.
-        let finish = rate
+        let finish = g
+            .rate
             .iter()
             .filter(|(_, &r)| r > 0.0)
-            .map(|(&i, &r)| (now + remaining[i] / r, i))
+            .map(|(&i, &r)| (g.now + g.remaining[i] / r, i))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         // Owner changes matter while jobs are left, and when nothing else
         // will happen, only while some processor is away (its return may
         // let a waiting job run; with all present nothing more can).
-        let pending = !rate.is_empty() || next < jobs.len();
-        let stuck = finish.is_none() && next >= jobs.len() && away == 0;
-        let owner = owners.peek().filter(|_| pending && !stuck);
-        let Some(t) = super::next_instant(finish.map(|f| f.0), jobs.get(next).map(|j| j.submit))
-            .map(|t| owner.map_or(t, |o| t.min(o)))
-            .or(owner)
-        else {
+        let pending = !g.rate.is_empty() || g.next < jobs.len();
+        let stuck = finish.is_none() && g.next >= jobs.len() && g.away == 0;
+        let Some(t) = super::step_to(
+            finish.map(|f| f.0),
+            jobs.get(g.next).map(|j| j.submit),
+            owners.peek().filter(|_| pending && !stuck),
+        ) else {
             break;
         };
-        let dt = (t - now).max(0.0);
-        for (&i, &r) in &rate {
-            remaining[i] -= r * dt;
+        g.advance(t);
+        // Completions first (all jobs whose work is done by now), then
+        // owners, then arrivals.
+        g.complete(done_count);
+        while owners.peek().is_some_and(|o| o <= g.now) {
+            let Some(c) = owners.next() else { break };
+            g.owner_change(c.processor, c.leaves);
         }
-        let slots = sched.map().columns().len();
-        if !rate.is_empty() {
-            slot_time += slots as f64 * dt;
-            span += dt;
+        g.arrivals();
+        g.update_rates();
+    }
+    GangRun {
+        outcomes: g.out.into_iter().flatten().collect(),
+        migrations: g.sched.migrations(),
+        slots: (
+            if g.span > 0.0 {
+                g.slot_time / g.span
+            } else {
+                0.0
+            },
+            g.max_slots,
+        ),
+        timeline: g.timeline,
+    }
+}
+
+/// The state of a replay through the embedded scheduler.
+struct Gang<'a> {
+    jobs: &'a [Job],
+    capacities: &'a [f64],
+    cond: &'a super::Conditions,
+    sched: Scheduler,
+    /// Processors per architecture.
+    pools: Vec<usize>,
+    /// Work left per job, and the rate of each job in the scheduler.
+    remaining: Vec<f64>,
+    rate: BTreeMap<usize, f64>,
+    total_capacity: f64,
+    timeline: Vec<Sample>,
+    out: Vec<Option<Outcome>>,
+    moved: Vec<u32>,
+    started: Vec<Option<f64>>,
+    /// The next job to arrive.
+    next: usize,
+    now: f64,
+    /// Slots times seconds while jobs ran, those seconds, the most slots.
+    slot_time: f64,
+    span: f64,
+    max_slots: usize,
+    /// Processors their owners have taken back.
+    away: usize,
+}
+
+impl<'a> Gang<'a> {
+    fn new(
+        jobs: &'a [Job],
+        capacities: &'a [f64],
+        repack: bool,
+        max_slots: usize,
+        cond: &'a super::Conditions,
+    ) -> Gang<'a> {
+        let mut sched = Scheduler::new(SchedConfig {
+            repack,
+            max_slots,
+            ..SchedConfig::default()
+        });
+        for (i, &c) in capacities.iter().enumerate() {
+            let id = format!("p{i}");
+            let _ = sched.on_event(Event::NewProcessor {
+                id: id.clone(),
+                host: id,
+                arch: cond.arch_name(cond.arch_of(i)).into(),
+                capacity: c,
+            });
         }
-        now = t;
-        // Completions first (all jobs whose work is done by now), then arrivals.
-        let done: Vec<usize> = rate
+        Gang {
+            jobs,
+            capacities,
+            cond,
+            sched,
+            pools: (0..cond.arch_names.len().max(1) as u32)
+                .map(|a| cond.pool_size(capacities.len(), a))
+                .collect(),
+            remaining: jobs.iter().map(|j| j.run).collect(),
+            rate: BTreeMap::new(),
+            total_capacity: capacities.iter().sum::<f64>().max(f64::MIN_POSITIVE),
+            timeline: Vec::new(),
+            out: vec![None; jobs.len()],
+            moved: vec![0; jobs.len()],
+            started: vec![None; jobs.len()],
+            next: 0,
+            now: jobs.first().map_or(0.0, |j| j.submit),
+            slot_time: 0.0,
+            span: 0.0,
+            max_slots: 0,
+            away: 0,
+        }
+    }
+
+    /// Tell the scheduler `e`; a moved VP stalls its gang for the move's
+    /// cost: the job loses what it would have done in that time at its
+    /// rate so far.
+    fn event(&mut self, e: Event) {
+        let Ok(actions) = self.sched.on_event(e) else {
+            return;
+        };
+        for a in actions {
+            if let Action::Migrate { job, .. } = a {
+                if let Ok(i) = job.parse::<usize>() {
+                    self.moved[i] += 1;
+                    self.remaining[i] += self.cond.move_cost(&self.jobs[i])
+                        * self.rate.get(&i).copied().unwrap_or(0.0);
+                }
+            }
+        }
+    }
+
+    /// The clock moves to `t`: every job did its rate's worth of work.
+    fn advance(&mut self, t: f64) {
+        let dt = (t - self.now).max(0.0);
+        for (&i, &r) in &self.rate {
+            self.remaining[i] -= r * dt;
+        }
+        if !self.rate.is_empty() {
+            self.slot_time += self.sched.map().columns().len() as f64 * dt;
+            self.span += dt;
+        }
+        self.now = t;
+    }
+
+    /// Jobs whose work is done by now end (`JobExit`).
+    fn complete(&mut self, done_count: &AtomicUsize) {
+        let now = self.now;
+        let done: Vec<usize> = self
+            .rate
             .iter()
-            // Done when no work is left, or when what is left can no longer
-            // move the clock (now + rest == now in floating point).
             .filter(|(&i, &r)| {
                 r > 0.0
-                    && (remaining[i] <= 1e-9 * jobs[i].run.max(1.0)
-                        || now + remaining[i] / r <= now)
+                    && super::finished(
+                        self.remaining[i],
+                        self.jobs[i].run,
+                        now,
+                        self.remaining[i] / r,
+                    )
             })
             .map(|(&i, _)| i)
             .collect();
         for i in done {
-            rate.remove(&i);
+            self.rate.remove(&i);
             done_count.fetch_add(1, Ordering::Relaxed);
-            if let Ok(a) = sched.on_event(Event::JobExit { job: i.to_string() }) {
-                note(a, &mut moved, &mut remaining, &rate);
-            }
-            let j = &jobs[i];
-            out[i] = Some(Outcome {
+            self.event(Event::JobExit { job: i.to_string() });
+            let j = &self.jobs[i];
+            self.out[i] = Some(Outcome {
                 id: j.id.clone(),
                 submit: j.submit,
-                start: started[i].unwrap_or(j.submit),
+                start: self.started[i].unwrap_or(j.submit),
                 end: now,
                 procs: j.procs,
-                migrations: moved[i],
+                migrations: self.moved[i],
             });
         }
-        // Owners: a processor taken back leaves the pool, one left joins it.
-        while owners.peek().is_some_and(|o| o <= now) {
-            let Some(c) = owners.next() else { break };
-            if c.leaves {
-                away += 1;
-            } else {
-                away = away.saturating_sub(1);
-            }
-            let id = format!("p{}", c.processor);
-            let e = if c.leaves {
-                Event::ProcessorExit { id }
-            } else {
-                Event::NewProcessor {
-                    id: id.clone(),
-                    host: id,
-                    arch: cond.arch_name(cond.arch_of(c.processor)).into(),
-                    capacity: capacities[c.processor],
-                }
-            };
-            if let Ok(a) = sched.on_event(e) {
-                note(a, &mut moved, &mut remaining, &rate);
-            }
+    }
+
+    /// A processor taken back leaves the pool, one left joins it.
+    fn owner_change(&mut self, processor: usize, leaves: bool) {
+        if leaves {
+            self.away += 1;
+        } else {
+            self.away = self.away.saturating_sub(1);
         }
-        while jobs.get(next).is_some_and(|j| j.submit <= now) {
-            let j = &jobs[next];
-            // Doubling up is allowed, but not without bound: a job of more
-            // VPs than the scheduler takes is left out like a too-wide job,
-            // and so is one whose architecture the machine has none of.
+        let id = format!("p{processor}");
+        let e = if leaves {
+            Event::ProcessorExit { id }
+        } else {
+            Event::NewProcessor {
+                id: id.clone(),
+                host: id,
+                arch: self.cond.arch_name(self.cond.arch_of(processor)).into(),
+                capacity: self.capacities[processor],
+            }
+        };
+        self.event(e);
+    }
+
+    /// Jobs submitted by now are submitted to the scheduler. Doubling up is
+    /// allowed, but not without bound: a job of more VPs than the scheduler
+    /// takes is left out like a too-wide job, and so is one whose
+    /// architecture the machine has none of.
+    fn arrivals(&mut self) {
+        while self
+            .jobs
+            .get(self.next)
+            .is_some_and(|j| j.submit <= self.now)
+        {
+            let (i, j) = (self.next, &self.jobs[self.next]);
             if j.procs > 0
-                && u64::from(j.procs) <= crate::sched::scheduler::MAX_VPS
-                && pools[(j.arch as usize).min(pools.len() - 1)] > 0
+                && u64::from(j.procs) <= crate::sched::event::MAX_VPS
+                && self.pools[(j.arch as usize).min(self.pools.len() - 1)] > 0
             {
                 let e = Event::Submit {
-                    job: next.to_string(),
-                    vps: BTreeMap::from([(cond.arch_name(j.arch).to_string(), j.procs)]),
+                    job: i.to_string(),
+                    vps: BTreeMap::from([(self.cond.arch_name(j.arch).to_string(), j.procs)]),
                 };
-                if let Ok(a) = sched.on_event(e) {
-                    note(a, &mut moved, &mut remaining, &rate);
-                }
-                rate.insert(next, 0.0);
+                self.event(e);
+                self.rate.insert(i, 0.0);
             }
-            next += 1;
+            self.next += 1;
         }
-        let tau = sched.map().columns().len().max(1) as f64;
-        let efficiency = cond.sharing_efficiency(sched.map().columns().len());
-        max_slots = max_slots.max(sched.map().columns().len());
+    }
+
+    /// Every job's rate from the map as it is now, and a sample of the
+    /// machine.
+    fn update_rates(&mut self) {
+        let slots = self.sched.map().columns().len();
+        let tau = slots.max(1) as f64;
+        let efficiency = self.cond.sharing_efficiency(slots);
+        self.max_slots = self.max_slots.max(slots);
         let mut work_rate = 0.0;
-        for (id, width, t_job, waiting) in sched.job_shares() {
+        for (id, width, t_job, waiting) in self.sched.job_shares() {
             if let Ok(i) = id.parse::<usize>() {
                 let r = if waiting || t_job <= 0.0 {
                     0.0
                 } else {
                     (width as f64 / tau) / t_job * efficiency
                 };
-                if r > 0.0 && started[i].is_none() {
-                    started[i] = Some(now);
+                if r > 0.0 && self.started[i].is_none() {
+                    self.started[i] = Some(self.now);
                 }
-                rate.insert(i, r);
-                work_rate += r * f64::from(jobs[i].procs);
+                self.rate.insert(i, r);
+                work_rate += r * f64::from(self.jobs[i].procs);
             }
         }
-        timeline.push(Sample {
-            t: now,
-            utilization: work_rate / total_capacity,
-            slots: sched.map().columns().len(),
+        self.timeline.push(Sample {
+            t: self.now,
+            utilization: work_rate / self.total_capacity,
+            slots,
         });
-    }
-    GangRun {
-        outcomes: out.into_iter().flatten().collect(),
-        migrations: sched.migrations(),
-        slots: (if span > 0.0 { slot_time / span } else { 0.0 }, max_slots),
-        timeline,
     }
 }
 

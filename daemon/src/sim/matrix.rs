@@ -125,80 +125,168 @@ pub fn run(
     cond: &Conditions,
     done_count: &AtomicUsize,
 ) -> GangRun {
-    let mut m = Matrix {
-        procs: procs as usize,
-        slots: Vec::new(),
-        buddy,
-        owned: vec![false; procs as usize],
-        cols: {
-            let mut cols = vec![Vec::new(); cond.arch_names.len().max(1)];
-            for p in 0..procs as usize {
-                let a = (cond.arch_of(p) as usize).min(cols.len() - 1);
-                cols[a].push(p);
-            }
-            cols
-        },
-    };
-    let arches = m.cols.len();
-    let arch = |i: usize| (jobs[i].arch as usize).min(arches - 1);
-    // Cells of each job on processors taken back: it runs only at 0.
-    let mut blocked: Vec<u32> = vec![0; jobs.len()];
+    let mut r = MatrixReplay::new(jobs, procs, buddy, max_slots, cond);
     let mut owners = cond.owners.changes(
         procs as usize,
         jobs.first().map_or(0.0, |j| j.submit),
         last_submit(jobs),
     );
-    let mut remaining: Vec<f64> = jobs.iter().map(|j| j.run).collect();
-    let mut timeline: Vec<Sample> = Vec::new();
-    let mut running: BTreeMap<usize, f64> = BTreeMap::new(); // job -> start
-    let mut waiting: Vec<usize> = Vec::new();
-    let mut out: Vec<Option<Outcome>> = vec![None; jobs.len()];
-    let mut next = 0;
-    let mut now = jobs.first().map_or(0.0, |j| j.submit);
-    let (mut slot_time, mut span, mut max_seen) = (0.0, 0.0, 0usize);
     loop {
         // Each running job gets a slot in `tau`, less what switching costs.
-        let tau = m.slots.len().max(1) as f64 / cond.sharing_efficiency(m.slots.len());
-        let finish = running
+        let tau = r.tau();
+        let finish = r
+            .running
             .keys()
-            .filter(|&&i| blocked[i] == 0)
-            .map(|&i| (now + remaining[i] * tau, i))
+            .filter(|&&i| r.blocked[i] == 0)
+            .map(|&i| (r.now + r.remaining[i] * tau, i))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let pending = !running.is_empty() || !waiting.is_empty() || next < jobs.len();
-        let owner = owners.peek().filter(|_| pending);
-        let Some(t) = super::next_instant(finish.map(|f| f.0), jobs.get(next).map(|j| j.submit))
-            .map(|t| owner.map_or(t, |o| t.min(o)))
-            .or(owner)
-        else {
+        let pending = !r.running.is_empty() || !r.waiting.is_empty() || r.next < jobs.len();
+        let Some(t) = super::step_to(
+            finish.map(|f| f.0),
+            jobs.get(r.next).map(|j| j.submit),
+            owners.peek().filter(|_| pending),
+        ) else {
             break;
         };
-        let dt = (t - now).max(0.0);
-        for &i in running.keys() {
-            if blocked[i] == 0 {
-                remaining[i] -= dt / tau;
+        r.advance(t, tau);
+        let mut freed = r.complete(tau, done_count);
+        // Owners: every job with a cell on a processor taken back stops.
+        while owners.peek().is_some_and(|o| o <= r.now) {
+            let Some(c) = owners.next() else { break };
+            freed |= r.owner_change(c.processor, c.leaves);
+        }
+        if freed {
+            r.place_waiting();
+        }
+        r.arrivals();
+        r.sample();
+    }
+    GangRun {
+        outcomes: r.out.into_iter().flatten().collect(),
+        migrations: 0,
+        slots: (
+            if r.span > 0.0 {
+                r.slot_time / r.span
+            } else {
+                0.0
+            },
+            r.max_seen,
+        ),
+        timeline: r.timeline,
+    }
+}
+
+/// The state of a replay on an Ousterhout matrix.
+struct MatrixReplay<'a> {
+    jobs: &'a [Job],
+    cond: &'a Conditions,
+    m: Matrix,
+    max_slots: usize,
+    /// Cells of each job on processors taken back: it runs only at 0.
+    blocked: Vec<u32>,
+    remaining: Vec<f64>,
+    timeline: Vec<Sample>,
+    /// Running jobs and when each started; jobs waiting for room.
+    running: BTreeMap<usize, f64>,
+    waiting: Vec<usize>,
+    out: Vec<Option<Outcome>>,
+    /// The next job to arrive.
+    next: usize,
+    now: f64,
+    /// Slots times seconds while jobs ran, those seconds, the most slots.
+    slot_time: f64,
+    span: f64,
+    max_seen: usize,
+}
+
+impl<'a> MatrixReplay<'a> {
+    fn new(
+        jobs: &'a [Job],
+        procs: u32,
+        buddy: bool,
+        max_slots: usize,
+        cond: &'a Conditions,
+    ) -> MatrixReplay<'a> {
+        let mut cols = vec![Vec::new(); cond.arch_names.len().max(1)];
+        for p in 0..procs as usize {
+            let a = (cond.arch_of(p) as usize).min(cols.len() - 1);
+            cols[a].push(p);
+        }
+        MatrixReplay {
+            jobs,
+            cond,
+            m: Matrix {
+                procs: procs as usize,
+                slots: Vec::new(),
+                buddy,
+                owned: vec![false; procs as usize],
+                cols,
+            },
+            max_slots,
+            blocked: vec![0; jobs.len()],
+            remaining: jobs.iter().map(|j| j.run).collect(),
+            timeline: Vec::new(),
+            running: BTreeMap::new(),
+            waiting: Vec::new(),
+            out: vec![None; jobs.len()],
+            next: 0,
+            now: jobs.first().map_or(0.0, |j| j.submit),
+            slot_time: 0.0,
+            span: 0.0,
+            max_seen: 0,
+        }
+    }
+
+    /// Job `i`'s architecture.
+    fn arch(&self, i: usize) -> usize {
+        (self.jobs[i].arch as usize).min(self.m.cols.len() - 1)
+    }
+
+    /// Seconds of the round per second of a job's work.
+    fn tau(&self) -> f64 {
+        let slots = self.m.slots.len();
+        slots.max(1) as f64 / self.cond.sharing_efficiency(slots)
+    }
+
+    /// The clock moves to `t`: every running job not stopped did its share.
+    fn advance(&mut self, t: f64, tau: f64) {
+        let dt = (t - self.now).max(0.0);
+        for &i in self.running.keys() {
+            if self.blocked[i] == 0 {
+                self.remaining[i] -= dt / tau;
             }
         }
-        if !running.is_empty() {
-            slot_time += m.slots.len() as f64 * dt;
-            span += dt;
+        if !self.running.is_empty() {
+            self.slot_time += self.m.slots.len() as f64 * dt;
+            self.span += dt;
         }
-        now = t;
-        let done: Vec<usize> = running
+        self.now = t;
+    }
+
+    /// Jobs whose work is done by now end; whether any did (room freed).
+    fn complete(&mut self, tau: f64, done_count: &AtomicUsize) -> bool {
+        let now = self.now;
+        let done: Vec<usize> = self
+            .running
             .keys()
             .copied()
             .filter(|&i| {
-                blocked[i] == 0
-                    && (remaining[i] <= 1e-9 * jobs[i].run.max(1.0)
-                        || now + remaining[i] * tau <= now)
+                self.blocked[i] == 0
+                    && super::finished(
+                        self.remaining[i],
+                        self.jobs[i].run,
+                        now,
+                        self.remaining[i] * tau,
+                    )
             })
             .collect();
-        let mut freed = !done.is_empty();
+        let freed = !done.is_empty();
         for i in done {
-            let start = running.remove(&i).unwrap_or(now);
+            let start = self.running.remove(&i).unwrap_or(now);
             done_count.fetch_add(1, Ordering::Relaxed);
-            m.remove(i);
-            let j = &jobs[i];
-            out[i] = Some(Outcome {
+            self.m.remove(i);
+            let j = &self.jobs[i];
+            self.out[i] = Some(Outcome {
                 id: j.id.clone(),
                 submit: j.submit,
                 start,
@@ -207,70 +295,80 @@ pub fn run(
                 migrations: 0,
             });
         }
-        // Owners: every job with a cell on a processor taken back stops.
-        while owners.peek().is_some_and(|o| o <= now) {
-            let Some(c) = owners.next() else { break };
-            let p = c.processor;
-            if p >= m.procs {
-                continue;
-            }
-            m.owned[p] = c.leaves;
-            for row in &m.slots {
-                if let Some(i) = row[p] {
-                    if c.leaves {
-                        blocked[i] += 1;
-                    } else {
-                        blocked[i] = blocked[i].saturating_sub(1);
-                    }
-                }
-            }
-            freed |= !c.leaves;
-        }
-        if freed {
-            // No job wider than the most free cells of a slot (or of a new
-            // one) can be placed: skip those without searching.
-            let widest = m.widest_room(max_slots);
-            waiting.retain(|&i| {
-                if jobs[i].procs as usize <= widest
-                    && m.place(i, jobs[i].procs as usize, arch(i), max_slots)
-                {
-                    running.insert(i, now);
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        while jobs.get(next).is_some_and(|j| j.submit <= now) {
-            let j = &jobs[next];
-            if j.procs > 0 && j.procs as usize <= m.cols[arch(next)].len() {
-                if waiting.is_empty() && m.place(next, j.procs as usize, arch(next), max_slots) {
-                    running.insert(next, now);
-                } else {
-                    waiting.push(next);
-                }
-            }
-            next += 1;
-        }
-        max_seen = max_seen.max(m.slots.len());
-        let busy: u32 = running
-            .keys()
-            .filter(|&&i| blocked[i] == 0)
-            .map(|&i| jobs[i].procs)
-            .sum();
-        let tau = m.slots.len().max(1) as f64;
-        timeline.push(Sample {
-            t: now,
-            utilization: f64::from(busy) / tau * cond.sharing_efficiency(m.slots.len())
-                / f64::from(procs.max(1)),
-            slots: m.slots.len(),
-        });
+        freed
     }
-    GangRun {
-        outcomes: out.into_iter().flatten().collect(),
-        migrations: 0,
-        slots: (if span > 0.0 { slot_time / span } else { 0.0 }, max_seen),
-        timeline,
+
+    /// Processor `p`'s owner leaves it or comes back; whether room was freed.
+    fn owner_change(&mut self, p: usize, leaves: bool) -> bool {
+        if p >= self.m.procs {
+            return false;
+        }
+        self.m.owned[p] = leaves;
+        for row in &self.m.slots {
+            if let Some(i) = row[p] {
+                if leaves {
+                    self.blocked[i] += 1;
+                } else {
+                    self.blocked[i] = self.blocked[i].saturating_sub(1);
+                }
+            }
+        }
+        !leaves
+    }
+
+    /// Every waiting job that now fits is placed, in submission order. No
+    /// job wider than the most free cells of a slot (or of a new one) can
+    /// be placed: those are skipped without searching.
+    fn place_waiting(&mut self) {
+        let widest = self.m.widest_room(self.max_slots);
+        let waiting = std::mem::take(&mut self.waiting);
+        for i in waiting {
+            let n = self.jobs[i].procs as usize;
+            if n <= widest && self.m.place(i, n, self.arch(i), self.max_slots) {
+                self.running.insert(i, self.now);
+            } else {
+                self.waiting.push(i);
+            }
+        }
+    }
+
+    /// Jobs submitted by now are placed, or wait behind those waiting.
+    fn arrivals(&mut self) {
+        while self
+            .jobs
+            .get(self.next)
+            .is_some_and(|j| j.submit <= self.now)
+        {
+            let (i, j) = (self.next, &self.jobs[self.next]);
+            let a = self.arch(i);
+            if j.procs > 0 && j.procs as usize <= self.m.cols[a].len() {
+                if self.waiting.is_empty() && self.m.place(i, j.procs as usize, a, self.max_slots) {
+                    self.running.insert(i, self.now);
+                } else {
+                    self.waiting.push(i);
+                }
+            }
+            self.next += 1;
+        }
+    }
+
+    /// The machine now: the share of processors doing work.
+    fn sample(&mut self) {
+        self.max_seen = self.max_seen.max(self.m.slots.len());
+        let busy: u32 = self
+            .running
+            .keys()
+            .filter(|&&i| self.blocked[i] == 0)
+            .map(|&i| self.jobs[i].procs)
+            .sum();
+        let slots = self.m.slots.len();
+        let tau = slots.max(1) as f64;
+        self.timeline.push(Sample {
+            t: self.now,
+            utilization: f64::from(busy) / tau * self.cond.sharing_efficiency(slots)
+                / (self.m.procs.max(1) as f64),
+            slots,
+        });
     }
 }
 

@@ -71,6 +71,26 @@ pub(crate) fn next_instant(finish: Option<f64>, arrival: Option<f64>) -> Option<
     }
 }
 
+/// The next instant a replay stops at: the next completion or arrival, or
+/// the next owner change (`owner`: none once owners no longer matter).
+pub(crate) fn step_to(
+    finish: Option<f64>,
+    arrival: Option<f64>,
+    owner: Option<f64>,
+) -> Option<f64> {
+    next_instant(finish, arrival)
+        .map(|t| owner.map_or(t, |o| t.min(o)))
+        .or(owner)
+}
+
+/// Is a job with `remaining` work of `run` done at `now`, when what is
+/// left would take `time_left` more? Done when no work is left, or when
+/// what is left can no longer move the clock (`now + rest == now` in
+/// floating point).
+pub(crate) fn finished(remaining: f64, run: f64, now: f64, time_left: f64) -> bool {
+    remaining <= 1e-9 * run.max(1.0) || now + time_left <= now
+}
+
 /// When the last job is submitted: owners act until then (see
 /// `owners::Model::changes`).
 pub(crate) fn last_submit(jobs: &[swf::Job]) -> f64 {
