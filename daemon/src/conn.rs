@@ -137,6 +137,22 @@ struct Chunk {
 /// Small frames are appended to the last chunk up to this size.
 const COALESCE: usize = 64 * 1024;
 
+/// What one read from a connection got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// `n` bytes, all that was asked: more may be waiting.
+    Full(usize),
+    /// `n` bytes, fewer than asked: the socket was empty for now, unless
+    /// the peer closed it right after (the poll is edge-triggered: a close
+    /// that came with the data raises no new event, so a caller told of a
+    /// hang-up reads on until `Closed`).
+    Short(usize),
+    /// Nothing to read now.
+    Empty,
+    /// The peer closed, or the socket failed.
+    Closed,
+}
+
 /// A connection.
 #[derive(Debug)]
 pub struct Conn {
@@ -190,12 +206,8 @@ impl Conn {
         self.out.is_empty()
     }
 
-    /// Read once into the decoder. `Some(true)`: the read filled what was
-    /// asked, so more may be waiting; `Some(false)`: drained for now (the
-    /// poll is edge-triggered, and a short read means the socket was
-    /// empty, unless a descriptor cut it short); `None`: the peer closed or
-    /// the socket failed.
-    pub fn read_some(&mut self) -> Option<bool> {
+    /// Read once into the decoder.
+    pub fn read_some(&mut self) -> ReadOutcome {
         loop {
             let fds_before = self.fds.len();
             let got = match &mut self.sock {
@@ -207,13 +219,16 @@ impl Conn {
                 }
             };
             match got {
-                Ok((0, _)) => return None,
+                Ok((0, _)) => return ReadOutcome::Closed,
                 // A read stops after a descriptor, so one that brought one
                 // does not mean the socket is empty.
-                Ok((n, asked)) => return Some(n == asked || self.fds.len() > fds_before),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(false),
+                Ok((n, asked)) if n == asked || self.fds.len() > fds_before => {
+                    return ReadOutcome::Full(n)
+                }
+                Ok((n, _)) => return ReadOutcome::Short(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Empty,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return None,
+                Err(_) => return ReadOutcome::Closed,
             }
         }
     }

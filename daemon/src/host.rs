@@ -115,57 +115,85 @@ const VP_FD: i32 = 3;
 /// write, _exit), and the daemon does not wait for the `exec`, so many VPs
 /// start in parallel.
 pub fn spawn(s: &StartVp, host: &str, socket: &str, how: &Treatment) -> io::Result<Started> {
-    let Treatment {
-        nice,
-        idle,
-        huge_pages,
-    } = *how;
-    let program = find_program(&s.program, &s.cwd, &s.env).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            "not found (relative to the working directory or on PATH)",
-        )
-    })?;
-    let prog = cstring(program.as_os_str().as_bytes())?;
-    let mut argv_own = vec![cstring(s.program.as_bytes())?];
-    for a in &s.args {
-        argv_own.push(cstring(a.as_bytes())?);
+    let exec = Exec::prepare(s, host, socket, how.huge_pages)?;
+    fork_exec(&exec, how)
+}
+
+/// Everything a VP's `execve` needs, made before `fork` (the child may not
+/// allocate).
+struct Exec {
+    program: CString,
+    argv_own: Vec<CString>,
+    envp_own: Vec<CString>,
+    cwd: CString,
+}
+
+impl Exec {
+    /// The program found, its arguments, and its environment: the
+    /// daemon's (less `MIG_*`), the job's, and the VP's identity.
+    fn prepare(s: &StartVp, host: &str, socket: &str, huge_pages: bool) -> io::Result<Exec> {
+        let program = find_program(&s.program, &s.cwd, &s.env).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "not found (relative to the working directory or on PATH)",
+            )
+        })?;
+        let program = cstring(program.as_os_str().as_bytes())?;
+        let mut argv_own = vec![cstring(s.program.as_bytes())?];
+        for a in &s.args {
+            argv_own.push(cstring(a.as_bytes())?);
+        }
+        let mut vars: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| !k.starts_with("MIG_"))
+            .collect();
+        vars.extend(s.env.iter().cloned());
+        vars.extend([
+            (env::TID.to_string(), s.tid.to_string()),
+            (env::JOB.to_string(), s.job.clone()),
+            (env::VP.to_string(), s.vp.to_string()),
+            (env::NVPS.to_string(), s.nvps.to_string()),
+            (env::HOST.to_string(), host.to_string()),
+            (env::SOCKET.to_string(), socket.to_string()),
+            (env::FD.to_string(), VP_FD.to_string()),
+            (env::INCARNATION.to_string(), s.incarnation.to_string()),
+        ]);
+        if let Some(p) = s.parent {
+            vars.push((env::PARENT.to_string(), p.to_string()));
+        }
+        if huge_pages && !vars.iter().any(|(k, _)| k == "GLIBC_TUNABLES") {
+            vars.push(("GLIBC_TUNABLES".into(), "glibc.malloc.hugetlb=1".into()));
+        }
+        let mut envp_own = Vec::with_capacity(vars.len());
+        for (k, v) in &vars {
+            envp_own.push(cstring(format!("{k}={v}"))?);
+        }
+        Ok(Exec {
+            program,
+            argv_own,
+            envp_own,
+            cwd: cstring(s.cwd.as_bytes())?,
+        })
     }
-    let mut vars: Vec<(String, String)> = std::env::vars()
-        .filter(|(k, _)| !k.starts_with("MIG_"))
-        .collect();
-    vars.extend(s.env.iter().cloned());
-    vars.extend([
-        (env::TID.to_string(), s.tid.to_string()),
-        (env::JOB.to_string(), s.job.clone()),
-        (env::VP.to_string(), s.vp.to_string()),
-        (env::NVPS.to_string(), s.nvps.to_string()),
-        (env::HOST.to_string(), host.to_string()),
-        (env::SOCKET.to_string(), socket.to_string()),
-        (env::FD.to_string(), VP_FD.to_string()),
-        (env::INCARNATION.to_string(), s.incarnation.to_string()),
-    ]);
-    if let Some(p) = s.parent {
-        vars.push((env::PARENT.to_string(), p.to_string()));
-    }
-    if huge_pages && !vars.iter().any(|(k, _)| k == "GLIBC_TUNABLES") {
-        vars.push(("GLIBC_TUNABLES".into(), "glibc.malloc.hugetlb=1".into()));
-    }
-    let mut envp_own = Vec::with_capacity(vars.len());
-    for (k, v) in &vars {
-        envp_own.push(cstring(format!("{k}={v}"))?);
-    }
-    let argv: Vec<*const libc::c_char> = argv_own
+}
+
+/// Fork, and in the child set the VP up (its own process group, priority,
+/// signals, death with the daemon, descriptors) and exec it.
+fn fork_exec(exec: &Exec, how: &Treatment) -> io::Result<Started> {
+    let Treatment { nice, idle, .. } = *how;
+    let prog = &exec.program;
+    let argv: Vec<*const libc::c_char> = exec
+        .argv_own
         .iter()
         .map(|c| c.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    let envp: Vec<*const libc::c_char> = envp_own
+    let envp: Vec<*const libc::c_char> = exec
+        .envp_own
         .iter()
         .map(|c| c.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
-    let cwd = cstring(s.cwd.as_bytes())?;
+    let cwd = &exec.cwd;
     let devnull = std::fs::File::open("/dev/null")?;
     // Close-on-exec everywhere: dup2 onto 1 and 2 clears it on the copies.
     let (out_r, out_w) =

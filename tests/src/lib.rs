@@ -289,6 +289,14 @@ impl Vm {
         } else {
             &["--processors", "1"][..]
         };
+        // VPs at the priority of other programs: a test on a loaded machine
+        // (other work beside it) checks what mig does, not how little CPU
+        // a VP of niceness 10 gets there.
+        let nice = if extra.contains(&"--vp-nice") {
+            &[][..]
+        } else {
+            &["--vp-nice", "0"][..]
+        };
         // Daemons sharing this machine: no owner's load unless a test says whose.
         let scope = if extra.contains(&"--owner-scope") {
             &[][..]
@@ -297,6 +305,7 @@ impl Vm {
         };
         cmd.args(["--listen", "127.0.0.1:0"])
             .args(procs)
+            .args(nice)
             .args(scope)
             .args(["--capacity", "1", "--name"])
             .arg(format!("h{i}"))

@@ -328,10 +328,11 @@ fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
         .status
         .success());
     // As soon as its image starts arriving, its source host dies.
+    let logs = |vm: &Vm| format!("{}\n{}\n{}", vm.log(0), vm.log(1), vm.log(2));
     assert!(
         wait_until(Duration::from_secs(30), || part.exists()),
         "{}",
-        vm.log(dst)
+        logs(&vm)
     );
     vm.signal(src, nix::sys::signal::Signal::SIGKILL);
     // (Generous: on a loaded machine the parts already in flight may take
@@ -340,7 +341,7 @@ fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
     assert!(
         wait_until(Duration::from_secs(60), || vm.log(dst).contains(cut_off)),
         "{}",
-        vm.log(dst)
+        logs(&vm)
     );
     assert!(!part.exists(), "{}", vm.log(dst));
     let _ = vm.mig(&["kill", "j1"]);

@@ -45,6 +45,10 @@ struct Flags {
     /// daemons on one machine) [default: machine].
     #[arg(long, value_name = "SCOPE")]
     owner_scope: Option<String>,
+    /// Niceness VPs run at, 0 (as other programs) to 19 (only when nothing
+    /// else wants the processor) [default: 10; config vp_nice].
+    #[arg(long, value_name = "N")]
+    vp_nice: Option<i32>,
     /// TOML config file with [daemon] and [owner] sections; flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -83,7 +87,7 @@ fn start() -> anyhow::Result<()> {
         dead_after_ms: None,
         safe_point_timeout_ms: None,
         quantum_ms: None,
-        vp_nice: None,
+        vp_nice: f.vp_nice,
         vp_idle_class: None,
         vp_huge_pages: None,
         checkpoint_interval_s: None,

@@ -67,39 +67,11 @@ impl Master {
                     .unwrap_or_default();
                 reply(VpRet::Tids(tids))
             }
-            VpCall::Notify { on, tag } => match on {
-                NotifyOn::VpExit(watched) => {
-                    let running = self.tids.get(&watched).is_some_and(|(j, v)| {
-                        self.jobs
-                            .get(j)
-                            .and_then(|j| j.vps.get(v))
-                            .is_some_and(|v| !v.state.ended())
-                    });
-                    let mut out = reply(VpRet::Done);
-                    if running {
-                        self.exit_watch.entry(watched).or_default().push((tid, tag));
-                    } else {
-                        let status = self.exit_of(watched).unwrap_or(ExitInfo {
-                            code: None,
-                            signal: None,
-                            error: Some("no such VP".into()),
-                        });
-                        out.push(notice_to(
-                            tid,
-                            tag,
-                            &Notice::VpExited {
-                                tid: watched,
-                                status,
-                            },
-                        ));
-                    }
-                    out
-                }
-                NotifyOn::HostJoin | NotifyOn::HostLeave => {
-                    self.host_watch.push((tid, tag, on == NotifyOn::HostJoin));
-                    reply(VpRet::Done)
-                }
-            },
+            VpCall::Notify { on, tag } => {
+                let mut out = reply(VpRet::Done);
+                out.extend(self.notify(tid, on, tag));
+                out
+            }
             VpCall::Join { group } => {
                 let i = self.groups.join(&group, tid);
                 reply(VpRet::Instance(i))
@@ -168,6 +140,42 @@ impl Master {
             host.to_string(),
             PeerMsg::Directory(vec![(tid, loc)]),
         )]
+    }
+
+    /// VP `tid` asks for a notice with `tag` when `on` happens (a VP that
+    /// has already ended: at once).
+    fn notify(&mut self, tid: Tid, on: NotifyOn, tag: i32) -> Vec<Out> {
+        match on {
+            NotifyOn::VpExit(watched) => {
+                let running = self.tids.get(&watched).is_some_and(|(j, v)| {
+                    self.jobs
+                        .get(j)
+                        .and_then(|j| j.vps.get(v))
+                        .is_some_and(|v| !v.state.ended())
+                });
+                if running {
+                    self.exit_watch.entry(watched).or_default().push((tid, tag));
+                    return Vec::new();
+                }
+                let status = self.exit_of(watched).unwrap_or(ExitInfo {
+                    code: None,
+                    signal: None,
+                    error: Some("no such VP".into()),
+                });
+                vec![notice_to(
+                    tid,
+                    tag,
+                    &Notice::VpExited {
+                        tid: watched,
+                        status,
+                    },
+                )]
+            }
+            NotifyOn::HostJoin | NotifyOn::HostLeave => {
+                self.host_watch.push((tid, tag, on == NotifyOn::HostJoin));
+                Vec::new()
+            }
+        }
     }
 
     pub(super) fn exit_of(&self, tid: Tid) -> Option<ExitInfo> {

@@ -21,7 +21,8 @@ impl Daemon {
     pub(super) fn resume(&mut self, src: Token) {
         if let Some(c) = self.conns.get_mut(&src).filter(|c| c.paused) {
             c.paused = false;
-            self.conn_ready(src);
+            // A close while it was paused raised no event it will see again.
+            self.conn_ready(src, true);
         }
     }
 

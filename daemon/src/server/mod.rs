@@ -52,7 +52,7 @@ use signal_hook_mio::v1_0::Signals;
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::conn::{Conn, Kind, Sock};
+use crate::conn::{Conn, Kind, ReadOutcome, Sock};
 use crate::flow::Flow;
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
@@ -84,6 +84,8 @@ const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
 const SIGNALS: Token = Token(2);
 const FIRST: usize = 16;
+/// Most bytes read from one connection in one turn of the loop.
+const READ_BUDGET: usize = 16 << 20;
 /// A connection that has not finished the handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -150,6 +152,8 @@ pub struct Daemon {
     vp_conns: HashMap<Tid, Token>,
     /// Who waits for whom (flow control).
     flow: Flow,
+    /// Connections that had their share of a turn with more to read.
+    read_again: std::collections::HashSet<Token>,
     /// Is this workstation its owner's right now?
     owner: Monitor,
     /// Buffers for large messages from other hosts to local VPs, and
@@ -257,6 +261,7 @@ impl Daemon {
             state: StateDir::new(cfg.state_dir.clone()),
             vp_conns: HashMap::new(),
             flow: Flow::default(),
+            read_again: Default::default(),
             owner,
             outbox: Default::default(),
             inbox: Default::default(),
@@ -328,7 +333,9 @@ impl Daemon {
                         .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
                 )
                 .max(Duration::from_millis(1));
-            let timeout = if self.halting.is_some() {
+            let timeout = if !self.read_again.is_empty() {
+                Duration::ZERO
+            } else if self.halting.is_some() {
                 timeout.min(Duration::from_millis(20))
             } else {
                 timeout
@@ -359,10 +366,15 @@ impl Daemon {
                             self.maybe_resume(t);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.conn_ready(t);
+                            self.read_again.remove(&t);
+                            self.conn_ready(t, ev.is_read_closed() || ev.is_error());
                         }
                     }
                 }
+            }
+            // Connections that had their share last turn go on.
+            for t in std::mem::take(&mut self.read_again) {
+                self.conn_ready(t, true);
             }
             self.drive_slicer();
             if Instant::now() >= self.owner.due() {

@@ -1,0 +1,421 @@
+//! Message passing for a VP: `Vm`, what a program gets from `Vm::init`.
+//!
+//! Every VP is started by its daemon with one end of a socket pair (its
+//! number in `MIG_FD`); everything goes through it: messages (routed by the
+//! daemons to wherever the receiver is), calls the master answers (spawn,
+//! tasks, groups, notify), and direct links to VPs on the same host (the
+//! daemon passes a socket pair's ends to both VPs).
+//!
+//! Order: every message carries a sequence number per sender→receiver pair,
+//! and the receiver delivers each sender's messages in that order, whatever
+//! route each took (daemons, or a direct link set up half-way). Nothing is
+//! duplicated: a number already delivered is dropped.
+//!
+//! Errors: the first message to each receiver is confirmed by the local
+//! daemon (which knows every VP's location), so sending to a VP that never
+//! existed or has exited is an error at once. A later failure (the receiver
+//! exited while messages were in flight) is reported by the next call.
+//!
+//! What does not live here: the collectives (`group`), the socket plumbing
+//! (`link`).
+//!
+//! ```no_run
+//! use libmig::{MigError, Vm};
+//!
+//! fn main() -> Result<(), MigError> {
+//!     let mut vm = Vm::init()?;
+//!     let tasks = vm.tasks()?;
+//!     if vm.tid() == tasks[0] {
+//!         // VP 0 adds up what the others send.
+//!         let mut sum = 0u64;
+//!         for _ in 1..tasks.len() {
+//!             sum += vm.recv(None, Some(1))?.decode::<u64>()?;
+//!         }
+//!         println!("sum {sum}");
+//!     } else {
+//!         let mine = u64::from(vm.identity().vp);
+//!         vm.send(tasks[0], 1, &mine)?;
+//!     }
+//!     Ok(())
+//! }
+//! ```
+
+mod recv;
+mod send;
+mod snapshot;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::io;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{de::DeserializeOwned, Serialize};
+use thiserror::Error;
+
+use crate::checkpoint::{Header, LibState, Unread};
+use crate::frame::{self, FrameError, MAX_BODY};
+use crate::link::{self, Link};
+use crate::msg::{Envelope, Notice, NotifyOn, SnapStep, Tid, VpCall, VpMsg, VpRet, SYSTEM};
+use crate::payload::{Payload, FD_PAYLOAD};
+use crate::pool::{Inbox, Outbox};
+use crate::vp::{env, Identity, NotAVp};
+
+/// The largest payload of one message: 64 MiB.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// What can go wrong in a VP's message passing.
+#[derive(Debug, Error)]
+pub enum MigError {
+    /// Not started by a daemon.
+    #[error(transparent)]
+    NotAVp(#[from] NotAVp),
+    /// The receiver does not exist (any more).
+    #[error("message to t{to:x} (tag {tag}) not delivered: {reason}")]
+    NoSuchVp {
+        /// The receiver.
+        to: Tid,
+        /// The message's tag.
+        tag: i32,
+        /// Why.
+        reason: String,
+    },
+    /// A payload above `MAX_MESSAGE`.
+    #[error("message of {size} bytes is above the limit of {MAX_MESSAGE} bytes: split it")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+    },
+    /// The local daemon is gone (or its socket failed).
+    #[error("lost the mig daemon: {0}")]
+    DaemonGone(String),
+    /// The daemon or the master refused a call.
+    #[error("{0}")]
+    Refused(String),
+    /// A checkpoint could not be written or read back.
+    #[error("checkpoint: {0}")]
+    Restore(String),
+    /// A payload did not decode as the type asked for.
+    #[error("message payload does not decode as the expected type: {0}")]
+    Decode(#[from] postcard::Error),
+    /// The daemon sent something this library does not understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl From<FrameError> for MigError {
+    fn from(e: FrameError) -> MigError {
+        match e {
+            FrameError::Io(e) => MigError::DaemonGone(e.to_string()),
+            FrameError::Decode(e) => MigError::Decode(e),
+            other => MigError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Sender (`SYSTEM` for notices).
+    pub from: Tid,
+    /// Tag.
+    pub tag: i32,
+    /// Payload bytes (a large payload is the sender's memory mapped
+    /// read-only, not a copy).
+    pub data: Payload,
+}
+
+impl Message {
+    /// Decode the payload of a typed `send`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, MigError> {
+        Ok(postcard::from_bytes(&self.data)?)
+    }
+
+    /// The notice this is, if it comes from the system.
+    pub fn notice(&self) -> Option<Notice> {
+        (self.from == SYSTEM)
+            .then(|| postcard::from_bytes(&self.data).ok())
+            .flatten()
+    }
+}
+
+/// How messages to another VP travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Through the daemons (the default): VP → migd → (migd →) VP.
+    Daemon,
+    /// Straight to VPs on the same host over a socket of their own, set up
+    /// on the first message; through the daemons for the others.
+    Direct,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum LinkId {
+    Daemon,
+    Direct(Tid),
+}
+
+#[derive(Debug, Default)]
+struct Order {
+    next: u64,
+    early: BTreeMap<u64, Message>,
+}
+
+/// This VP's view of the virtual machine.
+#[derive(Debug)]
+pub struct Vm {
+    me: Identity,
+    parent: Option<Tid>,
+    daemon: Link,
+    direct: HashMap<Tid, Link>,
+    route: Route,
+    asked_direct: HashSet<Tid>,
+    mailbox: VecDeque<Message>,
+    order: HashMap<Tid, Order>,
+    seq_out: HashMap<Tid, u64>,
+    confirmed: HashSet<Tid>,
+    confirm: HashMap<Tid, Result<(), String>>,
+    confirm_pending: HashSet<Tid>,
+    failures: VecDeque<MigError>,
+    returns: HashMap<u64, VpRet>,
+    next_call: u64,
+    spin: Duration,
+    arrivals: u64,
+    checkpoint_to: Option<String>,
+    /// A job checkpoint in progress: its generation, where to write, and
+    /// (once every VP has stopped) how much to take in from each peer.
+    snap: Option<SnapState>,
+    restored: bool,
+    /// Bytes of memfd payloads sent to the daemon and not yet passed on.
+    fd_unacked: usize,
+    /// Shared buffers for large messages sent, and mappings of peers'.
+    outbox: Outbox,
+    inbox: Inbox,
+}
+
+/// How many bytes of memfd payloads a VP may have with its daemon before it
+/// waits for them to be passed on (its memory, not the daemon's, but a
+/// receiver that cannot keep up must still hold the sender back).
+const FD_WINDOW: usize = 64 << 20;
+
+/// A job checkpoint this VP takes part in.
+#[derive(Debug)]
+struct SnapState {
+    id: u64,
+    path: String,
+    /// Set by `Now`: the last sequence number each peer sent here.
+    expect: Option<Vec<(Tid, u64)>>,
+    /// Paused has been said.
+    paused: bool,
+    /// The image is written and said: waiting for `Resume`.
+    taken: bool,
+}
+
+/// Set by SIGUSR2, which the daemon sends with a checkpoint request so that
+/// `safe_point` only looks at the socket when there is something to see.
+static ASKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigusr2(_: libc::c_int) {
+    ASKED.store(true, Ordering::Relaxed);
+}
+
+fn install_sigusr2() {
+    // SAFETY: the handler only stores to an atomic (async-signal-safe);
+    // SA_RESTART keeps blocking calls going.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigusr2 as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
+    }
+}
+
+impl Vm {
+    /// Join the virtual machine as the VP the daemon started. Outside a VP
+    /// (a program run by hand) this is a clear `NotAVp` error.
+    pub fn init() -> Result<Vm, MigError> {
+        let me = Identity::from_env()?;
+        let fd: RawFd = std::env::var(env::FD)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&fd| fd > 2)
+            .ok_or(NotAVp(env::FD))?;
+        if !is_unix_socket(fd) {
+            return Err(NotAVp(env::FD).into());
+        }
+        // SAFETY: the daemon passed this descriptor for us alone, and we
+        // checked it is an open Unix socket; nothing else in the process
+        // owns it (the variable is removed so no second `init` takes it).
+        let sock = unsafe { UnixStream::from_raw_fd(fd) };
+        std::env::remove_var(env::FD);
+        // Programs this VP runs must not inherit the daemon's socket.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        let parent = std::env::var(env::PARENT).ok().and_then(|v| v.parse().ok());
+        Ok(Vm {
+            me,
+            parent,
+            daemon: Link::new(sock).map_err(|e| MigError::DaemonGone(e.to_string()))?,
+            direct: HashMap::new(),
+            route: Route::Daemon,
+            asked_direct: HashSet::new(),
+            mailbox: VecDeque::new(),
+            order: HashMap::new(),
+            seq_out: HashMap::new(),
+            confirmed: HashSet::new(),
+            confirm: HashMap::new(),
+            confirm_pending: HashSet::new(),
+            failures: VecDeque::new(),
+            returns: HashMap::new(),
+            next_call: 1,
+            spin: spin_from_env(),
+            arrivals: 0,
+            checkpoint_to: None,
+            snap: None,
+            restored: false,
+            fd_unacked: 0,
+            outbox: Outbox::default(),
+            inbox: Inbox::default(),
+        }
+        .with_handler())
+    }
+
+    fn with_handler(self) -> Vm {
+        install_sigusr2();
+        // A request to move may have come before the handler was there
+        // (a VP asked to move as it starts): the first safe point looks.
+        ASKED.store(true, Ordering::Relaxed);
+        self
+    }
+
+    /// This VP's Tid.
+    pub fn tid(&self) -> Tid {
+        self.me.tid
+    }
+
+    /// The VP that spawned this one, if a VP did.
+    pub fn parent(&self) -> Option<Tid> {
+        self.parent
+    }
+
+    /// Who this VP is (job, index, host).
+    pub fn identity(&self) -> &Identity {
+        &self.me
+    }
+
+    /// The VPs this one has a direct link with.
+    pub fn direct_peers(&self) -> Vec<Tid> {
+        let mut v: Vec<Tid> = self.direct.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// How messages to other VPs travel from now on.
+    pub fn set_route(&mut self, route: Route) {
+        self.route = route;
+    }
+
+    pub(crate) fn call(&mut self, call: VpCall) -> Result<VpRet, MigError> {
+        let id = self.next_call;
+        self.next_call += 1;
+        let head = frame::encode_head(&VpMsg::Call { id, call }, 0)?;
+        self.write(LinkId::Daemon, &[&head], None)?;
+        loop {
+            if let Some(r) = self.returns.remove(&id) {
+                return match r {
+                    VpRet::Error(e) => Err(MigError::Refused(e)),
+                    r => Ok(r),
+                };
+            }
+            self.wait_daemon()?;
+        }
+    }
+
+    /// Start `n` more VPs of `program` with `args` in this VP's job (the
+    /// scheduler places them: `new_VP`). Their Tids, in order.
+    pub fn spawn(&mut self, program: &str, args: &[&str], n: u32) -> Result<Vec<Tid>, MigError> {
+        self.spawn_as(program, args, n, false)
+    }
+
+    /// Start `n` VPs of `program` as a job of their own.
+    pub fn spawn_job(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        n: u32,
+    ) -> Result<Vec<Tid>, MigError> {
+        self.spawn_as(program, args, n, true)
+    }
+
+    fn spawn_as(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        n: u32,
+        new_job: bool,
+    ) -> Result<Vec<Tid>, MigError> {
+        match self.call(VpCall::Spawn {
+            program: program.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            n,
+            new_job,
+        })? {
+            VpRet::Tids(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Kill a VP.
+    pub fn kill(&mut self, tid: Tid) -> Result<(), MigError> {
+        self.call(VpCall::Kill { tid }).map(|_| ())
+    }
+
+    /// The VPs of this job, by index (exited ones included).
+    pub fn tasks(&mut self) -> Result<Vec<Tid>, MigError> {
+        match self.call(VpCall::Tasks)? {
+            VpRet::Tids(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Be told, by a message from `SYSTEM` with `tag` (see
+    /// `Message::notice`), when `on` happens. A VP that has already exited
+    /// is reported at once.
+    pub fn notify(&mut self, on: NotifyOn, tag: i32) -> Result<(), MigError> {
+        self.call(VpCall::Notify { on, tag }).map(|_| ())
+    }
+
+    /// Leave the virtual machine: flush and close the daemon's socket. The
+    /// process may go on (but can no longer send or receive).
+    pub fn exit(self) {}
+}
+
+/// How long a VP looks for a message before it sleeps: `MIG_SPIN_US`
+/// microseconds (default 50; 0 never spins).
+fn spin_from_env() -> Duration {
+    let us = std::env::var(env::SPIN_US)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50u64);
+    Duration::from_micros(us.min(1_000_000))
+}
+
+fn matches(m: &Message, from: Option<Tid>, tag: Option<i32>) -> bool {
+    from.is_none_or(|f| f == m.from) && tag.is_none_or(|t| t == m.tag)
+}
+
+pub(crate) fn unexpected(r: VpRet) -> MigError {
+    MigError::Protocol(format!("unexpected answer {r:?}"))
+}
+
+fn is_unix_socket(fd: RawFd) -> bool {
+    // SAFETY: fstat on any integer is safe; it fails on a closed descriptor.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+    }
+}
+
+const _: () = assert!(MAX_MESSAGE < MAX_BODY);

@@ -1,0 +1,378 @@
+//! Receiving: waiting on the daemon's socket and direct links, filing what
+//! arrives (messages in order per sender, answers, notices, the daemon's
+//! requests), and taking a message that matches.
+
+use super::*;
+
+impl Vm {
+    /// Wait for a message from `from` (any if `None`) with `tag` (any if
+    /// `None`).
+    pub fn recv(&mut self, from: Option<Tid>, tag: Option<i32>) -> Result<Message, MigError> {
+        loop {
+            if let Some(m) = self.take(from, tag)? {
+                return Ok(m);
+            }
+            self.wait_io(None, None)?;
+        }
+    }
+
+    /// A matching message if one has arrived; never waits.
+    pub fn try_recv(
+        &mut self,
+        from: Option<Tid>,
+        tag: Option<i32>,
+    ) -> Result<Option<Message>, MigError> {
+        if let Some(m) = self.take(from, tag)? {
+            return Ok(Some(m));
+        }
+        self.wait_io(None, Some(Duration::ZERO))?;
+        self.take(from, tag)
+    }
+
+    /// Wait at most `timeout` for a matching message.
+    pub fn recv_timeout(
+        &mut self,
+        from: Option<Tid>,
+        tag: Option<i32>,
+        timeout: Duration,
+    ) -> Result<Option<Message>, MigError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(m) = self.take(from, tag)? {
+                return Ok(Some(m));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.wait_io(None, Some(left))?;
+        }
+    }
+
+    /// Has a matching message arrived? Its sender, tag and size, without
+    /// taking it.
+    pub fn probe(
+        &mut self,
+        from: Option<Tid>,
+        tag: Option<i32>,
+    ) -> Result<Option<(Tid, i32, usize)>, MigError> {
+        self.wait_io(None, Some(Duration::ZERO))?;
+        Ok(self
+            .mailbox
+            .iter()
+            .find(|m| matches(m, from, tag))
+            .map(|m| (m.from, m.tag, m.data.len())))
+    }
+
+    pub(super) fn take(
+        &mut self,
+        from: Option<Tid>,
+        tag: Option<i32>,
+    ) -> Result<Option<Message>, MigError> {
+        if let Some(e) = self.failures.pop_front() {
+            return Err(e);
+        }
+        Ok(self
+            .mailbox
+            .iter()
+            .position(|m| matches(m, from, tag))
+            .and_then(|i| self.mailbox.remove(i)))
+    }
+
+    /// Wait until a socket is readable (and `writable` writable), up to
+    /// `timeout` (`None`: forever), and take in everything that arrived.
+    pub(super) fn wait_io(
+        &mut self,
+        writable: Option<LinkId>,
+        timeout: Option<Duration>,
+    ) -> Result<(), MigError> {
+        if writable.is_none() && !self.spin.is_zero() && timeout != Some(Duration::ZERO) {
+            // Gang scheduling runs a job's VPs together, so the answer is
+            // often microseconds away: look for it a while before sleeping
+            // (yielding the processor to anyone else who wants it).
+            let until = Instant::now() + timeout.map_or(self.spin, |t| t.min(self.spin));
+            let before = self.arrivals;
+            loop {
+                self.pump(LinkId::Daemon, false)?;
+                let peers: Vec<Tid> = self.direct.keys().copied().collect();
+                for t in peers {
+                    self.pump(LinkId::Direct(t), false)?;
+                }
+                if self.arrivals != before {
+                    return Ok(());
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            if let Some(t) = timeout {
+                if t <= self.spin {
+                    return Ok(());
+                }
+            }
+        }
+        if self.direct.is_empty() && writable.is_none() && timeout.is_none() {
+            // Nothing else to watch: wait in the read itself (one system
+            // call instead of poll + read).
+            return self.pump(LinkId::Daemon, true);
+        }
+        let mut ids = vec![LinkId::Daemon];
+        ids.extend(self.direct.keys().map(|&t| LinkId::Direct(t)));
+        let fds: Vec<(RawFd, bool)> = ids
+            .iter()
+            .map(|&id| {
+                let fd = match id {
+                    LinkId::Daemon => self.daemon.fd(),
+                    LinkId::Direct(t) => self.direct.get(&t).map_or(-1, Link::fd),
+                };
+                (fd, Some(id) == writable)
+            })
+            .collect();
+        let ms = match timeout {
+            None => -1,
+            Some(d) => {
+                d.as_millis().min(i32::MAX as u128) as i32
+                    + i32::from(d.subsec_nanos() % 1_000_000 != 0)
+            }
+        };
+        let ready = link::poll(&fds, ms).map_err(|e| MigError::DaemonGone(e.to_string()))?;
+        for (id, (r, _)) in ids.into_iter().zip(ready) {
+            if r {
+                self.pump(id, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn wait_daemon(&mut self) -> Result<(), MigError> {
+        self.wait_io(None, None)
+    }
+
+    /// Read what a socket has and file every frame; with `wait`, the first
+    /// read waits for data.
+    pub(super) fn pump(&mut self, id: LinkId, mut wait: bool) -> Result<(), MigError> {
+        loop {
+            let link = match id {
+                LinkId::Daemon => &mut self.daemon,
+                LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                    Some(l) => l,
+                    None => return Ok(()),
+                },
+            };
+            let (n, more) = match link.read_once(std::mem::take(&mut wait)) {
+                Ok(r) => r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return self.link_lost(id, e.to_string()),
+            };
+            let mut frames = Vec::new();
+            loop {
+                match link.dec.next_frame_with::<VpMsg>() {
+                    Ok(Some(f)) => frames.push(f),
+                    Ok(None) => break,
+                    Err(e) => return self.link_lost(id, e.to_string()),
+                }
+            }
+            for (msg, payload) in frames {
+                self.file(id, msg, payload)?;
+            }
+            if n == 0 {
+                return self.link_lost(id, "closed".into());
+            }
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    pub(super) fn link_lost(&mut self, id: LinkId, why: String) -> Result<(), MigError> {
+        match id {
+            LinkId::Daemon => Err(MigError::DaemonGone(why)),
+            LinkId::Direct(t) => {
+                // The peer ended or moved: later messages go by the daemons.
+                self.direct.remove(&t);
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn file(&mut self, id: LinkId, msg: VpMsg, data: Vec<u8>) -> Result<(), MigError> {
+        self.arrivals += 1;
+        match msg {
+            VpMsg::Deliver(env) | VpMsg::Send { env, .. } => {
+                let forged = matches!(id, LinkId::Direct(p) if p != env.from);
+                if env.to != self.me.tid || forged {
+                    return Err(MigError::Protocol(format!(
+                        "got a message for t{:x}",
+                        env.to
+                    )));
+                }
+                self.deliver(env, data.into());
+            }
+            VpMsg::DeliverFd { env, len, lent } => self.file_shared(id, env, len, lent)?,
+            VpMsg::SendFd { env, len, .. } => self.file_shared(id, env, len, false)?,
+            VpMsg::Confirmed { to } => {
+                self.confirm_pending.remove(&to);
+                self.confirm.insert(to, Ok(()));
+            }
+            VpMsg::Undeliverable { to, tag, reason } => {
+                self.confirmed.remove(&to);
+                self.direct.remove(&to);
+                if self.confirm_pending.remove(&to) {
+                    // The answer to this send's confirmation: reported there.
+                    self.confirm.insert(to, Err(reason));
+                } else {
+                    self.failures
+                        .push_back(MigError::NoSuchVp { to, tag, reason });
+                }
+            }
+            VpMsg::Return { id: call, ret } => {
+                self.returns.insert(call, ret);
+            }
+            VpMsg::DirectLink { peer, refused } => {
+                if id != LinkId::Daemon {
+                    return Err(MigError::Protocol("a direct link offered by a VP".into()));
+                }
+                if refused.is_none() {
+                    let fd = self.daemon.fds.pop_front().ok_or_else(|| {
+                        MigError::Protocol("a direct link without its socket".into())
+                    })?;
+                    let sock = UnixStream::from(fd);
+                    if let Ok(l) = Link::new(sock) {
+                        self.direct.insert(peer, l);
+                        self.asked_direct.insert(peer);
+                    }
+                }
+            }
+            VpMsg::Checkpoint { path } if id == LinkId::Daemon => {
+                self.checkpoint_to = Some(path);
+            }
+            VpMsg::StayPut if id == LinkId::Daemon => {
+                self.checkpoint_to = None;
+            }
+            VpMsg::Snap(step) if id == LinkId::Daemon => self.snap_step(step)?,
+            VpMsg::Credit { bytes } if id == LinkId::Daemon => {
+                self.fd_unacked = self.fd_unacked.saturating_sub(bytes as usize);
+            }
+            VpMsg::Call { .. }
+            | VpMsg::Direct { .. }
+            | VpMsg::Consumed { .. }
+            | VpMsg::Checkpoint { .. }
+            | VpMsg::StayPut
+            | VpMsg::Snap(_)
+            | VpMsg::Credit { .. }
+            | VpMsg::Written { .. }
+            | VpMsg::Checkpointed { .. } => {
+                return Err(MigError::Protocol("a request from the daemon".into()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn deliver(&mut self, env: Envelope, data: Payload) {
+        let m = Message {
+            from: env.from,
+            tag: env.tag,
+            data,
+        };
+        if env.seq == 0 {
+            self.mailbox.push_back(m);
+            return;
+        }
+        let o = self.order.entry(env.from).or_insert(Order {
+            next: 1,
+            early: BTreeMap::new(),
+        });
+        if env.seq < o.next {
+            return; // a duplicate
+        }
+        if env.seq > o.next {
+            o.early.insert(env.seq, m);
+            return;
+        }
+        self.mailbox.push_back(m);
+        o.next += 1;
+        while let Some(m) = o.early.remove(&o.next) {
+            self.mailbox.push_back(m);
+            o.next += 1;
+        }
+    }
+
+    /// A message whose bytes are in a shared buffer passed with it on link
+    /// `id`; `lent`: one of the daemon's own buffers, read in place.
+    fn file_shared(
+        &mut self,
+        id: LinkId,
+        env: Envelope,
+        len: u64,
+        lent: bool,
+    ) -> Result<(), MigError> {
+        // Only the daemon's own buffers are read in place: it never writes
+        // one before it is released; a VP might.
+        let lent = lent && id == LinkId::Daemon;
+        let forged = matches!(id, LinkId::Direct(p) if p != env.from);
+        if env.to != self.me.tid || forged || len as usize > MAX_MESSAGE {
+            return Err(MigError::Protocol(format!(
+                "a bad message descriptor for t{:x}",
+                env.to
+            )));
+        }
+        let link = match id {
+            LinkId::Daemon => &mut self.daemon,
+            LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                Some(l) => l,
+                None => return Ok(()),
+            },
+        };
+        let fd = link
+            .fds
+            .pop_front()
+            .ok_or_else(|| MigError::Protocol("a message without its descriptor".into()))?;
+        let payload = if lent {
+            self.inbox.pass_on(fd, len as usize)
+        } else {
+            self.inbox.take(fd, len as usize)
+        };
+        let payload =
+            payload.map_err(|e| MigError::Protocol(format!("message descriptor: {e}")))?;
+        if id == LinkId::Daemon {
+            // The daemon counts what it passed us: let it go on.
+            let head = frame::encode_head(&VpMsg::Consumed { bytes: len }, 0)?;
+            self.write(LinkId::Daemon, &[&head], None)?;
+        }
+        self.deliver(env, payload);
+        Ok(())
+    }
+
+    /// A step of a job checkpoint from the daemon.
+    fn snap_step(&mut self, step: SnapStep) -> Result<(), MigError> {
+        match step {
+            SnapStep::Begin { id, path } => {
+                self.snap = Some(SnapState {
+                    id,
+                    path,
+                    expect: None,
+                    paused: false,
+                    taken: false,
+                });
+            }
+            SnapStep::Now { id, expect } => {
+                if let Some(s) = self.snap.as_mut().filter(|s| s.id == id) {
+                    s.expect = Some(expect);
+                }
+            }
+            SnapStep::Resume { id } | SnapStep::Abort { id } => {
+                if self.snap.as_ref().is_some_and(|s| s.id == id) {
+                    self.snap = None;
+                }
+            }
+            SnapStep::Paused { .. } | SnapStep::Taken { .. } => {
+                return Err(MigError::Protocol(
+                    "a VP's checkpoint step from the daemon".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,198 @@
+//! Sending: a message to one VP or many, through the daemon or a direct
+//! link, large ones through shared buffers, the first to each receiver
+//! confirmed by the daemon.
+
+use super::*;
+
+impl Vm {
+    /// Send a typed value (postcard-encoded) to `to` with `tag`.
+    pub fn send<T: Serialize + ?Sized>(
+        &mut self,
+        to: Tid,
+        tag: i32,
+        value: &T,
+    ) -> Result<(), MigError> {
+        let bytes = postcard::to_allocvec(value)?;
+        self.send_bytes(to, tag, &bytes)
+    }
+
+    /// Send raw bytes to `to` with `tag` (written straight from `data`).
+    pub fn send_bytes(&mut self, to: Tid, tag: i32, data: &[u8]) -> Result<(), MigError> {
+        if data.len() > MAX_MESSAGE {
+            return Err(MigError::TooLarge { size: data.len() });
+        }
+        if let Some(e) = self.failures.pop_front() {
+            return Err(e);
+        }
+        let first = !self.confirmed.contains(&to);
+        let seq = {
+            let s = self.seq_out.entry(to).or_insert(0);
+            *s += 1;
+            *s
+        };
+        let env = Envelope {
+            from: self.me.tid,
+            to,
+            tag,
+            seq,
+            incarnation: self.me.incarnation,
+        };
+        let via = if self.direct.contains_key(&to) && !first {
+            LinkId::Direct(to)
+        } else {
+            LinkId::Daemon
+        };
+        if first {
+            self.confirm_pending.insert(to);
+        }
+        // Large payloads go as a descriptor of a shared buffer (the daemon
+        // passes it on instead of copying): through the daemon, within the
+        // window of bytes it has not yet passed on; over a direct link,
+        // while the pool has a buffer for it (else as bytes, which the
+        // link's socket holds back).
+        let payload_len = data.len();
+        let memfd = match via {
+            _ if payload_len < FD_PAYLOAD => None,
+            LinkId::Daemon => {
+                while self.fd_unacked > 0 && self.fd_unacked + data.len() > FD_WINDOW {
+                    self.wait_io(None, None)?;
+                }
+                Some(self.outbox.stage(to, data))
+            }
+            LinkId::Direct(_) => self.outbox.try_stage(to, data),
+        }
+        .transpose()
+        .map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?;
+        let (head, data) = match &memfd {
+            Some(_) => {
+                let len = data.len() as u64;
+                let head = frame::encode_head(
+                    &VpMsg::SendFd {
+                        env,
+                        confirm: first,
+                        len,
+                    },
+                    0,
+                )?;
+                (head, &[][..])
+            }
+            None => {
+                let msg = VpMsg::Send {
+                    env,
+                    confirm: first,
+                };
+                (frame::encode_head(&msg, data.len())?, data)
+            }
+        };
+        if memfd.is_some() && via == LinkId::Daemon {
+            self.fd_unacked += payload_len;
+        }
+        if let Err(e) = self.write(via, &[&head, data], memfd.as_ref()) {
+            if via == LinkId::Daemon {
+                return Err(e);
+            }
+            // The direct link broke (the peer ended?): the daemons decide.
+            self.direct.remove(&to);
+            let head = match &memfd {
+                Some(_) => {
+                    let len = payload_len as u64;
+                    frame::encode_head(
+                        &VpMsg::SendFd {
+                            env,
+                            confirm: true,
+                            len,
+                        },
+                        0,
+                    )?
+                }
+                None => frame::encode_head(&VpMsg::Send { env, confirm: true }, data.len())?,
+            };
+            self.confirmed.remove(&to);
+            self.confirm_pending.insert(to);
+            if memfd.is_some() {
+                self.fd_unacked += payload_len;
+            }
+            self.write(LinkId::Daemon, &[&head, data], memfd.as_ref())?;
+            return self.await_confirm(to, tag, seq);
+        }
+        if first {
+            self.await_confirm(to, tag, seq)?;
+        }
+        if self.route == Route::Direct
+            && !self.direct.contains_key(&to)
+            && self.asked_direct.insert(to)
+        {
+            let head = frame::encode_head(&VpMsg::Direct { peer: to }, 0)?;
+            self.write(LinkId::Daemon, &[&head], None)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn await_confirm(&mut self, to: Tid, tag: i32, seq: u64) -> Result<(), MigError> {
+        loop {
+            if let Some(r) = self.confirm.remove(&to) {
+                return match r {
+                    Ok(()) => {
+                        self.confirmed.insert(to);
+                        Ok(())
+                    }
+                    Err(reason) => {
+                        // The message was not sent: its number is free again.
+                        if let Some(s) = self.seq_out.get_mut(&to) {
+                            if *s == seq {
+                                *s -= 1;
+                            }
+                        }
+                        Err(MigError::NoSuchVp { to, tag, reason })
+                    }
+                };
+            }
+            self.wait_daemon()?;
+        }
+    }
+
+    /// Send the same typed value to every VP in `to`.
+    pub fn mcast<T: Serialize + ?Sized>(
+        &mut self,
+        to: &[Tid],
+        tag: i32,
+        value: &T,
+    ) -> Result<(), MigError> {
+        let bytes = postcard::to_allocvec(value)?;
+        self.mcast_bytes(to, tag, &bytes)
+    }
+
+    /// Send the same bytes to every VP in `to`.
+    pub fn mcast_bytes(&mut self, to: &[Tid], tag: i32, data: &[u8]) -> Result<(), MigError> {
+        for &t in to {
+            self.send_bytes(t, tag, data)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn write(
+        &mut self,
+        via: LinkId,
+        parts: &[&[u8]],
+        fd: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<(), MigError> {
+        let mut done = 0;
+        loop {
+            let link = match via {
+                LinkId::Daemon => &mut self.daemon,
+                LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                    Some(l) => l,
+                    None => return Err(MigError::DaemonGone("direct link closed".into())),
+                },
+            };
+            match link.write_parts(parts, fd, &mut done) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => return Err(MigError::DaemonGone(e.to_string())),
+            }
+            // The socket is full: take in what arrives meanwhile, so two VPs
+            // sending to each other never block each other.
+            self.wait_io(Some(via), None)?;
+        }
+    }
+}

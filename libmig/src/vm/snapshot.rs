@@ -1,0 +1,280 @@
+//! Checkpoints of a VP: restoring from an image at start, the safe point
+//! where a move or a job checkpoint takes its image, and writing the image
+//! (the program's state, what libmig holds, messages taken in but not read).
+
+use super::*;
+
+impl Vm {
+    /// Join the virtual machine, fresh or resumed: a VP restarted from a
+    /// checkpoint (after a migration) gets the state it saved and its
+    /// unread messages back; otherwise `fresh()` makes the state.
+    pub fn init_or_restore<S: DeserializeOwned>(
+        fresh: impl FnOnce() -> S,
+    ) -> Result<(Vm, S), MigError> {
+        let mut vm = Vm::init()?;
+        let Some(path) = std::env::var_os(env::RESTORE) else {
+            return Ok((vm, fresh()));
+        };
+        let path = std::path::PathBuf::from(path);
+        let mapped = crate::checkpoint::map(&path).map_err(|e| MigError::Restore(e.to_string()))?;
+        let summed = std::env::var_os(env::RESTORE_SUMMED).is_some_and(|v| v == "1");
+        let image = if summed {
+            crate::checkpoint::ImageRef::decode_summed(&mapped)
+        } else {
+            crate::checkpoint::ImageRef::decode(&mapped)
+        }
+        .map_err(|e| MigError::Restore(e.to_string()))?;
+        if image.header.tid != vm.me.tid {
+            return Err(MigError::Restore(format!(
+                "the image at {} is of t{:x}, not t{:x}",
+                path.display(),
+                image.header.tid,
+                vm.me.tid
+            )));
+        }
+        let state = postcard::from_bytes(image.state)?;
+        let lib = image.lib;
+        vm.mailbox = lib
+            .mailbox
+            .into_iter()
+            .map(|u| Message {
+                from: u.from,
+                tag: u.tag,
+                data: u.data.into(),
+            })
+            .collect();
+        vm.seq_out = lib.seq_out.into_iter().collect();
+        for (from, next) in lib.seq_in {
+            vm.order.insert(
+                from,
+                Order {
+                    next,
+                    early: BTreeMap::new(),
+                },
+            );
+        }
+        for u in lib.early {
+            let o = vm.order.entry(u.from).or_insert(Order {
+                next: 1,
+                early: BTreeMap::new(),
+            });
+            o.early.insert(
+                u.seq,
+                Message {
+                    from: u.from,
+                    tag: u.tag,
+                    data: u.data.into(),
+                },
+            );
+        }
+        // Unmapping and deleting a large image takes milliseconds the
+        // program need not wait for.
+        let file = path.clone();
+        let release = move || {
+            drop(mapped);
+            let _ = std::fs::remove_file(&file);
+        };
+        if std::thread::Builder::new()
+            .name("mig-release".into())
+            .spawn(release)
+            .is_err()
+        {
+            // No thread (the mapping went with the closure): here, then.
+            let _ = std::fs::remove_file(&path);
+        }
+        std::env::remove_var(env::RESTORE);
+        std::env::remove_var(env::RESTORE_SUMMED);
+        vm.restored = true;
+        Ok((vm, state))
+    }
+
+    /// Was this VP restarted from a checkpoint?
+    pub fn restored(&self) -> bool {
+        self.restored
+    }
+
+    /// A safe point: cheap unless the daemon has asked this VP to move, in
+    /// which case it writes `state` and its unread messages to a checkpoint
+    /// image and ends; the VP goes on elsewhere from `init_or_restore`.
+    pub fn safe_point<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        if ASKED.swap(false, Ordering::Relaxed) {
+            self.pump(LinkId::Daemon, false)?;
+        }
+        while self.snap.as_ref().is_some_and(|s| !s.paused) {
+            self.join_snapshot(state)?;
+        }
+        if self.checkpoint_to.is_some() {
+            self.checkpoint_and_end(state)?;
+        }
+        Ok(())
+    }
+
+    /// Take part in a job checkpoint: stop here, say what was sent, take
+    /// in what the peers sent, write the image, wait until every VP has.
+    /// The program's code does not run meanwhile, so it sends nothing.
+    pub(super) fn join_snapshot<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        let Some(id) = self.snap.as_ref().map(|s| s.id) else {
+            return Ok(());
+        };
+        let sent: Vec<(Tid, u64)> = self.seq_out.iter().map(|(&t, &n)| (t, n)).collect();
+        self.tell(VpMsg::Snap(SnapStep::Paused { id, sent }))?;
+        if let Some(s) = &mut self.snap {
+            s.paused = true;
+        }
+        loop {
+            // Resumed or given up, and perhaps already asked for the next
+            // one (both read at once): that one starts at the next safe point.
+            let Some(snap) = self.snap.as_ref().filter(|s| s.id == id) else {
+                return Ok(());
+            };
+            if !snap.taken {
+                let all_in = snap.expect.as_ref().is_some_and(|e| {
+                    e.iter()
+                        .all(|&(p, n)| n == 0 || self.order.get(&p).is_some_and(|o| o.next > n))
+                });
+                if all_in {
+                    let path = snap.path.clone();
+                    self.write_image(state, &path, false)?;
+                    if let Some(s) = &mut self.snap {
+                        s.taken = true;
+                    }
+                    self.tell(VpMsg::Snap(SnapStep::Taken { id, path }))?;
+                    continue;
+                }
+            }
+            self.wait_io(None, None)?;
+        }
+    }
+
+    /// Say something to the daemon.
+    pub(super) fn tell(&mut self, msg: VpMsg) -> Result<(), MigError> {
+        let head = frame::encode_head(&msg, 0)?;
+        self.write(LinkId::Daemon, &[&head], None)
+    }
+
+    /// `recv` that is also a safe point: while it waits, a request to move
+    /// is carried out with `state` (so a VP blocked in a receive never holds
+    /// a migration up).
+    pub fn recv_safe<S: Serialize>(
+        &mut self,
+        state: &S,
+        from: Option<Tid>,
+        tag: Option<i32>,
+    ) -> Result<Message, MigError> {
+        loop {
+            while self.snap.as_ref().is_some_and(|s| !s.paused) {
+                self.join_snapshot(state)?;
+            }
+            if self.checkpoint_to.is_some() {
+                self.checkpoint_and_end(state)?;
+            }
+            if let Some(m) = self.take(from, tag)? {
+                return Ok(m);
+            }
+            self.wait_io(None, None)?;
+        }
+    }
+
+    /// Write this VP's checkpoint image of `state` to `path` (not durably:
+    /// it carries the VP to its next host or is copied on by its daemon):
+    /// who it is and how to start it, `state`, unread messages and the
+    /// sequence numbers. The state is encoded straight into the file; with
+    /// `tell`, the daemon hears how far the write has come every few
+    /// megabytes (`VpMsg::Written`) and sends the image on meanwhile.
+    pub(super) fn write_image<S: Serialize>(
+        &mut self,
+        state: &S,
+        path: &str,
+        tell: bool,
+    ) -> Result<(), MigError> {
+        let mut args = std::env::args();
+        let program = args.next().unwrap_or_default();
+        let unread = |from: Tid, tag: i32, seq: u64, data: &Payload| Unread {
+            from,
+            tag,
+            seq,
+            data: data.to_vec(),
+        };
+        let header = Header {
+            tid: self.me.tid,
+            job: self.me.job.clone(),
+            vp: self.me.vp,
+            program,
+            args: args.collect(),
+            cwd: std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            env: Vec::new(),
+        };
+        let lib = LibState {
+            mailbox: self
+                .mailbox
+                .iter()
+                .map(|m| unread(m.from, m.tag, 0, &m.data))
+                .collect(),
+            early: self
+                .order
+                .values()
+                .flat_map(|o| o.early.iter())
+                .map(|(&seq, m)| unread(m.from, m.tag, seq, &m.data))
+                .collect(),
+            seq_out: self.seq_out.iter().map(|(&t, &n)| (t, n)).collect(),
+            seq_in: self.order.iter().map(|(&t, o)| (t, o.next)).collect(),
+        };
+        let daemon = &mut self.daemon;
+        let mut written = |file: &std::path::Path, upto: u64| {
+            let msg = VpMsg::Written {
+                path: file.display().to_string(),
+                upto,
+            };
+            let Ok(head) = frame::encode_head(&msg, 0) else {
+                return;
+            };
+            // A progress report only: if the daemon is gone, the end of the
+            // checkpoint says so.
+            let mut done = 0;
+            while let Ok(false) = daemon.write_parts(&[&head], None, &mut done) {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        };
+        let progress: Option<crate::checkpoint::OnProgress<'_>> =
+            if tell { Some(&mut written) } else { None };
+        crate::checkpoint::write_state(
+            std::path::Path::new(path),
+            &header,
+            state,
+            &lib,
+            false,
+            progress,
+        )
+        .map_err(|e| MigError::Restore(e.to_string()))
+    }
+
+    /// Write the checkpoint image and end the process (it only returns an
+    /// error).
+    pub(super) fn checkpoint_and_end<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        let Some(path) = self.checkpoint_to.clone() else {
+            return Ok(());
+        };
+        // Direct links: stop peers writing (they fall back to the daemons,
+        // which hold messages for a moving VP), then take in what is queued.
+        let peers: Vec<Tid> = self.direct.keys().copied().collect();
+        for t in &peers {
+            if let Some(l) = self.direct.get(t) {
+                let _ = l.sock.shutdown(std::net::Shutdown::Read);
+            }
+            self.pump(LinkId::Direct(*t), false)?;
+        }
+        self.direct.clear();
+        self.pump(LinkId::Daemon, false)?;
+        // The daemon sends the image on as it is written.
+        self.write_image(state, &path, true)?;
+        let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
+        self.write(LinkId::Daemon, &[&head], None)?;
+        // The process ends here without unwinding: what it printed goes out.
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        std::process::exit(0)
+    }
+}
