@@ -15,8 +15,8 @@ use libmig::msg::Tid;
 use libmig::Payload;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
-use libmig::auth::Block;
 use libmig::frame::Decoder;
+use libmig::handshake::{Client, Server};
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
@@ -84,15 +84,8 @@ impl Source for Sock {
 /// Where a connection stands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
-    /// Accepted TCP, waiting for `Hello`.
-    AwaitHello,
-    /// Sent `Challenge`, waiting for `Proof`.
-    AwaitProof {
-        /// Their nonce.
-        theirs: Block,
-        /// Ours.
-        ours: Block,
-    },
+    /// Accepted TCP, in the handshake.
+    Accepting(Server),
     /// An authenticated daemon (on the master: a worker, named once registered).
     Peer {
         /// Host name after `Register`.
@@ -107,17 +100,12 @@ pub enum Kind {
         /// Its Tid.
         tid: Tid,
     },
-    /// A data link being opened: `Hello` sent, waiting for `Challenge`.
-    Dial {
+    /// A data link being opened, in the handshake.
+    Dialling {
         /// The other host.
         host: String,
-        /// Our nonce.
-        ours: Block,
-    },
-    /// A data link being opened: `Proof` sent, waiting for `Welcome`.
-    DialWelcome {
-        /// The other host.
-        host: String,
+        /// Where the handshake is.
+        client: Client,
     },
     /// A data link with another daemon (messages between VPs).
     Data {

@@ -32,6 +32,7 @@ pub mod checkpoint;
 pub mod control;
 pub mod frame;
 pub mod group;
+pub mod handshake;
 mod link;
 pub mod msg;
 pub mod payload;

@@ -13,6 +13,7 @@
 
 mod control;
 mod flow;
+mod handshake;
 mod local;
 mod net;
 mod owner;
@@ -424,13 +425,8 @@ impl Daemon {
             .conns
             .iter()
             .filter(|(_, c)| {
-                matches!(
-                    c.kind,
-                    Kind::AwaitHello
-                        | Kind::AwaitProof { .. }
-                        | Kind::Dial { .. }
-                        | Kind::DialWelcome { .. }
-                ) && c.since.elapsed() > HANDSHAKE_TIMEOUT
+                matches!(c.kind, Kind::Accepting(_) | Kind::Dialling { .. })
+                    && c.since.elapsed() > HANDSHAKE_TIMEOUT
             })
             .map(|(t, _)| *t)
             .collect();

@@ -4,6 +4,7 @@
 //! decoded (`peer`, `vp`, `control`).
 
 use super::*;
+use libmig::handshake::{Answer, Client};
 
 impl Daemon {
     /// Connect to the master and authenticate (blocking, with timeouts),
@@ -52,8 +53,8 @@ impl Daemon {
     }
 
     /// The data link to `host`; dialled if there is none. Dialling does not
-    /// block the loop: the handshake runs as messages arrive (`Dial`,
-    /// `DialWelcome`), and messages wait in `dialling` until `Welcome`.
+    /// block the loop: the handshake runs as messages arrive (`dialling`),
+    /// and messages wait in `dialling` until it is done.
     pub(super) fn link_to(&mut self, host: &str) -> Option<Token> {
         if let Some(&t) = self.links.get(host) {
             if self.conns.contains_key(&t) {
@@ -61,25 +62,27 @@ impl Daemon {
             }
         }
         let addr = *self.peers.get(host)?;
-        let dialled = auth::nonce().map_err(|e| e.to_string()).and_then(|ours| {
-            let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-            let _ = s.set_nodelay(true);
-            let t = self.token();
-            self.poll
-                .registry()
-                .register(&mut s, t, Interest::READABLE)
-                .map_err(|e| e.to_string())?;
-            let kind = Kind::Dial {
-                host: host.to_string(),
-                ours,
-            };
-            self.conns.insert(t, Conn::new(Sock::Tcp(s), kind));
-            Ok((t, ours))
-        });
+        let dialled = Client::start()
+            .map_err(|e| e.to_string())
+            .and_then(|(client, hello)| {
+                let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+                let _ = s.set_nodelay(true);
+                let t = self.token();
+                self.poll
+                    .registry()
+                    .register(&mut s, t, Interest::READABLE)
+                    .map_err(|e| e.to_string())?;
+                let kind = Kind::Dialling {
+                    host: host.to_string(),
+                    client,
+                };
+                self.conns.insert(t, Conn::new(Sock::Tcp(s), kind));
+                Ok((t, hello))
+            });
         match dialled {
-            Ok((t, ours)) => {
+            Ok((t, hello)) => {
                 self.links.insert(host.to_string(), t);
-                self.send_peer(t, &PeerMsg::Hello { nonce: ours });
+                self.send_peer(t, &hello);
                 Some(t)
             }
             Err(e) => {
@@ -97,7 +100,11 @@ impl Daemon {
             let accepted = if tcp {
                 self.tcp.accept().map(|(s, peer)| {
                     let _ = s.set_nodelay(true);
-                    (Sock::Tcp(s), Kind::AwaitHello, Some(peer))
+                    (
+                        Sock::Tcp(s),
+                        Kind::Accepting(Default::default()),
+                        Some(peer),
+                    )
                 })
             } else {
                 self.unix
@@ -172,7 +179,7 @@ impl Daemon {
                 self.role.lost_master();
                 self.begin_halt();
             }
-            Kind::AwaitHello | Kind::AwaitProof { .. } => {
+            Kind::Accepting(_) => {
                 log!("dropped unauthenticated connection: {why}")
             }
             Kind::Vp { tid } => {
@@ -184,7 +191,7 @@ impl Daemon {
                     self.vp_conns.remove(&tid);
                 }
             }
-            Kind::Data { host } | Kind::Dial { host, .. } | Kind::DialWelcome { host }
+            Kind::Data { host } | Kind::Dialling { host, .. }
                 if self.links.get(&host) == Some(&t) =>
             {
                 self.links.remove(&host);
@@ -408,29 +415,17 @@ pub(super) fn connect(key: &ClusterKey, addr: SocketAddr) -> Result<std::net::Tc
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
-    let ours = auth::nonce().map_err(|e| e.to_string())?;
     let fe = |e: FrameError| e.to_string();
-    frame::write_frame(&mut s, &PeerMsg::Hello { nonce: ours }).map_err(fe)?;
-    let theirs = match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
-        Some(PeerMsg::Challenge { nonce, proof }) if key.check_server(&ours, &nonce, &proof) => {
-            nonce
+    let (mut client, hello) = Client::start().map_err(|e| e.to_string())?;
+    frame::write_frame(&mut s, &hello).map_err(fe)?;
+    loop {
+        let Some(msg) = frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? else {
+            return Err("the other daemon closed the connection".into());
+        };
+        match client.on(key, &msg) {
+            Answer::Send(reply) => frame::write_frame(&mut s, &reply).map_err(fe)?,
+            Answer::Done(_) => return Ok(s),
+            Answer::Refuse(reason) => return Err(reason),
         }
-        Some(PeerMsg::Challenge { .. }) => {
-            return Err("the other daemon does not hold our cluster key (wrong --key-file?)".into())
-        }
-        Some(PeerMsg::Refused { reason }) => return Err(format!("refused: {reason}")),
-        other => return Err(format!("unexpected answer {other:?}")),
-    };
-    frame::write_frame(
-        &mut s,
-        &PeerMsg::Proof {
-            proof: key.client_proof(&theirs, &ours),
-        },
-    )
-    .map_err(fe)?;
-    match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
-        Some(PeerMsg::Welcome) => Ok(s),
-        Some(PeerMsg::Refused { reason }) => Err(format!("refused: {reason}")),
-        other => Err(format!("unexpected answer {other:?}")),
     }
 }

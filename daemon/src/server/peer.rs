@@ -4,38 +4,11 @@
 use super::*;
 
 impl Daemon {
+    /// A message from another daemon on connection `t` of kind `kind`.
     pub(super) fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg, payload: Vec<u8>) {
         match (kind, msg) {
-            (Kind::AwaitHello, PeerMsg::Hello { nonce }) => {
-                let ours = match auth::nonce() {
-                    Ok(n) => n,
-                    Err(e) => return self.refuse(t, &e.to_string()),
-                };
-                let proof = self.key.server_proof(&nonce, &ours);
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.kind = Kind::AwaitProof {
-                        theirs: nonce,
-                        ours,
-                    };
-                }
-                self.send_peer(t, &PeerMsg::Challenge { nonce: ours, proof });
-            }
-            (Kind::AwaitProof { theirs, ours }, PeerMsg::Proof { proof }) => {
-                if self.key.check_client(&ours, &theirs, &proof) {
-                    if let Some(c) = self.conns.get_mut(&t) {
-                        c.kind = Kind::Peer { host: None };
-                    }
-                    self.send_peer(t, &PeerMsg::Welcome);
-                } else {
-                    self.refuse(
-                        t,
-                        "authentication failed: the peer does not hold this cluster's key",
-                    );
-                }
-            }
-            (Kind::AwaitHello | Kind::AwaitProof { .. }, other) => {
-                self.refuse(t, &format!("{} before authentication", variant(&other)));
-            }
+            (Kind::Accepting(hs), msg) => self.accepting(t, hs, &msg),
+            (Kind::Dialling { host, client }, msg) => self.dialling(t, host, client, &msg),
             (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
                 let Some(m) = self.role.master() else {
                     return self.refuse(
@@ -53,37 +26,6 @@ impl Daemon {
                 self.send_peer(t, &PeerMsg::Registered { name });
                 self.send_peer(t, &dir);
                 self.deliver(out);
-            }
-            (Kind::Dial { host, ours }, PeerMsg::Challenge { nonce, proof }) => {
-                if !self.key.check_server(&ours, &nonce, &proof) {
-                    return self.refuse(
-                        t,
-                        &format!("{host} does not hold this cluster's key (wrong --key-file?)"),
-                    );
-                }
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.kind = Kind::DialWelcome { host };
-                }
-                let proof = self.key.client_proof(&nonce, &ours);
-                self.send_peer(t, &PeerMsg::Proof { proof });
-            }
-            (Kind::DialWelcome { host }, PeerMsg::Welcome) => {
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.kind = Kind::Data { host: host.clone() };
-                }
-                log!("data link to {host}");
-                let name = self.facts.name.clone();
-                self.send_peer(t, &PeerMsg::Hi { name });
-                for p in self.dialling.remove(&t).unwrap_or_default() {
-                    match p {
-                        Pending::Msg(env, body) => self.route(env, body, None),
-                        Pending::Image(start, image) => self.send_image(&host, start, image, None),
-                    }
-                }
-            }
-            (Kind::Dial { host, .. } | Kind::DialWelcome { host }, PeerMsg::Refused { reason }) => {
-                log!("{host} refused a data link: {reason}");
-                self.close(t, &reason);
             }
             (Kind::Peer { host: None }, PeerMsg::Hi { name }) => {
                 if let Some(c) = self.conns.get_mut(&t) {
@@ -119,7 +61,7 @@ impl Daemon {
             }
             (Kind::Peer { host: Some(h) }, msg) => self.on_worker_msg(&h, t, msg),
             (Kind::Master, msg) => self.on_master_msg(msg),
-            (_, other) => self.refuse(t, &format!("unexpected {}", variant(&other))),
+            (_, other) => self.refuse(t, &format!("unexpected {}", other.name())),
         }
     }
 
@@ -137,7 +79,7 @@ impl Daemon {
                 req,
             ),
             msg => {
-                let what = variant(&msg);
+                let what = msg.name();
                 match m.from_host(h, msg) {
                     Some(out) => out,
                     None => {
@@ -226,7 +168,7 @@ impl Daemon {
                 }
             }
             PeerMsg::Registered { .. } | PeerMsg::Heartbeat => {}
-            other => log!("ignoring unexpected {} from the master", variant(&other)),
+            other => log!("ignoring unexpected {} from the master", other.name()),
         }
     }
 
@@ -294,7 +236,7 @@ impl Daemon {
                     } else if let Some(t) = self.host_token(&host) {
                         self.send_peer(t, &msg);
                     } else {
-                        log!("no connection to {host}; dropping {}", variant(&msg));
+                        log!("no connection to {host}; dropping {}", msg.name());
                     }
                 }
             }
@@ -311,49 +253,5 @@ impl Daemon {
                     }
             })
             .map(|(t, _)| *t)
-    }
-}
-
-pub(super) fn variant(m: &PeerMsg) -> &'static str {
-    match m {
-        PeerMsg::Hello { .. } => "Hello",
-        PeerMsg::Challenge { .. } => "Challenge",
-        PeerMsg::Proof { .. } => "Proof",
-        PeerMsg::Welcome => "Welcome",
-        PeerMsg::Refused { .. } => "Refused",
-        PeerMsg::Register { .. } => "Register",
-        PeerMsg::Registered { .. } => "Registered",
-        PeerMsg::Heartbeat => "Heartbeat",
-        PeerMsg::Start(_) => "Start",
-        PeerMsg::Kill { .. } => "Kill",
-        PeerMsg::Started { .. } => "Started",
-        PeerMsg::Exited { .. } => "Exited",
-        PeerMsg::Output { .. } => "Output",
-        PeerMsg::Control { .. } => "Control",
-        PeerMsg::Reply { .. } => "Reply",
-        PeerMsg::Halt => "Halt",
-        PeerMsg::Hi { .. } => "Hi",
-        PeerMsg::Peers(_) => "Peers",
-        PeerMsg::Directory(_) => "Directory",
-        PeerMsg::Fence { .. } => "Fence",
-        PeerMsg::Locate { .. } => "Locate",
-        PeerMsg::Deliver(_) => "Deliver",
-        PeerMsg::Undeliverable { .. } => "Undeliverable",
-        PeerMsg::VpCall { .. } => "VpCall",
-        PeerMsg::VpReturn { .. } => "VpReturn",
-        PeerMsg::Checkpoint { .. } => "Checkpoint",
-        PeerMsg::Restore { .. } => "Restore",
-        PeerMsg::MigrateFailed { .. } => "MigrateFailed",
-        PeerMsg::RestorePart { .. } => "RestorePart",
-        PeerMsg::Owner(_) => "Owner",
-        PeerMsg::OwnerCommand { .. } => "OwnerCommand",
-        PeerMsg::OwnerDone { .. } => "OwnerDone",
-        PeerMsg::Parked { .. } => "Parked",
-        PeerMsg::SlotTable(_) => "SlotTable",
-        PeerMsg::Snap { .. } => "Snap",
-        PeerMsg::SnapImage { .. } => "SnapImage",
-        PeerMsg::Replica { .. } => "Replica",
-        PeerMsg::Slicing(_) => "Slicing",
-        PeerMsg::Unpark { .. } => "Unpark",
     }
 }

@@ -64,7 +64,7 @@ impl Daemon {
             VpMsg::Snap(SnapStep::Taken { id, path }) => self.snap_taken(tid, id, &path),
             VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
-            other => self.refuse(t, &format!("a VP may not send {other:?}")),
+            other => self.refuse(t, &format!("a VP may not send {}", other.name())),
         }
     }
 

@@ -1,0 +1,230 @@
+//! `mig` and its daemon, over the control socket (or a worker forwarding
+//! for its local `mig` inside `PeerMsg::Control`): `Request` in, `Response`
+//! out, and what responses carry.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// What `mig spawn` asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpawnSpec {
+    /// Program path (absolute, or relative to `cwd`, or a name on `PATH`).
+    pub program: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Number of VPs.
+    pub n: u32,
+    /// Working directory.
+    pub cwd: String,
+    /// Environment passed to every VP.
+    pub env: Vec<(String, String)>,
+    /// Stream output and statuses back until the job ends.
+    pub wait: bool,
+    /// The VP that asked (a VP's `spawn_job`), if one did.
+    pub parent: Option<Tid>,
+    /// Its VPs need no coordination: besides their own slot they run in
+    /// any slot whose cell on their processor is empty (Concurrent Gang).
+    pub independent: bool,
+}
+
+/// A control request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// The hosts of the virtual machine.
+    Hosts,
+    /// Every VP.
+    Ps,
+    /// The allocation map.
+    Map,
+    /// Start a job.
+    Spawn(SpawnSpec),
+    /// Kill a job (by id) or one VP (by Tid).
+    Kill {
+        /// Job id or Tid.
+        target: String,
+    },
+    /// Move a VP to another host (checkpoint, restart there).
+    Migrate {
+        /// Its Tid (`t40001` or hex).
+        tid: String,
+        /// The target host.
+        to: String,
+    },
+    /// Gang slicing figures: switch lateness, skew, time lost.
+    Stats,
+    /// Write a consistent checkpoint of a job now.
+    Checkpoint {
+        /// The job.
+        job: String,
+    },
+    /// Restart a job from its last good checkpoint.
+    Restart {
+        /// The job.
+        job: String,
+    },
+    /// `mig owner reclaim|release|status`.
+    Owner {
+        /// What to do.
+        action: OwnerAction,
+        /// Which host (default: the daemon asked).
+        host: Option<String>,
+    },
+    /// Stop every daemon and VP.
+    Halt,
+}
+
+/// What `mig owner` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OwnerAction {
+    /// The owner wants the host now.
+    Reclaim,
+    /// The owner lends it again.
+    Release,
+    /// Show what the monitor sees.
+    Status,
+}
+
+/// One host as `mig hosts` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// Facts it reported.
+    pub facts: HostFacts,
+    /// Is it answering heartbeats?
+    pub alive: bool,
+    /// Is it the master?
+    pub master: bool,
+    /// VPs running there.
+    pub vps: u32,
+    /// Its owner monitor's last report.
+    pub owner: Option<OwnerReport>,
+}
+
+/// Gang slicing as `mig stats` shows it, per host and overall.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SliceStats {
+    /// Host name, or `all`.
+    pub host: String,
+    /// Switches counted.
+    pub switches: u64,
+    /// Switch lateness p50, p99, max (ms).
+    pub late_ms: [f64; 3],
+    /// Time lost to switching, as a fraction of the time covered.
+    pub lost: f64,
+    /// Tables that took effect: (generation, boundary, applied) in ns.
+    pub installed: Vec<(u64, u64, u64)>,
+}
+
+/// To `Stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatsInfo {
+    /// Slot length (ms); 0 when slicing is off.
+    pub quantum_ms: f64,
+    /// Slots per round now.
+    pub slots: u32,
+    /// Per host, then `all`.
+    pub hosts: Vec<SliceStats>,
+    /// Cross-host skew for the same boundary: p50, p99, max (ms), and how
+    /// many boundaries were seen by more than one host.
+    pub skew_ms: [f64; 3],
+    /// Boundaries compared for the skew.
+    pub boundaries: u64,
+}
+
+/// One VP as `mig ps` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VpInfo {
+    /// Its Tid.
+    pub tid: Tid,
+    /// Its job.
+    pub job: String,
+    /// Index in the job.
+    pub vp: u32,
+    /// Host it is on, if placed.
+    pub host: Option<String>,
+    /// Process id there, once started.
+    pub pid: Option<u32>,
+    /// `starting`, `running`, `waiting`, `exited`.
+    pub state: String,
+}
+
+/// One cell of the allocation map.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MapCell {
+    /// Processor id.
+    pub processor: String,
+    /// Job holding it.
+    pub job: String,
+    /// The job's VP indices there.
+    pub vps: Vec<u32>,
+}
+
+/// A control reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// To `Hosts`.
+    Hosts(Vec<HostInfo>),
+    /// To `Ps`.
+    Ps(Vec<VpInfo>),
+    /// To `Stats`.
+    Stats(StatsInfo),
+    /// To `Owner { action: Status }`: each host's owner monitor.
+    Owner(Vec<(String, OwnerReport)>),
+    /// To `Map`: processors in row order and each slot's cells.
+    Map {
+        /// Processor ids.
+        processors: Vec<String>,
+        /// Per slot, its occupied cells.
+        slots: Vec<Vec<MapCell>>,
+        /// The slot running now, when the hosts slice.
+        now: Option<u32>,
+    },
+    /// To `Spawn`: the job started.
+    Spawned {
+        /// Job id.
+        job: String,
+        /// Tids in VP order.
+        tids: Vec<Tid>,
+    },
+    /// While waiting: one line of output.
+    Output {
+        /// Which VP.
+        tid: Tid,
+        /// Index in its job.
+        vp: u32,
+        /// Host it ran on.
+        host: String,
+        /// Which stream.
+        stream: Stream,
+        /// The line.
+        line: String,
+    },
+    /// While waiting: a VP ended.
+    VpDone {
+        /// Which VP.
+        tid: Tid,
+        /// Index in its job.
+        vp: u32,
+        /// Host it ran on.
+        host: String,
+        /// How it ended.
+        status: ExitInfo,
+    },
+    /// While waiting: the whole job ended (the last message of a wait).
+    JobDone {
+        /// Job id.
+        job: String,
+        /// 0 if every VP exited 0, else the first failing VP's status.
+        status: i32,
+    },
+    /// Done.
+    Ok {
+        /// What happened.
+        message: String,
+    },
+    /// The request failed.
+    Error {
+        /// One sentence: what is wrong and what to do.
+        message: String,
+    },
+}

@@ -1,0 +1,148 @@
+//! The messages, one documented enum per connection kind.
+//!
+//! * `PeerMsg` — daemon to daemon over TCP. The first four variants are the
+//!   handshake (see `auth`); nothing else is legal before `Welcome`.
+//! * `VpMsg` — a VP and its daemon, over the socket the daemon hands the VP
+//!   when it starts it (and `Envelope`, `VpCall`, `VpRet`, `Notice`, what
+//!   travels inside);
+//! * `Request` / `Response` — the control socket (`mig` to its daemon, or a
+//!   worker forwarding for its local `mig` inside `PeerMsg::Control`).
+//!
+//! Every type here is encoded with postcard inside a `frame`; changing any of
+//! them bumps `frame::MAJOR`.
+
+mod control;
+mod peer;
+mod vp;
+
+pub use control::*;
+pub use peer::*;
+pub use vp::*;
+
+use crate::auth::Block;
+use serde::{Deserialize, Serialize};
+
+/// A VP's identity. Assigned by the master, never reused while the virtual
+/// machine runs, and it never encodes a host (a VP keeps it when it moves).
+pub type Tid = u64;
+
+/// The Tid the system's own messages (notices) come from.
+pub const SYSTEM: Tid = 0;
+
+/// What travels with every message between VPs; the payload follows raw in
+/// the same frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Sender.
+    pub from: Tid,
+    /// Receiver.
+    pub to: Tid,
+    /// The sender's tag.
+    pub tag: i32,
+    /// Per sender→receiver pair, from 1; 0 for notices (no order).
+    pub seq: u64,
+    /// The sender's incarnation: how many times its job was restarted from
+    /// a checkpoint when it sent this. Hosts drop messages of an earlier
+    /// incarnation of a restarted job (sent after the checkpoint the job
+    /// went back to, so never part of the run that goes on).
+    pub incarnation: u32,
+}
+
+/// Where a VP is, as the master tells every host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Loc {
+    /// Placed on this host (starting or running).
+    At(String),
+    /// Known but waiting for a processor.
+    Waiting,
+    /// Exited, or never existed.
+    Gone,
+}
+
+/// Facts a host reports when it joins.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostFacts {
+    /// Host name, unique in the virtual machine.
+    pub name: String,
+    /// Architecture, e.g. `x86_64-linux`.
+    pub arch: String,
+    /// Processors offered.
+    pub processors: u32,
+    /// Relative capacity of one processor.
+    pub capacity: f64,
+    /// Memory in MiB.
+    pub memory_mb: u64,
+    /// Address other daemons reach it at.
+    pub addr: String,
+    /// Its migd process id (for `mig hosts`).
+    pub pid: u32,
+    /// Is it offered to the pool (its owner away) as it joins?
+    pub offered: bool,
+}
+
+/// How a VP ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Signal, if killed by one.
+    pub signal: Option<i32>,
+    /// Why it could not run at all (e.g. program not found).
+    pub error: Option<String>,
+}
+
+impl ExitInfo {
+    /// A shell-style status: the code, 128 + signal, or 127 when it never ran.
+    pub fn status(&self) -> i32 {
+        match (self.code, self.signal, &self.error) {
+            (Some(c), _, _) => c,
+            (None, Some(s), _) => 128 + s,
+            _ => 127,
+        }
+    }
+}
+
+impl std::fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal, &self.error) {
+            (_, _, Some(e)) => write!(f, "failed to start: {e}"),
+            (Some(c), _, _) => write!(f, "exit {c}"),
+            (None, Some(s), _) => write!(f, "killed by signal {s}"),
+            _ => write!(f, "ended"),
+        }
+    }
+}
+
+/// Which output stream a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Everything a host needs to start one VP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartVp {
+    /// Its Tid.
+    pub tid: Tid,
+    /// Its job.
+    pub job: String,
+    /// Its index in the job.
+    pub vp: u32,
+    /// VPs in the job when it started.
+    pub nvps: u32,
+    /// Program path.
+    pub program: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Working directory.
+    pub cwd: String,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// The VP that spawned it, if one did.
+    pub parent: Option<Tid>,
+    /// Its job's incarnation (restarts from a checkpoint so far).
+    pub incarnation: u32,
+}

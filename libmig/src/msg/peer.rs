@@ -1,0 +1,394 @@
+//! Daemon to daemon over TCP: `PeerMsg`, on the handshake (see `handshake`),
+//! a worker's link to its master, and data links between hosts; and what
+//! hosts report (slot tables, switches, owners).
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// Daemon to daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PeerMsg {
+    /// Handshake 1 (client): its nonce.
+    Hello {
+        /// Client nonce.
+        nonce: Block,
+    },
+    /// Handshake 2 (server): its nonce and proof of the key.
+    Challenge {
+        /// Server nonce.
+        nonce: Block,
+        /// `ClusterKey::server_proof`.
+        proof: Block,
+    },
+    /// Handshake 3 (client): proof of the key.
+    Proof {
+        /// `ClusterKey::client_proof`.
+        proof: Block,
+    },
+    /// Handshake 4 (server): accepted.
+    Welcome,
+    /// The other side refuses; the connection closes.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// Worker to master, once, after `Welcome`.
+    Register {
+        /// The worker's facts.
+        facts: HostFacts,
+    },
+    /// Master to worker: the name it is known by.
+    Registered {
+        /// Host name (may differ from the one asked for if taken).
+        name: String,
+    },
+    /// Worker to master, periodically.
+    Heartbeat,
+    /// Master to worker: start a VP.
+    Start(StartVp),
+    /// Master to worker: kill a VP.
+    Kill {
+        /// Which.
+        tid: Tid,
+    },
+    /// Worker to master: a VP is running.
+    Started {
+        /// Which.
+        tid: Tid,
+        /// Its process id.
+        pid: u32,
+    },
+    /// Worker to master: a VP ended.
+    Exited {
+        /// Which.
+        tid: Tid,
+        /// How.
+        status: ExitInfo,
+    },
+    /// Worker to master: one line of a VP's output.
+    Output {
+        /// Which VP.
+        tid: Tid,
+        /// Which stream.
+        stream: Stream,
+        /// The line, without its newline.
+        line: String,
+    },
+    /// Worker to master: a control request of a local `mig`.
+    Control {
+        /// Worker-chosen id for the replies.
+        id: u64,
+        /// The request.
+        req: Request,
+    },
+    /// Master to worker: a reply to `Control` (several for streams).
+    Reply {
+        /// The id of the request.
+        id: u64,
+        /// The reply.
+        resp: Response,
+    },
+    /// Master to worker: kill every VP and exit.
+    Halt,
+    /// A data link's opener, after the handshake: who it is.
+    Hi {
+        /// Its host name.
+        name: String,
+    },
+    /// Master to every host: the hosts and their addresses.
+    Peers(Vec<(String, String)>),
+    /// Master to every host: where VPs are now.
+    Directory(Vec<(Tid, Loc)>),
+    /// Master to every host: these VPs' job went back to a checkpoint;
+    /// drop their messages of an earlier incarnation than this.
+    Fence {
+        /// The job's VPs.
+        tids: Vec<Tid>,
+        /// Its incarnation from now on.
+        incarnation: u32,
+    },
+    /// Worker to master: where is this VP?
+    Locate {
+        /// Which.
+        tid: Tid,
+    },
+    /// A message between VPs (payload follows), on a data link.
+    Deliver(Envelope),
+    /// Back to the sender's host: a message could not be delivered.
+    Undeliverable {
+        /// The message.
+        env: Envelope,
+        /// Why.
+        reason: String,
+    },
+    /// Master to the VP's host: checkpoint it and send it to `start`'s
+    /// target host (`to`).
+    Checkpoint {
+        /// The target host.
+        to: String,
+        /// How the target starts it (the image is added).
+        start: StartVp,
+    },
+    /// Source host to the master, master to the target host: start this VP
+    /// from its checkpoint image.
+    Restore {
+        /// The target host.
+        to: String,
+        /// How to start it.
+        start: StartVp,
+        /// The image (see `checkpoint`).
+        #[serde(with = "serde_bytes")]
+        image: Vec<u8>,
+    },
+    /// Source host to target host, on their data link: part of a VP's
+    /// checkpoint image (the bytes follow raw); the first part says how to
+    /// start it, the part that completes `total` bytes starts it.
+    RestorePart {
+        /// The VP.
+        tid: Tid,
+        /// Where in the image this part goes.
+        at: u64,
+        /// The whole image's size (0 while it is still being written).
+        total: u64,
+        /// The last part: the image is whole.
+        last: bool,
+        /// How to start it (first part only).
+        start: Option<StartVp>,
+    },
+    /// Worker to master: its owner monitor's state (on every change and
+    /// with each heartbeat).
+    Owner(OwnerReport),
+    /// Master to a host: `mig owner reclaim` (true) or `release` (false).
+    OwnerCommand {
+        /// The master's id for the request.
+        id: u64,
+        /// Reclaim or release.
+        reclaim: bool,
+    },
+    /// Host to master: the command was carried out (VPs stopped or resumed).
+    OwnerDone {
+        /// The request's id.
+        id: u64,
+        /// What happened.
+        message: String,
+    },
+    /// A step of a job checkpoint for VP `tid`, between the master and the
+    /// VP's host (which relays it to or from the VP).
+    Snap {
+        /// The VP.
+        tid: Tid,
+        /// The step.
+        step: SnapStep,
+    },
+    /// Host to master: VP `tid`'s image for checkpoint `id`.
+    SnapImage {
+        /// The VP.
+        tid: Tid,
+        /// Generation.
+        id: u64,
+        /// The image (checked by the host).
+        image: Vec<u8>,
+    },
+    /// Master to a host: keep this copy of a job checkpoint's image.
+    Replica {
+        /// The job.
+        job: String,
+        /// Generation.
+        id: u64,
+        /// The VP.
+        tid: Tid,
+        /// The image.
+        image: Vec<u8>,
+    },
+    /// Master to host: its slot table (takes effect at `from_ns`).
+    SlotTable(SlotTable),
+    /// Host to master: what its slicer did (with the heartbeat).
+    Slicing(SliceReport),
+    /// Host to master: a VP waiting on a taken-back host was checkpointed to
+    /// its disk and its process ended (the owner gets the memory back).
+    Parked {
+        /// Which.
+        tid: Tid,
+    },
+    /// Master to host: start a parked VP again here from its image.
+    Unpark {
+        /// Which.
+        tid: Tid,
+    },
+    /// Source host to the master: the VP did not move.
+    MigrateFailed {
+        /// Which.
+        tid: Tid,
+        /// Why.
+        reason: String,
+    },
+    /// Worker to master: a request of one of its VPs.
+    VpCall {
+        /// The VP.
+        tid: Tid,
+        /// Its id.
+        id: u64,
+        /// What.
+        call: VpCall,
+    },
+    /// Master to worker: the answer for one of its VPs.
+    VpReturn {
+        /// The VP.
+        tid: Tid,
+        /// The call's id.
+        id: u64,
+        /// The answer.
+        ret: VpRet,
+    },
+}
+
+impl PeerMsg {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PeerMsg::Hello { .. } => "Hello",
+            PeerMsg::Challenge { .. } => "Challenge",
+            PeerMsg::Proof { .. } => "Proof",
+            PeerMsg::Welcome => "Welcome",
+            PeerMsg::Refused { .. } => "Refused",
+            PeerMsg::Register { .. } => "Register",
+            PeerMsg::Registered { .. } => "Registered",
+            PeerMsg::Heartbeat => "Heartbeat",
+            PeerMsg::Start(_) => "Start",
+            PeerMsg::Kill { .. } => "Kill",
+            PeerMsg::Started { .. } => "Started",
+            PeerMsg::Exited { .. } => "Exited",
+            PeerMsg::Output { .. } => "Output",
+            PeerMsg::Control { .. } => "Control",
+            PeerMsg::Reply { .. } => "Reply",
+            PeerMsg::Halt => "Halt",
+            PeerMsg::Hi { .. } => "Hi",
+            PeerMsg::Peers(_) => "Peers",
+            PeerMsg::Directory(_) => "Directory",
+            PeerMsg::Fence { .. } => "Fence",
+            PeerMsg::Locate { .. } => "Locate",
+            PeerMsg::Deliver(_) => "Deliver",
+            PeerMsg::Undeliverable { .. } => "Undeliverable",
+            PeerMsg::VpCall { .. } => "VpCall",
+            PeerMsg::VpReturn { .. } => "VpReturn",
+            PeerMsg::Checkpoint { .. } => "Checkpoint",
+            PeerMsg::Restore { .. } => "Restore",
+            PeerMsg::MigrateFailed { .. } => "MigrateFailed",
+            PeerMsg::RestorePart { .. } => "RestorePart",
+            PeerMsg::Owner(_) => "Owner",
+            PeerMsg::OwnerCommand { .. } => "OwnerCommand",
+            PeerMsg::OwnerDone { .. } => "OwnerDone",
+            PeerMsg::Parked { .. } => "Parked",
+            PeerMsg::SlotTable(_) => "SlotTable",
+            PeerMsg::Snap { .. } => "Snap",
+            PeerMsg::SnapImage { .. } => "SnapImage",
+            PeerMsg::Replica { .. } => "Replica",
+            PeerMsg::Slicing(_) => "Slicing",
+            PeerMsg::Unpark { .. } => "Unpark",
+        }
+    }
+}
+
+/// One cell of a host's slot table: the VPs on one of its processors in
+/// one slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotCell {
+    /// The processor's index on its host.
+    pub processor: u32,
+    /// The VPs there.
+    pub tids: Vec<Tid>,
+    /// They need no coordination (they may fill empty cells).
+    pub independent: bool,
+}
+
+/// A host's slot table: which of its VPs run in which slot of the round,
+/// and when the round's slots begin (on the real-time clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotTable {
+    /// Orders tables.
+    pub generation: u64,
+    /// Slot 0 of some round began at this instant (ns since the Unix
+    /// epoch); slot `k` of the round runs from `epoch + k * quantum`.
+    pub epoch_ns: u64,
+    /// The table takes effect at this slot boundary (ns since the epoch).
+    pub from_ns: u64,
+    /// Length of a slot.
+    pub quantum_ns: u64,
+    /// Per slot, the cells of this host's processors that hold a job.
+    pub slots: Vec<Vec<SlotCell>>,
+}
+
+/// One switch between slots on a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Switch {
+    /// The ideal instant (ns since the Unix epoch).
+    pub ideal_ns: u64,
+    /// How late it began (ns).
+    pub late_ns: u64,
+    /// How long stopping and continuing took (ns).
+    pub took_ns: u64,
+}
+
+/// What a host's slicer did since its last report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceReport {
+    /// The table in force.
+    pub generation: u64,
+    /// Switches since the last report (at most the last 512).
+    pub switches: Vec<Switch>,
+    /// Tables that took effect since: (generation, boundary, when applied), ns.
+    pub installed: Vec<(u64, u64, u64)>,
+}
+
+/// Whose a host is now, as its owner monitor decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerState {
+    /// The owner is away: the host is in the pool and its VPs run.
+    Offered,
+    /// The owner is back: its VPs are stopped, not yet moved off.
+    Suspended,
+    /// The owner is back: the host has left the pool.
+    Reclaimed,
+}
+
+impl std::fmt::Display for OwnerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OwnerState::Offered => "offered",
+            OwnerState::Suspended => "suspended",
+            OwnerState::Reclaimed => "reclaimed",
+        })
+    }
+}
+
+/// One owner-activity source as `mig owner status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceReport {
+    /// `load`, `terminals`, `input devices`, `interrupts`, `explicit`.
+    pub name: String,
+    /// Is it watching anything on this host?
+    pub active: bool,
+    /// What it sees now.
+    pub sees: String,
+    /// Seconds since it last saw owner activity.
+    pub last_activity_s: Option<f64>,
+}
+
+/// A host's owner monitor: its state and every source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnerReport {
+    /// The state.
+    pub state: OwnerState,
+    /// Seconds in it.
+    pub for_s: f64,
+    /// The source that decided it, and what it saw.
+    pub decided_by: String,
+    /// Seconds since the owner's last activity, if any was seen.
+    pub idle_s: Option<f64>,
+    /// Non-VP CPU load in cores, when measured.
+    pub load: Option<f64>,
+    /// Each source.
+    pub sources: Vec<SourceReport>,
+}

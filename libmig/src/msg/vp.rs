@@ -1,0 +1,298 @@
+//! A VP and its daemon, over the socket the daemon hands the VP when it
+//! starts it: `VpMsg` both ways (each variant says which way), the calls a
+//! VP makes of the master and their answers, the notices it gets, and the
+//! steps of a job checkpoint.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// What a VP can ask to be told about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NotifyOn {
+    /// This VP exits.
+    VpExit(Tid),
+    /// Any host leaves the virtual machine.
+    HostLeave,
+    /// Any host joins.
+    HostJoin,
+}
+
+/// A notice, delivered as the payload of a message from `SYSTEM` with the
+/// tag the VP chose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Notice {
+    /// A VP exited.
+    VpExited {
+        /// Which.
+        tid: Tid,
+        /// How.
+        status: ExitInfo,
+    },
+    /// A host left.
+    HostLeft {
+        /// Its name.
+        host: String,
+    },
+    /// A host joined.
+    HostJoined {
+        /// Its name.
+        host: String,
+    },
+}
+
+/// A request of a VP that the master answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VpCall {
+    /// Start `n` VPs of `program` (in the caller's job, or a new one).
+    Spawn {
+        /// Program path or name.
+        program: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// How many.
+        n: u32,
+        /// Start a job of their own instead of joining the caller's.
+        new_job: bool,
+    },
+    /// Kill a VP.
+    Kill {
+        /// Which.
+        tid: Tid,
+    },
+    /// The caller's job's VPs, in index order.
+    Tasks,
+    /// Ask for a notice.
+    Notify {
+        /// On what.
+        on: NotifyOn,
+        /// The tag the notice comes with.
+        tag: i32,
+    },
+    /// Join a group; returns the instance number.
+    Join {
+        /// Group name.
+        group: String,
+    },
+    /// Leave a group.
+    Leave {
+        /// Group name.
+        group: String,
+    },
+    /// A group's members by instance.
+    Members {
+        /// Group name.
+        group: String,
+    },
+    /// Wait until `count` members have reached the barrier.
+    Barrier {
+        /// Group name.
+        group: String,
+        /// How many must arrive (0: the group's size when the last arrives).
+        count: u32,
+    },
+}
+
+/// The master's answer to a `VpCall`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VpRet {
+    /// VPs (spawned, or the job's).
+    Tids(Vec<Tid>),
+    /// An instance number in a group.
+    Instance(u32),
+    /// Members of a group: (instance, Tid), by instance.
+    Members(Vec<(u32, Tid)>),
+    /// Done.
+    Done,
+    /// It failed: one sentence.
+    Error(String),
+}
+
+/// A VP and its daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VpMsg {
+    /// VP → daemon: a message (payload follows). With `confirm`, the daemon
+    /// answers `Confirmed` or `Undeliverable` at once.
+    Send {
+        /// Where and what.
+        env: Envelope,
+        /// Answer whether `to` exists.
+        confirm: bool,
+    },
+    /// VP → daemon, or VP → VP on a direct link: a message whose payload is
+    /// a sealed memfd of `len` bytes passed with this frame (SCM_RIGHTS).
+    SendFd {
+        /// Where and what.
+        env: Envelope,
+        /// Answer whether `to` exists.
+        confirm: bool,
+        /// Payload length.
+        len: u64,
+    },
+    /// VP → daemon: it has taken in `bytes` of memfd payloads, so senders
+    /// held back for them may go on (flow control).
+    Consumed {
+        /// How many bytes.
+        bytes: u64,
+    },
+    /// VP → daemon: a request the master answers with `Return`.
+    Call {
+        /// The VP's id for the answer.
+        id: u64,
+        /// What.
+        call: VpCall,
+    },
+    /// VP → daemon: a direct link to a VP, please.
+    Direct {
+        /// The other VP.
+        peer: Tid,
+    },
+    /// Daemon → VP: a message (payload follows).
+    Deliver(Envelope),
+    /// Daemon → VP: a message whose payload of `len` bytes is in the
+    /// memfd passed with this frame (a sender's sealed memfd or pooled
+    /// buffer, see `pool`).
+    DeliverFd {
+        /// Where and what.
+        env: Envelope,
+        /// Payload length.
+        len: u64,
+        /// The buffer is the daemon's own, lent until the payload is
+        /// dropped: the VP reads it in place instead of copying it out.
+        lent: bool,
+    },
+    /// Daemon → VP: `to` exists; messages to it will be delivered.
+    Confirmed {
+        /// The receiver.
+        to: Tid,
+    },
+    /// Daemon → VP: a message could not be delivered.
+    Undeliverable {
+        /// The receiver.
+        to: Tid,
+        /// Its tag.
+        tag: i32,
+        /// Why.
+        reason: String,
+    },
+    /// Daemon → VP: the answer to `Call`.
+    Return {
+        /// The call's id.
+        id: u64,
+        /// The answer.
+        ret: VpRet,
+    },
+    /// Daemon → VP: `bytes` of memfd payloads you sent have left the daemon
+    /// (delivered, or sent on to another host): you may send that much more.
+    Credit {
+        /// How many bytes.
+        bytes: u64,
+    },
+    /// Daemon → VP: at your next safe point, write your checkpoint image
+    /// to `path`, answer `Checkpointed` and end (you are moving).
+    Checkpoint {
+        /// Where to write the image.
+        path: String,
+    },
+    /// Daemon → VP: the move is called off (no safe point in time); go on.
+    StayPut,
+    /// A step of a job-wide checkpoint, daemon ↔ VP (see `SnapStep`).
+    Snap(SnapStep),
+    /// VP → daemon, while it writes the image it moves with: `path` (the
+    /// file being written) holds its final bytes up to `upto`, but for the
+    /// preamble (written last).
+    Written {
+        /// The file being written.
+        path: String,
+        /// How far.
+        upto: u64,
+    },
+    /// VP → daemon: the image is written.
+    Checkpointed {
+        /// Where.
+        path: String,
+    },
+    /// Daemon → VP: a direct link to `peer` (the socket travels with this
+    /// frame as SCM_RIGHTS), or why there is none.
+    DirectLink {
+        /// The other VP.
+        peer: Tid,
+        /// `None`: the socket is attached; `Some(reason)`: no link.
+        refused: Option<String>,
+    },
+}
+
+impl VpMsg {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            VpMsg::Send { .. } => "Send",
+            VpMsg::SendFd { .. } => "SendFd",
+            VpMsg::Consumed { .. } => "Consumed",
+            VpMsg::Call { .. } => "Call",
+            VpMsg::Direct { .. } => "Direct",
+            VpMsg::Deliver(_) => "Deliver",
+            VpMsg::DeliverFd { .. } => "DeliverFd",
+            VpMsg::Confirmed { .. } => "Confirmed",
+            VpMsg::Undeliverable { .. } => "Undeliverable",
+            VpMsg::Return { .. } => "Return",
+            VpMsg::Credit { .. } => "Credit",
+            VpMsg::Checkpoint { .. } => "Checkpoint",
+            VpMsg::StayPut => "StayPut",
+            VpMsg::Snap(_) => "Snap",
+            VpMsg::Written { .. } => "Written",
+            VpMsg::Checkpointed { .. } => "Checkpointed",
+            VpMsg::DirectLink { .. } => "DirectLink",
+        }
+    }
+}
+
+/// The steps of a consistent checkpoint of a whole job. Every VP stops at
+/// a safe point and says how many messages it has sent to each peer
+/// (`Paused`); once all have, each takes in everything its peers sent it
+/// (`Now` says how much that is), writes its image and says so (`Taken`);
+/// then all go on (`Resume`). Nothing is in flight between the images, so
+/// rolling back to them loses and duplicates nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapStep {
+    /// Master → VP (through its host, which adds the path): stop at the
+    /// next safe point.
+    Begin {
+        /// The checkpoint's generation.
+        id: u64,
+        /// Where to write the image (set by the VP's host).
+        path: String,
+    },
+    /// VP → master: stopped; the last sequence number sent to each peer.
+    Paused {
+        /// Generation.
+        id: u64,
+        /// (peer, last sequence number sent to it).
+        sent: Vec<(Tid, u64)>,
+    },
+    /// Master → VP: take in, from each peer, up to this sequence number,
+    /// then write the image.
+    Now {
+        /// Generation.
+        id: u64,
+        /// (peer, last sequence number it sent here).
+        expect: Vec<(Tid, u64)>,
+    },
+    /// VP → its host: the image is at `path`.
+    Taken {
+        /// Generation.
+        id: u64,
+        /// Where.
+        path: String,
+    },
+    /// Master → VP: every image is taken; go on.
+    Resume {
+        /// Generation.
+        id: u64,
+    },
+    /// Master → VP: the checkpoint was given up; go on.
+    Abort {
+        /// Generation.
+        id: u64,
+    },
+}
