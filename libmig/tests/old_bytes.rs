@@ -1,0 +1,250 @@
+//! Old bytes stay readable: frames and a checkpoint image written by an
+//! earlier version, kept in `tests/fixtures/`, are decoded by this one to
+//! the same values, or refused with a clear version error once the format
+//! has moved on (a bump of `frame::MAJOR` or `checkpoint::VERSION`). A
+//! message type changed without a bump fails here.
+//!
+//! After a bump, write the new version's fixtures beside the old ones with
+//! `MIG_WRITE_FIXTURES=1 cargo test -p libmig --test old_bytes` and keep
+//! both.
+
+use std::path::{Path, PathBuf};
+
+use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
+use libmig::frame::{self, FrameError, MAJOR};
+use libmig::msg::{Envelope, HostFacts, PeerMsg, Request, SnapStep, SpawnSpec, StartVp, VpMsg};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn env() -> Envelope {
+    Envelope {
+        from: 0x40001,
+        to: 0x40002,
+        tag: 7,
+        seq: 3,
+        incarnation: 1,
+    }
+}
+
+/// The messages every version of the fixture holds, one per conversation.
+fn peer_msgs() -> Vec<PeerMsg> {
+    vec![
+        PeerMsg::Hello { nonce: [9; 32] },
+        PeerMsg::Register {
+            facts: HostFacts {
+                name: "h1".into(),
+                arch: "x86_64-linux".into(),
+                processors: 4,
+                capacity: 1.5,
+                memory_mb: 2048,
+                addr: "127.0.0.1:7070".into(),
+                pid: 4242,
+                offered: true,
+            },
+        },
+        PeerMsg::Deliver(env()),
+        PeerMsg::Start(StartVp {
+            tid: 0x40003,
+            job: "j1".into(),
+            vp: 2,
+            nvps: 4,
+            program: "./heat".into(),
+            args: vec!["64".into()],
+            cwd: "/home/u".into(),
+            env: vec![("A".into(), "b".into())],
+            parent: Some(0x40001),
+            incarnation: 0,
+        }),
+        PeerMsg::Snap {
+            tid: 0x40001,
+            step: SnapStep::Now {
+                id: 5,
+                expect: vec![(0x40002, 9)],
+            },
+        },
+    ]
+}
+
+fn vp_msgs() -> Vec<VpMsg> {
+    vec![
+        VpMsg::Send {
+            env: env(),
+            confirm: true,
+        },
+        VpMsg::Checkpoint {
+            path: "/state/t40001.ckpt".into(),
+        },
+    ]
+}
+
+fn requests() -> Vec<Request> {
+    vec![
+        Request::Ps,
+        Request::Spawn(SpawnSpec {
+            program: "pi".into(),
+            args: vec!["1000".into()],
+            n: 8,
+            cwd: "/".into(),
+            env: vec![],
+            wait: true,
+            parent: None,
+            independent: false,
+        }),
+    ]
+}
+
+fn image() -> Image {
+    Image {
+        header: Header {
+            tid: 0x40001,
+            job: "j1".into(),
+            vp: 0,
+            program: "./stream".into(),
+            args: vec!["--n".into(), "20".into()],
+            cwd: "/tmp".into(),
+            env: vec![("K".into(), "V".into())],
+        },
+        state: (0..=255u8).collect(),
+        lib: LibState {
+            mailbox: vec![Unread {
+                from: 0x40002,
+                tag: 1,
+                seq: 4,
+                data: b"unread".to_vec(),
+            }],
+            early: vec![],
+            seq_out: vec![(0x40002, 10)],
+            seq_in: vec![(0x40002, 5)],
+        },
+    }
+}
+
+/// Every frame of the fixture, in order: PeerMsg, then VpMsg, then Request
+/// (the Deliver frame carries a payload).
+fn frames() -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in peer_msgs() {
+        let payload: &[u8] = if matches!(m, PeerMsg::Deliver(_)) {
+            b"payload bytes"
+        } else {
+            &[]
+        };
+        out.extend(frame::encode_with(&m, payload).expect("encode"));
+    }
+    for m in vp_msgs() {
+        out.extend(frame::encode(&m).expect("encode"));
+    }
+    for m in requests() {
+        out.extend(frame::encode(&m).expect("encode"));
+    }
+    out
+}
+
+fn write_fixtures() {
+    std::fs::write(fixtures().join(format!("frames-v{MAJOR}.bin")), frames()).expect("write");
+    std::fs::write(
+        fixtures().join(format!("image-v{VERSION}.ckpt")),
+        image().encode().expect("encode"),
+    )
+    .expect("write");
+}
+
+/// The fixture files named `PREFIX-vN.EXT`, with N.
+fn versions(prefix: &str) -> Vec<(u32, Vec<u8>)> {
+    let mut out: Vec<(u32, Vec<u8>)> = std::fs::read_dir(fixtures())
+        .expect("fixtures")
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let v = name.strip_prefix(prefix)?.split('.').next()?.parse().ok()?;
+            Some((v, std::fs::read(e.path()).ok()?))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn frames_written_by_earlier_versions_decode_the_same_or_are_refused_by_version() {
+    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() {
+        write_fixtures();
+    }
+    let files = versions("frames-v");
+    assert!(
+        files.iter().any(|(v, _)| *v == u32::from(MAJOR)),
+        "no fixture for protocol {MAJOR}: write it (see the module doc)"
+    );
+    for (v, bytes) in files {
+        let mut r = &bytes[..];
+        if v != u32::from(MAJOR) {
+            let e = frame::read_frame::<PeerMsg, _>(&mut r).expect_err("refused");
+            assert!(
+                matches!(e, FrameError::Version { theirs } if u32::from(theirs) == v),
+                "{e}"
+            );
+            continue;
+        }
+        for want in peer_msgs() {
+            let (got, payload) = frame::read_frame_with::<PeerMsg, _>(&mut r)
+                .expect("decodes")
+                .expect("a frame");
+            assert_eq!(
+                got, want,
+                "protocol {v}: a message type changed without a bump of frame::MAJOR"
+            );
+            if matches!(want, PeerMsg::Deliver(_)) {
+                assert_eq!(payload, b"payload bytes");
+            }
+        }
+        for want in vp_msgs() {
+            let got = frame::read_frame::<VpMsg, _>(&mut r).expect("decodes");
+            assert_eq!(got, Some(want));
+        }
+        for want in requests() {
+            let got = frame::read_frame::<Request, _>(&mut r).expect("decodes");
+            assert_eq!(got, Some(want));
+        }
+        assert!(r.is_empty(), "trailing bytes");
+    }
+}
+
+#[test]
+fn images_written_by_earlier_versions_decode_the_same_or_are_refused_by_version() {
+    let files = versions("image-v");
+    assert!(
+        files.iter().any(|(v, _)| *v == VERSION),
+        "no fixture for image format {VERSION}: write it (see the module doc)"
+    );
+    for (v, bytes) in files {
+        match Image::decode(&bytes) {
+            Ok(img) => {
+                assert_eq!(v, VERSION);
+                assert_eq!(
+                    img,
+                    image(),
+                    "image format {v} changed without a bump of VERSION"
+                );
+            }
+            Err(CheckpointError::Version { theirs }) => assert_eq!(theirs, v),
+            Err(e) => panic!("image-v{v}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn bytes_of_a_later_version_are_refused_by_version_not_misread() {
+    let mut frames = frames();
+    frames[2] = MAJOR + 1;
+    let e = frame::read_frame::<PeerMsg, _>(&mut &frames[..]).expect_err("refused");
+    assert!(e.to_string().contains("is not compatible"), "{e}");
+    let mut img = image().encode().expect("encode");
+    img[8..12].copy_from_slice(&(VERSION + 1).to_le_bytes());
+    let e = Image::decode(&img).expect_err("refused");
+    assert!(
+        matches!(e, CheckpointError::Version { theirs } if theirs == VERSION + 1),
+        "{e}"
+    );
+    assert!(e.to_string().contains("not supported"), "{e}");
+}
