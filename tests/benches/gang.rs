@@ -88,7 +88,7 @@ fn heat_beside_competitor(quantum_ms: u64, iters: u64, size: u64) -> f64 {
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
+    if !mig_tests::bench_requested() {
         return; // `cargo test` runs benches without --bench: nothing to do.
     }
     let secs = env("SECS", 10);

@@ -47,13 +47,10 @@ fn wait_line(c: &mut Client, want: &str) {
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
+    if !mig_tests::bench_requested() {
         return; // `cargo test` runs benches without --bench: nothing to do.
     }
-    let reps: usize = std::env::var("REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(11);
+    let reps: usize = mig_tests::env_num("REPS", 11);
     // SIZES=64,256 measures only those (MiB).
     let sizes: Vec<usize> = std::env::var("SIZES")
         .ok()

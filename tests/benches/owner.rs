@@ -136,13 +136,10 @@ fn idle_cost(scope: &str, secs: u64) -> f64 {
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
+    if !mig_tests::bench_requested() {
         return; // `cargo test` runs benches without --bench: nothing to do.
     }
-    let trials: usize = std::env::var("TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
+    let trials: usize = mig_tests::env_num("TRIALS", 30);
     let mut desk = Desk::open();
     let mut vm = Vm::start(1);
     let conf = vm.dir.path().join("owner.toml");

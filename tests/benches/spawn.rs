@@ -39,13 +39,10 @@ fn once(vm: &Vm, n: u32) -> f64 {
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
+    if !mig_tests::bench_requested() {
         return; // `cargo test` runs benches without --bench: nothing to do.
     }
-    let reps: usize = std::env::var("REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(21);
+    let reps: usize = mig_tests::env_num("REPS", 21);
     let vm = Vm::start(1);
     for n in [1u32, 8, 32] {
         once(&vm, n);

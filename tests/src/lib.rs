@@ -155,6 +155,21 @@ fn kill_daemons_of(dir: &Path) {
     }
 }
 
+/// Is this bench binary asked to measure? `cargo test` runs benches
+/// without `--bench`, and they then do nothing.
+pub fn bench_requested() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// The number in environment variable `name` (a bench's setting), else
+/// `default`.
+pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Poll `f` every 5 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -245,14 +260,28 @@ impl Vm {
         Vm::start_until(n, procs, extra, deadline())
     }
 
+    /// Start `n` daemons that read the config file `toml` (its text).
+    pub fn start_config(n: usize, toml: &str) -> Vm {
+        Vm::start_full(n, 1, &[], Some(toml), deadline())
+    }
+
     /// `start_procs`, failing the test if the machine is not dropped within
     /// `limit`.
     pub fn start_until(n: usize, procs: u32, extra: &[&str], limit: Duration) -> Vm {
+        Vm::start_full(n, procs, extra, None, limit)
+    }
+
+    fn start_full(n: usize, procs: u32, extra: &[&str], toml: Option<&str>, limit: Duration) -> Vm {
         let procs = procs.to_string();
         let mut flags = vec!["--processors", procs.as_str()];
         flags.extend_from_slice(extra);
-        let extra = &flags[..];
         let dir = tempfile::tempdir().expect("temp dir");
+        let conf = dir.path().join("migd.toml");
+        if let Some(text) = toml {
+            std::fs::write(&conf, text).expect("config file");
+            flags.extend(["--config", conf.to_str().expect("utf-8 path")]);
+        }
+        let extra = &flags[..];
         let what = std::thread::current()
             .name()
             .unwrap_or("a test")

@@ -37,10 +37,7 @@ fn finishes_right(job: Child, vm: &Vm) {
 
 #[test]
 fn a_host_killed_mid_run_and_the_job_finishes_from_its_checkpoint() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let conf = dir.path().join("migd.toml");
-    std::fs::write(&conf, "[daemon]\ncheckpoint_interval_s = 0.3\n").expect("config");
-    let mut vm = Vm::start_with(3, &["--config", conf.to_str().expect("utf-8")]);
+    let mut vm = Vm::start_config(3, "[daemon]\ncheckpoint_interval_s = 0.3\n");
     let job = heat(&vm, "12000");
     assert!(wait_until(Duration::from_secs(10), || running(&vm) == 3));
     assert!(

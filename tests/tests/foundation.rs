@@ -301,10 +301,7 @@ fn sigkill_of_every_daemon_leaves_no_process_behind() {
 
 #[test]
 fn a_silent_worker_leaves_the_pool_and_rejoins_when_it_answers_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("fast.toml");
-    std::fs::write(&conf, "[daemon]\nheartbeat_ms = 50\ndead_after_ms = 400\n").unwrap();
-    let mut vm = Vm::start_with(2, &["--config", conf.to_str().unwrap()]);
+    let mut vm = Vm::start_config(2, "[daemon]\nheartbeat_ms = 50\ndead_after_ms = 400\n");
     let h1_alive = |vm: &Vm| {
         vm.json(&["hosts"])
             .as_array()

@@ -135,12 +135,6 @@ fn spin(vm: &Vm, n: u32, stop: &Path, independent: bool) -> Child {
     vm.start_job(n, &bin("testvp"), &std::mem::take(&mut args))
 }
 
-fn config(vm_dir: &Path, text: &str) -> String {
-    let p = vm_dir.join("gang.toml");
-    std::fs::write(&p, text).expect("config");
-    p.display().to_string()
-}
-
 fn done(job: Child, what: &str) {
     job_succeeds(job, what);
 }
@@ -148,10 +142,8 @@ fn done(job: Child, what: &str) {
 #[test]
 fn two_gang_jobs_alternate_share_the_cpu_and_one_leaving_frees_the_other() {
     let _one = serial();
-    let dir = tempfile::tempdir().expect("tmp");
-    let conf = config(dir.path(), "[daemon]\nquantum_ms = 50\n");
-    let vm = Vm::start_with(2, &["--config", &conf]);
-    let (stop_a, stop_b) = (dir.path().join("a"), dir.path().join("b"));
+    let vm = Vm::start_config(2, "[daemon]\nquantum_ms = 50\n");
+    let (stop_a, stop_b) = (vm.dir.path().join("a"), vm.dir.path().join("b"));
     let a = spin(&vm, 2, &stop_a, false);
     let b = spin(&vm, 2, &stop_b, false);
     assert!(wait_until(Duration::from_secs(10), || vps(&vm).len() == 4));
@@ -200,10 +192,8 @@ fn two_gang_jobs_alternate_share_the_cpu_and_one_leaving_frees_the_other() {
 #[test]
 fn an_independent_task_fills_an_empty_cell() {
     let _one = serial();
-    let dir = tempfile::tempdir().expect("tmp");
-    let conf = config(dir.path(), "[daemon]\nquantum_ms = 50\n");
-    let vm = Vm::start_with(2, &["--config", &conf]);
-    let (stop_a, stop_i) = (dir.path().join("a"), dir.path().join("i"));
+    let vm = Vm::start_config(2, "[daemon]\nquantum_ms = 50\n");
+    let (stop_a, stop_i) = (vm.dir.path().join("a"), vm.dir.path().join("i"));
     let a = spin(&vm, 2, &stop_a, false);
     assert!(wait_until(Duration::from_secs(10), || vps(&vm).len() == 2));
     let i = spin(&vm, 2, &stop_i, true);
@@ -256,10 +246,8 @@ fn an_independent_task_fills_an_empty_cell() {
 #[test]
 fn a_new_table_takes_effect_at_the_next_boundary_on_both_hosts() {
     let _one = serial();
-    let dir = tempfile::tempdir().expect("tmp");
-    let conf = config(dir.path(), "[daemon]\nquantum_ms = 100\n");
-    let vm = Vm::start_with(2, &["--config", &conf]);
-    let (stop_a, stop_b) = (dir.path().join("a"), dir.path().join("b"));
+    let vm = Vm::start_config(2, "[daemon]\nquantum_ms = 100\n");
+    let (stop_a, stop_b) = (vm.dir.path().join("a"), vm.dir.path().join("b"));
     let a = spin(&vm, 2, &stop_a, false);
     assert!(wait_until(Duration::from_secs(10), || vps(&vm).len() == 2));
     // Mid-round, a second job: a new table for both hosts.
@@ -312,10 +300,8 @@ fn a_stencil_sliced_with_a_competitor_stops_many_times_and_still_gets_the_serial
     // Stopped VPs are not dead ones: halos sent to a VP outside its slot
     // wait in its socket, and nothing times out.
     let _one = serial();
-    let dir = tempfile::tempdir().expect("tmp");
-    let conf = config(dir.path(), "[daemon]\nquantum_ms = 20\n");
-    let vm = Vm::start_with(2, &["--config", &conf]);
-    let stop = dir.path().join("stop");
+    let vm = Vm::start_config(2, "[daemon]\nquantum_ms = 20\n");
+    let stop = vm.dir.path().join("stop");
     let competitor = spin(&vm, 2, &stop, false);
     assert!(wait_until(Duration::from_secs(10), || vps(&vm).len() == 2));
     let heat = vm.start_job(

@@ -7,15 +7,18 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Something the scheduler is told.
+/// Something the scheduler is told. As JSON (`mig sched replay`), an
+/// object tagged by `"event"`, unknown fields refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Event {
     /// A processor joins the pool (`new_processor`).
     NewProcessor {
         /// Unique processor id, e.g. `h1/0`.
         id: String,
-        /// Owning host.
+        /// Owning host (in JSON it may be left out: the id's part before
+        /// `/`, or the whole id).
+        #[serde(default)]
         host: String,
         /// Architecture.
         arch: String,

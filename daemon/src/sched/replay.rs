@@ -17,9 +17,7 @@
 //! {"event":"job_exit","job":"j1"}
 //! ```
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
@@ -47,62 +45,6 @@ pub enum ReplayError {
     },
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
-enum Line {
-    NewProcessor {
-        id: String,
-        #[serde(default)]
-        host: Option<String>,
-        arch: String,
-        capacity: f64,
-    },
-    ProcessorExit {
-        id: String,
-    },
-    Submit {
-        job: String,
-        vps: BTreeMap<String, u32>,
-    },
-    NewVp {
-        job: String,
-        arch: String,
-    },
-    VpExit {
-        job: String,
-        vp: u32,
-    },
-    JobExit {
-        job: String,
-    },
-}
-
-impl From<Line> for Event {
-    fn from(l: Line) -> Event {
-        match l {
-            Line::NewProcessor {
-                id,
-                host,
-                arch,
-                capacity,
-            } => {
-                let host = host.unwrap_or_else(|| id.split('/').next().unwrap_or(&id).to_string());
-                Event::NewProcessor {
-                    id,
-                    host,
-                    arch,
-                    capacity,
-                }
-            }
-            Line::ProcessorExit { id } => Event::ProcessorExit { id },
-            Line::Submit { job, vps } => Event::Submit { job, vps },
-            Line::NewVp { job, arch } => Event::NewVp { job, arch },
-            Line::VpExit { job, vp } => Event::VpExit { job, vp },
-            Line::JobExit { job } => Event::JobExit { job },
-        }
-    }
-}
-
 /// Parse every event of `text`; the first bad line is an error naming it.
 pub fn parse(text: &str) -> Result<Vec<(usize, Event)>, ReplayError> {
     let mut out = Vec::new();
@@ -111,11 +53,26 @@ pub fn parse(text: &str) -> Result<Vec<(usize, Event)>, ReplayError> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let parsed: Line = serde_json::from_str(line).map_err(|e| ReplayError::Malformed {
+        let malformed = |message: String| ReplayError::Malformed {
             line: i + 1,
-            message: e.to_string(),
-        })?;
-        out.push((i + 1, parsed.into()));
+            message,
+        };
+        let mut e: Event = serde_json::from_str(line).map_err(|e| malformed(e.to_string()))?;
+        match &mut e {
+            Event::NewProcessor { id, host, .. } if host.is_empty() => {
+                *host = id.split('/').next().unwrap_or(id).to_string();
+            }
+            // What only the daemons tell the scheduler is no replay event.
+            Event::VpBack { .. } | Event::VpMoved { .. } => {
+                return Err(malformed(
+                    "unknown event: a replay has new_processor, processor_exit, submit, \
+                     new_vp, vp_exit and job_exit"
+                        .into(),
+                ))
+            }
+            _ => {}
+        }
+        out.push((i + 1, e));
     }
     Ok(out)
 }
@@ -252,5 +209,26 @@ mod tests {
         assert_eq!(r["jobs"]["j1"]["t_min"], json!(1.0));
         assert_eq!(r["actions"].as_array().unwrap().len(), 3);
         assert_eq!(r["migrations"], 0);
+    }
+
+    #[test]
+    fn replay_lines_are_scheduler_events_with_the_host_optional() {
+        let text = r#"{"event":"new_processor","id":"h1/0","arch":"x86","capacity":1}
+{"event":"new_processor","id":"p9","host":"h2","arch":"x86","capacity":2}
+{"event":"submit","job":"j","vps":{"x86":2}}"#;
+        let events = parse(text).expect("parses");
+        assert!(matches!(&events[0].1, Event::NewProcessor { host, .. } if host == "h1"));
+        assert!(matches!(&events[1].1, Event::NewProcessor { host, .. } if host == "h2"));
+        assert_eq!(events[2].0, 3);
+        for bad in [
+            r#"{"event":"vp_back","job":"j","vp":0,"arch":"x86"}"#,
+            r#"{"event":"submit","job":"j","vps":{},"extra":1}"#,
+            r#"{"event":"warp"}"#,
+        ] {
+            assert!(
+                matches!(parse(bad), Err(ReplayError::Malformed { line: 1, .. })),
+                "{bad}"
+            );
+        }
     }
 }

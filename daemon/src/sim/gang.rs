@@ -75,14 +75,7 @@ pub fn run(
     GangRun {
         outcomes: g.out.into_iter().flatten().collect(),
         migrations: g.sched.migrations(),
-        slots: (
-            if g.span > 0.0 {
-                g.slot_time / g.span
-            } else {
-                0.0
-            },
-            g.max_slots,
-        ),
+        slots: g.slots.summary(),
         timeline: g.timeline,
     }
 }
@@ -106,10 +99,8 @@ struct Gang<'a> {
     /// The next job to arrive.
     next: usize,
     now: f64,
-    /// Slots times seconds while jobs ran, those seconds, the most slots.
-    slot_time: f64,
-    span: f64,
-    max_slots: usize,
+    /// Slots per round over the replay.
+    slots: super::SlotTime,
     /// Processors their owners have taken back.
     away: usize,
 }
@@ -153,9 +144,7 @@ impl<'a> Gang<'a> {
             started: vec![None; jobs.len()],
             next: 0,
             now: jobs.first().map_or(0.0, |j| j.submit),
-            slot_time: 0.0,
-            span: 0.0,
-            max_slots: 0,
+            slots: super::SlotTime::default(),
             away: 0,
         }
     }
@@ -184,10 +173,8 @@ impl<'a> Gang<'a> {
         for (&i, &r) in &self.rate {
             self.remaining[i] -= r * dt;
         }
-        if !self.rate.is_empty() {
-            self.slot_time += self.sched.map().columns().len() as f64 * dt;
-            self.span += dt;
-        }
+        let slots = self.sched.map().columns().len();
+        self.slots.passed(slots, dt, !self.rate.is_empty());
         self.now = t;
     }
 
@@ -277,7 +264,7 @@ impl<'a> Gang<'a> {
         let slots = self.sched.map().columns().len();
         let tau = slots.max(1) as f64;
         let efficiency = self.cond.sharing_efficiency(slots);
-        self.max_slots = self.max_slots.max(slots);
+        self.slots.seen(slots);
         let mut work_rate = 0.0;
         for (id, width, t_job, waiting) in self.sched.job_shares() {
             if let Ok(i) = id.parse::<usize>() {

@@ -164,14 +164,7 @@ pub fn run(
     GangRun {
         outcomes: r.out.into_iter().flatten().collect(),
         migrations: 0,
-        slots: (
-            if r.span > 0.0 {
-                r.slot_time / r.span
-            } else {
-                0.0
-            },
-            r.max_seen,
-        ),
+        slots: r.slot_time.summary(),
         timeline: r.timeline,
     }
 }
@@ -193,10 +186,8 @@ struct MatrixReplay<'a> {
     /// The next job to arrive.
     next: usize,
     now: f64,
-    /// Slots times seconds while jobs ran, those seconds, the most slots.
-    slot_time: f64,
-    span: f64,
-    max_seen: usize,
+    /// Slots per round over the replay.
+    slot_time: super::SlotTime,
 }
 
 impl<'a> MatrixReplay<'a> {
@@ -231,9 +222,7 @@ impl<'a> MatrixReplay<'a> {
             out: vec![None; jobs.len()],
             next: 0,
             now: jobs.first().map_or(0.0, |j| j.submit),
-            slot_time: 0.0,
-            span: 0.0,
-            max_seen: 0,
+            slot_time: super::SlotTime::default(),
         }
     }
 
@@ -256,10 +245,8 @@ impl<'a> MatrixReplay<'a> {
                 self.remaining[i] -= dt / tau;
             }
         }
-        if !self.running.is_empty() {
-            self.slot_time += self.m.slots.len() as f64 * dt;
-            self.span += dt;
-        }
+        self.slot_time
+            .passed(self.m.slots.len(), dt, !self.running.is_empty());
         self.now = t;
     }
 
@@ -354,7 +341,7 @@ impl<'a> MatrixReplay<'a> {
 
     /// The machine now: the share of processors doing work.
     fn sample(&mut self) {
-        self.max_seen = self.max_seen.max(self.m.slots.len());
+        self.slot_time.seen(self.m.slots.len());
         let busy: u32 = self
             .running
             .keys()

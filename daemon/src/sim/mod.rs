@@ -71,6 +71,43 @@ pub(crate) fn next_instant(finish: Option<f64>, arrival: Option<f64>) -> Option<
     }
 }
 
+/// Slots per round over a replay: their time-weighted mean while jobs ran,
+/// and the most seen.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SlotTime {
+    /// Slots times seconds while jobs ran.
+    weighted: f64,
+    /// Those seconds.
+    span: f64,
+    /// The most slots seen.
+    max: usize,
+}
+
+impl SlotTime {
+    /// `dt` seconds passed with `slots` slots per round (`busy`: jobs ran).
+    pub(crate) fn passed(&mut self, slots: usize, dt: f64, busy: bool) {
+        if busy {
+            self.weighted += slots as f64 * dt;
+            self.span += dt;
+        }
+    }
+
+    /// `slots` slots per round now.
+    pub(crate) fn seen(&mut self, slots: usize) {
+        self.max = self.max.max(slots);
+    }
+
+    /// (time-weighted mean, most).
+    pub(crate) fn summary(&self) -> (f64, usize) {
+        let mean = if self.span > 0.0 {
+            self.weighted / self.span
+        } else {
+            0.0
+        };
+        (mean, self.max)
+    }
+}
+
 /// The next instant a replay stops at: the next completion or arrival, or
 /// the next owner change (`owner`: none once owners no longer matter).
 pub(crate) fn step_to(

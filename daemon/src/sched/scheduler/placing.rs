@@ -272,17 +272,7 @@ impl Scheduler {
     /// as free; its VPs prefer the processors they are on.
     pub(super) fn place_fresh(&mut self, k: JobKey, ctx: &mut Ctx) {
         // Release its cells first.
-        let (old_cols, old_rows): (Vec<u64>, Vec<Row>) = {
-            let j = self.job(k);
-            (j.columns.clone(), j.rows.keys().copied().collect())
-        };
-        for &c in &old_cols {
-            for &r in &old_rows {
-                self.map.set(c, r, None);
-                self.dirty_row(r, ctx);
-            }
-            ctx.freed.push(c);
-        }
+        self.release_cells(k, ctx);
         self.job_mut(k).columns.clear();
         let demand = Demand::new(&self.map, self.job(k).arches.iter().copied());
         if demand.counts.is_empty() {
@@ -470,7 +460,9 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn remove_job(&mut self, k: JobKey, ctx: &mut Ctx) {
+    /// Empty every cell of job `k` (its rows in its columns), marking the
+    /// rows and columns changed; its records stay as they are.
+    fn release_cells(&mut self, k: JobKey, ctx: &mut Ctx) {
         let (cols, rows): (Vec<u64>, Vec<Row>) = {
             let j = self.job(k);
             (j.columns.clone(), j.rows.keys().copied().collect())
@@ -482,6 +474,11 @@ impl Scheduler {
             }
             ctx.freed.push(c);
         }
+    }
+
+    /// Job `k` is gone: its cells are freed and it is forgotten.
+    pub(super) fn remove_job(&mut self, k: JobKey, ctx: &mut Ctx) {
+        self.release_cells(k, ctx);
         if let Some(j) = self.jobs[k as usize].take() {
             self.job_of.remove(&*j.id);
         }
