@@ -114,6 +114,22 @@ pub enum Kind {
     },
 }
 
+impl std::fmt::Display for Kind {
+    /// Who is at the other end, for logs (no handshake secrets).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::Accepting(_) => write!(f, "a daemon in the handshake"),
+            Kind::Peer { host: Some(h) } => write!(f, "host {h}"),
+            Kind::Peer { host: None } => write!(f, "a daemon not registered yet"),
+            Kind::Master => write!(f, "the master"),
+            Kind::Control => write!(f, "a control client"),
+            Kind::Vp { tid } => write!(f, "VP t{tid:x}"),
+            Kind::Dialling { host, .. } => write!(f, "{host} (data link being opened)"),
+            Kind::Data { host } => write!(f, "the data link to {host}"),
+        }
+    }
+}
+
 /// Bytes waiting to be written, possibly with a descriptor to pass.
 #[derive(Debug)]
 struct Chunk {

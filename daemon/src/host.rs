@@ -30,6 +30,8 @@ pub struct LocalVp {
     pub exit: Option<ExitInfo>,
     /// How it was started (to start it again here from a late image).
     pub start: Option<StartVp>,
+    /// It said it can be moved (`VpMsg::Movable`); until then it cannot.
+    pub movable: bool,
 }
 
 /// One output pipe of a VP.

@@ -251,7 +251,7 @@ fn a_vp_that_ended_after_the_checkpoint_is_scheduled_again_when_it_comes_back() 
     assert!(wait_until(Duration::from_secs(10), || running(&vm) == 2));
     assert_eq!(mapped_vps(&vm), 2);
     let out = vm.mig(&["checkpoint", "j1"]);
-    assert!(out.status.success(), "{}", vm.log(0));
+    assert!(out.status.success(), "{}\n{}", vm.log(0), vm.log(1));
     // VP 1 ends after the checkpoint: the scheduler lets its cell go.
     let one = format!("{}.1", stop.display());
     std::fs::write(&one, "").expect("end VP 1");

@@ -444,3 +444,68 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     );
     both_spun(&finish(&vm, job));
 }
+
+/// CPU time (user + system, in clock ticks) a process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // Fields 14 and 15 of stat; after the command's ')' they are 12th and 13th.
+    f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
+}
+
+#[test]
+fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() {
+    // Six CPU-bound VPs that know nothing of libmig: they cannot be moved,
+    // so a reclaimed host never resumes them to try.
+    let vm = Vm::start(3);
+    let out = vm.mig_ok(&[
+        "spawn",
+        "-n",
+        "6",
+        "--",
+        "/bin/sh",
+        "-c",
+        "while :; do :; done",
+    ]);
+    assert!(out.status.success());
+    let on = |vm: &Vm, host: &str| -> Vec<u32> {
+        vm.json(&["ps"])
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|v| v["host"] == host && v["state"] == "running")
+                    .filter_map(|v| v["pid"].as_u64())
+                    .map(|p| p as u32)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(wait_until(Duration::from_secs(10), || (0..3)
+        .map(|i| on(&vm, &format!("h{i}")).len())
+        .sum::<usize>()
+        == 6));
+    let host = "h1";
+    let pids = on(&vm, host);
+    assert!(!pids.is_empty(), "no VP on {host}");
+    mig_ok(&vm, &["owner", "reclaim", "--host", host]);
+    assert!(
+        wait_until(Duration::from_secs(5), || pids.iter().all(|&p| stopped(p))),
+        "not every VP on {host} stopped"
+    );
+    // Through the first retry of the scheduler's move (after 5 s), nothing
+    // of them runs: at most a tick each for what was under way at the stop.
+    let before: Vec<u64> = pids.iter().map(|&p| cpu_ticks(p)).collect();
+    std::thread::sleep(Duration::from_secs(7));
+    for (&p, b) in pids.iter().zip(before) {
+        assert!(stopped(p), "VP process {p} runs on {host}");
+        let used = cpu_ticks(p) - b;
+        assert!(used <= 1, "VP process {p} used {used} ticks on {host}");
+    }
+    let log = vm.log(0);
+    assert!(log.contains("cannot be moved"), "{log}");
+    let _ = vm.mig(&["kill", "j1"]);
+}

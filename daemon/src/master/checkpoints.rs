@@ -198,10 +198,20 @@ impl Master {
                 .round
                 .take_if(|r| now.duration_since(r.started) > timeout)
             {
+                let late = |done: &dyn Fn(&Tid) -> bool| {
+                    r.members
+                        .iter()
+                        .filter(|t| !done(t))
+                        .map(|t| format!("t{t:x}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
                 out.push(Out::Log(format!(
-                    "checkpoint {} of job {job} given up: not every VP reached a safe point within {} s",
+                    "checkpoint {} of job {job} given up: not every VP reached a safe point within {} s (not paused: [{}]; no image: [{}])",
                     r.id,
-                    timeout.as_secs()
+                    timeout.as_secs(),
+                    late(&|t| r.paused.contains_key(t)),
+                    late(&|t| r.taken.contains_key(t)),
                 )));
                 out.extend(to_every_vp(j, &r.members, |_| SnapStep::Abort { id: r.id }));
                 for w in r.waiters {

@@ -44,6 +44,7 @@ impl Master {
                     state: VpState::Waiting,
                     exit: None,
                     wants: None,
+                    movable: false,
                 },
             );
         }
@@ -308,6 +309,7 @@ impl Master {
                         state: VpState::Waiting,
                         exit: None,
                         wants: None,
+                        movable: false,
                     },
                 );
                 events.push(Event::NewVp {

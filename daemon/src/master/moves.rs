@@ -195,9 +195,18 @@ impl Master {
                 start.program
             ));
         }
-        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
-            v.state = VpState::Moving(to.to_string());
+        let v = self
+            .jobs
+            .get_mut(job)
+            .and_then(|j| j.vps.get_mut(&vp))
+            .ok_or_else(|| format!("no VP t{tid:x}"))?;
+        if !v.movable {
+            return Err(format!(
+                "VP t{tid:x} cannot be moved: its program does not keep its state through \
+                 libmig (init_or_restore)"
+            ));
         }
+        v.state = VpState::Moving(to.to_string());
         Ok(vec![
             Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Waiting)])),
             Out::ToHost(
@@ -344,6 +353,17 @@ impl Master {
             }
             Err(e) => err(e),
         }
+    }
+
+    /// VP `tid`'s program says it can be moved.
+    pub(super) fn movable(&mut self, tid: Tid) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
+            v.movable = true;
+        }
+        Vec::new()
     }
 
     /// The VP's host could not checkpoint it: it stays where it is.

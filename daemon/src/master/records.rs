@@ -75,6 +75,8 @@ pub(super) struct VpRec {
     /// after the move under way, or after one that failed (with the number
     /// of failed attempts and when to try again).
     pub(super) wants: Option<Wanted>,
+    /// Its program said it can be moved (see `VpMsg::Movable`).
+    pub(super) movable: bool,
 }
 
 /// A move the scheduler asked for that has not happened yet.

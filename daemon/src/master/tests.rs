@@ -168,9 +168,18 @@ impl Cluster {
         Cluster { m, t0 }
     }
 
-    /// Spawn a job of `n` VPs and start each where it was placed: its
-    /// (host, Tid) pairs.
+    /// Spawn a job of `n` VPs of a migration-aware program and start each
+    /// where it was placed: its (host, Tid) pairs.
     fn running_job(&mut self, n: u32) -> Vec<(String, Tid)> {
+        let placed = self.running_plain_job(n);
+        for (h, tid) in &placed {
+            self.m.from_host(h, PeerMsg::Movable { tid: *tid });
+        }
+        placed
+    }
+
+    /// The same, of a program that never says it can be moved.
+    fn running_plain_job(&mut self, n: u32) -> Vec<(String, Tid)> {
         let out = self
             .m
             .control(Requester::Local(1), "h0", Request::Spawn(spec(n)));
@@ -700,4 +709,28 @@ fn a_silent_host_mid_job_is_lost_and_its_vp_placed_again() {
         .any(|o| matches!(o, Out::Log(l) if l.contains("left the pool"))));
     // One processor left for two VPs: gang scheduling gives it two slots.
     assert_eq!(starts(&out), vec![("h0".to_string(), tid)]);
+}
+
+#[test]
+fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_plain_job(2);
+    let (busy, tid) = placed[0].clone();
+    let out = migrate(&mut c, tid, &other(&busy));
+    assert!(error_says(&out, "cannot be moved"), "{out:?}");
+    assert!(checkpoint_asks(&out).is_empty());
+    // Its owner is back: the scheduler would move it, the master does not
+    // ask its host to (which would resume it), and it stays where it is.
+    let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
+    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Out::Log(l) if l.contains("cannot be moved"))));
+    assert_eq!(
+        c.state(tid),
+        (Some(busy.clone()), "stopped (owner back)".into())
+    );
+    // Retries find the same.
+    let later = c.m.tick(c.at(60), Duration::from_secs(3600));
+    assert!(checkpoint_asks(&later).is_empty());
 }

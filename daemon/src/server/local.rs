@@ -54,6 +54,7 @@ impl Daemon {
                         open_pipes: 0,
                         exit: None,
                         start: Some(s.clone()),
+                        movable: false,
                     },
                 );
                 self.vps.by_pid.insert(pid, tid);

@@ -296,7 +296,8 @@ impl Daemon {
     pub(super) fn write_failed(&mut self, t: Token, e: &io::Error) {
         let kind = self.conns.get(&t).map(|c| c.kind.clone());
         if !matches!(kind, Some(Kind::Vp { .. })) {
-            log!("cannot write to {kind:?}: {e}");
+            let who = kind.map_or_else(|| "a closed connection".to_string(), |k| k.to_string());
+            log!("cannot write to {who}: {e}");
         }
         let senders = self.flow.gave_up(t);
         self.resume_all(senders);

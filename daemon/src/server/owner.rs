@@ -73,7 +73,9 @@ impl Daemon {
             .vps
             .by_tid
             .iter()
-            .filter(|(_, v)| v.exit.is_none())
+            // One that cannot be moved cannot be parked either: it stays
+            // stopped.
+            .filter(|(_, v)| v.exit.is_none() && v.movable)
             .filter_map(|(&t, v)| Some((t, v.start.clone()?)))
             .collect();
         let me = self.facts.name.clone();

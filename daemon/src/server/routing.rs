@@ -125,7 +125,10 @@ impl Daemon {
 
     /// Tell a message's sender it could not be delivered.
     pub(super) fn undeliverable(&mut self, env: Envelope, reason: &str) {
-        if env.from == SYSTEM {
+        // Nobody to tell: a notice, or a message of a run its job has gone
+        // back on (the VP of that Tid now is a restored one, which never
+        // sent it).
+        if env.from == SYSTEM || self.router.is_stale(&env) {
             return;
         }
         let way = match self.vp_conns.get(&env.from) {

@@ -35,6 +35,16 @@ impl Daemon {
                 reason: format!("it is not running on {}", self.facts.name),
             });
         };
+        if !vp.movable {
+            // Never resumed for a move it cannot make: while the owner is
+            // back it stays stopped.
+            return self.report(PeerMsg::MigrateFailed {
+                tid,
+                reason: "it cannot be moved: its program does not keep its state through \
+                         libmig (init_or_restore), so it stays where it is"
+                    .into(),
+            });
+        }
         let pid = vp.pid;
         let dest = if to == self.facts.name {
             log!("asking VP t{tid:x} to checkpoint to disk (parking it while the owner has the host)");

@@ -95,6 +95,11 @@ impl Daemon {
         ));
         log!("restoring VP t{tid:x} from its checkpoint");
         self.start_vp(start);
+        // It wrote an image: it can be moved again, even before its new
+        // process says so (it may be stopped at once, the owner being back).
+        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+            v.movable = true;
+        }
     }
 }
 

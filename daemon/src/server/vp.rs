@@ -64,6 +64,12 @@ impl Daemon {
             VpMsg::Snap(SnapStep::Taken { id, path }) => self.snap_taken(tid, id, &path),
             VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
+            VpMsg::Movable => {
+                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    v.movable = true;
+                }
+                self.report(PeerMsg::Movable { tid });
+            }
             other => self.refuse(t, &format!("a VP may not send {}", other.name())),
         }
     }

@@ -241,6 +241,12 @@ pub enum PeerMsg {
         /// The answer.
         ret: VpRet,
     },
+    /// Worker to the master: one of its VPs can be moved (see
+    /// `VpMsg::Movable`).
+    Movable {
+        /// The VP.
+        tid: Tid,
+    },
 }
 
 impl PeerMsg {
@@ -272,6 +278,7 @@ impl PeerMsg {
             PeerMsg::Undeliverable { .. } => "Undeliverable",
             PeerMsg::VpCall { .. } => "VpCall",
             PeerMsg::VpReturn { .. } => "VpReturn",
+            PeerMsg::Movable { .. } => "Movable",
             PeerMsg::Checkpoint { .. } => "Checkpoint",
             PeerMsg::Restore { .. } => "Restore",
             PeerMsg::MigrateFailed { .. } => "MigrateFailed",

@@ -220,6 +220,10 @@ pub enum VpMsg {
         /// `None`: the socket is attached; `Some(reason)`: no link.
         refused: Option<String>,
     },
+    /// VP → daemon, once at start: it can be moved (its program keeps its
+    /// state through libmig's `init_or_restore` and reaches safe points). A
+    /// VP that never says so is never resumed to be moved.
+    Movable,
 }
 
 impl VpMsg {
@@ -243,6 +247,7 @@ impl VpMsg {
             VpMsg::Written { .. } => "Written",
             VpMsg::Checkpointed { .. } => "Checkpointed",
             VpMsg::DirectLink { .. } => "DirectLink",
+            VpMsg::Movable => "Movable",
         }
     }
 }

@@ -263,7 +263,8 @@ impl Vm {
             | VpMsg::Snap(_)
             | VpMsg::Credit { .. }
             | VpMsg::Written { .. }
-            | VpMsg::Checkpointed { .. } => {
+            | VpMsg::Checkpointed { .. }
+            | VpMsg::Movable => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }
         }

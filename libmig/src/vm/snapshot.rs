@@ -12,6 +12,8 @@ impl Vm {
         fresh: impl FnOnce() -> S,
     ) -> Result<(Vm, S), MigError> {
         let mut vm = Vm::init()?;
+        // Its state survives a move: it may be moved.
+        vm.tell(VpMsg::Movable)?;
         let Some(path) = std::env::var_os(env::RESTORE) else {
             return Ok((vm, fresh()));
         };

@@ -459,8 +459,9 @@ fn main() {
         return;
     }
     if mode == "stubborn" {
-        // Never reaches a safe point: computes (sleeps) for N ms, then ends.
-        let _vm = ok(Vm::init());
+        // Can be moved, but never reaches a safe point: computes (sleeps)
+        // for N ms, then ends.
+        let (_vm, ()) = ok(Vm::init_or_restore(|| ()));
         std::thread::sleep(Duration::from_millis(u64::from(num(2000))));
         println!("stubborn done");
         return;
