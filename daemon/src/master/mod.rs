@@ -295,13 +295,6 @@ impl Master {
         }
     }
 
-    fn tid_of(&self, job: &str, vp: u32) -> Option<Tid> {
-        self.jobs
-            .get(job)
-            .and_then(|j| j.vps.get(&vp))
-            .map(|v| v.tid)
-    }
-
     /// How host `host` starts VP `vp` of `job` (with the job's program for
     /// that host's architecture).
     fn start_msg(&self, job: &str, vp: u32, host: &str) -> Option<PeerMsg> {

@@ -73,9 +73,24 @@ impl Master {
                     }
                 }
                 Action::Kill { job, vp, host, .. } => {
-                    if let Some(tid) = self.tid_of(&job, vp) {
-                        out.push(Out::ToHost(host.to_string(), PeerMsg::Kill { tid }));
+                    // Where its process is (the map may have it where a
+                    // move under way takes it), and where it is going.
+                    let Some(v) = self.jobs.get(&*job).and_then(|j| j.vps.get(&vp)) else {
+                        continue;
+                    };
+                    let tid = v.tid;
+                    let mut at: Vec<String> = v.host.iter().cloned().collect();
+                    if let VpState::Moving(to) = &v.state {
+                        at.push(to.clone());
                     }
+                    if at.is_empty() {
+                        at.push(host.to_string());
+                    }
+                    at.dedup();
+                    out.extend(
+                        at.into_iter()
+                            .map(|h| Out::ToHost(h, PeerMsg::Kill { tid })),
+                    );
                 }
                 Action::SlotTables {
                     generation,
@@ -266,6 +281,13 @@ impl Master {
             return Vec::new();
         };
         v.pid = Some(pid);
+        if self.jobs.get(&job).is_some_and(|j| j.killed) {
+            // Its job was killed while it moved or restored: it ends here.
+            return vec![Out::ToHost(host.to_string(), PeerMsg::Kill { tid })];
+        }
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
         match &v.state {
             VpState::Restoring => {
                 v.state = VpState::Running;

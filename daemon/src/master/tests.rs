@@ -734,3 +734,50 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
     let later = c.m.tick(c.at(60), Duration::from_secs(3600));
     assert!(checkpoint_asks(&later).is_empty());
 }
+
+fn kills(out: &[Out]) -> Vec<(String, Tid)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::ToHost(h, PeerMsg::Kill { tid }) => Some((h.clone(), *tid)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn killing_a_job_reaches_every_vp_where_its_process_is_moving_held_or_parked() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    // VP 0 is on its way elsewhere (its host's owner came back); on a
+    // single-host cluster the other case: held where it is, then parked.
+    let (busy, moving) = placed[0].clone();
+    let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
+    let target = checkpoint_asks(&out)[0].2.clone();
+    let out = c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    let k = kills(&out);
+    assert!(k.contains(&(busy.clone(), moving)), "{k:?}");
+    assert!(k.contains(&(target.clone(), moving)), "{k:?}");
+    assert!(k.contains(&placed[1]), "{k:?}");
+    // Restored on the target all the same: it is ended there at once.
+    let late = c.m.started(&target, moving, 77);
+    assert_eq!(kills(&late), vec![(target, moving)]);
+
+    let mut c = Cluster::new(1);
+    let (h, tid) = c.running_job(1)[0].clone();
+    c.m.owner_report(&h, report(OwnerState::Reclaimed));
+    c.m.parked(&h, tid);
+    let out = c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    assert_eq!(kills(&out), vec![(h, tid)], "{out:?}");
+}
