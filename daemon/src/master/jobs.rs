@@ -32,21 +32,7 @@ impl Master {
             self.next_tid += 1;
             self.tids.insert(tid, (job.clone(), vp));
             tids.push(tid);
-            vps.insert(
-                vp,
-                VpRec {
-                    tid,
-                    program: spec.program.clone(),
-                    args: spec.args.clone(),
-                    parent: spec.parent,
-                    host: None,
-                    pid: None,
-                    state: VpState::Waiting,
-                    exit: None,
-                    wants: None,
-                    movable: false,
-                },
-            );
+            vps.insert(vp, VpRec::waiting(tid, &spec, spec.parent));
         }
         let waiters = if spec.wait {
             vec![from.clone()]
@@ -297,21 +283,7 @@ impl Master {
                 self.next_tid += 1;
                 self.tids.insert(t, (job.to_string(), vp));
                 tids.push(t);
-                j.vps.insert(
-                    vp,
-                    VpRec {
-                        tid: t,
-                        program: spec.program.clone(),
-                        args: spec.args.clone(),
-                        parent: Some(tid),
-                        host: None,
-                        pid: None,
-                        state: VpState::Waiting,
-                        exit: None,
-                        wants: None,
-                        movable: false,
-                    },
-                );
+                j.vps.insert(vp, VpRec::waiting(t, &spec, Some(tid)));
                 events.push(Event::NewVp {
                     job: job.to_string(),
                     arch: arch.clone(),

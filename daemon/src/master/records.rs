@@ -79,6 +79,25 @@ pub(super) struct VpRec {
     pub(super) movable: bool,
 }
 
+impl VpRec {
+    /// A new VP `tid` of `spec`'s program, spawned by `parent`, waiting for
+    /// a processor.
+    pub(super) fn waiting(tid: Tid, spec: &SpawnSpec, parent: Option<Tid>) -> VpRec {
+        VpRec {
+            tid,
+            program: spec.program.clone(),
+            args: spec.args.clone(),
+            parent,
+            host: None,
+            pid: None,
+            state: VpState::Waiting,
+            exit: None,
+            wants: None,
+            movable: false,
+        }
+    }
+}
+
 /// A move the scheduler asked for that has not happened yet.
 #[derive(Debug, Clone)]
 pub(super) struct Wanted {
