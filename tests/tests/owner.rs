@@ -507,5 +507,23 @@ fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() 
     }
     let log = vm.log(0);
     assert!(log.contains("cannot be moved"), "{log}");
+    // `mig ps` says why they wait.
+    let ps = vm.json(&["ps"]);
+    let why: Vec<&str> = ps
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|v| v["host"] == host)
+                .filter_map(|v| v["state"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !why.is_empty()
+            && why
+                .iter()
+                .all(|s| *s == "stopped (owner back; its program cannot be moved)"),
+        "{why:?}"
+    );
     let _ = vm.mig(&["kill", "j1"]);
 }

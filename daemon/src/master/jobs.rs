@@ -330,6 +330,9 @@ impl Master {
             VpState::Waiting => "waiting".to_string(),
             VpState::Starting => "starting".to_string(),
             VpState::Moving(to) => format!("moving to {to}"),
+            VpState::Running if owner_back && !v.movable => {
+                "stopped (owner back; its program cannot be moved)".to_string()
+            }
             VpState::Running if owner_back => "stopped (owner back)".to_string(),
             VpState::Parked => "parked on disk (owner back)".to_string(),
             VpState::Restoring => "restoring from the job's checkpoint".to_string(),

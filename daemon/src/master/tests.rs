@@ -728,7 +728,10 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
         .any(|o| matches!(o, Out::Log(l) if l.contains("cannot be moved"))));
     assert_eq!(
         c.state(tid),
-        (Some(busy.clone()), "stopped (owner back)".into())
+        (
+            Some(busy.clone()),
+            "stopped (owner back; its program cannot be moved)".into()
+        )
     );
     // Retries find the same.
     let later = c.m.tick(c.at(60), Duration::from_secs(3600));
