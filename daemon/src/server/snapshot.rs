@@ -9,27 +9,29 @@ impl Daemon {
         let Some(&t) = self.vp_conns.get(&tid) else {
             return;
         };
+        let begins = matches!(step, SnapStep::Begin { .. });
         let step = match step {
-            SnapStep::Begin { id, .. } => {
-                let path = self.cfg.state_dir.join(format!("t{tid:x}.snap"));
-                if let Some(v) = self.vps.by_tid.get(&tid) {
-                    // Looked at by the VP at its next safe point.
-                    host::signal(v.pid, Signal::SIGUSR2);
-                }
-                SnapStep::Begin {
-                    id,
-                    path: path.display().to_string(),
-                }
-            }
+            SnapStep::Begin { id, .. } => SnapStep::Begin {
+                id,
+                path: self.state.snap_image(tid).display().to_string(),
+            },
             other => other,
         };
         self.send_vp(t, &VpMsg::Snap(step));
+        if begins {
+            // Looked at by the VP at its next safe point. The step goes
+            // first: a VP that looked on the signal before the step was in
+            // its socket would never look again.
+            if let Some(v) = self.vps.by_tid.get(&tid) {
+                host::signal(v.pid, Signal::SIGUSR2);
+            }
+        }
     }
 
     /// VP `tid` wrote its image of job checkpoint `id`: check it, keep a
     /// copy here, send it to the master.
     pub(super) fn snap_taken(&mut self, tid: Tid, id: u64, path: &str) {
-        let expected = self.cfg.state_dir.join(format!("t{tid:x}.snap"));
+        let expected = self.state.snap_image(tid);
         if std::path::Path::new(path) != expected {
             return log!(
                 "VP t{tid:x} wrote its checkpoint to {path}, not {}",
