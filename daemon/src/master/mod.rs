@@ -208,7 +208,7 @@ impl Master {
             PeerMsg::Owner(report) => self.owner_report(host, report),
             PeerMsg::OwnerDone { id, message } => self.owner_done(id, message),
             PeerMsg::Parked { tid } => self.parked(host, tid),
-            PeerMsg::Movable { tid } => self.movable(tid),
+            PeerMsg::Movable { tid } => self.movable(host, tid),
             PeerMsg::Slicing(r) => self.slicing_report(host, r),
             PeerMsg::Snap {
                 tid,

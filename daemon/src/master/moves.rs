@@ -377,13 +377,16 @@ impl Master {
         }
     }
 
-    /// VP `tid`'s program says it can be moved.
-    pub(super) fn movable(&mut self, tid: Tid) -> Vec<Out> {
+    /// VP `tid`'s program, on `host`, says it can be moved (believed only
+    /// from the host it is on or moving to).
+    pub(super) fn movable(&mut self, host: &str, tid: Tid) -> Vec<Out> {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return Vec::new();
         };
         if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
-            v.movable = true;
+            let there = v.host.as_deref() == Some(host)
+                || matches!(&v.state, VpState::Moving(to) if to == host);
+            v.movable |= there;
         }
         Vec::new()
     }

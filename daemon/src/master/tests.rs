@@ -716,6 +716,8 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
     let mut c = Cluster::new(3);
     let placed = c.running_plain_job(2);
     let (busy, tid) = placed[0].clone();
+    // Another host's word for it counts for nothing.
+    c.m.from_host(&other(&busy), PeerMsg::Movable { tid });
     let out = migrate(&mut c, tid, &other(&busy));
     assert!(error_says(&out, "cannot be moved"), "{out:?}");
     assert!(checkpoint_asks(&out).is_empty());
