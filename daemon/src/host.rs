@@ -1,7 +1,10 @@
 //! VP supervision on this host: fork/exec, output pipes, reaping, killing.
 //!
-//! Every VP runs in its own process group with a parent-death signal, so a
-//! killed job or a halted (even SIGKILLed) daemon leaves no process behind.
+//! Every VP runs in its own process group with a parent-death signal, and,
+//! where the host has cgroups, in a cell of its own (`contain`) that holds
+//! the children it starts even when they call `setsid`: a killed job or a
+//! halted daemon leaves no process behind (a SIGKILLed daemon's cells are
+//! cleared by the next daemon to start).
 //! What lives here: starting a program with the VP's identity in its
 //! environment, reading its output line by line, turning `waitpid` results
 //! into exit reports. What does not: deciding where VPs run (the master).
@@ -19,6 +22,8 @@ use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use crate::contain::Cell;
+
 /// A VP running (or just ended) on this host.
 #[derive(Debug)]
 pub struct LocalVp {
@@ -32,6 +37,27 @@ pub struct LocalVp {
     pub start: Option<StartVp>,
     /// It said it can be moved (`VpMsg::Movable`); until then it cannot.
     pub movable: bool,
+    /// The cgroup holding its whole process tree, where the host has one.
+    pub cell: Option<Cell>,
+}
+
+impl LocalVp {
+    /// Send `sig` to the VP and every process it started: its process
+    /// group, and its cell (children that left the group with `setsid`).
+    pub fn signal(&self, sig: Signal) {
+        signal(self.pid, sig);
+        if let Some(c) = &self.cell {
+            c.signal(sig);
+        }
+    }
+
+    /// Kill the VP's whole process tree.
+    pub fn kill(&self) {
+        if let Some(c) = &self.cell {
+            c.kill();
+        }
+        kill(self.pid);
+    }
 }
 
 /// One output pipe of a VP.
@@ -113,12 +139,20 @@ const VP_FD: i32 = 3;
 /// Start a VP.
 ///
 /// Everything the child needs is prepared before `fork`; the child only
-/// makes async-signal-safe calls (setpgid, setpriority, prctl, dup2, chdir, execve,
+/// makes async-signal-safe calls (write, setpgid, setpriority, prctl, dup2, chdir, execve,
 /// write, _exit), and the daemon does not wait for the `exec`, so many VPs
 /// start in parallel.
-pub fn spawn(s: &StartVp, host: &str, socket: &str, how: &Treatment) -> io::Result<Started> {
+/// `join` are descriptors of `cgroup.procs` files the child writes itself
+/// into first (its cell: see `contain`).
+pub fn spawn(
+    s: &StartVp,
+    host: &str,
+    socket: &str,
+    how: &Treatment,
+    join: &[std::os::fd::RawFd],
+) -> io::Result<Started> {
     let exec = Exec::prepare(s, host, socket, how.huge_pages)?;
-    fork_exec(&exec, how)
+    fork_exec(&exec, how, join)
 }
 
 /// Everything a VP's `execve` needs, made before `fork` (the child may not
@@ -180,7 +214,7 @@ impl Exec {
 
 /// Fork, and in the child set the VP up (its own process group, priority,
 /// signals, death with the daemon, descriptors) and exec it.
-fn fork_exec(exec: &Exec, how: &Treatment) -> io::Result<Started> {
+fn fork_exec(exec: &Exec, how: &Treatment, join: &[std::os::fd::RawFd]) -> io::Result<Started> {
     let Treatment { nice, idle, .. } = *how;
     let prog = &exec.program;
     let argv: Vec<*const libc::c_char> = exec
@@ -240,6 +274,10 @@ fn fork_exec(exec: &Exec, how: &Treatment) -> io::Result<Started> {
     match pid {
         -1 => Err(io::Error::last_os_error()),
         0 => unsafe {
+            // Into its cell first, so that nothing it starts escapes it.
+            for &fd in join {
+                libc::write(fd, b"0".as_ptr().cast(), 1);
+            }
             libc::setpgid(0, 0);
             libc::setpriority(libc::PRIO_PROCESS, 0, nice);
             if idle {

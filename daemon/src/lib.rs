@@ -9,6 +9,7 @@
 //! * `route` — where a message between VPs goes next (tables, no I/O);
 //! * `groups` — named groups and barriers, kept by the master (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
+//! * `contain` — each VP's whole process tree in a cgroup of its own;
 //! * `store` — job checkpoints on disk (images per generation, checked when read);
 //! * `slicer` — the gang slicer: which local VPs run in the slot in force (no I/O);
 //! * `owner` — the owner monitor: activity sources and the policy (when the host is offered);
@@ -19,6 +20,7 @@
 
 pub mod config;
 pub mod conn;
+pub mod contain;
 pub mod facts;
 pub mod flow;
 pub mod groups;

@@ -396,6 +396,21 @@ impl Vm {
             .expect("run mig")
     }
 
+    /// `mig migrate TID --to HOST`, again for up to 10 s while the VP has
+    /// not yet said that it can be moved (it says so as libmig starts, a
+    /// moment after the VP shows as running).
+    pub fn migrate(&self, tid: &str, to: &str) -> Output {
+        let t = Instant::now();
+        loop {
+            let out = self.mig(&["migrate", tid, "--to", to]);
+            let early = String::from_utf8_lossy(&out.stderr).contains("has not said it can");
+            if !early || t.elapsed() > Duration::from_secs(10) {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Run `mig ... --json` and parse its stdout.
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut a = args.to_vec();
@@ -518,6 +533,43 @@ impl Drop for Desk {
         let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
         let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.0.wait();
+    }
+}
+
+/// Every live process (not a zombie) whose environment has all of `vars`
+/// (`NAME=value`): a VP's processes, children that left its process group
+/// included, carry its `MIG_*` variables.
+pub fn processes_with(vars: &[String]) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            let Ok(env) = std::fs::read(format!("/proc/{p}/environ")) else {
+                return false;
+            };
+            let entries: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+            vars.iter().all(|v| entries.contains(&v.as_bytes()))
+        })
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| s.rfind(')').map(|i| s[i + 1..].trim_start().to_string()))
+                .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+        })
+        .collect()
+}
+
+impl Vm {
+    /// The processes of job `job`'s VPs on host `host` of this machine.
+    pub fn job_processes(&self, job: &str, host: &str) -> Vec<u32> {
+        let socket = self.dir.path().join(host).join("control.sock");
+        processes_with(&[
+            format!("MIG_JOB={job}"),
+            format!("MIG_HOST={host}"),
+            format!("MIG_SOCKET={}", socket.display()),
+        ])
     }
 }
 

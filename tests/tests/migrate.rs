@@ -35,7 +35,7 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
             .into_iter()
             .find(|h| *h != from && (k % 2 == 0 || *h != "h0"))
             .unwrap_or("h1");
-        let out = vm.mig(&["migrate", consumer, "--to", to]);
+        let out = vm.migrate(consumer, to);
         assert!(
             out.status.success(),
             "move {k} to {to}: {}\n{}\n{}\n{}",
@@ -120,7 +120,7 @@ fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
             .into_iter()
             .find(|h| *h != from)
             .unwrap_or("h0");
-        if vm.mig(&["migrate", tid, "--to", to]).status.success()
+        if vm.migrate(tid, to).status.success()
             && wait_until(Duration::from_secs(10), || {
                 vm.where_is(tid) == Some((to.to_string(), "running".to_string()))
             })
@@ -154,7 +154,7 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
         .is_some_and(|(_, s)| s == "running")));
     let (at, _) = vm.where_is("t40001").expect("running");
     let to = if at == "h0" { "h1" } else { "h0" };
-    let out = vm.mig(&["migrate", "t40001", "--to", to]);
+    let out = vm.migrate("t40001", to);
     assert!(
         out.status.success(),
         "{}",
@@ -220,14 +220,14 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
     assert!(wait_until(Duration::from_secs(10), || vm
         .where_is("t40002")
         == Some(("h0".into(), "running".into()))));
-    let out = vm.mig(&["migrate", "t40002", "--to", "h2"]);
+    let out = vm.migrate("t40002", "h2");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("does not exist") && err.contains("riscv64-linux"),
         "{err}"
     );
-    let out = vm.mig(&["migrate", "t40002", "--to", "h1"]);
+    let out = vm.migrate("t40002", "h1");
     assert!(
         out.status.success(),
         "{}",
@@ -266,7 +266,7 @@ fn a_large_state_sent_on_while_it_is_written_arrives_byte_for_byte() {
     for _ in 0..4 {
         let (from, _) = vm.where_is(tid).expect("placed");
         let to = if from == "h0" { "h1" } else { "h0" };
-        vm.mig_ok(&["migrate", tid, "--to", to]);
+        assert!(vm.migrate(tid, to).status.success());
         assert!(
             wait_until(Duration::from_secs(20), || vm
                 .where_is(tid)
@@ -310,7 +310,7 @@ fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
         .is_some_and(|(_, s)| s == "running")));
     // The source must not be the master (h0): its end would end everything.
     if vm.where_is(tid).is_some_and(|(h, _)| h == "h0") {
-        assert!(vm.mig(&["migrate", tid, "--to", "h1"]).status.success());
+        assert!(vm.migrate(tid, "h1").status.success());
         assert!(on(&vm, "h1"), "{}", vm.log(0));
     }
     let (from, _) = vm.where_is(tid).expect("placed");
@@ -320,10 +320,7 @@ fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
         .path()
         .join(format!("h{dst}"))
         .join("t40001.restore.part");
-    assert!(vm
-        .mig(&["migrate", tid, "--to", &format!("h{dst}")])
-        .status
-        .success());
+    assert!(vm.migrate(tid, &format!("h{dst}")).status.success());
     // As soon as its image starts arriving, its source host dies.
     let logs = |vm: &Vm| format!("{}\n{}\n{}", vm.log(0), vm.log(1), vm.log(2));
     assert!(
@@ -368,7 +365,7 @@ fn a_vp_moved_by_hand_takes_its_place_in_the_allocation_map_with_it() {
         .iter()
         .all(|p| p.starts_with(&format!("{from}/"))));
     let to = if from == "h0" { "h1" } else { "h0" };
-    let out = vm.mig(&["migrate", tid, "--to", to]);
+    let out = vm.migrate(tid, to);
     assert!(out.status.success(), "{}", vm.log(0));
     assert!(wait_until(Duration::from_secs(20), || vm
         .where_is(tid)

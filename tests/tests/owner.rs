@@ -457,44 +457,41 @@ fn cpu_ticks(pid: u32) -> u64 {
     f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)
 }
 
+/// A CPU-bound VP that knows nothing of libmig and leaves a busy
+/// grandchild behind in a session of its own (double fork and `setsid`).
+const ESCAPING: &str = "(setsid sh -c 'while :; do :; done' &); while :; do :; done";
+
 #[test]
 fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() {
     // Six CPU-bound VPs that know nothing of libmig: they cannot be moved,
-    // so a reclaimed host never resumes them to try.
-    let vm = Vm::start(3);
-    let out = vm.mig_ok(&[
-        "spawn",
-        "-n",
-        "6",
-        "--",
-        "/bin/sh",
-        "-c",
-        "while :; do :; done",
-    ]);
-    assert!(out.status.success());
-    let on = |vm: &Vm, host: &str| -> Vec<u32> {
-        vm.json(&["ps"])
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter(|v| v["host"] == host && v["state"] == "running")
-                    .filter_map(|v| v["pid"].as_u64())
-                    .map(|p| p as u32)
-                    .collect()
-            })
-            .unwrap_or_default()
+    // so a reclaimed host never resumes them to try; every process of them,
+    // the grandchildren that left their process group too, stays stopped.
+    let mut vm = Vm::start(3);
+    vm.mig_ok(&["spawn", "-n", "6", "--", "/bin/sh", "-c", ESCAPING]);
+    let all = |vm: &Vm| -> usize {
+        (0..3)
+            .map(|i| vm.job_processes("j1", &format!("h{i}")).len())
+            .sum()
     };
-    assert!(wait_until(Duration::from_secs(10), || (0..3)
-        .map(|i| on(&vm, &format!("h{i}")).len())
-        .sum::<usize>()
-        == 6));
-    let host = "h1";
-    let pids = on(&vm, host);
-    assert!(!pids.is_empty(), "no VP on {host}");
-    mig_ok(&vm, &["owner", "reclaim", "--host", host]);
+    assert!(
+        wait_until(Duration::from_secs(10), || all(&vm) == 12),
+        "not 12 processes for 6 VPs: {}",
+        all(&vm)
+    );
+    let host = (0..3)
+        .map(|i| format!("h{i}"))
+        .max_by_key(|h| vm.job_processes("j1", h).len())
+        .expect("hosts");
+    let pids = vm.job_processes("j1", &host);
+    assert!(
+        pids.len() >= 2,
+        "no VP with its grandchild on {host}: {pids:?}"
+    );
+    mig_ok(&vm, &["owner", "reclaim", "--host", &host]);
     assert!(
         wait_until(Duration::from_secs(5), || pids.iter().all(|&p| stopped(p))),
-        "not every VP on {host} stopped"
+        "not every process of the VPs on {host} stopped: {:?}",
+        pids.iter().map(|&p| (p, stopped(p))).collect::<Vec<_>>()
     );
     // Through the first retry of the scheduler's move (after 5 s), nothing
     // of them runs: at most a tick each for what was under way at the stop.
@@ -513,7 +510,7 @@ fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() 
         .as_array()
         .map(|a| {
             a.iter()
-                .filter(|v| v["host"] == host)
+                .filter(|v| v["host"] == host.as_str())
                 .filter_map(|v| v["state"].as_str())
                 .collect()
         })
@@ -525,5 +522,28 @@ fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() 
                 .all(|s| *s == "stopped (owner back; its program cannot be moved)"),
         "{why:?}"
     );
-    let _ = vm.mig(&["kill", "j1"]);
+    // `mig kill` ends every process of the job, stopped or not.
+    vm.mig_ok(&["kill", "j1"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || all(&vm) == 0),
+        "processes of the killed job left: {}",
+        all(&vm)
+    );
+    // And `mig halt` those of a job still running.
+    mig_ok(&vm, &["owner", "release", "--host", &host]);
+    vm.mig_ok(&["spawn", "-n", "3", "--", "/bin/sh", "-c", ESCAPING]);
+    let all2 = |vm: &Vm| -> usize {
+        (0..3)
+            .map(|i| vm.job_processes("j2", &format!("h{i}")).len())
+            .sum()
+    };
+    assert!(wait_until(Duration::from_secs(10), || all2(&vm) == 6));
+    vm.mig_ok(&["halt"]);
+    for i in 0..3 {
+        assert!(
+            vm.wait(i, Duration::from_secs(10)).is_some(),
+            "h{i} still up"
+        );
+    }
+    assert_eq!(all2(&vm), 0, "processes left after mig halt");
 }

@@ -217,8 +217,9 @@ impl Master {
             .ok_or_else(|| format!("no VP t{tid:x}"))?;
         if !v.movable {
             return Err(format!(
-                "VP t{tid:x} cannot be moved: its program does not keep its state through \
-                 libmig (init_or_restore)"
+                "VP t{tid:x} cannot be moved: it has not said it can (a program that keeps \
+                 its state through libmig says so as it starts, in init_or_restore; one that \
+                 has just started may not have yet: try again in a moment)"
             ));
         }
         v.state = VpState::Moving(to.to_string());

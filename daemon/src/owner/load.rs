@@ -71,8 +71,10 @@ fn ticks_per_s() -> f64 {
     }
 }
 
-/// A process's (start time, utime + stime) in ticks, from /proc/PID/stat.
-fn proc_times(pid: u32) -> Option<(u64, u64)> {
+/// A process's (start time, utime + stime) in ticks, from /proc/PID/stat;
+/// with `waits`, plus the time its main thread waited for a processor
+/// (from /proc/PID/schedstat): what it wanted, not only what it got.
+fn proc_times(pid: u32, waits: bool) -> Option<(u64, u64)> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may hold anything: fields
     // are counted from the last ')'.
@@ -81,7 +83,18 @@ fn proc_times(pid: u32) -> Option<(u64, u64)> {
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
     let start: u64 = f.get(19)?.parse().ok()?;
-    Some((start, utime + stime))
+    let waited = if waits { waited_ticks(pid) } else { 0 };
+    Some((start, utime + stime + waited))
+}
+
+/// Ticks process `pid`'s main thread spent runnable but waiting for a
+/// processor (0 where the kernel keeps no schedstat).
+fn waited_ticks(pid: u32) -> u64 {
+    let ns: u64 = fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0);
+    (ns as f64 * ticks_per_s() / 1e9) as u64
 }
 
 /// `pid` and all its descendants.
@@ -136,6 +149,8 @@ fn rusage_s(who: libc::c_int) -> f64 {
 #[derive(Debug, Default)]
 struct Deltas {
     seen: HashMap<u32, (u64, u64)>,
+    /// Count time spent waiting for a processor too (demand, not use).
+    waits: bool,
 }
 
 impl Deltas {
@@ -146,7 +161,7 @@ impl Deltas {
         let mut now = HashMap::with_capacity(pids.len());
         let mut used = 0;
         for &p in pids {
-            let Some((start, t)) = proc_times(p) else {
+            let Some((start, t)) = proc_times(p, self.waits) else {
                 continue;
             };
             used += match self.seen.get(&p) {
@@ -194,7 +209,13 @@ impl LoadMeter {
             samples: VecDeque::new(),
             total: 0.0,
             ours: Deltas::default(),
-            theirs: Deltas::default(),
+            // The owner's programs count with the time they waited: on a
+            // machine busy with other work a CPU hog on the desk gets only
+            // part of a core, but wants all of it.
+            theirs: Deltas {
+                seen: HashMap::new(),
+                waits: true,
+            },
             busy: None,
             self_s: rusage_s(libc::RUSAGE_SELF),
             children_s: rusage_s(libc::RUSAGE_CHILDREN),
@@ -216,7 +237,9 @@ impl LoadMeter {
     /// load in cores over the window, once two samples span part of it.
     pub fn poll(&mut self, now: Instant, vps: &[u32]) -> Option<f64> {
         let first = self.samples.is_empty();
-        let ours_pids: Vec<u32> = vps.iter().flat_map(|&v| tree(v)).collect();
+        let mut ours_pids: Vec<u32> = vps.iter().flat_map(|&v| tree(v)).collect();
+        ours_pids.sort_unstable();
+        ours_pids.dedup();
         let used = match self.scope {
             Scope::None => return None,
             Scope::Tree(root) => {
@@ -289,6 +312,21 @@ impl LoadMeter {
 mod tests {
     use super::*;
 
+    /// A child killed and reaped however the test ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    impl std::ops::Deref for Reaped {
+        type Target = std::process::Child;
+        fn deref(&self) -> &std::process::Child {
+            &self.0
+        }
+    }
+
     #[test]
     fn scopes_parse_and_bad_ones_are_clear() {
         assert_eq!("machine".parse::<Scope>(), Ok(Scope::Machine));
@@ -317,32 +355,41 @@ mod tests {
         idle.kill().unwrap();
         idle.wait().unwrap();
 
-        let mut hog = std::process::Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
+        let busy = || {
+            Reaped(
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .unwrap(),
+            )
+        };
+        // Other work keeps every processor of the machine busy, twice over.
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let _others: Vec<Reaped> = (0..2 * cores).map(|_| busy()).collect();
+        let hog = busy();
         let mut m = LoadMeter::new(Scope::Tree(hog.id()), Duration::from_millis(300));
         m.poll(Instant::now(), &[]);
         std::thread::sleep(Duration::from_millis(400));
         let l = m.poll(Instant::now(), &[]).unwrap();
-        // A busy loop gets most of a core even on a busy machine.
-        assert!(l > 0.2, "a busy loop has load {l}");
+        // It gets a third of a core or less, but it wants a whole one: the
+        // time it waits for a processor counts.
+        assert!(l > 0.7, "a busy loop on a busy machine has load {l}");
         // The same process as one of our VPs does not count.
         let mut ours = LoadMeter::new(Scope::Tree(hog.id()), Duration::from_millis(300));
         ours.poll(Instant::now(), &[hog.id()]);
         std::thread::sleep(Duration::from_millis(400));
         let l = ours.poll(Instant::now(), &[hog.id()]).unwrap();
         assert_eq!(l, 0.0, "a VP's load counted as the owner's");
-        hog.kill().unwrap();
-        hog.wait().unwrap();
     }
 
     #[test]
     fn machine_load_excludes_our_vps() {
-        let mut hog = std::process::Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
+        let hog = Reaped(
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap(),
+        );
         // Two meters over the same interval: one told the busy loop is a VP.
         let vps = [hog.id()];
         let window = Duration::from_millis(400);
@@ -355,8 +402,7 @@ mod tests {
         let t1 = Instant::now();
         let counted = without.poll(t1, &[]).unwrap();
         let excluded = with.poll(t1, &vps).unwrap();
-        hog.kill().unwrap();
-        hog.wait().unwrap();
+        drop(hog);
         // The loop gets most of a core even on a shared machine.
         assert!(
             counted - excluded > 0.2,

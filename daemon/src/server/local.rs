@@ -7,6 +7,12 @@ use crate::migrate::Move;
 impl Daemon {
     pub(super) fn start_vp(&mut self, s: StartVp) {
         let tid = s.tid;
+        let mut cell = self.contain.as_mut().and_then(|c| {
+            c.cell(&format!("t{tid:x}"))
+                .map_err(|e| log!("VP t{tid:x} held by its process group only: {e}"))
+                .ok()
+        });
+        let join = cell.as_ref().map(|c| c.join_fds()).unwrap_or_default();
         match host::spawn(
             &s,
             &self.facts.name,
@@ -16,6 +22,7 @@ impl Daemon {
                 idle: self.cfg.vp_idle_class,
                 huge_pages: self.cfg.vp_huge_pages,
             },
+            &join,
         ) {
             Ok(host::Started {
                 pid,
@@ -55,6 +62,10 @@ impl Daemon {
                         exit: None,
                         start: Some(s.clone()),
                         movable: false,
+                        cell: cell.take().map(|mut c| {
+                            c.joined();
+                            c
+                        }),
                     },
                 );
                 self.vps.by_pid.insert(pid, tid);
@@ -63,7 +74,9 @@ impl Daemon {
                     // Started as the owner came back (it waits, stopped, for
                     // the scheduler to move it or the owner to leave), or
                     // outside its slot (it waits for its turn).
-                    host::signal(pid, Signal::SIGSTOP);
+                    if let Some(v) = self.vps.by_tid.get(&tid) {
+                        v.signal(Signal::SIGSTOP);
+                    }
                 }
                 for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
                     let t = self.token();
@@ -140,6 +153,10 @@ impl Daemon {
             match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
                 Some(vp) => {
                     vp.exit = Some(status);
+                    // What it started goes with it (and its pipes close).
+                    if let (Some(cell), Some(c)) = (vp.cell.take(), &mut self.contain) {
+                        c.retire(cell);
+                    }
                     self.report_if_done(tid);
                 }
                 None => self.old_process_done(pid, Some(status)),
@@ -154,7 +171,12 @@ impl Daemon {
             return;
         };
         match exit {
-            Some(e) => old.exit = Some(e),
+            Some(e) => {
+                old.exit = Some(e);
+                if let (Some(cell), Some(c)) = (old.cell.take(), &mut self.contain) {
+                    c.retire(cell);
+                }
+            }
             None => old.open_pipes = old.open_pipes.saturating_sub(1),
         }
         if old.exit.is_some() && old.open_pipes == 0 {

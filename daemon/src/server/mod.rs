@@ -54,6 +54,7 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::conn::{Conn, Kind, ReadOutcome, Sock};
+use crate::contain::Containment;
 use crate::flow::Flow;
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
@@ -77,6 +78,10 @@ const ARM_AHEAD: Duration = Duration::from_millis(10);
 /// Shared buffers and mappings of them unused this long are let go: a
 /// stream that ended leaves nothing behind in the daemon.
 const POOL_IDLE: Duration = Duration::from_secs(5);
+
+/// migd's niceness where it may raise itself: above the owner's and other
+/// users' programs (0), far above VPs (`vp_nice`, 10 by default).
+const MIGD_NICE: i32 = -5;
 
 /// Threads that race to carry out each slot switch, on as many processors.
 const SWITCH_THREADS: usize = 4;
@@ -173,6 +178,8 @@ pub struct Daemon {
     /// By pid: processes of VPs that moved away and have come back here
     /// before the old process was gone.
     leaving: HashMap<i32, LocalVp>,
+    /// The cgroups holding each VP's process tree (none: process groups).
+    contain: Option<Containment>,
     /// Job checkpoints (on the master), and copies kept for it.
     store: Store,
     replicas: Store,
@@ -190,6 +197,11 @@ impl Daemon {
     pub(super) fn start(cfg: Config) -> Result<Daemon, DaemonError> {
         std::fs::create_dir_all(&cfg.state_dir)
             .map_err(io_err(format!("creating {}", cfg.state_dir.display())))?;
+        // Above other users' work where allowed (root, CAP_SYS_NICE), so the
+        // owner monitor samples on time on a busy machine and stops VPs at
+        // once; VPs set their own priority as they start.
+        // SAFETY: setpriority changes this process's niceness only.
+        let raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, MIGD_NICE) } == 0;
         let key = ClusterKey::load_or_create(&cfg.key_file)?;
         let poll = Poll::new().map_err(io_err("creating the poll"))?;
         let mut tcp = TcpListener::bind(cfg.listen)
@@ -235,11 +247,25 @@ impl Daemon {
                 what: "starting the slot switch threads".into(),
                 source: e,
             })?;
+        if !raised {
+            log!("migd runs at the normal priority (no permission for nice {MIGD_NICE}): on a busy machine the owner monitor may notice the owner late");
+        }
         if !realtime {
             log!("slot switches run in the normal scheduling class (no permission for SCHED_FIFO): they may be late by milliseconds on a busy host");
         }
+        let contain = match Containment::open(&cfg.name, std::process::id()) {
+            Ok(c) => {
+                log!("VPs' process trees held in {}", c.describe());
+                Some(c)
+            }
+            Err(why) => {
+                log!("VPs held by process group only (a child that calls setsid escapes): {why}");
+                None
+            }
+        };
         let mut d = Daemon {
             poll,
+            contain,
             key,
             facts,
             tcp,
@@ -399,6 +425,9 @@ impl Daemon {
 
     pub(super) fn tick(&mut self) {
         self.call_off_slow_moves();
+        if let Some(c) = &mut self.contain {
+            c.sweep();
+        }
         if self.pools_trimmed.elapsed() >= POOL_IDLE {
             self.pools_trimmed = Instant::now();
             self.outbox.trim_idle();
@@ -452,15 +481,15 @@ impl Daemon {
         if self.halting.is_none() {
             self.halting = Some(Instant::now());
             for vp in self.vps.by_tid.values() {
-                host::kill(vp.pid);
+                vp.kill();
             }
         }
     }
 
     /// Kill every VP left and reap them.
     pub(super) fn stop_all(&mut self) {
-        for vp in self.vps.by_tid.values() {
-            host::kill(vp.pid);
+        for vp in self.vps.by_tid.values().chain(self.leaving.values()) {
+            vp.kill();
         }
         let deadline = Instant::now() + Duration::from_millis(500);
         while !self.vps.by_pid.is_empty() && Instant::now() < deadline {
@@ -468,6 +497,9 @@ impl Daemon {
                 self.vps.by_pid.remove(&pid);
             }
             std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(c) = &mut self.contain {
+            c.close();
         }
     }
 }

@@ -20,7 +20,12 @@ impl Daemon {
             .by_tid
             .values()
             .filter(|v| v.exit.is_none())
-            .filter_map(|v| u32::try_from(v.pid).ok())
+            .flat_map(|v| {
+                let mut pids = v.cell.as_ref().map(|c| c.pids()).unwrap_or_default();
+                pids.push(v.pid);
+                pids
+            })
+            .filter_map(|p| u32::try_from(p).ok())
             .collect();
         let changes = self.owner.poll(now, &pids);
         let mut done = Vec::new();
@@ -117,7 +122,7 @@ impl Daemon {
         let mut n = 0;
         for (&tid, v) in &self.vps.by_tid {
             if v.exit.is_none() && which(tid, v) {
-                host::signal(v.pid, sig);
+                v.signal(sig);
                 n += 1;
             }
         }

@@ -115,7 +115,7 @@ impl Daemon {
             PeerMsg::Start(s) => self.start_vp(s),
             PeerMsg::Kill { tid } => {
                 if let Some(vp) = self.vps.by_tid.get(&tid) {
-                    host::kill(vp.pid);
+                    vp.kill();
                 }
                 if let Some(parked) = self.moves.unpark(tid) {
                     let _ = std::fs::remove_file(parked.path);

@@ -45,7 +45,6 @@ impl Daemon {
                     .into(),
             });
         }
-        let pid = vp.pid;
         let dest = if to == self.facts.name {
             log!("asking VP t{tid:x} to checkpoint to disk (parking it while the owner has the host)");
             Dest::Disk
@@ -62,8 +61,10 @@ impl Daemon {
                 path: path.display().to_string(),
             },
         );
-        host::signal_one(pid, Signal::SIGCONT);
-        host::signal_one(pid, Signal::SIGUSR2);
+        if let Some(v) = self.vps.by_tid.get(&tid) {
+            v.signal(Signal::SIGCONT);
+            host::signal_one(v.pid, Signal::SIGUSR2);
+        }
     }
 
     /// A VP asked to move that has not reached a safe point in time stays
@@ -88,7 +89,7 @@ impl Daemon {
                 )
             } else {
                 if let Some(v) = self.vps.by_tid.get(&tid) {
-                    host::signal(v.pid, Signal::SIGSTOP);
+                    v.signal(Signal::SIGSTOP);
                 }
                 format!(
                     "no safe point within {} ms: it stays stopped on {}, whose owner is back",

@@ -1,0 +1,579 @@
+//! A VP is its whole process tree: each VP's processes are held in a cgroup
+//! of their own, so that children that call `setsid` or double-fork are
+//! stopped, resumed and killed with it, and so that the CPU the VPs use is
+//! counted whoever forked what.
+//!
+//! What lives here: finding the host's cgroups (v2, else the v1 freezer
+//! with the v1 cpuacct beside it), one directory per daemon under the
+//! daemon's own cgroup and one per VP process under it, signalling every
+//! process of a cell, killing a cell at once (v2 `cgroup.kill`; v1: frozen,
+//! killed, thawed), CPU counters, and clearing what a daemon that died left
+//! behind. What does not: which VPs to stop or kill (the server), starting
+//! processes (`host`, whose child joins its cell through the descriptors
+//! opened here). Without cgroups (no permission, none mounted) the daemon
+//! falls back to process groups, and says so in its log.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+/// Which cgroup interface holds the cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    /// The unified hierarchy (`cgroup.kill`, `cpu.stat`).
+    V2,
+    /// The v1 freezer, with a v1 cpuacct cell beside it when mounted.
+    V1,
+}
+
+/// The cgroups this daemon keeps its VPs in.
+#[derive(Debug)]
+pub struct Containment {
+    flavour: Flavour,
+    /// The daemon's directory (v2, or the v1 freezer hierarchy).
+    base: PathBuf,
+    /// The daemon's directory in the v1 cpuacct hierarchy.
+    acct: Option<PathBuf>,
+    /// Cells whose processes have not all gone yet, removed when they have.
+    retired: Vec<Cell>,
+    /// Cells made so far (each cell's name ends with its number).
+    made: u64,
+}
+
+/// One VP process's cgroup (and its cpuacct twin under v1).
+#[derive(Debug)]
+pub struct Cell {
+    flavour: Flavour,
+    dir: PathBuf,
+    acct: Option<PathBuf>,
+    /// `cgroup.procs` of each, open for the child to write itself into.
+    join: Vec<OwnedFd>,
+}
+
+/// Where a cgroup hierarchy is mounted, from /proc/self/mountinfo: the
+/// mount point of a `cgroup2` file system (`controller` None) or of a v1
+/// one whose options name `controller`.
+fn mount_point(mountinfo: &str, controller: Option<&str>) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let point = left.split_whitespace().nth(4)?;
+        let mut r = right.split_whitespace();
+        let fstype = r.next()?;
+        let _source = r.next()?;
+        let opts = r.next().unwrap_or("");
+        let hit = match controller {
+            None => fstype == "cgroup2",
+            Some(c) => fstype == "cgroup" && opts.split(',').any(|o| o == c),
+        };
+        hit.then(|| PathBuf::from(point))
+    })
+}
+
+/// This process's path in a hierarchy, from /proc/self/cgroup: the v2 line
+/// (`0::/path`, `controller` None) or the v1 line naming `controller`.
+fn own_path(cgroup: &str, controller: Option<&str>) -> Option<String> {
+    cgroup.lines().find_map(|line| {
+        let mut f = line.splitn(3, ':');
+        let (_id, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        let hit = match controller {
+            None => ctrls.is_empty(),
+            Some(c) => ctrls.split(',').any(|x| x == c),
+        };
+        hit.then(|| path.to_string())
+    })
+}
+
+/// A directory name from a host name: letters, digits, `-`, `_`, `.`.
+fn safe(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    s.trim_start_matches('.').to_string()
+}
+
+fn alive(pid: i32) -> bool {
+    pid > 0
+        && !matches!(
+            nix::sys::signal::kill(Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        )
+}
+
+/// The processes listed in a cgroup directory.
+fn procs(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn write_file(path: &Path, what: &str) -> io::Result<()> {
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(what.as_bytes())
+}
+
+/// Send `sig` to every process in `dir`, again until no new one appears (a
+/// process that forked as it was signalled has its child listed next time;
+/// a stopped or killed process forks no more).
+fn signal_all(dir: &Path, sig: Signal) -> usize {
+    let mut done: Vec<i32> = Vec::new();
+    for _ in 0..64 {
+        let fresh: Vec<i32> = procs(dir)
+            .into_iter()
+            .filter(|p| !done.contains(p))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for &p in &fresh {
+            let _ = nix::sys::signal::kill(Pid::from_raw(p), sig);
+        }
+        done.extend(fresh);
+    }
+    done.len()
+}
+
+/// Kill everything in a cell directory at once.
+fn kill_dir(flavour: Flavour, dir: &Path) {
+    match flavour {
+        Flavour::V2 => {
+            if write_file(&dir.join("cgroup.kill"), "1").is_err() {
+                signal_all(dir, Signal::SIGKILL);
+            }
+        }
+        Flavour::V1 => {
+            // Frozen, nothing in it can fork while it is killed.
+            let frozen = write_file(&dir.join("freezer.state"), "FROZEN").is_ok();
+            signal_all(dir, Signal::SIGKILL);
+            if frozen {
+                let _ = write_file(&dir.join("freezer.state"), "THAWED");
+            }
+        }
+    }
+}
+
+/// Microseconds of CPU used by everything in a cgroup directory, ever.
+fn cpu_us(flavour: Flavour, dir: &Path, acct: Option<&Path>) -> Option<u64> {
+    match flavour {
+        Flavour::V2 => fs::read_to_string(dir.join("cpu.stat"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))?
+            .trim()
+            .parse()
+            .ok(),
+        Flavour::V1 => fs::read_to_string(acct?.join("cpuacct.usage"))
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|ns| ns / 1000),
+    }
+}
+
+/// Remove a cell's directory and any left under it; false while busy.
+fn remove_tree(dir: &Path) -> bool {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path());
+            }
+        }
+    }
+    match fs::remove_dir(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
+impl Containment {
+    /// The cgroups for daemon `name` (pid `pid`), made under this process's
+    /// own cgroup: v2 when its hierarchy can be written, else the v1
+    /// freezer. Directories a daemon that died left behind beside it are
+    /// cleared first (their processes killed). `Err` says why there are
+    /// none (the daemon then uses process groups only).
+    pub fn open(name: &str, pid: u32) -> Result<Containment, String> {
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        let own = fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+        let leaf = format!("mig-{}-{pid}", safe(name));
+        let place = |controller: Option<&str>| -> Option<PathBuf> {
+            let mount = mount_point(&mountinfo, controller)?;
+            let path = own_path(&own, controller)?;
+            Some(mount.join(path.trim_start_matches('/')))
+        };
+        let mut why = Vec::new();
+        if let Some(parent) = place(None) {
+            match Self::make(Flavour::V2, &parent, &leaf) {
+                Ok(base) => {
+                    return Ok(Containment {
+                        flavour: Flavour::V2,
+                        base,
+                        acct: None,
+                        retired: Vec::new(),
+                        made: 0,
+                    })
+                }
+                Err(e) => why.push(format!("cgroup v2 at {}: {e}", parent.display())),
+            }
+        } else {
+            why.push("no cgroup v2 mounted".into());
+        }
+        if let Some(parent) = place(Some("freezer")) {
+            match Self::make(Flavour::V1, &parent, &leaf) {
+                Ok(base) => {
+                    let acct = place(Some("cpuacct"))
+                        .and_then(|p| Self::make(Flavour::V1, &p, &leaf).ok());
+                    return Ok(Containment {
+                        flavour: Flavour::V1,
+                        base,
+                        acct,
+                        retired: Vec::new(),
+                        made: 0,
+                    });
+                }
+                Err(e) => why.push(format!("cgroup v1 freezer at {}: {e}", parent.display())),
+            }
+        } else {
+            why.push("no cgroup v1 freezer mounted".into());
+        }
+        Err(why.join("; "))
+    }
+
+    /// Make `parent/leaf`, after clearing `parent/mig-*-PID` of dead daemons.
+    fn make(flavour: Flavour, parent: &Path, leaf: &str) -> io::Result<PathBuf> {
+        if let Ok(entries) = fs::read_dir(parent) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(rest) = name.strip_prefix("mig-") else {
+                    continue;
+                };
+                let pid = rest.rsplit('-').next().and_then(|p| p.parse::<i32>().ok());
+                if pid.is_some_and(|p| !alive(p)) {
+                    Self::clear(flavour, &e.path());
+                }
+            }
+        }
+        let base = parent.join(leaf);
+        fs::create_dir_all(&base)?;
+        // Prove a process can be placed here before relying on it.
+        write_file(&base.join("cgroup.procs"), "").or_else(|e| {
+            // An empty write is refused with EINVAL by some kernels: that
+            // still shows the file is writable.
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })?;
+        Ok(base)
+    }
+
+    /// Kill everything under a daemon's directory and remove it.
+    fn clear(flavour: Flavour, dir: &Path) {
+        if let Ok(entries) = fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    kill_dir(flavour, &e.path());
+                }
+            }
+        }
+        kill_dir(flavour, dir);
+        for _ in 0..50 {
+            if remove_tree(dir) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// What holds the VPs, for the log.
+    pub fn describe(&self) -> String {
+        match self.flavour {
+            Flavour::V2 => format!("cgroup v2 {}", self.base.display()),
+            Flavour::V1 => format!(
+                "cgroup v1 freezer {}{}",
+                self.base.display(),
+                self.acct
+                    .as_ref()
+                    .map_or(String::new(), |a| format!(", cpuacct {}", a.display()))
+            ),
+        }
+    }
+
+    /// The interface in use.
+    pub fn flavour(&self) -> Flavour {
+        self.flavour
+    }
+
+    /// A new cell for a process of VP `label` (e.g. `t40001`).
+    pub fn cell(&mut self, label: &str) -> io::Result<Cell> {
+        self.made += 1;
+        let name = format!("{}-{}", safe(label), self.made);
+        let dir = self.base.join(&name);
+        fs::create_dir_all(&dir)?;
+        let acct = match &self.acct {
+            Some(a) => {
+                let d = a.join(&name);
+                fs::create_dir_all(&d)?;
+                Some(d)
+            }
+            None => None,
+        };
+        let mut join = Vec::new();
+        for d in std::iter::once(&dir).chain(acct.iter()) {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(d.join("cgroup.procs"))?;
+            join.push(OwnedFd::from(f));
+        }
+        Ok(Cell {
+            flavour: self.flavour,
+            dir,
+            acct,
+            join,
+        })
+    }
+
+    /// CPU used by every VP this daemon has run, ever (ended ones too).
+    pub fn cpu_used(&self) -> Option<Duration> {
+        cpu_us(self.flavour, &self.base, self.acct.as_deref()).map(Duration::from_micros)
+    }
+
+    /// A cell whose VP ended: whatever is left in it is killed, and the
+    /// directory removed once empty (now, or at a later `sweep`).
+    pub fn retire(&mut self, cell: Cell) {
+        cell.kill();
+        if !cell.remove() {
+            self.retired.push(cell);
+        }
+    }
+
+    /// Remove retired cells that have emptied.
+    pub fn sweep(&mut self) {
+        self.retired.retain(|c| !c.remove());
+    }
+
+    /// Kill every process in every cell and remove the daemon's directories.
+    pub fn close(&mut self) {
+        Self::clear(self.flavour, &self.base);
+        if let Some(a) = &self.acct {
+            Self::clear(Flavour::V1, a);
+        }
+        self.retired.clear();
+    }
+}
+
+impl Cell {
+    /// Descriptors the child writes "0" into to join the cell (close-on-exec).
+    pub fn join_fds(&self) -> Vec<RawFd> {
+        self.join.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    /// The child has started: the daemon's copies of those descriptors go.
+    pub fn joined(&mut self) {
+        self.join.clear();
+    }
+
+    /// Its processes.
+    pub fn pids(&self) -> Vec<i32> {
+        procs(&self.dir)
+    }
+
+    /// Send `sig` to every process in it; how many.
+    pub fn signal(&self, sig: Signal) -> usize {
+        signal_all(&self.dir, sig)
+    }
+
+    /// Kill every process in it at once.
+    pub fn kill(&self) {
+        kill_dir(self.flavour, &self.dir);
+    }
+
+    /// CPU its processes used, reaped children included.
+    pub fn cpu_used(&self) -> Option<Duration> {
+        cpu_us(self.flavour, &self.dir, self.acct.as_deref()).map(Duration::from_micros)
+    }
+
+    /// Remove its directories; false while a process is still in it.
+    fn remove(&self) -> bool {
+        let main = remove_tree(&self.dir);
+        let acct = self.acct.as_deref().is_none_or(remove_tree);
+        main && acct
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+    const CGROUP: &str = "6:freezer:/a/b\n2:cpu,cpuacct:/\n0::/user.slice\n";
+
+    #[test]
+    fn mounts_and_own_paths_are_read_from_proc() {
+        assert_eq!(
+            mount_point(MOUNTINFO, None),
+            Some("/sys/fs/cgroup/unified".into())
+        );
+        assert_eq!(
+            mount_point(MOUNTINFO, Some("freezer")),
+            Some("/sys/fs/cgroup/freezer".into())
+        );
+        assert_eq!(mount_point(MOUNTINFO, Some("memory")), None);
+        assert_eq!(own_path(CGROUP, None), Some("/user.slice".into()));
+        assert_eq!(own_path(CGROUP, Some("freezer")), Some("/a/b".into()));
+        assert_eq!(own_path(CGROUP, Some("cpuacct")), Some("/".into()));
+        assert_eq!(safe("../h1 x"), "_h1_x");
+    }
+
+    /// A shell in `cell` that starts a `setsid` child busy-looping, and
+    /// the child's pid once it is in the cell.
+    #[allow(clippy::zombie_processes)] // the caller waits for it
+    fn tree_in(cell: &mut Cell) -> (std::process::Child, i32) {
+        use std::os::unix::process::CommandExt;
+        let fds = cell.join_fds();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "setsid sh -c 'while :; do :; done' & wait"]);
+        // SAFETY: the closure only calls write(2) on descriptors opened
+        // before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                for &fd in &fds {
+                    libc::write(fd, b"0".as_ptr().cast(), 1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawn sh");
+        cell.joined();
+        let t = std::time::Instant::now();
+        loop {
+            let pids = cell.pids();
+            if let Some(&p) = pids.iter().find(|&&p| p != child.id() as i32) {
+                return (child, p);
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                cell.kill();
+                let _ = child.wait();
+                panic!("no child in {pids:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn state(pid: i32) -> char {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s[s.rfind(')')? + 1..].trim_start().chars().next())
+            .unwrap_or('X')
+    }
+
+    fn wait_for(what: impl Fn() -> bool) -> bool {
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if what() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// Both interfaces, where this machine has them: a `setsid` child is
+    /// stopped, counted, resumed and killed with its cell, and the
+    /// daemon's directory goes with `close`. This machine must have one of
+    /// them (the Owner tests rely on it).
+    #[test]
+    fn a_setsid_child_is_stopped_and_killed_with_its_cell() {
+        let c = Containment::open("unit", std::process::id()).expect("no cgroup here");
+        let mut tried = vec![c];
+        // The v1 freezer too, when the v2 hierarchy came first.
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap();
+        if tried[0].flavour == Flavour::V2 {
+            if let (Some(m), Some(p)) = (
+                mount_point(&mountinfo, Some("freezer")),
+                own_path(&own, Some("freezer")),
+            ) {
+                let parent = m.join(p.trim_start_matches('/'));
+                let leaf = format!("mig-unit1-{}", std::process::id());
+                if let Ok(base) = Containment::make(Flavour::V1, &parent, &leaf) {
+                    let acct = mount_point(&mountinfo, Some("cpuacct")).and_then(|m| {
+                        let p = own_path(&own, Some("cpuacct"))?;
+                        Containment::make(Flavour::V1, &m.join(p.trim_start_matches('/')), &leaf)
+                            .ok()
+                    });
+                    tried.push(Containment {
+                        flavour: Flavour::V1,
+                        base,
+                        acct,
+                        retired: Vec::new(),
+                        made: 0,
+                    });
+                }
+            }
+        }
+        for mut c in tried {
+            let mut cell = c.cell("t1").expect("cell");
+            let (mut sh, kid) = tree_in(&mut cell);
+            assert!(wait_for(|| state(kid) == 'R'), "{}", c.describe());
+            assert_eq!(cell.signal(Signal::SIGSTOP), 2, "{}", c.describe());
+            assert!(
+                wait_for(|| state(kid) == 'T'),
+                "{}: child not stopped",
+                c.describe()
+            );
+            let before = cell.cpu_used();
+            assert!(before.is_some(), "{}: no CPU counter", c.describe());
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                cell.cpu_used() <= before.map(|b| b + Duration::from_millis(10)),
+                "{}: a stopped tree used CPU",
+                c.describe()
+            );
+            cell.signal(Signal::SIGCONT);
+            assert!(
+                wait_for(|| state(kid) == 'R'),
+                "{}: not resumed",
+                c.describe()
+            );
+            c.retire(cell);
+            let _ = sh.wait();
+            assert!(
+                wait_for(|| matches!(state(kid), 'X' | 'Z')),
+                "{}: child left running",
+                c.describe()
+            );
+            assert!(c.cpu_used().is_some_and(|u| u > Duration::ZERO));
+            let base = c.base.clone();
+            c.sweep();
+            c.close();
+            assert!(!base.exists(), "{} left behind", base.display());
+        }
+    }
+}
