@@ -69,9 +69,14 @@ pub struct FileConfig {
     pub heartbeat_ms: Option<u64>,
     /// A worker silent this long (ms) is taken out of the pool.
     pub dead_after_ms: Option<u64>,
-    /// A VP asked to move that reaches no safe point within this (ms) stays
-    /// where it is and goes on running.
+    /// A VP asked to move off a host whose owner is back is resumed in the
+    /// SCHED_IDLE class for at most this (ms, default 1000) to reach its
+    /// safe point, then stopped again.
     pub safe_point_timeout_ms: Option<u64>,
+    /// How long (ms, default 10000) a VP asked to move off a host still
+    /// offered (it runs anyway) may take to reach its safe point before the
+    /// move is called off, and every VP of a job checkpoint round.
+    pub move_timeout_ms: Option<u64>,
     /// Gang slicing: the length of a time slot (ms) on the master; 0 turns
     /// slicing off (the kernel shares processors among slots' VPs).
     pub quantum_ms: Option<u64>,
@@ -127,6 +132,8 @@ pub struct Config {
     pub dead_after: Duration,
     /// How long a VP asked to move may take to reach a safe point.
     pub safe_point_timeout: Duration,
+    /// How long a move off an offered host, or a checkpoint round, waits.
+    pub move_timeout: Duration,
     /// Slot length for gang slicing (zero: off).
     pub quantum: Duration,
     /// Niceness VPs run at.
@@ -155,7 +162,8 @@ impl Config {
             arch: crate::facts::arch(),
             heartbeat: Duration::from_millis(500),
             dead_after: Duration::from_millis(3000),
-            safe_point_timeout: Duration::from_secs(10),
+            safe_point_timeout: Duration::from_millis(1000),
+            move_timeout: Duration::from_secs(10),
             quantum: Duration::from_millis(DEFAULT_QUANTUM_MS),
             vp_nice: 10,
             vp_idle_class: false,
@@ -217,6 +225,9 @@ impl Config {
         if let Some(v) = f.dead_after_ms {
             self.dead_after = Duration::from_millis(v);
         }
+        if let Some(v) = f.move_timeout_ms {
+            self.move_timeout = Duration::from_millis(v);
+        }
         if let Some(v) = f.safe_point_timeout_ms {
             self.safe_point_timeout = Duration::from_millis(v);
         }
@@ -273,6 +284,11 @@ impl Config {
             || self.safe_point_timeout > Duration::from_secs(3600)
         {
             return bad("safe_point_timeout_ms must be between 10 and 3600000".into());
+        }
+        if self.move_timeout < Duration::from_millis(10)
+            || self.move_timeout > Duration::from_secs(3600)
+        {
+            return bad("move_timeout_ms must be between 10 and 3600000".into());
         }
         if !self.quantum.is_zero()
             && (self.quantum < Duration::from_millis(5) || self.quantum > Duration::from_secs(600))

@@ -43,6 +43,8 @@ pub struct Containment {
     retired: Vec<Cell>,
     /// Cells made so far (each cell's name ends with its number).
     made: u64,
+    /// CPU used by all VPs when the mark was set (the owner came back).
+    mark: Option<Duration>,
 }
 
 /// One VP process's cgroup (and its cpuacct twin under v1).
@@ -231,6 +233,7 @@ impl Containment {
                         acct: None,
                         retired: Vec::new(),
                         made: 0,
+                        mark: None,
                     })
                 }
                 Err(e) => why.push(format!("cgroup v2 at {}: {e}", parent.display())),
@@ -249,6 +252,7 @@ impl Containment {
                         acct,
                         retired: Vec::new(),
                         made: 0,
+                        mark: None,
                     });
                 }
                 Err(e) => why.push(format!("cgroup v1 freezer at {}: {e}", parent.display())),
@@ -357,6 +361,16 @@ impl Containment {
     /// CPU used by every VP this daemon has run, ever (ended ones too).
     pub fn cpu_used(&self) -> Option<Duration> {
         cpu_us(self.flavour, &self.base, self.acct.as_deref()).map(Duration::from_micros)
+    }
+
+    /// Count VPs' CPU from now on (`None`: stop counting).
+    pub fn mark(&mut self, on: bool) {
+        self.mark = if on { self.cpu_used() } else { None };
+    }
+
+    /// CPU all VPs used since the mark.
+    pub fn used_since_mark(&self) -> Option<Duration> {
+        Some(self.cpu_used()?.saturating_sub(self.mark?))
     }
 
     /// A cell whose VP ended: whatever is left in it is killed, and the
@@ -534,6 +548,7 @@ mod tests {
                         acct,
                         retired: Vec::new(),
                         made: 0,
+                        mark: None,
                     });
                 }
             }

@@ -51,6 +51,15 @@ impl LocalVp {
         }
     }
 
+    /// Its processes: those of its cell, else its own.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut pids = self.cell.as_ref().map(Cell::pids).unwrap_or_default();
+        if !pids.contains(&self.pid) {
+            pids.push(self.pid);
+        }
+        pids
+    }
+
     /// Kill the VP's whole process tree.
     pub fn kill(&self) {
         if let Some(c) = &self.cell {
@@ -342,6 +351,31 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Put processes in the SCHED_IDLE class (best effort): they run only on
+/// a processor nothing else wants.
+pub fn idle_class(pids: &[i32]) {
+    let param = libc::sched_param { sched_priority: 0 };
+    for &p in pids {
+        // SAFETY: sched_setscheduler reads the parameter it is given.
+        unsafe { libc::sched_setscheduler(p, libc::SCHED_IDLE, &param) };
+    }
+}
+
+/// Put processes back in the class and niceness VPs run at (best effort).
+pub fn vp_class(pids: &[i32], how: &Treatment) {
+    if how.idle {
+        return idle_class(pids);
+    }
+    let param = libc::sched_param { sched_priority: 0 };
+    for &p in pids {
+        // SAFETY: both calls only read their arguments.
+        unsafe {
+            libc::sched_setscheduler(p, libc::SCHED_OTHER, &param);
+            libc::setpriority(libc::PRIO_PROCESS, p as libc::id_t, how.nice);
+        }
+    }
 }
 
 /// Kill a VP's whole process group.

@@ -147,7 +147,7 @@ fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
 
 #[test]
 fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
-    let vm = Vm::start_config(2, "[daemon]\nsafe_point_timeout_ms = 300\n");
+    let vm = Vm::start_config(2, "[daemon]\nmove_timeout_ms = 300\n");
     let job = vm.start_job(1, &bin("testvp"), &["stubborn", "3000"]);
     assert!(wait_until(Duration::from_secs(10), || vm
         .where_is("t40001")

@@ -547,3 +547,61 @@ fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() 
     }
     assert_eq!(all2(&vm), 0, "processes left after mig halt");
 }
+
+#[test]
+fn a_movable_vp_that_misses_its_safe_point_costs_the_owner_at_most_the_deadline_per_try() {
+    // A VP that says it can be moved but never reaches a safe point, alone
+    // on a host whose owner comes back while a free host waits for it: each
+    // try resumes it in the idle class for at most safe_point_timeout_ms
+    // (300 here), then it is stopped again.
+    let vm = Vm::start_config(3, "[daemon]\nsafe_point_timeout_ms = 300\n");
+    vm.mig_ok(&[
+        "spawn",
+        "-n",
+        "2",
+        "--",
+        &bin("testvp").display().to_string(),
+        "spinner",
+        "600000",
+    ]);
+    let running_off_master = || {
+        hosts_of(&vm)
+            .into_iter()
+            .find(|(h, s, _)| h != "h0" && s == "running")
+    };
+    assert!(wait_until(Duration::from_secs(10), || running_off_master().is_some()));
+    let (host, _, pid) = running_off_master().expect("a VP off the master");
+    mig_ok(&vm, &["owner", "reclaim", "--host", &host]);
+    assert!(wait_until(Duration::from_secs(5), || stopped(pid)));
+    // Watch it through the first try and the scheduler's retry (after 5 s).
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(7));
+    let used_ms = (cpu_ticks(pid) - before) * 10;
+    let log = vm.log(0);
+    let tries = log
+        .matches(&format!(
+            "no safe point within 300 ms: it stays stopped on {host}"
+        ))
+        .count() as u64;
+    assert!(tries >= 1, "no try was called off:\n{log}");
+    assert!(stopped(pid), "the VP runs on after {tries} tries");
+    // Each try cost at most its deadline, and a little for the loop's turn.
+    assert!(
+        used_ms <= tries * (300 + 150) + 20,
+        "{used_ms} ms of CPU in {tries} tries"
+    );
+    // `mig owner status` counts what our VPs used since the owner came back.
+    let status = vm.mig_ok(&["owner", "status", "--host", &host]);
+    let text = String::from_utf8_lossy(&status.stdout).into_owned();
+    let reported: u64 = text
+        .split("VPs used ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no CPU figure in:\n{text}"));
+    assert!(
+        reported + 20 >= used_ms && reported <= tries * (300 + 150) + 40,
+        "reported {reported} ms, measured {used_ms} ms over {tries} tries"
+    );
+    let _ = vm.mig(&["kill", "j1"]);
+}

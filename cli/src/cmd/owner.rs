@@ -94,5 +94,10 @@ fn describe(host: &str, r: &OwnerReport) -> String {
         let mark = if s.active { "on " } else { "off" };
         out.push_str(&format!("  {mark} {:<14} {}{last}\n", s.name, s.sees));
     }
+    if let Some(ms) = r.vp_cpu_ms {
+        out.push_str(&format!(
+            "  VPs used {ms} ms of CPU here since the owner came back\n"
+        ));
+    }
     out
 }

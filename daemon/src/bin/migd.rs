@@ -86,6 +86,7 @@ fn start() -> anyhow::Result<()> {
         heartbeat_ms: None,
         dead_after_ms: None,
         safe_point_timeout_ms: None,
+        move_timeout_ms: None,
         quantum_ms: None,
         vp_nice: f.vp_nice,
         vp_idle_class: None,

@@ -263,6 +263,7 @@ fn report(state: OwnerState) -> OwnerReport {
         idle_s: None,
         load: None,
         sources: vec![],
+        vp_cpu_ms: None,
     }
 }
 

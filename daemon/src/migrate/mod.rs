@@ -179,6 +179,17 @@ impl MoveTable {
         late
     }
 
+    /// When the first move still short of its safe point becomes overdue.
+    pub fn next_overdue(&self, limit: Duration) -> Option<Instant> {
+        self.moves
+            .values()
+            .filter_map(|m| match m {
+                Move::Asked { since, .. } => Some(*since + limit),
+                _ => None,
+            })
+            .min()
+    }
+
     /// The target host of `tid`'s move, if it is asked for or streaming
     /// its image to another host.
     pub fn target(&self, tid: Tid) -> Option<(&str, &StartVp)> {

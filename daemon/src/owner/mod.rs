@@ -361,6 +361,7 @@ impl Monitor {
             idle_s: ago(self.policy.last_activity()),
             load: self.load.last(),
             sources,
+            vp_cpu_ms: None,
         }
     }
 }

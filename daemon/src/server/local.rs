@@ -5,6 +5,15 @@ use super::*;
 use crate::migrate::Move;
 
 impl Daemon {
+    /// How VPs run here.
+    pub(super) fn treatment(&self) -> host::Treatment {
+        host::Treatment {
+            nice: self.cfg.vp_nice,
+            idle: self.cfg.vp_idle_class,
+            huge_pages: self.cfg.vp_huge_pages,
+        }
+    }
+
     pub(super) fn start_vp(&mut self, s: StartVp) {
         let tid = s.tid;
         let mut cell = self.contain.as_mut().and_then(|c| {
@@ -17,11 +26,7 @@ impl Daemon {
             &s,
             &self.facts.name,
             &self.socket_path.display().to_string(),
-            &host::Treatment {
-                nice: self.cfg.vp_nice,
-                idle: self.cfg.vp_idle_class,
-                huge_pages: self.cfg.vp_huge_pages,
-            },
+            &self.treatment(),
             &join,
         ) {
             Ok(host::Started {

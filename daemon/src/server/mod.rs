@@ -305,7 +305,7 @@ impl Daemon {
         match d.cfg.join {
             None => {
                 let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
-                m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.safe_point_timeout);
+                m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
                 d.role = Role::Master(Box::new(m));
                 d.deliver(out);
                 log!("master {} listening on {addr}", d.facts.name);
@@ -319,7 +319,12 @@ impl Daemon {
             }
         }
         // The master knows from the start whose this host is.
-        let report = d.owner.report(Instant::now());
+        if !d.owner.offered() {
+            if let Some(c) = &mut d.contain {
+                c.mark(true);
+            }
+        }
+        let report = d.owner_report(Instant::now());
         d.report(PeerMsg::Owner(report));
         std::fs::write(d.state.addr_file(), format!("{addr}\n"))
             .map_err(io_err("writing the address file"))?;
@@ -354,6 +359,14 @@ impl Daemon {
                 .heartbeat
                 .saturating_sub(self.last_beat.elapsed())
                 .min(self.owner.due().saturating_duration_since(Instant::now()))
+                // Wake to stop a VP that missed its safe point on time.
+                .min(
+                    self.moves
+                        .next_overdue(self.safe_point_limit())
+                        .map_or(Duration::MAX, |t| {
+                            t.saturating_duration_since(Instant::now()) + Duration::from_millis(1)
+                        }),
+                )
                 // Wake to arm the next slot switch.
                 .min(
                     self.slice_due_in()
@@ -407,6 +420,13 @@ impl Daemon {
             if Instant::now() >= self.owner.due() {
                 self.owner_poll(None);
             }
+            if self
+                .moves
+                .next_overdue(self.safe_point_limit())
+                .is_some_and(|t| Instant::now() > t)
+            {
+                self.call_off_slow_moves();
+            }
             if self.last_beat.elapsed() >= self.cfg.heartbeat {
                 self.last_beat = Instant::now();
                 self.tick();
@@ -435,7 +455,7 @@ impl Daemon {
         }
         // The owner's state rides with the heartbeat, for `mig owner status`,
         // and so do the slicer's switches, for `mig stats`.
-        let report = self.owner.report(Instant::now());
+        let report = self.owner_report(Instant::now());
         self.report(PeerMsg::Owner(report));
         for s in self.switcher.done() {
             self.slicer.record(s);

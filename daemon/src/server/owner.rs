@@ -36,19 +36,30 @@ impl Daemon {
                     self.disarm_switch();
                     // VPs checkpointing for a move go on to their safe point.
                     let n = self.signal_vps(Signal::SIGSTOP, |t, _| !self.moves.let_run(t));
+                    if let Some(c) = &mut self.contain {
+                        c.mark(true);
+                    }
                     done.push(format!("{n} VPs stopped"));
                 }
                 Change::ResumeVps => {
                     // Those whose slot is not running stay stopped.
+                    // Any resumed for a move in the idle class runs as VPs do.
+                    let how = self.treatment();
+                    for v in self.vps.by_tid.values().filter(|v| v.exit.is_none()) {
+                        host::vp_class(&v.pids(), &how);
+                    }
                     let n = self.signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
                     self.moves.owner_left();
+                    if let Some(c) = &mut self.contain {
+                        c.mark(false);
+                    }
                     done.push(format!("{n} VPs resumed"));
                 }
                 Change::LeavePool => done.push("leaving the pool".into()),
                 Change::JoinPool => done.push("joining the pool".into()),
             }
         }
-        let report = self.owner.report(now);
+        let report = self.owner_report(now);
         let name = self.facts.name.clone();
         let said = format!(
             "{name} is {} ({}){}{}",
@@ -67,6 +78,18 @@ impl Daemon {
         if self.owner.park_due(now) {
             self.park_waiting();
         }
+    }
+
+    /// The owner monitor's report, with the CPU VPs used since the owner
+    /// came back.
+    pub(super) fn owner_report(&self, now: Instant) -> libmig::msg::OwnerReport {
+        let mut r = self.owner.report(now);
+        r.vp_cpu_ms = self
+            .contain
+            .as_ref()
+            .and_then(|c| c.used_since_mark())
+            .map(|d| d.as_millis() as u64);
+        r
     }
 
     /// The owner has had the host back for `park_after_s` and VPs still

@@ -62,6 +62,11 @@ impl Daemon {
             },
         );
         if let Some(v) = self.vps.by_tid.get(&tid) {
+            if !self.owner.offered() {
+                // The owner is back: it runs on only what they leave idle,
+                // and for at most `safe_point_limit`.
+                host::idle_class(&v.pids());
+            }
             v.signal(Signal::SIGCONT);
             host::signal_one(v.pid, Signal::SIGUSR2);
         }
@@ -72,7 +77,7 @@ impl Daemon {
     /// the master hears why (`mig ps` shows it running here again). One
     /// writing its image (sent on as it goes) is past its safe point.
     pub(super) fn call_off_slow_moves(&mut self) {
-        let limit = self.cfg.safe_point_timeout;
+        let limit = self.safe_point_limit();
         for tid in self.moves.call_off_overdue(Instant::now(), limit) {
             if let Some(&t) = self.vp_conns.get(&tid) {
                 self.send_vp(t, &VpMsg::StayPut);
@@ -81,6 +86,12 @@ impl Daemon {
                 }
                 self.released(tid);
             }
+            if let Some(v) = self.vps.by_tid.get(&tid) {
+                if !self.owner.offered() {
+                    v.signal(Signal::SIGSTOP);
+                }
+                host::vp_class(&v.pids(), &self.treatment());
+            }
             let reason = if self.owner.offered() {
                 format!(
                     "no safe point within {} ms: it stays on {} and runs on",
@@ -88,9 +99,6 @@ impl Daemon {
                     self.facts.name
                 )
             } else {
-                if let Some(v) = self.vps.by_tid.get(&tid) {
-                    v.signal(Signal::SIGSTOP);
-                }
                 format!(
                     "no safe point within {} ms: it stays stopped on {}, whose owner is back",
                     limit.as_millis(),
@@ -99,6 +107,18 @@ impl Daemon {
             };
             log!("VP t{tid:x}: {reason}");
             self.report(PeerMsg::MigrateFailed { tid, reason });
+        }
+    }
+
+    /// How long a VP asked to move may take to reach its safe point: while
+    /// the owner is back, `safe_point_timeout` (short: they lose at most
+    /// that, once per try, and only CPU they leave idle); on a host still
+    /// offered, where the VP runs anyway, `move_timeout`.
+    pub(super) fn safe_point_limit(&self) -> Duration {
+        if self.owner.offered() {
+            self.cfg.move_timeout
+        } else {
+            self.cfg.safe_point_timeout
         }
     }
 

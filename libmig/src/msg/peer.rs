@@ -398,4 +398,7 @@ pub struct OwnerReport {
     pub load: Option<f64>,
     /// Each source.
     pub sources: Vec<SourceReport>,
+    /// CPU (ms) every process of this host's VPs used since the owner came
+    /// back (while they have the host, where it can be counted).
+    pub vp_cpu_ms: Option<u64>,
 }

@@ -18,6 +18,8 @@
 //! * `garbage` — writes junk on its socket before `init`, then finds it
 //!   has been disconnected;
 //! * `flood MIB` — VP 0 streams MIB MiB in 16 MiB messages to a slow VP 1;
+//! * `spinner MS` — says it can be moved, then spins MS ms without ever
+//!   reaching a safe point;
 //! * `spin FILE` — burns CPU, migration-aware, until FILE (or FILE.K for
 //!   VP K) exists, then says how many hosts it ran on;
 //! * `hold MIB [check]` — holds MIB MiB of state (with `check`, a
@@ -456,6 +458,18 @@ fn main() {
             ok(vm.send_bytes(to, 1, &mib));
             println!("sent {}", i + 1);
         }
+        return;
+    }
+    if mode == "spinner" {
+        // Can be moved, but never reaches a safe point: spins on a
+        // processor for N ms, then ends.
+        let (_vm, ()) = ok(Vm::init_or_restore(|| ()));
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(u64::from(num(2000))) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        println!("spinner done");
         return;
     }
     if mode == "stubborn" {
