@@ -39,7 +39,19 @@ pub struct LocalVp {
     pub movable: bool,
     /// The cgroup holding its whole process tree, where the host has one.
     pub cell: Option<Cell>,
+    /// When its process started.
+    pub started: std::time::Instant,
+    /// The owner came back before it could say whether it can be moved:
+    /// it runs in the idle class until it says so or until this instant.
+    pub probation: Option<std::time::Instant>,
 }
+
+/// A VP this young when the owner comes back, that has not yet said
+/// whether it can be moved, is given the time to say it (see `probation`).
+pub const YOUNG: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The longest such a VP runs on (in the idle class) to say it.
+pub const PROBATION: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl LocalVp {
     /// Send `sig` to the VP and every process it started: its process

@@ -281,6 +281,16 @@ impl Vm {
             std::fs::write(&conf, text).expect("config file");
             flags.extend(["--config", conf.to_str().expect("utf-8 path")]);
         }
+        // A VP resumed for a move on a reclaimed host runs in the idle
+        // class: on a machine loaded by other work (other tests) it needs
+        // more than the default second to reach its safe point.
+        let given = toml.is_some_and(|t| t.contains("safe_point_timeout_ms"))
+            || extra
+                .iter()
+                .any(|a| *a == "--config" || *a == "--safe-point-timeout-ms");
+        if !given {
+            flags.extend(["--safe-point-timeout-ms", "5000"]);
+        }
         let extra = &flags[..];
         let what = std::thread::current()
             .name()

@@ -49,6 +49,11 @@ struct Flags {
     /// else wants the processor) [default: 10; config vp_nice].
     #[arg(long, value_name = "N")]
     vp_nice: Option<i32>,
+    /// How long (ms) a VP on a host whose owner is back is resumed, in the
+    /// idle class, to reach its safe point for a move [default: 1000;
+    /// config safe_point_timeout_ms].
+    #[arg(long, value_name = "MS")]
+    safe_point_timeout_ms: Option<u64>,
     /// TOML config file with [daemon] and [owner] sections; flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -85,7 +90,7 @@ fn start() -> anyhow::Result<()> {
         arch: f.arch,
         heartbeat_ms: None,
         dead_after_ms: None,
-        safe_point_timeout_ms: None,
+        safe_point_timeout_ms: f.safe_point_timeout_ms,
         move_timeout_ms: None,
         quantum_ms: None,
         vp_nice: f.vp_nice,

@@ -118,6 +118,7 @@ impl Master {
     pub fn tick(&mut self, now: Instant, dead_after: Duration) -> Vec<Out> {
         self.now = now;
         let mut out = self.retry_moves(now);
+        out.extend(self.kill_overdue(now));
         out.extend(self.checkpoint_tick(now));
         let silent: Vec<String> = self
             .hosts

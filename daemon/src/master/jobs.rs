@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// How long `mig kill JOB` waits for every VP of the job to end.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// "1 VP", "3 VPs".
+fn vps(n: usize) -> String {
+    if n == 1 {
+        "1 VP".into()
+    } else {
+        format!("{n} VPs")
+    }
+}
+
 impl Master {
     pub(super) fn spawn(&mut self, from: Requester, from_host: &str, spec: SpawnSpec) -> Vec<Out> {
         let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
@@ -47,6 +59,7 @@ impl Master {
                 vps,
                 waiters,
                 killed: false,
+                kill_waiters: Vec::new(),
                 ckpt: Ckpt::default(),
                 incarnation: 0,
                 next_vp: n,
@@ -73,10 +86,14 @@ impl Master {
     }
 
     pub(super) fn kill(&mut self, from: Requester, target: &str) -> Vec<Out> {
-        if self.jobs.contains_key(target) {
-            if let Some(j) = self.jobs.get_mut(target) {
-                j.killed = true;
+        if let Some(j) = self.jobs.get_mut(target) {
+            // Answered once every VP has ended, or at the deadline with
+            // those that have not.
+            j.kill_waiters.push((from, self.now + KILL_WAIT));
+            if j.killed {
+                return self.finish_if_done(target);
             }
+            j.killed = true;
             let mut out = self.event(Event::JobExit {
                 job: target.to_string(),
             });
@@ -98,17 +115,27 @@ impl Master {
                     });
                 }
             }
-            out.push(Out::Reply(
-                from,
-                Response::Ok {
-                    message: format!("killing job {target}"),
-                },
-            ));
             out.extend(self.finish_if_done(target));
             return out;
         }
+        if let Some(status) = self.ended_jobs.get(target) {
+            return vec![Out::Reply(
+                from,
+                Response::Error {
+                    message: format!("job {target} has already ended (status {status})"),
+                },
+            )];
+        }
         let tid = target.trim_start_matches("t").trim_start_matches("0x");
         if let Ok(tid) = Tid::from_str_radix(tid, 16) {
+            if let Some(e) = self.gone.get(&tid) {
+                return vec![Out::Reply(
+                    from,
+                    Response::Error {
+                        message: format!("VP t{tid:x} has already ended ({e})"),
+                    },
+                )];
+            }
             if let Some((job, vp)) = self.tids.get(&tid).cloned() {
                 if let Some(host) = self
                     .jobs
@@ -136,6 +163,50 @@ impl Master {
                 ),
             },
         )]
+    }
+
+    /// `mig kill` of jobs whose VPs have not all ended by the deadline is
+    /// answered with those VPs, and fails.
+    pub(super) fn kill_overdue(&mut self, now: Instant) -> Vec<Out> {
+        let mut out = Vec::new();
+        let names: Vec<String> = self.jobs.keys().cloned().collect();
+        for name in names {
+            let Some(j) = self.jobs.get_mut(&name) else {
+                continue;
+            };
+            let (late, keep) = std::mem::take(&mut j.kill_waiters)
+                .into_iter()
+                .partition::<Vec<_>, _>(|(_, by)| now >= *by);
+            j.kill_waiters = keep;
+            if late.is_empty() {
+                continue;
+            }
+            let Some(j) = self.jobs.get(&name) else {
+                continue;
+            };
+            let left: Vec<String> = j
+                .vps
+                .values()
+                .filter(|v| !v.state.ended())
+                .map(|v| {
+                    let at = v.host.as_deref().unwrap_or("no host");
+                    format!("t{:x} ({} on {at})", v.tid, self.vp_state(v))
+                })
+                .collect();
+            for (w, _) in late {
+                out.push(Out::Reply(
+                    w,
+                    Response::Error {
+                        message: format!(
+                            "job {name}: not every VP ended within {} s of the kill: {}",
+                            KILL_WAIT.as_secs(),
+                            left.join(", ")
+                        ),
+                    },
+                ));
+            }
+        }
+        out
     }
 
     /// A line of a VP's output.
@@ -238,6 +309,15 @@ impl Master {
             .find(|&s| s != 0)
             .unwrap_or(0);
         let mut out = vec![Out::Log(format!("job {job} finished with status {status}"))];
+        self.ended_jobs.insert(job.to_string(), status);
+        for (w, _) in j.kill_waiters {
+            out.push(Out::Reply(
+                w,
+                Response::Ok {
+                    message: format!("job {job} killed: its {} ended", vps(j.vps.len())),
+                },
+            ));
+        }
         for w in j.waiters {
             out.push(Out::Reply(
                 w,

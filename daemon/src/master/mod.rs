@@ -124,6 +124,8 @@ pub struct Master {
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
     host_watch: Vec<(Tid, i32, bool)>,
     gone: HashMap<Tid, ExitInfo>,
+    /// Jobs that have ended, with their status.
+    ended_jobs: HashMap<String, i32>,
     /// `mig owner reclaim|release` waiting for its host.
     owner_waiting: HashMap<u64, Requester>,
     next_owner_id: u64,
@@ -162,6 +164,7 @@ impl Master {
             exit_watch: HashMap::new(),
             host_watch: Vec::new(),
             gone: HashMap::new(),
+            ended_jobs: HashMap::new(),
             owner_waiting: HashMap::new(),
             next_owner_id: 1,
             now,

@@ -113,6 +113,8 @@ pub(super) struct JobRec {
     pub(super) vps: BTreeMap<u32, VpRec>,
     pub(super) waiters: Vec<Requester>,
     pub(super) killed: bool,
+    /// `mig kill` of the job waiting for every VP to end, with deadlines.
+    pub(super) kill_waiters: Vec<(Requester, Instant)>,
     pub(super) ckpt: Ckpt,
     /// Restarts from a checkpoint so far (see `Envelope::incarnation`).
     pub(super) incarnation: u32,

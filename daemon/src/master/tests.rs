@@ -671,8 +671,11 @@ fn killing_a_job_ends_its_vps_and_a_second_kill_finds_nothing() {
             "{out:?}"
         );
     }
+    // Not answered until the VPs have ended.
+    assert!(!out.iter().any(|o| matches!(o, Out::Reply(..))), "{out:?}");
+    let mut ends = Vec::new();
     for (h, tid) in &placed {
-        c.m.exited(
+        ends.extend(c.m.exited(
             h,
             *tid,
             ExitInfo {
@@ -680,8 +683,12 @@ fn killing_a_job_ends_its_vps_and_a_second_kill_finds_nothing() {
                 signal: Some(9),
                 error: None,
             },
-        );
+        ));
     }
+    assert!(
+        ends.iter().any(|o| matches!(o, Out::Reply(Requester::Local(5), Response::Ok { message }) if message.contains("killed: its 2 VPs ended"))),
+        "{ends:?}"
+    );
     assert!(c.m.ps().is_empty());
     let again = c.m.control(
         Requester::Local(5),
@@ -690,7 +697,62 @@ fn killing_a_job_ends_its_vps_and_a_second_kill_finds_nothing() {
             target: "j1".into(),
         },
     );
-    assert!(error_says(&again, "no job or VP"));
+    assert!(error_says(&again, "has already ended"), "{again:?}");
+    let tid = format!("t{:x}", placed[0].1);
+    let again =
+        c.m.control(Requester::Local(5), "h0", Request::Kill { target: tid });
+    assert!(error_says(&again, "has already ended"), "{again:?}");
+    let unknown = c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j9".into(),
+        },
+    );
+    assert!(error_says(&unknown, "no job or VP"), "{unknown:?}");
+}
+
+#[test]
+fn a_kill_whose_vps_do_not_end_fails_at_its_deadline_naming_them() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let now = Instant::now();
+    c.m.tick(now, Duration::from_secs(3600));
+    let out = c.m.control(
+        Requester::Local(7),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    assert!(!out.iter().any(|o| matches!(o, Out::Reply(..))));
+    // One ends, the other does not.
+    let (h, tid) = &placed[0];
+    c.m.exited(
+        h,
+        *tid,
+        ExitInfo {
+            code: None,
+            signal: Some(9),
+            error: None,
+        },
+    );
+    let early =
+        c.m.tick(now + Duration::from_secs(5), Duration::from_secs(3600));
+    assert!(
+        !early.iter().any(|o| matches!(o, Out::Reply(..))),
+        "{early:?}"
+    );
+    let late =
+        c.m.tick(now + Duration::from_secs(11), Duration::from_secs(3600));
+    let left = format!("t{:x}", placed[1].1);
+    assert!(
+        late.iter().any(
+            |o| matches!(o, Out::Reply(Requester::Local(7), Response::Error { message })
+            if message.contains(&left) && !message.contains(&format!("t{:x}", placed[0].1)))
+        ),
+        "{late:?}"
+    );
 }
 
 #[test]

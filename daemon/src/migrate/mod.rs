@@ -10,7 +10,7 @@
 pub mod source;
 pub mod target;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -125,12 +125,17 @@ pub enum Written {
 }
 
 /// The moves of this host's VPs, and the images it holds for them.
+/// How long after a try to park a VP that is still here it is tried again.
+pub const PARK_RETRY: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Default)]
 pub struct MoveTable {
     moves: HashMap<Tid, Move>,
     parked: HashMap<Tid, Parked>,
-    /// VPs asked to park while the owner has the host this time (once each).
-    park_tried: HashSet<Tid>,
+    /// Tries that missed their safe point, by VP.
+    missed: HashMap<Tid, u32>,
+    /// VPs asked to park while the owner has the host this time, and when.
+    park_tried: HashMap<Tid, Instant>,
     incoming: HashMap<Tid, Incoming>,
 }
 
@@ -175,8 +180,14 @@ impl MoveTable {
             .collect();
         for t in &late {
             self.moves.insert(*t, Move::CalledOff);
+            *self.missed.entry(*t).or_default() += 1;
         }
         late
+    }
+
+    /// How many tries to move `tid` missed their safe point.
+    pub fn missed(&self, tid: Tid) -> u32 {
+        self.missed.get(&tid).copied().unwrap_or(0)
     }
 
     /// When the first move still short of its safe point becomes overdue.
@@ -296,6 +307,7 @@ impl MoveTable {
 
     /// `tid`'s process ended (or a new one replaces it): its move is over.
     pub fn ended(&mut self, tid: Tid) -> Option<Move> {
+        self.missed.remove(&tid);
         self.moves.remove(&tid)
     }
 
@@ -309,10 +321,20 @@ impl MoveTable {
         self.parked.remove(&tid)
     }
 
-    /// Should `tid` be asked to park now? (Once while the owner has the
-    /// host.)
-    pub fn try_park(&mut self, tid: Tid) -> bool {
-        !self.let_run(tid) && self.park_tried.insert(tid)
+    /// Should `tid` be asked to park now? Once, then again every
+    /// `PARK_RETRY` while it is still here (a try that missed its safe
+    /// point cost the owner at most its deadline).
+    pub fn try_park(&mut self, tid: Tid, now: Instant) -> bool {
+        if self.let_run(tid) {
+            return false;
+        }
+        match self.park_tried.get(&tid) {
+            Some(&at) if now.saturating_duration_since(at) < PARK_RETRY => false,
+            _ => {
+                self.park_tried.insert(tid, now);
+                true
+            }
+        }
     }
 
     /// The owner left: VPs may be parked again next time.
@@ -412,8 +434,10 @@ mod tests {
     #[test]
     fn parking_is_asked_once_per_owner_visit_and_the_image_is_kept_until_placed() {
         let mut t = MoveTable::default();
-        assert!(t.try_park(1));
-        assert!(!t.try_park(1), "asked once");
+        let now = Instant::now();
+        assert!(t.try_park(1, now));
+        assert!(!t.try_park(1, now + Duration::from_secs(1)), "asked once");
+        assert!(t.try_park(1, now + PARK_RETRY), "asked again later");
         t.ask(1, Dest::Disk, start(1), Instant::now());
         assert!(matches!(t.written(1), Written::Park { .. }));
         t.left(1);
@@ -425,7 +449,7 @@ mod tests {
         );
         assert!(t.unpark(1).is_none());
         t.owner_left();
-        assert!(t.try_park(1), "the owner came back again");
+        assert!(t.try_park(1, now + PARK_RETRY), "the owner came back again");
     }
 
     #[test]

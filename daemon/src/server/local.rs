@@ -67,6 +67,8 @@ impl Daemon {
                         exit: None,
                         start: Some(s.clone()),
                         movable: false,
+                        started: Instant::now(),
+                        probation: None,
                         cell: cell.take().map(|mut c| {
                             c.joined();
                             c
@@ -79,8 +81,16 @@ impl Daemon {
                     // Started as the owner came back (it waits, stopped, for
                     // the scheduler to move it or the owner to leave), or
                     // outside its slot (it waits for its turn).
-                    if let Some(v) = self.vps.by_tid.get(&tid) {
-                        v.signal(Signal::SIGSTOP);
+                    let owner_back = !self.owner.offered();
+                    let limit = self.cfg.safe_point_timeout.min(host::PROBATION);
+                    if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                        if owner_back && !off_slot {
+                            // Until it says whether it can be moved.
+                            v.probation = Some(Instant::now() + limit);
+                            host::idle_class(&[pid]);
+                        } else {
+                            v.signal(Signal::SIGSTOP);
+                        }
                     }
                 }
                 for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {

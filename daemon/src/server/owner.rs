@@ -28,6 +28,7 @@ impl Daemon {
             .filter_map(|p| u32::try_from(p).ok())
             .collect();
         let changes = self.owner.poll(now, &pids);
+        self.end_probation(|_| false);
         let mut done = Vec::new();
         for c in &changes {
             match c {
@@ -35,7 +36,19 @@ impl Daemon {
                     // A switch not yet carried out never continues anyone now.
                     self.disarm_switch();
                     // VPs checkpointing for a move go on to their safe point.
-                    let n = self.signal_vps(Signal::SIGSTOP, |t, _| !self.moves.let_run(t));
+                    // A VP that started a moment ago and has not yet said
+                    // whether it can be moved runs on in the idle class
+                    // until it says so, for at most safe_point_timeout.
+                    let by = now + self.cfg.safe_point_timeout.min(host::PROBATION);
+                    for v in self.vps.by_tid.values_mut() {
+                        if v.exit.is_none() && !v.movable && v.started.elapsed() < host::YOUNG {
+                            v.probation = Some(by);
+                            host::idle_class(&v.pids());
+                        }
+                    }
+                    let n = self.signal_vps(Signal::SIGSTOP, |t, v| {
+                        !self.moves.let_run(t) && v.probation.is_none()
+                    });
                     if let Some(c) = &mut self.contain {
                         c.mark(true);
                     }
@@ -47,6 +60,9 @@ impl Daemon {
                     let how = self.treatment();
                     for v in self.vps.by_tid.values().filter(|v| v.exit.is_none()) {
                         host::vp_class(&v.pids(), &how);
+                    }
+                    for v in self.vps.by_tid.values_mut() {
+                        v.probation = None;
                     }
                     let n = self.signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
                     self.moves.owner_left();
@@ -80,6 +96,26 @@ impl Daemon {
         }
     }
 
+    /// VPs on probation (see `LocalVp::probation`) that `said` picks, or
+    /// whose time is up, are stopped and back in their class (unless a
+    /// move of them is under way).
+    pub(super) fn end_probation(&mut self, said: impl Fn(Tid) -> bool) {
+        let now = Instant::now();
+        let how = self.treatment();
+        for (&tid, v) in self.vps.by_tid.iter_mut() {
+            let Some(by) = v.probation else { continue };
+            if !said(tid) && now < by {
+                continue;
+            }
+            v.probation = None;
+            if self.owner.offered() || self.moves.let_run(tid) {
+                continue;
+            }
+            v.signal(Signal::SIGSTOP);
+            host::vp_class(&v.pids(), &how);
+        }
+    }
+
     /// The owner monitor's report, with the CPU VPs used since the owner
     /// came back.
     pub(super) fn owner_report(&self, now: Instant) -> libmig::msg::OwnerReport {
@@ -108,7 +144,7 @@ impl Daemon {
             .collect();
         let me = self.facts.name.clone();
         for (tid, start) in waiting {
-            if self.moves.try_park(tid) {
+            if self.moves.try_park(tid, Instant::now()) {
                 self.checkpoint(me.clone(), start);
             }
         }

@@ -64,8 +64,21 @@ impl Daemon {
         if let Some(v) = self.vps.by_tid.get(&tid) {
             if !self.owner.offered() {
                 // The owner is back: it runs on only what they leave idle,
-                // and for at most `safe_point_limit`.
-                host::idle_class(&v.pids());
+                // and for at most `safe_point_limit`. SCHED_IDLE can starve
+                // it outright on a machine busy with other work: a VP that
+                // missed a try is tried next at nice 19.
+                if self.moves.missed(tid) == 0 {
+                    host::idle_class(&v.pids());
+                } else {
+                    host::vp_class(
+                        &v.pids(),
+                        &host::Treatment {
+                            nice: 19,
+                            idle: false,
+                            huge_pages: false,
+                        },
+                    );
+                }
             }
             v.signal(Signal::SIGCONT);
             host::signal_one(v.pid, Signal::SIGUSR2);

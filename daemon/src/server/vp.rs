@@ -68,6 +68,8 @@ impl Daemon {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
                     v.movable = true;
                 }
+                // Said in time: it waits, stopped, to be moved.
+                self.end_probation(|t| t == tid);
                 self.report(PeerMsg::Movable { tid });
             }
             other => self.refuse(t, &format!("a VP may not send {}", other.name())),
