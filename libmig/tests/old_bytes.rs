@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
-use libmig::msg::{Envelope, HostFacts, PeerMsg, Request, SnapStep, SpawnSpec, StartVp, VpMsg};
+use libmig::msg::{
+    Envelope, HostFacts, OwnerReport, OwnerState, PeerMsg, Request, SnapStep, SourceReport,
+    SpawnSpec, StartVp, VpMsg,
+};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -64,6 +67,22 @@ fn peer_msgs() -> Vec<PeerMsg> {
                 expect: vec![(0x40002, 9)],
             },
         },
+        PeerMsg::Owner(OwnerReport {
+            state: OwnerState::Reclaimed,
+            for_s: 2.5,
+            decided_by: "load 0.93 cores".into(),
+            idle_s: Some(0.1),
+            load: Some(0.93),
+            sources: vec![SourceReport {
+                name: "load".into(),
+                active: true,
+                sees: "0.93 cores".into(),
+                last_activity_s: Some(0.1),
+            }],
+            vp_cpu_ms: Some(12),
+            vacate_after_s: Some(60.0),
+        }),
+        PeerMsg::Movable { tid: 0x40002 },
     ]
 }
 
@@ -76,6 +95,7 @@ fn vp_msgs() -> Vec<VpMsg> {
         VpMsg::Checkpoint {
             path: "/state/t40001.ckpt".into(),
         },
+        VpMsg::Movable,
     ]
 }
 
@@ -91,6 +111,7 @@ fn requests() -> Vec<Request> {
             wait: true,
             parent: None,
             independent: false,
+            restartable: false,
         }),
     ]
 }

@@ -68,6 +68,7 @@ fn main() {
             wait: true,
             parent: None,
             independent: false,
+            restartable: false,
         };
         let Response::Spawned { tids, .. } = job.call(&Request::Spawn(spec)).expect("spawn") else {
             panic!("no job")

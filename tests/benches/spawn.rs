@@ -23,6 +23,7 @@ fn once(vm: &Vm, n: u32) -> f64 {
         wait: true,
         parent: None,
         independent: false,
+        restartable: false,
     };
     let t = Instant::now();
     c.send(&Request::Spawn(spec)).expect("send");

@@ -689,3 +689,41 @@ fn a_job_killed_while_a_vp_moves_leaves_no_process_and_a_second_kill_says_it_end
     let unknown = vm.mig(&["kill", "j7"]);
     assert!(!unknown.status.success(), "a kill of no job succeeded");
 }
+
+#[test]
+fn a_restartable_vp_that_cannot_move_is_vacated_when_the_owner_stays_and_the_job_finishes() {
+    // HTCondor's vacate of a vanilla job: a program that knows nothing of
+    // libmig, on a host whose owner stays past vacate_after_s, is ended
+    // there and started again from the beginning on a free host.
+    let vm = Vm::start_config(3, "[owner]\nvacate_after_s = 1\n");
+    vm.mig_ok(&[
+        "spawn",
+        "--restartable",
+        "-n",
+        "2",
+        "--",
+        "/bin/sh",
+        "-c",
+        "sleep 3; echo finished",
+    ]);
+    let off_master = || {
+        hosts_of(&vm)
+            .into_iter()
+            .find(|(h, s, _)| h != "h0" && s == "running")
+    };
+    assert!(wait_until(Duration::from_secs(10), || off_master().is_some()));
+    let (host, _, _) = off_master().expect("a VP off the master");
+    mig_ok(&vm, &["owner", "reclaim", "--host", &host]);
+    assert!(
+        wait_until(Duration::from_secs(20), || vm
+            .log(0)
+            .contains("job j1 finished with status 0")),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    let log = vm.log(0);
+    assert!(log.contains("vacating VP"), "{log}");
+    assert_eq!(log.matches("] finished").count(), 2, "{log}");
+    assert!(vm.job_processes("j1", &host).is_empty());
+}

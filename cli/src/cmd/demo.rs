@@ -226,6 +226,7 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk) -> Result<(
         wait: true,
         parent: None,
         independent: false,
+        restartable: false,
     };
     let t = Instant::now();
     let Response::Spawned { job, tids } = c.call(&Request::Spawn(spec))? else {

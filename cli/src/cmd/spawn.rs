@@ -27,6 +27,12 @@ pub struct Args {
     /// slot they run in any slot that leaves their processor empty.
     #[arg(long)]
     independent: bool,
+    /// Each VP may be started again from the beginning: one that cannot be
+    /// moved (it does not keep its state through libmig), stopped on a host
+    /// whose owner stays longer than that host's `vacate_after_s`, is ended
+    /// and started again elsewhere (HTCondor's vacate of a vanilla job).
+    #[arg(long)]
+    restartable: bool,
     /// Print JSON lines (spawned, output, vp_done, job_done) instead of text.
     #[arg(long)]
     json: bool,
@@ -71,6 +77,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         wait: a.wait,
         parent: None,
         independent: a.independent,
+        restartable: a.restartable,
     };
     let started = Instant::now();
     let mut c = Client::connect(daemon)?;

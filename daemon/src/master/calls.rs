@@ -34,6 +34,7 @@ impl Master {
                     wait: false,
                     parent: Some(tid),
                     independent: false,
+                    restartable: false,
                 };
                 if new_job {
                     let mut out = self.spawn(Requester::Vp { tid, id }, host, spec);

@@ -210,11 +210,16 @@ impl Master {
                 start.program
             ));
         }
+        let vacate = self.vacate_due(job, src);
         let v = self
             .jobs
             .get_mut(job)
             .and_then(|j| j.vps.get_mut(&vp))
             .ok_or_else(|| format!("no VP t{tid:x}"))?;
+        if !v.movable && vacate {
+            v.wants = None;
+            return Ok(self.vacate(tid, job, vp, src, to, start));
+        }
         if !v.movable {
             return Err(format!(
                 "VP t{tid:x} cannot be moved: it has not said it can (a program that keeps \
@@ -234,6 +239,48 @@ impl Master {
             ),
             Out::Log(format!("moving VP t{tid:x} from {src} to {to}")),
         ])
+    }
+
+    /// May VPs of `job` that cannot be moved be ended on `host` now and
+    /// started again elsewhere? (A `--restartable` job, on a host whose
+    /// owner has been back longer than its `vacate_after_s`.)
+    fn vacate_due(&self, job: &str, host: &str) -> bool {
+        self.vacate_after(job, host)
+            .is_some_and(|(after, back_for)| back_for >= after)
+    }
+
+    /// `(vacate_after_s, seconds the owner has been back)` for VPs of `job`
+    /// on `host`, if its VPs may be vacated there at all.
+    fn vacate_after(&self, job: &str, host: &str) -> Option<(f64, f64)> {
+        if !self.jobs.get(job)?.spec.restartable {
+            return None;
+        }
+        let r = self.hosts.get(host)?.owner.as_ref()?;
+        let after = r.vacate_after_s?;
+        (r.state != OwnerState::Offered).then_some((after, r.for_s))
+    }
+
+    /// End VP `tid` on `src` (whose owner stays) and start it again on `to`
+    /// from the beginning. The old process's end is then a stale report.
+    fn vacate(
+        &mut self,
+        tid: Tid,
+        job: &str,
+        vp: u32,
+        src: &str,
+        to: &str,
+        start: StartVp,
+    ) -> Vec<Out> {
+        let mut out = vec![
+            Out::ToHost(src.to_string(), PeerMsg::Kill { tid }),
+            Out::Log(format!(
+                "vacating VP t{tid:x} from {src}, whose owner stays (it cannot be moved; its job \
+                 is restartable): starting it again from the beginning on {to}"
+            )),
+        ];
+        out.extend(self.set_vp(job, vp, Some(to.to_string()), VpState::Starting));
+        out.push(Out::ToHost(to.to_string(), PeerMsg::Start(start)));
+        out
     }
 
     /// Moves the scheduler asked for that are due: after a move under way
@@ -258,6 +305,17 @@ impl Master {
             }
             match self.begin_move(tid, &job, vp, &at, &to) {
                 Ok(o) => out.extend(o),
+                Err(_) if self.vacate_after(&job, &at).is_some() => {
+                    // Vacated once the owner has stayed long enough.
+                    if let Some(w) = self
+                        .jobs
+                        .get_mut(&job)
+                        .and_then(|j| j.vps.get_mut(&vp))
+                        .and_then(|v| v.wants.as_mut())
+                    {
+                        w.retry_at = Some(now + Duration::from_secs(1));
+                    }
+                }
                 Err(e) => {
                     self.clear_wants(&job, vp);
                     out.push(Out::Log(format!("not moving VP t{tid:x} to {to}: {e}")));

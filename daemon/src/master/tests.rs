@@ -51,6 +51,7 @@ fn spec(n: u32) -> SpawnSpec {
         wait: true,
         parent: None,
         independent: false,
+        restartable: false,
     }
 }
 
@@ -264,6 +265,7 @@ fn report(state: OwnerState) -> OwnerReport {
         load: None,
         sources: vec![],
         vp_cpu_ms: None,
+        vacate_after_s: None,
     }
 }
 

@@ -54,6 +54,10 @@ pub struct OwnerFile {
     /// VPs waiting on a taken-back host this long (s) are checkpointed to
     /// disk and their processes ended; unset, they wait stopped.
     pub park_after_s: Option<f64>,
+    /// VPs of `--restartable` jobs that cannot be moved, stopped here while
+    /// the owner stays this long (s), are ended and started again elsewhere
+    /// from the beginning; unset, they stay stopped.
+    pub vacate_after_s: Option<f64>,
 }
 
 /// `terminals = "logged-in"` or `terminals = ["/dev/pts/3"]`.
@@ -88,6 +92,8 @@ pub struct OwnerConfig {
     /// VPs waiting on a taken-back host this long are checkpointed to disk
     /// and their processes ended (`None`: they wait stopped).
     pub park_after: Option<Duration>,
+    /// See `OwnerFile::vacate_after_s`.
+    pub vacate_after: Option<Duration>,
     /// The policy.
     pub policy: PolicyConfig,
     /// Where utmp, input devices and interrupts are (tests point elsewhere).
@@ -113,6 +119,7 @@ impl Default for OwnerConfig {
             interrupts: None,
             logind: None,
             park_after: None,
+            vacate_after: None,
             policy: PolicyConfig::default(),
             utmp: "/var/run/utmp".into(),
             input_dir: "/dev/input".into(),
@@ -210,6 +217,9 @@ impl OwnerConfig {
         }
         if let Some(v) = f.park_after_s {
             self.park_after = Some(secs("park_after_s", v, 7.0 * 86400.0)?);
+        }
+        if let Some(v) = f.vacate_after_s {
+            self.vacate_after = Some(secs("vacate_after_s", v, 7.0 * 86400.0)?);
         }
         Ok(())
     }
@@ -362,6 +372,7 @@ impl Monitor {
             load: self.load.last(),
             sources,
             vp_cpu_ms: None,
+            vacate_after_s: self.cfg.vacate_after.map(|d| d.as_secs_f64()),
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct SpawnSpec {
     /// Its VPs need no coordination: besides their own slot they run in
     /// any slot whose cell on their processor is empty (Concurrent Gang).
     pub independent: bool,
+    /// A VP that cannot be moved, stopped on a host whose owner stays
+    /// longer than that host's `vacate_after_s`, is ended and started again
+    /// elsewhere from the beginning.
+    pub restartable: bool,
 }
 
 /// A control request.

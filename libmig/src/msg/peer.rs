@@ -401,4 +401,8 @@ pub struct OwnerReport {
     /// CPU (ms) every process of this host's VPs used since the owner came
     /// back (while they have the host, where it can be counted).
     pub vp_cpu_ms: Option<u64>,
+    /// Seconds after which VPs of restartable jobs that cannot be moved
+    /// are ended here and started again elsewhere (`[owner]
+    /// vacate_after_s`; none: they stay stopped).
+    pub vacate_after_s: Option<f64>,
 }
