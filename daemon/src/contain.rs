@@ -226,16 +226,7 @@ impl Containment {
         let mut why = Vec::new();
         if let Some(parent) = place(None) {
             match Self::make(Flavour::V2, &parent, &leaf) {
-                Ok(base) => {
-                    return Ok(Containment {
-                        flavour: Flavour::V2,
-                        base,
-                        acct: None,
-                        retired: Vec::new(),
-                        made: 0,
-                        mark: None,
-                    })
-                }
+                Ok(base) => return Ok(Containment::new(Flavour::V2, base, None)),
                 Err(e) => why.push(format!("cgroup v2 at {}: {e}", parent.display())),
             }
         } else {
@@ -246,14 +237,7 @@ impl Containment {
                 Ok(base) => {
                     let acct = place(Some("cpuacct"))
                         .and_then(|p| Self::make(Flavour::V1, &p, &leaf).ok());
-                    return Ok(Containment {
-                        flavour: Flavour::V1,
-                        base,
-                        acct,
-                        retired: Vec::new(),
-                        made: 0,
-                        mark: None,
-                    });
+                    return Ok(Containment::new(Flavour::V1, base, acct));
                 }
                 Err(e) => why.push(format!("cgroup v1 freezer at {}: {e}", parent.display())),
             }
@@ -261,6 +245,17 @@ impl Containment {
             why.push("no cgroup v1 freezer mounted".into());
         }
         Err(why.join("; "))
+    }
+
+    fn new(flavour: Flavour, base: PathBuf, acct: Option<PathBuf>) -> Containment {
+        Containment {
+            flavour,
+            base,
+            acct,
+            retired: Vec::new(),
+            made: 0,
+            mark: None,
+        }
     }
 
     /// Make `parent/leaf`, after clearing `parent/mig-*-PID` of dead daemons.
@@ -542,14 +537,7 @@ mod tests {
                         Containment::make(Flavour::V1, &m.join(p.trim_start_matches('/')), &leaf)
                             .ok()
                     });
-                    tried.push(Containment {
-                        flavour: Flavour::V1,
-                        base,
-                        acct,
-                        retired: Vec::new(),
-                        made: 0,
-                        mark: None,
-                    });
+                    tried.push(Containment::new(Flavour::V1, base, acct));
                 }
             }
         }

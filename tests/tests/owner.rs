@@ -450,6 +450,22 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     both_spun(&finish(&vm, job));
 }
 
+/// (host, state, pid) of a VP running on a host other than the master,
+/// once there is one.
+fn running_off_master(vm: &Vm) -> (String, String, u32) {
+    let find = || {
+        hosts_of(vm)
+            .into_iter()
+            .find(|(h, s, _)| h != "h0" && s == "running")
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || find().is_some()),
+        "no VP runs off the master: {:?}",
+        hosts_of(vm)
+    );
+    find().expect("a VP off the master")
+}
+
 /// CPU time (user + system, in clock ticks) a process has used.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -569,13 +585,7 @@ fn a_movable_vp_that_misses_its_safe_point_costs_the_owner_at_most_the_deadline_
         "spinner",
         "600000",
     ]);
-    let running_off_master = || {
-        hosts_of(&vm)
-            .into_iter()
-            .find(|(h, s, _)| h != "h0" && s == "running")
-    };
-    assert!(wait_until(Duration::from_secs(10), || running_off_master().is_some()));
-    let (host, _, pid) = running_off_master().expect("a VP off the master");
+    let (host, _, pid) = running_off_master(&vm);
     mig_ok(&vm, &["owner", "reclaim", "--host", &host]);
     assert!(wait_until(Duration::from_secs(5), || stopped(pid)));
     // Watch it through the first try and the scheduler's retry (after 5 s).
@@ -706,13 +716,7 @@ fn a_restartable_vp_that_cannot_move_is_vacated_when_the_owner_stays_and_the_job
         "-c",
         "sleep 3; echo finished",
     ]);
-    let off_master = || {
-        hosts_of(&vm)
-            .into_iter()
-            .find(|(h, s, _)| h != "h0" && s == "running")
-    };
-    assert!(wait_until(Duration::from_secs(10), || off_master().is_some()));
-    let (host, _, _) = off_master().expect("a VP off the master");
+    let (host, _, _) = running_off_master(&vm);
     mig_ok(&vm, &["owner", "reclaim", "--host", &host]);
     assert!(
         wait_until(Duration::from_secs(20), || vm
