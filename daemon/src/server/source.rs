@@ -66,18 +66,19 @@ impl Daemon {
                 // The owner is back: it runs on only what they leave idle,
                 // and for at most `safe_point_limit`. SCHED_IDLE can starve
                 // it outright on a machine busy with other work: a VP that
-                // missed a try is tried next at nice 19.
-                if self.moves.missed(tid) == 0 {
-                    host::idle_class(&v.pids());
-                } else {
-                    host::vp_class(
+                // missed a try is tried next at nice 19, then at the
+                // priority VPs run at (each try still bounded).
+                match self.moves.missed(tid) {
+                    0 => host::idle_class(&v.pids()),
+                    1 => host::vp_class(
                         &v.pids(),
                         &host::Treatment {
                             nice: 19,
                             idle: false,
                             huge_pages: false,
                         },
-                    );
+                    ),
+                    _ => host::vp_class(&v.pids(), &self.treatment()),
                 }
             }
             v.signal(Signal::SIGCONT);
