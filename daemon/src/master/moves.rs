@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// How many times (a second apart) the scheduler's move of a VP that has
+/// not said it can be moved is tried before it is given up.
+const SILENT_TRIES: u32 = 3;
+
 impl Master {
     pub(super) fn carry_out(&mut self, actions: Vec<Action>) -> Vec<Out> {
         let mut out = Vec::new();
@@ -317,8 +321,26 @@ impl Master {
                     }
                 }
                 Err(e) => {
-                    self.clear_wants(&job, vp);
-                    out.push(Out::Log(format!("not moving VP t{tid:x} to {to}: {e}")));
+                    // One that has not yet said it can be moved may say so
+                    // in a moment (it has just started): asked again for a
+                    // few seconds before the move is given up.
+                    let silent = self
+                        .jobs
+                        .get_mut(&job)
+                        .and_then(|j| j.vps.get_mut(&vp))
+                        .filter(|v| !v.movable)
+                        .and_then(|v| v.wants.as_mut())
+                        .filter(|w| w.failures < SILENT_TRIES);
+                    match silent {
+                        Some(w) => {
+                            w.failures += 1;
+                            w.retry_at = Some(now + Duration::from_secs(1));
+                        }
+                        None => {
+                            self.clear_wants(&job, vp);
+                            out.push(Out::Log(format!("not moving VP t{tid:x} to {to}: {e}")));
+                        }
+                    }
                 }
             }
         }
