@@ -309,8 +309,16 @@ impl Master {
             }
             match self.begin_move(tid, &job, vp, &at, &to) {
                 Ok(o) => out.extend(o),
-                Err(_) if self.vacate_after(&job, &at).is_some() => {
-                    // Vacated once the owner has stayed long enough.
+                Err(_)
+                    if self.vacate_after(&job, &at).is_some()
+                        && self
+                            .jobs
+                            .get(&job)
+                            .and_then(|j| j.vps.get(&vp))
+                            .is_some_and(|v| !v.movable) =>
+                {
+                    // It cannot be moved: vacated once the owner has stayed
+                    // long enough.
                     if let Some(w) = self
                         .jobs
                         .get_mut(&job)
