@@ -55,6 +55,17 @@ fn mig_ok(vm: &Vm, args: &[&str]) -> String {
 }
 
 /// Both VPs of a `spin` job ended well.
+/// All `n` VPs of the VM run and have said they can be moved (a VP that has
+/// just started may not have yet, and is then not moved off a reclaimed host).
+fn running_movable(vm: &Vm, n: usize) -> bool {
+    let ps = vm.json(&["ps"]);
+    let vps = ps.as_array().cloned().unwrap_or_default();
+    vps.len() == n
+        && vps
+            .iter()
+            .all(|v| v["state"] == "running" && v["movable"] == true && v["host"].is_string())
+}
+
 fn both_spun(lines: &[String]) {
     assert_eq!(
         lines.iter().filter(|l| l.contains("spin done")).count(),
@@ -87,10 +98,7 @@ fn a_cpu_hog_on_the_desk_takes_the_host_back_and_its_end_gives_it_back() {
     let stop = vm.dir.path().join("stop");
     let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            let h = hosts_of(&vm);
-            h.len() == 2 && h.iter().all(|(_, s, _)| s == "running")
-        }),
+        wait_until(Duration::from_secs(10), || running_movable(&vm, 2)),
         "{:?}",
         hosts_of(&vm)
     );
@@ -146,10 +154,9 @@ fn reclaim_and_release_by_hand_and_vps_wait_stopped_when_no_host_is_free() {
     let vm = Vm::start(2);
     let stop = vm.dir.path().join("stop");
     let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
-    assert!(wait_until(Duration::from_secs(10), || {
-        let h = hosts_of(&vm);
-        h.len() == 2 && h.iter().all(|(h, s, _)| s == "running" && !h.is_empty())
-    }));
+    assert!(wait_until(Duration::from_secs(10), || running_movable(
+        &vm, 2
+    )));
     let said = mig_ok(&vm, &["owner", "reclaim", "--host", "h1"]);
     assert!(
         said.contains("h1 is reclaimed (mig owner reclaim)"),
@@ -394,11 +401,9 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
         let v = hosts_of(vm);
         v.len() == 2 && v.iter().all(|(h, s, _)| h == host && s == state)
     };
-    assert!(wait_until(Duration::from_secs(10), || hosts_of(&vm)
-        .iter()
-        .filter(|(_, s, _)| s == "running")
-        .count()
-        == 2));
+    assert!(wait_until(Duration::from_secs(10), || running_movable(
+        &vm, 2
+    )));
     for host in ["h1", "h0"] {
         mig_ok(&vm, &["owner", "reclaim", "--host", host]);
     }

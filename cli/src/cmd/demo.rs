@@ -120,7 +120,7 @@ pub fn run(a: Args) -> Result<()> {
     result
 }
 
-/// Wait until every VP runs, then have h1's owner come back: a busy loop
+/// Wait until every VP runs and can be moved, then have h1's owner come back: a busy loop
 /// starts on their desk. Time until h1's VPs are stopped and until h1 is
 /// empty (its VPs moved); then the owner leaves again.
 fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
@@ -130,7 +130,8 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
         let Response::Ps(vps) = c.call(&Request::Ps)? else {
             bail!("the daemon did not list its VPs")
         };
-        if vps.iter().all(|v| v.state == "running") && vps.len() == tids.len() {
+        // A VP that has not yet said it can be moved would stay on h1.
+        if vps.iter().all(|v| v.state == "running" && v.movable) && vps.len() == tids.len() {
             break vps
                 .into_iter()
                 .filter(|v| v.host.as_deref() == Some("h1"))

@@ -23,7 +23,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             .iter()
             .map(|v| {
                 serde_json::json!({"tid": format!("t{:x}", v.tid), "job": v.job, "vp": v.vp,
-                    "host": v.host, "pid": v.pid, "state": v.state})
+                    "host": v.host, "pid": v.pid, "state": v.state, "movable": v.movable})
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));

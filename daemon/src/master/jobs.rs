@@ -393,6 +393,7 @@ impl Master {
                     host: v.host.clone(),
                     pid: v.pid,
                     state: self.vp_state(v),
+                    movable: v.movable,
                 });
             }
         }

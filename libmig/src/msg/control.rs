@@ -150,6 +150,9 @@ pub struct VpInfo {
     pub pid: Option<u32>,
     /// `starting`, `running`, `waiting`, `exited`.
     pub state: String,
+    /// Whether its program has said it can be moved (libmig's
+    /// `init_or_restore`); a VP that has not is never moved.
+    pub movable: bool,
 }
 
 /// One cell of the allocation map.
