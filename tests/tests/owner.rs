@@ -736,3 +736,134 @@ fn a_restartable_vp_that_cannot_move_is_vacated_when_the_owner_stays_and_the_job
     assert_eq!(log.matches("] finished").count(), 2, "{log}");
     assert!(vm.job_processes("j1", &host).is_empty());
 }
+
+/// Every process of job `j1` on hosts h0..h(n-1) of this machine.
+fn every_process(vm: &Vm, n: usize) -> usize {
+    (0..n)
+        .map(|i| vm.job_processes("j1", &format!("h{i}")).len())
+        .sum()
+}
+
+fn kill_ends_it(vm: &Vm, vps: usize, n: usize) {
+    let out = vm.mig(&["kill", "j1"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.log(0)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("killed: its {vps} VPs ended")),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || every_process(vm, n) == 0),
+        "{} processes of the killed job left\n{}",
+        every_process(vm, n),
+        vm.log(0)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        every_process(vm, n),
+        0,
+        "a process of the killed job came back"
+    );
+    assert!(hosts_of(vm).is_empty(), "{:?}", hosts_of(vm));
+    let again = vm.mig(&["kill", "j1"]);
+    assert!(!again.status.success(), "a second kill succeeded");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("has already ended"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}
+
+#[test]
+fn a_job_killed_while_its_vps_are_parked_on_disk_leaves_no_image_and_no_process() {
+    let vm = Vm::start_config(2, "[owner]\npark_after_s = 0.2\n");
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || running_movable(
+        &vm, 2
+    )));
+    for host in ["h1", "h0"] {
+        vm.mig_ok(&["owner", "reclaim", "--host", host]);
+    }
+    let parked_files = || {
+        ["h0", "h1"]
+            .iter()
+            .flat_map(|h| {
+                std::fs::read_dir(vm.dir.path().join(h))
+                    .into_iter()
+                    .flatten()
+            })
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".parked"))
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || hosts_of(&vm)
+            .iter()
+            .all(|(_, s, _)| s == "parked on disk (owner back)")
+            && parked_files() == 2),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    kill_ends_it(&vm, 2, 2);
+    assert!(
+        wait_until(Duration::from_secs(5), || parked_files() == 0),
+        "{} parked images of the killed job left",
+        parked_files()
+    );
+    let out = job.wait_with_output().expect("spawn --wait");
+    assert!(
+        !out.status.success(),
+        "a killed job's spawn --wait succeeded"
+    );
+}
+
+#[test]
+fn a_job_killed_while_it_restores_from_its_checkpoint_leaves_no_process() {
+    let mut vm = Vm::start(3);
+    vm.mig_ok(&[
+        "spawn",
+        "-n",
+        "3",
+        "--",
+        &bin("testvp").display().to_string(),
+        "hold",
+        "1",
+    ]);
+    assert!(wait_until(Duration::from_secs(10), || running_movable(
+        &vm, 3
+    )));
+    vm.mig_ok(&["checkpoint", "j1"]);
+    // The hosts stopped (a paging machine): the restart cannot get past
+    // "restoring" until they answer again, a second later, by when the kill
+    // has been asked for.
+    let nix_pid = |p: u32| nix::unistd::Pid::from_raw(p as i32);
+    let (p1, p2) = (nix_pid(vm.pid(1)), nix_pid(vm.pid(2)));
+    vm.signal(1, nix::sys::signal::Signal::SIGSTOP);
+    vm.signal(2, nix::sys::signal::Signal::SIGSTOP);
+    let go_on = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        for p in [p1, p2] {
+            let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGCONT);
+        }
+    });
+    vm.mig_ok(&["restart", "j1"]);
+    // (The master's own VP may be back already.)
+    let states = hosts_of(&vm);
+    assert!(
+        states
+            .iter()
+            .filter(|(h, _, _)| h != "h0")
+            .all(|(_, s, _)| s == "restoring from the job's checkpoint"),
+        "{states:?}"
+    );
+    kill_ends_it(&vm, 3, 3);
+    go_on.join().expect("SIGCONT");
+    vm.mig_ok(&["hosts"]);
+}

@@ -246,12 +246,15 @@ impl Master {
             let Some(v) = j.vps.get_mut(&vp) else {
                 return out;
             };
-            // The end of a process the job's restart replaces is no exit.
-            if v.state == VpState::Restoring {
+            // The end of a process the job's restart replaces is no exit;
+            // once the job is killed, any end of it is its end (the kill
+            // went where it is being restored, after its image).
+            if v.state == VpState::Restoring && !j.killed {
                 return out;
             }
             // A report from a host the VP already left (restarted elsewhere) is stale.
-            let restoring_there = matches!(&v.state, VpState::Moving(to) if to == host);
+            let restoring_there = matches!(&v.state, VpState::Moving(to) if to == host)
+                || v.state == VpState::Restoring;
             if (v.host.as_deref() != Some(host) && !restoring_there) || v.state.ended() {
                 return out;
             }

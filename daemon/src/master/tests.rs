@@ -851,3 +851,42 @@ fn killing_a_job_reaches_every_vp_where_its_process_is_moving_held_or_parked() {
     );
     assert_eq!(kills(&out), vec![(h, tid)], "{out:?}");
 }
+
+#[test]
+fn a_job_killed_while_it_restores_ends_with_its_processes_ends() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let out = c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    for (h, tid) in &placed {
+        assert!(out.contains(&Out::ToHost(h.clone(), PeerMsg::Kill { tid: *tid })));
+    }
+    let mut answer = Vec::new();
+    for (h, tid) in &placed {
+        answer.extend(c.m.exited(
+            h,
+            *tid,
+            ExitInfo {
+                code: None,
+                signal: Some(9),
+                error: None,
+            },
+        ));
+    }
+    assert!(c.m.ps().is_empty(), "{:?}", c.m.ps());
+    assert!(answer.iter().any(|o| matches!(
+        o,
+        Out::Reply(Requester::Local(5), Response::Ok { message }) if message.contains("VPs ended")
+    )), "{answer:?}");
+}
