@@ -548,6 +548,24 @@ fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() 
                 .all(|s| *s == "stopped (owner back; its program cannot be moved)"),
         "{why:?}"
     );
+    // `mig hosts` says the same of the host.
+    let hosts = vm.json(&["hosts"]);
+    let held: Vec<serde_json::Value> = hosts
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["name"] == host.as_str()))
+        .and_then(|h| h["waiting"].as_array().cloned())
+        .unwrap_or_default();
+    assert_eq!(held.len(), why.len(), "{hosts}");
+    assert!(
+        held.iter()
+            .all(|w| w["why"] == "stopped (owner back; its program cannot be moved)"),
+        "{hosts}"
+    );
+    let text = String::from_utf8_lossy(&vm.mig_ok(&["hosts"]).stdout).to_string();
+    assert!(
+        text.contains("waits here: stopped (owner back; its program cannot be moved)"),
+        "{text}"
+    );
     // `mig kill` ends every process of the job, stopped or not.
     vm.mig_ok(&["kill", "j1"]);
     assert!(

@@ -1,4 +1,5 @@
-//! `mig hosts`: the hosts of the virtual machine.
+//! `mig hosts`: the hosts of the virtual machine, and the VPs each holds
+//! that do not run, with why.
 
 use std::path::Path;
 
@@ -28,6 +29,9 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                     "memory_mb": h.facts.memory_mb, "pid": h.facts.pid,
                     "alive": h.alive, "master": h.master, "vps": h.vps,
                     "owner": h.owner,
+                    "waiting": h.waiting.iter().map(|(tid, why)| serde_json::json!({
+                        "tid": format!("t{tid:x}"), "why": why,
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -58,6 +62,9 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             h.facts.memory_mb,
             h.vps
         );
+        for (tid, why) in &h.waiting {
+            println!("    t{tid:x} waits here: {why}");
+        }
     }
     Ok(())
 }

@@ -190,10 +190,15 @@ impl Master {
 
     pub(super) fn hosts_info(&self) -> Vec<HostInfo> {
         let mut counts: HashMap<&str, u32> = HashMap::new();
+        let mut waiting: HashMap<&str, Vec<(Tid, String)>> = HashMap::new();
         for j in self.jobs.values() {
             for v in j.vps.values() {
                 if let (Some(h), true) = (&v.host, v.state.on_a_processor()) {
                     *counts.entry(h.as_str()).or_default() += 1;
+                }
+                let state = self.vp_state(v);
+                if let (Some(h), false) = (&v.host, state == "running" || v.state.ended()) {
+                    waiting.entry(h.as_str()).or_default().push((v.tid, state));
                 }
             }
         }
@@ -205,6 +210,7 @@ impl Master {
                 master: h.master,
                 vps: counts.get(n.as_str()).copied().unwrap_or(0),
                 owner: h.owner.clone(),
+                waiting: waiting.remove(n.as_str()).unwrap_or_default(),
             })
             .collect()
     }

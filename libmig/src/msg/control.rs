@@ -102,6 +102,8 @@ pub struct HostInfo {
     pub vps: u32,
     /// Its owner monitor's last report.
     pub owner: Option<OwnerReport>,
+    /// VPs held there that do not run, each with why (as `mig ps` says).
+    pub waiting: Vec<(Tid, String)>,
 }
 
 /// Gang slicing as `mig stats` shows it, per host and overall.
