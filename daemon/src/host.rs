@@ -44,6 +44,12 @@ pub struct LocalVp {
     /// The owner came back before it could say whether it can be moved:
     /// it runs in the idle class until it says so or until this instant.
     pub probation: Option<std::time::Instant>,
+    /// The signal it asked for before a long pause (`VpMsg::PauseNotice`,
+    /// or `MIG_PAUSE_SIGNAL` in its environment).
+    pub pause_signal: Option<i32>,
+    /// It was given that notice as the owner came back: it runs on until it
+    /// says it is ready or until this instant (`quiesce_ms`), then stops.
+    pub quiescing: Option<(std::time::Instant, std::time::Instant)>,
 }
 
 /// A VP this young when the owner comes back, that has not yet said
@@ -409,6 +415,12 @@ pub fn is_stopped(pid: u32) -> bool {
 /// Send `sig` to a VP's process group (the VP and its children).
 pub fn signal(pid: i32, sig: Signal) {
     let _ = killpg(Pid::from_raw(pid), sig);
+}
+
+/// Send signal number `sig` (any, real-time ones too) to process `pid`.
+pub fn signal_number(pid: i32, sig: i32) {
+    // SAFETY: kill(2) has no memory effects; a stale pid is an error only.
+    unsafe { libc::kill(pid, sig) };
 }
 
 /// Send `sig` to the VP's own process only (not its children).

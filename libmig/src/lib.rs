@@ -43,4 +43,4 @@ pub mod vp;
 pub use group::op;
 pub use msg::{Notice, NotifyOn, Tid, SYSTEM};
 pub use payload::Payload;
-pub use vm::{Message, MigError, Route, Vm, MAX_MESSAGE};
+pub use vm::{Message, MigError, Route, Vm, MAX_MESSAGE, PAUSE_SIGNAL};

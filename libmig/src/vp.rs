@@ -32,6 +32,10 @@ pub mod env {
     pub const SPIN_US: &str = "MIG_SPIN_US";
     /// Its job's incarnation: restarts from a checkpoint so far (0 if unset).
     pub const INCARNATION: &str = "MIG_INCARNATION";
+    /// A signal (number) the VP's program wants before a long pause, set
+    /// by `mig spawn --pause-signal` for programs that know nothing of
+    /// libmig (see `Vm::on_pause_signal`).
+    pub const PAUSE_SIGNAL: &str = "MIG_PAUSE_SIGNAL";
 }
 
 /// Not running as a VP.

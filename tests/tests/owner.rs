@@ -885,3 +885,84 @@ fn a_job_killed_while_it_restores_from_its_checkpoint_leaves_no_process() {
     go_on.join().expect("SIGCONT");
     vm.mig_ok(&["hosts"]);
 }
+
+/// The log lines of VPs stopped after a pause notice: (ms, why).
+fn quiesced(log: &str) -> Vec<(u64, String)> {
+    log.lines()
+        .filter_map(|l| {
+            let rest = l.split(" stopped ").nth(1)?;
+            let (ms, why) = rest.split_once(" ms after its pause notice (")?;
+            Some((ms.parse().ok()?, why.trim_end_matches(')').to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn vps_that_ask_for_a_pause_notice_get_it_before_the_stop_and_no_longer_than_quiesce_ms() {
+    // Three VPs on one host of three processors, each in its own job: a
+    // libmig VP that says it is ready, one that ignores the notice, and a
+    // shell loop that named SIGTERM (mig spawn --pause-signal).
+    let dir = tempfile::tempdir().expect("tmp");
+    let conf = policy(dir.path(), "[owner]\nquiesce_ms = 3000\n");
+    let vm = Vm::start_procs(1, 3, &["--config", &conf]);
+    let note = |name: &str| vm.dir.path().join(name);
+    let testvp = bin("testvp").display().to_string();
+    for (file, how) in [("ready", "ready"), ("ignore", "ignore")] {
+        let f = note(file).display().to_string();
+        vm.mig_ok(&["spawn", "--", &testvp, "pause", &f, how]);
+    }
+    let trap = format!(
+        "trap 'echo notice > {}' TERM; while :; do :; done",
+        note("shell").display()
+    );
+    vm.mig_ok(&[
+        "spawn",
+        "--pause-signal",
+        "term",
+        "--",
+        "/bin/sh",
+        "-c",
+        &trap,
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let h = hosts_of(&vm);
+            h.len() == 3 && h.iter().all(|(_, s, _)| s == "running")
+        }),
+        "{:?}",
+        hosts_of(&vm)
+    );
+    // (The libmig VPs have asked once they said "listening".)
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .log(0)
+        .matches("] listening")
+        .count()
+        == 2));
+    mig_ok(&vm, &["owner", "reclaim", "--host", "h0"]);
+    let pids: Vec<u32> = hosts_of(&vm).iter().map(|(_, _, p)| *p).collect();
+    assert!(
+        wait_until(Duration::from_secs(10), || pids.iter().all(|&p| stopped(p))),
+        "not all stopped\n{}",
+        vm.log(0)
+    );
+    // Each heard of it before it was stopped (it cannot write once stopped).
+    for f in ["ready", "ignore", "shell"] {
+        assert!(note(f).exists(), "{f} had no notice\n{}", vm.log(0));
+    }
+    let log = vm.log(0);
+    let mut q = quiesced(&log);
+    q.sort();
+    assert_eq!(q.len(), 3, "{log}");
+    // The ready one was stopped when it said so, before the deadline; the
+    // others at the deadline, not before it and not long after.
+    assert_eq!(q[0].1, "it said it was ready", "{log}");
+    assert!(q[0].0 < 3000, "{log}");
+    for (ms, why) in &q[1..] {
+        assert_eq!(why, "at the quiesce_ms deadline", "{log}");
+        assert!((3000..6000).contains(ms), "{log}");
+    }
+    // Stopped they stay.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(pids.iter().all(|&p| stopped(p)));
+    assert!(log.contains("3 VPs told of the pause"), "{log}");
+}

@@ -33,6 +33,14 @@ pub struct Args {
     /// and started again elsewhere (HTCondor's vacate of a vanilla job).
     #[arg(long)]
     restartable: bool,
+    /// Before a long pause (the owner of a VP's host comes back), send each
+    /// VP this signal (a name such as TERM or USR1, or a number) and let it
+    /// run on for up to that host's `[owner] quiesce_ms` before it is
+    /// stopped: for programs that know nothing of libmig (a libmig program
+    /// calls `Vm::on_pause`). Slurm's gang scheduler sends SIGTSTP with a
+    /// fixed 2 s; here it is opt-in and bounded. Gang slices never wait.
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal)]
+    pause_signal: Option<i32>,
     /// Print JSON lines (spawned, output, vp_done, job_done) instead of text.
     #[arg(long)]
     json: bool,
@@ -67,6 +75,10 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             }
             _ => bail!("--env wants KEY=VALUE, got {kv:?}"),
         }
+    }
+    if let Some(sig) = a.pause_signal {
+        env.retain(|(k, _)| k != libmig::vp::env::PAUSE_SIGNAL);
+        env.push((libmig::vp::env::PAUSE_SIGNAL.to_string(), sig.to_string()));
     }
     let spec = SpawnSpec {
         program: program.clone(),
@@ -162,4 +174,26 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             _ => {}
         }
     }
+}
+
+/// A signal by name (`TERM`, `SIGTERM`, `usr1`) or number, one a pause
+/// notice may be.
+fn parse_signal(s: &str) -> Result<i32, String> {
+    let sig = match s.parse::<i32>() {
+        Ok(n) => n,
+        Err(_) => {
+            let name = s.to_ascii_uppercase();
+            let name = name.strip_prefix("SIG").unwrap_or(&name).to_string();
+            format!("SIG{name}")
+                .parse::<nix::sys::signal::Signal>()
+                .map_err(|_| format!("{s:?} is not a signal name (TERM, USR1, ...) or number"))?
+                as i32
+        }
+    };
+    if !libmig::msg::pause_signal_ok(sig) {
+        return Err(format!(
+            "signal {s} cannot be a pause notice (not KILL, STOP or CONT; 1 to 64)"
+        ));
+    }
+    Ok(sig)
 }

@@ -390,11 +390,9 @@ fn check_program(spec: &SpawnSpec, arch: &str) -> Result<(), String> {
     if spec.program.is_empty() {
         return Err("no program given: mig spawn [-n N] -- PROGRAM ARGS...".into());
     }
-    if let Some((k, _)) = spec
-        .env
-        .iter()
-        .find(|(k, _)| k.starts_with("MIG_") && k != libmig::vp::env::SPIN_US)
-    {
+    if let Some((k, _)) = spec.env.iter().find(|(k, _)| {
+        k.starts_with("MIG_") && k != libmig::vp::env::SPIN_US && k != libmig::vp::env::PAUSE_SIGNAL
+    }) {
         return Err(format!(
             "{k} is set by the daemon for every VP and cannot be given to a job"
         ));

@@ -58,7 +58,14 @@ pub struct OwnerFile {
     /// the owner stays this long (s), are ended and started again elsewhere
     /// from the beginning; unset, they stay stopped.
     pub vacate_after_s: Option<f64>,
+    /// A VP that asked for a pause notice (`Vm::on_pause`, `mig spawn
+    /// --pause-signal`) runs on this long (ms) after it, at most, when the
+    /// owner comes back; 0 (the default): no notice, stopped at once.
+    pub quiesce_ms: Option<u64>,
 }
+
+/// The longest pause notice grace a host may give (`quiesce_ms`).
+pub const MAX_QUIESCE_MS: u64 = 60_000;
 
 /// `terminals = "logged-in"` or `terminals = ["/dev/pts/3"]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -94,6 +101,8 @@ pub struct OwnerConfig {
     pub park_after: Option<Duration>,
     /// See `OwnerFile::vacate_after_s`.
     pub vacate_after: Option<Duration>,
+    /// See `OwnerFile::quiesce_ms`.
+    pub quiesce: Duration,
     /// The policy.
     pub policy: PolicyConfig,
     /// Where utmp, input devices and interrupts are (tests point elsewhere).
@@ -120,6 +129,7 @@ impl Default for OwnerConfig {
             logind: None,
             park_after: None,
             vacate_after: None,
+            quiesce: Duration::ZERO,
             policy: PolicyConfig::default(),
             utmp: "/var/run/utmp".into(),
             input_dir: "/dev/input".into(),
@@ -221,6 +231,14 @@ impl OwnerConfig {
         if let Some(v) = f.vacate_after_s {
             self.vacate_after = Some(secs("vacate_after_s", v, 7.0 * 86400.0)?);
         }
+        if let Some(v) = f.quiesce_ms {
+            if v > MAX_QUIESCE_MS {
+                return Err(format!(
+                    "owner.quiesce_ms must be at most {MAX_QUIESCE_MS} (a minute), got {v}"
+                ));
+            }
+            self.quiesce = Duration::from_millis(v);
+        }
         Ok(())
     }
 
@@ -292,6 +310,11 @@ impl Monitor {
                 .cfg
                 .park_after
                 .is_some_and(|d| now.duration_since(self.policy.since()) >= d)
+    }
+
+    /// How long a VP that asked for a pause notice runs on after it.
+    pub fn quiesce(&self) -> Duration {
+        self.cfg.quiesce
     }
 
     /// When the next poll is due.
@@ -404,9 +427,10 @@ mod tests {
     #[test]
     fn config_values_apply_and_bad_ones_are_named() {
         let c = file(
-            "poll_ms = 20\nscope = \"tree:7\"\nterminals = []\nmove_after_s = 1.5\npark_after_s = 60\n",
+            "poll_ms = 20\nscope = \"tree:7\"\nterminals = []\nmove_after_s = 1.5\npark_after_s = 60\nquiesce_ms = 250\n",
         )
         .unwrap();
+        assert_eq!(c.quiesce, Duration::from_millis(250));
         assert_eq!(c.park_after, Some(Duration::from_secs(60)));
         assert_eq!(c.poll, Duration::from_millis(20));
         assert_eq!(c.scope, Scope::Tree(7));
@@ -422,6 +446,7 @@ mod tests {
             ),
             ("offer_after_idle_s = nan", "owner.offer_after_idle_s"),
             ("park_after_s = -1", "owner.park_after_s"),
+            ("quiesce_ms = 600000", "owner.quiesce_ms"),
             ("terminals = \"all\"", "owner.terminals"),
             ("pol_ms = 3", "unknown field"),
         ] {

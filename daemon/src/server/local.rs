@@ -69,6 +69,8 @@ impl Daemon {
                         movable: false,
                         started: Instant::now(),
                         probation: None,
+                        pause_signal: pause_signal_of(&s.env),
+                        quiescing: None,
                         cell: cell.take().map(|mut c| {
                             c.joined();
                             c
@@ -227,4 +229,20 @@ impl Daemon {
             }
         }
     }
+}
+
+/// The pause notice a VP's environment asks for (`MIG_PAUSE_SIGNAL`, set
+/// by `mig spawn --pause-signal`), if a valid one.
+fn pause_signal_of(env: &[(String, String)]) -> Option<i32> {
+    let (_, v) = env
+        .iter()
+        .find(|(k, _)| k == libmig::vp::env::PAUSE_SIGNAL)?;
+    let sig = v.parse().ok().filter(|&s| libmig::msg::pause_signal_ok(s));
+    if sig.is_none() {
+        log!(
+            "ignoring {}={v:?}: not a signal a pause notice may be",
+            libmig::vp::env::PAUSE_SIGNAL
+        );
+    }
+    sig
 }

@@ -367,6 +367,10 @@ impl Daemon {
                             t.saturating_duration_since(Instant::now()) + Duration::from_millis(1)
                         }),
                 )
+                // Wake to stop a VP whose pause notice grace is up.
+                .min(self.next_quiesce_due().map_or(Duration::MAX, |t| {
+                    t.saturating_duration_since(Instant::now())
+                }))
                 // Wake to arm the next slot switch.
                 .min(
                     self.slice_due_in()
@@ -419,6 +423,9 @@ impl Daemon {
             self.drive_slicer();
             if Instant::now() >= self.owner.due() {
                 self.owner_poll(None);
+            }
+            if self.next_quiesce_due().is_some_and(|t| Instant::now() >= t) {
+                self.end_quiescing(|_| false);
             }
             if self
                 .moves

@@ -29,6 +29,7 @@ impl Daemon {
             .collect();
         let changes = self.owner.poll(now, &pids);
         self.end_probation(|_| false);
+        self.end_quiescing(|_| false);
         let mut done = Vec::new();
         for c in &changes {
             match c {
@@ -39,16 +40,29 @@ impl Daemon {
                     // A VP that started a moment ago and has not yet said
                     // whether it can be moved runs on in the idle class
                     // until it says so, for at most safe_point_timeout.
+                    // A VP that asked for a pause notice hears of it first
+                    // (its grace covers saying that too).
+                    let noticed = self.give_pause_notices(now);
                     let by = now + self.cfg.safe_point_timeout.min(host::PROBATION);
                     for v in self.vps.by_tid.values_mut() {
-                        if v.exit.is_none() && !v.movable && v.started.elapsed() < host::YOUNG {
+                        if v.exit.is_none()
+                            && !v.movable
+                            && v.quiescing.is_none()
+                            && v.started.elapsed() < host::YOUNG
+                        {
                             v.probation = Some(by);
                             host::idle_class(&v.pids());
                         }
                     }
                     let n = self.signal_vps(Signal::SIGSTOP, |t, v| {
-                        !self.moves.let_run(t) && v.probation.is_none()
+                        !self.moves.let_run(t) && v.probation.is_none() && v.quiescing.is_none()
                     });
+                    if noticed > 0 {
+                        done.push(format!(
+                            "{noticed} VPs told of the pause (stopped within {} ms)",
+                            self.owner.quiesce().as_millis()
+                        ));
+                    }
                     if let Some(c) = &mut self.contain {
                         c.mark(true);
                     }
@@ -63,6 +77,7 @@ impl Daemon {
                     }
                     for v in self.vps.by_tid.values_mut() {
                         v.probation = None;
+                        v.quiescing = None;
                     }
                     let n = self.signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
                     self.moves.owner_left();
@@ -114,6 +129,65 @@ impl Daemon {
             v.signal(Signal::SIGSTOP);
             host::vp_class(&v.pids(), &how);
         }
+    }
+
+    /// The owner is back: each VP here in its slot that asked for a pause
+    /// notice gets its signal and runs on until it says it is ready or
+    /// until `quiesce_ms` (when that is not 0). How many.
+    fn give_pause_notices(&mut self, now: Instant) -> usize {
+        let grace = self.owner.quiesce();
+        if grace.is_zero() {
+            return 0;
+        }
+        let mut n = 0;
+        for (&tid, v) in self.vps.by_tid.iter_mut() {
+            let Some(sig) = v.pause_signal else { continue };
+            if v.exit.is_some() || self.moves.let_run(tid) || !self.slicer.may_run(tid) {
+                continue;
+            }
+            host::signal_number(v.pid, sig);
+            v.quiescing = Some((now, now + grace));
+            n += 1;
+        }
+        n
+    }
+
+    /// VPs told of a pause that `ready` picks (they said they are ready),
+    /// or whose grace is up, are stopped.
+    pub(super) fn end_quiescing(&mut self, ready: impl Fn(Tid) -> bool) {
+        let now = Instant::now();
+        for (&tid, v) in self.vps.by_tid.iter_mut() {
+            let Some((since, by)) = v.quiescing else {
+                continue;
+            };
+            let said = ready(tid);
+            if !said && now < by {
+                continue;
+            }
+            v.quiescing = None;
+            if self.owner.offered() || self.moves.let_run(tid) {
+                continue;
+            }
+            v.signal(Signal::SIGSTOP);
+            log!(
+                "VP t{tid:x} stopped {} ms after its pause notice ({})",
+                now.duration_since(since).as_millis(),
+                if said {
+                    "it said it was ready"
+                } else {
+                    "at the quiesce_ms deadline"
+                }
+            );
+        }
+    }
+
+    /// When the next VP told of a pause must be stopped, if any is.
+    pub(super) fn next_quiesce_due(&self) -> Option<Instant> {
+        self.vps
+            .by_tid
+            .values()
+            .filter_map(|v| v.quiescing.map(|q| q.1))
+            .min()
     }
 
     /// The owner monitor's report, with the CPU VPs used since the owner

@@ -72,6 +72,12 @@ impl Daemon {
                 self.end_probation(|t| t == tid);
                 self.report(PeerMsg::Movable { tid });
             }
+            VpMsg::PauseNotice { signal } if libmig::msg::pause_signal_ok(signal) => {
+                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    v.pause_signal = Some(signal);
+                }
+            }
+            VpMsg::Quiesced => self.end_quiescing(|t| t == tid),
             other => self.refuse(t, &format!("a VP may not send {}", other.name())),
         }
     }

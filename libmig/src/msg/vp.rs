@@ -224,6 +224,21 @@ pub enum VpMsg {
     /// state through libmig's `init_or_restore` and reaches safe points). A
     /// VP that never says so is never resumed to be moved.
     Movable,
+    /// VP → daemon: before a long pause (its host's owner is back), send
+    /// `signal` to this VP's process and let it run on for up to the host's
+    /// `quiesce_ms` (until it says `Quiesced`) before it is stopped.
+    PauseNotice {
+        /// The signal it wants (1..=64, not SIGKILL, SIGSTOP or SIGCONT).
+        signal: i32,
+    },
+    /// VP → daemon: after a pause notice, it is ready: stop it now.
+    Quiesced,
+}
+
+/// May `signal` be asked for as a pause notice? Not one that kills,
+/// stops or continues a process outright, nor an unknown one.
+pub fn pause_signal_ok(signal: i32) -> bool {
+    (1..=64).contains(&signal) && ![libc::SIGKILL, libc::SIGSTOP, libc::SIGCONT].contains(&signal)
 }
 
 impl VpMsg {
@@ -248,6 +263,8 @@ impl VpMsg {
             VpMsg::Checkpointed { .. } => "Checkpointed",
             VpMsg::DirectLink { .. } => "DirectLink",
             VpMsg::Movable => "Movable",
+            VpMsg::PauseNotice { .. } => "PauseNotice",
+            VpMsg::Quiesced => "Quiesced",
         }
     }
 }

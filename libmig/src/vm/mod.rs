@@ -40,9 +40,12 @@
 //! }
 //! ```
 
+mod pause;
 mod recv;
 mod send;
 mod snapshot;
+
+pub use pause::PAUSE_SIGNAL;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;

@@ -264,7 +264,9 @@ impl Vm {
             | VpMsg::Credit { .. }
             | VpMsg::Written { .. }
             | VpMsg::Checkpointed { .. }
-            | VpMsg::Movable => {
+            | VpMsg::Movable
+            | VpMsg::PauseNotice { .. }
+            | VpMsg::Quiesced => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }
         }

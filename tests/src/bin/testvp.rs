@@ -472,6 +472,28 @@ fn main() {
         println!("spinner done");
         return;
     }
+    if mode == "pause" {
+        // Asks for a pause notice (libmig's on_pause) and spins; on the
+        // notice it writes FILE, then says it is ready (`ready`) or spins
+        // on regardless (`ignore`).
+        let file = args.get(2).cloned().unwrap_or_default();
+        let ready = args.get(3).is_some_and(|a| a == "ready");
+        let mut vm = ok(Vm::init());
+        ok(vm.on_pause());
+        println!("listening");
+        let mut x = 0u64;
+        loop {
+            x = std::hint::black_box(x.wrapping_add(1));
+            if x.is_multiple_of(4096) && vm.pause_coming() {
+                if !std::path::Path::new(&file).exists() {
+                    std::fs::write(&file, "notice\n").unwrap_or_else(|e| fail(e.to_string()));
+                }
+                if ready {
+                    ok(vm.ready_to_pause());
+                }
+            }
+        }
+    }
     if mode == "stubborn" {
         // Can be moved, but never reaches a safe point: computes (sleeps)
         // for N ms, then ends.
