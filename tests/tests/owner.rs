@@ -519,8 +519,9 @@ fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() 
         "not every process of the VPs on {host} stopped: {:?}",
         pids.iter().map(|&p| (p, stopped(p))).collect::<Vec<_>>()
     );
-    // Through the first retry of the scheduler's move (after 5 s), nothing
-    // of them runs: at most a tick each for what was under way at the stop.
+    // For the next 7 s (the scheduler holds them where they are; nothing
+    // retries a move of them), nothing of them runs: at most a tick each
+    // for what was under way at the stop.
     let before: Vec<u64> = pids.iter().map(|&p| cpu_ticks(p)).collect();
     std::thread::sleep(Duration::from_secs(7));
     for (&p, b) in pids.iter().zip(before) {
@@ -566,6 +567,34 @@ fn programs_that_cannot_move_stay_stopped_on_a_reclaimed_host_through_retries() 
         text.contains("waits here: stopped (owner back; its program cannot be moved)"),
         "{text}"
     );
+    // The owner leaves: they run again where they are, in the map again.
+    mig_ok(&vm, &["owner", "release", "--host", &host]);
+    let on_host = |vm: &Vm| -> Vec<String> {
+        hosts_of(vm)
+            .into_iter()
+            .filter(|(h, _, _)| *h == host)
+            .map(|(_, s, _)| s)
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let s = on_host(&vm);
+            s.len() == why.len() && s.iter().all(|s| s == "running")
+        }),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    let map = vm.json(&["map"]);
+    let cells = map["slots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|slot| slot.as_array().cloned().unwrap_or_default())
+        .filter(|c| c["processor"] == format!("{host}/0").as_str() && c["job"] == "j1")
+        .count();
+    assert!(cells > 0, "j1 not on {host} in the map: {map}");
+    mig_ok(&vm, &["owner", "reclaim", "--host", &host]);
     // `mig kill` ends every process of the job, stopped or not.
     vm.mig_ok(&["kill", "j1"]);
     assert!(

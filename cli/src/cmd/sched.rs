@@ -309,6 +309,8 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         repack: !a.no_repack,
         max_migrations_per_event: a.max_migrations,
         max_slots: a.max_slots,
+        // In a replay every VP can be moved.
+        pin_new_vps: false,
     });
     let n = events.len();
     let actions = replay::run(&mut sched, events).with_context(|| name.clone())?;

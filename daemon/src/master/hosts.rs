@@ -117,7 +117,8 @@ impl Master {
     /// Hosts silent for longer than `dead_after` leave the pool.
     pub fn tick(&mut self, now: Instant, dead_after: Duration) -> Vec<Out> {
         self.now = now;
-        let mut out = self.retry_moves(now);
+        let mut out = self.release_vacated();
+        out.extend(self.retry_moves(now));
         out.extend(self.kill_overdue(now));
         out.extend(self.checkpoint_tick(now));
         let silent: Vec<String> = self
@@ -145,6 +146,21 @@ impl Master {
         let mut out = vec![Out::Log(format!("host {host} left the pool: {why}"))];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
+        // Its VPs' processes are gone with it: whether or not they could be
+        // moved, they may now be started again elsewhere.
+        let lost: Vec<(String, u32)> = self
+            .jobs
+            .iter()
+            .flat_map(|(job, j)| {
+                j.vps
+                    .iter()
+                    .filter(|(_, v)| v.host.as_deref() == Some(host) && !v.state.ended())
+                    .map(move |(&vp, _)| (job.clone(), vp))
+            })
+            .collect();
+        for (job, vp) in lost {
+            out.extend(self.event(Event::VpMovable { job, vp }));
+        }
         out.extend(self.leave_pool(host));
         for job in std::mem::take(&mut self.to_restart) {
             out.extend(self.restart_job(&job, None));

@@ -154,7 +154,11 @@ impl Master {
     pub fn new(facts: HostFacts, now: Instant, quantum: Duration) -> (Master, Vec<Out>) {
         let mut m = Master {
             name: facts.name.clone(),
-            sched: Scheduler::new(SchedConfig::default()),
+            // A VP whose program has not said it can be moved never is.
+            sched: Scheduler::new(SchedConfig {
+                pin_new_vps: true,
+                ..SchedConfig::default()
+            }),
             hosts: BTreeMap::new(),
             jobs: BTreeMap::new(),
             tids: HashMap::new(),

@@ -67,8 +67,13 @@ impl Master {
                     match parked {
                         Some(v) => {
                             v.wants = None;
+                            let why = if v.movable {
+                                "for a free processor"
+                            } else {
+                                "until its owner leaves (its program cannot be moved)"
+                            };
                             out.push(Out::Log(format!(
-                                "VP t{:x} waits on {} for a free processor",
+                                "VP t{:x} waits on {} {why}",
                                 v.tid,
                                 v.host.as_deref().unwrap_or("?")
                             )));
@@ -243,6 +248,34 @@ impl Master {
             ),
             Out::Log(format!("moving VP t{tid:x} from {src} to {to}")),
         ])
+    }
+
+    /// VPs that cannot be moved, of restartable jobs, on hosts whose owner
+    /// has stayed past `vacate_after_s`: the scheduler (which holds them
+    /// where they are) is told they may go; its move of each is then made
+    /// as a vacate.
+    pub(super) fn release_vacated(&mut self) -> Vec<Out> {
+        let due: Vec<(String, u32)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.spec.restartable)
+            .flat_map(|(job, j)| {
+                j.vps
+                    .iter()
+                    .filter(|(_, v)| !v.movable && !v.released && v.state == VpState::Running)
+                    .filter_map(move |(&vp, v)| Some((job.clone(), vp, v.host.clone()?)))
+            })
+            .filter(|(job, _, host)| self.vacate_due(job, host))
+            .map(|(job, vp, _)| (job, vp))
+            .collect();
+        let mut out = Vec::new();
+        for (job, vp) in due {
+            if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
+                v.released = true;
+            }
+            out.extend(self.event(Event::VpMovable { job, vp }));
+        }
+        out
     }
 
     /// May VPs of `job` that cannot be moved be ended on `host` now and
@@ -472,12 +505,16 @@ impl Master {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return Vec::new();
         };
-        if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
-            let there = v.host.as_deref() == Some(host)
-                || matches!(&v.state, VpState::Moving(to) if to == host);
-            v.movable |= there;
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        let there = v.host.as_deref() == Some(host)
+            || matches!(&v.state, VpState::Moving(to) if to == host);
+        if !there || std::mem::replace(&mut v.movable, true) {
+            return Vec::new();
         }
-        Vec::new()
+        // From now on the scheduler may move it.
+        self.event(Event::VpMovable { job, vp })
     }
 
     /// The VP's host could not checkpoint it: it stays where it is.

@@ -77,6 +77,9 @@ pub(super) struct VpRec {
     pub(super) wants: Option<Wanted>,
     /// Its program said it can be moved (see `VpMsg::Movable`).
     pub(super) movable: bool,
+    /// It cannot be moved, but the scheduler was told it may be started
+    /// again elsewhere (vacated: see `Master::release_vacated`).
+    pub(super) released: bool,
 }
 
 impl VpRec {
@@ -94,6 +97,7 @@ impl VpRec {
             exit: None,
             wants: None,
             movable: false,
+            released: false,
         }
     }
 }

@@ -786,13 +786,21 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
     let out = migrate(&mut c, tid, &other(&busy));
     assert!(error_says(&out, "cannot be moved"), "{out:?}");
     assert!(checkpoint_asks(&out).is_empty());
-    // Its owner is back: the scheduler would move it, the master does not
-    // ask its host to (which would resume it), and it stays where it is.
+    // Its owner is back: the scheduler holds it where it is (it is never
+    // asked to move it), the master does not ask its host for an image
+    // (which would resume it), and it stays stopped there.
     let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
     assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
-    assert!(out
-        .iter()
-        .any(|o| matches!(o, Out::Log(l) if l.contains("cannot be moved"))));
+    assert!(
+        out.iter().any(|o| matches!(o, Out::Log(l)
+            if l.contains("waits on") && l.contains("its program cannot be moved"))),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Out::Log(l) if l.contains("not moving"))),
+        "{out:?}"
+    );
     assert_eq!(
         c.state(tid),
         (

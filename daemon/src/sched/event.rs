@@ -65,6 +65,18 @@ pub enum Event {
         /// Where it runs now.
         host: String,
     },
+    /// A VP's process says it can be moved (it keeps its state through
+    /// libmig), or may be started again elsewhere from the beginning (its
+    /// job is restartable and its host's owner stayed long enough). Until
+    /// then, with `SchedConfig::pin_new_vps`, it is never migrated: it stays
+    /// on its processor, or is held while that processor is out of the pool
+    /// and goes back to it when it returns.
+    VpMovable {
+        /// The job.
+        job: String,
+        /// The VP's index in its job.
+        vp: u32,
+    },
     /// A VP ended (`VP_exit`).
     VpExit {
         /// The job.

@@ -63,7 +63,7 @@ pub fn parse(text: &str) -> Result<Vec<(usize, Event)>, ReplayError> {
                 *host = id.split('/').next().unwrap_or(id).to_string();
             }
             // What only the daemons tell the scheduler is no replay event.
-            Event::VpBack { .. } | Event::VpMoved { .. } => {
+            Event::VpBack { .. } | Event::VpMoved { .. } | Event::VpMovable { .. } => {
                 return Err(malformed(
                     "unknown event: a replay has new_processor, processor_exit, submit, \
                      new_vp, vp_exit and job_exit"

@@ -527,3 +527,152 @@ fn beyond_the_slot_cap_a_job_waits_until_space_appears() {
     assert!(s.job_view("b").unwrap().waiting.is_empty());
     s.check_invariants().unwrap();
 }
+
+fn pinned_pool(n: usize) -> Scheduler {
+    let mut s = Scheduler::new(SchedConfig {
+        pin_new_vps: true,
+        ..SchedConfig::default()
+    });
+    for i in 1..=n {
+        s.on_event(proc_event(&format!("p{i}/0"), "x86_64", 1.0))
+            .unwrap();
+    }
+    s
+}
+
+fn migrates(actions: &[Action], job: &str, vp: u32) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, Action::Migrate { job: j, vp: v, .. } if &**j == job && *v == vp))
+}
+
+#[test]
+fn a_vp_that_cannot_be_moved_is_held_while_its_processor_is_away_and_goes_back_to_it() {
+    let mut s = pinned_pool(3);
+    s.on_event(submit("j1", 2)).unwrap();
+    let on = |s: &Scheduler| -> BTreeMap<u32, String> {
+        s.table()
+            .iter()
+            .flatten()
+            .filter(|c| c.job == "j1")
+            .flat_map(|c| c.vps.iter().map(|&v| (v, c.processor.clone())))
+            .collect()
+    };
+    let before = on(&s);
+    assert_eq!(before.len(), 2);
+    let gone = before[&0].clone();
+    // Its processor leaves: VP 0 is held (never migrated), VP 1 stays.
+    let acts = s
+        .on_event(Event::ProcessorExit { id: gone.clone() })
+        .unwrap();
+    s.check_invariants().unwrap();
+    assert!(!migrates(&acts, "j1", 0), "{acts:?}");
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::Hold { vp: 0, processor: Some(p), .. } if **p == *gone)),
+        "{acts:?}"
+    );
+    assert_eq!(on(&s).get(&1), before.get(&1));
+    assert!(!on(&s).contains_key(&0));
+    // Other events come and go: it stays held, nowhere else.
+    s.on_event(submit("j2", 1)).unwrap();
+    s.on_event(Event::JobExit { job: "j2".into() }).unwrap();
+    assert!(!on(&s).contains_key(&0));
+    // Its processor is back: it resumes there.
+    let acts = s.on_event(proc_event(&gone, "x86_64", 1.0)).unwrap();
+    s.check_invariants().unwrap();
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::Start { vp: 0, processor, .. } if **processor == *gone)),
+        "{acts:?}"
+    );
+    assert_eq!(on(&s).get(&0), Some(&gone));
+    // Once it says it can be moved, it moves like any VP.
+    s.on_event(Event::VpMovable {
+        job: "j1".into(),
+        vp: 0,
+    })
+    .unwrap();
+    let acts = s
+        .on_event(Event::ProcessorExit { id: gone.clone() })
+        .unwrap();
+    assert!(migrates(&acts, "j1", 0), "{acts:?}");
+}
+
+#[test]
+fn a_held_vp_that_may_now_be_moved_is_placed_at_once() {
+    let mut s = pinned_pool(2);
+    s.on_event(submit("j1", 2)).unwrap();
+    let acts = s
+        .on_event(Event::ProcessorExit { id: "p1/0".into() })
+        .unwrap();
+    let held: Vec<u32> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::Hold { vp, .. } => Some(*vp),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held.len(), 1, "{acts:?}");
+    // (A restartable job's VP whose host's owner stayed: it may go.)
+    let acts = s
+        .on_event(Event::VpMovable {
+            job: "j1".into(),
+            vp: held[0],
+        })
+        .unwrap();
+    s.check_invariants().unwrap();
+    assert!(migrates(&acts, "j1", held[0]), "{acts:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn a_pinned_vp_is_never_migrated_and_never_lost(seed in any::<u64>(), every in 2usize..9) {
+        let mut g = Generator::new(seed, Shape {
+            processors: 6,
+            per_host: 2,
+            max_job: 5,
+            target_jobs: 4,
+            ..Shape::default()
+        });
+        let mut s = Scheduler::new(SchedConfig { pin_new_vps: true, ..SchedConfig::default() });
+        for e in g.pool() {
+            s.on_event(e).unwrap();
+        }
+        let mut movable = std::collections::BTreeSet::new();
+        let mut jobs: Vec<(String, u32)> = Vec::new();
+        for n in 0..150usize {
+            let e = g.event();
+            if let Event::Submit { job, vps } = &e {
+                jobs.push((job.clone(), vps.values().sum()));
+            }
+            let acts = s.on_event(e.clone()).unwrap_or_else(|err| panic!("{e:?}: {err}"));
+            for a in &acts {
+                if let Action::Migrate { job, vp, .. } = a {
+                    prop_assert!(movable.contains(&(job.to_string(), *vp)), "pinned {job}/{vp} migrated after {e:?}");
+                }
+            }
+            if let Err(why) = s.check_invariants() {
+                panic!("after {e:?}: {why}");
+            }
+            prop_assert_eq!(s.vp_count(), g.vp_count());
+            // Now and then one VP says it can be moved.
+            if n % every == 0 && !jobs.is_empty() {
+                let (job, nvps) = jobs[n % jobs.len()].clone();
+                let vp = (n as u32) % nvps.max(1);
+                let e = Event::VpMovable { job: job.clone(), vp };
+                if let Ok(acts) = s.on_event(e) {
+                    movable.insert((job, vp));
+                    for a in &acts {
+                        if let Action::Migrate { job, vp, .. } = a {
+                            prop_assert!(movable.contains(&(job.to_string(), *vp)));
+                        }
+                    }
+                    s.check_invariants().unwrap();
+                }
+            }
+        }
+    }
+}

@@ -107,6 +107,7 @@ impl Scheduler {
                         row: None,
                         at: None,
                         held: false,
+                        pinned: self.cfg.pin_new_vps,
                     },
                 );
                 next += 1;
@@ -153,6 +154,7 @@ impl Scheduler {
             }
         }
         let arch_id = self.map.intern(&arch);
+        let pinned = self.cfg.pin_new_vps;
         let j = self.job_mut(k);
         let vp = back.unwrap_or(j.next_vp);
         if back.is_none() {
@@ -165,6 +167,7 @@ impl Scheduler {
                 row: None,
                 at: None,
                 held: false,
+                pinned,
             },
         );
         if self.job(k).columns.is_empty() {
@@ -224,6 +227,32 @@ impl Scheduler {
             .map(|r| self.job(k).rows.get(r).copied().unwrap_or(0) + u32::from(*r == best_row))
             .collect();
         self.apply(k, cols, &rows, &counts, ctx);
+        Ok(())
+    }
+
+    /// VP `vp` of `job` may be moved from now on; if it was held for want
+    /// of its own processor, it is placed like any held VP.
+    pub(super) fn vp_movable(
+        &mut self,
+        job: &str,
+        vp: u32,
+        ctx: &mut Ctx,
+    ) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        let v = self
+            .job_mut(k)
+            .vps
+            .get_mut(&vp)
+            .ok_or_else(|| SchedError::UnknownVp {
+                job: job.to_string(),
+                vp,
+            })?;
+        if !std::mem::replace(&mut v.pinned, false) || v.row.is_some() {
+            return Ok(());
+        }
+        self.waiting.insert(k);
+        ctx.all_freed = true;
+        self.place_held(ctx);
         Ok(())
     }
 

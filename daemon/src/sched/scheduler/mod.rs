@@ -47,6 +47,10 @@ pub struct SchedConfig {
     /// Most slots per round (the multiprogramming level). A job that would
     /// need one more slot waits (its VPs held) until space appears.
     pub max_slots: usize,
+    /// VPs start pinned: never migrated until `VpMovable` says they can be
+    /// (the daemons: a program that never says so cannot be moved). Off for
+    /// the simulator and replays, where every VP can be moved.
+    pub pin_new_vps: bool,
 }
 
 impl Default for SchedConfig {
@@ -56,6 +60,7 @@ impl Default for SchedConfig {
             repack: true,
             max_migrations_per_event: 16,
             max_slots: usize::MAX,
+            pin_new_vps: false,
         }
     }
 }
@@ -67,6 +72,7 @@ impl std::fmt::Debug for SchedConfig {
             .field("repack", &self.repack)
             .field("max_migrations_per_event", &self.max_migrations_per_event)
             .field("max_slots", &self.max_slots)
+            .field("pin_new_vps", &self.pin_new_vps)
             .finish()
     }
 }
@@ -81,6 +87,9 @@ struct Vp {
     at: Option<(Arc<str>, Arc<str>)>,
     /// A `Hold` was emitted and it has not been placed since.
     held: bool,
+    /// It cannot be moved (see `Event::VpMovable`): once started it runs
+    /// on its own processor or is held.
+    pinned: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -424,6 +433,7 @@ impl Scheduler {
             Event::NewVp { job, arch } => self.new_vp(&job, None, arch, &mut ctx)?,
             Event::VpBack { job, vp, arch } => self.new_vp(&job, Some(vp), arch, &mut ctx)?,
             Event::VpMoved { job, vp, host } => self.vp_moved(&job, vp, &host, &mut ctx)?,
+            Event::VpMovable { job, vp } => self.vp_movable(&job, vp, &mut ctx)?,
             Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
             Event::JobExit { job } => self.job_exit(&job, &mut ctx)?,
         }
@@ -508,6 +518,7 @@ impl Scheduler {
                     row: Some(r),
                     at: Some((p.id.clone(), p.host.clone())),
                     held: false,
+                    pinned: self.cfg.pin_new_vps,
                 },
             );
             *j.rows.entry(r).or_default() += 1;
@@ -561,6 +572,12 @@ impl Scheduler {
                         .map
                         .processor(r)
                         .ok_or(format!("job {} vp {i} on a processor that left", j.id))?;
+                    if v.pinned && v.at.as_ref().is_some_and(|a| a.0 != p.id) {
+                        return Err(format!(
+                            "job {} vp {i} is pinned but was moved to {}",
+                            j.id, p.id
+                        ));
+                    }
                     if self.map.row_arch(r) != Some(v.arch) {
                         return Err(format!(
                             "job {} vp {i} ({}) on {} ({})",

@@ -34,7 +34,7 @@ impl Scheduler {
             b.sort_unstable();
             a == b
         };
-        let (assignments, unplaced) = self.assign(k, rows, counts);
+        let (assignments, unplaced) = self.assign(k, &columns, rows, counts);
         self.place_assigned(k, assignments, ctx);
         self.hold_all(k, unplaced, ctx);
         self.settle(k, columns, &old_cols, &old_rows, same_columns, ctx);
@@ -63,8 +63,16 @@ impl Scheduler {
     /// Which VPs stay on their rows, and where the others go to fill
     /// `counts[i]` on `rows[i]`: (VP, row) for each that moves or starts,
     /// and the VPs left without a row. Dense by row: jobs can span
-    /// thousands of rows.
-    fn assign(&self, k: JobKey, rows: &[Row], counts: &[u32]) -> (Vec<(u32, Row)>, Vec<u32>) {
+    /// thousands of rows. A pinned VP that has started goes nowhere but its
+    /// own processor, whatever the counts say, where that is in the pool
+    /// and free in `columns`; else it is left without a row (held).
+    fn assign(
+        &self,
+        k: JobKey,
+        columns: &[u64],
+        rows: &[Row],
+        counts: &[u32],
+    ) -> (Vec<(u32, Row)>, Vec<u32>) {
         let width = self.map.row_capacity();
         let mut want = vec![0u32; width];
         let mut target_rows: Vec<Row> = Vec::with_capacity(rows.len());
@@ -79,7 +87,32 @@ impl Scheduler {
         let mut kept = vec![0u32; width];
         // VPs that must find a row: (index, architecture, placed before).
         let mut movers: Vec<(u32, u32, bool)> = Vec::new();
+        let mut assignments: Vec<(u32, Row)> = Vec::new();
+        let mut stuck: Vec<u32> = Vec::new();
+        // (The job's own cells were emptied by `apply`.)
+        let free_in_columns = |r: Row| {
+            !columns.is_empty()
+                && columns
+                    .iter()
+                    .all(|&c| self.map.column(c).is_some_and(|col| col.cell(r).is_none()))
+        };
         for (&i, v) in &self.job(k).vps {
+            if let (true, Some(at)) = (v.pinned, &v.at) {
+                let own = self
+                    .map
+                    .row_of(&at.0)
+                    .filter(|&r| r < width && free_in_columns(r));
+                match own {
+                    Some(r) => {
+                        kept[r] += 1;
+                        if v.row != Some(r) {
+                            assignments.push((i, r));
+                        }
+                    }
+                    None => stuck.push(i),
+                }
+                continue;
+            }
             match v.row {
                 Some(r) if r < width && kept[r] < want[r] => kept[r] += 1,
                 _ => movers.push((i, v.arch, v.row.is_some() || v.at.is_some())),
@@ -95,7 +128,6 @@ impl Scheduler {
                 }
             }
         }
-        let mut assignments: Vec<(u32, Row)> = Vec::new();
         for &r in &target_rows {
             let Some(q) = self.arch_of(r).and_then(|a| queues.get_mut(&a)) else {
                 continue;
@@ -106,7 +138,8 @@ impl Scheduler {
                 }
             }
         }
-        (assignments, queues.into_values().flatten().collect())
+        stuck.extend(queues.into_values().flatten());
+        (assignments, stuck)
     }
 
     /// Each assigned VP to its row: started there, resumed where it is
