@@ -79,6 +79,7 @@ fn kind(e: &Event) -> &'static str {
         Event::NewVp { .. } => "new_vp",
         Event::VpBack { .. } => "vp_back",
         Event::VpMoved { .. } => "vp_moved",
+        Event::VpMovable { .. } => "vp_movable",
         Event::VpExit { .. } => "vp_exit",
         Event::JobExit { .. } => "job_exit",
     }
