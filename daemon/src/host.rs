@@ -423,6 +423,13 @@ pub fn signal_number(pid: i32, sig: i32) {
     unsafe { libc::kill(pid, sig) };
 }
 
+/// The process group of process `pid`, if it still exists.
+pub fn process_group(pid: i32) -> Option<i32> {
+    nix::unistd::getpgid(Some(Pid::from_raw(pid)))
+        .ok()
+        .map(Pid::as_raw)
+}
+
 /// Send `sig` to the VP's own process only (not its children).
 pub fn signal_one(pid: i32, sig: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);

@@ -22,13 +22,16 @@ use libmig::msg::Switch;
 use nix::sys::signal::Signal;
 
 /// A switch waiting for its instant: process groups to stop, then to
-/// continue.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// continue, and single processes with them (a VP's children that left
+/// its process group, from its cgroup).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Armed {
     /// The instant (ns since the Unix epoch, real-time clock).
     pub ideal_ns: u64,
     pub stop: Vec<i32>,
     pub cont: Vec<i32>,
+    pub stop_one: Vec<i32>,
+    pub cont_one: Vec<i32>,
 }
 
 #[derive(Default)]
@@ -132,9 +135,15 @@ fn crew_member(shared: Arc<Shared>, cpu: Option<usize>, ready: std::sync::mpsc::
         if s.armed.as_ref().is_some_and(|a| a.ideal_ns <= wall_ns()) {
             let Some(a) = s.armed.take() else { continue };
             let start = wall_ns();
-            for (list, sig) in [(&a.stop, Signal::SIGSTOP), (&a.cont, Signal::SIGCONT)] {
-                for &pid in list {
+            for (groups, ones, sig) in [
+                (&a.stop, &a.stop_one, Signal::SIGSTOP),
+                (&a.cont, &a.cont_one, Signal::SIGCONT),
+            ] {
+                for &pid in groups {
                     crate::host::signal(pid, sig);
+                }
+                for &pid in ones {
+                    crate::host::signal_one(pid, sig);
                 }
             }
             let end = wall_ns();
@@ -246,15 +255,24 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
+        // A process out of every listed group (a VP's child that called
+        // setsid), signalled on its own.
+        let mut c = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let (crew, _) = Switcher::start(2).unwrap();
         let at = wall_ns() + 30_000_000;
         crew.arm(Armed {
             ideal_ns: at,
             stop: vec![a.id() as i32],
-            cont: vec![],
+            stop_one: vec![c.id() as i32],
+            ..Armed::default()
         });
         assert_eq!(crew.armed(), Some(at));
         assert!(wait_for(|| state(a.id()) == 'T'), "a stopped");
+        assert!(wait_for(|| state(c.id()) == 'T'), "c stopped");
         assert!(wall_ns() >= at);
         assert_eq!(crew.armed(), None);
         let done = crew.done();
@@ -265,6 +283,7 @@ mod tests {
             ideal_ns: wall_ns() + 50_000_000,
             stop: vec![b.id() as i32],
             cont: vec![a.id() as i32],
+            ..Armed::default()
         });
         assert!(crew.disarm().is_some());
         std::thread::sleep(Duration::from_millis(100));
@@ -275,9 +294,12 @@ mod tests {
             ideal_ns: wall_ns() + 10_000_000,
             stop: vec![b.id() as i32],
             cont: vec![a.id() as i32],
+            cont_one: vec![c.id() as i32],
+            ..Armed::default()
         });
         assert!(wait_for(|| state(a.id()) == 'S' && state(b.id()) == 'T'));
-        for c in [&mut a, &mut b] {
+        assert!(wait_for(|| state(c.id()) == 'S'), "c continued");
+        for c in [&mut a, &mut b, &mut c] {
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -326,3 +326,57 @@ fn a_stencil_sliced_with_a_competitor_stops_many_times_and_still_gets_the_serial
         "heat was never sliced: {stats}"
     );
 }
+
+#[test]
+fn a_vps_children_that_left_its_process_group_are_sliced_with_it() {
+    // Two jobs of one VP each on one host of one processor: two slots. Each
+    // VP starts a busy grandchild in a session of its own (setsid, double
+    // fork); it must be stopped in the other job's slot like its parent.
+    let _one = serial();
+    let vm = Vm::start_config(1, "[daemon]\nquantum_ms = 50\n");
+    let escaping = "(setsid sh -c 'while :; do :; done' &); while :; do :; done";
+    for _ in 0..2 {
+        vm.mig_ok(&["spawn", "--", "/bin/sh", "-c", escaping]);
+    }
+    let grandchildren = |job: &str| -> Vec<u32> {
+        let vp: Vec<u32> = vps(&vm)
+            .into_iter()
+            .filter(|(j, _, _)| j == job)
+            .map(|(_, _, p)| p)
+            .collect();
+        vm.job_processes(job, "h0")
+            .into_iter()
+            .filter(|p| !vp.contains(p))
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || ["j1", "j2"]
+            .iter()
+            .all(|j| !grandchildren(j).is_empty())),
+        "no grandchildren: {:?}",
+        vps(&vm)
+    );
+    let watched: Vec<u32> = ["j1", "j2"].iter().flat_map(|j| grandchildren(j)).collect();
+    // Sampled for 2 s (40 slots): each is stopped about half the time.
+    let mut stopped = vec![0u32; watched.len()];
+    let mut samples = 0u32;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        for (i, &p) in watched.iter().enumerate() {
+            if proc_stat(p).is_some_and(|(s, _)| s == 'T') {
+                stopped[i] += 1;
+            }
+        }
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(7));
+    }
+    for (i, &p) in watched.iter().enumerate() {
+        assert!(
+            stopped[i] * 4 >= samples,
+            "grandchild {p} stopped in {} of {samples} samples: it runs outside its slot",
+            stopped[i]
+        );
+    }
+    vm.mig_ok(&["kill", "j1"]);
+    vm.mig_ok(&["kill", "j2"]);
+}

@@ -104,12 +104,30 @@ impl Daemon {
                 ideal_ns: plan.ideal_ns,
                 stop: pids(&plan.stop),
                 cont: pids(&plan.cont),
+                ..Armed::default()
             };
-            // (The loop comes here on every event: the lock only when the
-            // switch changed.)
+            // (The loop comes here on every event: the lock, and the look
+            // into the VPs' cgroups, only when the switch changed.)
             if self.armed_as.as_ref() != Some(&a) {
                 self.armed_as = Some(a.clone());
-                self.switcher.arm(a);
+                let escaped = |groups: &[i32]| -> Vec<i32> {
+                    groups
+                        .iter()
+                        .filter_map(|p| self.vps.by_pid.get(p))
+                        .filter_map(|t| self.vps.by_tid.get(t))
+                        .flat_map(|v| {
+                            v.pids().into_iter().filter(move |&p| {
+                                p != v.pid && host::process_group(p).is_none_or(|g| g != v.pid)
+                            })
+                        })
+                        .collect()
+                };
+                let full = Armed {
+                    stop_one: escaped(&a.stop),
+                    cont_one: escaped(&a.cont),
+                    ..a
+                };
+                self.switcher.arm(full);
             }
         } else {
             self.armed_as = None;
