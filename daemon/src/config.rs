@@ -307,10 +307,22 @@ impl Config {
                 self.vp_nice
             ));
         }
-        if self.dead_after < self.heartbeat * 2 {
-            return bad("dead_after_ms must be at least twice heartbeat_ms".into());
+        if self.dead_after < self.heartbeat * 3 {
+            return bad(
+                "dead_after_ms must be at least three times heartbeat_ms (a worker's lease on \
+                 its VPs lasts dead_after_ms less one heartbeat, and is renewed every heartbeat)"
+                    .into(),
+            );
         }
         Ok(())
+    }
+
+    /// How long a worker's lease on its VPs lasts from its ask: shorter
+    /// than `dead_after` by a heartbeat, so that its VPs are frozen (by its
+    /// guardian) before the master takes it for dead and starts them
+    /// elsewhere.
+    pub fn lease(&self) -> Duration {
+        self.dead_after.saturating_sub(self.heartbeat)
     }
 }
 
@@ -359,7 +371,7 @@ mod tests {
         c.capacity = Some(f64::NAN);
         assert!(c.validate().unwrap_err().to_string().contains("capacity"));
         c.capacity = Some(1.0);
-        c.dead_after = Duration::from_millis(150);
+        c.dead_after = Duration::from_millis(250);
         assert!(c
             .validate()
             .unwrap_err()

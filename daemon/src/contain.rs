@@ -206,6 +206,33 @@ fn remove_tree(dir: &Path) -> bool {
     }
 }
 
+/// Freeze (`on`) or thaw every cell under a daemon's directory at once:
+/// the lease guardian's fence. Independent of the signals that stop and
+/// continue VPs: a frozen VP stays frozen whatever it is sent.
+pub fn freeze_tree(flavour: Flavour, base: &Path, on: bool) -> io::Result<()> {
+    match flavour {
+        Flavour::V2 => write_file(&base.join("cgroup.freeze"), if on { "1" } else { "0" }),
+        Flavour::V1 => write_file(
+            &base.join("freezer.state"),
+            if on { "FROZEN" } else { "THAWED" },
+        ),
+    }
+}
+
+/// Kill every process of every cell under a daemon's directory (frozen or
+/// not) and remove the directories.
+pub fn clear_tree(flavour: Flavour, base: &Path) {
+    Containment::clear(flavour, base);
+    // (v1: killed processes in a frozen tree die once it thaws.)
+    let _ = freeze_tree(flavour, base, false);
+    for _ in 0..50 {
+        if remove_tree(base) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 impl Containment {
     /// The cgroups for daemon `name` (pid `pid`), made under this process's
     /// own cgroup: v2 when its hierarchy can be written, else the v1
@@ -322,6 +349,11 @@ impl Containment {
     /// The interface in use.
     pub fn flavour(&self) -> Flavour {
         self.flavour
+    }
+
+    /// The daemon's directory, holding every cell.
+    pub fn base(&self) -> &Path {
+        &self.base
     }
 
     /// A new cell for a process of VP `label` (e.g. `t40001`).

@@ -24,6 +24,7 @@ pub mod contain;
 pub mod facts;
 pub mod flow;
 pub mod groups;
+pub mod guardian;
 pub mod host;
 pub mod log;
 pub mod master;

@@ -83,6 +83,11 @@ fn peer_msgs() -> Vec<PeerMsg> {
             vacate_after_s: Some(60.0),
         }),
         PeerMsg::Movable { tid: 0x40002 },
+        PeerMsg::LeaseAsk { n: 17 },
+        PeerMsg::LeaseGrant { n: 17, ms: 2500 },
+        PeerMsg::Fenced {
+            why: "declared dead".into(),
+        },
     ]
 }
 
@@ -96,6 +101,8 @@ fn vp_msgs() -> Vec<VpMsg> {
             path: "/state/t40001.ckpt".into(),
         },
         VpMsg::Movable,
+        VpMsg::PauseNotice { signal: 10 },
+        VpMsg::Quiesced,
     ]
 }
 

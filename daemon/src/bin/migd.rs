@@ -60,6 +60,11 @@ struct Flags {
 }
 
 fn main() {
+    // The lease guardian a worker starts beside itself (not a user command).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(migd::guardian::ARG) {
+        migd::guardian::run(&args[1..]);
+    }
     if let Err(e) = start() {
         eprintln!("migd: {e:#}");
         std::process::exit(1);

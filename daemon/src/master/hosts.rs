@@ -31,6 +31,8 @@ impl Master {
                 master,
                 in_pool: false,
                 owner,
+                granted: None,
+                lost: None,
             },
         );
         if offered {
@@ -95,29 +97,80 @@ impl Master {
         (name, out)
     }
 
-    /// A host said something: it is alive. A host that had been taken out
-    /// of the pool for silence comes back with all its processors.
+    /// A host said something: it is alive, unless it was declared dead
+    /// (its VPs are being started elsewhere): then it is told it is fenced,
+    /// and must end its VPs and leave.
     pub fn heard_from(&mut self, host: &str, now: Instant) -> Vec<Out> {
         self.now = now;
         let Some(h) = self.hosts.get_mut(host) else {
             return Vec::new();
         };
         h.last_seen = now;
-        if h.alive {
+        if h.alive || h.master {
             return Vec::new();
         }
-        let facts = h.facts.clone();
-        let mut out = vec![Out::Log(format!(
-            "host {host} answers again: back in the pool"
-        ))];
-        out.extend(self.add_host(facts, now, false));
-        out
+        vec![Out::ToHost(
+            host.to_string(),
+            PeerMsg::Fenced {
+                why: "it was declared dead while it did not answer (its VPs are started \
+                      elsewhere)"
+                    .into(),
+            },
+        )]
+    }
+
+    /// Worker `host` asks for lease `n` on its VPs: granted while it is
+    /// held alive (a dead one hears it is fenced from `heard_from`).
+    pub(super) fn lease_ask(&mut self, host: &str, n: u64) -> Vec<Out> {
+        let now = self.now;
+        let ms = self.lease.as_millis() as u64;
+        match self.hosts.get_mut(host).filter(|h| h.alive) {
+            Some(h) => {
+                h.granted = Some(now);
+                vec![Out::ToHost(host.to_string(), PeerMsg::LeaseGrant { n, ms })]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The connection to `host` is gone. Its VPs may still run until its
+    /// lease lapses (a daemon cut off, not dead): only then is it taken for
+    /// dead and are they started elsewhere.
+    pub fn host_lost(&mut self, host: &str, why: &str, now: Instant) -> Vec<Out> {
+        self.now = now;
+        let lease = self.lease;
+        let Some(h) = self.hosts.get_mut(host).filter(|h| h.alive) else {
+            return Vec::new();
+        };
+        match h.granted.map(|g| g + lease).filter(|&until| until > now) {
+            Some(until) => {
+                h.lost = Some((until, why.to_string()));
+                vec![Out::Log(format!(
+                    "lost connection to {host} ({why}): its VPs are started elsewhere once its \
+                     lease lapses, in {} ms",
+                    (until - now).as_millis()
+                ))]
+            }
+            None => self.host_gone(host, why),
+        }
     }
 
     /// Hosts silent for longer than `dead_after` leave the pool.
     pub fn tick(&mut self, now: Instant, dead_after: Duration) -> Vec<Out> {
         self.now = now;
         let mut out = self.release_vacated();
+        let lapsed: Vec<(String, String)> = self
+            .hosts
+            .iter()
+            .filter_map(|(n, h)| {
+                let (until, why) = h.lost.as_ref().filter(|(u, _)| now >= *u)?;
+                let _ = until;
+                Some((n.clone(), why.clone()))
+            })
+            .collect();
+        for (host, why) in lapsed {
+            out.extend(self.host_gone(&host, &why));
+        }
         out.extend(self.retry_moves(now));
         out.extend(self.kill_overdue(now));
         out.extend(self.checkpoint_tick(now));
@@ -143,6 +196,7 @@ impl Master {
             return Vec::new();
         }
         h.alive = false;
+        h.lost = None;
         let mut out = vec![Out::Log(format!("host {host} left the pool: {why}"))];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));

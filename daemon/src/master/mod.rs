@@ -145,7 +145,13 @@ pub struct Master {
     checkpoint_timeout: Duration,
     /// Jobs to restart from their checkpoint once the events at hand are done.
     to_restart: BTreeSet<String>,
+    /// How long a worker's lease on its VPs lasts from its ask.
+    lease: Duration,
 }
+
+/// A worker's lease with the default heartbeat (500 ms) and dead-after
+/// (3 s): shorter than dead-after by a heartbeat (see `set_lease`).
+const DEFAULT_LEASE: Duration = Duration::from_millis(2500);
 
 impl Master {
     /// A master whose own host has `facts`.
@@ -179,10 +185,18 @@ impl Master {
             next_ckpt: 1,
             checkpoint_every: None,
             checkpoint_timeout: Duration::from_secs(30),
+            lease: DEFAULT_LEASE,
             to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);
         (m, out)
+    }
+
+    /// Workers' leases last `lease` from their ask. It must be shorter than
+    /// the silence after which a host is declared dead, so that a host's
+    /// VPs are frozen before they are started elsewhere.
+    pub fn set_lease(&mut self, lease: Duration) {
+        self.lease = lease;
     }
 
     /// This master's own host name.
@@ -200,6 +214,7 @@ impl Master {
     pub fn from_host(&mut self, host: &str, msg: PeerMsg) -> Option<Vec<Out>> {
         Some(match msg {
             PeerMsg::Heartbeat => Vec::new(),
+            PeerMsg::LeaseAsk { n } => self.lease_ask(host, n),
             PeerMsg::Started { tid, pid } => self.started(host, tid, pid),
             PeerMsg::Exited { tid, status } => self.exited(host, tid, status),
             PeerMsg::Restore { to, start, image } => {

@@ -13,6 +13,11 @@ pub(super) struct HostRec {
     pub(super) in_pool: bool,
     /// Its owner monitor's last report.
     pub(super) owner: Option<OwnerReport>,
+    /// When it was last granted a lease on its VPs (see `PeerMsg::LeaseAsk`).
+    pub(super) granted: Option<Instant>,
+    /// Its connection was lost: it is taken for dead once its lease has
+    /// surely lapsed (then, and why).
+    pub(super) lost: Option<(Instant, String)>,
 }
 
 /// Where a VP is in its life, as the master sees it.

@@ -110,12 +110,22 @@ fn a_dead_host_leaves_the_map_and_its_vps_restart_elsewhere() {
     assert_eq!(again[0].0, "h0");
     assert!(!m.is_alive("h1"));
     assert!(m.sched.map().processors().all(|(_, p)| &*p.host == "h0"));
-    // It answers again on the same connection: back in the pool.
-    m.heard_from("h1", now + Duration::from_secs(11));
-    assert!(m.is_alive("h1"));
-    assert_eq!(m.sched.map().processors().count(), 2);
-    m.host_gone("h1", "connection lost");
-    // Or it comes back under the same name.
+    // It answers again on the same connection: its VP runs elsewhere, so
+    // it is told it is fenced (it ends its VPs and leaves), and stays out;
+    // it asks for a lease in vain.
+    let out = m.heard_from("h1", now + Duration::from_secs(11));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Out::ToHost(h, PeerMsg::Fenced { .. }) if h == "h1")),
+        "{out:?}"
+    );
+    assert!(!m.is_alive("h1"));
+    assert_eq!(m.sched.map().processors().count(), 1);
+    assert!(m
+        .from_host("h1", PeerMsg::LeaseAsk { n: 9 })
+        .unwrap_or_default()
+        .is_empty());
+    // It comes back under the same name, started again.
     let (name, _) = m.register(facts("h1", 1), now);
     assert_eq!(name, "h1");
     assert!(m.is_alive("h1"));
@@ -897,4 +907,43 @@ fn a_job_killed_while_it_restores_ends_with_its_processes_ends() {
         o,
         Out::Reply(Requester::Local(5), Response::Ok { message }) if message.contains("VPs ended")
     )), "{answer:?}");
+}
+
+fn grants(out: &[Out]) -> Vec<(String, u64, u64)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::ToHost(h, PeerMsg::LeaseGrant { n, ms }) => Some((h.clone(), *n, *ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_worker_whose_connection_is_lost_is_taken_for_dead_only_once_its_lease_has_lapsed() {
+    let now = Instant::now();
+    let (mut m, _) = Master::new(facts("h0", 1), now, Duration::ZERO);
+    m.set_lease(Duration::from_millis(2500));
+    m.register(facts("h1", 1), now);
+    let out = m.control(Requester::Local(1), "h0", Request::Spawn(spec(2)));
+    assert_eq!(starts(&out).len(), 2);
+    let at = |ms: u64| now + Duration::from_millis(ms);
+    m.heard_from("h1", at(100));
+    let out = m
+        .from_host("h1", PeerMsg::LeaseAsk { n: 1 })
+        .unwrap_or_default();
+    assert_eq!(grants(&out), vec![("h1".to_string(), 1, 2500)]);
+    // Cut off at 200 ms: its VP may run until 2600 ms; not started
+    // elsewhere before.
+    let out = m.host_lost("h1", "connection reset", at(200));
+    assert!(starts(&out).is_empty(), "{out:?}");
+    assert!(m.is_alive("h1"));
+    assert!(starts(&m.tick(at(2500), Duration::from_secs(3))).is_empty());
+    let out = m.tick(at(2700), Duration::from_secs(3));
+    assert_eq!(starts(&out).len(), 1, "{out:?}");
+    assert_eq!(starts(&out)[0].0, "h0");
+    assert!(!m.is_alive("h1"));
+    // A worker never granted a lease is taken for dead at once.
+    m.register(facts("h2", 1), at(3000));
+    let out = m.host_lost("h2", "connection reset", at(3100));
+    assert!(!m.is_alive("h2"), "{out:?}");
 }

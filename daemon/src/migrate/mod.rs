@@ -321,6 +321,11 @@ impl MoveTable {
         self.parked.remove(&tid)
     }
 
+    /// Take every parked VP out (this host was fenced: they run elsewhere).
+    pub fn unpark_all(&mut self) -> Vec<Parked> {
+        std::mem::take(&mut self.parked).into_values().collect()
+    }
+
     /// Should `tid` be asked to park now? Once, then again every
     /// `PARK_RETRY` while it is still here (a try that missed its safe
     /// point cost the owner at most its deadline).

@@ -14,6 +14,7 @@
 mod control;
 mod flow;
 mod handshake;
+mod lease;
 mod local;
 mod net;
 mod owner;
@@ -180,6 +181,8 @@ pub struct Daemon {
     leaving: HashMap<i32, LocalVp>,
     /// The cgroups holding each VP's process tree (none: process groups).
     contain: Option<Containment>,
+    /// A worker's lease on its VPs.
+    lease: lease::Lease,
     /// Job checkpoints (on the master), and copies kept for it.
     store: Store,
     replicas: Store,
@@ -266,6 +269,7 @@ impl Daemon {
         let mut d = Daemon {
             poll,
             contain,
+            lease: lease::Lease::default(),
             key,
             facts,
             tcp,
@@ -306,12 +310,14 @@ impl Daemon {
             None => {
                 let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
                 m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
+                m.set_lease(d.cfg.lease());
                 d.role = Role::Master(Box::new(m));
                 d.deliver(out);
                 log!("master {} listening on {addr}", d.facts.name);
             }
             Some(master) => {
                 d.join(master)?;
+                d.guard_vps();
                 log!(
                     "worker {} listening on {addr}, joined {master}",
                     d.facts.name
@@ -473,6 +479,7 @@ impl Daemon {
         if let Some(link) = self.role.link() {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
+        self.ask_lease();
         if let Some(m) = self.role.master() {
             let out = m.tick(Instant::now(), self.cfg.dead_after);
             self.deliver(out);

@@ -170,7 +170,7 @@ impl Daemon {
             Kind::Peer { host: Some(h) } => {
                 log!("lost connection to {h}: {why}");
                 if let Some(m) = self.role.master() {
-                    let out = m.host_gone(&h, why);
+                    let out = m.host_lost(&h, why, Instant::now());
                     self.deliver(out);
                 }
             }

@@ -68,7 +68,24 @@ impl Daemon {
     /// On the master: a message from worker `h`.
     pub(super) fn on_worker_msg(&mut self, h: &str, t: Token, msg: PeerMsg) {
         let Some(m) = self.role.master() else { return };
+        if let (false, PeerMsg::Register { facts }) = (m.is_alive(h), &msg) {
+            // Fenced, it ended its VPs and registers again, under its name.
+            let facts = HostFacts {
+                name: h.to_string(),
+                ..facts.clone()
+            };
+            let (name, out) = m.register(facts, Instant::now());
+            let dir = m.directory();
+            self.send_peer(t, &PeerMsg::Registered { name });
+            self.send_peer(t, &dir);
+            return self.deliver(out);
+        }
         let mut out = m.heard_from(h, Instant::now());
+        if !m.is_alive(h) {
+            // Declared dead: it hears it is fenced, and nothing it says
+            // counts any more.
+            return self.deliver(out);
+        }
         out.extend(match msg {
             PeerMsg::Control { id, req } => m.with_wall(wall_ns()).control(
                 Requester::Remote {
@@ -148,6 +165,8 @@ impl Daemon {
                 log!("halt requested");
                 self.begin_halt();
             }
+            PeerMsg::LeaseGrant { n, ms } => self.lease_granted(n, ms),
+            PeerMsg::Fenced { why } => self.fenced(&why),
             PeerMsg::Checkpoint { to, start } => self.checkpoint(to, start),
             PeerMsg::OwnerCommand { id, reclaim } => {
                 self.owner.request(reclaim, Instant::now());
@@ -167,7 +186,8 @@ impl Daemon {
                     self.send_vp(t, &VpMsg::Return { id, ret });
                 }
             }
-            PeerMsg::Registered { .. } | PeerMsg::Heartbeat => {}
+            PeerMsg::Registered { .. } => self.rejoined(),
+            PeerMsg::Heartbeat => {}
             other => log!("ignoring unexpected {} from the master", other.name()),
         }
     }

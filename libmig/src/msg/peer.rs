@@ -247,6 +247,27 @@ pub enum PeerMsg {
         /// The VP.
         tid: Tid,
     },
+    /// Worker to the master, with every heartbeat: may I keep my VPs? The
+    /// worker's lease runs from when it sent ask `n` (its own clock).
+    LeaseAsk {
+        /// The ask's number.
+        n: u64,
+    },
+    /// Master to a worker it holds alive: ask `n` is granted for `ms`
+    /// from when it was sent; after that the worker's VPs are frozen
+    /// unless a later ask is granted.
+    LeaseGrant {
+        /// The ask's number.
+        n: u64,
+        /// The lease's length.
+        ms: u64,
+    },
+    /// Master to a worker it declared dead (its VPs are being started
+    /// elsewhere): end every VP you hold, now, and leave.
+    Fenced {
+        /// Why, for the worker's log.
+        why: String,
+    },
 }
 
 impl PeerMsg {
@@ -279,6 +300,9 @@ impl PeerMsg {
             PeerMsg::VpCall { .. } => "VpCall",
             PeerMsg::VpReturn { .. } => "VpReturn",
             PeerMsg::Movable { .. } => "Movable",
+            PeerMsg::LeaseAsk { .. } => "LeaseAsk",
+            PeerMsg::LeaseGrant { .. } => "LeaseGrant",
+            PeerMsg::Fenced { .. } => "Fenced",
             PeerMsg::Checkpoint { .. } => "Checkpoint",
             PeerMsg::Restore { .. } => "Restore",
             PeerMsg::MigrateFailed { .. } => "MigrateFailed",

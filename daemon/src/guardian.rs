@@ -1,0 +1,180 @@
+//! The lease guardian: a small process beside each worker daemon that
+//! fences the daemon's VPs when the daemon can no longer vouch for them.
+//!
+//! A worker holds its VPs under a lease the master grants (see
+//! `PeerMsg::LeaseAsk`); the daemon passes each new deadline down a pipe.
+//! The guardian is a process of its own (migd started again with a hidden
+//! first argument), so it runs when the daemon does not: stopped, paging,
+//! starved. When the deadline passes without a newer one, it freezes every
+//! VP cell at once (the cgroup freezer: independent of the signals that
+//! slice VPs); a later deadline thaws them. When the pipe closes (the
+//! daemon ended, however), it kills every VP and exits: nobody is left to
+//! look after them, and the master starts them elsewhere.
+//!
+//! What lives here: starting the guardian and renewing its deadline (the
+//! daemon's side), and the guardian's loop. What does not: when a lease is
+//! granted (the master) or asked for (the server), the cgroups themselves
+//! (`contain`).
+
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Instant;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::time::{clock_gettime, ClockId};
+
+use crate::contain::{self, Flavour};
+
+/// The first argument that makes migd a guardian.
+pub const ARG: &str = "--lease-guardian";
+
+/// The daemon's handle on its guardian.
+#[derive(Debug)]
+pub struct Guardian {
+    child: Child,
+    pipe: Option<ChildStdin>,
+    /// The deadline last passed down (monotonic ns).
+    sent: u64,
+}
+
+/// Now on the machine-wide monotonic clock, in ns.
+fn mono_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// `at` on the monotonic clock, in ns.
+fn at_ns(at: Instant) -> u64 {
+    let now = Instant::now();
+    let base = mono_ns();
+    if at >= now {
+        base + (at - now).as_nanos() as u64
+    } else {
+        base.saturating_sub((now - at).as_nanos() as u64)
+    }
+}
+
+impl Guardian {
+    /// Start the guardian of the cells under `base`.
+    pub fn start(flavour: Flavour, base: &Path) -> io::Result<Guardian> {
+        let exe = std::env::current_exe()?;
+        let flavour = match flavour {
+            Flavour::V2 => "v2",
+            Flavour::V1 => "v1",
+        };
+        let mut child = Command::new(exe)
+            .arg(ARG)
+            .arg(flavour)
+            .arg(base)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let pipe = child.stdin.take();
+        Ok(Guardian {
+            child,
+            pipe,
+            sent: 0,
+        })
+    }
+
+    /// The VPs may run until `until`; after it they are frozen unless a
+    /// later deadline comes. A deadline already past changes nothing.
+    pub fn renew(&mut self, until: Instant) {
+        let ns = at_ns(until);
+        if ns <= self.sent || ns <= mono_ns() {
+            return;
+        }
+        self.sent = ns;
+        if let Some(p) = &mut self.pipe {
+            if p.write_all(&ns.to_le_bytes()).is_err() {
+                crate::log!("the lease guardian is gone: VPs here are no longer fenced");
+                self.pipe = None;
+            }
+        }
+    }
+
+    /// Its process id, for logs and tests.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        // Closing the pipe tells it to end (killing what is left).
+        self.pipe = None;
+        let _ = self.child.wait();
+    }
+}
+
+/// The guardian's main: `ARG FLAVOUR BASE`. Never returns.
+pub fn run(args: &[String]) -> ! {
+    let (flavour, base) = match args {
+        [f, b] if f == "v2" => (Flavour::V2, PathBuf::from(b)),
+        [f, b] if f == "v1" => (Flavour::V1, PathBuf::from(b)),
+        _ => {
+            eprintln!("migd {ARG}: expected v1|v2 and a cgroup directory");
+            std::process::exit(2);
+        }
+    };
+    // Not a VP, not the owner: it must run when the machine is busy.
+    // SAFETY: setpriority on this process only.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) };
+    let input = io::stdin();
+    let mut deadline: Option<u64> = None;
+    let mut frozen = false;
+    let mut buf = [0u8; 8];
+    let mut have = 0usize;
+    loop {
+        let now = mono_ns();
+        if let Some(d) = deadline.filter(|&d| d <= now && !frozen) {
+            frozen = contain::freeze_tree(flavour, &base, true).is_ok();
+            crate::log!(
+                "lease guardian: the daemon's lease lapsed {} ms ago: its VPs are frozen",
+                (now - d) / 1_000_000
+            );
+        }
+        let wait = match deadline {
+            Some(d) if !frozen => PollTimeout::try_from(((d - now.min(d)) / 1_000_000 + 1) as i64)
+                .unwrap_or(PollTimeout::MAX),
+            _ => PollTimeout::NONE,
+        };
+        let mut fds = [PollFd::new(input.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, wait) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+        // (Unbuffered: poll must see every byte not yet read.)
+        // SAFETY: reading into our own buffer from standard input.
+        let n = unsafe {
+            libc::read(
+                libc::STDIN_FILENO,
+                buf[have..].as_mut_ptr().cast(),
+                buf.len() - have,
+            )
+        };
+        match n {
+            n if n > 0 => have += n as usize,
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            _ => break,
+        }
+        if have < buf.len() {
+            continue;
+        }
+        have = 0;
+        let d = u64::from_le_bytes(buf);
+        deadline = Some(d);
+        if frozen && d > mono_ns() {
+            frozen = contain::freeze_tree(flavour, &base, false).is_err();
+            crate::log!("lease guardian: the lease is renewed: the VPs are thawed");
+        }
+    }
+    // The daemon is gone: so are its VPs.
+    contain::clear_tree(flavour, &base);
+    std::process::exit(0);
+}

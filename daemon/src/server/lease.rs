@@ -1,0 +1,119 @@
+//! A worker's lease on its VPs: an ask with every heartbeat, the guardian's
+//! deadline moved on with every grant (it freezes the VPs when the daemon
+//! stops renewing, whatever stopped it), and every VP ended when the
+//! master says this host was declared dead.
+//!
+//! What does not live here: the guardian process (`crate::guardian`), the
+//! master's side (it grants while it holds the host alive).
+
+use std::collections::VecDeque;
+
+use super::*;
+use crate::guardian::Guardian;
+
+/// Asks remembered until granted (a grant older than these is of no use:
+/// its lease has long lapsed).
+const ASKS_KEPT: usize = 64;
+
+/// What a worker keeps of its lease.
+#[derive(Debug, Default)]
+pub(super) struct Lease {
+    /// The process that freezes the VPs when the lease lapses (none on the
+    /// master, or without cgroups).
+    guardian: Option<Guardian>,
+    next: u64,
+    /// Asks sent: number and when.
+    asked: VecDeque<(u64, Instant)>,
+    /// The VPs may run until then.
+    until: Option<Instant>,
+    /// Fenced, it registered again and waits to hear it is back: fences
+    /// said before that answer are of the old life.
+    rejoining: bool,
+}
+
+impl Daemon {
+    /// On a worker with cgroups: start the guardian of its VPs.
+    pub(super) fn guard_vps(&mut self) {
+        let Some(c) = &self.contain else {
+            return log!(
+                "no lease guardian (no cgroups): a VP here may run on for a while if this \
+                 daemon stalls and the master starts it elsewhere"
+            );
+        };
+        match Guardian::start(c.flavour(), c.base()) {
+            Ok(g) => {
+                log!("lease guardian {} watches this host's VPs", g.pid());
+                self.lease.guardian = Some(g);
+            }
+            Err(e) => log!("could not start the lease guardian: {e}"),
+        }
+    }
+
+    /// With each heartbeat: ask the master for a lease.
+    pub(super) fn ask_lease(&mut self) {
+        let Some(link) = self.role.link() else { return };
+        self.lease.next += 1;
+        let n = self.lease.next;
+        self.lease.asked.push_back((n, Instant::now()));
+        while self.lease.asked.len() > ASKS_KEPT {
+            self.lease.asked.pop_front();
+        }
+        self.send_peer(link, &PeerMsg::LeaseAsk { n });
+    }
+
+    /// Ask `n` is granted for `ms` from when it was sent.
+    pub(super) fn lease_granted(&mut self, n: u64, ms: u64) {
+        let Some(&(_, sent)) = self.lease.asked.iter().find(|(k, _)| *k == n) else {
+            return;
+        };
+        self.lease.asked.retain(|(k, _)| *k > n);
+        let until = sent + Duration::from_millis(ms);
+        if self.lease.until.is_some_and(|u| u >= until) {
+            return;
+        }
+        self.lease.until = Some(until);
+        if let Some(g) = &mut self.lease.guardian {
+            g.renew(until);
+        }
+    }
+
+    /// The master declared this host dead while it did not answer: its VPs
+    /// run elsewhere now. End every one of them (and drop those parked
+    /// here) before anything else, then register again, empty.
+    pub(super) fn fenced(&mut self, why: &str) {
+        if self.halting.is_some() || self.lease.rejoining {
+            return;
+        }
+        let n = self
+            .vps
+            .by_tid
+            .values()
+            .filter(|v| v.exit.is_none())
+            .count();
+        // Their ends are nobody's exits (the VPs go on elsewhere): kept
+        // with the processes that left, not reported.
+        for (tid, v) in std::mem::take(&mut self.vps.by_tid) {
+            v.kill();
+            self.slicer.gone(tid);
+            if v.exit.is_none() || v.open_pipes > 0 {
+                self.leaving.insert(v.pid, v);
+            }
+        }
+        for p in self.moves.unpark_all() {
+            let _ = std::fs::remove_file(p.path);
+        }
+        log!("fenced by the master: {why}; ended its {n} VPs here; joining again");
+        let Some(link) = self.role.link() else { return };
+        self.lease.rejoining = true;
+        self.lease.asked.clear();
+        let facts = self.facts.clone();
+        self.send_peer(link, &PeerMsg::Register { facts });
+    }
+
+    /// The master took this host back after it was fenced.
+    pub(super) fn rejoined(&mut self) {
+        if std::mem::replace(&mut self.lease.rejoining, false) {
+            log!("back in the virtual machine");
+        }
+    }
+}
