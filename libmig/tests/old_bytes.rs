@@ -88,6 +88,17 @@ fn peer_msgs() -> Vec<PeerMsg> {
         PeerMsg::Fenced {
             why: "declared dead".into(),
         },
+        PeerMsg::FetchReplica {
+            job: "j1".into(),
+            id: 3,
+            tid: 0x40001,
+        },
+        PeerMsg::ReplicaImage {
+            job: "j1".into(),
+            id: 3,
+            tid: 0x40001,
+            image: Err("damaged".into()),
+        },
     ]
 }
 

@@ -67,8 +67,37 @@ fn a_host_killed_mid_run_and_the_job_finishes_from_its_checkpoint() {
     finishes_right(job, &vm);
 }
 
+/// Every copy of generation `g`'s images of job j1: the master's, and the
+/// replicas on the other hosts.
+fn copies(vm: &Vm, g: u32) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+    let list = |dir: std::path::PathBuf| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let master = list(vm.dir.path().join(format!("h0/ckpt/j1/g{g}")));
+    let replicas = (0..3)
+        .flat_map(|h| list(vm.dir.path().join(format!("h{h}/replicas/j1/g{g}"))))
+        .collect();
+    (master, replicas)
+}
+
+/// Truncate one image, flip a byte in the others.
+fn damage(files: &[std::path::PathBuf]) {
+    for (i, f) in files.iter().enumerate() {
+        let mut bytes = std::fs::read(f).expect("image");
+        if i == 0 {
+            bytes.truncate(bytes.len() / 2);
+        } else {
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0x40;
+        }
+        std::fs::write(f, &bytes).expect("damage");
+    }
+}
+
 #[test]
-fn a_damaged_checkpoint_is_refused_and_the_one_before_is_used() {
+fn damaged_images_are_refused_their_copies_used_and_with_none_intact_nothing_is_stopped() {
     let vm = Vm::start(3);
     let job = heat(&vm, "12000");
     assert!(wait_until(Duration::from_secs(10), || running(&vm) == 3));
@@ -86,34 +115,59 @@ fn a_damaged_checkpoint_is_refused_and_the_one_before_is_used() {
             vm.log(2)
         );
     }
-    // Generation 5: one image truncated, one with a flipped byte.
-    let g2 = vm.dir.path().join("h0/ckpt/j1/g5");
-    let truncated = g2.join("t40001.img");
-    let bytes = std::fs::read(&truncated).expect("image");
-    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("truncate");
-    let flipped = g2.join("t40002.img");
-    let mut bytes = std::fs::read(&flipped).expect("image");
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x40;
-    std::fs::write(&flipped, &bytes).expect("flip");
+    // The master's copies of both generations kept (5 and 4) damaged: the
+    // replicas on the other hosts are fetched, and 5 is used.
+    let (g5, g5_replicas) = copies(&vm, 5);
+    let (g4, g4_replicas) = copies(&vm, 4);
+    assert_eq!(
+        (g5.len(), g5_replicas.len()),
+        (3, 3),
+        "{g5:?} {g5_replicas:?}"
+    );
+    damage(&g5);
+    damage(&g4);
     let out = vm.mig(&["restart", "j1"]);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || vm
-            .log(0)
-            .contains("restoring from generation 4")),
-        "{}",
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("generation 5"),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
         vm.log(0)
     );
     let log = vm.log(0);
+    assert!(log.contains("restoring from generation 5"), "{log}");
     assert!(
-        log.contains("checkpoint generation 5 refused") && log.contains("t40001.img"),
+        log.contains("t40001.img") && log.contains("from its copy elsewhere"),
         "{log}"
     );
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 3));
+    // Every copy of every generation damaged: a clear error, a non-zero
+    // exit, and the job is not stopped: it goes on and finishes right.
+    // (The master's copies are still damaged.)
+    damage(&g5_replicas);
+    damage(&g4_replicas);
+    let pids: Vec<u64> = vm
+        .json(&["ps"])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["pid"].as_u64())
+        .collect();
+    let out = vm.mig(&["restart", "j1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("no intact copy") && err.contains("goes on as it was"),
+        "{err}"
+    );
+    let after: Vec<u64> = vm
+        .json(&["ps"])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["pid"].as_u64())
+        .collect();
+    assert_eq!(pids, after, "a VP was stopped");
     finishes_right(job, &vm);
 }
 

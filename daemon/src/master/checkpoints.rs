@@ -50,6 +50,7 @@ impl Master {
             started: self.now,
             paused: HashMap::new(),
             taken: HashMap::new(),
+            replicas: BTreeMap::new(),
             waiters: from.into_iter().collect(),
         });
         let mut out = vec![Out::Log(format!(
@@ -121,6 +122,15 @@ impl Master {
             return Vec::new();
         };
         let mut out = Vec::new();
+        // The other copy: kept by the VP's host, or sent to a third.
+        let replica = if host == me {
+            spare.clone()
+        } else {
+            Some(host.to_string())
+        };
+        if let (Some(r), Some(at)) = (j.ckpt.round.as_mut(), replica) {
+            r.replicas.insert(tid, at);
+        }
         if host == me {
             // The image lives on this host already: one copy elsewhere.
             if let Some(other) = spare {
@@ -158,7 +168,11 @@ impl Master {
             .filter(|(_, v)| r.members.contains(&v.tid))
             .map(|(&vp, _)| vp)
             .collect();
-        j.ckpt.good.push(Generation { id, vps });
+        j.ckpt.good.push(Generation {
+            id,
+            vps,
+            replicas: r.replicas.clone(),
+        });
         let extra = j.ckpt.good.len().saturating_sub(2);
         j.ckpt.good.drain(..extra);
         let bytes: usize = r.taken.values().sum();
@@ -239,22 +253,116 @@ impl Master {
         out
     }
 
-    /// Restart `job` from its last good checkpoint: every VP's process is
-    /// ended and started again from its image (on its host, or where the
-    /// scheduler put it if its host is gone). `mig restart`, and
-    /// automatically when a host dies under a job that has a checkpoint.
+    /// Restart `job` from its newest checkpoint of which an intact copy of
+    /// every image exists: `mig restart`, and automatically when a host
+    /// dies under a job that has a checkpoint. Nothing is stopped yet: the
+    /// server first looks for the images (`Out::CheckImages`: its own
+    /// copies, then the replicas on other hosts) and answers with
+    /// `images_checked`.
     pub(super) fn restart_job(&mut self, job: &str, from: Option<Requester>) -> Vec<Out> {
         let err = |m: String| match &from {
             Some(r) => vec![Out::Reply(r.clone(), Response::Error { message: m })],
             None => vec![Out::Log(m)],
         };
-        let Some(j) = self.jobs.get(job) else {
+        let Some(j) = self.jobs.get_mut(job) else {
             return err(format!("no job {job:?}; `mig ps` lists them"));
         };
-        let Some(gen) = j.ckpt.good.last().cloned() else {
+        if j.ckpt.good.is_empty() {
             return err(format!(
                 "job {job} has no checkpoint yet: `mig checkpoint {job}`, or set checkpoint_interval_s"
             ));
+        }
+        if let Some(p) = &mut j.ckpt.restart {
+            p.from.extend(from);
+            return Vec::new();
+        }
+        let gens = j
+            .ckpt
+            .good
+            .iter()
+            .rev()
+            .map(|g| {
+                let images = g
+                    .vps
+                    .iter()
+                    .filter_map(|vp| j.vps.get(vp))
+                    .map(|v| (v.tid, g.replicas.get(&v.tid).cloned()))
+                    .collect();
+                (g.id, images)
+            })
+            .collect();
+        j.ckpt.restart = Some(PendingRestart {
+            lost: from.is_none(),
+            from: from.into_iter().collect(),
+        });
+        vec![
+            Out::Log(format!("job {job}: looking for its checkpoint's images")),
+            Out::CheckImages {
+                job: job.to_string(),
+                gens,
+            },
+        ]
+    }
+
+    /// The server looked for `job`'s images: `Ok` with the newest
+    /// generation of which every image is intact, and the images; `Err`
+    /// says what is missing. Restarts the job from them, or leaves it as it
+    /// was (a `mig restart` fails), or, when a host died under it and it
+    /// cannot go on consistently, ends it with the reason.
+    pub fn images_checked(&mut self, job: &str, found: Result<FoundImages, String>) -> Vec<Out> {
+        let Some(pending) = self.jobs.get_mut(job).and_then(|j| j.ckpt.restart.take()) else {
+            return Vec::new();
+        };
+        match found {
+            Ok((id, images)) => self.restart_from(job, id, images, pending.from),
+            Err(why) => {
+                let why = format!("job {job} cannot restart from its checkpoint: {why}");
+                let mut out: Vec<Out> = pending
+                    .from
+                    .into_iter()
+                    .map(|r| {
+                        Out::Reply(
+                            r,
+                            Response::Error {
+                                message: format!("{why}; the job goes on as it was"),
+                            },
+                        )
+                    })
+                    .collect();
+                if pending.lost {
+                    out.extend(self.end_job(job, &format!("{why}, and a host died under it")));
+                } else {
+                    out.push(Out::Log(why));
+                }
+                out
+            }
+        }
+    }
+
+    /// Restart `job` from generation `id`, whose images were checked: every
+    /// VP's process is ended and started again from its image (on its host,
+    /// or where the scheduler put it if its host is gone).
+    fn restart_from(
+        &mut self,
+        job: &str,
+        id: u64,
+        mut images: Vec<(Tid, Vec<u8>)>,
+        from: Vec<Requester>,
+    ) -> Vec<Out> {
+        let err = |m: String| -> Vec<Out> {
+            let mut out: Vec<Out> = from
+                .iter()
+                .map(|r| Out::Reply(r.clone(), Response::Error { message: m.clone() }))
+                .collect();
+            out.push(Out::Log(m.clone()));
+            out
+        };
+        let Some(gen) = self
+            .jobs
+            .get(job)
+            .and_then(|j| j.ckpt.good.iter().find(|g| g.id == id).cloned())
+        else {
+            return err(format!("job {job}: its checkpoint generation {id} is gone"));
         };
         let (added, mut out_back) = self.bring_back(job, &gen);
         let Some(j) = self.jobs.get(job) else {
@@ -283,16 +391,6 @@ impl Master {
             out.extend(out_back);
             return out;
         };
-        // An older generation is the fallback should this one's images be
-        // refused, if it holds the same VPs.
-        let ids: Vec<u64> = j
-            .ckpt
-            .good
-            .iter()
-            .rev()
-            .filter(|g| g.vps == gen.vps)
-            .map(|g| g.id)
-            .collect();
         // Every VP the job has had since, dropped or not.
         let fenced: Vec<Tid> = j.vps.values().map(|v| v.tid).collect();
         self.groups.restarted(&fenced);
@@ -331,16 +429,19 @@ impl Master {
             }
         }
         out.push(Out::Broadcast(PeerMsg::Directory(dir)));
+        let tids: Vec<Tid> = placements.iter().map(|p| p.0).collect();
+        images.retain(|(t, _)| tids.contains(t));
         out.push(Out::RestoreJob {
             job: job.to_string(),
-            ids,
+            id,
             placements,
+            images,
         });
-        if let Some(r) = from {
+        for r in from {
             out.push(Out::Reply(
                 r,
                 Response::Ok {
-                    message: format!("restarting job {job} from its last checkpoint"),
+                    message: format!("restarting job {job} from its checkpoint generation {id}"),
                 },
             ));
         }

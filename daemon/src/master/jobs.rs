@@ -287,6 +287,49 @@ impl Master {
         out
     }
 
+    /// End `job` for `why` (it cannot go on): every VP's process is killed
+    /// and each VP ends with `why` as its error, so the job's status says it.
+    pub(super) fn end_job(&mut self, job: &str, why: &str) -> Vec<Out> {
+        let Some(j) = self.jobs.get_mut(job).filter(|j| !j.killed) else {
+            return Vec::new();
+        };
+        j.killed = true;
+        let mut out = vec![Out::Log(format!("ending job {job}: {why}"))];
+        out.extend(self.event(Event::JobExit {
+            job: job.to_string(),
+        }));
+        let status = ExitInfo {
+            code: None,
+            signal: None,
+            error: Some(why.to_string()),
+        };
+        let mut ended = Vec::new();
+        if let Some(j) = self.jobs.get_mut(job) {
+            for (&vp, v) in j.vps.iter_mut().filter(|(_, v)| !v.state.ended()) {
+                v.state = VpState::Exited;
+                v.exit = Some(status.clone());
+                out.push(Out::Broadcast(PeerMsg::Directory(vec![(v.tid, Loc::Gone)])));
+                for w in &j.waiters {
+                    out.push(Out::Reply(
+                        w.clone(),
+                        Response::VpDone {
+                            tid: v.tid,
+                            vp,
+                            host: v.host.clone().unwrap_or_default(),
+                            status: status.clone(),
+                        },
+                    ));
+                }
+                ended.push(v.tid);
+            }
+        }
+        for tid in ended {
+            out.extend(self.vp_gone(tid, &status));
+        }
+        out.extend(self.finish_if_done(job));
+        out
+    }
+
     pub(super) fn finish_if_done(&mut self, job: &str) -> Vec<Out> {
         let done = self
             .jobs

@@ -18,7 +18,7 @@ mod slicing;
 mod tests;
 
 use calls::notice_to;
-use records::{Ckpt, Generation, HostRec, JobRec, Round, VpRec, VpState, Wanted};
+use records::{Ckpt, Generation, HostRec, JobRec, PendingRestart, Round, VpRec, VpState, Wanted};
 use slicing::HostSlicing;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -79,15 +79,27 @@ pub enum Out {
         /// The image.
         image: Vec<u8>,
     },
-    /// Restart `job` from its newest checkpoint whose images are all
-    /// intact (`ids`, newest first): each VP on its host.
+    /// Find an intact copy of every image of one of `job`'s checkpoint
+    /// generations (`gens`, newest first: each image's VP and the host that
+    /// holds its other copy), the newest that has one, and answer
+    /// `Master::images_checked`.
+    CheckImages {
+        /// The job.
+        job: String,
+        /// Generations, newest first: (id, [(VP, replica host)]).
+        gens: Vec<GenImages>,
+    },
+    /// Restart `job` from generation `id`: each VP on its host, from its
+    /// image (checked).
     RestoreJob {
         /// The job.
         job: String,
-        /// Complete generations, newest first.
-        ids: Vec<u64>,
+        /// The generation.
+        id: u64,
         /// (VP, host, how to start it).
         placements: Vec<(Tid, String, StartVp)>,
+        /// The images.
+        images: Vec<(Tid, Vec<u8>)>,
     },
     /// Keep only these generations of `job`'s checkpoints.
     PruneCheckpoints {
@@ -374,6 +386,13 @@ fn action_job(a: &Action) -> Option<&str> {
         _ => None,
     }
 }
+
+/// A checkpoint generation to look for: its id, and each image's VP with
+/// the host that keeps its other copy.
+pub type GenImages = (u64, Vec<(Tid, Option<String>)>);
+
+/// A generation found whole: its id, and its images.
+pub type FoundImages = (u64, Vec<(Tid, Vec<u8>)>);
 
 /// The program of a job for architecture `arch`. A job names its program
 /// as one path (the same everywhere), as a template with `{arch}` in it

@@ -141,6 +141,19 @@ pub(super) struct Ckpt {
     pub(super) good: Vec<Generation>,
     /// When the last one began.
     pub(super) last: Option<Instant>,
+    /// A restart waits for its images to be checked (see `Out::CheckImages`).
+    pub(super) restart: Option<PendingRestart>,
+}
+
+/// A restart asked for whose images are being checked: nothing is stopped
+/// until an intact copy of every image of one generation is found.
+#[derive(Debug, Default)]
+pub(super) struct PendingRestart {
+    /// Who asked (`mig restart`); none when a host died under the job.
+    pub(super) from: Vec<Requester>,
+    /// A host died under the job: if no generation is intact, the job
+    /// cannot go on consistently and ends.
+    pub(super) lost: bool,
 }
 
 /// A complete consistent checkpoint of a job.
@@ -150,6 +163,8 @@ pub(super) struct Generation {
     /// The VPs (indices in the job) it holds: those that existed when it
     /// was taken. VPs spawned after it are not in it.
     pub(super) vps: BTreeSet<u32>,
+    /// Where the other copy of each image is (the master keeps one).
+    pub(super) replicas: BTreeMap<Tid, String>,
 }
 
 /// A checkpoint being taken.
@@ -163,5 +178,7 @@ pub(super) struct Round {
     pub(super) paused: HashMap<Tid, Vec<(Tid, u64)>>,
     /// VPs whose image arrived, and its size.
     pub(super) taken: HashMap<Tid, usize>,
+    /// Where the other copy of each image went.
+    pub(super) replicas: BTreeMap<Tid, String>,
     pub(super) waiters: Vec<Requester>,
 }

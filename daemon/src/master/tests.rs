@@ -433,6 +433,21 @@ fn a_scheduler_move_that_fails_is_tried_again_later_then_given_up() {
 }
 
 /// Take checkpoint `n` of job j1 whose VPs are `placed`, to the end; its id.
+/// The generations a restart asks the server to look for.
+fn checks(out: &[Out]) -> Vec<GenImages> {
+    out.iter()
+        .find_map(|o| match o {
+            Out::CheckImages { gens, .. } => Some(gens.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Stand-in images of a generation, as the server would find them.
+fn images(gen: &GenImages) -> Vec<(Tid, Vec<u8>)> {
+    gen.1.iter().map(|(t, _)| (*t, vec![1, 2, 3])).collect()
+}
+
 fn take_checkpoint(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
     let out = c.m.control(
         Requester::Local(3),
@@ -572,6 +587,18 @@ fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_o
         "h0",
         Request::Restart { job: "j1".into() },
     );
+    // Nothing is stopped before its images are found: the server is asked
+    // to look, newest generation first, with where each image's other
+    // copy is.
+    assert!(kills(&out).is_empty(), "{out:?}");
+    let gens = checks(&out);
+    assert_eq!(gens.iter().map(|g| g.0).collect::<Vec<_>>(), vec![g2, g1]);
+    assert!(gens[0].1.iter().all(|(_, r)| r.is_some()), "{gens:?}");
+    for (_, tid) in &placed {
+        assert_eq!(c.state(*tid).1, "running");
+    }
+    // The newest is found whole (here the server found the older one).
+    let out = c.m.images_checked("j1", Ok((g1, images(&gens[1]))));
     for (h, tid) in &placed {
         assert!(out.contains(&Out::ToHost(h.clone(), PeerMsg::Kill { tid: *tid })));
     }
@@ -579,15 +606,20 @@ fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_o
         o,
         Out::Broadcast(PeerMsg::Fence { incarnation: 1, tids }) if tids.len() == 2
     )));
-    // Newest first; the older one is the fallback should an image of the
-    // newest be damaged (the server tries them in that order).
     let restore = out.iter().find_map(|o| match o {
         Out::RestoreJob {
-            ids, placements, ..
-        } => Some((ids.clone(), placements.len())),
+            id,
+            placements,
+            images,
+            ..
+        } => Some((*id, placements.len(), images.len())),
         _ => None,
     });
-    assert_eq!(restore, Some((vec![g2, g1], 2)));
+    assert_eq!(restore, Some((g1, 2, 2)));
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Out::Reply(Requester::Local(4), Response::Ok { message }) if message.contains(&format!("generation {g1}"))
+    )), "{out:?}");
     for (_, tid) in &placed {
         assert_eq!(c.state(*tid).1, "restoring from the job's checkpoint");
     }
@@ -637,6 +669,8 @@ fn a_host_lost_with_a_job_that_has_a_checkpoint_restarts_the_job_from_it() {
         .cloned()
         .expect("a VP on a worker");
     let out = c.m.host_gone(&lost, "connection lost");
+    let gens = checks(&out);
+    let out = c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
     let restore = out.iter().find_map(|o| match o {
         Out::RestoreJob { placements, .. } => Some(placements.clone()),
         _ => None,
@@ -875,11 +909,13 @@ fn a_job_killed_while_it_restores_ends_with_its_processes_ends() {
     let mut c = Cluster::new(2);
     let placed = c.running_job(2);
     take_checkpoint(&mut c, &placed);
-    c.m.control(
+    let out = c.m.control(
         Requester::Local(4),
         "h0",
         Request::Restart { job: "j1".into() },
     );
+    let gens = checks(&out);
+    c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
     let out = c.m.control(
         Requester::Local(5),
         "h0",
@@ -946,4 +982,55 @@ fn a_worker_whose_connection_is_lost_is_taken_for_dead_only_once_its_lease_has_l
     m.register(facts("h2", 1), at(3000));
     let out = m.host_lost("h2", "connection reset", at(3100));
     assert!(!m.is_alive("h2"), "{out:?}");
+}
+
+#[test]
+fn a_restart_with_no_intact_images_leaves_the_job_as_it_was_or_ends_one_that_lost_a_host() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    // By hand: a clear error, nothing stopped, the job runs on.
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    assert_eq!(checks(&out).len(), 1);
+    // A second restart while the first looks joins it.
+    let again = c.m.control(
+        Requester::Local(6),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    assert!(checks(&again).is_empty());
+    let out =
+        c.m.images_checked("j1", Err("no intact copy of t40001".into()));
+    assert!(kills(&out).is_empty(), "{out:?}");
+    for who in [4, 6] {
+        assert!(out.iter().any(|o| matches!(
+            o,
+            Out::Reply(Requester::Local(w), Response::Error { message })
+                if *w == who && message.contains("no intact copy") && message.contains("goes on as it was")
+        )), "{out:?}");
+    }
+    for (h, tid) in &placed {
+        assert_eq!(c.state(*tid), (Some(h.clone()), "running".into()));
+    }
+    // A host died under it: it cannot go on consistently, and ends with
+    // the reason as its VPs' error.
+    let (lost, _) = placed
+        .iter()
+        .find(|(h, _)| h != "h0")
+        .cloned()
+        .expect("a worker VP");
+    let out = c.m.host_gone(&lost, "connection lost");
+    assert_eq!(checks(&out).len(), 1);
+    let out =
+        c.m.images_checked("j1", Err("no intact copy of t40002".into()));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Out::Log(l) if l.contains("ending job j1"))),
+        "{out:?}"
+    );
+    assert!(c.m.ps().is_empty(), "{:?}", c.m.ps());
 }

@@ -19,6 +19,7 @@ mod local;
 mod net;
 mod owner;
 mod peer;
+mod recover;
 mod role;
 mod routing;
 mod slicing;
@@ -183,6 +184,8 @@ pub struct Daemon {
     contain: Option<Containment>,
     /// A worker's lease on its VPs.
     lease: lease::Lease,
+    /// On the master: jobs whose checkpoint images are being looked for.
+    hunts: HashMap<String, recover::Hunt>,
     /// Job checkpoints (on the master), and copies kept for it.
     store: Store,
     replicas: Store,
@@ -270,6 +273,7 @@ impl Daemon {
             poll,
             contain,
             lease: lease::Lease::default(),
+            hunts: HashMap::new(),
             key,
             facts,
             tcp,
@@ -480,6 +484,7 @@ impl Daemon {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
         self.ask_lease();
+        self.hunts_overdue();
         if let Some(m) = self.role.master() {
             let out = m.tick(Instant::now(), self.cfg.dead_after);
             self.deliver(out);

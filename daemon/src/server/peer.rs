@@ -80,6 +80,15 @@ impl Daemon {
             self.send_peer(t, &dir);
             return self.deliver(out);
         }
+        if let PeerMsg::ReplicaImage {
+            job,
+            id,
+            tid,
+            image,
+        } = msg
+        {
+            return self.replica_arrived(&job, id, tid, image);
+        }
         let mut out = m.heard_from(h, Instant::now());
         if !m.is_alive(h) {
             // Declared dead: it hears it is fenced, and nothing it says
@@ -166,6 +175,18 @@ impl Daemon {
                 self.begin_halt();
             }
             PeerMsg::LeaseGrant { n, ms } => self.lease_granted(n, ms),
+            PeerMsg::FetchReplica { job, id, tid } => {
+                let image = self
+                    .replicas
+                    .load(&job, id, &[tid])
+                    .and_then(|mut v| v.pop().map(|(_, i)| i).ok_or_else(|| "none".to_string()));
+                self.report(PeerMsg::ReplicaImage {
+                    job,
+                    id,
+                    tid,
+                    image,
+                });
+            }
             PeerMsg::Fenced { why } => self.fenced(&why),
             PeerMsg::Checkpoint { to, start } => self.checkpoint(to, start),
             PeerMsg::OwnerCommand { id, reclaim } => {
@@ -245,11 +266,13 @@ impl Daemon {
                     }
                 }
                 Out::PruneCheckpoints { job, keep } => self.store.prune(&job, &keep),
+                Out::CheckImages { job, gens } => self.hunt_images(job, gens),
                 Out::RestoreJob {
                     job,
-                    ids,
+                    id,
                     placements,
-                } => self.restore_job(&job, &ids, placements),
+                    images,
+                } => self.restore_job(&job, id, placements, images),
                 Out::ToHost(host, msg) => {
                     if host == self.facts.name {
                         self.host_msg(msg);

@@ -68,30 +68,16 @@ impl Daemon {
         }
     }
 
-    /// On the master: restart a job's VPs from the newest generation whose
-    /// images are all intact; a bad image is named in the log and the
-    /// generation before it used.
+    /// On the master: restart a job's VPs from generation `id`'s images
+    /// (checked): each to its host.
     pub(super) fn restore_job(
         &mut self,
         job: &str,
-        ids: &[u64],
+        id: u64,
         placements: Vec<(Tid, String, StartVp)>,
+        images: Vec<(Tid, Vec<u8>)>,
     ) {
-        let tids: Vec<Tid> = placements.iter().map(|p| p.0).collect();
-        let mut images = None;
-        for &id in ids {
-            match self.store.load(job, id, &tids) {
-                Ok(i) => {
-                    log!("job {job}: restoring from generation {id}");
-                    images = Some(i);
-                    break;
-                }
-                Err(e) => log!("job {job}: checkpoint generation {id} refused: {e}"),
-            }
-        }
-        let Some(images) = images else {
-            return log!("job {job}: no intact checkpoint to restart from");
-        };
+        log!("job {job}: restoring from generation {id}");
         let mut images: HashMap<Tid, Vec<u8>> = images.into_iter().collect();
         let outs = placements
             .into_iter()

@@ -262,6 +262,26 @@ pub enum PeerMsg {
         /// The lease's length.
         ms: u64,
     },
+    /// Master to a host that keeps a copy of a checkpoint image: send it.
+    FetchReplica {
+        /// The job.
+        job: String,
+        /// The generation.
+        id: u64,
+        /// The VP.
+        tid: Tid,
+    },
+    /// A host to the master: its copy of an image (checked), or why not.
+    ReplicaImage {
+        /// The job.
+        job: String,
+        /// The generation.
+        id: u64,
+        /// The VP.
+        tid: Tid,
+        /// The image, or why there is none.
+        image: Result<Vec<u8>, String>,
+    },
     /// Master to a worker it declared dead (its VPs are being started
     /// elsewhere): end every VP you hold, now, and leave.
     Fenced {
@@ -303,6 +323,8 @@ impl PeerMsg {
             PeerMsg::LeaseAsk { .. } => "LeaseAsk",
             PeerMsg::LeaseGrant { .. } => "LeaseGrant",
             PeerMsg::Fenced { .. } => "Fenced",
+            PeerMsg::FetchReplica { .. } => "FetchReplica",
+            PeerMsg::ReplicaImage { .. } => "ReplicaImage",
             PeerMsg::Checkpoint { .. } => "Checkpoint",
             PeerMsg::Restore { .. } => "Restore",
             PeerMsg::MigrateFailed { .. } => "MigrateFailed",
