@@ -93,8 +93,9 @@ pub struct FileConfig {
     /// GLIBC_TUNABLES itself): a restored VP takes in a 256 MiB state in
     /// about a quarter of the time.
     pub vp_huge_pages: Option<bool>,
-    /// On the master: checkpoint every job this often (s); 0, the default,
-    /// only on `mig checkpoint`.
+    /// On the master: checkpoint every job whose VPs can all be moved this
+    /// often (s), the first one this long after it starts (default 60);
+    /// 0: only on `mig checkpoint`.
     pub checkpoint_interval_s: Option<f64>,
 }
 
@@ -148,6 +149,10 @@ pub struct Config {
     pub owner: OwnerConfig,
 }
 
+/// Periodic job checkpoints by default: a host that dies costs a job at
+/// most this much work, and the checkpoints cost it little (see README).
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+
 impl Config {
     /// Defaults for a daemon with state in `state_dir`.
     pub fn new(state_dir: PathBuf) -> Config {
@@ -168,7 +173,7 @@ impl Config {
             vp_nice: 10,
             vp_idle_class: false,
             vp_huge_pages: true,
-            checkpoint_interval: None,
+            checkpoint_interval: Some(DEFAULT_CHECKPOINT_INTERVAL),
             owner: OwnerConfig::default(),
         }
     }

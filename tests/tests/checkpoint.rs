@@ -172,6 +172,28 @@ fn damaged_images_are_refused_their_copies_used_and_with_none_intact_nothing_is_
 }
 
 #[test]
+fn with_default_settings_a_host_killed_before_any_checkpoint_ends_the_job_with_the_reason() {
+    // Its VPs exchange halos: one started again from the beginning while
+    // the others are mid-run would leave them waiting for ever.
+    let mut vm = Vm::start(3);
+    let job = heat(&vm, "200000");
+    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 3));
+    vm.signal(2, nix::sys::signal::Signal::SIGKILL);
+    let out = job.wait_with_output().expect("spawn --wait");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("no checkpoint to go back to"),
+        "{text}\n{}",
+        vm.log(0)
+    );
+}
+
+#[test]
 fn checkpoint_and_restart_say_what_is_wrong() {
     let vm = Vm::start(1);
     let out = vm.mig(&["checkpoint", "j9"]);

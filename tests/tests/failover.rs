@@ -31,7 +31,8 @@ fn ran(tid: u64, before: &mut std::collections::HashMap<u32, u64>) -> Vec<u32> {
 
 #[test]
 fn a_worker_stopped_until_declared_dead_never_leaves_a_vp_running_twice() {
-    let mut vm = Vm::start(2);
+    // (With a checkpoint to restart the job from: its VPs may talk.)
+    let mut vm = Vm::start_config(2, "[daemon]\ncheckpoint_interval_s = 0.5\n");
     let stop = vm.dir.path().join("stop");
     let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
     let on_h1 = || {
@@ -44,8 +45,13 @@ fn a_worker_stopped_until_declared_dead_never_leaves_a_vp_running_twice() {
     };
     assert!(wait_until(Duration::from_secs(10), || on_h1().is_some()));
     let tid = on_h1().expect("a VP on h1");
-    // (Leases are granted with heartbeats: let one pass.)
-    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        wait_until(Duration::from_secs(10), || vm
+            .log(0)
+            .contains("checkpointed")),
+        "{}",
+        vm.log(0)
+    );
     vm.signal(1, Signal::SIGSTOP);
     let stopped_at = Instant::now();
     let mut seen = std::collections::HashMap::new();

@@ -238,7 +238,9 @@ impl Master {
                 }
             }
             let every = self.checkpoint_every;
-            let running = j.vps.values().all(|v| v.state.can_migrate());
+            // (Only jobs whose every VP keeps its state through libmig: the
+            // others never reach a safe point.)
+            let running = j.vps.values().all(|v| v.state.can_migrate() && v.movable);
             if every.is_some_and(|e| j.ckpt.last.is_none_or(|l| now.duration_since(l) >= e))
                 && j.ckpt.round.is_none()
                 && running

@@ -60,7 +60,11 @@ impl Master {
                 waiters,
                 killed: false,
                 kill_waiters: Vec::new(),
-                ckpt: Ckpt::default(),
+                // The first periodic checkpoint one interval after the start.
+                ckpt: Ckpt {
+                    last: Some(self.now),
+                    ..Ckpt::default()
+                },
                 incarnation: 0,
                 next_vp: n,
             },

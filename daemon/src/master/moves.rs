@@ -34,6 +34,20 @@ impl Master {
                         self.to_restart.insert(job.to_string());
                         continue;
                     }
+                    // A VP that keeps its state through libmig, in a job of
+                    // several that may talk: starting it again from the
+                    // beginning while its peers are mid-run would not be
+                    // consistent (they would wait for it for ever).
+                    if let Some(why) = self.restart_inconsistent(&job, vp) {
+                        out.extend(self.end_job(
+                            &job,
+                            &format!(
+                                "VP {vp} was lost with its host {from_host} and the job has no \
+                                 checkpoint to go back to; {why}"
+                            ),
+                        ));
+                        continue;
+                    }
                     // Its host died with it: start it again from the beginning.
                     if let Some(msg) = self.start_msg(&job, vp, &to_host) {
                         out.push(Out::Log(format!(
@@ -318,6 +332,25 @@ impl Master {
         out.extend(self.set_vp(job, vp, Some(to.to_string()), VpState::Starting));
         out.push(Out::ToHost(to.to_string(), PeerMsg::Start(start)));
         out
+    }
+
+    /// Why VP `vp` of `job`, lost with its host, cannot be started again
+    /// from the beginning, if it cannot: its program keeps its state through
+    /// libmig and its job has other VPs it may have talked to (unless the
+    /// job says its VPs are independent or restartable).
+    fn restart_inconsistent(&self, job: &str, vp: u32) -> Option<String> {
+        let j = self.jobs.get(job)?;
+        let v = j.vps.get(&vp)?;
+        let alone = j.vps.values().filter(|o| !o.state.ended()).count() <= 1;
+        if alone || !v.movable || j.spec.independent || j.spec.restartable {
+            return None;
+        }
+        Some(
+            "its VPs may exchange messages, so starting it again from the beginning would not \
+             be consistent (keep checkpoint_interval_s on, or spawn with --restartable if its \
+             VPs are independent)"
+                .into(),
+        )
     }
 
     /// Moves the scheduler asked for that are due: after a move under way

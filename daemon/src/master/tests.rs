@@ -572,8 +572,21 @@ fn periodic_checkpoints_begin_by_themselves() {
     let mut c = Cluster::new(2);
     c.running_job(2);
     c.m.set_checkpointing(Some(Duration::from_secs(60)), Duration::from_secs(30));
-    let first = c.m.tick(c.at(1), Duration::from_secs(3600));
-    assert_eq!(snaps(&first).len(), 2, "the first at once");
+    assert!(snaps(&c.m.tick(c.at(30), Duration::from_secs(3600))).is_empty());
+    let first = c.m.tick(c.at(61), Duration::from_secs(3600));
+    assert_eq!(
+        snaps(&first).len(),
+        2,
+        "the first one interval after the start"
+    );
+}
+
+#[test]
+fn a_job_of_vps_that_cannot_be_moved_is_not_checkpointed_by_itself() {
+    let mut c = Cluster::new(2);
+    c.running_plain_job(2);
+    c.m.set_checkpointing(Some(Duration::from_secs(60)), Duration::from_secs(30));
+    assert!(snaps(&c.m.tick(c.at(61), Duration::from_secs(3600))).is_empty());
 }
 
 #[test]
@@ -803,8 +816,9 @@ fn a_kill_whose_vps_do_not_end_fails_at_its_deadline_naming_them() {
 
 #[test]
 fn a_silent_host_mid_job_is_lost_and_its_vp_placed_again() {
+    // Programs that know nothing of libmig: started again from the start.
     let mut c = Cluster::new(2);
-    let placed = c.running_job(2);
+    let placed = c.running_plain_job(2);
     let (lost, tid) = placed
         .iter()
         .find(|(h, _)| h == "h1")
@@ -818,6 +832,19 @@ fn a_silent_host_mid_job_is_lost_and_its_vp_placed_again() {
         .any(|o| matches!(o, Out::Log(l) if l.contains("left the pool"))));
     // One processor left for two VPs: gang scheduling gives it two slots.
     assert_eq!(starts(&out), vec![("h0".to_string(), tid)]);
+}
+
+#[test]
+fn a_job_whose_vps_may_talk_that_loses_one_with_no_checkpoint_ends_with_the_reason() {
+    let mut c = Cluster::new(2);
+    c.running_job(2);
+    let out = c.m.tick(c.at(10), Duration::from_secs(3));
+    assert!(starts(&out).is_empty(), "{out:?}");
+    assert!(
+        out.iter().any(|o| matches!(o, Out::Log(l)
+            if l.contains("ending job j1") && l.contains("no checkpoint to go back to"))),
+        "{out:?}"
+    );
 }
 
 #[test]
