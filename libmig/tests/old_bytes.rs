@@ -88,6 +88,7 @@ fn peer_msgs() -> Vec<PeerMsg> {
         PeerMsg::Fenced {
             why: "declared dead".into(),
         },
+        PeerMsg::Part { last: true },
         PeerMsg::FetchReplica {
             job: "j1".into(),
             id: 3,

@@ -177,7 +177,14 @@ fn with_default_settings_a_host_killed_before_any_checkpoint_ends_the_job_with_t
     // the others are mid-run would leave them waiting for ever.
     let mut vm = Vm::start(3);
     let job = heat(&vm, "200000");
-    assert!(wait_until(Duration::from_secs(10), || running(&vm) == 3));
+    // (Once each has said it keeps its state through libmig.)
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .json(&["ps"])
+        .as_array()
+        .is_some_and(|a| a.len() == 3
+            && a.iter().all(
+                |v| v["state"] == "running" && v["movable"] == true
+            ))));
     vm.signal(2, nix::sys::signal::Signal::SIGKILL);
     let out = job.wait_with_output().expect("spawn --wait");
     let text = format!(
@@ -355,4 +362,52 @@ fn a_vp_that_ended_after_the_checkpoint_is_scheduled_again_when_it_comes_back() 
         3,
         "{lines:?}"
     );
+}
+
+#[test]
+fn a_checkpoint_larger_than_a_frame_is_taken_kept_and_restored() {
+    // 80 MiB of state per VP: more than one frame holds (64 MiB), so the
+    // images travel to the master in pieces.
+    let vm = Vm::start(2);
+    vm.mig_ok(&[
+        "spawn",
+        "-n",
+        "2",
+        "--",
+        &bin("testvp").display().to_string(),
+        "hold",
+        "80",
+        "check",
+    ]);
+    assert!(wait_until(Duration::from_secs(30), || running(&vm) == 2));
+    assert!(wait_until(Duration::from_secs(30), || vm
+        .log(0)
+        .matches("] ready")
+        .count()
+        == 2));
+    let out = vm.mig(&["checkpoint", "j1"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.log(0),
+        vm.log(1)
+    );
+    let out = vm.mig(&["restart", "j1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || vm
+            .log(0)
+            .matches("restored 83886080 intact")
+            .count()
+            == 2),
+        "{}\n{}",
+        vm.log(0),
+        vm.log(1)
+    );
+    vm.mig_ok(&["kill", "j1"]);
 }

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// A periodic checkpoint comes at most once per this many times its
+/// duration.
+const CKPT_SHARE: u32 = 50;
+
 impl Master {
     /// Checkpoint jobs every `every` (none: only on request); a checkpoint
     /// not done within `timeout` is given up.
@@ -177,6 +181,7 @@ impl Master {
         j.ckpt.good.drain(..extra);
         let bytes: usize = r.taken.values().sum();
         let took = now.saturating_duration_since(r.started);
+        j.ckpt.took = Some(took);
         let message = format!(
             "job {job} checkpointed (generation {id}): {} VPs, {bytes} bytes",
             r.taken.len()
@@ -237,7 +242,11 @@ impl Master {
                     ));
                 }
             }
-            let every = self.checkpoint_every;
+            // At most about 2% of the job's time: the interval stretches to
+            // 50 times what the last checkpoint took.
+            let every = self
+                .checkpoint_every
+                .map(|e| e.max(j.ckpt.took.unwrap_or_default() * CKPT_SHARE));
             // (Only jobs whose every VP keeps its state through libmig: the
             // others never reach a safe point.)
             let running = j.vps.values().all(|v| v.state.can_migrate() && v.movable);

@@ -174,6 +174,24 @@ impl Master {
         out.extend(self.retry_moves(now));
         out.extend(self.kill_overdue(now));
         out.extend(self.checkpoint_tick(now));
+        // The master itself was busy (storing a large checkpoint, say): what
+        // the hosts said meanwhile is still unread, so their silence does
+        // not count (late, never unsafe: a silent host's VPs are frozen by
+        // its lease anyway).
+        let stalled = self
+            .last_tick
+            .replace(now)
+            .map(|t| now.saturating_duration_since(t))
+            .filter(|&d| d > dead_after / 2);
+        if let Some(d) = stalled {
+            out.push(Out::Log(format!(
+                "the master was busy for {} ms: hosts' silence meanwhile is not counted",
+                d.as_millis()
+            )));
+            for h in self.hosts.values_mut() {
+                h.last_seen = h.last_seen.max(now);
+            }
+        }
         let silent: Vec<String> = self
             .hosts
             .iter()

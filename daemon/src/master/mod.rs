@@ -159,6 +159,8 @@ pub struct Master {
     to_restart: BTreeSet<String>,
     /// How long a worker's lease on its VPs lasts from its ask.
     lease: Duration,
+    /// When `tick` last ran.
+    last_tick: Option<Instant>,
 }
 
 /// A worker's lease with the default heartbeat (500 ms) and dead-after
@@ -198,6 +200,7 @@ impl Master {
             checkpoint_every: None,
             checkpoint_timeout: Duration::from_secs(30),
             lease: DEFAULT_LEASE,
+            last_tick: None,
             to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);

@@ -342,7 +342,9 @@ impl Master {
         let j = self.jobs.get(job)?;
         let v = j.vps.get(&vp)?;
         let alone = j.vps.values().filter(|o| !o.state.ended()).count() <= 1;
-        if alone || !v.movable || j.spec.independent || j.spec.restartable {
+        // (One that had not yet said so is taken to be like its peers.)
+        let libmig = v.movable || j.vps.values().any(|o| o.movable);
+        if alone || !libmig || j.spec.independent || j.spec.restartable {
             return None;
         }
         Some(

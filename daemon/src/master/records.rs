@@ -141,6 +141,8 @@ pub(super) struct Ckpt {
     pub(super) good: Vec<Generation>,
     /// When the last one began.
     pub(super) last: Option<Instant>,
+    /// How long the last complete one took.
+    pub(super) took: Option<Duration>,
     /// A restart waits for its images to be checked (see `Out::CheckImages`).
     pub(super) restart: Option<PendingRestart>,
 }

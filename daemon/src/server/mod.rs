@@ -186,6 +186,8 @@ pub struct Daemon {
     lease: lease::Lease,
     /// On the master: jobs whose checkpoint images are being looked for.
     hunts: HashMap<String, recover::Hunt>,
+    /// Large messages arriving in pieces, by connection.
+    parts: HashMap<Token, Vec<u8>>,
     /// Job checkpoints (on the master), and copies kept for it.
     store: Store,
     replicas: Store,
@@ -274,6 +276,7 @@ impl Daemon {
             contain,
             lease: lease::Lease::default(),
             hunts: HashMap::new(),
+            parts: HashMap::new(),
             key,
             facts,
             tcp,

@@ -6,6 +6,13 @@
 use super::*;
 use libmig::handshake::{Answer, Client};
 
+/// Size of the pieces of a message too large for one frame.
+const PART: usize = 32 << 20;
+
+/// The largest message taken in pieces (a checkpoint image and its
+/// message): more is refused and the connection closed.
+const MAX_PARTS: usize = 16 << 30;
+
 impl Daemon {
     /// Connect to the master and authenticate (blocking, with timeouts),
     /// then hand the socket to the loop.
@@ -151,6 +158,7 @@ impl Daemon {
     }
 
     pub(super) fn close(&mut self, t: Token, why: &str) {
+        self.parts.remove(&t);
         let Some(mut c) = self.conns.remove(&t) else {
             return;
         };
@@ -363,7 +371,50 @@ impl Daemon {
     pub(super) fn send_peer(&mut self, t: Token, msg: &PeerMsg) {
         match frame::encode(msg) {
             Ok(b) => self.send_bytes(t, &b),
+            Err(FrameError::TooLarge(_)) => self.send_in_parts(t, msg),
             Err(e) => log!("cannot encode a message: {e}"),
+        }
+    }
+
+    /// A message too large for one frame (a checkpoint image over 64 MiB),
+    /// in pieces the other side puts together (`PeerMsg::Part`).
+    fn send_in_parts(&mut self, t: Token, msg: &PeerMsg) {
+        let body = match postcard::to_allocvec(msg) {
+            Ok(b) => b,
+            Err(e) => return log!("cannot encode a message: {e}"),
+        };
+        let mut pieces = body.chunks(PART).peekable();
+        while let Some(piece) = pieces.next() {
+            let last = pieces.peek().is_none();
+            match frame::encode_with(&PeerMsg::Part { last }, piece) {
+                Ok(b) => self.send_bytes(t, &b),
+                Err(e) => return log!("cannot encode a piece of a message: {e}"),
+            }
+        }
+    }
+
+    /// A piece of a large message arrived on `t`; the last one completes
+    /// it, and it is taken as if it had come whole.
+    pub(super) fn part(&mut self, t: Token, kind: Kind, last: bool, piece: Vec<u8>) {
+        let buf = self.parts.entry(t).or_default();
+        if buf.len() + piece.len() > MAX_PARTS {
+            self.parts.remove(&t);
+            return self.refuse(
+                t,
+                "a message in pieces larger than any checkpoint image may be",
+            );
+        }
+        buf.extend_from_slice(&piece);
+        if !last {
+            return;
+        }
+        let Some(whole) = self.parts.remove(&t) else {
+            return;
+        };
+        match postcard::from_bytes::<PeerMsg>(&whole) {
+            Ok(PeerMsg::Part { .. }) => self.refuse(t, "a piece inside a piece"),
+            Ok(msg) => self.peer_msg(t, kind, msg, Vec::new()),
+            Err(e) => self.refuse(t, &format!("a message in pieces does not decode: {e}")),
         }
     }
 

@@ -8,6 +8,10 @@ impl Daemon {
     pub(super) fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg, payload: Vec<u8>) {
         match (kind, msg) {
             (Kind::Accepting(hs), msg) => self.accepting(t, hs, &msg),
+            (
+                kind @ (Kind::Peer { host: Some(_) } | Kind::Master | Kind::Data { .. }),
+                PeerMsg::Part { last },
+            ) => self.part(t, kind, last, payload),
             (Kind::Dialling { host, client }, msg) => self.dialling(t, host, client, &msg),
             (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
                 let Some(m) = self.role.master() else {

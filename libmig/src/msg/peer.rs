@@ -188,6 +188,7 @@ pub enum PeerMsg {
         /// Generation.
         id: u64,
         /// The image (checked by the host).
+        #[serde(with = "serde_bytes")]
         image: Vec<u8>,
     },
     /// Master to a host: keep this copy of a job checkpoint's image.
@@ -199,6 +200,7 @@ pub enum PeerMsg {
         /// The VP.
         tid: Tid,
         /// The image.
+        #[serde(with = "serde_bytes")]
         image: Vec<u8>,
     },
     /// Master to host: its slot table (takes effect at `from_ns`).
@@ -262,6 +264,13 @@ pub enum PeerMsg {
         /// The lease's length.
         ms: u64,
     },
+    /// A piece of a message too large for one frame (a checkpoint image
+    /// over 64 MiB): its postcard bytes follow as the payload, in order;
+    /// the last piece completes it.
+    Part {
+        /// This piece completes the message.
+        last: bool,
+    },
     /// Master to a host that keeps a copy of a checkpoint image: send it.
     FetchReplica {
         /// The job.
@@ -324,6 +333,7 @@ impl PeerMsg {
             PeerMsg::LeaseGrant { .. } => "LeaseGrant",
             PeerMsg::Fenced { .. } => "Fenced",
             PeerMsg::FetchReplica { .. } => "FetchReplica",
+            PeerMsg::Part { .. } => "Part",
             PeerMsg::ReplicaImage { .. } => "ReplicaImage",
             PeerMsg::Checkpoint { .. } => "Checkpoint",
             PeerMsg::Restore { .. } => "Restore",
