@@ -27,12 +27,35 @@ pub enum ControlError {
     /// The daemon hung up before answering.
     #[error("the daemon closed the connection before answering")]
     Closed,
+    /// The daemon did not answer in time.
+    #[error("the mig daemon at {path} did not answer within {secs} s (stopped, or too busy?)")]
+    Timeout {
+        /// Its socket.
+        path: PathBuf,
+        /// How long it was given.
+        secs: u64,
+    },
+}
+
+/// How long `call` waits for an answer: longer than any request takes
+/// (a kill waits 10 s for the VPs to end, a checkpoint 30 s). The variable
+/// `MIG_TIMEOUT_S` (seconds) sets another.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `CALL_TIMEOUT`, or `MIG_TIMEOUT_S` when set to a positive number.
+pub fn call_timeout() -> Duration {
+    std::env::var("MIG_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
+        .map_or(CALL_TIMEOUT, Duration::from_secs_f64)
 }
 
 /// A connection to one daemon's control socket.
 #[derive(Debug)]
 pub struct Client {
     stream: UnixStream,
+    path: PathBuf,
 }
 
 impl Client {
@@ -42,7 +65,10 @@ impl Client {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(Client { stream })
+        Ok(Client {
+            stream,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Send one request.
@@ -56,12 +82,26 @@ impl Client {
         self.stream
             .set_read_timeout(timeout)
             .map_err(FrameError::from)?;
-        frame::read_frame(&mut self.stream)?.ok_or(ControlError::Closed)
+        match frame::read_frame(&mut self.stream) {
+            Ok(r) => r.ok_or(ControlError::Closed),
+            Err(FrameError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(ControlError::Timeout {
+                    path: self.path.clone(),
+                    secs: timeout.map_or(0, |t| t.as_secs()),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Send a request and wait for its (first) reply.
     pub fn call(&mut self, req: &Request) -> Result<Response, ControlError> {
         self.send(req)?;
-        self.recv(None)
+        self.recv(Some(call_timeout()))
     }
 }

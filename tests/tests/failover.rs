@@ -107,3 +107,94 @@ fn a_worker_stopped_until_declared_dead_never_leaves_a_vp_running_twice() {
         "{lines:?}"
     );
 }
+
+/// A machine started with `mig up --detach` in `dir`, halted when dropped.
+struct Up(std::path::PathBuf);
+
+impl Up {
+    fn mig(&self, args: &[&str]) -> std::process::Output {
+        mig_tests::command("mig")
+            .env("MIG_DAEMON", self.0.join("h0/control.sock"))
+            .args(args)
+            .output()
+            .expect("mig")
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.mig(&["halt"]);
+        let sock = self.0.join("h0/control.sock");
+        wait_until(Duration::from_secs(10), || !sock.exists());
+    }
+}
+
+fn up(dir: &Path) -> std::process::Output {
+    mig_tests::command("mig")
+        .args(["up", "-n", "2", "--detach", "--state-dir"])
+        .arg(dir)
+        .output()
+        .expect("mig up")
+}
+
+#[test]
+fn mig_up_on_an_earlier_machines_state_says_so_and_keeps_its_logs() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("vm");
+    let first = up(&dir);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let vm = Up(dir.clone());
+    // A second one on the same directory while the first runs: refused.
+    let again = up(&dir);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already running"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let log = dir.join("h0/migd.log");
+    let before = std::fs::read_to_string(&log).expect("log");
+    drop(vm);
+    // After a halt: started again, it says what it found and adds to the
+    // logs.
+    let second = up(&dir);
+    let _vm = Up(dir.clone());
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{said}");
+    assert!(
+        said.contains("holds an earlier virtual machine's state"),
+        "{said}"
+    );
+    let after = std::fs::read_to_string(&log).expect("log");
+    assert!(after.starts_with(&before), "the old log was not kept");
+    assert!(
+        after.contains("a new virtual machine starts here"),
+        "{after}"
+    );
+}
+
+#[test]
+fn a_request_to_a_daemon_that_does_not_answer_fails_naming_it() {
+    let mut vm = Vm::start(1);
+    vm.signal(0, Signal::SIGSTOP);
+    let t = Instant::now();
+    let out = mig_tests::command("mig")
+        .env("MIG_DAEMON", vm.sock())
+        .env("MIG_TIMEOUT_S", "1")
+        .arg("ps")
+        .output()
+        .expect("mig");
+    vm.signal(0, Signal::SIGCONT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("did not answer within 1 s") && err.contains("control.sock"),
+        "{err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(30));
+    vm.mig_ok(&["ps"]);
+}

@@ -30,7 +30,8 @@ use libmig::msg::{Request, Response};
 #[derive(Debug, Parser)]
 #[command(name = "mig", version, about, long_about)]
 pub struct Cli {
-    /// Control socket of the daemon to talk to [env: MIG_DAEMON; default:
+    /// Control socket of the daemon to talk to (a request not answered
+    /// within MIG_TIMEOUT_S seconds, default 60, fails naming it) [env: MIG_DAEMON; default:
     /// the master of the virtual machine `mig up` started].
     #[arg(long, global = true, env = "MIG_DAEMON")]
     daemon: Option<PathBuf>,

@@ -5,7 +5,6 @@
 //! `DIR/hK/migd.log`. Without `--detach` it stays in the foreground and
 //! halts everything on Ctrl-C.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -81,6 +80,13 @@ impl Vm {
     pub fn start(dir: &Path, a: &Args) -> Result<Vm> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let master_sock = dir.join("h0").join("control.sock");
+        if let Some(what) = earlier_state(dir) {
+            eprintln!(
+                "mig: {} holds an earlier virtual machine's state ({what}): kept, and its logs \
+                 are added to",
+                dir.display()
+            );
+        }
         let (master, addr) = start_daemon(dir, 0, None, a)?;
         let mut vm = Vm {
             children: vec![master],
@@ -146,10 +152,51 @@ impl Args {
     }
 }
 
+/// What an earlier virtual machine left in `dir`, if anything: its logs,
+/// and jobs' checkpoints.
+fn earlier_state(dir: &Path) -> Option<String> {
+    let hosts: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("migd.log").is_file())
+        .collect();
+    if hosts.is_empty() {
+        return None;
+    }
+    let mut jobs: Vec<String> = hosts
+        .iter()
+        .flat_map(|h| {
+            std::fs::read_dir(h.join("ckpt"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    jobs.sort();
+    jobs.dedup();
+    let logs = format!("the logs of {} hosts", hosts.len());
+    Some(if jobs.is_empty() {
+        logs
+    } else {
+        format!("{logs}, checkpoints of {}", jobs.join(", "))
+    })
+}
+
 fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(Child, String)> {
     let state = dir.join(format!("h{i}"));
     std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
-    let log = File::create(state.join("migd.log")).context("creating the daemon log")?;
+    // An earlier machine's log is added to, never truncated.
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.join("migd.log"))
+        .context("opening the daemon log")?;
+    if log.metadata().is_ok_and(|m| m.len() > 0) {
+        use std::io::Write;
+        let _ = writeln!(log, "---- mig up: a new virtual machine starts here ----");
+    }
     let capacity = a.capacities.get(i).copied().unwrap_or(1.0);
     let mut cmd = Command::new(migd_path());
     cmd.arg("--listen")
