@@ -182,12 +182,21 @@ pub struct Conn {
     writable: bool,
 }
 
+/// The largest frame body taken before the handshake is done (its
+/// messages are a few dozen bytes).
+pub const PRE_AUTH_BODY: usize = 4096;
+
 impl Conn {
     /// A new connection of `kind`.
     pub fn new(sock: Sock, kind: Kind) -> Conn {
+        let mut dec = Decoder::default();
+        if matches!(kind, Kind::Accepting(_) | Kind::Dialling { .. }) {
+            // Nothing large is allocated for a peer not yet authenticated.
+            dec.limit(PRE_AUTH_BODY);
+        }
         Conn {
             sock,
-            dec: Decoder::default(),
+            dec,
             out: VecDeque::new(),
             out_len: 0,
             kind,

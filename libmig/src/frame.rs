@@ -213,6 +213,8 @@ pub struct Decoder {
     big: Option<BigFrame>,
     /// A payload buffer given back for reuse (see `recycle`).
     spare: Vec<u8>,
+    /// The largest body taken (`None`: `MAX_BODY`); see `limit`.
+    limit: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -304,6 +306,7 @@ impl Decoder {
         let mut h = [0u8; HEADER];
         h.copy_from_slice(&avail[..HEADER]);
         let len = parse_header(&h)?;
+        self.check_len(len)?;
         let head = head_len(&h);
         let plen = len - head;
         if plen < BIG_PAYLOAD || avail.len() < HEADER + head {
@@ -331,6 +334,19 @@ impl Decoder {
             filled: have,
         });
         Ok(())
+    }
+
+    /// Take no frame whose body is over `max` bytes (at most `MAX_BODY`):
+    /// before a peer is authenticated, nothing large is allocated for it.
+    pub fn limit(&mut self, max: usize) {
+        self.limit = Some(max.min(MAX_BODY));
+    }
+
+    fn check_len(&self, len: usize) -> Result<(), FrameError> {
+        match self.limit {
+            Some(max) if len > max => Err(FrameError::TooLarge(len as u64)),
+            _ => Ok(()),
+        }
     }
 
     /// Give back a payload this decoder handed over and the caller is done
@@ -381,6 +397,7 @@ impl Decoder {
         let mut h = [0u8; HEADER];
         h.copy_from_slice(&avail[..HEADER]);
         let len = parse_header(&h)?;
+        self.check_len(len)?;
         if avail.len() < HEADER + len {
             return Ok(None);
         }

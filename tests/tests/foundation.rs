@@ -159,6 +159,45 @@ fn closed_after(addr: &str, bytes: &[u8]) -> bool {
 }
 
 #[test]
+fn frames_announcing_large_bodies_before_authentication_cost_the_daemon_nothing() {
+    // Thirteen bytes each: a header announcing the largest legal body, and
+    // one byte of it. Refused from the header, nothing allocated for it.
+    let vm = Vm::start(1);
+    let head = frame::encode_head(&PeerMsg::Hello { nonce: [3; 32] }, frame::MAX_BODY - 64)
+        .expect("header");
+    let mut bytes = head[..frame::HEADER].to_vec();
+    bytes.push(0);
+    let before = mig_tests::peak_rss_mib(vm.pid(0)).unwrap_or(0);
+    // Twelve at once: each refused at once, none held.
+    let mut socks: Vec<TcpStream> = (0..12)
+        .map(|_| {
+            let mut s = TcpStream::connect(&vm.addr).expect("connect");
+            s.write_all(&bytes).expect("send");
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let after = mig_tests::peak_rss_mib(vm.pid(0)).unwrap_or(0);
+    for s in &mut socks {
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut buf = [0u8; 256];
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
+            }
+        };
+        assert!(closed, "a connection announcing a huge frame was held");
+    }
+    assert!(
+        after < before + 64,
+        "the daemon grew from {before} MiB to {after} MiB"
+    );
+    assert!(master_serves(&vm));
+}
+
+#[test]
 fn bad_peers_are_refused_while_others_are_served() {
     let vm = Vm::start(2);
     // Random bytes.

@@ -19,6 +19,7 @@ impl Daemon {
             Answer::Done(welcome) => {
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer { host: None };
+                    c.dec.limit(libmig::frame::MAX_BODY);
                 }
                 if let Some(w) = welcome {
                     self.send_peer(t, &w);
@@ -50,6 +51,7 @@ impl Daemon {
     fn data_link_up(&mut self, t: Token, host: String) {
         if let Some(c) = self.conns.get_mut(&t) {
             c.kind = Kind::Data { host: host.clone() };
+            c.dec.limit(libmig::frame::MAX_BODY);
         }
         log!("data link to {host}");
         let name = self.facts.name.clone();
