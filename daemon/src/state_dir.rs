@@ -7,9 +7,57 @@
 //! `tTID.restore.part` then `tTID.restore`). What does not: reading or
 //! writing them (the server, `store`, libmig's checkpoint writer).
 
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use libmig::msg::Tid;
+
+/// Make `dir` (and its missing parents) a directory only this user can
+/// enter (0700), or check that an existing one is: a real directory, not a
+/// symlink, owned by this user, writable by no one else. Another local user
+/// who made it first (`/tmp/mig-UID`) could otherwise plant a key, or have
+/// our logs overwrite their symlinks' targets. `Err` says what is wrong.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
+    let shown = dir.display();
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) => {
+            if m.file_type().is_symlink() {
+                return Err(format!(
+                    "{shown} is a symbolic link: refusing to keep state through it (remove it, \
+                     or choose another state directory)"
+                ));
+            }
+            if !m.is_dir() {
+                return Err(format!("{shown} is not a directory"));
+            }
+            let me = nix::unistd::geteuid().as_raw();
+            if m.uid() != me {
+                return Err(format!(
+                    "{shown} belongs to user {}, not to you ({me}): another user may have made \
+                     it first; remove it, or choose another state directory",
+                    m.uid()
+                ));
+            }
+            if m.mode() & 0o022 != 0 {
+                return Err(format!(
+                    "{shown} may be written by other users (mode {:o}): `chmod go-w` it, or \
+                     choose another state directory",
+                    m.mode() & 0o777
+                ));
+            }
+            if m.mode() & 0o077 != 0 {
+                let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("creating {shown}: {e}")),
+        Err(e) => Err(format!("{shown}: {e}")),
+    }
+}
 
 /// A daemon's state directory.
 #[derive(Debug, Clone)]
@@ -83,6 +131,38 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_directory_is_made_private_and_an_unsafe_one_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fresh = tmp.path().join("a/b");
+        ensure_private_dir(&fresh).unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        ensure_private_dir(&fresh).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&fresh, &link).unwrap();
+        assert!(ensure_private_dir(&link)
+            .unwrap_err()
+            .contains("symbolic link"));
+        std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(ensure_private_dir(&fresh)
+            .unwrap_err()
+            .contains("other users"));
+        std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_private_dir(&fresh).unwrap();
+        assert_eq!(std::fs::metadata(&fresh).unwrap().mode() & 0o777, 0o700);
+        // Another user's directory (made so here when the tests run as root).
+        if nix::unistd::geteuid().is_root() {
+            let theirs = tmp.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+            assert!(ensure_private_dir(&theirs)
+                .unwrap_err()
+                .contains("belongs to user 65534"));
+        }
+    }
 
     #[test]
     fn every_file_of_a_vp_is_its_own_and_inside_the_directory() {

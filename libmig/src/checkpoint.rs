@@ -284,7 +284,7 @@ fn stream_to(
     };
     let tmp = temp_path(path, std::process::id());
     let written = (|| {
-        let mut f = File::create(&tmp).map_err(io)?;
+        let mut f = private_file(&tmp).map_err(io)?;
         f.write_all(&[0u8; PREAMBLE]).map_err(io)?;
         let mut sink = Summing {
             out: io::BufWriter::with_capacity(1 << 20, f),
@@ -557,12 +557,24 @@ pub fn write_bytes(path: &Path, bytes: &[u8], durable: bool) -> Result<(), Check
         source,
     };
     let tmp = temp_path(path, std::process::id());
-    let mut f = File::create(&tmp).map_err(io)?;
+    // Only its owner reads an image: it is the program's whole state.
+    let mut f = private_file(&tmp).map_err(io)?;
     f.write_all(bytes).map_err(io)?;
     if durable {
         f.sync_all().map_err(io)?;
     }
     publish(&tmp, path, durable)
+}
+
+/// Create (or truncate) `path` readable and writable by its owner only.
+fn private_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// Rename the written `tmp` to `path`; `durable` also syncs the directory.

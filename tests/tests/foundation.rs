@@ -423,3 +423,24 @@ fn a_test_past_its_deadline_fails_instead_of_hanging_and_leaves_nothing() {
         "daemons or VPs survived the deadline"
     );
 }
+
+#[test]
+fn mig_up_refuses_a_state_directory_another_user_could_have_planted() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let real = tmp.path().join("real");
+    std::fs::create_dir(&real).expect("dir");
+    let link = tmp.path().join("vm");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let out = mig_tests::command("mig")
+        .args(["up", "-n", "1", "--detach", "--state-dir"])
+        .arg(&link)
+        .output()
+        .expect("mig up");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(
+        std::fs::read_dir(&real).expect("dir").next().is_none(),
+        "something was written through the link"
+    );
+}

@@ -6,6 +6,7 @@
 //! halts everything on Ctrl-C.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -78,7 +79,7 @@ pub struct Vm {
 impl Vm {
     /// Start `a.n` daemons in `dir` (master first) and wait until each is ready.
     pub fn start(dir: &Path, a: &Args) -> Result<Vm> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        migd::state_dir::ensure_private_dir(dir).map_err(anyhow::Error::msg)?;
         let master_sock = dir.join("h0").join("control.sock");
         if let Some(what) = earlier_state(dir) {
             eprintln!(
@@ -186,11 +187,12 @@ fn earlier_state(dir: &Path) -> Option<String> {
 
 fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(Child, String)> {
     let state = dir.join(format!("h{i}"));
-    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+    migd::state_dir::ensure_private_dir(&state).map_err(anyhow::Error::msg)?;
     // An earlier machine's log is added to, never truncated.
     let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(state.join("migd.log"))
         .context("opening the daemon log")?;
     if log.metadata().is_ok_and(|m| m.len() > 0) {

@@ -23,7 +23,14 @@ pub struct Incoming {
 impl Incoming {
     /// An image for `start` arriving on `from`, written to `tmp`.
     pub fn create(from: Token, start: StartVp, tmp: PathBuf) -> Result<Incoming, String> {
-        let file = File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
         Ok(Incoming {
             from,
             start,

@@ -203,8 +203,10 @@ pub fn run(cfg: Config) -> Result<(), DaemonError> {
 
 impl Daemon {
     pub(super) fn start(cfg: Config) -> Result<Daemon, DaemonError> {
-        std::fs::create_dir_all(&cfg.state_dir)
-            .map_err(io_err(format!("creating {}", cfg.state_dir.display())))?;
+        crate::state_dir::ensure_private_dir(&cfg.state_dir).map_err(|e| DaemonError::Io {
+            what: "the state directory".into(),
+            source: io::Error::other(e),
+        })?;
         // Above other users' work where allowed (root, CAP_SYS_NICE), so the
         // owner monitor samples on time on a busy machine and stops VPs at
         // once; VPs set their own priority as they start.
