@@ -16,6 +16,65 @@ pub fn stamp() -> String {
     )
 }
 
+/// A budget for lines anyone can cause (connections from strangers): at
+/// most `LINES` a minute; the rest are counted and the count said once the
+/// minute is over, so a flood of connections cannot fill the disk.
+#[derive(Debug, Default)]
+pub struct Budget {
+    window: Option<std::time::Instant>,
+    used: u32,
+    dropped: u64,
+}
+
+impl Budget {
+    /// Lines allowed per minute.
+    pub const LINES: u32 = 20;
+
+    /// May one more line be written now? (When a new minute begins, the
+    /// count of the last one's lines not written is logged first.)
+    pub fn allow(&mut self, now: std::time::Instant) -> bool {
+        let fresh = self
+            .window
+            .is_none_or(|w| now.duration_since(w) >= std::time::Duration::from_secs(60));
+        if fresh {
+            if self.dropped > 0 {
+                crate::log!(
+                    "{} more lines about connections from unknown peers were not logged in the \
+                     last minute",
+                    self.dropped
+                );
+            }
+            self.window = Some(now);
+            self.used = 0;
+            self.dropped = 0;
+        }
+        if self.used < Self::LINES {
+            self.used += 1;
+            true
+        } else {
+            self.dropped += 1;
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_is_logged_a_few_lines_a_minute() {
+        let mut b = Budget::default();
+        let t0 = std::time::Instant::now();
+        let said = (0..1000).filter(|_| b.allow(t0)).count();
+        assert_eq!(said, Budget::LINES as usize);
+        assert_eq!(b.dropped, 1000 - u64::from(Budget::LINES));
+        // The next minute starts afresh (after saying what it dropped).
+        assert!(b.allow(t0 + std::time::Duration::from_secs(61)));
+        assert_eq!(b.dropped, 0);
+    }
+}
+
 /// Write one log line.
 #[macro_export]
 macro_rules! log {

@@ -190,6 +190,14 @@ fn frames_announcing_large_bodies_before_authentication_cost_the_daemon_nothing(
         };
         assert!(closed, "a connection announcing a huge frame was held");
     }
+    // And they fill no disk: a few lines a minute about strangers.
+    std::thread::sleep(Duration::from_millis(200));
+    let strangers = vm
+        .log(0)
+        .lines()
+        .filter(|l| l.contains("connection from") || l.contains("refusing connection"))
+        .count();
+    assert!(strangers <= 20, "{strangers} lines\n{}", vm.log(0));
     assert!(
         after < before + 64,
         "the daemon grew from {before} MiB to {after} MiB"

@@ -188,6 +188,8 @@ pub struct Daemon {
     hunts: HashMap<String, recover::Hunt>,
     /// Large messages arriving in pieces, by connection.
     parts: HashMap<Token, Vec<u8>>,
+    /// Log lines about connections from unknown peers.
+    strangers: crate::log::Budget,
     /// Job checkpoints (on the master), and copies kept for it.
     store: Store,
     replicas: Store,
@@ -279,6 +281,7 @@ impl Daemon {
             lease: lease::Lease::default(),
             hunts: HashMap::new(),
             parts: HashMap::new(),
+            strangers: crate::log::Budget::default(),
             key,
             facts,
             tcp,

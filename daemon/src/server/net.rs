@@ -150,7 +150,7 @@ impl Daemon {
             .register(&mut sock, t, Interest::READABLE)
             .is_ok()
         {
-            if let Some(peer) = peer {
+            if let Some(peer) = peer.filter(|_| self.strangers.allow(Instant::now())) {
                 log!("connection from {peer}");
             }
             self.conns.insert(t, Conn::new(sock, kind));
@@ -188,7 +188,9 @@ impl Daemon {
                 self.begin_halt();
             }
             Kind::Accepting(_) => {
-                log!("dropped unauthenticated connection: {why}")
+                if self.strangers.allow(Instant::now()) {
+                    log!("dropped unauthenticated connection: {why}")
+                }
             }
             Kind::Vp { tid } => {
                 if why != "closed by peer" {
@@ -318,8 +320,11 @@ impl Daemon {
 
     /// Tell the peer why (best effort) and close.
     pub(super) fn refuse(&mut self, t: Token, reason: &str) {
-        log!("refusing connection: {reason}");
         let kind = self.conns.get(&t).map(|c| c.kind.clone());
+        let stranger = matches!(kind, Some(Kind::Accepting(_)));
+        if !stranger || self.strangers.allow(Instant::now()) {
+            log!("refusing connection: {reason}");
+        }
         if let Some(Kind::Vp { .. }) = kind {
             return self.close(t, reason);
         }
