@@ -58,6 +58,14 @@ impl Budget {
     }
 }
 
+/// Write one log line.
+#[macro_export]
+macro_rules! log {
+    ($($arg:tt)*) => {
+        eprintln!("{} migd[{}] {}", $crate::log::stamp(), std::process::id(), format_args!($($arg)*))
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,12 +81,4 @@ mod tests {
         assert!(b.allow(t0 + std::time::Duration::from_secs(61)));
         assert_eq!(b.dropped, 0);
     }
-}
-
-/// Write one log line.
-#[macro_export]
-macro_rules! log {
-    ($($arg:tt)*) => {
-        eprintln!("{} migd[{}] {}", $crate::log::stamp(), std::process::id(), format_args!($($arg)*))
-    };
 }
