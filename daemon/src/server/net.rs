@@ -187,11 +187,10 @@ impl Daemon {
                 self.role.lost_master();
                 self.begin_halt();
             }
-            Kind::Accepting(_) => {
-                if self.strangers.allow(Instant::now()) {
-                    log!("dropped unauthenticated connection: {why}")
-                }
+            Kind::Accepting(_) if self.strangers.allow(Instant::now()) => {
+                log!("dropped unauthenticated connection: {why}")
             }
+            Kind::Accepting(_) => {}
             Kind::Vp { tid } => {
                 if why != "closed by peer" {
                     log!("disconnected VP t{tid:x}: {why}");
