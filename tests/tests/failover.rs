@@ -16,10 +16,25 @@ fn ticks(pid: u32) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
+/// The processes of VP `tid` of the machine in `dir` (other tests' machines
+/// number their VPs alike).
+fn of_vp(dir: &Path, tid: u64) -> Vec<u32> {
+    let socket = format!("MIG_SOCKET={}", dir.display());
+    processes_with(&[format!("MIG_TID={tid}")])
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|v| v.starts_with(socket.as_bytes()))
+            })
+        })
+        .collect()
+}
+
 /// The processes of VP `tid` that used CPU since `before` (pid -> ticks).
-fn ran(tid: u64, before: &mut std::collections::HashMap<u32, u64>) -> Vec<u32> {
+fn ran(dir: &Path, tid: u64, before: &mut std::collections::HashMap<u32, u64>) -> Vec<u32> {
     let mut out = Vec::new();
-    for p in processes_with(&[format!("MIG_TID={tid}")]) {
+    for p in of_vp(dir, tid) {
         let Some(t) = ticks(p) else { continue };
         if before.get(&p).is_some_and(|&b| t > b) {
             out.push(p);
@@ -64,7 +79,7 @@ fn a_worker_stopped_until_declared_dead_never_leaves_a_vp_running_twice() {
             vm.signal(1, Signal::SIGCONT);
         }
         std::thread::sleep(Duration::from_millis(100));
-        let r = ran(tid, &mut seen);
+        let r = ran(vm.dir.path(), tid, &mut seen);
         if r.len() > 1 {
             twice.push((stopped_at.elapsed(), r));
         }
@@ -94,9 +109,10 @@ fn a_worker_stopped_until_declared_dead_never_leaves_a_vp_running_twice() {
             .is_some_and(|a| a.iter().any(|h| h["name"] == "h1" && h["alive"] == true)),
         "h1 is not back"
     );
-    assert!(wait_until(Duration::from_secs(5), || processes_with(&[
-        format!("MIG_TID={tid}")
-    ])
+    assert!(wait_until(Duration::from_secs(5), || of_vp(
+        vm.dir.path(),
+        tid
+    )
     .len()
         == 1));
     std::fs::write(&stop, "").expect("stop");
@@ -197,4 +213,46 @@ fn a_request_to_a_daemon_that_does_not_answer_fails_naming_it() {
     );
     assert!(t.elapsed() < Duration::from_secs(30));
     vm.mig_ok(&["ps"]);
+}
+
+#[test]
+fn a_master_stopped_for_a_while_freezes_the_workers_vps_and_on_its_return_all_goes_on() {
+    let mut vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .json(&["ps"])
+        .as_array()
+        .is_some_and(
+            |a| a.len() == 2 && a.iter().all(|v| v["state"] == "running")
+        )));
+    // (Leases are granted with heartbeats: let a few pass.)
+    std::thread::sleep(Duration::from_millis(1500));
+    // Past the workers' leases (2.5 s) and the silence after which a host
+    // is given up (3 s): nobody can grant, nobody is given up.
+    vm.signal(0, Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(4));
+    vm.signal(0, Signal::SIGCONT);
+    assert!(
+        wait_until(Duration::from_secs(10), || vm
+            .log(1)
+            .contains("the VPs are thawed")),
+        "{}",
+        vm.log(1)
+    );
+    assert!(vm.log(1).contains("its VPs are frozen"), "{}", vm.log(1));
+    assert!(
+        !vm.log(1).contains("fenced"),
+        "{}\n{}",
+        vm.log(1),
+        vm.log(0)
+    );
+    assert!(!vm.log(0).contains("left the pool"), "{}", vm.log(0));
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(job, &vm.log(0));
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        2,
+        "{lines:?}"
+    );
 }
