@@ -146,13 +146,15 @@ fn damaged_images_are_refused_their_copies_used_and_with_none_intact_nothing_is_
     // (The master's copies are still damaged.)
     damage(&g5_replicas);
     damage(&g4_replicas);
-    let pids: Vec<u64> = vm
-        .json(&["ps"])
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v["pid"].as_u64())
-        .collect();
+    let pids = || -> Vec<u64> {
+        vm.json(&["ps"])
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["pid"].as_u64())
+            .collect()
+    };
+    let before = pids();
     let out = vm.mig(&["restart", "j1"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
@@ -160,14 +162,7 @@ fn damaged_images_are_refused_their_copies_used_and_with_none_intact_nothing_is_
         err.contains("no intact copy") && err.contains("goes on as it was"),
         "{err}"
     );
-    let after: Vec<u64> = vm
-        .json(&["ps"])
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v["pid"].as_u64())
-        .collect();
-    assert_eq!(pids, after, "a VP was stopped");
+    assert_eq!(before, pids(), "a VP was stopped");
     finishes_right(job, &vm);
 }
 
