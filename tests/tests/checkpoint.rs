@@ -71,8 +71,14 @@ fn a_host_killed_mid_run_and_the_job_finishes_from_its_checkpoint() {
 /// replicas on the other hosts.
 fn copies(vm: &Vm, g: u32) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
     let list = |dir: std::path::PathBuf| -> Vec<std::path::PathBuf> {
+        // (Whole images only: a copy may still be being written.)
         std::fs::read_dir(dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "img"))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let master = list(vm.dir.path().join(format!("h0/ckpt/j1/g{g}")));
@@ -117,6 +123,12 @@ fn damaged_images_are_refused_their_copies_used_and_with_none_intact_nothing_is_
     }
     // The master's copies of both generations kept (5 and 4) damaged: the
     // replicas on the other hosts are fetched, and 5 is used.
+    // (The copies sent to other hosts arrive after the checkpoint is done.)
+    assert!(wait_until(Duration::from_secs(10), || copies(&vm, 5)
+        .1
+        .len()
+        == 3
+        && copies(&vm, 4).1.len() == 3));
     let (g5, g5_replicas) = copies(&vm, 5);
     let (g4, g4_replicas) = copies(&vm, 4);
     assert_eq!(

@@ -200,7 +200,7 @@ impl Master {
             checkpoint_every: None,
             checkpoint_timeout: Duration::from_secs(30),
             lease: DEFAULT_LEASE,
-            last_tick: None,
+            last_tick: Some(now),
             to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);

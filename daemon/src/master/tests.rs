@@ -104,7 +104,7 @@ fn a_dead_host_leaves_the_map_and_its_vps_restart_elsewhere() {
     m.register(facts("h1", 1), now);
     let out = m.control(Requester::Local(1), "h0", Request::Spawn(spec(2)));
     assert_eq!(starts(&out).len(), 2);
-    let out = m.tick(now + Duration::from_secs(10), Duration::from_secs(3));
+    let out = tick_through(&mut m, now, 10);
     let again = starts(&out);
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].0, "h0");
@@ -433,6 +433,20 @@ fn a_scheduler_move_that_fails_is_tried_again_later_then_given_up() {
 }
 
 /// Take checkpoint `n` of job j1 whose VPs are `placed`, to the end; its id.
+/// The master's ticks every half second (as the daemon makes them) from
+/// `from` for `secs` seconds, hosts silent for more than 3 s given up;
+/// everything they said.
+fn tick_through(m: &mut Master, from: Instant, secs: u64) -> Vec<Out> {
+    (1..=secs * 2)
+        .flat_map(|k| {
+            m.tick(
+                from + Duration::from_millis(500 * k),
+                Duration::from_secs(3),
+            )
+        })
+        .collect()
+}
+
 /// The generations a restart asks the server to look for.
 fn checks(out: &[Out]) -> Vec<GenImages> {
     out.iter()
@@ -825,7 +839,7 @@ fn a_silent_host_mid_job_is_lost_and_its_vp_placed_again() {
         .cloned()
         .expect("a VP on h1");
     c.m.heard_from("h0", c.at(1));
-    let out = c.m.tick(c.at(10), Duration::from_secs(3));
+    let out = tick_through(&mut c.m, c.t0, 10);
     assert!(!c.m.is_alive(&lost));
     assert!(out
         .iter()
@@ -838,7 +852,7 @@ fn a_silent_host_mid_job_is_lost_and_its_vp_placed_again() {
 fn a_job_whose_vps_may_talk_that_loses_one_with_no_checkpoint_ends_with_the_reason() {
     let mut c = Cluster::new(2);
     c.running_job(2);
-    let out = c.m.tick(c.at(10), Duration::from_secs(3));
+    let out = tick_through(&mut c.m, c.t0, 10);
     assert!(starts(&out).is_empty(), "{out:?}");
     assert!(
         out.iter().any(|o| matches!(o, Out::Log(l)
@@ -1060,4 +1074,23 @@ fn a_restart_with_no_intact_images_leaves_the_job_as_it_was_or_ends_one_that_los
         "{out:?}"
     );
     assert!(c.m.ps().is_empty(), "{:?}", c.m.ps());
+}
+
+#[test]
+fn a_master_that_was_busy_does_not_count_the_hosts_silence_meanwhile() {
+    let mut c = Cluster::new(2);
+    c.running_plain_job(2);
+    // Busy (or stopped) from its start for 4 s: its first tick does not
+    // give up a host whose messages it has not read yet.
+    let out = c.m.tick(c.at(4), Duration::from_secs(3));
+    assert!(c.m.is_alive("h1"), "{out:?}");
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Out::Log(l) if l.contains("the master was busy"))),
+        "{out:?}"
+    );
+    // Then silent while the master ticks on: given up.
+    let from = c.at(4);
+    let out = tick_through(&mut c.m, from, 4);
+    assert!(!c.m.is_alive("h1"), "{out:?}");
 }
