@@ -131,11 +131,16 @@ pub fn run(args: &[String]) -> ! {
     loop {
         let now = mono_ns();
         if let Some(d) = deadline.filter(|&d| d <= now && !frozen) {
-            frozen = contain::freeze_tree(flavour, &base, true).is_ok();
-            crate::log!(
-                "lease guardian: the daemon's lease lapsed {} ms ago: its VPs are frozen",
-                (now - d) / 1_000_000
-            );
+            // Tried once per lapse: a freezer that refuses is said, not
+            // retried in a busy loop.
+            frozen = true;
+            match contain::freeze_tree(flavour, &base, true) {
+                Ok(()) => crate::log!(
+                    "lease guardian: the daemon's lease lapsed {} ms ago: its VPs are frozen",
+                    (now - d) / 1_000_000
+                ),
+                Err(e) => crate::log!("lease guardian: the lease lapsed, but freezing failed: {e}"),
+            }
         }
         let wait = match deadline {
             Some(d) if !frozen => PollTimeout::try_from(((d - now.min(d)) / 1_000_000 + 1) as i64)

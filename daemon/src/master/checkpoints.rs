@@ -321,9 +321,27 @@ impl Master {
     /// was (a `mig restart` fails), or, when a host died under it and it
     /// cannot go on consistently, ends it with the reason.
     pub fn images_checked(&mut self, job: &str, found: Result<FoundImages, String>) -> Vec<Out> {
-        let Some(pending) = self.jobs.get_mut(job).and_then(|j| j.ckpt.restart.take()) else {
+        let Some(j) = self.jobs.get_mut(job) else {
             return Vec::new();
         };
+        let Some(pending) = j.ckpt.restart.take() else {
+            return Vec::new();
+        };
+        if j.killed {
+            // Killed while its images were looked for: nothing comes back.
+            return pending
+                .from
+                .into_iter()
+                .map(|r| {
+                    Out::Reply(
+                        r,
+                        Response::Error {
+                            message: format!("job {job} was killed before it could restart"),
+                        },
+                    )
+                })
+                .collect();
+        }
         match found {
             Ok((id, images)) => self.restart_from(job, id, images, pending.from),
             Err(why) => {

@@ -1094,3 +1094,32 @@ fn a_master_that_was_busy_does_not_count_the_hosts_silence_meanwhile() {
     let out = tick_through(&mut c.m, from, 4);
     assert!(!c.m.is_alive("h1"), "{out:?}");
 }
+
+#[test]
+fn a_job_killed_while_its_images_are_looked_for_does_not_come_back() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let gens = checks(&out);
+    c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    let out = c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
+    assert!(
+        !out.iter().any(|o| matches!(o, Out::RestoreJob { .. })),
+        "{out:?}"
+    );
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Out::Reply(Requester::Local(4), Response::Error { message }) if message.contains("was killed")
+    )), "{out:?}");
+}
