@@ -10,7 +10,7 @@ use libmig::msg::Tid;
 /// Someone waiting at a barrier: the VP and its call id.
 pub type Waiter = (Tid, u64);
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Group {
     members: BTreeMap<u32, Tid>,
     waiting: Vec<Waiter>,
@@ -18,7 +18,7 @@ struct Group {
 }
 
 /// Every group.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Groups {
     groups: BTreeMap<String, Group>,
 }

@@ -13,12 +13,16 @@ mod jobs;
 mod moves;
 mod owner;
 mod records;
+mod replica;
+#[cfg(test)]
+mod replica_tests;
 mod slicing;
 #[cfg(test)]
 mod tests;
 
 use calls::notice_to;
-use records::{Ckpt, Generation, HostRec, JobRec, PendingRestart, Round, VpRec, VpState, Wanted};
+pub use replica::ImportError;
+use records::{not_replicated, Ckpt, Generation, HostRec, JobRec, PendingRestart, Round, VpRec, VpState, Wanted};
 use slicing::HostSlicing;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,7 +38,7 @@ use crate::groups::Groups;
 use crate::sched::{Action, Event, SchedConfig, Scheduler};
 
 /// Who asked: a local control connection, or a worker forwarding for one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Requester {
     /// A control connection of the master (its token).
     Local(usize),
@@ -123,7 +127,9 @@ pub enum Out {
     },
 }
 
-/// The master's state.
+/// The master's state. It serializes (`export`) but for what means
+/// nothing on another machine (see `import`).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Master {
     name: String,
     sched: Scheduler,
@@ -141,6 +147,7 @@ pub struct Master {
     /// `mig owner reclaim|release` waiting for its host.
     owner_waiting: HashMap<u64, Requester>,
     next_owner_id: u64,
+    #[serde(skip, default = "not_replicated")]
     now: Instant,
     /// The real-time clock (ns since the Unix epoch) as the server last set it.
     wall_ns: u64,
@@ -149,6 +156,7 @@ pub struct Master {
     quantum_ns: u64,
     round: Option<(u64, u64)>,
     /// Per host, the switches and table installs it reported.
+    #[serde(skip)]
     slicing: BTreeMap<String, HostSlicing>,
     /// Job checkpoints: the next generation, how often (none: on request),
     /// how long one may take.
@@ -160,6 +168,7 @@ pub struct Master {
     /// How long a worker's lease on its VPs lasts from its ask.
     lease: Duration,
     /// When `tick` last ran.
+    #[serde(skip)]
     last_tick: Option<Instant>,
 }
 
@@ -175,10 +184,7 @@ impl Master {
         let mut m = Master {
             name: facts.name.clone(),
             // A VP whose program has not said it can be moved never is.
-            sched: Scheduler::new(SchedConfig {
-                pin_new_vps: true,
-                ..SchedConfig::default()
-            }),
+            sched: Scheduler::new(replica::master_sched_config()),
             hosts: BTreeMap::new(),
             jobs: BTreeMap::new(),
             tids: HashMap::new(),

@@ -1,11 +1,19 @@
 //! What the master keeps per host, job and VP, and per checkpoint of a job.
 
 use super::*;
+use serde::{Deserialize, Serialize};
+
+/// Stands for an instant that is not replicated (it means nothing on
+/// another machine): `Master::import` sets every such field to its own `now`.
+pub(super) fn not_replicated() -> Instant {
+    Instant::now()
+}
 
 /// A host as the master knows it.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct HostRec {
     pub(super) facts: HostFacts,
+    #[serde(skip, default = "not_replicated")]
     pub(super) last_seen: Instant,
     pub(super) alive: bool,
     pub(super) master: bool,
@@ -14,14 +22,16 @@ pub(super) struct HostRec {
     /// Its owner monitor's last report.
     pub(super) owner: Option<OwnerReport>,
     /// When it was last granted a lease on its VPs (see `PeerMsg::LeaseAsk`).
+    #[serde(skip)]
     pub(super) granted: Option<Instant>,
     /// Its connection was lost: it is taken for dead once its lease has
     /// surely lapsed (then, and why).
+    #[serde(skip)]
     pub(super) lost: Option<(Instant, String)>,
 }
 
 /// Where a VP is in its life, as the master sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) enum VpState {
     /// Not placed: waiting for a processor.
     Waiting,
@@ -65,8 +75,7 @@ impl VpState {
 }
 
 /// A VP as the master knows it.
-
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct VpRec {
     pub(super) tid: Tid,
     pub(super) program: String,
@@ -108,21 +117,23 @@ impl VpRec {
 }
 
 /// A move the scheduler asked for that has not happened yet.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Wanted {
     pub(super) to: String,
     pub(super) failures: u32,
+    #[serde(skip)]
     pub(super) retry_at: Option<Instant>,
 }
 
 /// A job as the master knows it.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct JobRec {
     pub(super) spec: SpawnSpec,
     pub(super) vps: BTreeMap<u32, VpRec>,
     pub(super) waiters: Vec<Requester>,
     pub(super) killed: bool,
     /// `mig kill` of the job waiting for every VP to end, with deadlines.
+    #[serde(skip)]
     pub(super) kill_waiters: Vec<(Requester, Instant)>,
     pub(super) ckpt: Ckpt,
     /// Restarts from a checkpoint so far (see `Envelope::incarnation`).
@@ -133,13 +144,14 @@ pub(super) struct JobRec {
 }
 
 /// A job's consistent checkpoints.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Ckpt {
     /// The one being taken.
     pub(super) round: Option<Round>,
     /// Complete generations, oldest first (the last two are kept).
     pub(super) good: Vec<Generation>,
     /// When the last one began.
+    #[serde(skip)]
     pub(super) last: Option<Instant>,
     /// How long the last complete one took.
     pub(super) took: Option<Duration>,
@@ -149,7 +161,7 @@ pub(super) struct Ckpt {
 
 /// A restart asked for whose images are being checked: nothing is stopped
 /// until an intact copy of every image of one generation is found.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct PendingRestart {
     /// Who asked (`mig restart`); none when a host died under the job.
     pub(super) from: Vec<Requester>,
@@ -159,7 +171,7 @@ pub(super) struct PendingRestart {
 }
 
 /// A complete consistent checkpoint of a job.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Generation {
     pub(super) id: u64,
     /// The VPs (indices in the job) it holds: those that existed when it
@@ -170,11 +182,12 @@ pub(super) struct Generation {
 }
 
 /// A checkpoint being taken.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Round {
     pub(super) id: u64,
     /// The VPs it covers (all the job had when it began).
     pub(super) members: BTreeSet<Tid>,
+    #[serde(skip, default = "not_replicated")]
     pub(super) started: Instant,
     /// VPs stopped, with the last sequence number each sent to each peer.
     pub(super) paused: HashMap<Tid, Vec<(Tid, u64)>>,

@@ -33,7 +33,7 @@ pub struct Processor {
 }
 
 /// A set of rows, one bit each.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BitSet {
     words: Vec<u64>,
 }
@@ -132,7 +132,7 @@ impl BitSet {
 }
 
 /// One time slot of the round.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Column {
     /// Stable identity (positions shift when earlier columns are removed).
     pub id: u64,
@@ -165,7 +165,7 @@ impl Column {
 
 /// Rows × columns. Every column has one cell per row (left rows stay as
 /// empty, non-free cells until a new processor reuses them).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AllocationMap {
     rows: Vec<Option<Processor>>,
     row_of: HashMap<String, Row>,

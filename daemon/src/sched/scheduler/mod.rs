@@ -77,7 +77,7 @@ impl std::fmt::Debug for SchedConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Vp {
     /// Interned architecture (`AllocationMap::intern`).
     arch: u32,
@@ -92,7 +92,7 @@ struct Vp {
     pinned: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Job {
     id: Arc<str>,
     vps: BTreeMap<u32, Vp>,
@@ -231,12 +231,15 @@ struct Ctx {
     new_row: Option<Row>,
 }
 
-/// The scheduler state. See the module doc.
+/// The scheduler state. See the module doc. It serializes whole but for
+/// its config (see `with_config`): the master's replicated state holds it.
+#[derive(Serialize, Deserialize)]
 pub struct Scheduler {
     map: AllocationMap,
     jobs: Vec<Option<Job>>,
     job_of: HashMap<String, JobKey>,
     queue: VecDeque<JobKey>,
+    #[serde(skip)]
     cfg: SchedConfig,
     generation: u64,
     migrations: u64,
@@ -266,6 +269,13 @@ impl Scheduler {
             retry: BTreeSet::new(),
             waiting: BTreeSet::new(),
         }
+    }
+
+    /// The same state under `cfg` (a scheduler read back from its bytes
+    /// has the default config).
+    pub fn with_config(mut self, cfg: SchedConfig) -> Self {
+        self.cfg = cfg;
+        self
     }
 
     /// The allocation map.
