@@ -19,6 +19,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod config;
+pub mod consensus;
 pub mod conn;
 pub mod contain;
 pub mod facts;
