@@ -168,8 +168,7 @@ impl Consensus {
     /// does it hold the newest state.
     pub fn leads(&self) -> bool {
         let r = &self.node.raft;
-        r.state == StateRole::Leader
-            && r.raft_log.term(r.raft_log.committed).ok() == Some(r.term)
+        r.state == StateRole::Leader && r.raft_log.term(r.raft_log.committed).ok() == Some(r.term)
     }
 
     /// The voters.
@@ -225,6 +224,22 @@ impl Consensus {
         };
         self.node.propose_conf_change(Vec::new(), cc)?;
         Ok(self.ready())
+    }
+
+    /// On the leader: voter `id` votes no more.
+    pub fn remove_voter(&mut self, id: u64) -> Result<Vec<Said>, ConsensusError> {
+        let cc = ConfChange {
+            change_type: ConfChangeType::RemoveNode,
+            node_id: id,
+            ..Default::default()
+        };
+        self.node.propose_conf_change(Vec::new(), cc)?;
+        Ok(self.ready())
+    }
+
+    /// Is a change of the voters under way (one at a time)?
+    pub fn changing(&self) -> bool {
+        self.node.raft.pending_conf_index > self.node.raft.raft_log.applied
     }
 
     /// A voter that was cut off (stopped, say) must not act as leader on
@@ -304,7 +319,10 @@ impl Consensus {
 fn send(said: &mut Vec<Said>, msgs: Vec<Message>) {
     for m in msgs {
         if let Ok(bytes) = m.write_to_bytes() {
-            said.push(Said::Send { to: m.to, msg: bytes });
+            said.push(Said::Send {
+                to: m.to,
+                msg: bytes,
+            });
         }
     }
 }
@@ -410,7 +428,10 @@ mod tests {
         net.ticks(2 * ELECTION_TICKS);
         assert_eq!(net.leaders(), vec![l]);
         assert!(!net.v[&1].leads());
-        assert_eq!(net.v[&1].newest().map(|(_, b)| b.to_vec()), Some(b"s3".to_vec()));
+        assert_eq!(
+            net.v[&1].newest().map(|(_, b)| b.to_vec()),
+            Some(b"s3".to_vec())
+        );
     }
 
     #[test]

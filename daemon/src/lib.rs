@@ -19,8 +19,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod config;
-pub mod consensus;
 pub mod conn;
+pub mod consensus;
 pub mod contain;
 pub mod facts;
 pub mod flow;

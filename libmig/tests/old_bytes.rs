@@ -100,6 +100,20 @@ fn peer_msgs() -> Vec<PeerMsg> {
             tid: 0x40001,
             image: Err("damaged".into()),
         },
+        PeerMsg::Consensus {
+            from: 2,
+            msg: vec![8, 3, 16, 1],
+        },
+        PeerMsg::Voter { id: 3 },
+        PeerMsg::Voters(vec![(1, "h0".into()), (3, "h2".into())]),
+        PeerMsg::NewMaster {
+            term: 4,
+            name: "h2".into(),
+            addr: "127.0.0.1:7001".into(),
+        },
+        PeerMsg::Redirect {
+            addr: "127.0.0.1:7001".into(),
+        },
     ]
 }
 

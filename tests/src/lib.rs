@@ -406,6 +406,20 @@ impl Vm {
             .expect("run mig")
     }
 
+    /// Daemon `i`'s control socket.
+    pub fn sock_of(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("h{i}")).join("control.sock")
+    }
+
+    /// Run `mig` through daemon `i` (any daemon forwards to the master).
+    pub fn mig_at(&self, i: usize, args: &[&str]) -> Output {
+        command("mig")
+            .env("MIG_DAEMON", self.sock_of(i))
+            .args(args)
+            .output()
+            .expect("run mig")
+    }
+
     /// `mig migrate TID --to HOST`, again for up to 10 s while the VP has
     /// not yet said that it can be moved (it says so as libmig starts, a
     /// moment after the VP shows as running).

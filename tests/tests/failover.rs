@@ -256,3 +256,121 @@ fn a_master_stopped_for_a_while_freezes_the_workers_vps_and_on_its_return_all_go
         "{lines:?}"
     );
 }
+
+/// `mig hosts --json` through daemon `i`, if it answers.
+fn hosts_at(vm: &Vm, i: usize) -> Option<Vec<serde_json::Value>> {
+    let out = vm.mig_at(i, &["hosts", "--json"]);
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()?
+        .as_array()
+        .cloned()
+}
+
+/// The master's name and its daemon's index, as daemon `i` knows them.
+fn master_seen_by(vm: &Vm, i: usize) -> Option<usize> {
+    let hosts = hosts_at(vm, i)?;
+    let m = hosts.iter().find(|h| h["master"] == true)?;
+    let name = m["name"].as_str()?;
+    // Daemon i was started as "h{i}"; a restarted one may carry a suffix.
+    name.trim_start_matches('h').split('-').next()?.parse().ok()
+}
+
+#[test]
+fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_right() {
+    let kills: usize = mig_tests::env_num("KILLS", 10);
+    // Six hosts: five voters, and h5, which never votes, so never becomes
+    // the master and is never killed: the job is waited for through it.
+    let mut vm = Vm::start_config(6, "[daemon]\ncheckpoint_interval_s = 0.3\n");
+    let steady = 5;
+    assert!(
+        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
+            .is_some_and(
+                |h| h.iter().filter(|h| h["voter"] == true).count() == 5
+            )),
+        "{:?}\n{}",
+        hosts_at(&vm, steady),
+        vm.log(0)
+    );
+    let mut job = mig_tests::command("mig")
+        .env("MIG_DAEMON", vm.sock_of(steady))
+        .args(["spawn", "-n", "4", "--wait", "--"])
+        .arg(bin("heat"))
+        .args(["--rows", "48", "--cols", "48", "--iters"])
+        // Long enough to outlive every kill.
+        .arg((12_000 * (kills + 1)).to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    let logs = |vm: &Vm| {
+        (0..vm.daemons.len())
+            .map(|i| vm.log(i))
+            .collect::<Vec<_>>()
+            .join("\n-----\n")
+    };
+    let mut took = Vec::new();
+    for k in 0..kills {
+        // Whoever is master now, once a checkpoint of the job was taken
+        // under it.
+        let mut master = None;
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                master = master_seen_by(&vm, steady);
+                master.is_some_and(|m| {
+                    m != steady
+                        && vm.daemons.get(m).is_some_and(Option::is_some)
+                        && vm.log(m).contains("checkpointed (generation")
+                })
+            }),
+            "kill {k}: no master with a checkpoint: {master:?}\n{}",
+            logs(&vm)
+        );
+        let m = master.expect("a master");
+        if job.try_wait().ok().flatten().is_some() {
+            let out = job.wait_with_output().expect("job output");
+            panic!(
+                "kill {k}: the job ended before every kill was made: {}\n{}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                logs(&vm)
+            );
+        }
+        vm.signal(m, Signal::SIGKILL);
+        let killed = Instant::now();
+        vm.wait(m, Duration::from_secs(5));
+        // `mig ps` through a surviving daemon is answered by the new master.
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                master_seen_by(&vm, steady).is_some_and(|n| n != m)
+                    && vm.mig_at(steady, &["ps"]).status.success()
+            }),
+            "kill {k}: no new master\n{}",
+            logs(&vm)
+        );
+        took.push(killed.elapsed());
+        // The killed daemon comes back as a new host, joining a worker (it
+        // is sent on to the master).
+        let join = std::fs::read_to_string(vm.dir.path().join(format!("h{steady}/addr")))
+            .expect("address file");
+        let conf = vm.dir.path().join("migd.toml");
+        let (c, _) = vm.daemon(
+            m,
+            Some(join.trim()),
+            &["--config", conf.to_str().expect("path")],
+        );
+        vm.daemons[m] = Some(c);
+    }
+    let lines = job_succeeds(job, &logs(&vm));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("identical to the serial run: ok")),
+        "{lines:?}"
+    );
+    took.sort();
+    eprintln!("kill of the master to `mig ps` answered by the new one: {took:?}");
+}

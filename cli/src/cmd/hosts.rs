@@ -1,5 +1,6 @@
-//! `mig hosts`: the hosts of the virtual machine, and the VPs each holds
-//! that do not run, with why.
+//! `mig hosts`: the hosts of the virtual machine, which of them vote for
+//! the master (and a warning when too few do for the master's machine to
+//! die safely), and the VPs each holds that do not run, with why.
 
 use std::path::Path;
 
@@ -27,7 +28,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                     "name": h.facts.name, "address": h.facts.addr, "arch": h.facts.arch,
                     "processors": h.facts.processors, "capacity": h.facts.capacity,
                     "memory_mb": h.facts.memory_mb, "pid": h.facts.pid,
-                    "alive": h.alive, "master": h.master, "vps": h.vps,
+                    "alive": h.alive, "master": h.master, "voter": h.voter, "vps": h.vps,
                     "owner": h.owner,
                     "waiting": h.waiting.iter().map(|(tid, why)| serde_json::json!({
                         "tid": format!("t{tid:x}"), "why": why,
@@ -38,15 +39,17 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         println!("{}", serde_json::Value::Array(v));
         return Ok(());
     }
+    let voters = hosts.iter().filter(|h| h.voter && h.alive).count();
     println!(
         "{:<10} {:<22} {:<16} {:>5} {:>8} {:>8} {:>4}  {:<7} OWNER",
         "HOST", "ADDRESS", "ARCH", "PROCS", "CAPACITY", "MEM(MB)", "VPS", "STATE"
     );
     for h in hosts {
-        let state = match (h.alive, h.master) {
-            (true, true) => "master",
-            (true, false) => "up",
-            (false, _) => "gone",
+        let state = match (h.alive, h.master, h.voter) {
+            (true, true, _) => "master",
+            (true, false, true) => "voter",
+            (true, false, false) => "up",
+            (false, _, _) => "gone",
         };
         let owner = h
             .owner
@@ -65,6 +68,14 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         for (tid, why) in &h.waiting {
             println!("    t{tid:x} waits here: {why}");
         }
+    }
+    if voters < 3 {
+        println!(
+            "warning: {voters} voter{} keep{} the master's state: if the master's machine dies, \
+             every job is lost. Three hosts or more give three voters, and any one of them may die.",
+            if voters == 1 { "" } else { "s" },
+            if voters == 1 { "s" } else { "" },
+        );
     }
     Ok(())
 }

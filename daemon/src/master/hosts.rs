@@ -55,6 +55,40 @@ impl Master {
         )
     }
 
+    /// Live hosts and their addresses.
+    pub fn peer_list(&self) -> Vec<(String, String)> {
+        match self.peers() {
+            PeerMsg::Peers(list) => list,
+            _ => Vec::new(),
+        }
+    }
+
+    /// A worker attaches after a change of master, as host `facts.name`:
+    /// known and alive, it goes on as it was; declared dead meanwhile, it
+    /// must end its VPs (`true`: fenced); unknown, it joins afresh. Its
+    /// name, and what follows.
+    pub fn attach(&mut self, facts: HostFacts, now: Instant) -> (String, Vec<Out>, bool) {
+        let name = facts.name.clone();
+        match self.hosts.get_mut(&name) {
+            Some(h) if h.alive => {
+                h.last_seen = now;
+                h.lost = None;
+                h.facts.addr = facts.addr;
+                h.facts.pid = facts.pid;
+                let out = vec![
+                    Out::Log(format!("host {name} attached to this master")),
+                    Out::Broadcast(self.peers()),
+                ];
+                (name, out, false)
+            }
+            Some(_) => (name, Vec::new(), true),
+            None => {
+                let (name, out) = self.register(facts, now);
+                (name, out, false)
+            }
+        }
+    }
+
     /// Everything a host that (re)joins must know: where every VP is.
     pub fn directory(&self) -> PeerMsg {
         let mut d: Vec<(Tid, Loc)> = self.gone.keys().map(|&t| (t, Loc::Gone)).collect();
@@ -299,6 +333,7 @@ impl Master {
                 vps: counts.get(n.as_str()).copied().unwrap_or(0),
                 owner: h.owner.clone(),
                 waiting: waiting.remove(n.as_str()).unwrap_or_default(),
+                voter: self.voters.values().any(|v| v == n),
             })
             .collect()
     }

@@ -19,11 +19,16 @@ mod replica_tests;
 mod slicing;
 #[cfg(test)]
 mod tests;
+mod voters;
 
 use calls::notice_to;
+use records::{
+    not_replicated, Ckpt, Generation, HostRec, JobRec, PendingRestart, Round, VpRec, VpState,
+    Wanted,
+};
 pub use replica::ImportError;
-use records::{not_replicated, Ckpt, Generation, HostRec, JobRec, PendingRestart, Round, VpRec, VpState, Wanted};
 use slicing::HostSlicing;
+pub use voters::{voters_wanted, VoterChange};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -167,6 +172,9 @@ pub struct Master {
     to_restart: BTreeSet<String>,
     /// How long a worker's lease on its VPs lasts from its ask.
     lease: Duration,
+    /// The voters (see `voters`), by id, and the next id.
+    voters: BTreeMap<u64, String>,
+    next_voter: u64,
     /// When `tick` last ran.
     #[serde(skip)]
     last_tick: Option<Instant>,
@@ -207,6 +215,8 @@ impl Master {
             checkpoint_timeout: Duration::from_secs(30),
             lease: DEFAULT_LEASE,
             last_tick: Some(now),
+            voters: BTreeMap::from([(1, facts.name.clone())]),
+            next_voter: 2,
             to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);

@@ -48,7 +48,10 @@ impl Master {
             h.granted = (name != me && h.alive).then_some(now);
             h.lost = None;
             if *name == old && name != me && h.alive {
-                h.lost = Some((now + lease, "it was the master and stopped answering".into()));
+                h.lost = Some((
+                    now + lease,
+                    "it was the master and stopped answering".into(),
+                ));
             }
         }
         if let Some(h) = m.hosts.get_mut(me) {
@@ -69,8 +72,8 @@ impl Master {
                     "checkpoint {} of job {job} given up: the master changed while it was taken",
                     r.id
                 )));
-                out.extend(checkpoints::to_every_vp(j, &r.members, |_| SnapStep::Abort {
-                    id: r.id,
+                out.extend(checkpoints::to_every_vp(j, &r.members, |_| {
+                    SnapStep::Abort { id: r.id }
                 }));
             }
             for v in j.vps.values_mut() {

@@ -101,7 +101,11 @@ fn apply(m: &mut Master, s: &Step, now: Instant) -> Vec<Out> {
         Step::Kill(k) => {
             let jobs: Vec<String> = m.jobs.keys().cloned().collect();
             match jobs.get(k as usize % jobs.len().max(1)) {
-                Some(j) => m.control(Requester::Local(1), "h0", Request::Kill { target: j.clone() }),
+                Some(j) => m.control(
+                    Requester::Local(1),
+                    "h0",
+                    Request::Kill { target: j.clone() },
+                ),
                 None => Vec::new(),
             }
         }

@@ -11,9 +11,13 @@ impl Daemon {
             m.set_wall(wall_ns());
             let out = m.control(Requester::Local(t.0), &me, req);
             self.deliver(out);
-        } else if let (Some(link), Some(proxied)) = (self.role.link(), self.role.proxied()) {
-            let id = proxied.forward(t);
+        } else if let Some(link) = self.role.link() {
+            let id = self.proxied.forward(t);
             self.send_peer(link, &PeerMsg::Control { id, req });
+        } else if self.awaiting_master() {
+            // Forwarded to whoever is elected.
+            let id = self.proxied.forward(t);
+            self.report(PeerMsg::Control { id, req });
         } else {
             self.send_resp(
                 t,

@@ -60,6 +60,7 @@ impl Daemon {
             match p {
                 Pending::Msg(env, body) => self.route(env, body, None),
                 Pending::Image(start, image) => self.send_image(&host, start, image, None),
+                Pending::Peer(msg) => self.send_peer(t, &msg),
             }
         }
     }

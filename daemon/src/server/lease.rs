@@ -51,14 +51,18 @@ impl Daemon {
 
     /// With each heartbeat: ask the master for a lease.
     pub(super) fn ask_lease(&mut self) {
-        let Some(link) = self.role.link() else { return };
+        if self.role.link().is_none() && !self.role.is_master() {
+            return;
+        }
         self.lease.next += 1;
         let n = self.lease.next;
         self.lease.asked.push_back((n, Instant::now()));
         while self.lease.asked.len() > ASKS_KEPT {
             self.lease.asked.pop_front();
         }
-        self.send_peer(link, &PeerMsg::LeaseAsk { n });
+        // The master asks itself: its own VPs are frozen too if its daemon
+        // stalls (another master may start them elsewhere meanwhile).
+        self.report(PeerMsg::LeaseAsk { n });
     }
 
     /// Ask `n` is granted for `ms` from when it was sent.

@@ -12,6 +12,7 @@
 //! (`sched`).
 
 mod control;
+mod failover;
 mod flow;
 mod handshake;
 mod lease;
@@ -184,6 +185,11 @@ pub struct Daemon {
     contain: Option<Containment>,
     /// A worker's lease on its VPs.
     lease: lease::Lease,
+    /// The consensus that keeps the master's state, and following a new
+    /// master.
+    failover: failover::Failover,
+    /// Control requests of local users forwarded to the master.
+    proxied: role::Proxied,
     /// On the master: jobs whose checkpoint images are being looked for.
     hunts: HashMap<String, recover::Hunt>,
     /// Large messages arriving in pieces, by connection.
@@ -279,6 +285,8 @@ impl Daemon {
             poll,
             contain,
             lease: lease::Lease::default(),
+            failover: failover::Failover::new(),
+            proxied: role::Proxied::default(),
             hunts: HashMap::new(),
             parts: HashMap::new(),
             strangers: crate::log::Budget::default(),
@@ -324,6 +332,8 @@ impl Daemon {
                 m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
                 m.set_lease(d.cfg.lease());
                 d.role = Role::Master(Box::new(m));
+                d.failover.found(&d.facts.name);
+                d.guard_vps();
                 d.deliver(out);
                 log!("master {} listening on {addr}", d.facts.name);
             }
@@ -402,6 +412,7 @@ impl Daemon {
             } else {
                 timeout
             };
+            let timeout = timeout.min(self.failover.due_in());
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -412,6 +423,8 @@ impl Daemon {
                     })
                 }
             }
+            // Before anything else: a master that was stopped steps down.
+            self.failover_turn();
             for ev in events.iter() {
                 match ev.token() {
                     TCP => self.accept(true),
@@ -492,6 +505,7 @@ impl Daemon {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
         self.ask_lease();
+        self.masterless_too_long();
         self.hunts_overdue();
         if let Some(m) = self.role.master() {
             let out = m.tick(Instant::now(), self.cfg.dead_after);

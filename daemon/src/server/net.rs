@@ -17,6 +17,12 @@ impl Daemon {
     /// Connect to the master and authenticate (blocking, with timeouts),
     /// then hand the socket to the loop.
     pub(super) fn join(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
+        self.join_at(addr, 3)
+    }
+
+    /// `join` at `addr`, following up to `redirects` workers' word of where
+    /// the master is.
+    fn join_at(&mut self, addr: SocketAddr, redirects: u32) -> Result<(), DaemonError> {
         let jerr = |why: String| DaemonError::Join { addr, why };
         let mut s = connect(&self.key, addr).map_err(jerr)?;
         let fe = |e: FrameError| jerr(e.to_string());
@@ -38,12 +44,20 @@ impl Daemon {
                 self.router.rename(&name);
                 self.facts.name = name;
             }
+            Some(PeerMsg::Redirect { addr: to }) if redirects > 0 => {
+                let to: SocketAddr = to
+                    .parse()
+                    .map_err(|_| jerr(format!("it named a bad master address {to:?}")))?;
+                log!("{addr} is a worker: joining its master at {to}");
+                return self.join_at(to, redirects - 1);
+            }
             other => return Err(jerr(format!("unexpected answer {other:?}"))),
         }
         let t = self
             .adopt(s, Kind::Master)
             .map_err(|e| jerr(e.to_string()))?;
         self.role.joined(t);
+        self.failover.master_addr = Some(addr);
         Ok(())
     }
 
@@ -182,11 +196,7 @@ impl Daemon {
                     self.deliver(out);
                 }
             }
-            Kind::Master => {
-                log!("lost the master: {why}; stopping");
-                self.role.lost_master();
-                self.begin_halt();
-            }
+            Kind::Master => self.master_lost(why),
             Kind::Accepting(_) if self.strangers.allow(Instant::now()) => {
                 log!("dropped unauthenticated connection: {why}")
             }
@@ -204,20 +214,22 @@ impl Daemon {
                 if self.links.get(&host) == Some(&t) =>
             {
                 self.links.remove(&host);
+                self.failover.cut_off(&host);
                 for p in self.dialling.remove(&t).unwrap_or_default() {
                     match p {
                         Pending::Msg(env, _) => self
                             .undeliverable(env, &format!("host {host} cannot be reached: {why}")),
                         // Through the master instead.
                         Pending::Image(start, image) => self.relay_image(&host, start, image),
+                        // The consensus sends again; an announcement is
+                        // made again by whoever leads.
+                        Pending::Peer(_) => {}
                     }
                 }
             }
             _ => {}
         }
-        if let Some(p) = self.role.proxied() {
-            p.closed(t);
-        }
+        self.proxied.closed(t);
         // Whoever waited for this connection to drain goes on.
         let senders = self.flow.closed(t);
         self.resume_all(senders);
@@ -461,6 +473,8 @@ pub(super) enum Pending {
     Msg(Envelope, Body),
     /// A checkpoint image on its way to the host restoring it.
     Image(StartVp, Payload),
+    /// A message between daemons (consensus, a new master's announcement).
+    Peer(PeerMsg),
 }
 
 /// Connect to a daemon and authenticate both ways (blocking, with

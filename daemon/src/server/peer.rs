@@ -13,15 +13,54 @@ impl Daemon {
                 PeerMsg::Part { last },
             ) => self.part(t, kind, last, payload),
             (Kind::Dialling { host, client }, msg) => self.dialling(t, host, client, &msg),
+            (Kind::Peer { host: None }, PeerMsg::Register { .. }) if !self.role.is_master() => {
+                match self.failover_master_addr() {
+                    Some(addr) => self.send_peer(t, &PeerMsg::Redirect { addr }),
+                    None => self.refuse(t, "this daemon is a worker and has no master right now"),
+                }
+            }
+            (Kind::Peer { host: None }, PeerMsg::Attach { facts }) => {
+                let Some(m) = self.role.master() else {
+                    return self.refuse(t, "this daemon is not the master");
+                };
+                let (name, out, fenced) = m.attach(facts, Instant::now());
+                let dir = m.directory();
+                let voters =
+                    PeerMsg::Voters(m.voters().iter().map(|(i, h)| (*i, h.clone())).collect());
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.kind = Kind::Peer {
+                        host: Some(name.clone()),
+                    };
+                }
+                if fenced {
+                    self.send_peer(
+                        t,
+                        &PeerMsg::Fenced {
+                            why: "it was declared dead while there was no master to answer".into(),
+                        },
+                    );
+                } else {
+                    self.send_peer(t, &PeerMsg::Registered { name });
+                    self.send_peer(t, &dir);
+                    self.send_peer(t, &voters);
+                }
+                self.deliver(out);
+            }
+            (Kind::Data { host }, PeerMsg::Consensus { from, msg }) => {
+                self.on_consensus(&host, from, &msg)
+            }
+            (Kind::Data { .. }, PeerMsg::NewMaster { term, name, addr }) => {
+                self.on_new_master(term, &name, &addr)
+            }
+            (Kind::Data { .. }, PeerMsg::Voter { id }) => self.on_voter(id),
             (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
                 let Some(m) = self.role.master() else {
-                    return self.refuse(
-                        t,
-                        "this daemon is a worker, not a master: join the master instead",
-                    );
+                    return self.refuse(t, "this daemon is not the master");
                 };
                 let (name, out) = m.register(facts, Instant::now());
                 let dir = m.directory();
+                let voters =
+                    PeerMsg::Voters(m.voters().iter().map(|(i, h)| (*i, h.clone())).collect());
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer {
                         host: Some(name.clone()),
@@ -29,6 +68,7 @@ impl Daemon {
                 }
                 self.send_peer(t, &PeerMsg::Registered { name });
                 self.send_peer(t, &dir);
+                self.send_peer(t, &voters);
                 self.deliver(out);
             }
             (Kind::Peer { host: None }, PeerMsg::Hi { name }) => {
@@ -130,8 +170,7 @@ impl Daemon {
                     resp,
                     Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
                 );
-                let to = self.role.proxied().and_then(|p| p.answered(id, more));
-                if let Some(t) = to {
+                if let Some(t) = self.proxied.answered(id, more) {
                     self.send_resp(t, &resp);
                 }
             }
@@ -212,6 +251,8 @@ impl Daemon {
                 }
             }
             PeerMsg::Registered { .. } => self.rejoined(),
+            PeerMsg::Voters(list) => self.on_voters(list),
+            PeerMsg::Voter { id } => self.on_voter(id),
             PeerMsg::Heartbeat => {}
             other => log!("ignoring unexpected {} from the master", other.name()),
         }
@@ -224,14 +265,30 @@ impl Daemon {
             self.deliver(out);
         } else if let Some(link) = self.role.link() {
             self.send_peer(link, &msg);
+        } else if self.awaiting_master() {
+            self.keep_unsent(msg);
         }
     }
 
-    pub(super) fn deliver(&mut self, outs: Vec<Out>) {
+    /// Carry out the master's `Out`s (see `deliver`: on the master, once
+    /// the state that decided them is committed).
+    pub(super) fn carry_out(&mut self, outs: Vec<Out>) {
         for o in outs {
             match o {
                 Out::Log(l) => log!("{l}"),
                 Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
+                Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
+                    // Forwarded by this daemon before it was elected.
+                    let more = matches!(
+                        resp,
+                        Response::Spawned { .. }
+                            | Response::Output { .. }
+                            | Response::VpDone { .. }
+                    );
+                    if let Some(t) = self.proxied.answered(id, more) {
+                        self.send_resp(t, &resp);
+                    }
+                }
                 Out::Reply(Requester::Remote { host, id }, resp) => {
                     if let Some(t) = self.host_token(&host) {
                         self.send_peer(t, &PeerMsg::Reply { id, resp });

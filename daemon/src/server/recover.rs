@@ -83,7 +83,17 @@ impl Daemon {
                 {
                     continue;
                 }
-                match self.store.load(job, id, &[tid]) {
+                // The copy kept for another master, when this daemon
+                // has since become the master.
+                let mine = replica.as_deref() == Some(self.facts.name.as_str());
+                let loaded = match self.store.load(job, id, &[tid]) {
+                    Err(here) if mine => self
+                        .replicas
+                        .load(job, id, &[tid])
+                        .map_err(|copy| format!("{here}; its copy here: {copy}")),
+                    other => other,
+                };
+                match loaded {
                     Ok(mut v) => {
                         if let (Some((_, image)), Some(h)) = (v.pop(), self.hunts.get_mut(job)) {
                             h.have.insert(tid, image);

@@ -1,6 +1,7 @@
 //! What a daemon is in its virtual machine: the master, which decides, or a
 //! worker, which talks to the master over one link and forwards its local
-//! users' requests to it.
+//! users' requests to it (see `Proxied`, kept by the daemon whatever its
+//! role: a worker elected master still answers what it forwarded).
 
 use std::collections::HashMap;
 
@@ -14,20 +15,16 @@ pub(super) enum Role {
     Master(Box<Master>),
     /// A worker.
     Worker {
-        /// The link to the master (none once lost: the daemon halts).
+        /// The link to the master (none while there is none: lost, and
+        /// no new one elected yet).
         link: Option<Token>,
-        /// Control requests of local users forwarded to the master.
-        proxied: Proxied,
     },
 }
 
 impl Role {
     /// A worker not joined yet.
     pub(super) fn worker() -> Role {
-        Role::Worker {
-            link: None,
-            proxied: Proxied::default(),
-        }
+        Role::Worker { link: None }
     }
 
     /// The master's state, if this is the master.
@@ -46,30 +43,22 @@ impl Role {
     /// A worker's link to its master.
     pub(super) fn link(&self) -> Option<Token> {
         match self {
-            Role::Worker { link, .. } => *link,
+            Role::Worker { link } => *link,
             Role::Master(_) => None,
         }
     }
 
     /// A worker joined its master over `t`.
     pub(super) fn joined(&mut self, t: Token) {
-        if let Role::Worker { link, .. } = self {
+        if let Role::Worker { link } = self {
             *link = Some(t);
         }
     }
 
     /// A worker lost its master.
     pub(super) fn lost_master(&mut self) {
-        if let Role::Worker { link, .. } = self {
+        if let Role::Worker { link } = self {
             *link = None;
-        }
-    }
-
-    /// A worker's forwarded requests (none on the master).
-    pub(super) fn proxied(&mut self) -> Option<&mut Proxied> {
-        match self {
-            Role::Worker { proxied, .. } => Some(proxied),
-            Role::Master(_) => None,
         }
     }
 }
@@ -78,7 +67,9 @@ impl Role {
 /// answers with, and the local connection each came on.
 #[derive(Default)]
 pub(super) struct Proxied {
-    by_id: HashMap<u64, Token>,
+    /// The connection, and whether an answer came already (a stream of
+    /// answers follows: a job's output).
+    by_id: HashMap<u64, (Token, bool)>,
     next: u64,
 }
 
@@ -86,7 +77,7 @@ impl Proxied {
     /// A request from local connection `t` goes to the master: its id.
     pub(super) fn forward(&mut self, t: Token) -> u64 {
         self.next += 1;
-        self.by_id.insert(self.next, t);
+        self.by_id.insert(self.next, (t, false));
         self.next
     }
 
@@ -94,14 +85,30 @@ impl Proxied {
     /// (a job's output, its VPs' ends). The connection to answer on.
     pub(super) fn answered(&mut self, id: u64, more: bool) -> Option<Token> {
         if more {
-            self.by_id.get(&id).copied()
+            let e = self.by_id.get_mut(&id)?;
+            e.1 = true;
+            Some(e.0)
         } else {
-            self.by_id.remove(&id)
+            self.by_id.remove(&id).map(|(t, _)| t)
         }
     }
 
     /// Local connection `t` closed: its requests are answered no more.
     pub(super) fn closed(&mut self, t: Token) {
-        self.by_id.retain(|_, tok| *tok != t);
+        self.by_id.retain(|_, (tok, _)| *tok != t);
+    }
+
+    /// The master went away: the connections of requests it never
+    /// answered (they are forgotten). Streams it began (a job's output)
+    /// are kept: the next master goes on with them.
+    pub(super) fn unanswered(&mut self) -> Vec<Token> {
+        let mut out = Vec::new();
+        self.by_id.retain(|_, (t, began)| {
+            if !*began {
+                out.push(*t);
+            }
+            *began
+        });
+        out
     }
 }

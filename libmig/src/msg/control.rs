@@ -104,6 +104,8 @@ pub struct HostInfo {
     pub owner: Option<OwnerReport>,
     /// VPs held there that do not run, each with why (as `mig ps` says).
     pub waiting: Vec<(Tid, String)>,
+    /// Does it keep the master's replicated state and vote for the master?
+    pub voter: bool,
 }
 
 /// Gang slicing as `mig stats` shows it, per host and overall.

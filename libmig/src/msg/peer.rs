@@ -297,6 +297,43 @@ pub enum PeerMsg {
         /// Why, for the worker's log.
         why: String,
     },
+    /// Between voters: a message of the consensus that replicates the
+    /// master's state (raft's own bytes), from voter `from`.
+    Consensus {
+        /// The sender's voter id.
+        from: u64,
+        /// The raft message.
+        msg: Vec<u8>,
+    },
+    /// Master to a host: you are voter `id` now (start an empty log and
+    /// learn it from the master).
+    Voter {
+        /// Its voter id.
+        id: u64,
+    },
+    /// Master to every host: the voters, by id, and their hosts.
+    Voters(Vec<(u64, String)>),
+    /// A newly elected master to every host: attach to me (at `addr`).
+    /// A host follows the announcement of the highest term.
+    NewMaster {
+        /// The term it was elected in.
+        term: u64,
+        /// Its host name.
+        name: String,
+        /// Its address.
+        addr: String,
+    },
+    /// A worker to a new master: I am host `facts.name`, still running the
+    /// VPs you know of (unlike `Register`, which joins afresh).
+    Attach {
+        /// Its facts.
+        facts: HostFacts,
+    },
+    /// A worker to a daemon that tried to join it: the master is at `addr`.
+    Redirect {
+        /// The master's address.
+        addr: String,
+    },
 }
 
 impl PeerMsg {
@@ -332,6 +369,12 @@ impl PeerMsg {
             PeerMsg::LeaseAsk { .. } => "LeaseAsk",
             PeerMsg::LeaseGrant { .. } => "LeaseGrant",
             PeerMsg::Fenced { .. } => "Fenced",
+            PeerMsg::Consensus { .. } => "Consensus",
+            PeerMsg::Voter { .. } => "Voter",
+            PeerMsg::Voters(_) => "Voters",
+            PeerMsg::NewMaster { .. } => "NewMaster",
+            PeerMsg::Attach { .. } => "Attach",
+            PeerMsg::Redirect { .. } => "Redirect",
             PeerMsg::FetchReplica { .. } => "FetchReplica",
             PeerMsg::Part { .. } => "Part",
             PeerMsg::ReplicaImage { .. } => "ReplicaImage",

@@ -1,0 +1,506 @@
+//! The daemon's part in surviving its master: the consensus between voters
+//! carried over data links, the master's state proposed as it changes and
+//! what the master decided held back until that state is committed (a new
+//! master never lacks a decision the old one acted on), taking over when
+//! elected, stepping down when another is, and a worker following a new
+//! master without stopping its VPs.
+//!
+//! What does not live here: raft (`crate::consensus`), what the state holds
+//! and how a master is rebuilt from it (`Master::export/import`), which hosts
+//! vote (`master::voters`).
+
+use std::collections::VecDeque;
+
+use super::*;
+use crate::consensus::{Consensus, Said, TICK};
+use crate::master::VoterChange;
+
+/// A loop turn this much later than the last one means the daemon was
+/// stopped (or starved): a master then steps down before doing anything,
+/// since the others may have elected another meanwhile.
+const STALL: Duration = Duration::from_secs(1);
+
+/// Reports and requests kept while there is no master (beyond: dropped, with
+/// a log line).
+const UNSENT_MAX: usize = 100_000;
+
+/// What a daemon keeps for failover.
+pub(super) struct Failover {
+    /// Its vote and copy of the log, if it is a voter.
+    consensus: Option<Consensus>,
+    /// Voters' hosts, by voter id.
+    hosts: HashMap<u64, String>,
+    last_tick: Instant,
+    last_turn: Instant,
+    /// On the master: the state last proposed, the index of the newest
+    /// proposal, and the `Out`s waiting for it to commit.
+    exported: Vec<u8>,
+    proposed: u64,
+    held: VecDeque<(u64, Vec<Out>)>,
+    /// The term of the master this host follows.
+    term: u64,
+    /// A worker whose master is gone: since when, and what it would have
+    /// told it.
+    masterless: Option<Instant>,
+    unsent: VecDeque<PeerMsg>,
+    /// A worker's master's address (a daemon joining this one is sent
+    /// there).
+    pub(super) master_addr: Option<SocketAddr>,
+    /// Hosts whose data link was lost, and when: the consensus does not
+    /// dial them again for a while (a dead voter stays one until the
+    /// master has given its host up).
+    unreachable: HashMap<String, Instant>,
+}
+
+/// How long the consensus leaves a host whose link was lost.
+const REDIAL_AFTER: Duration = Duration::from_secs(1);
+
+impl Failover {
+    pub(super) fn new() -> Failover {
+        Failover {
+            consensus: None,
+            hosts: HashMap::new(),
+            last_tick: Instant::now(),
+            last_turn: Instant::now(),
+            exported: Vec::new(),
+            proposed: 0,
+            held: VecDeque::new(),
+            term: 0,
+            masterless: None,
+            unsent: VecDeque::new(),
+            master_addr: None,
+            unreachable: HashMap::new(),
+        }
+    }
+
+    /// The founding master: the only voter, leader at once.
+    pub(super) fn found(&mut self, me: &str) {
+        match Consensus::founding(1) {
+            Ok(c) => {
+                self.term = c.term();
+                self.consensus = Some(c);
+                self.hosts.insert(1, me.to_string());
+            }
+            Err(e) => log!("cannot start the replicated log ({e}): this master cannot be replaced"),
+        }
+    }
+
+    /// The data link to `host` was lost.
+    pub(super) fn cut_off(&mut self, host: &str) {
+        self.unreachable.insert(host.to_string(), Instant::now());
+    }
+
+    /// How long the loop may sleep before the consensus needs a tick.
+    pub(super) fn due_in(&self) -> Duration {
+        match self.consensus {
+            Some(_) => TICK.saturating_sub(self.last_tick.elapsed()),
+            None => Duration::MAX,
+        }
+    }
+}
+
+impl Daemon {
+    /// Each turn of the loop, first: a master that was stopped steps down;
+    /// the consensus ticks when due.
+    pub(super) fn failover_turn(&mut self) {
+        let gap = self.failover.last_turn.elapsed();
+        self.failover.last_turn = Instant::now();
+        if gap > STALL && self.role.is_master() {
+            if let Some(c) = &mut self.failover.consensus {
+                if c.voters().len() > 1 {
+                    log!(
+                        "this master was stopped for {} ms: stepping down (another may have been \
+                         elected meanwhile)",
+                        gap.as_millis()
+                    );
+                    let said = c.step_down();
+                    self.send_said(said);
+                    self.check_leadership();
+                }
+            }
+        }
+        if self.failover.consensus.is_some() && self.failover.last_tick.elapsed() >= TICK {
+            self.failover.last_tick = Instant::now();
+            let said = self
+                .failover
+                .consensus
+                .as_mut()
+                .map(|c| c.tick())
+                .unwrap_or_default();
+            self.send_said(said);
+            self.check_leadership();
+            self.release_held();
+            self.change_voters();
+        }
+    }
+
+    /// Send what the consensus said, over data links.
+    fn send_said(&mut self, said: Vec<Said>) {
+        let Some(me) = self.failover.consensus.as_ref().map(|c| c.id()) else {
+            return;
+        };
+        self.failover
+            .unreachable
+            .retain(|_, since| since.elapsed() < REDIAL_AFTER);
+        for Said::Send { to, msg } in said {
+            let Some(host) = self.failover.hosts.get(&to).cloned() else {
+                continue;
+            };
+            if !self.failover.unreachable.contains_key(&host) {
+                self.send_to_host(&host, PeerMsg::Consensus { from: me, msg });
+            }
+        }
+    }
+
+    /// A message for another daemon over the data link to it (dialled if
+    /// need be; the message waits for the handshake).
+    pub(super) fn send_to_host(&mut self, host: &str, msg: PeerMsg) {
+        let Some(t) = self.link_to(host) else { return };
+        match self.conns.get(&t).map(|c| &c.kind) {
+            Some(Kind::Data { .. }) => self.send_peer(t, &msg),
+            Some(Kind::Dialling { .. }) => {
+                self.dialling.entry(t).or_default().push(Pending::Peer(msg))
+            }
+            _ => {}
+        }
+    }
+
+    /// A consensus message from voter `from` on `host`.
+    pub(super) fn on_consensus(&mut self, host: &str, from: u64, msg: &[u8]) {
+        self.failover.hosts.insert(from, host.to_string());
+        let Some(c) = &mut self.failover.consensus else {
+            return;
+        };
+        match c.step(msg) {
+            Ok(said) => self.send_said(said),
+            Err(e) => return log!("consensus message from {host} refused: {e}"),
+        }
+        self.check_leadership();
+        self.release_held();
+    }
+
+    /// The master made this host voter `id`.
+    pub(super) fn on_voter(&mut self, id: u64) {
+        if self
+            .failover
+            .consensus
+            .as_ref()
+            .is_some_and(|c| c.id() == id)
+        {
+            return;
+        }
+        match Consensus::joining(id) {
+            Ok(c) => {
+                log!("voter {id}: this host keeps a copy of the master's state and votes");
+                self.failover.hosts.insert(id, self.facts.name.clone());
+                self.failover.consensus = Some(c);
+            }
+            Err(e) => log!("cannot become a voter: {e}"),
+        }
+    }
+
+    /// The voters' hosts, from the master.
+    pub(super) fn on_voters(&mut self, list: Vec<(u64, String)>) {
+        self.failover.hosts.extend(list);
+    }
+
+    /// Take over when this voter was elected; step down when another was.
+    fn check_leadership(&mut self) {
+        let Some(c) = &self.failover.consensus else {
+            return;
+        };
+        match (c.leads(), self.role.is_master()) {
+            (true, false) => self.take_over(),
+            (false, true) if c.term() > self.failover.term || c.leader() != c.id() => {
+                let (term, leader) = (c.term(), c.leader());
+                let who = self.failover.hosts.get(&leader).cloned();
+                log!(
+                    "stepped down as master (term {term}; {} leads now)",
+                    who.as_deref().unwrap_or("no one yet")
+                );
+                self.role = Role::worker();
+                self.failover.held.clear();
+                self.failover.masterless = Some(Instant::now());
+            }
+            _ => {}
+        }
+    }
+
+    /// Elected: the master's state from the log, and every host told.
+    fn take_over(&mut self) {
+        let Some(c) = &self.failover.consensus else {
+            return;
+        };
+        let term = c.term();
+        let committed = c.committed();
+        let Some((_, bytes)) = c.newest() else {
+            return log!("elected (term {term}) but holding no state yet: waiting");
+        };
+        let me = self.facts.name.clone();
+        let (m, out) = match Master::import(bytes, &me, Instant::now()) {
+            Ok(x) => x,
+            Err(e) => return log!("elected (term {term}) but {e}"),
+        };
+        log!("elected master (term {term})");
+        // The old master's link goes quietly: this daemon is the master.
+        let old: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.kind == Kind::Master)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in old {
+            if let Some(c) = self.conns.get_mut(&t) {
+                c.kind = Kind::Control;
+            }
+            self.close(t, "a new master was elected");
+        }
+        let peers = m.peer_list();
+        let voters: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
+        self.failover.exported = m.export();
+        self.failover.proposed = committed;
+        self.failover.term = term;
+        self.failover.masterless = None;
+        self.failover.hosts.extend(voters.iter().cloned());
+        self.role = Role::Master(Box::new(m));
+        self.peers = peers
+            .iter()
+            .filter_map(|(n, a)| a.parse().ok().map(|a| (n.clone(), a)))
+            .collect();
+        let addr = self
+            .tcp
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        for (host, _) in peers.iter().filter(|(n, _)| *n != me) {
+            self.send_to_host(
+                host,
+                PeerMsg::NewMaster {
+                    term,
+                    name: me.clone(),
+                    addr: addr.clone(),
+                },
+            );
+        }
+        self.deliver(out);
+        // What this host told no one while there was no master.
+        for msg in std::mem::take(&mut self.failover.unsent) {
+            match msg {
+                PeerMsg::Control { id, req } => {
+                    let from = Requester::Remote {
+                        host: me.clone(),
+                        id,
+                    };
+                    let out = match self.role.master() {
+                        Some(m) => m.with_wall(wall_ns()).control(from, &me, req),
+                        None => Vec::new(),
+                    };
+                    self.deliver(out);
+                }
+                msg => self.report(msg),
+            }
+        }
+    }
+
+    /// A new master announced itself: attach to it, unless an announcement
+    /// of a later term was followed already.
+    pub(super) fn on_new_master(&mut self, term: u64, name: &str, addr: &str) {
+        if term < self.failover.term || name == self.facts.name {
+            return;
+        }
+        if self.role.is_master() {
+            // The consensus says so too, or soon will.
+            return;
+        }
+        let Ok(addr) = addr.parse::<SocketAddr>() else {
+            return log!("new master {name} announced a bad address {addr:?}");
+        };
+        self.failover.term = term;
+        match self.attach(addr) {
+            Ok(()) => log!("following the new master {name} (term {term})"),
+            Err(e) => log!("cannot attach to the new master {name}: {e}"),
+        }
+    }
+
+    /// Connect to a new master as the host this daemon already is.
+    fn attach(&mut self, addr: SocketAddr) -> Result<(), String> {
+        let mut s = net::connect(&self.key, addr)?;
+        let facts = self.facts.clone();
+        frame::write_frame(&mut s, &PeerMsg::Attach { facts }).map_err(|e| e.to_string())?;
+        let first = frame::read_frame::<PeerMsg, _>(&mut s).map_err(|e| e.to_string())?;
+        let old: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.kind == Kind::Master)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in old {
+            if let Some(c) = self.conns.get_mut(&t) {
+                c.kind = Kind::Control;
+            }
+            self.close(t, "a new master was elected");
+        }
+        let t = self.adopt(s, Kind::Master).map_err(|e| e.to_string())?;
+        self.role.joined(t);
+        self.failover.masterless = None;
+        self.failover.master_addr = Some(addr);
+        match first {
+            Some(PeerMsg::Registered { .. }) => {}
+            Some(PeerMsg::Fenced { why }) => self.fenced(&why),
+            other => return Err(format!("unexpected answer {other:?}")),
+        }
+        for msg in std::mem::take(&mut self.failover.unsent) {
+            self.send_peer(t, &msg);
+        }
+        Ok(())
+    }
+
+    /// A worker lost its master. With voters to elect another it waits for
+    /// one (its VPs run on under their lease); without, it stops.
+    pub(super) fn master_lost(&mut self, why: &str) {
+        self.role.lost_master();
+        for t in self.proxied.unanswered() {
+            self.send_resp(
+                t,
+                &Response::Error {
+                    message: format!(
+                        "the master went away before it answered ({why}); if it was a spawn, \
+                         `mig ps` shows whether it began; ask again"
+                    ),
+                },
+            );
+        }
+        if self.failover.hosts.len() > 1 {
+            log!("lost the master: {why}; waiting for the voters to elect another");
+            self.failover.masterless.get_or_insert(Instant::now());
+        } else {
+            log!("lost the master: {why}; stopping (it was the only voter)");
+            self.begin_halt();
+        }
+    }
+
+    /// Where this worker's master is, for a daemon that asks to join.
+    pub(super) fn failover_master_addr(&self) -> Option<String> {
+        self.role.link()?;
+        self.failover.master_addr.map(|a| a.to_string())
+    }
+
+    /// Is this a worker waiting for a new master (what it would send is
+    /// kept for it)?
+    pub(super) fn awaiting_master(&self) -> bool {
+        self.failover.masterless.is_some() && !self.role.is_master()
+    }
+
+    /// Keep `msg` for the next master. Heartbeats and periodic reports are
+    /// not kept: the next ones say the same.
+    pub(super) fn keep_unsent(&mut self, msg: PeerMsg) {
+        if matches!(
+            msg,
+            PeerMsg::Heartbeat | PeerMsg::LeaseAsk { .. } | PeerMsg::Owner(_) | PeerMsg::Slicing(_)
+        ) {
+            return;
+        }
+        if self.failover.unsent.len() >= UNSENT_MAX {
+            return log!("no master for a while: dropping {}", msg.name());
+        }
+        self.failover.unsent.push_back(msg);
+    }
+
+    /// A worker that has waited too long for a new master stops.
+    pub(super) fn masterless_too_long(&mut self) {
+        let limit = self.cfg.dead_after * 4;
+        if let Some(since) = self.failover.masterless {
+            if since.elapsed() > limit && !self.role.is_master() && self.halting.is_none() {
+                log!("no new master within {} s: stopping", limit.as_secs_f64());
+                self.begin_halt();
+            }
+        }
+    }
+
+    /// On the master: `outs` go once the state that decided them is
+    /// committed (at once with one voter). Elsewhere: at once.
+    pub(super) fn deliver(&mut self, outs: Vec<Out>) {
+        if outs.is_empty() {
+            return;
+        }
+        let Some(index) = self.replicate() else {
+            return self.carry_out(outs);
+        };
+        self.failover.held.push_back((index, outs));
+        self.release_held();
+    }
+
+    /// On the master: propose its state if it changed. The index the
+    /// newest `Out`s must wait for.
+    fn replicate(&mut self) -> Option<u64> {
+        let m = self.role.master()?;
+        let c = self.failover.consensus.as_mut()?;
+        let bytes = m.export();
+        if bytes != self.failover.exported {
+            match c.propose(bytes.clone()) {
+                Ok((index, said)) => {
+                    self.failover.proposed = index;
+                    self.failover.exported = bytes;
+                    self.send_said(said);
+                }
+                Err(e) => log!("the master's state could not be proposed: {e}"),
+            }
+        }
+        Some(self.failover.proposed)
+    }
+
+    /// Carry out the `Out`s whose state is committed.
+    fn release_held(&mut self) {
+        let committed = match &self.failover.consensus {
+            Some(c) => c.committed(),
+            None => return,
+        };
+        while self
+            .failover
+            .held
+            .front()
+            .is_some_and(|(i, _)| *i <= committed)
+        {
+            if let Some((_, outs)) = self.failover.held.pop_front() {
+                self.carry_out(outs);
+            }
+        }
+    }
+
+    /// On the master: the next change to the voters, when the consensus
+    /// can take one.
+    fn change_voters(&mut self) {
+        let Some(c) = &self.failover.consensus else {
+            return;
+        };
+        if !c.leads() || c.changing() {
+            return;
+        }
+        let Some(m) = self.role.master() else { return };
+        let Some(change) = m.voter_change() else {
+            return;
+        };
+        let list: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
+        let result = match &change {
+            VoterChange::Add { id, host } => {
+                self.failover.hosts.insert(*id, host.clone());
+                self.send_to_host(host, PeerMsg::Voter { id: *id });
+                log!("host {host} becomes voter {id}");
+                self.failover.consensus.as_mut().map(|c| c.add_voter(*id))
+            }
+            VoterChange::Remove { id, host } => {
+                log!("voter {id} on {host} (gone) votes no more");
+                self.failover
+                    .consensus
+                    .as_mut()
+                    .map(|c| c.remove_voter(*id))
+            }
+        };
+        match result {
+            Some(Ok(said)) => self.send_said(said),
+            Some(Err(e)) => log!("the voters could not be changed: {e}"),
+            None => {}
+        }
+        self.deliver(vec![Out::Broadcast(PeerMsg::Voters(list))]);
+    }
+}
