@@ -97,6 +97,11 @@ pub struct FileConfig {
     /// often (s), the first one this long after it starts (default 60);
     /// 0: only on `mig checkpoint`.
     pub checkpoint_interval_s: Option<f64>,
+    /// On the master: at most this many voters keep its replicated state
+    /// (1, 3 or 5; default 5). 1: nothing is replicated, and the master's
+    /// machine must not die; with more, a majority of them must answer
+    /// before the master acts.
+    pub voters: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,6 +150,8 @@ pub struct Config {
     pub vp_huge_pages: bool,
     /// Periodic job checkpoints (none: on request only).
     pub checkpoint_interval: Option<Duration>,
+    /// Most voters (1, 3 or 5).
+    pub voters: u32,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -174,6 +181,7 @@ impl Config {
             vp_idle_class: false,
             vp_huge_pages: true,
             checkpoint_interval: Some(DEFAULT_CHECKPOINT_INTERVAL),
+            voters: 5,
             owner: OwnerConfig::default(),
         }
     }
@@ -248,6 +256,9 @@ impl Config {
         if let Some(v) = f.vp_idle_class {
             self.vp_idle_class = v;
         }
+        if let Some(v) = f.voters {
+            self.voters = v;
+        }
         if let Some(v) = f.checkpoint_interval_s {
             // Out of range (negative, not a number, huge): zero, which
             // `validate` refuses with the allowed range.
@@ -305,6 +316,9 @@ impl Config {
             .is_some_and(|d| d < Duration::from_millis(100) || d > Duration::from_secs(7 * 86400))
         {
             return bad("checkpoint_interval_s must be 0 (off) or between 0.1 and 604800".into());
+        }
+        if ![1, 3, 5].contains(&self.voters) {
+            return bad(format!("voters must be 1, 3 or 5, got {}", self.voters));
         }
         if !(0..=19).contains(&self.vp_nice) {
             return bad(format!(

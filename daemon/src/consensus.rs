@@ -135,7 +135,12 @@ impl Consensus {
             id,
             election_tick: ELECTION_TICKS,
             heartbeat_tick: HEARTBEAT_TICKS,
-            check_quorum: true,
+            // A leader cut off from the others keeps its role but cannot
+            // commit, and the master acts only on what is committed: it is
+            // frozen, not wrong. Without this check a second's pause of
+            // most voters does not cost an election. (A master stopped
+            // outright steps down when it resumes: `step_down`.)
+            check_quorum: false,
             pre_vote: true,
             max_size_per_msg: 4 << 20,
             max_inflight_msgs: 64,

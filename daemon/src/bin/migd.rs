@@ -102,6 +102,7 @@ fn start() -> anyhow::Result<()> {
         vp_idle_class: None,
         vp_huge_pages: None,
         checkpoint_interval_s: None,
+        voters: None,
     });
     cfg.apply_owner(migd::owner::OwnerFile {
         scope: f.owner_scope,

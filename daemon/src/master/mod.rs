@@ -175,6 +175,7 @@ pub struct Master {
     /// The voters (see `voters`), by id, and the next id.
     voters: BTreeMap<u64, String>,
     next_voter: u64,
+    max_voters: usize,
     /// When `tick` last ran.
     #[serde(skip)]
     last_tick: Option<Instant>,
@@ -217,6 +218,7 @@ impl Master {
             last_tick: Some(now),
             voters: BTreeMap::from([(1, facts.name.clone())]),
             next_voter: 2,
+            max_voters: 5,
             to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);

@@ -28,16 +28,22 @@ pub enum VoterChange {
     },
 }
 
-/// Voters wanted among `hosts` live hosts.
-pub fn voters_wanted(hosts: usize) -> usize {
-    match hosts {
+/// Voters wanted among `hosts` live hosts, at most `most`.
+pub fn voters_wanted(hosts: usize, most: usize) -> usize {
+    let n = match hosts {
         0..=2 => 1,
         3..=4 => 3,
         _ => 5,
-    }
+    };
+    n.min(most)
 }
 
 impl Master {
+    /// At most `n` voters (1, 3 or 5).
+    pub fn set_max_voters(&mut self, n: usize) {
+        self.max_voters = n;
+    }
+
     /// The voters, by id, and their hosts.
     pub fn voters(&self) -> &BTreeMap<u64, String> {
         &self.voters
@@ -56,7 +62,7 @@ impl Master {
             return Some(VoterChange::Remove { id, host });
         }
         let alive = self.hosts.values().filter(|h| h.alive).count();
-        if self.voters.len() >= voters_wanted(alive) {
+        if self.voters.len() >= voters_wanted(alive, self.max_voters) {
             return None;
         }
         let voting: BTreeSet<&String> = self.voters.values().collect();

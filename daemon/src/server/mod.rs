@@ -331,6 +331,7 @@ impl Daemon {
                 let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
                 m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
                 m.set_lease(d.cfg.lease());
+                m.set_max_voters(d.cfg.voters as usize);
                 d.role = Role::Master(Box::new(m));
                 d.failover.found(&d.facts.name);
                 d.guard_vps();
