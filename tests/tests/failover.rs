@@ -374,3 +374,57 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
     took.sort();
     eprintln!("kill of the master to `mig ps` answered by the new one: {took:?}");
 }
+
+#[test]
+fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more() {
+    let mut vm = Vm::start_config(3, "[daemon]\ncheckpoint_interval_s = 0.3\n");
+    assert!(wait_until(Duration::from_secs(20), || hosts_at(&vm, 1)
+        .is_some_and(|h| h.iter().filter(|h| h["voter"] == true).count() == 3)));
+    let job = mig_tests::command("mig")
+        .env("MIG_DAEMON", vm.sock_of(1))
+        .args(["spawn", "-n", "3", "--wait", "--"])
+        .arg(bin("heat"))
+        .args(["--rows", "48", "--cols", "48", "--iters", "40000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    assert!(wait_until(Duration::from_secs(20), || vm
+        .log(0)
+        .contains("checkpointed (generation")));
+    // Three heartbeats: long enough for the others to elect a new master.
+    vm.signal(0, Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1500));
+    vm.signal(0, Signal::SIGCONT);
+    let logs = |vm: &Vm| (0..3).map(|i| vm.log(i)).collect::<Vec<_>>().join("\n-----\n");
+    assert!(
+        wait_until(Duration::from_secs(10), || vm.log(0).contains("stepping down")
+            && vm.log(0).contains("following the new master")),
+        "{}",
+        logs(&vm)
+    );
+    // One master afterwards, and not the old one.
+    let hosts = hosts_at(&vm, 0).expect("hosts through the old master");
+    let masters: Vec<&str> = hosts
+        .iter()
+        .filter(|h| h["master"] == true)
+        .filter_map(|h| h["name"].as_str())
+        .collect();
+    assert_eq!(masters.len(), 1, "{hosts:?}");
+    assert_ne!(masters[0], "h0");
+    assert_eq!(master_seen_by(&vm, 1), master_seen_by(&vm, 2));
+    let lines = job_succeeds(job, &logs(&vm));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("identical to the serial run: ok")),
+        "{lines:?}"
+    );
+    // From its return on, the old master decided nothing: no checkpoint,
+    // no host given up, no VP placed (the log says who acts, by term).
+    let old = vm.log(0);
+    let after = &old[old.find("stepping down").expect("stepped down")..];
+    for acting in ["checkpointing job", "left the pool", "restarting job", "took over"] {
+        assert!(!after.contains(acting), "{acting:?} after stepping down:\n{after}");
+    }
+}

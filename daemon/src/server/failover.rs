@@ -109,8 +109,9 @@ impl Daemon {
             if let Some(c) = &mut self.failover.consensus {
                 if c.voters().len() > 1 {
                     log!(
-                        "this master was stopped for {} ms: stepping down (another may have been \
-                         elected meanwhile)",
+                        "this master (term {}) was stopped for {} ms: stepping down (another \
+                         may have been elected meanwhile)",
+                        c.term(),
                         gap.as_millis()
                     );
                     let said = c.step_down();
