@@ -54,7 +54,10 @@ fn failover(trials: usize) {
             assert!(
                 t.elapsed() < Duration::from_secs(20),
                 "no new master:\n{}",
-                (0..vm.daemons.len()).map(|i| vm.log(i)).collect::<Vec<_>>().join("\n-----\n")
+                (0..vm.daemons.len())
+                    .map(|i| vm.log(i))
+                    .collect::<Vec<_>>()
+                    .join("\n-----\n")
             );
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -70,21 +73,26 @@ fn failover(trials: usize) {
         // next kill (two of three lost at once leave no majority).
         let killed = old_pid;
         assert!(
-            wait_until(Duration::from_secs(20), || hosts(&vm, steady).is_some_and(|h| h
-                .iter()
-                .filter(|h| h.voter && h.alive)
-                .count()
-                >= 3
-                && !h.iter().any(|h| h.facts.pid == killed && h.alive))),
+            wait_until(Duration::from_secs(20), || hosts(&vm, steady)
+                .is_some_and(|h| h.iter().filter(|h| h.voter && h.alive).count()
+                    >= 3
+                    && !h.iter().any(|h| h.facts.pid == killed && h.alive))),
             "{:?}\n{}",
             hosts(&vm, steady).map(|h| h
                 .iter()
                 .map(|h| (h.facts.name.clone(), h.alive, h.voter, h.master))
                 .collect::<Vec<_>>()),
-            (0..vm.daemons.len()).map(|i| vm.log(i)).collect::<Vec<_>>().join("\n-----\n")
+            (0..vm.daemons.len())
+                .map(|i| vm.log(i))
+                .collect::<Vec<_>>()
+                .join("\n-----\n")
         );
     }
-    let (p50, p99, max) = (pct(&mut took, 0.5), pct(&mut took, 0.99), pct(&mut took, 1.0));
+    let (p50, p99, max) = (
+        pct(&mut took, 0.5),
+        pct(&mut took, 0.99),
+        pct(&mut took, 1.0),
+    );
     println!(
         "SIGKILL of the master to `mig ps` answered by a new one: p50 {p50:.0} ms  p99 {p99:.0} ms  \
          max {max:.0} ms  (n={})  target p50 < 1000 ms: {}",

@@ -379,7 +379,11 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
 fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more() {
     let mut vm = Vm::start_config(3, "[daemon]\ncheckpoint_interval_s = 0.3\n");
     assert!(wait_until(Duration::from_secs(20), || hosts_at(&vm, 1)
-        .is_some_and(|h| h.iter().filter(|h| h["voter"] == true).count() == 3)));
+        .is_some_and(|h| h
+            .iter()
+            .filter(|h| h["voter"] == true)
+            .count()
+            == 3)));
     let job = mig_tests::command("mig")
         .env("MIG_DAEMON", vm.sock_of(1))
         .args(["spawn", "-n", "3", "--wait", "--"])
@@ -396,9 +400,16 @@ fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more()
     vm.signal(0, Signal::SIGSTOP);
     std::thread::sleep(Duration::from_millis(1500));
     vm.signal(0, Signal::SIGCONT);
-    let logs = |vm: &Vm| (0..3).map(|i| vm.log(i)).collect::<Vec<_>>().join("\n-----\n");
+    let logs = |vm: &Vm| {
+        (0..3)
+            .map(|i| vm.log(i))
+            .collect::<Vec<_>>()
+            .join("\n-----\n")
+    };
     assert!(
-        wait_until(Duration::from_secs(10), || vm.log(0).contains("stepping down")
+        wait_until(Duration::from_secs(10), || vm
+            .log(0)
+            .contains("stepping down")
             && vm.log(0).contains("following the new master")),
         "{}",
         logs(&vm)
@@ -424,7 +435,15 @@ fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more()
     // no host given up, no VP placed (the log says who acts, by term).
     let old = vm.log(0);
     let after = &old[old.find("stepping down").expect("stepped down")..];
-    for acting in ["checkpointing job", "left the pool", "restarting job", "took over"] {
-        assert!(!after.contains(acting), "{acting:?} after stepping down:\n{after}");
+    for acting in [
+        "checkpointing job",
+        "left the pool",
+        "restarting job",
+        "took over",
+    ] {
+        assert!(
+            !after.contains(acting),
+            "{acting:?} after stepping down:\n{after}"
+        );
     }
 }

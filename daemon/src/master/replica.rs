@@ -87,25 +87,13 @@ impl Master {
                 restart.push((job.clone(), p));
             }
         }
-        // What the old master set going may not have reached the hosts:
-        // VPs it was starting are asked for again (a host that runs one
-        // already says so), restores begin again.
-        let mut starts = Vec::new();
+        // A restore the old master set going may not have reached the
+        // hosts: it begins again.
         for (job, j) in &m.jobs {
             if j.vps.values().any(|v| v.state == VpState::Restoring)
                 && !restart.iter().any(|(r, _)| r == job)
             {
                 restart.push((job.clone(), PendingRestart::default()));
-            }
-            for (&vp, v) in &j.vps {
-                if let (VpState::Starting, Some(h)) = (&v.state, &v.host) {
-                    starts.push((job.clone(), vp, h.clone()));
-                }
-            }
-        }
-        for (job, vp, host) in starts {
-            if let Some(msg) = m.start_msg(&job, vp, &host) {
-                out.push(Out::ToHost(host, msg));
             }
         }
         for (job, mut p) in restart {

@@ -220,7 +220,22 @@ impl Daemon {
                     who.as_deref().unwrap_or("no one yet")
                 );
                 self.role = Role::worker();
-                self.failover.held.clear();
+                // What it decided but could not get replicated is undone:
+                // its own users hear so.
+                for outs in std::mem::take(&mut self.failover.held) {
+                    for o in outs.1 {
+                        if let Out::Reply(Requester::Local(t), _) = o {
+                            self.send_resp(
+                                Token(t),
+                                &Response::Error {
+                                    message: "this daemon stopped being the master before its \
+                                              answer was safe; ask again"
+                                        .into(),
+                                },
+                            );
+                        }
+                    }
+                }
                 self.failover.masterless = Some(Instant::now());
             }
             _ => {}
@@ -335,6 +350,10 @@ impl Daemon {
             .filter(|(_, c)| c.kind == Kind::Master)
             .map(|(t, _)| *t)
             .collect();
+        if !old.is_empty() {
+            // (A stopped master: its link is open, its answers never come.)
+            self.fail_unanswered("a new master was elected");
+        }
         for t in old {
             if let Some(c) = self.conns.get_mut(&t) {
                 c.kind = Kind::Control;
@@ -360,6 +379,18 @@ impl Daemon {
     /// one (its VPs run on under their lease); without, it stops.
     pub(super) fn master_lost(&mut self, why: &str) {
         self.role.lost_master();
+        self.fail_unanswered(why);
+        if self.failover.hosts.len() > 1 {
+            log!("lost the master: {why}; waiting for the voters to elect another");
+            self.failover.masterless.get_or_insert(Instant::now());
+        } else {
+            log!("lost the master: {why}; stopping (it was the only voter)");
+            self.begin_halt();
+        }
+    }
+
+    /// Requests the master went away with fail, with why.
+    fn fail_unanswered(&mut self, why: &str) {
         for t in self.proxied.unanswered() {
             self.send_resp(
                 t,
@@ -370,13 +401,6 @@ impl Daemon {
                     ),
                 },
             );
-        }
-        if self.failover.hosts.len() > 1 {
-            log!("lost the master: {why}; waiting for the voters to elect another");
-            self.failover.masterless.get_or_insert(Instant::now());
-        } else {
-            log!("lost the master: {why}; stopping (it was the only voter)");
-            self.begin_halt();
         }
     }
 

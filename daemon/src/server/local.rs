@@ -16,20 +16,6 @@ impl Daemon {
 
     pub(super) fn start_vp(&mut self, s: StartVp) {
         let tid = s.tid;
-        // Asked again (by a new master that could not know the first ask
-        // was carried out): it runs already.
-        if let Some(pid) = self
-            .vps
-            .by_tid
-            .get(&tid)
-            .filter(|v| v.exit.is_none())
-            .map(|v| v.pid)
-        {
-            return self.report(PeerMsg::Started {
-                tid,
-                pid: pid as u32,
-            });
-        }
         let mut cell = self.contain.as_mut().and_then(|c| {
             c.cell(&format!("t{tid:x}"))
                 .map_err(|e| log!("VP t{tid:x} held by its process group only: {e}"))
