@@ -176,6 +176,7 @@ impl Master {
             id,
             vps,
             replicas: r.replicas.clone(),
+            kept_by: me,
         });
         let extra = j.ckpt.good.len().saturating_sub(2);
         j.ckpt.good.drain(..extra);
@@ -287,6 +288,10 @@ impl Master {
             p.from.extend(from);
             return Vec::new();
         }
+        // Each image's other copy: on its replica host, or, that host gone,
+        // on the master that kept the first copies when that was another.
+        let alive = |h: &String| self.hosts.get(h).is_some_and(|r| r.alive);
+        let me = &self.name;
         let gens = j
             .ckpt
             .good
@@ -297,7 +302,12 @@ impl Master {
                     .vps
                     .iter()
                     .filter_map(|vp| j.vps.get(vp))
-                    .map(|v| (v.tid, g.replicas.get(&v.tid).cloned()))
+                    .map(|v| {
+                        let replica = g.replicas.get(&v.tid);
+                        let keeper = Some(&g.kept_by).filter(|k| *k != me && alive(k));
+                        let other = replica.filter(|r| alive(r)).or(keeper).or(replica);
+                        (v.tid, other.cloned())
+                    })
                     .collect();
                 (g.id, images)
             })

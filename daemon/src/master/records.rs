@@ -179,6 +179,9 @@ pub(super) struct Generation {
     pub(super) vps: BTreeSet<u32>,
     /// Where the other copy of each image is (the master keeps one).
     pub(super) replicas: BTreeMap<Tid, String>,
+    /// The master that kept the first copies (another host, once a new
+    /// master has taken over).
+    pub(super) kept_by: String,
 }
 
 /// A checkpoint being taken.

@@ -1123,3 +1123,38 @@ fn a_job_killed_while_its_images_are_looked_for_does_not_come_back() {
         Out::Reply(Requester::Local(4), Response::Error { message }) if message.contains("was killed")
     )), "{out:?}");
 }
+
+#[test]
+fn after_a_change_of_master_an_image_whose_replica_host_is_gone_is_asked_of_the_old_master() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(3);
+    take_checkpoint(&mut c, &placed);
+    // h1 takes over from h0, which lives on as a worker; then the host of
+    // the replica of one image dies.
+    let (mut n, _) = Master::import(&c.m.export(), "h1", c.t0).expect("import");
+    n.heard_from("h0", c.t0);
+    let gone = placed
+        .iter()
+        .map(|(h, _)| h.clone())
+        .find(|h| h != "h0" && h != "h1")
+        .expect("a VP on h2");
+    let out = n.host_gone(&gone, "test");
+    let gens = checks(&out);
+    assert!(!gens.is_empty(), "{out:?}");
+    // The dead host's VP: its copy was on the dead host, so the old master,
+    // which kept the first copy, is asked. Another VP: its own host.
+    let asked = |tid: Tid| {
+        gens[0]
+            .1
+            .iter()
+            .find(|(t, _)| *t == tid)
+            .and_then(|(_, h)| h.clone())
+    };
+    for (host, tid) in &placed {
+        match host.as_str() {
+            h if h == gone => assert_eq!(asked(*tid).as_deref(), Some("h0"), "{gens:?}"),
+            "h1" => assert_eq!(asked(*tid).as_deref(), Some("h1"), "{gens:?}"),
+            _ => {}
+        }
+    }
+}

@@ -219,9 +219,12 @@ impl Daemon {
             }
             PeerMsg::LeaseGrant { n, ms } => self.lease_granted(n, ms),
             PeerMsg::FetchReplica { job, id, tid } => {
+                // A copy kept for another master, or the first copy kept
+                // when this host was the master.
                 let image = self
                     .replicas
                     .load(&job, id, &[tid])
+                    .or_else(|e| self.store.load(&job, id, &[tid]).map_err(|_| e))
                     .and_then(|mut v| v.pop().map(|(_, i)| i).ok_or_else(|| "none".to_string()));
                 self.report(PeerMsg::ReplicaImage {
                     job,
