@@ -17,6 +17,7 @@ use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use libmig::frame::Decoder;
 use libmig::handshake::{Client, Server};
+use libmig::seal::Sealer;
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
@@ -84,8 +85,8 @@ impl Source for Sock {
 /// Where a connection stands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Kind {
-    /// Accepted TCP, in the handshake.
-    Accepting(Server),
+    /// Accepted TCP, in the handshake (its state: `Conn::hs`).
+    Accepting,
     /// An authenticated daemon (on the master: a worker, named once registered).
     Peer {
         /// Host name after `Register`.
@@ -100,12 +101,10 @@ pub enum Kind {
         /// Its Tid.
         tid: Tid,
     },
-    /// A data link being opened, in the handshake.
+    /// A data link being opened, in the handshake (its state: `Conn::hs`).
     Dialling {
         /// The other host.
         host: String,
-        /// Where the handshake is.
-        client: Client,
     },
     /// A data link with another daemon (messages between VPs).
     Data {
@@ -118,13 +117,13 @@ impl std::fmt::Display for Kind {
     /// Who is at the other end, for logs (no handshake secrets).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Kind::Accepting(_) => write!(f, "a daemon in the handshake"),
+            Kind::Accepting => write!(f, "a daemon in the handshake"),
             Kind::Peer { host: Some(h) } => write!(f, "host {h}"),
             Kind::Peer { host: None } => write!(f, "a daemon not registered yet"),
             Kind::Master => write!(f, "the master"),
             Kind::Control => write!(f, "a control client"),
             Kind::Vp { tid } => write!(f, "VP t{tid:x}"),
-            Kind::Dialling { host, .. } => write!(f, "{host} (data link being opened)"),
+            Kind::Dialling { host } => write!(f, "{host} (data link being opened)"),
             Kind::Data { host } => write!(f, "the data link to {host}"),
         }
     }
@@ -137,6 +136,9 @@ struct Chunk {
     off: usize,
     fd: Option<OwnedFd>,
 }
+
+/// Bytes sealed at a time on a sealed link.
+const SEAL_BATCH: usize = 256 * 1024;
 
 /// Small frames are appended to the last chunk up to this size.
 const COALESCE: usize = 64 * 1024;
@@ -180,6 +182,27 @@ pub struct Conn {
     /// what the peer sent before is still read to the end.
     pub broken: bool,
     writable: bool,
+    /// A link between daemons, sealed once its handshake is done: every
+    /// byte out is sealed, every byte in opened and checked.
+    seal: Option<Box<Sealer>>,
+    /// On a sealed link: records sealed from the front of `out`, written
+    /// up to `sealed_off` (a batch at a time: a large payload is never
+    /// copied whole).
+    sealed: Vec<u8>,
+    sealed_off: usize,
+    /// Why reading failed (a sealed record that failed its check, say).
+    pub failed: Option<String>,
+    /// Where the handshake is, until it is done.
+    pub hs: Option<Handshake>,
+}
+
+/// A connection's handshake under way.
+#[derive(Debug)]
+pub enum Handshake {
+    /// We accepted it.
+    Accept(Server),
+    /// We dialled it.
+    Dial(Client),
 }
 
 /// The largest frame body taken before the handshake is done (its
@@ -190,10 +213,11 @@ impl Conn {
     /// A new connection of `kind`.
     pub fn new(sock: Sock, kind: Kind) -> Conn {
         let mut dec = Decoder::default();
-        if matches!(kind, Kind::Accepting(_) | Kind::Dialling { .. }) {
+        if matches!(kind, Kind::Accepting | Kind::Dialling { .. }) {
             // Nothing large is allocated for a peer not yet authenticated.
             dec.limit(PRE_AUTH_BODY);
         }
+        let hs = matches!(kind, Kind::Accepting).then(|| Handshake::Accept(Server::default()));
         Conn {
             sock,
             dec,
@@ -206,26 +230,43 @@ impl Conn {
             broken: false,
             fds: VecDeque::new(),
             writable: false,
+            seal: None,
+            sealed: Vec::new(),
+            sealed_off: 0,
+            failed: None,
+            hs,
         }
+    }
+
+    /// From now on every byte both ways is sealed.
+    pub fn seal_with(&mut self, s: Box<Sealer>) {
+        self.seal = Some(s);
+    }
+
+    /// Opened bytes wait in the sealer (read them without waiting for the
+    /// socket).
+    pub fn has_plain(&self) -> bool {
+        self.seal.as_ref().is_some_and(|s| s.has_plain())
     }
 
     /// Bytes queued and not yet written.
     pub fn queued(&self) -> usize {
-        self.out_len
+        self.out_len + self.sealed.len() - self.sealed_off
     }
 
     /// Is everything written?
     pub fn flushed(&self) -> bool {
-        self.out.is_empty()
+        self.out.is_empty() && self.sealed_off == self.sealed.len()
     }
 
     /// Read once into the decoder.
     pub fn read_some(&mut self) -> ReadOutcome {
         loop {
             let fds_before = self.fds.len();
-            let got = match &mut self.sock {
-                Sock::Tcp(s) => self.dec.read_from(s),
-                Sock::Unix(s) => {
+            let got = match (&mut self.sock, &mut self.seal) {
+                (Sock::Tcp(s), Some(seal)) => self.dec.fill(|b| seal.read_into(s, b)),
+                (Sock::Tcp(s), None) => self.dec.read_from(s),
+                (Sock::Unix(s), _) => {
                     let (fd, fds) = (s.as_raw_fd(), &mut self.fds);
                     self.dec
                         .fill(|b| libmig::payload::recv_with_fds(fd, b, fds, false))
@@ -241,7 +282,10 @@ impl Conn {
                 Ok((n, _)) => return ReadOutcome::Short(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadOutcome::Empty,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return ReadOutcome::Closed,
+                Err(e) => {
+                    self.failed = Some(e.to_string());
+                    return ReadOutcome::Closed;
+                }
             }
         }
     }
@@ -302,6 +346,36 @@ impl Conn {
         self.flush(registry, token)
     }
 
+    /// On a sealed link: when the last batch is written, seal the next
+    /// (up to `SEAL_BATCH` bytes from the front of `out`); then write.
+    fn write_sealed(&mut self) -> io::Result<usize> {
+        if self.sealed_off == self.sealed.len() {
+            self.sealed.clear();
+            self.sealed_off = 0;
+            let Some(seal) = self.seal.as_mut() else {
+                return Ok(0);
+            };
+            let mut taken = 0;
+            while taken < SEAL_BATCH {
+                let Some(front) = self.out.front_mut() else {
+                    break;
+                };
+                let k = (front.bytes.len() - front.off).min(SEAL_BATCH - taken);
+                seal.seal(&front.bytes[front.off..front.off + k], &mut self.sealed)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                front.off += k;
+                taken += k;
+                self.out_len -= k;
+                if front.off == front.bytes.len() {
+                    self.out.pop_front();
+                }
+            }
+        }
+        let n = self.sock.write(&self.sealed[self.sealed_off..])?;
+        self.sealed_off += n;
+        Ok(n)
+    }
+
     fn write_some(&mut self) -> io::Result<usize> {
         let Some(front) = self.out.front_mut() else {
             return Ok(0);
@@ -325,10 +399,31 @@ impl Conn {
         self.sock.write_vectored(&slices)
     }
 
+    /// Writing failed: output is dropped from now on.
+    fn write_failed(&mut self, registry: &Registry, token: Token, e: io::Error) -> io::Error {
+        self.broken = true;
+        self.out.clear();
+        self.out_len = 0;
+        self.sealed.clear();
+        self.sealed_off = 0;
+        let _ = registry.reregister(&mut self.sock, token, Interest::READABLE);
+        self.writable = false;
+        e
+    }
+
     /// Write queued bytes until done or `WouldBlock`; ask for writability if
     /// some remain.
     pub fn flush(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
-        while !self.out.is_empty() {
+        while self.seal.is_some() && !self.flushed() {
+            match self.write_sealed() {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.write_failed(registry, token, e)),
+            }
+        }
+        while self.seal.is_none() && !self.out.is_empty() {
             match self.write_some() {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
@@ -349,17 +444,10 @@ impl Conn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.broken = true;
-                    self.out.clear();
-                    self.out_len = 0;
-                    let _ = registry.reregister(&mut self.sock, token, Interest::READABLE);
-                    self.writable = false;
-                    return Err(e);
-                }
+                Err(e) => return Err(self.write_failed(registry, token, e)),
             }
         }
-        let want = !self.out.is_empty();
+        let want = !self.flushed();
         if want != self.writable {
             let interest = if want {
                 Interest::READABLE | Interest::WRITABLE

@@ -21,7 +21,9 @@
 use std::time::Duration;
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeType, Entry, EntryType, Message, Snapshot};
+use raft::eraftpb::{
+    ConfChange, ConfChangeSingle, ConfChangeType, ConfChangeV2, Entry, EntryType, Message, Snapshot,
+};
 use raft::storage::MemStorage;
 use raft::{GetEntriesContext, RaftState, RawNode, StateRole, Storage};
 use thiserror::Error;
@@ -220,31 +222,43 @@ impl Consensus {
         Ok((index, self.ready()))
     }
 
-    /// On the leader: make `id` a voter too.
-    pub fn add_voter(&mut self, id: u64) -> Result<Vec<Said>, ConsensusError> {
-        let cc = ConfChange {
-            change_type: ConfChangeType::AddNode,
+    /// On the leader: `add` become voters and `remove` vote no more, in one
+    /// change (through a joint configuration when there are several, left
+    /// on its own once committed).
+    pub fn change_voters(
+        &mut self,
+        add: &[u64],
+        remove: &[u64],
+    ) -> Result<Vec<Said>, ConsensusError> {
+        let single = |id: u64, change_type| ConfChangeSingle {
+            change_type,
             node_id: id,
             ..Default::default()
         };
-        self.node.propose_conf_change(Vec::new(), cc)?;
-        Ok(self.ready())
-    }
-
-    /// On the leader: voter `id` votes no more.
-    pub fn remove_voter(&mut self, id: u64) -> Result<Vec<Said>, ConsensusError> {
-        let cc = ConfChange {
-            change_type: ConfChangeType::RemoveNode,
-            node_id: id,
-            ..Default::default()
-        };
+        let mut cc = ConfChangeV2::default();
+        cc.set_changes(
+            add.iter()
+                .map(|&id| single(id, ConfChangeType::AddNode))
+                .chain(
+                    remove
+                        .iter()
+                        .map(|&id| single(id, ConfChangeType::RemoveNode)),
+                )
+                .collect::<Vec<_>>()
+                .into(),
+        );
         self.node.propose_conf_change(Vec::new(), cc)?;
         Ok(self.ready())
     }
 
     /// Is a change of the voters under way (one at a time)?
     pub fn changing(&self) -> bool {
-        self.node.raft.pending_conf_index > self.node.raft.raft_log.applied
+        let joint = self
+            .node
+            .store()
+            .initial_state()
+            .is_ok_and(|s| !s.conf_state.voters_outgoing.is_empty());
+        joint || self.node.raft.pending_conf_index > self.node.raft.raft_log.applied
     }
 
     /// A voter that was cut off (stopped, say) must not act as leader on
@@ -300,6 +314,14 @@ impl Consensus {
                 }
                 EntryType::EntryConfChange => {
                     if let Ok(cc) = ConfChange::parse_from_bytes(&e.data) {
+                        if let Ok(cs) = self.node.apply_conf_change(&cc) {
+                            self.node.mut_store().mem.wl().set_conf_state(cs);
+                        }
+                    }
+                }
+                EntryType::EntryConfChangeV2 => {
+                    // (Empty: leave the joint configuration.)
+                    if let Ok(cc) = ConfChangeV2::parse_from_bytes(&e.data) {
                         if let Ok(cs) = self.node.apply_conf_change(&cc) {
                             self.node.mut_store().mem.wl().set_conf_state(cs);
                         }
@@ -398,14 +420,22 @@ mod tests {
         let (i, said) = net.v.get_mut(&1).unwrap().propose(b"s1".to_vec()).unwrap();
         net.deliver(said);
         assert!(net.v[&1].committed() >= i, "a lone voter commits at once");
+        // Two voters added at once: never two voters, where losing one
+        // would leave no majority.
         for id in [2, 3] {
             net.v.insert(id, Consensus::joining(id).expect("joining"));
-            let said = net.v.get_mut(&1).unwrap().add_voter(id).unwrap();
-            net.deliver(said);
-            net.settle();
-            net.ticks(3);
         }
+        let said = net
+            .v
+            .get_mut(&1)
+            .unwrap()
+            .change_voters(&[2, 3], &[])
+            .unwrap();
+        net.deliver(said);
+        net.settle();
+        net.ticks(4);
         assert_eq!(net.v[&1].voters(), vec![1, 2, 3]);
+        assert!(!net.v[&1].changing(), "the joint configuration was left");
         let (i, said) = net.v.get_mut(&1).unwrap().propose(b"s2".to_vec()).unwrap();
         net.deliver(said);
         net.settle();

@@ -72,6 +72,11 @@ impl ClusterKey {
         ClusterKey(b)
     }
 
+    /// The key as the pre-shared key of sealed links (see `seal`).
+    pub fn psk(&self) -> &Block {
+        &self.0
+    }
+
     /// Read the key file; create it (mode 0600, random key) when absent.
     pub fn load_or_create(path: &Path) -> Result<Self, KeyError> {
         let p = path.display().to_string();

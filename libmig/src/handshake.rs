@@ -4,32 +4,40 @@
 //! non-blocking accept and dial drive the same machines.
 //!
 //! ```text
-//! client -> Hello { nonce_c }
-//! server -> Challenge { nonce_s, proof_s }     (see `auth` for the MACs)
+//! client -> Hello { nonce_c, noise_1 }
+//! server -> Challenge { nonce_s, proof_s, noise_2 }   (see `auth` for the MACs)
 //! client    checks proof_s: a wrong key is refused here, before it says anything
-//! client -> Proof { proof_c }
-//! server    checks proof_c -> Welcome, or Refused and close
+//! client -> Proof { proof_c }            then every byte both ways is sealed
+//! server    checks proof_c -> Welcome (sealed), or Refused and close
 //! ```
+//!
+//! The Noise messages (`seal`) give the link its keys; the proofs are
+//! checked as before, so a peer is authenticated twice over.
 //!
 //! What does not live here: the key and its MACs (`auth`), the messages
 //! (`msg::PeerMsg`), sockets and time-outs (the callers).
 
 use crate::auth::{self, Block, ClusterKey, KeyError};
 use crate::msg::PeerMsg;
+use crate::seal::{Opening, Sealer, Suite};
 
 /// What a side does after a message from its peer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Answer {
     /// Send this and wait for the peer's next message.
     Send(PeerMsg),
-    /// The peer is authenticated; send this first, if anything.
-    Done(Option<PeerMsg>),
+    /// Send this (in the clear), then seal the link with the sealer: every
+    /// byte after, both ways.
+    SendThenSeal(PeerMsg, Box<Sealer>),
+    /// The peer is authenticated. Seal the link with the sealer, if one is
+    /// given (the link is not sealed yet), then send this, if anything.
+    Done(Option<Box<Sealer>>, Option<PeerMsg>),
     /// Refuse the peer, for this reason.
     Refuse(String),
 }
 
 /// The accepting side.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Default)]
 pub enum Server {
     /// Waiting for `Hello`.
     #[default]
@@ -40,6 +48,8 @@ pub enum Server {
         theirs: Block,
         /// Ours.
         ours: Block,
+        /// The link's sealer, in use once the proof checks.
+        sealer: Box<Sealer>,
     },
     /// Authenticated.
     Done,
@@ -48,23 +58,54 @@ pub enum Server {
 impl Server {
     /// The client said `msg`.
     pub fn on(&mut self, key: &ClusterKey, msg: &PeerMsg) -> Answer {
-        match (&*self, msg) {
-            (Server::AwaitHello, PeerMsg::Hello { nonce }) => {
+        match (std::mem::take(self), msg) {
+            (
+                Server::AwaitHello,
+                PeerMsg::Hello {
+                    nonce,
+                    suite,
+                    noise,
+                },
+            ) => {
+                let Some(suite) = Suite::from_wire(*suite) else {
+                    return Answer::Refuse(format!("unknown cipher suite {suite}"));
+                };
                 let ours = match auth::nonce() {
                     Ok(n) => n,
                     Err(e) => return Answer::Refuse(e.to_string()),
                 };
+                let (sealer, noise) =
+                    match Opening::accept(suite, key, noise) {
+                        Ok(x) => x,
+                        Err(_) => return Answer::Refuse(
+                            "authentication failed: the two daemons do not hold the same cluster \
+                             key (check --key-file)"
+                                .into(),
+                        ),
+                    };
                 let proof = key.server_proof(nonce, &ours);
                 *self = Server::AwaitProof {
                     theirs: *nonce,
                     ours,
+                    sealer: Box::new(sealer),
                 };
-                Answer::Send(PeerMsg::Challenge { nonce: ours, proof })
+                Answer::Send(PeerMsg::Challenge {
+                    nonce: ours,
+                    proof,
+                    noise,
+                })
             }
-            (Server::AwaitProof { theirs, ours }, PeerMsg::Proof { proof }) => {
-                if key.check_client(ours, theirs, proof) {
+            (
+                Server::AwaitProof {
+                    theirs,
+                    ours,
+                    sealer,
+                },
+                PeerMsg::Proof { proof },
+            ) => {
+                if key.check_client(&ours, &theirs, proof) {
                     *self = Server::Done;
-                    Answer::Done(Some(PeerMsg::Welcome))
+                    Answer::Done(Some(sealer), Some(PeerMsg::Welcome))
                 } else {
                     Answer::Refuse(
                         "authentication failed: the peer does not hold this cluster's key".into(),
@@ -77,45 +118,69 @@ impl Server {
 }
 
 /// The dialling side.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Client {
     /// Sent `Hello` with our nonce, waiting for `Challenge`.
     AwaitChallenge {
         /// Our nonce.
         ours: Block,
+        /// The Noise handshake.
+        opening: Box<Opening>,
     },
-    /// Sent `Proof`, waiting for `Welcome`.
+    /// Sent `Proof` (the link sealed since), waiting for `Welcome`.
     AwaitWelcome,
     /// Authenticated.
     Done,
 }
 
 impl Client {
-    /// Begin: the machine, and the `Hello` to send.
-    pub fn start() -> Result<(Client, PeerMsg), KeyError> {
+    /// Begin: the machine, and the `Hello` to send (in this CPU's fastest
+    /// cipher suite).
+    pub fn start(key: &ClusterKey) -> Result<(Client, PeerMsg), KeyError> {
         let ours = auth::nonce()?;
+        let suite = Suite::best();
+        let (opening, noise) =
+            Opening::dial(suite, key).map_err(|e| KeyError::Random(e.to_string()))?;
         Ok((
-            Client::AwaitChallenge { ours },
-            PeerMsg::Hello { nonce: ours },
+            Client::AwaitChallenge {
+                ours,
+                opening: Box::new(opening),
+            },
+            PeerMsg::Hello {
+                nonce: ours,
+                suite: suite as u8,
+                noise,
+            },
         ))
     }
 
     /// The server said `msg`.
     pub fn on(&mut self, key: &ClusterKey, msg: &PeerMsg) -> Answer {
-        match (&*self, msg) {
-            (Client::AwaitChallenge { ours }, PeerMsg::Challenge { nonce, proof }) => {
-                if !key.check_server(ours, nonce, proof) {
+        match (std::mem::replace(self, Client::Done), msg) {
+            (
+                Client::AwaitChallenge { ours, opening },
+                PeerMsg::Challenge {
+                    nonce,
+                    proof,
+                    noise,
+                },
+            ) => {
+                if !key.check_server(&ours, nonce, proof) {
                     return Answer::Refuse(
                         "the other daemon does not hold our cluster key (wrong --key-file?)".into(),
                     );
                 }
-                let proof = key.client_proof(nonce, ours);
+                let sealer = match opening.finish(noise) {
+                    Ok(s) => s,
+                    Err(e) => return Answer::Refuse(format!("the link cannot be sealed: {e}")),
+                };
+                let proof = key.client_proof(nonce, &ours);
                 *self = Client::AwaitWelcome;
-                Answer::Send(PeerMsg::Proof { proof })
+                Answer::SendThenSeal(PeerMsg::Proof { proof }, Box::new(sealer))
             }
             (Client::AwaitWelcome, PeerMsg::Welcome) => {
                 *self = Client::Done;
-                Answer::Done(None)
+                Answer::Done(None, None)
             }
             (_, PeerMsg::Refused { reason }) => Answer::Refuse(format!("refused: {reason}")),
             (_, other) => Answer::Refuse(format!("unexpected {} in the handshake", other.name())),
@@ -133,18 +198,19 @@ mod tests {
 
     /// Run both sides against each other; what each ended with.
     fn run(ck: &ClusterKey, sk: &ClusterKey) -> (Answer, Answer) {
-        let (mut c, hello) = Client::start().expect("nonce");
+        let (mut c, hello) = Client::start(ck).expect("nonce");
         let mut s = Server::default();
-        let Answer::Send(challenge) = s.on(sk, &hello) else {
-            panic!("no challenge")
+        let challenge = match s.on(sk, &hello) {
+            Answer::Send(c) => c,
+            other => return (Answer::Refuse("not reached".into()), other),
         };
         let proof = match c.on(ck, &challenge) {
-            Answer::Send(p) => p,
+            Answer::SendThenSeal(p, _) => p,
             other => return (other, Answer::Refuse("not reached".into())),
         };
         let server_end = s.on(sk, &proof);
         let client_end = match &server_end {
-            Answer::Done(Some(welcome)) => c.on(ck, welcome),
+            Answer::Done(Some(_), Some(welcome)) => c.on(ck, welcome),
             Answer::Refuse(r) => c.on(
                 ck,
                 &PeerMsg::Refused {
@@ -159,25 +225,33 @@ mod tests {
     #[test]
     fn the_same_key_authenticates_both_sides() {
         let (c, s) = run(&key(1), &key(1));
-        assert_eq!(c, Answer::Done(None));
-        assert_eq!(s, Answer::Done(Some(PeerMsg::Welcome)));
+        assert!(matches!(&c, Answer::Done(None, None)), "{c:?}");
+        assert!(
+            matches!(&s, Answer::Done(Some(_), Some(PeerMsg::Welcome))),
+            "{s:?}"
+        );
     }
 
     #[test]
-    fn a_client_with_another_key_refuses_the_server_before_proving_anything() {
-        let (c, _) = run(&key(1), &key(2));
-        assert!(matches!(c, Answer::Refuse(r) if r.contains("does not hold our cluster key")));
+    fn another_key_is_refused_before_anything_is_proved() {
+        let (c, s) = run(&key(1), &key(2));
+        // The Noise message under the wrong key fails at the server.
+        assert!(matches!(&c, Answer::Refuse(_)), "{c:?}");
+        assert!(
+            matches!(&s, Answer::Refuse(r) if r.contains("do not hold the same")),
+            "{s:?}"
+        );
     }
 
     #[test]
     fn a_replayed_proof_or_a_message_out_of_turn_is_refused() {
         let k = key(3);
-        let (mut c, hello) = Client::start().expect("nonce");
+        let (mut c, hello) = Client::start(&k).expect("nonce");
         let mut s = Server::default();
         let Answer::Send(challenge) = s.on(&k, &hello) else {
             panic!()
         };
-        let Answer::Send(proof) = c.on(&k, &challenge) else {
+        let Answer::SendThenSeal(proof, _) = c.on(&k, &challenge) else {
             panic!()
         };
         // The same proof to a server with a fresh nonce of its own.
@@ -193,7 +267,7 @@ mod tests {
             Answer::Refuse(r) if r == "Heartbeat before authentication"
         ));
         // A client that gets Welcome before its proof.
-        let (mut c2, _) = Client::start().expect("nonce");
+        let (mut c2, _) = Client::start(&k).expect("nonce");
         assert!(matches!(c2.on(&k, &PeerMsg::Welcome), Answer::Refuse(_)));
     }
 }

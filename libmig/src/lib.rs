@@ -37,6 +37,7 @@ mod link;
 pub mod msg;
 pub mod payload;
 pub mod pool;
+pub mod seal;
 pub mod vm;
 pub mod vp;
 

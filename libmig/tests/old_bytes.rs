@@ -34,7 +34,11 @@ fn env() -> Envelope {
 /// The messages every version of the fixture holds, one per conversation.
 fn peer_msgs() -> Vec<PeerMsg> {
     vec![
-        PeerMsg::Hello { nonce: [9; 32] },
+        PeerMsg::Hello {
+            nonce: [9; 32],
+            suite: 1,
+            noise: vec![1, 2, 3],
+        },
         PeerMsg::Register {
             facts: HostFacts {
                 name: "h1".into(),

@@ -163,8 +163,7 @@ fn frames_announcing_large_bodies_before_authentication_cost_the_daemon_nothing(
     // Thirteen bytes each: a header announcing the largest legal body, and
     // one byte of it. Refused from the header, nothing allocated for it.
     let vm = Vm::start(1);
-    let head = frame::encode_head(&PeerMsg::Hello { nonce: [3; 32] }, frame::MAX_BODY - 64)
-        .expect("header");
+    let head = frame::encode_head(&hello(3), frame::MAX_BODY - 64).expect("header");
     let mut bytes = head[..frame::HEADER].to_vec();
     bytes.push(0);
     let before = mig_tests::peak_rss_mib(vm.pid(0)).unwrap_or(0);
@@ -215,12 +214,12 @@ fn bad_peers_are_refused_while_others_are_served() {
     assert!(closed_after(&vm.addr, &noise));
     assert!(master_serves(&vm));
     // A 4 GiB length prefix: refused from the header alone.
-    let mut huge = frame::encode(&PeerMsg::Hello { nonce: [0; 32] }).unwrap();
+    let mut huge = frame::encode(&hello(0)).unwrap();
     huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(closed_after(&vm.addr, &huge[..frame::HEADER]));
     assert!(master_serves(&vm));
     // Another major version.
-    let mut v2 = frame::encode(&PeerMsg::Hello { nonce: [0; 32] }).unwrap();
+    let mut v2 = frame::encode(&hello(0)).unwrap();
     v2[2] = frame::MAJOR + 1;
     assert!(closed_after(&vm.addr, &v2));
     // A message before authentication.
@@ -228,20 +227,19 @@ fn bad_peers_are_refused_while_others_are_served() {
         &vm.addr,
         &frame::encode(&PeerMsg::Heartbeat).unwrap()
     ));
-    // A wrong proof.
+    // A handshake under another key: refused at its first message.
     {
+        let other = libmig::auth::ClusterKey::from_bytes([5; 32]);
+        let (_, hello) = libmig::handshake::Client::start(&other).unwrap();
         let mut s = TcpStream::connect(&vm.addr).unwrap();
-        frame::write_frame(&mut s, &PeerMsg::Hello { nonce: [1; 32] }).unwrap();
-        let m: PeerMsg = frame::read_frame(&mut s).unwrap().unwrap();
-        assert!(matches!(m, PeerMsg::Challenge { .. }));
-        frame::write_frame(&mut s, &PeerMsg::Proof { proof: [0; 32] }).unwrap();
+        frame::write_frame(&mut s, &hello).unwrap();
         let m: Option<PeerMsg> = frame::read_frame(&mut s).unwrap();
         assert!(
             matches!(m, Some(PeerMsg::Refused { reason }) if reason.contains("authentication failed"))
         );
     }
     // A truncated frame, then the peer hangs up.
-    let full = frame::encode(&PeerMsg::Hello { nonce: [2; 32] }).unwrap();
+    let full = frame::encode(&hello(2)).unwrap();
     {
         let mut s = TcpStream::connect(&vm.addr).unwrap();
         s.write_all(&full[..20]).unwrap();
@@ -275,7 +273,11 @@ fn bad_peers_are_refused_while_others_are_served() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not hold our cluster key"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("do not hold the same cluster key"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(master_serves(&vm));
     let hosts = vm.json(&["hosts"]);
     assert_eq!(
@@ -451,4 +453,13 @@ fn mig_up_refuses_a_state_directory_another_user_could_have_planted() {
         std::fs::read_dir(&real).expect("dir").next().is_none(),
         "something was written through the link"
     );
+}
+
+/// A `Hello` as a stranger might send it (its Noise message empty).
+fn hello(n: u8) -> PeerMsg {
+    PeerMsg::Hello {
+        nonce: [n; 32],
+        suite: 0,
+        noise: Vec::new(),
+    }
 }

@@ -1158,3 +1158,25 @@ fn after_a_change_of_master_an_image_whose_replica_host_is_gone_is_asked_of_the_
         }
     }
 }
+
+#[test]
+fn voters_go_from_one_to_three_at_once_and_a_gone_one_is_replaced_in_the_same_change() {
+    let mut c = Cluster::new(2);
+    assert_eq!(
+        c.m.voter_change(),
+        None,
+        "two hosts: the master alone votes"
+    );
+    c.m.register(facts("h2", 1), c.t0);
+    let change = c.m.voter_change().expect("three hosts: three voters");
+    assert_eq!(change.add.len(), 2, "{change:?}");
+    assert!(change.remove.is_empty());
+    assert_eq!(c.m.voter_change(), None);
+    c.m.register(facts("h3", 1), c.t0);
+    let voter = change.add[0].1.clone();
+    c.m.host_gone(&voter, "test");
+    let change = c.m.voter_change().expect("a replacement");
+    assert_eq!(change.remove.len(), 1, "{change:?}");
+    assert_eq!(change.add, vec![(4, "h3".to_string())]);
+    assert_eq!(c.m.voters().len(), 3);
+}

@@ -1,31 +1,23 @@
 //! Which hosts vote: the few daemons that keep the master's replicated state
 //! and elect the master among themselves. Three where there are three hosts
 //! or more, five from five; one (the master alone) below three, where no
-//! majority could survive the loss of a host anyway. A voter whose host is
-//! gone is replaced: removed first, then a live host added, one change at a
-//! time (the consensus takes one at a time).
+//! majority could survive the loss of a host anyway. Voters whose hosts are
+//! gone are replaced and new ones added in one change (the consensus makes
+//! it through a joint configuration), so the voters never pass through an
+//! even number on the way from one to three or five, where the loss of one
+//! host would leave no majority.
 //!
 //! What does not live here: the consensus itself (`crate::consensus`).
 
 use super::*;
 
-/// A change to the voters that the consensus must make.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VoterChange {
-    /// `host` becomes voter `id`.
-    Add {
-        /// Its voter id.
-        id: u64,
-        /// Its host.
-        host: String,
-    },
-    /// Voter `id` (on `host`, gone) votes no more.
-    Remove {
-        /// Its voter id.
-        id: u64,
-        /// Its host.
-        host: String,
-    },
+/// A change to the voters that the consensus must make, all at once.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VoterChange {
+    /// Hosts that become voters, with their ids.
+    pub add: Vec<(u64, String)>,
+    /// Voters (their hosts gone) that vote no more.
+    pub remove: Vec<(u64, String)>,
 }
 
 /// Voters wanted among `hosts` live hosts, at most `most`.
@@ -52,29 +44,43 @@ impl Master {
     /// The next change to the voters, if one is due (recorded as made: call
     /// only when the consensus can take it).
     pub fn voter_change(&mut self) -> Option<VoterChange> {
-        let gone = self
+        let mut change = VoterChange::default();
+        let gone: Vec<(u64, String)> = self
             .voters
             .iter()
-            .find(|(_, h)| !self.is_alive(h) && **h != self.name)
-            .map(|(id, h)| (*id, h.clone()));
-        if let Some((id, host)) = gone {
+            .filter(|(_, h)| !self.is_alive(h) && **h != self.name)
+            .map(|(id, h)| (*id, h.clone()))
+            .collect();
+        for (id, host) in gone {
             self.voters.remove(&id);
-            return Some(VoterChange::Remove { id, host });
+            change.remove.push((id, host));
         }
-        let alive = self.hosts.values().filter(|h| h.alive).count();
-        if self.voters.len() >= voters_wanted(alive, self.max_voters) {
-            return None;
-        }
-        let voting: BTreeSet<&String> = self.voters.values().collect();
-        let host = self
+        // Hosts whose connection is lost but not yet given up do not count.
+        let alive = self
+            .hosts
+            .values()
+            .filter(|h| h.alive && h.lost.is_none())
+            .count();
+        let wanted = voters_wanted(alive, self.max_voters);
+        let spare: Vec<String> = self
             .hosts
             .iter()
-            .find(|(n, h)| h.alive && !voting.contains(n))
-            .map(|(n, _)| n.clone())?;
-        let id = self.next_voter;
-        self.next_voter += 1;
-        self.voters.insert(id, host.clone());
-        Some(VoterChange::Add { id, host })
+            .filter(|(n, h)| h.alive && h.lost.is_none() && !self.voters.values().any(|v| v == *n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        // From one voter, only to three (or five) at once.
+        let can = if self.voters.len() + spare.len() >= wanted {
+            wanted.saturating_sub(self.voters.len())
+        } else {
+            0
+        };
+        for host in spare.into_iter().take(can) {
+            let id = self.next_voter;
+            self.next_voter += 1;
+            self.voters.insert(id, host.clone());
+            change.add.push((id, host));
+        }
+        (!change.add.is_empty() || !change.remove.is_empty()).then_some(change)
     }
 
     /// This master's voter id.

@@ -340,10 +340,13 @@ impl Daemon {
 
     /// Connect to a new master as the host this daemon already is.
     fn attach(&mut self, addr: SocketAddr) -> Result<(), String> {
-        let mut s = net::connect(&self.key, addr)?;
+        let (mut s, mut seal) = net::connect(&self.key, addr)?;
         let facts = self.facts.clone();
-        frame::write_frame(&mut s, &PeerMsg::Attach { facts }).map_err(|e| e.to_string())?;
-        let first = frame::read_frame::<PeerMsg, _>(&mut s).map_err(|e| e.to_string())?;
+        seal.write_frame(&mut s, &PeerMsg::Attach { facts })
+            .map_err(|e| e.to_string())?;
+        let first = seal
+            .read_frame::<PeerMsg, _>(&mut s)
+            .map_err(|e| e.to_string())?;
         let old: Vec<Token> = self
             .conns
             .iter()
@@ -360,7 +363,9 @@ impl Daemon {
             }
             self.close(t, "a new master was elected");
         }
-        let t = self.adopt(s, Kind::Master).map_err(|e| e.to_string())?;
+        let t = self
+            .adopt(s, Kind::Master, seal)
+            .map_err(|e| e.to_string())?;
         self.role.joined(t);
         self.failover.masterless = None;
         self.failover.master_addr = Some(addr);
@@ -506,21 +511,22 @@ impl Daemon {
             return;
         };
         let list: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
-        let result = match &change {
-            VoterChange::Add { id, host } => {
-                self.failover.hosts.insert(*id, host.clone());
-                self.send_to_host(host, PeerMsg::Voter { id: *id });
-                log!("host {host} becomes voter {id}");
-                self.failover.consensus.as_mut().map(|c| c.add_voter(*id))
-            }
-            VoterChange::Remove { id, host } => {
-                log!("voter {id} on {host} (gone) votes no more");
-                self.failover
-                    .consensus
-                    .as_mut()
-                    .map(|c| c.remove_voter(*id))
-            }
-        };
+        let VoterChange { add, remove } = change;
+        for (id, host) in &add {
+            self.failover.hosts.insert(*id, host.clone());
+            self.send_to_host(host, PeerMsg::Voter { id: *id });
+            log!("host {host} becomes voter {id}");
+        }
+        for (id, host) in &remove {
+            log!("voter {id} on {host} (gone) votes no more");
+        }
+        let add: Vec<u64> = add.iter().map(|(i, _)| *i).collect();
+        let remove: Vec<u64> = remove.iter().map(|(i, _)| *i).collect();
+        let result = self
+            .failover
+            .consensus
+            .as_mut()
+            .map(|c| c.change_voters(&add, &remove));
         match result {
             Some(Ok(said)) => self.send_said(said),
             Some(Err(e)) => log!("the voters could not be changed: {e}"),

@@ -3,42 +3,62 @@
 //! is up used for what waited for it.
 
 use super::*;
-use libmig::handshake::{Answer, Client, Server};
+use crate::conn::Handshake;
+use libmig::handshake::Answer;
 
 impl Daemon {
     /// A message from a daemon that connected to us and is not yet
     /// authenticated.
-    pub(super) fn accepting(&mut self, t: Token, mut hs: Server, msg: &PeerMsg) {
+    pub(super) fn accepting(&mut self, t: Token, msg: &PeerMsg) {
+        let Some(Handshake::Accept(mut hs)) = self.conns.get_mut(&t).and_then(|c| c.hs.take())
+        else {
+            return self.refuse(t, "handshake out of turn");
+        };
         match hs.on(&self.key, msg) {
             Answer::Send(reply) => {
                 if let Some(c) = self.conns.get_mut(&t) {
-                    c.kind = Kind::Accepting(hs);
+                    c.hs = Some(Handshake::Accept(hs));
                 }
                 self.send_peer(t, &reply);
             }
-            Answer::Done(welcome) => {
+            Answer::Done(sealer, welcome) => {
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer { host: None };
                     c.dec.limit(libmig::frame::MAX_BODY);
+                    if let Some(s) = sealer {
+                        c.seal_with(s);
+                    }
                 }
                 if let Some(w) = welcome {
                     self.send_peer(t, &w);
                 }
             }
+            Answer::SendThenSeal(..) => self.refuse(t, "handshake out of turn"),
             Answer::Refuse(reason) => self.refuse(t, &reason),
         }
     }
 
     /// A message from `host`, to which we are opening a data link.
-    pub(super) fn dialling(&mut self, t: Token, host: String, mut client: Client, msg: &PeerMsg) {
+    pub(super) fn dialling(&mut self, t: Token, host: String, msg: &PeerMsg) {
+        let Some(Handshake::Dial(mut client)) = self.conns.get_mut(&t).and_then(|c| c.hs.take())
+        else {
+            return self.refuse(t, "handshake out of turn");
+        };
         match client.on(&self.key, msg) {
             Answer::Send(reply) => {
                 if let Some(c) = self.conns.get_mut(&t) {
-                    c.kind = Kind::Dialling { host, client };
+                    c.hs = Some(Handshake::Dial(client));
                 }
                 self.send_peer(t, &reply);
             }
-            Answer::Done(_) => self.data_link_up(t, host),
+            Answer::SendThenSeal(proof, sealer) => {
+                self.send_peer(t, &proof);
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.hs = Some(Handshake::Dial(client));
+                    c.seal_with(sealer);
+                }
+            }
+            Answer::Done(..) => self.data_link_up(t, host),
             Answer::Refuse(reason) if matches!(msg, PeerMsg::Refused { .. }) => {
                 log!("{host} refused a data link: {reason}");
                 self.close(t, &reason);

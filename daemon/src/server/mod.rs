@@ -516,7 +516,7 @@ impl Daemon {
             .conns
             .iter()
             .filter(|(_, c)| {
-                matches!(c.kind, Kind::Accepting(_) | Kind::Dialling { .. })
+                matches!(c.kind, Kind::Accepting | Kind::Dialling { .. })
                     && c.since.elapsed() > HANDSHAKE_TIMEOUT
             })
             .map(|(t, _)| *t)

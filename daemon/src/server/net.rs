@@ -5,6 +5,7 @@
 
 use super::*;
 use libmig::handshake::{Answer, Client};
+use libmig::seal::Sealer;
 
 /// Size of the pieces of a message too large for one frame.
 const PART: usize = 32 << 20;
@@ -24,16 +25,16 @@ impl Daemon {
     /// the master is.
     fn join_at(&mut self, addr: SocketAddr, redirects: u32) -> Result<(), DaemonError> {
         let jerr = |why: String| DaemonError::Join { addr, why };
-        let mut s = connect(&self.key, addr).map_err(jerr)?;
+        let (mut s, mut seal) = connect(&self.key, addr).map_err(jerr)?;
         let fe = |e: FrameError| jerr(e.to_string());
-        frame::write_frame(
+        seal.write_frame(
             &mut s,
             &PeerMsg::Register {
                 facts: self.facts.clone(),
             },
         )
         .map_err(fe)?;
-        match frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+        match seal.read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
             Some(PeerMsg::Registered { name }) => {
                 if name != self.facts.name {
                     log!(
@@ -54,22 +55,36 @@ impl Daemon {
             other => return Err(jerr(format!("unexpected answer {other:?}"))),
         }
         let t = self
-            .adopt(s, Kind::Master)
+            .adopt(s, Kind::Master, seal)
             .map_err(|e| jerr(e.to_string()))?;
         self.role.joined(t);
         self.failover.master_addr = Some(addr);
         Ok(())
     }
 
-    /// Register an authenticated blocking stream with the loop.
-    pub(super) fn adopt(&mut self, s: std::net::TcpStream, kind: Kind) -> io::Result<Token> {
+    /// Register an authenticated blocking stream, sealed by `seal`, with
+    /// the loop.
+    pub(super) fn adopt(
+        &mut self,
+        s: std::net::TcpStream,
+        kind: Kind,
+        seal: Box<Sealer>,
+    ) -> io::Result<Token> {
         s.set_nonblocking(true)?;
         let mut sock = Sock::Tcp(TcpStream::from_std(s));
         let t = self.token();
         self.poll
             .registry()
             .register(&mut sock, t, Interest::READABLE)?;
-        self.conns.insert(t, Conn::new(sock, kind));
+        let mut c = Conn::new(sock, kind);
+        c.seal_with(seal);
+        // Frames already opened (they came in one record with the answer
+        // read above) are taken on the next turn, without waiting for the
+        // socket.
+        if c.has_plain() {
+            self.read_again.insert(t);
+        }
+        self.conns.insert(t, c);
         Ok(t)
     }
 
@@ -83,7 +98,7 @@ impl Daemon {
             }
         }
         let addr = *self.peers.get(host)?;
-        let dialled = Client::start()
+        let dialled = Client::start(&self.key)
             .map_err(|e| e.to_string())
             .and_then(|(client, hello)| {
                 let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
@@ -95,9 +110,10 @@ impl Daemon {
                     .map_err(|e| e.to_string())?;
                 let kind = Kind::Dialling {
                     host: host.to_string(),
-                    client,
                 };
-                self.conns.insert(t, Conn::new(Sock::Tcp(s), kind));
+                let mut c = Conn::new(Sock::Tcp(s), kind);
+                c.hs = Some(crate::conn::Handshake::Dial(client));
+                self.conns.insert(t, c);
                 Ok((t, hello))
             });
         match dialled {
@@ -121,11 +137,7 @@ impl Daemon {
             let accepted = if tcp {
                 self.tcp.accept().map(|(s, peer)| {
                     let _ = s.set_nodelay(true);
-                    (
-                        Sock::Tcp(s),
-                        Kind::Accepting(Default::default()),
-                        Some(peer),
-                    )
+                    (Sock::Tcp(s), Kind::Accepting, Some(peer))
                 })
             } else {
                 self.unix
@@ -197,10 +209,10 @@ impl Daemon {
                 }
             }
             Kind::Master => self.master_lost(why),
-            Kind::Accepting(_) if self.strangers.allow(Instant::now()) => {
+            Kind::Accepting if self.strangers.allow(Instant::now()) => {
                 log!("dropped unauthenticated connection: {why}")
             }
-            Kind::Accepting(_) => {}
+            Kind::Accepting => {}
             Kind::Vp { tid } => {
                 if why != "closed by peer" {
                     log!("disconnected VP t{tid:x}: {why}");
@@ -269,7 +281,12 @@ impl Daemon {
                 }
                 ReadOutcome::Closed => {
                     self.drain_buffered(t);
-                    self.close(t, "closed by peer");
+                    let why = self
+                        .conns
+                        .get_mut(&t)
+                        .and_then(|c| c.failed.take())
+                        .unwrap_or_else(|| "closed by peer".into());
+                    self.close(t, &why);
                     return;
                 }
             }
@@ -332,7 +349,7 @@ impl Daemon {
     /// Tell the peer why (best effort) and close.
     pub(super) fn refuse(&mut self, t: Token, reason: &str) {
         let kind = self.conns.get(&t).map(|c| c.kind.clone());
-        let stranger = matches!(kind, Some(Kind::Accepting(_)));
+        let stranger = matches!(kind, Some(Kind::Accepting));
         if !stranger || self.strangers.allow(Instant::now()) {
             log!("refusing connection: {reason}");
         }
@@ -479,22 +496,38 @@ pub(super) enum Pending {
 
 /// Connect to a daemon and authenticate both ways (blocking, with
 /// timeouts); the stream is ready for the first message after `Welcome`.
-pub(super) fn connect(key: &ClusterKey, addr: SocketAddr) -> Result<std::net::TcpStream, String> {
+pub(super) fn connect(
+    key: &ClusterKey,
+    addr: SocketAddr,
+) -> Result<(std::net::TcpStream, Box<Sealer>), String> {
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     let fe = |e: FrameError| e.to_string();
-    let (mut client, hello) = Client::start().map_err(|e| e.to_string())?;
+    let (mut client, hello) = Client::start(key).map_err(|e| e.to_string())?;
     frame::write_frame(&mut s, &hello).map_err(fe)?;
+    let mut sealer: Option<Box<Sealer>> = None;
     loop {
-        let Some(msg) = frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? else {
+        let got = match &mut sealer {
+            Some(seal) => seal.read_frame::<PeerMsg, _>(&mut s),
+            None => frame::read_frame::<PeerMsg, _>(&mut s),
+        };
+        let Some(msg) = got.map_err(fe)? else {
             return Err("the other daemon closed the connection".into());
         };
         match client.on(key, &msg) {
             Answer::Send(reply) => frame::write_frame(&mut s, &reply).map_err(fe)?,
-            Answer::Done(_) => return Ok(s),
+            Answer::SendThenSeal(proof, seal) => {
+                frame::write_frame(&mut s, &proof).map_err(fe)?;
+                sealer = Some(seal);
+            }
+            Answer::Done(..) => {
+                return sealer
+                    .map(|seal| (s, seal))
+                    .ok_or_else(|| "the link was not sealed".into())
+            }
             Answer::Refuse(reason) => return Err(reason),
         }
     }

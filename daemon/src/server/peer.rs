@@ -7,12 +7,12 @@ impl Daemon {
     /// A message from another daemon on connection `t` of kind `kind`.
     pub(super) fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg, payload: Vec<u8>) {
         match (kind, msg) {
-            (Kind::Accepting(hs), msg) => self.accepting(t, hs, &msg),
+            (Kind::Accepting, msg) => self.accepting(t, &msg),
             (
                 kind @ (Kind::Peer { host: Some(_) } | Kind::Master | Kind::Data { .. }),
                 PeerMsg::Part { last },
             ) => self.part(t, kind, last, payload),
-            (Kind::Dialling { host, client }, msg) => self.dialling(t, host, client, &msg),
+            (Kind::Dialling { host }, msg) => self.dialling(t, host, &msg),
             (Kind::Peer { host: None }, PeerMsg::Register { .. }) if !self.role.is_master() => {
                 match self.failover_master_addr() {
                     Some(addr) => self.send_peer(t, &PeerMsg::Redirect { addr }),

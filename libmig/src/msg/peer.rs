@@ -9,17 +9,26 @@ use super::*;
 /// Daemon to daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PeerMsg {
-    /// Handshake 1 (client): its nonce.
+    /// Handshake 1 (client): its nonce, and the first message of the
+    /// Noise handshake that seals the link (`seal`), in cipher suite
+    /// `suite`.
     Hello {
         /// Client nonce.
         nonce: Block,
+        /// `seal::Suite` number.
+        suite: u8,
+        /// Noise message 1.
+        noise: Vec<u8>,
     },
-    /// Handshake 2 (server): its nonce and proof of the key.
+    /// Handshake 2 (server): its nonce and proof of the key, and the second
+    /// Noise message. Every byte after `Proof` is sealed, both ways.
     Challenge {
         /// Server nonce.
         nonce: Block,
         /// `ClusterKey::server_proof`.
         proof: Block,
+        /// Noise message 2.
+        noise: Vec<u8>,
     },
     /// Handshake 3 (client): proof of the key.
     Proof {
