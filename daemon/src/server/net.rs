@@ -7,6 +7,11 @@ use super::*;
 use libmig::handshake::{Answer, Client};
 use libmig::seal::Sealer;
 
+/// Connections not yet authenticated held at once, and from one address:
+/// beyond, a new one is closed at once (a flood costs the daemon nothing).
+const MAX_STRANGERS: usize = 64;
+const MAX_STRANGERS_PER_ADDR: usize = 16;
+
 /// Size of the pieces of a message too large for one frame.
 const PART: usize = 32 << 20;
 
@@ -167,6 +172,28 @@ impl Daemon {
                     "control connection from uid {uid} refused: only uid {} may control this daemon",
                     self.uid
                 );
+            }
+        }
+        if let Some(peer) = peer {
+            let strangers: Vec<Option<std::net::IpAddr>> = self
+                .conns
+                .values()
+                .filter(|c| c.kind == Kind::Accepting)
+                .map(|c| match &c.sock {
+                    Sock::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
+                    Sock::Unix(_) => None,
+                })
+                .collect();
+            let same = strangers.iter().filter(|a| **a == Some(peer.ip())).count();
+            if strangers.len() >= MAX_STRANGERS || same >= MAX_STRANGERS_PER_ADDR {
+                if self.strangers.allow(Instant::now()) {
+                    log!(
+                        "refusing connection from {peer}: {} connections not yet authenticated \
+                         ({same} from that address)",
+                        strangers.len()
+                    );
+                }
+                return;
             }
         }
         let t = self.token();
