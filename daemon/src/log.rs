@@ -1,5 +1,7 @@
 //! The daemon log: one line per event on stderr, with a UTC timestamp and
-//! milliseconds. `mig up` sends each daemon's stderr to `STATE_DIR/migd.log`.
+//! milliseconds. `mig up` sends each daemon's stderr to `STATE_DIR/migd.log`;
+//! a log there that grows past `ROTATE_AT` is rotated (`migd.log.1`, the
+//! one before dropped), so the disk holds at most twice that.
 
 /// Seconds and milliseconds since the epoch, as `HH:MM:SS.mmm` UTC.
 pub fn stamp() -> String {
@@ -56,6 +58,40 @@ impl Budget {
             false
         }
     }
+}
+
+/// Size at which `STATE_DIR/migd.log` is rotated.
+pub const ROTATE_AT: u64 = 16 << 20;
+
+/// If stderr is `log` (the same file) and it has grown past `limit`, move
+/// it to `log.1` and carry on in a fresh `log`. Returns whether it did.
+pub fn rotate_if_large(log: &std::path::Path, limit: u64) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let stderr = std::io::stderr();
+    let fd = stderr.as_raw_fd();
+    let Ok(ours) = nix::sys::stat::fstat(fd) else {
+        return Ok(false);
+    };
+    let Ok(file) = std::fs::metadata(log) else {
+        return Ok(false);
+    };
+    if file.ino() != ours.st_ino as u64 || file.dev() != ours.st_dev as u64 || file.len() < limit {
+        return Ok(false);
+    }
+    let old = log.with_extension("log.1");
+    std::fs::rename(log, &old)?;
+    let fresh = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log)?;
+    // SAFETY: dup2 onto our own stderr descriptor; `fresh` stays valid
+    // for the call and is closed after (stderr keeps its copy).
+    if unsafe { libc::dup2(fresh.as_raw_fd(), fd) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(true)
 }
 
 /// Write one log line.

@@ -519,3 +519,29 @@ fn a_flood_of_connections_that_never_authenticate_is_held_to_a_few_and_costs_not
         vm.log(0)
     );
 }
+
+#[test]
+fn a_log_grown_past_its_bound_is_rotated_and_the_disk_holds_two_at_most() {
+    let vm = Vm::start(1);
+    let log = vm.dir.path().join("h0").join("migd.log");
+    // Lines the daemon would take months to write, added at once.
+    {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        let line = [b'x'; 1023];
+        for _ in 0..(17 << 10) {
+            f.write_all(&line).unwrap();
+            f.write_all(b"\n").unwrap();
+        }
+    }
+    let old = vm.dir.path().join("h0").join("migd.log.1");
+    assert!(
+        mig_tests::wait_until(Duration::from_secs(5), || old.is_file()
+            && vm.log(0).contains("log rotated")),
+        "not rotated"
+    );
+    assert!(std::fs::metadata(&log).unwrap().len() < 1 << 20);
+    // It goes on logging in the fresh file, and serving.
+    assert!(master_serves(&vm));
+    vm.mig_ok(&["spawn", "-n", "1", "--wait", "--", "/bin/true"]);
+    assert!(vm.log(0).contains("job j1 finished"), "{}", vm.log(0));
+}

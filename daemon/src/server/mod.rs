@@ -484,6 +484,12 @@ impl Daemon {
 
     pub(super) fn tick(&mut self) {
         self.call_off_slow_moves();
+        let path = self.cfg.state_dir.join("migd.log");
+        match crate::log::rotate_if_large(&path, crate::log::ROTATE_AT) {
+            Ok(true) => log!("log rotated: the earlier lines are in migd.log.1"),
+            Ok(false) => {}
+            Err(e) => log!("could not rotate the log: {e}"),
+        }
         if let Some(c) = &mut self.contain {
             c.sweep();
         }
