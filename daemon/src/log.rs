@@ -76,7 +76,7 @@ pub fn rotate_if_large(log: &std::path::Path, limit: u64) -> std::io::Result<boo
     let Ok(file) = std::fs::metadata(log) else {
         return Ok(false);
     };
-    if file.ino() != ours.st_ino as u64 || file.dev() != ours.st_dev as u64 || file.len() < limit {
+    if file.ino() != ours.st_ino || file.dev() != ours.st_dev || file.len() < limit {
         return Ok(false);
     }
     let old = log.with_extension("log.1");
