@@ -261,8 +261,12 @@ impl Decoder {
             b.filled += n;
             return Ok((n, asked));
         }
-        self.reserve(READ_CHUNK);
-        let room = &mut self.buf[self.end..];
+        // A decoder limited to small frames (a peer not yet authenticated)
+        // reads in small pieces: nothing large is allocated for it.
+        let small = self.limit.filter(|&l| l < READ_CHUNK).map(|l| l + HEADER);
+        self.reserve(small.unwrap_or(READ_CHUNK));
+        let upto = small.map_or(self.buf.len(), |n| self.end + n);
+        let room = &mut self.buf[self.end..upto];
         let asked = room.len();
         let n = read(room)?;
         self.end += n;
@@ -292,7 +296,11 @@ impl Decoder {
             self.start = 0;
         }
         if self.buf.len() - self.end < more {
-            self.buf.resize(self.end + more.max(READ_CHUNK), 0);
+            let least = match self.limit {
+                Some(l) if l < READ_CHUNK => more,
+                _ => READ_CHUNK,
+            };
+            self.buf.resize(self.end + more.max(least), 0);
         }
     }
 
