@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use libmig::control::Client;
-use libmig::msg::{HostInfo, Request, Response, SpawnSpec};
+use libmig::msg::{HostInfo, Request, Response};
 use mig_tests::{wait_until, Vm};
 use nix::sys::signal::Signal;
 
@@ -102,30 +102,7 @@ fn failover(trials: usize) {
 }
 
 fn spawn(vm: &Vm, n: u32) -> f64 {
-    let mut c = Client::connect(&vm.sock()).expect("connect");
-    let spec = SpawnSpec {
-        program: "/bin/true".into(),
-        args: vec![],
-        n,
-        cwd: "/".into(),
-        env: vec![],
-        wait: true,
-        parent: None,
-        independent: false,
-        restartable: false,
-    };
-    let t = Instant::now();
-    c.send(&Request::Spawn(spec)).expect("send");
-    loop {
-        match c.recv(None).expect("reply") {
-            Response::JobDone { status, .. } => {
-                assert_eq!(status, 0);
-                return t.elapsed().as_secs_f64() * 1e3;
-            }
-            Response::Error { message } => panic!("{message}"),
-            _ => {}
-        }
-    }
+    vm.spawn_true_ms(n)
 }
 
 fn replication(reps: usize) {

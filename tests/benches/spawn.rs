@@ -6,37 +6,10 @@
 //! Needs release binaries: `cargo build --release --workspace --bins` first
 //! (bench/spawn-vs-pvm.sh does it and runs PVM's harness beside it).
 
-use std::time::Instant;
-
-use libmig::control::Client;
-use libmig::msg::{Request, Response, SpawnSpec};
 use mig_tests::Vm;
 
 fn once(vm: &Vm, n: u32) -> f64 {
-    let mut c = Client::connect(&vm.sock()).expect("connect");
-    let spec = SpawnSpec {
-        program: "/bin/true".into(),
-        args: vec![],
-        n,
-        cwd: "/".into(),
-        env: vec![],
-        wait: true,
-        parent: None,
-        independent: false,
-        restartable: false,
-    };
-    let t = Instant::now();
-    c.send(&Request::Spawn(spec)).expect("send");
-    loop {
-        match c.recv(None).expect("reply") {
-            Response::JobDone { status, .. } => {
-                assert_eq!(status, 0);
-                return t.elapsed().as_secs_f64() * 1e3;
-            }
-            Response::Error { message } => panic!("{message}"),
-            _ => {}
-        }
-    }
+    vm.spawn_true_ms(n)
 }
 
 fn main() {

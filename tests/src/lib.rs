@@ -406,6 +406,36 @@ impl Vm {
             .expect("run mig")
     }
 
+    /// Spawn `n` VPs of `/bin/true` through the master and wait for the
+    /// job's end: milliseconds from the request to the `JobDone` reply.
+    pub fn spawn_true_ms(&self, n: u32) -> f64 {
+        use libmig::msg::{Request, Response, SpawnSpec};
+        let mut c = libmig::control::Client::connect(&self.sock()).expect("connect");
+        let spec = SpawnSpec {
+            program: "/bin/true".into(),
+            args: vec![],
+            n,
+            cwd: "/".into(),
+            env: vec![],
+            wait: true,
+            parent: None,
+            independent: false,
+            restartable: false,
+        };
+        let t = Instant::now();
+        c.send(&Request::Spawn(spec)).expect("send");
+        loop {
+            match c.recv(None).expect("reply") {
+                Response::JobDone { status, .. } => {
+                    assert_eq!(status, 0);
+                    return t.elapsed().as_secs_f64() * 1e3;
+                }
+                Response::Error { message } => panic!("{message}"),
+                _ => {}
+            }
+        }
+    }
+
     /// Daemon `i`'s control socket.
     pub fn sock_of(&self, i: usize) -> PathBuf {
         self.dir.path().join(format!("h{i}")).join("control.sock")

@@ -5,18 +5,7 @@
 use super::*;
 use proptest::prelude::*;
 
-fn facts(name: &str, procs: u32) -> HostFacts {
-    HostFacts {
-        name: name.into(),
-        arch: "x86_64-linux".into(),
-        processors: procs,
-        capacity: 1.0,
-        memory_mb: 1024,
-        addr: "127.0.0.1:1".into(),
-        pid: 1,
-        offered: true,
-    }
-}
+use super::tests::{facts, spec};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -62,21 +51,7 @@ fn apply(m: &mut Master, s: &Step, now: Instant) -> Vec<Out> {
     };
     match *s {
         Step::Join(h, p) => m.register(facts(&format!("h{h}"), p), now).1,
-        Step::Spawn(n) => m.control(
-            from,
-            "h0",
-            Request::Spawn(SpawnSpec {
-                program: "/bin/true".into(),
-                args: vec![],
-                n,
-                cwd: "/".into(),
-                env: vec![],
-                wait: true,
-                parent: None,
-                independent: false,
-                restartable: false,
-            }),
-        ),
+        Step::Spawn(n) => m.control(from, "h0", Request::Spawn(spec(n))),
         Step::Start(k) => match pick(m, k, |v| v.state == VpState::Starting) {
             Some((h, t)) => m.started(&h, t, 100 + (t as u32 & 0xffff)),
             None => Vec::new(),

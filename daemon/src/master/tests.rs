@@ -28,7 +28,7 @@ fn a_job_names_its_program_per_architecture() {
     );
 }
 
-fn facts(name: &str, procs: u32) -> HostFacts {
+pub(super) fn facts(name: &str, procs: u32) -> HostFacts {
     HostFacts {
         name: name.into(),
         arch: "x86_64-linux".into(),
@@ -41,7 +41,7 @@ fn facts(name: &str, procs: u32) -> HostFacts {
     }
 }
 
-fn spec(n: u32) -> SpawnSpec {
+pub(super) fn spec(n: u32) -> SpawnSpec {
     SpawnSpec {
         program: "/bin/true".into(),
         args: vec![],

@@ -259,18 +259,7 @@ impl Daemon {
         };
         log!("elected master (term {term})");
         // The old master's link goes quietly: this daemon is the master.
-        let old: Vec<Token> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.kind == Kind::Master)
-            .map(|(t, _)| *t)
-            .collect();
-        for t in old {
-            if let Some(c) = self.conns.get_mut(&t) {
-                c.kind = Kind::Control;
-            }
-            self.close(t, "a new master was elected");
-        }
+        self.drop_master_links();
         let peers = m.peer_list();
         let voters: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
         self.failover.exported = m.export();
@@ -318,6 +307,24 @@ impl Daemon {
         }
     }
 
+    /// Close the links to an old master quietly (not as a lost master).
+    /// Were there any?
+    fn drop_master_links(&mut self) -> bool {
+        let old: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.kind == Kind::Master)
+            .map(|(t, _)| *t)
+            .collect();
+        for &t in &old {
+            if let Some(c) = self.conns.get_mut(&t) {
+                c.kind = Kind::Control;
+            }
+            self.close(t, "a new master was elected");
+        }
+        !old.is_empty()
+    }
+
     /// A new master announced itself: attach to it, unless an announcement
     /// of a later term was followed already.
     pub(super) fn on_new_master(&mut self, term: u64, name: &str, addr: &str) {
@@ -347,21 +354,9 @@ impl Daemon {
         let first = seal
             .read_frame::<PeerMsg, _>(&mut s)
             .map_err(|e| e.to_string())?;
-        let old: Vec<Token> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.kind == Kind::Master)
-            .map(|(t, _)| *t)
-            .collect();
-        if !old.is_empty() {
+        if self.drop_master_links() {
             // (A stopped master: its link is open, its answers never come.)
             self.fail_unanswered("a new master was elected");
-        }
-        for t in old {
-            if let Some(c) = self.conns.get_mut(&t) {
-                c.kind = Kind::Control;
-            }
-            self.close(t, "a new master was elected");
         }
         let t = self
             .adopt(s, Kind::Master, seal)
