@@ -21,6 +21,15 @@ pub enum ControlError {
         #[source]
         source: std::io::Error,
     },
+    /// The socket is there but not ours to use.
+    #[error("permission denied at {path}: this mig daemon belongs to another user (only its own user and root may control it)")]
+    Denied {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// The daemon refused the connection and said why.
+    #[error("{0}")]
+    Refused(String),
     /// The conversation broke.
     #[error("talking to the daemon: {0}")]
     Frame(#[from] FrameError),
@@ -61,9 +70,17 @@ pub struct Client {
 impl Client {
     /// Connect to the control socket at `path`.
     pub fn connect(path: &Path) -> Result<Client, ControlError> {
-        let stream = UnixStream::connect(path).map_err(|source| ControlError::Connect {
-            path: path.to_path_buf(),
-            source,
+        let stream = UnixStream::connect(path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::PermissionDenied {
+                ControlError::Denied {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                ControlError::Connect {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
         })?;
         Ok(Client {
             stream,
@@ -73,8 +90,23 @@ impl Client {
 
     /// Send one request.
     pub fn send(&mut self, req: &Request) -> Result<(), ControlError> {
-        frame::write_frame(&mut self.stream, req)?;
-        Ok(())
+        match frame::write_frame(&mut self.stream, req) {
+            Ok(()) => Ok(()),
+            // Closed on us: a daemon that refuses says why first.
+            Err(FrameError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                let _ = self.stream.set_read_timeout(Some(Duration::from_secs(1)));
+                match frame::read_frame::<Response, _>(&mut self.stream) {
+                    Ok(Some(Response::Error { message })) => Err(ControlError::Refused(message)),
+                    _ => Err(FrameError::Io(e).into()),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The next reply (blocking; `timeout` None waits forever).

@@ -545,3 +545,47 @@ fn a_log_grown_past_its_bound_is_rotated_and_the_disk_holds_two_at_most() {
     vm.mig_ok(&["spawn", "-n", "1", "--wait", "--", "/bin/true"]);
     assert!(vm.log(0).contains("job j1 finished"), "{}", vm.log(0));
 }
+
+#[test]
+fn another_local_user_is_told_permission_denied_by_the_socket_and_by_the_daemon() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to run mig as another user (nobody)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let vm = Vm::start(1);
+    let as_nobody = |vm: &Vm| {
+        mig_tests::command("mig")
+            .env("MIG_DAEMON", vm.sock())
+            .arg("hosts")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("mig as nobody")
+    };
+    // The socket's directory keeps them out: said as such.
+    let out = as_nobody(&vm);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("permission denied"), "{err}");
+    // Opened up by mistake: the daemon itself refuses the uid, and says why.
+    let dir = vm.dir.path().join("h0");
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))
+    };
+    mode(vm.dir.path(), 0o711).unwrap();
+    mode(&dir, 0o711).unwrap();
+    mode(&vm.sock(), 0o666).unwrap();
+    let out = as_nobody(&vm);
+    mode(&vm.sock(), 0o600).unwrap();
+    mode(&dir, 0o700).unwrap();
+    mode(vm.dir.path(), 0o700).unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("uid 65534 may not control this daemon"),
+        "{err}"
+    );
+    assert!(master_serves(&vm));
+}

@@ -168,10 +168,25 @@ impl Daemon {
                 .map(|c| c.uid())
                 .unwrap_or(u32::MAX);
             if uid != self.uid && uid != 0 {
-                return log!(
-                    "control connection from uid {uid} refused: only uid {} may control this daemon",
+                let why = format!(
+                    "permission denied: uid {uid} may not control this daemon (only uid {} and \
+                     root may)",
                     self.uid
                 );
+                // Told why, best effort (the socket is fresh: one small
+                // frame fits), then closed.
+                if let (Sock::Unix(s), Ok(b)) = (
+                    &mut sock,
+                    frame::encode(&Response::Error {
+                        message: why.clone(),
+                    }),
+                ) {
+                    let _ = s.write(&b);
+                }
+                if self.strangers.allow(Instant::now()) {
+                    log!("control connection refused: {why}");
+                }
+                return;
             }
         }
         if let Some(peer) = peer {
