@@ -45,7 +45,9 @@ enum Command {
     Demo(demo::Args),
     /// Start a local virtual machine of N daemons on loopback.
     Up(up::Args),
-    /// List the hosts of the virtual machine.
+    /// List the hosts of the virtual machine: which is the master, which
+    /// vote for it (keep its replicated state), and VPs waiting on each.
+    /// Warns when fewer than three voters keep the master's state.
     Hosts(hosts::Args),
     /// Start a parallel job: N VPs of a program.
     Spawn(spawn::Args),
