@@ -83,6 +83,11 @@ impl Master {
         (!change.add.is_empty() || !change.remove.is_empty()).then_some(change)
     }
 
+    /// Every host's word of who votes (`PeerMsg::Voters`).
+    pub fn voters_msg(&self) -> PeerMsg {
+        PeerMsg::Voters(self.voters.iter().map(|(i, h)| (*i, h.clone())).collect())
+    }
+
     /// This master's voter id.
     pub fn voter_id(&self) -> Option<u64> {
         self.voters

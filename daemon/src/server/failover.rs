@@ -505,7 +505,7 @@ impl Daemon {
         let Some(change) = m.voter_change() else {
             return;
         };
-        let list: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
+        let list = m.voters_msg();
         let VoterChange { add, remove } = change;
         for (id, host) in &add {
             self.failover.hosts.insert(*id, host.clone());
@@ -527,6 +527,6 @@ impl Daemon {
             Some(Err(e)) => log!("the voters could not be changed: {e}"),
             None => {}
         }
-        self.deliver(vec![Out::Broadcast(PeerMsg::Voters(list))]);
+        self.deliver(vec![Out::Broadcast(list)]);
     }
 }

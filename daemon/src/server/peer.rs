@@ -25,8 +25,7 @@ impl Daemon {
                 };
                 let (name, out, fenced) = m.attach(facts, Instant::now());
                 let dir = m.directory();
-                let voters =
-                    PeerMsg::Voters(m.voters().iter().map(|(i, h)| (*i, h.clone())).collect());
+                let voters = m.voters_msg();
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer {
                         host: Some(name.clone()),
@@ -59,8 +58,7 @@ impl Daemon {
                 };
                 let (name, out) = m.register(facts, Instant::now());
                 let dir = m.directory();
-                let voters =
-                    PeerMsg::Voters(m.voters().iter().map(|(i, h)| (*i, h.clone())).collect());
+                let voters = m.voters_msg();
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer {
                         host: Some(name.clone()),
