@@ -85,6 +85,7 @@ pub fn rotate_if_large(log: &std::path::Path, limit: u64) -> std::io::Result<boo
         .create(true)
         .append(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(log)?;
     // SAFETY: dup2 onto our own stderr descriptor; `fresh` stays valid
     // for the call and is closed after (stderr keeps its copy).

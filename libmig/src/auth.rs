@@ -14,9 +14,9 @@
 //! lives here: loading or creating the key file, the MACs, nonces. What does
 //! not: the messages that carry them (`msg`) or the socket handling.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use hmac::{Hmac, Mac};
@@ -44,6 +44,16 @@ pub enum KeyError {
     /// Others may read it.
     #[error("key file {0} is readable by group or others; run: chmod 600 {0}")]
     Permissions(String),
+    /// Another user owns it (they could have planted it).
+    #[error("key file {path} belongs to user {owner}, not to you ({me}): refusing a key another user could have planted")]
+    Owner {
+        /// The file.
+        path: String,
+        /// Its owner.
+        owner: u32,
+        /// The daemon's user.
+        me: u32,
+    },
     /// No randomness from the OS.
     #[error("no randomness from the operating system: {0}")]
     Random(String),
@@ -102,18 +112,27 @@ impl ClusterKey {
     /// Read an existing key file.
     pub fn load(path: &Path) -> Result<Self, KeyError> {
         let p = path.display().to_string();
-        let f = File::open(path).map_err(|source| KeyError::Io {
-            path: p.clone(),
-            source,
-        })?;
-        let mode = f
-            .metadata()
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
             .map_err(|source| KeyError::Io {
                 path: p.clone(),
                 source,
-            })?
-            .permissions()
-            .mode();
+            })?;
+        let meta = f.metadata().map_err(|source| KeyError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let me = nix::unistd::geteuid().as_raw();
+        if meta.uid() != me {
+            return Err(KeyError::Owner {
+                path: p,
+                owner: meta.uid(),
+                me,
+            });
+        }
+        let mode = meta.permissions().mode();
         if mode & 0o077 != 0 {
             return Err(KeyError::Permissions(p));
         }
@@ -205,5 +224,18 @@ mod tests {
             ClusterKey::load(&path),
             Err(KeyError::Permissions(_))
         ));
+        // A link to a key is not followed: it may point at anyone's.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(matches!(ClusterKey::load(&link), Err(KeyError::Io { .. })));
+        assert!(ClusterKey::load(&path).is_ok());
+        // Another user's key is refused (as root, give it away to see).
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+            let err = ClusterKey::load(&path).unwrap_err();
+            assert!(matches!(err, KeyError::Owner { owner: 65534, .. }));
+            assert!(err.to_string().contains("another user"), "{err}");
+        }
     }
 }

@@ -455,6 +455,76 @@ fn mig_up_refuses_a_state_directory_another_user_could_have_planted() {
     );
 }
 
+#[test]
+fn another_users_planted_state_directory_and_key_are_refused_and_nothing_is_overwritten() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to act as another user (nobody, uid 65534)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path();
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A shared directory as /tmp is: anyone may create in it.
+    let shared = root.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = root.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    // The other user gets there first: the VM's directory, a log that is
+    // a link to the victim, and a key of their choosing.
+    let planted = shared.join("mig");
+    let plant = format!(
+        "mkdir -p {dir}/h0 && ln -s {victim} {dir}/h0/migd.log && \
+         printf '%064x\\n' 7 > {dir}/cluster.key && chmod 600 {dir}/cluster.key",
+        dir = planted.display(),
+        victim = victim.display()
+    );
+    let st = std::process::Command::new("sh")
+        .args(["-c", &plant])
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .expect("sh as nobody");
+    assert!(st.success(), "planting as nobody failed");
+    let out = mig_tests::command("mig")
+        .args(["up", "-n", "2", "--detach", "--state-dir"])
+        .arg(&planted)
+        .output()
+        .expect("mig up");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("belongs to user 65534"), "{err}");
+    // A directory of ours that others may write into is refused too.
+    let open = shared.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = mig_tests::command("mig")
+        .args(["up", "-n", "1", "--detach", "--state-dir"])
+        .arg(&open)
+        .output()
+        .expect("mig up");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("may be written by other users"), "{err}");
+    // A daemon pointed at the planted key refuses it, before it listens.
+    let mine = root.join("mine");
+    let out = mig_tests::command("migd")
+        .arg("--state-dir")
+        .arg(&mine)
+        .arg("--key-file")
+        .arg(planted.join("cluster.key"))
+        .args(["--processors", "1", "--capacity", "1"])
+        .output()
+        .expect("migd");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("belongs to user 65534"), "{err}");
+    assert!(!mine.join("addr").exists(), "it listened");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
 /// A `Hello` as a stranger might send it (its Noise message empty).
 fn hello(n: u8) -> PeerMsg {
     PeerMsg::Hello {

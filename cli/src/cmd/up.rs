@@ -193,6 +193,7 @@ fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(C
         .create(true)
         .append(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(state.join("migd.log"))
         .context("opening the daemon log")?;
     if log.metadata().is_ok_and(|m| m.len() > 0) {
