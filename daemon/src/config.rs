@@ -102,6 +102,13 @@ pub struct FileConfig {
     /// machine must not die; with more, a majority of them must answer
     /// before the master acts.
     pub voters: Option<u32>,
+    /// Which log lines are written: a level (error, warn, info, debug) or
+    /// `LEVEL,MODULE=LEVEL,...` (default info; `MIG_LOG` or `RUST_LOG`
+    /// override it).
+    pub log: Option<String>,
+    /// `STATE_DIR/migd.log` is rotated past this size (MiB, default 16);
+    /// the disk holds at most twice that.
+    pub log_max_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -152,6 +159,10 @@ pub struct Config {
     pub checkpoint_interval: Option<Duration>,
     /// Most voters (1, 3 or 5).
     pub voters: u32,
+    /// The log filter (`log::Filter` syntax), if configured.
+    pub log: Option<String>,
+    /// Rotate `STATE_DIR/migd.log` past this many bytes.
+    pub log_max: u64,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -182,6 +193,8 @@ impl Config {
             vp_huge_pages: true,
             checkpoint_interval: Some(DEFAULT_CHECKPOINT_INTERVAL),
             voters: 5,
+            log: None,
+            log_max: crate::log::DEFAULT_MAX_MB << 20,
             owner: OwnerConfig::default(),
         }
     }
@@ -259,6 +272,13 @@ impl Config {
         if let Some(v) = f.voters {
             self.voters = v;
         }
+        if f.log.is_some() {
+            self.log = f.log;
+        }
+        if let Some(v) = f.log_max_mb {
+            // Out of range: zero, which `validate` refuses.
+            self.log_max = v.checked_mul(1 << 20).filter(|_| v <= 1 << 20).unwrap_or(0);
+        }
         if let Some(v) = f.checkpoint_interval_s {
             // Out of range (negative, not a number, huge): zero, which
             // `validate` refuses with the allowed range.
@@ -316,6 +336,12 @@ impl Config {
             .is_some_and(|d| d < Duration::from_millis(100) || d > Duration::from_secs(7 * 86400))
         {
             return bad("checkpoint_interval_s must be 0 (off) or between 0.1 and 604800".into());
+        }
+        if self.log_max < 1 << 20 {
+            return bad("log_max_mb must be between 1 and 1048576".into());
+        }
+        if let Some(spec) = &self.log {
+            crate::log::Filter::parse(spec).map_err(ConfigError::Invalid)?;
         }
         if ![1, 3, 5].contains(&self.voters) {
             return bad(format!("voters must be 1, 3 or 5, got {}", self.voters));

@@ -139,7 +139,9 @@ pub fn run(args: &[String]) -> ! {
                     "lease guardian: the daemon's lease lapsed {} ms ago: its VPs are frozen",
                     (now - d) / 1_000_000
                 ),
-                Err(e) => crate::log!("lease guardian: the lease lapsed, but freezing failed: {e}"),
+                Err(e) => {
+                    crate::warn!("lease guardian: the lease lapsed, but freezing failed: {e}")
+                }
             }
         }
         let wait = match deadline {

@@ -368,7 +368,9 @@ fn a_silent_worker_leaves_the_pool_and_rejoins_fenced_when_it_answers_again() {
     vm.signal(1, Signal::SIGCONT);
     assert!(
         wait_until(T, || h1_alive(&vm)),
-        "it rejoins when it answers"
+        "it rejoins when it answers:\n{}\n{}",
+        vm.log(0),
+        vm.log(1)
     );
     assert_eq!(
         vm.json(&["map"])["processors"],
@@ -592,13 +594,13 @@ fn a_flood_of_connections_that_never_authenticate_is_held_to_a_few_and_costs_not
 
 #[test]
 fn a_log_grown_past_its_bound_is_rotated_and_the_disk_holds_two_at_most() {
-    let vm = Vm::start(1);
+    let vm = Vm::start_config(1, "[daemon]\nlog_max_mb = 1\nlog = \"warn,server=debug\"\n");
     let log = vm.dir.path().join("h0").join("migd.log");
     // Lines the daemon would take months to write, added at once.
     {
         let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
         let line = [b'x'; 1023];
-        for _ in 0..(17 << 10) {
+        for _ in 0..(1 << 10) + 10 {
             f.write_all(&line).unwrap();
             f.write_all(b"\n").unwrap();
         }
@@ -610,10 +612,17 @@ fn a_log_grown_past_its_bound_is_rotated_and_the_disk_holds_two_at_most() {
         "not rotated"
     );
     assert!(std::fs::metadata(&log).unwrap().len() < 1 << 20);
-    // It goes on logging in the fresh file, and serving.
+    // It goes on logging in the fresh file, and serving; the filter
+    // lets the server's detail through, and the master's news not.
     assert!(master_serves(&vm));
     vm.mig_ok(&["spawn", "-n", "1", "--wait", "--", "/bin/true"]);
-    assert!(vm.log(0).contains("job j1 finished"), "{}", vm.log(0));
+    drop(TcpStream::connect(&vm.addr).unwrap());
+    assert!(
+        mig_tests::wait_until(T, || vm.log(0).contains(" DEBUG migd[")),
+        "{}",
+        vm.log(0)
+    );
+    assert!(!vm.log(0).contains("job j1 finished"), "{}", vm.log(0));
 }
 
 #[test]

@@ -93,16 +93,9 @@ fn start() -> anyhow::Result<()> {
         processors: f.processors,
         capacity: f.capacity,
         arch: f.arch,
-        heartbeat_ms: None,
-        dead_after_ms: None,
         safe_point_timeout_ms: f.safe_point_timeout_ms,
-        move_timeout_ms: None,
-        quantum_ms: None,
         vp_nice: f.vp_nice,
-        vp_idle_class: None,
-        vp_huge_pages: None,
-        checkpoint_interval_s: None,
-        voters: None,
+        ..Default::default()
     });
     cfg.apply_owner(migd::owner::OwnerFile {
         scope: f.owner_scope,
@@ -110,6 +103,7 @@ fn start() -> anyhow::Result<()> {
     })
     .context("invalid configuration")?;
     cfg.validate().context("invalid configuration")?;
+    migd::log::init(cfg.log.as_deref()).map_err(anyhow::Error::msg)?;
     migd::run(cfg).context("migd")?;
     Ok(())
 }

@@ -249,7 +249,10 @@ impl Master {
         }
         h.alive = false;
         h.lost = None;
-        let mut out = vec![Out::Log(format!("host {host} left the pool: {why}"))];
+        let mut out = vec![
+            Out::Log(format!("host {host} left the pool: {why}")),
+            Out::Disconnect(host.to_string()),
+        ];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
         // Its VPs' processes are gone with it: whether or not they could be

@@ -68,6 +68,10 @@ pub enum Requester {
 pub enum Out {
     /// A message to a host (possibly the master itself).
     ToHost(String, PeerMsg),
+    /// Close the link to a host given up for dead: if it lives, it dials
+    /// again and hears on the fresh link that it is fenced (the old one
+    /// may be what failed).
+    Disconnect(String),
     /// A reply to whoever asked.
     Reply(Requester, Response),
     /// A line for the daemon log.

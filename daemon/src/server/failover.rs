@@ -50,10 +50,16 @@ pub(super) struct Failover {
     /// dial them again for a while (a dead voter stays one until the
     /// master has given its host up).
     unreachable: HashMap<String, Instant>,
+    /// When a masterless worker last dialled its old master.
+    redialled: Option<Instant>,
 }
 
-/// How long the consensus leaves a host whose link was lost.
+/// How long the consensus leaves a host whose link was lost (and a worker
+/// its old master between two dials).
 const REDIAL_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a worker waits for its old master to answer a dial.
+const REDIAL_WITHIN: Duration = Duration::from_millis(150);
 
 impl Failover {
     pub(super) fn new() -> Failover {
@@ -70,6 +76,7 @@ impl Failover {
             unsent: VecDeque::new(),
             master_addr: None,
             unreachable: HashMap::new(),
+            redialled: None,
         }
     }
 
@@ -81,7 +88,9 @@ impl Failover {
                 self.consensus = Some(c);
                 self.hosts.insert(1, me.to_string());
             }
-            Err(e) => log!("cannot start the replicated log ({e}): this master cannot be replaced"),
+            Err(e) => {
+                warn!("cannot start the replicated log ({e}): this master cannot be replaced")
+            }
         }
     }
 
@@ -174,7 +183,7 @@ impl Daemon {
         };
         match c.step(msg) {
             Ok(said) => self.send_said(said),
-            Err(e) => return log!("consensus message from {host} refused: {e}"),
+            Err(e) => return warn!("consensus message from {host} refused: {e}"),
         }
         self.check_leadership();
         self.release_held();
@@ -196,7 +205,7 @@ impl Daemon {
                 self.failover.hosts.insert(id, self.facts.name.clone());
                 self.failover.consensus = Some(c);
             }
-            Err(e) => log!("cannot become a voter: {e}"),
+            Err(e) => warn!("cannot become a voter: {e}"),
         }
     }
 
@@ -250,12 +259,12 @@ impl Daemon {
         let term = c.term();
         let committed = c.committed();
         let Some((_, bytes)) = c.newest() else {
-            return log!("elected (term {term}) but holding no state yet: waiting");
+            return warn!("elected (term {term}) but holding no state yet: waiting");
         };
         let me = self.facts.name.clone();
         let (m, out) = match Master::import(bytes, &me, Instant::now()) {
             Ok(x) => x,
-            Err(e) => return log!("elected (term {term}) but {e}"),
+            Err(e) => return warn!("elected (term {term}) but {e}"),
         };
         log!("elected master (term {term})");
         // The old master's link goes quietly: this daemon is the master.
@@ -336,18 +345,18 @@ impl Daemon {
             return;
         }
         let Ok(addr) = addr.parse::<SocketAddr>() else {
-            return log!("new master {name} announced a bad address {addr:?}");
+            return warn!("new master {name} announced a bad address {addr:?}");
         };
         self.failover.term = term;
-        match self.attach(addr) {
+        match self.attach(addr, HANDSHAKE_TIMEOUT) {
             Ok(()) => log!("following the new master {name} (term {term})"),
-            Err(e) => log!("cannot attach to the new master {name}: {e}"),
+            Err(e) => warn!("cannot attach to the new master {name}: {e}"),
         }
     }
 
     /// Connect to a new master as the host this daemon already is.
-    fn attach(&mut self, addr: SocketAddr) -> Result<(), String> {
-        let (mut s, mut seal) = net::connect(&self.key, addr)?;
+    fn attach(&mut self, addr: SocketAddr, within: Duration) -> Result<(), String> {
+        let (mut s, mut seal) = net::connect(&self.key, addr, within)?;
         let facts = self.facts.clone();
         seal.write_frame(&mut s, &PeerMsg::Attach { facts })
             .map_err(|e| e.to_string())?;
@@ -375,17 +384,46 @@ impl Daemon {
         Ok(())
     }
 
-    /// A worker lost its master. With voters to elect another it waits for
-    /// one (its VPs run on under their lease); without, it stops.
+    /// A worker lost its master. It dials it again (only the link may have
+    /// broken) and, with voters to elect another, waits for one too; its
+    /// VPs run on under their lease meanwhile.
     pub(super) fn master_lost(&mut self, why: &str) {
         self.role.lost_master();
         self.fail_unanswered(why);
         if self.failover.hosts.len() > 1 {
-            log!("lost the master: {why}; waiting for the voters to elect another");
-            self.failover.masterless.get_or_insert(Instant::now());
+            log!(
+                "lost the master: {why}; dialling it again and waiting for the voters to elect \
+                 another"
+            );
         } else {
-            log!("lost the master: {why}; stopping (it was the only voter)");
-            self.begin_halt();
+            log!("lost the master: {why}; dialling it again (it was the only voter)");
+        }
+        self.failover.masterless.get_or_insert(Instant::now());
+        self.failover.redialled = None;
+    }
+
+    /// A worker without a master dials the last one again, now and then:
+    /// if only the link broke (a spoilt record, a cable), it answers; it
+    /// goes on as it was, or fences this host if it gave it up meanwhile.
+    pub(super) fn redial_master(&mut self) {
+        if !self.awaiting_master() || self.halting.is_some() {
+            return;
+        }
+        let Some(addr) = self.failover.master_addr else {
+            return;
+        };
+        if self
+            .failover
+            .redialled
+            .is_some_and(|t| t.elapsed() < REDIAL_AFTER)
+        {
+            return;
+        }
+        self.failover.redialled = Some(Instant::now());
+        // Briefly: a master that does not answer at once is not the one to
+        // wait for (the loop must go on serving the owner and the VPs).
+        if self.attach(addr, REDIAL_WITHIN).is_ok() {
+            log!("attached to the master at {addr} again");
         }
     }
 
@@ -431,12 +469,21 @@ impl Daemon {
         self.failover.unsent.push_back(msg);
     }
 
-    /// A worker that has waited too long for a new master stops.
+    /// A worker that has waited too long for a master stops: long enough
+    /// for an election among voters, or, with the master the only voter,
+    /// for it to declare this host dead.
     pub(super) fn masterless_too_long(&mut self) {
-        let limit = self.cfg.dead_after * 4;
+        let limit = if self.failover.hosts.len() > 1 {
+            self.cfg.dead_after * 4
+        } else {
+            self.cfg.dead_after.max(REDIAL_AFTER * 3)
+        };
         if let Some(since) = self.failover.masterless {
             if since.elapsed() > limit && !self.role.is_master() && self.halting.is_none() {
-                log!("no new master within {} s: stopping", limit.as_secs_f64());
+                log!(
+                    "no master answered within {} s: stopping",
+                    limit.as_secs_f64()
+                );
                 self.begin_halt();
             }
         }
@@ -468,7 +515,7 @@ impl Daemon {
                     self.failover.exported = bytes;
                     self.send_said(said);
                 }
-                Err(e) => log!("the master's state could not be proposed: {e}"),
+                Err(e) => warn!("the master's state could not be proposed: {e}"),
             }
         }
         Some(self.failover.proposed)
@@ -524,7 +571,7 @@ impl Daemon {
             .map(|c| c.change_voters(&add, &remove));
         match result {
             Some(Ok(said)) => self.send_said(said),
-            Some(Err(e)) => log!("the voters could not be changed: {e}"),
+            Some(Err(e)) => warn!("the voters could not be changed: {e}"),
             None => {}
         }
         self.deliver(vec![Out::Broadcast(list)]);

@@ -73,7 +73,7 @@ impl Daemon {
             c.kind = Kind::Data { host: host.clone() };
             c.dec.limit(libmig::frame::MAX_BODY);
         }
-        log!("data link to {host}");
+        debug!("data link to {host}");
         let name = self.facts.name.clone();
         self.send_peer(t, &PeerMsg::Hi { name });
         for p in self.dialling.remove(&t).unwrap_or_default() {

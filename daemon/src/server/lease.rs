@@ -45,7 +45,7 @@ impl Daemon {
                 log!("lease guardian {} watches this host's VPs", g.pid());
                 self.lease.guardian = Some(g);
             }
-            Err(e) => log!("could not start the lease guardian: {e}"),
+            Err(e) => warn!("could not start the lease guardian: {e}"),
         }
     }
 

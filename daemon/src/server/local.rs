@@ -18,7 +18,7 @@ impl Daemon {
         let tid = s.tid;
         let mut cell = self.contain.as_mut().and_then(|c| {
             c.cell(&format!("t{tid:x}"))
-                .map_err(|e| log!("VP t{tid:x} held by its process group only: {e}"))
+                .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
                 .ok()
         });
         let join = cell.as_ref().map(|c| c.join_fds()).unwrap_or_default();
@@ -125,7 +125,7 @@ impl Daemon {
                 });
             }
             Err(e) => {
-                log!("cannot start {} for VP t{tid:x}: {e}", s.program);
+                warn!("cannot start {} for VP t{tid:x}: {e}", s.program);
                 let status = ExitInfo {
                     code: None,
                     signal: None,
@@ -239,7 +239,7 @@ fn pause_signal_of(env: &[(String, String)]) -> Option<i32> {
         .find(|(k, _)| k == libmig::vp::env::PAUSE_SIGNAL)?;
     let sig = v.parse().ok().filter(|&s| libmig::msg::pause_signal_ok(s));
     if sig.is_none() {
-        log!(
+        warn!(
             "ignoring {}={v:?}: not a signal a pause notice may be",
             libmig::vp::env::PAUSE_SIGNAL
         );

@@ -69,6 +69,7 @@ use crate::slicer::{Plan, Slicer};
 use crate::state_dir::StateDir;
 use crate::store::Store;
 use crate::switcher::{wall_ns, Armed, Switcher};
+use crate::{debug, warn};
 use libmig::msg::SnapStep;
 use libmig::payload::FD_PAYLOAD;
 use libmig::Payload;
@@ -190,6 +191,9 @@ pub struct Daemon {
     failover: failover::Failover,
     /// Control requests of local users forwarded to the master.
     proxied: role::Proxied,
+    /// On the master: what it said to live hosts whose link is down,
+    /// sent when they attach again (dropped if they join afresh).
+    unsent_to: HashMap<String, Vec<PeerMsg>>,
     /// On the master: jobs whose checkpoint images are being looked for.
     hunts: HashMap<String, recover::Hunt>,
     /// Large messages arriving in pieces, by connection.
@@ -266,10 +270,10 @@ impl Daemon {
                 source: e,
             })?;
         if !raised {
-            log!("migd runs at the normal priority (no permission for nice {MIGD_NICE}): on a busy machine the owner monitor may notice the owner late");
+            warn!("migd runs at the normal priority (no permission for nice {MIGD_NICE}): on a busy machine the owner monitor may notice the owner late");
         }
         if !realtime {
-            log!("slot switches run in the normal scheduling class (no permission for SCHED_FIFO): they may be late by milliseconds on a busy host");
+            warn!("slot switches run in the normal scheduling class (no permission for SCHED_FIFO): they may be late by milliseconds on a busy host");
         }
         let contain = match Containment::open(&cfg.name, std::process::id()) {
             Ok(c) => {
@@ -277,7 +281,7 @@ impl Daemon {
                 Some(c)
             }
             Err(why) => {
-                log!("VPs held by process group only (a child that calls setsid escapes): {why}");
+                warn!("VPs held by process group only (a child that calls setsid escapes): {why}");
                 None
             }
         };
@@ -287,6 +291,7 @@ impl Daemon {
             lease: lease::Lease::default(),
             failover: failover::Failover::new(),
             proxied: role::Proxied::default(),
+            unsent_to: HashMap::new(),
             hunts: HashMap::new(),
             parts: HashMap::new(),
             strangers: crate::log::Budget::default(),
@@ -485,10 +490,10 @@ impl Daemon {
     pub(super) fn tick(&mut self) {
         self.call_off_slow_moves();
         let path = self.cfg.state_dir.join("migd.log");
-        match crate::log::rotate_if_large(&path, crate::log::ROTATE_AT) {
+        match crate::log::rotate_if_large(&path, self.cfg.log_max) {
             Ok(true) => log!("log rotated: the earlier lines are in migd.log.1"),
             Ok(false) => {}
-            Err(e) => log!("could not rotate the log: {e}"),
+            Err(e) => warn!("could not rotate the log: {e}"),
         }
         if let Some(c) = &mut self.contain {
             c.sweep();
@@ -512,9 +517,12 @@ impl Daemon {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
         self.ask_lease();
+        self.redial_master();
         self.masterless_too_long();
         self.hunts_overdue();
         if let Some(m) = self.role.master() {
+            // What was kept for hosts given up since is not sent.
+            self.unsent_to.retain(|h, _| m.is_alive(h));
             let out = m.tick(Instant::now(), self.cfg.dead_after);
             self.deliver(out);
         }

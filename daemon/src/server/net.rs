@@ -30,7 +30,7 @@ impl Daemon {
     /// the master is.
     fn join_at(&mut self, addr: SocketAddr, redirects: u32) -> Result<(), DaemonError> {
         let jerr = |why: String| DaemonError::Join { addr, why };
-        let (mut s, mut seal) = connect(&self.key, addr).map_err(jerr)?;
+        let (mut s, mut seal) = connect(&self.key, addr, HANDSHAKE_TIMEOUT).map_err(jerr)?;
         let fe = |e: FrameError| jerr(e.to_string());
         seal.write_frame(
             &mut s,
@@ -128,7 +128,7 @@ impl Daemon {
                 Some(t)
             }
             Err(e) => {
-                log!("cannot open a data link to {host} at {addr}: {e}");
+                warn!("cannot open a data link to {host} at {addr}: {e}");
                 None
             }
         }
@@ -154,7 +154,7 @@ impl Daemon {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    log!("accept failed: {e}");
+                    warn!("accept failed: {e}");
                     return;
                 }
             }
@@ -184,7 +184,7 @@ impl Daemon {
                     let _ = s.write(&b);
                 }
                 if self.strangers.allow(Instant::now()) {
-                    log!("control connection refused: {why}");
+                    warn!("control connection refused: {why}");
                 }
                 return;
             }
@@ -202,7 +202,7 @@ impl Daemon {
             let same = strangers.iter().filter(|a| **a == Some(peer.ip())).count();
             if strangers.len() >= MAX_STRANGERS || same >= MAX_STRANGERS_PER_ADDR {
                 if self.strangers.allow(Instant::now()) {
-                    log!(
+                    warn!(
                         "refusing connection from {peer}: {} connections not yet authenticated \
                          ({same} from that address)",
                         strangers.len()
@@ -219,7 +219,7 @@ impl Daemon {
             .is_ok()
         {
             if let Some(peer) = peer.filter(|_| self.strangers.allow(Instant::now())) {
-                log!("connection from {peer}");
+                debug!("connection from {peer}");
             }
             self.conns.insert(t, Conn::new(sock, kind));
         }
@@ -252,7 +252,7 @@ impl Daemon {
             }
             Kind::Master => self.master_lost(why),
             Kind::Accepting if self.strangers.allow(Instant::now()) => {
-                log!("dropped unauthenticated connection: {why}")
+                warn!("dropped unauthenticated connection: {why}")
             }
             Kind::Accepting => {}
             Kind::Vp { tid } => {
@@ -377,7 +377,7 @@ impl Daemon {
         let kind = self.conns.get(&t).map(|c| c.kind.clone());
         if !matches!(kind, Some(Kind::Vp { .. })) {
             let who = kind.map_or_else(|| "a closed connection".to_string(), |k| k.to_string());
-            log!("cannot write to {who}: {e}");
+            warn!("cannot write to {who}: {e}");
         }
         let senders = self.flow.gave_up(t);
         self.resume_all(senders);
@@ -393,7 +393,7 @@ impl Daemon {
         let kind = self.conns.get(&t).map(|c| c.kind.clone());
         let stranger = matches!(kind, Some(Kind::Accepting));
         if !stranger || self.strangers.allow(Instant::now()) {
-            log!("refusing connection: {reason}");
+            warn!("refusing connection: {reason}");
         }
         if let Some(Kind::Vp { .. }) = kind {
             return self.close(t, reason);
@@ -447,7 +447,7 @@ impl Daemon {
         match frame::encode(msg) {
             Ok(b) => self.send_bytes(t, &b),
             Err(FrameError::TooLarge(_)) => self.send_in_parts(t, msg),
-            Err(e) => log!("cannot encode a message: {e}"),
+            Err(e) => warn!("cannot encode a message: {e}"),
         }
     }
 
@@ -456,14 +456,14 @@ impl Daemon {
     fn send_in_parts(&mut self, t: Token, msg: &PeerMsg) {
         let body = match postcard::to_allocvec(msg) {
             Ok(b) => b,
-            Err(e) => return log!("cannot encode a message: {e}"),
+            Err(e) => return warn!("cannot encode a message: {e}"),
         };
         let mut pieces = body.chunks(PART).peekable();
         while let Some(piece) = pieces.next() {
             let last = pieces.peek().is_none();
             match frame::encode_with(&PeerMsg::Part { last }, piece) {
                 Ok(b) => self.send_bytes(t, &b),
-                Err(e) => return log!("cannot encode a piece of a message: {e}"),
+                Err(e) => return warn!("cannot encode a piece of a message: {e}"),
             }
         }
     }
@@ -496,14 +496,14 @@ impl Daemon {
     pub(super) fn send_resp(&mut self, t: Token, resp: &Response) {
         match frame::encode(resp) {
             Ok(b) => self.send_bytes(t, &b),
-            Err(e) => log!("cannot encode a reply: {e}"),
+            Err(e) => warn!("cannot encode a reply: {e}"),
         }
     }
 
     pub(super) fn send_vp(&mut self, t: Token, msg: &VpMsg) {
         match frame::encode(msg) {
             Ok(b) => self.send_bytes(t, &b),
-            Err(e) => log!("cannot encode a message: {e}"),
+            Err(e) => warn!("cannot encode a message: {e}"),
         }
     }
 
@@ -536,15 +536,16 @@ pub(super) enum Pending {
     Peer(PeerMsg),
 }
 
-/// Connect to a daemon and authenticate both ways (blocking, with
-/// timeouts); the stream is ready for the first message after `Welcome`.
+/// Connect to a daemon and authenticate both ways (blocking, each step
+/// within `within`); the stream is ready for the first message after
+/// `Welcome`.
 pub(super) fn connect(
     key: &ClusterKey,
     addr: SocketAddr,
+    within: Duration,
 ) -> Result<(std::net::TcpStream, Box<Sealer>), String> {
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+    let mut s = std::net::TcpStream::connect_timeout(&addr, within).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(within))
         .map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     let fe = |e: FrameError| e.to_string();

@@ -227,7 +227,7 @@ impl Daemon {
     /// Start a parked VP again here from its image.
     pub(super) fn unpark(&mut self, tid: Tid) {
         let Some(Parked { start, path }) = self.moves.unpark(tid) else {
-            return log!("asked to start VP t{tid:x} again, but it is not parked here");
+            return warn!("asked to start VP t{tid:x} again, but it is not parked here");
         };
         match std::fs::read(&path) {
             Ok(image) => {

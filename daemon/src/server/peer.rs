@@ -32,16 +32,20 @@ impl Daemon {
                     };
                 }
                 if fenced {
+                    self.unsent_to.remove(&name);
                     self.send_peer(
                         t,
                         &PeerMsg::Fenced {
-                            why: "it was declared dead while there was no master to answer".into(),
+                            why: "it was declared dead while it could not be reached".into(),
                         },
                     );
                 } else {
-                    self.send_peer(t, &PeerMsg::Registered { name });
+                    self.send_peer(t, &PeerMsg::Registered { name: name.clone() });
                     self.send_peer(t, &dir);
                     self.send_peer(t, &voters);
+                    for msg in self.unsent_to.remove(&name).unwrap_or_default() {
+                        self.send_peer(t, &msg);
+                    }
                 }
                 self.deliver(out);
             }
@@ -59,6 +63,7 @@ impl Daemon {
                 let (name, out) = m.register(facts, Instant::now());
                 let dir = m.directory();
                 let voters = m.voters_msg();
+                self.unsent_to.remove(&name);
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer {
                         host: Some(name.clone()),
@@ -118,6 +123,7 @@ impl Daemon {
             };
             let (name, out) = m.register(facts, Instant::now());
             let dir = m.directory();
+            self.unsent_to.remove(&name);
             self.send_peer(t, &PeerMsg::Registered { name });
             self.send_peer(t, &dir);
             return self.deliver(out);
@@ -203,7 +209,7 @@ impl Daemon {
                 image,
             } => {
                 if let Err(e) = self.replicas.save(&job, id, tid, &image) {
-                    log!("cannot keep a copy of job {job}'s checkpoint: {e}");
+                    warn!("cannot keep a copy of job {job}'s checkpoint: {e}");
                 }
                 self.replicas.prune(&job, &[id.saturating_sub(1), id]);
             }
@@ -255,7 +261,7 @@ impl Daemon {
             PeerMsg::Voters(list) => self.on_voters(list),
             PeerMsg::Voter { id } => self.on_voter(id),
             PeerMsg::Heartbeat => {}
-            other => log!("ignoring unexpected {} from the master", other.name()),
+            other => warn!("ignoring unexpected {} from the master", other.name()),
         }
     }
 
@@ -276,7 +282,8 @@ impl Daemon {
     pub(super) fn carry_out(&mut self, outs: Vec<Out>) {
         for o in outs {
             match o {
-                Out::Log(l) => log!("{l}"),
+                // The master's own news, filtered as its module's.
+                Out::Log(l) => crate::log_at!(log::Level::Info, "migd::master", "{l}"),
                 Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
                 Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
                     // Forwarded by this daemon before it was elected.
@@ -296,7 +303,7 @@ impl Daemon {
                     }
                 }
                 Out::Reply(Requester::Vp { tid, id }, _) => {
-                    log!("dropping a control reply meant for VP t{tid:x} call {id}")
+                    warn!("dropping a control reply meant for VP t{tid:x} call {id}")
                 }
                 Out::Broadcast(msg) => {
                     let workers: Vec<Token> = self
@@ -324,7 +331,7 @@ impl Daemon {
                     image,
                 } => {
                     if let Err(e) = self.store.save(&job, id, tid, &image) {
-                        log!("cannot keep job {job}'s checkpoint: {e}");
+                        warn!("cannot keep job {job}'s checkpoint: {e}");
                     }
                 }
                 Out::PruneCheckpoints { job, keep } => self.store.prune(&job, &keep),
@@ -335,16 +342,35 @@ impl Daemon {
                     placements,
                     images,
                 } => self.restore_job(&job, id, placements, images),
+                Out::Disconnect(host) => {
+                    if let Some(t) = self.host_token(&host) {
+                        self.close(t, "given up for dead");
+                    }
+                }
                 Out::ToHost(host, msg) => {
                     if host == self.facts.name {
                         self.host_msg(msg);
                     } else if let Some(t) = self.host_token(&host) {
                         self.send_peer(t, &msg);
                     } else {
-                        log!("no connection to {host}; dropping {}", msg.name());
+                        self.unsent(host, msg);
                     }
                 }
             }
+        }
+    }
+
+    /// A message for a host with no link: kept while the master holds it
+    /// alive (only the link may have broken; it attaches again), up to a
+    /// bound; else dropped.
+    fn unsent(&mut self, host: String, msg: PeerMsg) {
+        const MAX: usize = 4096;
+        let alive = self.role.master().is_some_and(|m| m.is_alive(&host));
+        let kept = self.unsent_to.entry(host.clone()).or_default();
+        if alive && kept.len() < MAX {
+            kept.push(msg);
+        } else {
+            warn!("no connection to {host}; dropping {}", msg.name());
         }
     }
 

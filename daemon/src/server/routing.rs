@@ -105,7 +105,7 @@ impl Daemon {
         };
         let head = match head {
             Ok(h) => h,
-            Err(e) => return log!("cannot encode a message: {e}"),
+            Err(e) => return warn!("cannot encode a message: {e}"),
         };
         let failed = match self.conns.get_mut(&dest) {
             Some(c) => c
@@ -152,7 +152,7 @@ impl Daemon {
                         reason: reason.to_string(),
                     },
                 ),
-                None => log!(
+                None => warn!(
                     "cannot tell t{:x} that a message was not delivered: {reason}",
                     env.from
                 ),

@@ -58,13 +58,13 @@ impl Daemon {
                 if !self.role.is_master() {
                     // Kept here too: the master holds the other copy.
                     if let Err(e) = self.replicas.save(&job, id, tid, &image) {
-                        log!("cannot keep a copy of job {job}'s checkpoint: {e}");
+                        warn!("cannot keep a copy of job {job}'s checkpoint: {e}");
                     }
                     self.replicas.prune(&job, &[id.saturating_sub(1), id]);
                 }
                 self.report(PeerMsg::SnapImage { tid, id, image });
             }
-            Err(e) => log!("VP t{tid:x}: its checkpoint image is unusable: {e}"),
+            Err(e) => warn!("VP t{tid:x}: its checkpoint image is unusable: {e}"),
         }
     }
 

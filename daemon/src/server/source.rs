@@ -20,7 +20,7 @@ impl Daemon {
             let _ = std::fs::remove_file(&parked.path);
             return match image {
                 Ok(image) => {
-                    log!("sending parked VP t{tid:x} to {to}");
+                    debug!("sending parked VP t{tid:x} to {to}");
                     self.send_image(&to, start, image, None)
                 }
                 Err(e) => self.report(PeerMsg::MigrateFailed {
@@ -49,7 +49,7 @@ impl Daemon {
             log!("asking VP t{tid:x} to checkpoint to disk (parking it while the owner has the host)");
             Dest::Disk
         } else {
-            log!("asking VP t{tid:x} to checkpoint for {to}");
+            debug!("asking VP t{tid:x} to checkpoint for {to}");
             Dest::Host(to)
         };
         self.moves.ask(tid, dest, start, Instant::now());
@@ -178,17 +178,17 @@ impl Daemon {
                         self.moves.park(tid, start, parked);
                         self.report(PeerMsg::Parked { tid });
                     }
-                    Err(e) => log!("VP t{tid:x}: keeping its image: {e}"),
+                    Err(e) => warn!("VP t{tid:x}: keeping its image: {e}"),
                 }
             }
             (Ok(image), Some(to)) => {
-                log!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
+                debug!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
                 self.moves.left(tid);
                 let _ = std::fs::remove_file(&expected);
                 self.send_image(&to, start, image, streamed);
             }
             (Err(e), _) => {
-                log!("VP t{tid:x}: its checkpoint is unusable: {e}");
+                warn!("VP t{tid:x}: its checkpoint is unusable: {e}");
                 self.report(PeerMsg::MigrateFailed {
                     tid,
                     reason: format!("its checkpoint is unusable: {e}"),
@@ -234,7 +234,7 @@ impl Daemon {
         if self.moves.outgoing(tid).is_none_or(|o| o.path != path) {
             match std::fs::File::open(path) {
                 Ok(file) => {
-                    log!("sending on the image of VP t{tid:x} while it writes it");
+                    debug!("sending on the image of VP t{tid:x} while it writes it");
                     self.moves
                         .stream(tid, Outgoing::new(file, path.to_path_buf(), d));
                 }
@@ -268,7 +268,7 @@ impl Daemon {
         let head = match frame::encode_head(msg, part.len()) {
             Ok(h) => h,
             Err(e) => {
-                log!("cannot encode an image part: {e}");
+                warn!("cannot encode an image part: {e}");
                 return false;
             }
         };
@@ -342,7 +342,7 @@ impl Daemon {
                 start: start.take(),
             };
             if !self.send_image_part(d, &msg, part) {
-                return log!("lost the link to {to} while sending VP t{tid:x}");
+                return warn!("lost the link to {to} while sending VP t{tid:x}");
             }
         }
     }

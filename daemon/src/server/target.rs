@@ -22,22 +22,22 @@ impl Daemon {
         let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
         let end = at.saturating_add(part.len() as u64);
         if total > limit || end > limit {
-            return log!("refusing an image of more than {limit} bytes for t{tid:x}");
+            return warn!("refusing an image of more than {limit} bytes for t{tid:x}");
         }
         if let Some(start) = start {
             match Incoming::create(from, start, self.state.restore_part(tid)) {
                 Ok(inc) => self.moves.arriving(tid, inc),
-                Err(e) => return log!("cannot take in VP t{tid:x}: {e}"),
+                Err(e) => return warn!("cannot take in VP t{tid:x}: {e}"),
             }
         }
         let Some(inc) = self.moves.incoming(tid) else {
-            return log!("an image part for t{tid:x} without its start");
+            return warn!("an image part for t{tid:x} without its start");
         };
         if let Err(why) = inc.take(at, total, part) {
             if let Some(inc) = self.moves.take_incoming(tid) {
                 inc.discard();
             }
-            return log!("cannot take in VP t{tid:x}: {why}");
+            return warn!("cannot take in VP t{tid:x}: {why}");
         }
         if !last {
             return;
@@ -70,7 +70,7 @@ impl Daemon {
     }
 
     pub(super) fn restore_failed(&mut self, tid: Tid, e: &str) {
-        log!("cannot restore VP t{tid:x}: {e}");
+        warn!("cannot restore VP t{tid:x}: {e}");
         let status = ExitInfo {
             code: None,
             signal: None,
@@ -93,7 +93,7 @@ impl Daemon {
             libmig::vp::env::RESTORE.to_string(),
             path.display().to_string(),
         ));
-        log!("restoring VP t{tid:x} from its checkpoint");
+        debug!("restoring VP t{tid:x} from its checkpoint");
         self.start_vp(start);
         // It wrote an image: it can be moved again, even before its new
         // process says so (it may be stopped at once, the owner being back).

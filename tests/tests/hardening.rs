@@ -1,0 +1,139 @@
+//! Attacks on a live virtual machine: a relay on the path between two
+//! daemons that flips a byte, replays a record or slips in a plaintext
+//! frame; each spoilt link is closed with its reason logged, and the VM
+//! goes on serving over a fresh one.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libmig::frame;
+use libmig::msg::PeerMsg;
+use mig_tests::{wait_until, Vm};
+
+const T: Duration = Duration::from_secs(20);
+
+/// What the relay does to the next bytes it carries one way (then it
+/// carries them cleanly again).
+const CLEAN: u8 = 0;
+const FLIP: u8 = 1;
+const REPLAY: u8 = 2;
+const PLAIN: u8 = 3;
+
+/// A TCP relay in front of `to`: `up` spoils what the dialler sends,
+/// `down` what it is answered.
+struct Relay {
+    addr: String,
+    up: Arc<AtomicU8>,
+    down: Arc<AtomicU8>,
+}
+
+impl Relay {
+    fn start(to: &str) -> Relay {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        let (up, down) = (
+            Arc::new(AtomicU8::new(CLEAN)),
+            Arc::new(AtomicU8::new(CLEAN)),
+        );
+        let (u, d, to) = (up.clone(), down.clone(), to.to_string());
+        std::thread::spawn(move || {
+            for dialler in l.incoming().flatten() {
+                let Ok(daemon) = TcpStream::connect(&to) else {
+                    continue;
+                };
+                let (a, b) = (dialler.try_clone(), daemon.try_clone());
+                let (Ok(a), Ok(b)) = (a, b) else { continue };
+                let (u, d) = (u.clone(), d.clone());
+                let born = Instant::now();
+                std::thread::spawn(move || carry(dialler, daemon, &u, born));
+                std::thread::spawn(move || carry(b, a, &d, born));
+            }
+        });
+        Relay { addr, up, down }
+    }
+}
+
+/// Copy `from` to `to` until either closes, spoiling one read's bytes
+/// when `mode` says so, on a link whose handshake is long over (`born`
+/// more than half a second ago: it takes milliseconds).
+fn carry(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, born: Instant) {
+    let mut buf = vec![0u8; 1 << 16];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let chunk = &mut buf[..n];
+        let spoil = if born.elapsed() > Duration::from_millis(500) {
+            mode.swap(CLEAN, Ordering::SeqCst)
+        } else {
+            CLEAN
+        };
+        let ok = match spoil {
+            FLIP => {
+                chunk[n - 1] ^= 0x01;
+                to.write_all(chunk)
+            }
+            REPLAY => to.write_all(chunk).and_then(|_| to.write_all(chunk)),
+            PLAIN => {
+                let plain = frame::encode(&PeerMsg::Heartbeat).expect("a frame");
+                to.write_all(chunk).and_then(|_| to.write_all(&plain))
+            }
+            _ => to.write_all(chunk),
+        };
+        if ok.is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Links closed because a record failed its check, as `log` says.
+fn failures(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("lost") && l.contains("a sealed record failed its check"))
+        .count()
+}
+
+/// Both hosts are in the pool and a job across them runs to its end.
+fn serves_both(vm: &Vm) -> bool {
+    let both = wait_until(T, || {
+        vm.json(&["hosts"])
+            .as_array()
+            .is_some_and(|h| h.len() == 2 && h.iter().all(|x| x["alive"] == true))
+    });
+    let out = vm.mig(&["spawn", "-n", "2", "--wait", "--", "/bin/true"]);
+    both && out.status.success()
+}
+
+#[test]
+fn a_forged_replayed_or_plaintext_record_closes_the_link_and_the_vm_goes_on() {
+    let mut vm = Vm::start(1);
+    let relay = Relay::start(&vm.addr);
+    let (worker, _) = vm.daemon(1, Some(&relay.addr), &[]);
+    vm.daemons.push(Some(worker));
+    assert!(serves_both(&vm), "{}", vm.log(0));
+    // The worker's records are spoilt on their way to the master: one byte
+    // flipped, then one replayed, then a frame in the clear.
+    for (n, spoil) in [FLIP, REPLAY, PLAIN].into_iter().enumerate() {
+        relay.up.store(spoil, Ordering::SeqCst);
+        assert!(
+            wait_until(T, || failures(&vm.log(0)) > n),
+            "the master did not notice spoil {spoil}:\n{}\n{}",
+            vm.log(0),
+            vm.log(1)
+        );
+        assert!(serves_both(&vm), "{}\n{}", vm.log(0), vm.log(1));
+    }
+    // And the master's, on their way to the worker.
+    relay.down.store(REPLAY, Ordering::SeqCst);
+    assert!(
+        wait_until(T, || failures(&vm.log(1)) > 0),
+        "the worker did not notice:\n{}",
+        vm.log(1)
+    );
+    assert!(serves_both(&vm), "{}\n{}", vm.log(0), vm.log(1));
+}
