@@ -206,8 +206,14 @@ impl Config {
             path: p.clone(),
             source,
         })?;
-        let f: File = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: p,
+        Config::parse_text(&text, &p)
+    }
+
+    /// A config file's text (from `origin`, named in errors): its
+    /// `[daemon]` and `[owner]` sections.
+    pub fn parse_text(text: &str, origin: &str) -> Result<(FileConfig, OwnerFile), ConfigError> {
+        let f: File = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
             message: e.to_string(),
         })?;
         Ok((f.daemon, f.owner))

@@ -192,6 +192,105 @@ impl ClusterKey {
     }
 }
 
+/// A join token, `mig-ID-SECRET`: a new daemon trades it, once and before
+/// it expires, for the cluster key (`migd --join ADDR --token TOKEN`). The
+/// id names it in the clear; the secret never travels: both sides seal the
+/// exchange with a key derived from it (see `psk`), so only a holder of the
+/// token can open what the master sends back.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JoinToken {
+    /// Its public name (8 hex digits).
+    pub id: String,
+    /// Its secret (128 bits).
+    pub secret: [u8; 16],
+}
+
+impl std::fmt::Debug for JoinToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JoinToken({}, ..)", self.id)
+    }
+}
+
+impl JoinToken {
+    /// A fresh random token.
+    pub fn fresh() -> Result<JoinToken, KeyError> {
+        let r = nonce()?;
+        let id = r[..4].iter().map(|b| format!("{b:02x}")).collect();
+        let mut secret = [0u8; 16];
+        secret.copy_from_slice(&r[4..20]);
+        Ok(JoinToken { id, secret })
+    }
+
+    /// Read `mig-ID-SECRET`; `None` if it is not one.
+    pub fn parse(s: &str) -> Option<JoinToken> {
+        let mut parts = s.trim().split('-');
+        let (Some("mig"), Some(id), Some(secret), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let hex = |t: &str| t.len() % 2 == 0 && t.bytes().all(|b| b.is_ascii_hexdigit());
+        if id.len() != 8 || secret.len() != 32 || !hex(id) || !hex(secret) {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&secret[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(JoinToken {
+            id: id.to_ascii_lowercase(),
+            secret: out,
+        })
+    }
+
+    /// The key that seals the exchange (as a cluster key would a link).
+    pub fn psk(&self) -> ClusterKey {
+        use sha2::Digest;
+        let mut h = Sha256::new();
+        h.update(b"mig-join-token");
+        h.update(self.id.as_bytes());
+        h.update(self.secret);
+        ClusterKey(h.finalize().into())
+    }
+}
+
+impl std::fmt::Display for JoinToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s: String = self.secret.iter().map(|b| format!("{b:02x}")).collect();
+        write!(f, "mig-{}-{s}", self.id)
+    }
+}
+
+impl ClusterKey {
+    /// Write this key to a new key file `path` (0600; an existing file is
+    /// an error, never overwritten).
+    pub fn store_new(&self, path: &Path) -> Result<(), KeyError> {
+        let p = path.display().to_string();
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|source| KeyError::Io {
+                path: p.clone(),
+                source,
+            })?;
+        let hex: String = self.0.iter().map(|b| format!("{b:02x}")).collect();
+        f.write_all(format!("{hex}\n").as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|source| KeyError::Io { path: p, source })
+    }
+
+    /// Is this the same key as `other` (in constant time)?
+    pub fn same_as(&self, other: &ClusterKey) -> bool {
+        self.0
+            .iter()
+            .zip(other.0.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,5 +336,33 @@ mod tests {
             assert!(matches!(err, KeyError::Owner { owner: 65534, .. }));
             assert!(err.to_string().contains("another user"), "{err}");
         }
+    }
+
+    #[test]
+    fn join_tokens_read_back_and_refuse_what_they_are_not() {
+        let t = JoinToken::fresh().unwrap();
+        let text = t.to_string();
+        assert!(
+            text.starts_with("mig-") && text.len() == 4 + 8 + 1 + 32,
+            "{text}"
+        );
+        assert_eq!(JoinToken::parse(&text), Some(t.clone()));
+        assert_eq!(JoinToken::parse(&format!(" {text}\n")), Some(t.clone()));
+        for bad in [
+            "",
+            "mig-",
+            "mig-1234567-00",
+            "pvm-12345678-0011",
+            &format!("{text}-x"),
+        ] {
+            assert_eq!(JoinToken::parse(bad), None, "{bad}");
+        }
+        assert!(
+            !format!("{t:?}").contains(&text[13..]),
+            "the secret in a debug line"
+        );
+        let other = JoinToken::fresh().unwrap();
+        assert!(!t.psk().same_as(&other.psk()));
+        assert!(t.psk().same_as(&t.psk()));
     }
 }

@@ -300,7 +300,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
         .arg(bin("heat"))
         .args(["--rows", "48", "--cols", "48", "--iters"])
         // Long enough to outlive every kill.
-        .arg((12_000 * (kills + 1)).to_string())
+        .arg((5_000 * (kills + 1)).to_string())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -312,10 +312,23 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
             .join("\n-----\n")
     };
     let mut took = Vec::new();
+    let mut killed_pids: Vec<u32> = Vec::new();
     for k in 0..kills {
         // Whoever is master now, once a checkpoint of the job was taken
-        // under it.
+        // under it and the voters are whole again (five, all alive: the
+        // machine survives a minority of them failing, not a majority
+        // failing one after another faster than they are replaced).
         let mut master = None;
+        let voters_whole = |vm: &Vm, killed: &[u32]| {
+            hosts_at(vm, steady).is_some_and(|h| {
+                let voting = |h: &&serde_json::Value| {
+                    h["voter"] == true
+                        && h["alive"] == true
+                        && !killed.iter().any(|&k| h["pid"] == k)
+                };
+                h.iter().filter(voting).count() == 5
+            })
+        };
         assert!(
             wait_until(Duration::from_secs(30), || {
                 master = master_seen_by(&vm, steady);
@@ -323,7 +336,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
                     m != steady
                         && vm.daemons.get(m).is_some_and(Option::is_some)
                         && vm.log(m).contains("checkpointed (generation")
-                })
+                }) && voters_whole(&vm, &killed_pids)
             }),
             "kill {k}: no master with a checkpoint: {master:?}\n{}",
             logs(&vm)
@@ -339,6 +352,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
                 logs(&vm)
             );
         }
+        killed_pids.push(vm.pid(m));
         vm.signal(m, Signal::SIGKILL);
         let killed = Instant::now();
         vm.wait(m, Duration::from_secs(5));

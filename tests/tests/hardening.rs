@@ -137,3 +137,99 @@ fn a_forged_replayed_or_plaintext_record_closes_the_link_and_the_vm_goes_on() {
     );
     assert!(serves_both(&vm), "{}\n{}", vm.log(0), vm.log(1));
 }
+
+/// Resident memory of a process now, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Move VP `tid` to `to` and wait until it runs there (through the control
+/// socket, as `mig migrate` does, without a process per move).
+fn move_vp(c: &mut libmig::control::Client, tid: u64, to: &str) -> Result<(), String> {
+    use libmig::msg::{Request, Response};
+    let t = Instant::now();
+    loop {
+        match c.call(&Request::Migrate {
+            tid: format!("t{tid:x}"),
+            to: to.into(),
+        }) {
+            Ok(Response::Error { message }) if message.contains("has not said it can") => {}
+            Ok(Response::Error { message }) => return Err(message),
+            Ok(_) => break,
+            Err(e) => return Err(e.to_string()),
+        }
+        if t.elapsed() > T {
+            return Err("never movable".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    while t.elapsed() < T {
+        if let Ok(Response::Ps(vps)) = c.call(&Request::Ps) {
+            if vps
+                .iter()
+                .any(|v| v.tid == tid && v.host.as_deref() == Some(to) && v.state == "running")
+            {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Err(format!("t{tid:x} did not come up on {to}"))
+}
+
+#[test]
+fn thousands_of_moves_leave_no_memory_behind_in_any_daemon() {
+    // MOVES=10000 for the full run; the suite's default keeps it short.
+    let moves: usize = mig_tests::env_num("MOVES", 1500);
+    let warm = 300;
+    let vm = Vm::start(3);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(
+        2,
+        &mig_tests::bin("stream"),
+        &[
+            std::ffi::OsStr::new("--json"),
+            std::ffi::OsStr::new("--until"),
+            stop.as_os_str(),
+        ],
+    );
+    let consumer = 0x40002;
+    let mut c = libmig::control::Client::connect(&vm.sock()).expect("control");
+    let hosts = ["h1", "h2"];
+    let mut before = Vec::new();
+    for k in 0..warm + moves {
+        if k == warm {
+            // Buffers have grown to what moves need; from here on nothing
+            // may be kept per move.
+            before = (0..3).map(|i| rss_kib(vm.pid(i))).collect();
+        }
+        if let Err(e) = move_vp(&mut c, consumer, hosts[k % 2]) {
+            panic!("move {k}: {e}\n{}\n{}\n{}", vm.log(0), vm.log(1), vm.log(2));
+        }
+    }
+    let after: Vec<u64> = (0..3).map(|i| rss_kib(vm.pid(i))).collect();
+    std::fs::write(&stop, b"").expect("stop file");
+    let lines = mig_tests::job_succeeds(job, "");
+    let tally: serde_json::Value =
+        serde_json::from_str(lines.last().expect("output")).expect("JSON tally");
+    assert_eq!(tally["lost"], 0, "{tally}");
+    eprintln!("RSS KiB before {before:?}, after {moves} moves {after:?}");
+    for i in 0..3 {
+        assert!(
+            after[i] <= before[i] + 4096,
+            "h{i} grew from {} KiB to {} KiB over {moves} moves",
+            before[i],
+            after[i]
+        );
+    }
+}

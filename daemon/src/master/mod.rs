@@ -19,6 +19,7 @@ mod replica_tests;
 mod slicing;
 #[cfg(test)]
 mod tests;
+mod tokens;
 mod voters;
 
 use calls::notice_to;
@@ -180,6 +181,8 @@ pub struct Master {
     voters: BTreeMap<u64, String>,
     next_voter: u64,
     max_voters: usize,
+    /// Join tokens, by id.
+    tokens: BTreeMap<String, tokens::TokenRec>,
     /// When `tick` last ran.
     #[serde(skip)]
     last_tick: Option<Instant>,
@@ -223,6 +226,7 @@ impl Master {
             voters: BTreeMap::from([(1, facts.name.clone())]),
             next_voter: 2,
             max_voters: 5,
+            tokens: BTreeMap::new(),
             to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);
@@ -326,6 +330,9 @@ impl Master {
             Request::Stats => vec![Out::Reply(from, Response::Stats(self.stats()))],
             Request::Checkpoint { job } => self.checkpoint_job(&job, Some(from)),
             Request::Restart { job } => self.restart_job(&job, Some(from)),
+            req @ (Request::TokenCreate { .. }
+            | Request::TokenList
+            | Request::TokenRevoke { .. }) => self.token_request(from, req),
             Request::Halt => {
                 let mut out: Vec<Out> = self
                     .hosts

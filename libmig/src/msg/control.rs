@@ -76,6 +76,29 @@ pub enum Request {
     },
     /// Stop every daemon and VP.
     Halt,
+    /// A join token valid for `ttl_s` seconds.
+    TokenCreate {
+        /// How long it may be used.
+        ttl_s: u64,
+    },
+    /// The join tokens.
+    TokenList,
+    /// Withdraw a join token.
+    TokenRevoke {
+        /// Its id.
+        id: String,
+    },
+}
+
+/// A join token as `mig token list` shows it (never its secret).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// Its id.
+    pub id: String,
+    /// Seconds until it expires (0: expired).
+    pub expires_in_s: u64,
+    /// `valid`, `expired`, `used by ADDR` or `revoked`.
+    pub state: String,
 }
 
 /// What `mig owner` asks.
@@ -238,4 +261,15 @@ pub enum Response {
         /// One sentence: what is wrong and what to do.
         message: String,
     },
+    /// To `TokenCreate`: the token, shown once.
+    Token {
+        /// `mig-ID-SECRET`.
+        token: String,
+        /// Its id.
+        id: String,
+        /// Seconds it is valid for.
+        ttl_s: u64,
+    },
+    /// To `TokenList`.
+    Tokens(Vec<TokenInfo>),
 }

@@ -343,6 +343,29 @@ pub enum PeerMsg {
         /// The master's address.
         addr: String,
     },
+    /// A daemon that holds a join token and not yet the key: the token's
+    /// id, and the first Noise message of an exchange sealed with the
+    /// token's key (`auth::JoinToken::psk`). Before authentication, in
+    /// place of `Hello`.
+    JoinWithToken {
+        /// The token's id.
+        id: String,
+        /// Cipher suite (as in `Hello`).
+        suite: u8,
+        /// The Noise message.
+        noise: Vec<u8>,
+    },
+    /// The master's answer to `JoinWithToken`: the Noise answer; what
+    /// follows is sealed.
+    JoinAnswer {
+        /// The Noise message.
+        noise: Vec<u8>,
+    },
+    /// Sealed, after `JoinAnswer`: the cluster key; the link then closes.
+    ClusterKeyIs {
+        /// The key.
+        key: crate::auth::Block,
+    },
 }
 
 impl PeerMsg {
@@ -353,6 +376,9 @@ impl PeerMsg {
             PeerMsg::Challenge { .. } => "Challenge",
             PeerMsg::Proof { .. } => "Proof",
             PeerMsg::Welcome => "Welcome",
+            PeerMsg::JoinWithToken { .. } => "JoinWithToken",
+            PeerMsg::JoinAnswer { .. } => "JoinAnswer",
+            PeerMsg::ClusterKeyIs { .. } => "ClusterKeyIs",
             PeerMsg::Refused { .. } => "Refused",
             PeerMsg::Register { .. } => "Register",
             PeerMsg::Registered { .. } => "Registered",
