@@ -229,7 +229,7 @@ impl JoinToken {
         else {
             return None;
         };
-        let hex = |t: &str| t.len() % 2 == 0 && t.bytes().all(|b| b.is_ascii_hexdigit());
+        let hex = |t: &str| t.bytes().all(|b| b.is_ascii_hexdigit());
         if id.len() != 8 || secret.len() != 32 || !hex(id) || !hex(secret) {
             return None;
         }
