@@ -18,8 +18,11 @@ use migd::master::Master;
 use migd::sched::{replay, Scheduler};
 use migd::sim::swf;
 
+/// A decoder's harness.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name (its corpus directory and fuzzer are named so).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("frames", frames),
     ("handshake", handshake),
     ("sealed", sealed),

@@ -53,7 +53,7 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
         "frames" => {
             let peer = framed(&[
                 PeerMsg::Heartbeat,
-                PeerMsg::Deliver(env.clone()),
+                PeerMsg::Deliver(env),
                 PeerMsg::Hello {
                     nonce: [1; 32],
                     suite: 0,
