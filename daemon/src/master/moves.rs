@@ -250,6 +250,17 @@ impl Master {
                  has just started may not have yet: try again in a moment)"
             ));
         }
+        // A VP stopped for a checkpoint of its job cannot also stop for a
+        // move: each would wait for the other's safe point.
+        if self.jobs.get(job).is_some_and(|j| j.ckpt.round.is_some()) {
+            return Err(format!(
+                "job {job} is being checkpointed: VP t{tid:x} can move once that is done (in a \
+                 moment; try again)"
+            ));
+        }
+        let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Err(format!("no VP t{tid:x}"));
+        };
         v.state = VpState::Moving(to.to_string());
         Ok(vec![
             Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Waiting)])),

@@ -1180,3 +1180,39 @@ fn voters_go_from_one_to_three_at_once_and_a_gone_one_is_replaced_in_the_same_ch
     assert_eq!(change.add, vec![(4, "h3".to_string())]);
     assert_eq!(c.m.voters().len(), 3);
 }
+
+#[test]
+fn moves_leave_nothing_behind_in_the_masters_state() {
+    let mut c = Cluster::new(2);
+    let (mut at, tid) = c.running_job(1)[0].clone();
+    let mut sizes = Vec::new();
+    for k in 0..400 {
+        let to = other(&at);
+        migrate(&mut c, tid, &to);
+        c.m.started(&to, tid, 5000 + k);
+        at = to;
+        if k == 100 || k == 399 {
+            sizes.push(c.m.export().len());
+        }
+    }
+    // (A counter or two may take another byte.)
+    assert!(
+        sizes[1] <= sizes[0] + 8,
+        "the replicated state grew with moves: {sizes:?}"
+    );
+}
+
+#[test]
+fn a_vp_is_not_moved_while_its_job_is_being_checkpointed() {
+    let mut c = Cluster::new(2);
+    let (src, tid) = c.running_job(1)[0].clone();
+    c.m.control(
+        Requester::Local(3),
+        "h0",
+        Request::Checkpoint { job: "j1".into() },
+    );
+    let out = migrate(&mut c, tid, &other(&src));
+    assert!(error_says(&out, "is being checkpointed"), "{out:?}");
+    assert!(checkpoint_asks(&out).is_empty());
+    assert_eq!(c.state(tid), (Some(src), "running".into()));
+}
