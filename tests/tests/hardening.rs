@@ -254,3 +254,118 @@ fn thousands_of_moves_leave_no_memory_behind_in_any_daemon() {
         );
     }
 }
+
+/// Start daemon `i` of `vm` with `--join addr --token token` and its own
+/// key file (none yet): `Ok` with its address once it serves, or `Err`
+/// with what it said when it gave up.
+fn join_with_token(vm: &mut Vm, i: usize, addr: &str, token: &str) -> Result<String, String> {
+    use std::io::BufRead;
+    let state = vm.dir.path().join(format!("h{i}"));
+    std::fs::create_dir_all(&state).expect("state dir");
+    let log = std::fs::File::create(state.join("migd.log")).expect("log");
+    let mut child = mig_tests::command("migd")
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--processors",
+            "1",
+            "--capacity",
+            "1",
+        ])
+        .args(["--owner-scope", "none", "--name", &format!("h{i}")])
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--join", addr, "--token", token])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(log))
+        .spawn()
+        .expect("migd");
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
+    if line.trim().is_empty() {
+        let _ = child.wait();
+        return Err(vm.log(i));
+    }
+    while vm.daemons.len() < i {
+        vm.daemons.push(None);
+    }
+    vm.daemons.push(Some(child));
+    Ok(line.trim().to_string())
+}
+
+fn new_token(vm: &Vm, ttl: &str) -> String {
+    let v = vm.json(&["token", "create", "--ttl", ttl]);
+    v["token"].as_str().expect("a token").to_string()
+}
+
+#[test]
+fn a_join_token_joins_once_and_is_refused_after_expiry_or_revocation() {
+    let mut vm = Vm::start(1);
+    let master = vm.addr.clone();
+    let key = std::fs::read_to_string(vm.key()).expect("key");
+    // A token joins a new daemon that has no key: it is given the key.
+    let t = new_token(&vm, "60");
+    let h1 = join_with_token(&mut vm, 1, &master, &t).expect("joined");
+    assert_eq!(
+        std::fs::read_to_string(vm.dir.path().join("h1/cluster.key")).expect("key kept"),
+        key
+    );
+    let key_mode = std::os::unix::fs::MetadataExt::mode(
+        &std::fs::metadata(vm.dir.path().join("h1/cluster.key")).unwrap(),
+    );
+    assert_eq!(key_mode & 0o777, 0o600);
+    assert!(wait_until(T, || vm
+        .json(&["hosts"])
+        .as_array()
+        .is_some_and(|h| h.len() == 2)));
+    // Once.
+    let again = join_with_token(&mut vm, 2, &master, &t).expect_err("used");
+    assert!(
+        again.contains("unknown, expired, used or revoked"),
+        "{again}"
+    );
+    // A wrong secret is refused, and does not spend the token; through a
+    // worker, the joiner is sent on to the master.
+    let t = new_token(&vm, "60");
+    let forged = format!(
+        "{}{}",
+        &t[..t.len() - 1],
+        if t.ends_with('0') { '1' } else { '0' }
+    );
+    let e = join_with_token(&mut vm, 3, &master, &forged).expect_err("forged");
+    assert!(e.contains("does not match"), "{e}");
+    join_with_token(&mut vm, 4, &h1, &t).expect("joined through a worker");
+    // Expired.
+    let t = new_token(&vm, "1s");
+    std::thread::sleep(Duration::from_millis(1500));
+    let e = join_with_token(&mut vm, 5, &master, &t).expect_err("expired");
+    assert!(e.contains("unknown, expired, used or revoked"), "{e}");
+    // Revoked.
+    let t = new_token(&vm, "60");
+    let id = t.split('-').nth(1).expect("id").to_string();
+    vm.mig_ok(&["token", "revoke", &id]);
+    let e = join_with_token(&mut vm, 6, &master, &t).expect_err("revoked");
+    assert!(e.contains("unknown, expired, used or revoked"), "{e}");
+    // The list says which is which, and never a secret.
+    let list = vm.json(&["token", "list"]);
+    let states: Vec<&str> = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|t| t["state"].as_str())
+        .collect();
+    assert!(
+        states.iter().filter(|s| s.starts_with("used by")).count() == 2,
+        "{list}"
+    );
+    assert!(
+        states.contains(&"revoked") && states.contains(&"expired"),
+        "{list}"
+    );
+    assert!(!list.to_string().contains(&t[13..]), "a secret in the list");
+    assert!(wait_until(T, || vm
+        .json(&["hosts"])
+        .as_array()
+        .is_some_and(|h| h.len() == 3)));
+}

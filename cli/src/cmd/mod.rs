@@ -13,6 +13,7 @@ pub mod sched;
 pub mod sim;
 pub mod spawn;
 pub mod stats;
+pub mod token;
 pub mod up;
 
 use std::path::PathBuf;
@@ -73,6 +74,10 @@ enum Command {
     Map(map::Args),
     /// Stop every daemon and VP of the virtual machine.
     Halt(halt::Args),
+    /// Join tokens: let a new machine join without copying the key file
+    /// (token create|list|revoke; then `migd --join ADDR --token TOKEN`).
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// Run the scheduler's algorithms on given input and explain the result.
     #[command(subcommand)]
     Sched(sched::SchedCmd),
@@ -99,6 +104,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Restart(a) => checkpoint::restart(&daemon, a),
         Command::Owner(c) => owner::run(&daemon, c),
         Command::Halt(a) => halt::run(&daemon, a),
+        Command::Token(c) => token::run(&daemon, c),
         Command::Sched(c) => sched::run(c),
         Command::Sim(a) => sim::run(a),
     }

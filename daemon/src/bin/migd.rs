@@ -14,7 +14,7 @@ use migd::Config;
 /// others join it with --join. When ready it prints its bound address on one
 /// line (and writes it to STATE_DIR/addr); logs go to stderr.
 #[derive(Debug, Parser)]
-#[command(name = "migd", version, about)]
+#[command(name = "migd", version)]
 struct Flags {
     /// TCP address to listen on [default: 127.0.0.1:0, the OS picks the port and it is printed].
     #[arg(long)]
@@ -57,6 +57,16 @@ struct Flags {
     /// TOML config file with [daemon] and [owner] sections; flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// With --join and no key file yet: a join token (`mig token create` on
+    /// a member prints one) to trade for the cluster key, which is then
+    /// kept in the key file. Used once; refused once expired or revoked.
+    #[arg(
+        long,
+        env = "MIG_JOIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
 }
 
 fn main() {
@@ -104,6 +114,38 @@ fn start() -> anyhow::Result<()> {
     .context("invalid configuration")?;
     cfg.validate().context("invalid configuration")?;
     migd::log::init(cfg.log.as_deref()).map_err(anyhow::Error::msg)?;
+    if let Some(token) = &f.token {
+        key_from_token(&cfg, token)?;
+    }
     migd::run(cfg).context("migd")?;
+    Ok(())
+}
+
+/// `--token`: trade it at the master for the cluster key, kept in the key
+/// file (which must not exist yet: a key already there is used as it is).
+fn key_from_token(cfg: &Config, token: &str) -> anyhow::Result<()> {
+    let Some(join) = cfg.join else {
+        anyhow::bail!("--token is for joining: give --join HOST:PORT too");
+    };
+    let token = libmig::auth::JoinToken::parse(token).ok_or_else(|| {
+        anyhow::anyhow!("--token: not a join token (mig-XXXXXXXX-... as `mig token create` prints)")
+    })?;
+    if cfg.key_file.exists() {
+        migd::log!(
+            "the key file {} exists: using it (the join token is not used)",
+            cfg.key_file.display()
+        );
+        return Ok(());
+    }
+    migd::state_dir::ensure_private_dir(&cfg.state_dir).map_err(anyhow::Error::msg)?;
+    let key = migd::server::token::redeem(join, &token, std::time::Duration::from_secs(5))
+        .map_err(|why| anyhow::anyhow!("joining {join} with token {}: {why}", token.id))?;
+    key.store_new(&cfg.key_file)
+        .context("keeping the cluster key")?;
+    migd::log!(
+        "join token {} traded for the cluster key, kept in {}",
+        token.id,
+        cfg.key_file.display()
+    );
     Ok(())
 }

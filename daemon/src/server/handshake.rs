@@ -10,6 +10,9 @@ impl Daemon {
     /// A message from a daemon that connected to us and is not yet
     /// authenticated.
     pub(super) fn accepting(&mut self, t: Token, msg: &PeerMsg) {
+        if let PeerMsg::JoinWithToken { id, suite, noise } = msg {
+            return self.join_with_token(t, id, *suite, noise);
+        }
         let Some(Handshake::Accept(mut hs)) = self.conns.get_mut(&t).and_then(|c| c.hs.take())
         else {
             return self.refuse(t, "handshake out of turn");

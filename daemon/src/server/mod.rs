@@ -27,6 +27,7 @@ mod slicing;
 mod snapshot;
 mod source;
 mod target;
+pub mod token;
 mod vp;
 
 use net::Pending;
