@@ -109,6 +109,11 @@ pub struct FileConfig {
     /// `STATE_DIR/migd.log` is rotated past this size (MiB, default 16);
     /// the disk holds at most twice that.
     pub log_max_mb: Option<u64>,
+    /// Serve every local user, not only this daemon's (default false): the
+    /// control socket is open to all, each user controls only the jobs they
+    /// started, and this daemon's user and root control everything. A
+    /// daemon running as root then runs no other user's programs.
+    pub shared: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -163,6 +168,8 @@ pub struct Config {
     pub log: Option<String>,
     /// Rotate `STATE_DIR/migd.log` past this many bytes.
     pub log_max: u64,
+    /// Serve every local user (see `FileConfig::shared`).
+    pub shared: bool,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -195,6 +202,7 @@ impl Config {
             voters: 5,
             log: None,
             log_max: crate::log::DEFAULT_MAX_MB << 20,
+            shared: false,
             owner: OwnerConfig::default(),
         }
     }
@@ -280,6 +288,9 @@ impl Config {
         }
         if f.log.is_some() {
             self.log = f.log;
+        }
+        if let Some(v) = f.shared {
+            self.shared = v;
         }
         if let Some(v) = f.log_max_mb {
             // Out of range: zero, which `validate` refuses.

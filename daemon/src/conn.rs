@@ -174,6 +174,8 @@ pub struct Conn {
     pub since: Instant,
     /// Close once the output is flushed.
     pub closing: bool,
+    /// On a control connection: the local user at the other end.
+    pub uid: Option<u32>,
     /// Not read while a receiver it sends to is full (flow control).
     pub paused: bool,
     /// Descriptors received with the bytes (VPs pass memfd payloads).
@@ -226,6 +228,7 @@ impl Conn {
             kind,
             since: Instant::now(),
             closing: false,
+            uid: None,
             paused: false,
             broken: false,
             fds: VecDeque::new(),

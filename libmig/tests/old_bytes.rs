@@ -52,6 +52,11 @@ fn peer_msgs() -> Vec<PeerMsg> {
             },
         },
         PeerMsg::Deliver(env()),
+        PeerMsg::Control {
+            id: 7,
+            req: Request::Hosts,
+            uid: 1000,
+        },
         PeerMsg::Start(StartVp {
             tid: 0x40003,
             job: "j1".into(),

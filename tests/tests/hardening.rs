@@ -369,3 +369,58 @@ fn a_join_token_joins_once_and_is_refused_after_expiry_or_revocation() {
         .as_array()
         .is_some_and(|h| h.len() == 3)));
 }
+
+#[test]
+fn on_a_shared_daemon_another_user_may_look_but_not_touch_what_is_not_theirs() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to act as another user (nobody, uid 65534)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let vm = Vm::start_config(1, "[daemon]\nshared = true\n");
+    std::fs::set_permissions(vm.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let mode = std::fs::metadata(vm.sock()).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o666, "the socket is open to all");
+    let job = vm.start_job(1, std::path::Path::new("/bin/sleep"), &["30"]);
+    assert!(wait_until(T, || vm.where_is("t40001").is_some()));
+    let as_nobody = |args: &[&str]| {
+        let out = mig_tests::command("mig")
+            .env("MIG_DAEMON", vm.sock())
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("mig as nobody");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    // Looking is for everyone.
+    let (ok, said) = as_nobody(&["ps"]);
+    assert!(ok && said.contains("t40001"), "{said}");
+    // Another's job, the machine, and running programs as root are not.
+    for (args, words) in [
+        (&["kill", "j1"][..], "job j1 belongs to uid 0"),
+        (&["checkpoint", "j1"][..], "job j1 belongs to uid 0"),
+        (&["halt"][..], "only uid 0"),
+        (&["token", "create"][..], "only uid 0"),
+        (&["spawn", "-n", "1", "--", "/bin/true"][..], "runs as root"),
+    ] {
+        let (ok, said) = as_nobody(args);
+        assert!(!ok, "{args:?} was allowed: {said}");
+        assert!(
+            said.contains("permission denied") && said.contains(words),
+            "{args:?}: {said}"
+        );
+    }
+    assert!(vm.where_is("t40001").is_some(), "the job was touched");
+    // Its owner may.
+    vm.mig_ok(&["kill", "j1"]);
+    drop(job);
+}

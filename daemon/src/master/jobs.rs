@@ -67,6 +67,7 @@ impl Master {
                 },
                 incarnation: 0,
                 next_vp: n,
+                uid: None,
             },
         );
         let mut out = vec![

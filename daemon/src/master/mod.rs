@@ -20,6 +20,7 @@ mod slicing;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod users;
 mod voters;
 
 use calls::notice_to;
@@ -183,6 +184,9 @@ pub struct Master {
     max_voters: usize,
     /// Join tokens, by id.
     tokens: BTreeMap<String, tokens::TokenRec>,
+    /// The user the virtual machine runs as (see `users`).
+    #[serde(skip)]
+    admin_uid: u32,
     /// When `tick` last ran.
     #[serde(skip)]
     last_tick: Option<Instant>,
@@ -227,6 +231,7 @@ impl Master {
             next_voter: 2,
             max_voters: 5,
             tokens: BTreeMap::new(),
+            admin_uid: 0,
             to_restart: BTreeSet::new(),
         };
         let out = m.add_host(facts, now, true);

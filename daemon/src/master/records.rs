@@ -141,6 +141,8 @@ pub(super) struct JobRec {
     /// The index the next VP spawned into the job gets (as the scheduler
     /// counts: never reused, even after a restart drops VPs).
     pub(super) next_vp: u32,
+    /// The local user who started it (`None`: the virtual machine's own).
+    pub(super) uid: Option<u32>,
 }
 
 /// A job's consistent checkpoints.

@@ -164,13 +164,13 @@ fn bad_requests_are_clear_errors() {
 // ----- moves, checkpoint rounds, restarts, owners, lost hosts ---------------
 
 /// A master with hosts `h0..hN` of one processor each, at time `t0`.
-struct Cluster {
-    m: Master,
+pub(super) struct Cluster {
+    pub(super) m: Master,
     t0: Instant,
 }
 
 impl Cluster {
-    fn new(hosts: usize) -> Cluster {
+    pub(super) fn new(hosts: usize) -> Cluster {
         let t0 = Instant::now();
         let (mut m, _) = Master::new(facts("h0", 1), t0, Duration::ZERO);
         for i in 1..hosts {

@@ -7,17 +7,18 @@ impl Daemon {
     /// A request on local control connection `t`.
     pub(super) fn control(&mut self, t: Token, req: Request) {
         let me = self.facts.name.clone();
+        let uid = self.conns.get(&t).and_then(|c| c.uid).unwrap_or(self.uid);
         if let Some(m) = self.role.master() {
             m.set_wall(wall_ns());
-            let out = m.control(Requester::Local(t.0), &me, req);
+            let out = m.control_by(uid, Requester::Local(t.0), &me, req);
             self.deliver(out);
         } else if let Some(link) = self.role.link() {
             let id = self.proxied.forward(t);
-            self.send_peer(link, &PeerMsg::Control { id, req });
+            self.send_peer(link, &PeerMsg::Control { id, req, uid });
         } else if self.awaiting_master() {
             // Forwarded to whoever is elected.
             let id = self.proxied.forward(t);
-            self.report(PeerMsg::Control { id, req });
+            self.report(PeerMsg::Control { id, req, uid });
         } else {
             self.send_resp(
                 t,

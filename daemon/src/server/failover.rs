@@ -262,10 +262,11 @@ impl Daemon {
             return warn!("elected (term {term}) but holding no state yet: waiting");
         };
         let me = self.facts.name.clone();
-        let (m, out) = match Master::import(bytes, &me, Instant::now()) {
+        let (mut m, out) = match Master::import(bytes, &me, Instant::now()) {
             Ok(x) => x,
             Err(e) => return warn!("elected (term {term}) but {e}"),
         };
+        m.set_admin_uid(self.uid);
         log!("elected master (term {term})");
         // The old master's link goes quietly: this daemon is the master.
         self.drop_master_links();
@@ -300,13 +301,13 @@ impl Daemon {
         // What this host told no one while there was no master.
         for msg in std::mem::take(&mut self.failover.unsent) {
             match msg {
-                PeerMsg::Control { id, req } => {
+                PeerMsg::Control { id, req, uid } => {
                     let from = Requester::Remote {
                         host: me.clone(),
                         id,
                     };
                     let out = match self.role.master() {
-                        Some(m) => m.with_wall(wall_ns()).control(from, &me, req),
+                        Some(m) => m.with_wall(wall_ns()).control_by(uid, from, &me, req),
                         None => Vec::new(),
                     };
                     self.deliver(out);

@@ -236,8 +236,17 @@ impl Daemon {
         let _ = std::fs::remove_file(&socket_path);
         let mut unix = UnixListener::bind(&socket_path)
             .map_err(io_err(format!("binding {}", socket_path.display())))?;
-        std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_err("making the control socket private"))?;
+        // Private; or, shared, open to every local user (the directory then
+        // lets them through to it, and the daemon checks who asks what).
+        let (sock_mode, dir_mode) = if cfg.shared {
+            (0o666, 0o711)
+        } else {
+            (0o600, 0o700)
+        };
+        std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(sock_mode))
+            .map_err(io_err("setting the control socket's permissions"))?;
+        std::fs::set_permissions(&cfg.state_dir, std::fs::Permissions::from_mode(dir_mode))
+            .map_err(io_err("setting the state directory's permissions"))?;
         let mut signals = Signals::new([SIGCHLD, SIGTERM, SIGINT, SIGHUP])
             .map_err(io_err("installing signal handlers"))?;
         poll.registry()
@@ -338,6 +347,7 @@ impl Daemon {
                 m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
                 m.set_lease(d.cfg.lease());
                 m.set_max_voters(d.cfg.voters as usize);
+                m.set_admin_uid(d.uid);
                 d.role = Role::Master(Box::new(m));
                 d.failover.found(&d.facts.name);
                 d.guard_vps();

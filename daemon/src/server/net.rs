@@ -163,14 +163,16 @@ impl Daemon {
 
     /// Register an accepted connection with the loop.
     fn admit(&mut self, mut sock: Sock, kind: Kind, peer: Option<SocketAddr>) {
+        let mut local_uid = None;
         if let Sock::Unix(s) = &sock {
             let uid = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
                 .map(|c| c.uid())
                 .unwrap_or(u32::MAX);
-            if uid != self.uid && uid != 0 {
+            local_uid = Some(uid);
+            if uid != self.uid && uid != 0 && !(self.cfg.shared && uid != u32::MAX) {
                 let why = format!(
                     "permission denied: uid {uid} may not control this daemon (only uid {} and \
-                     root may)",
+                     root may; a daemon with `shared = true` serves every local user)",
                     self.uid
                 );
                 // Told why, best effort (the socket is fresh: one small
@@ -221,7 +223,9 @@ impl Daemon {
             if let Some(peer) = peer.filter(|_| self.strangers.allow(Instant::now())) {
                 debug!("connection from {peer}");
             }
-            self.conns.insert(t, Conn::new(sock, kind));
+            let mut c = Conn::new(sock, kind);
+            c.uid = local_uid;
+            self.conns.insert(t, c);
         }
     }
 

@@ -144,7 +144,8 @@ impl Daemon {
             return self.deliver(out);
         }
         out.extend(match msg {
-            PeerMsg::Control { id, req } => m.with_wall(wall_ns()).control(
+            PeerMsg::Control { id, req, uid } => m.with_wall(wall_ns()).control_by(
+                uid,
                 Requester::Remote {
                     host: h.to_string(),
                     id,

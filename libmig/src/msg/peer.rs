@@ -90,6 +90,8 @@ pub enum PeerMsg {
         id: u64,
         /// The request.
         req: Request,
+        /// The local user who made it (from the socket's credentials).
+        uid: u32,
     },
     /// Master to worker: a reply to `Control` (several for streams).
     Reply {
