@@ -33,13 +33,26 @@ pub struct Flow {
     waiting_on_held: HashMap<Tid, Vec<Token>>,
     /// Per VP connection, bytes of shared buffers passed and not yet taken in.
     fd_inflight: HashMap<Token, usize>,
+    /// Per VP connection, unread messages it carried over a move.
+    backlog: HashMap<Token, usize>,
 }
 
 impl Flow {
     /// Has `t` (with `queued` bytes queued for it) so much waiting for it
     /// that its senders must wait?
     pub fn full(&self, t: Token, queued: usize) -> bool {
-        queued > HIGH_WATER || self.fd_inflight.get(&t).is_some_and(|&n| n > FD_HIGH_WATER)
+        queued > HIGH_WATER
+            || self.fd_inflight.get(&t).is_some_and(|&n| n > FD_HIGH_WATER)
+            || self.backlog.get(&t).is_some_and(|&n| n > HIGH_WATER)
+    }
+
+    /// The VP on `t` holds `bytes` unread from before its move.
+    pub fn backlog(&mut self, t: Token, bytes: usize) {
+        if bytes == 0 {
+            self.backlog.remove(&t);
+        } else {
+            self.backlog.insert(t, bytes);
+        }
     }
 
     /// Are messages held for a VP so many (`held` bytes) that their
@@ -61,8 +74,9 @@ impl Flow {
     /// `t` wrote and has `queued` bytes left: if that is down to the low
     /// marks, the senders that waited for it, to resume.
     pub fn drained(&mut self, t: Token, queued: usize) -> Vec<Token> {
-        let low =
-            queued <= LOW_WATER && self.fd_inflight.get(&t).is_none_or(|&n| n <= FD_LOW_WATER);
+        let low = queued <= LOW_WATER
+            && self.fd_inflight.get(&t).is_none_or(|&n| n <= FD_LOW_WATER)
+            && self.backlog.get(&t).is_none_or(|&n| n <= LOW_WATER);
         if low {
             self.waiting_on.remove(&t).unwrap_or_default()
         } else {
@@ -96,6 +110,7 @@ impl Flow {
     /// `t` closed: forgotten; the senders that waited for it, to resume.
     pub fn closed(&mut self, t: Token) -> Vec<Token> {
         self.fd_inflight.remove(&t);
+        self.backlog.remove(&t);
         self.gave_up(t)
     }
 }
@@ -129,6 +144,20 @@ mod tests {
         f.consumed(vp, 1);
         assert_eq!(f.drained(vp, 0), vec![src]);
         f.consumed(vp, usize::MAX);
+        assert!(!f.full(vp, 0));
+    }
+
+    #[test]
+    fn what_a_moved_vp_carries_unread_counts_until_it_reads_it() {
+        let mut f = Flow::default();
+        let (vp, src) = (Token(1), Token(2));
+        f.backlog(vp, HIGH_WATER + 1);
+        assert!(f.full(vp, 0));
+        f.wait_on(vp, src);
+        f.backlog(vp, LOW_WATER + 1);
+        assert!(f.drained(vp, 0).is_empty(), "still above the low mark");
+        f.backlog(vp, 0);
+        assert_eq!(f.drained(vp, 0), vec![src]);
         assert!(!f.full(vp, 0));
     }
 

@@ -300,7 +300,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
         .arg(bin("heat"))
         .args(["--rows", "48", "--cols", "48", "--iters"])
         // Long enough to outlive every kill.
-        .arg((5_000 * (kills + 1)).to_string())
+        .arg((8_000 * (kills + 1)).to_string())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -55,6 +55,10 @@ impl Daemon {
                 self.flow.consumed(t, bytes as usize);
                 self.maybe_resume(t);
             }
+            VpMsg::Backlog { bytes } => {
+                self.flow.backlog(t, bytes as usize);
+                self.maybe_resume(t);
+            }
             VpMsg::Written { path, upto } => self.written(tid, &path, upto),
             VpMsg::Checkpointed { path } => self.checkpointed(tid, &path),
             VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(PeerMsg::Snap {

@@ -233,6 +233,14 @@ pub enum VpMsg {
     },
     /// VP → daemon: after a pause notice, it is ready: stop it now.
     Quiesced,
+    /// VP → daemon: unread messages it holds from before its last move
+    /// (restored with it) come to `bytes` now; past the high mark its
+    /// senders wait until it has read them down (flow control counts what
+    /// a moved VP carries, not only what waits in sockets).
+    Backlog {
+        /// How many bytes.
+        bytes: u64,
+    },
 }
 
 /// May `signal` be asked for as a pause notice? Not one that kills,
@@ -256,6 +264,7 @@ impl VpMsg {
             VpMsg::Undeliverable { .. } => "Undeliverable",
             VpMsg::Return { .. } => "Return",
             VpMsg::Credit { .. } => "Credit",
+            VpMsg::Backlog { .. } => "Backlog",
             VpMsg::Checkpoint { .. } => "Checkpoint",
             VpMsg::StayPut => "StayPut",
             VpMsg::Snap(_) => "Snap",

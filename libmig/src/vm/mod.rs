@@ -190,6 +190,9 @@ pub struct Vm {
     /// (once every VP has stopped) how much to take in from each peer.
     snap: Option<SnapState>,
     restored: bool,
+    /// Bytes of unread messages restored with this VP and not yet taken
+    /// (reported to the daemon as they go down: see `VpMsg::Backlog`).
+    backlog: u64,
     /// Bytes of memfd payloads sent to the daemon and not yet passed on.
     fd_unacked: usize,
     /// Shared buffers for large messages sent, and mappings of peers'.
@@ -278,6 +281,7 @@ impl Vm {
             checkpoint_to: None,
             snap: None,
             restored: false,
+            backlog: 0,
             fd_unacked: 0,
             outbox: Outbox::default(),
             inbox: Inbox::default(),

@@ -72,11 +72,23 @@ impl Vm {
         if let Some(e) = self.failures.pop_front() {
             return Err(e);
         }
-        Ok(self
+        let m = self
             .mailbox
             .iter()
             .position(|m| matches(m, from, tag))
-            .and_then(|i| self.mailbox.remove(i)))
+            .and_then(|i| self.mailbox.remove(i));
+        if let Some(m) = m.as_ref().filter(|_| self.backlog > 0) {
+            // Told in steps, and when it is all read.
+            const STEP: u64 = 1 << 20;
+            let before = self.backlog;
+            self.backlog = before.saturating_sub(m.data.len() as u64);
+            if self.backlog == 0 || before / STEP != self.backlog / STEP {
+                // (Best effort: a daemon gone is noticed where it matters.)
+                let bytes = self.backlog;
+                let _ = self.tell(VpMsg::Backlog { bytes });
+            }
+        }
+        Ok(m)
     }
 
     /// Wait until a socket is readable (and `writable` writable), up to
@@ -258,6 +270,7 @@ impl Vm {
             VpMsg::Call { .. }
             | VpMsg::Direct { .. }
             | VpMsg::Consumed { .. }
+            | VpMsg::Backlog { .. }
             | VpMsg::Checkpoint { .. }
             | VpMsg::StayPut
             | VpMsg::Snap(_)

@@ -87,6 +87,16 @@ impl Vm {
         std::env::remove_var(env::RESTORE);
         std::env::remove_var(env::RESTORE_SUMMED);
         vm.restored = true;
+        // What it carries unread counts against its senders until read.
+        vm.backlog = vm.mailbox.iter().map(|m| m.data.len() as u64).sum::<u64>()
+            + vm.order
+                .values()
+                .flat_map(|o| o.early.values())
+                .map(|m| m.data.len() as u64)
+                .sum::<u64>();
+        if vm.backlog > 0 {
+            vm.tell(VpMsg::Backlog { bytes: vm.backlog })?;
+        }
         Ok((vm, state))
     }
 
