@@ -13,7 +13,7 @@ use libmig::msg::{Request, Response, SpawnSpec, Stream};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Number of VPs.
-    #[arg(short = 'n', long, default_value_t = 1)]
+    #[arg(short = 'n', long = "vps", value_name = "N", default_value_t = 1)]
     n: u32,
     /// Wait for the job: print its output and exit with its status
     /// (0 if every VP exited 0, else the first failing VP's status).

@@ -21,7 +21,7 @@ use libmig::msg::Request;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Number of daemons (hosts).
-    #[arg(short = 'n', long, default_value_t = 4)]
+    #[arg(short = 'n', long = "hosts", value_name = "N", default_value_t = 4)]
     n: usize,
     /// Processors each daemon offers.
     #[arg(long, default_value_t = 1)]
@@ -289,7 +289,11 @@ pub fn run(a: Args) -> Result<()> {
         "mig: virtual machine up: {} hosts on loopback, master h0 at {addr}",
         a.n
     );
-    eprintln!("mig: logs in {}/hK/migd.log", dir.display());
+    eprintln!(
+        "mig: logs in {}/h0/migd.log .. h{}/migd.log",
+        dir.display(),
+        a.n.saturating_sub(1)
+    );
     println!("export MIG_DAEMON={}", master_sock.display());
     if a.detach {
         return Ok(());
