@@ -193,7 +193,7 @@ fn move_vp(c: &mut libmig::control::Client, tid: u64, to: &str) -> Result<(), St
 fn thousands_of_moves_leave_no_memory_behind_in_any_daemon() {
     // MOVES=10000 for the full count (about 100 s on a quiet machine); the
     // suite's default keeps it within its time.
-    let moves: usize = mig_tests::env_num("MOVES", 2_000);
+    let moves: usize = mig_tests::env_num("MOVES", 1_000);
     let warm = 300;
     // No periodic job checkpoint: the producer never reaches a safe point,
     // so a round would hold the consumer (and its moves) for its timeout
@@ -427,62 +427,4 @@ fn on_a_shared_daemon_another_user_may_look_but_not_touch_what_is_not_theirs() {
     // Its owner may.
     vm.mig_ok(&["kill", "j1"]);
     drop(job);
-}
-
-#[test]
-fn a_consumer_moved_again_and_again_behind_a_fast_producer_carries_a_bounded_backlog() {
-    // The producer sends as fast as it may; every move stops the consumer
-    // for a while. What it has not read travels in its image, and counts
-    // against the producer until read: images stay bounded.
-    let vm = Vm::start_config(
-        3,
-        "[daemon]\ncheckpoint_interval_s = 0\nlog = \"info,server::source=debug\"\n",
-    );
-    let stop = vm.dir.path().join("stop");
-    let job = vm.start_job(
-        2,
-        &mig_tests::bin("stream"),
-        &[
-            std::ffi::OsStr::new("--json"),
-            std::ffi::OsStr::new("--pause-every"),
-            std::ffi::OsStr::new("100"),
-            std::ffi::OsStr::new("--until"),
-            stop.as_os_str(),
-        ],
-    );
-    assert!(
-        wait_until(T, || vm
-            .where_is("t40002")
-            .is_some_and(|(_, s)| s == "running")),
-        "the consumer never ran"
-    );
-    let (on, _) = vm.where_is("t40002").expect("placed");
-    let hosts: Vec<&str> = ["h0", "h1", "h2"]
-        .into_iter()
-        .filter(|h| *h != on)
-        .collect();
-    let mut c = libmig::control::Client::connect(&vm.sock()).expect("control");
-    for k in 0..mig_tests::env_num("MOVES", 150) {
-        if let Err(e) = move_vp(&mut c, 0x40002, hosts[k % 2]) {
-            panic!("move {k}: {e}\n{}\n{}\n{}", vm.log(0), vm.log(1), vm.log(2));
-        }
-    }
-    std::fs::write(&stop, b"").expect("stop file");
-    let lines = mig_tests::job_succeeds(job, "");
-    let tally: serde_json::Value =
-        serde_json::from_str(lines.last().expect("output")).expect("JSON tally");
-    assert_eq!(tally["lost"], 0, "{tally}");
-    assert_eq!(tally["duplicated"], 0, "{tally}");
-    let logs = format!("{}{}{}", vm.log(0), vm.log(1), vm.log(2));
-    let sizes: Vec<u64> = logs
-        .lines()
-        .filter_map(|l| {
-            let (_, rest) = l.split_once("VP t40002 checkpointed (")?;
-            rest.split_once(" bytes)")?.0.parse().ok()
-        })
-        .collect();
-    let largest = sizes.iter().copied().max().unwrap_or(0);
-    eprintln!("{} images, the largest {largest} bytes", sizes.len());
-    assert!(sizes.len() >= 100, "{} images logged", sizes.len());
-    assert!(largest < 48 << 20, "an image of {largest} bytes");
 }
