@@ -367,9 +367,9 @@ impl Daemon {
     fn unsent(&mut self, host: String, msg: PeerMsg) {
         const MAX: usize = 4096;
         let alive = self.role.master().is_some_and(|m| m.is_alive(&host));
-        let kept = self.unsent_to.entry(host.clone()).or_default();
-        if alive && kept.len() < MAX {
-            kept.push(msg);
+        let room = self.unsent_to.get(&host).map_or(0, Vec::len) < MAX;
+        if alive && room {
+            self.unsent_to.entry(host).or_default().push(msg);
         } else {
             warn!("no connection to {host}; dropping {}", msg.name());
         }
