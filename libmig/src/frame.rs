@@ -323,8 +323,13 @@ impl Decoder {
         let head_bytes = avail[HEADER..HEADER + head].to_vec();
         let have = (avail.len() - HEADER - head).min(plen);
         let mut payload = match std::mem::take(&mut self.spare) {
+            // (Bytes a reused buffer still holds are overwritten before
+            // anything reads them: only the filled part is ever handed on.)
+            mut spare if spare.len() >= plen => {
+                spare.truncate(plen);
+                spare
+            }
             mut spare if spare.capacity() >= plen => {
-                spare.clear();
                 spare.resize(plen, 0);
                 spare
             }

@@ -205,6 +205,10 @@ pub struct Vm {
 /// receiver that cannot keep up must still hold the sender back).
 const FD_WINDOW: usize = 64 << 20;
 
+/// How long a sender waits for a pooled buffer of its own to come back
+/// before it makes another (see `stage_for_daemon`).
+const STAGE_WAIT: Duration = Duration::from_millis(100);
+
 /// A job checkpoint this VP takes part in.
 #[derive(Debug)]
 struct SnapState {

@@ -16,6 +16,32 @@ impl Vm {
         self.send_bytes(to, tag, &bytes)
     }
 
+    /// A pooled buffer holding `data` for the daemon route. The daemon
+    /// credits a payload as soon as it has queued it, and hands its buffer
+    /// back only once the bytes are out (sealed onto another host's link,
+    /// say): a sender that made a new buffer whenever none was free would
+    /// fill fresh pages for every message of a fast stream. So it waits a
+    /// while for one of its own to come back first (taking in what
+    /// arrives meanwhile), and makes a new one only past `STAGE_WAIT` (a
+    /// daemon that stopped, say).
+    fn stage_for_daemon(
+        &mut self,
+        to: Tid,
+        data: &[u8],
+    ) -> Result<io::Result<std::os::fd::OwnedFd>, MigError> {
+        let since = Instant::now();
+        loop {
+            if let Some(r) = self.outbox.try_stage(to, data) {
+                return Ok(r);
+            }
+            if since.elapsed() >= STAGE_WAIT {
+                return Ok(self.outbox.stage(to, data));
+            }
+            self.pump(LinkId::Daemon, false)?;
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     /// Send raw bytes to `to` with `tag` (written straight from `data`).
     pub fn send_bytes(&mut self, to: Tid, tag: i32, data: &[u8]) -> Result<(), MigError> {
         if data.len() > MAX_MESSAGE {
@@ -57,7 +83,7 @@ impl Vm {
                 while self.fd_unacked > 0 && self.fd_unacked + data.len() > FD_WINDOW {
                     self.wait_io(None, None)?;
                 }
-                Some(self.outbox.stage(to, data))
+                Some(self.stage_for_daemon(to, data)?)
             }
             LinkId::Direct(_) => self.outbox.try_stage(to, data),
         }
