@@ -1,0 +1,311 @@
+//! PVM message buffers: what `pvm_pk*` appends and `pvm_upk*` takes, in
+//! either encoding. Pure: no I/O, no global state.
+//!
+//! `PvmDataDefault` is XDR (RFC 4506): big-endian, every item at least four
+//! bytes (a short travels as a 32-bit int, a long as a 64-bit hyper), so a
+//! message reads the same on any architecture. `PvmDataRaw` (and
+//! `PvmDataInPlace`, copied at pack time) is the sender's own layout.
+//! Bytes go as they are in both. A string is its length with the NUL, then
+//! its bytes and the NUL. On the wire a message is one byte naming its
+//! encoding, then the packed items.
+//!
+//! What does not live here: the table of buffers and which is active
+//! (`state`), the C functions (`pack`).
+
+/// How items are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// XDR (`PvmDataDefault`).
+    Xdr,
+    /// The machine's own layout (`PvmDataRaw`, `PvmDataInPlace`).
+    Raw,
+}
+
+impl Encoding {
+    /// From `pvm_initsend`'s argument.
+    pub fn from_pvm(code: i32) -> Option<Encoding> {
+        match code {
+            0 => Some(Encoding::Xdr),
+            1 | 2 => Some(Encoding::Raw),
+            _ => None,
+        }
+    }
+
+    /// The PVM code (`pvm_bufinfo`'s encoding, the wire's first byte).
+    pub fn code(self) -> u8 {
+        match self {
+            Encoding::Xdr => 0,
+            Encoding::Raw => 1,
+        }
+    }
+}
+
+/// An item type PVM packs.
+pub trait Item: Copy {
+    /// Append `self` in `enc`.
+    fn put(self, enc: Encoding, out: &mut Vec<u8>);
+    /// Read one from the front of `b`, with the bytes it took.
+    fn get(enc: Encoding, b: &[u8]) -> Option<(Self, usize)>;
+}
+
+macro_rules! item {
+    ($t:ty, $xdr:ty) => {
+        impl Item for $t {
+            fn put(self, enc: Encoding, out: &mut Vec<u8>) {
+                match enc {
+                    Encoding::Xdr => out.extend_from_slice(&(self as $xdr).to_be_bytes()),
+                    Encoding::Raw => out.extend_from_slice(&self.to_ne_bytes()),
+                }
+            }
+            fn get(enc: Encoding, b: &[u8]) -> Option<(Self, usize)> {
+                match enc {
+                    Encoding::Xdr => {
+                        const N: usize = std::mem::size_of::<$xdr>();
+                        let a: [u8; N] = b.get(..N)?.try_into().ok()?;
+                        Some((<$xdr>::from_be_bytes(a) as $t, N))
+                    }
+                    Encoding::Raw => {
+                        const N: usize = std::mem::size_of::<$t>();
+                        let a: [u8; N] = b.get(..N)?.try_into().ok()?;
+                        Some((<$t>::from_ne_bytes(a), N))
+                    }
+                }
+            }
+        }
+    };
+}
+
+item!(i16, i32);
+item!(u16, u32);
+item!(i32, i32);
+item!(u32, u32);
+item!(i64, i64);
+item!(u64, u64);
+item!(f32, f32);
+item!(f64, f64);
+
+impl Item for u8 {
+    fn put(self, _: Encoding, out: &mut Vec<u8>) {
+        out.push(self);
+    }
+    fn get(_: Encoding, b: &[u8]) -> Option<(Self, usize)> {
+        b.first().map(|&x| (x, 1))
+    }
+}
+
+/// Why an unpack failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Short {
+    /// The message holds fewer items than asked for (`PvmNoData`).
+    NoData,
+    /// A string longer than its buffer could be (`PvmBadMsg`).
+    BadMsg,
+}
+
+/// One message buffer.
+#[derive(Debug, Clone)]
+pub struct Buffer {
+    /// Its encoding.
+    pub enc: Encoding,
+    data: Vec<u8>,
+    pos: usize,
+    /// Tag and sender of a received message (0 for one being built).
+    pub tag: i32,
+    /// The sender's Tid.
+    pub src: u64,
+}
+
+impl Buffer {
+    /// An empty buffer to pack into.
+    pub fn new(enc: Encoding) -> Buffer {
+        Buffer {
+            enc,
+            data: Vec::new(),
+            pos: 0,
+            tag: 0,
+            src: 0,
+        }
+    }
+
+    /// A received message's bytes (`None`: not a PVM message).
+    pub fn received(wire: &[u8], tag: i32, src: u64) -> Option<Buffer> {
+        let (&code, rest) = wire.split_first()?;
+        let enc = match code {
+            0 => Encoding::Xdr,
+            1 => Encoding::Raw,
+            _ => return None,
+        };
+        Some(Buffer {
+            enc,
+            data: rest.to_vec(),
+            pos: 0,
+            tag,
+            src,
+        })
+    }
+
+    /// The bytes to send.
+    pub fn wire(&self) -> Vec<u8> {
+        let mut w = Vec::with_capacity(1 + self.data.len());
+        w.push(self.enc.code());
+        w.extend_from_slice(&self.data);
+        w
+    }
+
+    /// Packed bytes (what `pvm_bufinfo` reports).
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Nothing packed.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Append items.
+    pub fn pack<T: Item>(&mut self, items: impl IntoIterator<Item = T>) {
+        for x in items {
+            x.put(self.enc, &mut self.data);
+        }
+    }
+
+    /// Append a string (without its NUL; the NUL is packed for it).
+    pub fn pack_str(&mut self, s: &[u8]) {
+        let n = s.len() as i32 + 1;
+        n.put(self.enc, &mut self.data);
+        self.data.extend_from_slice(s);
+        self.data.push(0);
+    }
+
+    /// Take `n` items; nothing is taken when there are fewer.
+    pub fn unpack<T: Item>(&mut self, n: usize) -> Result<Vec<T>, Short> {
+        let mut at = self.pos;
+        let mut out = Vec::with_capacity(n.min(1 << 20));
+        for _ in 0..n {
+            let (x, k) = T::get(self.enc, &self.data[at..]).ok_or(Short::NoData)?;
+            out.push(x);
+            at += k;
+        }
+        self.pos = at;
+        Ok(out)
+    }
+
+    /// Take a string, its NUL included.
+    pub fn unpack_str(&mut self) -> Result<Vec<u8>, Short> {
+        let (n, k) = i32::get(self.enc, &self.data[self.pos..]).ok_or(Short::NoData)?;
+        let n = usize::try_from(n).map_err(|_| Short::BadMsg)?;
+        let start = self.pos + k;
+        let s = self.data.get(start..start + n).ok_or(Short::NoData)?;
+        if n == 0 || s[n - 1] != 0 {
+            return Err(Short::BadMsg);
+        }
+        let s = s.to_vec();
+        self.pos = start + n;
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn xdr_is_big_endian_and_at_least_four_bytes_an_item() {
+        let mut b = Buffer::new(Encoding::Xdr);
+        b.pack([0x0102_0304i32]);
+        b.pack([-2i16]);
+        b.pack([1.0f32]);
+        b.pack([7u8]);
+        let w = b.wire();
+        assert_eq!(w[0], 0, "the encoding byte");
+        assert_eq!(&w[1..5], &[1, 2, 3, 4]);
+        assert_eq!(&w[5..9], &[0xff, 0xff, 0xff, 0xfe], "a short as an XDR int");
+        assert_eq!(&w[9..13], &1.0f32.to_be_bytes());
+        assert_eq!(w[13], 7);
+    }
+
+    #[test]
+    fn too_few_items_take_nothing_and_a_bad_string_is_refused() {
+        let mut b = Buffer::new(Encoding::Xdr);
+        b.pack([1i32, 2]);
+        let mut r = Buffer::received(&b.wire(), 5, 9).expect("ours");
+        assert_eq!(r.unpack::<i32>(3), Err(Short::NoData));
+        assert_eq!(r.unpack::<i32>(2), Ok(vec![1, 2]));
+        // A string whose length runs past the message.
+        let mut b = Buffer::new(Encoding::Xdr);
+        b.pack([1000i32]);
+        b.pack(*b"abc");
+        let mut r = Buffer::received(&b.wire(), 0, 0).expect("ours");
+        assert_eq!(r.unpack_str(), Err(Short::NoData));
+        // One with no NUL where its length says.
+        let mut b = Buffer::new(Encoding::Raw);
+        b.pack([3i32]);
+        b.pack(*b"abc");
+        let mut r = Buffer::received(&b.wire(), 0, 0).expect("ours");
+        assert_eq!(r.unpack_str(), Err(Short::BadMsg));
+        assert!(Buffer::received(&[9, 1, 2], 0, 0).is_none(), "not ours");
+        assert!(Buffer::received(&[], 0, 0).is_none());
+    }
+
+    fn round_trip<T: Item + PartialEq + std::fmt::Debug>(enc: Encoding, xs: &[T]) {
+        let mut b = Buffer::new(enc);
+        b.pack(xs.iter().copied());
+        let mut r = Buffer::received(&b.wire(), 1, 2).expect("ours");
+        assert_eq!(r.unpack::<T>(xs.len()).expect("all there"), xs);
+        assert_eq!(
+            r.unpack::<T>(1).map(|_| ()),
+            Err(Short::NoData),
+            "nothing past the end"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn every_type_round_trips_in_both_encodings(
+            i16s in proptest::collection::vec(any::<i16>(), 0..20),
+            u16s in proptest::collection::vec(any::<u16>(), 0..20),
+            i32s in proptest::collection::vec(any::<i32>(), 0..20),
+            u32s in proptest::collection::vec(any::<u32>(), 0..20),
+            i64s in proptest::collection::vec(any::<i64>(), 0..20),
+            u64s in proptest::collection::vec(any::<u64>(), 0..20),
+            f32s in proptest::collection::vec(any::<f32>().prop_filter("nan", |x| !x.is_nan()), 0..20),
+            f64s in proptest::collection::vec(any::<f64>().prop_filter("nan", |x| !x.is_nan()), 0..20),
+            bytes in proptest::collection::vec(any::<u8>(), 0..50),
+            s in proptest::collection::vec(1u8..=255, 0..40),
+        ) {
+            for enc in [Encoding::Xdr, Encoding::Raw] {
+                round_trip(enc, &i16s);
+                round_trip(enc, &u16s);
+                round_trip(enc, &i32s);
+                round_trip(enc, &u32s);
+                round_trip(enc, &i64s);
+                round_trip(enc, &u64s);
+                round_trip(enc, &f32s);
+                round_trip(enc, &f64s);
+                round_trip(enc, &bytes);
+                // Mixed, in order, strings among them.
+                let mut b = Buffer::new(enc);
+                b.pack(i32s.iter().copied());
+                b.pack_str(&s);
+                b.pack(f64s.iter().copied());
+                let mut r = Buffer::received(&b.wire(), 0, 0).expect("ours");
+                prop_assert_eq!(r.unpack::<i32>(i32s.len()).expect("ints"), i32s.clone());
+                let mut want = s.clone();
+                want.push(0);
+                prop_assert_eq!(r.unpack_str().expect("string"), want);
+                prop_assert_eq!(r.unpack::<f64>(f64s.len()).expect("doubles"), f64s.clone());
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_an_unpack(wire in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Some(mut r) = Buffer::received(&wire, 0, 0) {
+                let _ = r.unpack_str();
+                let _ = r.unpack::<i64>(3);
+                let _ = r.unpack::<i16>(100);
+                let _ = r.unpack::<f64>(1);
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! libpvm3 for mig: PVM 3.4's C interface on top of libmig, so that PVM
+//! programs (C, built against PVM's `pvm3.h` or ours in `include/`) run as
+//! mig VPs unmodified. It builds `libpvm3.so` (soname `libpvm3.so.3`, as
+//! PVM's) and `libpvm3.a`.
+//!
+//! Modules: `buffer` (message buffers and their encodings, pure),
+//! `state` (the task: its VM, buffers, options; enrolment), `task` (task
+//! control), `pack` (buffers and packing), `message` (sending and
+//! receiving), `group` (groups and reductions), `errors` (codes and
+//! reports). Every exported function answers with PVM's codes and never
+//! unwinds into C.
+
+pub mod buffer;
+pub mod errors;
+pub mod group;
+pub mod message;
+pub mod pack;
+pub mod state;
+pub mod task;

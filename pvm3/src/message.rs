@@ -1,0 +1,362 @@
+//! PVM's messages as C functions: `pvm_send`, `pvm_mcast`, `pvm_recv`,
+//! `pvm_nrecv`, `pvm_trecv`, `pvm_probe`, `pvm_psend`, `pvm_precv`, on
+//! libmig's point-to-point messages (which keep PVM's order between each
+//! pair of tasks). A received message becomes the active receive buffer;
+//! mig's notices (a task exited, a host left or joined) arrive as PVM's
+//! do, a message whose body is the Tid concerned.
+//!
+//! What does not live here: packing (`pack`, `buffer`), groups (`group`).
+
+use std::os::raw::c_int;
+use std::time::Duration;
+
+use libmig::{Message, Notice, Tid, SYSTEM};
+
+use crate::buffer::{Buffer, Encoding, Item};
+use crate::errors;
+use crate::state::{self, from_c, Task};
+
+/// The Tid notices seem to come from (PVM's daemons are `0x40000`...).
+const DAEMON_TID: u64 = 0x8004_0000;
+
+/// A received message as a PVM buffer (`None`: not one of ours).
+pub fn to_buffer(m: &Message) -> Option<Buffer> {
+    if m.from == SYSTEM {
+        let who = match m.notice()? {
+            Notice::VpExited { tid, .. } => state::to_c(tid),
+            _ => 0x40000,
+        };
+        let mut b = Buffer::new(Encoding::Xdr);
+        b.pack([who]);
+        b.tag = m.tag;
+        b.src = DAEMON_TID;
+        return Some(b);
+    }
+    Buffer::received(&m.data, m.tag, m.from)
+}
+
+fn tag_of(tag: c_int) -> Option<i32> {
+    (tag >= 0).then_some(tag)
+}
+
+/// Send the active send buffer to `to`.
+fn send_to(t: &mut Task, call: &str, to: &[Tid], tag: c_int) -> c_int {
+    let id = t.sbuf;
+    let Some(b) = t.buf(id) else {
+        return t.fail(call, errors::NO_BUF);
+    };
+    let wire = b.wire();
+    let vm = match t.vm() {
+        Ok(vm) => vm,
+        Err(e) => return t.fail(call, e),
+    };
+    let r = if to.len() == 1 {
+        vm.send_bytes(to[0], tag, &wire)
+    } else {
+        vm.mcast_bytes(to, tag, &wire)
+    };
+    match r {
+        Ok(()) => errors::OK,
+        Err(_) => t.fail(call, errors::SYS_ERR),
+    }
+}
+
+/// Send the active send buffer to `tid` with `msgtag`.
+#[no_mangle]
+pub extern "C" fn pvm_send(tid: c_int, msgtag: c_int) -> c_int {
+    match (from_c(tid), msgtag >= 0) {
+        (Some(to), true) => state::with(|t| send_to(t, "pvm_send", &[to], msgtag)),
+        _ => state::with(|t| t.fail("pvm_send", errors::BAD_PARAM)),
+    }
+}
+
+/// Send the active send buffer to `ntask` tasks (never to oneself).
+///
+/// # Safety
+/// `tids` holds `ntask` ints.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_mcast(tids: *const c_int, ntask: c_int, msgtag: c_int) -> c_int {
+    if tids.is_null() || ntask < 0 || msgtag < 0 {
+        return state::with(|t| t.fail("pvm_mcast", errors::BAD_PARAM));
+    }
+    // SAFETY: `ntask` ints, as the caller promises.
+    let list = unsafe { std::slice::from_raw_parts(tids, ntask as usize) };
+    let mut to: Vec<Tid> = Vec::with_capacity(list.len());
+    for &x in list {
+        match from_c(x) {
+            Some(v) => to.push(v),
+            None => return state::with(|t| t.fail("pvm_mcast", errors::BAD_PARAM)),
+        }
+    }
+    state::with(|t| {
+        let me = t.me();
+        to.retain(|&x| Some(x) != me);
+        if to.is_empty() {
+            return errors::OK;
+        }
+        send_to(t, "pvm_mcast", &to, msgtag)
+    })
+}
+
+/// How long a receive waits.
+enum Wait {
+    Forever,
+    No,
+    For(Duration),
+}
+
+/// Receive a matching message into a new active receive buffer (the old
+/// one freed); its id, 0 when none came in time.
+fn receive(call: &str, tid: c_int, msgtag: c_int, wait: Wait) -> c_int {
+    state::with(|t| {
+        let (from, tag) = (from_c(tid), tag_of(msgtag));
+        let vm = match t.vm() {
+            Ok(vm) => vm,
+            Err(e) => return t.fail(call, e),
+        };
+        let got = match wait {
+            Wait::Forever => vm.recv(from, tag).map(Some),
+            Wait::No => vm.try_recv(from, tag),
+            Wait::For(d) => vm.recv_timeout(from, tag, d),
+        };
+        let m = match got {
+            Ok(Some(m)) => m,
+            Ok(None) => return 0,
+            Err(_) => return t.fail(call, errors::SYS_ERR),
+        };
+        let Some(b) = to_buffer(&m) else {
+            return t.fail(call, errors::BAD_MSG);
+        };
+        let old = t.rbuf;
+        if old > 0 {
+            t.free(old);
+        }
+        let id = t.insert(b);
+        t.rbuf = id;
+        id
+    })
+}
+
+/// Wait for a message from `tid` (-1: any) with `msgtag` (-1: any).
+#[no_mangle]
+pub extern "C" fn pvm_recv(tid: c_int, msgtag: c_int) -> c_int {
+    receive("pvm_recv", tid, msgtag, Wait::Forever)
+}
+
+/// A matching message if one is there (0 if not); never waits.
+#[no_mangle]
+pub extern "C" fn pvm_nrecv(tid: c_int, msgtag: c_int) -> c_int {
+    receive("pvm_nrecv", tid, msgtag, Wait::No)
+}
+
+/// Wait at most `tmout` (null: for ever) for a matching message; 0 if none.
+///
+/// # Safety
+/// `tmout` null or a `struct timeval`.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_trecv(
+    tid: c_int,
+    msgtag: c_int,
+    tmout: *const libc::timeval,
+) -> c_int {
+    // SAFETY: null or a timeval, as the caller promises.
+    let wait = match unsafe { tmout.as_ref() } {
+        None => Wait::Forever,
+        Some(tv) => {
+            let us = (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64;
+            Wait::For(Duration::from_micros(us))
+        }
+    };
+    receive("pvm_trecv", tid, msgtag, wait)
+}
+
+/// Has a matching message arrived? A buffer describing it (for
+/// `pvm_bufinfo`; the message stays to be received), or 0.
+#[no_mangle]
+pub extern "C" fn pvm_probe(tid: c_int, msgtag: c_int) -> c_int {
+    state::with(|t| {
+        let found = match t.vm().map(|vm| vm.probe(from_c(tid), tag_of(msgtag))) {
+            Ok(Ok(f)) => f,
+            Ok(Err(_)) => return t.fail("pvm_probe", errors::SYS_ERR),
+            Err(e) => return t.fail("pvm_probe", e),
+        };
+        match found {
+            Some((from, tag, len)) => {
+                let mut b = Buffer::new(Encoding::Raw);
+                b.pack(vec![0u8; len.saturating_sub(1)]);
+                b.tag = tag;
+                b.src = from;
+                t.insert(b)
+            }
+            None => 0,
+        }
+    })
+}
+
+/// The size in bytes of one item of a PVM data type, and how to pack it.
+fn item_size(datatype: c_int) -> Option<usize> {
+    Some(match datatype {
+        0 | 1 => 1,
+        2 | 9 => 2,
+        3 | 4 | 10 => 4,
+        5 => 8,
+        6 | 8 | 11 => 8,
+        7 => 16,
+        _ => return None,
+    })
+}
+
+/// Pack `len` items of `datatype` from `buf` into `b`.
+///
+/// # Safety
+/// `buf` holds `len` items of `datatype`.
+pub unsafe fn pack_typed(b: &mut Buffer, buf: *const u8, len: usize, datatype: c_int) -> bool {
+    /// # Safety
+    /// `p` holds `n` items of `T`.
+    unsafe fn items<T: Item>(b: &mut Buffer, p: *const u8, n: usize) {
+        let p = p.cast::<T>();
+        // SAFETY: as the caller promises.
+        b.pack((0..n).map(|i| unsafe { p.add(i).read_unaligned() }));
+    }
+    // SAFETY: each arm reads `len` items of its type.
+    unsafe {
+        match datatype {
+            0 | 1 => items::<u8>(b, buf, len),
+            2 => items::<i16>(b, buf, len),
+            9 => items::<u16>(b, buf, len),
+            3 => items::<i32>(b, buf, len),
+            10 => items::<u32>(b, buf, len),
+            4 => items::<f32>(b, buf, len),
+            5 => items::<f32>(b, buf, 2 * len),
+            6 => items::<f64>(b, buf, len),
+            7 => items::<f64>(b, buf, 2 * len),
+            8 => items::<i64>(b, buf, len),
+            11 => items::<u64>(b, buf, len),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Unpack `len` items of `datatype` from `b` into `buf`.
+///
+/// # Safety
+/// `buf` has room for `len` items of `datatype`.
+pub unsafe fn unpack_typed(b: &mut Buffer, buf: *mut u8, len: usize, datatype: c_int) -> bool {
+    /// # Safety
+    /// `p` has room for `n` items of `T`.
+    unsafe fn items<T: Item>(b: &mut Buffer, p: *mut u8, n: usize) -> bool {
+        let Ok(xs) = b.unpack::<T>(n) else {
+            return false;
+        };
+        let p = p.cast::<T>();
+        for (i, x) in xs.into_iter().enumerate() {
+            // SAFETY: as the caller promises.
+            unsafe { p.add(i).write_unaligned(x) };
+        }
+        true
+    }
+    // SAFETY: each arm writes `len` items of its type.
+    unsafe {
+        match datatype {
+            0 | 1 => items::<u8>(b, buf, len),
+            2 => items::<i16>(b, buf, len),
+            9 => items::<u16>(b, buf, len),
+            3 => items::<i32>(b, buf, len),
+            10 => items::<u32>(b, buf, len),
+            4 => items::<f32>(b, buf, len),
+            5 => items::<f32>(b, buf, 2 * len),
+            6 => items::<f64>(b, buf, len),
+            7 => items::<f64>(b, buf, 2 * len),
+            8 => items::<i64>(b, buf, len),
+            11 => items::<u64>(b, buf, len),
+            _ => false,
+        }
+    }
+}
+
+/// Pack and send in one call (`len` items of `datatype`).
+///
+/// # Safety
+/// `buf` holds `len` items of `datatype`.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_psend(
+    tid: c_int,
+    msgtag: c_int,
+    buf: *const libc::c_void,
+    len: c_int,
+    datatype: c_int,
+) -> c_int {
+    let (Some(to), true, true, Some(_)) = (from_c(tid), msgtag >= 0, len >= 0, item_size(datatype))
+    else {
+        return state::with(|t| t.fail("pvm_psend", errors::BAD_PARAM));
+    };
+    if buf.is_null() && len > 0 {
+        return state::with(|t| t.fail("pvm_psend", errors::BAD_PARAM));
+    }
+    let mut b = Buffer::new(Encoding::Raw);
+    // SAFETY: as the caller promises.
+    unsafe { pack_typed(&mut b, buf.cast(), len as usize, datatype) };
+    let wire = b.wire();
+    state::with(
+        |t| match t.vm().map(|vm| vm.send_bytes(to, msgtag, &wire)) {
+            Ok(Ok(())) => errors::OK,
+            Ok(Err(_)) => t.fail("pvm_psend", errors::SYS_ERR),
+            Err(e) => t.fail("pvm_psend", e),
+        },
+    )
+}
+
+/// Receive straight into `buf` (at most `len` items of `datatype`); the
+/// sender, tag and item count through the pointers.
+///
+/// # Safety
+/// `buf` has room for `len` items; each other pointer null or an int.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_precv(
+    tid: c_int,
+    msgtag: c_int,
+    buf: *mut libc::c_void,
+    len: c_int,
+    datatype: c_int,
+    rtid: *mut c_int,
+    rtag: *mut c_int,
+    rlen: *mut c_int,
+) -> c_int {
+    let Some(size) = item_size(datatype).filter(|_| len >= 0) else {
+        return state::with(|t| t.fail("pvm_precv", errors::BAD_PARAM));
+    };
+    let id = pvm_recv(tid, msgtag);
+    if id <= 0 {
+        return id;
+    }
+    state::with(|t| {
+        let Some(b) = t.buf(id) else {
+            return t.fail("pvm_precv", errors::NO_BUF);
+        };
+        let per = if b.enc == Encoding::Xdr {
+            size.max(4)
+        } else {
+            size
+        };
+        let n = (b.len() / per).min(len as usize);
+        let (src, tag) = (state::to_c(b.src), b.tag);
+        // SAFETY: `buf` has room for `len >= n` items.
+        if !unsafe { unpack_typed(b, buf.cast(), n, datatype) } {
+            return t.fail("pvm_precv", errors::NO_DATA);
+        }
+        // SAFETY: null or ints.
+        unsafe {
+            if !rtid.is_null() {
+                *rtid = src;
+            }
+            if !rtag.is_null() {
+                *rtag = tag;
+            }
+            if !rlen.is_null() {
+                *rlen = n as c_int;
+            }
+        }
+        errors::OK
+    })
+}

@@ -1,0 +1,215 @@
+//! The one PVM task this process is: its libmig `Vm`, its message buffers
+//! and which are active, its options, and memory handed to C that must
+//! outlive the call. Also how a program started from a shell becomes a VP.
+//!
+//! What does not live here: the C functions (`task`, `pack`, `message`,
+//! `group`), the buffers' layout (`buffer`).
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsString};
+use std::os::unix::process::CommandExt;
+use std::sync::{Mutex, MutexGuard};
+
+use libmig::{MigError, Tid, Vm};
+
+use crate::buffer::{Buffer, Encoding};
+use crate::errors;
+
+/// Set in the environment of a program this library started again under
+/// `mig spawn`, so that it never does so twice.
+pub const ENROLLED: &str = "LIBPVM_ENROLLED";
+
+/// Variables a re-started program keeps (the library's own path first).
+const KEEP_ENV: &[&str] = &[
+    "LD_LIBRARY_PATH",
+    "PVM_ROOT",
+    "PVM_ARCH",
+    "PVM_EP",
+    "PVM_EXPORT",
+];
+
+/// The task's state.
+pub struct Task {
+    vm: Option<Vm>,
+    exited: bool,
+    bufs: HashMap<i32, Buffer>,
+    next_buf: i32,
+    /// The active send and receive buffers (0: none).
+    pub sbuf: i32,
+    /// See `sbuf`.
+    pub rbuf: i32,
+    /// `PvmAutoErr`: report failed calls on stderr.
+    pub autoerr: i32,
+    /// `PvmRoute`, as set (mig chooses the route itself).
+    pub route: i32,
+    /// Groups joined, with the instance got.
+    pub groups: HashMap<String, i32>,
+    /// Memory handed to C by `pvm_siblings`, `pvm_config`, `pvm_tasks`:
+    /// kept until the next such call, as PVM does.
+    pub siblings: Vec<i32>,
+    /// See `siblings`.
+    pub host_strings: Vec<CString>,
+    /// See `siblings`.
+    pub hosts: Vec<HostInfo>,
+}
+
+/// `struct pvmhostinfo`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct HostInfo {
+    /// The host's daemon, as a Tid.
+    pub tid: i32,
+    /// Its name (memory in `Task::host_strings`).
+    pub name: *const libc::c_char,
+    /// Its architecture (likewise).
+    pub arch: *const libc::c_char,
+    /// Relative speed (1000 for a processor of capacity 1).
+    pub speed: i32,
+    /// Data signature (0x408841 on x86_64 Linux, as PVM's).
+    pub dsig: i32,
+}
+
+// SAFETY: the pointers point into `Task::host_strings`, owned beside them
+// and only read by C between calls; the task lives behind a mutex.
+unsafe impl Send for HostInfo {}
+
+static TASK: Mutex<Option<Task>> = Mutex::new(None);
+
+/// The task, created on first use.
+pub fn task() -> MutexGuard<'static, Option<Task>> {
+    let mut g = TASK.lock().unwrap_or_else(|e| e.into_inner());
+    if g.is_none() {
+        *g = Some(Task {
+            vm: None,
+            exited: false,
+            bufs: HashMap::new(),
+            next_buf: 1,
+            sbuf: 0,
+            rbuf: 0,
+            autoerr: 1,
+            route: 1,
+            groups: HashMap::new(),
+            siblings: Vec::new(),
+            host_strings: Vec::new(),
+            hosts: Vec::new(),
+        });
+    }
+    g
+}
+
+/// Run `f` on the task.
+pub fn with<R>(f: impl FnOnce(&mut Task) -> R) -> R {
+    let mut g = task();
+    // (`task` fills it.)
+    let t = g.as_mut().unwrap_or_else(|| unreachable!());
+    f(t)
+}
+
+/// A Tid as PVM shows it (mig's Tids are small: `0x40001`).
+pub fn to_c(t: Tid) -> i32 {
+    i32::try_from(t).unwrap_or(i32::MAX)
+}
+
+/// A Tid from C: -1 (or any negative) is "any".
+pub fn from_c(t: i32) -> Option<Tid> {
+    u64::try_from(t).ok()
+}
+
+impl Task {
+    /// The VM, enrolling first if need be: a program started by mig is a
+    /// VP already; one started from a shell is started again as a job of
+    /// one VP (`mig spawn -n 1 --wait`), which takes its place. Errors are
+    /// PVM codes.
+    pub fn vm(&mut self) -> Result<&mut Vm, i32> {
+        if self.exited {
+            return Err(errors::SYS_ERR);
+        }
+        if self.vm.is_none() {
+            match Vm::init() {
+                Ok(vm) => self.vm = Some(vm),
+                Err(MigError::NotAVp(_)) if std::env::var_os(ENROLLED).is_none() => {
+                    let e = enrol_again();
+                    eprintln!("libpvm: cannot start this program under mig: {e}");
+                    return Err(errors::SYS_ERR);
+                }
+                Err(e) => {
+                    eprintln!("libpvm: {e}");
+                    return Err(errors::SYS_ERR);
+                }
+            }
+        }
+        self.vm.as_mut().ok_or(errors::SYS_ERR)
+    }
+
+    /// This task's Tid if enrolled.
+    pub fn me(&self) -> Option<Tid> {
+        self.vm.as_ref().map(|v| v.tid())
+    }
+
+    /// Leave the VM (`pvm_exit`).
+    pub fn exit(&mut self) {
+        if let Some(vm) = self.vm.take() {
+            vm.exit();
+        }
+        self.exited = true;
+    }
+
+    /// A new empty buffer; its id.
+    pub fn make(&mut self, enc: Encoding) -> i32 {
+        self.insert(Buffer::new(enc))
+    }
+
+    /// Keep `b`; its id.
+    pub fn insert(&mut self, b: Buffer) -> i32 {
+        let id = self.next_buf;
+        self.next_buf = self.next_buf.checked_add(1).unwrap_or(1);
+        self.bufs.insert(id, b);
+        id
+    }
+
+    /// A buffer by id.
+    pub fn buf(&mut self, id: i32) -> Option<&mut Buffer> {
+        self.bufs.get_mut(&id)
+    }
+
+    /// Free a buffer (it stops being active).
+    pub fn free(&mut self, id: i32) -> bool {
+        if self.sbuf == id {
+            self.sbuf = 0;
+        }
+        if self.rbuf == id {
+            self.rbuf = 0;
+        }
+        self.bufs.remove(&id).is_some()
+    }
+
+    /// Report a failed call as PVM does, when asked to.
+    pub fn fail(&self, call: &str, code: i32) -> i32 {
+        if code < 0 && self.autoerr != 0 {
+            eprintln!("{}", errors::report_line(self.me(), call, code));
+        }
+        code
+    }
+}
+
+/// Start this program again under `mig spawn -n 1 --wait` (it returns only
+/// on failure). Output already buffered by C's stdio is written first.
+fn enrol_again() -> std::io::Error {
+    // SAFETY: fflush(NULL) flushes every C output stream; no pointers kept.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return e,
+    };
+    let mig = std::env::var_os("MIG_BIN").unwrap_or_else(|| OsString::from("mig"));
+    let mut cmd = std::process::Command::new(mig);
+    cmd.args(["spawn", "-n", "1", "--wait"]);
+    for k in KEEP_ENV {
+        if let Ok(v) = std::env::var(k) {
+            cmd.arg("-e").arg(format!("{k}={v}"));
+        }
+    }
+    cmd.arg("-e").arg(format!("{ENROLLED}=1"));
+    cmd.arg("--").arg(exe).args(std::env::args_os().skip(1));
+    cmd.exec()
+}

@@ -1,0 +1,383 @@
+//! PVM's task control as C functions: `pvm_mytid`, `pvm_parent`,
+//! `pvm_exit`, `pvm_spawn`, `pvm_kill`, `pvm_siblings`, `pvm_config`,
+//! `pvm_notify`, options, error reports and small helpers, on libmig.
+//!
+//! What does not live here: buffers (`pack`), messages (`message`), groups
+//! (`group`).
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int};
+use std::path::{Path, PathBuf};
+
+use libmig::NotifyOn;
+
+use crate::errors;
+use crate::state::{self, from_c, to_c, HostInfo};
+
+/// PVM's data signature for x86_64 Linux (`hi_dsig`).
+const DSIG: i32 = 0x0040_8841;
+
+/// # Safety
+/// Always safe; `extern "C"` for PVM programs.
+#[no_mangle]
+pub extern "C" fn pvm_mytid() -> c_int {
+    state::with(|t| match t.vm() {
+        Ok(vm) => to_c(vm.tid()),
+        Err(e) => t.fail("pvm_mytid", e),
+    })
+}
+
+/// The task that spawned this one, or `PvmNoParent`.
+#[no_mangle]
+pub extern "C" fn pvm_parent() -> c_int {
+    state::with(|t| match t.vm() {
+        Ok(vm) => match vm.parent() {
+            Some(p) => to_c(p),
+            None => errors::NO_PARENT,
+        },
+        Err(e) => t.fail("pvm_parent", e),
+    })
+}
+
+/// Leave the virtual machine (the process goes on).
+#[no_mangle]
+pub extern "C" fn pvm_exit() -> c_int {
+    state::with(|t| t.exit());
+    errors::OK
+}
+
+/// Where `pvm_spawn` finds a program named without a slash: `PVM_EP`'s
+/// directories, `$HOME/pvm3/bin/$PVM_ARCH` (PVM's default `ep=`), the
+/// directory of the running program, then `PATH`. Named with a slash, or
+/// found nowhere, it is passed as it is (the daemon then looks in `PATH`).
+pub fn find_program(name: &str) -> String {
+    if name.contains('/') {
+        return name.to_string();
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(ep) = std::env::var("PVM_EP") {
+        dirs.extend(std::env::split_paths(&ep));
+    }
+    if let Ok(home) = std::env::var("HOME") {
+        let arch = std::env::var("PVM_ARCH").unwrap_or_else(|_| "LINUX64".into());
+        dirs.push(Path::new(&home).join("pvm3/bin").join(arch));
+    }
+    if let Some(d) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        dirs.push(d);
+    }
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    dirs.into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .map_or_else(|| name.to_string(), |p| p.display().to_string())
+}
+
+/// # Safety
+/// `task` a C string; `argv` null or a null-terminated array of C strings;
+/// `tids` room for `ntask` ints (or null).
+#[no_mangle]
+pub unsafe extern "C" fn pvm_spawn(
+    task: *const c_char,
+    argv: *const *const c_char,
+    flag: c_int,
+    _where: *const c_char,
+    ntask: c_int,
+    tids: *mut c_int,
+) -> c_int {
+    if task.is_null() || ntask < 1 {
+        return state::with(|t| t.fail("pvm_spawn", errors::BAD_PARAM));
+    }
+    // SAFETY: the caller passes a C string.
+    let name = unsafe { CStr::from_ptr(task) }
+        .to_string_lossy()
+        .into_owned();
+    let mut args = Vec::new();
+    if !argv.is_null() {
+        let mut i = 0;
+        // SAFETY: a null-terminated array of C strings, as PVM documents.
+        while let Some(a) = unsafe { (*argv.add(i)).as_ref() } {
+            // SAFETY: each element is a C string.
+            args.push(unsafe { CStr::from_ptr(a) }.to_string_lossy().into_owned());
+            i += 1;
+        }
+    }
+    let program = find_program(&name);
+    let n = ntask as usize;
+    let put = |i: usize, v: c_int| {
+        if !tids.is_null() {
+            // SAFETY: the caller gives room for `ntask` ints.
+            unsafe { *tids.add(i) = v };
+        }
+    };
+    state::with(|t| {
+        let vm = match t.vm() {
+            Ok(vm) => vm,
+            Err(e) => {
+                (0..n).for_each(|i| put(i, e));
+                return t.fail("pvm_spawn", e);
+            }
+        };
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        // A VP started with no parent starts a job of its own, as a task
+        // spawned with PvmNoSpawnParent has none.
+        let r = if flag & 64 != 0 {
+            vm.spawn_job(&program, &argv, n as u32)
+        } else {
+            vm.spawn(&program, &argv, n as u32)
+        };
+        match r {
+            Ok(got) => {
+                for (i, tid) in got.iter().enumerate().take(n) {
+                    put(i, to_c(*tid));
+                }
+                for i in got.len()..n {
+                    put(i, errors::NO_FILE);
+                }
+                got.len().min(n) as c_int
+            }
+            Err(e) => {
+                let code = if e.to_string().contains("No such file") {
+                    errors::NO_FILE
+                } else {
+                    errors::SYS_ERR
+                };
+                (0..n).for_each(|i| put(i, code));
+                if t.autoerr != 0 {
+                    eprintln!("libpvm: pvm_spawn({name}): {e}");
+                }
+                0
+            }
+        }
+    })
+}
+
+/// End a task.
+#[no_mangle]
+pub extern "C" fn pvm_kill(tid: c_int) -> c_int {
+    let Some(victim) = from_c(tid) else {
+        return state::with(|t| t.fail("pvm_kill", errors::BAD_PARAM));
+    };
+    state::with(|t| match t.vm().map(|vm| vm.kill(victim)) {
+        Ok(Ok(())) => errors::OK,
+        Ok(Err(_)) => t.fail("pvm_kill", errors::NO_TASK),
+        Err(e) => t.fail("pvm_kill", e),
+    })
+}
+
+/// The tasks started with this one: its job's VPs, in order.
+///
+/// # Safety
+/// `tids` null or a place for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_siblings(tids: *mut *const c_int) -> c_int {
+    state::with(|t| {
+        let list = match t.vm().map(|vm| vm.tasks()) {
+            Ok(Ok(l)) => l,
+            Ok(Err(_)) => return t.fail("pvm_siblings", errors::SYS_ERR),
+            Err(e) => return t.fail("pvm_siblings", e),
+        };
+        t.siblings = list.into_iter().map(to_c).collect();
+        if !tids.is_null() {
+            // SAFETY: the caller gives a place for a pointer; the list
+            // lives in the task until the next call.
+            unsafe { *tids = t.siblings.as_ptr() };
+        }
+        t.siblings.len() as c_int
+    })
+}
+
+/// The host a task runs on, as its daemon's Tid (mig keeps no such Tid: the
+/// hosts are numbered as `pvm_config` lists them).
+#[no_mangle]
+pub extern "C" fn pvm_tidtohost(tid: c_int) -> c_int {
+    if tid < 0 {
+        return state::with(|t| t.fail("pvm_tidtohost", errors::BAD_PARAM));
+    }
+    0x40000
+}
+
+/// The virtual machine's hosts. mig tells a VP only its own host, so the
+/// list holds that one host.
+///
+/// # Safety
+/// Each pointer null or a place for its value.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_config(
+    nhost: *mut c_int,
+    narch: *mut c_int,
+    hostp: *mut *const HostInfo,
+) -> c_int {
+    state::with(|t| {
+        let host = match t.vm() {
+            Ok(vm) => vm.identity().host.clone(),
+            Err(e) => return t.fail("pvm_config", e),
+        };
+        let arch = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+        t.host_strings = vec![
+            CString::new(host).unwrap_or_default(),
+            CString::new(arch).unwrap_or_default(),
+        ];
+        t.hosts = vec![HostInfo {
+            tid: 0x40000,
+            name: t.host_strings[0].as_ptr(),
+            arch: t.host_strings[1].as_ptr(),
+            speed: 1000,
+            dsig: DSIG,
+        }];
+        // SAFETY: the caller gives places for the values, or null.
+        unsafe {
+            if !nhost.is_null() {
+                *nhost = 1;
+            }
+            if !narch.is_null() {
+                *narch = 1;
+            }
+            if !hostp.is_null() {
+                *hostp = t.hosts.as_ptr();
+            }
+        }
+        errors::OK
+    })
+}
+
+/// Be told of task exits (`PvmTaskExit`) or hosts leaving or joining
+/// (`PvmHostDelete`, `PvmHostAdd`), by a message with `msgtag` whose body
+/// is the Tid concerned (an int).
+///
+/// # Safety
+/// `tids` holds `cnt` ints for `PvmTaskExit`.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_notify(
+    what: c_int,
+    msgtag: c_int,
+    cnt: c_int,
+    tids: *const c_int,
+) -> c_int {
+    let kind = what & 0xff;
+    if what & 256 != 0 {
+        // Cancelling: mig keeps no list to take back; nothing more is asked.
+        return errors::OK;
+    }
+    let mut on = Vec::new();
+    match kind {
+        1 => {
+            if tids.is_null() || cnt < 0 {
+                return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM));
+            }
+            for i in 0..cnt as usize {
+                // SAFETY: the caller passes `cnt` ints.
+                let tid = unsafe { *tids.add(i) };
+                match from_c(tid) {
+                    Some(t) => on.push(NotifyOn::VpExit(t)),
+                    None => return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM)),
+                }
+            }
+        }
+        2 => on.push(NotifyOn::HostLeave),
+        3 => on.push(NotifyOn::HostJoin),
+        _ => return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM)),
+    }
+    state::with(|t| {
+        for o in on {
+            match t.vm().map(|vm| vm.notify(o, msgtag)) {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return t.fail("pvm_notify", errors::SYS_ERR),
+                Err(e) => return t.fail("pvm_notify", e),
+            }
+        }
+        errors::OK
+    })
+}
+
+/// Set an option; the old value. `PvmAutoErr` and `PvmRoute` are kept
+/// (mig picks routes itself); the rest are accepted and ignored.
+#[no_mangle]
+pub extern "C" fn pvm_setopt(what: c_int, val: c_int) -> c_int {
+    state::with(|t| match what {
+        1 => std::mem::replace(&mut t.route, val),
+        3 => std::mem::replace(&mut t.autoerr, val),
+        _ => 0,
+    })
+}
+
+/// An option's value.
+#[no_mangle]
+pub extern "C" fn pvm_getopt(what: c_int) -> c_int {
+    state::with(|t| match what {
+        1 => t.route,
+        3 => t.autoerr,
+        _ => 0,
+    })
+}
+
+/// Print `msg` and the text of the last error, as PVM does.
+///
+/// # Safety
+/// `msg` null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_perror(msg: *const c_char) -> c_int {
+    let m = if msg.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a C string.
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let me = state::with(|t| t.me());
+    match me {
+        Some(t) => eprintln!("libpvm [t{t:x}]: {m}"),
+        None => eprintln!("libpvm: {m}"),
+    }
+    errors::OK
+}
+
+/// Turn automatic error reports on (1) or off (0); the old setting.
+#[no_mangle]
+pub extern "C" fn pvm_serror(how: c_int) -> c_int {
+    pvm_setopt(3, how)
+}
+
+/// Output of children comes to the parent's daemon's log and to `mig
+/// spawn --wait`; nothing to set up.
+#[no_mangle]
+pub extern "C" fn pvm_catchout(_ff: *mut libc::c_void) -> c_int {
+    errors::OK
+}
+
+/// The architecture code: 1 for this host's own, else `PvmNotFound`.
+///
+/// # Safety
+/// `arch` a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_archcode(arch: *const c_char) -> c_int {
+    if arch.is_null() {
+        return errors::BAD_PARAM;
+    }
+    1
+}
+
+/// Is a task running? `PvmOk` if so, else `PvmNoTask`.
+#[no_mangle]
+pub extern "C" fn pvm_pstat(tid: c_int) -> c_int {
+    let Some(who) = from_c(tid) else {
+        return errors::BAD_PARAM;
+    };
+    state::with(|t| match t.vm().map(|vm| vm.tasks()) {
+        Ok(Ok(l)) if l.contains(&who) => errors::OK,
+        Ok(_) => errors::NO_TASK,
+        Err(e) => t.fail("pvm_pstat", e),
+    })
+}
+
+/// Sleep `secs` seconds (a helper PVM's examples use).
+#[no_mangle]
+pub extern "C" fn pvmsleep(secs: c_int) -> c_int {
+    std::thread::sleep(std::time::Duration::from_secs(secs.max(0) as u64));
+    0
+}

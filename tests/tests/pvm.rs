@@ -1,0 +1,209 @@
+//! PVM programs nobody here wrote, on real daemons: Debian's builds of PVM
+//! 3.4's own examples (`pvm-examples`) run against our `libpvm3` (found
+//! first through `LD_LIBRARY_PATH`), and the same examples built from their
+//! sources against our `pvm3.h`. Each must print what PVM's `Readme` says
+//! and exit as under PVM.
+//!
+//! The examples come from Debian's `pvm-examples`; as root the test installs
+//! it when missing, otherwise it fails saying what to install.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mig_tests::{bin, job_lines, tied, Vm};
+
+/// Debian's examples, installed if need be.
+fn examples() -> PathBuf {
+    let dir = PathBuf::from("/usr/bin");
+    if dir.join("hello.pvm").is_file() {
+        return dir;
+    }
+    // SAFETY: a plain system call.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "PVM's examples are not installed: apt-get install pvm-examples (as root this test installs them)"
+    );
+    let ok = Command::new("sh")
+        .args([
+            "-c",
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pvm-examples >/dev/null",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok && dir.join("hello.pvm").is_file(),
+        "apt-get install pvm-examples failed"
+    );
+    dir
+}
+
+/// A directory where our library answers to every name PVM's programs
+/// load it by (`libpvm3.so.3`, `libgpvm3.so.3`) and link it by (`-lpvm3`).
+fn our_lib() -> tempfile::TempDir {
+    let lib = bin("libpvm3.so");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in ["libpvm3.so.3", "libgpvm3.so.3", "libpvm3.so"] {
+        std::os::unix::fs::symlink(&lib, dir.path().join(name)).expect("symlink");
+    }
+    dir
+}
+
+/// `mig spawn -n N --wait` of a PVM program with our library.
+fn spawn(vm: &Vm, lib: &Path, n: u32, prog: &Path, env: &[(&str, &Path)]) -> Output {
+    let n = n.to_string();
+    let ld = format!("LD_LIBRARY_PATH={}", lib.display());
+    let mut args = vec!["spawn", "-n", &n, "-e", &ld];
+    let pairs: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.display()))
+        .collect();
+    for p in &pairs {
+        args.extend(["-e", p.as_str()]);
+    }
+    let p = prog.display().to_string();
+    args.extend(["--wait", "--", &p]);
+    vm.mig(&args)
+}
+
+/// master1's lines: each "I got X from W; (expecting Y)" with X == Y, one
+/// per worker, the workers 0..n.
+fn master1_answers_right(lines: &[String], n: usize) {
+    let mut who: Vec<usize> = Vec::new();
+    for l in lines.iter().filter(|l| l.starts_with("I got ")) {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let got: f64 = words[2].parse().expect("a number");
+        let from: usize = words[4].trim_end_matches(';').parse().expect("a worker");
+        let want: f64 = words[6].trim_end_matches(')').parse().expect("a number");
+        assert_eq!(got, want, "{l}");
+        who.push(from);
+    }
+    who.sort();
+    assert_eq!(who, (0..n).collect::<Vec<_>>(), "{lines:?}");
+}
+
+#[test]
+fn debians_builds_of_pvms_examples_run_on_mig_as_they_are() {
+    let ex = examples();
+    let lib = our_lib();
+    let vm = Vm::start(3);
+
+    // From a shell, as the Readme runs it: hello enrols (it is started
+    // again as a job of one VP), spawns hello_other and prints its greeting.
+    let out = tied(Command::new(ex.join("hello.pvm")))
+        .env("LD_LIBRARY_PATH", lib.path())
+        .env("MIG_DAEMON", vm.sock())
+        .env("MIG_BIN", bin("mig"))
+        .output()
+        .expect("run hello");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let me = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("i'm t"))
+        .expect("i'm tX");
+    let from = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("from t"))
+        .expect("from tY: hello, world from HOST");
+    assert!(from.contains(": hello, world from "), "{lines:?}");
+    assert_ne!(
+        from.split(':').next(),
+        Some(me),
+        "hello_other is another task"
+    );
+
+    // master1 spawns 3 workers per host it is told of and checks their sums.
+    let out = spawn(&vm, lib.path(), 1, &ex.join("master1"), &[]);
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(lines.iter().any(|l| l.contains("SUCCESSFUL")), "{lines:?}");
+    master1_answers_right(&lines, 3);
+
+    // spmd, four siblings passing a token round a ring; it exits 1 under
+    // PVM too (its last line is exit(1)).
+    let out = spawn(&vm, lib.path(), 4, &ex.join("spmd"), &[]);
+    let lines = job_lines(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("Pass a token through the   4 tid ring")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("token ring done")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn pvms_examples_built_from_source_against_our_header_run_too() {
+    examples();
+    let lib = our_lib();
+    let src = tempfile::tempdir().expect("tempdir");
+    let ok = Command::new("tar")
+        .args(["xzf", "/usr/share/doc/pvm-examples/examples.tar.gz", "-C"])
+        .arg(src.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "cannot unpack PVM's example sources");
+    let ex = src.path().join("examples");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3/include");
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    for prog in ["hello", "hello_other", "master1", "slave1"] {
+        let out = Command::new("cc")
+            .args(["-w", "-std=gnu89", "-o"])
+            .arg(out_dir.path().join(prog))
+            .arg(ex.join(format!("{prog}.c")))
+            .arg("-I")
+            .arg(&include)
+            .arg("-L")
+            .arg(lib.path())
+            .arg("-lpvm3")
+            .output()
+            .expect("cc");
+        assert!(
+            out.status.success(),
+            "cc {prog}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let vm = Vm::start(2);
+    // PVM_EP names where spawned programs are found, as PVM's ep= does.
+    let ep = [("PVM_EP", out_dir.path())];
+    let out = spawn(&vm, lib.path(), 1, &out_dir.path().join("hello"), &ep);
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("from t") && l.contains("hello, world from")),
+        "{lines:?}"
+    );
+    let out = spawn(&vm, lib.path(), 1, &out_dir.path().join("master1"), &ep);
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    master1_answers_right(&lines, 3);
+}
