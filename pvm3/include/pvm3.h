@@ -233,6 +233,14 @@ int pvm_nrecv(int tid, int msgtag);
 int pvm_trecv(int tid, int msgtag, struct timeval *tmout);
 int pvm_probe(int tid, int msgtag);
 
+/* Contexts and message handlers. */
+int pvm_newcontext(void);
+int pvm_setcontext(int ctx);
+int pvm_getcontext(void);
+int pvm_freecontext(int ctx);
+int pvm_addmhf(int src, int tag, int ctx, int (*func)(int mid));
+int pvm_delmhf(int mhid);
+
 /* Groups. */
 int pvm_joingroup(char *group);
 int pvm_lvgroup(char *group);

@@ -7,7 +7,7 @@
 //! `PvmDataInPlace`, copied at pack time) is the sender's own layout.
 //! Bytes go as they are in both. A string is its length with the NUL, then
 //! its bytes and the NUL. On the wire a message is one byte naming its
-//! encoding, then the packed items.
+//! encoding, its context (a big-endian 32-bit int), then the packed items.
 //!
 //! What does not live here: the table of buffers and which is active
 //! (`state`), the C functions (`pack`).
@@ -113,6 +113,17 @@ pub struct Buffer {
     pub tag: i32,
     /// The sender's Tid.
     pub src: u64,
+    /// The context a received message was sent in.
+    pub ctx: i32,
+}
+
+/// Bytes before the packed items: encoding and context.
+pub const HEAD: usize = 5;
+
+/// The context a message was sent in (`None`: not a PVM message).
+pub fn context_of(wire: &[u8]) -> Option<i32> {
+    let c: [u8; 4] = wire.get(1..HEAD)?.try_into().ok()?;
+    Some(i32::from_be_bytes(c))
 }
 
 impl Buffer {
@@ -124,30 +135,33 @@ impl Buffer {
             pos: 0,
             tag: 0,
             src: 0,
+            ctx: 0,
         }
     }
 
     /// A received message's bytes (`None`: not a PVM message).
     pub fn received(wire: &[u8], tag: i32, src: u64) -> Option<Buffer> {
-        let (&code, rest) = wire.split_first()?;
-        let enc = match code {
+        let enc = match wire.first()? {
             0 => Encoding::Xdr,
             1 => Encoding::Raw,
             _ => return None,
         };
+        let ctx = context_of(wire)?;
         Some(Buffer {
             enc,
-            data: rest.to_vec(),
+            data: wire[HEAD..].to_vec(),
             pos: 0,
             tag,
             src,
+            ctx,
         })
     }
 
-    /// The bytes to send.
-    pub fn wire(&self) -> Vec<u8> {
-        let mut w = Vec::with_capacity(1 + self.data.len());
+    /// The bytes to send, in context `ctx`.
+    pub fn wire(&self, ctx: i32) -> Vec<u8> {
+        let mut w = Vec::with_capacity(HEAD + self.data.len());
         w.push(self.enc.code());
+        w.extend_from_slice(&ctx.to_be_bytes());
         w.extend_from_slice(&self.data);
         w
     }
@@ -217,41 +231,47 @@ mod tests {
         b.pack([-2i16]);
         b.pack([1.0f32]);
         b.pack([7u8]);
-        let w = b.wire();
+        let w = b.wire(0);
         assert_eq!(w[0], 0, "the encoding byte");
-        assert_eq!(&w[1..5], &[1, 2, 3, 4]);
-        assert_eq!(&w[5..9], &[0xff, 0xff, 0xff, 0xfe], "a short as an XDR int");
-        assert_eq!(&w[9..13], &1.0f32.to_be_bytes());
-        assert_eq!(w[13], 7);
+        assert_eq!(context_of(&w), Some(0));
+        let w = &w[HEAD..];
+        assert_eq!(&w[0..4], &[1, 2, 3, 4]);
+        assert_eq!(&w[4..8], &[0xff, 0xff, 0xff, 0xfe], "a short as an XDR int");
+        assert_eq!(&w[8..12], &1.0f32.to_be_bytes());
+        assert_eq!(w[12], 7);
     }
 
     #[test]
     fn too_few_items_take_nothing_and_a_bad_string_is_refused() {
         let mut b = Buffer::new(Encoding::Xdr);
         b.pack([1i32, 2]);
-        let mut r = Buffer::received(&b.wire(), 5, 9).expect("ours");
+        let mut r = Buffer::received(&b.wire(0), 5, 9).expect("ours");
         assert_eq!(r.unpack::<i32>(3), Err(Short::NoData));
         assert_eq!(r.unpack::<i32>(2), Ok(vec![1, 2]));
         // A string whose length runs past the message.
         let mut b = Buffer::new(Encoding::Xdr);
         b.pack([1000i32]);
         b.pack(*b"abc");
-        let mut r = Buffer::received(&b.wire(), 0, 0).expect("ours");
+        let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
         assert_eq!(r.unpack_str(), Err(Short::NoData));
         // One with no NUL where its length says.
         let mut b = Buffer::new(Encoding::Raw);
         b.pack([3i32]);
         b.pack(*b"abc");
-        let mut r = Buffer::received(&b.wire(), 0, 0).expect("ours");
+        let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
         assert_eq!(r.unpack_str(), Err(Short::BadMsg));
-        assert!(Buffer::received(&[9, 1, 2], 0, 0).is_none(), "not ours");
+        assert!(
+            Buffer::received(&[9, 0, 0, 0, 0, 2], 0, 0).is_none(),
+            "not ours"
+        );
+        assert!(Buffer::received(&[0, 0, 0], 0, 0).is_none(), "cut short");
         assert!(Buffer::received(&[], 0, 0).is_none());
     }
 
     fn round_trip<T: Item + PartialEq + std::fmt::Debug>(enc: Encoding, xs: &[T]) {
         let mut b = Buffer::new(enc);
         b.pack(xs.iter().copied());
-        let mut r = Buffer::received(&b.wire(), 1, 2).expect("ours");
+        let mut r = Buffer::received(&b.wire(0), 1, 2).expect("ours");
         assert_eq!(r.unpack::<T>(xs.len()).expect("all there"), xs);
         assert_eq!(
             r.unpack::<T>(1).map(|_| ()),
@@ -289,7 +309,7 @@ mod tests {
                 b.pack(i32s.iter().copied());
                 b.pack_str(&s);
                 b.pack(f64s.iter().copied());
-                let mut r = Buffer::received(&b.wire(), 0, 0).expect("ours");
+                let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
                 prop_assert_eq!(r.unpack::<i32>(i32s.len()).expect("ints"), i32s.clone());
                 let mut want = s.clone();
                 want.push(0);

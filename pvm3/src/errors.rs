@@ -31,6 +31,8 @@ pub const NO_GROUP: i32 = -19;
 pub const NOT_IN_GROUP: i32 = -20;
 /// No such instance.
 pub const NO_INST: i32 = -21;
+/// Host failed.
+pub const HOST_FAIL: i32 = -22;
 /// No parent task.
 pub const NO_PARENT: i32 = -23;
 /// Not implemented.

@@ -241,7 +241,7 @@ pub unsafe extern "C" fn pvm_reduce(
             if !unsafe { pack_typed(&mut b, data.cast(), count as usize, datatype) } {
                 return t.fail("pvm_reduce", errors::BAD_PARAM);
             }
-            let wire = b.wire();
+            let wire = b.wire(t.context);
             return match t.vm().map(|vm| vm.send_bytes(root, msgtag, &wire)) {
                 Ok(Ok(())) => errors::OK,
                 _ => t.fail("pvm_reduce", errors::SYS_ERR),
@@ -257,8 +257,12 @@ pub unsafe extern "C" fn pvm_reduce(
         };
         let mut theirs = vec![0u8; size * count as usize];
         for &(_, who) in m.iter().filter(|(_, w)| *w != me) {
-            let msg = match t.vm().map(|vm| vm.recv(Some(who), Some(msgtag))) {
-                Ok(Ok(msg)) => msg,
+            let ctx = t.context;
+            let from_who = |m: &libmig::Message| {
+                m.from == who && m.tag == msgtag && crate::buffer::context_of(&m.data) == Some(ctx)
+            };
+            let msg = match t.vm().map(|vm| vm.recv_where(&from_who, None)) {
+                Ok(Ok(Some(msg))) => msg,
                 _ => return t.fail("pvm_reduce", errors::SYS_ERR),
             };
             let Some(mut b) = to_buffer(&msg) else {

@@ -1,20 +1,23 @@
 //! PVM's messages as C functions: `pvm_send`, `pvm_mcast`, `pvm_recv`,
 //! `pvm_nrecv`, `pvm_trecv`, `pvm_probe`, `pvm_psend`, `pvm_precv`, on
 //! libmig's point-to-point messages (which keep PVM's order between each
-//! pair of tasks). A received message becomes the active receive buffer;
-//! mig's notices (a task exited, a host left or joined) arrive as PVM's
-//! do, a message whose body is the Tid concerned.
+//! pair of tasks); contexts (`pvm_newcontext`...: a receive takes only
+//! messages sent in its current context) and message handlers
+//! (`pvm_addmhf`: a message one matches is handed to it when a receive
+//! meets it, and never to the receive). A received message becomes the
+//! active receive buffer; mig's notices (a task exited, a host left or
+//! joined) arrive as PVM's do, a message whose body is the Tid concerned.
 //!
 //! What does not live here: packing (`pack`, `buffer`), groups (`group`).
 
 use std::os::raw::c_int;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libmig::{Message, Notice, Tid, SYSTEM};
 
-use crate::buffer::{Buffer, Encoding, Item};
+use crate::buffer::{context_of, Buffer, Encoding, Item};
 use crate::errors;
-use crate::state::{self, from_c, Task};
+use crate::state::{self, from_c, Handler, HandlerFn, Task};
 
 /// The Tid notices seem to come from (PVM's daemons are `0x40000`...).
 const DAEMON_TID: u64 = 0x8004_0000;
@@ -41,11 +44,11 @@ fn tag_of(tag: c_int) -> Option<i32> {
 
 /// Send the active send buffer to `to`.
 fn send_to(t: &mut Task, call: &str, to: &[Tid], tag: c_int) -> c_int {
-    let id = t.sbuf;
+    let (id, ctx) = (t.sbuf, t.context);
     let Some(b) = t.buf(id) else {
         return t.fail(call, errors::NO_BUF);
     };
-    let wire = b.wire();
+    let wire = b.wire(ctx);
     let vm = match t.vm() {
         Ok(vm) => vm,
         Err(e) => return t.fail(call, e),
@@ -99,42 +102,92 @@ pub unsafe extern "C" fn pvm_mcast(tids: *const c_int, ntask: c_int, msgtag: c_i
 }
 
 /// How long a receive waits.
+#[derive(Clone, Copy)]
 enum Wait {
     Forever,
     No,
     For(Duration),
 }
 
+/// Does `m` come from `from` with `tag` in context `ctx` (notices match
+/// any context)?
+fn matches(m: &Message, from: Option<Tid>, tag: Option<i32>, ctx: Option<i32>) -> bool {
+    from.map_or(true, |f| f == m.from)
+        && tag.map_or(true, |t| t == m.tag)
+        && (m.from == SYSTEM || ctx.map_or(true, |c| context_of(&m.data) == Some(c)))
+}
+
+fn handler_for<'a>(hs: &'a [Handler], m: &Message) -> Option<&'a Handler> {
+    hs.iter().find(|h| matches(m, h.src, h.tag, h.ctx))
+}
+
+/// What one look for a message gave.
+enum Step {
+    /// The receive's answer.
+    Done(c_int),
+    /// A handler's message, in buffer `id` (the active receive buffer
+    /// until it returns; `old` was).
+    Handle(HandlerFn, c_int, c_int),
+}
+
 /// Receive a matching message into a new active receive buffer (the old
-/// one freed); its id, 0 when none came in time.
+/// one freed); its id, 0 when none came in time. Handlers' messages met on
+/// the way go to them (outside the task's lock: they call PVM again).
 fn receive(call: &str, tid: c_int, msgtag: c_int, wait: Wait) -> c_int {
-    state::with(|t| {
-        let (from, tag) = (from_c(tid), tag_of(msgtag));
-        let vm = match t.vm() {
-            Ok(vm) => vm,
-            Err(e) => return t.fail(call, e),
-        };
-        let got = match wait {
-            Wait::Forever => vm.recv(from, tag).map(Some),
-            Wait::No => vm.try_recv(from, tag),
-            Wait::For(d) => vm.recv_timeout(from, tag, d),
-        };
-        let m = match got {
-            Ok(Some(m)) => m,
-            Ok(None) => return 0,
-            Err(_) => return t.fail(call, errors::SYS_ERR),
-        };
-        let Some(b) = to_buffer(&m) else {
-            return t.fail(call, errors::BAD_MSG);
-        };
-        let old = t.rbuf;
-        if old > 0 {
-            t.free(old);
+    let (from, tag) = (from_c(tid), tag_of(msgtag));
+    let deadline = match wait {
+        Wait::For(d) => Some(Instant::now() + d),
+        Wait::No => Some(Instant::now()),
+        Wait::Forever => None,
+    };
+    loop {
+        let step = state::with(|t| {
+            let ctx = t.context;
+            let handlers = t.handlers.clone();
+            let wanted = |m: &Message| {
+                handler_for(&handlers, m).is_some() || matches(m, from, tag, Some(ctx))
+            };
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let got = match t.vm() {
+                Ok(vm) => vm.recv_where(&wanted, left),
+                Err(e) => return Step::Done(t.fail(call, e)),
+            };
+            let m = match got {
+                Ok(Some(m)) => m,
+                Ok(None) => return Step::Done(0),
+                Err(_) => return Step::Done(t.fail(call, errors::SYS_ERR)),
+            };
+            let Some(b) = to_buffer(&m) else {
+                return Step::Done(t.fail(call, errors::BAD_MSG));
+            };
+            if let Some(h) = handler_for(&handlers, &m) {
+                let id = t.insert(b);
+                let old = std::mem::replace(&mut t.rbuf, id);
+                return Step::Handle(h.func, id, old);
+            }
+            let old = t.rbuf;
+            if old > 0 {
+                t.free(old);
+            }
+            let id = t.insert(b);
+            t.rbuf = id;
+            Step::Done(id)
+        });
+        match step {
+            Step::Done(id) => return id,
+            Step::Handle(func, id, old) => {
+                // SAFETY: a handler the program registered, called as PVM
+                // calls it: with the id of the buffer holding the message.
+                unsafe { func(id) };
+                state::with(|t| {
+                    t.free(id);
+                    if t.rbuf == 0 && t.buf(old).is_some() {
+                        t.rbuf = old;
+                    }
+                });
+            }
         }
-        let id = t.insert(b);
-        t.rbuf = id;
-        id
-    })
+    }
 }
 
 /// Wait for a message from `tid` (-1: any) with `msgtag` (-1: any).
@@ -174,21 +227,88 @@ pub unsafe extern "C" fn pvm_trecv(
 /// `pvm_bufinfo`; the message stays to be received), or 0.
 #[no_mangle]
 pub extern "C" fn pvm_probe(tid: c_int, msgtag: c_int) -> c_int {
+    let (from, tag) = (from_c(tid), tag_of(msgtag));
     state::with(|t| {
-        let found = match t.vm().map(|vm| vm.probe(from_c(tid), tag_of(msgtag))) {
-            Ok(Ok(f)) => f,
-            Ok(Err(_)) => return t.fail("pvm_probe", errors::SYS_ERR),
+        let ctx = t.context;
+        let found = match t.vm() {
+            Ok(vm) => vm
+                .peek_where(&|m: &Message| matches(m, from, tag, Some(ctx)))
+                .map(|m| m.map(|m| (m.from, m.tag, m.data.len()))),
             Err(e) => return t.fail("pvm_probe", e),
         };
         match found {
-            Some((from, tag, len)) => {
+            Ok(Some((from, tag, len))) => {
                 let mut b = Buffer::new(Encoding::Raw);
-                b.pack(vec![0u8; len.saturating_sub(1)]);
+                b.pack(vec![0u8; len.saturating_sub(crate::buffer::HEAD)]);
                 b.tag = tag;
                 b.src = from;
                 t.insert(b)
             }
-            None => 0,
+            Ok(None) => 0,
+            Err(_) => t.fail("pvm_probe", errors::SYS_ERR),
+        }
+    })
+}
+
+/// A new context, unique to this task; the current one is unchanged.
+#[no_mangle]
+pub extern "C" fn pvm_newcontext() -> c_int {
+    state::with(|t| {
+        t.last_context += 1;
+        // Unique across tasks: this task's Tid in the high bits.
+        let me = t.me().unwrap_or(0) as i32;
+        (me << 8) | (t.last_context & 0xff)
+    })
+}
+
+/// Make `ctx` the current context; the previous one.
+#[no_mangle]
+pub extern "C" fn pvm_setcontext(ctx: c_int) -> c_int {
+    state::with(|t| std::mem::replace(&mut t.context, ctx))
+}
+
+/// The current context.
+#[no_mangle]
+pub extern "C" fn pvm_getcontext() -> c_int {
+    state::with(|t| t.context)
+}
+
+/// Give a context back (nothing is kept for it).
+#[no_mangle]
+pub extern "C" fn pvm_freecontext(_ctx: c_int) -> c_int {
+    errors::OK
+}
+
+/// Add a message handler for `src`, `tag`, `ctx` (-1: any); its id.
+#[no_mangle]
+pub extern "C" fn pvm_addmhf(src: c_int, tag: c_int, ctx: c_int, func: Option<HandlerFn>) -> c_int {
+    let Some(func) = func else {
+        return state::with(|t| t.fail("pvm_addmhf", errors::BAD_PARAM));
+    };
+    state::with(|t| {
+        t.last_handler += 1;
+        let id = t.last_handler;
+        t.handlers.push(Handler {
+            id,
+            src: from_c(src),
+            tag: tag_of(tag),
+            ctx: (ctx != -1).then_some(ctx),
+            func,
+        });
+        id
+    })
+}
+
+/// Remove a message handler.
+#[no_mangle]
+pub extern "C" fn pvm_delmhf(mhid: c_int) -> c_int {
+    state::with(|t| {
+        let before = t.handlers.len();
+        t.handlers.retain(|h| h.id != mhid);
+        if t.handlers.len() < before {
+            errors::OK
+        } else {
+            t.fail("pvm_delmhf", errors::BAD_PARAM)
         }
     })
 }
@@ -297,14 +417,14 @@ pub unsafe extern "C" fn pvm_psend(
     let mut b = Buffer::new(Encoding::Raw);
     // SAFETY: as the caller promises.
     unsafe { pack_typed(&mut b, buf.cast(), len as usize, datatype) };
-    let wire = b.wire();
-    state::with(
-        |t| match t.vm().map(|vm| vm.send_bytes(to, msgtag, &wire)) {
+    state::with(|t| {
+        let wire = b.wire(t.context);
+        match t.vm().map(|vm| vm.send_bytes(to, msgtag, &wire)) {
             Ok(Ok(())) => errors::OK,
             Ok(Err(_)) => t.fail("pvm_psend", errors::SYS_ERR),
             Err(e) => t.fail("pvm_psend", e),
-        },
-    )
+        }
+    })
 }
 
 /// Receive straight into `buf` (at most `len` items of `datatype`); the

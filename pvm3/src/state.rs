@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsString};
+use std::os::raw::c_int;
 use std::os::unix::process::CommandExt;
 use std::sync::{Mutex, MutexGuard};
 
@@ -18,6 +19,30 @@ use crate::errors;
 /// Set in the environment of a program this library started again under
 /// `mig spawn`, so that it never does so twice.
 pub const ENROLLED: &str = "LIBPVM_ENROLLED";
+
+/// The tag of the message a PVM task sends each child it spawns, holding
+/// the context the child starts in (PVM's children inherit their parent's
+/// context). Negative: no PVM program can send or receive it.
+pub const INHERIT_TAG: i32 = -0x5056;
+
+/// How long a spawned task waits for its parent's context message (a
+/// parent that is not a PVM task sends none).
+const INHERIT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The context a task spawned by a PVM task starts in (0 for others).
+fn inherited_context(vm: &mut Vm) -> i32 {
+    let Some(parent) = vm.parent() else {
+        return 0;
+    };
+    match vm.recv_timeout(Some(parent), Some(INHERIT_TAG), INHERIT_WAIT) {
+        Ok(Some(m)) => m
+            .data
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, i32::from_be_bytes),
+        _ => 0,
+    }
+}
 
 /// Variables a re-started program keeps (the library's own path first).
 const KEEP_ENV: &[&str] = &[
@@ -44,6 +69,15 @@ pub struct Task {
     pub route: i32,
     /// Groups joined, with the instance got.
     pub groups: HashMap<String, i32>,
+    /// The current message context (`pvm_setcontext`) and the last one
+    /// made (`pvm_newcontext`).
+    pub context: i32,
+    /// See `context`.
+    pub last_context: i32,
+    /// Message handlers (`pvm_addmhf`), by id.
+    pub handlers: Vec<Handler>,
+    /// The last handler id given.
+    pub last_handler: i32,
     /// Memory handed to C by `pvm_siblings`, `pvm_config`, `pvm_tasks`:
     /// kept until the next such call, as PVM does.
     pub siblings: Vec<i32>,
@@ -51,6 +85,30 @@ pub struct Task {
     pub host_strings: Vec<CString>,
     /// See `siblings`.
     pub hosts: Vec<HostInfo>,
+    /// See `siblings`.
+    pub task_strings: Vec<CString>,
+    /// See `siblings`.
+    pub tasks: Vec<TaskInfo>,
+}
+
+/// A message handler's C function: it gets the id of the buffer holding
+/// the message.
+pub type HandlerFn = unsafe extern "C" fn(c_int) -> c_int;
+
+/// A message handler: messages it matches are given to `func` as they are
+/// received, never to a receive.
+#[derive(Debug, Clone, Copy)]
+pub struct Handler {
+    /// Its id.
+    pub id: i32,
+    /// Sender, tag and context it takes (`None`: any).
+    pub src: Option<Tid>,
+    /// See `src`.
+    pub tag: Option<i32>,
+    /// See `src`.
+    pub ctx: Option<i32>,
+    /// What it calls.
+    pub func: HandlerFn,
 }
 
 /// `struct pvmhostinfo`.
@@ -73,6 +131,27 @@ pub struct HostInfo {
 // and only read by C between calls; the task lives behind a mutex.
 unsafe impl Send for HostInfo {}
 
+/// `struct pvmtaskinfo`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct TaskInfo {
+    /// The task.
+    pub tid: i32,
+    /// Its parent (0: not known).
+    pub ptid: i32,
+    /// Its host's daemon Tid.
+    pub host: i32,
+    /// Status flags (none).
+    pub flag: i32,
+    /// Its job's name (memory in `Task::task_strings`).
+    pub a_out: *const libc::c_char,
+    /// Its process id on its host.
+    pub pid: i32,
+}
+
+// SAFETY: as for `HostInfo`.
+unsafe impl Send for TaskInfo {}
+
 static TASK: Mutex<Option<Task>> = Mutex::new(None);
 
 /// The task, created on first use.
@@ -89,9 +168,15 @@ pub fn task() -> MutexGuard<'static, Option<Task>> {
             autoerr: 1,
             route: 1,
             groups: HashMap::new(),
+            context: 0,
+            last_context: 0,
+            handlers: Vec::new(),
+            last_handler: 0,
             siblings: Vec::new(),
             host_strings: Vec::new(),
             hosts: Vec::new(),
+            task_strings: Vec::new(),
+            tasks: Vec::new(),
         });
     }
     g
@@ -126,7 +211,10 @@ impl Task {
         }
         if self.vm.is_none() {
             match Vm::init() {
-                Ok(vm) => self.vm = Some(vm),
+                Ok(mut vm) => {
+                    self.context = inherited_context(&mut vm);
+                    self.vm = Some(vm);
+                }
                 Err(MigError::NotAVp(_)) if std::env::var_os(ENROLLED).is_none() => {
                     let e = enrol_again();
                     eprintln!("libpvm: cannot start this program under mig: {e}");

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use libmig::NotifyOn;
 
 use crate::errors;
-use crate::state::{self, from_c, to_c, HostInfo};
+use crate::state::{self, from_c, to_c, HostInfo, TaskInfo};
 
 /// PVM's data signature for x86_64 Linux (`hi_dsig`).
 const DSIG: i32 = 0x0040_8841;
@@ -132,8 +132,14 @@ pub unsafe extern "C" fn pvm_spawn(
         };
         match r {
             Ok(got) => {
+                // Each child learns the context it inherits (see
+                // `state::INHERIT_TAG`).
+                let ctx = t.context.to_be_bytes();
                 for (i, tid) in got.iter().enumerate().take(n) {
                     put(i, to_c(*tid));
+                    if let Ok(vm) = t.vm() {
+                        let _ = vm.send_bytes(*tid, state::INHERIT_TAG, &ctx);
+                    }
                 }
                 for i in got.len()..n {
                     put(i, errors::NO_FILE);
@@ -191,18 +197,49 @@ pub unsafe extern "C" fn pvm_siblings(tids: *mut *const c_int) -> c_int {
     })
 }
 
-/// The host a task runs on, as its daemon's Tid (mig keeps no such Tid: the
-/// hosts are numbered as `pvm_config` lists them).
-#[no_mangle]
-pub extern "C" fn pvm_tidtohost(tid: c_int) -> c_int {
-    if tid < 0 {
-        return state::with(|t| t.fail("pvm_tidtohost", errors::BAD_PARAM));
-    }
-    0x40000
+/// A host's daemon Tid as PVM numbers them: the `i`th host (from 0) is
+/// `(i + 1) << 18` (`0x40000`, `0x80000`, ...).
+fn host_tid(i: usize) -> c_int {
+    ((i as c_int) + 1) << 18
 }
 
-/// The virtual machine's hosts. mig tells a VP only its own host, so the
-/// list holds that one host.
+/// The hosts, alive ones first in the master's order, or a PVM error.
+fn hosts(t: &mut crate::state::Task, call: &str) -> Result<Vec<libmig::msg::HostInfo>, c_int> {
+    match t.vm().map(|vm| vm.hosts()) {
+        Ok(Ok(h)) => Ok(h.into_iter().filter(|h| h.alive).collect()),
+        Ok(Err(_)) => Err(t.fail(call, errors::SYS_ERR)),
+        Err(e) => Err(t.fail(call, e)),
+    }
+}
+
+/// The host a task runs on, as its daemon's Tid (see `pvm_config`).
+#[no_mangle]
+pub extern "C" fn pvm_tidtohost(tid: c_int) -> c_int {
+    let Some(who) = from_c(tid) else {
+        return state::with(|t| t.fail("pvm_tidtohost", errors::BAD_PARAM));
+    };
+    state::with(|t| {
+        let hs = match hosts(t, "pvm_tidtohost") {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        let ps = match t.vm().map(|vm| vm.ps()) {
+            Ok(Ok(p)) => p,
+            _ => return t.fail("pvm_tidtohost", errors::SYS_ERR),
+        };
+        let host = ps
+            .iter()
+            .find(|v| v.tid == who)
+            .and_then(|v| v.host.clone());
+        match host.and_then(|h| hs.iter().position(|x| x.facts.name == h)) {
+            Some(i) => host_tid(i),
+            None => t.fail("pvm_tidtohost", errors::NO_TASK),
+        }
+    })
+}
+
+/// The virtual machine's hosts (those alive), each with its name,
+/// architecture and speed (1000 per processor of capacity 1).
 ///
 /// # Safety
 /// Each pointer null or a place for its value.
@@ -213,35 +250,157 @@ pub unsafe extern "C" fn pvm_config(
     hostp: *mut *const HostInfo,
 ) -> c_int {
     state::with(|t| {
-        let host = match t.vm() {
-            Ok(vm) => vm.identity().host.clone(),
-            Err(e) => return t.fail("pvm_config", e),
+        let hs = match hosts(t, "pvm_config") {
+            Ok(h) => h,
+            Err(e) => return e,
         };
-        let arch = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
-        t.host_strings = vec![
-            CString::new(host).unwrap_or_default(),
-            CString::new(arch).unwrap_or_default(),
-        ];
-        t.hosts = vec![HostInfo {
-            tid: 0x40000,
-            name: t.host_strings[0].as_ptr(),
-            arch: t.host_strings[1].as_ptr(),
-            speed: 1000,
-            dsig: DSIG,
-        }];
+        t.host_strings = hs
+            .iter()
+            .flat_map(|h| [h.facts.name.clone(), h.facts.arch.clone()])
+            .map(|s| CString::new(s).unwrap_or_default())
+            .collect();
+        t.hosts = hs
+            .iter()
+            .enumerate()
+            .map(|(i, h)| HostInfo {
+                tid: host_tid(i),
+                name: t.host_strings[2 * i].as_ptr(),
+                arch: t.host_strings[2 * i + 1].as_ptr(),
+                speed: (h.facts.capacity * h.facts.processors as f64 * 1000.0) as i32,
+                dsig: DSIG,
+            })
+            .collect();
+        let mut arches: Vec<&str> = hs.iter().map(|h| h.facts.arch.as_str()).collect();
+        arches.sort();
+        arches.dedup();
         // SAFETY: the caller gives places for the values, or null.
         unsafe {
             if !nhost.is_null() {
-                *nhost = 1;
+                *nhost = t.hosts.len() as c_int;
             }
             if !narch.is_null() {
-                *narch = 1;
+                *narch = arches.len() as c_int;
             }
             if !hostp.is_null() {
                 *hostp = t.hosts.as_ptr();
             }
         }
         errors::OK
+    })
+}
+
+/// The tasks: every VP (`which` 0), those on one host (its daemon Tid),
+/// or one task (its Tid).
+///
+/// # Safety
+/// Each pointer null or a place for its value.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_tasks(
+    which: c_int,
+    ntask: *mut c_int,
+    taskp: *mut *const TaskInfo,
+) -> c_int {
+    state::with(|t| {
+        let hs = match hosts(t, "pvm_tasks") {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        let ps = match t.vm().map(|vm| vm.ps()) {
+            Ok(Ok(p)) => p,
+            _ => return t.fail("pvm_tasks", errors::SYS_ERR),
+        };
+        let host_of = |name: &Option<String>| {
+            name.as_ref()
+                .and_then(|n| hs.iter().position(|h| &h.facts.name == n))
+                .map_or(0, host_tid)
+        };
+        let running: Vec<_> = ps
+            .iter()
+            .filter(|v| v.pid.is_some())
+            .filter(|v| which == 0 || host_of(&v.host) == which || to_c(v.tid) == which)
+            .collect();
+        if which != 0 && running.is_empty() {
+            return t.fail("pvm_tasks", errors::NO_HOST);
+        }
+        t.task_strings = running
+            .iter()
+            .map(|v| CString::new(v.job.clone()).unwrap_or_default())
+            .collect();
+        t.tasks = running
+            .iter()
+            .enumerate()
+            .map(|(i, v)| TaskInfo {
+                tid: to_c(v.tid),
+                ptid: 0,
+                host: host_of(&v.host),
+                flag: 0,
+                a_out: t.task_strings[i].as_ptr(),
+                pid: v.pid.map_or(0, |p| p as c_int),
+            })
+            .collect();
+        // SAFETY: the caller gives places for the values, or null.
+        unsafe {
+            if !ntask.is_null() {
+                *ntask = t.tasks.len() as c_int;
+            }
+            if !taskp.is_null() {
+                *taskp = t.tasks.as_ptr();
+            }
+        }
+        errors::OK
+    })
+}
+
+/// Is `host` in the virtual machine and up? `PvmOk`, `PvmHostFail` (down)
+/// or `PvmNoHost`.
+///
+/// # Safety
+/// `host` a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_mstat(host: *const c_char) -> c_int {
+    if host.is_null() {
+        return state::with(|t| t.fail("pvm_mstat", errors::BAD_PARAM));
+    }
+    // SAFETY: a C string.
+    let name = unsafe { CStr::from_ptr(host) }
+        .to_string_lossy()
+        .into_owned();
+    state::with(|t| match t.vm().map(|vm| vm.hosts()) {
+        Ok(Ok(hs)) => match hs.iter().find(|h| h.facts.name == name) {
+            Some(h) if h.alive => errors::OK,
+            Some(_) => errors::HOST_FAIL,
+            None => errors::NO_HOST,
+        },
+        Ok(Err(_)) => t.fail("pvm_mstat", errors::SYS_ERR),
+        Err(e) => t.fail("pvm_mstat", e),
+    })
+}
+
+/// Send a signal to a task. mig signals a VP's process only on the
+/// caller's own host (`PvmNotImpl` for one elsewhere).
+#[no_mangle]
+pub extern "C" fn pvm_sendsig(tid: c_int, signum: c_int) -> c_int {
+    let Some(who) = from_c(tid) else {
+        return state::with(|t| t.fail("pvm_sendsig", errors::BAD_PARAM));
+    };
+    state::with(|t| {
+        let here = match t.vm() {
+            Ok(vm) => vm.identity().host.clone(),
+            Err(e) => return t.fail("pvm_sendsig", e),
+        };
+        let ps = match t.vm().map(|vm| vm.ps()) {
+            Ok(Ok(p)) => p,
+            _ => return t.fail("pvm_sendsig", errors::SYS_ERR),
+        };
+        match ps.iter().find(|v| v.tid == who) {
+            Some(v) if v.host.as_deref() == Some(here.as_str()) => match v.pid {
+                // SAFETY: a plain system call.
+                Some(pid) if unsafe { libc::kill(pid as libc::pid_t, signum) } == 0 => errors::OK,
+                _ => t.fail("pvm_sendsig", errors::NO_TASK),
+            },
+            Some(_) => t.fail("pvm_sendsig", errors::NOT_IMPL),
+            None => t.fail("pvm_sendsig", errors::NO_TASK),
+        }
     })
 }
 

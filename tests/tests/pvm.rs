@@ -66,6 +66,17 @@ fn spawn(vm: &Vm, lib: &Path, n: u32, prog: &Path, env: &[(&str, &Path)]) -> Out
     vm.mig(&args)
 }
 
+/// The lines of a job that must have succeeded.
+fn ok_lines(out: &Output) -> Vec<String> {
+    let lines = job_lines(out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+}
+
 /// master1's lines: each "I got X from W; (expecting Y)" with X == Y, one
 /// per worker, the workers 0..n.
 fn master1_answers_right(lines: &[String], n: usize) {
@@ -117,16 +128,60 @@ fn debians_builds_of_pvms_examples_run_on_mig_as_they_are() {
         "hello_other is another task"
     );
 
-    // master1 spawns 3 workers per host it is told of and checks their sums.
-    let out = spawn(&vm, lib.path(), 1, &ex.join("master1"), &[]);
-    let lines = job_lines(&out);
+    // master1 spawns 3 workers per host pvm_config lists (3 hosts) and
+    // checks their sums.
+    let lines = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("master1"), &[]));
     assert!(
-        out.status.success(),
-        "{lines:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        lines
+            .iter()
+            .any(|l| l.contains("Spawning 9 worker tasks ... SUCCESSFUL")),
+        "{lines:?}"
     );
-    assert!(lines.iter().any(|l| l.contains("SUCCESSFUL")), "{lines:?}");
-    master1_answers_right(&lines, 3);
+    master1_answers_right(&lines, 9);
+
+    // The Fortran master and workers (Debian links PVM's Fortran wrappers
+    // into them; they call our C library).
+    let lines = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("fmaster1"), &[]));
+    let got: Vec<&String> = lines.iter().filter(|l| l.contains("I got")).collect();
+    assert_eq!(got.len(), 9, "{lines:?}");
+    for l in got {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(w[2], w[6], "{l}");
+    }
+    let lines = ok_lines(&spawn(&vm, lib.path(), 4, &ex.join("fspmd"), &[]));
+    assert!(
+        lines.iter().any(|l| l.contains("token ring done")),
+        "{lines:?}"
+    );
+
+    // Contexts are inherited: inherita sets a new one, which its child
+    // (and grandchild) report; inherit3 sets its own, which its child gets.
+    let ld = format!("LD_LIBRARY_PATH={}", lib.path().display());
+    let inherita = ex.join("inherita").display().to_string();
+    for (child, contexts) in [("inherit1", 1), ("inherit3", 2)] {
+        let lines = ok_lines(&vm.mig(&["spawn", "-e", &ld, "--wait", "--", &inherita, child]));
+        let changed = lines
+            .iter()
+            .find_map(|l| l.split("with changed context ").nth(1))
+            .map(|c| c.trim_end_matches('.').to_string())
+            .expect("inherita changes its context");
+        let mut seen: Vec<String> = lines
+            .iter()
+            .filter_map(|l| l.split(" with context ").nth(1))
+            .map(|c| c.trim_end_matches('.').to_string())
+            .collect();
+        assert!(
+            seen.contains(&changed),
+            "the child inherits {changed}: {lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("END - sent from")),
+            "{lines:?}"
+        );
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), contexts, "{lines:?}");
+    }
 
     // spmd, four siblings passing a token round a ring; it exits 1 under
     // PVM too (its last line is exit(1)).
@@ -198,12 +253,12 @@ fn pvms_examples_built_from_source_against_our_header_run_too() {
             .any(|l| l.starts_with("from t") && l.contains("hello, world from")),
         "{lines:?}"
     );
-    let out = spawn(&vm, lib.path(), 1, &out_dir.path().join("master1"), &ep);
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    master1_answers_right(&lines, 3);
+    let lines = ok_lines(&spawn(
+        &vm,
+        lib.path(),
+        1,
+        &out_dir.path().join("master1"),
+        &ep,
+    ));
+    master1_answers_right(&lines, 6);
 }

@@ -89,6 +89,8 @@ impl Master {
                 }
                 out
             }
+            VpCall::Hosts => reply(VpRet::Hosts(self.hosts_info())),
+            VpCall::Ps => reply(VpRet::Ps(self.ps())),
             VpCall::Members { group } => reply(VpRet::Members(self.groups.members(&group))),
             VpCall::Barrier { group, count } => match self.groups.barrier(&group, tid, id, count) {
                 Ok(released) => released

@@ -91,10 +91,14 @@ pub enum VpCall {
         /// How many must arrive (0: the group's size when the last arrives).
         count: u32,
     },
+    /// The virtual machine's hosts (as `mig hosts` lists them).
+    Hosts,
+    /// Every VP (as `mig ps` lists them).
+    Ps,
 }
 
 /// The master's answer to a `VpCall`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum VpRet {
     /// VPs (spawned, or the job's).
     Tids(Vec<Tid>),
@@ -106,10 +110,14 @@ pub enum VpRet {
     Done,
     /// It failed: one sentence.
     Error(String),
+    /// The hosts.
+    Hosts(Vec<super::control::HostInfo>),
+    /// The VPs.
+    Ps(Vec<super::control::VpInfo>),
 }
 
 /// A VP and its daemon.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum VpMsg {
     /// VP → daemon: a message (payload follows). With `confirm`, the daemon
     /// answers `Confirmed` or `Undeliverable` at once.

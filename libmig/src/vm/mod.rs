@@ -391,6 +391,22 @@ impl Vm {
         }
     }
 
+    /// The virtual machine's hosts, as `mig hosts` lists them.
+    pub fn hosts(&mut self) -> Result<Vec<crate::msg::HostInfo>, MigError> {
+        match self.call(VpCall::Hosts)? {
+            VpRet::Hosts(h) => Ok(h),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every VP of the virtual machine, as `mig ps` lists them.
+    pub fn ps(&mut self) -> Result<Vec<crate::msg::VpInfo>, MigError> {
+        match self.call(VpCall::Ps)? {
+            VpRet::Ps(v) => Ok(v),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Be told, by a message from `SYSTEM` with `tag` (see
     /// `Message::notice`), when `on` happens. A VP that has already exited
     /// is reported at once.

@@ -8,12 +8,8 @@ impl Vm {
     /// Wait for a message from `from` (any if `None`) with `tag` (any if
     /// `None`).
     pub fn recv(&mut self, from: Option<Tid>, tag: Option<i32>) -> Result<Message, MigError> {
-        loop {
-            if let Some(m) = self.take(from, tag)? {
-                return Ok(m);
-            }
-            self.wait_io(None, None)?;
-        }
+        let m = self.recv_where(&|m: &Message| matches(m, from, tag), None)?;
+        m.ok_or_else(|| MigError::Protocol("a receive without a deadline ended".into()))
     }
 
     /// A matching message if one has arrived; never waits.
@@ -22,11 +18,7 @@ impl Vm {
         from: Option<Tid>,
         tag: Option<i32>,
     ) -> Result<Option<Message>, MigError> {
-        if let Some(m) = self.take(from, tag)? {
-            return Ok(Some(m));
-        }
-        self.wait_io(None, Some(Duration::ZERO))?;
-        self.take(from, tag)
+        self.recv_where(&|m: &Message| matches(m, from, tag), Some(Duration::ZERO))
     }
 
     /// Wait at most `timeout` for a matching message.
@@ -36,16 +28,35 @@ impl Vm {
         tag: Option<i32>,
         timeout: Duration,
     ) -> Result<Option<Message>, MigError> {
-        let deadline = Instant::now() + timeout;
+        self.recv_where(&|m: &Message| matches(m, from, tag), Some(timeout))
+    }
+
+    /// The first message, in arrival order, that `wanted` accepts: waiting
+    /// at most `timeout` (`None`: until one comes; zero: never waits). For
+    /// matching of one's own (a library's contexts, say); messages of one
+    /// sender still arrive in the order sent.
+    pub fn recv_where(
+        &mut self,
+        wanted: &dyn Fn(&Message) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Message>, MigError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            if let Some(m) = self.take(from, tag)? {
+            if let Some(m) = self.take(wanted)? {
                 return Ok(Some(m));
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
+            match deadline {
+                None => self.wait_io(None, None)?,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        // One look at what has arrived meanwhile.
+                        self.wait_io(None, Some(Duration::ZERO))?;
+                        return self.take(wanted);
+                    }
+                    self.wait_io(None, Some(left))?;
+                }
             }
-            self.wait_io(None, Some(left))?;
         }
     }
 
@@ -56,18 +67,24 @@ impl Vm {
         from: Option<Tid>,
         tag: Option<i32>,
     ) -> Result<Option<(Tid, i32, usize)>, MigError> {
-        self.wait_io(None, Some(Duration::ZERO))?;
         Ok(self
-            .mailbox
-            .iter()
-            .find(|m| matches(m, from, tag))
+            .peek_where(&|m: &Message| matches(m, from, tag))?
             .map(|m| (m.from, m.tag, m.data.len())))
+    }
+
+    /// The first message that has arrived and `wanted` accepts, left where
+    /// it is.
+    pub fn peek_where(
+        &mut self,
+        wanted: &dyn Fn(&Message) -> bool,
+    ) -> Result<Option<&Message>, MigError> {
+        self.wait_io(None, Some(Duration::ZERO))?;
+        Ok(self.mailbox.iter().find(|m| wanted(m)))
     }
 
     pub(super) fn take(
         &mut self,
-        from: Option<Tid>,
-        tag: Option<i32>,
+        wanted: &dyn Fn(&Message) -> bool,
     ) -> Result<Option<Message>, MigError> {
         if let Some(e) = self.failures.pop_front() {
             return Err(e);
@@ -75,7 +92,7 @@ impl Vm {
         let m = self
             .mailbox
             .iter()
-            .position(|m| matches(m, from, tag))
+            .position(wanted)
             .and_then(|i| self.mailbox.remove(i));
         if let Some(m) = m.as_ref().filter(|_| self.backlog > 0) {
             // Told in steps, and when it is all read.

@@ -180,7 +180,7 @@ impl Vm {
             if self.checkpoint_to.is_some() {
                 self.checkpoint_and_end(state)?;
             }
-            if let Some(m) = self.take(from, tag)? {
+            if let Some(m) = self.take(&|m: &Message| matches(m, from, tag))? {
                 return Ok(m);
             }
             self.wait_io(None, None)?;
