@@ -222,6 +222,8 @@ int pvm_upkulong(unsigned long *np, int cnt, int std);
 int pvm_upkshort(short *np, int cnt, int std);
 int pvm_upkushort(unsigned short *np, int cnt, int std);
 int pvm_upkstr(char *cp);
+int pvm_packf(const char *fmt, ...);
+int pvm_unpackf(const char *fmt, ...);
 
 /* Messages. */
 int pvm_send(int tid, int msgtag);

@@ -5,7 +5,8 @@
 //!
 //! Modules: `buffer` (message buffers and their encodings, pure),
 //! `state` (the task: its VM, buffers, options; enrolment), `task` (task
-//! control), `pack` (buffers and packing), `message` (sending and
+//! control), `pack` (buffers and packing), `packf` (the
+//! variadic `pvm_packf`/`pvm_unpackf`, in C), `message` (sending and
 //! receiving), `group` (groups and reductions), `errors` (codes and
 //! reports). Every exported function answers with PVM's codes and never
 //! unwinds into C.
@@ -15,5 +16,6 @@ pub mod errors;
 pub mod group;
 pub mod message;
 pub mod pack;
+pub mod packf;
 pub mod state;
 pub mod task;

@@ -112,9 +112,9 @@ enum Wait {
 /// Does `m` come from `from` with `tag` in context `ctx` (notices match
 /// any context)?
 fn matches(m: &Message, from: Option<Tid>, tag: Option<i32>, ctx: Option<i32>) -> bool {
-    from.map_or(true, |f| f == m.from)
-        && tag.map_or(true, |t| t == m.tag)
-        && (m.from == SYSTEM || ctx.map_or(true, |c| context_of(&m.data) == Some(c)))
+    from.is_none_or(|f| f == m.from)
+        && tag.is_none_or(|t| t == m.tag)
+        && (m.from == SYSTEM || ctx.is_none_or(|c| context_of(&m.data) == Some(c)))
 }
 
 fn handler_for<'a>(hs: &'a [Handler], m: &Message) -> Option<&'a Handler> {
@@ -125,9 +125,9 @@ fn handler_for<'a>(hs: &'a [Handler], m: &Message) -> Option<&'a Handler> {
 enum Step {
     /// The receive's answer.
     Done(c_int),
-    /// A handler's message, in buffer `id` (the active receive buffer
-    /// until it returns; `old` was).
-    Handle(HandlerFn, c_int, c_int),
+    /// A handler's message, in buffer `id` (freed once it returns, unless
+    /// it freed it itself).
+    Handle(HandlerFn, c_int),
 }
 
 /// Receive a matching message into a new active receive buffer (the old
@@ -161,9 +161,7 @@ fn receive(call: &str, tid: c_int, msgtag: c_int, wait: Wait) -> c_int {
                 return Step::Done(t.fail(call, errors::BAD_MSG));
             };
             if let Some(h) = handler_for(&handlers, &m) {
-                let id = t.insert(b);
-                let old = std::mem::replace(&mut t.rbuf, id);
-                return Step::Handle(h.func, id, old);
+                return Step::Handle(h.func, t.insert(b));
             }
             let old = t.rbuf;
             if old > 0 {
@@ -175,16 +173,11 @@ fn receive(call: &str, tid: c_int, msgtag: c_int, wait: Wait) -> c_int {
         });
         match step {
             Step::Done(id) => return id,
-            Step::Handle(func, id, old) => {
+            Step::Handle(func, id) => {
                 // SAFETY: a handler the program registered, called as PVM
                 // calls it: with the id of the buffer holding the message.
                 unsafe { func(id) };
-                state::with(|t| {
-                    t.free(id);
-                    if t.rbuf == 0 && t.buf(old).is_some() {
-                        t.rbuf = old;
-                    }
-                });
+                state::with(|t| t.free(id));
             }
         }
     }
@@ -239,7 +232,10 @@ pub extern "C" fn pvm_probe(tid: c_int, msgtag: c_int) -> c_int {
         match found {
             Ok(Some((from, tag, len))) => {
                 let mut b = Buffer::new(Encoding::Raw);
-                b.pack(vec![0u8; len.saturating_sub(crate::buffer::HEAD)]);
+                b.pack(std::iter::repeat_n(
+                    0u8,
+                    len.saturating_sub(crate::buffer::HEAD),
+                ));
                 b.tag = tag;
                 b.src = from;
                 t.insert(b)
