@@ -262,3 +262,37 @@ fn pvms_examples_built_from_source_against_our_header_run_too() {
     ));
     master1_answers_right(&lines, 6);
 }
+
+#[test]
+fn pvm_calls_do_what_pvm_documents() {
+    // pvm3/c/selftest.c checks each call (every type with strides in both
+    // encodings, packf, nrecv/trecv/probe, contexts, handlers, psend/precv,
+    // mcast, groups and reduce, config/tasks/mstat, errors, exit notices)
+    // with three echo workers it spawns.
+    let lib = our_lib();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3");
+    let exe = dir.path().join("selftest");
+    let out = Command::new("cc")
+        .args(["-Wall", "-o"])
+        .arg(&exe)
+        .arg(src.join("c/selftest.c"))
+        .arg("-I")
+        .arg(src.join("include"))
+        .arg("-L")
+        .arg(lib.path())
+        .arg("-lpvm3")
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "cc selftest: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vm = Vm::start(3);
+    let lines = ok_lines(&spawn(&vm, lib.path(), 1, &exe, &[]));
+    assert!(
+        lines.iter().any(|l| l == "selftest ok: 0 failed"),
+        "{lines:?}"
+    );
+}
