@@ -8,6 +8,7 @@
 //! * `master` — hosts, jobs and Tids, and the scheduler's actions turned into messages (no I/O);
 //! * `route` — where a message between VPs goes next (tables, no I/O);
 //! * `groups` — named groups and barriers, kept by the master (no I/O);
+//! * `mailbox` — PVM programs' message mailbox, kept by the master (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
 //! * `contain` — each VP's whole process tree in a cgroup of its own;
 //! * `store` — job checkpoints on disk (images per generation, checked when read);
@@ -28,6 +29,7 @@ pub mod groups;
 pub mod guardian;
 pub mod host;
 pub mod log;
+pub mod mailbox;
 pub mod master;
 pub mod migrate;
 pub mod owner;

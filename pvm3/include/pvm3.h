@@ -92,6 +92,12 @@ extern "C" {
 #define PvmMboxFirstAvail 8
 #define PvmMboxReadAndDelete 16
 #define PvmMboxWaitForInfo 32
+#define PvmMboxMaxFlag 512
+#define PvmMboxDirectIndexShift 10
+#define PvmMboxMaxDirectIndex ((unsigned)1 << (31 - PvmMboxDirectIndexShift))
+#define PvmMboxDirectIndexOf(f) \
+	(((f) & ((PvmMboxMaxDirectIndex - 1) << PvmMboxDirectIndexShift)) >> PvmMboxDirectIndexShift)
+#define PvmMboxDirectIndex(i) ((i) << PvmMboxDirectIndexShift)
 
 /* Errors. */
 #define PvmOk 0
@@ -254,8 +260,23 @@ int pvm_bcast(char *group, int msgtag);
 int pvm_freezegroup(char *group, int size);
 int pvm_reduce(void (*func)(int *, void *, void *, int *, int *), void *data, int count, int datatype, int msgtag, char *group, int rootginst);
 
+/* The message mailbox. */
+struct pvmmboxinfo {
+	char *mi_name;
+	int mi_nentries;
+	int *mi_indices;
+	int *mi_owners;
+	int *mi_flags;
+};
+int pvm_putinfo(char *name, int bufid, int flags);
+int pvm_recvinfo(char *name, int index, int flags);
+int pvm_delinfo(char *name, int index, int flags);
+int pvm_getmboxinfo(char *pattern, int *nclasses, struct pvmmboxinfo **classes);
+
 /* Helpers. */
 int pvmsleep(int secs);
+int lpvmerr(char *f, int n);
+int pvmdisplaymhfinfo(char *who);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,8 @@ pub const NO_DATA: i32 = -5;
 pub const NO_HOST: i32 = -6;
 /// No such file.
 pub const NO_FILE: i32 = -7;
+/// Permission denied.
+pub const DENIED: i32 = -8;
 /// Can't decode message.
 pub const BAD_MSG: i32 = -12;
 /// Can't contact local daemon.
@@ -39,6 +41,8 @@ pub const NO_PARENT: i32 = -23;
 pub const NOT_IMPL: i32 = -24;
 /// No such task.
 pub const NO_TASK: i32 = -31;
+/// Not found.
+pub const NOT_FOUND: i32 = -32;
 
 /// PVM's text for a code.
 pub fn text(code: i32) -> &'static str {

@@ -7,13 +7,15 @@
 //! `state` (the task: its VM, buffers, options; enrolment), `task` (task
 //! control), `pack` (buffers and packing), `packf` (the
 //! variadic `pvm_packf`/`pvm_unpackf`, in C), `message` (sending and
-//! receiving), `group` (groups and reductions), `errors` (codes and
+//! receiving), `group` (groups and reductions), `mailbox` (the
+//! message mailbox), `errors` (codes and
 //! reports). Every exported function answers with PVM's codes and never
 //! unwinds into C.
 
 pub mod buffer;
 pub mod errors;
 pub mod group;
+pub mod mailbox;
 pub mod message;
 pub mod pack;
 pub mod packf;

@@ -476,3 +476,33 @@ pub unsafe extern "C" fn pvm_precv(
         errors::OK
     })
 }
+
+/// Print the message handlers (a debugging aid of PVM's that its examples
+/// call).
+///
+/// # Safety
+/// `who` null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvmdisplaymhfinfo(who: *const libc::c_char) -> c_int {
+    let who = if who.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a C string.
+        unsafe { std::ffi::CStr::from_ptr(who) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let hs = state::with(|t| t.handlers.clone());
+    println!("{who}: {} message handlers", hs.len());
+    for h in hs {
+        let any = |v: Option<String>| v.unwrap_or_else(|| "any".into());
+        println!(
+            "{who}:   mhid {} src {} tag {} ctx {}",
+            h.id,
+            any(h.src.map(|s| format!("t{s:x}"))),
+            any(h.tag.map(|t| t.to_string())),
+            any(h.ctx.map(|c| c.to_string()))
+        );
+    }
+    errors::OK
+}

@@ -89,6 +89,12 @@ pub struct Task {
     pub task_strings: Vec<CString>,
     /// See `siblings`.
     pub tasks: Vec<TaskInfo>,
+    /// See `siblings` (`pvm_getmboxinfo`).
+    pub mbox_names: Vec<CString>,
+    /// See `mbox_names`: per class, its indices, owners and flags.
+    pub mbox_ints: Vec<Vec<c_int>>,
+    /// See `mbox_names`.
+    pub mbox: Vec<MboxInfo>,
 }
 
 /// A message handler's C function: it gets the id of the buffer holding
@@ -152,6 +158,25 @@ pub struct TaskInfo {
 // SAFETY: as for `HostInfo`.
 unsafe impl Send for TaskInfo {}
 
+/// `struct pvmmboxinfo`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct MboxInfo {
+    /// The class's name (memory in `Task::mbox_names`).
+    pub name: *const libc::c_char,
+    /// How many entries.
+    pub nentries: c_int,
+    /// Their indices (memory in `Task::mbox_ints`).
+    pub indices: *const c_int,
+    /// Their owners.
+    pub owners: *const c_int,
+    /// Their flags.
+    pub flags: *const c_int,
+}
+
+// SAFETY: as for `HostInfo`.
+unsafe impl Send for MboxInfo {}
+
 static TASK: Mutex<Option<Task>> = Mutex::new(None);
 
 /// The task, created on first use.
@@ -177,6 +202,9 @@ pub fn task() -> MutexGuard<'static, Option<Task>> {
             hosts: Vec::new(),
             task_strings: Vec::new(),
             tasks: Vec::new(),
+            mbox_names: Vec::new(),
+            mbox_ints: Vec::new(),
+            mbox: Vec::new(),
         });
     }
     g

@@ -540,3 +540,19 @@ pub extern "C" fn pvmsleep(secs: c_int) -> c_int {
     std::thread::sleep(std::time::Duration::from_secs(secs.max(0) as u64));
     0
 }
+
+/// PVM's internal error report, which some of its examples call: prints
+/// `libpvm [tX]: f(): text of n` when automatic reports are on; gives `n`.
+///
+/// # Safety
+/// `f` null or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn lpvmerr(f: *const c_char, n: c_int) -> c_int {
+    let call = if f.is_null() {
+        String::from("pvm")
+    } else {
+        // SAFETY: a C string.
+        unsafe { CStr::from_ptr(f) }.to_string_lossy().into_owned()
+    };
+    state::with(|t| t.fail(&call, n))
+}

@@ -206,6 +206,61 @@ fn debians_builds_of_pvms_examples_run_on_mig_as_they_are() {
 }
 
 #[test]
+fn pvms_mailbox_examples_find_each_other_through_it() {
+    let ex = examples();
+    let lib = our_lib();
+    let vm = Vm::start(2);
+    let ld = format!("LD_LIBRARY_PATH={}", lib.path().display());
+    let run = |prog: &str, args: &[&str]| {
+        let p = ex.join(prog).display().to_string();
+        let mut a = vec!["spawn", "-e", &ld, "--wait", "--", &p];
+        a.extend_from_slice(args);
+        ok_lines(&vm.mig(&a))
+    };
+    // task0 puts a service and its context in the mailbox and serves
+    // whoever finds it there; task1 finds it; task_end stops it.
+    let p = ex.join("task0").display().to_string();
+    let server = vm.mig(&["spawn", "-e", &ld, "--", &p, "svc", "d"]);
+    assert!(
+        server.status.success(),
+        "{}",
+        String::from_utf8_lossy(&server.stderr)
+    );
+    let job = String::from_utf8_lossy(&server.stdout).trim().to_string();
+    let mut lines = Vec::new();
+    let found = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
+        lines = run("task1", &["svc"]);
+        lines
+            .iter()
+            .any(|l| l.contains("you are service request number 1"))
+    });
+    assert!(found, "{lines:?}\n{}", vm.log(0));
+    let lines = run("task_end", &["svc", "0"]);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("service name <svc> of index 0")),
+        "{lines:?}"
+    );
+    let ended = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
+        vm.log(0)
+            .contains(&format!("job {job} finished with status 0"))
+    });
+    assert!(ended, "task0 did not end:\n{}", vm.log(0));
+    // Entries outlive their owner only when persistent: lmbi loads three
+    // of each kind and exits; gmbi then lists the persistent three.
+    run("lmbi", &["3", "m", "e"]);
+    run("lmbi", &["3", "mp", "e"]);
+    let lines = run("gmbi", &[]);
+    let listed = lines.iter().filter(|l| l.contains("indices <")).count();
+    assert_eq!(listed, 3, "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("PvmMboxPersistent")),
+        "{lines:?}"
+    );
+}
+
+#[test]
 fn pvms_examples_built_from_source_against_our_header_run_too() {
     examples();
     let lib = our_lib();

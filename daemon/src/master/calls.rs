@@ -89,6 +89,36 @@ impl Master {
                 }
                 out
             }
+            VpCall::MboxPut { name, flags, data } => {
+                match self.mailbox.put(&name, flags, tid, data) {
+                    Ok((index, answered)) => {
+                        let mut out = reply(VpRet::Mbox(MboxReply::Put(index)));
+                        for (w, wid, data, owner) in answered {
+                            out.extend(self.vp_return(
+                                w,
+                                wid,
+                                VpRet::Mbox(MboxReply::Entry { data, owner }),
+                            ));
+                        }
+                        out
+                    }
+                    Err(e) => reply(VpRet::Mbox(MboxReply::Refused(e))),
+                }
+            }
+            VpCall::MboxGet { name, index, flags } => {
+                match self.mailbox.get(&name, index, flags, tid, id) {
+                    Ok(Some((data, owner))) => reply(VpRet::Mbox(MboxReply::Entry { data, owner })),
+                    Ok(None) => Vec::new(),
+                    Err(e) => reply(VpRet::Mbox(MboxReply::Refused(e))),
+                }
+            }
+            VpCall::MboxDel { name, index } => match self.mailbox.delete(&name, index, tid) {
+                Ok(()) => reply(VpRet::Mbox(MboxReply::Deleted)),
+                Err(e) => reply(VpRet::Mbox(MboxReply::Refused(e))),
+            },
+            VpCall::MboxList { pattern } => {
+                reply(VpRet::Mbox(MboxReply::Classes(self.mailbox.list(&pattern))))
+            }
             VpCall::Hosts => reply(VpRet::Hosts(self.hosts_info())),
             VpCall::Ps => reply(VpRet::Ps(self.ps())),
             VpCall::Members { group } => reply(VpRet::Members(self.groups.members(&group))),
@@ -116,6 +146,7 @@ impl Master {
             .map(|(to, tag)| notice_to(to, tag, &notice))
             .collect();
         self.host_watch.retain(|&(t, _, _)| t != tid);
+        self.mailbox.exited(tid);
         for (w, id) in self.groups.exited(tid) {
             out.extend(self.vp_return(w, id, VpRet::Done));
         }

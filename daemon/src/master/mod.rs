@@ -36,12 +36,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, Notice, NotifyOn, OwnerAction,
-    OwnerReport, OwnerState, PeerMsg, Request, Response, SliceReport, SliceStats, SlotCell,
-    SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet, SYSTEM,
+    Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, MboxReply, Notice, NotifyOn,
+    OwnerAction, OwnerReport, OwnerState, PeerMsg, Request, Response, SliceReport, SliceStats,
+    SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet,
+    SYSTEM,
 };
 
 use crate::groups::Groups;
+use crate::mailbox::Mailbox;
 use crate::sched::{Action, Event, SchedConfig, Scheduler};
 
 /// Who asked: a local control connection, or a worker forwarding for one.
@@ -150,6 +152,9 @@ pub struct Master {
     next_tid: Tid,
     next_job: u64,
     groups: Groups,
+    /// PVM programs' message mailbox.
+    #[serde(default)]
+    mailbox: Mailbox,
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
     host_watch: Vec<(Tid, i32, bool)>,
     gone: HashMap<Tid, ExitInfo>,
@@ -211,6 +216,7 @@ impl Master {
             next_tid: 0x40001,
             next_job: 1,
             groups: Groups::default(),
+            mailbox: Mailbox::default(),
             exit_watch: HashMap::new(),
             host_watch: Vec::new(),
             gone: HashMap::new(),

@@ -95,6 +95,78 @@ pub enum VpCall {
     Hosts,
     /// Every VP (as `mig ps` lists them).
     Ps,
+    /// Put an entry in the mailbox (PVM's `pvm_putinfo`).
+    MboxPut {
+        /// Its class.
+        name: String,
+        /// PVM's `PvmMbox*` flags (an index above them).
+        flags: u32,
+        /// The message's bytes.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Read an entry (`pvm_recvinfo`).
+    MboxGet {
+        /// Its class.
+        name: String,
+        /// Its index.
+        index: u32,
+        /// PVM's flags.
+        flags: u32,
+    },
+    /// Delete an entry (`pvm_delinfo`).
+    MboxDel {
+        /// Its class.
+        name: String,
+        /// Its index.
+        index: u32,
+    },
+    /// The classes matching a pattern (`pvm_getmboxinfo`).
+    MboxList {
+        /// `*` and `?` as in a shell.
+        pattern: String,
+    },
+}
+
+/// Why the mailbox refused a call (PVM's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MboxRefusal {
+    /// No such entry (`PvmNotFound`).
+    NotFound,
+    /// Not the caller's to change (`PvmDenied`).
+    Denied,
+    /// A bad name or an entry too large (`PvmBadParam`).
+    BadParam,
+}
+
+/// A mailbox class: its name and entries (index, owner, flags).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MboxClass {
+    /// Its name.
+    pub name: String,
+    /// Its entries.
+    pub entries: Vec<(u32, Tid, u32)>,
+}
+
+/// The mailbox's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MboxReply {
+    /// Put at this index.
+    Put(u32),
+    /// An entry read: its bytes and owner.
+    Entry {
+        /// The message's bytes.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        /// Who put it.
+        owner: Tid,
+    },
+    /// Deleted.
+    Deleted,
+    /// The classes asked for.
+    Classes(Vec<MboxClass>),
+    /// Refused.
+    Refused(MboxRefusal),
 }
 
 /// The master's answer to a `VpCall`.
@@ -114,6 +186,8 @@ pub enum VpRet {
     Hosts(Vec<super::control::HostInfo>),
     /// The VPs.
     Ps(Vec<super::control::VpInfo>),
+    /// The mailbox's answer.
+    Mbox(MboxReply),
 }
 
 /// A VP and its daemon.

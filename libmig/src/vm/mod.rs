@@ -407,6 +407,16 @@ impl Vm {
         }
     }
 
+    /// A call to the mailbox the master keeps for PVM programs (see
+    /// `VpCall::MboxPut` and the others); a reader asking to wait for an
+    /// entry waits here.
+    pub fn mailbox(&mut self, call: VpCall) -> Result<crate::msg::MboxReply, MigError> {
+        match self.call(call)? {
+            VpRet::Mbox(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Be told, by a message from `SYSTEM` with `tag` (see
     /// `Message::notice`), when `on` happens. A VP that has already exited
     /// is reported at once.
