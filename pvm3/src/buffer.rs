@@ -183,6 +183,24 @@ impl Buffer {
         }
     }
 
+    /// Append items already laid out as `Raw` lays them out (this
+    /// machine's own layout, one after another): one copy.
+    pub fn pack_native(&mut self, bytes: &[u8]) {
+        debug_assert_eq!(self.enc, Encoding::Raw);
+        self.data.extend_from_slice(bytes);
+    }
+
+    /// Take `len` bytes of items laid out as `Raw` lays them out; nothing
+    /// is taken when there are fewer.
+    pub fn unpack_native(&mut self, len: usize) -> Result<&[u8], Short> {
+        let s = self
+            .data
+            .get(self.pos..self.pos + len)
+            .ok_or(Short::NoData)?;
+        self.pos += len;
+        Ok(s)
+    }
+
     /// Append a string (without its NUL; the NUL is packed for it).
     pub fn pack_str(&mut self, s: &[u8]) {
         let n = s.len() as i32 + 1;
@@ -316,6 +334,17 @@ mod tests {
                 prop_assert_eq!(r.unpack_str().expect("string"), want);
                 prop_assert_eq!(r.unpack::<f64>(f64s.len()).expect("doubles"), f64s.clone());
             }
+        }
+
+        #[test]
+        fn raw_items_packed_as_memory_read_as_items(xs in proptest::collection::vec(any::<i32>(), 0..50)) {
+            let mut b = Buffer::new(Encoding::Raw);
+            let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_ne_bytes()).collect();
+            b.pack_native(&bytes);
+            let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
+            prop_assert_eq!(r.unpack::<i32>(xs.len()).expect("all"), xs.clone());
+            let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
+            prop_assert_eq!(r.unpack_native(bytes.len()).expect("all"), &bytes[..]);
         }
 
         #[test]

@@ -8,7 +8,8 @@
 //! control), `pack` (buffers and packing), `packf` (the
 //! variadic `pvm_packf`/`pvm_unpackf`, in C), `message` (sending and
 //! receiving), `group` (groups and reductions), `mailbox` (the
-//! message mailbox), `errors` (codes and
+//! message mailbox), `migapi` (`mig.h`: state that survives a move),
+//! `errors` (codes and
 //! reports). Every exported function answers with PVM's codes and never
 //! unwinds into C.
 
@@ -17,6 +18,7 @@ pub mod errors;
 pub mod group;
 pub mod mailbox;
 pub mod message;
+pub mod migapi;
 pub mod pack;
 pub mod packf;
 pub mod state;

@@ -123,13 +123,21 @@ unsafe fn pack<T: Item>(call: &str, p: *const T, cnt: c_int, std: c_int) -> c_in
         return state::with(|t| t.fail(call, errors::BAD_PARAM));
     }
     let (n, s) = (cnt as usize, std as usize);
-    // SAFETY: as the caller promises.
-    let items = (0..n).map(|i| unsafe { p.add(i * s).read_unaligned() });
     state::with(|t| {
         let id = t.sbuf;
         match t.buf(id) {
+            Some(b) if b.enc == Encoding::Raw && s == 1 => {
+                // SAFETY: `n` items of `T` at `p`, as the caller promises:
+                // their bytes are what Raw packs.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(p.cast::<u8>(), n * std::mem::size_of::<T>())
+                };
+                b.pack_native(bytes);
+                errors::OK
+            }
             Some(b) => {
-                b.pack(items);
+                // SAFETY: as the caller promises.
+                b.pack((0..n).map(|i| unsafe { p.add(i * s).read_unaligned() }));
                 errors::OK
             }
             None => t.fail(call, errors::NO_BUF),
@@ -151,6 +159,19 @@ unsafe fn unpack<T: Item>(call: &str, p: *mut T, cnt: c_int, std: c_int) -> c_in
         let Some(b) = t.buf(id) else {
             return t.fail(call, errors::NO_BUF);
         };
+        if b.enc == Encoding::Raw && s == 1 {
+            return match b.unpack_native(n * std::mem::size_of::<T>()) {
+                Ok(bytes) => {
+                    // SAFETY: room for `n` items of `T` at `p`, as the
+                    // caller promises; Raw holds their bytes as laid out.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len())
+                    };
+                    errors::OK
+                }
+                Err(_) => t.fail(call, errors::NO_DATA),
+            };
+        }
         match b.unpack::<T>(n) {
             Ok(items) => {
                 for (i, x) in items.into_iter().enumerate() {

@@ -44,6 +44,10 @@ fn inherited_context(vm: &mut Vm) -> i32 {
     }
 }
 
+/// What a C program's image holds (`mig.h`): its context and the bytes of
+/// each region it registered.
+pub type Saved = (i32, Vec<serde_bytes::ByteBuf>);
+
 /// Variables a re-started program keeps (the library's own path first).
 const KEEP_ENV: &[&str] = &[
     "LD_LIBRARY_PATH",
@@ -95,6 +99,8 @@ pub struct Task {
     pub mbox_ints: Vec<Vec<c_int>>,
     /// See `mbox_names`.
     pub mbox: Vec<MboxInfo>,
+    /// Memory that makes up the state (`mig_register`): address, length.
+    pub regions: Vec<(usize, usize)>,
 }
 
 /// A message handler's C function: it gets the id of the buffer holding
@@ -205,6 +211,7 @@ pub fn task() -> MutexGuard<'static, Option<Task>> {
             mbox_names: Vec::new(),
             mbox_ints: Vec::new(),
             mbox: Vec::new(),
+            regions: Vec::new(),
         });
     }
     g
@@ -255,6 +262,36 @@ impl Task {
             }
         }
         self.vm.as_mut().ok_or(errors::SYS_ERR)
+    }
+
+    /// Enrol through libmig's `init_or_restore` (`mig_start`): the saved
+    /// regions if this VP was restarted. Errors are PVM codes.
+    pub fn start_restoring(&mut self) -> Result<Option<Vec<serde_bytes::ByteBuf>>, i32> {
+        if self.vm.is_some() || self.exited {
+            eprintln!("libpvm: mig_start: call it once, before any PVM call");
+            return Err(errors::SYS_ERR);
+        }
+        match Vm::init_or_restore::<Saved>(|| (0, Vec::new())) {
+            Ok((mut vm, (context, regions))) => {
+                let restored = vm.restored();
+                self.context = if restored {
+                    context
+                } else {
+                    inherited_context(&mut vm)
+                };
+                self.vm = Some(vm);
+                Ok(restored.then_some(regions))
+            }
+            Err(MigError::NotAVp(_)) if std::env::var_os(ENROLLED).is_none() => {
+                let e = enrol_again();
+                eprintln!("libpvm: cannot start this program under mig: {e}");
+                Err(errors::SYS_ERR)
+            }
+            Err(e) => {
+                eprintln!("libpvm: {e}");
+                Err(errors::SYS_ERR)
+            }
+        }
     }
 
     /// This task's Tid if enrolled.

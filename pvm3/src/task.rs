@@ -453,12 +453,24 @@ pub unsafe extern "C" fn pvm_notify(
     })
 }
 
-/// Set an option; the old value. `PvmAutoErr` and `PvmRoute` are kept
-/// (mig picks routes itself); the rest are accepted and ignored.
+/// Set an option; the old value. `PvmRoute`: `PvmRouteDirect` asks for
+/// libmig's direct links (VP to VP sockets with the tasks on the same
+/// host; through the daemons to the others), anything else for the daemon
+/// route. `PvmAutoErr` turns error reports on stderr on or off. The rest
+/// are accepted and ignored.
 #[no_mangle]
 pub extern "C" fn pvm_setopt(what: c_int, val: c_int) -> c_int {
     state::with(|t| match what {
-        1 => std::mem::replace(&mut t.route, val),
+        1 => {
+            if let Ok(vm) = t.vm() {
+                vm.set_route(if val == 3 {
+                    libmig::Route::Direct
+                } else {
+                    libmig::Route::Daemon
+                });
+            }
+            std::mem::replace(&mut t.route, val)
+        }
         3 => std::mem::replace(&mut t.autoerr, val),
         _ => 0,
     })

@@ -351,3 +351,74 @@ fn pvm_calls_do_what_pvm_documents() {
         "{lines:?}"
     );
 }
+
+/// Build one of `pvm3/c/` against our headers and library (found at run
+/// time through its rpath).
+fn build_c(name: &str, lib: &Path, into: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3");
+    let exe = into.join(name);
+    let out = Command::new("cc")
+        .args(["-Wall", "-o"])
+        .arg(&exe)
+        .arg(src.join(format!("c/{name}.c")))
+        .arg("-I")
+        .arg(src.join("include"))
+        .arg("-L")
+        .arg(lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lpvm3")
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "cc {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+#[test]
+fn a_c_program_keeps_its_state_through_moves_with_mig_h() {
+    let lib = our_lib();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = build_c("migrating", lib.path(), dir.path());
+    let vm = Vm::start(2);
+    let job = vm.start_job(1, &exe, &["1500"]);
+    let mut tid = String::new();
+    let mut host = String::new();
+    let placed = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
+        let ps = vm.json(&["ps"]);
+        let Some(v) = ps.as_array().and_then(|a| a.first()).cloned() else {
+            return false;
+        };
+        tid = v["tid"].as_str().unwrap_or("").to_string();
+        host = v["host"].as_str().unwrap_or("").to_string();
+        v["movable"] == true && v["state"] == "running"
+    });
+    assert!(placed, "the VP never said it can be moved:\n{}", vm.log(0));
+    // There and back again.
+    for _ in 0..2 {
+        let to = if host == "h0" { "h1" } else { "h0" };
+        let out = vm.migrate(&tid, to);
+        assert!(
+            out.status.success(),
+            "mig migrate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let moved = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
+            vm.where_is(&tid)
+                .is_some_and(|(h, s)| h == to && s == "running")
+        });
+        assert!(moved, "{tid} did not reach {to}:\n{}", vm.log(0));
+        host = to.to_string();
+    }
+    let lines = mig_tests::job_succeeds(job, &vm.log(0));
+    assert!(
+        lines.iter().any(|l| l.starts_with("restored at step")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.ends_with("after 2 moves: OK")),
+        "{lines:?}"
+    );
+}
