@@ -182,16 +182,27 @@ pub unsafe extern "C" fn pvm_bcast(group: *const c_char, msgtag: c_int) -> c_int
     unsafe { crate::message::pvm_mcast(tids.as_ptr(), tids.len() as c_int, msgtag) }
 }
 
-/// Accepted (mig's groups need no freezing to be consistent).
+/// Wait until `group` has `size` members (-1: as many as it has now), as
+/// PVM's group server does before it freezes a group; mig's instance
+/// numbers never change while members stay, so nothing more is needed.
 ///
 /// # Safety
 /// `group` a C string.
 #[no_mangle]
-pub unsafe extern "C" fn pvm_freezegroup(group: *const c_char, _size: c_int) -> c_int {
+pub unsafe extern "C" fn pvm_freezegroup(group: *const c_char, size: c_int) -> c_int {
     // SAFETY: as the caller promises.
-    match unsafe { name(group) } {
-        Some(_) => errors::OK,
-        None => state::with(|t| t.fail("pvm_freezegroup", errors::NULL_GROUP)),
+    let Some(g) = (unsafe { name(group) }) else {
+        return state::with(|t| t.fail("pvm_freezegroup", errors::NULL_GROUP));
+    };
+    loop {
+        let n = match members("pvm_freezegroup", &g) {
+            Ok(m) => m.len() as c_int,
+            Err(e) => return e,
+        };
+        if size < 0 || n >= size {
+            return errors::OK;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

@@ -8,13 +8,15 @@
 //! control), `pack` (buffers and packing), `packf` (the
 //! variadic `pvm_packf`/`pvm_unpackf`, in C), `message` (sending and
 //! receiving), `group` (groups and reductions), `mailbox` (the
-//! message mailbox), `migapi` (`mig.h`: state that survives a move),
+//! message mailbox), `migapi` (`mig.h`: state that survives a move), `fortran`
+//! (libfpvm3: the `pvmf*` calls as gfortran makes them),
 //! `errors` (codes and
 //! reports). Every exported function answers with PVM's codes and never
 //! unwinds into C.
 
 pub mod buffer;
 pub mod errors;
+pub mod fortran;
 pub mod group;
 pub mod mailbox;
 pub mod message;

@@ -315,6 +315,22 @@ pub unsafe extern "C" fn pvm_pkstr(cp: *const c_char) -> c_int {
     })
 }
 
+/// The next string of the active receive buffer, its NUL included, or a
+/// PVM error (reported as `call`).
+pub fn unpack_string(call: &str) -> Result<Vec<u8>, c_int> {
+    state::with(|t| {
+        let id = t.rbuf;
+        let Some(b) = t.buf(id) else {
+            return Err(t.fail(call, errors::NO_BUF));
+        };
+        match b.unpack_str() {
+            Ok(s) => Ok(s),
+            Err(Short::NoData) => Err(t.fail(call, errors::NO_DATA)),
+            Err(Short::BadMsg) => Err(t.fail(call, errors::BAD_MSG)),
+        }
+    })
+}
+
 /// Unpack a string (with its NUL) into `cp`.
 ///
 /// # Safety
@@ -324,19 +340,12 @@ pub unsafe extern "C" fn pvm_upkstr(cp: *mut c_char) -> c_int {
     if cp.is_null() {
         return state::with(|t| t.fail("pvm_upkstr", errors::BAD_PARAM));
     }
-    state::with(|t| {
-        let id = t.rbuf;
-        let Some(b) = t.buf(id) else {
-            return t.fail("pvm_upkstr", errors::NO_BUF);
-        };
-        match b.unpack_str() {
-            Ok(s) => {
-                // SAFETY: the caller gives room for the string.
-                unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), cp.cast(), s.len()) };
-                errors::OK
-            }
-            Err(Short::NoData) => t.fail("pvm_upkstr", errors::NO_DATA),
-            Err(Short::BadMsg) => t.fail("pvm_upkstr", errors::BAD_MSG),
+    match unpack_string("pvm_upkstr") {
+        Ok(s) => {
+            // SAFETY: the caller gives room for the string.
+            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), cp.cast(), s.len()) };
+            errors::OK
         }
-    })
+        Err(e) => e,
+    }
 }

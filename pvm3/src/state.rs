@@ -101,6 +101,8 @@ pub struct Task {
     pub mbox: Vec<MboxInfo>,
     /// Memory that makes up the state (`mig_register`): address, length.
     pub regions: Vec<(usize, usize)>,
+    /// The host `pvmfconfig` gives next.
+    pub config_next: usize,
 }
 
 /// A message handler's C function: it gets the id of the buffer holding
@@ -212,6 +214,7 @@ pub fn task() -> MutexGuard<'static, Option<Task>> {
             mbox_ints: Vec::new(),
             mbox: Vec::new(),
             regions: Vec::new(),
+            config_next: 0,
         });
     }
     g

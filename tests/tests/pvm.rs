@@ -38,12 +38,37 @@ fn examples() -> PathBuf {
     dir
 }
 
+/// A Debian package's command, installed if need be (as root).
+fn tool(cmd: &str, package: &str) {
+    let have = Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if have {
+        return;
+    }
+    // SAFETY: a plain system call.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "{cmd} is missing: apt-get install {package} (as root this test installs it)"
+    );
+    let ok = Command::new("sh")
+        .args([
+            "-c",
+            &format!("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {package} >/dev/null"),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "apt-get install {package} failed");
+}
+
 /// A directory where our library answers to every name PVM's programs
 /// load it by (`libpvm3.so.3`, `libgpvm3.so.3`) and link it by (`-lpvm3`).
 fn our_lib() -> tempfile::TempDir {
     let lib = bin("libpvm3.so");
     let dir = tempfile::tempdir().expect("tempdir");
-    for name in ["libpvm3.so.3", "libgpvm3.so.3", "libpvm3.so"] {
+    for name in ["libpvm3.so.3", "libgpvm3.so.3", "libpvm3.so", "libfpvm3.so"] {
         std::os::unix::fs::symlink(&lib, dir.path().join(name)).expect("symlink");
     }
     dir
@@ -151,6 +176,15 @@ fn debians_builds_of_pvms_examples_run_on_mig_as_they_are() {
     let lines = ok_lines(&spawn(&vm, lib.path(), 4, &ex.join("fspmd"), &[]));
     assert!(
         lines.iter().any(|l| l.contains("token ring done")),
+        "{lines:?}"
+    );
+
+    // The Fortran group example: six tasks, a broadcast, two reductions.
+    let lines = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("fgexample"), &[]));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("The 1-Norm is         5050")),
         "{lines:?}"
     );
 
@@ -419,6 +453,89 @@ fn a_c_program_keeps_its_state_through_moves_with_mig_h() {
     );
     assert!(
         lines.iter().any(|l| l.ends_with("after 2 moves: OK")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn pvms_fortran_examples_built_with_gfortran_against_our_fpvm3_h_run() {
+    examples();
+    tool("gfortran", "gfortran");
+    let lib = our_lib();
+    let src = tempfile::tempdir().expect("tempdir");
+    let ok = Command::new("tar")
+        .args(["xzf", "/usr/share/doc/pvm-examples/examples.tar.gz", "-C"])
+        .arg(src.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "cannot unpack PVM's example sources");
+    // The sources include '../include/fpvm3.h'.
+    let include = src.path().join("include");
+    std::fs::create_dir_all(&include).expect("mkdir");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3/include/fpvm3.h"),
+        include.join("fpvm3.h"),
+    )
+    .expect("copy fpvm3.h");
+    let bin = tempfile::tempdir().expect("tempdir");
+    for prog in ["master1", "slave1", "spmd", "gexample"] {
+        let out = Command::new("gfortran")
+            // PVM's examples pass scalars where arrays are declared, as
+            // Fortran 77 code does.
+            .args(["-w", "-fallow-argument-mismatch", "-o"])
+            .arg(bin.path().join(format!("f{prog}")))
+            .arg(format!("{prog}.f"))
+            .arg("-L")
+            .arg(lib.path())
+            .arg(format!("-Wl,-rpath,{}", lib.path().display()))
+            .args(["-lfpvm3", "-lpvm3"])
+            .current_dir(src.path().join("examples"))
+            .output()
+            .expect("gfortran");
+        assert!(
+            out.status.success(),
+            "gfortran {prog}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let vm = Vm::start(3);
+    let ep = [("PVM_EP", bin.path())];
+    let lines = ok_lines(&spawn(
+        &vm,
+        lib.path(),
+        1,
+        &bin.path().join("fmaster1"),
+        &ep,
+    ));
+    let got: Vec<&String> = lines.iter().filter(|l| l.contains("I got")).collect();
+    assert_eq!(got.len(), 9, "{lines:?}");
+    for l in got {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(w[2], w[6], "{l}");
+    }
+    let lines = ok_lines(&spawn(&vm, lib.path(), 4, &bin.path().join("fspmd"), &ep));
+    assert!(
+        lines.iter().any(|l| l.contains("token ring done")),
+        "{lines:?}"
+    );
+    // gexample: a group of six, a broadcast and two reductions.
+    let lines = ok_lines(&spawn(
+        &vm,
+        lib.path(),
+        1,
+        &bin.path().join("fgexample"),
+        &ep,
+    ));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("The 1-Norm is         5050")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("The product of column 1 is   9.33262154439")),
         "{lines:?}"
     );
 }
