@@ -36,6 +36,16 @@ struct Entry {
     owner: Tid,
     flags: u32,
     data: Vec<u8>,
+    /// Its owner has exited (a persistent entry): anyone may change it.
+    #[serde(default)]
+    orphan: bool,
+}
+
+impl Entry {
+    /// May `who` replace or delete it?
+    fn open_to(&self, who: Tid) -> bool {
+        self.owner == who || self.orphan || self.flags & OVERWRITABLE != 0
+    }
 }
 
 /// A reader waiting for an entry: the VP and its call id, what it asked.
@@ -84,9 +94,7 @@ impl Mailbox {
             (from..).find(|i| !class.contains_key(i)).unwrap_or(from)
         } else {
             match class.get(&0) {
-                Some(e) if e.owner != owner && e.flags & OVERWRITABLE == 0 => {
-                    return Err(MboxRefusal::Denied)
-                }
+                Some(e) if !e.open_to(owner) => return Err(MboxRefusal::Denied),
                 _ => 0,
             }
         };
@@ -101,6 +109,7 @@ impl Mailbox {
                 owner,
                 flags: flags & ((1 << INDEX_SHIFT) - 1),
                 data,
+                orphan: false,
             },
         );
         Ok((index, self.answer_waiters(name)))
@@ -142,7 +151,7 @@ impl Mailbox {
         let e = class.get(&at).ok_or(MboxRefusal::NotFound)?;
         let found = (e.data.clone(), e.owner);
         if flags & READ_AND_DELETE != 0 {
-            if e.owner != reader && e.flags & OVERWRITABLE == 0 {
+            if !e.open_to(reader) {
                 return Err(MboxRefusal::Denied);
             }
             class.remove(&at);
@@ -184,7 +193,7 @@ impl Mailbox {
     pub fn delete(&mut self, name: &str, index: u32, by: Tid) -> Result<(), MboxRefusal> {
         let class = self.classes.get_mut(name).ok_or(MboxRefusal::NotFound)?;
         let e = class.get(&index).ok_or(MboxRefusal::NotFound)?;
-        if e.owner != by && e.flags & OVERWRITABLE == 0 {
+        if !e.open_to(by) {
             return Err(MboxRefusal::Denied);
         }
         class.remove(&index);
@@ -207,10 +216,14 @@ impl Mailbox {
             .collect()
     }
 
-    /// `tid` exited: its entries go unless persistent; it waits no more.
+    /// `tid` exited: its entries go unless persistent (those stay, open to
+    /// anyone); it waits no more.
     pub fn exited(&mut self, tid: Tid) {
         for class in self.classes.values_mut() {
             class.retain(|_, e| e.owner != tid || e.flags & PERSISTENT != 0);
+            for e in class.values_mut().filter(|e| e.owner == tid) {
+                e.orphan = true;
+            }
         }
         self.classes.retain(|_, c| !c.is_empty());
         self.waiting.retain(|w| w.tid != tid);

@@ -99,6 +99,13 @@ extern "C" {
 	(((f) & ((PvmMboxMaxDirectIndex - 1) << PvmMboxDirectIndexShift)) >> PvmMboxDirectIndexShift)
 #define PvmMboxDirectIndex(i) ((i) << PvmMboxDirectIndexShift)
 
+/* Mailbox classes PVM reserves for itself. */
+#define PVMNORESETCLASS "###_PVM_NO_RESET_###"
+#define PVMHOSTERCLASS "###_PVM_HOSTER_###"
+#define PVMTASKERCLASS "###_PVM_TASKER_###"
+#define PVMTRACERCLASS "###_PVM_TRACER_###"
+#define PVMRMCLASS "###_PVM_RM_###"
+
 /* Errors. */
 #define PvmOk 0
 #define PvmBadParam -2
@@ -272,6 +279,10 @@ int pvm_putinfo(char *name, int bufid, int flags);
 int pvm_recvinfo(char *name, int index, int flags);
 int pvm_delinfo(char *name, int index, int flags);
 int pvm_getmboxinfo(char *pattern, int *nclasses, struct pvmmboxinfo **classes);
+/* PVM 3.3's database, kept on the mailbox. */
+int pvm_insert(char *name, int req, int data);
+int pvm_lookup(char *name, int req, int *datap);
+int pvm_delete(char *name, int req);
 
 /* Helpers. */
 int pvmsleep(int secs);

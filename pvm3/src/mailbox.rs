@@ -72,8 +72,8 @@ pub unsafe extern "C" fn pvm_putinfo(name_: *const c_char, bufid: c_int, flags: 
     })
 }
 
-/// Read entry `index` of `name`: a new buffer holding it (not made
-/// active).
+/// Read entry `index` of `name`: a new buffer holding it, made the active
+/// receive buffer.
 ///
 /// # Safety
 /// `name` a C string.
@@ -91,7 +91,17 @@ pub unsafe extern "C" fn pvm_recvinfo(name_: *const c_char, index: c_int, flags:
         };
         match ask(t, "pvm_recvinfo", call) {
             Ok(MboxReply::Entry { data, owner }) => match Buffer::received(&data, 0, owner) {
-                Some(b) => t.insert(b),
+                Some(b) => {
+                    // It becomes the active receive buffer, as a received
+                    // message does.
+                    let old = t.rbuf;
+                    if old > 0 {
+                        t.free(old);
+                    }
+                    let id = t.insert(b);
+                    t.rbuf = id;
+                    id
+                }
                 None => t.fail("pvm_recvinfo", errors::BAD_MSG),
             },
             Ok(_) => t.fail("pvm_recvinfo", errors::SYS_ERR),
@@ -185,3 +195,111 @@ pub unsafe extern "C" fn pvm_getmboxinfo(
         errors::OK
     })
 }
+
+/// PVM 3.3's database, which PVM 3.4 keeps on the mailbox: an int under
+/// `name` at index `req` (-1: the first free); the index, or `PvmDupEntry`
+/// when `req` is taken. Entries outlive their owner.
+///
+/// # Safety
+/// `name` a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_insert(name_: *const c_char, req: c_int, data: c_int) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(n) = (unsafe { name(name_) }) else {
+        return state::with(|t| t.fail("pvm_insert", errors::BAD_PARAM));
+    };
+    state::with(|t| {
+        if req >= 0 {
+            let taken = VpCall::MboxGet {
+                name: n.clone(),
+                index: req as u32,
+                flags: 0,
+            };
+            if let Ok(Ok(MboxReply::Entry { .. })) = t.vm().map(|vm| vm.mailbox(taken)) {
+                return t.fail("pvm_insert", errors::DENIED);
+            }
+        }
+        let mut b = Buffer::new(crate::buffer::Encoding::Raw);
+        b.pack([data]);
+        let from = req.max(0) as u32;
+        let call = VpCall::MboxPut {
+            name: n,
+            flags: MULTI_INSTANCE | PERSISTENT | (from << INDEX_SHIFT),
+            data: b.wire(0),
+        };
+        match ask(t, "pvm_insert", call) {
+            Ok(MboxReply::Put(i)) => i as c_int,
+            Ok(_) => t.fail("pvm_insert", errors::SYS_ERR),
+            Err(e) => e,
+        }
+    })
+}
+
+/// The int under `name` at index `req` (-1: the first there is) into
+/// `*datap`; its index, or `PvmNoEntry`.
+///
+/// # Safety
+/// `name` a C string; `datap` null or an int.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_lookup(name_: *const c_char, req: c_int, datap: *mut c_int) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(n) = (unsafe { name(name_) }) else {
+        return state::with(|t| t.fail("pvm_lookup", errors::BAD_PARAM));
+    };
+    state::with(|t| {
+        let index = if req >= 0 {
+            req as u32
+        } else {
+            match ask(t, "pvm_lookup", VpCall::MboxList { pattern: n.clone() }) {
+                Ok(MboxReply::Classes(c)) => match c
+                    .iter()
+                    .find(|c| c.name == n)
+                    .and_then(|c| c.entries.first())
+                {
+                    Some(e) => e.0,
+                    None => return t.fail("pvm_lookup", errors::NOT_FOUND),
+                },
+                Ok(_) => return t.fail("pvm_lookup", errors::SYS_ERR),
+                Err(e) => return e,
+            }
+        };
+        let call = VpCall::MboxGet {
+            name: n,
+            index,
+            flags: 0,
+        };
+        match ask(t, "pvm_lookup", call) {
+            Ok(MboxReply::Entry { data, owner }) => {
+                let v = Buffer::received(&data, 0, owner).and_then(|mut b| b.unpack::<i32>(1).ok());
+                match v {
+                    Some(v) => {
+                        if !datap.is_null() {
+                            // SAFETY: an int, as the caller promises.
+                            unsafe { *datap = v[0] };
+                        }
+                        index as c_int
+                    }
+                    None => t.fail("pvm_lookup", errors::BAD_MSG),
+                }
+            }
+            Ok(_) => t.fail("pvm_lookup", errors::SYS_ERR),
+            Err(e) => e,
+        }
+    })
+}
+
+/// Remove the entry under `name` at index `req`.
+///
+/// # Safety
+/// `name` a C string.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_delete(name_: *const c_char, req: c_int) -> c_int {
+    // SAFETY: as the caller promises.
+    unsafe { pvm_delinfo(name_, req, 0) }
+}
+
+/// `PvmMboxMultiInstance`, `PvmMboxPersistent`, and where an index goes in
+/// the flags (`PvmMboxDirectIndex`).
+const MULTI_INSTANCE: u32 = 2;
+const PERSISTENT: u32 = 1;
+const INDEX_SHIFT: u32 = 10;

@@ -539,3 +539,85 @@ fn pvms_fortran_examples_built_with_gfortran_against_our_fpvm3_h_run() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn pvms_mailbox_test_program_gets_the_statuses_its_own_table_expects() {
+    // mbox.c (PVM's mailbox test, not built by Debian) lists invocations
+    // and the exit status each must give; those that use its current
+    // options, in order, on one virtual machine.
+    examples();
+    let lib = our_lib();
+    let src = tempfile::tempdir().expect("tempdir");
+    let ok = Command::new("tar")
+        .args(["xzf", "/usr/share/doc/pvm-examples/examples.tar.gz", "-C"])
+        .arg(src.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "cannot unpack PVM's example sources");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3/include");
+    let exe = src.path().join("mbox");
+    let out = Command::new("cc")
+        .args(["-w", "-std=gnu89", "-o"])
+        .arg(&exe)
+        .arg(src.path().join("examples/mbox.c"))
+        .arg("-I")
+        .arg(&include)
+        .arg("-L")
+        .arg(lib.path())
+        .arg(format!("-Wl,-rpath,{}", lib.path().display()))
+        .arg("-lpvm3")
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "cc mbox: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vm = Vm::start(2);
+    let p = exe.display().to_string();
+    let table: &[(&[&str], i32)] = &[
+        (&[], 1),
+        (&["query"], 0),
+        (&["pers"], 1),
+        (&["query", "0"], 1),
+        (&["query"], 1),
+        (&["delete", "0"], 1),
+        (&["query"], 0),
+        (&["pers", "minst"], 1),
+        (&["pers", "minst"], 1),
+        (&["pers", "minst"], 1),
+        (&["query"], 3),
+        (&["delete"], 3),
+        (&["query"], 0),
+    ];
+    for (args, want) in table {
+        let mut a = vec!["spawn", "--wait", "--", p.as_str()];
+        a.extend_from_slice(args);
+        let out = vm.mig(&a);
+        assert_eq!(
+            out.status.code(),
+            Some(*want),
+            "mbox {args:?}: {:?}\n{}",
+            job_lines(&out),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // PVM 3.3's database on the mailbox: inserts, refused re-inserts,
+    // lookups, a delete.
+    let out = vm.mig(&["spawn", "--wait", "--", &p, "default33"]);
+    let lines = job_lines(&out);
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("Uh-Oh") || l.contains("Mismatch")),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("Failed as Expected"))
+            .count(),
+        8,
+        "{lines:?}"
+    );
+}
