@@ -5,8 +5,9 @@
 # LD_LIBRARY_PATH), interleaved over TRIALS (default 5) trials, both
 # tasks on one host. `timing` asks for direct routes (PvmRouteDirect);
 # it reports a round trip of a minimal message and packing and sending
-# rates for messages up to 1 MB (PvmDataRaw). Medians of the trials and
-# the ratios the targets name.
+# rates for messages up to 1 MB (PvmDataRaw); pingpong measures 8 B round
+# trips and 64 KiB..16 MiB streams on PVM's default route and its direct
+# one. Medians of the trials and the ratios the targets name.
 #
 # PVM and its examples come from Debian's pvm, pvm-dev and pvm-examples
 # (installed when missing and we are root).
@@ -24,6 +25,7 @@ if [ ! -x /usr/lib/pvm3/lib/pvmd ] || [ ! -x /usr/bin/timing ]; then
   fi
 fi
 MIG=$ROOT/target/release/mig
+HARNESS=${PVM_HARNESS:-$ROOT/../shared/bench/pvm}
 work=$(mktemp -d)
 export PVM_ROOT=/usr/lib/pvm3 PVM_ALLOW_ROOT=1 PVM_TMP=$work/pvmtmp
 export MIG_DAEMON=$work/mig/h0/control.sock
@@ -33,7 +35,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
-mkdir -p "$PVM_TMP" "$work/lib"
+mkdir -p "$PVM_TMP" "$work/lib" "$work/bin"
+cp "$HARNESS/pingpong.c" "$work/"
+gcc -O2 -o "$work/bin/pingpong" "$work/pingpong.c" -lpvm3
 for n in libpvm3.so.3 libgpvm3.so.3; do ln -s "$ROOT/target/release/libpvm3.so" "$work/lib/$n"; done
 printf '* ep=/usr/bin wd=%s\n' "$PVM_TMP" >"$PVM_TMP/hostfile"
 /usr/lib/pvm3/lib/pvmd "$PVM_TMP/hostfile" >"$PVM_TMP/pvmd.out" 2>&1 &
@@ -54,6 +58,11 @@ for t in $(seq "$TRIALS"); do
   (cd "$PVM_TMP" && timeout 120 /usr/bin/timing 2>/dev/null || true) | figures pvm >>"$out"
   timeout 120 "$MIG" spawn -e LD_LIBRARY_PATH="$work/lib" --wait -- /usr/bin/timing 2>/dev/null \
     | sed 's/^\[[^]]*\] //' | figures mig >>"$out" || true
+  for route in default direct; do
+    timeout 300 "$work/bin/pingpong" "$route" 2>/dev/null | grep '^pvm_' >>"$out" || true
+    timeout 300 "$MIG" spawn -e LD_LIBRARY_PATH="$work/lib" --wait -- "$work/bin/pingpong" "$route" 2>/dev/null \
+      | sed 's/^\[[^]]*\] //' | grep '^pvm_' | sed 's/^pvm_/mig_/' >>"$out" || true
+  done
 done
 sort -k1,1 -k2,2g "$out" | awk '
   { v[$1] = v[$1] " " $2 }
@@ -74,3 +83,11 @@ echo "PVM's timing, the same binary (medians of $TRIALS trials):"
 ratio "round trip, us" mig_rtt_us pvm_rtt_us "<=" 0.8
 ratio "send rate, largest messages, B/us" mig_send_Bpus pvm_send_Bpus ">=" 1.5
 ratio "pack rate, largest messages, B/us" mig_pack_Bpus pvm_pack_Bpus ">=" 1.0
+echo
+echo "The harness's pingpong, the same binary (medians of $TRIALS trials):"
+for route in default direct; do
+  ratio "8-byte rtt p50 ($route), us" "mig_rtt_8B_${route}_p50_us" "pvm_rtt_8B_${route}_p50_us" "<=" 0.8
+  for size in 64KiB 1MiB 16MiB; do
+    ratio "$size stream ($route), MB/s" "mig_bw_${size}_${route}_MBps" "pvm_bw_${size}_${route}_MBps" ">=" 1.5
+  done
+done

@@ -247,6 +247,7 @@ int pvm_recv(int tid, int msgtag);
 int pvm_nrecv(int tid, int msgtag);
 int pvm_trecv(int tid, int msgtag, struct timeval *tmout);
 int pvm_probe(int tid, int msgtag);
+int pvm_getfds(int **fds);
 
 /* Contexts and message handlers. */
 int pvm_newcontext(void);

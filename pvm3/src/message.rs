@@ -506,3 +506,26 @@ pub unsafe extern "C" fn pvmdisplaymhfinfo(who: *const libc::c_char) -> c_int {
     }
     errors::OK
 }
+
+/// The sockets this task's messages arrive on (the daemon's first, then
+/// direct links'), for a program that waits on them with `select`; their
+/// number. A message libpvm has already read waits in its mailbox, so a
+/// program checks with `pvm_nrecv` before it waits, as with PVM.
+///
+/// # Safety
+/// `fds` null or a place for a pointer (to memory kept by the library).
+#[no_mangle]
+pub unsafe extern "C" fn pvm_getfds(fds: *mut *const c_int) -> c_int {
+    state::with(|t| {
+        let list = match t.vm() {
+            Ok(vm) => vm.fds(),
+            Err(e) => return t.fail("pvm_getfds", e),
+        };
+        t.fds = list;
+        if !fds.is_null() {
+            // SAFETY: a place for a pointer; the list lives in the task.
+            unsafe { *fds = t.fds.as_ptr() };
+        }
+        t.fds.len() as c_int
+    })
+}

@@ -103,6 +103,8 @@ pub struct Task {
     pub regions: Vec<(usize, usize)>,
     /// The host `pvmfconfig` gives next.
     pub config_next: usize,
+    /// See `siblings` (`pvm_getfds`).
+    pub fds: Vec<c_int>,
 }
 
 /// A message handler's C function: it gets the id of the buffer holding
@@ -215,6 +217,7 @@ pub fn task() -> MutexGuard<'static, Option<Task>> {
             mbox: Vec::new(),
             regions: Vec::new(),
             config_next: 0,
+            fds: Vec::new(),
         });
     }
     g

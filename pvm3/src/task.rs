@@ -77,15 +77,21 @@ pub fn find_program(name: &str) -> String {
         .map_or_else(|| name.to_string(), |p| p.display().to_string())
 }
 
+/// Start `ntask` tasks of `task`; how many started, their Tids (or error
+/// codes) in `tids`. With `PvmTaskArch`, `where` names an architecture
+/// (mig's, as `mig hosts` shows it, or PVM's `LINUX64`...); with
+/// `PvmTaskHost`, a host, whose architecture the tasks then run on (the
+/// scheduler chooses among the hosts of it).
+///
 /// # Safety
 /// `task` a C string; `argv` null or a null-terminated array of C strings;
-/// `tids` room for `ntask` ints (or null).
+/// `where_` null or a C string; `tids` room for `ntask` ints (or null).
 #[no_mangle]
 pub unsafe extern "C" fn pvm_spawn(
     task: *const c_char,
     argv: *const *const c_char,
     flag: c_int,
-    _where: *const c_char,
+    where_: *const c_char,
     ntask: c_int,
     tids: *mut c_int,
 ) -> c_int {
@@ -107,6 +113,9 @@ pub unsafe extern "C" fn pvm_spawn(
         }
     }
     let program = find_program(&name);
+    // SAFETY: null or a C string.
+    let place = unsafe { where_.as_ref() }
+        .map(|_| unsafe { CStr::from_ptr(where_) }.to_string_lossy().into_owned());
     let n = ntask as usize;
     let put = |i: usize, v: c_int| {
         if !tids.is_null() {
@@ -123,12 +132,40 @@ pub unsafe extern "C" fn pvm_spawn(
             }
         };
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        // `where` narrows the hosts to an architecture: the one named
+        // (PvmTaskArch), or the named host's (PvmTaskHost; the scheduler
+        // still chooses the host among those like it).
+        let arch = match place.as_deref() {
+            Some(w) if flag & 3 != 0 && !w.is_empty() && w != "*" => {
+                let hosts = match vm.hosts() {
+                    Ok(h) => h,
+                    Err(_) => {
+                        (0..n).for_each(|i| put(i, errors::SYS_ERR));
+                        return t.fail("pvm_spawn", errors::SYS_ERR);
+                    }
+                };
+                let found = if flag & 1 != 0 {
+                    hosts.iter().find(|h| h.alive && h.facts.name == w).map(|h| h.facts.arch.clone())
+                } else {
+                    let a = mig_arch(w);
+                    hosts.iter().any(|h| h.alive && h.facts.arch == a).then_some(a)
+                };
+                match found {
+                    Some(a) => Some(a),
+                    None => {
+                        (0..n).for_each(|i| put(i, errors::NO_HOST));
+                        return t.fail("pvm_spawn", errors::NO_HOST);
+                    }
+                }
+            }
+            _ => None,
+        };
         // A VP started with no parent starts a job of its own, as a task
         // spawned with PvmNoSpawnParent has none.
-        let r = if flag & 64 != 0 {
-            vm.spawn_job(&program, &argv, n as u32)
-        } else {
-            vm.spawn(&program, &argv, n as u32)
+        let r = match arch {
+            Some(a) => vm.spawn_on_arch(&program, &argv, n as u32, &a),
+            None if flag & 64 != 0 => vm.spawn_job(&program, &argv, n as u32),
+            None => vm.spawn(&program, &argv, n as u32),
         };
         match r {
             Ok(got) => {
@@ -567,4 +604,53 @@ pub unsafe extern "C" fn lpvmerr(f: *const c_char, n: c_int) -> c_int {
         unsafe { CStr::from_ptr(f) }.to_string_lossy().into_owned()
     };
     state::with(|t| t.fail(&call, n))
+}
+
+/// mig's name for an architecture PVM names (`LINUX64`...); mig's own names
+/// pass as they are.
+fn mig_arch(pvm: &str) -> String {
+    match pvm {
+        "LINUX64" => "x86_64-linux".into(),
+        "LINUX" => "x86-linux".into(),
+        "LINUXARM64" | "LINUXAARCH64" => "aarch64-linux".into(),
+        other => other.into(),
+    }
+}
+
+/// The time of day on `host` (a daemon Tid from `pvm_config`) and its
+/// difference from this host's clock. mig's gang slicing already needs the
+/// hosts' clocks to agree (they switch slots by them), so the difference
+/// is 0 and the time is this host's.
+///
+/// # Safety
+/// `clk` and `delta` null or `struct timeval`s.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_hostsync(host: c_int, clk: *mut libc::timeval, delta: *mut libc::timeval) -> c_int {
+    let mut n = 0;
+    let mut hosts: *const HostInfo = std::ptr::null();
+    // SAFETY: places for the values.
+    let r = unsafe { pvm_config(&mut n, std::ptr::null_mut(), &mut hosts) };
+    if r < 0 {
+        return r;
+    }
+    // SAFETY: `n` hosts at `hosts`.
+    let known = (0..n.max(0) as usize).any(|i| unsafe { (*hosts.add(i)).tid } == host);
+    if !known {
+        return state::with(|t| t.fail("pvm_hostsync", errors::NO_HOST));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    // SAFETY: null or timevals.
+    unsafe {
+        if let Some(c) = clk.as_mut() {
+            c.tv_sec = now.as_secs() as libc::time_t;
+            c.tv_usec = now.subsec_micros() as libc::suseconds_t;
+        }
+        if let Some(d) = delta.as_mut() {
+            d.tv_sec = 0;
+            d.tv_usec = 0;
+        }
+    }
+    errors::OK
 }

@@ -179,6 +179,25 @@ fn debians_builds_of_pvms_examples_run_on_mig_as_they_are() {
         "{lines:?}"
     );
 
+    // PVM's timing: round trips and bandwidth with timing_slave (direct
+    // route asked); it ends with exit(1) under PVM too.
+    let out = spawn(&vm, lib.path(), 1, &ex.join("timing"), &[]);
+    let lines = job_lines(&out);
+    assert_eq!(out.status.code(), Some(1), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("RTT Avg uSec")),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("Avg Byte/uSec"))
+            .count(),
+        5,
+        "one line of rates per message size: {lines:?}"
+    );
+    assert!(lines.iter().any(|l| l == "done"), "{lines:?}");
+
     // The Fortran group example: six tasks, a broadcast, two reductions.
     let lines = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("fgexample"), &[]));
     assert!(

@@ -50,7 +50,29 @@ impl Master {
                     }
                     return out;
                 }
-                self.grow_job(&job, host, tid, id, spec)
+                self.grow_job(&job, host, tid, id, spec, None)
+            }
+            VpCall::SpawnArch {
+                program,
+                args,
+                n,
+                arch,
+            } => {
+                let Some(j) = self.jobs.get(&job) else {
+                    return reply(VpRet::Error("the caller's job is gone".into()));
+                };
+                let spec = SpawnSpec {
+                    program,
+                    args,
+                    n,
+                    cwd: j.spec.cwd.clone(),
+                    env: j.spec.env.clone(),
+                    wait: false,
+                    parent: Some(tid),
+                    independent: false,
+                    restartable: false,
+                };
+                self.grow_job(&job, host, tid, id, spec, Some(arch))
             }
             VpCall::Kill { tid: victim } => match self.host_of(victim) {
                 Some(h) => {

@@ -389,6 +389,7 @@ impl Master {
         tid: Tid,
         id: u64,
         spec: SpawnSpec,
+        want_arch: Option<String>,
     ) -> Vec<Out> {
         let reply = |ret: VpRet| Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
         if spec.n == 0 || spec.n > 65536 {
@@ -397,9 +398,16 @@ impl Master {
                 spec.n
             )))];
         }
-        let arch = match self.hosts.get(host) {
-            Some(h) => h.facts.arch.clone(),
-            None => return vec![reply(VpRet::Error("no host to run on".into()))],
+        // The caller's architecture, or the one asked for if a host has it.
+        let arch = match (want_arch, self.hosts.get(host)) {
+            (Some(a), _) if self.hosts.values().any(|h| h.alive && h.facts.arch == a) => a,
+            (Some(a), _) => {
+                return vec![reply(VpRet::Error(format!(
+                    "no host of architecture {a} in the virtual machine"
+                )))]
+            }
+            (None, Some(h)) => h.facts.arch.clone(),
+            (None, None) => return vec![reply(VpRet::Error("no host to run on".into()))],
         };
         if let Err(m) = check_program(&spec, &arch) {
             return vec![reply(VpRet::Error(m))];

@@ -126,6 +126,17 @@ pub enum VpCall {
         /// `*` and `?` as in a shell.
         pattern: String,
     },
+    /// `Spawn` in the caller's job, on hosts of one architecture only.
+    SpawnArch {
+        /// Program path or name.
+        program: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// How many.
+        n: u32,
+        /// The architecture (as `mig hosts` names them).
+        arch: String,
+    },
 }
 
 /// Why the mailbox refused a call (PVM's codes).

@@ -323,6 +323,15 @@ impl Vm {
         v
     }
 
+    /// The sockets messages arrive on: the daemon's first, then each
+    /// direct link's (for a program that waits on them itself; what libmig
+    /// has already read waits in its mailbox).
+    pub fn fds(&self) -> Vec<RawFd> {
+        let mut v = vec![self.daemon.fd()];
+        v.extend(self.direct_peers().iter().filter_map(|t| self.direct.get(t)).map(Link::fd));
+        v
+    }
+
     /// How messages to other VPs travel from now on.
     pub fn set_route(&mut self, route: Route) {
         self.route = route;
@@ -348,6 +357,26 @@ impl Vm {
     /// scheduler places them: `new_VP`). Their Tids, in order.
     pub fn spawn(&mut self, program: &str, args: &[&str], n: u32) -> Result<Vec<Tid>, MigError> {
         self.spawn_as(program, args, n, false)
+    }
+
+    /// `spawn`, on hosts of architecture `arch` only (as `mig hosts`
+    /// names them).
+    pub fn spawn_on_arch(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        n: u32,
+        arch: &str,
+    ) -> Result<Vec<Tid>, MigError> {
+        match self.call(VpCall::SpawnArch {
+            program: program.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            n,
+            arch: arch.to_string(),
+        })? {
+            VpRet::Tids(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Start `n` VPs of `program` as a job of their own.
