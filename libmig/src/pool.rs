@@ -207,6 +207,18 @@ impl Buffer {
     }
 }
 
+/// The capacity of a buffer for `len` bytes: the next power of two up to
+/// 1 MiB, then the next whole MiB (a message a few bytes over 16 MiB takes a
+/// buffer of 17 MiB, not 32: the pool holds three such, not one).
+fn capacity_for(len: usize) -> usize {
+    const MIB: usize = 1 << 20;
+    if len <= MIB {
+        len.next_power_of_two().max(FD_PAYLOAD)
+    } else {
+        len.div_ceil(MIB) * MIB
+    }
+}
+
 /// A sender's pool of buffers.
 #[derive(Default)]
 pub struct Outbox {
@@ -227,7 +239,7 @@ impl Outbox {
         if let Some(r) = self.try_stage(to, data) {
             return r;
         }
-        let capacity = data.len().next_power_of_two().max(FD_PAYLOAD);
+        let capacity = capacity_for(data.len());
         while self.bytes + capacity > POOL_BYTES {
             let Some(i) = (0..self.buffers.len()).min_by_key(|&i| self.buffers[i].filled) else {
                 break;
@@ -253,7 +265,7 @@ impl Outbox {
         {
             return Some(b.fill(data, self.fills));
         }
-        let capacity = data.len().next_power_of_two().max(FD_PAYLOAD);
+        let capacity = capacity_for(data.len());
         while self.bytes + capacity > POOL_BYTES {
             let Some(i) = self
                 .buffers

@@ -130,11 +130,16 @@ int main(int argc, char **argv)
 	struct pvmhostinfo *hosts;
 	struct pvmtaskinfo *tasks;
 	struct timeval tv = {0, 100000};
-	(void)argc;
 
 	if (me < 0) {
 		printf("FAIL: pvm_mytid %d\n", me);
 		return 1;
+	}
+	if (parent != PvmNoParent && argc > 1 && !strcmp(argv[1], "plain")) {
+		/* Spawned only to see where it ran: waits to be told to stop. */
+		pvm_recv(parent, STOP);
+		pvm_exit();
+		return 0;
 	}
 	if (parent != PvmNoParent) {
 		return worker(parent);
@@ -249,6 +254,36 @@ int main(int argc, char **argv)
 	CHECK(pvm_tasks(0, &ntask, &tasks) == PvmOk && ntask >= 4);
 	CHECK(pvm_pstat(tids[0]) == PvmOk);
 	CHECK(pvm_tidtohost(me) > 0);
+
+	/* where: an architecture, a host's; unknown ones refused. */
+	{
+		int t = 0, n;
+		struct timeval clk, delta;
+		int *fds = 0;
+		char arch[64];
+		char *plain[] = {"plain", 0};
+		snprintf(arch, sizeof arch, "%s", hosts[0].hi_arch);
+		n = pvm_spawn(argv[0], (char **)0, PvmTaskArch, "no-such-arch", 1, &t);
+		CHECK(n == 0 && t == PvmNoHost);
+		n = pvm_spawn(argv[0], (char **)0, PvmTaskHost, "no-such-host", 1, &t);
+		CHECK(n == 0 && t == PvmNoHost);
+		n = pvm_spawn(argv[0], plain, PvmTaskArch, arch, 1, &t);
+		CHECK(n == 1 && t > 0);
+		if (n == 1) {
+			pvm_initsend(PvmDataDefault);
+			pvm_send(t, STOP);
+		}
+		n = pvm_spawn(argv[0], plain, PvmTaskHost, hosts[0].hi_name, 1, &t);
+		CHECK(n == 1 && t > 0);
+		if (n == 1) {
+			pvm_initsend(PvmDataDefault);
+			pvm_send(t, STOP);
+		}
+		CHECK(pvm_hostsync(hosts[0].hi_tid, &clk, &delta) == PvmOk);
+		CHECK(delta.tv_sec == 0 && clk.tv_sec > 0);
+		CHECK(pvm_hostsync(12345, &clk, &delta) == PvmNoHost);
+		CHECK(pvm_getfds(&fds) >= 1 && fds != 0 && fds[0] >= 0);
+	}
 
 	/* Errors. */
 	CHECK(pvm_freebuf(123456) == PvmNoSuchBuf);

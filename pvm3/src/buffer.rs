@@ -102,12 +102,30 @@ pub enum Short {
     BadMsg,
 }
 
+/// A buffer's bytes, the encoding and context first: being packed (owned),
+/// or as received (a payload libmig handed over, read in place).
+#[derive(Debug, Clone)]
+enum Store {
+    Own(Vec<u8>),
+    Got(libmig::Payload),
+}
+
+impl std::ops::Deref for Store {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Store::Own(v) => v,
+            Store::Got(p) => p,
+        }
+    }
+}
+
 /// One message buffer.
 #[derive(Debug, Clone)]
 pub struct Buffer {
     /// Its encoding.
     pub enc: Encoding,
-    data: Vec<u8>,
+    data: Store,
     pos: usize,
     /// Tag and sender of a received message (0 for one being built).
     pub tag: i32,
@@ -129,57 +147,78 @@ pub fn context_of(wire: &[u8]) -> Option<i32> {
 impl Buffer {
     /// An empty buffer to pack into.
     pub fn new(enc: Encoding) -> Buffer {
+        let mut head = vec![0u8; HEAD];
+        head[0] = enc.code();
         Buffer {
             enc,
-            data: Vec::new(),
-            pos: 0,
+            data: Store::Own(head),
+            pos: HEAD,
             tag: 0,
             src: 0,
             ctx: 0,
         }
     }
 
-    /// A received message's bytes (`None`: not a PVM message).
+    /// A received message's bytes, copied (`None`: not a PVM message).
     pub fn received(wire: &[u8], tag: i32, src: u64) -> Option<Buffer> {
+        Buffer::received_payload(wire.to_vec().into(), tag, src)
+    }
+
+    /// A received message, its bytes read where they are (`None`: not a
+    /// PVM message).
+    pub fn received_payload(wire: libmig::Payload, tag: i32, src: u64) -> Option<Buffer> {
         let enc = match wire.first()? {
             0 => Encoding::Xdr,
             1 => Encoding::Raw,
             _ => return None,
         };
-        let ctx = context_of(wire)?;
+        let ctx = context_of(&wire)?;
         Some(Buffer {
             enc,
-            data: wire[HEAD..].to_vec(),
-            pos: 0,
+            data: Store::Got(wire),
+            pos: HEAD,
             tag,
             src,
             ctx,
         })
     }
 
-    /// The bytes to send, in context `ctx`.
-    pub fn wire(&self, ctx: i32) -> Vec<u8> {
-        let mut w = Vec::with_capacity(HEAD + self.data.len());
-        w.push(self.enc.code());
-        w.extend_from_slice(&ctx.to_be_bytes());
-        w.extend_from_slice(&self.data);
-        w
+    /// The bytes packed so far, to write to.
+    fn own(&mut self) -> &mut Vec<u8> {
+        if let Store::Got(p) = &self.data {
+            self.data = Store::Own(p.to_vec());
+        }
+        match &mut self.data {
+            Store::Own(v) => v,
+            Store::Got(_) => unreachable!("made owned above"),
+        }
+    }
+
+    /// The bytes to send, in context `ctx` (no copy unless a received
+    /// buffer is sent on in another context).
+    pub fn wire(&mut self, ctx: i32) -> &[u8] {
+        if context_of(&self.data) != Some(ctx) {
+            self.own()[1..HEAD].copy_from_slice(&ctx.to_be_bytes());
+        }
+        &self.data
     }
 
     /// Packed bytes (what `pvm_bufinfo` reports).
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.data.len() - HEAD
     }
 
     /// Nothing packed.
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len() == 0
     }
 
     /// Append items.
     pub fn pack<T: Item>(&mut self, items: impl IntoIterator<Item = T>) {
+        let enc = self.enc;
+        let out = self.own();
         for x in items {
-            x.put(self.enc, &mut self.data);
+            x.put(enc, out);
         }
     }
 
@@ -187,7 +226,7 @@ impl Buffer {
     /// machine's own layout, one after another): one copy.
     pub fn pack_native(&mut self, bytes: &[u8]) {
         debug_assert_eq!(self.enc, Encoding::Raw);
-        self.data.extend_from_slice(bytes);
+        self.own().extend_from_slice(bytes);
     }
 
     /// Take `len` bytes of items laid out as `Raw` lays them out; nothing
@@ -204,9 +243,11 @@ impl Buffer {
     /// Append a string (without its NUL; the NUL is packed for it).
     pub fn pack_str(&mut self, s: &[u8]) {
         let n = s.len() as i32 + 1;
-        n.put(self.enc, &mut self.data);
-        self.data.extend_from_slice(s);
-        self.data.push(0);
+        let enc = self.enc;
+        let out = self.own();
+        n.put(enc, out);
+        out.extend_from_slice(s);
+        out.push(0);
     }
 
     /// Take `n` items; nothing is taken when there are fewer.
@@ -249,7 +290,7 @@ mod tests {
         b.pack([-2i16]);
         b.pack([1.0f32]);
         b.pack([7u8]);
-        let w = b.wire(0);
+        let w = b.wire(0).to_vec();
         assert_eq!(w[0], 0, "the encoding byte");
         assert_eq!(context_of(&w), Some(0));
         let w = &w[HEAD..];

@@ -252,8 +252,8 @@ pub unsafe extern "C" fn pvm_reduce(
             if !unsafe { pack_typed(&mut b, data.cast(), count as usize, datatype) } {
                 return t.fail("pvm_reduce", errors::BAD_PARAM);
             }
-            let wire = b.wire(t.context);
-            return match t.vm().map(|vm| vm.send_bytes(root, msgtag, &wire)) {
+            let ctx = t.context;
+            return match t.vm().map(|vm| vm.send_bytes(root, msgtag, b.wire(ctx))) {
                 Ok(Ok(())) => errors::OK,
                 _ => t.fail("pvm_reduce", errors::SYS_ERR),
             };
@@ -276,7 +276,7 @@ pub unsafe extern "C" fn pvm_reduce(
                 Ok(Ok(Some(msg))) => msg,
                 _ => return t.fail("pvm_reduce", errors::SYS_ERR),
             };
-            let Some(mut b) = to_buffer(&msg) else {
+            let Some(mut b) = to_buffer(msg) else {
                 return t.fail("pvm_reduce", errors::BAD_MSG);
             };
             // SAFETY: `theirs` has room for `count` items.

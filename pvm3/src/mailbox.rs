@@ -58,7 +58,7 @@ pub unsafe extern "C" fn pvm_putinfo(name_: *const c_char, bufid: c_int, flags: 
         let Some(b) = t.buf(bufid) else {
             return t.fail("pvm_putinfo", errors::NO_SUCH_BUF);
         };
-        let data = b.wire(ctx);
+        let data = b.wire(ctx).to_vec();
         let call = VpCall::MboxPut {
             name: n,
             flags: flags as u32,
@@ -225,7 +225,7 @@ pub unsafe extern "C" fn pvm_insert(name_: *const c_char, req: c_int, data: c_in
         let call = VpCall::MboxPut {
             name: n,
             flags: MULTI_INSTANCE | PERSISTENT | (from << INDEX_SHIFT),
-            data: b.wire(0),
+            data: b.wire(0).to_vec(),
         };
         match ask(t, "pvm_insert", call) {
             Ok(MboxReply::Put(i)) => i as c_int,

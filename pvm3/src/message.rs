@@ -23,7 +23,7 @@ use crate::state::{self, from_c, Handler, HandlerFn, Task};
 const DAEMON_TID: u64 = 0x8004_0000;
 
 /// A received message as a PVM buffer (`None`: not one of ours).
-pub fn to_buffer(m: &Message) -> Option<Buffer> {
+pub fn to_buffer(m: Message) -> Option<Buffer> {
     if m.from == SYSTEM {
         let who = match m.notice()? {
             Notice::VpExited { tid, .. } => state::to_c(tid),
@@ -35,7 +35,7 @@ pub fn to_buffer(m: &Message) -> Option<Buffer> {
         b.src = DAEMON_TID;
         return Some(b);
     }
-    Buffer::received(&m.data, m.tag, m.from)
+    Buffer::received_payload(m.data, m.tag, m.from)
 }
 
 fn tag_of(tag: c_int) -> Option<i32> {
@@ -45,19 +45,19 @@ fn tag_of(tag: c_int) -> Option<i32> {
 /// Send the active send buffer to `to`.
 fn send_to(t: &mut Task, call: &str, to: &[Tid], tag: c_int) -> c_int {
     let (id, ctx) = (t.sbuf, t.context);
-    let Some(b) = t.buf(id) else {
+    // Out of the table while it is sent (its bytes go as they are).
+    let Some(mut b) = t.take_buf(id) else {
         return t.fail(call, errors::NO_BUF);
     };
-    let wire = b.wire(ctx);
-    let vm = match t.vm() {
-        Ok(vm) => vm,
-        Err(e) => return t.fail(call, e),
+    let r = match t.vm() {
+        Ok(vm) if to.len() == 1 => vm.send_bytes(to[0], tag, b.wire(ctx)),
+        Ok(vm) => vm.mcast_bytes(to, tag, b.wire(ctx)),
+        Err(e) => {
+            t.put_buf(id, b);
+            return t.fail(call, e);
+        }
     };
-    let r = if to.len() == 1 {
-        vm.send_bytes(to[0], tag, &wire)
-    } else {
-        vm.mcast_bytes(to, tag, &wire)
-    };
+    t.put_buf(id, b);
     match r {
         Ok(()) => errors::OK,
         Err(_) => t.fail(call, errors::SYS_ERR),
@@ -157,11 +157,12 @@ fn receive(call: &str, tid: c_int, msgtag: c_int, wait: Wait) -> c_int {
                 Ok(None) => return Step::Done(0),
                 Err(_) => return Step::Done(t.fail(call, errors::SYS_ERR)),
             };
-            let Some(b) = to_buffer(&m) else {
+            let handler = handler_for(&handlers, &m).map(|h| h.func);
+            let Some(b) = to_buffer(m) else {
                 return Step::Done(t.fail(call, errors::BAD_MSG));
             };
-            if let Some(h) = handler_for(&handlers, &m) {
-                return Step::Handle(h.func, t.insert(b));
+            if let Some(func) = handler {
+                return Step::Handle(func, t.insert(b));
             }
             let old = t.rbuf;
             if old > 0 {
@@ -414,8 +415,8 @@ pub unsafe extern "C" fn pvm_psend(
     // SAFETY: as the caller promises.
     unsafe { pack_typed(&mut b, buf.cast(), len as usize, datatype) };
     state::with(|t| {
-        let wire = b.wire(t.context);
-        match t.vm().map(|vm| vm.send_bytes(to, msgtag, &wire)) {
+        let ctx = t.context;
+        match t.vm().map(|vm| vm.send_bytes(to, msgtag, b.wire(ctx))) {
             Ok(Ok(())) => errors::OK,
             Ok(Err(_)) => t.fail("pvm_psend", errors::SYS_ERR),
             Err(e) => t.fail("pvm_psend", e),

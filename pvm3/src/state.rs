@@ -331,6 +331,17 @@ impl Task {
         self.bufs.get_mut(&id)
     }
 
+    /// Take a buffer out of the table (to send it while the VM is
+    /// borrowed); `put_buf` gives it back.
+    pub fn take_buf(&mut self, id: i32) -> Option<Buffer> {
+        self.bufs.remove(&id)
+    }
+
+    /// Give back a buffer `take_buf` took.
+    pub fn put_buf(&mut self, id: i32, b: Buffer) {
+        self.bufs.insert(id, b);
+    }
+
     /// Free a buffer (it stops being active).
     pub fn free(&mut self, id: i32) -> bool {
         if self.sbuf == id {

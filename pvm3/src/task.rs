@@ -114,8 +114,11 @@ pub unsafe extern "C" fn pvm_spawn(
     }
     let program = find_program(&name);
     // SAFETY: null or a C string.
-    let place = unsafe { where_.as_ref() }
-        .map(|_| unsafe { CStr::from_ptr(where_) }.to_string_lossy().into_owned());
+    let place = unsafe { where_.as_ref() }.map(|_| {
+        unsafe { CStr::from_ptr(where_) }
+            .to_string_lossy()
+            .into_owned()
+    });
     let n = ntask as usize;
     let put = |i: usize, v: c_int| {
         if !tids.is_null() {
@@ -145,16 +148,24 @@ pub unsafe extern "C" fn pvm_spawn(
                     }
                 };
                 let found = if flag & 1 != 0 {
-                    hosts.iter().find(|h| h.alive && h.facts.name == w).map(|h| h.facts.arch.clone())
+                    hosts
+                        .iter()
+                        .find(|h| h.alive && h.facts.name == w)
+                        .map(|h| h.facts.arch.clone())
                 } else {
                     let a = mig_arch(w);
-                    hosts.iter().any(|h| h.alive && h.facts.arch == a).then_some(a)
+                    hosts
+                        .iter()
+                        .any(|h| h.alive && h.facts.arch == a)
+                        .then_some(a)
                 };
                 match found {
                     Some(a) => Some(a),
                     None => {
+                        // None started: the reason is in `tids`.
                         (0..n).for_each(|i| put(i, errors::NO_HOST));
-                        return t.fail("pvm_spawn", errors::NO_HOST);
+                        t.fail("pvm_spawn", errors::NO_HOST);
+                        return 0;
                     }
                 }
             }
@@ -625,18 +636,21 @@ fn mig_arch(pvm: &str) -> String {
 /// # Safety
 /// `clk` and `delta` null or `struct timeval`s.
 #[no_mangle]
-pub unsafe extern "C" fn pvm_hostsync(host: c_int, clk: *mut libc::timeval, delta: *mut libc::timeval) -> c_int {
-    let mut n = 0;
-    let mut hosts: *const HostInfo = std::ptr::null();
-    // SAFETY: places for the values.
-    let r = unsafe { pvm_config(&mut n, std::ptr::null_mut(), &mut hosts) };
-    if r < 0 {
-        return r;
-    }
-    // SAFETY: `n` hosts at `hosts`.
-    let known = (0..n.max(0) as usize).any(|i| unsafe { (*hosts.add(i)).tid } == host);
-    if !known {
-        return state::with(|t| t.fail("pvm_hostsync", errors::NO_HOST));
+pub unsafe extern "C" fn pvm_hostsync(
+    host: c_int,
+    clk: *mut libc::timeval,
+    delta: *mut libc::timeval,
+) -> c_int {
+    // (The hosts are looked up here, not through `pvm_config`, whose list
+    // the caller may still hold.)
+    let known = state::with(|t| match hosts(t, "pvm_hostsync") {
+        Ok(hs) => Ok((0..hs.len()).any(|i| host_tid(i) == host)),
+        Err(e) => Err(e),
+    });
+    match known {
+        Ok(true) => {}
+        Ok(false) => return state::with(|t| t.fail("pvm_hostsync", errors::NO_HOST)),
+        Err(e) => return e,
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

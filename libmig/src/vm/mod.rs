@@ -328,7 +328,12 @@ impl Vm {
     /// has already read waits in its mailbox).
     pub fn fds(&self) -> Vec<RawFd> {
         let mut v = vec![self.daemon.fd()];
-        v.extend(self.direct_peers().iter().filter_map(|t| self.direct.get(t)).map(Link::fd));
+        v.extend(
+            self.direct_peers()
+                .iter()
+                .filter_map(|t| self.direct.get(t))
+                .map(Link::fd),
+        );
         v
     }
 
