@@ -304,20 +304,20 @@ mod tests {
     fn too_few_items_take_nothing_and_a_bad_string_is_refused() {
         let mut b = Buffer::new(Encoding::Xdr);
         b.pack([1i32, 2]);
-        let mut r = Buffer::received(&b.wire(0), 5, 9).expect("ours");
+        let mut r = Buffer::received(b.wire(0), 5, 9).expect("ours");
         assert_eq!(r.unpack::<i32>(3), Err(Short::NoData));
         assert_eq!(r.unpack::<i32>(2), Ok(vec![1, 2]));
         // A string whose length runs past the message.
         let mut b = Buffer::new(Encoding::Xdr);
         b.pack([1000i32]);
         b.pack(*b"abc");
-        let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
+        let mut r = Buffer::received(b.wire(0), 0, 0).expect("ours");
         assert_eq!(r.unpack_str(), Err(Short::NoData));
         // One with no NUL where its length says.
         let mut b = Buffer::new(Encoding::Raw);
         b.pack([3i32]);
         b.pack(*b"abc");
-        let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
+        let mut r = Buffer::received(b.wire(0), 0, 0).expect("ours");
         assert_eq!(r.unpack_str(), Err(Short::BadMsg));
         assert!(
             Buffer::received(&[9, 0, 0, 0, 0, 2], 0, 0).is_none(),
@@ -330,7 +330,7 @@ mod tests {
     fn round_trip<T: Item + PartialEq + std::fmt::Debug>(enc: Encoding, xs: &[T]) {
         let mut b = Buffer::new(enc);
         b.pack(xs.iter().copied());
-        let mut r = Buffer::received(&b.wire(0), 1, 2).expect("ours");
+        let mut r = Buffer::received(b.wire(0), 1, 2).expect("ours");
         assert_eq!(r.unpack::<T>(xs.len()).expect("all there"), xs);
         assert_eq!(
             r.unpack::<T>(1).map(|_| ()),
@@ -368,7 +368,7 @@ mod tests {
                 b.pack(i32s.iter().copied());
                 b.pack_str(&s);
                 b.pack(f64s.iter().copied());
-                let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
+                let mut r = Buffer::received(b.wire(0), 0, 0).expect("ours");
                 prop_assert_eq!(r.unpack::<i32>(i32s.len()).expect("ints"), i32s.clone());
                 let mut want = s.clone();
                 want.push(0);
@@ -382,9 +382,9 @@ mod tests {
             let mut b = Buffer::new(Encoding::Raw);
             let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_ne_bytes()).collect();
             b.pack_native(&bytes);
-            let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
+            let mut r = Buffer::received(b.wire(0), 0, 0).expect("ours");
             prop_assert_eq!(r.unpack::<i32>(xs.len()).expect("all"), xs.clone());
-            let mut r = Buffer::received(&b.wire(0), 0, 0).expect("ours");
+            let mut r = Buffer::received(b.wire(0), 0, 0).expect("ours");
             prop_assert_eq!(r.unpack_native(bytes.len()).expect("all"), &bytes[..]);
         }
 
