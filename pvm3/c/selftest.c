@@ -29,8 +29,12 @@ static int worker(int parent)
 {
 	int inst = pvm_joingroup("sel");
 	int v = inst + 1;
+	int got = 0;
 	pvm_barrier("sel", 4);
 	pvm_reduce(PvmSum, &v, 1, PVM_INT, REDUCE, "sel", 0);
+	/* Its run of the root's scatter, gathered back. */
+	pvm_scatter(&got, 0, 1, PVM_INT, REDUCE + 1, "sel", 0);
+	pvm_gather(0, &got, 1, PVM_INT, REDUCE + 2, "sel", 0);
 	for (;;) {
 		int bytes, tag, tid;
 		int b = pvm_recv(parent, -1);
@@ -157,6 +161,15 @@ int main(int argc, char **argv)
 	sum = 1;
 	CHECK(pvm_reduce(PvmSum, &sum, 1, PVM_INT, REDUCE, "sel", 0) == PvmOk);
 	CHECK(sum == 1 + 2 + 3 + 4);
+	{
+		int runs[4] = {100, 101, 102, 103}, mine = 0, all[4] = {0}, i;
+		CHECK(pvm_scatter(&mine, runs, 1, PVM_INT, REDUCE + 1, "sel", 0) == PvmOk);
+		CHECK(mine == 100);
+		CHECK(pvm_gather(all, &mine, 1, PVM_INT, REDUCE + 2, "sel", 0) == PvmOk);
+		for (i = 0; i < 4; i++) {
+			CHECK(all[i] == 100 + pvm_getinst("sel", pvm_gettid("sel", i)));
+		}
+	}
 
 	/* Every type, both encodings. */
 	types(tids[0], PvmDataDefault);

@@ -267,6 +267,8 @@ int pvm_barrier(char *group, int count);
 int pvm_bcast(char *group, int msgtag);
 int pvm_freezegroup(char *group, int size);
 int pvm_reduce(void (*func)(int *, void *, void *, int *, int *), void *data, int count, int datatype, int msgtag, char *group, int rootginst);
+int pvm_gather(void *result, void *data, int count, int datatype, int msgtag, char *group, int rootginst);
+int pvm_scatter(void *result, void *data, int count, int datatype, int msgtag, char *group, int rootginst);
 
 /* The message mailbox. */
 struct pvmmboxinfo {

@@ -1,6 +1,7 @@
 //! PVM's dynamic groups as C functions (`pvm_joingroup`, `pvm_lvgroup`,
 //! `pvm_getinst`, `pvm_gettid`, `pvm_gsize`, `pvm_barrier`, `pvm_bcast`,
-//! `pvm_reduce` with `PvmSum`/`PvmProduct`/`PvmMax`/`PvmMin`,
+//! `pvm_reduce` with `PvmSum`/`PvmProduct`/`PvmMax`/`PvmMin`, `pvm_gather`,
+//! `pvm_scatter`,
 //! `pvm_freezegroup`), on libmig's groups, which the master keeps as PVM's
 //! group server does: instance numbers from 0, the lowest free reused.
 //!
@@ -11,7 +12,7 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use crate::buffer::{Buffer, Encoding};
 use crate::errors;
-use crate::message::{pack_typed, to_buffer, unpack_typed};
+use crate::message::{item_size, pack_typed, to_buffer, unpack_typed};
 use crate::state::{self, from_c, to_c};
 
 /// A group name from C.
@@ -364,3 +365,187 @@ reduction!(PvmSum, |a, b| a + b, |a, b| a.wrapping_add(b));
 reduction!(PvmProduct, |a, b| a * b, |a, b| a.wrapping_mul(b));
 reduction!(PvmMax, f64::max, |a: i128, b: i128| a.max(b));
 reduction!(PvmMin, f64::min, |a: i128, b: i128| a.min(b));
+
+/// The members of `group` (by instance), this task's Tid and the root's, or
+/// a PVM error.
+fn roles(call: &str, g: &str, rootginst: c_int) -> Result<(Vec<(u32, u64)>, u64, u64), c_int> {
+    let m = members(call, g)?;
+    let Some(&(_, root)) = m.iter().find(|(i, _)| *i as c_int == rootginst) else {
+        return Err(state::with(|t| t.fail(call, errors::NO_INST)));
+    };
+    let me = state::with(|t| t.vm().map(|vm| vm.tid()).map_err(|e| t.fail(call, e)))?;
+    Ok((m, me, root))
+}
+
+/// Send `count` items of `datatype` at `p` to `to` with `msgtag`.
+///
+/// # Safety
+/// `p` holds them.
+unsafe fn send_items(
+    call: &str,
+    to: u64,
+    p: *const u8,
+    count: usize,
+    datatype: c_int,
+    msgtag: c_int,
+) -> c_int {
+    let mut b = Buffer::new(Encoding::Raw);
+    // SAFETY: as the caller promises.
+    if !unsafe { pack_typed(&mut b, p, count, datatype) } {
+        return state::with(|t| t.fail(call, errors::BAD_PARAM));
+    }
+    state::with(|t| {
+        let ctx = t.context;
+        match t.vm().map(|vm| vm.send_bytes(to, msgtag, b.wire(ctx))) {
+            Ok(Ok(())) => errors::OK,
+            _ => t.fail(call, errors::SYS_ERR),
+        }
+    })
+}
+
+/// Receive `count` items of `datatype` from `from` with `msgtag` into `p`.
+///
+/// # Safety
+/// `p` has room for them.
+unsafe fn recv_items(
+    call: &str,
+    from: u64,
+    p: *mut u8,
+    count: usize,
+    datatype: c_int,
+    msgtag: c_int,
+) -> c_int {
+    state::with(|t| {
+        let ctx = t.context;
+        let wanted = |m: &libmig::Message| {
+            m.from == from && m.tag == msgtag && crate::buffer::context_of(&m.data) == Some(ctx)
+        };
+        let msg = match t.vm().map(|vm| vm.recv_where(&wanted, None)) {
+            Ok(Ok(Some(msg))) => msg,
+            _ => return t.fail(call, errors::SYS_ERR),
+        };
+        let Some(mut b) = to_buffer(msg) else {
+            return t.fail(call, errors::BAD_MSG);
+        };
+        // SAFETY: as the caller promises.
+        if unsafe { unpack_typed(&mut b, p, count, datatype) } {
+            errors::OK
+        } else {
+            t.fail(call, errors::NO_DATA)
+        }
+    })
+}
+
+/// Gather `count` items of `datatype` from every member of `group` into
+/// `result` at instance `rootginst`, in instance order (`result` there holds
+/// `count` times the group's size; elsewhere it is not used).
+///
+/// # Safety
+/// `data` holds `count` items; at the root, `result` has room for all.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_gather(
+    result: *mut c_void,
+    data: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    msgtag: c_int,
+    group: *const c_char,
+    rootginst: c_int,
+) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(g) = (unsafe { name(group) }) else {
+        return state::with(|t| t.fail("pvm_gather", errors::NULL_GROUP));
+    };
+    let (Some(size), true, false) = (
+        item_size(datatype),
+        count >= 0 && msgtag >= 0,
+        data.is_null(),
+    ) else {
+        return state::with(|t| t.fail("pvm_gather", errors::BAD_PARAM));
+    };
+    let (m, me, root) = match roles("pvm_gather", &g, rootginst) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let n = count as usize;
+    if me != root {
+        // SAFETY: `data` holds `count` items.
+        return unsafe { send_items("pvm_gather", root, data.cast(), n, datatype, msgtag) };
+    }
+    if result.is_null() {
+        return state::with(|t| t.fail("pvm_gather", errors::BAD_PARAM));
+    }
+    for (slot, &(_, who)) in m.iter().enumerate() {
+        // SAFETY: the root's `result` has room for a slot per member.
+        let at = unsafe { result.cast::<u8>().add(slot * n * size) };
+        let r = if who == me {
+            // SAFETY: its own `count` items, into its own slot.
+            unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), at, n * size) };
+            errors::OK
+        } else {
+            // SAFETY: the slot has room for `count` items.
+            unsafe { recv_items("pvm_gather", who, at, n, datatype, msgtag) }
+        };
+        if r < 0 {
+            return r;
+        }
+    }
+    errors::OK
+}
+
+/// Scatter from instance `rootginst`: member `i` (in instance order) gets
+/// the `i`th run of `count` items of the root's `data` into its `result`.
+///
+/// # Safety
+/// `result` has room for `count` items; at the root, `data` holds `count`
+/// times the group's size.
+#[no_mangle]
+pub unsafe extern "C" fn pvm_scatter(
+    result: *mut c_void,
+    data: *mut c_void,
+    count: c_int,
+    datatype: c_int,
+    msgtag: c_int,
+    group: *const c_char,
+    rootginst: c_int,
+) -> c_int {
+    // SAFETY: as the caller promises.
+    let Some(g) = (unsafe { name(group) }) else {
+        return state::with(|t| t.fail("pvm_scatter", errors::NULL_GROUP));
+    };
+    let (Some(size), true, false) = (
+        item_size(datatype),
+        count >= 0 && msgtag >= 0,
+        result.is_null(),
+    ) else {
+        return state::with(|t| t.fail("pvm_scatter", errors::BAD_PARAM));
+    };
+    let (m, me, root) = match roles("pvm_scatter", &g, rootginst) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let n = count as usize;
+    if me != root {
+        // SAFETY: `result` has room for `count` items.
+        return unsafe { recv_items("pvm_scatter", root, result.cast(), n, datatype, msgtag) };
+    }
+    if data.is_null() {
+        return state::with(|t| t.fail("pvm_scatter", errors::BAD_PARAM));
+    }
+    for (slot, &(_, who)) in m.iter().enumerate() {
+        // SAFETY: the root's `data` holds a run per member.
+        let at = unsafe { data.cast::<u8>().add(slot * n * size) };
+        let r = if who == me {
+            // SAFETY: its own run into its `result`.
+            unsafe { std::ptr::copy_nonoverlapping(at, result.cast::<u8>(), n * size) };
+            errors::OK
+        } else {
+            // SAFETY: the run holds `count` items.
+            unsafe { send_items("pvm_scatter", who, at, n, datatype, msgtag) }
+        };
+        if r < 0 {
+            return r;
+        }
+    }
+    errors::OK
+}

@@ -310,8 +310,8 @@ pub extern "C" fn pvm_delmhf(mhid: c_int) -> c_int {
     })
 }
 
-/// The size in bytes of one item of a PVM data type, and how to pack it.
-fn item_size(datatype: c_int) -> Option<usize> {
+/// The size in bytes of one item of a PVM data type.
+pub fn item_size(datatype: c_int) -> Option<usize> {
     Some(match datatype {
         0 | 1 => 1,
         2 | 9 => 2,

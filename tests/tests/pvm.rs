@@ -198,6 +198,35 @@ fn debians_builds_of_pvms_examples_run_on_mig_as_they_are() {
     );
     assert!(lines.iter().any(|l| l == "done"), "{lines:?}");
 
+    // inheritb spawns two children each in a context of its own, then
+    // receives from "anyone" in one context, then in the other: each time
+    // from the child of that context.
+    let lines = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("inheritb"), &[]));
+    let ctx_of = |l: &str| {
+        l.split("context ")
+            .nth(1)
+            .and_then(|c| c.split(|ch: char| !ch.is_ascii_digit()).next())
+            .map(str::to_string)
+    };
+    let new_ctx = |n: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("with new #{n} context")) && l.contains("spawn"))
+            .and_then(|l| ctx_of(l))
+    };
+    let from = |n: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("received from {n} inherit2")))
+            .and_then(|l| ctx_of(l))
+    };
+    assert!(
+        new_ctx("1").is_some() && new_ctx("1") != new_ctx("2"),
+        "{lines:?}"
+    );
+    assert_eq!(from("1st"), new_ctx("1"), "{lines:?}");
+    assert_eq!(from("2nd"), new_ctx("2"), "{lines:?}");
+
     // The Fortran group example: six tasks, a broadcast, two reductions.
     let lines = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("fgexample"), &[]));
     assert!(
