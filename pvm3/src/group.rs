@@ -366,9 +366,12 @@ reduction!(PvmProduct, |a, b| a * b, |a, b| a.wrapping_mul(b));
 reduction!(PvmMax, f64::max, |a: i128, b: i128| a.max(b));
 reduction!(PvmMin, f64::min, |a: i128, b: i128| a.min(b));
 
+/// A group's members by instance, this task's Tid and the root's.
+type Roles = (Vec<(u32, u64)>, u64, u64);
+
 /// The members of `group` (by instance), this task's Tid and the root's, or
 /// a PVM error.
-fn roles(call: &str, g: &str, rootginst: c_int) -> Result<(Vec<(u32, u64)>, u64, u64), c_int> {
+fn roles(call: &str, g: &str, rootginst: c_int) -> Result<Roles, c_int> {
     let m = members(call, g)?;
     let Some(&(_, root)) = m.iter().find(|(i, _)| *i as c_int == rootginst) else {
         return Err(state::with(|t| t.fail(call, errors::NO_INST)));
