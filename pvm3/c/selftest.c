@@ -53,6 +53,18 @@ static int worker(int parent)
 
 static int handled = 0;
 
+/* A matching function: prefers tag 61 to tag 60, ignores the rest. */
+static int prefer61(int bufid, int tid, int tag)
+{
+	int bytes, mtag, src;
+	(void)tid;
+	(void)tag;
+	if (pvm_bufinfo(bufid, &bytes, &mtag, &src) < 0) {
+		return -1;
+	}
+	return mtag == 61 ? 2 : mtag == 60 ? 1 : 0;
+}
+
 static int handler(int mid)
 {
 	int v = 0;
@@ -235,6 +247,23 @@ int main(int argc, char **argv)
 		CHECK(handled == 7);
 		CHECK(pvm_nrecv(-1, 20) == 0);
 		CHECK(pvm_delmhf(h) == PvmOk);
+	}
+
+	/* A matching function of one's own chooses among arrived messages. */
+	{
+		int (*old)(int, int, int);
+		pvm_initsend(PvmDataDefault);
+		pvm_pkint(&k, 1, 1);
+		pvm_send(tids[0], 59);
+		pvm_send(tids[0], 60);
+		while (pvm_probe(tids[0], 61) == 0) {
+		}
+		old = pvm_recvf(prefer61);
+		CHECK(old != 0);
+		b = pvm_recv(-1, -1);
+		CHECK(b > 0 && pvm_bufinfo(b, &bytes, &tag, &tid) == PvmOk && tag == 61);
+		pvm_recvf(old);
+		CHECK(pvm_recv(-1, 60) > 0);
 	}
 
 	/* psend / precv. */

@@ -248,6 +248,7 @@ int pvm_nrecv(int tid, int msgtag);
 int pvm_trecv(int tid, int msgtag, struct timeval *tmout);
 int pvm_probe(int tid, int msgtag);
 int pvm_getfds(int **fds);
+int (*pvm_recvf(int (*new)(int bufid, int tid, int tag)))(int, int, int);
 
 /* Contexts and message handlers. */
 int pvm_newcontext(void);

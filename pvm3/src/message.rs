@@ -17,7 +17,7 @@ use libmig::{Message, Notice, Tid, SYSTEM};
 
 use crate::buffer::{context_of, Buffer, Encoding, Item};
 use crate::errors;
-use crate::state::{self, from_c, Handler, HandlerFn, Task};
+use crate::state::{self, from_c, Handler, HandlerFn, MatchFn, Task};
 
 /// The Tid notices seem to come from (PVM's daemons are `0x40000`...).
 const DAEMON_TID: u64 = 0x8004_0000;
@@ -140,6 +140,9 @@ fn receive(call: &str, tid: c_int, msgtag: c_int, wait: Wait) -> c_int {
         Wait::No => Some(Instant::now()),
         Wait::Forever => None,
     };
+    if let Some(matcher) = state::with(|t| t.matcher) {
+        return receive_matched(call, matcher, tid, msgtag, deadline);
+    }
     loop {
         let step = state::with(|t| {
             let ctx = t.context;
@@ -528,5 +531,116 @@ pub unsafe extern "C" fn pvm_getfds(fds: *mut *const c_int) -> c_int {
             unsafe { *fds = t.fds.as_ptr() };
         }
         t.fds.len() as c_int
+    })
+}
+
+/// `receive` with the program's own matching function (`pvm_recvf`): it is
+/// asked about each message that has arrived, in order, through a buffer
+/// describing it (sender, tag and length, as `pvm_probe` gives); the one it
+/// scores highest is received. Message handlers are not consulted.
+fn receive_matched(
+    call: &str,
+    matcher: MatchFn,
+    tid: c_int,
+    tag: c_int,
+    deadline: Option<Instant>,
+) -> c_int {
+    loop {
+        let listed = state::with(|t| {
+            let arrived = match t.vm().map(|vm| vm.arrived()) {
+                Ok(Ok(a)) => a,
+                Ok(Err(_)) => return Err(t.fail(call, errors::SYS_ERR)),
+                Err(e) => return Err(t.fail(call, e)),
+            };
+            Ok(arrived
+                .into_iter()
+                .map(|(src, mtag, len)| {
+                    let mut b = Buffer::new(Encoding::Raw);
+                    b.pack(std::iter::repeat_n(
+                        0u8,
+                        len.saturating_sub(crate::buffer::HEAD),
+                    ));
+                    b.tag = mtag;
+                    b.src = src;
+                    t.insert(b)
+                })
+                .collect::<Vec<c_int>>())
+        });
+        let ids = match listed {
+            Ok(ids) => ids,
+            Err(e) => return e,
+        };
+        let mut best: Option<(usize, c_int)> = None;
+        let mut failed = None;
+        for (i, &id) in ids.iter().enumerate() {
+            // SAFETY: the program's matching function, called as PVM calls
+            // it (the task's lock is not held: it may call PVM).
+            let score = unsafe { matcher(id, tid, tag) };
+            if score < 0 {
+                failed = Some(score);
+                break;
+            }
+            if score > 0 && best.is_none_or(|(_, s)| score > s) {
+                best = Some((i, score));
+            }
+        }
+        let got = state::with(|t| {
+            for &id in &ids {
+                t.free(id);
+            }
+            if let Some(e) = failed {
+                return Some(t.fail(call, e));
+            }
+            let (i, _) = best?;
+            let m = match t.vm().map(|vm| vm.take_arrived(i)) {
+                Ok(Ok(Some(m))) => m,
+                _ => return Some(t.fail(call, errors::SYS_ERR)),
+            };
+            let Some(b) = to_buffer(m) else {
+                return Some(t.fail(call, errors::BAD_MSG));
+            };
+            let old = t.rbuf;
+            if old > 0 {
+                t.free(old);
+            }
+            let id = t.insert(b);
+            t.rbuf = id;
+            Some(id)
+        });
+        if let Some(r) = got {
+            return r;
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return 0;
+        }
+        let waited = state::with(|t| t.vm().map(|vm| vm.wait_arrival(left)));
+        if !matches!(waited, Ok(Ok(()))) {
+            return state::with(|t| t.fail(call, errors::SYS_ERR));
+        }
+    }
+}
+
+/// PVM's own matching, as a matching function: the sender and tag asked
+/// for (-1: any).
+#[no_mangle]
+pub extern "C" fn pvm_default_match(bufid: c_int, tid: c_int, tag: c_int) -> c_int {
+    state::with(|t| match t.buf(bufid) {
+        Some(b) => {
+            c_int::from((tid == -1 || from_c(tid) == Some(b.src)) && (tag == -1 || tag == b.tag))
+        }
+        None => errors::NO_SUCH_BUF,
+    })
+}
+
+/// Use `new` to choose among arrived messages from now on (null: PVM's own
+/// matching); the function used before.
+#[no_mangle]
+pub extern "C" fn pvm_recvf(new: Option<MatchFn>) -> Option<MatchFn> {
+    let default: MatchFn = pvm_default_match;
+    state::with(|t| {
+        let old = t.matcher.replace(default);
+        t.matcher = new.filter(|f| *f as usize != default as usize);
+        Some(old.unwrap_or(default))
     })
 }

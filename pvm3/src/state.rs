@@ -105,11 +105,18 @@ pub struct Task {
     pub config_next: usize,
     /// See `siblings` (`pvm_getfds`).
     pub fds: Vec<c_int>,
+    /// A matching function of the program's own (`pvm_recvf`).
+    pub matcher: Option<MatchFn>,
 }
 
 /// A message handler's C function: it gets the id of the buffer holding
 /// the message.
 pub type HandlerFn = unsafe extern "C" fn(c_int) -> c_int;
+
+/// A matching function (`pvm_recvf`): given a message's buffer and the
+/// receive's sender and tag, 0 to pass it by, more to take it (the highest
+/// wins), less for an error.
+pub type MatchFn = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
 
 /// A message handler: messages it matches are given to `func` as they are
 /// received, never to a receive.
@@ -218,6 +225,7 @@ pub fn task() -> MutexGuard<'static, Option<Task>> {
             regions: Vec::new(),
             config_next: 0,
             fds: Vec::new(),
+            matcher: None,
         });
     }
     g

@@ -72,6 +72,35 @@ impl Vm {
             .map(|m| (m.from, m.tag, m.data.len())))
     }
 
+    /// The sender, tag and size of every message that has arrived and not
+    /// been taken, in the order they would be received (for a library that
+    /// chooses among them itself; `take_arrived` takes one).
+    pub fn arrived(&mut self) -> Result<Vec<(Tid, i32, usize)>, MigError> {
+        self.wait_io(None, Some(Duration::ZERO))?;
+        Ok(self
+            .mailbox
+            .iter()
+            .map(|m| (m.from, m.tag, m.data.len()))
+            .collect())
+    }
+
+    /// Take the `i`th message `arrived` listed (`None` if there is no such
+    /// message now).
+    pub fn take_arrived(&mut self, i: usize) -> Result<Option<Message>, MigError> {
+        let seen = std::cell::Cell::new(0usize);
+        self.take(&|_| {
+            let k = seen.get();
+            seen.set(k + 1);
+            k == i
+        })
+    }
+
+    /// Wait until something arrives, at most `timeout` (`None`: until it
+    /// does).
+    pub fn wait_arrival(&mut self, timeout: Option<Duration>) -> Result<(), MigError> {
+        self.wait_io(None, timeout)
+    }
+
     /// The first message that has arrived and `wanted` accepts, left where
     /// it is.
     pub fn peek_where(
