@@ -4,5 +4,6 @@
 # checked, timings printed, everything stopped).
 set -euo pipefail
 cd "$(dirname "$0")"
-cargo build --release --workspace --bins --quiet
+echo "demo.sh: building mig in release mode (the first build takes a few minutes; cargo shows its progress)" >&2
+cargo build --release --workspace --bins
 exec target/release/mig demo "$@"
