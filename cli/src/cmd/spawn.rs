@@ -112,7 +112,8 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
     if !a.wait {
         return Ok(());
     }
-    let total = tids.len();
+    // VPs the job spawns itself join the count as they are heard of.
+    let mut total = tids.len();
     let mut done = 0;
     let stdout = std::io::stdout();
     loop {
@@ -124,6 +125,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                 stream,
                 line,
             } => {
+                total = total.max(vp as usize + 1);
                 if a.json {
                     let s = if stream == Stream::Stdout {
                         "stdout"
@@ -147,6 +149,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                 status,
             } => {
                 done += 1;
+                total = total.max(vp as usize + 1).max(done);
                 if a.json {
                     println!(
                         "{}",
