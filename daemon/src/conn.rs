@@ -196,7 +196,14 @@ pub struct Conn {
     pub failed: Option<String>,
     /// Where the handshake is, until it is done.
     pub hs: Option<Handshake>,
+    /// Bytes it may still write this turn of the loop (see `WRITE_BUDGET`).
+    budget: usize,
 }
+
+/// The most a connection writes in one turn of the loop: a large image or
+/// message going out to a fast reader would otherwise keep the loop (and
+/// its heartbeats and the consensus's) for as long as it takes.
+pub const WRITE_BUDGET: usize = 16 << 20;
 
 /// A connection's handshake under way.
 #[derive(Debug)]
@@ -238,6 +245,7 @@ impl Conn {
             sealed_off: 0,
             failed: None,
             hs,
+            budget: WRITE_BUDGET,
         }
     }
 
@@ -255,6 +263,17 @@ impl Conn {
     /// Bytes queued and not yet written.
     pub fn queued(&self) -> usize {
         self.out_len + self.sealed.len() - self.sealed_off
+    }
+
+    /// A new turn of the loop: its write budget is whole again.
+    pub fn new_turn(&mut self) {
+        self.budget = WRITE_BUDGET;
+    }
+
+    /// Did it stop writing for this turn with more to write (it goes on
+    /// next turn: the socket may stay writable, and no new event says so)?
+    pub fn starved(&self) -> bool {
+        self.budget == 0 && !self.flushed() && !self.broken
     }
 
     /// Is everything written?
@@ -417,19 +436,20 @@ impl Conn {
     /// Write queued bytes until done or `WouldBlock`; ask for writability if
     /// some remain.
     pub fn flush(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
-        while self.seal.is_some() && !self.flushed() {
+        while self.seal.is_some() && !self.flushed() && self.budget > 0 {
             match self.write_sealed() {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(_) => {}
+                Ok(n) => self.budget = self.budget.saturating_sub(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.write_failed(registry, token, e)),
             }
         }
-        while self.seal.is_none() && !self.out.is_empty() {
+        while self.seal.is_none() && !self.out.is_empty() && self.budget > 0 {
             match self.write_some() {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
+                    self.budget = self.budget.saturating_sub(n);
                     self.out_len -= n;
                     while n > 0 {
                         let Some(front) = self.out.front_mut() else {

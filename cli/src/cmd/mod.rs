@@ -110,11 +110,36 @@ pub fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// Ask the daemon once; an `Error` reply becomes an error.
+/// Ask the daemon; an `Error` reply becomes an error. A question that
+/// changes nothing (hosts, ps, map, stats) asked while the master changes
+/// is asked again, for up to `MASTER_CHANGE` (an election takes about a
+/// second); anything else is asked once.
 pub fn call(daemon: &std::path::Path, req: &Request) -> Result<Response> {
-    let mut c = Client::connect(daemon)?;
-    match c.call(req)? {
-        Response::Error { message } => bail!("{message}"),
-        r => Ok(r),
+    let read_only = matches!(
+        req,
+        Request::Hosts | Request::Ps | Request::Map | Request::Stats | Request::TokenList
+    );
+    let since = std::time::Instant::now();
+    loop {
+        let mut c = Client::connect(daemon)?;
+        match c.call(req)? {
+            Response::Error { message }
+                if read_only && master_changing(&message) && since.elapsed() < MASTER_CHANGE =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Response::Error { message } => bail!("{message}"),
+            r => return Ok(r),
+        }
     }
+}
+
+/// How long a question that changes nothing is asked again while the
+/// master changes.
+const MASTER_CHANGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Does a daemon's error say only that the master is changing?
+fn master_changing(message: &str) -> bool {
+    message.contains("stopped being the master before its answer was safe")
+        || message.contains("the master went away before it answered")
 }

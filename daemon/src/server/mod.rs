@@ -165,6 +165,8 @@ pub struct Daemon {
     flow: Flow,
     /// Connections that had their share of a turn with more to read.
     read_again: std::collections::HashSet<Token>,
+    /// Connections that wrote their share this turn with more to write.
+    write_again: std::collections::HashSet<Token>,
     /// Is this workstation its owner's right now?
     owner: Monitor,
     /// Buffers for large messages from other hosts to local VPs, and
@@ -328,6 +330,7 @@ impl Daemon {
             vp_conns: HashMap::new(),
             flow: Flow::default(),
             read_again: Default::default(),
+            write_again: Default::default(),
             owner,
             outbox: Default::default(),
             inbox: Default::default(),
@@ -422,7 +425,7 @@ impl Daemon {
                         .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
                 )
                 .max(Duration::from_millis(1));
-            let timeout = if !self.read_again.is_empty() {
+            let timeout = if !self.read_again.is_empty() || !self.write_again.is_empty() {
                 Duration::ZERO
             } else if self.halting.is_some() {
                 timeout.min(Duration::from_millis(20))
@@ -468,6 +471,16 @@ impl Daemon {
             for t in std::mem::take(&mut self.read_again) {
                 self.conn_ready(t, true);
             }
+            for t in std::mem::take(&mut self.write_again) {
+                let failed = match self.conns.get_mut(&t) {
+                    Some(c) => c.flush(self.poll.registry(), t).err(),
+                    None => None,
+                };
+                if let Some(e) = failed {
+                    self.write_failed(t, &e);
+                }
+                self.maybe_resume(t);
+            }
             self.drive_slicer();
             if Instant::now() >= self.owner.due() {
                 self.owner_poll(None);
@@ -494,6 +507,17 @@ impl Daemon {
                 .collect();
             for t in closing {
                 self.close(t, "refused");
+            }
+            // Each connection's write budget is whole again next turn;
+            // those that used it up with more to write go on then.
+            self.write_again = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.starved())
+                .map(|(t, _)| *t)
+                .collect();
+            for c in self.conns.values_mut() {
+                c.new_turn();
             }
         }
     }
