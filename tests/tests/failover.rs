@@ -407,6 +407,15 @@ fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more()
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("mig spawn");
+    // A client waiting on a job through the master itself: it hears the
+    // job's end from the next master, through this daemon as a worker.
+    let through_old = mig_tests::command("mig")
+        .env("MIG_DAEMON", vm.sock_of(0))
+        .args(["spawn", "-n", "1", "--wait", "--", "/bin/sleep", "4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
     assert!(wait_until(Duration::from_secs(20), || vm
         .log(0)
         .contains("checkpointed (generation")));
@@ -448,6 +457,7 @@ fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more()
             .any(|l| l.contains("identical to the serial run: ok")),
         "{lines:?}"
     );
+    job_succeeds(through_old, &logs(&vm));
     // From its return on, the old master decided nothing: no checkpoint,
     // no host given up, no VP placed (the log says who acts, by term).
     let old = vm.log(0);

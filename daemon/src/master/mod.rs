@@ -197,6 +197,11 @@ pub struct Master {
     last_tick: Option<Instant>,
 }
 
+/// How a master that stepped down knows its own clients still waiting on a
+/// job (`spawn --wait`): as requests forwarded with this bit and their
+/// connection's token as id (see `replica::import`).
+pub const LOCAL_ID: u64 = 1 << 63;
+
 /// A worker's lease with the default heartbeat (500 ms) and dead-after
 /// (3 s): shorter than dead-after by a heartbeat (see `set_lease`).
 const DEFAULT_LEASE: Duration = Duration::from_millis(2500);

@@ -66,7 +66,17 @@ impl Master {
         m.owner_waiting.retain(|_, r| reachable(r));
         let mut restart = Vec::new();
         for (job, j) in &mut m.jobs {
-            j.waiters.retain(reachable);
+            // A job's waiting clients on the old master's own socket go on
+            // through it as a worker, if it still runs (it stepped down):
+            // it knows them by `LOCAL_ID` and their connection.
+            for w in &mut j.waiters {
+                if let Requester::Local(t) = *w {
+                    *w = Requester::Remote {
+                        host: old.clone(),
+                        id: LOCAL_ID | t as u64,
+                    };
+                }
+            }
             if let Some(r) = j.ckpt.round.take() {
                 out.push(Out::Log(format!(
                     "checkpoint {} of job {job} given up: the master changed while it was taken",

@@ -229,6 +229,17 @@ impl Daemon {
                     who.as_deref().unwrap_or("no one yet")
                 );
                 self.role = Role::worker();
+                // Its own clients waiting on a job hear the rest of it from
+                // the new master, through this daemon (`master::LOCAL_ID`).
+                let local: Vec<Token> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| c.kind == Kind::Control)
+                    .map(|(t, _)| *t)
+                    .collect();
+                for t in local {
+                    self.proxied.adopt(crate::master::LOCAL_ID | t.0 as u64, t);
+                }
                 // What it decided but could not get replicated is undone:
                 // its own users hear so.
                 for outs in std::mem::take(&mut self.failover.held) {

@@ -81,6 +81,12 @@ impl Proxied {
         self.next
     }
 
+    /// Connection `t`'s stream, begun when this daemon was the master,
+    /// goes on under `id` (see `master::LOCAL_ID`).
+    pub(super) fn adopt(&mut self, id: u64, t: Token) {
+        self.by_id.insert(id, (t, true));
+    }
+
     /// The master answered request `id`; `more`: further answers follow
     /// (a job's output, its VPs' ends). The connection to answer on.
     pub(super) fn answered(&mut self, id: u64, more: bool) -> Option<Token> {
