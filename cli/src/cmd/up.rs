@@ -285,15 +285,22 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut vm = Vm::start(&dir, &a)?;
     let addr = vm.addr.clone();
-    eprintln!(
-        "mig: virtual machine up: {} hosts on loopback, master h0 at {addr}",
-        a.n
-    );
-    eprintln!(
-        "mig: logs in {}/h0/migd.log .. h{}/migd.log",
-        dir.display(),
-        a.n.saturating_sub(1)
-    );
+    let hosts = if a.n == 1 { "1 host" } else { "hosts" };
+    let count = if a.n == 1 {
+        String::new()
+    } else {
+        format!("{} ", a.n)
+    };
+    eprintln!("mig: virtual machine up: {count}{hosts} on loopback, master h0 at {addr}");
+    if a.n == 1 {
+        eprintln!("mig: its log is {}/h0/migd.log", dir.display());
+    } else {
+        eprintln!(
+            "mig: logs in {}/h0/migd.log .. h{}/migd.log",
+            dir.display(),
+            a.n - 1
+        );
+    }
     println!("export MIG_DAEMON={}", master_sock.display());
     if a.detach {
         return Ok(());

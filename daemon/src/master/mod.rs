@@ -361,7 +361,10 @@ impl Master {
                     Out::Reply(
                         from,
                         Response::Ok {
-                            message: format!("halting {} hosts", out.len()),
+                            message: match out.len() {
+                                1 => "halting 1 host".to_string(),
+                                n => format!("halting {n} hosts"),
+                            },
                         },
                     ),
                 );
