@@ -97,6 +97,45 @@ fn our_lib() -> tempfile::TempDir {
     dir
 }
 
+/// PVM's example sources (Debian's `pvm-examples`), unpacked: the
+/// directory holds `examples/`.
+fn pvm_sources() -> tempfile::TempDir {
+    examples();
+    let src = tempfile::tempdir().expect("tempdir");
+    let ok = Command::new("tar")
+        .args(["xzf", "/usr/share/doc/pvm-examples/examples.tar.gz", "-C"])
+        .arg(src.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "cannot unpack PVM's example sources");
+    src
+}
+
+/// Compile the C program `source` into `exe` against our headers and
+/// library (found at run time through its rpath), with `flags`.
+fn cc(source: &Path, exe: &Path, lib: &Path, flags: &[&str]) {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3/include");
+    let out = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(exe)
+        .arg(source)
+        .arg("-I")
+        .arg(&include)
+        .arg("-L")
+        .arg(lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lpvm3")
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "cc {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `mig spawn -n N --wait` of a PVM program with our library.
 fn spawn(vm: &Vm, lib: &Path, n: u32, prog: &Path, env: &[(&str, &Path)]) -> Output {
     let n = n.to_string();
@@ -334,7 +373,9 @@ fn pvms_mailbox_examples_find_each_other_through_it() {
     let job = String::from_utf8_lossy(&server.stdout).trim().to_string();
     let mut lines = Vec::new();
     let found = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
-        lines = run("task1", &["svc"]);
+        // (Until task0 has put its entry, task1 finds none and exits 255.)
+        let p = ex.join("task1").display().to_string();
+        lines = job_lines(&vm.mig(&["spawn", "-e", &ld, "--wait", "--", &p, "svc"]));
         lines
             .iter()
             .any(|l| l.contains("you are service request number 1"))
@@ -369,32 +410,16 @@ fn pvms_mailbox_examples_find_each_other_through_it() {
 fn pvms_examples_built_from_source_against_our_header_run_too() {
     examples();
     let lib = our_lib();
-    let src = tempfile::tempdir().expect("tempdir");
-    let ok = Command::new("tar")
-        .args(["xzf", "/usr/share/doc/pvm-examples/examples.tar.gz", "-C"])
-        .arg(src.path())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "cannot unpack PVM's example sources");
+    let src = pvm_sources();
     let ex = src.path().join("examples");
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3/include");
     let out_dir = tempfile::tempdir().expect("tempdir");
     for prog in ["hello", "hello_other", "master1", "slave1"] {
-        let out = Command::new("cc")
-            .args(["-w", "-std=gnu89", "-o"])
-            .arg(out_dir.path().join(prog))
-            .arg(ex.join(format!("{prog}.c")))
-            .arg("-I")
-            .arg(&include)
-            .arg("-L")
-            .arg(lib.path())
-            .arg("-lpvm3")
-            .output()
-            .expect("cc");
-        assert!(
-            out.status.success(),
-            "cc {prog}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let exe = out_dir.path().join(prog);
+        cc(
+            &ex.join(format!("{prog}.c")),
+            &exe,
+            lib.path(),
+            &["-w", "-std=gnu89"],
         );
     }
     let vm = Vm::start(2);
@@ -431,24 +456,7 @@ fn pvm_calls_do_what_pvm_documents() {
     // with three echo workers it spawns.
     let lib = our_lib();
     let dir = tempfile::tempdir().expect("tempdir");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3");
-    let exe = dir.path().join("selftest");
-    let out = Command::new("cc")
-        .args(["-Wall", "-o"])
-        .arg(&exe)
-        .arg(src.join("c/selftest.c"))
-        .arg("-I")
-        .arg(src.join("include"))
-        .arg("-L")
-        .arg(lib.path())
-        .arg("-lpvm3")
-        .output()
-        .expect("cc");
-    assert!(
-        out.status.success(),
-        "cc selftest: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = build_c("selftest", lib.path(), dir.path());
     let vm = Vm::start(3);
     let lines = ok_lines(&spawn(&vm, lib.path(), 1, &exe, &[]));
     assert!(
@@ -460,25 +468,9 @@ fn pvm_calls_do_what_pvm_documents() {
 /// Build one of `pvm3/c/` against our headers and library (found at run
 /// time through its rpath).
 fn build_c(name: &str, lib: &Path, into: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3/c");
     let exe = into.join(name);
-    let out = Command::new("cc")
-        .args(["-Wall", "-o"])
-        .arg(&exe)
-        .arg(src.join(format!("c/{name}.c")))
-        .arg("-I")
-        .arg(src.join("include"))
-        .arg("-L")
-        .arg(lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lpvm3")
-        .output()
-        .expect("cc");
-    assert!(
-        out.status.success(),
-        "cc {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cc(&src.join(format!("{name}.c")), &exe, lib, &["-Wall"]);
     exe
 }
 
@@ -530,16 +522,9 @@ fn a_c_program_keeps_its_state_through_moves_with_mig_h() {
 
 #[test]
 fn pvms_fortran_examples_built_with_gfortran_against_our_fpvm3_h_run() {
-    examples();
     tool("gfortran", "gfortran");
     let lib = our_lib();
-    let src = tempfile::tempdir().expect("tempdir");
-    let ok = Command::new("tar")
-        .args(["xzf", "/usr/share/doc/pvm-examples/examples.tar.gz", "-C"])
-        .arg(src.path())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "cannot unpack PVM's example sources");
+    let src = pvm_sources();
     // The sources include '../include/fpvm3.h'.
     let include = src.path().join("include");
     std::fs::create_dir_all(&include).expect("mkdir");
@@ -616,33 +601,14 @@ fn pvms_mailbox_test_program_gets_the_statuses_its_own_table_expects() {
     // mbox.c (PVM's mailbox test, not built by Debian) lists invocations
     // and the exit status each must give; those that use its current
     // options, in order, on one virtual machine.
-    examples();
     let lib = our_lib();
-    let src = tempfile::tempdir().expect("tempdir");
-    let ok = Command::new("tar")
-        .args(["xzf", "/usr/share/doc/pvm-examples/examples.tar.gz", "-C"])
-        .arg(src.path())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "cannot unpack PVM's example sources");
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pvm3/include");
+    let src = pvm_sources();
     let exe = src.path().join("mbox");
-    let out = Command::new("cc")
-        .args(["-w", "-std=gnu89", "-o"])
-        .arg(&exe)
-        .arg(src.path().join("examples/mbox.c"))
-        .arg("-I")
-        .arg(&include)
-        .arg("-L")
-        .arg(lib.path())
-        .arg(format!("-Wl,-rpath,{}", lib.path().display()))
-        .arg("-lpvm3")
-        .output()
-        .expect("cc");
-    assert!(
-        out.status.success(),
-        "cc mbox: {}",
-        String::from_utf8_lossy(&out.stderr)
+    cc(
+        &src.path().join("examples/mbox.c"),
+        &exe,
+        lib.path(),
+        &["-w", "-std=gnu89"],
     );
     let vm = Vm::start(2);
     let p = exe.display().to_string();

@@ -22,19 +22,8 @@ impl Master {
                 n,
                 new_job,
             } => {
-                let Some(j) = self.jobs.get(&job) else {
+                let Some(spec) = self.spec_for(&job, tid, program, args, n) else {
                     return reply(VpRet::Error("the caller's job is gone".into()));
-                };
-                let spec = SpawnSpec {
-                    program,
-                    args,
-                    n,
-                    cwd: j.spec.cwd.clone(),
-                    env: j.spec.env.clone(),
-                    wait: false,
-                    parent: Some(tid),
-                    independent: false,
-                    restartable: false,
                 };
                 if new_job {
                     let mut out = self.spawn(Requester::Vp { tid, id }, host, spec);
@@ -58,19 +47,8 @@ impl Master {
                 n,
                 arch,
             } => {
-                let Some(j) = self.jobs.get(&job) else {
+                let Some(spec) = self.spec_for(&job, tid, program, args, n) else {
                     return reply(VpRet::Error("the caller's job is gone".into()));
-                };
-                let spec = SpawnSpec {
-                    program,
-                    args,
-                    n,
-                    cwd: j.spec.cwd.clone(),
-                    env: j.spec.env.clone(),
-                    wait: false,
-                    parent: Some(tid),
-                    independent: false,
-                    restartable: false,
                 };
                 self.grow_job(&job, host, tid, id, spec, Some(arch))
             }
@@ -152,6 +130,30 @@ impl Master {
                 Err(e) => reply(VpRet::Error(e)),
             },
         }
+    }
+
+    /// What VP `tid` of `job` asks to start: its job's directory and
+    /// environment, itself as the parent (`None`: the job is gone).
+    fn spec_for(
+        &self,
+        job: &str,
+        tid: Tid,
+        program: String,
+        args: Vec<String>,
+        n: u32,
+    ) -> Option<SpawnSpec> {
+        let j = self.jobs.get(job)?;
+        Some(SpawnSpec {
+            program,
+            args,
+            n,
+            cwd: j.spec.cwd.clone(),
+            env: j.spec.env.clone(),
+            wait: false,
+            parent: Some(tid),
+            independent: false,
+            restartable: false,
+        })
     }
 
     /// A VP is gone for good: tell those who asked, and leave its groups.
