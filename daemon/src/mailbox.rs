@@ -30,6 +30,8 @@ const INDEX_SHIFT: u32 = 10;
 /// master's state is replicated whole).
 pub const MAX_ENTRY: usize = 1 << 20;
 const MAX_ENTRIES: usize = 4096;
+/// The longest class name.
+pub const MAX_NAME: usize = 1024;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Entry {
@@ -85,7 +87,7 @@ impl Mailbox {
         owner: Tid,
         data: Vec<u8>,
     ) -> Result<(u32, Vec<Answer>), MboxRefusal> {
-        if name.is_empty() || data.len() > MAX_ENTRY {
+        if name.is_empty() || name.len() > MAX_NAME || data.len() > MAX_ENTRY {
             return Err(MboxRefusal::BadParam);
         }
         let class = self.classes.entry(name.to_string()).or_default();
@@ -175,7 +177,11 @@ impl Mailbox {
     ) -> Result<Option<(Vec<u8>, Tid)>, MboxRefusal> {
         match self.read(name, index, flags, reader) {
             Ok(found) => Ok(Some(found)),
-            Err(MboxRefusal::NotFound) if flags & WAIT_FOR_INFO != 0 => {
+            // (Waiters are bounded as entries are: a VP that asks without
+            // waiting for its answers is refused past that.)
+            Err(MboxRefusal::NotFound)
+                if flags & WAIT_FOR_INFO != 0 && self.waiting.len() < MAX_ENTRIES =>
+            {
                 self.waiting.push(Waiter {
                     tid: reader,
                     id,
@@ -230,17 +236,34 @@ impl Mailbox {
     }
 }
 
-/// Does `name` match the shell-like `pattern`?
+/// Does `name` match the shell-like `pattern`? (In time linear in their
+/// lengths times the stars: a pattern comes from a VP and must not stall
+/// the master, as a naive recursive match does on `*a*a*a...b`.)
 fn glob(pattern: &[u8], name: &[u8]) -> bool {
-    match (pattern.first(), name.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            glob(&pattern[1..], name) || (!name.is_empty() && glob(pattern, &name[1..]))
+    let (mut p, mut n) = (0, 0);
+    // The last star seen and where in `name` its match would resume.
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    p = sp + 1;
+                    n = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
         }
-        (Some(b'?'), Some(_)) => glob(&pattern[1..], &name[1..]),
-        (Some(p), Some(n)) if p == n => glob(&pattern[1..], &name[1..]),
-        _ => false,
     }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 #[cfg(test)]
@@ -322,6 +345,21 @@ mod tests {
             m.put("big", 0, 1, vec![0; MAX_ENTRY + 1]).map(|r| r.0),
             Err(MboxRefusal::BadParam)
         );
+        let long = "n".repeat(MAX_NAME + 1);
+        assert_eq!(
+            m.put(&long, 0, 1, vec![1]).map(|r| r.0),
+            Err(MboxRefusal::BadParam)
+        );
         assert!(glob(b"a*b?c", b"axxbyc") && !glob(b"a*b?c", b"axxbc"));
+        assert!(glob(b"*", b"") && glob(b"", b"") && !glob(b"", b"a") && !glob(b"?", b""));
+        assert!(glob(b"*x*", b"abxcd") && !glob(b"*x*", b"abcd") && glob(b"a**", b"a"));
+        // A pattern built to make a naive matcher take exponential time
+        // (this test would not end) is answered in one pass.
+        let hostile = b"*a".repeat(40);
+        let long = vec![b'a'; 4000];
+        assert!(glob(&hostile, &long));
+        let mut miss = hostile.clone();
+        miss.push(b'b');
+        assert!(!glob(&miss, &long));
     }
 }
