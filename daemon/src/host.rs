@@ -50,6 +50,8 @@ pub struct LocalVp {
     /// It was given that notice as the owner came back: it runs on until it
     /// says it is ready or until this instant (`quiesce_ms`), then stops.
     pub quiescing: Option<(std::time::Instant, std::time::Instant)>,
+    /// Its standard input, where the daemon feeds it (`StartVp::stdin`).
+    pub input: Option<crate::input::Input>,
 }
 
 /// A VP this young when the owner comes back, that has not yet said
@@ -145,6 +147,8 @@ pub struct Started {
     pub stderr: OwnedFd,
     /// The daemon's end of the VP's socket (the VP has the other as `MIG_FD`).
     pub sock: OwnedFd,
+    /// The write end of its stdin, if it has a pipe there (`StartVp::stdin`).
+    pub stdin: Option<OwnedFd>,
 }
 
 /// How VPs run, from the daemon's configuration.
@@ -179,7 +183,7 @@ pub fn spawn(
     join: &[std::os::fd::RawFd],
 ) -> io::Result<Started> {
     let exec = Exec::prepare(s, host, socket, how.huge_pages)?;
-    fork_exec(&exec, how, join)
+    fork_exec(&exec, how, join, s.stdin)
 }
 
 /// Everything a VP's `execve` needs, made before `fork` (the child may not
@@ -241,7 +245,12 @@ impl Exec {
 
 /// Fork, and in the child set the VP up (its own process group, priority,
 /// signals, death with the daemon, descriptors) and exec it.
-fn fork_exec(exec: &Exec, how: &Treatment, join: &[std::os::fd::RawFd]) -> io::Result<Started> {
+fn fork_exec(
+    exec: &Exec,
+    how: &Treatment,
+    join: &[std::os::fd::RawFd],
+    piped_stdin: bool,
+) -> io::Result<Started> {
     let Treatment { nice, idle, .. } = *how;
     let prog = &exec.program;
     let argv: Vec<*const libc::c_char> = exec
@@ -257,7 +266,13 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: &[std::os::fd::RawFd]) -> io::R
         .chain(std::iter::once(std::ptr::null()))
         .collect();
     let cwd = &exec.cwd;
-    let devnull = std::fs::File::open("/dev/null")?;
+    // Its stdin: a pipe the daemon feeds, or /dev/null.
+    let (stdin_r, stdin_w) = if piped_stdin {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        (r, Some(w))
+    } else {
+        (OwnedFd::from(std::fs::File::open("/dev/null")?), None)
+    };
     // Close-on-exec everywhere: dup2 onto 1 and 2 clears it on the copies.
     let (out_r, out_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
@@ -317,7 +332,7 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: &[std::os::fd::RawFd]) -> io::R
             if libc::getppid() != parent {
                 libc::_exit(1);
             }
-            libc::dup2(devnull.as_raw_fd(), 0);
+            libc::dup2(stdin_r.as_raw_fd(), 0);
             libc::dup2(out_w.as_raw_fd(), 1);
             libc::dup2(err_w.as_raw_fd(), 2);
             // The VP's socket at a known number, without close-on-exec
@@ -338,12 +353,13 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: &[std::os::fd::RawFd]) -> io::R
             // first (a stop sent to the group at once must reach it).
             // SAFETY: setpgid on our own child.
             unsafe { libc::setpgid(pid, pid) };
-            drop((out_w, err_w, vp_sock));
+            drop((out_w, err_w, vp_sock, stdin_r));
             Ok(Started {
                 pid,
                 stdout: out_r,
                 stderr: err_r,
                 sock,
+                stdin: stdin_w,
             })
         }
     }

@@ -10,6 +10,7 @@
 //! * `groups` — named groups and barriers, kept by the master (no I/O);
 //! * `mailbox` — PVM programs' message mailbox, kept by the master (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
+//! * `input` — feeding a VP's standard input from `mig spawn --wait`;
 //! * `contain` — each VP's whole process tree in a cgroup of its own;
 //! * `store` — job checkpoints on disk (images per generation, checked when read);
 //! * `slicer` — the gang slicer: which local VPs run in the slot in force (no I/O);
@@ -28,6 +29,7 @@ pub mod flow;
 pub mod groups;
 pub mod guardian;
 pub mod host;
+pub mod input;
 pub mod log;
 pub mod mailbox;
 pub mod master;

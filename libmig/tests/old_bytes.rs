@@ -68,6 +68,7 @@ fn peer_msgs() -> Vec<PeerMsg> {
             env: vec![("A".into(), "b".into())],
             parent: Some(0x40001),
             incarnation: 0,
+            stdin: true,
         }),
         PeerMsg::Snap {
             tid: 0x40001,
@@ -123,6 +124,11 @@ fn peer_msgs() -> Vec<PeerMsg> {
         PeerMsg::Redirect {
             addr: "127.0.0.1:7001".into(),
         },
+        PeerMsg::Input {
+            tid: 0x40001,
+            data: b"10\n4\n".to_vec(),
+            eof: true,
+        },
     ]
 }
 
@@ -155,6 +161,11 @@ fn requests() -> Vec<Request> {
             independent: false,
             restartable: false,
         }),
+        Request::Input {
+            job: "j1".into(),
+            data: b"yes\n".to_vec(),
+            eof: false,
+        },
     ]
 }
 

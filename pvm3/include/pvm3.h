@@ -291,7 +291,7 @@ int pvm_delete(char *name, int req);
 /* Helpers. */
 int pvmsleep(int secs);
 int lpvmerr(char *f, int n);
-int pvmdisplaymhfinfo(char *who);
+int pvmdisplaymhfinfo(const char *who, const char *message, int tid);
 
 #ifdef __cplusplus
 }

@@ -482,33 +482,66 @@ pub unsafe extern "C" fn pvm_precv(
 }
 
 /// Print the message handlers (a debugging aid of PVM's that its examples
-/// call).
+/// call as `pvmdisplaymhfinfo(who, message, tid)`): a heading, `message`,
+/// then one line per handler, in PVM's layout, through C's `stdout` (so
+/// the lines fall in order with the program's own `printf`s).
 ///
 /// # Safety
-/// `who` null or a C string.
+/// `who` and `message` null or C strings.
 #[no_mangle]
-pub unsafe extern "C" fn pvmdisplaymhfinfo(who: *const libc::c_char) -> c_int {
-    let who = if who.is_null() {
-        String::new()
-    } else {
-        // SAFETY: a C string.
-        unsafe { std::ffi::CStr::from_ptr(who) }
-            .to_string_lossy()
-            .into_owned()
+pub unsafe extern "C" fn pvmdisplaymhfinfo(
+    who: *const libc::c_char,
+    message: *const libc::c_char,
+    tid: c_int,
+) -> c_int {
+    let text = |p: *const libc::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a C string.
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        }
     };
+    let me = format!("{} t{:x}", text(who), tid);
     let hs = state::with(|t| t.handlers.clone());
-    println!("{who}: {} message handlers", hs.len());
-    for h in hs {
-        let any = |v: Option<String>| v.unwrap_or_else(|| "any".into());
-        println!(
-            "{who}:   mhid {} src {} tag {} ctx {}",
-            h.id,
-            any(h.src.map(|s| format!("t{s:x}"))),
-            any(h.tag.map(|t| t.to_string())),
-            any(h.ctx.map(|c| c.to_string()))
-        );
+    let mut out = format!(
+        "\n{me}: Display Message Handler Information: ndhandles = {n}\tnhandles = {n}\tfl_dhandles = -1\n\
+         pvmdisplaymhfinfo: free list.  head <- -< tail\n",
+        n = hs.len()
+    );
+    let message = text(message);
+    if !message.is_empty() {
+        out.push_str(&format!("{me}: {message}\n"));
     }
+    for (i, h) in hs.iter().enumerate() {
+        out.push_str(&format!(
+            "{me}: dhandles[{i:2}].mhid = {id:2}  .handle = {i:2}     handles[{i:2}].mhid = {id:2}  \
+             .header.src = t{src:<8x}  .header.ctx = {ctx:8}  .header.tag= {tag:8}\n",
+            id = h.id,
+            src = h.src.map_or(-1, |s| s as i32),
+            ctx = h.ctx.unwrap_or(-1),
+            tag = h.tag.unwrap_or(-1),
+        ));
+    }
+    out.push_str("\n\n");
+    c_stdout(&out);
     errors::OK
+}
+
+/// Write `text` through C's `stdout` (buffered with the program's own
+/// output, not beside it).
+fn c_stdout(text: &str) {
+    extern "C" {
+        static mut stdout: *mut libc::FILE;
+    }
+    let Ok(c) = std::ffi::CString::new(text) else {
+        return;
+    };
+    // SAFETY: glibc's `stdout` is a valid stream for the process's life;
+    // fputs reads a C string.
+    unsafe { libc::fputs(c.as_ptr(), stdout) };
 }
 
 /// The sockets this task's messages arrive on (the daemon's first, then

@@ -370,18 +370,25 @@ impl Task {
     }
 }
 
-/// Start this program again under `mig spawn -n 1 --wait` (it returns only
-/// on failure). Output already buffered by C's stdio is written first.
+/// Start this program again under `mig spawn -n 1 --wait --bare` (it
+/// returns only on failure). The copy started prints again what this one
+/// printed before its first PVM call, so what C's stdio still holds of
+/// that is dropped, not written (lines already on a terminal show twice).
 fn enrol_again() -> std::io::Error {
-    // SAFETY: fflush(NULL) flushes every C output stream; no pointers kept.
-    unsafe { libc::fflush(std::ptr::null_mut()) };
+    extern "C" {
+        static mut stdout: *mut libc::FILE;
+        fn __fpurge(stream: *mut libc::FILE);
+    }
+    // SAFETY: glibc's `stdout` is valid for the process's life; __fpurge
+    // discards its buffer.
+    unsafe { __fpurge(stdout) };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return e,
     };
     let mig = std::env::var_os("MIG_BIN").unwrap_or_else(|| OsString::from("mig"));
     let mut cmd = std::process::Command::new(mig);
-    cmd.args(["spawn", "-n", "1", "--wait"]);
+    cmd.args(["spawn", "-n", "1", "--wait", "--bare"]);
     for k in KEEP_ENV {
         if let Ok(v) = std::env::var(k) {
             cmd.arg("-e").arg(format!("{k}={v}"));

@@ -4,11 +4,12 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use libmig::frame;
 use libmig::msg::{PeerMsg, Request, Response};
-use mig_tests::{alive, wait_until, Vm};
+use mig_tests::{alive, command, job_lines, wait_until, Vm};
 use nix::sys::signal::Signal;
 
 const T: Duration = Duration::from_secs(10);
@@ -667,4 +668,110 @@ fn another_local_user_is_told_permission_denied_by_the_socket_and_by_the_daemon(
         "{err}"
     );
     assert!(master_serves(&vm));
+}
+
+/// `mig spawn --wait ARGS` through daemon `at`, with `input` on its stdin.
+fn spawn_with_input(vm: &Vm, at: usize, args: &[&str], input: &[u8]) -> Output {
+    let mut child = command("mig")
+        .env("MIG_DAEMON", vm.sock_of(at))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mig spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    // Written beside the reading of its output (more than a pipe holds).
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for mig spawn");
+    writer.join().expect("writer");
+    out
+}
+
+#[test]
+fn spawn_wait_forwards_its_input_to_vp_0_only_and_no_input_ends_it_at_once() {
+    let vm = Vm::start(2);
+    // VP 0 counts its input and echoes its last line; VP 1 reads
+    // /dev/null. 300 KiB is more than a pipe holds: the daemon feeds it as
+    // the VP reads. Asked through the worker (h1) as well as the master.
+    let mut input: Vec<u8> = (0..30_000)
+        .flat_map(|i| format!("{i:09}\n").into_bytes())
+        .collect();
+    input.extend_from_slice(b"the last line\n");
+    let script = "if [ \"$MIG_VP\" = 0 ]; then \
+                  wc -c; \
+                  else echo \"vp1 read $(wc -c) bytes\"; fi";
+    for at in [0, 1] {
+        let out = spawn_with_input(
+            &vm,
+            at,
+            &["spawn", "-n", "2", "--wait", "--", "/bin/sh", "-c", script],
+            &input,
+        );
+        let lines = job_lines(&out);
+        assert!(
+            out.status.success(),
+            "{lines:?} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            lines.contains(&input.len().to_string()),
+            "VP 0 read all {} bytes: {lines:?}",
+            input.len()
+        );
+        assert!(lines.contains(&"vp1 read 0 bytes".to_string()), "{lines:?}");
+    }
+    // Lines reach a program that reads them one by one and answers.
+    let out = spawn_with_input(
+        &vm,
+        0,
+        &[
+            "spawn",
+            "--wait",
+            "--",
+            "/bin/sh",
+            "-c",
+            "while read x; do echo \"got $x\"; done; echo end",
+        ],
+        b"one\ntwo\n",
+    );
+    assert_eq!(job_lines(&out), ["got one", "got two", "end"]);
+    // --no-input: VP 0's input ends at once (cat would otherwise wait).
+    let out = spawn_with_input(
+        &vm,
+        0,
+        &["spawn", "--wait", "--no-input", "--", "/bin/cat"],
+        b"never read\n",
+    );
+    assert!(out.status.success());
+    assert!(job_lines(&out).is_empty(), "{:?}", job_lines(&out));
+    // A program that never reads its input ends, and so does mig spawn.
+    let out = spawn_with_input(
+        &vm,
+        0,
+        &["spawn", "--wait", "--", "/bin/echo", "done"],
+        &vec![b'x'; 1 << 20],
+    );
+    assert_eq!(job_lines(&out), ["done"]);
+    // Input for a job not started with --wait, or unknown, is refused.
+    let job = String::from_utf8_lossy(&vm.mig(&["spawn", "--", "/bin/sleep", "5"]).stdout)
+        .trim()
+        .to_string();
+    let mut c = libmig::control::Client::connect(&vm.sock()).expect("connect");
+    for j in [job.as_str(), "j999"] {
+        let r = c
+            .call(&Request::Input {
+                job: j.to_string(),
+                data: b"x".to_vec(),
+                eof: true,
+            })
+            .expect("an answer");
+        assert!(
+            matches!(&r, Response::Error { message } if message.contains(j)),
+            "{r:?}"
+        );
+    }
 }

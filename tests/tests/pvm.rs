@@ -658,3 +658,234 @@ fn pvms_mailbox_test_program_gets_the_statuses_its_own_table_expects() {
         "{lines:?}"
     );
 }
+
+/// A real PVM 3.4.6 (Debian's `pvm`): its daemon on this host alone, with
+/// a directory of its own (`PVM_TMP`), halted when dropped.
+struct RealPvm {
+    pvmd: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl RealPvm {
+    fn start() -> RealPvm {
+        tool("/usr/lib/pvm3/lib/pvmd", "pvm");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hostfile = dir.path().join("hostfile");
+        std::fs::write(
+            &hostfile,
+            format!("* ep=/usr/bin wd={}\n", dir.path().display()),
+        )
+        .expect("hostfile");
+        let mut cmd = Command::new("/usr/lib/pvm3/lib/pvmd");
+        cmd.arg(&hostfile)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut pvm = RealPvm {
+            pvmd: Self::env(&mut tied(cmd), dir.path())
+                .spawn()
+                .expect("start pvmd"),
+            dir,
+        };
+        // SAFETY: a plain system call.
+        let uid = unsafe { libc::getuid() };
+        let ready = pvm.dir.path().join(format!("pvmd.{uid}"));
+        for _ in 0..200 {
+            if ready.exists() {
+                return pvm;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        let _ = pvm.pvmd.kill();
+        panic!("pvmd did not start (no {})", ready.display());
+    }
+
+    /// What PVM's programs need to find this daemon.
+    fn env<'a>(cmd: &'a mut Command, dir: &Path) -> &'a mut Command {
+        cmd.env("PVM_ROOT", "/usr/lib/pvm3")
+            .env("PVM_TMP", dir)
+            .env("PVM_ALLOW_ROOT", "1")
+            .env_remove("LD_LIBRARY_PATH")
+            .current_dir(dir)
+    }
+}
+
+impl Drop for RealPvm {
+    fn drop(&mut self) {
+        let _ = self.pvmd.kill();
+        let _ = self.pvmd.wait();
+    }
+}
+
+/// Where a PVM program started from a shell runs: a real pvmd, or mig (our
+/// library first on its path).
+enum System<'a> {
+    Pvm(&'a RealPvm),
+    Mig(&'a Vm, &'a Path),
+}
+
+impl System<'_> {
+    fn command(&self, prog: &str, args: &[&str]) -> Command {
+        let mut cmd = tied(Command::new(Path::new("/usr/bin").join(prog)));
+        cmd.args(args);
+        match self {
+            System::Pvm(p) => {
+                RealPvm::env(&mut cmd, p.dir.path());
+            }
+            System::Mig(vm, lib) => {
+                cmd.env("LD_LIBRARY_PATH", lib)
+                    .env("MIG_DAEMON", vm.sock())
+                    .env("MIG_BIN", bin("mig"));
+            }
+        }
+        cmd
+    }
+
+    /// Run `prog` from a shell with `input` on its stdin: its exit status
+    /// and what it printed.
+    fn run(&self, prog: &str, args: &[&str], input: &str) -> (Option<i32>, String) {
+        use std::io::Write;
+        let mut child = self
+            .command(prog, args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the program");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).expect("write its input");
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait for it");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), text)
+    }
+
+    /// PVM's message handler example: `mhf_server` started from one shell,
+    /// `mhf_tickle` from another loads a handler in the server, hits it,
+    /// and tells the server to end. What each printed.
+    fn message_handlers(&self) -> (String, String) {
+        let server = self
+            .command("mhf_server", &[])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start mhf_server");
+        // Load string_catcher1 for (this client, tag 1, any context), hit
+        // it with "hello", then SEAT.
+        let script = "1\n1\n-1\n1\n4\n1\n0\n1\nhello\n9\n";
+        let mut tickle = String::new();
+        for _ in 0..40 {
+            let (_, out) = self.run("mhf_tickle", &[], script);
+            tickle = out;
+            if !tickle.contains("Requested key does not exist") {
+                break;
+            }
+            // The server has not registered yet.
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let out = server.wait_with_output().expect("mhf_server ends");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (tickle, text)
+    }
+}
+
+/// A program's output with what differs between any two runs made the
+/// same: Tids (`t40001`, and in decimal), contexts and other numbers of five
+/// digits or more; the lines sorted (tasks print in any order); lines
+/// about PVM's own message handlers (the ones libpvm installs for itself)
+/// left out.
+fn comparable(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.contains("dhandles[") && !l.contains("Display Message Handler"))
+        .map(|l| {
+            let mut out = String::new();
+            let b = l.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                let word_start = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+                let hex = b[i + 1..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_hexdigit())
+                    .count();
+                let digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+                if word_start && b[i] == b't' && (5..=8).contains(&hex) {
+                    out.push_str("tTID");
+                    i += 1 + hex;
+                } else if word_start && digits >= 5 {
+                    out.push('N');
+                    i += digits;
+                } else {
+                    out.push(b[i] as char);
+                    i += 1;
+                }
+            }
+            out.trim_end().to_string()
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn the_same_binaries_print_what_they_print_under_pvm_itself() {
+    // Debian's binaries started from a shell, one after another, first on
+    // a real PVM 3.4.6 of one host, then on a mig virtual machine of one
+    // host: the same lines (Tids and contexts aside) and the same exit
+    // statuses. gmbi is left out: it lists every mailbox entry, and PVM's
+    // group server leaves one of its own there.
+    examples();
+    let pvm = RealPvm::start();
+    let lib = our_lib();
+    let vm = Vm::start(1);
+    let programs: &[(&str, &[&str], &str)] = &[
+        ("hello.pvm", &[], ""),
+        ("master1", &[], ""),
+        ("spmd", &[], ""),
+        ("inheritb", &[], ""),
+        ("inherita", &["inherit1"], ""),
+        ("inherita", &["inherit3"], ""),
+        ("lmbi", &[], ""),
+        ("task0", &[], ""),
+        ("task1", &[], ""),
+        ("task_end", &[], ""),
+        ("fmaster1", &[], ""),
+        ("fspmd", &[], ""),
+        ("fgexample", &[], ""),
+        // Asks for the matrix's dimension and the number of tasks.
+        ("gexample", &[], "10\n4\n"),
+    ];
+    for (prog, args, input) in programs {
+        let (pvm_status, pvm_out) = System::Pvm(&pvm).run(prog, args, input);
+        let (mig_status, mig_out) = System::Mig(&vm, lib.path()).run(prog, args, input);
+        assert!(
+            !comparable(&pvm_out).is_empty(),
+            "{prog} printed nothing under PVM: is pvmd up? {pvm_out}"
+        );
+        assert_eq!(
+            comparable(&mig_out),
+            comparable(&pvm_out),
+            "{prog} {args:?}: mig (left) and PVM (right) differ\nmig:\n{mig_out}\npvm:\n{pvm_out}"
+        );
+        assert_eq!(mig_status, pvm_status, "{prog} {args:?}: exit status");
+    }
+    let (pvm_tickle, pvm_server) = System::Pvm(&pvm).message_handlers();
+    let (mig_tickle, mig_server) = System::Mig(&vm, lib.path()).message_handlers();
+    assert!(
+        pvm_server.contains("strings match <hello>"),
+        "the handler caught the message under PVM: {pvm_server}"
+    );
+    assert_eq!(
+        comparable(&mig_tickle),
+        comparable(&pvm_tickle),
+        "mhf_tickle\nmig:\n{mig_tickle}\npvm:\n{pvm_tickle}"
+    );
+    assert_eq!(
+        comparable(&mig_server),
+        comparable(&pvm_server),
+        "mhf_server\nmig:\n{mig_server}\npvm:\n{pvm_server}"
+    );
+}

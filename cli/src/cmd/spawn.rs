@@ -41,6 +41,19 @@ pub struct Args {
     /// fixed 2 s; here it is opt-in and bounded. Gang slices never wait.
     #[arg(long, value_name = "SIGNAL", value_parser = parse_signal)]
     pause_signal: Option<i32>,
+    /// VP 0 of a --wait job reads nothing (its input ends at once). By
+    /// default --wait forwards this command's standard input to VP 0's, as
+    /// srun does, except when it runs in the background of a terminal.
+    /// Other VPs, and every VP of a job started without --wait, read
+    /// /dev/null.
+    #[arg(long)]
+    no_input: bool,
+    /// With --wait: print VP 0's lines as they are and the others' after
+    /// `[tTID] ` (as PVM's pvm_catchout does), and say nothing else unless
+    /// a VP fails: how a PVM program started from a shell looks (its
+    /// libpvm3 enrols it this way).
+    #[arg(long, requires = "wait")]
+    bare: bool,
     /// Print JSON lines (spawned, output, vp_done, job_done) instead of text.
     #[arg(long)]
     json: bool,
@@ -104,14 +117,15 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             "{}",
             serde_json::json!({"event": "spawned", "job": job, "tids": tids})
         );
-    } else if a.wait {
-        eprintln!("mig: job {job}: {} VPs", tids.len());
-    } else {
+    } else if a.wait && !a.bare {
+        eprintln!("mig: job {job}: {}", vps(tids.len()));
+    } else if !a.wait {
         println!("{job}");
     }
     if !a.wait {
         return Ok(());
     }
+    forward_input(daemon, &job, a.no_input || in_background());
     // VPs the job spawns itself join the count as they are heard of.
     let mut total = tids.len();
     let mut done = 0;
@@ -136,10 +150,17 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                         "{}",
                         serde_json::json!({"event": "output", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "stream": s, "line": line})
                     );
-                } else if stream == Stream::Stdout {
-                    let _ = writeln!(stdout.lock(), "[t{tid:x} {host}] {line}");
                 } else {
-                    eprintln!("[t{tid:x} {host}] {line}");
+                    let prefix = match (a.bare, vp) {
+                        (true, 0) => String::new(),
+                        (true, _) => format!("[t{tid:x}] "),
+                        (false, _) => format!("[t{tid:x} {host}] "),
+                    };
+                    if stream == Stream::Stdout {
+                        let _ = writeln!(stdout.lock(), "{prefix}{line}");
+                    } else {
+                        eprintln!("{prefix}{line}");
+                    }
                 }
             }
             Response::VpDone {
@@ -155,9 +176,9 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                         "{}",
                         serde_json::json!({"event": "vp_done", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "status": status.status(), "how": status.to_string()})
                     );
-                } else if status.status() != 0 {
+                } else if status.status() != 0 && !(a.bare && vp == 0) {
                     eprintln!("mig: VP {vp} (t{tid:x} on {host}): {status} [{done}/{total} done]");
-                } else if done == total || done % 8 == 0 {
+                } else if !a.bare && (done == total || done % 8 == 0) {
                     eprintln!("mig: {done}/{total} VPs done");
                 }
             }
@@ -168,7 +189,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                         "{}",
                         serde_json::json!({"event": "job_done", "job": job, "status": status, "seconds": secs})
                     );
-                } else {
+                } else if !a.bare {
                     eprintln!("mig: job {job} finished with status {status} in {secs:.3} s");
                 }
                 std::process::exit(status);
@@ -177,6 +198,77 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             _ => {}
         }
     }
+}
+
+/// "1 VP", "8 VPs".
+fn vps(n: usize) -> String {
+    if n == 1 {
+        "1 VP".to_string()
+    } else {
+        format!("{n} VPs")
+    }
+}
+
+/// Forward this command's standard input to VP 0 of `job` (or only its
+/// end, with `none`), in a thread of its own on a connection of its own: a
+/// piece at a time, each answered before the next (the flow control), sent
+/// again while the VP cannot take it (not yet placed, moving).
+fn forward_input(daemon: &Path, job: &str, none: bool) {
+    let (daemon, job) = (daemon.to_path_buf(), job.to_string());
+    std::thread::spawn(move || {
+        if let Err(e) = pump_input(&daemon, &job, none) {
+            eprintln!("mig: input no longer forwarded to job {job}: {e:#}");
+        }
+    });
+}
+
+fn pump_input(daemon: &Path, job: &str, none: bool) -> Result<()> {
+    use std::io::Read;
+    let mut c = Client::connect(daemon)?;
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = vec![0u8; libmig::msg::INPUT_CHUNK];
+    loop {
+        let n = if none {
+            0
+        } else {
+            match stdin.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("reading standard input"),
+            }
+        };
+        let eof = n == 0;
+        let req = Request::Input {
+            job: job.to_string(),
+            data: buf[..n].to_vec(),
+            eof,
+        };
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            match c.call(&req)? {
+                Response::Ok { .. } => break,
+                Response::Error { message } if message.ends_with(libmig::msg::INPUT_LATER) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                // VP 0 has ended: nobody reads any more.
+                Response::Error { message } if message.ends_with("has ended") => return Ok(()),
+                Response::Error { message } => bail!("{message}"),
+                other => bail!("unexpected reply {other:?}"),
+            }
+        }
+        if eof {
+            return Ok(());
+        }
+    }
+}
+
+/// Is this command a background job of its terminal (reading it would
+/// stop us with SIGTTIN)?
+fn in_background() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp only read the descriptor and
+    // the process's own state.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) != libc::getpgrp() }
 }
 
 /// A signal by name (`TERM`, `SIGTERM`, `usr1`) or number, one a pause

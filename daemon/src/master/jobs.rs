@@ -90,6 +90,61 @@ impl Master {
         out
     }
 
+    /// `Request::Input`: bytes for VP 0 of `job`, sent to its host. While
+    /// it is not running (placed later, moving, parked) the caller is told
+    /// to try again (`libmig::msg::INPUT_LATER`); bytes the host has not yet written
+    /// into the pipe when the VP moves are lost with the old process.
+    pub(super) fn input(
+        &mut self,
+        from: Requester,
+        job: &str,
+        data: Vec<u8>,
+        eof: bool,
+    ) -> Vec<Out> {
+        let error = |message: String| vec![Out::Reply(from.clone(), Response::Error { message })];
+        if data.len() > libmig::msg::INPUT_CHUNK {
+            return error(format!(
+                "input arrives in pieces of at most {} bytes, not {}",
+                libmig::msg::INPUT_CHUNK,
+                data.len()
+            ));
+        }
+        let Some(j) = self.jobs.get(job) else {
+            return error(format!("no job {job}"));
+        };
+        if !j.spec.wait || j.spec.parent.is_some() {
+            return error(format!(
+                "job {job} was not started by `mig spawn --wait`: its VPs read no input"
+            ));
+        }
+        let Some(v) = j.vps.get(&0) else {
+            return error(format!("job {job} has no VP 0"));
+        };
+        match (&v.state, &v.host) {
+            (VpState::Running | VpState::Starting, Some(host)) => vec![
+                Out::ToHost(
+                    host.clone(),
+                    PeerMsg::Input {
+                        tid: v.tid,
+                        data,
+                        eof,
+                    },
+                ),
+                Out::Reply(
+                    from,
+                    Response::Ok {
+                        message: String::new(),
+                    },
+                ),
+            ],
+            (VpState::Exited, _) => error(format!("VP 0 of job {job} has ended")),
+            _ => error(format!(
+                "VP 0 of job {job} is not running now; {}",
+                libmig::msg::INPUT_LATER
+            )),
+        }
+    }
+
     pub(super) fn kill(&mut self, from: Requester, target: &str) -> Vec<Out> {
         if let Some(j) = self.jobs.get_mut(target) {
             // Answered once every VP has ended, or at the deadline with

@@ -346,6 +346,7 @@ impl Master {
             Request::Stats => vec![Out::Reply(from, Response::Stats(self.stats()))],
             Request::Checkpoint { job } => self.checkpoint_job(&job, Some(from)),
             Request::Restart { job } => self.restart_job(&job, Some(from)),
+            Request::Input { job, data, eof } => self.input(from, &job, data, eof),
             req @ (Request::TokenCreate { .. }
             | Request::TokenList
             | Request::TokenRevoke { .. }) => self.token_request(from, req),
@@ -397,6 +398,7 @@ impl Master {
             env: j.spec.env.clone(),
             parent: v.parent,
             incarnation: j.incarnation,
+            stdin: vp == 0 && j.spec.wait && j.spec.parent.is_none(),
         }))
     }
 

@@ -86,7 +86,9 @@ impl Master {
             Request::Spawn(_) => None,
             Request::Kill { target } => theirs(target),
             Request::Migrate { tid, .. } => theirs(tid),
-            Request::Checkpoint { job } | Request::Restart { job } => theirs(job),
+            Request::Checkpoint { job } | Request::Restart { job } | Request::Input { job, .. } => {
+                theirs(job)
+            }
             Request::Owner { .. }
             | Request::Halt
             | Request::TokenCreate { .. }

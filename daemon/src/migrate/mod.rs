@@ -394,6 +394,7 @@ mod tests {
             env: vec![],
             parent: None,
             incarnation: 0,
+            stdin: false,
         }
     }
 

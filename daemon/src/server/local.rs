@@ -34,6 +34,7 @@ impl Daemon {
                 stdout: out,
                 stderr: err,
                 sock,
+                stdin,
             }) => {
                 let std_sock = std::os::unix::net::UnixStream::from(sock);
                 let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
@@ -71,6 +72,11 @@ impl Daemon {
                         probation: None,
                         pause_signal: pause_signal_of(&s.env),
                         quiescing: None,
+                        input: stdin.and_then(|fd| {
+                            crate::input::Input::new(fd)
+                                .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))
+                                .ok()
+                        }),
                         cell: cell.take().map(|mut c| {
                             c.joined();
                             c
@@ -119,6 +125,23 @@ impl Daemon {
                         }
                     }
                 }
+                let input_fd = self
+                    .vps
+                    .by_tid
+                    .get(&tid)
+                    .and_then(|v| v.input.as_ref())
+                    .and_then(|i| i.fd());
+                if let Some(fd) = input_fd {
+                    let t = self.token();
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut SourceFd(&fd), t, Interest::WRITABLE)
+                        .is_ok()
+                    {
+                        self.inputs.insert(t, tid);
+                    }
+                }
                 self.report(PeerMsg::Started {
                     tid,
                     pid: pid as u32,
@@ -132,6 +155,38 @@ impl Daemon {
                     error: Some(format!("{}: {e}", s.program)),
                 };
                 self.report(PeerMsg::Exited { tid, status });
+            }
+        }
+    }
+
+    /// `PeerMsg::Input`: bytes (and perhaps the end) for a local VP's stdin.
+    pub(super) fn feed_input(&mut self, tid: Tid, data: &[u8], eof: bool) {
+        let Some(input) = self.vps.by_tid.get_mut(&tid).and_then(|v| v.input.as_mut()) else {
+            warn!(
+                "{} bytes of input for VP t{tid:x} dropped: it is not here or reads no input",
+                data.len()
+            );
+            return;
+        };
+        if let crate::input::Pushed::Dropped(n) = input.push(data, eof) {
+            warn!("{n} bytes of input for VP t{tid:x} dropped: it does not read them");
+        }
+        if input.closed() {
+            self.inputs.retain(|_, t| *t != tid);
+        }
+    }
+
+    /// A VP's stdin pipe has room again (or its reader went away).
+    pub(super) fn input_room(&mut self, t: Token) {
+        let Some(&tid) = self.inputs.get(&t) else {
+            return;
+        };
+        match self.vps.by_tid.get_mut(&tid).and_then(|v| v.input.as_mut()) {
+            Some(input) if !input.closed() => input.flush(),
+            // Its process is gone, or the pipe closed (which took it out
+            // of the poll set).
+            _ => {
+                self.inputs.remove(&t);
             }
         }
     }

@@ -142,6 +142,8 @@ pub struct Daemon {
     signals: Signals,
     conns: HashMap<Token, Conn>,
     pipes: HashMap<Token, Pipe>,
+    /// Local VPs' stdin pipes, by the token that says one has room.
+    inputs: HashMap<Token, Tid>,
     next_token: usize,
     /// The master, or a worker and its link to the master.
     role: Role,
@@ -315,6 +317,7 @@ impl Daemon {
             signals,
             conns: HashMap::new(),
             pipes: HashMap::new(),
+            inputs: HashMap::new(),
             next_token: FIRST,
             role: Role::worker(),
             vps: Vps::default(),
@@ -451,6 +454,7 @@ impl Daemon {
                     UNIX => self.accept(false),
                     SIGNALS => self.signals(),
                     t if self.pipes.contains_key(&t) => self.pipe_ready(t),
+                    t if self.inputs.contains_key(&t) => self.input_room(t),
                     t => {
                         if ev.is_writable() {
                             if let Some(c) = self.conns.get_mut(&t) {
@@ -533,6 +537,12 @@ impl Daemon {
         if let Some(c) = &mut self.contain {
             c.sweep();
         }
+        let vps = &self.vps.by_tid;
+        self.inputs.retain(|_, tid| {
+            vps.get(tid)
+                .and_then(|v| v.input.as_ref())
+                .is_some_and(|i| !i.closed())
+        });
         if self.pools_trimmed.elapsed() >= POOL_IDLE {
             self.pools_trimmed = Instant::now();
             self.outbox.trim_idle();

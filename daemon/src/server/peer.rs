@@ -202,6 +202,7 @@ impl Daemon {
                 }
             }
             PeerMsg::Unpark { tid } => self.unpark(tid),
+            PeerMsg::Input { tid, data, eof } => self.feed_input(tid, &data, eof),
             PeerMsg::Snap { tid, step } => self.snap_step(tid, step),
             PeerMsg::Replica {
                 job,

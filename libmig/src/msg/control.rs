@@ -88,7 +88,24 @@ pub enum Request {
         /// Its id.
         id: String,
     },
+    /// Bytes for the standard input of VP 0 of a job started with `wait`
+    /// (`mig spawn --wait` forwards its own); `eof` closes it.
+    Input {
+        /// The job.
+        job: String,
+        /// The bytes (at most `INPUT_CHUNK`).
+        data: Vec<u8>,
+        /// Nothing follows.
+        eof: bool,
+    },
 }
+
+/// Most bytes one `Request::Input` carries.
+pub const INPUT_CHUNK: usize = 64 * 1024;
+
+/// How the answer to `Request::Input` ends when the VP cannot take input
+/// this moment (not yet placed, moving): send the same bytes again later.
+pub const INPUT_LATER: &str = "try again";
 
 /// A join token as `mig token list` shows it (never its secret).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

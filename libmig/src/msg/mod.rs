@@ -145,4 +145,7 @@ pub struct StartVp {
     pub parent: Option<Tid>,
     /// Its job's incarnation (restarts from a checkpoint so far).
     pub incarnation: u32,
+    /// Its standard input is a pipe fed by `PeerMsg::Input` (VP 0 of a job
+    /// a `mig spawn --wait` started), not `/dev/null`.
+    pub stdin: bool,
 }

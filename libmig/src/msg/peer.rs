@@ -368,6 +368,16 @@ pub enum PeerMsg {
         /// The key.
         key: crate::auth::Block,
     },
+    /// Master to a VP's host: bytes for the VP's standard input (see
+    /// `Request::Input`).
+    Input {
+        /// The VP.
+        tid: Tid,
+        /// The bytes.
+        data: Vec<u8>,
+        /// Close its standard input after them.
+        eof: bool,
+    },
 }
 
 impl PeerMsg {
@@ -381,6 +391,7 @@ impl PeerMsg {
             PeerMsg::JoinWithToken { .. } => "JoinWithToken",
             PeerMsg::JoinAnswer { .. } => "JoinAnswer",
             PeerMsg::ClusterKeyIs { .. } => "ClusterKeyIs",
+            PeerMsg::Input { .. } => "Input",
             PeerMsg::Refused { .. } => "Refused",
             PeerMsg::Register { .. } => "Register",
             PeerMsg::Registered { .. } => "Registered",
