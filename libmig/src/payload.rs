@@ -34,8 +34,8 @@ enum Inner {
         ptr: *mut libc::c_void,
         len: usize,
     },
-    /// A peer's pooled buffer, released when dropped (see `pool`): only
-    /// ever written to a socket, never looked at.
+    /// A peer's pooled buffer, read in place and released when dropped
+    /// (see `pool`); its sender does not write it until then.
     Pooled {
         map: std::sync::Arc<crate::pool::Mapping>,
         len: usize,
@@ -48,13 +48,24 @@ enum Inner {
     },
 }
 
-// SAFETY: a mapping is private to this value, read-only and sealed against
-// changes by anyone, so sharing or moving it across threads is like a Vec.
+// SAFETY: a mapping is private to this value and read-only; a sealed one
+// cannot change, a pooled one does not until released (its sender's rule),
+// so sharing or moving it across threads is like a Vec.
 unsafe impl Send for Payload {}
 // SAFETY: as above; only shared reads are possible.
 unsafe impl Sync for Payload {}
 
 impl Payload {
+    /// Is it a peer's pooled buffer, which goes back to its sender only
+    /// when this is dropped?
+    pub fn is_lent(&self) -> bool {
+        match &self.0 {
+            Inner::Pooled { .. } => true,
+            Inner::Slice { of, .. } => of.is_lent(),
+            _ => false,
+        }
+    }
+
     /// Copy the bytes into a `Vec` (free when they already are one).
     pub fn into_vec(mut self) -> Vec<u8> {
         if let Inner::Heap(v) = &mut self.0 {
@@ -329,10 +340,12 @@ pub(crate) fn sealable_memfd(name: &std::ffi::CStr) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// Write `data` into a new sealed memfd.
-pub fn sealed_memfd(data: &[u8]) -> io::Result<OwnedFd> {
+/// Write `parts`, one after another, into a new sealed memfd.
+pub fn sealed_memfd(parts: &[&[u8]]) -> io::Result<OwnedFd> {
     let mut file = File::from(sealable_memfd(c"mig-message")?);
-    file.write_all(data)?;
+    for data in parts {
+        file.write_all(data)?;
+    }
     // SAFETY: fcntl on a descriptor we own.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } < 0 {
         return Err(io::Error::last_os_error());
@@ -378,7 +391,7 @@ mod tests {
     #[test]
     fn a_sealed_memfd_maps_back_to_the_same_bytes_and_cannot_change() {
         let data: Vec<u8> = (0..FD_PAYLOAD * 3).map(|i| (i % 253) as u8).collect();
-        let fd = sealed_memfd(&data).unwrap();
+        let fd = sealed_memfd(&[&data]).unwrap();
         let copy = fd.try_clone().unwrap();
         let p = Payload::map(fd, data.len()).unwrap();
         assert_eq!(&*p, &data[..]);

@@ -194,17 +194,27 @@ impl Buffer {
         self.map.flag().load(Ordering::Acquire) == 0
     }
 
-    fn fill(&mut self, data: &[u8], count: u64) -> io::Result<OwnedFd> {
+    fn fill(&mut self, parts: &[&[u8]], count: u64) -> io::Result<OwnedFd> {
         self.filled = count;
         self.used = true;
         self.map.flag().store(1, Ordering::Relaxed);
-        // SAFETY: the buffer holds `capacity >= data.len()` bytes after the
-        // header, and nobody reads them until its descriptor is sent.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.ptr.add(HEADER), data.len());
+        let mut at = HEADER;
+        for data in parts {
+            // SAFETY: the buffer holds `capacity >=` the parts' total bytes
+            // after the header, and nobody reads them until its descriptor
+            // is sent.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.ptr.add(at), data.len());
+            }
+            at += data.len();
         }
         self.fd.try_clone()
     }
+}
+
+/// The bytes of `parts` together.
+fn total(parts: &[&[u8]]) -> usize {
+    parts.iter().map(|p| p.len()).sum()
 }
 
 /// The capacity of a buffer for `len` bytes: the next power of two up to
@@ -228,44 +238,49 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// A descriptor holding `data`, to send to `to`: a free buffer of the
+    /// A descriptor holding `parts` one after another, to send to `to`: a free buffer of the
     /// pool that carries messages to `to` filled again, else a new one
     /// while the pool has room (replacing free ones too small, or another
     /// receiver's), else a new one in place of the buffers filled longest
     /// ago. Those are forgotten, not reused: whoever holds one keeps its
     /// memory until done with it, and one held by a process that ended
     /// without releasing it stops counting against the pool.
-    pub fn stage(&mut self, to: crate::msg::Tid, data: &[u8]) -> io::Result<OwnedFd> {
-        if let Some(r) = self.try_stage(to, data) {
+    pub fn stage(&mut self, to: crate::msg::Tid, parts: &[&[u8]]) -> io::Result<OwnedFd> {
+        if let Some(r) = self.try_stage(to, parts) {
             return r;
         }
-        let capacity = capacity_for(data.len());
+        let capacity = capacity_for(total(parts));
         while self.bytes + capacity > POOL_BYTES {
             let Some(i) = (0..self.buffers.len()).min_by_key(|&i| self.buffers[i].filled) else {
                 break;
             };
             self.bytes -= self.buffers.swap_remove(i).capacity;
         }
-        match self.try_stage(to, data) {
+        match self.try_stage(to, parts) {
             Some(r) => r,
-            None => sealed_memfd(data),
+            None => sealed_memfd(parts),
         }
     }
 
     /// `stage`, but `None` when the pool has no room (for a route whose
     /// socket, not this pool, must hold a fast sender back).
-    pub fn try_stage(&mut self, to: crate::msg::Tid, data: &[u8]) -> Option<io::Result<OwnedFd>> {
+    pub fn try_stage(
+        &mut self,
+        to: crate::msg::Tid,
+        parts: &[&[u8]],
+    ) -> Option<io::Result<OwnedFd>> {
         self.fills += 1;
-        let fits = |b: &Buffer| b.to == to && b.capacity >= data.len() && b.free();
+        let len = total(parts);
+        let fits = |b: &Buffer| b.to == to && b.capacity >= len && b.free();
         if let Some(b) = self
             .buffers
             .iter_mut()
             .filter(|b| fits(b))
             .min_by_key(|b| b.capacity)
         {
-            return Some(b.fill(data, self.fills));
+            return Some(b.fill(parts, self.fills));
         }
-        let capacity = capacity_for(data.len());
+        let capacity = capacity_for(len);
         while self.bytes + capacity > POOL_BYTES {
             let Some(i) = self
                 .buffers
@@ -283,7 +298,7 @@ impl Outbox {
             return None;
         }
         let made = Buffer::new(capacity, to).and_then(|mut b| {
-            let fd = b.fill(data, self.fills)?;
+            let fd = b.fill(parts, self.fills)?;
             self.bytes += capacity;
             self.buffers.push(b);
             Ok(fd)
@@ -326,31 +341,12 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// The `len` bytes a peer's message descriptor carries: a sealed memfd
-    /// is mapped as it is; a pooled buffer's bytes are copied out and the
-    /// buffer released (its mapping kept for the next message in it).
-    pub fn take(&mut self, fd: OwnedFd, len: usize) -> io::Result<Payload> {
-        let map = match self.look_up(fd, len)? {
-            Ok(sealed) => return Ok(sealed),
-            Err(map) => map,
-        };
-        let mut v = Vec::with_capacity(len);
-        // SAFETY: the mapping holds HEADER + len bytes (checked); the copy
-        // goes into the Vec's spare capacity, then its length is set.
-        unsafe {
-            std::ptr::copy_nonoverlapping(map.data(len), v.as_mut_ptr(), len);
-            v.set_len(len);
-        }
-        map.release();
-        Ok(v.into())
-    }
-
     /// The `len` bytes a peer's message descriptor carries, read in place:
     /// a sealed memfd mapped, or a pooled buffer's mapping, released to its
-    /// sender once the payload is dropped. For bytes passed on without
-    /// being looked at (a daemon writing them to another host), or a buffer
-    /// of a sender that never writes it before its release (a VP's daemon).
-    pub fn pass_on(&mut self, fd: OwnedFd, len: usize) -> io::Result<Payload> {
+    /// sender once the payload is dropped (libmig's senders never write a
+    /// buffer before that). Until then the sender fills other buffers, or,
+    /// with its pool full, sends bytes.
+    pub fn read_in_place(&mut self, fd: OwnedFd, len: usize) -> io::Result<Payload> {
         Ok(match self.look_up(fd, len)? {
             Ok(sealed) => sealed,
             Err(map) => Payload::pooled(map, len),
@@ -409,18 +405,18 @@ mod tests {
         let mut out = Outbox::default();
         let mut inbox = Inbox::default();
         let a = bytes(FD_PAYLOAD + 5, 1);
-        let fd1 = out.stage(1, &a).unwrap();
+        let fd1 = out.stage(1, &[&a]).unwrap();
         // Not yet taken out: a second message gets a buffer of its own.
         let b = bytes(FD_PAYLOAD, 2);
-        let fd2 = out.stage(1, &b).unwrap();
+        let fd2 = out.stage(1, &[&b]).unwrap();
         assert_eq!(out.buffers(), 2);
-        assert_eq!(&*inbox.take(fd1, a.len()).unwrap(), &a[..]);
+        assert_eq!(&*inbox.read_in_place(fd1, a.len()).unwrap(), &a[..]);
         // The first is free again: the third message reuses it.
         let c = bytes(FD_PAYLOAD + 9, 3);
-        let fd3 = out.stage(1, &c).unwrap();
+        let fd3 = out.stage(1, &[&c]).unwrap();
         assert_eq!(out.buffers(), 2);
-        assert_eq!(&*inbox.take(fd3, c.len()).unwrap(), &c[..]);
-        assert_eq!(&*inbox.take(fd2, b.len()).unwrap(), &b[..]);
+        assert_eq!(&*inbox.read_in_place(fd3, c.len()).unwrap(), &c[..]);
+        assert_eq!(&*inbox.read_in_place(fd2, b.len()).unwrap(), &b[..]);
     }
 
     #[test]
@@ -428,14 +424,14 @@ mod tests {
         let mut out = Outbox::default();
         let mut inbox = Inbox::default();
         let a = bytes(FD_PAYLOAD, 8);
-        let fd = out.stage(1, &a).unwrap();
-        let _ = inbox.take(fd, a.len()).unwrap();
+        let fd = out.stage(1, &[&a]).unwrap();
+        let _ = inbox.read_in_place(fd, a.len()).unwrap();
         // Free again, but it went to 1: a message to 2 gets its own buffer.
-        let fd = out.stage(2, &a).unwrap();
+        let fd = out.stage(2, &[&a]).unwrap();
         assert_eq!(out.buffers(), 2);
-        let _ = inbox.take(fd, a.len()).unwrap();
+        let _ = inbox.read_in_place(fd, a.len()).unwrap();
         // And 1's is used again for 1.
-        let _ = out.stage(1, &a).unwrap();
+        let _ = out.stage(1, &[&a]).unwrap();
         assert_eq!(out.buffers(), 2);
     }
 
@@ -444,14 +440,16 @@ mod tests {
         let mut out = Outbox::default();
         let mut daemon = Inbox::default();
         let a = bytes(FD_PAYLOAD, 5);
-        let p = daemon.pass_on(out.stage(1, &a).unwrap(), a.len()).unwrap();
+        let p = daemon
+            .read_in_place(out.stage(1, &[&a]).unwrap(), a.len())
+            .unwrap();
         assert_eq!(&*p, &a[..]);
         let b = bytes(FD_PAYLOAD, 6);
-        let fd = out.stage(1, &b).unwrap();
+        let fd = out.stage(1, &[&b]).unwrap();
         assert_eq!(out.buffers(), 2, "the first is still being passed on");
         drop(p);
-        let _ = daemon.take(fd, b.len()).unwrap();
-        let _ = out.stage(1, &a).unwrap();
+        let _ = daemon.read_in_place(fd, b.len()).unwrap();
+        let _ = out.stage(1, &[&a]).unwrap();
         assert_eq!(out.buffers(), 2, "the first was free again");
     }
 
@@ -468,7 +466,7 @@ mod tests {
                 0
             );
         }
-        let got = inbox.take(fd, FD_PAYLOAD).unwrap();
+        let got = inbox.read_in_place(fd, FD_PAYLOAD).unwrap();
         assert_eq!(got.len(), FD_PAYLOAD);
         assert!(got.iter().all(|&b| b == 0));
         assert_eq!(inbox.bytes, HEADER + crate::MAX_MESSAGE);
@@ -479,8 +477,8 @@ mod tests {
         let mut out = Outbox::default();
         let mut inbox = Inbox::default();
         let a = bytes(FD_PAYLOAD, 7);
-        let fd = out.stage(1, &a).unwrap();
-        let _ = inbox.take(fd, a.len()).unwrap();
+        let fd = out.stage(1, &[&a]).unwrap();
+        let _ = inbox.read_in_place(fd, a.len()).unwrap();
         // Used since the last trim: kept.
         out.trim_idle();
         inbox.trim_idle();
@@ -491,7 +489,7 @@ mod tests {
         assert_eq!((out.buffers(), inbox.maps.len()), (0, 0));
         assert_eq!((out.bytes, inbox.bytes), (0, 0));
         // A buffer still held is never let go.
-        let held = out.stage(1, &a).unwrap();
+        let held = out.stage(1, &[&a]).unwrap();
         out.trim_idle();
         out.trim_idle();
         assert_eq!(out.buffers(), 1);
@@ -504,19 +502,19 @@ mod tests {
         let mut inbox = Inbox::default();
         let half = |seed| bytes(POOL_BYTES / 2, seed);
         let (a, b, c) = (half(1), half(2), half(3));
-        let fa = out.stage(1, &a).unwrap();
-        let fb = out.stage(1, &b).unwrap();
+        let fa = out.stage(1, &[&a]).unwrap();
+        let fb = out.stage(1, &[&b]).unwrap();
         assert_eq!(out.buffers(), 2);
         // Full, both held: a direct link sends bytes instead...
-        assert!(out.try_stage(1, &c).is_none());
+        assert!(out.try_stage(1, &[&c]).is_none());
         // ...the daemon route forgets the oldest (still held) for a new one.
-        let fc = out.stage(1, &c).unwrap();
+        let fc = out.stage(1, &[&c]).unwrap();
         assert_eq!(out.buffers(), 2);
         assert_eq!(check_fd(&fc, c.len()).unwrap().0, FdKind::Pooled);
         // Nothing held was overwritten.
-        assert_eq!(&*inbox.take(fa, a.len()).unwrap(), &a[..]);
-        assert_eq!(&*inbox.take(fb, b.len()).unwrap(), &b[..]);
-        assert_eq!(&*inbox.take(fc, c.len()).unwrap(), &c[..]);
+        assert_eq!(&*inbox.read_in_place(fa, a.len()).unwrap(), &a[..]);
+        assert_eq!(&*inbox.read_in_place(fb, b.len()).unwrap(), &b[..]);
+        assert_eq!(&*inbox.read_in_place(fc, c.len()).unwrap(), &c[..]);
     }
 
     #[test]
@@ -531,11 +529,11 @@ mod tests {
         assert!(check_fd(&fd, 10).is_err(), "unsealed");
         let mut out = Outbox::default();
         let data = bytes(FD_PAYLOAD, 4);
-        let fd = out.stage(1, &data).unwrap();
+        let fd = out.stage(1, &[&data]).unwrap();
         let room = out.buffers[0].capacity;
         assert!(check_fd(&fd, room).is_ok());
         assert!(check_fd(&fd, room + 1).is_err(), "shorter than claimed");
-        let sealed = sealed_memfd(&data).unwrap();
+        let sealed = sealed_memfd(&[&data]).unwrap();
         assert!(check_fd(&sealed, data.len() + 1).is_err());
         assert_eq!(check_fd(&sealed, data.len()).unwrap().0, FdKind::Sealed);
     }

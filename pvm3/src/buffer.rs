@@ -3,8 +3,10 @@
 //!
 //! `PvmDataDefault` is XDR (RFC 4506): big-endian, every item at least four
 //! bytes (a short travels as a 32-bit int, a long as a 64-bit hyper), so a
-//! message reads the same on any architecture. `PvmDataRaw` (and
-//! `PvmDataInPlace`, copied at pack time) is the sender's own layout.
+//! message reads the same on any architecture. `PvmDataRaw` and
+//! `PvmDataInPlace` are the sender's own layout; InPlace items packed
+//! whole are not copied at pack time but noted where they are, and read
+//! from there when the message is sent (`wire_parts`).
 //! Bytes go as they are in both. A string is its length with the NUL, then
 //! its bytes and the NUL. On the wire a message is one byte naming its
 //! encoding, its context (a big-endian 32-bit int), then the packed items.
@@ -120,12 +122,34 @@ impl std::ops::Deref for Store {
     }
 }
 
+/// Bytes packed in place: where they are in the program's memory, and the
+/// offset in the buffer's own bytes they go before.
+#[derive(Debug, Clone, Copy)]
+struct Lent {
+    at: usize,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: a `Lent` is only read (never written) through, by whichever
+// thread sends its buffer; the program that packed it keeps the memory
+// valid until then (`Buffer::pack_in_place`).
+unsafe impl Send for Lent {}
+
+/// Most places a buffer notes; what is packed in place past them is copied
+/// (a message goes out in one `sendmsg`, of at most 1,024 pieces).
+const MAX_LENT: usize = 64;
+
 /// One message buffer.
 #[derive(Debug, Clone)]
 pub struct Buffer {
     /// Its encoding.
     pub enc: Encoding,
     data: Store,
+    /// Items packed in place (`PvmDataInPlace`), in order.
+    lent: Vec<Lent>,
+    /// Made with `PvmDataInPlace`.
+    pub in_place: bool,
     pos: usize,
     /// Tag and sender of a received message (0 for one being built).
     pub tag: i32,
@@ -152,6 +176,8 @@ impl Buffer {
         Buffer {
             enc,
             data: Store::Own(head),
+            lent: Vec::new(),
+            in_place: false,
             pos: HEAD,
             tag: 0,
             src: 0,
@@ -176,6 +202,8 @@ impl Buffer {
         Some(Buffer {
             enc,
             data: Store::Got(wire),
+            lent: Vec::new(),
+            in_place: false,
             pos: HEAD,
             tag,
             src,
@@ -195,17 +223,60 @@ impl Buffer {
     }
 
     /// The bytes to send, in context `ctx` (no copy unless a received
-    /// buffer is sent on in another context).
+    /// buffer is sent on in another context, or items were packed in
+    /// place: those are copied in now).
     pub fn wire(&mut self, ctx: i32) -> &[u8] {
+        self.settle();
         if context_of(&self.data) != Some(ctx) {
             self.own()[1..HEAD].copy_from_slice(&ctx.to_be_bytes());
         }
         &self.data
     }
 
+    /// The bytes to send, in context `ctx`, in pieces to be sent one after
+    /// another: the buffer's own bytes, and between them the items packed
+    /// in place, read where they are now.
+    pub fn wire_parts(&mut self, ctx: i32) -> Vec<&[u8]> {
+        if context_of(&self.data) != Some(ctx) {
+            self.own()[1..HEAD].copy_from_slice(&ctx.to_be_bytes());
+        }
+        let mut parts = Vec::with_capacity(2 * self.lent.len() + 1);
+        let mut from = 0;
+        for l in &self.lent {
+            parts.push(&self.data[from..l.at]);
+            // SAFETY: `len` bytes at `ptr`, valid until this buffer is sent,
+            // as `pack_in_place`'s caller promised.
+            parts.push(unsafe { std::slice::from_raw_parts(l.ptr, l.len) });
+            from = l.at;
+        }
+        parts.push(&self.data[from..]);
+        parts.retain(|p| !p.is_empty());
+        parts
+    }
+
+    /// Copy the items packed in place into the buffer's own bytes (before
+    /// it is read as a whole).
+    fn settle(&mut self) {
+        if self.lent.is_empty() {
+            return;
+        }
+        let lent = std::mem::take(&mut self.lent);
+        let old = std::mem::take(self.own());
+        let mut v = Vec::with_capacity(old.len() + lent.iter().map(|l| l.len).sum::<usize>());
+        let mut from = 0;
+        for l in lent {
+            v.extend_from_slice(&old[from..l.at]);
+            // SAFETY: as in `wire_parts`.
+            v.extend_from_slice(unsafe { std::slice::from_raw_parts(l.ptr, l.len) });
+            from = l.at;
+        }
+        v.extend_from_slice(&old[from..]);
+        self.data = Store::Own(v);
+    }
+
     /// Packed bytes (what `pvm_bufinfo` reports).
     pub fn len(&self) -> usize {
-        self.data.len() - HEAD
+        self.data.len() - HEAD + self.lent.iter().map(|l| l.len).sum::<usize>()
     }
 
     /// Nothing packed.
@@ -229,9 +300,30 @@ impl Buffer {
         self.own().extend_from_slice(bytes);
     }
 
+    /// Note items laid out as `Raw` lays them out where they are, to be
+    /// read when the message is sent (`PvmDataInPlace`); copied now past
+    /// `MAX_LENT` places.
+    ///
+    /// # Safety
+    /// The bytes stay valid until the buffer is sent for the last time or
+    /// freed (PVM's rule for `PvmDataInPlace`).
+    pub unsafe fn pack_in_place(&mut self, bytes: &[u8]) {
+        debug_assert_eq!(self.enc, Encoding::Raw);
+        if self.lent.len() >= MAX_LENT {
+            return self.pack_native(bytes);
+        }
+        let at = self.own().len();
+        self.lent.push(Lent {
+            at,
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        });
+    }
+
     /// Take `len` bytes of items laid out as `Raw` lays them out; nothing
     /// is taken when there are fewer.
     pub fn unpack_native(&mut self, len: usize) -> Result<&[u8], Short> {
+        self.settle();
         let s = self
             .data
             .get(self.pos..self.pos + len)
@@ -252,6 +344,7 @@ impl Buffer {
 
     /// Take `n` items; nothing is taken when there are fewer.
     pub fn unpack<T: Item>(&mut self, n: usize) -> Result<Vec<T>, Short> {
+        self.settle();
         let mut at = self.pos;
         let mut out = Vec::with_capacity(n.min(1 << 20));
         for _ in 0..n {
@@ -265,6 +358,7 @@ impl Buffer {
 
     /// Take a string, its NUL included.
     pub fn unpack_str(&mut self) -> Result<Vec<u8>, Short> {
+        self.settle();
         let (n, k) = i32::get(self.enc, &self.data[self.pos..]).ok_or(Short::NoData)?;
         let n = usize::try_from(n).map_err(|_| Short::BadMsg)?;
         let start = self.pos + k;
@@ -282,6 +376,40 @@ impl Buffer {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn in_place_items_are_read_when_sent_and_make_the_bytes_raw_would() {
+        let mut items = vec![1i32, 2, 3, 4];
+        let tail = [9u8; 3];
+        let mut lent = Buffer::new(Encoding::Raw);
+        lent.in_place = true;
+        lent.pack([7i32]);
+        // SAFETY: `items` and `tail` outlive the buffer's sends below.
+        unsafe {
+            lent.pack_in_place(bytes_of(&items));
+            lent.pack_in_place(&tail);
+        }
+        lent.pack_str(b"end");
+        // PvmDataInPlace reads the items when the message is sent.
+        items[3] = 40;
+        let mut copied = Buffer::new(Encoding::Raw);
+        copied.pack([7i32]);
+        copied.pack_native(bytes_of(&items));
+        copied.pack_native(&tail);
+        copied.pack_str(b"end");
+        assert_eq!(lent.len(), copied.len());
+        let joined: Vec<u8> = lent.wire_parts(5).concat();
+        assert_eq!(joined, copied.wire(5));
+        assert_eq!(lent.wire_parts(5).len(), 4, "own, items, tail, own");
+        // Read as a whole (unpacked by its sender), it is copied in first.
+        assert_eq!(lent.unpack::<i32>(5).expect("five ints"), [7, 1, 2, 3, 40]);
+        assert_eq!(lent.wire(5), copied.wire(5));
+    }
+
+    fn bytes_of(v: &[i32]) -> &[u8] {
+        // SAFETY: the ints' own bytes.
+        unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+    }
 
     #[test]
     fn xdr_is_big_endian_and_at_least_four_bytes_an_item() {

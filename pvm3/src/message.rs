@@ -50,7 +50,7 @@ fn send_to(t: &mut Task, call: &str, to: &[Tid], tag: c_int) -> c_int {
         return t.fail(call, errors::NO_BUF);
     };
     let r = match t.vm() {
-        Ok(vm) if to.len() == 1 => vm.send_bytes(to[0], tag, b.wire(ctx)),
+        Ok(vm) if to.len() == 1 => vm.send_parts(to[0], tag, &b.wire_parts(ctx)),
         Ok(vm) => vm.mcast_bytes(to, tag, b.wire(ctx)),
         Err(e) => {
             t.put_buf(id, b);

@@ -10,6 +10,10 @@ use crate::buffer::{Encoding, Item, Short};
 use crate::errors;
 use crate::state::{self, to_c};
 
+/// `PvmDataInPlace`: items packed whole are read from where they are when
+/// the message is sent.
+const IN_PLACE: c_int = 2;
+
 /// Clear the active send buffer (a new one in `encoding`); its id.
 #[no_mangle]
 pub extern "C" fn pvm_initsend(encoding: c_int) -> c_int {
@@ -22,6 +26,9 @@ pub extern "C" fn pvm_initsend(encoding: c_int) -> c_int {
             t.free(old);
         }
         let id = t.make(enc);
+        if let Some(b) = t.buf(id) {
+            b.in_place = encoding == IN_PLACE;
+        }
         t.sbuf = id;
         id
     })
@@ -31,7 +38,13 @@ pub extern "C" fn pvm_initsend(encoding: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn pvm_mkbuf(encoding: c_int) -> c_int {
     match Encoding::from_pvm(encoding) {
-        Some(enc) => state::with(|t| t.make(enc)),
+        Some(enc) => state::with(|t| {
+            let id = t.make(enc);
+            if let Some(b) = t.buf(id) {
+                b.in_place = encoding == IN_PLACE;
+            }
+            id
+        }),
         None => state::with(|t| t.fail("pvm_mkbuf", errors::BAD_PARAM)),
     }
 }
@@ -132,7 +145,13 @@ unsafe fn pack<T: Item>(call: &str, p: *const T, cnt: c_int, std: c_int) -> c_in
                 let bytes = unsafe {
                     std::slice::from_raw_parts(p.cast::<u8>(), n * std::mem::size_of::<T>())
                 };
-                b.pack_native(bytes);
+                if b.in_place {
+                    // SAFETY: PvmDataInPlace: the program keeps the items
+                    // where they are until the message is sent.
+                    unsafe { b.pack_in_place(bytes) };
+                } else {
+                    b.pack_native(bytes);
+                }
                 errors::OK
             }
             Some(b) => {

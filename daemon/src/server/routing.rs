@@ -55,18 +55,19 @@ impl Daemon {
             // A large payload from another host reaches its VP in one of
             // this daemon's pooled buffers: one copy here instead of one
             // into the socket and one out of it.
-            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => match self.outbox.stage(env.to, &b)
-            {
-                Ok(fd) => {
-                    let len = b.len();
-                    // Its buffer takes in the next large message of that link.
-                    if let Some(c) = src.and_then(|s| self.conns.get_mut(&s)) {
-                        c.dec.recycle(b);
+            Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => {
+                match self.outbox.stage(env.to, &[&b]) {
+                    Ok(fd) => {
+                        let len = b.len();
+                        // Its buffer takes in the next large message of that link.
+                        if let Some(c) = src.and_then(|s| self.conns.get_mut(&s)) {
+                            c.dec.recycle(b);
+                        }
+                        (Body::Fd(fd, len), true)
                     }
-                    (Body::Fd(fd, len), true)
+                    Err(_) => (Body::Bytes(b), false),
                 }
-                Err(_) => (Body::Bytes(b), false),
-            },
+            }
             other => (other, false),
         };
         self.credit(&env, &body);
@@ -93,7 +94,7 @@ impl Daemon {
                 // from the memfd's mapping if they came as one.
                 let p = match body {
                     Body::Bytes(b) => Payload::from(b),
-                    Body::Fd(fd, len) => match self.inbox.pass_on(fd, len) {
+                    Body::Fd(fd, len) => match self.inbox.read_in_place(fd, len) {
                         Ok(p) => p,
                         Err(e) => {
                             return self.undeliverable(env, &format!("reading its payload: {e}"))

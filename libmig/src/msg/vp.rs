@@ -250,8 +250,9 @@ pub enum VpMsg {
         env: Envelope,
         /// Payload length.
         len: u64,
-        /// The buffer is the daemon's own, lent until the payload is
-        /// dropped: the VP reads it in place instead of copying it out.
+        /// The buffer is the daemon's own (informational: a VP reads every
+        /// pooled buffer in place, its own sender's too, until the payload
+        /// is dropped).
         lent: bool,
     },
     /// Daemon → VP: `to` exists; messages to it will be delivered.

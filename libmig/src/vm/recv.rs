@@ -268,8 +268,8 @@ impl Vm {
                 }
                 self.deliver(env, data.into());
             }
-            VpMsg::DeliverFd { env, len, lent } => self.file_shared(id, env, len, lent)?,
-            VpMsg::SendFd { env, len, .. } => self.file_shared(id, env, len, false)?,
+            VpMsg::DeliverFd { env, len, .. } => self.file_shared(id, env, len)?,
+            VpMsg::SendFd { env, len, .. } => self.file_shared(id, env, len)?,
             VpMsg::Confirmed { to } => {
                 self.confirm_pending.remove(&to);
                 self.confirm.insert(to, Ok(()));
@@ -362,17 +362,15 @@ impl Vm {
     }
 
     /// A message whose bytes are in a shared buffer passed with it on link
-    /// `id`; `lent`: one of the daemon's own buffers, read in place.
-    fn file_shared(
-        &mut self,
-        id: LinkId,
-        env: Envelope,
-        len: u64,
-        lent: bool,
-    ) -> Result<(), MigError> {
-        // Only the daemon's own buffers are read in place: it never writes
-        // one before it is released; a VP might.
-        let lent = lent && id == LinkId::Daemon;
+    /// `id`.
+    fn file_shared(&mut self, id: LinkId, env: Envelope, len: u64) -> Result<(), MigError> {
+        // Read in place, whoever filled the buffer (no copy; it goes back
+        // to its sender when the payload is dropped): the daemon (bytes from
+        // another host), or a VP of this host, directly or through the
+        // daemon. libmig never writes a buffer before it is released; a VP
+        // that did could change a message after sending it, but every VP
+        // here runs as the daemon's user and could as well write to this
+        // process.
         let forged = matches!(id, LinkId::Direct(p) if p != env.from);
         if env.to != self.me.tid || forged || len as usize > MAX_MESSAGE {
             return Err(MigError::Protocol(format!(
@@ -391,17 +389,26 @@ impl Vm {
             .fds
             .pop_front()
             .ok_or_else(|| MigError::Protocol("a message without its descriptor".into()))?;
-        let payload = if lent {
-            self.inbox.pass_on(fd, len as usize)
-        } else {
-            self.inbox.take(fd, len as usize)
-        };
-        let payload =
-            payload.map_err(|e| MigError::Protocol(format!("message descriptor: {e}")))?;
+        let mut payload = self
+            .inbox
+            .read_in_place(fd, len as usize)
+            .map_err(|e| MigError::Protocol(format!("message descriptor: {e}")))?;
         if id == LinkId::Daemon {
             // The daemon counts what it passed us: let it go on.
             let head = frame::encode_head(&VpMsg::Consumed { bytes: len }, 0)?;
             self.write(LinkId::Daemon, &[&head], None)?;
+        }
+        // Senders' buffers held unread past half a pool are copied out and
+        // given back: a VP that lets messages pile up must not leave its
+        // senders without buffers.
+        let held: usize = self
+            .mailbox
+            .iter()
+            .filter(|m| m.data.is_lent())
+            .map(|m| m.data.len())
+            .sum();
+        if payload.is_lent() && held + payload.len() > crate::pool::POOL_BYTES / 2 {
+            payload = payload.into_vec().into();
         }
         self.deliver(env, payload);
         Ok(())

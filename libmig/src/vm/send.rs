@@ -27,15 +27,15 @@ impl Vm {
     fn stage_for_daemon(
         &mut self,
         to: Tid,
-        data: &[u8],
+        parts: &[&[u8]],
     ) -> Result<io::Result<std::os::fd::OwnedFd>, MigError> {
         let since = Instant::now();
         loop {
-            if let Some(r) = self.outbox.try_stage(to, data) {
+            if let Some(r) = self.outbox.try_stage(to, parts) {
                 return Ok(r);
             }
             if since.elapsed() >= STAGE_WAIT {
-                return Ok(self.outbox.stage(to, data));
+                return Ok(self.outbox.stage(to, parts));
             }
             self.pump(LinkId::Daemon, false)?;
             std::thread::sleep(Duration::from_micros(100));
@@ -44,8 +44,16 @@ impl Vm {
 
     /// Send raw bytes to `to` with `tag` (written straight from `data`).
     pub fn send_bytes(&mut self, to: Tid, tag: i32, data: &[u8]) -> Result<(), MigError> {
-        if data.len() > MAX_MESSAGE {
-            return Err(MigError::TooLarge { size: data.len() });
+        self.send_parts(to, tag, &[data])
+    }
+
+    /// Send the bytes of `parts`, one after another, as one message to
+    /// `to` with `tag`: gathered straight from where they are into the
+    /// socket or the shared buffer, never into a buffer of their own.
+    pub fn send_parts(&mut self, to: Tid, tag: i32, parts: &[&[u8]]) -> Result<(), MigError> {
+        let payload_len: usize = parts.iter().map(|p| p.len()).sum();
+        if payload_len > MAX_MESSAGE {
+            return Err(MigError::TooLarge { size: payload_len });
         }
         if let Some(e) = self.failures.pop_front() {
             return Err(e);
@@ -76,22 +84,21 @@ impl Vm {
         // window of bytes it has not yet passed on; over a direct link,
         // while the pool has a buffer for it (else as bytes, which the
         // link's socket holds back).
-        let payload_len = data.len();
         let memfd = match via {
             _ if payload_len < FD_PAYLOAD => None,
             LinkId::Daemon => {
-                while self.fd_unacked > 0 && self.fd_unacked + data.len() > FD_WINDOW {
+                while self.fd_unacked > 0 && self.fd_unacked + payload_len > FD_WINDOW {
                     self.wait_io(None, None)?;
                 }
-                Some(self.stage_for_daemon(to, data)?)
+                Some(self.stage_for_daemon(to, parts)?)
             }
-            LinkId::Direct(_) => self.outbox.try_stage(to, data),
+            LinkId::Direct(_) => self.outbox.try_stage(to, parts),
         }
         .transpose()
         .map_err(|e| MigError::DaemonGone(format!("memfd: {e}")))?;
         let (head, data) = match &memfd {
             Some(_) => {
-                let len = data.len() as u64;
+                let len = payload_len as u64;
                 let head = frame::encode_head(
                     &VpMsg::SendFd {
                         env,
@@ -107,13 +114,16 @@ impl Vm {
                     env,
                     confirm: first,
                 };
-                (frame::encode_head(&msg, data.len())?, data)
+                (frame::encode_head(&msg, payload_len)?, parts)
             }
         };
+        let framed: Vec<&[u8]> = std::iter::once(&head[..])
+            .chain(data.iter().copied())
+            .collect();
         if memfd.is_some() && via == LinkId::Daemon {
             self.fd_unacked += payload_len;
         }
-        if let Err(e) = self.write(via, &[&head, data], memfd.as_ref()) {
+        if let Err(e) = self.write(via, &framed, memfd.as_ref()) {
             if via == LinkId::Daemon {
                 return Err(e);
             }
@@ -131,14 +141,17 @@ impl Vm {
                         0,
                     )?
                 }
-                None => frame::encode_head(&VpMsg::Send { env, confirm: true }, data.len())?,
+                None => frame::encode_head(&VpMsg::Send { env, confirm: true }, payload_len)?,
             };
+            let framed: Vec<&[u8]> = std::iter::once(&head[..])
+                .chain(data.iter().copied())
+                .collect();
             self.confirmed.remove(&to);
             self.confirm_pending.insert(to);
             if memfd.is_some() {
                 self.fd_unacked += payload_len;
             }
-            self.write(LinkId::Daemon, &[&head, data], memfd.as_ref())?;
+            self.write(LinkId::Daemon, &framed, memfd.as_ref())?;
             return self.await_confirm(to, tag, seq);
         }
         if first {
