@@ -174,6 +174,10 @@ pub struct Vm {
     direct: HashMap<Tid, Link>,
     route: Route,
     asked_direct: HashSet<Tid>,
+    /// Links a frame is being written to (innermost last), and frames for
+    /// them that came up meanwhile (see `write`).
+    writing: Vec<LinkId>,
+    deferred: Vec<(LinkId, Vec<u8>, Option<std::os::fd::OwnedFd>)>,
     mailbox: VecDeque<Message>,
     order: HashMap<Tid, Order>,
     seq_out: HashMap<Tid, u64>,
@@ -271,6 +275,8 @@ impl Vm {
             direct: HashMap::new(),
             route: Route::Daemon,
             asked_direct: HashSet::new(),
+            writing: Vec::new(),
+            deferred: Vec::new(),
             mailbox: VecDeque::new(),
             order: HashMap::new(),
             seq_out: HashMap::new(),

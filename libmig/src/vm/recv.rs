@@ -267,6 +267,9 @@ impl Vm {
                     )));
                 }
                 self.deliver(env, data.into());
+                if id == LinkId::Daemon {
+                    self.ask_direct(env.from)?;
+                }
             }
             VpMsg::DeliverFd { env, len, .. } => self.file_shared(id, env, len)?,
             VpMsg::SendFd { env, len, .. } => self.file_shared(id, env, len)?,
@@ -411,6 +414,9 @@ impl Vm {
             payload = payload.into_vec().into();
         }
         self.deliver(env, payload);
+        if id == LinkId::Daemon {
+            self.ask_direct(env.from)?;
+        }
         Ok(())
     }
 

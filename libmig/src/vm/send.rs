@@ -157,11 +157,21 @@ impl Vm {
         if first {
             self.await_confirm(to, tag, seq)?;
         }
+        self.ask_direct(to)
+    }
+
+    /// With direct routes asked for, ask the daemon once for a direct link
+    /// to `peer` (it answers with one when `peer` is on this host): on the
+    /// first message to it, and on the first from it through the daemon, so
+    /// that a reply already takes the link.
+    pub(super) fn ask_direct(&mut self, peer: Tid) -> Result<(), MigError> {
         if self.route == Route::Direct
-            && !self.direct.contains_key(&to)
-            && self.asked_direct.insert(to)
+            && peer != SYSTEM
+            && peer != self.me.tid
+            && !self.direct.contains_key(&peer)
+            && self.asked_direct.insert(peer)
         {
-            let head = frame::encode_head(&VpMsg::Direct { peer: to }, 0)?;
+            let head = frame::encode_head(&VpMsg::Direct { peer }, 0)?;
             self.write(LinkId::Daemon, &[&head], None)?;
         }
         Ok(())
@@ -209,7 +219,36 @@ impl Vm {
         Ok(())
     }
 
+    /// Write one frame (in `parts`, with `fd` passed along) to link `via`.
+    /// While the socket is full it takes in what arrives; a frame that
+    /// causes for the same link (an acknowledgement, say) waits until this
+    /// one is whole, then goes.
     pub(super) fn write(
+        &mut self,
+        via: LinkId,
+        parts: &[&[u8]],
+        fd: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<(), MigError> {
+        if self.writing.contains(&via) {
+            let fd = fd
+                .map(|f| f.try_clone())
+                .transpose()
+                .map_err(|e| MigError::DaemonGone(format!("dup: {e}")))?;
+            self.deferred.push((via, parts.concat(), fd));
+            return Ok(());
+        }
+        self.writing.push(via);
+        let r = self.write_now(via, parts, fd);
+        self.writing.pop();
+        r?;
+        while let Some(i) = self.deferred.iter().position(|(v, _, _)| *v == via) {
+            let (_, frame, fd) = self.deferred.remove(i);
+            self.write(via, &[&frame], fd.as_ref())?;
+        }
+        Ok(())
+    }
+
+    fn write_now(
         &mut self,
         via: LinkId,
         parts: &[&[u8]],
