@@ -174,6 +174,8 @@ pub struct Vm {
     direct: HashMap<Tid, Link>,
     route: Route,
     asked_direct: HashSet<Tid>,
+    /// Direct links asked for and not yet answered.
+    direct_pending: HashSet<Tid>,
     /// Links a frame is being written to (innermost last), and frames for
     /// them that came up meanwhile (see `write`).
     writing: Vec<LinkId>,
@@ -212,6 +214,9 @@ const FD_WINDOW: usize = 64 << 20;
 /// How long a sender waits for a pooled buffer of its own to come back
 /// before it makes another (see `stage_for_daemon`).
 const STAGE_WAIT: Duration = Duration::from_millis(100);
+
+/// How long a send waits for the answer to a direct link it asked for.
+const DIRECT_WAIT: Duration = Duration::from_millis(2);
 
 /// A job checkpoint this VP takes part in.
 #[derive(Debug)]
@@ -275,6 +280,7 @@ impl Vm {
             direct: HashMap::new(),
             route: Route::Daemon,
             asked_direct: HashSet::new(),
+            direct_pending: HashSet::new(),
             writing: Vec::new(),
             deferred: Vec::new(),
             mailbox: VecDeque::new(),

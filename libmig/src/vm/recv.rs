@@ -295,14 +295,21 @@ impl Vm {
                 if id != LinkId::Daemon {
                     return Err(MigError::Protocol("a direct link offered by a VP".into()));
                 }
+                self.direct_pending.remove(&peer);
                 if refused.is_none() {
                     let fd = self.daemon.fds.pop_front().ok_or_else(|| {
                         MigError::Protocol("a direct link without its socket".into())
                     })?;
                     let sock = UnixStream::from(fd);
-                    if let Ok(l) = Link::new(sock) {
-                        self.direct.insert(peer, l);
-                        self.asked_direct.insert(peer);
+                    // Both ends may have asked at once: the daemon then
+                    // makes two links, in the same order to both, and both
+                    // keep the first (a second would replace the one the
+                    // peer writes to, breaking it).
+                    if !self.direct.contains_key(&peer) {
+                        if let Ok(l) = Link::new(sock) {
+                            self.direct.insert(peer, l);
+                            self.asked_direct.insert(peer);
+                        }
                     }
                 }
             }

@@ -71,6 +71,9 @@ impl Vm {
             seq,
             incarnation: self.me.incarnation,
         };
+        if !first {
+            self.await_direct(to)?;
+        }
         let via = if self.direct.contains_key(&to) && !first {
             LinkId::Direct(to)
         } else {
@@ -173,6 +176,22 @@ impl Vm {
         {
             let head = frame::encode_head(&VpMsg::Direct { peer }, 0)?;
             self.write(LinkId::Daemon, &[&head], None)?;
+            self.direct_pending.insert(peer);
+        }
+        Ok(())
+    }
+
+    /// A direct link to `to` asked for and not yet answered: wait a little
+    /// for the answer (a round trip to the daemon), so that the message
+    /// about to go takes the link rather than the daemon.
+    fn await_direct(&mut self, to: Tid) -> Result<(), MigError> {
+        let until = Instant::now() + DIRECT_WAIT;
+        while self.direct_pending.contains(&to) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            self.wait_io(None, Some(left))?;
         }
         Ok(())
     }
