@@ -305,9 +305,9 @@ impl Vm {
                     // makes two links, in the same order to both, and both
                     // keep the first (a second would replace the one the
                     // peer writes to, breaking it).
-                    if !self.direct.contains_key(&peer) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = self.direct.entry(peer) {
                         if let Ok(l) = Link::new(sock) {
-                            self.direct.insert(peer, l);
+                            e.insert(l);
                             self.asked_direct.insert(peer);
                         }
                     }
