@@ -199,6 +199,9 @@ pub fn prefault(buf: &mut [u8]) {
 /// is read into directly: no copy between the kernel and the caller's `Vec`.
 pub const BIG_PAYLOAD: usize = 64 * 1024;
 const READ_CHUNK: usize = 256 * 1024;
+
+/// What a fresh decoder's reads ask for.
+const FIRST_CHUNK: usize = 16 * 1024;
 /// The largest payload buffer a decoder keeps for reuse.
 pub const MAX_SPARE: usize = 16 << 20;
 
@@ -215,6 +218,11 @@ pub struct Decoder {
     spare: Vec<u8>,
     /// The largest body taken (`None`: `MAX_BODY`); see `limit`.
     limit: Option<usize>,
+    /// How much a read asks for: from `FIRST_CHUNK`, doubled up to
+    /// `READ_CHUNK` whenever a read fills all it asked for. A new link
+    /// then costs a page or four, not `READ_CHUNK` of fresh zeroed memory
+    /// (which a first message would wait for).
+    chunk: usize,
 }
 
 #[derive(Debug)]
@@ -264,12 +272,16 @@ impl Decoder {
         // A decoder limited to small frames (a peer not yet authenticated)
         // reads in small pieces: nothing large is allocated for it.
         let small = self.limit.filter(|&l| l < READ_CHUNK).map(|l| l + HEADER);
-        self.reserve(small.unwrap_or(READ_CHUNK));
+        let chunk = self.chunk.clamp(FIRST_CHUNK, READ_CHUNK);
+        self.reserve(small.unwrap_or(chunk));
         let upto = small.map_or(self.buf.len(), |n| self.end + n);
         let room = &mut self.buf[self.end..upto];
         let asked = room.len();
         let n = read(room)?;
         self.end += n;
+        if small.is_none() && n == asked {
+            self.chunk = (chunk * 2).min(READ_CHUNK);
+        }
         if self.big.is_none() {
             // A bad header is reported by `next_frame_with`.
             let _ = self.begin_big();
@@ -298,7 +310,7 @@ impl Decoder {
         if self.buf.len() - self.end < more {
             let least = match self.limit {
                 Some(l) if l < READ_CHUNK => more,
-                _ => READ_CHUNK,
+                _ => self.chunk.clamp(FIRST_CHUNK, READ_CHUNK),
             };
             self.buf.resize(self.end + more.max(least), 0);
         }
