@@ -290,8 +290,15 @@ int pvm_delete(char *name, int req);
 
 /* Helpers. */
 int pvmsleep(int secs);
-int lpvmerr(char *f, int n);
-int pvmdisplaymhfinfo(const char *who, const char *message, int tid);
+#ifndef __cplusplus
+/* libpvm's internals that PVM's examples call without a prototype (PVM's
+ * header declares neither), some with more arguments than are read:
+ * lpvmerr(f, n) reports error n of call f; pvmdisplaymhfinfo(who,
+ * message, tid) lists the message handlers. Declared without their
+ * parameters so those calls still compile. */
+int lpvmerr();
+int pvmdisplaymhfinfo();
+#endif
 
 #ifdef __cplusplus
 }
