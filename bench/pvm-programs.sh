@@ -87,7 +87,11 @@ echo
 echo "The harness's pingpong, the same binary (medians of $TRIALS trials):"
 for route in default direct; do
   ratio "8-byte rtt p50 ($route), us" "mig_rtt_8B_${route}_p50_us" "pvm_rtt_8B_${route}_p50_us" "<=" 0.8
+  # Large messages (1 MiB, 16 MiB) at 1.5x PVM's; 64 KiB, a mid-size
+  # message, at least level with it (as bench/messages-vs-pvm.sh asks).
   for size in 64KiB 1MiB 16MiB; do
-    ratio "$size stream ($route), MB/s" "mig_bw_${size}_${route}_MBps" "pvm_bw_${size}_${route}_MBps" ">=" 1.5
+    want=1.5
+    [ "$size" = 64KiB ] && want=1.0
+    ratio "$size stream ($route), MB/s" "mig_bw_${size}_${route}_MBps" "pvm_bw_${size}_${route}_MBps" ">=" "$want"
   done
 done
