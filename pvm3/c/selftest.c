@@ -5,10 +5,12 @@
  *
  * Built against mig's pvm3.h and libpvm3 by tests/tests/pvm.rs.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 #include "pvm3.h"
 
 static int fails = 0;
@@ -23,11 +25,22 @@ static int fails = 0;
 #define STOP 99
 #define REDUCE 50
 
+static volatile sig_atomic_t usr1_seen = 0;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	usr1_seen = 1;
+}
+
 /* A worker: join the group, take part in a reduction, then send back
- * whatever its parent sends (the same bytes, tag + 1) until told to stop. */
+ * whatever its parent sends (the same bytes, tag + 1) until told to stop;
+ * asked with tag 70, it says whether SIGUSR1 has come (tag 71). */
 static int worker(int parent)
 {
-	int inst = pvm_joingroup("sel");
+	int inst;
+	signal(SIGUSR1, on_usr1);
+	inst = pvm_joingroup("sel");
 	int v = inst + 1;
 	int got = 0;
 	pvm_barrier("sel", 4);
@@ -41,6 +54,13 @@ static int worker(int parent)
 		pvm_bufinfo(b, &bytes, &tag, &tid);
 		if (tag == STOP) {
 			break;
+		}
+		if (tag == 70) {
+			int seen = usr1_seen;
+			pvm_initsend(PvmDataDefault);
+			pvm_pkint(&seen, 1, 1);
+			pvm_send(parent, 71);
+			continue;
 		}
 		pvm_setsbuf(b);
 		pvm_send(parent, tag + 1);
@@ -325,6 +345,31 @@ int main(int argc, char **argv)
 		CHECK(delta.tv_sec == 0 && clk.tv_sec > 0);
 		CHECK(pvm_hostsync(12345, &clk, &delta) == PvmNoHost);
 		CHECK(pvm_getfds(&fds) >= 1 && fds != 0 && fds[0] >= 0);
+	}
+
+	/* Signals reach each worker, on whichever host it runs; the gang
+	 * scheduler's own are refused. */
+	CHECK(pvm_sendsig(tids[0], SIGSTOP) == PvmBadParam);
+	{
+		int elsewhere = 0;
+		for (k = 0; k < 3; k++) {
+			elsewhere += pvm_tidtohost(tids[k]) != pvm_tidtohost(me);
+		}
+		printf("selftest: %d of 3 workers signalled on other hosts\n", elsewhere);
+	}
+	for (k = 0; k < 3; k++) {
+		int seen = 0, tries;
+		CHECK(pvm_sendsig(tids[k], SIGUSR1) == PvmOk);
+		for (tries = 0; tries < 200 && !seen; tries++) {
+			pvm_initsend(PvmDataDefault);
+			pvm_send(tids[k], 70);
+			CHECK(pvm_recv(tids[k], 71) > 0);
+			pvm_upkint(&seen, 1, 1);
+			if (!seen) {
+				usleep(10000);
+			}
+		}
+		CHECK(seen == 1);
 	}
 
 	/* Errors. */

@@ -424,31 +424,20 @@ pub unsafe extern "C" fn pvm_mstat(host: *const c_char) -> c_int {
     })
 }
 
-/// Send a signal to a task. mig signals a VP's process only on the
-/// caller's own host (`PvmNotImpl` for one elsewhere).
+/// Send a signal to a task, on whichever host it runs (not SIGSTOP or
+/// SIGCONT: those are the gang scheduler's).
 #[no_mangle]
 pub extern "C" fn pvm_sendsig(tid: c_int, signum: c_int) -> c_int {
     let Some(who) = from_c(tid) else {
         return state::with(|t| t.fail("pvm_sendsig", errors::BAD_PARAM));
     };
-    state::with(|t| {
-        let here = match t.vm() {
-            Ok(vm) => vm.identity().host.clone(),
-            Err(e) => return t.fail("pvm_sendsig", e),
-        };
-        let ps = match t.vm().map(|vm| vm.ps()) {
-            Ok(Ok(p)) => p,
-            _ => return t.fail("pvm_sendsig", errors::SYS_ERR),
-        };
-        match ps.iter().find(|v| v.tid == who) {
-            Some(v) if v.host.as_deref() == Some(here.as_str()) => match v.pid {
-                // SAFETY: a plain system call.
-                Some(pid) if unsafe { libc::kill(pid as libc::pid_t, signum) } == 0 => errors::OK,
-                _ => t.fail("pvm_sendsig", errors::NO_TASK),
-            },
-            Some(_) => t.fail("pvm_sendsig", errors::NOT_IMPL),
-            None => t.fail("pvm_sendsig", errors::NO_TASK),
-        }
+    if !libmig::msg::signal_ok(signum) {
+        return state::with(|t| t.fail("pvm_sendsig", errors::BAD_PARAM));
+    }
+    state::with(|t| match t.vm().map(|vm| vm.signal(who, signum)) {
+        Ok(Ok(())) => errors::OK,
+        Ok(Err(_)) => t.fail("pvm_sendsig", errors::NO_TASK),
+        Err(e) => t.fail("pvm_sendsig", e),
     })
 }
 

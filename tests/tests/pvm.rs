@@ -463,6 +463,14 @@ fn pvm_calls_do_what_pvm_documents() {
         lines.iter().any(|l| l == "selftest ok: 0 failed"),
         "{lines:?}"
     );
+    // pvm_sendsig reached a worker on another host.
+    let elsewhere: u32 = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("selftest: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("how many workers were elsewhere");
+    assert!(elsewhere >= 1, "{lines:?}");
 }
 
 /// Build one of `pvm3/c/` against our headers and library (found at run

@@ -52,6 +52,36 @@ impl Master {
                 };
                 self.grow_job(&job, host, tid, id, spec, Some(arch))
             }
+            VpCall::Signal {
+                tid: victim,
+                signal,
+            } => {
+                if !libmig::msg::signal_ok(signal) {
+                    return reply(VpRet::Error(format!(
+                        "signal {signal} may not be sent to a VP (1 to 64, not STOP or CONT)"
+                    )));
+                }
+                if let Some(why) = self.not_theirs(&job, victim) {
+                    return reply(VpRet::Error(why));
+                }
+                match self.host_of(victim) {
+                    Some(h) => {
+                        let mut out = vec![Out::ToHost(
+                            h,
+                            PeerMsg::Signal {
+                                tid: victim,
+                                signal,
+                            },
+                        )];
+                        out.extend(reply(VpRet::Done));
+                        out
+                    }
+                    None => reply(VpRet::Error(format!("no running VP t{victim:x}"))),
+                }
+            }
+            VpCall::Kill { tid: victim } if self.not_theirs(&job, victim).is_some() => reply(
+                VpRet::Error(self.not_theirs(&job, victim).unwrap_or_default()),
+            ),
             VpCall::Kill { tid: victim } => match self.host_of(victim) {
                 Some(h) => {
                     let mut out = vec![Out::ToHost(h, PeerMsg::Kill { tid: victim })];
@@ -175,6 +205,14 @@ impl Master {
             out.extend(self.vp_return(w, id, VpRet::Done));
         }
         out
+    }
+
+    /// Why a VP of `job` may not act on VP `victim` (another user's, when
+    /// the daemons are shared), if it may not.
+    fn not_theirs(&self, job: &str, victim: Tid) -> Option<String> {
+        let uid_of = |j: &str| self.jobs.get(j).and_then(|j| j.uid);
+        let theirs = self.tids.get(&victim).map(|(j, _)| uid_of(j))?;
+        (theirs != uid_of(job)).then(|| format!("t{victim:x} belongs to another user"))
     }
 
     pub(super) fn vp_return(&self, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {

@@ -155,4 +155,67 @@ mod tests {
             c.m.control_by(2000, Requester::Local(1), "h0", Request::Spawn(spec(1)));
         assert!(says(&out, "runs as root"), "{out:?}");
     }
+
+    #[test]
+    fn a_vp_signals_or_kills_only_vps_of_its_own_user() {
+        let mut c = Cluster::new(2);
+        c.m.set_admin_uid(1000);
+        let mut tids_of = |uid: u32| {
+            let out =
+                c.m.control_by(uid, Requester::Local(1), "h0", Request::Spawn(spec(1)));
+            out.iter()
+                .find_map(|o| match o {
+                    Out::Reply(_, Response::Spawned { tids, .. }) => Some(tids[0]),
+                    _ => None,
+                })
+                .expect("spawned")
+        };
+        let (mine, other, theirs) = (tids_of(2000), tids_of(2000), tids_of(3000));
+        let error = |out: &[Out]| {
+            out.iter().find_map(|o| match o {
+                Out::ToHost(
+                    _,
+                    PeerMsg::VpReturn {
+                        ret: VpRet::Error(e),
+                        ..
+                    },
+                ) => Some(e.clone()),
+                _ => None,
+            })
+        };
+        let signal = |tid| VpCall::Signal {
+            tid,
+            signal: libc::SIGUSR1,
+        };
+        let out = c.m.vp_call("h0", mine, 1, signal(theirs));
+        assert!(
+            error(&out).is_some_and(|e| e.contains("another user")),
+            "{out:?}"
+        );
+        let out = c.m.vp_call("h0", mine, 2, VpCall::Kill { tid: theirs });
+        assert!(
+            error(&out).is_some_and(|e| e.contains("another user")),
+            "{out:?}"
+        );
+        let out = c.m.vp_call("h0", mine, 3, signal(other));
+        assert_eq!(error(&out), None, "{out:?}");
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Out::ToHost(_, PeerMsg::Signal { tid, .. }) if *tid == other)),
+            "{out:?}"
+        );
+        let out = c.m.vp_call(
+            "h0",
+            mine,
+            4,
+            VpCall::Signal {
+                tid: other,
+                signal: libc::SIGSTOP,
+            },
+        );
+        assert!(
+            error(&out).is_some_and(|e| e.contains("may not be sent")),
+            "{out:?}"
+        );
+    }
 }

@@ -203,6 +203,11 @@ impl Daemon {
             }
             PeerMsg::Unpark { tid } => self.unpark(tid),
             PeerMsg::Input { tid, data, eof } => self.feed_input(tid, &data, eof),
+            PeerMsg::Signal { tid, signal } if libmig::msg::signal_ok(signal) => {
+                if let Some(vp) = self.vps.by_tid.get(&tid) {
+                    host::signal_number(vp.pid, signal);
+                }
+            }
             PeerMsg::Snap { tid, step } => self.snap_step(tid, step),
             PeerMsg::Replica {
                 job,

@@ -378,6 +378,13 @@ pub enum PeerMsg {
         /// Close its standard input after them.
         eof: bool,
     },
+    /// Master to a VP's host: signal the VP's process (`VpCall::Signal`).
+    Signal {
+        /// The VP.
+        tid: Tid,
+        /// The signal number (checked with `signal_ok`).
+        signal: i32,
+    },
 }
 
 impl PeerMsg {
@@ -392,6 +399,7 @@ impl PeerMsg {
             PeerMsg::JoinAnswer { .. } => "JoinAnswer",
             PeerMsg::ClusterKeyIs { .. } => "ClusterKeyIs",
             PeerMsg::Input { .. } => "Input",
+            PeerMsg::Signal { .. } => "Signal",
             PeerMsg::Refused { .. } => "Refused",
             PeerMsg::Register { .. } => "Register",
             PeerMsg::Registered { .. } => "Registered",

@@ -137,6 +137,20 @@ pub enum VpCall {
         /// The architecture (as `mig hosts` names them).
         arch: String,
     },
+    /// Send signal `signal` to the process of VP `tid`, wherever it runs
+    /// (a VP of the caller's user; not SIGSTOP or SIGCONT, which are the
+    /// gang scheduler's).
+    Signal {
+        /// The VP.
+        tid: Tid,
+        /// The signal number.
+        signal: i32,
+    },
+}
+
+/// May a VP send `signal` to another with `VpCall::Signal`?
+pub fn signal_ok(signal: i32) -> bool {
+    (1..=64).contains(&signal) && signal != libc::SIGSTOP && signal != libc::SIGCONT
 }
 
 /// Why the mailbox refused a call (PVM's codes).

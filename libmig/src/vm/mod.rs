@@ -429,6 +429,12 @@ impl Vm {
         self.call(VpCall::Kill { tid }).map(|_| ())
     }
 
+    /// Send signal `signal` to the process of VP `tid`, on whichever host
+    /// it runs (not SIGSTOP or SIGCONT).
+    pub fn signal(&mut self, tid: Tid, signal: i32) -> Result<(), MigError> {
+        self.call(VpCall::Signal { tid, signal }).map(|_| ())
+    }
+
     /// The VPs of this job, by index (exited ones included).
     pub fn tasks(&mut self) -> Result<Vec<Tid>, MigError> {
         match self.call(VpCall::Tasks)? {
