@@ -11,6 +11,7 @@
 //! * `mailbox` — PVM programs' message mailbox, kept by the master (no I/O);
 //! * `host` — VP supervision on this host (fork/exec, pipes, reaping);
 //! * `input` — feeding a VP's standard input from `mig spawn --wait`;
+//! * `job_files` — jobs' kept output and the history of ended jobs, on the master's disk;
 //! * `contain` — each VP's whole process tree in a cgroup of its own;
 //! * `store` — job checkpoints on disk (images per generation, checked when read);
 //! * `slicer` — the gang slicer: which local VPs run in the slot in force (no I/O);
@@ -30,6 +31,7 @@ pub mod groups;
 pub mod guardian;
 pub mod host;
 pub mod input;
+pub mod job_files;
 pub mod log;
 pub mod mailbox;
 pub mod master;

@@ -631,3 +631,35 @@ impl Vm {
 pub fn stopped(pid: u32) -> bool {
     migd::host::is_stopped(pid)
 }
+
+/// A virtual machine started with `mig up --detach` in a directory, halted
+/// when dropped.
+pub struct Up(pub PathBuf);
+
+impl Up {
+    /// `mig ARGS` against it.
+    pub fn mig(&self, args: &[&str]) -> Output {
+        command("mig")
+            .env("MIG_DAEMON", self.0.join("h0/control.sock"))
+            .args(args)
+            .output()
+            .expect("mig")
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.mig(&["halt"]);
+        let sock = self.0.join("h0/control.sock");
+        wait_until(Duration::from_secs(10), || !sock.exists());
+    }
+}
+
+/// `mig up -n N --detach` in `dir` (wrap a success in `Up` to halt it).
+pub fn up(dir: &Path, n: usize) -> Output {
+    command("mig")
+        .args(["up", "-n", &n.to_string(), "--detach", "--state-dir"])
+        .arg(dir)
+        .output()
+        .expect("mig up")
+}

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mig_tests::{bin, job_succeeds, processes_with, wait_until, Vm};
+use mig_tests::{bin, job_succeeds, processes_with, up, wait_until, Up, Vm};
 use nix::sys::signal::Signal;
 
 /// CPU ticks (user + system) a process has used.
@@ -124,40 +124,11 @@ fn a_worker_stopped_until_declared_dead_never_leaves_a_vp_running_twice() {
     );
 }
 
-/// A machine started with `mig up --detach` in `dir`, halted when dropped.
-struct Up(std::path::PathBuf);
-
-impl Up {
-    fn mig(&self, args: &[&str]) -> std::process::Output {
-        mig_tests::command("mig")
-            .env("MIG_DAEMON", self.0.join("h0/control.sock"))
-            .args(args)
-            .output()
-            .expect("mig")
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.mig(&["halt"]);
-        let sock = self.0.join("h0/control.sock");
-        wait_until(Duration::from_secs(10), || !sock.exists());
-    }
-}
-
-fn up(dir: &Path) -> std::process::Output {
-    mig_tests::command("mig")
-        .args(["up", "-n", "2", "--detach", "--state-dir"])
-        .arg(dir)
-        .output()
-        .expect("mig up")
-}
-
 #[test]
 fn mig_up_on_an_earlier_machines_state_says_so_and_keeps_its_logs() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("vm");
-    let first = up(&dir);
+    let first = up(&dir, 2);
     assert!(
         first.status.success(),
         "{}",
@@ -165,7 +136,7 @@ fn mig_up_on_an_earlier_machines_state_says_so_and_keeps_its_logs() {
     );
     let vm = Up(dir.clone());
     // A second one on the same directory while the first runs: refused.
-    let again = up(&dir);
+    let again = up(&dir, 2);
     assert!(!again.status.success());
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("already running"),
@@ -177,7 +148,7 @@ fn mig_up_on_an_earlier_machines_state_says_so_and_keeps_its_logs() {
     drop(vm);
     // After a halt: started again, it says what it found and adds to the
     // logs.
-    let second = up(&dir);
+    let second = up(&dir, 2);
     let _vm = Up(dir.clone());
     let said = String::from_utf8_lossy(&second.stderr);
     assert!(second.status.success(), "{said}");

@@ -4,6 +4,7 @@ pub mod checkpoint;
 pub mod demo;
 pub mod halt;
 pub mod hosts;
+pub mod jobs;
 pub mod kill;
 pub mod map;
 pub mod migrate;
@@ -15,6 +16,7 @@ pub mod spawn;
 pub mod stats;
 pub mod token;
 pub mod up;
+pub mod wait;
 
 use std::path::PathBuf;
 
@@ -54,6 +56,17 @@ enum Command {
     Spawn(spawn::Args),
     /// List every VP.
     Ps(ps::Args),
+    /// List jobs: those running and those that ended (the master keeps the
+    /// last 10,000, across restarts), with their state, hosts, times and
+    /// exit status.
+    Jobs(jobs::Args),
+    /// Show one job in full (and its VPs while it runs).
+    Show(jobs::ShowArgs),
+    /// Wait until a job ends (at once if it has) and exit with its status.
+    Wait(wait::Args),
+    /// Print the output the master kept for a job (up to 16 MiB of it);
+    /// -f follows it until the job ends.
+    Logs(wait::LogsArgs),
     /// Kill a job (j1) or one VP (t40001).
     Kill(kill::Args),
     /// Move a running VP to another host: it checkpoints at its next safe
@@ -96,6 +109,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Hosts(a) => hosts::run(&daemon, a),
         Command::Spawn(a) => spawn::run(&daemon, a),
         Command::Ps(a) => ps::run(&daemon, a),
+        Command::Jobs(a) => jobs::run(&daemon, a),
+        Command::Show(a) => jobs::show(&daemon, a),
+        Command::Wait(a) => wait::run(&daemon, a),
+        Command::Logs(a) => wait::logs(&daemon, a),
         Command::Kill(a) => kill::run(&daemon, a),
         Command::Migrate(a) => migrate::run(&daemon, a),
         Command::Map(a) => map::run(&daemon, a),
@@ -117,7 +134,13 @@ pub fn run(cli: Cli) -> Result<()> {
 pub fn call(daemon: &std::path::Path, req: &Request) -> Result<Response> {
     let read_only = matches!(
         req,
-        Request::Hosts | Request::Ps | Request::Map | Request::Stats | Request::TokenList
+        Request::Hosts
+            | Request::Ps
+            | Request::Map
+            | Request::Stats
+            | Request::TokenList
+            | Request::Jobs
+            | Request::Logs { .. }
     );
     let since = std::time::Instant::now();
     loop {

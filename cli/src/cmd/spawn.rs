@@ -126,6 +126,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         return Ok(());
     }
     forward_input(daemon, &job, a.no_input || in_background());
+    watch_ctrl_c(daemon, &job, a.bare);
     // VPs the job spawns itself join the count as they are heard of.
     let mut total = tids.len();
     let mut done = 0;
@@ -199,6 +200,54 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         }
     }
 }
+
+/// Ctrl-C while waiting, as srun takes it: the first says the job goes on
+/// and how to follow or stop it; a second within `SECOND_CTRL_C` kills it
+/// (the wait then ends with the job), else this command leaves the job
+/// running and exits (130). With `--bare` (a PVM program started from a
+/// shell) the first kills it, as it would the program.
+fn watch_ctrl_c(daemon: &Path, job: &str, bare: bool) {
+    use signal_hook::consts::SIGINT;
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT]) else {
+        return; // Ctrl-C then simply ends this command, the job going on.
+    };
+    let (daemon, job) = (daemon.to_path_buf(), job.to_string());
+    let target = job.clone();
+    let kill = move || {
+        eprintln!("mig: killing job {target}");
+        let req = Request::Kill {
+            target: target.clone(),
+        };
+        if let Err(e) = Client::connect(&daemon).and_then(|mut c| c.call(&req)) {
+            eprintln!("mig: could not kill job {target}: {e}");
+            std::process::exit(130);
+        }
+    };
+    std::thread::spawn(move || {
+        if signals.forever().next().is_none() {
+            return;
+        }
+        if bare {
+            return kill();
+        }
+        eprintln!(
+            "mig: job {job} goes on; follow it with `mig logs -f {job}`, wait for it with \
+             `mig wait {job}`, stop it with `mig kill {job}`. Ctrl-C again within {} s kills it.",
+            SECOND_CTRL_C.as_secs()
+        );
+        let since = Instant::now();
+        while since.elapsed() < SECOND_CTRL_C {
+            if signals.pending().next().is_some() {
+                return kill();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::process::exit(130);
+    });
+}
+
+/// How soon a second Ctrl-C must follow the first to kill the job.
+const SECOND_CTRL_C: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// "1 VP", "8 VPs".
 fn vps(n: usize) -> String {

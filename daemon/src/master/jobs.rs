@@ -68,6 +68,8 @@ impl Master {
                 incarnation: 0,
                 next_vp: n,
                 uid: None,
+                submitted_ms: self.wall_ns / 1_000_000,
+                hosts: BTreeSet::new(),
             },
         );
         let mut out = vec![
@@ -88,6 +90,58 @@ impl Master {
             vps: BTreeMap::from([(arch, n)]),
         }));
         out
+    }
+
+    /// Running jobs, then ended ones (oldest first).
+    pub(super) fn job_list(&self) -> Vec<JobInfo> {
+        let mut out: Vec<JobInfo> = self.history.all().cloned().collect();
+        out.extend(self.jobs.iter().map(|(id, j)| JobInfo {
+            job: id.clone(),
+            program: j.spec.program.clone(),
+            args: j.spec.args.clone(),
+            uid: j.uid,
+            vps: j.vps.len() as u32,
+            hosts: j.hosts.iter().cloned().collect(),
+            state: "running".into(),
+            submitted_ms: j.submitted_ms,
+            ended_ms: None,
+            status: None,
+        }));
+        out
+    }
+
+    /// Is `job` known, and has it ended (`None`: unknown)?
+    pub fn job_ended(&self, job: &str) -> Option<bool> {
+        if self.jobs.contains_key(job) {
+            Some(false)
+        } else {
+            self.history.find(job).map(|_| true)
+        }
+    }
+
+    /// Jobs read back from the history file of an earlier master here.
+    pub fn load_history(&mut self, read: Vec<JobInfo>) {
+        self.history.load(read);
+        self.next_job = self.next_job.max(self.history.last_number() + 1);
+    }
+
+    /// `Request::Wait`: answered with `JobDone` when `job` ends (output and
+    /// VP ends first, as to `spawn --wait`); at once if it has.
+    pub(super) fn wait_for(&mut self, from: Requester, job: &str) -> Vec<Out> {
+        if let Some(j) = self.jobs.get_mut(job) {
+            j.waiters.push(from);
+            return Vec::new();
+        }
+        let resp = match self.history.find(job) {
+            Some(h) => Response::JobDone {
+                job: job.to_string(),
+                status: h.status.unwrap_or(0),
+            },
+            None => Response::Error {
+                message: format!("no job {job} (running, or among the last ended ones)"),
+            },
+        };
+        vec![Out::Reply(from, resp)]
     }
 
     /// `Request::Input`: bytes for VP 0 of `job`, sent to its host. While
@@ -178,7 +232,7 @@ impl Master {
             out.extend(self.finish_if_done(target));
             return out;
         }
-        if let Some(status) = self.ended_jobs.get(target) {
+        if let Some(status) = self.history.find(target).and_then(|j| j.status) {
             return vec![Out::Reply(
                 from,
                 Response::Error {
@@ -277,7 +331,15 @@ impl Master {
         let Some(j) = self.jobs.get(&job) else {
             return Vec::new();
         };
-        let mut out = vec![Out::Log(format!("[t{tid:x} {job}/{vp}@{host}] {line}"))];
+        let mark = if stream == Stream::Stderr {
+            " stderr"
+        } else {
+            ""
+        };
+        let mut out = vec![Out::JobOutput {
+            job: job.clone(),
+            line: format!("[t{tid:x} {host}{mark}] {line}"),
+        }];
         for w in &j.waiters {
             out.push(Out::Reply(
                 w.clone(),
@@ -415,7 +477,22 @@ impl Master {
             .find(|&s| s != 0)
             .unwrap_or(0);
         let mut out = vec![Out::Log(format!("job {job} finished with status {status}"))];
-        self.ended_jobs.insert(job.to_string(), status);
+        let info = JobInfo {
+            job: job.to_string(),
+            program: j.spec.program.clone(),
+            args: j.spec.args.clone(),
+            uid: j.uid,
+            vps: j.vps.len() as u32,
+            hosts: j.hosts.iter().cloned().collect(),
+            state: if j.killed { "killed" } else { "exited" }.to_string(),
+            submitted_ms: j.submitted_ms,
+            ended_ms: Some(self.wall_ns / 1_000_000),
+            status: Some(status),
+        };
+        for old in self.history.record(info.clone()) {
+            out.push(Out::ForgetOutput(old));
+        }
+        out.push(Out::History(info));
         for (w, _) in j.kill_waiters {
             out.push(Out::Reply(
                 w,

@@ -8,6 +8,7 @@
 
 mod calls;
 mod checkpoints;
+mod history;
 mod hosts;
 mod jobs;
 mod moves;
@@ -36,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, HostInfo, Loc, MapCell, MboxReply, Notice, NotifyOn,
+    Envelope, ExitInfo, HostFacts, HostInfo, JobInfo, Loc, MapCell, MboxReply, Notice, NotifyOn,
     OwnerAction, OwnerReport, OwnerState, PeerMsg, Request, Response, SliceReport, SliceStats,
     SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet,
     SYSTEM,
@@ -80,6 +81,17 @@ pub enum Out {
     Reply(Requester, Response),
     /// A line for the daemon log.
     Log(String),
+    /// A line of a job's output, to keep with its others (`mig logs`).
+    JobOutput {
+        /// The job.
+        job: String,
+        /// The line, as `mig spawn --wait` shows it.
+        line: String,
+    },
+    /// A job ended: keep it in the history file.
+    History(JobInfo),
+    /// A job left the history: its kept output may go.
+    ForgetOutput(String),
     /// A message to every live host, the master's own included.
     Broadcast(PeerMsg),
     /// A message for a VP (a notice from `SYSTEM`), routed like any other.
@@ -158,8 +170,8 @@ pub struct Master {
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
     host_watch: Vec<(Tid, i32, bool)>,
     gone: HashMap<Tid, ExitInfo>,
-    /// Jobs that have ended, with their status.
-    ended_jobs: HashMap<String, i32>,
+    /// Jobs that have ended.
+    history: history::History,
     /// `mig owner reclaim|release` waiting for its host.
     owner_waiting: HashMap<u64, Requester>,
     next_owner_id: u64,
@@ -225,7 +237,7 @@ impl Master {
             exit_watch: HashMap::new(),
             host_watch: Vec::new(),
             gone: HashMap::new(),
-            ended_jobs: HashMap::new(),
+            history: history::History::default(),
             owner_waiting: HashMap::new(),
             next_owner_id: 1,
             now,
@@ -347,6 +359,15 @@ impl Master {
             Request::Checkpoint { job } => self.checkpoint_job(&job, Some(from)),
             Request::Restart { job } => self.restart_job(&job, Some(from)),
             Request::Input { job, data, eof } => self.input(from, &job, data, eof),
+            Request::Jobs => vec![Out::Reply(from, Response::Jobs(self.job_list()))],
+            Request::Wait { job } => self.wait_for(from, &job),
+            // The server answers these from the files it keeps.
+            Request::Logs { .. } => vec![Out::Reply(
+                from,
+                Response::Error {
+                    message: "logs are read by the master's server".into(),
+                },
+            )],
             req @ (Request::TokenCreate { .. }
             | Request::TokenList
             | Request::TokenRevoke { .. }) => self.token_request(from, req),
@@ -403,6 +424,9 @@ impl Master {
     }
 
     fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) -> Vec<Out> {
+        if let (Some(j), Some(h)) = (self.jobs.get_mut(job), &host) {
+            j.hosts.insert(h.clone());
+        }
         match self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
             Some(v) => {
                 v.host = host;

@@ -143,6 +143,10 @@ pub(super) struct JobRec {
     pub(super) next_vp: u32,
     /// The local user who started it (`None`: the virtual machine's own).
     pub(super) uid: Option<u32>,
+    /// When it was submitted (ms since the Unix epoch).
+    pub(super) submitted_ms: u64,
+    /// Hosts its VPs have run on.
+    pub(super) hosts: BTreeSet<String>,
 }
 
 /// A job's consistent checkpoints.

@@ -48,7 +48,7 @@ impl Master {
     }
 
     /// Why `uid` may not make `req`, if it may not.
-    fn refusal(&self, uid: u32, req: &Request) -> Option<String> {
+    pub fn refusal(&self, uid: u32, req: &Request) -> Option<String> {
         if uid == 0 || uid == self.admin_uid {
             return None;
         }
@@ -63,7 +63,13 @@ impl Master {
         };
         let theirs = |target: &str| match job_of(target) {
             // Unknown: the request itself says so.
-            None => None,
+            None => {
+                // An ended job's output is its user's too.
+                let owner = self.history.find(target)?.uid.unwrap_or(admin);
+                (owner != uid).then(|| {
+                    format!("job {target} belonged to uid {owner}; uid {uid} sees only its own")
+                })
+            }
             Some(job) => {
                 let owner = self.jobs.get(&job).and_then(|j| j.uid).unwrap_or(admin);
                 (owner != uid).then(|| {
@@ -74,7 +80,8 @@ impl Master {
             }
         };
         match req {
-            Request::Hosts | Request::Ps | Request::Map | Request::Stats => None,
+            Request::Hosts | Request::Ps | Request::Map | Request::Stats | Request::Jobs => None,
+            Request::Wait { job } | Request::Logs { job, .. } => theirs(job),
             Request::Owner {
                 action: OwnerAction::Status,
                 ..

@@ -8,6 +8,9 @@ impl Daemon {
     pub(super) fn control(&mut self, t: Token, req: Request) {
         let me = self.facts.name.clone();
         let uid = self.conns.get(&t).and_then(|c| c.uid).unwrap_or(self.uid);
+        if let Some(resp) = self.answer_logs(uid, &req) {
+            return self.send_resp(t, &resp);
+        }
         if let Some(m) = self.role.master() {
             m.set_wall(wall_ns());
             let out = m.control_by(uid, Requester::Local(t.0), &me, req);
@@ -27,5 +30,35 @@ impl Daemon {
                 },
             );
         }
+    }
+
+    /// On the master, `Request::Logs` from user `uid`: the job's kept
+    /// output from its offset (`None`: not that request, or not the master,
+    /// which forwards it).
+    pub(super) fn answer_logs(&mut self, uid: u32, req: &Request) -> Option<Response> {
+        let Request::Logs { job, offset } = req else {
+            return None;
+        };
+        let m = self.role.master()?;
+        if let Some(why) = m.refusal(uid, req) {
+            return Some(Response::Error {
+                message: format!("permission denied: {why}"),
+            });
+        }
+        let Some(ended) = m.job_ended(job) else {
+            return Some(Response::Error {
+                message: format!("no job {job} (running, or among the last ended ones)"),
+            });
+        };
+        Some(match self.job_files.read_output(job, *offset) {
+            Ok((data, next)) => Response::Log {
+                ended: ended && data.len() < crate::job_files::LOG_CHUNK,
+                data,
+                next,
+            },
+            Err(e) => Response::Error {
+                message: format!("cannot read job {job}'s output: {e}"),
+            },
+        })
     }
 }

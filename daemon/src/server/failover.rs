@@ -313,6 +313,16 @@ impl Daemon {
         for msg in std::mem::take(&mut self.failover.unsent) {
             match msg {
                 PeerMsg::Control { id, req, uid } => {
+                    if let Some(resp) = self.answer_logs(uid, &req) {
+                        self.carry_out(vec![Out::Reply(
+                            Requester::Remote {
+                                host: me.clone(),
+                                id,
+                            },
+                            resp,
+                        )]);
+                        continue;
+                    }
                     let from = Requester::Remote {
                         host: me.clone(),
                         id,

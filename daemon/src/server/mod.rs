@@ -142,6 +142,8 @@ pub struct Daemon {
     signals: Signals,
     conns: HashMap<Token, Conn>,
     pipes: HashMap<Token, Pipe>,
+    /// On the master: jobs' kept output and the history of ended jobs.
+    job_files: crate::job_files::JobFiles,
     /// Local VPs' stdin pipes, by the token that says one has room.
     inputs: HashMap<Token, Tid>,
     next_token: usize,
@@ -317,6 +319,7 @@ impl Daemon {
             signals,
             conns: HashMap::new(),
             pipes: HashMap::new(),
+            job_files: crate::job_files::JobFiles::new(&cfg.state_dir),
             inputs: HashMap::new(),
             next_token: FIRST,
             role: Role::worker(),
@@ -354,6 +357,11 @@ impl Daemon {
                 m.set_lease(d.cfg.lease());
                 m.set_max_voters(d.cfg.voters as usize);
                 m.set_admin_uid(d.uid);
+                let (jobs, bad) = d.job_files.read_history();
+                if bad > 0 {
+                    warn!("{bad} lines of history.jsonl could not be read and were skipped");
+                }
+                m.load_history(jobs);
                 d.role = Role::Master(Box::new(m));
                 d.failover.found(&d.facts.name);
                 d.guard_vps();

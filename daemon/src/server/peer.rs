@@ -143,6 +143,16 @@ impl Daemon {
             // counts any more.
             return self.deliver(out);
         }
+        if let PeerMsg::Control { id, req, uid } = &msg {
+            let (id, uid) = (*id, *uid);
+            if let Some(resp) = self.answer_logs(uid, req) {
+                self.deliver(out);
+                return self.send_peer(t, &PeerMsg::Reply { id, resp });
+            }
+        }
+        let Some(m) = self.role.master() else {
+            return self.deliver(out);
+        };
         out.extend(match msg {
             PeerMsg::Control { id, req, uid } => m.with_wall(wall_ns()).control_by(
                 uid,
@@ -155,7 +165,7 @@ impl Daemon {
             ),
             msg => {
                 let what = msg.name();
-                match m.from_host(h, msg) {
+                match m.with_wall(wall_ns()).from_host(h, msg) {
                     Some(out) => out,
                     None => {
                         return self.refuse(t, &format!("unexpected {what} from a worker"));
@@ -275,7 +285,10 @@ impl Daemon {
     /// Report to the master (handled in place when this is the master).
     pub(super) fn report(&mut self, msg: PeerMsg) {
         if let Some(m) = self.role.master() {
-            let out = m.from_host(&self.facts.name, msg).unwrap_or_default();
+            let out = m
+                .with_wall(wall_ns())
+                .from_host(&self.facts.name, msg)
+                .unwrap_or_default();
             self.deliver(out);
         } else if let Some(link) = self.role.link() {
             self.send_peer(link, &msg);
@@ -291,6 +304,19 @@ impl Daemon {
             match o {
                 // The master's own news, filtered as its module's.
                 Out::Log(l) => crate::log_at!(log::Level::Info, "migd::master", "{l}"),
+                Out::JobOutput { job, line } => {
+                    crate::log_at!(log::Level::Debug, "migd::output", "{job} {line}");
+                    if let Err(e) = self.job_files.append_output(&job, &line) {
+                        warn!("cannot keep job {job}'s output: {e}");
+                    }
+                }
+                Out::History(info) => {
+                    self.job_files.close(&info.job);
+                    if let Err(e) = self.job_files.append_history(&info) {
+                        warn!("cannot write job {} to history.jsonl: {e}", info.job);
+                    }
+                }
+                Out::ForgetOutput(job) => self.job_files.forget(&job),
                 Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
                 Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
                     // Forwarded by this daemon before it was elected.

@@ -98,6 +98,48 @@ pub enum Request {
         /// Nothing follows.
         eof: bool,
     },
+    /// Running jobs and those in the master's history (`mig jobs`).
+    Jobs,
+    /// Answer when `job` ends (at once if it has): `JobDone` (output lines
+    /// and VP ends come first, as to a `spawn --wait`).
+    Wait {
+        /// The job.
+        job: String,
+    },
+    /// The job's output kept by the master, from byte `offset` on.
+    Logs {
+        /// The job.
+        job: String,
+        /// Where to start.
+        offset: u64,
+    },
+}
+
+/// A job as `mig jobs` lists it: running, or ended and kept in the
+/// master's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// Its id.
+    pub job: String,
+    /// Program and arguments (VP 0's).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The local user who started it (`None`: the virtual machine's own).
+    pub uid: Option<u32>,
+    /// VPs it had (or has).
+    pub vps: u32,
+    /// Hosts its VPs ran on.
+    pub hosts: Vec<String>,
+    /// `running`, `exited` or `killed`.
+    pub state: String,
+    /// When it was submitted (ms since the Unix epoch).
+    pub submitted_ms: u64,
+    /// When it ended, if it has.
+    pub ended_ms: Option<u64>,
+    /// Its status once ended: 0 if every VP exited 0, else the first failing
+    /// VP's status.
+    pub status: Option<i32>,
 }
 
 /// Most bytes one `Request::Input` carries.
@@ -289,4 +331,15 @@ pub enum Response {
     },
     /// To `TokenList`.
     Tokens(Vec<TokenInfo>),
+    /// To `Jobs`.
+    Jobs(Vec<JobInfo>),
+    /// To `Logs`: up to 1 MiB of the job's output.
+    Log {
+        /// The bytes.
+        data: Vec<u8>,
+        /// The offset after them.
+        next: u64,
+        /// The job has ended: nothing will follow what is there.
+        ended: bool,
+    },
 }

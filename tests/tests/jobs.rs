@@ -1,0 +1,187 @@
+//! Jobs one can find after they end, on real daemons: `mig jobs`, `mig
+//! show`, `mig logs [-f]` and `mig wait` on running and ended jobs, through
+//! the master and a worker; the history kept across a halt and `mig up` on
+//! the same directory; Ctrl-C on `mig spawn --wait` as srun takes it.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use mig_tests::{command, job_lines, up, wait_until, Up, Vm};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The job `id` in `mig jobs --json`.
+fn job_json(vm: &Vm, at: usize, id: &str) -> Option<serde_json::Value> {
+    let out = vm.mig_at(at, &["jobs", "--all", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    all.as_array()?.iter().find(|j| j["job"] == id).cloned()
+}
+
+#[test]
+fn jobs_can_be_listed_shown_followed_and_waited_for_after_they_end() {
+    let vm = Vm::start(2);
+    // A job that fails: VP 1 exits 3, both print to stdout and stderr.
+    let out = vm.mig(&[
+        "spawn",
+        "-n",
+        "2",
+        "--wait",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo out $MIG_VP; echo err $MIG_VP >&2; exit $((MIG_VP * 3))",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let j1 = job_json(&vm, 0, "j1").expect("j1 listed");
+    assert_eq!(j1["state"], "exited");
+    assert_eq!(j1["status"], 3);
+    assert_eq!(j1["vps"], 2);
+    assert_eq!(j1["program"], "/bin/sh");
+    assert!(j1["ended_ms"].as_u64() >= j1["submitted_ms"].as_u64());
+    // Its output, kept: stdout and stderr of both VPs, through a worker too.
+    for at in [0, 1] {
+        let logs = vm.mig_at(at, &["logs", "j1"]);
+        assert!(logs.status.success(), "{}", stderr(&logs));
+        let text = stdout(&logs);
+        for want in ["] out 0", "] out 1", " stderr] err 0", " stderr] err 1"] {
+            assert!(text.contains(want), "{want:?} in {text}");
+        }
+    }
+    // `mig show`, text and JSON.
+    let show = vm.mig(&["show", "j1"]);
+    let text = stdout(&show);
+    assert!(text.contains("JobId=j1 State=exited"), "{text}");
+    assert!(text.contains("ExitStatus=3"), "{text}");
+    // A running job: listed as running with its VPs, followed to its end,
+    // waited for through the worker.
+    let started = vm.mig(&[
+        "spawn",
+        "--",
+        "/bin/sh",
+        "-c",
+        "for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done; exit 7",
+    ]);
+    let j2 = stdout(&started).trim().to_string();
+    assert_eq!(job_json(&vm, 0, &j2).expect("listed")["state"], "running");
+    let show = vm.mig(&["show", &j2, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    assert_eq!(v["vp_list"].as_array().map(Vec::len), Some(1), "{v}");
+    let waiter = command("mig")
+        .env("MIG_DAEMON", vm.sock_of(1))
+        .args(["wait", &j2, "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("mig wait");
+    let follow = vm.mig(&["logs", "-f", &j2]);
+    let ticks: Vec<String> = job_lines(&follow);
+    assert_eq!(
+        ticks,
+        (1..=5).map(|i| format!("tick {i}")).collect::<Vec<_>>(),
+        "-f follows until the end"
+    );
+    let waited = waiter.wait_with_output().expect("wait");
+    assert_eq!(waited.status.code(), Some(7));
+    let end: serde_json::Value = serde_json::from_slice(&waited.stdout).expect("JSON");
+    assert_eq!(end["status"], 7);
+    // Waiting for an ended job answers at once; unknown jobs are errors.
+    assert_eq!(vm.mig(&["wait", "j1"]).status.code(), Some(3));
+    for args in [["wait", "j99"], ["logs", "j99"], ["show", "j99"]] {
+        let out = vm.mig(&args);
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains("no job j99"), "{}", stderr(&out));
+    }
+    // A name that is not a job id reads no file.
+    let out = vm.mig(&["logs", "../../etc/passwd"]);
+    assert!(!out.status.success());
+    assert!(!stdout(&out).contains("root:"));
+}
+
+#[test]
+fn the_history_outlives_a_halt_and_new_jobs_do_not_reuse_its_ids() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("vm");
+    let first = up(&dir, 1);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let vm = Up(dir.clone());
+    let out = vm.mig(&["spawn", "--wait", "--", "/bin/echo", "before the halt"]);
+    assert!(out.status.success());
+    drop(vm);
+    // Damage: a line of garbage and a cut-off line are skipped.
+    let hist = dir.join("h0/history.jsonl");
+    let mut bytes = std::fs::read(&hist).expect("history.jsonl");
+    bytes.extend_from_slice(b"\xff garbage\n{\"job\":\"j7\",\"prog");
+    std::fs::write(&hist, bytes).expect("write");
+    let second = up(&dir, 1);
+    assert!(second.status.success(), "{}", stderr(&second));
+    let vm = Up(dir.clone());
+    let out = vm.mig(&["jobs", "--json"]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let j1 = all
+        .as_array()
+        .and_then(|a| a.iter().find(|j| j["job"] == "j1"))
+        .expect("j1 kept");
+    assert_eq!(j1["status"], 0);
+    assert_eq!(j1["args"][0], "before the halt");
+    let logs = vm.mig(&["logs", "j1"]);
+    assert!(
+        stdout(&logs).contains("before the halt"),
+        "{}",
+        stdout(&logs)
+    );
+    let next = vm.mig(&["spawn", "--", "/bin/true"]);
+    assert_eq!(stdout(&next).trim(), "j2", "ids go on from the history");
+    let log = std::fs::read_to_string(dir.join("h0/migd.log")).expect("log");
+    assert!(
+        log.contains("lines of history.jsonl could not be read"),
+        "{log}"
+    );
+}
+
+#[test]
+fn ctrl_c_on_spawn_wait_leaves_the_job_running_and_twice_kills_it() {
+    let vm = Vm::start(1);
+    for twice in [false, true] {
+        let child = command("mig")
+            .env("MIG_DAEMON", vm.sock())
+            .args(["spawn", "--wait", "--", "/bin/sleep", "30"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mig spawn");
+        let pid = Pid::from_raw(child.id() as i32);
+        let job = if twice { "j2" } else { "j1" };
+        assert!(wait_until(Duration::from_secs(10), || {
+            job_json(&vm, 0, job).is_some_and(|j| j["state"] == "running")
+        }));
+        // The CLI's handler is in place once the job has started; give it
+        // the moment it takes to get there.
+        std::thread::sleep(Duration::from_millis(300));
+        kill(pid, Signal::SIGINT).expect("SIGINT");
+        if twice {
+            std::thread::sleep(Duration::from_millis(300));
+            kill(pid, Signal::SIGINT).expect("SIGINT");
+        }
+        let out = child.wait_with_output().expect("mig spawn ends");
+        let said = stderr(&out);
+        assert!(said.contains(&format!("mig logs -f {job}")), "{said}");
+        let state = job_json(&vm, 0, job).expect("listed");
+        if twice {
+            assert!(said.contains("killing job"), "{said}");
+            assert_eq!(state["state"], "killed", "{state}");
+        } else {
+            assert_eq!(out.status.code(), Some(130), "{said}");
+            assert_eq!(state["state"], "running", "the job goes on: {state}");
+            assert!(vm.mig(&["kill", job]).status.success());
+        }
+    }
+}
