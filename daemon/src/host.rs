@@ -290,7 +290,6 @@ fn fork_exec(
     }
     roomy(&sock, &vp_sock);
     let parent = std::process::id() as libc::pid_t;
-    let failed: &[u8] = b"mig: cannot run the program (exec failed)\n";
     // The daemon nudges a VP with SIGUSR2 when it asks for a checkpoint;
     // until libmig installs its handler (or in a program without libmig)
     // that must not end the process, even if it comes at once (the owner
@@ -342,10 +341,17 @@ fn fork_exec(
             } else {
                 libc::dup2(vp_sock.as_raw_fd(), VP_FD);
             }
-            if libc::chdir(cwd.as_ptr()) == 0 {
+            let (what, path) = if libc::chdir(cwd.as_ptr()) == 0 {
                 libc::execve(prog.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                (&b"mig: cannot run "[..], prog)
+            } else {
+                (&b"mig: cannot enter the working directory "[..], cwd)
+            };
+            // Said with what is at hand: no allocation, no locale.
+            let why = exec_error(*libc::__errno_location());
+            for part in [what, path.as_bytes(), b": ", why, b"\n"] {
+                libc::write(2, part.as_ptr().cast(), part.len());
             }
-            libc::write(2, failed.as_ptr().cast(), failed.len());
             libc::_exit(127)
         },
         pid => {
@@ -362,6 +368,25 @@ fn fork_exec(
                 stdin: stdin_w,
             })
         }
+    }
+}
+
+/// Why an `execve` (or the `chdir` before it) failed, for a child that may
+/// not allocate: the common reasons, in words.
+fn exec_error(errno: i32) -> &'static [u8] {
+    match errno {
+        libc::ENOENT => b"no such file or directory",
+        libc::EACCES => b"permission denied (not executable, or a directory on the way is closed)",
+        libc::ENOEXEC => b"not an executable this host can run (wrong format or architecture)",
+        libc::ENOTDIR => b"a part of the path is not a directory",
+        libc::ETXTBSY => b"the file is being written",
+        libc::E2BIG => b"arguments and environment too long",
+        libc::ENOMEM => b"out of memory",
+        libc::ELOOP => b"too many symbolic links",
+        libc::ENAMETOOLONG => b"path too long",
+        libc::EISDIR => b"it is a directory",
+        libc::ELIBBAD => b"its interpreter or a library is damaged",
+        _ => b"exec failed",
     }
 }
 

@@ -13,13 +13,12 @@ use crate::msg::{Request, Response};
 #[derive(Debug, Error)]
 pub enum ControlError {
     /// No daemon listens there.
-    #[error("no mig daemon at {path} ({source}); start one with `mig up`, or point --daemon / MIG_DAEMON at its control socket")]
+    #[error("no mig daemon at {path} ({cause}); start one with `mig up`, or point --daemon / MIG_DAEMON at its control socket")]
     Connect {
         /// The socket path.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (said in the message, so not also a source: shown once).
+        cause: std::io::Error,
     },
     /// The socket is there but not ours to use.
     #[error("permission denied at {path}: this mig daemon belongs to another user (only its own user and root may control it)")]
@@ -30,9 +29,10 @@ pub enum ControlError {
     /// The daemon refused the connection and said why.
     #[error("{0}")]
     Refused(String),
-    /// The conversation broke.
+    /// The conversation broke (the reason is in the message, so not also a
+    /// source: shown once).
     #[error("talking to the daemon: {0}")]
-    Frame(#[from] FrameError),
+    Frame(FrameError),
     /// The daemon hung up before answering.
     #[error("the daemon closed the connection before answering")]
     Closed,
@@ -44,6 +44,12 @@ pub enum ControlError {
         /// How long it was given.
         secs: u64,
     },
+}
+
+impl From<FrameError> for ControlError {
+    fn from(e: FrameError) -> ControlError {
+        ControlError::Frame(e)
+    }
 }
 
 /// How long `call` waits for an answer: longer than any request takes
@@ -78,7 +84,7 @@ impl Client {
             } else {
                 ControlError::Connect {
                     path: path.to_path_buf(),
-                    source,
+                    cause: source,
                 }
             }
         })?;

@@ -12,7 +12,8 @@
 //! * `checkpoint` — the checkpoint image: format, atomic write, checked read;
 //! * `payload` — message bytes, and large ones passed as memfds;
 //! * `pool` — the reusable shared buffers large messages travel in;
-//! * `link` — a VP's sockets (internal).
+//! * `link` — a VP's sockets (internal);
+//! * `words` — counts in messages ("1 VP", "3 VPs").
 //!
 //! # The protocol in one exchange
 //!
@@ -40,6 +41,7 @@ pub mod pool;
 pub mod seal;
 pub mod vm;
 pub mod vp;
+pub mod words;
 
 pub use group::op;
 pub use msg::{Notice, NotifyOn, Tid, SYSTEM};

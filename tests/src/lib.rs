@@ -441,6 +441,12 @@ impl Vm {
         self.dir.path().join(format!("h{i}")).join("control.sock")
     }
 
+    /// What `job`'s VPs have printed so far (`mig logs JOB`: the output the
+    /// master keeps; its log no longer holds it).
+    pub fn output(&self, job: &str) -> String {
+        String::from_utf8_lossy(&self.mig(&["logs", job]).stdout).into_owned()
+    }
+
     /// Run `mig` through daemon `i` (any daemon forwards to the master).
     pub fn mig_at(&self, i: usize, args: &[&str]) -> Output {
         command("mig")

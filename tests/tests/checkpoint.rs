@@ -267,7 +267,7 @@ fn a_restart_drops_the_vps_spawned_after_its_checkpoint() {
     );
     assert!(vm
         .log(0)
-        .contains("1 VPs spawned after its checkpoint dropped"));
+        .contains("1 VP spawned after its checkpoint dropped"));
     std::fs::write(&stop, "").expect("stop");
     let lines = job_succeeds(job, &vm.log(0));
     for want in ["spawned", "up, life 2, child None", "respawn done"] {
@@ -388,7 +388,7 @@ fn a_checkpoint_larger_than_a_frame_is_taken_kept_and_restored() {
     ]);
     assert!(wait_until(Duration::from_secs(30), || running(&vm) == 2));
     assert!(wait_until(Duration::from_secs(30), || vm
-        .log(0)
+        .output("j1")
         .matches("] ready")
         .count()
         == 2));
@@ -408,7 +408,7 @@ fn a_checkpoint_larger_than_a_frame_is_taken_kept_and_restored() {
     );
     assert!(
         wait_until(Duration::from_secs(60), || vm
-            .log(0)
+            .output("j1")
             .matches("restored 83886080 intact")
             .count()
             == 2),

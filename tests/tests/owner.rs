@@ -749,7 +749,8 @@ fn a_restartable_vp_that_cannot_move_is_vacated_when_the_owner_stays_and_the_job
     );
     let log = vm.log(0);
     assert!(log.contains("vacating VP"), "{log}");
-    assert_eq!(log.matches("] finished").count(), 2, "{log}");
+    let output = vm.output("j1");
+    assert_eq!(output.matches("] finished").count(), 2, "{output}");
     assert!(vm.job_processes("j1", &host).is_empty());
 }
 
@@ -933,11 +934,9 @@ fn vps_that_ask_for_a_pause_notice_get_it_before_the_stop_and_no_longer_than_qui
         hosts_of(&vm)
     );
     // (The libmig VPs have asked once they said "listening".)
-    assert!(wait_until(Duration::from_secs(10), || vm
-        .log(0)
-        .matches("] listening")
-        .count()
-        == 2));
+    assert!(wait_until(Duration::from_secs(10), || ["j1", "j2"]
+        .iter()
+        .all(|j| vm.output(j).contains("] listening"))));
     mig_ok(&vm, &["owner", "reclaim", "--host", "h0"]);
     let pids: Vec<u32> = hosts_of(&vm).iter().map(|(_, _, p)| *p).collect();
     assert!(

@@ -11,6 +11,9 @@ use libmig::msg::{Request, Response};
 pub struct Args {
     /// The job (j1), as `mig ps` shows it.
     job: String,
+    /// Print the result as JSON ({"ok", "message"}).
+    #[arg(long)]
+    json: bool,
 }
 
 /// `mig checkpoint JOB`: every VP stops at its next safe point, the
@@ -18,7 +21,7 @@ pub struct Args {
 /// are kept on the master and on another host. Returns when it is done.
 pub fn checkpoint(daemon: &Path, a: Args) -> Result<()> {
     match super::call(daemon, &Request::Checkpoint { job: a.job })? {
-        Response::Ok { message } => println!("{message}"),
+        Response::Ok { message } => super::done(&message, a.json),
         _ => bail!("unexpected reply"),
     }
     Ok(())
@@ -28,7 +31,7 @@ pub fn checkpoint(daemon: &Path, a: Args) -> Result<()> {
 /// job's last good checkpoint (as happens by itself when a host dies).
 pub fn restart(daemon: &Path, a: Args) -> Result<()> {
     match super::call(daemon, &Request::Restart { job: a.job })? {
-        Response::Ok { message } => println!("{message}"),
+        Response::Ok { message } => super::done(&message, a.json),
         _ => bail!("unexpected reply"),
     }
     Ok(())

@@ -150,8 +150,8 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
     let t = Instant::now();
     desk.type_line("while :; do :; done &")?;
     println!(
-        "h1's owner is back: a busy loop started on their desk, with {} VPs of the job on h1",
-        on_h1.len()
+        "h1's owner is back: a busy loop started on their desk, with {} of the job on h1",
+        libmig::words::count(on_h1.len() as u64, "VP", "VPs")
     );
     let mut all_stopped = None;
     loop {

@@ -8,14 +8,22 @@ use libmig::msg::{Request, Response};
 
 /// Flags of `mig halt`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Print the result as JSON ({"ok", "message"}) on stdout.
+    #[arg(long)]
+    json: bool,
+}
 
 /// Run it: ask, then wait (up to 5 s) until the master's socket is gone.
-pub fn run(daemon: &Path, _a: Args) -> Result<()> {
+pub fn run(daemon: &Path, a: Args) -> Result<()> {
     let Response::Ok { message } = super::call(daemon, &Request::Halt)? else {
         bail!("unexpected reply")
     };
-    eprintln!("{message}");
+    if a.json {
+        super::done(&message, true);
+    } else {
+        eprintln!("{message}");
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     while daemon.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

@@ -10,12 +10,15 @@ use libmig::msg::{Request, Response};
 pub struct Args {
     /// A job id (j1) or a VP's Tid (t40001), as `mig ps` shows them.
     target: String,
+    /// Print the result as JSON ({"ok", "message"}).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Run it.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
     if let Response::Ok { message } = super::call(daemon, &Request::Kill { target: a.target })? {
-        println!("{message}");
+        super::done(&message, a.json);
     }
     Ok(())
 }

@@ -13,6 +13,9 @@ pub struct Args {
     /// The host to move it to, as `mig hosts` shows it.
     #[arg(long)]
     to: String,
+    /// Print the result as JSON ({"ok", "message"}).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Run it. The VP checkpoints at its next safe point and goes on on the
@@ -24,7 +27,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         to: a.to,
     };
     if let Response::Ok { message } = super::call(daemon, &req)? {
-        println!("{message}");
+        super::done(&message, a.json);
     }
     Ok(())
 }

@@ -157,6 +157,16 @@ pub fn call(daemon: &std::path::Path, req: &Request) -> Result<Response> {
     }
 }
 
+/// Say that a request was done: its message, or with `--json` one object
+/// `{"ok": true, "message": ...}` (a failure is an error, on stderr).
+pub fn done(message: &str, json: bool) {
+    if json {
+        println!("{}", serde_json::json!({"ok": true, "message": message}));
+    } else {
+        println!("{message}");
+    }
+}
+
 /// How long a question that changes nothing is asked again while the
 /// master changes.
 const MASTER_CHANGE: std::time::Duration = std::time::Duration::from_secs(10);

@@ -28,6 +28,9 @@ pub struct Target {
     /// The host, as `mig hosts` shows it [default: the daemon talked to].
     #[arg(long)]
     host: Option<String>,
+    /// Print the result as JSON ({"ok", "message"}).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags of `mig owner status`.
@@ -44,12 +47,12 @@ pub struct Status {
 /// Run it.
 pub fn run(daemon: &Path, c: OwnerCmd) -> Result<()> {
     let (action, host, json) = match c {
-        OwnerCmd::Reclaim(t) => (OwnerAction::Reclaim, t.host, false),
-        OwnerCmd::Release(t) => (OwnerAction::Release, t.host, false),
+        OwnerCmd::Reclaim(t) => (OwnerAction::Reclaim, t.host, t.json),
+        OwnerCmd::Release(t) => (OwnerAction::Release, t.host, t.json),
         OwnerCmd::Status(s) => (OwnerAction::Status, s.host, s.json),
     };
     match super::call(daemon, &Request::Owner { action, host })? {
-        Response::Ok { message } => println!("{message}"),
+        Response::Ok { message } => super::done(&message, json),
         Response::Owner(list) if json => {
             let m: serde_json::Map<String, serde_json::Value> = list
                 .into_iter()

@@ -1,4 +1,5 @@
-//! `mig ps`: every VP with its Tid, job, host, pid and state.
+//! `mig ps`: every VP (or a job's, or a host's) with its Tid, job, host,
+//! pid and state.
 
 use std::path::Path;
 
@@ -8,6 +9,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig ps`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Only the VPs of this job (j3) or on this host (h1).
+    filter: Option<String>,
     /// Print JSON: one object per VP.
     #[arg(long)]
     json: bool,
@@ -15,9 +18,12 @@ pub struct Args {
 
 /// Run it.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
-    let Response::Ps(vps) = super::call(daemon, &Request::Ps)? else {
+    let Response::Ps(mut vps) = super::call(daemon, &Request::Ps)? else {
         bail!("unexpected reply")
     };
+    if let Some(f) = &a.filter {
+        vps.retain(|v| &v.job == f || v.host.as_deref() == Some(f.as_str()));
+    }
     if a.json {
         let v: Vec<serde_json::Value> = vps
             .iter()

@@ -118,7 +118,10 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             serde_json::json!({"event": "spawned", "job": job, "tids": tids})
         );
     } else if a.wait && !a.bare {
-        eprintln!("mig: job {job}: {}", vps(tids.len()));
+        eprintln!(
+            "mig: job {job}: {}",
+            libmig::words::count(tids.len() as u64, "VP", "VPs")
+        );
     } else if !a.wait {
         println!("{job}");
     }
@@ -248,15 +251,6 @@ fn watch_ctrl_c(daemon: &Path, job: &str, bare: bool) {
 
 /// How soon a second Ctrl-C must follow the first to kill the job.
 const SECOND_CTRL_C: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// "1 VP", "8 VPs".
-fn vps(n: usize) -> String {
-    if n == 1 {
-        "1 VP".to_string()
-    } else {
-        format!("{n} VPs")
-    }
-}
 
 /// Forward this command's standard input to VP 0 of `job` (or only its
 /// end, with `none`), in a thread of its own on a connection of its own: a

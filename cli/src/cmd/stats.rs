@@ -29,7 +29,11 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         println!("gang slicing is off (quantum_ms = 0)");
         return Ok(());
     }
-    println!("quantum {} ms, {} slot(s) per round", s.quantum_ms, s.slots);
+    println!(
+        "quantum {} ms, {} per round",
+        s.quantum_ms,
+        libmig::words::count(s.slots, "slot", "slots")
+    );
     println!(
         "{:<10} {:>9} {:>10} {:>10} {:>10} {:>8}",
         "HOST", "SWITCHES", "LATE p50", "p99", "max", "LOST"
@@ -46,8 +50,11 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         );
     }
     println!(
-        "skew between hosts for the same boundary ({} boundaries): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
-        s.boundaries, s.skew_ms[0], s.skew_ms[1], s.skew_ms[2]
+        "skew between hosts for the same boundary ({}): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        libmig::words::count(s.boundaries, "boundary", "boundaries"),
+        s.skew_ms[0],
+        s.skew_ms[1],
+        s.skew_ms[2]
     );
     Ok(())
 }

@@ -43,6 +43,10 @@ pub struct Args {
     /// takes one back) or tree:PID (that process tree is the owner's desk).
     #[arg(long, value_delimiter = ',')]
     owner_scopes: Vec<String>,
+    /// Print where the machine is as JSON on stdout ({"daemon", "master",
+    /// "hosts", "state_dir"}) instead of an `export` line.
+    #[arg(long)]
+    json: bool,
     /// The daemons end with this process (the kernel kills them if it dies):
     /// a machine in the foreground (`mig demo`, `mig up` without --detach).
     #[arg(skip)]
@@ -127,6 +131,7 @@ impl Args {
             detach: true,
             config: None,
             owner_scopes: Vec::new(),
+            json: false,
             tied: false,
         }
     }
@@ -301,7 +306,15 @@ pub fn run(a: Args) -> Result<()> {
             a.n - 1
         );
     }
-    println!("export MIG_DAEMON={}", master_sock.display());
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"daemon": master_sock, "master": addr, "hosts": a.n,
+                "state_dir": dir})
+        );
+    } else {
+        println!("export MIG_DAEMON={}", master_sock.display());
+    }
     if a.detach {
         return Ok(());
     }

@@ -184,8 +184,8 @@ impl Master {
         let took = now.saturating_duration_since(r.started);
         j.ckpt.took = Some(took);
         let message = format!(
-            "job {job} checkpointed (generation {id}): {} VPs, {bytes} bytes",
-            r.taken.len()
+            "job {job} checkpointed (generation {id}): {}, {bytes} bytes",
+            libmig::words::count(r.taken.len() as u64, "VP", "VPs")
         );
         out.push(Out::Log(format!(
             "{message}, in about {} ms",
@@ -595,8 +595,8 @@ impl Master {
         }
         if !gone.is_empty() {
             out.push(Out::Log(format!(
-                "job {job}: {} VPs spawned after its checkpoint dropped",
-                gone.len()
+                "job {job}: {} spawned after its checkpoint dropped",
+                libmig::words::count(gone.len() as u64, "VP", "VPs")
             )));
             out.push(Out::Broadcast(PeerMsg::Directory(gone)));
         }

@@ -8,11 +8,7 @@ const KILL_WAIT: Duration = Duration::from_secs(10);
 
 /// "1 VP", "3 VPs".
 fn vps(n: usize) -> String {
-    if n == 1 {
-        "1 VP".into()
-    } else {
-        format!("{n} VPs")
-    }
+    libmig::words::count(n as u64, "VP", "VPs")
 }
 
 impl Master {
@@ -83,7 +79,7 @@ impl Master {
                     tids,
                 },
             ),
-            Out::Log(format!("job {job}: {n} VPs of {arch}")),
+            Out::Log(format!("job {job}: {} of {arch}", self::vps(n as usize))),
         ];
         out.extend(self.event(Event::Submit {
             job,

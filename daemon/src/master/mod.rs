@@ -398,7 +398,10 @@ impl Master {
     fn event(&mut self, e: Event) -> Vec<Out> {
         match self.sched.on_event(e.clone()) {
             Ok(actions) => self.carry_out(actions),
-            Err(err) => vec![Out::Log(format!("scheduler refused {e:?}: {err}"))],
+            Err(err) => vec![Out::Log(format!(
+                "scheduler refused {}: {err}",
+                serde_json::to_string(&e).unwrap_or_else(|_| format!("{e:?}"))
+            ))],
         }
     }
 

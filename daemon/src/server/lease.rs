@@ -106,7 +106,10 @@ impl Daemon {
         for p in self.moves.unpark_all() {
             let _ = std::fs::remove_file(p.path);
         }
-        log!("fenced by the master: {why}; ended its {n} VPs here; joining again");
+        log!(
+            "fenced by the master: {why}; ended its {} here; joining again",
+            libmig::words::count(n as u64, "VP", "VPs")
+        );
         let Some(link) = self.role.link() else { return };
         self.lease.rejoining = true;
         self.lease.asked.clear();

@@ -59,14 +59,18 @@ impl Daemon {
                     });
                     if noticed > 0 {
                         done.push(format!(
-                            "{noticed} VPs told of the pause (stopped within {} ms)",
+                            "{} told of the pause (stopped within {} ms)",
+                            libmig::words::count(noticed as u64, "VP", "VPs"),
                             self.owner.quiesce().as_millis()
                         ));
                     }
                     if let Some(c) = &mut self.contain {
                         c.mark(true);
                     }
-                    done.push(format!("{n} VPs stopped"));
+                    done.push(format!(
+                        "{} stopped",
+                        libmig::words::count(n as u64, "VP", "VPs")
+                    ));
                 }
                 Change::ResumeVps => {
                     // Those whose slot is not running stay stopped.
@@ -84,7 +88,10 @@ impl Daemon {
                     if let Some(c) = &mut self.contain {
                         c.mark(false);
                     }
-                    done.push(format!("{n} VPs resumed"));
+                    done.push(format!(
+                        "{} resumed",
+                        libmig::words::count(n as u64, "VP", "VPs")
+                    ));
                 }
                 Change::LeavePool => done.push("leaving the pool".into()),
                 Change::JoinPool => done.push("joining the pool".into()),
