@@ -11,6 +11,10 @@ mod render;
 use clap::Parser;
 
 fn main() {
+    // Output into a closed pipe (`mig jobs | head`) ends mig quietly, as
+    // it does any Unix tool, instead of a panic on the failed write.
+    // SAFETY: restoring a signal's default disposition.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = cmd::Cli::parse();
     if let Err(e) = cmd::run(cli) {
         eprintln!("mig: {e:#}");

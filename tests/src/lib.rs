@@ -456,13 +456,14 @@ impl Vm {
             .expect("run mig")
     }
 
-    /// `mig migrate TID --to HOST`, again for up to 10 s while the VP has
-    /// not yet said that it can be moved (it says so as libmig starts, a
-    /// moment after the VP shows as running).
+    /// `mig migrate TID --to HOST --no-wait` (back once the move has begun),
+    /// again for up to 10 s while the VP has not yet said that it can be
+    /// moved (it says so as libmig starts, a moment after the VP shows as
+    /// running).
     pub fn migrate(&self, tid: &str, to: &str) -> Output {
         let t = Instant::now();
         loop {
-            let out = self.mig(&["migrate", tid, "--to", to]);
+            let out = self.mig(&["migrate", tid, "--to", to, "--no-wait"]);
             let early = String::from_utf8_lossy(&out.stderr).contains("has not said it can");
             if !early || t.elapsed() > Duration::from_secs(10) {
                 return out;

@@ -148,7 +148,7 @@ fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
 #[test]
 fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
     let vm = Vm::start_config(2, "[daemon]\nmove_timeout_ms = 300\n");
-    let job = vm.start_job(1, &bin("testvp"), &["stubborn", "3000"]);
+    let job = vm.start_job(1, &bin("testvp"), &["stubborn", "5000"]);
     assert!(wait_until(Duration::from_secs(10), || vm
         .where_is("t40001")
         .is_some_and(|(_, s)| s == "running")));
@@ -175,6 +175,14 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
         vm.log(0).contains("no safe point within 300 ms"),
         "{}",
         vm.log(0)
+    );
+    // Asked without --no-wait, mig migrate says the move did not happen.
+    let out = vm.mig(&["migrate", "t40001", "--to", to]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("did not move"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let out = job.wait_with_output().expect("job");
     assert!(out.status.success(), "the VP was not left to finish");
@@ -401,7 +409,17 @@ fn a_vp_moved_by_hand_takes_its_place_in_the_allocation_map_with_it() {
         vm.json(&["map"]),
         vm.log(0)
     );
+    // And back, waiting for it: mig migrate says when it has moved.
+    let out = vm.mig(&["migrate", tid, "--to", &from]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("moved to {from}")),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(vm.where_is(tid), Some((from.clone(), "running".into())));
     std::fs::write(&stop, "").expect("stop");
     let lines = job_succeeds(job, &vm.log(0));
-    assert!(lines.iter().any(|l| l.contains("on 2 hosts")), "{lines:?}");
+    // It started three times: where it began, there, and back.
+    assert!(lines.iter().any(|l| l.contains("on 3 hosts")), "{lines:?}");
 }
