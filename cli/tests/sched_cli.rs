@@ -313,3 +313,30 @@ fn sim_machines_of_several_architectures_and_drawn_capacities() {
         assert!(!out.status.success() && err.contains(says), "{flag}: {err}");
     }
 }
+
+#[test]
+fn sim_refuses_a_trace_with_no_job_and_says_how_many_jobs_a_limit_keeps() {
+    // Empty, or nothing but garbage: an error, even with --lenient.
+    for text in ["", "garbage\nmore garbage\n"] {
+        let f = file(text);
+        let path = f.path().display().to_string();
+        let out = mig(&["sim", "--trace", &path, "--lenient", "--processors", "8"]);
+        assert!(!out.status.success(), "{text:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no job to replay"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The shipped excerpt of a real log, limited: the header says so.
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/traces/KTH-SP2-1996-2.1-cln-first2000.swf.gz"
+    );
+    let out = mig(&[
+        "sim", "--trace", trace, "--limit", "100", "--policy", "easy", "--json",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(said.contains("the first 100 of 2000 jobs"), "{said}");
+    assert_eq!(json(&out)["jobs"], 100);
+}

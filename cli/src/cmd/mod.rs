@@ -95,6 +95,7 @@ enum Command {
     #[command(subcommand)]
     Sched(sched::SchedCmd),
     /// Replay a workload trace (SWF) through scheduling policies and compare them.
+    #[command(after_long_help = sim::METRICS)]
     Sim(sim::Args),
 }
 

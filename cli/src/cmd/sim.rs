@@ -10,6 +10,23 @@ use anyhow::{bail, Context, Result};
 use migd::sim::{self, swf};
 use serde_json::json;
 
+/// What the table's rows mean (`mig sim --help`).
+pub const METRICS: &str = "\
+The table, one column per policy:
+  jobs completed             jobs that ran (a job wider than its pool is left out by the
+                             policies that cannot double up processors)
+  mean / median response     submit to end, seconds
+  mean bounded slowdown      mean of max(1, response / max(run, 10 s)): the usual
+                             bounded slowdown, tau = 10 s
+  utilisation                processor-seconds of work done over processors x makespan
+  makespan                   first submit to last end, seconds
+  migrations                 VP moves the policy made (owners, repacking)
+  mean / max slots per round time-weighted mean and largest number of gang time slots
+                             (1 without time sharing)
+  normalized perf. eta       mean over jobs of dedicated run time / response time, in
+                             (0, 1]; 1 means every job ran as if alone
+--json gives the same figures per policy, and --jobs-out each job's.";
+
 /// Flags of `mig sim`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -195,8 +212,19 @@ pub fn run(a: Args) -> Result<()> {
     }
     let text = read_trace(&a.trace)?;
     let mut w = swf::parse_swf(&text, a.lenient).with_context(|| a.trace.display().to_string())?;
+    let usable = w.jobs.len();
     if let Some(n) = a.limit {
         w.jobs.truncate(n);
+    }
+    if w.jobs.is_empty() {
+        bail!(
+            "{}: no job to replay ({} lines malformed, {} jobs without processors, {} without run time){}",
+            a.trace.display(),
+            w.skipped_malformed,
+            w.skipped_no_procs,
+            w.skipped_no_runtime,
+            if a.limit == Some(0) { "; --limit 0 keeps none" } else { "" }
+        );
     }
     let procs = match a.processors.or(w.max_procs) {
         Some(p) if p > 0 => p,
@@ -243,9 +271,14 @@ pub fn run(a: Args) -> Result<()> {
         switch_cost: a.switch_cost,
     };
     let wide = w.jobs.iter().filter(|j| j.procs > procs).count();
+    let which = if w.jobs.len() < usable {
+        format!("the first {} of {usable} jobs", w.jobs.len())
+    } else {
+        format!("{} jobs", w.jobs.len())
+    };
     eprintln!(
-        "mig: {} jobs on {procs} processors (skipped: {} without processors, {} without run time, {} malformed; {} estimates raised to the run time; {wide} wider than the machine)",
-        w.jobs.len(), w.skipped_no_procs, w.skipped_no_runtime, w.skipped_malformed, w.raised_estimates
+        "mig: {which} on {procs} processors (in the whole file, skipped: {} without processors, {} without run time, {} malformed; {} estimates raised to the run time; {wide} of these wider than the machine)",
+        w.skipped_no_procs, w.skipped_no_runtime, w.skipped_malformed, w.raised_estimates
     );
     let mut jobs_out = match &a.jobs_out {
         Some(p) => Some(std::io::BufWriter::new(
