@@ -207,6 +207,102 @@ impl Config {
         }
     }
 
+    /// The settings in force, as a config file would give them
+    /// (`migd --print-config`): every `[daemon]` and `[owner]` key.
+    pub fn effective_toml(&self) -> String {
+        use crate::owner::input::Terminals;
+        let ms = |d: Duration| d.as_millis();
+        let secs = |d: Duration| d.as_secs_f64();
+        let q = |s: &str| format!("{s:?}");
+        let mut t = String::from("[daemon]\n");
+        let mut kv = |k: &str, v: String| t.push_str(&format!("{k} = {v}\n"));
+        kv("name", q(&self.name));
+        kv("listen", q(&self.listen.to_string()));
+        if let Some(j) = self.join {
+            kv("join", q(&j.to_string()));
+        }
+        kv("state_dir", q(&self.state_dir.display().to_string()));
+        kv("key_file", q(&self.key_file.display().to_string()));
+        kv("processors", self.processors.to_string());
+        if let Some(c) = self.capacity {
+            kv("capacity", c.to_string());
+        }
+        kv("arch", q(&self.arch));
+        kv("heartbeat_ms", ms(self.heartbeat).to_string());
+        kv("dead_after_ms", ms(self.dead_after).to_string());
+        kv("safe_point_timeout_ms", ms(self.safe_point_timeout).to_string());
+        kv("move_timeout_ms", ms(self.move_timeout).to_string());
+        kv("quantum_ms", ms(self.quantum).to_string());
+        kv("vp_nice", self.vp_nice.to_string());
+        kv("vp_idle_class", self.vp_idle_class.to_string());
+        kv("vp_huge_pages", self.vp_huge_pages.to_string());
+        kv(
+            "checkpoint_interval_s",
+            self.checkpoint_interval.map_or(0.0, secs).to_string(),
+        );
+        kv("voters", self.voters.to_string());
+        if let Some(l) = &self.log {
+            kv("log", q(l));
+        }
+        kv("log_max_mb", (self.log_max >> 20).to_string());
+        kv("shared", self.shared.to_string());
+        let o = &self.owner;
+        t.push_str("\n[owner]\n");
+        let mut kv = |k: &str, v: String| t.push_str(&format!("{k} = {v}\n"));
+        kv("poll_ms", ms(o.poll).to_string());
+        kv("scope", q(&o.scope.to_string()));
+        kv("load_window_ms", ms(o.load_window).to_string());
+        kv("reclaim_load", o.policy.reclaim_load.to_string());
+        kv("offer_max_load", o.policy.offer_max_load.to_string());
+        kv("offer_after_idle_s", secs(o.policy.offer_after_idle).to_string());
+        kv("move_after_s", secs(o.policy.move_after).to_string());
+        match &o.terminals {
+            Some(Terminals::LoggedIn) => kv("terminals", q("logged-in")),
+            Some(Terminals::List(l)) => kv(
+                "terminals",
+                format!(
+                    "[{}]",
+                    l.iter()
+                        .map(|p| q(&p.display().to_string()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+            None => {}
+        }
+        for (k, v) in [
+            ("input_devices", o.input_devices),
+            ("interrupts", o.interrupts),
+            ("logind", o.logind),
+        ] {
+            if let Some(v) = v {
+                kv(k, v.to_string());
+            }
+        }
+        if let Some(d) = o.park_after {
+            kv("park_after_s", secs(d).to_string());
+        }
+        if let Some(d) = o.vacate_after {
+            kv("vacate_after_s", secs(d).to_string());
+        }
+        kv("quiesce_ms", ms(o.quiesce).to_string());
+        t
+    }
+
+    /// Where a config file is looked for when `--config` is not given:
+    /// `$XDG_CONFIG_HOME/mig/migd.toml` (else `~/.config/mig/migd.toml`),
+    /// then `/etc/mig/migd.toml`; the first that exists.
+    pub fn default_file() -> Option<PathBuf> {
+        let user = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+            .map(|d| d.join("mig").join("migd.toml"));
+        user.into_iter()
+            .chain(std::iter::once(PathBuf::from("/etc/mig/migd.toml")))
+            .find(|p| p.is_file())
+    }
+
     /// Read a config file: its `[daemon]` and `[owner]` sections.
     pub fn read_file(path: &Path) -> Result<(FileConfig, OwnerFile), ConfigError> {
         let p = path.display().to_string();
@@ -439,5 +535,32 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("dead_after_ms"));
+    }
+
+    #[test]
+    fn the_settings_in_force_read_back_as_a_config_file_give_the_same_settings() {
+        let text = "[daemon]\nquantum_ms = 250\nvoters = 3\nlog = \"warn\"\n\
+                    [owner]\nquiesce_ms = 1234\nterminals = [\"/dev/pts/9\"]\npark_after_s = 60\n";
+        let mut cfg = Config::new(PathBuf::from("/var/lib/migd"));
+        let (d, o) = Config::parse_text(text, "test").expect("parses");
+        cfg.apply(d);
+        cfg.apply_owner(o).expect("valid");
+        let shown = cfg.effective_toml();
+        for want in [
+            "quantum_ms = 250",
+            "voters = 3",
+            "log = \"warn\"",
+            "quiesce_ms = 1234",
+            "terminals = [\"/dev/pts/9\"]",
+            "park_after_s = 60",
+            "state_dir = \"/var/lib/migd\"",
+        ] {
+            assert!(shown.contains(want), "{want} in\n{shown}");
+        }
+        let mut again = Config::new(PathBuf::from("elsewhere"));
+        let (d, o) = Config::parse_text(&shown, "shown").expect("what it shows parses");
+        again.apply(d);
+        again.apply_owner(o).expect("valid");
+        assert_eq!(again.effective_toml(), shown);
     }
 }

@@ -323,6 +323,8 @@ impl Vm {
         std::fs::create_dir_all(&state).expect("state dir");
         let log = std::fs::File::create(state.join("migd.log")).expect("log");
         let mut cmd = command("migd");
+        // The test's settings only, not this machine's config files.
+        cmd.env("MIG_CONFIG", "none");
         let procs = if extra.contains(&"--processors") {
             &[][..]
         } else {

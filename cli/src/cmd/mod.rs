@@ -1,6 +1,7 @@
 //! The subcommands of `mig` and their dispatch: one module per subcommand.
 
 pub mod checkpoint;
+pub mod completions;
 pub mod demo;
 pub mod halt;
 pub mod hosts;
@@ -97,6 +98,10 @@ enum Command {
     /// Replay a workload trace (SWF) through scheduling policies and compare them.
     #[command(after_long_help = sim::METRICS)]
     Sim(sim::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Args),
+    /// Write man pages (mig.1 and one per subcommand).
+    Man(completions::ManArgs),
 }
 
 /// Run one parsed command line.
@@ -125,6 +130,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Token(c) => token::run(&daemon, c),
         Command::Sched(c) => sched::run(c),
         Command::Sim(a) => sim::run(a),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => completions::man(a),
     }
 }
 

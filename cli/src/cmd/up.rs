@@ -243,9 +243,10 @@ fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(C
             });
         }
     }
-    if let Some(c) = &a.config {
-        cmd.arg("--config").arg(c);
-    }
+    // A machine of its own: not the settings of this host's daemon
+    // (/etc/mig/migd.toml) unless asked for.
+    cmd.arg("--config")
+        .arg(a.config.as_deref().unwrap_or(Path::new("none")));
     let mut child = cmd.spawn().with_context(|| {
         format!(
             "starting {} (build it with cargo build)",

@@ -54,9 +54,16 @@ struct Flags {
     /// config safe_point_timeout_ms].
     #[arg(long, value_name = "MS")]
     safe_point_timeout_ms: Option<u64>,
-    /// TOML config file with [daemon] and [owner] sections; flags override it.
-    #[arg(long)]
+    /// TOML config file with [daemon] and [owner] sections; flags override
+    /// it; `none` for the built-in defaults only [default:
+    /// $XDG_CONFIG_HOME/mig/migd.toml or ~/.config/mig/migd.toml, else
+    /// /etc/mig/migd.toml, the first that exists].
+    #[arg(long, env = "MIG_CONFIG")]
     config: Option<PathBuf>,
+    /// Print the settings in force (the config file, the flags and the
+    /// defaults together) as a config file, and exit.
+    #[arg(long)]
+    print_config: bool,
     /// With --join and no key file yet: a join token (`mig token create` on
     /// a member prints one) to trade for the cluster key, which is then
     /// kept in the key file. Used once; refused once expired or revoked.
@@ -88,8 +95,13 @@ fn start() -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| PathBuf::from("migd-state")),
     );
-    if let Some(path) = &f.config {
-        let (daemon, owner) = Config::read_file(path)?;
+    let file = match &f.config {
+        Some(p) if p.as_os_str() == "none" => None,
+        Some(p) => Some(p.clone()),
+        None => Config::default_file(),
+    };
+    if let Some(path) = file {
+        let (daemon, owner) = Config::read_file(&path)?;
         cfg.apply(daemon);
         cfg.apply_owner(owner).context("invalid configuration")?;
     }
@@ -113,6 +125,10 @@ fn start() -> anyhow::Result<()> {
     })
     .context("invalid configuration")?;
     cfg.validate().context("invalid configuration")?;
+    if f.print_config {
+        print!("{}", cfg.effective_toml());
+        return Ok(());
+    }
     migd::log::init(cfg.log.as_deref()).map_err(anyhow::Error::msg)?;
     if let Some(token) = &f.token {
         key_from_token(&cfg, token)?;
