@@ -4,9 +4,15 @@
 
 use migd::sched::TableCell;
 
-/// Draw `slots` (per slot, the occupied cells) over the processors `procs`.
+/// Draw `slots` (per slot, the occupied cells) over the processors `procs`,
+/// each with its capacity when known (`caps`, in the same order).
 /// `running` marks the slot that is running now, if known.
-pub fn map(procs: &[String], slots: &[Vec<TableCell>], running: Option<usize>) -> String {
+pub fn map(
+    procs: &[String],
+    caps: &[Option<f64>],
+    slots: &[Vec<TableCell>],
+    running: Option<usize>,
+) -> String {
     let cell = |s: usize, p: &str| -> String {
         slots[s]
             .iter()
@@ -36,15 +42,29 @@ pub fn map(procs: &[String], slots: &[Vec<TableCell>], running: Option<usize>) -
                 .max(format!("T{}", s + 1).len())
         })
         .collect();
+    let cap = |i: usize| match caps.get(i).copied().flatten() {
+        Some(c) => format!("×{c:.2}"),
+        None => String::new(),
+    };
+    let capw = (0..procs.len())
+        .map(|i| cap(i).chars().count())
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
-    for p in procs {
+    for (i, p) in procs.iter().enumerate() {
         out.push_str(&format!("{p:<head$}"));
+        if capw > 0 {
+            out.push_str(&format!(" {:>capw$}", cap(i)));
+        }
         for (s, w) in width.iter().enumerate() {
             out.push_str(&format!("  {:<w$}", cell(s, p)));
         }
         out.push('\n');
     }
     out.push_str(&format!("{:<head$}", "slot"));
+    if capw > 0 {
+        out.push_str(&format!(" {:>capw$}", ""));
+    }
     for (s, w) in width.iter().enumerate() {
         let label = if running == Some(s) {
             format!("T{}*", s + 1)
@@ -78,13 +98,20 @@ mod tests {
                 vps: vec![0],
             }],
         ];
-        let text = map(&["p1".into(), "p2".into()], &slots, Some(1));
+        let text = map(
+            &["p1".into(), "p2".into()],
+            &[Some(1.0), Some(2.5)],
+            &slots,
+            Some(1),
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert!(
             lines[0].starts_with("p1")
+                && lines[0].contains("×1.00")
                 && lines[0].contains("J1×2")
                 && lines[0].trim_end().ends_with('.')
         );
+        assert!(lines[1].contains("×2.50"), "{text}");
         assert!(lines[1].contains("J2"));
         assert!(lines[2].contains("T2*"));
     }

@@ -230,7 +230,10 @@ impl Config {
         kv("arch", q(&self.arch));
         kv("heartbeat_ms", ms(self.heartbeat).to_string());
         kv("dead_after_ms", ms(self.dead_after).to_string());
-        kv("safe_point_timeout_ms", ms(self.safe_point_timeout).to_string());
+        kv(
+            "safe_point_timeout_ms",
+            ms(self.safe_point_timeout).to_string(),
+        );
         kv("move_timeout_ms", ms(self.move_timeout).to_string());
         kv("quantum_ms", ms(self.quantum).to_string());
         kv("vp_nice", self.vp_nice.to_string());
@@ -254,7 +257,10 @@ impl Config {
         kv("load_window_ms", ms(o.load_window).to_string());
         kv("reclaim_load", o.policy.reclaim_load.to_string());
         kv("offer_max_load", o.policy.offer_max_load.to_string());
-        kv("offer_after_idle_s", secs(o.policy.offer_after_idle).to_string());
+        kv(
+            "offer_after_idle_s",
+            secs(o.policy.offer_after_idle).to_string(),
+        );
         kv("move_after_s", secs(o.policy.move_after).to_string());
         match &o.terminals {
             Some(Terminals::LoggedIn) => kv("terminals", q("logged-in")),

@@ -344,11 +344,17 @@ impl Vm {
         } else {
             &["--owner-scope", "none"][..]
         };
+        let capacity = if extra.contains(&"--capacity") {
+            &[][..]
+        } else {
+            &["--capacity", "1"][..]
+        };
         cmd.args(["--listen", "127.0.0.1:0"])
             .args(procs)
             .args(nice)
             .args(scope)
-            .args(["--capacity", "1", "--name"])
+            .args(capacity)
+            .arg("--name")
             .arg(format!("h{i}"))
             .arg("--state-dir")
             .arg(&state)

@@ -185,3 +185,17 @@ fn ctrl_c_on_spawn_wait_leaves_the_job_running_and_twice_kills_it() {
         }
     }
 }
+
+#[test]
+fn the_map_shows_each_processors_capacity_and_a_legend() {
+    let vm = Vm::start_with(2, &["--capacity", "2.5"]);
+    let job = vm.mig(&["spawn", "-n", "2", "--", "/bin/sleep", "10"]);
+    assert!(job.status.success());
+    assert!(wait_until(Duration::from_secs(10), || {
+        stdout(&vm.mig(&["map"])).contains("j1")
+    }));
+    let text = stdout(&vm.mig(&["map"]));
+    assert!(text.contains("h0/0") && text.contains("×2.50"), "{text}");
+    assert!(text.contains("legend:"), "{text}");
+    assert!(vm.mig(&["kill", "j1"]).status.success());
+}

@@ -43,9 +43,32 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                 .collect()
         })
         .collect();
+    // Each processor's capacity, from its host's facts (`h1/0`: host h1).
+    let hosts = match super::call(daemon, &Request::Hosts)? {
+        Response::Hosts(h) => h,
+        _ => Vec::new(),
+    };
+    let caps: Vec<Option<f64>> = processors
+        .iter()
+        .map(|p| {
+            let host = p.split('/').next().unwrap_or(p);
+            hosts
+                .iter()
+                .find(|h| h.facts.name == host)
+                .map(|h| h.facts.capacity)
+        })
+        .collect();
     print!(
         "{}",
-        crate::render::map(&processors, &slots, now.map(|n| n as usize))
+        crate::render::map(&processors, &caps, &slots, now.map(|n| n as usize))
     );
+    if !processors.is_empty() {
+        println!(
+            "legend: a row per processor (×C its capacity: MTAT gives faster ones more VPs), \
+             a column per time slot (T3* runs now);\n        \
+             j2 a job's cell, j2×3 three of its VPs sharing the processor, . free \
+             (an --independent job's VPs may fill it)"
+        );
+    }
     Ok(())
 }

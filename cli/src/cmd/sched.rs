@@ -329,7 +329,12 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         .processors()
         .map(|(_, p)| p.id.to_string())
         .collect();
-    print!("{}", render::map(&procs, &sched.table(), None));
+    let caps: Vec<Option<f64>> = sched
+        .map()
+        .processors()
+        .map(|(_, p)| Some(p.capacity))
+        .collect();
+    print!("{}", render::map(&procs, &caps, &sched.table(), None));
     for id in sched.job_ids() {
         if let Some(v) = sched.job_view(&id) {
             let waiting = if v.waiting.is_empty() {
