@@ -35,7 +35,7 @@ use libmig::msg::{Request, Response};
 #[command(name = "mig", version, about, long_about)]
 pub struct Cli {
     /// Control socket of the daemon to talk to (a request not answered
-    /// within MIG_TIMEOUT_S seconds, default 60, fails naming it) [env: MIG_DAEMON; default:
+    /// within MIG_TIMEOUT_S seconds, default 60, fails naming it) [default:
     /// the master of the virtual machine `mig up` started].
     #[arg(long, global = true, env = "MIG_DAEMON")]
     daemon: Option<PathBuf>,

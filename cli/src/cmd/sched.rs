@@ -33,9 +33,19 @@ pub enum SchedCmd {
     Compress(AlgoArgs),
     /// Replay scheduler events (one JSON object a line) and print the final state.
     ///
-    /// Events: new_processor {id, arch, capacity}, processor_exit {id},
-    /// submit {job, vps: {arch: n}}, new_vp {job, arch}, vp_exit {job, vp},
-    /// job_exit {job}. A processor's host is its id up to the first '/'.
+    /// Each line is an object whose "event" names it, with its fields:
+    ///   {"event": "new_processor", "id": "h1/0", "arch": "x86_64", "capacity": 2.0}
+    ///   {"event": "processor_exit", "id": "h1/0"}
+    ///   {"event": "submit", "job": "j1", "vps": {"x86_64": 4, "aarch64": 2}}
+    ///   {"event": "new_vp", "job": "j1", "arch": "x86_64"}
+    ///   {"event": "vp_exit", "job": "j1", "vp": 3}
+    ///   {"event": "job_exit", "job": "j1"}
+    /// (and vp_back, vp_moved, vp_movable, as migd sends them). Unknown
+    /// fields are refused. A processor's host is its id up to the first '/'
+    /// ("host" may be given). A submit numbers its VPs from 0 architecture
+    /// by architecture in name order: above, aarch64's are VPs 0-1 and
+    /// x86_64's 2-5; new_vp gives the next number. Blank lines and lines
+    /// starting with '#' are skipped.
     Replay(ReplayArgs),
     /// Re-pack a slot matrix (seed 001): fewest slots, no job changes processors.
     ///
