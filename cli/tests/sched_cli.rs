@@ -340,3 +340,28 @@ fn sim_refuses_a_trace_with_no_job_and_says_how_many_jobs_a_limit_keeps() {
     assert!(said.contains("the first 100 of 2000 jobs"), "{said}");
     assert_eq!(json(&out)["jobs"], 100);
 }
+
+#[test]
+fn replay_takes_the_events_its_help_shows_with_comments_and_blank_lines() {
+    let f = file(
+        "# two architectures\n\
+         {\"event\": \"new_processor\", \"id\": \"h1/0\", \"arch\": \"x86_64\", \"capacity\": 2.0}\n\
+         {\"event\": \"new_processor\", \"id\": \"h2/0\", \"arch\": \"aarch64\", \"capacity\": 1.0}\n\
+         \n\
+         {\"event\": \"submit\", \"job\": \"j1\", \"vps\": {\"x86_64\": 4, \"aarch64\": 2}}\n\
+         {\"event\": \"new_vp\", \"job\": \"j1\", \"arch\": \"x86_64\"}\n\
+         {\"event\": \"vp_exit\", \"job\": \"j1\", \"vp\": 3}\n",
+    );
+    let path = f.path().display().to_string();
+    let out = mig(&["sched", "replay", &path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Six VPs, then a seventh, less VP 3: six left.
+    assert!(text.contains("job j1: 6 VPs"), "{text}");
+    let help = String::from_utf8_lossy(&mig(&["sched", "replay", "--help"]).stdout).into_owned();
+    assert!(help.contains("\"event\": \"submit\""), "{help}");
+}

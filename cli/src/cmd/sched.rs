@@ -46,6 +46,7 @@ pub enum SchedCmd {
     /// by architecture in name order: above, aarch64's are VPs 0-1 and
     /// x86_64's 2-5; new_vp gives the next number. Blank lines and lines
     /// starting with '#' are skipped.
+    #[command(verbatim_doc_comment)]
     Replay(ReplayArgs),
     /// Re-pack a slot matrix (seed 001): fewest slots, no job changes processors.
     ///
