@@ -146,12 +146,9 @@ pub fn swf_log(data: &[u8]) {
 
 /// `mig sched replay` lines, parsed and replayed.
 pub fn replay_lines(data: &[u8]) {
-    let text = String::from_utf8_lossy(data);
-    if let Ok(events) = replay::parse(&text) {
-        let mut s = Scheduler::default();
-        if let Ok(actions) = replay::run(&mut s, events) {
-            let _ = replay::report(&s, &actions);
-        }
+    let mut s = Scheduler::default();
+    if let Ok(tally) = replay::run(&mut s, data, |_, _| Ok(())) {
+        let _ = replay::report(&s, &tally);
     }
 }
 

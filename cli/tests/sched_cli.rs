@@ -118,12 +118,35 @@ fn replay_prints_the_final_state() {
         "\n",
     ));
     let path = events.path().to_str().unwrap();
-    let v = json(&mig(&["sched", "replay", path, "--json"]));
+    let actions = tempfile::NamedTempFile::new().expect("temp file");
+    let actions_path = actions.path().to_str().unwrap();
+    let v = json(&mig(&[
+        "sched",
+        "replay",
+        path,
+        "--json",
+        "--actions-out",
+        actions_path,
+    ]));
     assert_eq!(v["processors"].as_array().unwrap().len(), 2);
     assert_eq!(v["slots"][0]["h1/0"]["job"], "j1");
     assert_eq!(v["jobs"]["j1"]["vps"]["0"], "x86_64");
     assert_eq!(v["jobs"]["j2"]["waiting"], serde_json::json!([0]));
-    assert_eq!(v["actions"].as_array().unwrap().len(), 6);
+    assert_eq!(v["events"], 6);
+    // One line of actions per event, numbered by its line in the file.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(actions.path())
+        .expect("actions")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 6);
+    assert_eq!(lines[2]["line"], 3);
+    let started = lines
+        .iter()
+        .flat_map(|l| l["actions"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["action"] == "start")
+        .count() as u64;
+    assert_eq!(v["action_counts"]["start"], started);
     assert_eq!(v["migrations"], 0);
     for exp in ["exhaustive", "regular"] {
         let out = mig(&["sched", "replay", path, "--expansion", exp, "--no-repack"]);

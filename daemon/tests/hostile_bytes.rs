@@ -203,7 +203,8 @@ fn valid_samples_decode_so_the_targets_reach_past_the_first_check() {
     let events = migd::sched::replay::parse(&text).unwrap();
     assert_eq!(events.len(), 7);
     let mut s = migd::sched::Scheduler::default();
-    assert!(migd::sched::replay::run(&mut s, events).is_ok());
+    let tally = migd::sched::replay::run(&mut s, text.as_bytes(), |_, _| Ok(())).unwrap();
+    assert_eq!(tally.events, 7);
     assert!(
         migd::master::Master::import(&seeds("replica")[0], "h0", std::time::Instant::now()).is_ok()
     );

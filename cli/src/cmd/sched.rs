@@ -3,7 +3,7 @@
 //! Pure computation: no daemon is contacted.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -87,9 +87,15 @@ pub struct ReplayArgs {
     /// Most slots per round; a job needing more waits [default: no limit].
     #[arg(long, default_value_t = usize::MAX, hide_default_value = true)]
     max_slots: usize,
-    /// Print the final state as JSON (with every event's actions).
+    /// Print the final state as JSON (with the number of actions of each
+    /// kind).
     #[arg(long)]
     json: bool,
+    /// Write each event's actions to this file, one JSON object a line
+    /// ({"line", "actions"}), as they come: the replay itself holds none,
+    /// so its memory does not grow with the events.
+    #[arg(long, value_name = "FILE")]
+    actions_out: Option<PathBuf>,
 }
 
 /// Input of `repack`.
@@ -312,9 +318,19 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
             expand::NAMES.join(", ")
         )
     })?;
-    let text = read_input(&a.file)?;
     let name = a.file.display().to_string();
-    let events = replay::parse(&text).with_context(|| name.clone())?;
+    let input: Box<dyn std::io::BufRead> = if a.file.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(&a.file).with_context(|| format!("cannot open {name}"))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    let mut out = match &a.actions_out {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        )),
+        None => None,
+    };
     let mut sched = Scheduler::new(SchedConfig {
         expansion,
         repack: !a.no_repack,
@@ -323,9 +339,20 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         // In a replay every VP can be moved.
         pin_new_vps: false,
     });
-    let n = events.len();
-    let actions = replay::run(&mut sched, events).with_context(|| name.clone())?;
-    let report = replay::report(&sched, &actions);
+    let tally = replay::run(&mut sched, input, |line, actions| match &mut out {
+        Some(w) => writeln!(
+            w,
+            "{}",
+            serde_json::json!({"line": line, "actions": actions})
+        ),
+        None => Ok(()),
+    })
+    .with_context(|| name.clone())?;
+    if let Some(w) = &mut out {
+        w.flush().context("writing the actions")?;
+    }
+    let n = tally.events;
+    let report = replay::report(&sched, &tally);
     if a.json {
         println!("{report}");
         return Ok(());

@@ -2,8 +2,10 @@
 //! report it prints.
 //!
 //! What lives here: parsing one event per line (with the line number in every
-//! error), feeding them to a `Scheduler`, and rendering its state. What does
-//! not: reading files (the CLI hands in the text).
+//! error), feeding them to a `Scheduler` as they are read (memory does not
+//! grow with the number of events: each event's actions go to the caller,
+//! counted for the report), and rendering its state. What does not: opening
+//! files (the CLI hands in a reader).
 //!
 //! Events, one JSON object a line (blank lines and lines starting with `#`
 //! are skipped):
@@ -34,6 +36,14 @@ pub enum ReplayError {
         /// What is wrong.
         message: String,
     },
+    /// The input could not be read (or a line is longer than `MAX_LINE`).
+    #[error("line {line}: {message}")]
+    Read {
+        /// 1-based line number.
+        line: usize,
+        /// What went wrong.
+        message: String,
+    },
     /// A well-formed event the scheduler refused.
     #[error("line {line}: {source}")]
     Refused {
@@ -45,52 +55,110 @@ pub enum ReplayError {
     },
 }
 
+/// The longest line read (an event is far shorter).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// The event on line `line` (1-based) of `raw`, or `None` for a blank or
+/// comment line.
+pub fn parse_line(line: usize, raw: &str) -> Result<Option<Event>, ReplayError> {
+    let text = raw.trim();
+    if text.is_empty() || text.starts_with('#') {
+        return Ok(None);
+    }
+    let malformed = |message: String| ReplayError::Malformed { line, message };
+    let mut e: Event = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+    match &mut e {
+        Event::NewProcessor { id, host, .. } if host.is_empty() => {
+            *host = id.split('/').next().unwrap_or(id).to_string();
+        }
+        // What only the daemons tell the scheduler is no replay event.
+        Event::VpBack { .. } | Event::VpMoved { .. } | Event::VpMovable { .. } => {
+            return Err(malformed(
+                "unknown event: a replay has new_processor, processor_exit, submit, \
+                 new_vp, vp_exit and job_exit"
+                    .into(),
+            ))
+        }
+        _ => {}
+    }
+    Ok(Some(e))
+}
+
 /// Parse every event of `text`; the first bad line is an error naming it.
 pub fn parse(text: &str) -> Result<Vec<(usize, Event)>, ReplayError> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+        if let Some(e) = parse_line(i + 1, raw)? {
+            out.push((i + 1, e));
         }
-        let malformed = |message: String| ReplayError::Malformed {
-            line: i + 1,
-            message,
-        };
-        let mut e: Event = serde_json::from_str(line).map_err(|e| malformed(e.to_string()))?;
-        match &mut e {
-            Event::NewProcessor { id, host, .. } if host.is_empty() => {
-                *host = id.split('/').next().unwrap_or(id).to_string();
-            }
-            // What only the daemons tell the scheduler is no replay event.
-            Event::VpBack { .. } | Event::VpMoved { .. } | Event::VpMovable { .. } => {
-                return Err(malformed(
-                    "unknown event: a replay has new_processor, processor_exit, submit, \
-                     new_vp, vp_exit and job_exit"
-                        .into(),
-                ))
-            }
-            _ => {}
-        }
-        out.push((i + 1, e));
     }
     Ok(out)
 }
 
-/// Replay `events` into `sched`; returns the actions of each event.
+/// What a replay did, for the report: events replayed and actions of each
+/// kind.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Events replayed.
+    pub events: usize,
+    /// Actions by kind (`start`, `migrate`, ...).
+    pub actions: std::collections::BTreeMap<String, u64>,
+}
+
+/// Replay the events read from `input` into `sched` as they come, handing
+/// each event's actions (with its line) to `each`; the tally. The first bad
+/// line, or the first error of `each`, ends it.
 pub fn run(
     sched: &mut Scheduler,
-    events: Vec<(usize, Event)>,
-) -> Result<Vec<Vec<Action>>, ReplayError> {
-    let mut all = Vec::with_capacity(events.len());
-    for (line, e) in events {
-        all.push(
-            sched
-                .on_event(e)
-                .map_err(|source| ReplayError::Refused { line, source })?,
-        );
+    mut input: impl std::io::BufRead,
+    mut each: impl FnMut(usize, &[Action]) -> std::io::Result<()>,
+) -> Result<Tally, ReplayError> {
+    use std::io::{BufRead, Read};
+    let mut tally = Tally::default();
+    let mut buf = Vec::new();
+    let mut line = 0;
+    loop {
+        line += 1;
+        buf.clear();
+        let read = (&mut input)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| ReplayError::Read {
+                line,
+                message: e.to_string(),
+            })?;
+        if read == 0 {
+            return Ok(tally);
+        }
+        if buf.len() > MAX_LINE {
+            return Err(ReplayError::Read {
+                line,
+                message: format!("longer than {MAX_LINE} bytes"),
+            });
+        }
+        let text = std::str::from_utf8(&buf).map_err(|_| ReplayError::Malformed {
+            line,
+            message: "not UTF-8".into(),
+        })?;
+        let Some(e) = parse_line(line, text)? else {
+            continue;
+        };
+        let actions = sched
+            .on_event(e)
+            .map_err(|source| ReplayError::Refused { line, source })?;
+        tally.events += 1;
+        for a in &actions {
+            let kind = serde_json::to_value(a)
+                .ok()
+                .and_then(|v| v.get("action").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_else(|| "other".into());
+            *tally.actions.entry(kind).or_default() += 1;
+        }
+        each(line, &actions).map_err(|e| ReplayError::Read {
+            line,
+            message: format!("writing its actions: {e}"),
+        })?;
     }
-    Ok(all)
 }
 
 /// One processor in the report.
@@ -103,7 +171,7 @@ struct ProcessorOut<'a> {
 }
 
 /// The final state as the JSON document `mig sched replay --json` prints.
-pub fn report(sched: &Scheduler, actions: &[Vec<Action>]) -> Value {
+pub fn report(sched: &Scheduler, tally: &Tally) -> Value {
     let map = sched.map();
     let processors: Vec<ProcessorOut> = map
         .processors()
@@ -149,7 +217,8 @@ pub fn report(sched: &Scheduler, actions: &[Vec<Action>]) -> Value {
         "processors": processors,
         "slots": slots,
         "jobs": jobs,
-        "actions": actions,
+        "events": tally.events,
+        "action_counts": tally.actions,
         "migrations": sched.migrations(),
     })
 }
@@ -183,13 +252,20 @@ mod tests {
         let text =
             "{\"event\":\"new_processor\",\"id\":\"h1/0\",\"arch\":\"x86_64\",\"capacity\":0}";
         let mut s = Scheduler::default();
-        let err = run(&mut s, parse(text).unwrap()).unwrap_err();
+        let err = run(&mut s, text.as_bytes(), |_, _| Ok(())).unwrap_err();
         assert!(err
             .to_string()
             .starts_with("line 1: processor \"h1/0\": capacity must be"));
-        let text = "{\"event\":\"processor_exit\",\"id\":\"nope\"}";
-        let err = run(&mut s, parse(text).unwrap()).unwrap_err();
-        assert_eq!(err.to_string(), "line 1: unknown processor \"nope\"");
+        let text = "\n# a comment\n{\"event\":\"processor_exit\",\"id\":\"nope\"}";
+        let err = run(&mut s, text.as_bytes(), |_, _| Ok(())).unwrap_err();
+        assert_eq!(err.to_string(), "line 3: unknown processor \"nope\"");
+        // A line past MAX_LINE is refused, not read whole.
+        let long = format!(
+            "{{\"event\":\"job_exit\",\"job\":\"{}\"}}",
+            "x".repeat(MAX_LINE)
+        );
+        let err = run(&mut s, long.as_bytes(), |_, _| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("longer than"), "{err}");
     }
 
     #[test]
@@ -200,14 +276,30 @@ mod tests {
 {"event":"submit","job":"j1","vps":{"x86_64":3}}
 "#;
         let mut s = Scheduler::default();
-        let actions = run(&mut s, parse(text).unwrap()).unwrap();
-        let r = report(&s, &actions);
+        let mut each = Vec::new();
+        let tally = run(&mut s, text.as_bytes(), |line, a| {
+            each.push((line, a.len()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(tally.events, 3);
+        assert_eq!(each.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2, 3, 4]);
+        let r = report(&s, &tally);
         assert_eq!(r["processors"][0]["host"], "h1");
         assert_eq!(r["slots"].as_array().unwrap().len(), 1);
         assert_eq!(r["slots"][0]["h1/0"]["vps"], json!([0, 1]));
         assert_eq!(r["slots"][0]["h2/0"]["vps"], json!([2]));
         assert_eq!(r["jobs"]["j1"]["t_min"], json!(1.0));
-        assert_eq!(r["actions"].as_array().unwrap().len(), 3);
+        assert_eq!(r["events"], 3);
+        assert_eq!(
+            r["action_counts"]
+                .as_object()
+                .unwrap()
+                .values()
+                .filter_map(Value::as_u64)
+                .sum::<u64>(),
+            each.iter().map(|(_, n)| *n as u64).sum::<u64>()
+        );
         assert_eq!(r["migrations"], 0);
     }
 
