@@ -206,8 +206,9 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
             .count();
         if back > 0 {
             println!(
-                "h1 offered again {:.1} s later; the scheduler moved {back} VPs back onto it (MTAT: the job gets faster)",
-                t.elapsed().as_secs_f64()
+                "h1 offered again {:.1} s later; the scheduler moved {} back onto it (MTAT: the job gets faster)",
+                t.elapsed().as_secs_f64(),
+                libmig::words::count(back as u64, "VP", "VPs")
             );
             break;
         }
