@@ -335,8 +335,10 @@ int main(int argc, char **argv)
 			pvm_initsend(PvmDataDefault);
 			pvm_send(t, STOP);
 		}
-		n = pvm_spawn(argv[0], plain, PvmTaskHost, hosts[0].hi_name, 1, &t);
+		n = pvm_spawn(argv[0], plain, PvmTaskHost, hosts[nhost - 1].hi_name, 1, &t);
 		CHECK(n == 1 && t > 0);
+		/* On the host named (the job may use each host's processor). */
+		CHECK(pvm_tidtohost(t) == hosts[nhost - 1].hi_tid);
 		if (n == 1) {
 			pvm_initsend(PvmDataDefault);
 			pvm_send(t, STOP);

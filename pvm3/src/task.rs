@@ -135,9 +135,10 @@ pub unsafe extern "C" fn pvm_spawn(
             }
         };
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        // `where` narrows the hosts to an architecture: the one named
-        // (PvmTaskArch), or the named host's (PvmTaskHost; the scheduler
-        // still chooses the host among those like it).
+        // `where` narrows the hosts: to the one named (PvmTaskHost: there
+        // when one of its processors has room in the job's slots, else
+        // among the hosts of its architecture), or to an architecture
+        // (PvmTaskArch).
         let arch = match place.as_deref() {
             Some(w) if flag & 3 != 0 && !w.is_empty() && w != "*" => {
                 let hosts = match vm.hosts() {
@@ -173,10 +174,12 @@ pub unsafe extern "C" fn pvm_spawn(
         };
         // A VP started with no parent starts a job of its own, as a task
         // spawned with PvmNoSpawnParent has none.
-        let r = match arch {
-            Some(a) => vm.spawn_on_arch(&program, &argv, n as u32, &a),
-            None if flag & 64 != 0 => vm.spawn_job(&program, &argv, n as u32),
-            None => vm.spawn(&program, &argv, n as u32),
+        let on_host = place.as_deref().filter(|_| flag & 1 != 0 && arch.is_some());
+        let r = match (arch, on_host) {
+            (Some(_), Some(h)) => vm.spawn_on_host(&program, &argv, n as u32, h),
+            (Some(a), None) => vm.spawn_on_arch(&program, &argv, n as u32, &a),
+            (None, _) if flag & 64 != 0 => vm.spawn_job(&program, &argv, n as u32),
+            (None, _) => vm.spawn(&program, &argv, n as u32),
         };
         match r {
             Ok(got) => {

@@ -37,7 +37,7 @@ pub enum SchedCmd {
     ///   {"event": "new_processor", "id": "h1/0", "arch": "x86_64", "capacity": 2.0}
     ///   {"event": "processor_exit", "id": "h1/0"}
     ///   {"event": "submit", "job": "j1", "vps": {"x86_64": 4, "aarch64": 2}}
-    ///   {"event": "new_vp", "job": "j1", "arch": "x86_64"}
+    ///   {"event": "new_vp", "job": "j1", "arch": "x86_64", "host": "h1"}   ("host" optional)
     ///   {"event": "vp_exit", "job": "j1", "vp": 3}
     ///   {"event": "job_exit", "job": "j1"}
     /// (and vp_back, vp_moved, vp_movable, as migd sends them). Unknown

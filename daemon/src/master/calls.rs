@@ -1,6 +1,7 @@
 //! Calls from VPs: spawning, killing, tasks, notices (exits, hosts), groups
 //! and barriers, and answering them.
 
+use super::jobs::Narrowed;
 use super::*;
 
 impl Master {
@@ -39,7 +40,7 @@ impl Master {
                     }
                     return out;
                 }
-                self.grow_job(&job, host, tid, id, spec, None)
+                self.grow_job(&job, (host, tid, id), spec, Narrowed::default())
             }
             VpCall::SpawnArch {
                 program,
@@ -50,7 +51,15 @@ impl Master {
                 let Some(spec) = self.spec_for(&job, tid, program, args, n) else {
                     return reply(VpRet::Error("the caller's job is gone".into()));
                 };
-                self.grow_job(&job, host, tid, id, spec, Some(arch))
+                self.grow_job(
+                    &job,
+                    (host, tid, id),
+                    spec,
+                    Narrowed {
+                        arch: Some(arch),
+                        host: None,
+                    },
+                )
             }
             VpCall::Signal {
                 tid: victim,
@@ -78,6 +87,35 @@ impl Master {
                     }
                     None => reply(VpRet::Error(format!("no running VP t{victim:x}"))),
                 }
+            }
+            VpCall::SpawnOn {
+                program,
+                args,
+                n,
+                host: on,
+            } => {
+                let Some(arch) = self
+                    .hosts
+                    .get(&on)
+                    .filter(|h| h.alive)
+                    .map(|h| h.facts.arch.clone())
+                else {
+                    return reply(VpRet::Error(format!(
+                        "no live host {on} in the virtual machine"
+                    )));
+                };
+                let Some(spec) = self.spec_for(&job, tid, program, args, n) else {
+                    return reply(VpRet::Error("the caller's job is gone".into()));
+                };
+                self.grow_job(
+                    &job,
+                    (host, tid, id),
+                    spec,
+                    Narrowed {
+                        arch: Some(arch),
+                        host: Some(on),
+                    },
+                )
             }
             VpCall::Kill { tid: victim } if self.not_theirs(&job, victim).is_some() => reply(
                 VpRet::Error(self.not_theirs(&job, victim).unwrap_or_default()),

@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// Where new VPs are narrowed to: an architecture (else the caller's), and
+/// a host of it the scheduler should use if it may.
+#[derive(Debug, Default)]
+pub(super) struct Narrowed {
+    pub(super) arch: Option<String>,
+    pub(super) host: Option<String>,
+}
+
 /// How long `mig kill JOB` waits for every VP of the job to end.
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
@@ -509,16 +517,19 @@ impl Master {
         out
     }
 
-    /// `new_VP`: a VP of `job` starts `spec.n` more VPs in it.
+    /// `new_VP`: VP `tid` of `job` (on `host`, asking with call `id`)
+    /// starts `spec.n` more VPs in it, where `want` narrows them to.
     pub(super) fn grow_job(
         &mut self,
         job: &str,
-        host: &str,
-        tid: Tid,
-        id: u64,
+        (host, tid, id): (&str, Tid, u64),
         spec: SpawnSpec,
-        want_arch: Option<String>,
+        want: Narrowed,
     ) -> Vec<Out> {
+        let Narrowed {
+            arch: want_arch,
+            host: want_host,
+        } = want;
         let reply = |ret: VpRet| Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
         if spec.n == 0 || spec.n > 65536 {
             return vec![reply(VpRet::Error(format!(
@@ -554,6 +565,7 @@ impl Master {
                 events.push(Event::NewVp {
                     job: job.to_string(),
                     arch: arch.clone(),
+                    host: want_host.clone(),
                 });
             }
         }

@@ -43,6 +43,11 @@ pub enum Event {
         job: String,
         /// The new VP's architecture.
         arch: String,
+        /// A host it should run on (PVM's `PvmTaskHost`): one of that
+        /// host's processors among those the job may take, if any has room
+        /// in the job's slots; else it is placed as any new VP.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
     },
     /// A VP that ended comes back under its own index: its job restarts
     /// from a checkpoint taken while it ran. Placed as `new_VP` places one.

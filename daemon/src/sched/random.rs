@@ -167,6 +167,7 @@ impl Generator {
                     return Event::NewVp {
                         job,
                         arch: self.arch(),
+                        host: None,
                     };
                 }
                 61..=85 if !self.jobs.is_empty() => {

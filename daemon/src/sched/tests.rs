@@ -285,6 +285,37 @@ fn a_vp_back_from_a_checkpoint_is_placed_again_under_its_own_index() {
     s.on_event(Event::NewVp {
         job: "a".into(),
         arch: "x86_64".into(),
+        host: None,
+    })
+    .unwrap();
+    assert!(s.job_view("a").unwrap().placement.contains_key(&2));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_new_vp_asked_on_a_host_goes_there_when_the_job_may_use_it() {
+    // Three processors of capacity 1; a job of 2 on two of them. A new VP
+    // asked on each host in turn lands on that host, the gang invariant
+    // holding; on a host the scheduler does not know it is placed as any.
+    for want in ["p1", "p2", "p3"] {
+        let mut s = pool(&[1.0; 3]);
+        s.on_event(submit("a", 2)).unwrap();
+        s.on_event(Event::NewVp {
+            job: "a".into(),
+            arch: "x86_64".into(),
+            host: Some(want.into()),
+        })
+        .unwrap();
+        let at = s.job_view("a").unwrap().placement[&2].clone();
+        assert!(at.starts_with(&format!("{want}/")), "{want}: VP 2 on {at}");
+        s.check_invariants().unwrap();
+    }
+    let mut s = pool(&[1.0; 3]);
+    s.on_event(submit("a", 2)).unwrap();
+    s.on_event(Event::NewVp {
+        job: "a".into(),
+        arch: "x86_64".into(),
+        host: Some("nowhere".into()),
     })
     .unwrap();
     assert!(s.job_view("a").unwrap().placement.contains_key(&2));
@@ -418,6 +449,7 @@ fn bad_events_are_refused_and_change_nothing() {
             Event::NewVp {
                 job: "zz".into(),
                 arch: "x86_64".into(),
+                host: None,
             },
             "unknown job",
         ),

@@ -146,6 +146,19 @@ pub enum VpCall {
         /// The signal number.
         signal: i32,
     },
+    /// `Spawn` in the caller's job, on host `host` when the scheduler may
+    /// put them there (one of its processors has room in the job's slots),
+    /// else on hosts of its architecture.
+    SpawnOn {
+        /// Program path or name.
+        program: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// How many.
+        n: u32,
+        /// The host (as `mig hosts` names them).
+        host: String,
+    },
 }
 
 /// May a VP send `signal` to another with `VpCall::Signal`?

@@ -429,6 +429,27 @@ impl Vm {
         self.call(VpCall::Kill { tid }).map(|_| ())
     }
 
+    /// Spawn `n` VPs of `program` into this job on host `host` when the
+    /// scheduler may put them there (one of its processors has room in the
+    /// job's slots), else on hosts of its architecture; their Tids.
+    pub fn spawn_on_host(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        n: u32,
+        host: &str,
+    ) -> Result<Vec<Tid>, MigError> {
+        match self.call(VpCall::SpawnOn {
+            program: program.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            n,
+            host: host.to_string(),
+        })? {
+            VpRet::Tids(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Send signal `signal` to the process of VP `tid`, on whichever host
     /// it runs (not SIGSTOP or SIGCONT).
     pub fn signal(&mut self, tid: Tid, signal: i32) -> Result<(), MigError> {

@@ -129,12 +129,14 @@ impl Scheduler {
         Ok(())
     }
 
-    /// `new_VP`: the next index, or `back`, an index the job had before.
+    /// `new_VP`: the next index, or `back`, an index the job had before;
+    /// on `host` when one of its processors is a candidate.
     pub(super) fn new_vp(
         &mut self,
         job: &str,
         back: Option<u32>,
         arch: String,
+        host: Option<&str>,
         ctx: &mut Ctx,
     ) -> Result<(), SchedError> {
         if arch.is_empty() {
@@ -179,6 +181,18 @@ impl Scheduler {
             .into_iter()
             .filter(|&r| self.arch_of(r) == Some(arch_id))
             .collect();
+        // A host asked for: its candidates only, and no re-planning that
+        // could put the VP elsewhere.
+        let on_host: Vec<Row> = match host {
+            Some(h) => cand
+                .iter()
+                .copied()
+                .filter(|&r| self.map.processor(r).is_some_and(|p| &*p.host == h))
+                .collect(),
+            None => Vec::new(),
+        };
+        let to_host = !on_host.is_empty();
+        let cand = if to_host { on_host } else { cand };
         if cand.is_empty() {
             if self.map.has_arch(&arch) {
                 self.place_fresh(k, ctx);
@@ -205,7 +219,7 @@ impl Scheduler {
         let t_a = self.current_t(k).max(t_here);
         // (b) the full optimum, if it is strictly faster and affordable.
         let all = self.candidates(k);
-        if let Some((t_b, counts)) = self.plan(k, &all, true, 0.0) {
+        if let Some((t_b, counts)) = self.plan(k, &all, true, 0.0).filter(|_| !to_host) {
             if t_b < t_a * (1.0 - 1e-9) && self.optional_moves(k, &all, &counts) <= ctx.budget {
                 let cols = self.job(k).columns.clone();
                 self.apply(k, cols, &all, &counts, ctx);

@@ -440,8 +440,10 @@ impl Scheduler {
             } => self.new_processor(id, host, arch, capacity, &mut ctx)?,
             Event::ProcessorExit { id } => self.processor_exit(&id, &mut ctx)?,
             Event::Submit { job, vps } => self.submit(job, vps, &mut ctx)?,
-            Event::NewVp { job, arch } => self.new_vp(&job, None, arch, &mut ctx)?,
-            Event::VpBack { job, vp, arch } => self.new_vp(&job, Some(vp), arch, &mut ctx)?,
+            Event::NewVp { job, arch, host } => {
+                self.new_vp(&job, None, arch, host.as_deref(), &mut ctx)?
+            }
+            Event::VpBack { job, vp, arch } => self.new_vp(&job, Some(vp), arch, None, &mut ctx)?,
             Event::VpMoved { job, vp, host } => self.vp_moved(&job, vp, &host, &mut ctx)?,
             Event::VpMovable { job, vp } => self.vp_movable(&job, vp, &mut ctx)?,
             Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
