@@ -371,14 +371,15 @@ pub fn run(a: Args) -> Result<()> {
             (
                 "utilisation.svg",
                 crate::plot::over_time(
-                    &format!("utilisation, {name}"),
+                    &format!("utilisation, {name} (mean over 5% of the time)"),
                     "utilisation",
                     &utilisation,
+                    15,
                 ),
             ),
             (
                 "slots.svg",
-                crate::plot::over_time(&format!("slots per round, {name}"), "slots", &slots),
+                crate::plot::over_time(&format!("slots per round, {name}"), "slots", &slots, 1),
             ),
         ];
         for (file, svg) in charts {
