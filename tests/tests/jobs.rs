@@ -72,6 +72,13 @@ fn jobs_can_be_listed_shown_followed_and_waited_for_after_they_end() {
     ]);
     let j2 = stdout(&started).trim().to_string();
     assert_eq!(job_json(&vm, 0, &j2).expect("listed")["state"], "running");
+    // mig ps: its command and how long it has run, filtered by job.
+    let ps = stdout(&vm.mig(&["ps", &j2]));
+    assert!(
+        ps.contains("COMMAND") && ps.contains("/bin/sh -c for i"),
+        "{ps}"
+    );
+    assert_eq!(ps.lines().count(), 2, "the heading and j2's one VP: {ps}");
     let show = vm.mig(&["show", &j2, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
     assert_eq!(v["vp_list"].as_array().map(Vec::len), Some(1), "{v}");

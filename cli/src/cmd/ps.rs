@@ -29,26 +29,39 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             .iter()
             .map(|v| {
                 serde_json::json!({"tid": format!("t{:x}", v.tid), "job": v.job, "vp": v.vp,
-                    "host": v.host, "pid": v.pid, "state": v.state, "movable": v.movable})
+                    "host": v.host, "pid": v.pid, "state": v.state, "movable": v.movable,
+                    "command": v.command, "started_ms": v.started_ms})
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));
         return Ok(());
     }
     println!(
-        "{:<10} {:<6} {:>4} {:<10} {:>8}  STATE",
-        "TID", "JOB", "VP", "HOST", "PID"
+        "{:<10} {:<6} {:>4} {:<10} {:>8} {:>8}  {:<10} COMMAND",
+        "TID", "JOB", "VP", "HOST", "PID", "ELAPSED", "STATE"
     );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     for v in vps {
         let pid = v.pid.map_or("-".into(), |p| p.to_string());
+        let elapsed = v
+            .started_ms
+            .map_or("-".into(), |t| super::jobs::span(now.saturating_sub(t)));
+        let mut command = v.command.clone();
+        if command.chars().count() > 40 {
+            command = command.chars().take(39).collect::<String>() + "…";
+        }
         println!(
-            "t{:<9x} {:<6} {:>4} {:<10} {:>8}  {}",
+            "t{:<9x} {:<6} {:>4} {:<10} {:>8} {:>8}  {:<10} {}",
             v.tid,
             v.job,
             v.vp,
             v.host.as_deref().unwrap_or("-"),
             pid,
-            v.state
+            elapsed,
+            v.state,
+            command
         );
     }
     Ok(())

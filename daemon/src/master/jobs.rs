@@ -593,6 +593,11 @@ impl Master {
                     pid: v.pid,
                     state: self.vp_state(v),
                     movable: v.movable,
+                    command: std::iter::once(v.program.as_str())
+                        .chain(v.args.iter().map(String::as_str))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    started_ms: v.started_ms,
                 });
             }
         }

@@ -449,6 +449,7 @@ impl Master {
             return Vec::new();
         };
         v.pid = Some(pid);
+        v.started_ms.get_or_insert(self.wall_ns / 1_000_000);
         if self.jobs.get(&job).is_some_and(|j| j.killed) {
             // Its job was killed while it moved or restored: it ends here.
             return vec![Out::ToHost(host.to_string(), PeerMsg::Kill { tid })];

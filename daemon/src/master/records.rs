@@ -94,6 +94,8 @@ pub(super) struct VpRec {
     /// It cannot be moved, but the scheduler was told it may be started
     /// again elsewhere (vacated: see `Master::release_vacated`).
     pub(super) released: bool,
+    /// When its process first started (ms since the Unix epoch).
+    pub(super) started_ms: Option<u64>,
 }
 
 impl VpRec {
@@ -112,6 +114,7 @@ impl VpRec {
             wants: None,
             movable: false,
             released: false,
+            started_ms: None,
         }
     }
 }

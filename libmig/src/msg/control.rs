@@ -239,6 +239,11 @@ pub struct VpInfo {
     /// Whether its program has said it can be moved (libmig's
     /// `init_or_restore`); a VP that has not is never moved.
     pub movable: bool,
+    /// Its program and arguments.
+    pub command: String,
+    /// When its process first started (ms since the Unix epoch; a move
+    /// keeps it).
+    pub started_ms: Option<u64>,
 }
 
 /// One cell of the allocation map.
