@@ -1,6 +1,6 @@
 //! What the master keeps on disk about jobs for their users: each job's
 //! output (`jobs/JOB.out`, what `mig logs` reads, at most `MAX_OUTPUT`
-//! bytes a job) and the history of ended jobs (`history.jsonl`, one JSON
+//! bytes a job, removed when `master::history` lets it go) and the history of ended jobs (`history.jsonl`, one JSON
 //! line a job, the previous file kept as `history.jsonl.1`), read back when
 //! a master starts on the same state directory. What does not live here:
 //! which jobs are kept (`master::history`), answering requests (the

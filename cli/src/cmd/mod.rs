@@ -65,8 +65,9 @@ enum Command {
     Show(jobs::ShowArgs),
     /// Wait until a job ends (at once if it has) and exit with its status.
     Wait(wait::Args),
-    /// Print the output the master kept for a job (up to 16 MiB of it);
-    /// -f follows it until the job ends.
+    /// Print the output the master kept for a job (up to 16 MiB of it, for
+    /// running jobs and the last 1,000 ended); -f follows it until the job
+    /// ends.
     Logs(wait::LogsArgs),
     /// Kill a job (j1) or one VP (t40001).
     Kill(kill::Args),

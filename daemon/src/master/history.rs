@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// Jobs kept; the oldest go first.
 pub const MAX_JOBS: usize = 10_000;
 
+/// Ended jobs whose output is kept (at most 16 MiB each): the newest; an
+/// older one's output goes, its record stays.
+pub const OUTPUT_KEPT: usize = 1_000;
+
 /// Ended jobs, oldest first.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct History {
@@ -18,8 +22,9 @@ pub struct History {
 }
 
 impl History {
-    /// Keep `info` (a job that ended); the jobs it pushes out, whose kept
-    /// output may go.
+    /// Keep `info` (a job that ended); the jobs whose kept output may go
+    /// now (the one that fell out of the newest `OUTPUT_KEPT`, and any
+    /// pushed out of the history).
     pub fn record(&mut self, info: JobInfo) -> Vec<String> {
         self.jobs.retain(|j| j.job != info.job);
         self.jobs.push_back(info);
@@ -28,6 +33,14 @@ impl History {
             if let Some(old) = self.jobs.pop_front() {
                 gone.push(old.job);
             }
+        }
+        if let Some(old) = self
+            .jobs
+            .len()
+            .checked_sub(OUTPUT_KEPT + 1)
+            .and_then(|i| self.jobs.get(i))
+        {
+            gone.push(old.job.clone());
         }
         gone
     }
@@ -91,10 +104,20 @@ mod tests {
     #[test]
     fn it_keeps_the_newest_jobs_and_says_which_went() {
         let mut h = History::default();
-        for n in 1..=MAX_JOBS {
+        for n in 1..=OUTPUT_KEPT {
             assert!(h.record(job(n)).is_empty());
         }
-        assert_eq!(h.record(job(MAX_JOBS + 1)), ["j1"]);
+        // Past OUTPUT_KEPT, each new job lets the output of the one that
+        // falls out of the newest go (its record stays).
+        assert_eq!(h.record(job(OUTPUT_KEPT + 1)), ["j1"]);
+        assert!(h.find("j1").is_some());
+        for n in OUTPUT_KEPT + 2..=MAX_JOBS {
+            assert_eq!(h.record(job(n)), [format!("j{}", n - OUTPUT_KEPT)]);
+        }
+        assert_eq!(
+            h.record(job(MAX_JOBS + 1)),
+            ["j1", &format!("j{}", MAX_JOBS + 1 - OUTPUT_KEPT)]
+        );
         assert!(h.find("j1").is_none());
         assert_eq!(h.find("j2").map(|j| j.submitted_ms), Some(2));
         assert_eq!(h.all().count(), MAX_JOBS);
