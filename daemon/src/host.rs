@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use libmig::msg::{ExitInfo, StartVp, Stream, Tid};
 use libmig::vp::env;
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::contain::Cell;
@@ -480,25 +479,38 @@ pub fn signal_one(pid: i32, sig: Signal) {
 pub fn reap() -> Vec<(i32, ExitInfo)> {
     let mut out = Vec::new();
     loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) => out.push((
-                pid.as_raw(),
+        let mut status = 0;
+        // SAFETY: wait4 fills the status and usage it is given.
+        let (pid, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            let pid = libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage);
+            (pid, usage)
+        };
+        if pid <= 0 {
+            return out;
+        }
+        let ms = |t: libc::timeval| t.tv_sec.max(0) as u64 * 1000 + t.tv_usec.max(0) as u64 / 1000;
+        let cpu_ms = Some(ms(usage.ru_utime) + ms(usage.ru_stime));
+        if libc::WIFEXITED(status) {
+            out.push((
+                pid,
                 ExitInfo {
-                    code: Some(code),
+                    code: Some(libc::WEXITSTATUS(status)),
                     signal: None,
                     error: None,
+                    cpu_ms,
                 },
-            )),
-            Ok(WaitStatus::Signaled(pid, sig, _)) => out.push((
-                pid.as_raw(),
+            ));
+        } else if libc::WIFSIGNALED(status) {
+            out.push((
+                pid,
                 ExitInfo {
                     code: None,
-                    signal: Some(sig as i32),
+                    signal: Some(libc::WTERMSIG(status)),
                     error: None,
+                    cpu_ms,
                 },
-            )),
-            Ok(WaitStatus::StillAlive) | Err(_) => return out,
-            Ok(_) => {}
+            ));
         }
     }
 }

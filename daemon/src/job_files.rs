@@ -193,6 +193,8 @@ mod tests {
             submitted_ms: 1,
             ended_ms: Some(2),
             status: Some(0),
+
+            cpu_ms: 0,
         }
     }
 

@@ -43,6 +43,7 @@ fn jobs_can_be_listed_shown_followed_and_waited_for_after_they_end() {
     assert_eq!(out.status.code(), Some(3));
     let j1 = job_json(&vm, 0, "j1").expect("j1 listed");
     assert_eq!(j1["state"], "exited");
+    assert!(j1["cpu_ms"].is_u64(), "{j1}");
     assert_eq!(j1["status"], 3);
     assert_eq!(j1["vps"], 2);
     assert_eq!(j1["program"], "/bin/sh");
@@ -99,6 +100,18 @@ fn jobs_can_be_listed_shown_followed_and_waited_for_after_they_end() {
     assert_eq!(waited.status.code(), Some(7));
     let end: serde_json::Value = serde_json::from_slice(&waited.stdout).expect("JSON");
     assert_eq!(end["status"], 7);
+    // CPU time: a VP that computes for a while is counted.
+    let out = vm.mig(&[
+        "spawn",
+        "--wait",
+        "--",
+        "/bin/sh",
+        "-c",
+        "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done",
+    ]);
+    assert!(out.status.success());
+    let busy = job_json(&vm, 0, "j3").expect("j3 listed");
+    assert!(busy["cpu_ms"].as_u64() >= Some(50), "{busy}");
     // Waiting for an ended job answers at once; unknown jobs are errors.
     assert_eq!(vm.mig(&["wait", "j1"]).status.code(), Some(3));
     for args in [["wait", "j99"], ["logs", "j99"], ["show", "j99"]] {

@@ -99,6 +99,7 @@ fn json(j: &JobInfo) -> serde_json::Value {
         "job": j.job, "program": j.program, "args": j.args, "uid": j.uid, "vps": j.vps,
         "hosts": j.hosts, "state": j.state, "submitted_ms": j.submitted_ms,
         "ended_ms": j.ended_ms, "elapsed_ms": elapsed(j), "status": j.status,
+        "cpu_ms": j.cpu_ms,
     })
 }
 
@@ -126,8 +127,8 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<7} {:<6} {:<8} {:>4} {:<12} {:<19} {:>8} {:>6}  COMMAND",
-        "JOB", "USER", "STATE", "VPS", "HOSTS", "SUBMITTED", "ELAPSED", "STATUS"
+        "{:<7} {:<6} {:<8} {:>4} {:<12} {:<19} {:>8} {:>8} {:>6}  COMMAND",
+        "JOB", "USER", "STATE", "VPS", "HOSTS", "SUBMITTED", "ELAPSED", "CPU", "STATUS"
     );
     for j in &shown {
         let hosts = if j.hosts.len() > 2 {
@@ -136,7 +137,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             j.hosts.join(",")
         };
         println!(
-            "{:<7} {:<6} {:<8} {:>4} {:<12} {:<19} {:>8} {:>6}  {}",
+            "{:<7} {:<6} {:<8} {:>4} {:<12} {:<19} {:>8} {:>8} {:>6}  {}",
             j.job,
             user(j.uid),
             j.state,
@@ -144,6 +145,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             if hosts.is_empty() { "-".into() } else { hosts },
             local_time(j.submitted_ms),
             span(elapsed(j)),
+            span(j.cpu_ms),
             j.status.map_or("-".into(), |s| s.to_string()),
             command_line(j)
         );
@@ -201,7 +203,7 @@ pub fn show(daemon: &Path, a: ShowArgs) -> Result<()> {
         span(elapsed(j))
     );
     if let Some(s) = j.status {
-        println!("   ExitStatus={s}");
+        println!("   ExitStatus={s} CPU={}", span(j.cpu_ms));
     }
     for v in &vps {
         println!(

@@ -295,6 +295,7 @@ impl Master {
                     code: None,
                     signal: None,
                     error: Some("no such VP".into()),
+                    cpu_ms: None,
                 });
                 vec![notice_to(
                     tid,

@@ -589,6 +589,7 @@ impl Master {
                 error: Some(format!(
                     "dropped: spawned after the checkpoint job {job} restarted from"
                 )),
+                cpu_ms: None,
             };
             out.extend(self.vp_gone(v.tid, &status));
             self.gone.insert(v.tid, status);

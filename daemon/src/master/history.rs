@@ -98,6 +98,8 @@ mod tests {
             submitted_ms: n as u64,
             ended_ms: Some(n as u64 + 1),
             status: Some(0),
+
+            cpu_ms: 0,
         }
     }
 

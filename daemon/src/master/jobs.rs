@@ -74,6 +74,7 @@ impl Master {
                 uid: None,
                 submitted_ms: self.wall_ns / 1_000_000,
                 hosts: BTreeSet::new(),
+                cpu_ms: 0,
             },
         );
         let mut out = vec![
@@ -110,6 +111,7 @@ impl Master {
             submitted_ms: j.submitted_ms,
             ended_ms: None,
             status: None,
+            cpu_ms: j.cpu_ms,
         }));
         out
     }
@@ -230,6 +232,7 @@ impl Master {
                         code: None,
                         signal: Some(9),
                         error: None,
+                        cpu_ms: None,
                     });
                 }
             }
@@ -386,6 +389,7 @@ impl Master {
             }
             v.state = VpState::Exited;
             v.exit = Some(status.clone());
+            j.cpu_ms += status.cpu_ms.unwrap_or(0);
             out.push(Out::Log(format!(
                 "VP t{tid:x} ({job}/{vp}) on {host}: {status}"
             )));
@@ -428,6 +432,7 @@ impl Master {
             code: None,
             signal: None,
             error: Some(why.to_string()),
+            cpu_ms: None,
         };
         let mut ended = Vec::new();
         if let Some(j) = self.jobs.get_mut(job) {
@@ -492,6 +497,7 @@ impl Master {
             submitted_ms: j.submitted_ms,
             ended_ms: Some(self.wall_ns / 1_000_000),
             status: Some(status),
+            cpu_ms: j.cpu_ms,
         };
         for old in self.history.record(info.clone()) {
             out.push(Out::ForgetOutput(old));

@@ -150,6 +150,8 @@ pub(super) struct JobRec {
     pub(super) submitted_ms: u64,
     /// Hosts its VPs have run on.
     pub(super) hosts: BTreeSet<String>,
+    /// CPU time of its VPs' processes that have ended (each VP's last).
+    pub(super) cpu_ms: u64,
 }
 
 /// A job's consistent checkpoints.

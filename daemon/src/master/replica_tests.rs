@@ -64,6 +64,7 @@ fn apply(m: &mut Master, s: &Step, now: Instant) -> Vec<Out> {
                     code: Some(code),
                     signal: None,
                     error: None,
+                    cpu_ms: None,
                 },
             ),
             None => Vec::new(),

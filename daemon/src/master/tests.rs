@@ -82,6 +82,7 @@ fn a_job_spreads_over_hosts_and_finishes_with_its_status() {
                 code: Some(if h == "h1" { 3 } else { 0 }),
                 signal: None,
                 error: None,
+                cpu_ms: None,
             },
         );
         if h == &s[1].0 {
@@ -339,6 +340,7 @@ fn a_failed_move_leaves_the_vp_running_where_it_was() {
             code: Some(0),
             signal: None,
             error: None,
+            cpu_ms: None,
         },
     );
     assert!(late.is_empty(), "{late:?}");
@@ -659,6 +661,7 @@ fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_o
                 code: None,
                 signal: Some(9),
                 error: None,
+                cpu_ms: None,
             },
         );
         assert!(end.is_empty(), "{end:?}");
@@ -755,6 +758,7 @@ fn killing_a_job_ends_its_vps_and_a_second_kill_finds_nothing() {
                 code: None,
                 signal: Some(9),
                 error: None,
+                cpu_ms: None,
             },
         ));
     }
@@ -808,6 +812,7 @@ fn a_kill_whose_vps_do_not_end_fails_at_its_deadline_naming_them() {
             code: None,
             signal: Some(9),
             error: None,
+            cpu_ms: None,
         },
     );
     let early =
@@ -976,6 +981,7 @@ fn a_job_killed_while_it_restores_ends_with_its_processes_ends() {
                 code: None,
                 signal: Some(9),
                 error: None,
+                cpu_ms: None,
             },
         ));
     }

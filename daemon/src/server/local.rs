@@ -153,6 +153,7 @@ impl Daemon {
                     code: None,
                     signal: None,
                     error: Some(format!("{}: {e}", s.program)),
+                    cpu_ms: None,
                 };
                 self.report(PeerMsg::Exited { tid, status });
             }

@@ -246,6 +246,7 @@ impl Daemon {
                     code: None,
                     signal: None,
                     error: Some(format!("its parked image {}: {e}", path.display())),
+                    cpu_ms: None,
                 };
                 self.report(PeerMsg::Exited { tid, status });
             }

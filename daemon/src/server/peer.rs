@@ -207,6 +207,7 @@ impl Daemon {
                         code: None,
                         signal: Some(9),
                         error: None,
+                        cpu_ms: None,
                     };
                     self.report(PeerMsg::Exited { tid, status });
                 }

@@ -75,6 +75,7 @@ impl Daemon {
             code: None,
             signal: None,
             error: Some(format!("restoring it failed: {e}")),
+            cpu_ms: None,
         };
         self.report(PeerMsg::Exited { tid, status });
     }

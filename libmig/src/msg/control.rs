@@ -140,6 +140,10 @@ pub struct JobInfo {
     /// Its status once ended: 0 if every VP exited 0, else the first failing
     /// VP's status.
     pub status: Option<i32>,
+    /// CPU time its VPs' processes used, of those that have ended (a VP
+    /// that moved counts its last process).
+    #[serde(default)]
+    pub cpu_ms: u64,
 }
 
 /// Most bytes one `Request::Input` carries.

@@ -89,6 +89,9 @@ pub struct ExitInfo {
     pub signal: Option<i32>,
     /// Why it could not run at all (e.g. program not found).
     pub error: Option<String>,
+    /// The CPU time its process used (user and system, with the children
+    /// it waited for), when its host reaped it.
+    pub cpu_ms: Option<u64>,
 }
 
 impl ExitInfo {
