@@ -678,3 +678,38 @@ pub fn up(dir: &Path, n: usize) -> Output {
         .output()
         .expect("mig up")
 }
+
+/// Debian's `package`, installed when `present` says it is not: as root
+/// (as CI runs), else the test fails saying what to install.
+pub fn debian_package(package: &str, present: impl Fn() -> bool) {
+    if present() {
+        return;
+    }
+    // SAFETY: a plain system call.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "{package} is not installed: apt-get install {package} (as root this test installs it)"
+    );
+    let ok = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {package} >/dev/null"
+            ),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok && present(), "apt-get install {package} failed");
+}
+
+/// A command from Debian's `package` (a name on PATH or a path),
+/// installed if need be (see `debian_package`).
+pub fn tool(cmd: &str, package: &str) {
+    debian_package(package, || {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {cmd}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+}

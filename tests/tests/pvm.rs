@@ -10,57 +10,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use mig_tests::{bin, job_lines, tied, Vm};
+use mig_tests::{bin, debian_package, job_lines, tied, tool, Vm};
 
 /// Debian's examples, installed if need be.
 fn examples() -> PathBuf {
     let dir = PathBuf::from("/usr/bin");
-    if dir.join("hello.pvm").is_file() {
-        return dir;
-    }
-    // SAFETY: a plain system call.
-    let root = unsafe { libc::geteuid() } == 0;
-    assert!(
-        root,
-        "PVM's examples are not installed: apt-get install pvm-examples (as root this test installs them)"
-    );
-    let ok = Command::new("sh")
-        .args([
-            "-c",
-            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pvm-examples >/dev/null",
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok && dir.join("hello.pvm").is_file(),
-        "apt-get install pvm-examples failed"
-    );
+    debian_package("pvm-examples", || dir.join("hello.pvm").is_file());
     dir
-}
-
-/// A Debian package's command, installed if need be (as root).
-fn tool(cmd: &str, package: &str) {
-    let have = Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if have {
-        return;
-    }
-    // SAFETY: a plain system call.
-    let root = unsafe { libc::geteuid() } == 0;
-    assert!(
-        root,
-        "{cmd} is missing: apt-get install {package} (as root this test installs it)"
-    );
-    let ok = Command::new("sh")
-        .args([
-            "-c",
-            &format!("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {package} >/dev/null"),
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "apt-get install {package} failed");
 }
 
 /// Our shared library, built once per test run: `cargo test` builds the

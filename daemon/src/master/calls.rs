@@ -47,20 +47,7 @@ impl Master {
                 args,
                 n,
                 arch,
-            } => {
-                let Some(spec) = self.spec_for(&job, tid, program, args, n) else {
-                    return reply(VpRet::Error("the caller's job is gone".into()));
-                };
-                self.grow_job(
-                    &job,
-                    (host, tid, id),
-                    spec,
-                    Narrowed {
-                        arch: Some(arch),
-                        host: None,
-                    },
-                )
-            }
+            } => self.grow_narrowed(&job, (host, tid, id), (program, args, n), Some(arch), None),
             VpCall::Signal {
                 tid: victim,
                 signal,
@@ -93,30 +80,7 @@ impl Master {
                 args,
                 n,
                 host: on,
-            } => {
-                let Some(arch) = self
-                    .hosts
-                    .get(&on)
-                    .filter(|h| h.alive)
-                    .map(|h| h.facts.arch.clone())
-                else {
-                    return reply(VpRet::Error(format!(
-                        "no live host {on} in the virtual machine"
-                    )));
-                };
-                let Some(spec) = self.spec_for(&job, tid, program, args, n) else {
-                    return reply(VpRet::Error("the caller's job is gone".into()));
-                };
-                self.grow_job(
-                    &job,
-                    (host, tid, id),
-                    spec,
-                    Narrowed {
-                        arch: Some(arch),
-                        host: Some(on),
-                    },
-                )
-            }
+            } => self.grow_narrowed(&job, (host, tid, id), (program, args, n), None, Some(on)),
             VpCall::Kill { tid: victim } if self.not_theirs(&job, victim).is_some() => reply(
                 VpRet::Error(self.not_theirs(&job, victim).unwrap_or_default()),
             ),
@@ -243,6 +207,40 @@ impl Master {
             out.extend(self.vp_return(w, id, VpRet::Done));
         }
         out
+    }
+
+    /// `SpawnArch` and `SpawnOn`: VPs added to `job`, on architecture
+    /// `arch`, or on host `on` (and its architecture) when the scheduler may.
+    fn grow_narrowed(
+        &mut self,
+        job: &str,
+        (host, tid, id): (&str, Tid, u64),
+        (program, args, n): (String, Vec<String>, u32),
+        arch: Option<String>,
+        on: Option<String>,
+    ) -> Vec<Out> {
+        let error = |e: String| {
+            vec![Out::ToHost(
+                host.to_string(),
+                PeerMsg::VpReturn {
+                    tid,
+                    id,
+                    ret: VpRet::Error(e),
+                },
+            )]
+        };
+        let arch = match &on {
+            Some(on) => match self.hosts.get(on).filter(|h| h.alive) {
+                Some(h) => Some(h.facts.arch.clone()),
+                None => return error(format!("no live host {on} in the virtual machine")),
+            },
+            None => arch,
+        };
+        let Some(spec) = self.spec_for(job, tid, program, args, n) else {
+            return error("the caller's job is gone".into());
+        };
+        let want = Narrowed { arch, host: on };
+        self.grow_job(job, (host, tid, id), spec, want)
     }
 
     /// Why a VP of `job` may not act on VP `victim` (another user's, when

@@ -100,19 +100,7 @@ impl Master {
     /// Running jobs, then ended ones (oldest first).
     pub(super) fn job_list(&self) -> Vec<JobInfo> {
         let mut out: Vec<JobInfo> = self.history.all().cloned().collect();
-        out.extend(self.jobs.iter().map(|(id, j)| JobInfo {
-            job: id.clone(),
-            program: j.spec.program.clone(),
-            args: j.spec.args.clone(),
-            uid: j.uid,
-            vps: j.vps.len() as u32,
-            hosts: j.hosts.iter().cloned().collect(),
-            state: "running".into(),
-            submitted_ms: j.submitted_ms,
-            ended_ms: None,
-            status: None,
-            cpu_ms: j.cpu_ms,
-        }));
+        out.extend(self.jobs.iter().map(|(id, j)| j.info(id, None)));
         out
     }
 
@@ -486,19 +474,7 @@ impl Master {
             .find(|&s| s != 0)
             .unwrap_or(0);
         let mut out = vec![Out::Log(format!("job {job} finished with status {status}"))];
-        let info = JobInfo {
-            job: job.to_string(),
-            program: j.spec.program.clone(),
-            args: j.spec.args.clone(),
-            uid: j.uid,
-            vps: j.vps.len() as u32,
-            hosts: j.hosts.iter().cloned().collect(),
-            state: if j.killed { "killed" } else { "exited" }.to_string(),
-            submitted_ms: j.submitted_ms,
-            ended_ms: Some(self.wall_ns / 1_000_000),
-            status: Some(status),
-            cpu_ms: j.cpu_ms,
-        };
+        let info = j.info(job, Some((self.wall_ns / 1_000_000, status)));
         for old in self.history.record(info.clone()) {
             out.push(Out::ForgetOutput(old));
         }

@@ -154,6 +154,31 @@ pub(super) struct JobRec {
     pub(super) cpu_ms: u64,
 }
 
+impl JobRec {
+    /// The job as `mig jobs` lists it: running, or ended at `ended` (ms
+    /// since the Unix epoch) with a status.
+    pub(super) fn info(&self, id: &str, ended: Option<(u64, i32)>) -> JobInfo {
+        let state = match ended {
+            None => "running",
+            Some(_) if self.killed => "killed",
+            Some(_) => "exited",
+        };
+        JobInfo {
+            job: id.to_string(),
+            program: self.spec.program.clone(),
+            args: self.spec.args.clone(),
+            uid: self.uid,
+            vps: self.vps.len() as u32,
+            hosts: self.hosts.iter().cloned().collect(),
+            state: state.into(),
+            submitted_ms: self.submitted_ms,
+            ended_ms: ended.map(|(t, _)| t),
+            status: ended.map(|(_, s)| s),
+            cpu_ms: self.cpu_ms,
+        }
+    }
+}
+
 /// A job's consistent checkpoints.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Ckpt {

@@ -385,15 +385,12 @@ impl Vm {
         n: u32,
         arch: &str,
     ) -> Result<Vec<Tid>, MigError> {
-        match self.call(VpCall::SpawnArch {
+        self.spawn_call(VpCall::SpawnArch {
             program: program.to_string(),
             args: args.iter().map(|a| a.to_string()).collect(),
             n,
             arch: arch.to_string(),
-        })? {
-            VpRet::Tids(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
+        })
     }
 
     /// Start `n` VPs of `program` as a job of their own.
@@ -413,12 +410,17 @@ impl Vm {
         n: u32,
         new_job: bool,
     ) -> Result<Vec<Tid>, MigError> {
-        match self.call(VpCall::Spawn {
+        self.spawn_call(VpCall::Spawn {
             program: program.to_string(),
             args: args.iter().map(|a| a.to_string()).collect(),
             n,
             new_job,
-        })? {
+        })
+    }
+
+    /// A spawning call; the Tids it started.
+    fn spawn_call(&mut self, call: VpCall) -> Result<Vec<Tid>, MigError> {
+        match self.call(call)? {
             VpRet::Tids(t) => Ok(t),
             other => Err(unexpected(other)),
         }
@@ -439,15 +441,12 @@ impl Vm {
         n: u32,
         host: &str,
     ) -> Result<Vec<Tid>, MigError> {
-        match self.call(VpCall::SpawnOn {
+        self.spawn_call(VpCall::SpawnOn {
             program: program.to_string(),
             args: args.iter().map(|a| a.to_string()).collect(),
             n,
             host: host.to_string(),
-        })? {
-            VpRet::Tids(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
+        })
     }
 
     /// Send signal `signal` to the process of VP `tid`, on whichever host

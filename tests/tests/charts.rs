@@ -6,39 +6,17 @@
 use std::path::Path;
 use std::process::Command;
 
-fn rsvg() {
-    let have = Command::new("sh")
-        .args(["-c", "command -v rsvg-convert"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if have {
-        return;
-    }
-    // SAFETY: a plain system call.
-    let root = unsafe { libc::geteuid() } == 0;
-    assert!(
-        root,
-        "rsvg-convert is missing: apt-get install librsvg2-bin (as root this test installs it)"
-    );
-    let ok = Command::new("sh")
-        .args([
-            "-c",
-            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq librsvg2-bin >/dev/null",
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "apt-get install librsvg2-bin failed");
-}
+use mig_tests::{command, tool};
 
 #[test]
 fn the_simulators_charts_render_as_images() {
-    rsvg();
+    tool("rsvg-convert", "librsvg2-bin");
     let dir = tempfile::tempdir().expect("tempdir");
     let trace = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/traces/KTH-SP2-1996-2.1-cln-first2000.swf.gz"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_mig"))
+    let out = command("mig")
         .args(["sim", "--trace", trace, "--limit", "500", "--plot"])
         .arg(dir.path())
         .output()
