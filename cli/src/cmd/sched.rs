@@ -338,6 +338,7 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         max_slots: a.max_slots,
         // In a replay every VP can be moved.
         pin_new_vps: false,
+        ..SchedConfig::default()
     });
     let tally = replay::run(&mut sched, input, |line, actions| match &mut out {
         Some(w) => writeln!(

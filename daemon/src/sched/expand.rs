@@ -35,6 +35,8 @@ pub struct Demand {
     pub counts: Vec<(u32, u32)>,
     /// Live rows whose architecture is in `counts`.
     pub rows: BitSet,
+    /// A column the job may not use (held for an older job that waits).
+    pub avoid: Option<u64>,
 }
 
 impl Demand {
@@ -100,21 +102,22 @@ impl Expansion for RegularPattern {
     fn find(&self, map: &AllocationMap, demand: &Demand) -> Option<Pattern> {
         let wanted = &demand.rows;
         let mut best: Option<(f64, usize)> = None;
+        let usable = || map.columns().iter().filter(|c| Some(c.id) != demand.avoid);
         let mut free_sets = Vec::with_capacity(map.columns().len());
         for c in map.columns() {
             let mut e = c.free().clone();
-            e.intersect_with(wanted);
+            if Some(c.id) == demand.avoid {
+                e = BitSet::default();
+            } else {
+                e.intersect_with(wanted);
+            }
             free_sets.push(e);
         }
         for (i, e_i) in free_sets.iter().enumerate() {
             if e_i.is_empty() {
                 continue;
             }
-            let width = map
-                .columns()
-                .iter()
-                .filter(|c| e_i.is_subset(c.free()))
-                .count();
+            let width = usable().filter(|c| e_i.is_subset(c.free())).count();
             let size = capacity(map, e_i) * width as f64;
             if best.is_none_or(|(s, _)| size > s) {
                 best = Some((size, i));
@@ -124,9 +127,7 @@ impl Expansion for RegularPattern {
         let e_i = &free_sets[i];
         Some(Pattern {
             rows: e_i.to_vec(),
-            columns: map
-                .columns()
-                .iter()
+            columns: usable()
                 .filter(|c| e_i.is_subset(c.free()))
                 .map(|c| c.id)
                 .collect(),
@@ -157,7 +158,11 @@ impl Expansion for Exhaustive {
     }
 
     fn find(&self, map: &AllocationMap, demand: &Demand) -> Option<Pattern> {
-        let cols = map.columns();
+        let cols: Vec<&super::map::Column> = map
+            .columns()
+            .iter()
+            .filter(|c| Some(c.id) != demand.avoid)
+            .collect();
         if cols.len() > self.max_columns {
             return RegularPattern.find(map, demand);
         }

@@ -8,6 +8,7 @@
 //! * `repack` — shifting whole jobs between slots (seed 001);
 //! * `map` — the allocation map (Figure 1);
 //! * `scheduler` — the four events plus submission and job exit (section 4.4);
+//! * `placement` — the policies by name (`mig`, `mtat`, `mtat+repack`);
 //! * `replay` — the JSON event format of `mig sched replay` and its output.
 //!
 //! Where the paper's formulas fall short of its own theorems (MTAT's Drag,
@@ -20,15 +21,19 @@ pub mod event;
 pub mod expand;
 pub mod map;
 pub mod mtat;
+pub mod placement;
 pub mod random;
 pub mod repack;
 pub mod replay;
 pub mod scheduler;
 
 #[cfg(test)]
+mod mig_tests;
+#[cfg(test)]
 mod tests;
 
 pub use expand::{by_name as expansion_by_name, Demand, Expansion, Pattern};
 pub use map::{AllocationMap, Processor};
 pub use mtat::{mtat, mtat_pools, Mtat};
+pub use placement::Placement;
 pub use scheduler::{Action, Event, JobView, SchedConfig, SchedError, Scheduler, TableCell};

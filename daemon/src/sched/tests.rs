@@ -466,11 +466,14 @@ fn replay_random(
     n: usize,
     shape: Shape,
     budget: usize,
+    placement: Placement,
 ) -> (Vec<Vec<Action>>, Scheduler, Generator) {
     let mut g = Generator::new(seed, shape);
     let mut s = Scheduler::new(SchedConfig {
         max_migrations_per_event: budget,
-        ..SchedConfig::default()
+        compact_moves: budget,
+        max_slots: 3 + (seed % 4) as usize,
+        ..placement.config()
     });
     let mut out = Vec::new();
     for e in g.pool() {
@@ -494,7 +497,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn random_event_streams_keep_every_invariant(seed in any::<u64>(), two_arch in any::<bool>(), budget in 0usize..6) {
+    fn random_event_streams_keep_every_invariant(seed in any::<u64>(), two_arch in any::<bool>(), budget in 0usize..6, policy in 0usize..3) {
+        let placement = Placement::ALL[policy];
         let shape = Shape {
             processors: 6,
             per_host: 2,
@@ -506,11 +510,13 @@ proptest! {
         let mut g = Generator::new(seed, shape.clone());
         let mut events = g.pool();
         events.extend((0..120).map(|_| g.event()));
-        let (actions, _, _) = replay_random(seed, 120, shape, budget);
+        let (actions, _, _) = replay_random(seed, 120, shape, budget, placement);
         // Optional migrations (whose source processor is still in the pool)
-        // stay within the per-event budget. With several architectures a job
-        // that loses its last processor of one architecture is re-placed whole,
-        // which may move more of its VPs, so the bound is checked on one.
+        // stay within the per-event budget (and as much again for `mig`'s
+        // compaction). With several architectures a job that loses its last
+        // processor of one architecture is re-placed whole, which may move
+        // more of its VPs, so the bound is checked on one.
+        let budget = if placement == Placement::Mig { 2 * budget } else { budget };
         if !two_arch {
             let mut live = std::collections::BTreeSet::new();
             for (e, acts) in events.iter().zip(&actions) {
@@ -526,9 +532,10 @@ proptest! {
     }
 
     #[test]
-    fn the_same_events_give_the_same_actions(seed in any::<u64>()) {
-        let (a, sa, _) = replay_random(seed, 60, Shape::default(), 16);
-        let (b, sb, _) = replay_random(seed, 60, Shape::default(), 16);
+    fn the_same_events_give_the_same_actions(seed in any::<u64>(), policy in 0usize..3) {
+        let placement = Placement::ALL[policy];
+        let (a, sa, _) = replay_random(seed, 60, Shape::default(), 16, placement);
+        let (b, sb, _) = replay_random(seed, 60, Shape::default(), 16, placement);
         prop_assert_eq!(a, b);
         prop_assert_eq!(sa.table(), sb.table());
     }
@@ -661,7 +668,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn a_pinned_vp_is_never_migrated_and_never_lost(seed in any::<u64>(), every in 2usize..9) {
+    fn a_pinned_vp_is_never_migrated_and_never_lost(seed in any::<u64>(), every in 2usize..9, policy in 0usize..3) {
         let mut g = Generator::new(seed, Shape {
             processors: 6,
             per_host: 2,
@@ -669,7 +676,7 @@ proptest! {
             target_jobs: 4,
             ..Shape::default()
         });
-        let mut s = Scheduler::new(SchedConfig { pin_new_vps: true, ..SchedConfig::default() });
+        let mut s = Scheduler::new(SchedConfig { pin_new_vps: true, ..Placement::ALL[policy].config() });
         for e in g.pool() {
             s.on_event(e).unwrap();
         }

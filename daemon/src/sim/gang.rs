@@ -1,4 +1,5 @@
-//! Time sharing through the embedded scheduler (`mtat`, `mtat+repack`).
+//! Time sharing through the embedded scheduler (`mig`, `mtat`,
+//! `mtat+repack`).
 //!
 //! The same `Scheduler` that runs in migd places every job; a virtual clock
 //! advances between events. A job's run time in the trace is its work on
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::swf::Job;
 use super::{last_submit, Outcome, Sample};
-use crate::sched::{Action, Event, SchedConfig, Scheduler};
+use crate::sched::{Action, Event, Placement, SchedConfig, Scheduler};
 
 /// What a gang replay produced.
 pub struct GangRun {
@@ -27,16 +28,16 @@ pub struct GangRun {
 }
 
 /// Replay `jobs` on processors of the given capacities, with at most
-/// `max_slots` slots per round (jobs beyond wait in submission order).
+/// `max_slots` slots per round (jobs beyond wait).
 pub fn run(
     jobs: &[Job],
     capacities: &[f64],
-    repack: bool,
+    placement: Placement,
     max_slots: usize,
     cond: &super::Conditions,
     done_count: &AtomicUsize,
 ) -> GangRun {
-    let mut g = Gang::new(jobs, capacities, repack, max_slots, cond);
+    let mut g = Gang::new(jobs, capacities, placement, max_slots, cond);
     let mut owners = cond
         .owners
         .changes(capacities.len(), g.now, last_submit(jobs));
@@ -109,14 +110,13 @@ impl<'a> Gang<'a> {
     fn new(
         jobs: &'a [Job],
         capacities: &'a [f64],
-        repack: bool,
+        placement: Placement,
         max_slots: usize,
         cond: &'a super::Conditions,
     ) -> Gang<'a> {
         let mut sched = Scheduler::new(SchedConfig {
-            repack,
             max_slots,
-            ..SchedConfig::default()
+            ..placement.config()
         });
         for (i, &c) in capacities.iter().enumerate() {
             let id = format!("p{i}");
@@ -296,7 +296,11 @@ mod tests {
         super::run(
             jobs,
             caps,
-            repack,
+            if repack {
+                Placement::MtatRepack
+            } else {
+                Placement::Mtat
+            },
             max_slots,
             &crate::sim::Conditions::default(),
             &AtomicUsize::new(0),
@@ -326,7 +330,7 @@ mod tests {
             let r = super::run(
                 &[Job::new("a", 0.0, 100.0, 2)],
                 &[1.0; 2],
-                true,
+                Placement::MtatRepack,
                 4,
                 &cond,
                 &AtomicUsize::new(0),
@@ -354,7 +358,14 @@ mod tests {
             migration_cost: 2.0,
             ..crate::sim::Conditions::default()
         };
-        let r = super::run(&jobs, &[1.0; 8], true, 4, &cond, &AtomicUsize::new(0));
+        let r = super::run(
+            &jobs,
+            &[1.0; 8],
+            Placement::MtatRepack,
+            4,
+            &cond,
+            &AtomicUsize::new(0),
+        );
         assert_eq!(r.outcomes.len(), jobs.len());
         for (o, j) in r.outcomes.iter().zip(&jobs) {
             assert!(

@@ -4,7 +4,7 @@
 //! * `swf` — reading SWF traces and the pyss test vectors;
 //! * `batch` — FCFS and EASY backfilling (space sharing, no time slicing);
 //! * `matrix` — `gang-firstfit` and `gang-buddy` on an Ousterhout matrix;
-//! * `gang` — `mtat` and `mtat+repack`: the embedded scheduler itself;
+//! * `gang` — `mig`, `mtat` and `mtat+repack`: the embedded scheduler itself;
 //! * `metrics` — response time, bounded slowdown, utilisation, η;
 //! * `owners` — owners taking processors back and leaving them.
 //!
@@ -144,6 +144,7 @@ pub const POLICIES: &[&str] = &[
     "gang-buddy",
     "mtat",
     "mtat+repack",
+    "mig",
 ];
 
 /// Slots per round the time-sharing policies allow by default (the
@@ -271,18 +272,11 @@ pub fn replay_with(
             let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, cond, done);
             (g.outcomes, g.migrations, g.slots, g.timeline)
         }
-        "mtat" | "mtat+repack" => {
-            let g = gang::run(
-                jobs,
-                capacities,
-                policy == "mtat+repack",
-                max_slots,
-                cond,
-                done,
-            );
+        name => {
+            let placement = crate::sched::Placement::by_name(name)?;
+            let g = gang::run(jobs, capacities, placement, max_slots, cond, done);
             (g.outcomes, g.migrations, g.slots, g.timeline)
         }
-        _ => return None,
     };
     let metrics = metrics::summarise(&outcomes, &runs(&outcomes), capacity, migrations, slots);
     Some(Replay {

@@ -136,6 +136,11 @@ fn random_jobs(seed: u64, n: usize, procs: u32) -> Vec<Job> {
         .collect()
 }
 
+/// A policy of the embedded scheduler (the only ones that double VPs up).
+fn embedded(policy: &str) -> bool {
+    crate::sched::Placement::by_name(policy).is_some()
+}
+
 #[test]
 fn invariants_on_random_traces() {
     for seed in 0..6 {
@@ -145,7 +150,7 @@ fn invariants_on_random_traces() {
             let (odd, _) = replay(&jobs, &[1.0; 7], policy, 3).unwrap();
             // Only the embedded scheduler doubles VPs up on fewer processors;
             // the others leave out jobs wider than the machine.
-            let fit = if policy.starts_with("mtat") {
+            let fit = if embedded(policy) {
                 jobs.len()
             } else {
                 jobs.iter().filter(|j| j.procs <= 7).count()
@@ -216,7 +221,7 @@ fn switching_costs_the_time_sharing_policies_only_with_several_slots() {
         switch_cost: 0.1,
         ..Conditions::default()
     };
-    for policy in ["gang-firstfit", "gang-buddy", "mtat", "mtat+repack"] {
+    for policy in ["gang-firstfit", "gang-buddy", "mtat", "mtat+repack", "mig"] {
         let end = |jobs: &[Job], cond: &Conditions| -> Vec<f64> {
             replay_with(jobs, &[1.0; 4], policy, 4, cond, &AtomicUsize::new(0))
                 .unwrap()
@@ -304,11 +309,7 @@ fn jobs_run_only_on_processors_of_their_architecture() {
         .unwrap();
         let end = |id: &str| r.outcomes.iter().find(|o| o.id == id).map(|o| o.end);
         assert_eq!(end("a"), Some(10.0), "{policy}");
-        let b_end = if policy.starts_with("mtat") {
-            Some(20.0)
-        } else {
-            None
-        };
+        let b_end = if embedded(policy) { Some(20.0) } else { None };
         assert_eq!(end("b"), b_end, "{policy}");
     }
     // On a machine of one architecture b spreads out and ends at 10 under

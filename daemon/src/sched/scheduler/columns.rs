@@ -1,8 +1,33 @@
 //! The map's columns: empty ones removed, redundant ones (a job whose every
-//! VP also runs in another of its slots) dropped, and re-packing whole jobs
-//! between slots (seed 001).
+//! VP also runs in another of its slots) dropped, re-packing whole jobs
+//! between slots (seed 001), and compaction (a slot emptied by moving its
+//! jobs into other slots' free cells, on other processors if need be).
 
 use super::*;
+
+/// A slot a job could move to: its index among the candidates, the VPs
+/// moved to other processors, and `counts[i]` VPs on `rows[i]` there.
+struct Target {
+    slot: usize,
+    moves: usize,
+    rows: Vec<Row>,
+    counts: Vec<u32>,
+}
+
+/// How a slot is emptied: what becomes of each job in it.
+enum Relocation {
+    /// The job also runs in other slots: it leaves this one.
+    Leave(JobKey),
+    /// The job goes to another slot, `counts[i]` VPs on `rows[i]`, moving
+    /// `moves` of its VPs to other processors.
+    Move {
+        job: JobKey,
+        column: u64,
+        rows: Vec<Row>,
+        counts: Vec<u32>,
+        moves: usize,
+    },
+}
 
 impl Scheduler {
     pub(super) fn drop_empty_columns(&mut self, ctx: &mut Ctx) {
@@ -125,5 +150,166 @@ impl Scheduler {
             self.map.remove_column(id);
         }
         ctx.all_dirty = true;
+    }
+
+    /// Compaction: delete slots while some slot's jobs all fit in the free
+    /// cells of the others, no job slower than it is, moving at most
+    /// `compact_moves` VPs in all. Seed 001's shifts keep every VP on
+    /// its processor, so two jobs on the same processors never share a
+    /// slot however empty both are; moving VPs to free processors lifts
+    /// that. Each slot fewer makes the round shorter for every job.
+    pub(super) fn compact(&mut self, ctx: &mut Ctx) {
+        if !self.cfg.compact {
+            return;
+        }
+        let mut left = self.cfg.compact_moves;
+        while self.map.columns().len() >= 2 {
+            let mut order: Vec<(usize, u64)> = self
+                .map
+                .columns()
+                .iter()
+                .map(|c| (c.jobs().count(), c.id))
+                .collect();
+            order.sort_unstable();
+            let Some((s, plan)) = order
+                .iter()
+                .find_map(|&(_, s)| self.empty_column_plan(s, left).map(|plan| (s, plan)))
+            else {
+                return;
+            };
+            for step in plan {
+                if let Relocation::Move { moves, .. } = step {
+                    left -= moves;
+                }
+                match step {
+                    Relocation::Leave(k) => self.leave_column(k, s, ctx),
+                    Relocation::Move {
+                        job,
+                        column,
+                        rows,
+                        counts,
+                        ..
+                    } => self.apply(job, vec![column], &rows, &counts, ctx),
+                }
+            }
+            self.drop_empty_columns(ctx);
+        }
+    }
+
+    /// Where each job of column `s` would go so that `s` empties, moving at
+    /// most `budget` VPs; `None` if some job fits nowhere. Jobs are taken
+    /// widest first; each goes where it moves fewest VPs, then to the
+    /// fullest slot that holds it.
+    fn empty_column_plan(&self, s: u64, budget: usize) -> Option<Vec<Relocation>> {
+        let col = self.map.column(s)?;
+        let mut jobs: Vec<JobKey> = col.jobs().map(|(_, k)| k).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        jobs.sort_by_key(|&k| std::cmp::Reverse(self.job(k).placed));
+        let others: Vec<u64> = self
+            .map
+            .columns()
+            .iter()
+            .map(|c| c.id)
+            .filter(|&c| c != s)
+            .collect();
+        let mut free: Vec<BitSet> = others
+            .iter()
+            .filter_map(|&c| self.map.column(c).map(|col| col.free().clone()))
+            .collect();
+        // Quick refusal: every job that must move needs a slot with room.
+        for &k in &jobs {
+            let j = self.job(k);
+            let t = self.current_t(k) * (1.0 + 1e-9);
+            if j.columns.len() == 1 && !free.iter().any(|f| self.fits_by(k, f, t)) {
+                return None;
+            }
+        }
+        let mut plan = Vec::with_capacity(jobs.len());
+        let mut spent = 0;
+        for k in jobs {
+            let j = self.job(k);
+            if j.columns.len() > 1 {
+                plan.push(Relocation::Leave(k));
+                continue;
+            }
+            let t = self.best_target(k, &free, budget - spent)?;
+            spent += t.moves;
+            for (&r, &n) in t.rows.iter().zip(&t.counts) {
+                if n > 0 {
+                    free[t.slot].remove(r);
+                }
+            }
+            plan.push(Relocation::Move {
+                job: k,
+                column: others[t.slot],
+                rows: t.rows,
+                counts: t.counts,
+                moves: t.moves,
+            });
+        }
+        Some(plan)
+    }
+
+    /// Where job `k` (in one slot) could go among the slots whose free
+    /// cells are `free`, no slower than now and moving at most `budget`
+    /// VPs: fewest moves first, then the fullest slot. A job with a VP that
+    /// cannot be moved only shifts whole.
+    fn best_target(&self, k: JobKey, free: &[BitSet], budget: usize) -> Option<Target> {
+        let j = self.job(k);
+        let pinned = j.vps.values().any(|v| v.pinned && v.at.is_some());
+        let t_cur = self.current_t(k);
+        let mut wanted = BitSet::default();
+        for &(a, _) in &j.arches {
+            if let Some(r) = self.map.arch_rows(a) {
+                wanted.union_with(r);
+            }
+        }
+        // (moves, free cells) of the best so far.
+        let mut best: Option<((usize, usize), Target)> = None;
+        for (i, f) in free.iter().enumerate() {
+            let (rows, counts) = if j.row_set.is_subset(f) {
+                (
+                    j.rows.keys().copied().collect::<Vec<_>>(),
+                    j.rows.values().copied().collect::<Vec<_>>(),
+                )
+            } else if pinned || !self.fits_by(k, f, t_cur * (1.0 + 1e-9)) {
+                continue;
+            } else {
+                let mut cand = f.clone();
+                cand.intersect_with(&wanted);
+                let cand = cand.to_vec();
+                let Some((t, counts)) = self.plan(k, &cand, true, 0.0) else {
+                    continue;
+                };
+                if t > t_cur * (1.0 + 1e-9) {
+                    continue;
+                }
+                (cand, counts)
+            };
+            let moves = self.optional_moves(k, &rows, &counts);
+            let rank = (moves, f.len());
+            if moves <= budget && best.as_ref().is_none_or(|b| rank < b.0) {
+                let target = Target {
+                    slot: i,
+                    moves,
+                    rows,
+                    counts,
+                };
+                best = Some((rank, target));
+            }
+        }
+        best.map(|(_, t)| t)
+    }
+
+    /// Job `k`, which also runs in other columns, leaves column `s`.
+    fn leave_column(&mut self, k: JobKey, s: u64, ctx: &mut Ctx) {
+        let rows: Vec<Row> = self.job(k).rows.keys().copied().collect();
+        for r in rows {
+            self.map.set(s, r, None);
+            self.dirty_row(r, ctx);
+        }
+        self.job_mut(k).columns.retain(|&c| c != s);
+        ctx.freed.push(s);
     }
 }

@@ -33,8 +33,10 @@ impl Scheduler {
             arch,
             capacity,
         }));
-        self.place_held(ctx);
-        self.expand_jobs(ctx);
+        if !self.cfg.backfill {
+            self.place_held(ctx);
+            self.expand_jobs(ctx);
+        }
         Ok(())
     }
 
@@ -68,8 +70,10 @@ impl Scheduler {
             self.reposition(k, ctx);
         }
         self.drop_empty_columns(ctx);
-        self.expand_jobs(ctx);
-        self.repack(ctx);
+        if !self.cfg.backfill {
+            self.expand_jobs(ctx);
+            self.repack(ctx);
+        }
         Ok(())
     }
 
@@ -95,7 +99,8 @@ impl Scheduler {
             return Err(SchedError::TooManyVps(job));
         }
         let total: u32 = vps.values().sum();
-        let mut j = Job::new(job.clone(), total, Vec::new());
+        let mut j = Job::new(job.clone(), self.submitted, total, Vec::new());
+        self.submitted += 1;
         let mut next = 0u32;
         for (arch, &n) in &vps {
             let arch = self.map.intern(arch);
@@ -125,7 +130,12 @@ impl Scheduler {
         };
         self.job_of.insert(job, k);
         self.queue.push_back(k);
-        self.place_fresh(k, ctx);
+        if self.cfg.backfill {
+            // Placed by `rebalance` at the end of the event.
+            self.waiting.insert(k);
+        } else {
+            self.place_fresh(k, ctx);
+        }
         Ok(())
     }
 
@@ -384,9 +394,7 @@ impl Scheduler {
             self.remove_job(k, ctx);
         }
         self.drop_empty_columns(ctx);
-        self.place_held(ctx);
-        self.expand_jobs(ctx);
-        self.repack(ctx);
+        self.room_freed(ctx);
         Ok(())
     }
 
@@ -405,9 +413,7 @@ impl Scheduler {
         }
         self.remove_job(k, ctx);
         self.drop_empty_columns(ctx);
-        self.place_held(ctx);
-        self.expand_jobs(ctx);
-        self.repack(ctx);
+        self.room_freed(ctx);
         Ok(())
     }
 }

@@ -16,6 +16,7 @@
 //! * the fairness queue starts from a different job on each event;
 //! * deterministic: the same events give the same actions.
 
+mod admission;
 mod columns;
 mod events;
 mod placing;
@@ -47,6 +48,21 @@ pub struct SchedConfig {
     /// Most slots per round (the multiprogramming level). A job that would
     /// need one more slot waits (its VPs held) until space appears.
     pub max_slots: usize,
+    /// How jobs that find no room wait. Off (the paper's way): in the
+    /// fairness queue's order, stopping at the first that finds none. On:
+    /// in submission order, each placed where it fits (backfilling), with
+    /// the slot of most room held for the oldest job that fits nowhere so
+    /// that a wide job is not passed for ever.
+    pub backfill: bool,
+    /// Delete slots by moving jobs into other slots' free cells, migrating
+    /// VPs to other processors where that is what it takes
+    /// (`Scheduler::compact`).
+    pub compact: bool,
+    /// The most VPs compaction may move in one event.
+    pub compact_moves: usize,
+    /// With backfilling: how many younger jobs may start ahead of a waiting
+    /// job before a slot is held for it.
+    pub patience: u32,
     /// VPs start pinned: never migrated until `VpMovable` says they can be
     /// (the daemons: a program that never says so cannot be moved). Off for
     /// the simulator and replays, where every VP can be moved.
@@ -60,6 +76,10 @@ impl Default for SchedConfig {
             repack: true,
             max_migrations_per_event: 16,
             max_slots: usize::MAX,
+            backfill: false,
+            compact: false,
+            compact_moves: 64,
+            patience: 1000,
             pin_new_vps: false,
         }
     }
@@ -72,6 +92,10 @@ impl std::fmt::Debug for SchedConfig {
             .field("repack", &self.repack)
             .field("max_migrations_per_event", &self.max_migrations_per_event)
             .field("max_slots", &self.max_slots)
+            .field("backfill", &self.backfill)
+            .field("compact", &self.compact)
+            .field("compact_moves", &self.compact_moves)
+            .field("patience", &self.patience)
             .field("pin_new_vps", &self.pin_new_vps)
             .finish()
     }
@@ -95,6 +119,10 @@ struct Vp {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Job {
     id: Arc<str>,
+    /// Submission order (waiting jobs are admitted oldest first).
+    seq: u64,
+    /// Younger jobs placed while it waited.
+    passed: u32,
     vps: BTreeMap<u32, Vp>,
     next_vp: u32,
     /// Column ids the job occupies (round order not implied).
@@ -113,9 +141,11 @@ struct Job {
 }
 
 impl Job {
-    fn new(id: String, next_vp: u32, columns: Vec<u64>) -> Self {
+    fn new(id: String, seq: u64, next_vp: u32, columns: Vec<u64>) -> Self {
         Job {
             id: id.into(),
+            seq,
+            passed: 0,
             vps: BTreeMap::new(),
             next_vp,
             columns,
@@ -247,6 +277,11 @@ pub struct Scheduler {
     retry: BTreeSet<JobKey>,
     /// Jobs with VPs that have no processor.
     waiting: BTreeSet<JobKey>,
+    /// Jobs submitted so far (the next job's `seq`).
+    submitted: u64,
+    /// With backfilling: the oldest waiting job that fits nowhere, and the
+    /// column held for it (no younger job is placed or grows there).
+    reserved: Option<(JobKey, u64)>,
 }
 
 impl Default for Scheduler {
@@ -268,6 +303,8 @@ impl Scheduler {
             migrations: 0,
             retry: BTreeSet::new(),
             waiting: BTreeSet::new(),
+            submitted: 0,
+            reserved: None,
         }
     }
 
@@ -449,6 +486,9 @@ impl Scheduler {
             Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
             Event::JobExit { job } => self.job_exit(&job, &mut ctx)?,
         }
+        if self.cfg.backfill {
+            self.rebalance(&mut ctx);
+        }
         if self.map.columns().len() != columns_before {
             ctx.all_dirty = true;
         }
@@ -518,7 +558,13 @@ impl Scheduler {
             }
         }
         let k = self.jobs.len() as JobKey;
-        let mut j = Job::new(job.to_string(), rows.len() as u32, cols.clone());
+        let mut j = Job::new(
+            job.to_string(),
+            self.submitted,
+            rows.len() as u32,
+            cols.clone(),
+        );
+        self.submitted += 1;
         for (i, &r) in rows.iter().enumerate() {
             let Some(p) = self.map.processor(r) else {
                 continue;

@@ -307,7 +307,8 @@ impl Scheduler {
         // Release its cells first.
         self.release_cells(k, ctx);
         self.job_mut(k).columns.clear();
-        let demand = Demand::new(&self.map, self.job(k).arches.iter().copied());
+        let mut demand = Demand::new(&self.map, self.job(k).arches.iter().copied());
+        demand.avoid = self.avoided_by(k);
         if demand.counts.is_empty() {
             self.apply(k, Vec::new(), &[], &[], ctx);
             self.drop_empty_columns(ctx);
@@ -325,8 +326,15 @@ impl Scheduler {
             self.apply(k, Vec::new(), &[], &[], ctx);
             return;
         }
-        let pattern = self.cfg.expansion.find(&self.map, &demand);
         let at_cap = self.map.columns().len() >= self.cfg.max_slots;
+        // With backfilling a job gets one slot here and runs in more by
+        // `fill`: a pattern over several slots would hold cells it only
+        // borrows.
+        let pattern = if self.cfg.backfill {
+            None
+        } else {
+            self.cfg.expansion.find(&self.map, &demand)
+        };
         let choice = pattern.and_then(|p| {
             let covers = demand
                 .counts
@@ -359,6 +367,21 @@ impl Scheduler {
             };
             fits.then_some((p.columns, p.rows, counts))
         });
+        let choice = match choice {
+            None if self.cfg.backfill => {
+                // The paper's test for one slot of the round's `tau`
+                // against a new one: `T * tau <= T_new * (tau + 1)`; at
+                // the cap, as fast as a slot of its own.
+                let tau = self.map.columns().len() as f64;
+                let bound = if at_cap || tau == 0.0 {
+                    t_new
+                } else {
+                    t_new * (tau + 1.0) / tau
+                };
+                self.best_fit(k, &demand, bound)
+            }
+            c => c,
+        };
         let (columns, rows, counts) = match choice {
             Some(c) => c,
             None if at_cap => {
@@ -413,9 +436,20 @@ impl Scheduler {
         }
     }
 
+    /// After an event freed cells, the paper's way: held jobs, Expansion,
+    /// then re-packing (with backfilling, `rebalance` does it all).
+    pub(super) fn room_freed(&mut self, ctx: &mut Ctx) {
+        if !self.cfg.backfill {
+            self.place_held(ctx);
+            self.expand_jobs(ctx);
+            self.repack(ctx);
+        }
+    }
+
     /// Held VPs whose architecture is back: place them (fairness order).
     pub(super) fn place_held(&mut self, ctx: &mut Ctx) {
-        if self.waiting.is_empty() {
+        // With backfilling, `rebalance` admits waiting jobs.
+        if self.waiting.is_empty() || self.cfg.backfill {
             return;
         }
         // A job waiting at the slot cap can only start where cells were freed.
@@ -451,6 +485,10 @@ impl Scheduler {
             }
             let j = self.job(k);
             if j.columns.is_empty() {
+                continue;
+            }
+            // A job in the column held for a waiting one does not grow there.
+            if self.avoided_by(k).is_some_and(|c| j.columns.contains(&c)) {
                 continue;
             }
             // Only free cells that are new (or a job the budget cut off last
@@ -518,5 +556,8 @@ impl Scheduler {
         self.queue.retain(|&x| x != k);
         self.retry.remove(&k);
         self.waiting.remove(&k);
+        if self.reserved.is_some_and(|(holder, _)| holder == k) {
+            self.reserved = None;
+        }
     }
 }

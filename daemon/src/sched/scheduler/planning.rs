@@ -230,4 +230,23 @@ impl Scheduler {
             false
         })
     }
+
+    /// Could job `k`'s VPs all run on rows of `set` finishing by `t`? Per
+    /// architecture, `sum slots_at(t, a_r)` over its rows in `set` must
+    /// hold its VPs: counted per capacity class, a popcount each.
+    pub(super) fn fits_by(&self, k: JobKey, set: &BitSet, t: f64) -> bool {
+        let j = self.job(k);
+        j.arches.iter().all(|&(arch, x)| {
+            let mut room: u64 = 0;
+            for (a, rows) in self.map.capacity_classes(arch) {
+                room = room.saturating_add(
+                    (set.intersection_len(rows) as u64).saturating_mul(u64::from(slots_at(t, a))),
+                );
+                if room >= u64::from(x) {
+                    return true;
+                }
+            }
+            false
+        })
+    }
 }

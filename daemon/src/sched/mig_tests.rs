@@ -1,0 +1,214 @@
+//! Tests of the `mig` placement (`Placement::Mig`): compaction by moving
+//! jobs, slots lent to jobs whose processors are free there, admission
+//! oldest first with backfilling, and the slot held for a job passed too
+//! often. The properties over random event streams are in `tests`.
+
+use std::collections::BTreeMap;
+
+use super::*;
+
+fn processors(n: usize) -> Vec<Event> {
+    (1..=n)
+        .map(|i| Event::NewProcessor {
+            id: format!("p{i}/0"),
+            host: format!("p{i}"),
+            arch: "x86_64".into(),
+            capacity: 1.0,
+        })
+        .collect()
+}
+
+fn mig(n: usize, cfg: SchedConfig) -> Scheduler {
+    let mut s = Scheduler::new(cfg);
+    for e in processors(n) {
+        s.on_event(e).unwrap();
+    }
+    s
+}
+
+fn submit(job: &str, n: u32) -> Event {
+    Event::Submit {
+        job: job.into(),
+        vps: BTreeMap::from([("x86_64".to_string(), n)]),
+    }
+}
+
+fn exit(job: &str) -> Event {
+    Event::JobExit { job: job.into() }
+}
+
+fn slots_of(s: &Scheduler, job: &str) -> Vec<usize> {
+    s.job_view(job).unwrap().slots
+}
+
+fn waiting(s: &Scheduler, job: &str) -> bool {
+    !s.job_view(job).unwrap().waiting.is_empty()
+}
+
+fn migrations(actions: &[Action]) -> usize {
+    actions
+        .iter()
+        .filter(|a| matches!(a, Action::Migrate { .. }))
+        .count()
+}
+
+/// Two jobs on the same two processors, each in a slot of its own, two
+/// processors free in both: what seed 001's shifts cannot merge.
+fn same_rows_in_two_slots(cfg: SchedConfig) -> Scheduler {
+    let mut s = mig(4, cfg);
+    s.restore_job("a", &[0], &["p1/0", "p2/0"]).unwrap();
+    s.restore_job("b", &[1], &["p1/0", "p2/0"]).unwrap();
+    s.check_invariants().unwrap();
+    s
+}
+
+#[test]
+fn compaction_moves_a_job_to_free_processors_and_deletes_a_slot() {
+    let mut s = same_rows_in_two_slots(Placement::Mig.config());
+    assert_eq!(s.map().columns().len(), 2);
+    // Any event ends with the pass that compacts (here a processor joins).
+    let acts = s.on_event(processors(5).pop().unwrap()).unwrap();
+    s.check_invariants().unwrap();
+    assert_eq!(s.map().columns().len(), 1, "{acts:?}");
+    assert_eq!(migrations(&acts), 2, "{acts:?}");
+    assert_eq!(s.vp_count(), 4);
+    // The paper's scheduler keeps both slots: re-packing never moves a VP.
+    let mut paper = same_rows_in_two_slots(Placement::MtatRepack.config());
+    let acts = paper.on_event(processors(5).pop().unwrap()).unwrap();
+    assert_eq!(paper.map().columns().len(), 2);
+    assert_eq!(migrations(&acts), 0);
+}
+
+#[test]
+fn compaction_never_moves_a_vp_that_cannot_be_moved() {
+    let mut s = same_rows_in_two_slots(SchedConfig {
+        pin_new_vps: true,
+        ..Placement::Mig.config()
+    });
+    let acts = s.on_event(processors(5).pop().unwrap()).unwrap();
+    s.check_invariants().unwrap();
+    assert_eq!(migrations(&acts), 0, "{acts:?}");
+    assert_eq!(s.map().columns().len(), 2);
+}
+
+#[test]
+fn compaction_stays_within_its_budget_of_moves() {
+    let mut s = same_rows_in_two_slots(SchedConfig {
+        compact_moves: 1,
+        ..Placement::Mig.config()
+    });
+    let acts = s.on_event(processors(5).pop().unwrap()).unwrap();
+    assert_eq!(
+        migrations(&acts),
+        0,
+        "two moves needed, one allowed: {acts:?}"
+    );
+    assert_eq!(s.map().columns().len(), 2);
+}
+
+#[test]
+fn a_job_runs_in_every_slot_where_its_processors_are_free_until_they_are_wanted() {
+    let mut s = mig(6, Placement::Mig.config());
+    // a (4) opens slot 0; b (5) would run three times slower doubled up on
+    // the two free processors there, so it opens slot 1; c (1) goes where it
+    // fits best, the one free cell of slot 1, and is lent slot 0 as well,
+    // where its processor is free: it runs all the time.
+    for (job, n) in [("a", 4), ("b", 5), ("c", 1)] {
+        s.on_event(submit(job, n)).unwrap();
+        s.check_invariants().unwrap();
+    }
+    assert_eq!(s.map().columns().len(), 2);
+    assert_eq!(slots_of(&s, "a"), vec![0]);
+    assert_eq!(slots_of(&s, "b"), vec![1]);
+    assert_eq!(slots_of(&s, "c"), vec![0, 1]);
+    // d (2) needs slot 0's two free cells, one of them lent to c: c gives
+    // it back and d starts there, with no slot added.
+    s.on_event(submit("d", 2)).unwrap();
+    s.check_invariants().unwrap();
+    assert!(!waiting(&s, "d"));
+    assert_eq!(slots_of(&s, "d"), vec![0]);
+    assert_eq!(slots_of(&s, "c"), vec![1]);
+    assert_eq!(s.map().columns().len(), 2);
+}
+
+#[test]
+fn waiting_jobs_start_oldest_first_and_younger_ones_fill_in_behind() {
+    let mut s = mig(
+        2,
+        SchedConfig {
+            max_slots: 1,
+            ..Placement::Mig.config()
+        },
+    );
+    s.on_event(submit("a", 2)).unwrap();
+    for (job, n) in [("b", 2), ("c", 1), ("d", 1)] {
+        s.on_event(submit(job, n)).unwrap();
+        assert!(waiting(&s, job), "{job} waits at the slot cap");
+    }
+    // a ends: b, the oldest, takes the machine, though c and d were many.
+    s.on_event(exit("a")).unwrap();
+    assert!(!waiting(&s, "b") && waiting(&s, "c") && waiting(&s, "d"));
+    s.on_event(exit("b")).unwrap();
+    assert!(!waiting(&s, "c") && !waiting(&s, "d"));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_job_passed_too_often_gets_a_slot_held_until_it_starts() {
+    let mut s = mig(
+        4,
+        SchedConfig {
+            max_slots: 1,
+            patience: 2,
+            ..Placement::Mig.config()
+        },
+    );
+    s.on_event(submit("a", 3)).unwrap();
+    s.on_event(submit("wide", 4)).unwrap();
+    assert!(waiting(&s, "wide"));
+    // Two small jobs start beside a in the free cell, passing the wide one.
+    for job in ["x", "y"] {
+        s.on_event(submit(job, 1)).unwrap();
+        assert!(!waiting(&s, job), "{job} backfills");
+        s.on_event(exit(job)).unwrap();
+    }
+    // It has been passed twice: the slot is held for it, and the next
+    // small job waits instead of taking the free cell.
+    s.on_event(submit("z", 1)).unwrap();
+    assert!(waiting(&s, "z"));
+    s.on_event(exit("a")).unwrap();
+    assert!(!waiting(&s, "wide"));
+    assert!(waiting(&s, "z"));
+    s.on_event(exit("wide")).unwrap();
+    assert!(!waiting(&s, "z"));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn the_papers_example_1_places_the_same_under_mig() {
+    // Seed 000's Example 1: 20 VPs on capacities 10, 1, 4, 3 take MTAT's
+    // assignment 12, 1, 4, 3 (T = 1.2) however the map is kept.
+    let mut s = Scheduler::new(Placement::Mig.config());
+    for (i, c) in [10.0, 1.0, 4.0, 3.0].into_iter().enumerate() {
+        s.on_event(Event::NewProcessor {
+            id: format!("p{}/0", i + 1),
+            host: format!("p{}", i + 1),
+            arch: "x86_64".into(),
+            capacity: c,
+        })
+        .unwrap();
+    }
+    s.on_event(submit("j", 20)).unwrap();
+    let v = s.job_view("j").unwrap();
+    let mut per: BTreeMap<String, usize> = BTreeMap::new();
+    for p in v.placement.values() {
+        *per.entry(p.clone()).or_default() += 1;
+    }
+    let want: BTreeMap<String, usize> = [("p1/0", 12), ("p2/0", 1), ("p3/0", 4), ("p4/0", 3)]
+        .into_iter()
+        .map(|(p, n)| (p.to_string(), n))
+        .collect();
+    assert_eq!(per, want);
+    assert!((v.t_min - 1.2).abs() < 1e-12);
+    s.check_invariants().unwrap();
+}
