@@ -365,6 +365,50 @@ fn sim_refuses_a_trace_with_no_job_and_says_how_many_jobs_a_limit_keeps() {
 }
 
 #[test]
+fn the_daemons_policy_beats_easy_and_every_other_gang_policy_on_a_real_log() {
+    // The shipped excerpt of a real log (KTH SP2's first 2,000 jobs), whole,
+    // with default settings: mig's mean bounded slowdown is at most half
+    // EASY's and below every other gang policy's, its median and 95th
+    // percentile too, and no job is lost or runs faster than its work.
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/traces/KTH-SP2-1996-2.1-cln-first2000.swf.gz"
+    );
+    let v = json(&mig(&[
+        "sim",
+        "--trace",
+        trace,
+        "--policy",
+        "easy,gang-firstfit,gang-buddy,mtat,mtat+repack,mig",
+        "--json",
+    ]));
+    let p = &v["policies"];
+    let m = |policy: &str, key: &str| p[policy][key].as_f64().unwrap();
+    let mig_bsld = m("mig", "mean_bounded_slowdown");
+    assert_eq!(p["mig"]["jobs"], 2000);
+    assert!(
+        mig_bsld <= 0.5 * m("easy", "mean_bounded_slowdown"),
+        "{mig_bsld} vs easy {}",
+        p["easy"]
+    );
+    for other in ["gang-firstfit", "gang-buddy", "mtat", "mtat+repack"] {
+        for key in [
+            "mean_bounded_slowdown",
+            "median_bounded_slowdown",
+            "p95_bounded_slowdown",
+        ] {
+            assert!(
+                m("mig", key) <= m(other, key),
+                "{key}: mig {} vs {other} {}",
+                m("mig", key),
+                m(other, key)
+            );
+        }
+    }
+    assert!(m("mig", "mean_bounded_slowdown") >= 1.0);
+}
+
+#[test]
 fn replay_takes_the_events_its_help_shows_with_comments_and_blank_lines() {
     let f = file(
         "# two architectures\n\

@@ -1,11 +1,20 @@
 //! Scheduler speed: the cost of handling one event on maps of a given size,
 //! and of replaying 100,000 random events. Prints percentiles; run with
-//! `cargo bench -p mig-daemon --bench sched`.
+//! `cargo bench -p mig-daemon --bench sched` (the daemons' placement, `mig`;
+//! `MIG_BENCH_PLACEMENT=mtat+repack` for another).
 
 use std::time::Instant;
 
 use migd::sched::random::{Generator, Shape};
-use migd::sched::{Event, SchedConfig, Scheduler};
+use migd::sched::{Event, Placement, SchedConfig, Scheduler};
+
+/// The placement benchmarked (`MIG_BENCH_PLACEMENT`, default the daemons').
+fn placement() -> Placement {
+    std::env::var("MIG_BENCH_PLACEMENT")
+        .ok()
+        .and_then(|p| Placement::by_name(&p))
+        .unwrap_or_default()
+}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -26,7 +35,7 @@ fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
     let mut g = Generator::new(42, shape);
     let mut s = Scheduler::new(SchedConfig {
         max_slots: slots,
-        ..SchedConfig::default()
+        ..placement().config()
     });
     for e in g.pool() {
         s.on_event(e).expect("legal event");
@@ -98,7 +107,7 @@ fn replay(n: usize) {
     );
     let mut events = g.pool();
     events.extend((0..n).map(|_| g.event()));
-    let mut s = Scheduler::new(SchedConfig::default());
+    let mut s = Scheduler::new(placement().config());
     let t = Instant::now();
     for e in events {
         s.on_event(e).expect("legal event");
@@ -134,7 +143,7 @@ fn digest() {
         );
         let mut s = Scheduler::new(SchedConfig {
             max_slots: slots,
-            ..SchedConfig::default()
+            ..placement().config()
         });
         let mut stream = g.pool();
         stream.extend((0..3000).map(|_| g.event()));
@@ -168,7 +177,7 @@ fn main() {
         replay(k.parse().unwrap_or(10_000));
         return;
     }
-    println!("equal capacities:");
+    println!("placement {}; equal capacities:", placement());
     for (procs, slots) in [(64, 4), (256, 16), (1024, 32), (4096, 64)] {
         per_event(procs, slots, n, &[1.0]);
     }

@@ -109,6 +109,10 @@ pub struct FileConfig {
     /// `STATE_DIR/migd.log` is rotated past this size (MiB, default 16);
     /// the disk holds at most twice that.
     pub log_max_mb: Option<u64>,
+    /// On the master: how gang jobs are placed (`mig`, the default;
+    /// `mtat`, seed 000 as the paper gives it; `mtat+repack`, with seed
+    /// 001's re-packing). `mig sim --policy` compares them on a trace.
+    pub placement: Option<String>,
     /// Serve every local user, not only this daemon's (default false): the
     /// control socket is open to all, each user controls only the jobs they
     /// started, and this daemon's user and root control everything. A
@@ -170,6 +174,9 @@ pub struct Config {
     pub log_max: u64,
     /// Serve every local user (see `FileConfig::shared`).
     pub shared: bool,
+    /// How the master places gang jobs (a `sched::Placement` name, checked
+    /// by `validate`).
+    pub placement: String,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -203,6 +210,7 @@ impl Config {
             log: None,
             log_max: crate::log::DEFAULT_MAX_MB << 20,
             shared: false,
+            placement: crate::sched::Placement::default().name().to_string(),
             owner: OwnerConfig::default(),
         }
     }
@@ -249,6 +257,7 @@ impl Config {
         }
         kv("log_max_mb", (self.log_max >> 20).to_string());
         kv("shared", self.shared.to_string());
+        kv("placement", q(&self.placement));
         let o = &self.owner;
         t.push_str("\n[owner]\n");
         let mut kv = |k: &str, v: String| t.push_str(&format!("{k} = {v}\n"));
@@ -394,6 +403,9 @@ impl Config {
         if let Some(v) = f.shared {
             self.shared = v;
         }
+        if let Some(v) = f.placement {
+            self.placement = v;
+        }
         if let Some(v) = f.log_max_mb {
             // Out of range: zero, which `validate` refuses.
             self.log_max = v.checked_mul(1 << 20).filter(|_| v <= 1 << 20).unwrap_or(0);
@@ -407,6 +419,12 @@ impl Config {
                 _ => Some(Duration::ZERO),
             };
         }
+    }
+
+    /// The gang placement policy (the default if `placement` names none,
+    /// which `validate` refuses).
+    pub fn placement(&self) -> crate::sched::Placement {
+        crate::sched::Placement::by_name(&self.placement).unwrap_or_default()
     }
 
     /// Check every value; the first bad one is a clear error.
@@ -461,6 +479,13 @@ impl Config {
         }
         if let Some(spec) = &self.log {
             crate::log::Filter::parse(spec).map_err(ConfigError::Invalid)?;
+        }
+        if crate::sched::Placement::by_name(&self.placement).is_none() {
+            return bad(format!(
+                "placement must be one of {}, got {:?}",
+                crate::sched::Placement::names(),
+                self.placement
+            ));
         }
         if ![1, 3, 5].contains(&self.voters) {
             return bad(format!("voters must be 1, 3 or 5, got {}", self.voters));

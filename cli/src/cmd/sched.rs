@@ -12,7 +12,7 @@ use migd::sched::compress::compress_pools;
 use migd::sched::map::BitSet;
 use migd::sched::mtat::{mtat_paper, mtat_pools};
 use migd::sched::repack::{lower_bound, repack, Piece};
-use migd::sched::{expand, replay, SchedConfig, Scheduler};
+use migd::sched::{expand, replay, Placement, SchedConfig, Scheduler};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -75,7 +75,12 @@ pub struct AlgoArgs {
 pub struct ReplayArgs {
     /// The events file (`-` for standard input).
     file: PathBuf,
-    /// Expansion search: regular (the paper's) or exhaustive (small maps).
+    /// Placement policy: mig (migd's default), mtat (seed 000 as the paper
+    /// gives it) or mtat+repack (with seed 001's re-packing).
+    #[arg(long, default_value = "mig")]
+    placement: String,
+    /// Expansion search of mtat and mtat+repack: regular (the paper's) or
+    /// exhaustive (small maps).
     #[arg(long, default_value = "regular")]
     expansion: String,
     /// Do not re-pack jobs between slots after events that free space.
@@ -331,14 +336,21 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         )),
         None => None,
     };
+    let placement = Placement::by_name(&a.placement).with_context(|| {
+        format!(
+            "unknown --placement {:?}; choose one of: {}",
+            a.placement,
+            Placement::names()
+        )
+    })?;
     let mut sched = Scheduler::new(SchedConfig {
         expansion,
-        repack: !a.no_repack,
+        repack: placement.config().repack && !a.no_repack,
         max_migrations_per_event: a.max_migrations,
         max_slots: a.max_slots,
         // In a replay every VP can be moved.
         pin_new_vps: false,
-        ..SchedConfig::default()
+        ..placement.config()
     });
     let tally = replay::run(&mut sched, input, |line, actions| match &mut out {
         Some(w) => writeln!(

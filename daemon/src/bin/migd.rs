@@ -54,6 +54,12 @@ struct Flags {
     /// config safe_point_timeout_ms].
     #[arg(long, value_name = "MS")]
     safe_point_timeout_ms: Option<u64>,
+    /// On the master: how gang jobs are placed: mig (one slot each where
+    /// they run fastest, waiting jobs oldest first, slots merged by moving
+    /// jobs, free slots lent), mtat (seed 000 as the paper gives it) or
+    /// mtat+repack [default: mig; config placement].
+    #[arg(long, value_name = "POLICY")]
+    placement: Option<String>,
     /// TOML config file with [daemon] and [owner] sections; flags override
     /// it; `none` for the built-in defaults only [default:
     /// $XDG_CONFIG_HOME/mig/migd.toml or ~/.config/mig/migd.toml, else
@@ -117,6 +123,7 @@ fn start() -> anyhow::Result<()> {
         arch: f.arch,
         safe_point_timeout_ms: f.safe_point_timeout_ms,
         vp_nice: f.vp_nice,
+        placement: f.placement,
         ..Default::default()
     });
     cfg.apply_owner(migd::owner::OwnerFile {

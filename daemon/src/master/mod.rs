@@ -45,7 +45,7 @@ use libmig::msg::{
 
 use crate::groups::Groups;
 use crate::mailbox::Mailbox;
-use crate::sched::{Action, Event, SchedConfig, Scheduler};
+use crate::sched::{Action, Event, Placement, SchedConfig, Scheduler};
 
 /// Who asked: a local control connection, or a worker forwarding for one.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -158,6 +158,9 @@ pub enum Out {
 pub struct Master {
     name: String,
     sched: Scheduler,
+    /// How the scheduler places gang jobs (the virtual machine's policy).
+    #[serde(default)]
+    placement: Placement,
     hosts: BTreeMap<String, HostRec>,
     jobs: BTreeMap<String, JobRec>,
     tids: HashMap<Tid, (String, u32)>,
@@ -226,7 +229,8 @@ impl Master {
         let mut m = Master {
             name: facts.name.clone(),
             // A VP whose program has not said it can be moved never is.
-            sched: Scheduler::new(replica::master_sched_config()),
+            sched: Scheduler::new(replica::master_sched_config(Placement::default())),
+            placement: Placement::default(),
             hosts: BTreeMap::new(),
             jobs: BTreeMap::new(),
             tids: HashMap::new(),
@@ -259,6 +263,13 @@ impl Master {
         };
         let out = m.add_host(facts, now, true);
         (m, out)
+    }
+
+    /// Place gang jobs by `placement` from now on.
+    pub fn set_placement(&mut self, placement: Placement) {
+        self.placement = placement;
+        self.sched =
+            std::mem::take(&mut self.sched).with_config(replica::master_sched_config(placement));
     }
 
     /// Workers' leases last `lease` from their ask. It must be shorter than

@@ -32,7 +32,7 @@ impl Master {
     /// have given it has lapsed).
     pub fn import(bytes: &[u8], me: &str, now: Instant) -> Result<(Master, Vec<Out>), ImportError> {
         let mut m: Master = postcard::from_bytes(bytes)?;
-        m.sched = std::mem::take(&mut m.sched).with_config(master_sched_config());
+        m.sched = std::mem::take(&mut m.sched).with_config(master_sched_config(m.placement));
         let old = std::mem::replace(&mut m.name, me.to_string());
         m.now = now;
         m.last_tick = Some(now);
@@ -119,11 +119,11 @@ impl Master {
     }
 }
 
-/// The scheduler's config on the daemons: a VP whose program has not said
-/// it can be moved never is.
-pub(super) fn master_sched_config() -> SchedConfig {
+/// The scheduler's config on the daemons: `placement`'s, and a VP whose
+/// program has not said it can be moved never is.
+pub(super) fn master_sched_config(placement: Placement) -> SchedConfig {
     SchedConfig {
         pin_new_vps: true,
-        ..SchedConfig::default()
+        ..placement.config()
     }
 }

@@ -387,6 +387,27 @@ impl AllocationMap {
         }
     }
 
+    /// `set` for each of `rows` in one column.
+    pub fn set_rows(&mut self, column: u64, rows: &[Row], job: Option<JobKey>) {
+        let Some(i) = self.position(column) else {
+            return;
+        };
+        let c = &mut self.columns[i];
+        for &row in rows {
+            match (c.cells[row].is_some(), job.is_some()) {
+                (false, true) => c.busy += 1,
+                (true, false) => c.busy -= 1,
+                _ => {}
+            }
+            c.cells[row] = job;
+            if job.is_none() && self.live.contains(row) {
+                c.free.insert(row);
+            } else {
+                c.free.remove(row);
+            }
+        }
+    }
+
     /// Rows free in every one of `columns` (all live rows when empty).
     pub fn free_in_all(&self, columns: &[u64]) -> BitSet {
         let mut out = self.live.clone();

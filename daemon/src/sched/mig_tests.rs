@@ -212,3 +212,38 @@ fn the_papers_example_1_places_the_same_under_mig() {
     assert!((v.t_min - 1.2).abs() < 1e-12);
     s.check_invariants().unwrap();
 }
+
+#[test]
+fn a_vp_moved_by_hand_stays_where_it_was_put() {
+    // j1's two VPs on h0 and h1; VP 1 moved by hand onto h0, beside VP 0:
+    // the map follows it there and the scheduler does not move it back to
+    // the processor it left, though the job would be faster there.
+    let mut s = Scheduler::new(SchedConfig {
+        pin_new_vps: true,
+        ..Placement::Mig.config()
+    });
+    for e in processors(3) {
+        s.on_event(e).unwrap();
+    }
+    s.on_event(submit("j1", 2)).unwrap();
+    for vp in 0..2 {
+        s.on_event(Event::VpMovable {
+            job: "j1".into(),
+            vp,
+        })
+        .unwrap();
+    }
+    let v = s.job_view("j1").unwrap();
+    let there = v.placement[&0].split('/').next().unwrap().to_string();
+    let acts = s
+        .on_event(Event::VpMoved {
+            job: "j1".into(),
+            vp: 1,
+            host: there.clone(),
+        })
+        .unwrap();
+    s.check_invariants().unwrap();
+    assert_eq!(migrations(&acts), 0, "{acts:?}");
+    let v = s.job_view("j1").unwrap();
+    assert!(v.placement[&1].starts_with(&there), "{v:?}");
+}

@@ -354,6 +354,7 @@ impl Daemon {
             None => {
                 let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
                 m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
+                m.set_placement(d.cfg.placement());
                 m.set_lease(d.cfg.lease());
                 m.set_max_voters(d.cfg.voters as usize);
                 m.set_admin_uid(d.uid);

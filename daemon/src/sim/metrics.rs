@@ -18,6 +18,10 @@ pub struct Metrics {
     pub median_response_time: f64,
     /// Mean of max(1, response / max(run, 10 s)).
     pub mean_bounded_slowdown: f64,
+    /// Median of the same.
+    pub median_bounded_slowdown: f64,
+    /// Its 95th percentile (nearest rank).
+    pub p95_bounded_slowdown: f64,
     /// Work done / (total capacity × makespan).
     pub utilization: f64,
     /// Last end − first submit.
@@ -48,6 +52,8 @@ pub fn summarise(
             mean_response_time: 0.0,
             median_response_time: 0.0,
             mean_bounded_slowdown: 0.0,
+            median_bounded_slowdown: 0.0,
+            p95_bounded_slowdown: 0.0,
             utilization: 0.0,
             makespan: 0.0,
             migrations,
@@ -57,12 +63,13 @@ pub fn summarise(
         };
     }
     let mut resp: Vec<f64> = outcomes.iter().map(|o| o.end - o.submit).collect();
-    let bsld: f64 = outcomes
+    let mut slowdowns: Vec<f64> = outcomes
         .iter()
         .zip(runs)
         .map(|(o, &run)| ((o.end - o.submit) / run.max(BSLD_TAU)).max(1.0))
-        .sum::<f64>()
-        / n as f64;
+        .collect();
+    let bsld = slowdowns.iter().sum::<f64>() / n as f64;
+    slowdowns.sort_by(f64::total_cmp);
     let eta: f64 = outcomes
         .iter()
         .zip(runs)
@@ -89,16 +96,13 @@ pub fn summarise(
         .sum();
     let mean = resp.iter().sum::<f64>() / n as f64;
     resp.sort_by(f64::total_cmp);
-    let median = if n % 2 == 1 {
-        resp[n / 2]
-    } else {
-        (resp[n / 2 - 1] + resp[n / 2]) / 2.0
-    };
     Metrics {
         jobs: n,
         mean_response_time: mean,
-        median_response_time: median,
+        median_response_time: median(&resp),
         mean_bounded_slowdown: bsld,
+        median_bounded_slowdown: median(&slowdowns),
+        p95_bounded_slowdown: slowdowns[(n * 95).div_ceil(100).clamp(1, n) - 1],
         utilization: if makespan > 0.0 {
             work / (capacity * makespan)
         } else {
@@ -109,5 +113,15 @@ pub fn summarise(
         mean_slots: slots.0,
         max_slots: slots.1,
         eta,
+    }
+}
+
+/// The median of sorted, non-empty `v`.
+fn median(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }

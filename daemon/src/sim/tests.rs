@@ -95,6 +95,8 @@ fn hand_computed_metrics() {
     assert_eq!(m.mean_response_time, 12.5);
     assert_eq!(m.median_response_time, 12.5);
     assert!((m.mean_bounded_slowdown - 1.25).abs() < 1e-12);
+    assert!((m.median_bounded_slowdown - 1.25).abs() < 1e-12);
+    assert!((m.p95_bounded_slowdown - 1.5).abs() < 1e-12);
     assert!((m.utilization - 25.0 / 30.0).abs() < 1e-12);
     assert_eq!(m.makespan, 15.0);
     // Gang: two slots would slow a; b fits in a's slot? No: a takes both

@@ -18,20 +18,31 @@ impl Scheduler {
     /// so that a slot holding nothing else can go and a waiting job can
     /// start there, and lent again at the end.
     pub(super) fn rebalance(&mut self, ctx: &mut Ctx) {
-        let before: Vec<(JobKey, Vec<u64>)> = self
-            .queue
-            .iter()
-            .map(|&k| (k, self.job(k).columns.clone()))
-            .collect();
-        self.contract(ctx);
-        self.drop_empty_columns(ctx);
-        self.repack(ctx);
-        self.compact(ctx);
-        self.admit(ctx);
-        self.expand_jobs(ctx);
-        self.fill(ctx);
-        // Jobs whose set of slots changed have new cells on their rows.
-        for (k, mut old) in before {
+        // Only an event that freed cells can let a slot go, and only one
+        // that did or left a job waiting needs the lent cells back.
+        let freed = !ctx.freed.is_empty() || ctx.all_freed;
+        let mut changed: Vec<(JobKey, Vec<u64>)> = Vec::new();
+        if freed || !self.waiting.is_empty() {
+            changed = self.contract(ctx);
+            self.drop_empty_columns(ctx);
+            if freed {
+                // Compaction first (it prefers shifts that move no VP);
+                // seed 001's global re-packing where it deleted nothing.
+                let slots = self.map.columns().len();
+                self.compact(ctx);
+                if self.map.columns().len() == slots {
+                    self.repack(ctx);
+                }
+            }
+            self.admit(ctx, freed);
+            self.expand_jobs(ctx);
+        }
+        changed.extend(self.fill());
+        // Jobs whose set of slots changed have new cells on their rows (a
+        // job lent back what it had changes nothing).
+        changed.sort_by_key(|(k, _)| *k);
+        changed.dedup_by_key(|(k, _)| *k);
+        for (k, mut old) in changed {
             let Some(j) = self.jobs.get(k as usize).and_then(Option::as_ref) else {
                 continue;
             };
@@ -49,29 +60,33 @@ impl Scheduler {
 
     /// Every job keeps only its first slot; the cells of the others are
     /// free again (no VP moves: the job simply runs in fewer slots).
-    fn contract(&mut self, ctx: &mut Ctx) {
+    /// Returns the jobs that gave slots back, with the slots they had.
+    fn contract(&mut self, ctx: &mut Ctx) -> Vec<(JobKey, Vec<u64>)> {
+        let mut had = Vec::new();
         for k in self.fair_order() {
             let j = self.job(k);
             if j.columns.len() < 2 {
                 continue;
             }
+            had.push((k, j.columns.clone()));
             let extra: Vec<u64> = j.columns[1..].to_vec();
             let rows: Vec<Row> = j.rows.keys().copied().collect();
             for &c in &extra {
-                for &r in &rows {
-                    self.map.set(c, r, None);
-                }
+                self.map.set_rows(c, &rows, None);
                 ctx.freed.push(c);
             }
             self.job_mut(k).columns.truncate(1);
         }
+        had
     }
 
     /// Every placed job also runs in each slot where all its processors
     /// are free (fairness order), but not in the slot held for a waiting
     /// job: free cells then do work, and a job in `w` of the round's `τ`
     /// slots runs `w / τ` of the time.
-    fn fill(&mut self, _ctx: &mut Ctx) {
+    /// Returns the jobs lent slots, with the slots they had before.
+    fn fill(&mut self) -> Vec<(JobKey, Vec<u64>)> {
+        let mut lent = Vec::new();
         for k in self.fair_order() {
             let j = self.job(k);
             if j.columns.is_empty() || j.row_set.is_empty() {
@@ -92,14 +107,14 @@ impl Scheduler {
             if extra.is_empty() {
                 continue;
             }
+            lent.push((k, j.columns.clone()));
             let rows: Vec<Row> = j.rows.keys().copied().collect();
             for &c in &extra {
-                for &r in &rows {
-                    self.map.set(c, r, Some(k));
-                }
+                self.map.set_rows(c, &rows, Some(k));
             }
             self.job_mut(k).columns.extend(extra);
         }
+        lent
     }
 
     /// The slot with the fewest free cells (of the job's architectures)
@@ -111,28 +126,28 @@ impl Scheduler {
         demand: &Demand,
         bound: f64,
     ) -> Option<(Vec<u64>, Vec<Row>, Vec<u32>)> {
-        let mut columns: Vec<(usize, usize, BitSet)> = self
+        let mut columns: Vec<(usize, usize)> = self
             .map
             .columns()
             .iter()
             .enumerate()
             .filter(|(_, c)| Some(c.id) != demand.avoid)
-            .map(|(pos, c)| {
-                let mut free = c.free().clone();
-                free.intersect_with(&demand.rows);
-                (free.len(), pos, free)
-            })
+            .map(|(pos, c)| (c.free().intersection_len(&demand.rows), pos))
             .collect();
-        columns.sort_by_key(|&(n, pos, _)| (n, pos));
+        columns.sort_unstable();
         let bound = bound * (1.0 + 1e-9);
-        columns.into_iter().find_map(|(_, pos, free)| {
-            let rows = free.to_vec();
-            if !self.can_finish_by(demand, &rows, bound) {
+        columns.into_iter().find_map(|(_, pos)| {
+            let c = self.map.columns().get(pos)?;
+            // Counted per capacity class first: most slots are refused
+            // without a look at their rows.
+            if !self.counts_fit_by(&demand.counts, c.free(), bound) {
                 return None;
             }
+            let mut free = c.free().clone();
+            free.intersect_with(&demand.rows);
+            let rows = free.to_vec();
             let (t, counts) = self.plan(k, &rows, true, 0.0)?;
-            let id = self.map.columns().get(pos)?.id;
-            (t <= bound).then_some((vec![id], rows, counts))
+            (t <= bound).then_some((vec![c.id], rows, counts))
         })
     }
 
@@ -169,7 +184,7 @@ impl Scheduler {
     /// that fits nowhere once `patience` younger jobs have passed it gets
     /// a column held for it (the one with most free cells of its
     /// architectures) until it starts.
-    pub(super) fn admit(&mut self, ctx: &mut Ctx) {
+    pub(super) fn admit(&mut self, ctx: &mut Ctx, freed: bool) {
         if let Some((holder, c)) = self.reserved {
             if !self.waiting.contains(&holder) || self.map.column(c).is_none() {
                 self.reserved = None;
@@ -178,7 +193,16 @@ impl Scheduler {
         if self.waiting.is_empty() {
             return;
         }
-        let mut order: Vec<JobKey> = self.waiting.iter().copied().collect();
+        // With no cell freed, a job that found no room last time finds none
+        // now: only jobs submitted since are tried.
+        let since = if freed { 0 } else { self.admitted_upto };
+        self.admitted_upto = self.submitted;
+        let mut order: Vec<JobKey> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|&k| self.job(k).seq >= since)
+            .collect();
         order.sort_by_key(|&k| self.job(k).seq);
         for k in order {
             let j = self.job(k);

@@ -5,6 +5,9 @@
 
 use super::*;
 
+/// Slots (the emptiest) compaction tries to empty per round of its loop.
+const COMPACT_TRIES: usize = 2;
+
 /// A slot a job could move to: its index among the candidates, the VPs
 /// moved to other processors, and `counts[i]` VPs on `rows[i]` there.
 struct Target {
@@ -171,8 +174,11 @@ impl Scheduler {
                 .map(|c| (c.jobs().count(), c.id))
                 .collect();
             order.sort_unstable();
+            // The emptiest slots are the likeliest to go; trying every
+            // slot on every event costs more than it finds.
             let Some((s, plan)) = order
                 .iter()
+                .take(COMPACT_TRIES)
                 .find_map(|&(_, s)| self.empty_column_plan(s, left).map(|plan| (s, plan)))
             else {
                 return;
@@ -217,9 +223,19 @@ impl Scheduler {
             .iter()
             .filter_map(|&c| self.map.column(c).map(|col| col.free().clone()))
             .collect();
-        // Quick refusal: every job that must move needs a slot with room.
+        // Quick refusal: the other slots have too few free cells in all.
+        let busy = col.jobs().count();
+        if free.iter().map(BitSet::len).sum::<usize>() < busy {
+            return None;
+        }
+        // Quick refusal: every job that must move needs a slot with room,
+        // and has every VP placed (a held VP of a job goes back to its own
+        // processor wherever that is free, which no plan here foresees).
         for &k in &jobs {
             let j = self.job(k);
+            if j.placed as usize != j.vps.len() {
+                return None;
+            }
             let t = self.current_t(k) * (1.0 + 1e-9);
             if j.columns.len() == 1 && !free.iter().any(|f| self.fits_by(k, f, t)) {
                 return None;
@@ -253,7 +269,8 @@ impl Scheduler {
 
     /// Where job `k` (in one slot) could go among the slots whose free
     /// cells are `free`, no slower than now and moving at most `budget`
-    /// VPs: fewest moves first, then the fullest slot. A job with a VP that
+    /// VPs: the fullest slot it shifts to whole (no VP moves), else the
+    /// fullest that holds it on other processors. A job with a VP that
     /// cannot be moved only shifts whole.
     fn best_target(&self, k: JobKey, free: &[BitSet], budget: usize) -> Option<Target> {
         let j = self.job(k);
@@ -265,41 +282,40 @@ impl Scheduler {
                 wanted.union_with(r);
             }
         }
-        // (moves, free cells) of the best so far.
-        let mut best: Option<((usize, usize), Target)> = None;
-        for (i, f) in free.iter().enumerate() {
-            let (rows, counts) = if j.row_set.is_subset(f) {
-                (
-                    j.rows.keys().copied().collect::<Vec<_>>(),
-                    j.rows.values().copied().collect::<Vec<_>>(),
-                )
-            } else if pinned || !self.fits_by(k, f, t_cur * (1.0 + 1e-9)) {
-                continue;
-            } else {
-                let mut cand = f.clone();
-                cand.intersect_with(&wanted);
-                let cand = cand.to_vec();
-                let Some((t, counts)) = self.plan(k, &cand, true, 0.0) else {
-                    continue;
-                };
-                if t > t_cur * (1.0 + 1e-9) {
-                    continue;
-                }
-                (cand, counts)
-            };
-            let moves = self.optional_moves(k, &rows, &counts);
-            let rank = (moves, f.len());
-            if moves <= budget && best.as_ref().is_none_or(|b| rank < b.0) {
-                let target = Target {
-                    slot: i,
-                    moves,
-                    rows,
-                    counts,
-                };
-                best = Some((rank, target));
-            }
+        // A shift (no VP moves) to the fullest slot that takes the job's
+        // processors as they are.
+        let fullest = |ok: &dyn Fn(&BitSet) -> bool| {
+            free.iter()
+                .enumerate()
+                .filter(|(_, f)| ok(f))
+                .min_by_key(|(i, f)| (f.len(), *i))
+                .map(|(i, _)| i)
+        };
+        if let Some(i) = fullest(&|f| j.row_set.is_subset(f)) {
+            return Some(Target {
+                slot: i,
+                moves: 0,
+                rows: j.rows.keys().copied().collect(),
+                counts: j.rows.values().copied().collect(),
+            });
         }
-        best.map(|(_, t)| t)
+        if pinned {
+            return None;
+        }
+        // Else the fullest slot that holds it as fast as now.
+        let t = t_cur * (1.0 + 1e-9);
+        let i = fullest(&|f| self.fits_by(k, f, t))?;
+        let mut cand = free[i].clone();
+        cand.intersect_with(&wanted);
+        let rows = cand.to_vec();
+        let (t_new, counts) = self.plan(k, &rows, true, 0.0)?;
+        let moves = self.optional_moves(k, &rows, &counts);
+        (t_new <= t && moves <= budget).then_some(Target {
+            slot: i,
+            moves,
+            rows,
+            counts,
+        })
     }
 
     /// Job `k`, which also runs in other columns, leaves column `s`.

@@ -279,6 +279,8 @@ pub struct Scheduler {
     waiting: BTreeSet<JobKey>,
     /// Jobs submitted so far (the next job's `seq`).
     submitted: u64,
+    /// `submitted` when waiting jobs were last admitted.
+    admitted_upto: u64,
     /// With backfilling: the oldest waiting job that fits nowhere, and the
     /// column held for it (no younger job is placed or grows there).
     reserved: Option<(JobKey, u64)>,
@@ -304,6 +306,7 @@ impl Scheduler {
             retry: BTreeSet::new(),
             waiting: BTreeSet::new(),
             submitted: 0,
+            admitted_upto: 0,
             reserved: None,
         }
     }
@@ -468,6 +471,7 @@ impl Scheduler {
             new_row: None,
         };
         let columns_before = self.map.columns().len();
+        let moved_by_hand = matches!(event, Event::VpMoved { .. });
         match event {
             Event::NewProcessor {
                 id,
@@ -486,7 +490,8 @@ impl Scheduler {
             Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
             Event::JobExit { job } => self.job_exit(&job, &mut ctx)?,
         }
-        if self.cfg.backfill {
+        // A VP moved by hand stays where it was put: the map only follows.
+        if self.cfg.backfill && !moved_by_hand {
             self.rebalance(&mut ctx);
         }
         if self.map.columns().len() != columns_before {

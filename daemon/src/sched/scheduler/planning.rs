@@ -235,8 +235,12 @@ impl Scheduler {
     /// architecture, `sum slots_at(t, a_r)` over its rows in `set` must
     /// hold its VPs: counted per capacity class, a popcount each.
     pub(super) fn fits_by(&self, k: JobKey, set: &BitSet, t: f64) -> bool {
-        let j = self.job(k);
-        j.arches.iter().all(|&(arch, x)| {
+        self.counts_fit_by(&self.job(k).arches, set, t)
+    }
+
+    /// `fits_by` for `(architecture, VPs)` counts.
+    pub(super) fn counts_fit_by(&self, counts: &[(u32, u32)], set: &BitSet, t: f64) -> bool {
+        counts.iter().all(|&(arch, x)| {
             let mut room: u64 = 0;
             for (a, rows) in self.map.capacity_classes(arch) {
                 room = room.saturating_add(
