@@ -2,8 +2,8 @@
 # The scheduling-quality table: each real log replayed whole by `mig sim`
 # with default settings under EASY backfilling and the gang policies. Per
 # log: EASY's mean bounded slowdown (tau = 10 s) and utilisation, each gang
-# policy's mean bounded slowdown as a ratio to EASY's (its utilisation where
-# it is below EASY's), and for mig (migd's default) the median and 95th
+# policy's mean bounded slowdown and its ratio to EASY's (its utilisation
+# where it is below EASY's), and for mig (migd's default) the median and 95th
 # percentile of slowdown, the mean response time and the VP moves.
 #
 #   bash bench/sim-traces.sh [TRACE_DIR] [-- MIG_SIM_ARGS...]
@@ -63,7 +63,8 @@ for e in entries:
     row = [name, f"{easy['mean_bounded_slowdown']:.1f} (u {easy['utilization']:.4f})"]
     for g in gang:
         m = p[g]
-        cell = f"{m['mean_bounded_slowdown'] / easy['mean_bounded_slowdown']:.2f}x"
+        r = m['mean_bounded_slowdown'] / easy['mean_bounded_slowdown']
+        cell = f"{m['mean_bounded_slowdown']:.1f} ({r:.2f}x)" if r >= 0.01 else f"{m['mean_bounded_slowdown']:.1f} ({r:.1e}x)"
         if m["utilization"] < easy["utilization"]:
             cell += f" (u {m['utilization']:.4f})"
         row.append(cell)

@@ -81,9 +81,10 @@ impl Scheduler {
     }
 
     /// Every placed job also runs in each slot where all its processors
-    /// are free (fairness order), but not in the slot held for a waiting
-    /// job: free cells then do work, and a job in `w` of the round's `τ`
-    /// slots runs `w / τ` of the time.
+    /// are free (fairness order): free cells then do work, and a job in `w`
+    /// of the round's `τ` slots runs `w / τ` of the time. The slot held for
+    /// a waiting job too: what is lent is taken back before jobs are
+    /// admitted, so the waiting job still finds it free.
     /// Returns the jobs lent slots, with the slots they had before.
     fn fill(&mut self) -> Vec<(JobKey, Vec<u64>)> {
         let mut lent = Vec::new();
@@ -92,16 +93,11 @@ impl Scheduler {
             if j.columns.is_empty() || j.row_set.is_empty() {
                 continue;
             }
-            let avoid = self.avoided_by(k);
             let extra: Vec<u64> = self
                 .map
                 .columns()
                 .iter()
-                .filter(|c| {
-                    Some(c.id) != avoid
-                        && !j.columns.contains(&c.id)
-                        && j.row_set.is_subset(c.free())
-                })
+                .filter(|c| !j.columns.contains(&c.id) && j.row_set.is_subset(c.free()))
                 .map(|c| c.id)
                 .collect();
             if extra.is_empty() {
