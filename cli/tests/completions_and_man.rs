@@ -42,3 +42,36 @@ fn man_pages_are_written_one_per_subcommand() {
     let out = mig(&["man"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains(".TH mig"));
 }
+
+#[test]
+fn daemon_is_offered_only_where_a_daemon_is_asked() {
+    let help = |args: &[&str]| {
+        let out = mig(args);
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for talks in [
+        &["ps", "--help"][..],
+        &["spawn", "--help"],
+        &["owner", "status", "--help"],
+        &["token", "create", "--help"],
+        &["halt", "--help"],
+    ] {
+        let h = help(talks);
+        assert!(h.contains("--daemon <SOCKET>"), "{talks:?}: {h}");
+        assert_eq!(h.matches("MIG_DAEMON").count(), 1, "{talks:?}: {h}");
+    }
+    for local in [
+        &["sim", "--help"][..],
+        &["sched", "replay", "--help"],
+        &["up", "--help"],
+        &["demo", "--help"],
+        &["completions", "--help"],
+    ] {
+        let h = help(local);
+        assert!(!h.contains("--daemon"), "{local:?} offers --daemon: {h}");
+    }
+    // Given where it means nothing, it is refused.
+    let out = mig(&["sim", "--daemon", "/nonexistent", "--trace", "x"]);
+    assert!(!out.status.success());
+}

@@ -10,6 +10,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig checkpoint` and `mig restart`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// The job (j1), as `mig ps` shows it.
     job: String,
     /// Print the result as JSON ({"ok", "message"}).

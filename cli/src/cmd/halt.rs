@@ -9,6 +9,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig halt`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Print the result as JSON ({"ok", "message"}) on stdout.
     #[arg(long)]
     json: bool,

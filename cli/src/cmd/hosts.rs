@@ -10,6 +10,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig hosts`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Print JSON: one object per host.
     #[arg(long)]
     json: bool,

@@ -10,6 +10,8 @@ use libmig::msg::{JobInfo, Request, Response, VpInfo};
 /// Flags of `mig jobs`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Every ended job the master keeps (up to 10,000), not only the last 20.
     #[arg(long)]
     all: bool,
@@ -24,6 +26,8 @@ pub struct Args {
 /// Flags of `mig show`.
 #[derive(Debug, clap::Args)]
 pub struct ShowArgs {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// The job (j3).
     job: String,
     /// Print JSON: the job, and its VPs while it runs.

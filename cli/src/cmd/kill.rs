@@ -8,6 +8,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig kill`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// A job id (j1) or a VP's Tid (t40001), as `mig ps` shows them.
     target: String,
     /// Print the result as JSON ({"ok", "message"}).

@@ -9,6 +9,8 @@ use migd::sched::TableCell;
 /// Flags of `mig map`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Print JSON: {"processors": [...], "slots": [[{processor, job, vps}], ...], "now": slot}.
     #[arg(long)]
     json: bool,

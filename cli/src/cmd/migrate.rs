@@ -10,6 +10,8 @@ use libmig::msg::{Request, Response, Tid};
 /// Flags of `mig migrate`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// The VP's Tid (t40001), as `mig ps` shows it.
     tid: String,
     /// The host to move it to, as `mig hosts` shows it.

@@ -34,13 +34,27 @@ use libmig::msg::{Request, Response};
 #[derive(Debug, Parser)]
 #[command(name = "mig", version, about, long_about)]
 pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `--daemon`, on the subcommands that talk to one.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Daemon {
     /// Control socket of the daemon to talk to (a request not answered
     /// within MIG_TIMEOUT_S seconds, default 60, fails naming it) [default:
     /// the master of the virtual machine `mig up` started].
-    #[arg(long, global = true, env = "MIG_DAEMON")]
-    daemon: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Command,
+    #[arg(long = "daemon", value_name = "SOCKET", env = "MIG_DAEMON")]
+    socket: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// The socket to talk to.
+    pub fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| up::default_dir().join("h0").join("control.sock"))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,28 +121,25 @@ enum Command {
 
 /// Run one parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
-    let daemon = cli
-        .daemon
-        .unwrap_or_else(|| up::default_dir().join("h0").join("control.sock"));
     match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Up(a) => up::run(a),
-        Command::Hosts(a) => hosts::run(&daemon, a),
-        Command::Spawn(a) => spawn::run(&daemon, a),
-        Command::Ps(a) => ps::run(&daemon, a),
-        Command::Jobs(a) => jobs::run(&daemon, a),
-        Command::Show(a) => jobs::show(&daemon, a),
-        Command::Wait(a) => wait::run(&daemon, a),
-        Command::Logs(a) => wait::logs(&daemon, a),
-        Command::Kill(a) => kill::run(&daemon, a),
-        Command::Migrate(a) => migrate::run(&daemon, a),
-        Command::Map(a) => map::run(&daemon, a),
-        Command::Stats(a) => stats::run(&daemon, a),
-        Command::Checkpoint(a) => checkpoint::checkpoint(&daemon, a),
-        Command::Restart(a) => checkpoint::restart(&daemon, a),
-        Command::Owner(c) => owner::run(&daemon, c),
-        Command::Halt(a) => halt::run(&daemon, a),
-        Command::Token(c) => token::run(&daemon, c),
+        Command::Hosts(a) => hosts::run(&a.daemon.path(), a),
+        Command::Spawn(a) => spawn::run(&a.daemon.path(), a),
+        Command::Ps(a) => ps::run(&a.daemon.path(), a),
+        Command::Jobs(a) => jobs::run(&a.daemon.path(), a),
+        Command::Show(a) => jobs::show(&a.daemon.path(), a),
+        Command::Wait(a) => wait::run(&a.daemon.path(), a),
+        Command::Logs(a) => wait::logs(&a.daemon.path(), a),
+        Command::Kill(a) => kill::run(&a.daemon.path(), a),
+        Command::Migrate(a) => migrate::run(&a.daemon.path(), a),
+        Command::Map(a) => map::run(&a.daemon.path(), a),
+        Command::Stats(a) => stats::run(&a.daemon.path(), a),
+        Command::Checkpoint(a) => checkpoint::checkpoint(&a.daemon.path(), a),
+        Command::Restart(a) => checkpoint::restart(&a.daemon.path(), a),
+        Command::Owner(c) => owner::run(&c.daemon().path(), c),
+        Command::Halt(a) => halt::run(&a.daemon.path(), a),
+        Command::Token(c) => token::run(&c.daemon().path(), c),
         Command::Sched(c) => sched::run(c),
         Command::Sim(a) => sim::run(a),
         Command::Completions(a) => completions::run(a),

@@ -22,9 +22,21 @@ pub enum OwnerCmd {
     Status(Status),
 }
 
+impl OwnerCmd {
+    /// The daemon to ask.
+    pub fn daemon(&self) -> &super::Daemon {
+        match self {
+            OwnerCmd::Reclaim(t) | OwnerCmd::Release(t) => &t.daemon,
+            OwnerCmd::Status(s) => &s.daemon,
+        }
+    }
+}
+
 /// Which host.
 #[derive(Debug, clap::Args)]
 pub struct Target {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// The host, as `mig hosts` shows it [default: the daemon talked to].
     #[arg(long)]
     host: Option<String>,
@@ -36,6 +48,8 @@ pub struct Target {
 /// Flags of `mig owner status`.
 #[derive(Debug, clap::Args)]
 pub struct Status {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Only this host [default: every host].
     #[arg(long)]
     host: Option<String>,

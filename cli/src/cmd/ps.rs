@@ -9,6 +9,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig ps`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Only the VPs of this job (j3) or on this host (h1).
     filter: Option<String>,
     /// Print JSON: one object per VP.

@@ -12,6 +12,8 @@ use libmig::msg::{Request, Response, SpawnSpec, Stream};
 /// Flags of `mig spawn`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Number of VPs.
     #[arg(short = 'n', long = "vps", value_name = "N", default_value_t = 1)]
     n: u32,

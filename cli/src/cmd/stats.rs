@@ -10,6 +10,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig stats`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Print JSON: quantum_ms, slots, hosts [{host, switches, late_ms [p50,
     /// p99, max], lost, installed}], skew_ms [p50, p99, max], boundaries.
     #[arg(long)]

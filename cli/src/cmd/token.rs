@@ -21,9 +21,22 @@ pub enum TokenCmd {
     Revoke(Revoke),
 }
 
+impl TokenCmd {
+    /// The daemon to ask.
+    pub fn daemon(&self) -> &super::Daemon {
+        match self {
+            TokenCmd::Create(c) => &c.daemon,
+            TokenCmd::List(j) => &j.daemon,
+            TokenCmd::Revoke(r) => &r.daemon,
+        }
+    }
+}
+
 /// Flags of `mig token create`.
 #[derive(Debug, clap::Args)]
 pub struct Create {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// How long it may be used: seconds, or with a unit (90s, 30m, 2h, 1d);
     /// at most a week.
     #[arg(long, default_value = "1h")]
@@ -36,6 +49,8 @@ pub struct Create {
 /// `--json`.
 #[derive(Debug, clap::Args)]
 pub struct Json {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// Print JSON: one object per token.
     #[arg(long)]
     json: bool,
@@ -44,6 +59,8 @@ pub struct Json {
 /// Flags of `mig token revoke`.
 #[derive(Debug, clap::Args)]
 pub struct Revoke {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// The token's id (as `mig token list` shows it), or the whole token.
     id: String,
     /// Print JSON: {"message"}.

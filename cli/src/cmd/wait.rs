@@ -12,6 +12,8 @@ use libmig::msg::{Request, Response};
 /// Flags of `mig wait`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// The job (j3).
     job: String,
     /// Print the end as JSON: {"job", "status"}.
@@ -22,6 +24,8 @@ pub struct Args {
 /// Flags of `mig logs`.
 #[derive(Debug, clap::Args)]
 pub struct LogsArgs {
+    #[command(flatten)]
+    pub daemon: super::Daemon,
     /// The job (j3).
     job: String,
     /// Follow: print what comes until the job ends.
