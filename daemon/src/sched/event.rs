@@ -172,6 +172,19 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// Its kind, as its `action` tag in JSON.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Start { .. } => "start",
+            Action::Migrate { .. } => "migrate",
+            Action::Hold { .. } => "hold",
+            Action::Kill { .. } => "kill",
+            Action::SlotTables { .. } => "slot_tables",
+        }
+    }
+}
+
 /// Input the scheduler refuses; the state is unchanged.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum SchedError {

@@ -148,11 +148,7 @@ pub fn run(
             .map_err(|source| ReplayError::Refused { line, source })?;
         tally.events += 1;
         for a in &actions {
-            let kind = serde_json::to_value(a)
-                .ok()
-                .and_then(|v| v.get("action").and_then(Value::as_str).map(str::to_string))
-                .unwrap_or_else(|| "other".into());
-            *tally.actions.entry(kind).or_default() += 1;
+            *tally.actions.entry(a.kind().to_string()).or_default() += 1;
         }
         each(line, &actions).map_err(|e| ReplayError::Read {
             line,
@@ -321,6 +317,50 @@ mod tests {
                 matches!(parse(bad), Err(ReplayError::Malformed { line: 1, .. })),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn an_actions_kind_is_its_json_tag() {
+        let on: std::sync::Arc<str> = "p1".into();
+        for a in [
+            Action::Start {
+                job: on.clone(),
+                vp: 0,
+                arch: on.clone(),
+                processor: on.clone(),
+                host: on.clone(),
+                restore: false,
+            },
+            Action::Migrate {
+                job: on.clone(),
+                vp: 0,
+                from: on.clone(),
+                from_host: on.clone(),
+                to: on.clone(),
+                to_host: on.clone(),
+            },
+            Action::Hold {
+                job: on.clone(),
+                vp: 0,
+                processor: None,
+                host: None,
+            },
+            Action::Kill {
+                job: on.clone(),
+                vp: 0,
+                processor: on.clone(),
+                host: on.clone(),
+            },
+            Action::SlotTables {
+                generation: 1,
+                slots: 1,
+                all: true,
+                hosts: Vec::new(),
+            },
+        ] {
+            let v = serde_json::to_value(&a).unwrap();
+            assert_eq!(v["action"], a.kind(), "{a:?}");
         }
     }
 }
