@@ -91,6 +91,8 @@ fn kind(e: &Event) -> &'static str {
         Event::VpMovable { .. } => "vp_movable",
         Event::VpExit { .. } => "vp_exit",
         Event::JobExit { .. } => "job_exit",
+        Event::Suspend { .. } => "suspend",
+        Event::Resume { .. } => "resume",
     }
 }
 

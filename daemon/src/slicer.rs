@@ -11,7 +11,8 @@
 //!
 //! Rules: a VP runs in its own slot; a VP of an independent job also runs
 //! in any slot whose cell on its processor is empty (Concurrent Gang); a VP
-//! the table does not name is left alone; with one slot nobody is stopped.
+//! the table does not name is left alone; with one slot nobody is stopped;
+//! a VP held (its job suspended) is never continued until released.
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 
@@ -37,6 +38,8 @@ pub struct Slicer {
     applied: Option<u64>,
     /// VPs this slicer stopped and has not continued.
     stopped: HashSet<Tid>,
+    /// VPs held stopped whatever the table says (`hold`), until released.
+    held: HashSet<Tid>,
     switches: VecDeque<Switch>,
     installed: Vec<(u64, u64, u64)>,
 }
@@ -141,7 +144,8 @@ impl Slicer {
                     self.stopped.remove(v);
                 }
                 let mut plan = self.plan(now)?;
-                plan.cont.extend(freed);
+                plan.cont
+                    .extend(freed.into_iter().filter(|v| !self.held.contains(v)));
                 return Some(plan);
             }
         }
@@ -164,7 +168,7 @@ impl Slicer {
             .collect();
         let cont: Vec<Tid> = run
             .iter()
-            .filter(|v| self.stopped.contains(v))
+            .filter(|v| self.stopped.contains(v) && !self.held.contains(v))
             .copied()
             .collect();
         for v in &stop {
@@ -180,14 +184,54 @@ impl Slicer {
         })
     }
 
-    /// May `tid` run now (not named by the table, or in the slot in force)?
+    /// May `tid` run now (not held, and not named by the table or in the
+    /// slot in force)?
     pub fn may_run(&self, tid: Tid) -> bool {
-        !self.stopped.contains(&tid)
+        !self.stopped.contains(&tid) && !self.held.contains(&tid)
+    }
+
+    /// Is `tid` held (`hold`)?
+    pub fn held(&self, tid: Tid) -> bool {
+        self.held.contains(&tid)
+    }
+
+    /// Hold `tids` stopped from now on whatever the table says (their job
+    /// is suspended): the caller stops them now.
+    pub fn hold(&mut self, tids: &[Tid]) {
+        self.held.extend(tids.iter().copied());
+    }
+
+    /// Release held `tids`: those that may run now (not named by the table,
+    /// one slot, or theirs is the slot in force), which the caller
+    /// continues; the others wait, stopped, for their slot.
+    pub fn release(&mut self, tids: &[Tid]) -> Vec<Tid> {
+        let mut cont = Vec::new();
+        for &tid in tids {
+            if !self.held.remove(&tid) {
+                continue;
+            }
+            let waits = match (&self.table, self.applied) {
+                (Some(t), Some(b)) if t.slots.len() > 1 && known(t).contains(&tid) => {
+                    !runnable(t, slot_at(t, b)).contains(&tid)
+                }
+                _ => false,
+            };
+            if waits {
+                self.stopped.insert(tid);
+            } else {
+                self.stopped.remove(&tid);
+                cont.push(tid);
+            }
+        }
+        cont
     }
 
     /// A VP started here: should it be stopped at once (named by the table
     /// but not running in the slot in force)?
     pub fn started(&mut self, tid: Tid) -> bool {
+        if self.held.contains(&tid) {
+            return true;
+        }
         let Some(t) = &self.table else { return false };
         let Some(b) = self.applied else { return false };
         if t.slots.len() <= 1 || !known(t).contains(&tid) {
@@ -203,6 +247,7 @@ impl Slicer {
     /// A VP ended here.
     pub fn gone(&mut self, tid: Tid) {
         self.stopped.remove(&tid);
+        self.held.remove(&tid);
     }
 
     /// The slot in force, when slicing.
@@ -376,5 +421,45 @@ mod tests {
         assert!(s.started(2));
         assert!(!s.started(1));
         assert!(!s.started(77), "a VP the table does not name runs");
+    }
+
+    #[test]
+    fn a_held_vp_is_never_continued_until_released_and_then_waits_for_its_slot() {
+        let mut s = Slicer::default();
+        s.install(table(
+            1,
+            1000,
+            vec![vec![cell(0, &[1], false)], vec![cell(0, &[2], false)]],
+        ));
+        s.at(1003).unwrap();
+        // 1 runs in slot 0; held, it is not continued at its next turn.
+        s.hold(&[1]);
+        assert!(!s.may_run(1));
+        let p = s.at(1101).unwrap();
+        assert_eq!((p.stop, p.cont), (vec![1], vec![2]));
+        let p = s.at(1201).unwrap();
+        assert_eq!((p.stop.clone(), p.cont.clone()), (vec![2], vec![]), "{p:?}");
+        // A table that no longer names it does not free it either.
+        s.install(table(2, 1300, vec![vec![cell(0, &[2], false)]]));
+        let p = s.at(1301).unwrap();
+        assert!(!p.cont.contains(&1), "{p:?}");
+        assert!(s.started(1), "a held VP started here is stopped at once");
+        // Released while the table names it not: it may run at once.
+        assert_eq!(s.release(&[1]), vec![1]);
+        assert!(s.may_run(1));
+        assert!(s.release(&[1]).is_empty(), "released once");
+        // Released outside its slot: it waits for its turn.
+        s.install(table(
+            3,
+            1400,
+            vec![vec![cell(0, &[1], false)], vec![cell(0, &[3], false)]],
+        ));
+        s.at(1401).unwrap();
+        s.hold(&[1]);
+        let p = s.at(1501).unwrap();
+        assert!(p.cont.contains(&3));
+        assert!(s.release(&[1]).is_empty(), "slot 1 runs now");
+        let p = s.at(1601).unwrap();
+        assert_eq!((p.stop, p.cont), (vec![3], vec![1]));
     }
 }

@@ -26,7 +26,7 @@ pub const MAGIC: [u8; 2] = *b"MG";
 /// any change to a message type (postcard does not describe its schema).
 pub const MAJOR: u8 = 9;
 /// Protocol minor version (informational).
-pub const MINOR: u8 = 0;
+pub const MINOR: u8 = 1;
 /// Header size in bytes.
 pub const HEADER: usize = 12;
 /// Largest body accepted: 64 MiB of payload plus room for the message.

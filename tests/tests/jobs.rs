@@ -219,3 +219,90 @@ fn the_map_shows_each_processors_capacity_and_a_legend() {
     assert!(text.contains("legend:"), "{text}");
     assert!(vm.mig(&["kill", "j1"]).status.success());
 }
+
+#[test]
+fn a_suspended_job_stops_where_it_is_gives_its_processors_away_and_resumes() {
+    let vm = Vm::start(2);
+    // Two VPs of a shell loop (a program that knows nothing of mig), one on
+    // each host's one processor.
+    let out = vm.mig_ok(&[
+        "spawn",
+        "-n",
+        "2",
+        "--",
+        "/bin/sh",
+        "-c",
+        "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.05; done",
+    ]);
+    let j = stdout(&out).trim().to_string();
+    let procs = || -> Vec<u32> {
+        let mut p = vm.job_processes(&j, "h0");
+        p.extend(vm.job_processes(&j, "h1"));
+        p
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || procs().len() >= 2),
+        "the job's VPs never ran"
+    );
+    let said = stdout(&vm.mig_ok(&["suspend", &j]));
+    assert!(
+        said.contains("suspended: 2 VPs stopped on h0, h1"),
+        "{said}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || procs()
+            .iter()
+            .all(|&p| mig_tests::stopped(p))),
+        "every process of the job stops"
+    );
+    // Stopped it stays: its output does not grow, through slot switches too.
+    let before = stdout(&vm.mig(&["logs", &j])).len();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(stdout(&vm.mig(&["logs", &j])).len(), before);
+    assert!(procs().iter().all(|&p| mig_tests::stopped(p)));
+    // Seen as suspended, and its processors given away: the map holds none
+    // of its cells, and a job that needs both processors runs at once.
+    assert_eq!(job_json(&vm, 0, &j).expect("listed")["state"], "suspended");
+    let ps = vm.json(&["ps", &j]);
+    assert!(
+        ps.as_array()
+            .is_some_and(|a| a.len() == 2 && a.iter().all(|v| v["state"] == "suspended")),
+        "{ps}"
+    );
+    let map = stdout(&vm.mig(&["map", "--json"]));
+    assert!(!map.contains(&format!("\"{j}\"")), "{map}");
+    let other = vm.mig(&[
+        "spawn", "-n", "2", "--wait", "--", "/bin/sh", "-c", "echo hi",
+    ]);
+    assert!(other.status.success(), "{}", stderr(&other));
+    // Requests that make no sense are refused, saying why.
+    for (args, says) in [
+        (vec!["suspend", j.as_str()], "already suspended"),
+        (vec!["resume", "j2"], "has already ended"),
+        (vec!["resume", "j99"], "no job \"j99\""),
+        (vec!["checkpoint", j.as_str()], "is suspended"),
+    ] {
+        let out = vm.mig(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    // Resumed: it runs again where it was, its output growing.
+    let said = stdout(&vm.mig_ok(&["resume", &j, "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&said).expect("JSON");
+    assert_eq!(v["ok"], true, "{said}");
+    assert!(
+        wait_until(Duration::from_secs(10), || procs()
+            .iter()
+            .all(|&p| !mig_tests::stopped(p))),
+        "the job's processes run again"
+    );
+    assert!(wait_until(Duration::from_secs(10), || stdout(
+        &vm.mig(&["logs", &j])
+    )
+    .len()
+        > before));
+    assert_eq!(job_json(&vm, 0, &j).expect("listed")["state"], "running");
+    let out = vm.mig(&["resume", &j]);
+    assert!(stderr(&out).contains("not suspended"), "{}", stderr(&out));
+    vm.mig_ok(&["kill", &j]);
+}

@@ -15,7 +15,7 @@ pub struct Args {
     /// Every ended job the master keeps (up to 10,000), not only the last 20.
     #[arg(long)]
     all: bool,
-    /// Only running jobs.
+    /// Only jobs that have not ended (running or suspended).
     #[arg(long, conflicts_with = "all")]
     running: bool,
     /// Print JSON: one object per job.

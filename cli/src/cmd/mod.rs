@@ -15,6 +15,7 @@ pub mod sched;
 pub mod sim;
 pub mod spawn;
 pub mod stats;
+pub mod suspend;
 pub mod token;
 pub mod up;
 pub mod wait;
@@ -85,6 +86,12 @@ enum Command {
     Logs(wait::LogsArgs),
     /// Kill a job (j1) or one VP (t40001).
     Kill(kill::Args),
+    /// Suspend a job: its VPs stop where they are (their memory kept) and
+    /// its processors go to other jobs until `mig resume`.
+    Suspend(suspend::Args),
+    /// Let a suspended job run again: it is placed as a waiting job is (on
+    /// its own processors if they are free, else others if it can move).
+    Resume(suspend::Args),
     /// Move a running VP to another host: it checkpoints at its next safe
     /// point and goes on there with the same Tid, no message lost.
     Migrate(migrate::Args),
@@ -132,6 +139,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Wait(a) => wait::run(&a.daemon.path(), a),
         Command::Logs(a) => wait::logs(&a.daemon.path(), a),
         Command::Kill(a) => kill::run(&a.daemon.path(), a),
+        Command::Suspend(a) => suspend::suspend(&a.daemon.path(), a),
+        Command::Resume(a) => suspend::resume(&a.daemon.path(), a),
         Command::Migrate(a) => migrate::run(&a.daemon.path(), a),
         Command::Map(a) => map::run(&a.daemon.path(), a),
         Command::Stats(a) => stats::run(&a.daemon.path(), a),

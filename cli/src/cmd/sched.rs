@@ -40,6 +40,7 @@ pub enum SchedCmd {
     ///   {"event": "new_vp", "job": "j1", "arch": "x86_64", "host": "h1"}   ("host" optional)
     ///   {"event": "vp_exit", "job": "j1", "vp": 3}
     ///   {"event": "job_exit", "job": "j1"}
+    ///   {"event": "suspend", "job": "j1"}   (and "resume")
     /// (and vp_back, vp_moved, vp_movable, as migd sends them). Unknown
     /// fields are refused. A processor's host is its id up to the first '/'
     /// ("host" may be given). A submit numbers its VPs from 0 architecture

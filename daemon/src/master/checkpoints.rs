@@ -32,6 +32,11 @@ impl Master {
             }
             return Vec::new();
         }
+        if j.suspended {
+            return err(format!(
+                "job {job} is suspended: its VPs reach no safe point until `mig resume {job}`"
+            ));
+        }
         let hosts: Option<Vec<(Tid, String)>> = j
             .vps
             .values()
@@ -250,7 +255,8 @@ impl Master {
                 .map(|e| e.max(j.ckpt.took.unwrap_or_default() * CKPT_SHARE));
             // (Only jobs whose every VP keeps its state through libmig: the
             // others never reach a safe point.)
-            let running = j.vps.values().all(|v| v.state.can_migrate() && v.movable);
+            let running =
+                !j.suspended && j.vps.values().all(|v| v.state.can_migrate() && v.movable);
             if every.is_some_and(|e| j.ckpt.last.is_none_or(|l| now.duration_since(l) >= e))
                 && j.ckpt.round.is_none()
                 && running

@@ -75,6 +75,7 @@ impl Master {
                 submitted_ms: self.wall_ns / 1_000_000,
                 hosts: BTreeSet::new(),
                 cpu_ms: 0,
+                suspended: false,
             },
         );
         let mut out = vec![
@@ -276,6 +277,139 @@ impl Master {
 
     /// `mig kill` of jobs whose VPs have not all ended by the deadline is
     /// answered with those VPs, and fails.
+    /// `mig suspend`: the job's VPs stop where they are and its processors
+    /// go to other jobs until `mig resume`.
+    pub(super) fn suspend(&mut self, from: Requester, job: &str) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        let Some(j) = self.jobs.get_mut(job) else {
+            return err(self.no_such_job(job));
+        };
+        if j.killed {
+            return err(format!("job {job} is being killed"));
+        }
+        if j.suspended {
+            return err(format!(
+                "job {job} is already suspended (`mig resume {job}`)"
+            ));
+        }
+        if j.ckpt.round.is_some() || j.ckpt.restart.is_some() {
+            return err(format!(
+                "job {job} is being checkpointed or restarted; try again when it is done"
+            ));
+        }
+        if let Some(v) = j
+            .vps
+            .values()
+            .find(|v| matches!(v.state, VpState::Moving(_) | VpState::Restoring))
+        {
+            return err(format!(
+                "VP t{:x} of job {job} is moving; try again when it has moved",
+                v.tid
+            ));
+        }
+        j.suspended = true;
+        let mut out = self.event(Event::Suspend {
+            job: job.to_string(),
+        });
+        let Some(j) = self.jobs.get_mut(job) else {
+            return out;
+        };
+        let mut by_host: BTreeMap<String, Vec<Tid>> = BTreeMap::new();
+        for v in j.vps.values_mut() {
+            if let (false, Some(h)) = (v.state.ended(), &v.host) {
+                v.held = true;
+                v.wants = None;
+                by_host.entry(h.clone()).or_default().push(v.tid);
+            }
+        }
+        let stopped: usize = by_host.values().map(Vec::len).sum();
+        let hosts: Vec<String> = by_host.keys().cloned().collect();
+        for (h, tids) in by_host {
+            out.push(Out::ToHost(h, PeerMsg::Hold { tids, hold: true }));
+        }
+        out.push(Out::Log(format!("job {job} suspended")));
+        out.push(Out::Reply(
+            from,
+            Response::Ok {
+                message: format!(
+                    "job {job} suspended: {} stopped{}",
+                    libmig::words::count(stopped as u64, "VP", "VPs"),
+                    if hosts.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" on {}", hosts.join(", "))
+                    }
+                ),
+            },
+        ));
+        out
+    }
+
+    /// `mig resume`: a suspended job is placed again (where its VPs are if
+    /// there is room there); its VPs run as soon as they have a place.
+    pub(super) fn resume(&mut self, from: Requester, job: &str) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        let Some(j) = self.jobs.get_mut(job) else {
+            return err(self.no_such_job(job));
+        };
+        if !j.suspended {
+            return err(format!("job {job} is not suspended"));
+        }
+        j.suspended = false;
+        let mut out = self.event(Event::Resume {
+            job: job.to_string(),
+        });
+        let waiting = self
+            .jobs
+            .get(job)
+            .map_or(0, |j| j.vps.values().filter(|v| v.held).count());
+        out.push(Out::Log(format!("job {job} resumed")));
+        out.push(Out::Reply(
+            from,
+            Response::Ok {
+                message: if waiting == 0 {
+                    format!("job {job} resumed")
+                } else {
+                    format!(
+                        "job {job} resumed; {} wait{} for room",
+                        libmig::words::count(waiting as u64, "VP", "VPs"),
+                        if waiting == 1 { "s" } else { "" }
+                    )
+                },
+            },
+        ));
+        out
+    }
+
+    /// A VP held by its job's suspension that the scheduler placed again:
+    /// its host lets it run (now, or in its slot).
+    pub(super) fn release_held(&mut self, job: &str, vp: u32) -> Vec<Out> {
+        let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        if !std::mem::replace(&mut v.held, false) {
+            return Vec::new();
+        }
+        match &v.host {
+            Some(h) => vec![Out::ToHost(
+                h.clone(),
+                PeerMsg::Hold {
+                    tids: vec![v.tid],
+                    hold: false,
+                },
+            )],
+            None => Vec::new(),
+        }
+    }
+
+    /// Why `job` is not a running job: it ended, or never was.
+    fn no_such_job(&self, job: &str) -> String {
+        match self.history.find(job) {
+            Some(_) => format!("job {job} has already ended"),
+            None => format!("no job {job:?}; `mig jobs` lists them"),
+        }
+    }
+
     pub(super) fn kill_overdue(&mut self, now: Instant) -> Vec<Out> {
         let mut out = Vec::new();
         let names: Vec<String> = self.jobs.keys().cloned().collect();
@@ -594,6 +728,7 @@ impl Master {
             .and_then(|h| self.hosts.get(h))
             .is_some_and(|h| h.alive && !h.facts.offered);
         let mut s = match &v.state {
+            _ if v.held => "suspended".to_string(),
             VpState::Waiting => "waiting".to_string(),
             VpState::Starting => "starting".to_string(),
             VpState::Moving(to) => format!("moving to {to}"),

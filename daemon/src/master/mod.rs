@@ -372,6 +372,8 @@ impl Master {
             Request::Input { job, data, eof } => self.input(from, &job, data, eof),
             Request::Jobs => vec![Out::Reply(from, Response::Jobs(self.job_list()))],
             Request::Wait { job } => self.wait_for(from, &job),
+            Request::Suspend { job } => self.suspend(from, &job),
+            Request::Resume { job } => self.resume(from, &job),
             // The server answers these from the files it keeps.
             Request::Logs { .. } => vec![Out::Reply(
                 from,

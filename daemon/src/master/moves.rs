@@ -13,7 +13,10 @@ impl Master {
         let mut out = Vec::new();
         for a in actions {
             match a {
-                Action::Start { job, vp, host, .. } => out.extend(self.place(&job, vp, &host)),
+                Action::Start { job, vp, host, .. } => {
+                    out.extend(self.release_held(&job, vp));
+                    out.extend(self.place(&job, vp, &host));
+                }
                 Action::Migrate {
                     job,
                     vp,
@@ -22,6 +25,8 @@ impl Master {
                     ..
                 } => {
                     if self.is_alive(&from_host) {
+                        // (Its process goes on to its safe point, then ends.)
+                        out.extend(self.release_held(&job, vp));
                         out.extend(self.place(&job, vp, &to_host));
                         continue;
                     }
@@ -63,6 +68,11 @@ impl Master {
                     }
                 }
                 Action::Hold { job, vp, .. } => {
+                    // A suspended job's VPs stay where they are: its host
+                    // holds them (`suspend`).
+                    if self.jobs.get(&*job).is_some_and(|j| j.suspended) {
+                        continue;
+                    }
                     // A VP whose process lives on (stopped on a host its owner
                     // took back) stays where it is until a processor is free.
                     let hosts = &self.hosts;

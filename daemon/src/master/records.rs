@@ -96,6 +96,9 @@ pub(super) struct VpRec {
     pub(super) released: bool,
     /// When its process first started (ms since the Unix epoch).
     pub(super) started_ms: Option<u64>,
+    /// Its host holds it stopped (its job was suspended) until the
+    /// scheduler places it again.
+    pub(super) held: bool,
 }
 
 impl VpRec {
@@ -115,6 +118,7 @@ impl VpRec {
             movable: false,
             released: false,
             started_ms: None,
+            held: false,
         }
     }
 }
@@ -152,6 +156,8 @@ pub(super) struct JobRec {
     pub(super) hosts: BTreeSet<String>,
     /// CPU time of its VPs' processes that have ended (each VP's last).
     pub(super) cpu_ms: u64,
+    /// Suspended (`mig suspend`) and not resumed since.
+    pub(super) suspended: bool,
 }
 
 impl JobRec {
@@ -159,6 +165,7 @@ impl JobRec {
     /// since the Unix epoch) with a status.
     pub(super) fn info(&self, id: &str, ended: Option<(u64, i32)>) -> JobInfo {
         let state = match ended {
+            None if self.suspended => "suspended",
             None => "running",
             Some(_) if self.killed => "killed",
             Some(_) => "exited",

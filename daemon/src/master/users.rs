@@ -93,9 +93,11 @@ impl Master {
             Request::Spawn(_) => None,
             Request::Kill { target } => theirs(target),
             Request::Migrate { tid, .. } => theirs(tid),
-            Request::Checkpoint { job } | Request::Restart { job } | Request::Input { job, .. } => {
-                theirs(job)
-            }
+            Request::Checkpoint { job }
+            | Request::Restart { job }
+            | Request::Input { job, .. }
+            | Request::Suspend { job }
+            | Request::Resume { job } => theirs(job),
             Request::Owner { .. }
             | Request::Halt
             | Request::TokenCreate { .. }

@@ -94,6 +94,17 @@ pub enum Event {
         /// The job.
         job: String,
     },
+    /// A job is suspended (`mig suspend`): it leaves the map, its VPs are
+    /// held where they are (their cells free for others) until `Resume`.
+    Suspend {
+        /// The job.
+        job: String,
+    },
+    /// A suspended job may run again: it is placed as a waiting job is.
+    Resume {
+        /// The job.
+        job: String,
+    },
 }
 
 /// Something the daemons must do.
@@ -238,6 +249,14 @@ pub enum SchedError {
     /// A submission without any VP.
     #[error("job {0:?} has no VPs")]
     NoVps(String),
+    /// `Suspend` of a suspended job, or `Resume` of one that is not.
+    #[error("job {job:?} is {}", if *.suspended { "already suspended" } else { "not suspended" })]
+    Suspension {
+        /// Job id.
+        job: String,
+        /// Whether it is suspended.
+        suspended: bool,
+    },
     /// More VPs than one job may have.
     #[error("job {0:?} would have more than {MAX_VPS} VPs")]
     TooManyVps(String),

@@ -247,3 +247,42 @@ fn a_vp_moved_by_hand_stays_where_it_was_put() {
     let v = s.job_view("j1").unwrap();
     assert!(v.placement[&1].starts_with(&there), "{v:?}");
 }
+
+#[test]
+fn a_suspended_job_gives_its_cells_to_others_and_is_placed_again_when_resumed() {
+    for placement in Placement::ALL {
+        let mut s = Scheduler::new(SchedConfig {
+            max_slots: 1,
+            ..placement.config()
+        });
+        for e in processors(2) {
+            s.on_event(e).unwrap();
+        }
+        s.on_event(submit("a", 2)).unwrap();
+        s.on_event(submit("b", 2)).unwrap();
+        assert!(waiting(&s, "b"), "{placement}: one slot, b waits");
+        // a is suspended: its VPs are held where they are, b takes its place.
+        let acts = s.on_event(Event::Suspend { job: "a".into() }).unwrap();
+        s.check_invariants().unwrap();
+        let held = acts
+            .iter()
+            .filter(|x| matches!(x, Action::Hold { job, .. } if &**job == "a"))
+            .count();
+        assert_eq!(held, 2, "{placement}: {acts:?}");
+        assert!(s.job_view("a").unwrap().suspended);
+        assert!(!waiting(&s, "b"), "{placement}: b runs in a's cells");
+        // Suspended twice, or resumed while running: refused, nothing changes.
+        let err = s.on_event(Event::Suspend { job: "a".into() }).unwrap_err();
+        assert!(err.to_string().contains("already suspended"), "{err}");
+        let err = s.on_event(Event::Resume { job: "b".into() }).unwrap_err();
+        assert!(err.to_string().contains("not suspended"), "{err}");
+        // Resumed while b holds the only slot: a waits, then runs when b ends.
+        s.on_event(Event::Resume { job: "a".into() }).unwrap();
+        assert!(!s.job_view("a").unwrap().suspended);
+        assert!(waiting(&s, "a"), "{placement}");
+        let acts = s.on_event(exit("b")).unwrap();
+        s.check_invariants().unwrap();
+        assert!(!waiting(&s, "a"), "{placement}: {acts:?}");
+        assert_eq!(s.vp_count(), 2);
+    }
+}

@@ -50,6 +50,7 @@ pub struct Generator {
     jobs: BTreeMap<String, Vec<u32>>,
     next_vp: BTreeMap<String, u32>,
     next_job: usize,
+    suspended: std::collections::BTreeSet<String>,
 }
 
 impl Generator {
@@ -64,6 +65,7 @@ impl Generator {
             jobs: BTreeMap::new(),
             next_vp: BTreeMap::new(),
             next_job: 0,
+            suspended: Default::default(),
         }
     }
 
@@ -179,15 +181,26 @@ impl Generator {
                     let left: Vec<u32> = vps.into_iter().filter(|&v| v != vp).collect();
                     if left.is_empty() {
                         self.jobs.remove(&job);
+                        self.suspended.remove(&job);
                     } else {
                         self.jobs.insert(job.clone(), left);
                     }
                     return Event::VpExit { job, vp };
                 }
-                86..=99 if self.jobs.len() > self.shape.target_jobs / 2 => {
+                86..=88 if !self.jobs.is_empty() => {
+                    let k = self.below(self.jobs.len());
+                    let job = self.jobs.keys().nth(k).cloned().unwrap_or_default();
+                    if self.suspended.remove(&job) {
+                        return Event::Resume { job };
+                    }
+                    self.suspended.insert(job.clone());
+                    return Event::Suspend { job };
+                }
+                89..=99 if self.jobs.len() > self.shape.target_jobs / 2 => {
                     let k = self.below(self.jobs.len());
                     let job = self.jobs.keys().nth(k).cloned().unwrap_or_default();
                     self.jobs.remove(&job);
+                    self.suspended.remove(&job);
                     return Event::JobExit { job };
                 }
                 _ => continue,

@@ -235,6 +235,7 @@ impl Daemon {
                 self.slicer.install(t);
                 self.drive_slicer();
             }
+            PeerMsg::Hold { tids, hold } => self.hold_vps(&tids, hold),
             PeerMsg::Halt => {
                 log!("halt requested");
                 self.begin_halt();

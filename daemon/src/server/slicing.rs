@@ -100,10 +100,17 @@ impl Daemon {
                     .map(|v| v.pid)
                     .collect()
             };
+            // A VP held since the switch was planned is not continued.
+            let cont: Vec<Tid> = plan
+                .cont
+                .iter()
+                .copied()
+                .filter(|&t| !self.slicer.held(t))
+                .collect();
             let a = Armed {
                 ideal_ns: plan.ideal_ns,
                 stop: pids(&plan.stop),
-                cont: pids(&plan.cont),
+                cont: pids(&cont),
                 ..Armed::default()
             };
             // (The loop comes here on every event: the lock, and the look
@@ -131,6 +138,35 @@ impl Daemon {
             }
         } else {
             self.armed_as = None;
+        }
+    }
+
+    /// The master holds `tids` stopped (their job is suspended) or lets
+    /// them run again: stopped at once; released, continued at once if
+    /// their slot runs (and the owner has not the host), else at their slot.
+    pub(super) fn hold_vps(&mut self, tids: &[Tid], hold: bool) {
+        if hold {
+            self.slicer.hold(tids);
+            self.signal_tids(tids, Signal::SIGSTOP);
+        } else {
+            let cont = self.slicer.release(tids);
+            // While the owner has the host nobody runs: its release
+            // continues whoever may run then.
+            if self.owner.offered() {
+                self.signal_tids(&cont, Signal::SIGCONT);
+            }
+        }
+        self.drive_slicer();
+    }
+
+    fn signal_tids(&self, tids: &[Tid], sig: Signal) {
+        for t in tids {
+            // (A VP on its way to a safe point is left to reach it.)
+            if let Some(v) = self.vps.by_tid.get(t).filter(|v| v.exit.is_none()) {
+                if !self.moves.let_run(*t) {
+                    v.signal(sig);
+                }
+            }
         }
     }
 }

@@ -113,6 +113,17 @@ pub enum Request {
         /// Where to start.
         offset: u64,
     },
+    /// Stop a job's VPs where they are and give its processors to others
+    /// until `Resume` (`mig suspend`).
+    Suspend {
+        /// The job.
+        job: String,
+    },
+    /// Let a suspended job run again (`mig resume`).
+    Resume {
+        /// The job.
+        job: String,
+    },
 }
 
 /// A job as `mig jobs` lists it: running, or ended and kept in the
@@ -131,7 +142,7 @@ pub struct JobInfo {
     pub vps: u32,
     /// Hosts its VPs ran on.
     pub hosts: Vec<String>,
-    /// `running`, `exited` or `killed`.
+    /// `running`, `suspended`, `exited` or `killed`.
     pub state: String,
     /// When it was submitted (ms since the Unix epoch).
     pub submitted_ms: u64,

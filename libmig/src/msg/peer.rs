@@ -385,12 +385,21 @@ pub enum PeerMsg {
         /// The signal number (checked with `signal_ok`).
         signal: i32,
     },
+    /// Master to a host: keep these VPs stopped whatever the slot table
+    /// says (`hold`, their job is suspended), or let them run again.
+    Hold {
+        /// The VPs.
+        tids: Vec<Tid>,
+        /// Stop and hold them (`false`: release them).
+        hold: bool,
+    },
 }
 
 impl PeerMsg {
     /// The message's name, for logs.
     pub fn name(&self) -> &'static str {
         match self {
+            PeerMsg::Hold { .. } => "Hold",
             PeerMsg::Hello { .. } => "Hello",
             PeerMsg::Challenge { .. } => "Challenge",
             PeerMsg::Proof { .. } => "Proof",

@@ -182,6 +182,12 @@ impl Scheduler {
                 pinned,
             },
         );
+        if self.job(k).suspended {
+            // Held with the rest of its job until it is resumed.
+            self.hold_unplaced(k, ctx);
+            self.waiting.remove(&k);
+            return Ok(());
+        }
         if self.job(k).columns.is_empty() {
             self.place_fresh(k, ctx);
             return Ok(());
@@ -271,7 +277,7 @@ impl Scheduler {
                 job: job.to_string(),
                 vp,
             })?;
-        if !std::mem::replace(&mut v.pinned, false) || v.row.is_some() {
+        if !std::mem::replace(&mut v.pinned, false) || v.row.is_some() || self.job(k).suspended {
             return Ok(());
         }
         self.waiting.insert(k);
@@ -414,6 +420,55 @@ impl Scheduler {
         self.remove_job(k, ctx);
         self.drop_empty_columns(ctx);
         self.room_freed(ctx);
+        Ok(())
+    }
+
+    /// `mig suspend`: the job gives up its cells and its VPs are held where
+    /// they are; it is not placed again until resumed.
+    pub(super) fn suspend(&mut self, job: &str, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        if self.job(k).suspended {
+            return Err(SchedError::Suspension {
+                job: job.to_string(),
+                suspended: true,
+            });
+        }
+        self.apply(k, Vec::new(), &[], &[], ctx);
+        let j = self.job_mut(k);
+        j.suspended = true;
+        // A held VP it had goes on being held, and said so again.
+        for v in j.vps.values_mut() {
+            v.held = true;
+        }
+        self.waiting.remove(&k);
+        self.retry.remove(&k);
+        if self.reserved.is_some_and(|(holder, _)| holder == k) {
+            self.reserved = None;
+        }
+        self.drop_empty_columns(ctx);
+        self.room_freed(ctx);
+        Ok(())
+    }
+
+    /// `mig resume`: a suspended job waits for its place again, as if it
+    /// had just been held (its submission order kept).
+    pub(super) fn resume(&mut self, job: &str, ctx: &mut Ctx) -> Result<(), SchedError> {
+        let k = self.key(job)?;
+        if !self.job(k).suspended {
+            return Err(SchedError::Suspension {
+                job: job.to_string(),
+                suspended: false,
+            });
+        }
+        let seq = self.job(k).seq;
+        self.job_mut(k).suspended = false;
+        self.waiting.insert(k);
+        if self.cfg.backfill {
+            // Tried at this event's admission, old as it is.
+            self.admitted_upto = self.admitted_upto.min(seq);
+        } else {
+            self.place_fresh(k, ctx);
+        }
         Ok(())
     }
 }

@@ -123,6 +123,8 @@ struct Job {
     seq: u64,
     /// Younger jobs placed while it waited.
     passed: u32,
+    /// Suspended (`Event::Suspend`): no cells, every VP held, not admitted.
+    suspended: bool,
     vps: BTreeMap<u32, Vp>,
     next_vp: u32,
     /// Column ids the job occupies (round order not implied).
@@ -146,6 +148,7 @@ impl Job {
             id: id.into(),
             seq,
             passed: 0,
+            suspended: false,
             vps: BTreeMap::new(),
             next_vp,
             columns,
@@ -209,6 +212,8 @@ pub struct JobView {
     pub slots: Vec<usize>,
     /// `max_i n_i / a_i` of its current assignment (per slot it runs in).
     pub t_min: f64,
+    /// Suspended: every VP held until it is resumed.
+    pub suspended: bool,
 }
 
 /// MTAT's input for one job on a set of rows (see `Scheduler::pool_input`).
@@ -399,6 +404,7 @@ impl Scheduler {
                 .collect(),
             slots,
             t_min: self.current_t(k),
+            suspended: j.suspended,
         })
     }
 
@@ -489,6 +495,8 @@ impl Scheduler {
             Event::VpMovable { job, vp } => self.vp_movable(&job, vp, &mut ctx)?,
             Event::VpExit { job, vp } => self.vp_exit(&job, vp, &mut ctx)?,
             Event::JobExit { job } => self.job_exit(&job, &mut ctx)?,
+            Event::Suspend { job } => self.suspend(&job, &mut ctx)?,
+            Event::Resume { job } => self.resume(&job, &mut ctx)?,
         }
         // A VP moved by hand stays where it was put: the map only follows.
         if self.cfg.backfill && !moved_by_hand {
@@ -682,6 +690,9 @@ impl Scheduler {
             }
             if !rows.is_empty() && j.columns.is_empty() {
                 return Err(format!("job {}: placed VPs but no slot", j.id));
+            }
+            if j.suspended && (!rows.is_empty() || !j.columns.is_empty()) {
+                return Err(format!("job {} is suspended but holds cells", j.id));
             }
             for &c in &j.columns {
                 let col = self
