@@ -12,7 +12,16 @@ pub fn map(
     caps: &[Option<f64>],
     slots: &[Vec<TableCell>],
     running: Option<usize>,
+    independent: &[String],
 ) -> String {
+    // A free cell an independent job's VP on that processor fills.
+    let filler = |p: &str| -> Option<String> {
+        slots
+            .iter()
+            .flatten()
+            .find(|c| c.processor == p && independent.contains(&c.job))
+            .map(|c| format!("({})", c.job))
+    };
     let cell = |s: usize, p: &str| -> String {
         slots[s]
             .iter()
@@ -24,6 +33,7 @@ pub fn map(
                     c.job.clone()
                 }
             })
+            .or_else(|| filler(p))
             .unwrap_or_else(|| ".".into())
     };
     let head = procs
@@ -103,6 +113,7 @@ mod tests {
             &[Some(1.0), Some(2.5)],
             &slots,
             Some(1),
+            &[],
         );
         let lines: Vec<&str> = text.lines().collect();
         assert!(
@@ -114,5 +125,34 @@ mod tests {
         assert!(lines[1].contains("×2.50"), "{text}");
         assert!(lines[1].contains("J2"));
         assert!(lines[2].contains("T2*"));
+    }
+
+    #[test]
+    fn a_free_cell_an_independent_vp_fills_is_marked() {
+        let cell = |p: &str, job: &str| TableCell {
+            processor: p.into(),
+            job: job.into(),
+            vps: vec![0],
+        };
+        // J2 (independent) holds p2 in slot 1; slot 2 has p2 free: J2
+        // fills it. p1 is free in slot 1 and no independent job is there.
+        let slots = vec![vec![cell("p2", "J2")], vec![cell("p1", "J1")]];
+        let text = map(
+            &["p1".into(), "p2".into()],
+            &[None, None],
+            &slots,
+            None,
+            &["J2".into()],
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].contains(". ") || lines[0].contains(".  "),
+            "{text}"
+        );
+        assert!(!lines[0].contains("(J"), "{text}");
+        assert!(
+            lines[1].contains("J2") && lines[1].contains("(J2)"),
+            "{text}"
+        );
     }
 }

@@ -70,6 +70,15 @@ impl LocalVp {
         }
     }
 
+    /// CPU time (ms) its whole process tree has used: its cell's, else
+    /// its own process's (and the children it waited for).
+    pub fn cpu_ms(&self) -> Option<u64> {
+        match self.cell.as_ref().and_then(Cell::cpu_used) {
+            Some(d) => Some(d.as_millis() as u64),
+            None => crate::owner::load::cpu_ms(self.pid as u32),
+        }
+    }
+
     /// Its processes: those of its cell, else its own.
     pub fn pids(&self) -> Vec<i32> {
         let mut pids = self.cell.as_ref().map(Cell::pids).unwrap_or_default();

@@ -24,9 +24,9 @@ use thiserror::Error;
 pub const MAGIC: [u8; 2] = *b"MG";
 /// Protocol major version: a peer with another major is refused. Bumped on
 /// any change to a message type (postcard does not describe its schema).
-pub const MAJOR: u8 = 9;
+pub const MAJOR: u8 = 10;
 /// Protocol minor version (informational).
-pub const MINOR: u8 = 1;
+pub const MINOR: u8 = 0;
 /// Header size in bytes.
 pub const HEADER: usize = 12;
 /// Largest body accepted: 64 MiB of payload plus room for the message.

@@ -129,6 +129,11 @@ fn peer_msgs() -> Vec<PeerMsg> {
             data: b"10\n4\n".to_vec(),
             eof: true,
         },
+        PeerMsg::Hold {
+            tids: vec![0x40001, 0x40002],
+            hold: true,
+        },
+        PeerMsg::Usage(vec![(0x40001, 1250)]),
     ]
 }
 
@@ -166,6 +171,7 @@ fn requests() -> Vec<Request> {
             data: b"yes\n".to_vec(),
             eof: false,
         },
+        Request::Suspend { job: "j1".into() },
     ]
 }
 

@@ -218,6 +218,38 @@ fn the_map_shows_each_processors_capacity_and_a_legend() {
     assert!(text.contains("h0/0") && text.contains("×2.50"), "{text}");
     assert!(text.contains("legend:"), "{text}");
     assert!(vm.mig(&["kill", "j1"]).status.success());
+    // One VP of j2 on one processor, then a bag of tasks j3 over both in a
+    // slot of its own: its VP on the other processor fills the free cell
+    // beside j2, and the map says so.
+    vm.mig_ok(&["spawn", "--", "/bin/sleep", "10"]);
+    vm.mig_ok(&[
+        "spawn",
+        "--independent",
+        "-n",
+        "2",
+        "--",
+        "/bin/sleep",
+        "10",
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(10), || stdout(&vm.mig(&["map"]))
+            .contains("(j3)")),
+        "{}",
+        stdout(&vm.mig(&["map"]))
+    );
+    let json = vm.json(&["map"]);
+    assert!(
+        json["slots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s.as_array().into_iter().flatten())
+            .any(|c| c["job"] == "j3" && c["independent"] == true),
+        "{json}"
+    );
+    for j in ["j2", "j3"] {
+        vm.mig_ok(&["kill", j]);
+    }
 }
 
 #[test]
@@ -304,5 +336,34 @@ fn a_suspended_job_stops_where_it_is_gives_its_processors_away_and_resumes() {
     assert_eq!(job_json(&vm, 0, &j).expect("listed")["state"], "running");
     let out = vm.mig(&["resume", &j]);
     assert!(stderr(&out).contains("not suspended"), "{}", stderr(&out));
+    vm.mig_ok(&["kill", &j]);
+}
+
+#[test]
+fn ps_and_jobs_show_the_cpu_time_of_running_vps() {
+    let vm = Vm::start(1);
+    let out = vm.mig_ok(&["spawn", "--", "/bin/sh", "-c", "while :; do :; done"]);
+    let j = stdout(&out).trim().to_string();
+    // Hosts say every couple of seconds what their VPs have used.
+    let cpu = || -> u64 {
+        let ps = vm.json(&["ps", &j]);
+        ps.as_array()
+            .and_then(|a| a.first())
+            .and_then(|v| v["cpu_ms"].as_u64())
+            .unwrap_or(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || cpu() >= 300),
+        "the busy VP's CPU time shows in mig ps"
+    );
+    let listed = job_json(&vm, 0, &j).expect("listed");
+    assert!(listed["cpu_ms"].as_u64() >= Some(300), "{listed}");
+    let ps = stdout(&vm.mig(&["ps"]));
+    assert!(
+        ps.lines().next().is_some_and(|h| h.contains(" CPU ")),
+        "{ps}"
+    );
+    let show = stdout(&vm.mig(&["show", &j]));
+    assert!(show.contains("CPU=") && show.contains("(so far)"), "{show}");
     vm.mig_ok(&["kill", &j]);
 }

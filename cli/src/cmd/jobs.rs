@@ -206,8 +206,9 @@ pub fn show(daemon: &Path, a: ShowArgs) -> Result<()> {
         j.ended_ms.map_or("-".into(), local_time),
         span(elapsed(j))
     );
-    if let Some(s) = j.status {
-        println!("   ExitStatus={s} CPU={}", span(j.cpu_ms));
+    match j.status {
+        Some(s) => println!("   ExitStatus={s} CPU={}", span(j.cpu_ms)),
+        None => println!("   CPU={} (so far)", span(j.cpu_ms)),
     }
     for v in &vps {
         println!(

@@ -11,7 +11,7 @@ use migd::sched::TableCell;
 pub struct Args {
     #[command(flatten)]
     pub daemon: super::Daemon,
-    /// Print JSON: {"processors": [...], "slots": [[{processor, job, vps}], ...], "now": slot}.
+    /// Print JSON: {"processors": [...], "slots": [[{processor, job, vps, independent}], ...], "now": slot}.
     #[arg(long)]
     json: bool,
 }
@@ -33,6 +33,14 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         );
         return Ok(());
     }
+    let mut independent: Vec<String> = slots
+        .iter()
+        .flatten()
+        .filter(|c| c.independent)
+        .map(|c| c.job.clone())
+        .collect();
+    independent.sort();
+    independent.dedup();
     let slots: Vec<Vec<TableCell>> = slots
         .into_iter()
         .map(|s| {
@@ -62,14 +70,20 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         .collect();
     print!(
         "{}",
-        crate::render::map(&processors, &caps, &slots, now.map(|n| n as usize))
+        crate::render::map(
+            &processors,
+            &caps,
+            &slots,
+            now.map(|n| n as usize),
+            &independent
+        )
     );
     if !processors.is_empty() {
         println!(
             "legend: a row per processor (×C its capacity: MTAT gives faster ones more VPs), \
              a column per time slot (T3* runs now);\n        \
-             j2 a job's cell, j2×3 three of its VPs sharing the processor, . free \
-             (an --independent job's VPs may fill it)"
+             j2 a job's cell, j2×3 three of its VPs sharing the processor, \
+             (j3) a free cell that --independent job j3's VP there fills, . free"
         );
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! `mig ps`: every VP (or a job's, or a host's) with its Tid, job, host,
-//! pid and state.
+//! pid, elapsed and CPU time, state and command.
 
 use std::path::Path;
 
@@ -32,15 +32,15 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             .map(|v| {
                 serde_json::json!({"tid": format!("t{:x}", v.tid), "job": v.job, "vp": v.vp,
                     "host": v.host, "pid": v.pid, "state": v.state, "movable": v.movable,
-                    "command": v.command, "started_ms": v.started_ms})
+                    "command": v.command, "started_ms": v.started_ms, "cpu_ms": v.cpu_ms})
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));
         return Ok(());
     }
     println!(
-        "{:<10} {:<6} {:>4} {:<10} {:>8} {:>8}  {:<10} COMMAND",
-        "TID", "JOB", "VP", "HOST", "PID", "ELAPSED", "STATE"
+        "{:<10} {:<6} {:>4} {:<10} {:>8} {:>8} {:>7}  {:<10} COMMAND",
+        "TID", "JOB", "VP", "HOST", "PID", "ELAPSED", "CPU", "STATE"
     );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -54,14 +54,16 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         if command.chars().count() > 40 {
             command = command.chars().take(39).collect::<String>() + "…";
         }
+        let cpu = v.cpu_ms.map_or("-".into(), super::jobs::span);
         println!(
-            "t{:<9x} {:<6} {:>4} {:<10} {:>8} {:>8}  {:<10} {}",
+            "t{:<9x} {:<6} {:>4} {:<10} {:>8} {:>8} {:>7}  {:<10} {}",
             v.tid,
             v.job,
             v.vp,
             v.host.as_deref().unwrap_or("-"),
             pid,
             elapsed,
+            cpu,
             v.state,
             command
         );

@@ -386,7 +386,7 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         .processors()
         .map(|(_, p)| Some(p.capacity))
         .collect();
-    print!("{}", render::map(&procs, &caps, &sched.table(), None));
+    print!("{}", render::map(&procs, &caps, &sched.table(), None, &[]));
     for id in sched.job_ids() {
         if let Some(v) = sched.job_view(&id) {
             let waiting = if v.waiting.is_empty() {

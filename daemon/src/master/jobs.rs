@@ -402,6 +402,20 @@ impl Master {
         }
     }
 
+    /// A host's word on the CPU time its running VPs have used.
+    pub(super) fn usage(&mut self, host: &str, used: Vec<(Tid, u64)>) {
+        for (tid, ms) in used {
+            let Some((job, vp)) = self.tids.get(&tid) else {
+                continue;
+            };
+            if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(vp)) {
+                if v.host.as_deref() == Some(host) && !v.state.ended() {
+                    v.cpu_ms = Some(ms);
+                }
+            }
+        }
+    }
+
     /// Why `job` is not a running job: it ended, or never was.
     fn no_such_job(&self, job: &str) -> String {
         match self.history.find(job) {
@@ -511,6 +525,7 @@ impl Master {
             }
             v.state = VpState::Exited;
             v.exit = Some(status.clone());
+            v.cpu_ms = status.cpu_ms.or(v.cpu_ms);
             j.cpu_ms += status.cpu_ms.unwrap_or(0);
             out.push(Out::Log(format!(
                 "VP t{tid:x} ({job}/{vp}) on {host}: {status}"
@@ -714,6 +729,7 @@ impl Master {
                         .collect::<Vec<_>>()
                         .join(" "),
                     started_ms: v.started_ms,
+                    cpu_ms: v.cpu_ms,
                 });
             }
         }

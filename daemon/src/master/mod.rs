@@ -312,6 +312,10 @@ impl Master {
             PeerMsg::Parked { tid } => self.parked(host, tid),
             PeerMsg::Movable { tid } => self.movable(host, tid),
             PeerMsg::Slicing(r) => self.slicing_report(host, r),
+            PeerMsg::Usage(used) => {
+                self.usage(host, used);
+                Vec::new()
+            }
             PeerMsg::Snap {
                 tid,
                 step: SnapStep::Paused { id, sent },
@@ -340,6 +344,10 @@ impl Master {
                     .map(|s| {
                         s.into_iter()
                             .map(|c| MapCell {
+                                independent: self
+                                    .jobs
+                                    .get(&c.job)
+                                    .is_some_and(|j| j.spec.independent),
                                 processor: c.processor,
                                 job: c.job,
                                 vps: c.vps,

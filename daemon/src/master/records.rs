@@ -99,6 +99,9 @@ pub(super) struct VpRec {
     /// Its host holds it stopped (its job was suspended) until the
     /// scheduler places it again.
     pub(super) held: bool,
+    /// CPU time (ms) its process has used, as its host last said (final
+    /// once it has ended).
+    pub(super) cpu_ms: Option<u64>,
 }
 
 impl VpRec {
@@ -119,6 +122,7 @@ impl VpRec {
             released: false,
             started_ms: None,
             held: false,
+            cpu_ms: None,
         }
     }
 }
@@ -181,7 +185,14 @@ impl JobRec {
             submitted_ms: self.submitted_ms,
             ended_ms: ended.map(|(t, _)| t),
             status: ended.map(|(_, s)| s),
-            cpu_ms: self.cpu_ms,
+            // Ended processes, and those running as their hosts last said.
+            cpu_ms: self.cpu_ms
+                + self
+                    .vps
+                    .values()
+                    .filter(|v| !v.state.ended())
+                    .filter_map(|v| v.cpu_ms)
+                    .sum::<u64>(),
         }
     }
 }

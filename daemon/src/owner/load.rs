@@ -75,16 +75,31 @@ fn ticks_per_s() -> f64 {
 /// with `waits`, plus the time its main thread waited for a processor
 /// (from /proc/PID/schedstat): what it wanted, not only what it got.
 fn proc_times(pid: u32, waits: bool) -> Option<(u64, u64)> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold anything: fields
-    // are counted from the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f = stat_fields(pid)?;
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
     let start: u64 = f.get(19)?.parse().ok()?;
     let waited = if waits { waited_ticks(pid) } else { 0 };
     Some((start, utime + stime + waited))
+}
+
+/// The fields of /proc/PID/stat after the command name (which is in
+/// parentheses and may hold anything: fields are counted from the last
+/// ')'), the state first.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// CPU time (ms, user and system) process `pid` has used, with that of
+/// the children it has waited for.
+pub fn cpu_ms(pid: u32) -> Option<u64> {
+    let f = stat_fields(pid)?;
+    let ticks: u64 = (11..=14)
+        .map(|i| f.get(i)?.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    Some((ticks as f64 * 1000.0 / ticks_per_s()) as u64)
 }
 
 /// Ticks process `pid`'s main thread spent runnable but waiting for a

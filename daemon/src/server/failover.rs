@@ -481,7 +481,11 @@ impl Daemon {
     pub(super) fn keep_unsent(&mut self, msg: PeerMsg) {
         if matches!(
             msg,
-            PeerMsg::Heartbeat | PeerMsg::LeaseAsk { .. } | PeerMsg::Owner(_) | PeerMsg::Slicing(_)
+            PeerMsg::Heartbeat
+                | PeerMsg::LeaseAsk { .. }
+                | PeerMsg::Owner(_)
+                | PeerMsg::Slicing(_)
+                | PeerMsg::Usage(_)
         ) {
             return;
         }

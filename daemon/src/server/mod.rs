@@ -83,6 +83,8 @@ const ARM_AHEAD: Duration = Duration::from_millis(10);
 /// Shared buffers and mappings of them unused this long are let go: a
 /// stream that ended leaves nothing behind in the daemon.
 const POOL_IDLE: Duration = Duration::from_secs(5);
+/// How often a host tells the master its VPs' CPU times.
+const USAGE_EVERY: Duration = Duration::from_secs(2);
 
 /// migd's niceness where it may raise itself: above the owner's and other
 /// users' programs (0), far above VPs (`vp_nice`, 10 by default).
@@ -179,6 +181,8 @@ pub struct Daemon {
     inbox: libmig::pool::Inbox,
     /// When buffers and mappings unused for a while were last let go.
     pools_trimmed: Instant,
+    /// When the VPs' CPU times were last sent to the master.
+    usage_sent: Instant,
     /// Which local VPs run in the slot in force.
     slicer: Slicer,
     /// Carries out slot switches at their instants, and the switch armed.
@@ -341,6 +345,7 @@ impl Daemon {
             outbox: Default::default(),
             inbox: Default::default(),
             pools_trimmed: Instant::now(),
+            usage_sent: Instant::now(),
             slicer: Slicer::default(),
             switcher,
             armed: None,
@@ -566,6 +571,20 @@ impl Daemon {
         }
         if let Some(r) = self.slicer.report() {
             self.report(PeerMsg::Slicing(r));
+        }
+        // So does, every couple of seconds, the CPU time of each VP (`mig ps`).
+        if self.usage_sent.elapsed() >= USAGE_EVERY {
+            self.usage_sent = Instant::now();
+            let used: Vec<(Tid, u64)> = self
+                .vps
+                .by_tid
+                .iter()
+                .filter(|(_, v)| v.exit.is_none())
+                .filter_map(|(&t, v)| Some((t, v.cpu_ms()?)))
+                .collect();
+            if !used.is_empty() {
+                self.report(PeerMsg::Usage(used));
+            }
         }
         if let Some(link) = self.role.link() {
             self.send_peer(link, &PeerMsg::Heartbeat);

@@ -249,7 +249,7 @@ pub struct VpInfo {
     pub host: Option<String>,
     /// Process id there, once started.
     pub pid: Option<u32>,
-    /// `starting`, `running`, `waiting`, `exited`.
+    /// `starting`, `running`, `waiting`, `suspended`, `exited`, ...
     pub state: String,
     /// Whether its program has said it can be moved (libmig's
     /// `init_or_restore`); a VP that has not is never moved.
@@ -259,6 +259,9 @@ pub struct VpInfo {
     /// When its process first started (ms since the Unix epoch; a move
     /// keeps it).
     pub started_ms: Option<u64>,
+    /// CPU time its process (and the processes it started) has used, as
+    /// its host last said (every couple of seconds).
+    pub cpu_ms: Option<u64>,
 }
 
 /// One cell of the allocation map.
@@ -270,6 +273,9 @@ pub struct MapCell {
     pub job: String,
     /// The job's VP indices there.
     pub vps: Vec<u32>,
+    /// The job was spawned `--independent`: its VPs there also run in any
+    /// slot whose cell on this processor is free (Concurrent Gang).
+    pub independent: bool,
 }
 
 /// A control reply.

@@ -393,6 +393,9 @@ pub enum PeerMsg {
         /// Stop and hold them (`false`: release them).
         hold: bool,
     },
+    /// Host to master, every couple of seconds: the CPU time (ms) each of
+    /// its running VPs has used.
+    Usage(Vec<(Tid, u64)>),
 }
 
 impl PeerMsg {
@@ -400,6 +403,7 @@ impl PeerMsg {
     pub fn name(&self) -> &'static str {
         match self {
             PeerMsg::Hold { .. } => "Hold",
+            PeerMsg::Usage(_) => "Usage",
             PeerMsg::Hello { .. } => "Hello",
             PeerMsg::Challenge { .. } => "Challenge",
             PeerMsg::Proof { .. } => "Proof",
