@@ -1,5 +1,5 @@
-//! Small SVG charts for `mig sim --plot`: written by hand (no dependency),
-//! meant to be opened in a browser.
+//! Small SVG charts for `mig sim --plot` and `mig stats --plot`: written
+//! by hand (no dependency), meant to be opened in a browser.
 
 use std::fmt::Write;
 
@@ -254,6 +254,146 @@ fn series_line(
         escape(name)
     );
 }
+
+/// `mig stats --plot`: a row per host, a bar per slot between two of its
+/// switches coloured by the job(s) that slot ran, a red tick where each
+/// switch actually happened (its lateness), over the last (up to 40) slots.
+pub fn slot_timeline(quantum_ns: u64, hosts: &[libmig::msg::HostTimeline]) -> String {
+    const QUANTA: u64 = 40;
+    let q = quantum_ns.max(1);
+    let end = hosts
+        .iter()
+        .flat_map(|h| h.switches.last())
+        .map(|s| s.ideal_ns + q)
+        .max()
+        .unwrap_or(q);
+    // The last QUANTA slots, or fewer if the hosts have switched fewer.
+    let first = hosts
+        .iter()
+        .flat_map(|h| h.switches.first())
+        .map(|s| s.ideal_ns)
+        .min()
+        .unwrap_or(0);
+    let start = end.saturating_sub(QUANTA * q).max(first);
+    let shown_quanta = (end - start).div_ceil(q);
+    let (w, row, left, right, top) = (900.0, 34.0, 70.0, 20.0, 50.0);
+    let bottom = 70.0;
+    let h = top + row * hosts.len().max(1) as f64 + bottom;
+    let px = |t: u64| {
+        left + (t.saturating_sub(start)) as f64 / (end - start).max(1) as f64 * (w - left - right)
+    };
+    let mut jobs: Vec<&str> = hosts
+        .iter()
+        .flat_map(|h| h.switches.iter())
+        .flat_map(|s| s.jobs.iter().map(String::as_str))
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    let colour = |j: &str| {
+        let i = jobs.iter().position(|x| *x == j).unwrap_or(0);
+        PALETTE[i % PALETTE.len()]
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{}" y="22" font-size="15" text-anchor="middle">gang slicing: the last {shown_quanta} slots of {} ms on each host</text>"#,
+        (w + left - right) / 2.0,
+        q as f64 / 1e6
+    );
+    let mut worst: u64 = 0;
+    for (i, host) in hosts.iter().enumerate() {
+        let y = top + row * i as f64;
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            left - 8.0,
+            y + row / 2.0 + 4.0,
+            escape(&host.host)
+        );
+        let shown: Vec<&libmig::msg::TimelineSwitch> = host
+            .switches
+            .iter()
+            .filter(|s| s.ideal_ns + q > start)
+            .collect();
+        for (k, s) in shown.iter().enumerate() {
+            let next = shown
+                .get(k + 1)
+                .map_or(s.ideal_ns + q, |n| n.ideal_ns)
+                .min(end);
+            let (x0, x1) = (px(s.ideal_ns.max(start)), px(next));
+            let fill = s.jobs.first().map_or("#eee", |j| colour(j));
+            let _ = writeln!(
+                out,
+                r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{fill}" stroke="white"><title>slot {} : {}</title></rect>"##,
+                y + 4.0,
+                (x1 - x0).max(0.5),
+                row - 8.0,
+                s.slot + 1,
+                escape(&s.jobs.join(", "))
+            );
+            if x1 - x0 > 7.0 * s.jobs.join(",").len() as f64 && !s.jobs.is_empty() {
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="white">{}</text>"#,
+                    (x0 + x1) / 2.0,
+                    y + row / 2.0 + 4.0,
+                    escape(&s.jobs.join(","))
+                );
+            }
+            if s.ideal_ns >= start {
+                worst = worst.max(s.late_ns);
+                let xl = px(s.ideal_ns + s.late_ns);
+                let _ = writeln!(
+                    out,
+                    r##"<line x1="{xl:.1}" y1="{:.1}" x2="{xl:.1}" y2="{:.1}" stroke="#d62728" stroke-width="1.5"><title>switch {:.3} ms late</title></line>"##,
+                    y + 1.0,
+                    y + row - 1.0,
+                    s.late_ns as f64 / 1e6
+                );
+            }
+        }
+    }
+    let axis_y = top + row * hosts.len().max(1) as f64 + 16.0;
+    for k in (0..=shown_quanta).step_by(5) {
+        let t = start + k * q;
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{axis_y:.1}" text-anchor="middle">{}</text>"#,
+            px(t),
+            (k * q) as f64 / 1e6
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">ms (red: where each switch happened; the latest was {:.3} ms after its boundary at worst)</text>"#,
+        (w + left - right) / 2.0,
+        axis_y + 18.0,
+        worst as f64 / 1e6
+    );
+    let mut x = left;
+    for j in &jobs {
+        let _ = writeln!(
+            out,
+            r#"<rect x="{x:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            axis_y + 30.0,
+            colour(j),
+            x + 16.0,
+            axis_y + 40.0,
+            escape(j)
+        );
+        x += 24.0 + 8.0 * j.len() as f64;
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Colours for jobs in `slot_timeline`.
+const PALETTE: &[&str] = &[
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+    "#17becf",
+];
 
 fn escape(t: &str) -> String {
     t.replace('&', "&amp;")

@@ -27,6 +27,10 @@ pub struct Plan {
     pub stop: Vec<Tid>,
     /// Then VPs to continue.
     pub cont: Vec<Tid>,
+    /// The slot it switches to, and its table's generation.
+    pub slot: u32,
+    /// (See `slot`.)
+    pub generation: u64,
 }
 
 /// The slicer's state.
@@ -181,6 +185,8 @@ impl Slicer {
             ideal_ns: b,
             stop,
             cont,
+            slot: slot_at(t, b) as u32,
+            generation: t.generation,
         })
     }
 

@@ -28,6 +28,10 @@ use nix::sys::signal::Signal;
 pub struct Armed {
     /// The instant (ns since the Unix epoch, real-time clock).
     pub ideal_ns: u64,
+    /// The slot switched to and its table's generation (for the record).
+    pub slot: u32,
+    /// (See `slot`.)
+    pub generation: u64,
     pub stop: Vec<i32>,
     pub cont: Vec<i32>,
     pub stop_one: Vec<i32>,
@@ -152,6 +156,8 @@ fn crew_member(shared: Arc<Shared>, cpu: Option<usize>, ready: std::sync::mpsc::
                     ideal_ns: a.ideal_ns,
                     late_ns: start.saturating_sub(a.ideal_ns),
                     took_ns: end.saturating_sub(start),
+                    slot: a.slot,
+                    generation: a.generation,
                 });
             }
         }

@@ -380,3 +380,34 @@ fn a_vps_children_that_left_its_process_group_are_sliced_with_it() {
     vm.mig_ok(&["kill", "j1"]);
     vm.mig_ok(&["kill", "j2"]);
 }
+
+#[test]
+fn stats_plot_draws_which_job_ran_in_each_slot_and_how_late_each_switch_was() {
+    let vm = Vm::start(1);
+    let svg = vm.dir.path().join("slots.svg");
+    let path = svg.to_str().expect("utf-8 path");
+    // One slot: nothing switches, nothing to draw.
+    let out = vm.mig(&["stats", "--plot", path]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to draw"));
+    // Two jobs on one processor: two slots, switching every 100 ms.
+    for _ in 0..2 {
+        vm.mig_ok(&["spawn", "--", "/bin/sleep", "30"]);
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            vm.mig(&["stats", "--plot", path]).status.success()
+                && std::fs::read_to_string(&svg)
+                    .is_ok_and(|s| s.contains(">j1<") && s.contains(">j2<"))
+        }),
+        "{}",
+        std::fs::read_to_string(&svg).unwrap_or_default()
+    );
+    let text = std::fs::read_to_string(&svg).expect("svg");
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+    assert!(text.contains(">h0<"), "a row for the host");
+    assert!(text.contains("ms late"), "each switch's lateness");
+    for j in ["j1", "j2"] {
+        vm.mig_ok(&["kill", j]);
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use libmig::msg::{Request, Response};
 
 /// Flags of `mig stats`.
@@ -16,6 +16,10 @@ pub struct Args {
     /// p99, max], lost, installed}], skew_ms [p50, p99, max], boundaries.
     #[arg(long)]
     json: bool,
+    /// Also draw each host's recent slot timeline into this SVG file: which
+    /// job ran in each slot, and how late each switch was.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// Run it.
@@ -23,6 +27,18 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
     let Response::Stats(s) = super::call(daemon, &Request::Stats)? else {
         bail!("unexpected reply")
     };
+    if let Some(file) = &a.plot {
+        let Response::Timeline { quantum_ns, hosts } = super::call(daemon, &Request::Timeline)?
+        else {
+            bail!("unexpected reply")
+        };
+        if quantum_ns == 0 || hosts.iter().all(|h| h.switches.is_empty()) {
+            bail!("nothing to draw: no slot switch yet (one slot, or slicing off)");
+        }
+        std::fs::write(file, crate::plot::slot_timeline(quantum_ns, &hosts))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        eprintln!("mig: wrote {}", file.display());
+    }
     if a.json {
         println!("{}", serde_json::to_string(&s)?);
         return Ok(());

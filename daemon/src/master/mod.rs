@@ -37,10 +37,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, HostInfo, JobInfo, Loc, MapCell, MboxReply, Notice, NotifyOn,
-    OwnerAction, OwnerReport, OwnerState, PeerMsg, Request, Response, SliceReport, SliceStats,
-    SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch, Tid, VpCall, VpInfo, VpRet,
-    SYSTEM,
+    Envelope, ExitInfo, HostFacts, HostInfo, HostTimeline, JobInfo, Loc, MapCell, MboxReply,
+    Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, PeerMsg, Request, Response,
+    SliceReport, SliceStats, SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch,
+    Tid, TimelineSwitch, VpCall, VpInfo, VpRet, SYSTEM,
 };
 
 use crate::groups::Groups;
@@ -375,6 +375,13 @@ impl Master {
             Request::Migrate { tid, to } => self.migrate(from, &tid, &to),
             Request::Owner { action, host } => self.owner(from, from_host, action, host),
             Request::Stats => vec![Out::Reply(from, Response::Stats(self.stats()))],
+            Request::Timeline => vec![Out::Reply(
+                from,
+                Response::Timeline {
+                    quantum_ns: self.quantum_ns,
+                    hosts: self.timeline(),
+                },
+            )],
             Request::Checkpoint { job } => self.checkpoint_job(&job, Some(from)),
             Request::Restart { job } => self.restart_job(&job, Some(from)),
             Request::Input { job, data, eof } => self.input(from, &job, data, eof),

@@ -148,13 +148,16 @@ impl Master {
                     targets.sort();
                     targets.dedup();
                     targets.retain(|h| self.is_alive(h));
-                    let tables = targets
+                    let tables: Vec<(String, Vec<Vec<SlotCell>>)> = targets
                         .into_iter()
                         .map(|h| {
                             let t = self.slot_table(&h);
                             (h, t)
                         })
                         .collect();
+                    for (h, t) in &tables {
+                        self.note_table(h, generation, t);
+                    }
                     out.push(Out::SlotTables {
                         generation,
                         slots,

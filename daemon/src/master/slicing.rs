@@ -57,6 +57,60 @@ impl Master {
         self.round
     }
 
+    /// A table is going to `host`: keep which jobs each of its slots runs.
+    pub(super) fn note_table(&mut self, host: &str, generation: u64, table: &[Vec<SlotCell>]) {
+        let jobs: Vec<Vec<String>> = table
+            .iter()
+            .map(|slot| {
+                let mut js: Vec<String> = slot
+                    .iter()
+                    .flat_map(|c| c.tids.iter())
+                    .filter_map(|t| self.tids.get(t).map(|(j, _)| j.clone()))
+                    .collect();
+                js.sort();
+                js.dedup();
+                js
+            })
+            .collect();
+        let h = self.slicing.entry(host.to_string()).or_default();
+        if h.tables.len() == KEEP_TABLES {
+            h.tables.pop_front();
+        }
+        h.tables.push_back((generation, jobs));
+    }
+
+    /// `mig stats --plot`: each host's recent switches (the last 200), with
+    /// the jobs of the slot each switched to.
+    pub(super) fn timeline(&self) -> Vec<HostTimeline> {
+        self.slicing
+            .iter()
+            .map(|(host, h)| {
+                let skip = h.switches.len().saturating_sub(200);
+                HostTimeline {
+                    host: host.clone(),
+                    switches: h
+                        .switches
+                        .iter()
+                        .skip(skip)
+                        .map(|s| TimelineSwitch {
+                            ideal_ns: s.ideal_ns,
+                            late_ns: s.late_ns,
+                            slot: s.slot,
+                            jobs: h
+                                .tables
+                                .iter()
+                                .rev()
+                                .find(|(g, _)| *g == s.generation)
+                                .and_then(|(_, t)| t.get(s.slot as usize))
+                                .cloned()
+                                .unwrap_or_default(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
     /// A host's slicer reported.
     pub(super) fn slicing_report(&mut self, host: &str, r: SliceReport) -> Vec<Out> {
         let h = self.slicing.entry(host.to_string()).or_default();
@@ -150,7 +204,13 @@ impl Master {
 pub(super) struct HostSlicing {
     pub(super) switches: std::collections::VecDeque<Switch>,
     pub(super) installed: Vec<(u64, u64, u64)>,
+    /// The last tables sent to the host: generation, and per slot the jobs
+    /// with cells there (for `timeline`).
+    pub(super) tables: std::collections::VecDeque<(u64, Vec<Vec<String>>)>,
 }
+
+/// Tables kept per host for `mig stats --plot`.
+const KEEP_TABLES: usize = 16;
 
 /// Switches kept per host for `mig stats`.
 pub(super) const KEEP_SWITCHES: usize = 4096;

@@ -80,7 +80,12 @@ impl Master {
             }
         };
         match req {
-            Request::Hosts | Request::Ps | Request::Map | Request::Stats | Request::Jobs => None,
+            Request::Hosts
+            | Request::Ps
+            | Request::Map
+            | Request::Stats
+            | Request::Timeline
+            | Request::Jobs => None,
             Request::Wait { job } | Request::Logs { job, .. } => theirs(job),
             Request::Owner {
                 action: OwnerAction::Status,

@@ -109,6 +109,8 @@ impl Daemon {
                 .collect();
             let a = Armed {
                 ideal_ns: plan.ideal_ns,
+                slot: plan.slot,
+                generation: plan.generation,
                 stop: pids(&plan.stop),
                 cont: pids(&cont),
                 ..Armed::default()

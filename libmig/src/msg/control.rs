@@ -124,6 +124,9 @@ pub enum Request {
         /// The job.
         job: String,
     },
+    /// The hosts' recent slot switches with the jobs each slot ran (`mig
+    /// stats --plot`).
+    Timeline,
 }
 
 /// A job as `mig jobs` lists it: running, or ended and kept in the
@@ -234,6 +237,30 @@ pub struct StatsInfo {
     pub skew_ms: [f64; 3],
     /// Boundaries compared for the skew.
     pub boundaries: u64,
+}
+
+/// One host's recent slot switches (`Request::Timeline`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostTimeline {
+    /// The host.
+    pub host: String,
+    /// Oldest first: when each switch should have happened and how late it
+    /// was (ns), the slot it switched to, and the jobs of that slot there.
+    pub switches: Vec<TimelineSwitch>,
+}
+
+/// One slot switch of a host, with what ran after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelineSwitch {
+    /// Its ideal instant (ns since the Unix epoch).
+    pub ideal_ns: u64,
+    /// How late it began (ns).
+    pub late_ns: u64,
+    /// The slot it switched to.
+    pub slot: u32,
+    /// The jobs with cells on the host in that slot (empty: none, or the
+    /// table is no longer known).
+    pub jobs: Vec<String>,
 }
 
 /// One VP as `mig ps` shows it.
@@ -367,5 +394,13 @@ pub enum Response {
         next: u64,
         /// The job has ended: nothing will follow what is there.
         ended: bool,
+    },
+    /// To `Timeline`: the slot length (ns; 0 when slicing is off) and each
+    /// host's recent switches.
+    Timeline {
+        /// Slot length, ns.
+        quantum_ns: u64,
+        /// Per host.
+        hosts: Vec<HostTimeline>,
     },
 }

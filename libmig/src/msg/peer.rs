@@ -503,6 +503,10 @@ pub struct Switch {
     pub late_ns: u64,
     /// How long stopping and continuing took (ns).
     pub took_ns: u64,
+    /// The slot it switched to.
+    pub slot: u32,
+    /// The generation of the table that slot is of.
+    pub generation: u64,
 }
 
 /// What a host's slicer did since its last report.
