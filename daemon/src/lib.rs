@@ -21,6 +21,7 @@
 //! * `sim` — the trace-driven simulator (pure).
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod background;
 pub mod config;
 pub mod conn;
 pub mod consensus;

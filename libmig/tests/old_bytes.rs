@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
-    Envelope, HostFacts, OwnerReport, OwnerState, PeerMsg, Request, SnapStep, SourceReport,
-    SpawnSpec, StartVp, VpMsg,
+    Envelope, HostFacts, OwnerReport, OwnerState, PeerMsg, Request, SliceReport, SnapStep,
+    SourceReport, SpawnSpec, StartVp, Switch, VpMsg,
 };
 
 fn fixtures() -> PathBuf {
@@ -134,6 +134,17 @@ fn peer_msgs() -> Vec<PeerMsg> {
             hold: true,
         },
         PeerMsg::Usage(vec![(0x40001, 1250)]),
+        PeerMsg::Slicing(SliceReport {
+            generation: 6,
+            switches: vec![Switch {
+                ideal_ns: 1_700_000_000_000_000_000,
+                late_ns: 120_000,
+                took_ns: 30_000,
+                slot: 1,
+                generation: 6,
+            }],
+            installed: vec![(6, 1_699_999_999_000_000_000, 1_699_999_999_000_100_000)],
+        }),
     ]
 }
 
@@ -172,6 +183,8 @@ fn requests() -> Vec<Request> {
             eof: false,
         },
         Request::Suspend { job: "j1".into() },
+        Request::Timeline,
+        Request::Delete { host: "h7".into() },
     ]
 }
 

@@ -965,3 +965,141 @@ fn vps_that_ask_for_a_pause_notice_get_it_before_the_stop_and_no_longer_than_qui
     assert!(pids.iter().all(|&p| stopped(p)));
     assert!(log.contains("3 VPs told of the pause"), "{log}");
 }
+
+/// Kills a daemon that `mig add` started detached (not this test's child)
+/// if the test ends before `mig delete` stops it.
+struct Detached(Option<u32>);
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[test]
+fn mig_add_starts_a_daemon_through_the_remote_shell_and_mig_delete_drains_it_and_stops_it() {
+    let vm = Vm::start(2);
+    // The remote shell: ssh's contract (HOST, then one command line for a
+    // shell there), run here.
+    let rsh = vm.dir.path().join("rsh-here");
+    std::fs::write(&rsh, "#!/bin/sh\nshift\nexec sh -c \"$*\"\n").expect("rsh");
+    std::fs::set_permissions(&rsh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let state = vm.dir.path().join("added h7");
+    let migd = bin("migd");
+    let add = |name: &str, migd: &Path| {
+        vm.mig(&[
+            "add",
+            "127.0.0.1",
+            "--rsh",
+            rsh.to_str().expect("utf-8"),
+            "--migd",
+            migd.to_str().expect("utf-8"),
+            "--name",
+            name,
+            "--state-dir",
+            state.to_str().expect("utf-8"),
+            "--json",
+            "--",
+            "--processors",
+            "1",
+            "--capacity",
+            "1",
+            "--owner-scope",
+            "none",
+            "--vp-nice",
+            "0",
+            "--config",
+            "none",
+            "--safe-point-timeout-ms",
+            "5000",
+        ])
+    };
+    // A daemon that cannot start: the reason, and the token withdrawn.
+    let out = add("h8", &vm.dir.path().join("no-migd-here"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("starting a daemon on 127.0.0.1"), "{err}");
+    let tokens = vm.json(&["token", "list"]);
+    assert!(
+        tokens
+            .as_array()
+            .is_some_and(|t| t.len() == 1 && t[0]["state"] == "revoked"),
+        "{tokens}"
+    );
+
+    let out = add("h7", &migd);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(state.join("migd.log")).unwrap_or_default()
+    );
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(said["host"], "h7", "{said}");
+    let hosts = vm.json(&["hosts"]);
+    let h7 = hosts
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["name"] == "h7").cloned())
+        .expect("h7 listed");
+    assert_eq!(h7["alive"], true, "{h7}");
+    assert!(
+        h7["address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("127.0.0.1:")),
+        "{h7}"
+    );
+    let pid = h7["pid"].as_u64().expect("pid") as u32;
+    let _guard = Detached(Some(pid));
+    // It joined with the token alone: the key it was given, kept 0600.
+    let key = std::fs::metadata(state.join("cluster.key")).expect("key kept");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&key.permissions()) & 0o777,
+        0o600
+    );
+    assert!(!vm
+        .mig(&["add", "127.0.0.1", "--name", "h7"])
+        .status
+        .success());
+
+    // Work on it moves off when it is deleted, and nothing is lost.
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("spin"), &stop]);
+    assert!(wait_until(Duration::from_secs(10), || running_movable(
+        &vm, 2
+    )));
+    let ps = vm.json(&["ps"]);
+    let tid = ps[0]["tid"].as_str().expect("tid").to_string();
+    if ps[0]["host"] != "h7" && ps[1]["host"] != "h7" {
+        vm.migrate(&tid, "h7");
+    }
+    assert!(wait_until(Duration::from_secs(10), || hosts_of(&vm)
+        .iter()
+        .any(|(h, s, _)| h == "h7" && s == "running")));
+    for (who, why) in [("h0", "is the master's host"), ("h5", "no host \"h5\"")] {
+        let out = vm.mig(&["delete", who]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why));
+    }
+    let said = mig_ok(&vm, &["delete", "h7"]);
+    assert!(said.contains("h7 leaves the virtual machine"), "{said}");
+    assert!(vm
+        .json(&["hosts"])
+        .as_array()
+        .is_some_and(|a| a.iter().all(|h| h["name"] != "h7")));
+    assert!(
+        wait_until(Duration::from_secs(10), || !mig_tests::alive(pid)),
+        "the deleted host's daemon still runs"
+    );
+    let vps = hosts_of(&vm);
+    assert!(
+        vps.iter().all(|(h, s, _)| h != "h7" && s == "running"),
+        "{vps:?}"
+    );
+    both_spun(&finish(&vm, job));
+}

@@ -1,5 +1,6 @@
 //! The subcommands of `mig` and their dispatch: one module per subcommand.
 
+pub mod add;
 pub mod checkpoint;
 pub mod completions;
 pub mod demo;
@@ -108,6 +109,12 @@ enum Command {
     Restart(checkpoint::Args),
     /// Draw the allocation map (processors x time slots), marking the slot running now.
     Map(map::Args),
+    /// Start a daemon on another machine over ssh and join it to the
+    /// virtual machine (PVM's `add`).
+    Add(add::AddArgs),
+    /// Take a host out of the virtual machine: its VPs move off, then its
+    /// daemon stops (PVM's `delete`).
+    Delete(add::DeleteArgs),
     /// Stop every daemon and VP of the virtual machine.
     Halt(halt::Args),
     /// Join tokens: let a new machine join without copying the key file
@@ -147,6 +154,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Checkpoint(a) => checkpoint::checkpoint(&a.daemon.path(), a),
         Command::Restart(a) => checkpoint::restart(&a.daemon.path(), a),
         Command::Owner(c) => owner::run(&c.daemon().path(), c),
+        Command::Add(a) => add::add(&a.daemon.path(), a),
+        Command::Delete(a) => add::delete(&a.daemon.path(), a),
         Command::Halt(a) => halt::run(&a.daemon.path(), a),
         Command::Token(c) => token::run(&c.daemon().path(), c),
         Command::Sched(c) => sched::run(c),

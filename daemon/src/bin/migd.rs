@@ -16,7 +16,9 @@ use migd::Config;
 #[derive(Debug, Parser)]
 #[command(name = "migd", version)]
 struct Flags {
-    /// TCP address to listen on [default: 127.0.0.1:0, the OS picks the port and it is printed].
+    /// TCP address to listen on [default: port 0 (the OS picks it; it is
+    /// printed) on 127.0.0.1, or with --join on the local address the
+    /// master is reached from].
     #[arg(long)]
     listen: Option<SocketAddr>,
     /// Become a worker of the master at this address.
@@ -73,6 +75,7 @@ struct Flags {
     /// With --join and no key file yet: a join token (`mig token create` on
     /// a member prints one) to trade for the cluster key, which is then
     /// kept in the key file. Used once; refused once expired or revoked.
+    /// `-` reads it from the first line of stdin.
     #[arg(
         long,
         env = "MIG_JOIN_TOKEN",
@@ -80,6 +83,11 @@ struct Flags {
         value_name = "TOKEN"
     )]
     token: Option<String>,
+    /// Run detached (a session of its own, the log in STATE_DIR/migd.log):
+    /// return once the daemon is ready, printing its address (how `mig add`
+    /// starts one over ssh).
+    #[arg(long)]
+    background: bool,
 }
 
 fn main() {
@@ -95,7 +103,14 @@ fn main() {
 }
 
 fn start() -> anyhow::Result<()> {
-    let f = Flags::parse();
+    let mut f = Flags::parse();
+    if f.token.as_deref() == Some("-") {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .context("reading the join token from stdin")?;
+        f.token = Some(line.trim().to_string());
+    }
     let mut cfg = Config::new(
         f.state_dir
             .clone()
@@ -106,8 +121,10 @@ fn start() -> anyhow::Result<()> {
         Some(p) => Some(p.clone()),
         None => Config::default_file(),
     };
+    let mut listen_set = f.listen.is_some();
     if let Some(path) = file {
         let (daemon, owner) = Config::read_file(&path)?;
+        listen_set |= daemon.listen.is_some();
         cfg.apply(daemon);
         cfg.apply_owner(owner).context("invalid configuration")?;
     }
@@ -131,7 +148,23 @@ fn start() -> anyhow::Result<()> {
         ..Default::default()
     })
     .context("invalid configuration")?;
+    if let (false, Some(master)) = (listen_set, cfg.join) {
+        cfg.listen = SocketAddr::new(local_address_towards(master), 0);
+    }
     cfg.validate().context("invalid configuration")?;
+    if f.background && !f.print_config {
+        let exe = std::env::current_exe().context("finding this program")?;
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let addr = migd::background::start(
+            &exe,
+            &migd::background::child_args(&args),
+            &cfg.state_dir,
+            f.token.as_deref(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        println!("{addr}");
+        return Ok(());
+    }
     if f.print_config {
         print!("{}", cfg.effective_toml());
         return Ok(());
@@ -142,6 +175,22 @@ fn start() -> anyhow::Result<()> {
     }
     migd::run(cfg).context("migd")?;
     Ok(())
+}
+
+/// The address of this machine that packets to `master` leave from
+/// (nothing is sent: a UDP socket is only connected); 127.0.0.1 if there
+/// is no route.
+fn local_address_towards(master: SocketAddr) -> std::net::IpAddr {
+    let unspecified: SocketAddr = if master.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    };
+    std::net::UdpSocket::bind(unspecified)
+        .and_then(|s| s.connect(master).map(|()| s))
+        .and_then(|s| s.local_addr())
+        .map(|a| a.ip())
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))
 }
 
 /// `--token`: trade it at the master for the cluster key, kept in the key

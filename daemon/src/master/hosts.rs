@@ -277,6 +277,61 @@ impl Master {
         out
     }
 
+    /// `mig delete HOST`: a host that holds no VP (drained: `mig delete`
+    /// reclaims it first) is told to stop and forgotten, so that its
+    /// leaving restarts nothing and `mig hosts` lists it no more. Refused
+    /// for the master's host and for a host that VPs are on or wait on.
+    pub(super) fn delete_host(&mut self, from: Requester, host: &str) -> Vec<Out> {
+        let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
+        let Some(h) = self.hosts.get(host) else {
+            return err(format!("no host {host:?}; `mig hosts` lists them"));
+        };
+        if h.master {
+            return err(format!(
+                "{host} is the master's host: stop the whole virtual machine with `mig halt`, \
+                 or stop its daemon and let another host take over"
+            ));
+        }
+        let mut on: Vec<String> = self
+            .jobs
+            .values()
+            .flat_map(|j| j.vps.values())
+            .filter(|v| v.host.as_deref() == Some(host) && !v.state.ended())
+            .map(|v| format!("t{:x}", v.tid))
+            .collect();
+        if !on.is_empty() {
+            on.sort();
+            let n = on.len();
+            on.truncate(8);
+            return err(format!(
+                "{host} still holds {n} VP{} ({}): drain it first (`mig delete` takes it back \
+                 from the pool and waits until they have moved)",
+                if n == 1 { "" } else { "s" },
+                on.join(", ")
+            ));
+        }
+        let alive = h.alive;
+        let mut out = vec![Out::Reply(
+            from,
+            Response::Ok {
+                message: format!("{host} leaves the virtual machine"),
+            },
+        )];
+        if alive {
+            out.push(Out::ToHost(host.to_string(), PeerMsg::Halt));
+        }
+        out.extend(self.leave_pool(host));
+        self.hosts.remove(host);
+        out.push(Out::Log(format!(
+            "host {host} was deleted from the virtual machine"
+        )));
+        if alive {
+            out.push(Out::Broadcast(self.peers()));
+            out.extend(self.host_notices(false, host));
+        }
+        out
+    }
+
     /// A host's processors join the pool (`new_processor` for each).
     pub(super) fn join_pool(&mut self, host: &str) -> Vec<Out> {
         let Some(h) = self.hosts.get_mut(host).filter(|h| h.alive && !h.in_pool) else {

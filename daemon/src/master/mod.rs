@@ -389,6 +389,7 @@ impl Master {
             Request::Wait { job } => self.wait_for(from, &job),
             Request::Suspend { job } => self.suspend(from, &job),
             Request::Resume { job } => self.resume(from, &job),
+            Request::Delete { host } => self.delete_host(from, &host),
             // The server answers these from the files it keeps.
             Request::Logs { .. } => vec![Out::Reply(
                 from,

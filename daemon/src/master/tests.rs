@@ -1222,3 +1222,44 @@ fn a_vp_is_not_moved_while_its_job_is_being_checkpointed() {
     assert!(checkpoint_asks(&out).is_empty());
     assert_eq!(c.state(tid), (Some(src), "running".into()));
 }
+
+#[test]
+fn a_host_is_deleted_only_once_drained_and_is_then_forgotten() {
+    let mut c = Cluster::new(3);
+    let delete = |c: &mut Cluster, host: &str| {
+        c.m.control(
+            Requester::Local(1),
+            "h0",
+            Request::Delete { host: host.into() },
+        )
+    };
+    assert!(error_says(&delete(&mut c, "h9"), "no host \"h9\""));
+    assert!(error_says(&delete(&mut c, "h0"), "is the master's host"));
+    let placed = c.running_job(1);
+    let (busy, tid) = placed[0].clone();
+    if busy != "h0" {
+        assert!(error_says(
+            &delete(&mut c, &busy),
+            &format!("still holds 1 VP (t{tid:x})")
+        ));
+    }
+    // A host with nothing on it: told to stop, out of the map and the list;
+    // its leaving later restarts nothing.
+    let idle = ["h1", "h2"]
+        .into_iter()
+        .find(|h| *h != busy)
+        .expect("an idle worker");
+    let out = delete(&mut c, idle);
+    assert!(
+        out.contains(&Out::ToHost(idle.to_string(), PeerMsg::Halt)),
+        "{out:?}"
+    );
+    assert!(replies(&out)
+        .iter()
+        .any(|r| matches!(r, Response::Ok { message } if message.contains("leaves"))));
+    assert!(c.m.hosts_info().iter().all(|h| h.facts.name != idle));
+    assert!(c.m.sched.map().processors().all(|(_, p)| &*p.host != idle));
+    assert!(c.m.host_lost(idle, "closed", c.at(1)).is_empty());
+    assert!(starts(&tick_through(&mut c.m, c.t0, 20)).is_empty());
+    assert_eq!(c.state(tid).0, Some(busy));
+}

@@ -105,6 +105,7 @@ impl Master {
             | Request::Resume { job } => theirs(job),
             Request::Owner { .. }
             | Request::Halt
+            | Request::Delete { .. }
             | Request::TokenCreate { .. }
             | Request::TokenList
             | Request::TokenRevoke { .. } => Some(format!(

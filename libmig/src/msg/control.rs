@@ -127,6 +127,12 @@ pub enum Request {
     /// The hosts' recent slot switches with the jobs each slot ran (`mig
     /// stats --plot`).
     Timeline,
+    /// Take a drained host out of the virtual machine: its daemon stops and
+    /// the master forgets it (`mig delete`). Refused while VPs are on it.
+    Delete {
+        /// The host.
+        host: String,
+    },
 }
 
 /// A job as `mig jobs` lists it: running, or ended and kept in the
