@@ -367,3 +367,113 @@ fn ps_and_jobs_show_the_cpu_time_of_running_vps() {
     assert!(show.contains("CPU=") && show.contains("(so far)"), "{show}");
     vm.mig_ok(&["kill", &j]);
 }
+
+/// `mig top` in a pseudo-terminal of `cols` x `rows`, as ssh gives one: a
+/// session of its own with the terminal as its controlling one. The child,
+/// and the terminal's master side to read the screen from and type at.
+fn top_in_a_terminal(vm: &Vm, cols: u16, rows: u16) -> (std::process::Child, std::fs::File) {
+    use std::os::unix::process::CommandExt;
+    let size = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).expect("openpty");
+    let slave = pty.slave;
+    // Not `command`: that puts it in a process group, and a group's leader
+    // cannot start a session.
+    let mut cmd = std::process::Command::new(mig_tests::bin("mig"));
+    cmd.env("MIG_DAEMON", vm.sock())
+        .env("TERM", "xterm")
+        .args(["top", "--interval", "0.3"])
+        .stdin(Stdio::from(slave.try_clone().expect("dup")))
+        .stdout(Stdio::from(slave.try_clone().expect("dup")))
+        .stderr(Stdio::from(slave));
+    // SAFETY: prctl, setsid and ioctl are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            // Ends with the test, as `command`'s children do.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            nix::unistd::setsid()?;
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("mig top");
+    (child, std::fs::File::from(pty.master))
+}
+
+#[test]
+fn mig_top_draws_hosts_map_jobs_and_events_live_in_a_plain_terminal_and_quits_on_q() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let vm = Vm::start(2);
+    // Without a terminal: refused, pointing at --once.
+    let out = vm.mig(&["top"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--once"), "{}", stderr(&out));
+    let (mut top, mut screen) = top_in_a_terminal(&vm, 110, 36);
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let reader = {
+        let seen = Arc::clone(&seen);
+        let mut screen = screen.try_clone().expect("dup");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once the terminal's last user has gone.
+            while let Ok(n) = screen.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().expect("lock").extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&seen.lock().expect("lock")).into_owned();
+    // The screen is drawn by moving the cursor over what has not changed,
+    // so words, not phrases, are looked for.
+    let shows = |words: &[&str]| {
+        let t = text();
+        words.iter().all(|w| t.contains(w))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || shows(&["Allocation", "h1/0"])),
+        "{}",
+        text()
+    );
+    // A job started meanwhile appears, live, as a row and an event.
+    let started = vm.mig_ok(&["spawn", "-n", "2", "--", "/bin/sh", "-c", "sleep 30"]);
+    let job = stdout(&started).trim().to_string();
+    assert!(
+        wait_until(Duration::from_secs(10), || shows(&[
+            &job, "started:", "sleep"
+        ])),
+        "{}",
+        text()
+    );
+    screen.write_all(b"q").expect("type q");
+    assert!(
+        wait_until(Duration::from_secs(5), || top
+            .try_wait()
+            .ok()
+            .flatten()
+            .is_some()),
+        "q did not end mig top"
+    );
+    let status = top.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    drop(screen);
+    let _ = reader.join();
+    // The screen it took is given back: the alternate screen entered, then left.
+    let all = text();
+    let enter = all.find("\u{1b}[?1049h").expect("alternate screen entered");
+    let leave = all.rfind("\u{1b}[?1049l").expect("alternate screen left");
+    assert!(enter < leave);
+    // One frame as text, for scripts.
+    let once = stdout(&vm.mig_ok(&["top", "--once", "--width", "100", "--height", "30"]));
+    assert!(once.contains(&job) && once.contains("h1"), "{once}");
+    assert_eq!(once.lines().count(), 30);
+    vm.mig_ok(&["kill", &job]);
+}

@@ -45,7 +45,8 @@ fn jobs(daemon: &Path) -> Result<Vec<JobInfo>> {
     Ok(jobs)
 }
 
-fn now_ms() -> u64 {
+/// Now, in ms since the Unix epoch.
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

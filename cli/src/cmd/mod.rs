@@ -18,6 +18,7 @@ pub mod spawn;
 pub mod stats;
 pub mod suspend;
 pub mod token;
+pub mod top;
 pub mod up;
 pub mod wait;
 
@@ -109,6 +110,9 @@ enum Command {
     Restart(checkpoint::Args),
     /// Draw the allocation map (processors x time slots), marking the slot running now.
     Map(map::Args),
+    /// A live full-screen view: hosts and owners, the allocation map with
+    /// the slot running now, jobs, moves in flight, recent events.
+    Top(top::Args),
     /// Start a daemon on another machine over ssh and join it to the
     /// virtual machine (PVM's `add`).
     Add(add::AddArgs),
@@ -150,6 +154,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Resume(a) => suspend::resume(&a.daemon.path(), a),
         Command::Migrate(a) => migrate::run(&a.daemon.path(), a),
         Command::Map(a) => map::run(&a.daemon.path(), a),
+        Command::Top(a) => top::run(&a.daemon.path(), a),
         Command::Stats(a) => stats::run(&a.daemon.path(), a),
         Command::Checkpoint(a) => checkpoint::checkpoint(&a.daemon.path(), a),
         Command::Restart(a) => checkpoint::restart(&a.daemon.path(), a),
