@@ -57,6 +57,19 @@ fn jobs_can_be_listed_shown_followed_and_waited_for_after_they_end() {
             assert!(text.contains(want), "{want:?} in {text}");
         }
     }
+    // ...and as JSON, one object a line.
+    let logs = vm.mig_ok(&["logs", "j1", "--json"]);
+    let lines: Vec<serde_json::Value> = stdout(&logs)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l["stream"] == "stderr"
+            && l["line"] == "err 1"
+            && l["tid"].as_str().is_some_and(|t| t.starts_with('t'))),
+        "{lines:?}"
+    );
     // `mig show`, text and JSON.
     let show = vm.mig(&["show", "j1"]);
     let text = stdout(&show);
@@ -475,5 +488,15 @@ fn mig_top_draws_hosts_map_jobs_and_events_live_in_a_plain_terminal_and_quits_on
     let once = stdout(&vm.mig_ok(&["top", "--once", "--width", "100", "--height", "30"]));
     assert!(once.contains(&job) && once.contains("h1"), "{once}");
     assert_eq!(once.lines().count(), 30);
+    let look = vm.json(&["top", "--once"]);
+    assert_eq!(look["hosts"].as_array().map(Vec::len), Some(2), "{look}");
+    assert!(
+        look["jobs"]
+            .as_array()
+            .is_some_and(|j| j.iter().any(|j| j["job"] == job.as_str())),
+        "{look}"
+    );
+    assert_eq!(look["vps"].as_array().map(Vec::len), Some(2), "{look}");
+    assert!(look["map"]["slots"].is_array(), "{look}");
     vm.mig_ok(&["kill", &job]);
 }

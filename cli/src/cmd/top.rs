@@ -42,6 +42,11 @@ pub struct Args {
     /// With --once: the frame's height in lines.
     #[arg(long, default_value_t = 40, value_name = "LINES")]
     height: u16,
+    /// With --once: print what one look saw as JSON instead ({"hosts",
+    /// "jobs", "vps", "map": {"processors", "slots", "now"}}, each as
+    /// in the protocol's own field names).
+    #[arg(long, requires = "once")]
+    json: bool,
 }
 
 /// One look at the virtual machine.
@@ -472,6 +477,15 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         view.refresh(daemon, true);
         if let Some(p) = &view.problem {
             bail!("{p}");
+        }
+        if a.json {
+            let l = &view.look;
+            println!(
+                "{}",
+                serde_json::json!({"hosts": l.hosts, "jobs": l.jobs, "vps": l.vps,
+                    "map": {"processors": l.processors, "slots": l.slots, "now": l.now}})
+            );
+            return Ok(());
         }
         let mut term = Terminal::new(TestBackend::new(a.width, a.height))?;
         term.draw(|f| draw(f, &view))?;
