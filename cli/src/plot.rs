@@ -282,9 +282,11 @@ pub fn slot_timeline(quantum_ns: u64, hosts: &[libmig::msg::HostTimeline]) -> St
     let px = |t: u64| {
         left + (t.saturating_sub(start)) as f64 / (end - start).max(1) as f64 * (w - left - right)
     };
+    // The legend names the jobs drawn, not those of slots before the window.
     let mut jobs: Vec<&str> = hosts
         .iter()
         .flat_map(|h| h.switches.iter())
+        .filter(|s| s.ideal_ns + q > start)
         .flat_map(|s| s.jobs.iter().map(String::as_str))
         .collect();
     jobs.sort_unstable();
@@ -404,6 +406,35 @@ fn escape(t: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_slot_timeline_names_in_its_legend_only_the_jobs_it_draws() {
+        let q = 100_000_000;
+        let switch = |k: u64, job: &str| libmig::msg::TimelineSwitch {
+            ideal_ns: k * q,
+            late_ns: 50_000,
+            slot: (k % 2) as u32,
+            jobs: vec![job.to_string()],
+        };
+        // j1 ran long before the last 40 slots; j2 and j3 since.
+        let mut switches = vec![switch(1, "j1")];
+        switches.extend((100..150).map(|k| switch(k, if k % 2 == 0 { "j2" } else { "j3" })));
+        let svg = slot_timeline(
+            q,
+            &[libmig::msg::HostTimeline {
+                host: "h0".into(),
+                switches,
+            }],
+        );
+        assert!(svg.contains("the last 40 slots"), "{svg}");
+        assert!(svg.contains(">j2</text>") && svg.contains(">j3</text>"));
+        assert!(!svg.contains("j1"), "{svg}");
+        assert_eq!(
+            svg.matches("<line").count(),
+            40,
+            "one tick per switch drawn"
+        );
+    }
 
     #[test]
     fn cdf_has_one_line_per_policy_and_escapes_names() {

@@ -269,6 +269,22 @@ fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(C
     Ok((child, addr))
 }
 
+/// Wait (up to 5 s) until the master has the voters it wants among `n`
+/// hosts, so that the machine handed over survives the loss of a host and
+/// `mig hosts` does not warn that it would not.
+fn wait_for_voters(master: &Path, n: usize) {
+    let wanted = migd::master::voters_wanted(n, 5);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if let Ok(libmig::msg::Response::Hosts(h)) = super::call(master, &Request::Hosts) {
+            if h.iter().filter(|h| h.voter).count() >= wanted {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Run it.
 pub fn run(a: Args) -> Result<()> {
     if a.n == 0 || a.n > 64 {
@@ -290,6 +306,7 @@ pub fn run(a: Args) -> Result<()> {
         ..a
     };
     let mut vm = Vm::start(&dir, &a)?;
+    wait_for_voters(&vm.master_sock, a.n);
     let addr = vm.addr.clone();
     let hosts = if a.n == 1 { "1 host" } else { "hosts" };
     let count = if a.n == 1 {
