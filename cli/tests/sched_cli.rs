@@ -432,3 +432,37 @@ fn replay_takes_the_events_its_help_shows_with_comments_and_blank_lines() {
     let help = String::from_utf8_lossy(&mig(&["sched", "replay", "--help"]).stdout).into_owned();
     assert!(help.contains("\"event\": \"submit\""), "{help}");
 }
+
+#[test]
+fn the_readmes_scheduler_examples_run_on_the_files_that_ship() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/sched/");
+    let v = json(&mig(&[
+        "sched",
+        "replay",
+        &format!("{dir}events.jsonl"),
+        "--json",
+    ]));
+    // j1 ended; j2's three VPs are placed, two on the processor twice as fast.
+    assert_eq!(v["events"], 9, "{v}");
+    let jobs = v["jobs"].as_object().expect("jobs");
+    assert_eq!(jobs.keys().collect::<Vec<_>>(), ["j2"], "{v}");
+    let placed: Vec<&str> = jobs["j2"]["placement"]
+        .as_object()
+        .expect("placement")
+        .values()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert_eq!(placed.len(), 3, "{v}");
+    assert_eq!(placed.iter().filter(|p| **p == "h3/0").count(), 2, "{v}");
+    let text =
+        String::from_utf8_lossy(&mig(&["sched", "replay", &format!("{dir}events.jsonl")]).stdout)
+            .into_owned();
+    assert!(
+        text.starts_with("9 events replayed; 0 migrations; 1 slot per round"),
+        "{text}"
+    );
+    let out = mig(&["sched", "repack", &format!("{dir}matrix.json")]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("4 slots -> 2 slots"), "{text}");
+}

@@ -41,8 +41,9 @@ pub enum SchedCmd {
     ///   {"event": "vp_exit", "job": "j1", "vp": 3}
     ///   {"event": "job_exit", "job": "j1"}
     ///   {"event": "suspend", "job": "j1"}   (and "resume")
-    /// (and vp_back, vp_moved, vp_movable, as migd sends them). Unknown
-    /// fields are refused. A processor's host is its id up to the first '/'
+    /// (vp_back, vp_moved and vp_movable, which only migd sends, are
+    /// refused: in a replay every VP may be moved). Unknown fields are
+    /// refused. A processor's host is its id up to the first '/'
     /// ("host" may be given). A submit numbers its VPs from 0 architecture
     /// by architecture in name order: above, aarch64's are VPs 0-1 and
     /// x86_64's 2-5; new_vp gives the next number. Blank lines and lines
@@ -237,8 +238,8 @@ fn algo(a: &AlgoArgs, compressed: bool) -> Result<()> {
         let total: f64 = input.caps.iter().sum();
         let alpha = f64::from(x) / total;
         println!(
-            "X = {x} VPs on {} processors, capacities {:?}",
-            input.caps.len(),
+            "X = {x} VPs on {}, capacities {:?}",
+            count(input.caps.len(), "processor"),
             input.caps
         );
         println!("alpha = X / sum(a) = {alpha:.4} (the ideal, fractional turnaround)");
@@ -271,9 +272,9 @@ fn algo(a: &AlgoArgs, compressed: bool) -> Result<()> {
             let caps: Vec<f64> = members.iter().map(|&i| input.caps[i]).collect();
             let t = migd::sched::mtat::mtat(input.demand[z], &caps, &[]).t_min;
             println!(
-                "pool {arch}: {} VPs on {} processors, T_z = {t:.4}",
-                input.demand[z],
-                caps.len()
+                "pool {arch}: {} on {}, T_z = {t:.4}",
+                count(input.demand[z] as usize, "VP"),
+                count(caps.len(), "processor")
             );
         }
     }
@@ -372,9 +373,10 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{n} events replayed; {} migrations; {} slots per round",
-        sched.migrations(),
-        sched.map().columns().len()
+        "{} replayed; {}; {} per round",
+        count(n, "event"),
+        count(sched.migrations() as usize, "migration"),
+        count(sched.map().columns().len(), "slot")
     );
     let procs: Vec<String> = sched
         .map()
@@ -477,4 +479,13 @@ fn repack_cmd(a: &RepackArgs) -> Result<()> {
         println!("  {}", cells.join(" "));
     }
     Ok(())
+}
+
+/// `1 slot`, `2 slots`.
+fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }

@@ -74,8 +74,8 @@ pub fn parse_line(line: usize, raw: &str) -> Result<Option<Event>, ReplayError> 
         // What only the daemons tell the scheduler is no replay event.
         Event::VpBack { .. } | Event::VpMoved { .. } | Event::VpMovable { .. } => {
             return Err(malformed(
-                "unknown event: a replay has new_processor, processor_exit, submit, \
-                 new_vp, vp_exit and job_exit"
+                "not a replay event (only migd sends it): a replay has new_processor, \
+                 processor_exit, submit, new_vp, vp_exit, job_exit, suspend and resume"
                     .into(),
             ))
         }
