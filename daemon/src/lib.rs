@@ -22,6 +22,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod background;
+pub mod balance;
 pub mod config;
 pub mod conn;
 pub mod consensus;
