@@ -466,3 +466,32 @@ fn the_readmes_scheduler_examples_run_on_the_files_that_ship() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("4 slots -> 2 slots"), "{text}");
 }
+
+#[test]
+fn balance_roc_reproduces_seed_003s_tables_for_every_network_and_start() {
+    let v = json(&mig(&["balance", "roc", "--seeds", "2", "--json"]));
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 6, "{v}");
+    for r in rows {
+        for np in ["np_sid", "np_roc"] {
+            let x = r[np].as_f64().expect("NP");
+            assert!(x > 0.0 && x <= 1.0, "{np} {r}");
+        }
+        assert!(r["t_no_lb"].as_f64() > r["t_opt"].as_f64(), "{r}");
+    }
+    // Half the machine idle at the start costs more without balancing.
+    let t = |start: &str| {
+        rows.iter()
+            .find(|r| r["start"] == start)
+            .and_then(|r| r["t_no_lb"].as_f64())
+            .expect("row")
+    };
+    assert!(t("unstable") > t("stable"));
+    let text =
+        String::from_utf8_lossy(&mig(&["balance", "roc", "--seeds", "1"]).stdout).into_owned();
+    assert!(
+        text.contains("NP RoC") && text.contains("workstations"),
+        "{text}"
+    );
+    assert!(!mig(&["balance", "roc", "--seeds", "0"]).status.success());
+}

@@ -1,6 +1,7 @@
 //! The subcommands of `mig` and their dispatch: one module per subcommand.
 
 pub mod add;
+pub mod balance;
 pub mod checkpoint;
 pub mod completions;
 pub mod demo;
@@ -128,6 +129,9 @@ enum Command {
     /// Run the scheduler's algorithms on given input and explain the result.
     #[command(subcommand)]
     Sched(sched::SchedCmd),
+    /// The load-balancing papers' experiments, reproduced in simulation.
+    #[command(subcommand)]
+    Balance(balance::BalanceCmd),
     /// Replay a workload trace (SWF) through scheduling policies and compare them.
     #[command(after_long_help = sim::METRICS)]
     Sim(sim::Args),
@@ -165,6 +169,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Token(c) => token::run(&c.daemon().path(), c),
         Command::Sched(c) => sched::run(c),
         Command::Sim(a) => sim::run(a),
+        Command::Balance(c) => balance::run(c),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => completions::man(a),
     }

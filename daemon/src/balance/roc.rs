@@ -14,7 +14,7 @@
 
 /// The thresholds of a PE, in tasks: critical (below it, always ask), low
 /// (a sink at or below it) and high (a source at or above it; never ask).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Thresholds {
     /// Critical threshold `CT`.
     pub critical: f64,

@@ -6,7 +6,11 @@
 //! * `matrix` — `gang-firstfit` and `gang-buddy` on an Ousterhout matrix;
 //! * `gang` — `mig`, `mtat` and `mtat+repack`: the embedded scheduler itself;
 //! * `metrics` — response time, bounded slowdown, utilisation, η;
-//! * `owners` — owners taking processors back and leaving them.
+//! * `owners` — owners taking processors back and leaving them;
+//! * `roc` — seed 003's load-balancing experiments (no trace: tasks that
+//!   spawn tasks on 16 PEs), Rate-of-Change against sender-initiated
+//!   diffusion;
+//! * `rng` — the seeded generator they share.
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
 
@@ -15,6 +19,8 @@ pub mod gang;
 pub mod matrix;
 pub mod metrics;
 pub mod owners;
+pub mod rng;
+pub mod roc;
 pub mod swf;
 
 use std::sync::atomic::AtomicUsize;

@@ -9,6 +9,7 @@
 //! lines) and the time-ordered stream of changes. What does not: what the
 //! scheduler does with them (`gang`). Pure.
 
+use super::rng::SplitMix;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
@@ -131,7 +132,7 @@ impl Model {
             Model::None => Inner::Fixed(Vec::new().into_iter()),
             Model::Schedule(v) => Inner::Fixed(v.clone().into_iter()),
             Model::Synthetic { busy, idle, seed } => {
-                let mut rng = SplitMix(*seed);
+                let mut rng = SplitMix::new(*seed);
                 let heap = (0..n)
                     .map(|p| Next {
                         t: t0 + rng.exp(*idle),
@@ -147,26 +148,6 @@ impl Model {
                 }
             }
         }
-    }
-}
-
-/// A small seeded generator (SplitMix64).
-#[derive(Debug, Clone)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// An exponential sample of mean `mean`.
-    fn exp(&mut self, mean: f64) -> f64 {
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        -mean * (1.0 - u).ln()
     }
 }
 
