@@ -2,6 +2,9 @@
 //! pure decisions (no I/O, no clock), each checked against its paper's own
 //! examples.
 //!
+//! * `bidding` — Rommel and Stankovic: estimates under processor sharing
+//!   and bids for simple programs, distributed groups and clusters, and
+//!   idle sites taking work (seed 002);
 //! * `nres` — Arora, Das and Biswas: N-resource nodes, when a node asks its
 //!   neighbours for room, and the fewest-choices-first mapping (seed 004);
 //! * `roc` — IPG-SaLaD's Rate-of-Change load balancing, receiver-initiated
@@ -10,5 +13,6 @@
 //! What does not live here: the gang scheduler (`crate::sched`), the
 //! simulator's replay of traces (`crate::sim`).
 
+pub mod bidding;
 pub mod nres;
 pub mod roc;
