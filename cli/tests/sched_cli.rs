@@ -495,3 +495,30 @@ fn balance_roc_reproduces_seed_003s_tables_for_every_network_and_start() {
     );
     assert!(!mig(&["balance", "roc", "--seeds", "0"]).status.success());
 }
+
+#[test]
+fn balance_rommel_reproduces_seed_002s_figure_6_rows() {
+    let v = json(&mig(&[
+        "balance",
+        "rommel",
+        "--subruns",
+        "1",
+        "--duration",
+        "3000",
+        "--json",
+    ]));
+    let rows = v["rows"].as_array().expect("rows");
+    let sizes: Vec<u64> = rows
+        .iter()
+        .filter_map(|r| r["cluster_size"].as_u64())
+        .collect();
+    assert_eq!(sizes, [1, 3, 5, 10, 15], "{v}");
+    for r in rows {
+        for p in ["nlb", "sqf", "bidding"] {
+            assert!(r[p]["all"].as_f64().is_some_and(|x| x > 0.0), "{p} {r}");
+            assert!(r[p]["programs"].as_u64().is_some_and(|n| n > 50), "{p} {r}");
+        }
+        assert_eq!(r["nlb"]["moved"], 0);
+    }
+    assert!(!mig(&["balance", "rommel", "--psi", "-1"]).status.success());
+}

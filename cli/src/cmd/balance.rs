@@ -6,6 +6,7 @@
 
 use anyhow::{bail, Result};
 use migd::sim::roc::{self, Setup, Start};
+use migd::sim::rommel;
 
 /// `mig balance` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -16,6 +17,32 @@ pub enum BalanceCmd {
     /// and spawning tasks as they end; normalised performance NP =
     /// (T_noLB - T_bal) / (T_noLB - T_opt), 1 the ideal, 0 no gain.
     Roc(RocArgs),
+    /// Seed 002's Figure 6: mean response time of simple programs,
+    /// clusters, distributed groups and all, against cluster size (1-15
+    /// tasks, 150 s a cluster), five processor-sharing sites 60% busy: no
+    /// balancing (nlb), shortest queue first (sqf) and the paper's bidding.
+    Rommel(RommelArgs),
+}
+
+/// Flags of `mig balance rommel`.
+#[derive(Debug, clap::Args)]
+pub struct RommelArgs {
+    /// Subruns per cluster size (seeds SEED.. SEED+N-1).
+    #[arg(long, default_value_t = 10)]
+    subruns: u64,
+    /// Seconds each subrun lasts.
+    #[arg(long, default_value_t = 10_000.0)]
+    duration: f64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Extra work per remote task of a cluster (psi_C; the paper gives
+    /// none: at 0.1 spreading a cluster still pays).
+    #[arg(long, default_value_t = 0.3)]
+    psi: f64,
+    /// Print JSON: {"setup", "rows": [...]}.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags of `mig balance roc`.
@@ -42,6 +69,7 @@ pub struct RocArgs {
 pub fn run(c: BalanceCmd) -> Result<()> {
     match c {
         BalanceCmd::Roc(a) => roc_tables(a),
+        BalanceCmd::Rommel(a) => rommel_figure(a),
     }
 }
 
@@ -88,6 +116,56 @@ fn roc_tables(a: RocArgs) -> Result<()> {
             r.np_roc,
             r.moved_sid,
             r.moved_roc
+        );
+    }
+    Ok(())
+}
+
+fn rommel_figure(a: RommelArgs) -> Result<()> {
+    if a.subruns == 0 || a.subruns > 100 {
+        bail!("--subruns must be between 1 and 100");
+    }
+    if !(a.duration.is_finite() && (100.0..=1e6).contains(&a.duration)) {
+        bail!("--duration must be between 100 and 1000000 seconds");
+    }
+    if !(a.psi.is_finite() && (0.0..=10.0).contains(&a.psi)) {
+        bail!("--psi must be between 0 and 10");
+    }
+    let setup = rommel::Setup {
+        duration: a.duration,
+        seed: a.seed,
+        psi: a.psi,
+        ..rommel::Setup::default()
+    };
+    let rows = rommel::reproduce(&setup, a.subruns);
+    if a.json {
+        println!("{}", serde_json::json!({"setup": setup, "rows": rows}));
+        return Ok(());
+    }
+    println!(
+        "mean response time (s), {} sites 60% busy, {} subruns of {} s, psi_C {}",
+        setup.sites, a.subruns, setup.duration, setup.psi
+    );
+    println!(
+        "{:>7}  {:>23}  {:>23}  {:>23}  {:>23}",
+        "CLUSTER", "ALL nlb/sqf/bidding", "CLUSTERS", "GROUPS", "SIMPLE"
+    );
+    let three = |f: &dyn Fn(&rommel::Responses) -> f64, r: &rommel::Row| {
+        format!(
+            "{:>7.0}/{:>7.0}/{:>7.0}",
+            f(&r.nlb),
+            f(&r.sqf),
+            f(&r.bidding)
+        )
+    };
+    for r in &rows {
+        println!(
+            "{:>7}  {}  {}  {}  {}",
+            r.cluster_size,
+            three(&|x| x.all, r),
+            three(&|x| x.cluster, r),
+            three(&|x| x.group, r),
+            three(&|x| x.simple, r)
         );
     }
     Ok(())

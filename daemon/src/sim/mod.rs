@@ -10,6 +10,9 @@
 //! * `roc` — seed 003's load-balancing experiments (no trace: tasks that
 //!   spawn tasks on 16 PEs), Rate-of-Change against sender-initiated
 //!   diffusion;
+//! * `rommel` — seed 002's experiment: five processor-sharing sites,
+//!   simple programs, clusters and distributed groups, bidding against no
+//!   balancing and shortest-queue-first;
 //! * `rng` — the seeded generator they share.
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
@@ -21,6 +24,7 @@ pub mod metrics;
 pub mod owners;
 pub mod rng;
 pub mod roc;
+pub mod rommel;
 pub mod swf;
 
 use std::sync::atomic::AtomicUsize;
