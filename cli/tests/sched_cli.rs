@@ -522,3 +522,23 @@ fn balance_rommel_reproduces_seed_002s_figure_6_rows() {
     }
     assert!(!mig(&["balance", "rommel", "--psi", "-1"]).status.success());
 }
+
+#[test]
+fn balance_nres_reports_eta_against_capacity_and_latency_for_three_trigger_lines() {
+    let v = json(&mig(&["balance", "nres", "--seeds", "1", "--json"]));
+    for trend in ["capacity", "latency"] {
+        let rows = v[trend].as_array().expect("rows");
+        assert_eq!(rows.len(), 5, "{v}");
+        for r in rows {
+            let etas = r["eta"].as_array().expect("three lines");
+            assert_eq!(etas.len(), 3);
+            let none = r["eta_none"].as_f64().expect("eta none");
+            for e in etas {
+                let e = e.as_f64().expect("eta");
+                assert!(e > 0.0 && e <= 1.0, "{r}");
+                assert!(e >= none - 0.02, "balancing does not lose: {r}");
+            }
+        }
+    }
+    assert!(!mig(&["balance", "nres", "--seeds", "0"]).status.success());
+}

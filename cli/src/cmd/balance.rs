@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Result};
 use migd::sim::roc::{self, Setup, Start};
-use migd::sim::rommel;
+use migd::sim::{nres, rommel};
 
 /// `mig balance` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -22,6 +22,25 @@ pub enum BalanceCmd {
     /// tasks, 150 s a cluster), five processor-sharing sites 60% busy: no
     /// balancing (nlb), shortest queue first (sqf) and the paper's bidding.
     Rommel(RommelArgs),
+    /// Seed 004's Figures 7 and 8: eta = (T_no - T_my) / (T_no - T_lb)
+    /// against the nodes' mean capacity and against the network's mean
+    /// latency, for three trigger lines (Max 25, 20, 15: the steepest
+    /// slope first), 32 three-resource nodes, jobs in bursts.
+    Nres(NresArgs),
+}
+
+/// Flags of `mig balance nres`.
+#[derive(Debug, clap::Args)]
+pub struct NresArgs {
+    /// Grids to average over (seeds SEED.. SEED+N-1).
+    #[arg(long, default_value_t = 5)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON: {"setup", "capacity": [...], "latency": [...]}.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags of `mig balance rommel`.
@@ -70,6 +89,7 @@ pub fn run(c: BalanceCmd) -> Result<()> {
     match c {
         BalanceCmd::Roc(a) => roc_tables(a),
         BalanceCmd::Rommel(a) => rommel_figure(a),
+        BalanceCmd::Nres(a) => nres_figures(a),
     }
 }
 
@@ -167,6 +187,61 @@ fn rommel_figure(a: RommelArgs) -> Result<()> {
             three(&|x| x.group, r),
             three(&|x| x.simple, r)
         );
+    }
+    Ok(())
+}
+
+fn nres_figures(a: NresArgs) -> Result<()> {
+    if a.seeds == 0 || a.seeds > 100 {
+        bail!("--seeds must be between 1 and 100");
+    }
+    let setup = nres::Setup {
+        seed: a.seed,
+        ..nres::Setup::default()
+    };
+    let capacity = nres::trend(&setup, "capacity", &[4.0, 6.0, 8.0, 12.0, 16.0], a.seeds);
+    let latency = nres::trend(
+        &setup,
+        "latency",
+        &[2.0, 16.0, 64.0, 256.0, 1024.0],
+        a.seeds,
+    );
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"setup": setup, "capacity": capacity, "latency": latency})
+        );
+        return Ok(());
+    }
+    println!(
+        "eta, {} nodes of {} resources, {} jobs in bursts of {}, mean of {} grids",
+        setup.nodes,
+        nres::RESOURCES,
+        setup.jobs,
+        setup.burst,
+        a.seeds
+    );
+    for (title, rows) in [
+        (
+            format!("mean node capacity (latency {})", setup.latency),
+            &capacity,
+        ),
+        (
+            format!("mean latency, steps (capacity {})", setup.capacity),
+            &latency,
+        ),
+    ] {
+        println!("{title}");
+        println!(
+            "  {:>8} {:>9} {:>9} {:>9} {:>9}",
+            "VALUE", "Max 25", "Max 20", "Max 15", "none"
+        );
+        for r in rows {
+            println!(
+                "  {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                r.value, r.eta[0], r.eta[1], r.eta[2], r.eta_none
+            );
+        }
     }
     Ok(())
 }

@@ -13,6 +13,8 @@
 //! * `rommel` — seed 002's experiment: five processor-sharing sites,
 //!   simple programs, clusters and distributed groups, bidding against no
 //!   balancing and shortest-queue-first;
+//! * `nres` — seed 004's experiments: N-resource nodes, bursts of jobs,
+//!   fewest-choices-first mapping, eta against capacity and latency;
 //! * `rng` — the seeded generator they share.
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
@@ -21,6 +23,7 @@ pub mod batch;
 pub mod gang;
 pub mod matrix;
 pub mod metrics;
+pub mod nres;
 pub mod owners;
 pub mod rng;
 pub mod roc;
