@@ -45,6 +45,33 @@ pub enum ConfigError {
 /// every 30 s.
 pub const DEFAULT_QUANTUM_MS: u64 = 100;
 
+/// `HOST:PORT` as an address: an IP address as it is, a host name resolved
+/// (its first IPv4 address, else its first).
+pub fn resolve(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = text.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if !text.contains(':') {
+        return Err(format!("{text:?}: expected HOST:PORT"));
+    }
+    let all: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?}: cannot resolve it ({e})"))?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?}: the name has no address"))
+}
+
+fn host_port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text: Option<String> = Option::deserialize(d)?;
+    text.map(|t| resolve(&t).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
 /// The `[daemon]` section of the config file; every field optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +80,8 @@ pub struct FileConfig {
     pub name: Option<String>,
     /// Listen address.
     pub listen: Option<SocketAddr>,
-    /// Master to join.
+    /// Master to join: `HOST:PORT` (a name is resolved).
+    #[serde(default, deserialize_with = "host_port")]
     pub join: Option<SocketAddr>,
     /// State directory.
     pub state_dir: Option<PathBuf>,
@@ -517,6 +545,25 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_master_is_named_by_address_or_by_host_name() {
+        assert_eq!(
+            resolve("10.1.2.3:7070"),
+            Ok(SocketAddr::from(([10, 1, 2, 3], 7070)))
+        );
+        assert_eq!(
+            resolve("localhost:7070").map(|a| (a.ip().is_loopback(), a.port())),
+            Ok((true, 7070))
+        );
+        assert!(resolve("7070").is_err_and(|e| e.contains("HOST:PORT")));
+        assert!(resolve("no-such-host.invalid:1").is_err_and(|e| e.contains("cannot resolve")));
+        let (d, _) =
+            Config::parse_text("[daemon]\njoin = \"localhost:7070\"\n", "t").expect("parses");
+        assert_eq!(d.join.map(|a| a.port()), Some(7070));
+        assert!(Config::parse_text("[daemon]\njoin = \"nocolon\"\n", "t").is_err());
+    }
+
     use super::*;
 
     #[test]

@@ -21,8 +21,8 @@ struct Flags {
     /// master is reached from].
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Become a worker of the master at this address.
-    #[arg(long)]
+    /// Become a worker of the master at HOST:PORT (a name is resolved).
+    #[arg(long, value_name = "HOST:PORT", value_parser = migd::config::resolve)]
     join: Option<SocketAddr>,
     /// State directory: control socket, address file (default ./migd-state).
     #[arg(long)]
@@ -173,7 +173,7 @@ fn start() -> anyhow::Result<()> {
     if let Some(token) = &f.token {
         key_from_token(&cfg, token)?;
     }
-    migd::run(cfg).context("migd")?;
+    migd::run(cfg)?;
     Ok(())
 }
 
