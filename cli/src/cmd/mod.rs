@@ -205,6 +205,15 @@ pub fn call(daemon: &std::path::Path, req: &Request) -> Result<Response> {
     }
 }
 
+/// `1 job`, `2 jobs`: a count and its noun, plural unless one.
+pub fn count(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
 /// Say that a request was done: its message, or with `--json` one object
 /// `{"ok": true, "message": ...}` (a failure is an error, on stderr).
 pub fn done(message: &str, json: bool) {

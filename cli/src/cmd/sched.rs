@@ -239,7 +239,7 @@ fn algo(a: &AlgoArgs, compressed: bool) -> Result<()> {
         let alpha = f64::from(x) / total;
         println!(
             "X = {x} VPs on {}, capacities {:?}",
-            count(input.caps.len(), "processor"),
+            super::count(input.caps.len(), "processor"),
             input.caps
         );
         println!("alpha = X / sum(a) = {alpha:.4} (the ideal, fractional turnaround)");
@@ -273,8 +273,8 @@ fn algo(a: &AlgoArgs, compressed: bool) -> Result<()> {
             let t = migd::sched::mtat::mtat(input.demand[z], &caps, &[]).t_min;
             println!(
                 "pool {arch}: {} on {}, T_z = {t:.4}",
-                count(input.demand[z] as usize, "VP"),
-                count(caps.len(), "processor")
+                super::count(input.demand[z] as usize, "VP"),
+                super::count(caps.len(), "processor")
             );
         }
     }
@@ -374,9 +374,9 @@ fn replay_cmd(a: &ReplayArgs) -> Result<()> {
     }
     println!(
         "{} replayed; {}; {} per round",
-        count(n, "event"),
-        count(sched.migrations() as usize, "migration"),
-        count(sched.map().columns().len(), "slot")
+        super::count(n, "event"),
+        super::count(sched.migrations() as usize, "migration"),
+        super::count(sched.map().columns().len(), "slot")
     );
     let procs: Vec<String> = sched
         .map()
@@ -479,13 +479,4 @@ fn repack_cmd(a: &RepackArgs) -> Result<()> {
         println!("  {}", cells.join(" "));
     }
     Ok(())
-}
-
-/// `1 slot`, `2 slots`.
-fn count(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }

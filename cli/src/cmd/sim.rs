@@ -223,12 +223,16 @@ pub fn run(a: Args) -> Result<()> {
     }
     if w.jobs.is_empty() {
         bail!(
-            "{}: no job to replay ({} lines malformed, {} jobs without processors, {} without run time){}",
+            "{}: no job to replay ({} malformed, {} without processors, {} without run time){}",
             a.trace.display(),
-            w.skipped_malformed,
-            w.skipped_no_procs,
+            super::count(w.skipped_malformed, "line"),
+            super::count(w.skipped_no_procs, "job"),
             w.skipped_no_runtime,
-            if a.limit == Some(0) { "; --limit 0 keeps none" } else { "" }
+            if a.limit == Some(0) {
+                "; --limit 0 keeps none"
+            } else {
+                ""
+            }
         );
     }
     let procs = match a.processors.or(w.max_procs) {
@@ -279,11 +283,15 @@ pub fn run(a: Args) -> Result<()> {
     let which = if w.jobs.len() < usable {
         format!("the first {} of {usable} jobs", w.jobs.len())
     } else {
-        format!("{} jobs", w.jobs.len())
+        super::count(w.jobs.len(), "job")
     };
     eprintln!(
-        "mig: {which} on {procs} processors (in the whole file, skipped: {} without processors, {} without run time, {} malformed; {} estimates raised to the run time; {wide} of these wider than the machine)",
-        w.skipped_no_procs, w.skipped_no_runtime, w.skipped_malformed, w.raised_estimates
+        "mig: {which} on {} (in the whole file, skipped: {} without processors, {} without run time, {} malformed; {} estimates raised to the run time; {wide} of these wider than the machine)",
+        super::count(procs as usize, "processor"),
+        w.skipped_no_procs,
+        w.skipped_no_runtime,
+        w.skipped_malformed,
+        w.raised_estimates
     );
     let mut jobs_out = match &a.jobs_out {
         Some(p) => Some(std::io::BufWriter::new(
