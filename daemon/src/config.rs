@@ -91,6 +91,8 @@ pub struct FileConfig {
     pub processors: Option<u32>,
     /// Relative capacity of one processor.
     pub capacity: Option<f64>,
+    /// Memory offered to VPs (MB).
+    pub memory_mb: Option<u64>,
     /// Architecture override.
     pub arch: Option<String>,
     /// Heartbeat interval in milliseconds.
@@ -174,6 +176,8 @@ pub struct Config {
     pub processors: u32,
     /// Relative capacity per processor (default: measured).
     pub capacity: Option<f64>,
+    /// Memory offered to VPs, MB (default: the machine's).
+    pub memory_mb: Option<u64>,
     /// Architecture (default: this machine's).
     pub arch: String,
     /// Heartbeat interval.
@@ -224,6 +228,7 @@ impl Config {
             state_dir,
             processors: crate::facts::cores(),
             capacity: None,
+            memory_mb: None,
             arch: crate::facts::arch(),
             heartbeat: Duration::from_millis(500),
             dead_after: Duration::from_millis(3000),
@@ -262,6 +267,9 @@ impl Config {
         kv("processors", self.processors.to_string());
         if let Some(c) = self.capacity {
             kv("capacity", c.to_string());
+        }
+        if let Some(m) = self.memory_mb {
+            kv("memory_mb", m.to_string());
         }
         kv("arch", q(&self.arch));
         kv("heartbeat_ms", ms(self.heartbeat).to_string());
@@ -395,6 +403,9 @@ impl Config {
         if f.capacity.is_some() {
             self.capacity = f.capacity;
         }
+        if f.memory_mb.is_some() {
+            self.memory_mb = f.memory_mb;
+        }
         if let Some(v) = f.arch {
             self.arch = v;
         }
@@ -474,6 +485,9 @@ impl Config {
             if !(c.is_finite() && c > 0.0) {
                 return bad(format!("capacity must be a positive number, got {c}"));
             }
+        }
+        if self.memory_mb == Some(0) {
+            return bad("memory_mb must be at least 1".into());
         }
         if self.arch.is_empty() {
             return bad("architecture must not be empty".into());

@@ -176,6 +176,7 @@ fn requests() -> Vec<Request> {
             parent: None,
             independent: false,
             restartable: false,
+            memory_mb: Some(4096),
         }),
         Request::Input {
             job: "j1".into(),

@@ -69,6 +69,7 @@ fn main() {
             parent: None,
             independent: false,
             restartable: false,
+            memory_mb: None,
         };
         let Response::Spawned { tids, .. } = job.call(&Request::Spawn(spec)).expect("spawn") else {
             panic!("no job")

@@ -429,6 +429,7 @@ impl Vm {
             parent: None,
             independent: false,
             restartable: false,
+            memory_mb: None,
         };
         let t = Instant::now();
         c.send(&Request::Spawn(spec)).expect("send");

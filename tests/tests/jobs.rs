@@ -500,3 +500,65 @@ fn mig_top_draws_hosts_map_jobs_and_events_live_in_a_plain_terminal_and_quits_on
     assert!(look["map"]["slots"].is_array(), "{look}");
     vm.mig_ok(&["kill", &job]);
 }
+
+#[test]
+fn a_job_that_asks_for_memory_runs_only_where_a_host_offers_it() {
+    let mut vm = Vm::start_with(1, &["--memory-mb", "1000"]);
+    let addr = vm.addr.clone();
+    let (big, _) = vm.daemon(1, Some(&addr), &["--memory-mb", "8000"]);
+    vm.daemons.push(Some(big));
+    assert!(wait_until(Duration::from_secs(10), || {
+        vm.json(&["hosts"])
+            .as_array()
+            .is_some_and(|h| h.iter().filter(|h| h["alive"] == true).count() == 2)
+    }));
+    let hosts = vm.json(&["hosts"]);
+    let offers = |name: &str| {
+        hosts
+            .as_array()
+            .and_then(|a| a.iter().find(|h| h["name"] == name))
+            .map(|h| h["memory_mb"].clone())
+    };
+    assert_eq!(offers("h0"), Some(serde_json::json!(1000)), "{hosts}");
+    assert_eq!(offers("h1"), Some(serde_json::json!(8000)), "{hosts}");
+    // 4 GB a VP: both VPs on h1, though h0's processor is free.
+    let job = stdout(&vm.mig_ok(&[
+        "spawn", "-n", "2", "--mem", "4G", "--", "/bin/sh", "-c", "sleep 30",
+    ]))
+    .trim()
+    .to_string();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let ps = vm.json(&["ps", &job]);
+        ps.as_array().is_some_and(|a| {
+            a.len() == 2
+                && a.iter()
+                    .all(|v| v["state"] == "running" && v["host"] == "h1")
+        })
+    }));
+    // Moved by hand to a host without the memory: refused, saying why.
+    let ps = vm.json(&["ps", &job]);
+    let tid = ps[0]["tid"].as_str().expect("tid").to_string();
+    let out = vm.mig(&["migrate", &tid, "--to", "h0"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("needs 4096 MB of memory and h0 offers 1000 MB"),
+        "{}",
+        stderr(&out)
+    );
+    // More than any host offers: refused at once.
+    let out = vm.mig(&["spawn", "--mem", "16G", "--", "/bin/true"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no host offers 16384 MB of memory a VP: the most is 8000 MB, on h1"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!vm
+        .mig(&["spawn", "--mem", "lots", "--", "/bin/true"])
+        .status
+        .success());
+    // A job that asks for nothing goes anywhere.
+    let out = vm.mig_ok(&["spawn", "-n", "2", "--wait", "--", "/bin/true"]);
+    assert!(out.status.success());
+    vm.mig_ok(&["kill", &job]);
+}

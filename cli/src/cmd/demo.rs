@@ -229,6 +229,7 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk) -> Result<(
         parent: None,
         independent: false,
         restartable: false,
+        memory_mb: None,
     };
     let t = Instant::now();
     let Response::Spawned { job, tids } = c.call(&Request::Spawn(spec))? else {

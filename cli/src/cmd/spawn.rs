@@ -35,6 +35,12 @@ pub struct Args {
     /// and started again elsewhere (HTCondor's vacate of a vanilla job).
     #[arg(long)]
     restartable: bool,
+    /// Memory each VP needs: MB, or with a unit (512M, 4G). A VP is never
+    /// placed on a host that offers less (`mig hosts` shows what each
+    /// offers; `migd --memory-mb` sets it); a job no host can hold is
+    /// refused.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    mem: Option<u64>,
     /// Before a long pause (the owner of a VP's host comes back), send each
     /// VP this signal (a name such as TERM or USR1, or a number) and let it
     /// run on for up to that host's `[owner] quiesce_ms` before it is
@@ -105,6 +111,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         parent: None,
         independent: a.independent,
         restartable: a.restartable,
+        memory_mb: a.mem,
     };
     let started = Instant::now();
     let mut c = Client::connect(daemon)?;
@@ -336,4 +343,39 @@ fn parse_signal(s: &str) -> Result<i32, String> {
         ));
     }
     Ok(sig)
+}
+
+/// `--mem`: `4096`, `512M`, `4G` or `1.5G` as MB.
+fn parse_memory(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1024.0),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1.0),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: expected MB, or a size such as 512M or 4G"))?;
+    let mb = (v * mult).ceil();
+    if !(mb.is_finite() && (1.0..=1e9).contains(&mb)) {
+        return Err(format!("{s:?}: expected between 1 MB and 1 PB"));
+    }
+    Ok(mb as u64)
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::parse_memory;
+
+    #[test]
+    fn memory_sizes_read_as_mb() {
+        assert_eq!(parse_memory("4096"), Ok(4096));
+        assert_eq!(parse_memory("512M"), Ok(512));
+        assert_eq!(parse_memory("4G"), Ok(4096));
+        assert_eq!(parse_memory("1.5g"), Ok(1536));
+        for bad in ["", "G", "-1", "0", "lots", "1e12G"] {
+            assert!(parse_memory(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -36,6 +36,11 @@ struct Flags {
     /// Relative capacity of one processor; skips the start-up benchmark.
     #[arg(long)]
     capacity: Option<f64>,
+    /// Memory to offer VPs, MB: a VP whose job asks for more (`mig spawn
+    /// --mem`) is never placed here [default: the machine's; config
+    /// memory_mb].
+    #[arg(long, value_name = "MB")]
+    memory_mb: Option<u64>,
     /// Architecture to report (default: this machine's, e.g. x86_64-linux).
     #[arg(long)]
     arch: Option<String>,
@@ -137,6 +142,7 @@ fn start() -> anyhow::Result<()> {
         key_file: f.key_file,
         processors: f.processors,
         capacity: f.capacity,
+        memory_mb: f.memory_mb,
         arch: f.arch,
         safe_point_timeout_ms: f.safe_point_timeout_ms,
         vp_nice: f.vp_nice,

@@ -185,6 +185,7 @@ impl Master {
             parent: Some(tid),
             independent: false,
             restartable: false,
+            memory_mb: None,
         })
     }
 

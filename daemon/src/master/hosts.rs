@@ -346,6 +346,7 @@ impl Master {
                 host: host.to_string(),
                 arch: f.arch.clone(),
                 capacity: f.capacity,
+                memory_mb: (f.memory_mb > 0).then_some(f.memory_mb),
             }));
         }
         out

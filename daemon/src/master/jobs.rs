@@ -39,6 +39,24 @@ impl Master {
         if let Err(m) = check_program(&spec, &arch) {
             return err(m);
         }
+        if let Some(need) = spec.memory_mb {
+            let most = self
+                .hosts
+                .values()
+                .filter(|h| h.alive && h.facts.arch == arch)
+                .map(|h| (h.facts.memory_mb, h.facts.name.as_str()))
+                .max();
+            match most {
+                Some((mb, _)) if mb >= need => {}
+                Some((mb, host)) => {
+                    return err(format!(
+                        "no host offers {need} MB of memory a VP: the most is {mb} MB, on {host}"
+                    ))
+                }
+                None => return err(format!("no live host of {arch}")),
+            }
+        }
+        let memory_mb = spec.memory_mb;
         let job = format!("j{}", self.next_job);
         self.next_job += 1;
         let mut vps = BTreeMap::new();
@@ -94,6 +112,7 @@ impl Master {
         out.extend(self.event(Event::Submit {
             job,
             vps: BTreeMap::from([(arch, n)]),
+            memory_mb,
         }));
         out
     }

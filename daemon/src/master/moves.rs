@@ -545,6 +545,15 @@ impl Master {
         if src == to {
             return err(format!("VP t{tid:x} already runs on {to}"));
         }
+        let need = self.jobs.get(&job).and_then(|j| j.spec.memory_mb);
+        let offers = self.hosts.get(to).map(|h| h.facts.memory_mb);
+        if let (Some(need), Some(has)) = (need, offers) {
+            if has > 0 && has < need {
+                return err(format!(
+                    "VP t{tid:x} needs {need} MB of memory and {to} offers {has} MB"
+                ));
+            }
+        }
         match self.begin_move(tid, &job, vp, &src, to) {
             Ok(mut out) => {
                 out.push(Out::Reply(

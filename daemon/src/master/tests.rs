@@ -52,6 +52,7 @@ pub(super) fn spec(n: u32) -> SpawnSpec {
         parent: None,
         independent: false,
         restartable: false,
+        memory_mb: None,
     }
 }
 

@@ -24,6 +24,9 @@ pub enum Event {
         arch: String,
         /// Capacity relative to the slowest processor; positive and finite.
         capacity: f64,
+        /// Memory its host offers (MB); unknown: as much as any VP asks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_mb: Option<u64>,
     },
     /// A processor leaves the pool (`processor_exit`): its owner is back or its host died.
     ProcessorExit {
@@ -36,6 +39,10 @@ pub enum Event {
         job: String,
         /// VPs per architecture.
         vps: BTreeMap<String, u32>,
+        /// Memory each VP needs (MB): never placed on a processor whose
+        /// host offers less.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_mb: Option<u64>,
     },
     /// A running job creates one more VP (`new_VP`); it gets the next index.
     NewVp {

@@ -234,6 +234,7 @@ mod tests {
             host: format!("p{i}").into(),
             arch: "x86_64".into(),
             capacity: 1.0,
+            memory_mb: None,
         }
     }
 

@@ -30,6 +30,9 @@ pub struct Processor {
     pub arch: String,
     /// Capacity relative to the slowest processor.
     pub capacity: f64,
+    /// Memory its host offers (MB), if known.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
 }
 
 /// A set of rows, one bit each.

@@ -14,6 +14,7 @@ fn processors(n: usize) -> Vec<Event> {
             host: format!("p{i}"),
             arch: "x86_64".into(),
             capacity: 1.0,
+            memory_mb: None,
         })
         .collect()
 }
@@ -30,6 +31,7 @@ fn submit(job: &str, n: u32) -> Event {
     Event::Submit {
         job: job.into(),
         vps: BTreeMap::from([("x86_64".to_string(), n)]),
+        memory_mb: None,
     }
 }
 
@@ -195,6 +197,7 @@ fn the_papers_example_1_places_the_same_under_mig() {
             host: format!("p{}", i + 1),
             arch: "x86_64".into(),
             capacity: c,
+            memory_mb: None,
         })
         .unwrap();
     }
@@ -284,5 +287,54 @@ fn a_suspended_job_gives_its_cells_to_others_and_is_placed_again_when_resumed() 
         s.check_invariants().unwrap();
         assert!(!waiting(&s, "a"), "{placement}: {acts:?}");
         assert_eq!(s.vp_count(), 2);
+    }
+}
+
+#[test]
+fn a_vp_goes_only_where_its_host_offers_the_memory_it_needs() {
+    for policy in Placement::ALL {
+        let mut s = Scheduler::new(policy.config());
+        for (i, mem) in [Some(1000), Some(8000), None, Some(2000)]
+            .into_iter()
+            .enumerate()
+        {
+            s.on_event(Event::NewProcessor {
+                id: format!("p{i}/0"),
+                host: format!("p{i}"),
+                arch: "x86_64".into(),
+                capacity: 1.0,
+                memory_mb: mem,
+            })
+            .unwrap();
+        }
+        // 4 GB a VP: only p1 (8 GB) and p2 (unknown) may hold them, so the
+        // four VPs double up there.
+        s.on_event(Event::Submit {
+            job: "big".into(),
+            vps: BTreeMap::from([("x86_64".to_string(), 4)]),
+            memory_mb: Some(4000),
+        })
+        .unwrap();
+        let v = s.job_view("big").unwrap();
+        let mut on: Vec<&str> = v.placement.values().map(String::as_str).collect();
+        on.sort_unstable();
+        assert_eq!(on, ["p1/0", "p1/0", "p2/0", "p2/0"], "{policy:?}");
+        // The host that does not say leaves: no host offers 64 GB, so that
+        // job's VP waits while the rest goes on.
+        s.on_event(Event::ProcessorExit { id: "p2/0".into() })
+            .unwrap();
+        s.on_event(Event::Submit {
+            job: "huge".into(),
+            vps: BTreeMap::from([("x86_64".to_string(), 1)]),
+            memory_mb: Some(64_000),
+        })
+        .unwrap();
+        assert!(waiting(&s, "huge"), "{policy:?}");
+        let v = s.job_view("big").unwrap();
+        assert!(
+            v.placement.values().all(|p| p == "p1/0"),
+            "{policy:?} {v:?}"
+        );
+        s.check_invariants().unwrap();
     }
 }

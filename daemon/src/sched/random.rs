@@ -121,11 +121,14 @@ impl Generator {
             .bytes()
             .fold(0usize, |a, b| a.wrapping_mul(31).wrapping_add(b as usize));
         let arch = self.shape.arches[h % self.shape.arches.len().max(1)].clone();
+        // So does the memory its host offers (sometimes unknown).
+        let memory_mb = [None, Some(1000), Some(4000), Some(16000)][h / 7 % 4];
         Event::NewProcessor {
             id,
             host,
             arch,
             capacity,
+            memory_mb,
         }
     }
 
@@ -156,7 +159,12 @@ impl Generator {
                     }
                     self.jobs.insert(job.clone(), (0..n).collect());
                     self.next_vp.insert(job.clone(), n);
-                    return Event::Submit { job, vps };
+                    let memory_mb = [None, None, Some(2000), Some(8000)][self.below(4)];
+                    return Event::Submit {
+                        job,
+                        vps,
+                        memory_mb,
+                    };
                 }
                 46..=60 if !self.jobs.is_empty() => {
                     let k = self.below(self.jobs.len());

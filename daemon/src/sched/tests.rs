@@ -14,6 +14,7 @@ fn proc_event(id: &str, arch: &str, capacity: f64) -> Event {
         host: id.split('/').next().unwrap_or(id).into(),
         arch: arch.into(),
         capacity,
+        memory_mb: None,
     }
 }
 
@@ -21,6 +22,7 @@ fn submit(job: &str, n: u32) -> Event {
     Event::Submit {
         job: job.into(),
         vps: BTreeMap::from([("x86_64".to_string(), n)]),
+        memory_mb: None,
     }
 }
 
@@ -191,6 +193,7 @@ fn vps_without_a_processor_of_their_architecture_wait_and_are_never_lost() {
         .on_event(Event::Submit {
             job: "j".into(),
             vps: BTreeMap::from([("x86_64".to_string(), 2), ("aarch64".to_string(), 1)]),
+            memory_mb: None,
         })
         .unwrap();
     // VP 0 is aarch64 (architectures in name order), VPs 1 and 2 are x86_64.
@@ -688,7 +691,7 @@ proptest! {
         let mut jobs: Vec<(String, u32)> = Vec::new();
         for n in 0..150usize {
             let e = g.event();
-            if let Event::Submit { job, vps } = &e {
+            if let Event::Submit { job, vps, .. } = &e {
                 jobs.push((job.clone(), vps.values().sum()));
             }
             let acts = s.on_event(e.clone()).unwrap_or_else(|err| panic!("{e:?}: {err}"));

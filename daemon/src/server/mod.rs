@@ -276,7 +276,7 @@ impl Daemon {
             arch: cfg.arch.clone(),
             processors: cfg.processors,
             capacity,
-            memory_mb: crate::facts::memory_mb(),
+            memory_mb: cfg.memory_mb.unwrap_or_else(crate::facts::memory_mb),
             addr: addr.to_string(),
             pid: std::process::id(),
             offered: false,

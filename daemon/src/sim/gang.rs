@@ -125,6 +125,7 @@ impl<'a> Gang<'a> {
                 host: id,
                 arch: cond.arch_name(cond.arch_of(i)).into(),
                 capacity: c,
+                memory_mb: None,
             });
         }
         Gang {
@@ -227,6 +228,7 @@ impl<'a> Gang<'a> {
                 host: id,
                 arch: self.cond.arch_name(self.cond.arch_of(processor)).into(),
                 capacity: self.capacities[processor],
+                memory_mb: None,
             }
         };
         self.event(e);
@@ -250,6 +252,7 @@ impl<'a> Gang<'a> {
                 let e = Event::Submit {
                     job: i.to_string(),
                     vps: BTreeMap::from([(self.cond.arch_name(j.arch).to_string(), j.procs)]),
+                    memory_mb: None,
                 };
                 self.event(e);
                 self.rate.insert(i, 0.0);

@@ -30,6 +30,8 @@ pub struct SpawnSpec {
     /// longer than that host's `vacate_after_s`, is ended and started again
     /// elsewhere from the beginning.
     pub restartable: bool,
+    /// Memory each VP needs (MB): never placed on a host offering less.
+    pub memory_mb: Option<u64>,
 }
 
 /// A control request.

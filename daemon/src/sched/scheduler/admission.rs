@@ -202,9 +202,10 @@ impl Scheduler {
         order.sort_by_key(|&k| self.job(k).seq);
         for k in order {
             let j = self.job(k);
-            let placeable = j.vps.values().any(|v| {
-                v.row.is_none() && self.map.arch_rows(v.arch).is_some_and(|r| !r.is_empty())
-            });
+            let placeable = j
+                .vps
+                .values()
+                .any(|v| v.row.is_none() && self.usable(k, v.arch));
             if !placeable {
                 continue;
             }
@@ -231,7 +232,7 @@ impl Scheduler {
     /// The column with the most free cells of job `k`'s architectures (the
     /// earliest on a tie).
     fn roomiest_column(&self, k: JobKey) -> Option<u64> {
-        let demand = Demand::new(&self.map, self.job(k).arches.iter().copied());
+        let (demand, _) = self.demand_of(k);
         self.map
             .columns()
             .iter()

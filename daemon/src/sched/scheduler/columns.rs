@@ -282,6 +282,9 @@ impl Scheduler {
                 wanted.union_with(r);
             }
         }
+        if let Some(m) = self.memory_rows(k) {
+            wanted.intersect_with(&m);
+        }
         // A shift (no VP moves) to the fullest slot that takes the job's
         // processors as they are.
         let fullest = |ok: &dyn Fn(&BitSet) -> bool| {
@@ -304,7 +307,11 @@ impl Scheduler {
         }
         // Else the fullest slot that holds it as fast as now.
         let t = t_cur * (1.0 + 1e-9);
-        let i = fullest(&|f| self.fits_by(k, f, t))?;
+        let i = fullest(&|f| {
+            let mut usable = f.clone();
+            usable.intersect_with(&wanted);
+            self.fits_by(k, &usable, t)
+        })?;
         let mut cand = free[i].clone();
         cand.intersect_with(&wanted);
         let rows = cand.to_vec();

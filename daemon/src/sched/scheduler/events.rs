@@ -11,6 +11,7 @@ impl Scheduler {
         host: String,
         arch: String,
         capacity: f64,
+        memory_mb: Option<u64>,
         ctx: &mut Ctx,
     ) -> Result<(), SchedError> {
         if id.is_empty() {
@@ -32,6 +33,7 @@ impl Scheduler {
             host: host.into(),
             arch,
             capacity,
+            memory_mb,
         }));
         if !self.cfg.backfill {
             self.place_held(ctx);
@@ -81,6 +83,7 @@ impl Scheduler {
         &mut self,
         job: String,
         vps: BTreeMap<String, u32>,
+        memory_mb: Option<u64>,
         ctx: &mut Ctx,
     ) -> Result<(), SchedError> {
         if job.is_empty() {
@@ -100,6 +103,7 @@ impl Scheduler {
         }
         let total: u32 = vps.values().sum();
         let mut j = Job::new(job.clone(), self.submitted, total, Vec::new());
+        j.memory_mb = memory_mb;
         self.submitted += 1;
         let mut next = 0u32;
         for (arch, &n) in &vps {

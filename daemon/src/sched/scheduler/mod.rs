@@ -140,6 +140,9 @@ struct Job {
     row_set: BitSet,
     /// The sum of `rows`: VPs placed, kept wherever `rows` changes.
     placed: u32,
+    /// Memory each VP needs (MB): processors whose host offers less are
+    /// never its candidates.
+    memory_mb: Option<u64>,
 }
 
 impl Job {
@@ -157,6 +160,7 @@ impl Job {
             t_cur: Cell::new(None),
             row_set: BitSet::default(),
             placed: 0,
+            memory_mb: None,
         }
     }
 
@@ -484,9 +488,14 @@ impl Scheduler {
                 host,
                 arch,
                 capacity,
-            } => self.new_processor(id, host, arch, capacity, &mut ctx)?,
+                memory_mb,
+            } => self.new_processor(id, host, arch, capacity, memory_mb, &mut ctx)?,
             Event::ProcessorExit { id } => self.processor_exit(&id, &mut ctx)?,
-            Event::Submit { job, vps } => self.submit(job, vps, &mut ctx)?,
+            Event::Submit {
+                job,
+                vps,
+                memory_mb,
+            } => self.submit(job, vps, memory_mb, &mut ctx)?,
             Event::NewVp { job, arch, host } => {
                 self.new_vp(&job, None, arch, host.as_deref(), &mut ctx)?
             }
@@ -654,6 +663,14 @@ impl Scheduler {
                             "job {} vp {i} ({}) on {} ({})",
                             j.id, v.arch, p.id, p.arch
                         ));
+                    }
+                    if let (Some(need), Some(has)) = (j.memory_mb, p.memory_mb) {
+                        if has < need {
+                            return Err(format!(
+                                "job {} vp {i} needs {need} MB, on {} offering {has} MB",
+                                j.id, p.id
+                            ));
+                        }
                     }
                     *rows.entry(r).or_default() += 1;
                 }

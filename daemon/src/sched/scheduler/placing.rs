@@ -307,7 +307,9 @@ impl Scheduler {
         // Release its cells first.
         self.release_cells(k, ctx);
         self.job_mut(k).columns.clear();
-        let mut demand = Demand::new(&self.map, self.job(k).arches.iter().copied());
+        // The turnaround in a slot of its own: on the whole pool (the rows
+        // with the memory it needs), from its capacity classes.
+        let (mut demand, t_new) = self.demand_of(k);
         demand.avoid = self.avoided_by(k);
         if demand.counts.is_empty() {
             self.apply(k, Vec::new(), &[], &[], ctx);
@@ -315,13 +317,6 @@ impl Scheduler {
             return;
         }
         let all: Vec<Row> = demand.rows.to_vec();
-        // The turnaround in a slot of its own: on the whole pool, from its
-        // capacity classes.
-        let t_new = demand
-            .counts
-            .iter()
-            .map(|&(a, x)| t_min_by_classes(x, &self.map.arch_capacities(a)))
-            .fold(0.0, f64::max);
         if !t_new.is_finite() {
             self.apply(k, Vec::new(), &[], &[], ctx);
             return;
@@ -413,8 +408,7 @@ impl Scheduler {
         let needs_elsewhere = {
             let j = self.job(k);
             j.arches.iter().any(|&(a, _)| {
-                !cand.iter().any(|&r| self.arch_of(r) == Some(a))
-                    && self.map.arch_rows(a).is_some_and(|rows| !rows.is_empty())
+                !cand.iter().any(|&r| self.arch_of(r) == Some(a)) && self.usable(k, a)
             })
         };
         if needs_elsewhere || self.job(k).columns.is_empty() {
@@ -460,9 +454,10 @@ impl Scheduler {
                 continue;
             }
             let j = self.job(k);
-            if j.vps.values().any(|v| {
-                v.row.is_none() && self.map.arch_rows(v.arch).is_some_and(|r| !r.is_empty())
-            }) {
+            if j.vps
+                .values()
+                .any(|v| v.row.is_none() && self.usable(k, v.arch))
+            {
                 self.reposition(k, ctx);
                 // At the slot cap, jobs wait in queue order: stop at the first
                 // that still finds no room.

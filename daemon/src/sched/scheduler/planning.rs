@@ -49,8 +49,8 @@ impl Scheduler {
         set
     }
 
-    /// Rows free in all the job's columns, of its architectures (the
-    /// candidates it does not hold already).
+    /// Rows free in all the job's columns, of its architectures and with
+    /// the memory it needs (the candidates it does not hold already).
     pub(super) fn free_candidates(&self, k: JobKey) -> BitSet {
         let j = self.job(k);
         let mut set: BitSet = self.map.free_in_all(&j.columns);
@@ -61,7 +61,68 @@ impl Scheduler {
             }
         }
         set.intersect_with(&wanted);
+        if let Some(m) = self.memory_rows(k) {
+            set.intersect_with(&m);
+        }
         set
+    }
+
+    /// The rows whose host offers the memory job `k` needs (or does not
+    /// say what it offers); `None` when the job needs none: every row.
+    pub(super) fn memory_rows(&self, k: JobKey) -> Option<BitSet> {
+        let need = self.job(k).memory_mb?;
+        let mut set = BitSet::default();
+        for (r, p) in self.map.processors() {
+            if p.memory_mb.is_none_or(|m| m >= need) {
+                set.insert(r);
+            }
+        }
+        Some(set)
+    }
+
+    /// Has architecture `a` a live row job `k` may use?
+    pub(super) fn usable(&self, k: JobKey, a: u32) -> bool {
+        let Some(rows) = self.map.arch_rows(a) else {
+            return false;
+        };
+        match self.memory_rows(k) {
+            None => !rows.is_empty(),
+            Some(m) => rows.intersection_len(&m) > 0,
+        }
+    }
+
+    /// Job `k`'s demand on the map: its architectures' live rows that have
+    /// the memory it needs (architectures left without any are left out),
+    /// and the turnaround of a slot of its own there.
+    pub(super) fn demand_of(&self, k: JobKey) -> (Demand, f64) {
+        let j = self.job(k);
+        let mut d = Demand::new(&self.map, j.arches.iter().copied());
+        let memory = self.memory_rows(k);
+        if let Some(m) = &memory {
+            d.rows.intersect_with(m);
+            d.counts.retain(|&(a, _)| {
+                self.map
+                    .arch_rows(a)
+                    .is_some_and(|r| r.intersection_len(m) > 0)
+            });
+        }
+        let t_new = d
+            .counts
+            .iter()
+            .map(|&(a, x)| {
+                let classes: Vec<(f64, u32)> = match &memory {
+                    None => self.map.arch_capacities(a),
+                    Some(m) => self
+                        .map
+                        .capacity_classes(a)
+                        .map(|(c, rows)| (c, rows.intersection_len(m) as u32))
+                        .filter(|&(_, n)| n > 0)
+                        .collect(),
+                };
+                t_min_by_classes(x, &classes)
+            })
+            .fold(0.0, f64::max);
+        (d, t_new)
     }
 
     /// The MTAT input for the job's VPs on `rows`: VPs per architecture
