@@ -284,7 +284,12 @@ impl Master {
         &self.name
     }
 
-    /// Is `host` known and alive?
+    /// Is `host` one of the virtual machine's hosts (alive or not)?
+    pub fn knows(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
+    }
+
+    /// Is `host` a live host of the virtual machine?
     pub fn is_alive(&self, host: &str) -> bool {
         self.hosts.get(host).is_some_and(|h| h.alive)
     }

@@ -247,13 +247,16 @@ impl Daemon {
             );
         }
         match c.kind {
-            Kind::Peer { host: Some(h) } => {
-                log!("lost connection to {h}: {why}");
-                if let Some(m) = self.role.master() {
+            Kind::Peer { host: Some(h) } => match self.role.master() {
+                // A host deleted from the virtual machine (`mig delete`).
+                Some(m) if !m.knows(&h) => debug!("connection of {h}, a host no more, closed"),
+                Some(m) => {
+                    log!("lost connection to {h}: {why}");
                     let out = m.host_lost(&h, why, Instant::now());
                     self.deliver(out);
                 }
-            }
+                None => log!("lost connection to {h}: {why}"),
+            },
             Kind::Master => self.master_lost(why),
             Kind::Accepting if self.strangers.allow(Instant::now()) => {
                 warn!("dropped unauthenticated connection: {why}")
