@@ -1,7 +1,9 @@
 //! Scheduler speed: the cost of handling one event on maps of a given size,
 //! and of replaying 100,000 random events. Prints percentiles; run with
 //! `cargo bench -p mig-daemon --bench sched` (the daemons' placement, `mig`;
-//! `MIG_BENCH_PLACEMENT=mtat+repack` for another).
+//! `MIG_BENCH_PLACEMENT=mtat+repack` for another; `MIG_BENCH_MEMORY=1` for
+//! hosts that offer 1, 4 or 16 GB and jobs half of which ask for 2 or 8 GB
+//! a VP).
 
 use std::time::Instant;
 
@@ -31,6 +33,7 @@ fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
         arches: vec!["x86_64".into()],
         max_job: (procs / 8) as u32,
         target_jobs: slots * 8,
+        memory: std::env::var_os("MIG_BENCH_MEMORY").is_some(),
     };
     let mut g = Generator::new(42, shape);
     let mut s = Scheduler::new(SchedConfig {
@@ -141,6 +144,7 @@ fn digest() {
                 max_job: (procs / 4) as u32,
                 target_jobs: slots * 6,
                 capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
+                memory: false,
             },
         );
         let mut s = Scheduler::new(SchedConfig {

@@ -24,6 +24,9 @@ pub struct Shape {
     pub target_jobs: usize,
     /// Capacities new processors draw from.
     pub capacities: Vec<f64>,
+    /// Hosts offer memory (1, 4 or 16 GB, or say nothing) and half the
+    /// jobs ask for 2 or 8 GB a VP.
+    pub memory: bool,
 }
 
 impl Default for Shape {
@@ -35,6 +38,7 @@ impl Default for Shape {
             max_job: 8,
             target_jobs: 4,
             capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
+            memory: false,
         }
     }
 }
@@ -122,7 +126,11 @@ impl Generator {
             .fold(0usize, |a, b| a.wrapping_mul(31).wrapping_add(b as usize));
         let arch = self.shape.arches[h % self.shape.arches.len().max(1)].clone();
         // So does the memory its host offers (sometimes unknown).
-        let memory_mb = [None, Some(1000), Some(4000), Some(16000)][h / 7 % 4];
+        let memory_mb = if self.shape.memory {
+            [None, Some(1000), Some(4000), Some(16000)][h / 7 % 4]
+        } else {
+            None
+        };
         Event::NewProcessor {
             id,
             host,
@@ -159,7 +167,11 @@ impl Generator {
                     }
                     self.jobs.insert(job.clone(), (0..n).collect());
                     self.next_vp.insert(job.clone(), n);
-                    let memory_mb = [None, None, Some(2000), Some(8000)][self.below(4)];
+                    let memory_mb = if self.shape.memory {
+                        [None, None, Some(2000), Some(8000)][self.below(4)]
+                    } else {
+                        None
+                    };
                     return Event::Submit {
                         job,
                         vps,

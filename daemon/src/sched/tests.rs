@@ -508,6 +508,7 @@ proptest! {
             arches: if two_arch { vec!["x86_64".into(), "aarch64".into()] } else { vec!["x86_64".into()] },
             max_job: 6,
             target_jobs: 4,
+            memory: true,
             ..Shape::default()
         };
         let mut g = Generator::new(seed, shape.clone());
@@ -681,6 +682,7 @@ proptest! {
             per_host: 2,
             max_job: 5,
             target_jobs: 4,
+            memory: true,
             ..Shape::default()
         });
         let mut s = Scheduler::new(SchedConfig { pin_new_vps: true, ..Placement::ALL[policy].config() });

@@ -28,6 +28,7 @@ impl Scheduler {
         }
         ctx.dirty.insert(host.clone());
         ctx.all_freed = true;
+        self.memory_masks.get_mut().clear();
         ctx.new_row = Some(self.map.add_row(Processor {
             id: id.into(),
             host: host.into(),
@@ -56,6 +57,7 @@ impl Scheduler {
             ctx.dirty.insert(p.host.to_string());
         }
         self.map.remove_row(row);
+        self.memory_masks.get_mut().clear();
         for &k in &affected {
             let j = self.job_mut(k);
             let gone = j.rows.remove(&row).unwrap_or(0);

@@ -293,6 +293,10 @@ pub struct Scheduler {
     /// With backfilling: the oldest waiting job that fits nowhere, and the
     /// column held for it (no younger job is placed or grows there).
     reserved: Option<(JobKey, u64)>,
+    /// The rows offering at least so many MB, per amount jobs ask for:
+    /// computed once, forgotten when a processor joins or leaves.
+    #[serde(skip)]
+    memory_masks: std::cell::RefCell<BTreeMap<u64, BitSet>>,
 }
 
 impl Default for Scheduler {
@@ -317,6 +321,7 @@ impl Scheduler {
             submitted: 0,
             admitted_upto: 0,
             reserved: None,
+            memory_masks: Default::default(),
         }
     }
 

@@ -71,13 +71,17 @@ impl Scheduler {
     /// say what it offers); `None` when the job needs none: every row.
     pub(super) fn memory_rows(&self, k: JobKey) -> Option<BitSet> {
         let need = self.job(k).memory_mb?;
-        let mut set = BitSet::default();
-        for (r, p) in self.map.processors() {
-            if p.memory_mb.is_none_or(|m| m >= need) {
-                set.insert(r);
+        let mut masks = self.memory_masks.borrow_mut();
+        let set = masks.entry(need).or_insert_with(|| {
+            let mut set = BitSet::default();
+            for (r, p) in self.map.processors() {
+                if p.memory_mb.is_none_or(|m| m >= need) {
+                    set.insert(r);
+                }
             }
-        }
-        Some(set)
+            set
+        });
+        Some(set.clone())
     }
 
     /// Has architecture `a` a live row job `k` may use?
