@@ -445,26 +445,34 @@ fn mig_top_draws_hosts_map_jobs_and_events_live_in_a_plain_terminal_and_quits_on
         })
     };
     let text = || String::from_utf8_lossy(&seen.lock().expect("lock")).into_owned();
-    // The screen is drawn by moving the cursor over what has not changed,
-    // so words, not phrases, are looked for.
-    let shows = |words: &[&str]| {
-        let t = text();
-        words.iter().all(|w| t.contains(w))
+    // What the terminal shows now: the bytes so far played through a
+    // terminal emulator (the screen is drawn by moving the cursor over what
+    // has not changed, so the raw bytes hold words, not lines).
+    let on_screen = || {
+        let mut term = vt100::Parser::new(36, 110, 0);
+        term.process(&seen.lock().expect("lock"));
+        term.screen().contents()
     };
     assert!(
-        wait_until(Duration::from_secs(10), || shows(&["Allocation", "h1/0"])),
+        wait_until(Duration::from_secs(10), || {
+            let s = on_screen();
+            s.contains("Allocation map") && s.contains("h1/0")
+        }),
         "{}",
-        text()
+        on_screen()
     );
     // A job started meanwhile appears, live, as a row and an event.
     let started = vm.mig_ok(&["spawn", "-n", "2", "--", "/bin/sh", "-c", "sleep 30"]);
     let job = stdout(&started).trim().to_string();
     assert!(
-        wait_until(Duration::from_secs(10), || shows(&[
-            &job, "started:", "sleep"
-        ])),
+        wait_until(Duration::from_secs(20), || {
+            let s = on_screen();
+            s.contains(&format!("{job} started: 2 VPs of /bin/sh"))
+                && s.contains("2 running")
+                && s.contains("/bin/sh -c sleep 30")
+        }),
         "{}",
-        text()
+        on_screen()
     );
     screen.write_all(b"q").expect("type q");
     assert!(
