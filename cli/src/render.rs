@@ -90,6 +90,54 @@ pub fn map(
     out
 }
 
+/// The map as the daemon answers `Request::Map` (`slots` per slot, the
+/// slot running `now`), each processor's capacity taken from `hosts`
+/// (`h1/0`: host h1).
+pub fn map_reply(
+    processors: &[String],
+    slots: &[Vec<libmig::msg::MapCell>],
+    now: Option<u32>,
+    hosts: &[libmig::msg::HostInfo],
+) -> String {
+    let mut independent: Vec<String> = slots
+        .iter()
+        .flatten()
+        .filter(|c| c.independent)
+        .map(|c| c.job.clone())
+        .collect();
+    independent.sort();
+    independent.dedup();
+    let cells: Vec<Vec<TableCell>> = slots
+        .iter()
+        .map(|s| {
+            s.iter()
+                .map(|c| TableCell {
+                    processor: c.processor.clone(),
+                    job: c.job.clone(),
+                    vps: c.vps.clone(),
+                })
+                .collect()
+        })
+        .collect();
+    let caps: Vec<Option<f64>> = processors
+        .iter()
+        .map(|p| {
+            let host = p.split('/').next().unwrap_or(p);
+            hosts
+                .iter()
+                .find(|h| h.facts.name == host)
+                .map(|h| h.facts.capacity)
+        })
+        .collect();
+    map(
+        processors,
+        &caps,
+        &cells,
+        now.map(|n| n as usize),
+        &independent,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,16 @@ pub struct Args {
     json: bool,
 }
 
+/// A host's part: master, voter, up (a worker) or gone.
+pub fn state(h: &libmig::msg::HostInfo) -> &'static str {
+    match (h.alive, h.master, h.voter) {
+        (true, true, _) => "master",
+        (true, false, true) => "voter",
+        (true, false, false) => "up",
+        (false, _, _) => "gone",
+    }
+}
+
 /// Run it.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
     let Response::Hosts(hosts) = super::call(daemon, &Request::Hosts)? else {
@@ -47,12 +57,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         "HOST", "ADDRESS", "ARCH", "PROCS", "CAPACITY", "MEM(MB)", "VPS", "STATE"
     );
     for h in hosts {
-        let state = match (h.alive, h.master, h.voter) {
-            (true, true, _) => "master",
-            (true, false, true) => "voter",
-            (true, false, false) => "up",
-            (false, _, _) => "gone",
-        };
+        let state = state(&h);
         let owner = h
             .owner
             .as_ref()

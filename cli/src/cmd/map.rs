@@ -4,7 +4,6 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use libmig::msg::{Request, Response};
-use migd::sched::TableCell;
 
 /// Flags of `mig map`.
 #[derive(Debug, clap::Args)]
@@ -33,50 +32,13 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         );
         return Ok(());
     }
-    let mut independent: Vec<String> = slots
-        .iter()
-        .flatten()
-        .filter(|c| c.independent)
-        .map(|c| c.job.clone())
-        .collect();
-    independent.sort();
-    independent.dedup();
-    let slots: Vec<Vec<TableCell>> = slots
-        .into_iter()
-        .map(|s| {
-            s.into_iter()
-                .map(|c| TableCell {
-                    processor: c.processor,
-                    job: c.job,
-                    vps: c.vps,
-                })
-                .collect()
-        })
-        .collect();
-    // Each processor's capacity, from its host's facts (`h1/0`: host h1).
     let hosts = match super::call(daemon, &Request::Hosts)? {
         Response::Hosts(h) => h,
         _ => Vec::new(),
     };
-    let caps: Vec<Option<f64>> = processors
-        .iter()
-        .map(|p| {
-            let host = p.split('/').next().unwrap_or(p);
-            hosts
-                .iter()
-                .find(|h| h.facts.name == host)
-                .map(|h| h.facts.capacity)
-        })
-        .collect();
     print!(
         "{}",
-        crate::render::map(
-            &processors,
-            &caps,
-            &slots,
-            now.map(|n| n as usize),
-            &independent
-        )
+        crate::render::map_reply(&processors, &slots, now, &hosts)
     );
     if !processors.is_empty() {
         println!(

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libmig::msg::{HostInfo, JobInfo, MapCell, Request, Response, VpInfo};
-use migd::sched::TableCell;
 use ratatui::backend::{Backend, TestBackend};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -281,12 +280,7 @@ fn draw(f: &mut Frame, v: &View) {
 
 fn draw_hosts(f: &mut Frame, area: Rect, l: &Look) {
     let rows = l.hosts.iter().map(|h| {
-        let state = match (h.alive, h.master, h.voter) {
-            (true, true, _) => "master",
-            (true, false, true) => "voter",
-            (true, false, false) => "up",
-            (false, _, _) => "gone",
-        };
+        let state = super::hosts::state(h);
         let owner = h
             .owner
             .as_ref()
@@ -324,46 +318,7 @@ fn draw_hosts(f: &mut Frame, area: Rect, l: &Look) {
 }
 
 fn draw_map(f: &mut Frame, area: Rect, l: &Look) {
-    let mut independent: Vec<String> = l
-        .slots
-        .iter()
-        .flatten()
-        .filter(|c| c.independent)
-        .map(|c| c.job.clone())
-        .collect();
-    independent.sort();
-    independent.dedup();
-    let slots: Vec<Vec<TableCell>> = l
-        .slots
-        .iter()
-        .map(|s| {
-            s.iter()
-                .map(|c| TableCell {
-                    processor: c.processor.clone(),
-                    job: c.job.clone(),
-                    vps: c.vps.clone(),
-                })
-                .collect()
-        })
-        .collect();
-    let caps: Vec<Option<f64>> = l
-        .processors
-        .iter()
-        .map(|p| {
-            let host = p.split('/').next().unwrap_or(p);
-            l.hosts
-                .iter()
-                .find(|h| h.facts.name == host)
-                .map(|h| h.facts.capacity)
-        })
-        .collect();
-    let text = crate::render::map(
-        &l.processors,
-        &caps,
-        &slots,
-        l.now.map(|n| n as usize),
-        &independent,
-    );
+    let text = crate::render::map_reply(&l.processors, &l.slots, l.now, &l.hosts);
     let title = match l.now {
         Some(n) => format!(" Allocation map: slot T{} runs now ", n + 1),
         None => " Allocation map ".to_string(),
