@@ -37,9 +37,11 @@ pub struct Args {
     /// Policies to compare, comma-separated: fcfs, easy (backfilling, no
     /// time sharing), gang-firstfit, gang-buddy (Ousterhout matrices),
     /// mtat, mtat+repack (seed 000 as the paper gives it, and with seed
-    /// 001's re-packing) and mig (what migd runs by default: one slot each
+    /// 001's re-packing), mig (what migd runs by default: one slot each
     /// where a job runs fastest, waiting jobs oldest first, slots merged by
-    /// moving jobs, free slots lent).
+    /// moving jobs, free slots lent) and roc (seed 003: a job as a bag of
+    /// independent tasks, each queued where the fewest are, Rate-of-Change
+    /// moving them; not in the default list).
     #[arg(
         long,
         value_delimiter = ',',

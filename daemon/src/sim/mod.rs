@@ -15,6 +15,8 @@
 //!   balancing and shortest-queue-first;
 //! * `nres` — seed 004's experiments: N-resource nodes, bursts of jobs,
 //!   fewest-choices-first mapping, eta against capacity and latency;
+//! * `tasks` — `roc` on a trace: jobs as bags of tasks on processors,
+//!   Rate-of-Change moving them;
 //! * `rng` — the seeded generator they share.
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
@@ -29,6 +31,7 @@ pub mod rng;
 pub mod roc;
 pub mod rommel;
 pub mod swf;
+pub mod tasks;
 
 use std::sync::atomic::AtomicUsize;
 
@@ -158,6 +161,7 @@ pub const POLICIES: &[&str] = &[
     "mtat",
     "mtat+repack",
     "mig",
+    "roc",
 ];
 
 /// Slots per round the time-sharing policies allow by default (the
@@ -284,6 +288,10 @@ pub fn replay_with(
         "gang-firstfit" | "gang-buddy" => {
             let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, cond, done);
             (g.outcomes, g.migrations, g.slots, g.timeline)
+        }
+        "roc" => {
+            let (o, moves, timeline) = tasks::run(jobs, capacities, cond, done);
+            (o, moves, (1.0, 1), timeline)
         }
         name => {
             let placement = crate::sched::Placement::by_name(name)?;

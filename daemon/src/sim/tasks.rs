@@ -1,0 +1,437 @@
+//! `roc` on a trace: seed 003's Rate-of-Change load balancing where the
+//! papers put it, a job being a bag of independent tasks. Each of a job's
+//! k tasks (its run time of work on a processor of capacity 1) goes, when
+//! the job arrives, to the processor with the fewest tasks queued
+//! (IPG-SaLaD's static allocator; it does not know how long tasks run); a processor runs its queue first come first served;
+//! every `INTERVAL` seconds each processor samples its load (tasks
+//! queued, the running one included) and asks for work by
+//! `balance::roc`; a source answers with its tasks above its high
+//! threshold, those that have run longest first (a running task moved
+//! stalls for the migration cost). A task in transit takes `TRANSFER`
+//! seconds. A job ends with its last task: its tasks never wait for each
+//! other, so this is what these policies do for bags of tasks, not for
+//! parallel programs that synchronise (the gang policies' case).
+//!
+//! A task runs only on processors of its job's architecture (and moves
+//! only between them); a job whose architecture has none is left out.
+//! Left out: owners. Pure: no clock, no I/O.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::swf::Job;
+use super::{Conditions, Outcome, Sample};
+use crate::balance::roc::{self, Answer, LoadRequest, Roc, Thresholds};
+
+/// Seconds between two samples of a processor's load.
+pub const INTERVAL: f64 = 60.0;
+/// Seconds a task (or a request) takes from one processor to another.
+pub const TRANSFER: f64 = 1.0;
+/// Rate-of-Change's thresholds, in tasks.
+pub const THRESHOLDS: Thresholds = Thresholds {
+    critical: 1.0,
+    low: 2.0,
+    high: 3.0,
+};
+
+#[derive(Debug, Clone)]
+struct Task {
+    job: usize,
+    /// Its job's architecture.
+    arch: u32,
+    /// Work left, seconds at capacity 1.
+    left: f64,
+    /// Seconds it has run.
+    ran: f64,
+}
+
+struct Proc {
+    cap: f64,
+    arch: u32,
+    queue: VecDeque<Task>,
+    /// When the front task's current stretch began, if it runs.
+    since: Option<f64>,
+    /// Bumped whenever the front task changes (stale completions skipped).
+    epoch: u64,
+    roc: Roc,
+    asked_at: f64,
+}
+
+impl Proc {
+    /// Account the running task's progress up to `now`.
+    fn settle(&mut self, now: f64) {
+        if let (Some(s), Some(t)) = (self.since, self.queue.front_mut()) {
+            let dt = (now - s).max(0.0);
+            t.left = (t.left - dt * self.cap).max(0.0);
+            t.ran += dt;
+            self.since = Some(now);
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct Done {
+    at: f64,
+    proc: usize,
+    epoch: u64,
+}
+
+impl Eq for Done {}
+
+impl Ord for Done {
+    fn cmp(&self, o: &Self) -> CmpOrdering {
+        o.at.total_cmp(&self.at).then(o.proc.cmp(&self.proc))
+    }
+}
+
+impl PartialOrd for Done {
+    fn partial_cmp(&self, o: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(o))
+    }
+}
+
+enum Msg {
+    Tasks { to: usize, tasks: Vec<Task>, asked: Option<f64> },
+    Request { to: usize, req: LoadRequest },
+    Unfulfilled { to: usize },
+}
+
+struct World<'a> {
+    jobs: &'a [Job],
+    procs: Vec<Proc>,
+    done_at: BinaryHeap<Done>,
+    transit: Vec<(f64, Msg)>,
+    left: Vec<u32>,
+    started: Vec<Option<f64>>,
+    moved: Vec<u32>,
+    out: Vec<Option<Outcome>>,
+    move_cost: f64,
+}
+
+impl World<'_> {
+    /// Start the front task of `p` if it is idle.
+    fn kick(&mut self, p: usize, now: f64) {
+        let pr = &mut self.procs[p];
+        if pr.since.is_some() {
+            return;
+        }
+        if let Some(t) = pr.queue.front() {
+            pr.since = Some(now);
+            pr.epoch += 1;
+            let at = now + t.left / pr.cap;
+            let job = t.job;
+            self.done_at.push(Done {
+                at,
+                proc: p,
+                epoch: pr.epoch,
+            });
+            self.started[job].get_or_insert(now);
+        }
+    }
+
+    fn arrive(&mut self, i: usize, now: f64) {
+        let j = &self.jobs[i];
+        let k = j.procs.max(1) as usize;
+        // The k processors of its architecture with the fewest tasks queued.
+        let mut order: Vec<(usize, usize)> = (0..self.procs.len())
+            .filter(|&p| self.procs[p].arch == j.arch)
+            .map(|p| (self.procs[p].queue.len(), p))
+            .collect();
+        if order.is_empty() {
+            return;
+        }
+        self.left[i] = k as u32;
+        order.sort_unstable();
+        for n in 0..k {
+            let p = order[n % order.len()].1;
+            self.procs[p].queue.push_back(Task {
+                job: i,
+                arch: j.arch,
+                left: j.run.max(0.0),
+                ran: 0.0,
+            });
+            self.kick(p, now);
+        }
+    }
+
+    fn complete(&mut self, d: Done, done: &AtomicUsize) {
+        let p = d.proc;
+        if self.procs[p].epoch != d.epoch || self.procs[p].since.is_none() {
+            return;
+        }
+        self.procs[p].since = None;
+        let Some(t) = self.procs[p].queue.pop_front() else {
+            return;
+        };
+        self.left[t.job] = self.left[t.job].saturating_sub(1);
+        if self.left[t.job] == 0 {
+            let j = &self.jobs[t.job];
+            done.fetch_add(1, Ordering::Relaxed);
+            self.out[t.job] = Some(Outcome {
+                id: j.id.clone(),
+                submit: j.submit,
+                start: self.started[t.job].unwrap_or(j.submit),
+                end: d.at,
+                procs: j.procs,
+                migrations: self.moved[t.job],
+            });
+        }
+        self.kick(p, d.at);
+    }
+
+    fn sources(&self, me: usize) -> Vec<usize> {
+        let arch = self.procs[me].arch;
+        let mut v: Vec<usize> = (0..self.procs.len())
+            .filter(|&q| {
+                q != me
+                    && self.procs[q].arch == arch
+                    && self.procs[q].queue.len() as f64 >= THRESHOLDS.high
+            })
+            .collect();
+        v.sort_by_key(|&q| (std::cmp::Reverse(self.procs[q].queue.len()), q));
+        v.truncate(4);
+        v
+    }
+
+    fn sample(&mut self, now: f64) {
+        for p in 0..self.procs.len() {
+            let load = self.procs[p].queue.len() as f64;
+            if let Some(amount) = self.procs[p].roc.sample(load, INTERVAL) {
+                self.procs[p].asked_at = now;
+                match self.sources(p).first() {
+                    Some(&x) => self.transit.push((
+                        now + TRANSFER,
+                        Msg::Request {
+                            to: x,
+                            req: LoadRequest {
+                                from: p,
+                                amount,
+                                ttl: 2,
+                            },
+                        },
+                    )),
+                    None => self.procs[p].roc.unfulfilled(),
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, now: f64) {
+        let (here, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.transit).into_iter().partition(|(t, _)| *t <= now);
+        self.transit = later;
+        for (_, m) in here {
+            match m {
+                Msg::Tasks { to, tasks, asked } => {
+                    self.procs[to].queue.extend(tasks);
+                    if let Some(at) = asked {
+                        self.procs[to].roc.received(now - at);
+                    }
+                    self.kick(to, now);
+                }
+                Msg::Unfulfilled { to } => self.procs[to].roc.unfulfilled(),
+                Msg::Request { to, req } => {
+                    self.procs[to].settle(now);
+                    // Only tasks the asker's architecture can run.
+                    let arch = self.procs[req.from].arch;
+                    let ran: Vec<f64> = self.procs[to]
+                        .queue
+                        .iter()
+                        .map(|t| if t.arch == arch { t.ran } else { -1.0 })
+                        .collect();
+                    let sources = self.sources(to);
+                    match roc::answer(&ran, THRESHOLDS.high, &sources, req) {
+                        Answer::Send(which) => {
+                            let mut which: Vec<usize> =
+                                which.into_iter().filter(|&i| ran[i] >= 0.0).collect();
+                            which.sort_unstable_by(|a, b| b.cmp(a));
+                            let mut tasks = Vec::new();
+                            for i in which {
+                                if i == 0 && self.procs[to].since.is_some() {
+                                    // The running one: it stops here.
+                                    self.procs[to].since = None;
+                                    self.procs[to].epoch += 1;
+                                }
+                                if let Some(mut t) = self.procs[to].queue.remove(i) {
+                                    if t.ran > 0.0 {
+                                        self.moved[t.job] += 1;
+                                        t.left += self.move_cost;
+                                    }
+                                    tasks.push(t);
+                                }
+                            }
+                            self.kick(to, now);
+                            let asked = Some(self.procs[req.from].asked_at);
+                            self.transit.push((
+                                now + TRANSFER,
+                                Msg::Tasks {
+                                    to: req.from,
+                                    tasks,
+                                    asked,
+                                },
+                            ));
+                        }
+                        Answer::Forward(next, req) => self
+                            .transit
+                            .push((now + TRANSFER, Msg::Request { to: next, req })),
+                        Answer::Unfulfilled => self
+                            .transit
+                            .push((now + TRANSFER, Msg::Unfulfilled { to: req.from })),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Replay `jobs` on processors of `capacities` with Rate-of-Change: each
+/// job's outcome (jobs with no run time or no processors are left out),
+/// the moves of running tasks, and utilisation over time.
+pub fn run(
+    jobs: &[Job],
+    capacities: &[f64],
+    cond: &Conditions,
+    done: &AtomicUsize,
+) -> (Vec<Outcome>, u64, Vec<Sample>) {
+    run_with(jobs, capacities, cond, done, true)
+}
+
+/// `run`, balancing only if `balance`.
+fn run_with(
+    jobs: &[Job],
+    capacities: &[f64],
+    cond: &Conditions,
+    done: &AtomicUsize,
+    balance: bool,
+) -> (Vec<Outcome>, u64, Vec<Sample>) {
+    let total: f64 = capacities.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    let mut w = World {
+        jobs,
+        procs: capacities
+            .iter()
+            .enumerate()
+            .map(|(p, &c)| Proc {
+                cap: c.max(1e-9),
+                arch: cond.arch_of(p),
+                queue: VecDeque::new(),
+                since: None,
+                epoch: 0,
+                roc: Roc::new(THRESHOLDS, 2.0 * TRANSFER),
+                asked_at: 0.0,
+            })
+            .collect(),
+        done_at: BinaryHeap::new(),
+        transit: Vec::new(),
+        left: vec![0; jobs.len()],
+        started: vec![None; jobs.len()],
+        moved: vec![0; jobs.len()],
+        out: vec![None; jobs.len()],
+        move_cost: cond.migration_cost,
+    };
+    if w.procs.is_empty() {
+        return (Vec::new(), 0, Vec::new());
+    }
+    let mut timeline = Vec::new();
+    let mut next = 0;
+    let mut tick = jobs.first().map_or(0.0, |j| j.submit);
+    loop {
+        while w
+            .done_at
+            .peek()
+            .is_some_and(|d| w.procs[d.proc].epoch != d.epoch)
+        {
+            w.done_at.pop();
+        }
+        let busy = w.procs.iter().any(|p| !p.queue.is_empty()) || !w.transit.is_empty();
+        let candidates = [
+            w.done_at.peek().map(|d| d.at),
+            jobs.get(next).map(|j| j.submit),
+            w.transit.iter().map(|(t, _)| *t).min_by(f64::total_cmp),
+            busy.then_some(tick),
+        ];
+        let Some(now) = candidates.into_iter().flatten().min_by(f64::total_cmp) else {
+            break;
+        };
+        while let Some(d) = w.done_at.peek() {
+            if d.at > now {
+                break;
+            }
+            let Some(d) = w.done_at.pop() else { break };
+            w.complete(d, done);
+        }
+        while jobs.get(next).is_some_and(|j| j.submit <= now) {
+            if jobs[next].procs > 0 && jobs[next].run > 0.0 {
+                w.arrive(next, now);
+            }
+            next += 1;
+        }
+        w.deliver(now);
+        if busy && now >= tick {
+            if balance {
+                w.sample(now);
+            }
+            tick = now + INTERVAL;
+            let running: f64 = w
+                .procs
+                .iter()
+                .filter(|p| p.since.is_some())
+                .map(|p| p.cap)
+                .sum();
+            timeline.push(Sample {
+                t: now,
+                utilization: running / total,
+                slots: 1,
+            });
+        } else if !busy {
+            tick = tick.max(now);
+        }
+    }
+    let moves = w.moved.iter().map(|&m| u64::from(m)).sum();
+    (w.out.into_iter().flatten().collect(), moves, timeline)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u32, submit: f64, run: f64, procs: u32) -> Job {
+        Job::new(&id.to_string(), submit, run, procs)
+    }
+
+    #[test]
+    fn a_bag_of_tasks_spreads_at_arrival_and_every_job_ends() {
+        let jobs = vec![job(1, 0.0, 100.0, 4), job(2, 10.0, 50.0, 2)];
+        let (out, _, _) = run(
+            &jobs,
+            &[1.0; 4],
+            &Conditions::default(),
+            &AtomicUsize::new(0),
+        );
+        assert_eq!(out.len(), 2);
+        // Four tasks on four idle processors: the job takes its run time.
+        assert!((out[0].end - 100.0).abs() < 1e-6, "{out:?}");
+        // The second waits for processors: its tasks queue behind the first's.
+        assert!((out[1].end - 150.0).abs() < 1e-6, "{out:?}");
+    }
+
+    #[test]
+    fn an_idle_processor_takes_work_from_a_loaded_one() {
+        // Long and short one-task jobs alternate: placed by queue length,
+        // the long ones all land on p0 and the short on p1, which drains
+        // in 40 s; Rate-of-Change has it take p0's spare work.
+        let jobs: Vec<Job> = (0..8)
+            .map(|i| job(i, 0.0, if i % 2 == 0 { 1000.0 } else { 10.0 }, 1))
+            .collect();
+        let done = AtomicUsize::new(0);
+        let cond = Conditions::default();
+        let (alone, moved0, _) = run_with(&jobs, &[1.0; 2], &cond, &done, false);
+        let (balanced, moved, _) = run_with(&jobs, &[1.0; 2], &cond, &done, true);
+        let last = |o: &[Outcome]| o.iter().map(|x| x.end).fold(0.0, f64::max);
+        assert_eq!(alone.len(), 8);
+        assert_eq!(balanced.len(), 8);
+        assert_eq!(moved0, 0);
+        assert!((last(&alone) - 4000.0).abs() < 1e-6, "{}", last(&alone));
+        assert!(last(&balanced) < 3500.0, "{} ({moved} moves)", last(&balanced));
+    }
+}
