@@ -542,3 +542,28 @@ fn balance_nres_reports_eta_against_capacity_and_latency_for_three_trigger_lines
     }
     assert!(!mig(&["balance", "nres", "--seeds", "0"]).status.success());
 }
+
+#[test]
+fn sim_replays_rate_of_change_on_a_real_log_beside_easy() {
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/traces/KTH-SP2-1996-2.1-cln-first2000.swf.gz"
+    );
+    let v = json(&mig(&[
+        "sim", "--trace", trace, "--limit", "300", "--policy", "easy,roc", "--json",
+    ]));
+    let roc = &v["policies"]["roc"];
+    assert_eq!(roc["jobs"], 300, "{v}");
+    assert!(
+        roc["mean_bounded_slowdown"]
+            .as_f64()
+            .is_some_and(|x| x >= 1.0),
+        "{v}"
+    );
+    assert!(
+        roc["utilization"]
+            .as_f64()
+            .is_some_and(|u| u > 0.0 && u <= 1.0),
+        "{v}"
+    );
+}

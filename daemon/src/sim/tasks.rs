@@ -92,9 +92,18 @@ impl PartialOrd for Done {
 }
 
 enum Msg {
-    Tasks { to: usize, tasks: Vec<Task>, asked: Option<f64> },
-    Request { to: usize, req: LoadRequest },
-    Unfulfilled { to: usize },
+    Tasks {
+        to: usize,
+        tasks: Vec<Task>,
+        asked: Option<f64>,
+    },
+    Request {
+        to: usize,
+        req: LoadRequest,
+    },
+    Unfulfilled {
+        to: usize,
+    },
 }
 
 struct World<'a> {
@@ -195,12 +204,22 @@ impl World<'_> {
     }
 
     fn sample(&mut self, now: f64) {
+        // The sources, most loaded first: one list for this round.
+        let mut loaded: Vec<usize> = (0..self.procs.len())
+            .filter(|&q| self.procs[q].queue.len() as f64 >= THRESHOLDS.high)
+            .collect();
+        loaded.sort_by_key(|&q| (std::cmp::Reverse(self.procs[q].queue.len()), q));
         for p in 0..self.procs.len() {
             let load = self.procs[p].queue.len() as f64;
             if let Some(amount) = self.procs[p].roc.sample(load, INTERVAL) {
                 self.procs[p].asked_at = now;
-                match self.sources(p).first() {
-                    Some(&x) => self.transit.push((
+                let arch = self.procs[p].arch;
+                let first = loaded
+                    .iter()
+                    .copied()
+                    .find(|&q| q != p && self.procs[q].arch == arch);
+                match first {
+                    Some(x) => self.transit.push((
                         now + TRANSFER,
                         Msg::Request {
                             to: x,
@@ -218,8 +237,9 @@ impl World<'_> {
     }
 
     fn deliver(&mut self, now: f64) {
-        let (here, later): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.transit).into_iter().partition(|(t, _)| *t <= now);
+        let (here, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.transit)
+            .into_iter()
+            .partition(|(t, _)| *t <= now);
         self.transit = later;
         for (_, m) in here {
             match m {
@@ -432,6 +452,10 @@ mod tests {
         assert_eq!(balanced.len(), 8);
         assert_eq!(moved0, 0);
         assert!((last(&alone) - 4000.0).abs() < 1e-6, "{}", last(&alone));
-        assert!(last(&balanced) < 3500.0, "{} ({moved} moves)", last(&balanced));
+        assert!(
+            last(&balanced) < 3500.0,
+            "{} ({moved} moves)",
+            last(&balanced)
+        );
     }
 }
