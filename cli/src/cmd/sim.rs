@@ -39,9 +39,11 @@ pub struct Args {
     /// mtat, mtat+repack (seed 000 as the paper gives it, and with seed
     /// 001's re-packing), mig (what migd runs by default: one slot each
     /// where a job runs fastest, waiting jobs oldest first, slots merged by
-    /// moving jobs, free slots lent) and roc (seed 003: a job as a bag of
+    /// moving jobs, free slots lent), roc (seed 003: a job as a bag of
     /// independent tasks, each queued where the fewest are, Rate-of-Change
-    /// moving them; not in the default list).
+    /// moving them) and nres (seed 004: the tasks mapped fewest-choices-first
+    /// onto processors meeting their CPU, memory and I/O needs); the last
+    /// two are not in the default list.
     #[arg(
         long,
         value_delimiter = ',',

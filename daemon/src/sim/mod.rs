@@ -15,8 +15,9 @@
 //!   balancing and shortest-queue-first;
 //! * `nres` — seed 004's experiments: N-resource nodes, bursts of jobs,
 //!   fewest-choices-first mapping, eta against capacity and latency;
-//! * `tasks` — `roc` on a trace: jobs as bags of tasks on processors,
-//!   Rate-of-Change moving them;
+//! * `tasks` — `roc` and `nres` on a trace: jobs as bags of tasks on
+//!   processors, Rate-of-Change moving them or N-resource mapping placing
+//!   them;
 //! * `rng` — the seeded generator they share.
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
@@ -162,6 +163,7 @@ pub const POLICIES: &[&str] = &[
     "mtat+repack",
     "mig",
     "roc",
+    "nres",
 ];
 
 /// Slots per round the time-sharing policies allow by default (the
@@ -289,8 +291,13 @@ pub fn replay_with(
             let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, cond, done);
             (g.outcomes, g.migrations, g.slots, g.timeline)
         }
-        "roc" => {
-            let (o, moves, timeline) = tasks::run(jobs, capacities, cond, done);
+        "roc" | "nres" => {
+            let rule = if policy == "roc" {
+                tasks::Rule::Roc
+            } else {
+                tasks::Rule::Nres
+            };
+            let (o, moves, timeline) = tasks::run_with(jobs, capacities, cond, done, rule);
             (o, moves, (1.0, 1), timeline)
         }
         name => {

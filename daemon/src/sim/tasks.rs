@@ -12,6 +12,18 @@
 //! other, so this is what these policies do for bags of tasks, not for
 //! parallel programs that synchronise (the gang policies' case).
 //!
+//! `nres` on a trace: seed 004's N-resource mapping in the same world.
+//! Each processor offers CPU (its capacity over the fastest's), memory and
+//! I/O (drawn, fixed seed, a quarter to all of the largest); each task
+//! needs CPU and I/O (drawn per job: I/O light, medium or heavy) and its
+//! job's memory per processor from the trace (over the largest in it;
+//! drawn when the trace has none). A job's tasks arrive as a burst at one
+//! processor (job number modulo the pool); past the trigger line (`Max`
+//! 15) they are mapped fewest-choices-first onto processors whose free
+//! capacity (less what their running task uses) meets every need, one a
+//! processor, the rest queued where they arrived. A task runs twice as long
+//! where its memory or I/O need is not met. No later balancing.
+//!
 //! A task runs only on processors of its job's architecture (and moves
 //! only between them); a job whose architecture has none is left out.
 //! Left out: owners. Pure: no clock, no I/O.
@@ -20,14 +32,34 @@ use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::rng::SplitMix;
 use super::swf::Job;
 use super::{Conditions, Outcome, Sample};
+use crate::balance::nres;
 use crate::balance::roc::{self, Answer, LoadRequest, Roc, Thresholds};
+
+/// How tasks are placed and moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Where the fewest tasks are queued, never moved.
+    Queue,
+    /// Where the fewest are, then moved by Rate-of-Change.
+    Roc,
+    /// Fewest-choices-first onto processors that meet every need.
+    Nres,
+}
+
+/// Resources per processor and task: CPU, memory, I/O.
+const RESOURCES: usize = 3;
 
 /// Seconds between two samples of a processor's load.
 pub const INTERVAL: f64 = 60.0;
 /// Seconds a task (or a request) takes from one processor to another.
 pub const TRANSFER: f64 = 1.0;
+/// The trigger line's height for `nres` (the paper's best, the gentlest
+/// slope).
+pub const NRES_MAX: f64 = 15.0;
+
 /// Rate-of-Change's thresholds, in tasks.
 pub const THRESHOLDS: Thresholds = Thresholds {
     critical: 1.0,
@@ -44,11 +76,17 @@ struct Task {
     left: f64,
     /// Seconds it has run.
     ran: f64,
+    /// What it needs of each resource (0..=1).
+    need: [f64; RESOURCES],
 }
 
 struct Proc {
     cap: f64,
     arch: u32,
+    /// What it offers of each resource (0..=1).
+    has: [f64; RESOURCES],
+    /// Resources count (`nres`): a task lacking one runs at half speed.
+    resources: bool,
     queue: VecDeque<Task>,
     /// When the front task's current stretch began, if it runs.
     since: Option<f64>,
@@ -59,11 +97,23 @@ struct Proc {
 }
 
 impl Proc {
+    /// How fast a task runs here: its capacity, halved where the task's
+    /// memory or I/O need is not met.
+    fn speed(&self, t: &Task) -> f64 {
+        let lacks = self.resources && (1..RESOURCES).any(|r| t.need[r] > self.has[r]);
+        if lacks {
+            self.cap / 2.0
+        } else {
+            self.cap
+        }
+    }
+
     /// Account the running task's progress up to `now`.
     fn settle(&mut self, now: f64) {
+        let speed = self.queue.front().map_or(self.cap, |t| self.speed(t));
         if let (Some(s), Some(t)) = (self.since, self.queue.front_mut()) {
             let dt = (now - s).max(0.0);
-            t.left = (t.left - dt * self.cap).max(0.0);
+            t.left = (t.left - dt * speed).max(0.0);
             t.ran += dt;
             self.since = Some(now);
         }
@@ -108,6 +158,8 @@ enum Msg {
 
 struct World<'a> {
     jobs: &'a [Job],
+    /// Each job's tasks' needs.
+    needs: Vec<[f64; RESOURCES]>,
     procs: Vec<Proc>,
     done_at: BinaryHeap<Done>,
     transit: Vec<(f64, Msg)>,
@@ -128,7 +180,7 @@ impl World<'_> {
         if let Some(t) = pr.queue.front() {
             pr.since = Some(now);
             pr.epoch += 1;
-            let at = now + t.left / pr.cap;
+            let at = now + t.left / pr.speed(t);
             let job = t.job;
             self.done_at.push(Done {
                 at,
@@ -139,27 +191,65 @@ impl World<'_> {
         }
     }
 
-    fn arrive(&mut self, i: usize, now: f64) {
+    fn arrive(&mut self, i: usize, now: f64, rule: Rule) {
         let j = &self.jobs[i];
         let k = j.procs.max(1) as usize;
-        // The k processors of its architecture with the fewest tasks queued.
-        let mut order: Vec<(usize, usize)> = (0..self.procs.len())
+        let pool: Vec<usize> = (0..self.procs.len())
             .filter(|&p| self.procs[p].arch == j.arch)
-            .map(|p| (self.procs[p].queue.len(), p))
             .collect();
-        if order.is_empty() {
+        if pool.is_empty() {
             return;
         }
         self.left[i] = k as u32;
-        order.sort_unstable();
-        for n in 0..k {
-            let p = order[n % order.len()].1;
-            self.procs[p].queue.push_back(Task {
-                job: i,
-                arch: j.arch,
-                left: j.run.max(0.0),
-                ran: 0.0,
-            });
+        let task = Task {
+            job: i,
+            arch: j.arch,
+            left: j.run.max(0.0),
+            ran: 0.0,
+            need: self.needs[i],
+        };
+        let places: Vec<usize> = match rule {
+            Rule::Queue | Rule::Roc => {
+                // The k processors of its pool with the fewest tasks queued.
+                let mut order: Vec<(usize, usize)> = pool
+                    .iter()
+                    .map(|&p| (self.procs[p].queue.len(), p))
+                    .collect();
+                order.sort_unstable();
+                (0..k).map(|n| order[n % order.len()].1).collect()
+            }
+            Rule::Nres => {
+                let at = pool[i % pool.len()];
+                let busy = !self.procs[at].queue.is_empty();
+                let u = if busy { 100.0 } else { 0.0 };
+                if !nres::needs_triggering(k as u32, u, NRES_MAX) {
+                    vec![at; k]
+                } else {
+                    let free: Vec<Vec<f64>> = pool
+                        .iter()
+                        .map(|&p| {
+                            let pr = &self.procs[p];
+                            let used = pr.queue.front().map(|t| t.need);
+                            (0..RESOURCES)
+                                .map(|r| (pr.has[r] - used.map_or(0.0, |n| n[r])).max(0.0))
+                                .collect()
+                        })
+                        .collect();
+                    // A job's tasks need the same: Balance then gives task
+                    // n the n-th processor meeting every need (every job
+                    // has as many choices, every processor as many takers;
+                    // ties go to the lower index), without its k x k x n.
+                    let fits: Vec<usize> = (0..pool.len())
+                        .filter(|&x| nres::matches(&task.need, &free[x]) == RESOURCES)
+                        .collect();
+                    (0..k)
+                        .map(|n| fits.get(n).map_or(at, |&x| pool[x]))
+                        .collect()
+                }
+            }
+        };
+        for p in places {
+            self.procs[p].queue.push_back(task.clone());
             self.kick(p, now);
         }
     }
@@ -314,26 +404,49 @@ pub fn run(
     cond: &Conditions,
     done: &AtomicUsize,
 ) -> (Vec<Outcome>, u64, Vec<Sample>) {
-    run_with(jobs, capacities, cond, done, true)
+    run_with(jobs, capacities, cond, done, Rule::Roc)
 }
 
-/// `run`, balancing only if `balance`.
-fn run_with(
+/// Replay `jobs` under `rule`.
+pub fn run_with(
     jobs: &[Job],
     capacities: &[f64],
     cond: &Conditions,
     done: &AtomicUsize,
-    balance: bool,
+    rule: Rule,
 ) -> (Vec<Outcome>, u64, Vec<Sample>) {
     let total: f64 = capacities.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    let fastest = capacities.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
+    let most_memory = jobs.iter().map(|j| j.memory_kb).fold(0.0, f64::max);
+    let needs: Vec<[f64; RESOURCES]> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let mut r = SplitMix::new(0x6e72_6573 ^ i as u64);
+            let cpu = 0.1 + 0.5 * r.unit();
+            let memory = if most_memory > 0.0 && j.memory_kb > 0.0 {
+                (j.memory_kb / most_memory).min(1.0)
+            } else {
+                0.1 + 0.5 * r.unit()
+            };
+            let io = [0.1, 0.3, 0.6][(r.next_u64() % 3) as usize];
+            [cpu, memory, io]
+        })
+        .collect();
     let mut w = World {
         jobs,
+        needs,
         procs: capacities
             .iter()
             .enumerate()
             .map(|(p, &c)| Proc {
                 cap: c.max(1e-9),
                 arch: cond.arch_of(p),
+                has: {
+                    let mut r = SplitMix::new(0x6e6f_6465 ^ p as u64);
+                    [c / fastest, 0.25 + 0.75 * r.unit(), 0.25 + 0.75 * r.unit()]
+                },
+                resources: rule == Rule::Nres,
                 queue: VecDeque::new(),
                 since: None,
                 epoch: 0,
@@ -382,13 +495,13 @@ fn run_with(
         }
         while jobs.get(next).is_some_and(|j| j.submit <= now) {
             if jobs[next].procs > 0 && jobs[next].run > 0.0 {
-                w.arrive(next, now);
+                w.arrive(next, now, rule);
             }
             next += 1;
         }
         w.deliver(now);
         if busy && now >= tick {
-            if balance {
+            if rule == Rule::Roc {
                 w.sample(now);
             }
             tick = now + INTERVAL;
@@ -445,8 +558,8 @@ mod tests {
             .collect();
         let done = AtomicUsize::new(0);
         let cond = Conditions::default();
-        let (alone, moved0, _) = run_with(&jobs, &[1.0; 2], &cond, &done, false);
-        let (balanced, moved, _) = run_with(&jobs, &[1.0; 2], &cond, &done, true);
+        let (alone, moved0, _) = run_with(&jobs, &[1.0; 2], &cond, &done, Rule::Queue);
+        let (balanced, moved, _) = run_with(&jobs, &[1.0; 2], &cond, &done, Rule::Roc);
         let last = |o: &[Outcome]| o.iter().map(|x| x.end).fold(0.0, f64::max);
         assert_eq!(alone.len(), 8);
         assert_eq!(balanced.len(), 8);
@@ -457,5 +570,43 @@ mod tests {
             "{} ({moved} moves)",
             last(&balanced)
         );
+    }
+
+    #[test]
+    fn a_burst_past_the_trigger_line_is_mapped_out_and_a_small_one_stays() {
+        let done = AtomicUsize::new(0);
+        let cond = Conditions::default();
+        let last = |o: &[Outcome]| o.iter().map(|x| x.end).fold(0.0, f64::max);
+        // 20 tasks on 40 idle processors: past Max = 15, so mapped; each
+        // goes to a processor meeting its needs, one a processor (or stays).
+        let wide = [job(1, 0.0, 100.0, 20)];
+        let (out, _, _) = run_with(&wide, &[1.0; 40], &cond, &done, Rule::Nres);
+        assert_eq!(out.len(), 1);
+        assert!(last(&out) < 20.0 * 100.0 / 2.0, "{out:?}");
+        // 4 tasks at an idle processor: under the line, they stay and run
+        // one after another there.
+        let small = [job(2, 0.0, 100.0, 4)];
+        let (out, _, _) = run_with(&small, &[1.0; 40], &cond, &done, Rule::Nres);
+        assert!(last(&out) >= 400.0, "{out:?}");
+    }
+
+    #[test]
+    fn the_shortcut_for_tasks_that_need_the_same_is_what_balance_gives() {
+        let need = vec![0.3, 0.5, 0.2];
+        let free = vec![
+            vec![0.2, 0.9, 0.9],
+            vec![0.5, 0.6, 0.3],
+            vec![0.9, 0.4, 0.9],
+            vec![0.4, 0.5, 0.2],
+            vec![0.9, 0.9, 0.9],
+        ];
+        let fits: Vec<usize> = (0..free.len())
+            .filter(|&x| nres::matches(&need, &free[x]) == RESOURCES)
+            .collect();
+        for k in 1..=4 {
+            let by_balance = nres::balance(&vec![need.clone(); k], &free);
+            let by_shortcut: Vec<Option<usize>> = (0..k).map(|n| fits.get(n).copied()).collect();
+            assert_eq!(by_balance, by_shortcut, "{k} tasks");
+        }
     }
 }
