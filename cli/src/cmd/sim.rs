@@ -41,9 +41,10 @@ pub struct Args {
     /// where a job runs fastest, waiting jobs oldest first, slots merged by
     /// moving jobs, free slots lent), roc (seed 003: a job as a bag of
     /// independent tasks, each queued where the fewest are, Rate-of-Change
-    /// moving them) and nres (seed 004: the tasks mapped fewest-choices-first
-    /// onto processors meeting their CPU, memory and I/O needs); the last
-    /// two are not in the default list.
+    /// moving them), nres (seed 004: the tasks mapped fewest-choices-first
+    /// onto processors meeting their CPU, memory and I/O needs) and bidding
+    /// (seed 002: simple programs, clusters and groups placed by estimates
+    /// and bids); the last three are not in the default list.
     #[arg(
         long,
         value_delimiter = ',',

@@ -15,9 +15,8 @@
 //!   balancing and shortest-queue-first;
 //! * `nres` — seed 004's experiments: N-resource nodes, bursts of jobs,
 //!   fewest-choices-first mapping, eta against capacity and latency;
-//! * `tasks` — `roc` and `nres` on a trace: jobs as bags of tasks on
-//!   processors, Rate-of-Change moving them or N-resource mapping placing
-//!   them;
+//! * `tasks` — `roc`, `nres` and `bidding` on a trace: jobs as bags of
+//!   tasks on processors, placed and moved by seeds 002-004;
 //! * `rng` — the seeded generator they share.
 //!
 //! Pure: no files, no clock; the CLI reads traces and prints results.
@@ -164,6 +163,7 @@ pub const POLICIES: &[&str] = &[
     "mig",
     "roc",
     "nres",
+    "bidding",
 ];
 
 /// Slots per round the time-sharing policies allow by default (the
@@ -291,11 +291,11 @@ pub fn replay_with(
             let g = matrix::run(jobs, procs, policy == "gang-buddy", max_slots, cond, done);
             (g.outcomes, g.migrations, g.slots, g.timeline)
         }
-        "roc" | "nres" => {
-            let rule = if policy == "roc" {
-                tasks::Rule::Roc
-            } else {
-                tasks::Rule::Nres
+        "roc" | "nres" | "bidding" => {
+            let rule = match policy {
+                "roc" => tasks::Rule::Roc,
+                "nres" => tasks::Rule::Nres,
+                _ => tasks::Rule::Bidding,
             };
             let (o, moves, timeline) = tasks::run_with(jobs, capacities, cond, done, rule);
             (o, moves, (1.0, 1), timeline)

@@ -1,4 +1,4 @@
-//! `roc` on a trace: seed 003's Rate-of-Change load balancing where the
+//! The balancing papers on a trace. `roc`: seed 003's Rate-of-Change load balancing where the
 //! papers put it, a job being a bag of independent tasks. Each of a job's
 //! k tasks (its run time of work on a processor of capacity 1) goes, when
 //! the job arrives, to the processor with the fewest tasks queued
@@ -24,6 +24,17 @@
 //! processor, the rest queued where they arrived. A task runs twice as long
 //! where its memory or I/O need is not met. No later balancing.
 //!
+//! `bidding` on a trace: seed 002's arrival rules in the same world. A
+//! one-task job is a simple program; a wider one a cluster or a
+//! distributed group, half each (`class_of`). A task's estimate at a
+//! processor is when its queue drains plus its own run (a group's tasks,
+//! arriving together, as sharing it: each when all would end); a simple
+//! program stays where it arrives under slowdown `TASK_THRESHOLD`, else
+//! goes to the lowest bid (estimate plus transfer); a group's tasks over
+//! the threshold spread one a processor by ascending bid; a cluster goes
+//! whole to the processor with the lowest bid for all its tasks. No
+//! periodic or idle-site moves.
+//!
 //! A task runs only on processors of its job's architecture (and moves
 //! only between them); a job whose architecture has none is left out.
 //! Left out: owners. Pure: no clock, no I/O.
@@ -35,8 +46,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::rng::SplitMix;
 use super::swf::Job;
 use super::{Conditions, Outcome, Sample};
-use crate::balance::nres;
 use crate::balance::roc::{self, Answer, LoadRequest, Roc, Thresholds};
+use crate::balance::{bidding, nres};
 
 /// How tasks are placed and moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,10 +58,28 @@ pub enum Rule {
     Roc,
     /// Fewest-choices-first onto processors that meet every need.
     Nres,
+    /// Seed 002's estimates and bids, by the job's class.
+    Bidding,
 }
 
 /// Resources per processor and task: CPU, memory, I/O.
 const RESOURCES: usize = 3;
+
+/// `bidding`'s task threshold: a slowdown (estimate over own run time).
+pub const TASK_THRESHOLD: f64 = 3.0;
+
+/// A job's class for `bidding`, which a trace does not give: one task is a
+/// simple program; wider ones are clusters or distributed groups, half
+/// each, by a fixed hash of the job's position.
+fn class_of(i: usize, k: usize) -> bidding::Class {
+    if k <= 1 {
+        bidding::Class::Simple
+    } else if SplitMix::new(0x636c_7573 ^ i as u64).next_u64() % 2 == 0 {
+        bidding::Class::Cluster
+    } else {
+        bidding::Class::Group
+    }
+}
 
 /// Seconds between two samples of a processor's load.
 pub const INTERVAL: f64 = 60.0;
@@ -97,6 +126,15 @@ struct Proc {
 }
 
 impl Proc {
+    /// Seconds until its queue drains, first come first served.
+    fn drain(&self, now: f64) -> f64 {
+        let mut w: f64 = self.queue.iter().map(|t| t.left / self.speed(t)).sum();
+        if let Some(s) = self.since {
+            w -= (now - s).max(0.0);
+        }
+        w.max(0.0)
+    }
+
     /// How fast a task runs here: its capacity, halved where the task's
     /// memory or I/O need is not met.
     fn speed(&self, t: &Task) -> f64 {
@@ -217,6 +255,49 @@ impl World<'_> {
                     .collect();
                 order.sort_unstable();
                 (0..k).map(|n| order[n % order.len()].1).collect()
+            }
+            Rule::Bidding => {
+                let at = pool[i % pool.len()];
+                // A task's estimate at a processor: when its queue drains
+                // (first come first served) plus its own run; a bid adds
+                // the transfer.
+                let work = j.run.max(0.0);
+                let drain: Vec<f64> = pool.iter().map(|&p| self.procs[p].drain(now)).collect();
+                let etc = |x: usize, n: usize| drain[x] + n as f64 * work / self.procs[pool[x]].cap;
+                let here = pool.iter().position(|&p| p == at).unwrap_or(0);
+                let slowdown = |e: f64| e / work.max(1e-9);
+                match class_of(i, k) {
+                    bidding::Class::Simple => {
+                        let bids: Vec<(usize, f64)> =
+                            (0..pool.len()).map(|x| (x, etc(x, 1) + TRANSFER)).collect();
+                        let x = if slowdown(etc(here, 1)) <= TASK_THRESHOLD {
+                            here
+                        } else {
+                            bidding::place_simple(here, etc(here, 1), 0.0, &bids)
+                        };
+                        vec![pool[x]]
+                    }
+                    bidding::Class::Group => {
+                        let bids: Vec<(usize, f64)> =
+                            (0..pool.len()).map(|x| (x, etc(x, 1))).collect();
+                        // Arriving together they share the processor (the
+                        // paper's estimate under processor sharing): each
+                        // finishes when all k would.
+                        let etcs = vec![etc(here, k); k];
+                        bidding::place_group(here, &etcs, TASK_THRESHOLD * work, &bids)
+                            .into_iter()
+                            .map(|x| pool[x])
+                            .collect()
+                    }
+                    bidding::Class::Cluster => {
+                        // Whole, to the lowest bid for all its tasks.
+                        let x = (0..pool.len())
+                            .map(|x| (etc(x, k) + if x == here { 0.0 } else { TRANSFER }, x))
+                            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+                            .map_or(here, |(_, x)| x);
+                        vec![pool[x]; k]
+                    }
+                }
             }
             Rule::Nres => {
                 let at = pool[i % pool.len()];
@@ -608,5 +689,34 @@ mod tests {
             let by_shortcut: Vec<Option<usize>> = (0..k).map(|n| fits.get(n).copied()).collect();
             assert_eq!(by_balance, by_shortcut, "{k} tasks");
         }
+    }
+
+    #[test]
+    fn bidding_keeps_a_cluster_whole_and_spreads_a_group() {
+        let done = AtomicUsize::new(0);
+        let cond = Conditions::default();
+        // Job positions 0.. give classes by a fixed hash: find one of each.
+        let cluster = (0..64).find(|&i| class_of(i, 4) == bidding::Class::Cluster);
+        let group = (0..64).find(|&i| class_of(i, 4) == bidding::Class::Group);
+        let (Some(c), Some(g)) = (cluster, group) else {
+            panic!("both classes among 64 positions");
+        };
+        let jobs_at = |pos: usize| -> Vec<Job> {
+            (0..=pos)
+                .map(|i| job(i as u32, 0.0, if i == pos { 100.0 } else { 0.0 }, 4))
+                .collect()
+        };
+        // Jobs before `pos` have no run time: left out, only `pos` runs.
+        let (out, _, _) = run_with(&jobs_at(c), &[1.0; 8], &cond, &done, Rule::Bidding);
+        assert_eq!(out.len(), 1);
+        assert!(
+            (out[0].end - 400.0).abs() < 1e-6,
+            "a cluster on one processor: {out:?}"
+        );
+        let (out, _, _) = run_with(&jobs_at(g), &[1.0; 8], &cond, &done, Rule::Bidding);
+        assert!(
+            (out[0].end - 100.0).abs() < 1e-6,
+            "a group, one task a processor: {out:?}"
+        );
     }
 }
