@@ -1,5 +1,5 @@
-//! The balancing papers on a trace. `roc`: seed 003's Rate-of-Change load balancing where the
-//! papers put it, a job being a bag of independent tasks. Each of a job's
+//! The balancing papers on a trace, where they put it: a job is a bag of
+//! independent tasks. `roc`: seed 003's Rate-of-Change load balancing. Each of a job's
 //! k tasks (its run time of work on a processor of capacity 1) goes, when
 //! the job arrives, to the processor with the fewest tasks queued
 //! (IPG-SaLaD's static allocator; it does not know how long tasks run); a processor runs its queue first come first served;
@@ -74,7 +74,10 @@ pub const TASK_THRESHOLD: f64 = 3.0;
 fn class_of(i: usize, k: usize) -> bidding::Class {
     if k <= 1 {
         bidding::Class::Simple
-    } else if SplitMix::new(0x636c_7573 ^ i as u64).next_u64() % 2 == 0 {
+    } else if SplitMix::new(0x636c_7573 ^ i as u64)
+        .next_u64()
+        .is_multiple_of(2)
+    {
         bidding::Class::Cluster
     } else {
         bidding::Class::Group
