@@ -1,6 +1,7 @@
 //! The balancing papers on a trace, where they put it: a job is a bag of
-//! independent tasks. `roc`: seed 003's Rate-of-Change load balancing. Each of a job's
-//! k tasks (its run time of work on a processor of capacity 1) goes, when
+//! independent tasks. `roc`: seed 003's Rate-of-Change load balancing.
+//! Each of a job's k tasks (its run time of work on a processor of
+//! capacity 1) goes, when
 //! the job arrives, to the processor with the fewest tasks queued
 //! (IPG-SaLaD's static allocator; it does not know how long tasks run); a processor runs its queue first come first served;
 //! every `INTERVAL` seconds each processor samples its load (tasks
