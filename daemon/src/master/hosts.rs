@@ -322,6 +322,8 @@ impl Master {
         }
         out.extend(self.leave_pool(host));
         self.hosts.remove(host);
+        // Nor do `mig stats` and its plot show it any more.
+        self.slicing.remove(host);
         out.push(Out::Log(format!(
             "host {host} was deleted from the virtual machine"
         )));

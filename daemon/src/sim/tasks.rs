@@ -579,7 +579,10 @@ pub fn run_with(
             w.complete(d, done);
         }
         while jobs.get(next).is_some_and(|j| j.submit <= now) {
-            if jobs[next].procs > 0 && jobs[next].run > 0.0 {
+            // A job wider than the scheduler takes is left out, as the gang
+            // policies leave it (a trace line may claim any width).
+            let procs = u64::from(jobs[next].procs);
+            if procs > 0 && procs <= crate::sched::event::MAX_VPS && jobs[next].run > 0.0 {
                 w.arrive(next, now, rule);
             }
             next += 1;

@@ -138,9 +138,10 @@ fn random_jobs(seed: u64, n: usize, procs: u32) -> Vec<Job> {
         .collect()
 }
 
-/// A policy of the embedded scheduler, or `roc` or `nres`, whose tasks queue: the
-/// only ones that put more of a job on a processor than one.
-fn embedded(policy: &str) -> bool {
+/// A policy of the embedded scheduler, or one of the task policies (`roc`,
+/// `nres`, `bidding`), whose tasks queue: the only ones that put more of a
+/// job on a processor than one.
+fn doubles_up(policy: &str) -> bool {
     crate::sched::Placement::by_name(policy).is_some()
         || matches!(policy, "roc" | "nres" | "bidding")
 }
@@ -152,9 +153,9 @@ fn invariants_on_random_traces() {
         for policy in POLICIES {
             let (out, m) = replay(&jobs, &[1.0; 8], policy, 3).unwrap();
             let (odd, _) = replay(&jobs, &[1.0; 7], policy, 3).unwrap();
-            // Only the embedded scheduler doubles VPs up on fewer processors;
-            // the others leave out jobs wider than the machine.
-            let fit = if embedded(policy) {
+            // Only those that double up run a job wider than the machine;
+            // the others leave it out.
+            let fit = if doubles_up(policy) {
                 jobs.len()
             } else {
                 jobs.iter().filter(|j| j.procs <= 7).count()
@@ -321,7 +322,7 @@ fn jobs_run_only_on_processors_of_their_architecture() {
             continue;
         }
         assert_eq!(end("a"), Some(10.0), "{policy}");
-        let b_end = if embedded(policy) { Some(20.0) } else { None };
+        let b_end = if doubles_up(policy) { Some(20.0) } else { None };
         assert_eq!(end("b"), b_end, "{policy}");
     }
     // On a machine of one architecture b spreads out and ends at 10 under
