@@ -34,6 +34,7 @@ fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
         max_job: (procs / 8) as u32,
         target_jobs: slots * 8,
         memory: std::env::var_os("MIG_BENCH_MEMORY").is_some(),
+        chosen: false,
     };
     let mut g = Generator::new(42, shape);
     let mut s = Scheduler::new(SchedConfig {
@@ -145,6 +146,7 @@ fn digest() {
                 target_jobs: slots * 6,
                 capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
                 memory: false,
+                chosen: false,
             },
         );
         let mut s = Scheduler::new(SchedConfig {

@@ -141,7 +141,10 @@ pub struct FileConfig {
     pub log_max_mb: Option<u64>,
     /// On the master: how gang jobs are placed (`mig`, the default;
     /// `mtat`, seed 000 as the paper gives it; `mtat+repack`, with seed
-    /// 001's re-packing). `mig sim --policy` compares them on a trace.
+    /// 001's re-packing), or how new work chooses its hosts before `mig`
+    /// places it (`bidding`, seed 002; `nres`, seed 004; `roc`, start
+    /// where asked and Rate-of-Change balancing, seed 003). `mig sim
+    /// --policy` compares them on a trace.
     pub placement: Option<String>,
     /// Serve every local user, not only this daemon's (default false): the
     /// control socket is open to all, each user controls only the jobs they
@@ -206,8 +209,9 @@ pub struct Config {
     pub log_max: u64,
     /// Serve every local user (see `FileConfig::shared`).
     pub shared: bool,
-    /// How the master places gang jobs (a `sched::Placement` name, checked
-    /// by `validate`).
+    /// How the master places gang jobs (a `sched::Placement` name) or
+    /// chooses hosts (a `balance::choice::Policy` name), checked by
+    /// `validate`.
     pub placement: String,
     /// The owner monitor.
     pub owner: OwnerConfig,
@@ -461,9 +465,21 @@ impl Config {
     }
 
     /// The gang placement policy (the default if `placement` names none,
-    /// which `validate` refuses).
+    /// or names a policy that chooses hosts).
     pub fn placement(&self) -> crate::sched::Placement {
         crate::sched::Placement::by_name(&self.placement).unwrap_or_default()
+    }
+
+    /// The policy that chooses hosts for new work, if `placement` names one.
+    pub fn balance(&self) -> Option<crate::balance::choice::Policy> {
+        crate::balance::choice::Policy::by_name(&self.placement)
+    }
+
+    /// Every name `placement` takes.
+    pub fn placement_names() -> String {
+        let mut names = vec![crate::sched::Placement::names()];
+        names.extend(crate::balance::choice::Policy::ALL.map(|p| p.name().to_string()));
+        names.join(", ")
     }
 
     /// Check every value; the first bad one is a clear error.
@@ -522,10 +538,10 @@ impl Config {
         if let Some(spec) = &self.log {
             crate::log::Filter::parse(spec).map_err(ConfigError::Invalid)?;
         }
-        if crate::sched::Placement::by_name(&self.placement).is_none() {
+        if crate::sched::Placement::by_name(&self.placement).is_none() && self.balance().is_none() {
             return bad(format!(
                 "placement must be one of {}, got {:?}",
-                crate::sched::Placement::names(),
+                Self::placement_names(),
                 self.placement
             ));
         }

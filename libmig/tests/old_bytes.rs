@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
-    Envelope, HostFacts, OwnerReport, OwnerState, PeerMsg, Request, SliceReport, SnapStep,
-    SourceReport, SpawnSpec, StartVp, Switch, VpMsg,
+    Envelope, HostFacts, HostUsage, IoClass, JobClass, OwnerReport, OwnerState, PeerMsg, Request,
+    SliceReport, SnapStep, SourceReport, SpawnSpec, StartVp, Switch, VpMsg,
 };
 
 fn fixtures() -> PathBuf {
@@ -133,7 +133,11 @@ fn peer_msgs() -> Vec<PeerMsg> {
             tids: vec![0x40001, 0x40002],
             hold: true,
         },
-        PeerMsg::Usage(vec![(0x40001, 1250)]),
+        PeerMsg::Usage(HostUsage {
+            vps: vec![(0x40001, 1250)],
+            free_memory_mb: Some(1500),
+            io_busy: Some(0.25),
+        }),
         PeerMsg::Slicing(SliceReport {
             generation: 6,
             switches: vec![Switch {
@@ -177,6 +181,8 @@ fn requests() -> Vec<Request> {
             independent: false,
             restartable: false,
             memory_mb: Some(4096),
+            class: Some(JobClass::Cluster),
+            io: Some(IoClass::Heavy),
         }),
         Request::Input {
             job: "j1".into(),

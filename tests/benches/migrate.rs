@@ -70,6 +70,8 @@ fn main() {
             independent: false,
             restartable: false,
             memory_mb: None,
+            class: None,
+            io: None,
         };
         let Response::Spawned { tids, .. } = job.call(&Request::Spawn(spec)).expect("spawn") else {
             panic!("no job")

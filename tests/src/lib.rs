@@ -430,6 +430,8 @@ impl Vm {
             independent: false,
             restartable: false,
             memory_mb: None,
+            class: None,
+            io: None,
         };
         let t = Instant::now();
         c.send(&Request::Spawn(spec)).expect("send");

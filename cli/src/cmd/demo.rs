@@ -230,6 +230,8 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk) -> Result<(
         independent: false,
         restartable: false,
         memory_mb: None,
+        class: None,
+        io: None,
     };
     let t = Instant::now();
     let Response::Spawned { job, tids } = c.call(&Request::Spawn(spec))? else {

@@ -1,6 +1,7 @@
-//! `mig hosts`: the hosts of the virtual machine, which of them vote for
-//! the master (and a warning when too few do for the master's machine to
-//! die safely), and the VPs each holds that do not run, with why.
+//! `mig hosts`: the hosts of the virtual machine, what each offers and has
+//! free (memory, disk time), which of them vote for the master (and a
+//! warning when too few do for the master's machine to die safely), and
+//! the VPs each holds that do not run, with why.
 
 use std::path::Path;
 
@@ -27,6 +28,20 @@ pub fn state(h: &libmig::msg::HostInfo) -> &'static str {
     }
 }
 
+/// The memory a new VP may still have on `h` (MB): what it offers, or has
+/// available if less, less what the VPs placed there asked for.
+fn free_memory(h: &libmig::msg::HostInfo) -> String {
+    let offered = (h.facts.memory_mb > 0).then_some(h.facts.memory_mb);
+    match (offered, h.free_memory_mb) {
+        (Some(o), Some(a)) => Some(o.min(a)),
+        (o, a) => o.or(a),
+    }
+    .map_or_else(
+        || "-".to_string(),
+        |m| m.saturating_sub(h.reserved_memory_mb).to_string(),
+    )
+}
+
 /// Run it.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
     let Response::Hosts(hosts) = super::call(daemon, &Request::Hosts)? else {
@@ -40,6 +55,8 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                     "name": h.facts.name, "address": h.facts.addr, "arch": h.facts.arch,
                     "processors": h.facts.processors, "capacity": h.facts.capacity,
                     "memory_mb": h.facts.memory_mb, "pid": h.facts.pid,
+                    "free_memory_mb": h.free_memory_mb,
+                    "reserved_memory_mb": h.reserved_memory_mb, "io_busy": h.io_busy,
                     "alive": h.alive, "master": h.master, "voter": h.voter, "vps": h.vps,
                     "owner": h.owner,
                     "waiting": h.waiting.iter().map(|(tid, why)| serde_json::json!({
@@ -53,8 +70,8 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
     }
     let voters = hosts.iter().filter(|h| h.voter && h.alive).count();
     println!(
-        "{:<10} {:<22} {:<16} {:>5} {:>8} {:>8} {:>4}  {:<7} OWNER",
-        "HOST", "ADDRESS", "ARCH", "PROCS", "CAPACITY", "MEM(MB)", "VPS", "STATE"
+        "{:<10} {:<22} {:<16} {:>5} {:>8} {:>8} {:>8} {:>4} {:>4}  {:<7} OWNER",
+        "HOST", "ADDRESS", "ARCH", "PROCS", "CAPACITY", "MEM(MB)", "FREE", "IO%", "VPS", "STATE"
     );
     for h in hosts {
         let state = state(&h);
@@ -63,13 +80,16 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             .as_ref()
             .map_or_else(|| "-".to_string(), super::owner::summary);
         println!(
-            "{:<10} {:<22} {:<16} {:>5} {:>8.2} {:>8} {:>4}  {state:<7} {owner}",
+            "{:<10} {:<22} {:<16} {:>5} {:>8.2} {:>8} {:>8} {:>4} {:>4}  {state:<7} {owner}",
             h.facts.name,
             h.facts.addr,
             h.facts.arch,
             h.facts.processors,
             h.facts.capacity,
             h.facts.memory_mb,
+            free_memory(&h),
+            h.io_busy
+                .map_or_else(|| "-".to_string(), |b| format!("{:.0}", b * 100.0)),
             h.vps
         );
         for (tid, why) in &h.waiting {

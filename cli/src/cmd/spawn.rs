@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use libmig::control::Client;
-use libmig::msg::{Request, Response, SpawnSpec, Stream};
+use libmig::msg::{IoClass, JobClass, Request, Response, SpawnSpec, Stream};
 
 /// Flags of `mig spawn`.
 #[derive(Debug, clap::Args)]
@@ -41,6 +41,19 @@ pub struct Args {
     /// refused.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     mem: Option<u64>,
+    /// How the VPs gain from where they run, for a virtual machine whose
+    /// master runs `migd --placement bidding`: simple (one task), cluster
+    /// (tasks that talk much: kept together on the host with the lowest
+    /// bid) or group (tasks that gain from running apart: one to a host
+    /// while hosts last) [default: simple for one VP, group for more].
+    /// Other placements ignore it.
+    #[arg(long, value_enum, value_name = "CLASS")]
+    class: Option<Class>,
+    /// How much I/O each VP does, for `migd --placement nres`: light (a
+    /// quarter of a host's disk time) or heavy (three quarters: two never
+    /// share a host while hosts with room remain) [default: little].
+    #[arg(long, value_enum, value_name = "CLASS")]
+    io: Option<Io>,
     /// Before a long pause (the owner of a VP's host comes back), send each
     /// VP this signal (a name such as TERM or USR1, or a number) and let it
     /// run on for up to that host's `[owner] quiesce_ms` before it is
@@ -68,6 +81,21 @@ pub struct Args {
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
+}
+
+/// `--class`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Class {
+    Simple,
+    Cluster,
+    Group,
+}
+
+/// `--io`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Io {
+    Light,
+    Heavy,
 }
 
 /// Environment passed from the spawner to every VP.
@@ -112,6 +140,15 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         independent: a.independent,
         restartable: a.restartable,
         memory_mb: a.mem,
+        class: a.class.map(|c| match c {
+            Class::Simple => JobClass::Simple,
+            Class::Cluster => JobClass::Cluster,
+            Class::Group => JobClass::Group,
+        }),
+        io: a.io.map(|c| match c {
+            Io::Light => IoClass::Light,
+            Io::Heavy => IoClass::Heavy,
+        }),
     };
     let started = Instant::now();
     let mut c = Client::connect(daemon)?;

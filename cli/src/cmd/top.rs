@@ -516,6 +516,9 @@ mod tests {
             vps: 0,
             owner: None,
             waiting: Vec::new(),
+            free_memory_mb: None,
+            reserved_memory_mb: 0,
+            io_busy: None,
         }
     }
 

@@ -8,11 +8,17 @@
 //! * `nres` — Arora, Das and Biswas: N-resource nodes, when a node asks its
 //!   neighbours for room, and the fewest-choices-first mapping (seed 004);
 //! * `roc` — IPG-SaLaD's Rate-of-Change load balancing, receiver-initiated
-//!   (seed 003).
+//!   (seed 003);
+//! * `choice` — which processors a new job may use when the daemons run
+//!   one of these (`migd --placement bidding|nres|roc`);
+//! * `spread` — Rate-of-Change between the daemons' hosts: the moves its
+//!   requests call for.
 //!
 //! What does not live here: the gang scheduler (`crate::sched`), the
 //! simulator's replay of traces (`crate::sim`).
 
 pub mod bidding;
+pub mod choice;
 pub mod nres;
 pub mod roc;
+pub mod spread;

@@ -186,6 +186,8 @@ impl Master {
             independent: false,
             restartable: false,
             memory_mb: None,
+            class: None,
+            io: None,
         })
     }
 

@@ -31,6 +31,8 @@ impl Master {
                 master,
                 in_pool: false,
                 owner,
+                free_memory_mb: None,
+                io_busy: None,
                 granted: None,
                 lost: None,
             },
@@ -206,6 +208,7 @@ impl Master {
             out.extend(self.host_gone(&host, &why));
         }
         out.extend(self.retry_moves(now));
+        out.extend(self.spread_tick(now));
         out.extend(self.kill_overdue(now));
         out.extend(self.checkpoint_tick(now));
         // The master itself was busy (storing a large checkpoint, say): what
@@ -395,6 +398,9 @@ impl Master {
                 owner: h.owner.clone(),
                 waiting: waiting.remove(n.as_str()).unwrap_or_default(),
                 voter: self.voters.values().any(|v| v == n),
+                free_memory_mb: h.free_memory_mb,
+                reserved_memory_mb: self.reserved_on(n).memory_mb,
+                io_busy: h.io_busy,
             })
             .collect()
     }

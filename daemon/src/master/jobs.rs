@@ -74,6 +74,8 @@ impl Master {
             Vec::new()
         };
         let n = spec.n;
+        // Where the placement policy lets it go, if it chooses hosts.
+        let chosen = self.choose_processors(from_host, &arch, &spec);
         self.jobs.insert(
             job.clone(),
             JobRec {
@@ -109,10 +111,15 @@ impl Master {
             ),
             Out::Log(format!("job {job}: {} of {arch}", self::vps(n as usize))),
         ];
+        let only = chosen.map(|(chosen, line)| {
+            out.push(Out::Log(format!("job {job}: {line}")));
+            chosen
+        });
         out.extend(self.event(Event::Submit {
             job,
             vps: BTreeMap::from([(arch, n)]),
             memory_mb,
+            only,
         }));
         out
     }
@@ -422,8 +429,15 @@ impl Master {
     }
 
     /// A host's word on the CPU time its running VPs have used.
-    pub(super) fn usage(&mut self, host: &str, used: Vec<(Tid, u64)>) {
-        for (tid, ms) in used {
+    pub(super) fn usage(&mut self, host: &str, used: HostUsage) {
+        if let Some(h) = self.hosts.get_mut(host) {
+            h.free_memory_mb = used.free_memory_mb;
+            h.io_busy = used
+                .io_busy
+                .filter(|b| b.is_finite())
+                .map(|b| b.clamp(0.0, 1.0));
+        }
+        for (tid, ms) in used.vps {
             let Some((job, vp)) = self.tids.get(&tid) else {
                 continue;
             };

@@ -8,6 +8,7 @@
 
 mod calls;
 mod checkpoints;
+mod choice;
 mod history;
 mod hosts;
 mod jobs;
@@ -37,8 +38,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, HostInfo, HostTimeline, JobInfo, Loc, MapCell, MboxReply,
-    Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, PeerMsg, Request, Response,
+    Envelope, ExitInfo, HostFacts, HostInfo, HostTimeline, HostUsage, JobInfo, Loc, MapCell,
+    MboxReply, Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, PeerMsg, Request, Response,
     SliceReport, SliceStats, SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch,
     Tid, TimelineSwitch, VpCall, VpInfo, VpRet, SYSTEM,
 };
@@ -210,6 +211,13 @@ pub struct Master {
     /// When `tick` last ran.
     #[serde(skip)]
     last_tick: Option<Instant>,
+    /// The placement that chooses hosts for new work, if one does (from
+    /// the config, like `placement`).
+    #[serde(default)]
+    balance: Option<crate::balance::choice::Policy>,
+    /// Rate-of-Change's state, under `balance` `roc`.
+    #[serde(skip)]
+    spreading: choice::Spreading,
 }
 
 /// How a master that stepped down knows its own clients still waiting on a
@@ -260,6 +268,8 @@ impl Master {
             tokens: BTreeMap::new(),
             admin_uid: 0,
             to_restart: BTreeSet::new(),
+            balance: None,
+            spreading: Default::default(),
         };
         let out = m.add_host(facts, now, true);
         (m, out)

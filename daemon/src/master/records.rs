@@ -21,6 +21,12 @@ pub(super) struct HostRec {
     pub(super) in_pool: bool,
     /// Its owner monitor's last report.
     pub(super) owner: Option<OwnerReport>,
+    /// Memory available there at its last usage report (MiB).
+    #[serde(default)]
+    pub(super) free_memory_mb: Option<u64>,
+    /// How busy its disks were at its last usage report (0..1).
+    #[serde(default)]
+    pub(super) io_busy: Option<f64>,
     /// When it was last granted a lease on its VPs (see `PeerMsg::LeaseAsk`).
     #[serde(skip)]
     pub(super) granted: Option<Instant>,

@@ -53,6 +53,8 @@ pub(super) fn spec(n: u32) -> SpawnSpec {
         independent: false,
         restartable: false,
         memory_mb: None,
+        class: None,
+        io: None,
     }
 }
 
@@ -1263,4 +1265,102 @@ fn a_host_is_deleted_only_once_drained_and_is_then_forgotten() {
     assert!(c.m.host_lost(idle, "closed", c.at(1)).is_empty());
     assert!(starts(&tick_through(&mut c.m, c.t0, 20)).is_empty());
     assert_eq!(c.state(tid).0, Some(busy));
+}
+
+// ----- placements that choose hosts (seeds 002-004) --------------------------
+
+fn hosts_of(placed: &[(String, Tid)]) -> BTreeSet<String> {
+    placed.iter().map(|(h, _)| h.clone()).collect()
+}
+
+#[test]
+fn under_bidding_a_cluster_stays_together_and_a_group_spreads() {
+    let mut c = Cluster::new(4);
+    c.m.set_balance(Some(crate::balance::choice::Policy::Bidding));
+    // A group of four over the threshold (4 VPs on one processor): one VP
+    // to each host.
+    let out =
+        c.m.control(Requester::Local(1), "h2", Request::Spawn(spec(4)));
+    let placed = starts(&out);
+    assert_eq!(hosts_of(&placed).len(), 4, "{out:?}");
+    // Every host holds one VP: the lowest bid for a cluster of three is
+    // where it was asked for, all three there.
+    let mut cluster = spec(3);
+    cluster.class = Some(libmig::msg::JobClass::Cluster);
+    let out =
+        c.m.control(Requester::Local(1), "h2", Request::Spawn(cluster));
+    let placed = starts(&out);
+    assert_eq!(placed.len(), 3, "{out:?}");
+    assert_eq!(hosts_of(&placed), BTreeSet::from(["h2".to_string()]));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Out::Log(l) if l.contains("bidding placement, cluster job"))));
+}
+
+#[test]
+fn under_nres_each_vp_takes_the_tightest_host_with_its_memory() {
+    let t0 = Instant::now();
+    let mem = |name: &str, mb: u64| HostFacts {
+        memory_mb: mb,
+        ..facts(name, 1)
+    };
+    let (mut m, _) = Master::new(mem("h0", 4000), t0, Duration::ZERO);
+    m.register(mem("h1", 1000), t0);
+    m.register(mem("h2", 2000), t0);
+    m.set_balance(Some(crate::balance::choice::Policy::Nres));
+    let mut placed = Vec::new();
+    for mb in [500, 1500, 3000] {
+        let mut s = spec(1);
+        s.memory_mb = Some(mb);
+        let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
+        placed.push(starts(&out)[0].0.clone());
+    }
+    // Seed 004's example: one fits {h0, h1, h2}, one {h0, h2}, one {h0}.
+    assert_eq!(placed, ["h1", "h2", "h0"]);
+    // What they asked for is reserved: a fourth of 1500 fits nowhere now
+    // (h0 has 1000 left), so the gang scheduler places it as it may.
+    let h0 = m.hosts_info().into_iter().find(|h| h.facts.name == "h0");
+    assert_eq!(h0.map(|h| h.reserved_memory_mb), Some(3000));
+    let mut s = spec(1);
+    s.memory_mb = Some(1500);
+    let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
+    assert!(!out
+        .iter()
+        .any(|o| matches!(o, Out::Log(l) if l.contains("nres placement"))));
+    assert_eq!(starts(&out).len(), 1);
+}
+
+#[test]
+fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
+    let mut c = Cluster::new(2);
+    c.m.set_balance(Some(crate::balance::choice::Policy::Roc));
+    let mut bag = spec(4);
+    bag.independent = true;
+    let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(bag));
+    let placed = starts(&out);
+    assert_eq!(hosts_of(&placed), BTreeSet::from(["h0".to_string()]));
+    for (h, tid) in &placed {
+        c.m.started(h, *tid, 100 + *tid as u32);
+        c.m.from_host(h, PeerMsg::Movable { tid: *tid });
+    }
+    // The fourth has used the most CPU time.
+    let used: Vec<(Tid, u64)> = placed
+        .iter()
+        .enumerate()
+        .map(|(i, (_, t))| (*t, 100 * i as u64))
+        .collect();
+    c.m.from_host(
+        "h0",
+        PeerMsg::Usage(HostUsage {
+            vps: used,
+            free_memory_mb: None,
+            io_busy: None,
+        }),
+    );
+    let out = tick_through(&mut c.m, c.t0, 2);
+    let asks = checkpoint_asks(&out);
+    // h1 is idle (below CT 1.5): it asks for 2; h0 at 4 has 2 over HT.
+    let moved: Vec<Tid> = asks.iter().map(|a| a.1).collect();
+    assert_eq!(moved, vec![placed[3].1, placed[2].1], "{out:?}");
+    assert!(asks.iter().all(|a| a.0 == "h0" && a.2 == "h1"));
 }

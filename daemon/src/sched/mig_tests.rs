@@ -32,6 +32,7 @@ fn submit(job: &str, n: u32) -> Event {
         job: job.into(),
         vps: BTreeMap::from([("x86_64".to_string(), n)]),
         memory_mb: None,
+        only: None,
     }
 }
 
@@ -313,6 +314,7 @@ fn a_vp_goes_only_where_its_host_offers_the_memory_it_needs() {
             job: "big".into(),
             vps: BTreeMap::from([("x86_64".to_string(), 4)]),
             memory_mb: Some(4000),
+            only: None,
         })
         .unwrap();
         let v = s.job_view("big").unwrap();
@@ -327,6 +329,7 @@ fn a_vp_goes_only_where_its_host_offers_the_memory_it_needs() {
             job: "huge".into(),
             vps: BTreeMap::from([("x86_64".to_string(), 1)]),
             memory_mb: Some(64_000),
+            only: None,
         })
         .unwrap();
         assert!(waiting(&s, "huge"), "{policy:?}");
@@ -337,4 +340,61 @@ fn a_vp_goes_only_where_its_host_offers_the_memory_it_needs() {
         );
         s.check_invariants().unwrap();
     }
+}
+
+#[test]
+fn a_job_with_chosen_processors_runs_only_there_until_one_leaves() {
+    for policy in Placement::ALL {
+        // p1/0 .. p4/0.
+        let mut s = mig(4, policy.config());
+        // Three VPs on one chosen processor (a cluster kept together)
+        // share it, though three others are free.
+        s.on_event(Event::Submit {
+            job: "c".into(),
+            vps: BTreeMap::from([("x86_64".to_string(), 3)]),
+            memory_mb: None,
+            only: Some(vec!["p2/0".into(), "nowhere/0".into()]),
+        })
+        .unwrap();
+        s.check_invariants().unwrap();
+        let on = |s: &Scheduler| {
+            let mut on: Vec<String> = s.job_view("c").unwrap().placement.into_values().collect();
+            on.sort_unstable();
+            on
+        };
+        assert_eq!(on(&s), ["p2/0", "p2/0", "p2/0"], "{policy:?}");
+        // Another job's arrivals and exits do not free it.
+        s.on_event(submit("d", 2)).unwrap();
+        s.on_event(exit("d")).unwrap();
+        assert_eq!(on(&s), ["p2/0", "p2/0", "p2/0"], "{policy:?}");
+        // Its processor leaves: the job goes anywhere.
+        s.on_event(Event::ProcessorExit { id: "p2/0".into() })
+            .unwrap();
+        s.check_invariants().unwrap();
+        let now = on(&s);
+        assert_eq!(now.len(), 3, "{policy:?}");
+        assert!(now.iter().all(|p| p != "p2/0"));
+        let distinct: std::collections::BTreeSet<&String> = now.iter().collect();
+        assert!(distinct.len() > 1, "{policy:?}: {now:?}");
+    }
+}
+
+#[test]
+fn a_choice_that_leaves_the_job_nowhere_is_ignored() {
+    let mut s = mig(1, Placement::Mig.config());
+    s.on_event(Event::Submit {
+        job: "c".into(),
+        vps: BTreeMap::from([("x86_64".to_string(), 1)]),
+        memory_mb: None,
+        only: Some(vec!["gone/0".into()]),
+    })
+    .unwrap();
+    assert_eq!(
+        s.job_view("c")
+            .unwrap()
+            .placement
+            .into_values()
+            .collect::<Vec<_>>(),
+        ["p1/0"]
+    );
 }

@@ -27,6 +27,9 @@ pub struct Shape {
     /// Hosts offer memory (1, 4 or 16 GB, or say nothing) and half the
     /// jobs ask for 2 or 8 GB a VP.
     pub memory: bool,
+    /// A quarter of the jobs come with processors a placement policy
+    /// chose for them (`Event::Submit`'s `only`): some of those live.
+    pub chosen: bool,
 }
 
 impl Default for Shape {
@@ -39,6 +42,7 @@ impl Default for Shape {
             target_jobs: 4,
             capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
             memory: false,
+            chosen: false,
         }
     }
 }
@@ -172,10 +176,23 @@ impl Generator {
                     } else {
                         None
                     };
+                    let only = if self.shape.chosen && self.below(4) == 0 {
+                        let live = self.live.clone();
+                        let mut ids: Vec<String> =
+                            live.into_iter().filter(|_| self.below(2) == 0).collect();
+                        if ids.is_empty() {
+                            let i = self.below(self.live.len());
+                            ids.push(self.live[i].clone());
+                        }
+                        Some(ids)
+                    } else {
+                        None
+                    };
                     return Event::Submit {
                         job,
                         vps,
                         memory_mb,
+                        only,
                     };
                 }
                 46..=60 if !self.jobs.is_empty() => {

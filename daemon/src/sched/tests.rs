@@ -23,6 +23,7 @@ fn submit(job: &str, n: u32) -> Event {
         job: job.into(),
         vps: BTreeMap::from([("x86_64".to_string(), n)]),
         memory_mb: None,
+        only: None,
     }
 }
 
@@ -194,6 +195,7 @@ fn vps_without_a_processor_of_their_architecture_wait_and_are_never_lost() {
             job: "j".into(),
             vps: BTreeMap::from([("x86_64".to_string(), 2), ("aarch64".to_string(), 1)]),
             memory_mb: None,
+            only: None,
         })
         .unwrap();
     // VP 0 is aarch64 (architectures in name order), VPs 1 and 2 are x86_64.
@@ -509,6 +511,7 @@ proptest! {
             max_job: 6,
             target_jobs: 4,
             memory: true,
+            chosen: true,
             ..Shape::default()
         };
         let mut g = Generator::new(seed, shape.clone());
@@ -683,6 +686,7 @@ proptest! {
             max_job: 5,
             target_jobs: 4,
             memory: true,
+            chosen: true,
             ..Shape::default()
         });
         let mut s = Scheduler::new(SchedConfig { pin_new_vps: true, ..Placement::ALL[policy].config() });

@@ -183,6 +183,7 @@ pub struct Daemon {
     pools_trimmed: Instant,
     /// When the VPs' CPU times were last sent to the master.
     usage_sent: Instant,
+    io_meter: crate::facts::IoMeter,
     /// Which local VPs run in the slot in force.
     slicer: Slicer,
     /// Carries out slot switches at their instants, and the switch armed.
@@ -346,6 +347,7 @@ impl Daemon {
             inbox: Default::default(),
             pools_trimmed: Instant::now(),
             usage_sent: Instant::now(),
+            io_meter: Default::default(),
             slicer: Slicer::default(),
             switcher,
             armed: None,
@@ -360,6 +362,7 @@ impl Daemon {
                 let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
                 m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
                 m.set_placement(d.cfg.placement());
+                m.set_balance(d.cfg.balance());
                 m.set_lease(d.cfg.lease());
                 m.set_max_voters(d.cfg.voters as usize);
                 m.set_admin_uid(d.uid);
@@ -572,19 +575,23 @@ impl Daemon {
         if let Some(r) = self.slicer.report() {
             self.report(PeerMsg::Slicing(r));
         }
-        // So does, every couple of seconds, the CPU time of each VP (`mig ps`).
+        // So do, every couple of seconds, the CPU time of each VP (`mig
+        // ps`) and the memory and I/O this host has free (for placement).
         if self.usage_sent.elapsed() >= USAGE_EVERY {
             self.usage_sent = Instant::now();
-            let used: Vec<(Tid, u64)> = self
+            let vps: Vec<(Tid, u64)> = self
                 .vps
                 .by_tid
                 .iter()
                 .filter(|(_, v)| v.exit.is_none())
                 .filter_map(|(&t, v)| Some((t, v.cpu_ms()?)))
                 .collect();
-            if !used.is_empty() {
-                self.report(PeerMsg::Usage(used));
-            }
+            let usage = libmig::msg::HostUsage {
+                vps,
+                free_memory_mb: crate::facts::free_memory_mb(),
+                io_busy: self.io_meter.read(),
+            };
+            self.report(PeerMsg::Usage(usage));
         }
         if let Some(link) = self.role.link() {
             self.send_peer(link, &PeerMsg::Heartbeat);

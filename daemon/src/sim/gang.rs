@@ -253,6 +253,7 @@ impl<'a> Gang<'a> {
                     job: i.to_string(),
                     vps: BTreeMap::from([(self.cond.arch_name(j.arch).to_string(), j.procs)]),
                     memory_mb: None,
+                    only: None,
                 };
                 self.event(e);
                 self.rate.insert(i, 0.0);

@@ -32,6 +32,62 @@ pub struct SpawnSpec {
     pub restartable: bool,
     /// Memory each VP needs (MB): never placed on a host offering less.
     pub memory_mb: Option<u64>,
+    /// How its VPs want to be placed (`mig spawn --class`), for the
+    /// bidding placement; none: simple for one VP, a group for more.
+    pub class: Option<JobClass>,
+    /// How much I/O each VP does (`mig spawn --io`), for the N-resource
+    /// placement; none: little.
+    pub io: Option<IoClass>,
+}
+
+/// A program's class (seed 002): how its VPs gain from where they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobClass {
+    /// One task on its own.
+    Simple,
+    /// Tasks that talk much: best together on one host.
+    Cluster,
+    /// Tasks that gain from running apart: one to a host while hosts last.
+    Group,
+}
+
+impl JobClass {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobClass::Simple => "simple",
+            JobClass::Cluster => "cluster",
+            JobClass::Group => "group",
+        }
+    }
+}
+
+/// How much of a host's I/O bandwidth each VP wants (seed 004's third
+/// resource).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IoClass {
+    /// A quarter of a host's I/O.
+    Light,
+    /// Three quarters: two never share a host while hosts with room remain.
+    Heavy,
+}
+
+impl IoClass {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoClass::Light => "light",
+            IoClass::Heavy => "heavy",
+        }
+    }
+
+    /// The share of a host's I/O (0..1) it needs.
+    pub fn share(self) -> f64 {
+        match self {
+            IoClass::Light => 0.25,
+            IoClass::Heavy => 0.75,
+        }
+    }
 }
 
 /// A control request.
@@ -214,6 +270,12 @@ pub struct HostInfo {
     pub waiting: Vec<(Tid, String)>,
     /// Does it keep the master's replicated state and vote for the master?
     pub voter: bool,
+    /// Memory available there at its last report (MiB), if known.
+    pub free_memory_mb: Option<u64>,
+    /// Memory the VPs placed there asked for (`mig spawn --mem`), MiB.
+    pub reserved_memory_mb: u64,
+    /// How busy its disks were at its last report (0..1), if known.
+    pub io_busy: Option<f64>,
 }
 
 /// Gang slicing as `mig stats` shows it, per host and overall.

@@ -393,9 +393,9 @@ pub enum PeerMsg {
         /// Stop and hold them (`false`: release them).
         hold: bool,
     },
-    /// Host to master, every couple of seconds: the CPU time (ms) each of
-    /// its running VPs has used.
-    Usage(Vec<(Tid, u64)>),
+    /// Host to master, every couple of seconds: the CPU time each of its
+    /// running VPs has used, and what the host has free.
+    Usage(HostUsage),
 }
 
 impl PeerMsg {
@@ -553,6 +553,18 @@ pub struct SourceReport {
     pub sees: String,
     /// Seconds since it last saw owner activity.
     pub last_activity_s: Option<f64>,
+}
+
+/// What a host has used and has free, every couple of seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostUsage {
+    /// CPU time (ms) each running VP has used.
+    pub vps: Vec<(Tid, u64)>,
+    /// Memory available on the host now (MiB), if known.
+    pub free_memory_mb: Option<u64>,
+    /// How busy its disks were since the last report (0..1: the busiest
+    /// disk's share of time with I/O in flight), if known.
+    pub io_busy: Option<f64>,
 }
 
 /// A host's owner monitor: its state and every source.

@@ -282,7 +282,7 @@ impl Scheduler {
                 wanted.union_with(r);
             }
         }
-        if let Some(m) = self.memory_rows(k) {
+        if let Some(m) = self.allowed_rows(k) {
             wanted.intersect_with(&m);
         }
         // A shift (no VP moves) to the fullest slot that takes the job's

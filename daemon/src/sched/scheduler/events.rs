@@ -58,6 +58,13 @@ impl Scheduler {
         }
         self.map.remove_row(row);
         self.memory_masks.get_mut().clear();
+        // A job whose chosen processors are no longer all there may go
+        // anywhere.
+        for j in self.jobs.iter_mut().flatten() {
+            if j.only.as_ref().is_some_and(|o| o.contains(row)) {
+                j.only = None;
+            }
+        }
         for &k in &affected {
             let j = self.job_mut(k);
             let gone = j.rows.remove(&row).unwrap_or(0);
@@ -86,6 +93,7 @@ impl Scheduler {
         job: String,
         vps: BTreeMap<String, u32>,
         memory_mb: Option<u64>,
+        only: Option<Vec<String>>,
         ctx: &mut Ctx,
     ) -> Result<(), SchedError> {
         if job.is_empty() {
@@ -107,6 +115,13 @@ impl Scheduler {
         let mut j = Job::new(job.clone(), self.submitted, total, Vec::new());
         j.memory_mb = memory_mb;
         self.submitted += 1;
+        let only = only.map(|ids| {
+            let mut set = BitSet::default();
+            for r in ids.iter().filter_map(|id| self.map.row_of(id)) {
+                set.insert(r);
+            }
+            set
+        });
         let mut next = 0u32;
         for (arch, &n) in &vps {
             let arch = self.map.intern(arch);
@@ -124,6 +139,15 @@ impl Scheduler {
                 next += 1;
             }
         }
+        // A choice that leaves one of its architectures nowhere to go is
+        // no choice.
+        j.only = only.filter(|set| {
+            j.arches.iter().all(|&(a, _)| {
+                self.map
+                    .arch_rows(a)
+                    .is_some_and(|rows| rows.intersection_len(set) > 0)
+            })
+        });
         let k = match self.jobs.iter().position(Option::is_none) {
             Some(free) => {
                 self.jobs[free] = Some(j);
@@ -352,6 +376,9 @@ impl Scheduler {
         };
         if added {
             j.row_set.insert(to);
+        }
+        if let Some(o) = &mut j.only {
+            o.insert(to);
         }
         let left = j.rows.get_mut(&from).map(|n| {
             *n -= 1;

@@ -143,6 +143,8 @@ struct Job {
     /// Memory each VP needs (MB): processors whose host offers less are
     /// never its candidates.
     memory_mb: Option<u64>,
+    /// The only rows it may use (`Event::Submit`'s `only`), while they last.
+    only: Option<BitSet>,
 }
 
 impl Job {
@@ -161,6 +163,7 @@ impl Job {
             row_set: BitSet::default(),
             placed: 0,
             memory_mb: None,
+            only: None,
         }
     }
 
@@ -500,7 +503,8 @@ impl Scheduler {
                 job,
                 vps,
                 memory_mb,
-            } => self.submit(job, vps, memory_mb, &mut ctx)?,
+                only,
+            } => self.submit(job, vps, memory_mb, only, &mut ctx)?,
             Event::NewVp { job, arch, host } => {
                 self.new_vp(&job, None, arch, host.as_deref(), &mut ctx)?
             }
@@ -667,6 +671,12 @@ impl Scheduler {
                         return Err(format!(
                             "job {} vp {i} ({}) on {} ({})",
                             j.id, v.arch, p.id, p.arch
+                        ));
+                    }
+                    if j.only.as_ref().is_some_and(|o| !o.contains(r)) {
+                        return Err(format!(
+                            "job {} vp {i} on {}, not among the processors chosen for it",
+                            j.id, p.id
                         ));
                     }
                     if let (Some(need), Some(has)) = (j.memory_mb, p.memory_mb) {

@@ -61,27 +61,40 @@ impl Scheduler {
             }
         }
         set.intersect_with(&wanted);
-        if let Some(m) = self.memory_rows(k) {
+        if let Some(m) = self.allowed_rows(k) {
             set.intersect_with(&m);
         }
         set
     }
 
-    /// The rows whose host offers the memory job `k` needs (or does not
-    /// say what it offers); `None` when the job needs none: every row.
-    pub(super) fn memory_rows(&self, k: JobKey) -> Option<BitSet> {
-        let need = self.job(k).memory_mb?;
-        let mut masks = self.memory_masks.borrow_mut();
-        let set = masks.entry(need).or_insert_with(|| {
-            let mut set = BitSet::default();
-            for (r, p) in self.map.processors() {
-                if p.memory_mb.is_none_or(|m| m >= need) {
-                    set.insert(r);
-                }
-            }
-            set
+    /// The rows job `k` may use: those whose host offers the memory it
+    /// needs (or does not say what it offers), and among the processors
+    /// chosen for it if some were; `None` when neither limits it.
+    pub(super) fn allowed_rows(&self, k: JobKey) -> Option<BitSet> {
+        let j = self.job(k);
+        let memory = j.memory_mb.map(|need| {
+            let mut masks = self.memory_masks.borrow_mut();
+            masks
+                .entry(need)
+                .or_insert_with(|| {
+                    let mut set = BitSet::default();
+                    for (r, p) in self.map.processors() {
+                        if p.memory_mb.is_none_or(|m| m >= need) {
+                            set.insert(r);
+                        }
+                    }
+                    set
+                })
+                .clone()
         });
-        Some(set.clone())
+        match (memory, &j.only) {
+            (m, None) => m,
+            (None, Some(o)) => Some(o.clone()),
+            (Some(mut m), Some(o)) => {
+                m.intersect_with(o);
+                Some(m)
+            }
+        }
     }
 
     /// Has architecture `a` a live row job `k` may use?
@@ -89,7 +102,7 @@ impl Scheduler {
         let Some(rows) = self.map.arch_rows(a) else {
             return false;
         };
-        match self.memory_rows(k) {
+        match self.allowed_rows(k) {
             None => !rows.is_empty(),
             Some(m) => rows.intersection_len(&m) > 0,
         }
@@ -101,7 +114,7 @@ impl Scheduler {
     pub(super) fn demand_of(&self, k: JobKey) -> (Demand, f64) {
         let j = self.job(k);
         let mut d = Demand::new(&self.map, j.arches.iter().copied());
-        let memory = self.memory_rows(k);
+        let memory = self.allowed_rows(k);
         if let Some(m) = &memory {
             d.rows.intersect_with(m);
             d.counts.retain(|&(a, _)| {

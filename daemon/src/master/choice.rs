@@ -1,0 +1,248 @@
+//! The placements that choose hosts (`migd --placement bidding|nres|roc`):
+//! what the master knows of each host turned into `balance::choice`'s
+//! views when a job arrives, the memory and I/O the VPs placed on a host
+//! reserve there, and Rate-of-Change's samples (`balance::spread`) turned
+//! into moves. What does not live here: the decisions themselves
+//! (`crate::balance`), carrying a move out (`moves`).
+
+use super::*;
+
+use crate::balance::choice::{self, HostView, Need, Policy};
+use crate::balance::spread::{HostLoad, Move};
+
+/// How often Rate-of-Change samples the hosts' loads.
+pub(super) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// What the VPs placed on a host asked for there.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(super) struct Reserved {
+    /// Memory (MiB), as `mig spawn --mem` said.
+    pub(super) memory_mb: u64,
+    /// I/O share, as `mig spawn --io` said.
+    pub(super) io: f64,
+}
+
+/// Rate-of-Change's state on the master: the PEs, when it last sampled,
+/// and the moves its requests started (VP, the host that asked).
+#[derive(Debug, Default)]
+pub(super) struct Spreading {
+    pes: crate::balance::spread::Spreader,
+    epoch: Option<Instant>,
+    last: Option<Instant>,
+    moving: BTreeMap<Tid, String>,
+}
+
+impl Master {
+    /// Choose hosts for new work by `policy` from now on (`None`: the gang
+    /// scheduler alone places it).
+    pub fn set_balance(&mut self, policy: Option<Policy>) {
+        self.balance = policy;
+    }
+
+    /// What the live VPs on `host` (or moving there) asked for.
+    pub(super) fn reserved_on(&self, host: &str) -> Reserved {
+        let mut r = Reserved::default();
+        for j in self.jobs.values() {
+            let each = j.spec.memory_mb.unwrap_or(0);
+            let io = j.spec.io.map_or(0.0, |c| c.share());
+            for v in j.vps.values().filter(|v| !v.state.ended()) {
+                let there = v.host.as_deref() == Some(host)
+                    || matches!(&v.state, VpState::Moving(to) if to == host);
+                if there {
+                    r.memory_mb = r.memory_mb.saturating_add(each);
+                    r.io += io;
+                }
+            }
+        }
+        r
+    }
+
+    /// The hosts of `arch` in the pool, by name, as `choice` sees them.
+    fn host_views(&self, arch: &str) -> Vec<(String, HostView)> {
+        let mut busy: HashMap<String, u32> = HashMap::new();
+        for job in self.sched.job_ids() {
+            if let Some(view) = self.sched.job_view(&job) {
+                for p in view.placement.into_values() {
+                    *busy.entry(p).or_default() += 1;
+                }
+            }
+        }
+        let mut processors: BTreeMap<&str, Vec<(String, u32)>> = BTreeMap::new();
+        for (_, p) in self.sched.map().processors() {
+            let id = p.id.to_string();
+            let n = busy.get(&id).copied().unwrap_or(0);
+            processors.entry(&p.host).or_default().push((id, n));
+        }
+        self.hosts
+            .iter()
+            .filter(|(_, h)| h.alive && h.in_pool && h.facts.arch == arch)
+            .filter_map(|(name, h)| {
+                let procs = processors.get(name.as_str())?.clone();
+                let reserved = self.reserved_on(name);
+                let offered = (h.facts.memory_mb > 0).then_some(h.facts.memory_mb);
+                let free_memory_mb = match (offered, h.free_memory_mb) {
+                    (Some(o), Some(a)) => Some(o.min(a)),
+                    (o, a) => o.or(a),
+                }
+                .map(|m| m.saturating_sub(reserved.memory_mb));
+                let free_io = 1.0 - reserved.io.max(h.io_busy.unwrap_or(0.0));
+                Some((
+                    name.clone(),
+                    HostView {
+                        processors: procs,
+                        capacity: h.facts.capacity,
+                        free_memory_mb,
+                        free_io: free_io.clamp(0.0, 1.0),
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The processors the placement policy lets a new job of `spec` asked
+    /// for at `from_host` use, with a line saying so; `None` when no policy
+    /// chooses hosts or it leaves the choice to the gang scheduler.
+    pub(super) fn choose_processors(
+        &self,
+        from_host: &str,
+        arch: &str,
+        spec: &SpawnSpec,
+    ) -> Option<(Vec<String>, String)> {
+        let policy = self.balance?;
+        let views = self.host_views(arch);
+        let local = views
+            .iter()
+            .position(|(n, _)| n == from_host)
+            .unwrap_or(usize::MAX);
+        let need = Need {
+            vps: spec.n,
+            class: class_of(spec),
+            memory_mb: spec.memory_mb,
+            io: spec.io.map_or(0.0, |c| c.share()),
+        };
+        let hosts: Vec<HostView> = views.into_iter().map(|(_, v)| v).collect();
+        let chosen = choice::choose(policy, &need, local, &hosts)?;
+        let line = format!(
+            "{} placement, {} job: {}",
+            policy.name(),
+            need.class.name(),
+            chosen.join(" ")
+        );
+        Some((chosen, line))
+    }
+
+    /// Rate-of-Change: every `SAMPLE_EVERY`, the moves the hosts' requests
+    /// call for, begun; and what came of those begun before.
+    pub(super) fn spread_tick(&mut self, now: Instant) -> Vec<Out> {
+        if self.balance != Some(Policy::Roc) {
+            return Vec::new();
+        }
+        let epoch = *self.spreading.epoch.get_or_insert(now);
+        let t = now.saturating_duration_since(epoch).as_secs_f64();
+        self.spread_settled(t);
+        let mut out = Vec::new();
+        let dt = match self.spreading.last {
+            Some(last) if now.saturating_duration_since(last) < SAMPLE_EVERY => return out,
+            Some(last) => now.saturating_duration_since(last).as_secs_f64(),
+            None => SAMPLE_EVERY.as_secs_f64(),
+        };
+        self.spreading.last = Some(now);
+        let loads = self.host_loads();
+        for Move { task, from, to } in self.spreading.pes.sample(&loads, t, dt) {
+            let tid: Tid = task;
+            let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+                continue;
+            };
+            match self.begin_move(tid, &job, vp, &from, &to) {
+                Ok(o) => {
+                    out.push(Out::Log(format!(
+                        "rate-of-change: moving VP t{tid:x} from {from} to {to}, which asked \
+                         for work"
+                    )));
+                    out.extend(o);
+                    self.spreading.moving.insert(tid, to);
+                }
+                Err(e) => {
+                    self.spreading.pes.failed(&to);
+                    out.push(Out::Log(format!(
+                        "rate-of-change: VP t{tid:x} stays on {from}: {e}"
+                    )));
+                }
+            }
+        }
+        out
+    }
+
+    /// Moves begun for a request that have ended: arrived where asked, or
+    /// not.
+    fn spread_settled(&mut self, t: f64) {
+        let mut settled = Vec::new();
+        for (&tid, to) in &self.spreading.moving {
+            let v = self
+                .tids
+                .get(&tid)
+                .and_then(|(job, vp)| self.jobs.get(job)?.vps.get(vp));
+            match v.map(|v| (&v.state, v.host.as_deref())) {
+                Some((VpState::Moving(_), _)) => {}
+                Some((VpState::Running | VpState::Starting, Some(h))) if h == to => {
+                    settled.push((tid, to.clone(), true))
+                }
+                _ => settled.push((tid, to.clone(), false)),
+            }
+        }
+        for (tid, to, ok) in settled {
+            self.spreading.moving.remove(&tid);
+            if ok {
+                self.spreading.pes.arrived(&to, t);
+            } else {
+                self.spreading.pes.failed(&to);
+            }
+        }
+    }
+
+    /// Each host in the pool with its movable tasks: running VPs that said
+    /// they can be moved, of independent or one-VP jobs, that the
+    /// scheduler does not already mean to move.
+    fn host_loads(&self) -> Vec<HostLoad> {
+        let mut tasks: BTreeMap<&str, Vec<(u64, f64)>> = BTreeMap::new();
+        for j in self.jobs.values().filter(|j| !j.suspended) {
+            let live = j.vps.values().filter(|v| !v.state.ended()).count();
+            if !(j.spec.independent || live == 1) {
+                continue;
+            }
+            for v in j.vps.values() {
+                if v.state != VpState::Running || !v.movable || v.wants.is_some() || v.held {
+                    continue;
+                }
+                if let Some(h) = &v.host {
+                    let cpu = v.cpu_ms.unwrap_or(0) as f64 / 1000.0;
+                    tasks.entry(h).or_default().push((v.tid, cpu));
+                }
+            }
+        }
+        let mut width: BTreeMap<&str, u32> = BTreeMap::new();
+        for (_, p) in self.sched.map().processors() {
+            *width.entry(&p.host).or_default() += 1;
+        }
+        self.hosts
+            .iter()
+            .filter(|(_, h)| h.alive && h.in_pool)
+            .filter_map(|(name, _)| {
+                Some(HostLoad {
+                    name: name.clone(),
+                    processors: *width.get(name.as_str())?,
+                    tasks: tasks.remove(name.as_str()).unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// A job's class: as spawned, else simple for one VP and a group for more.
+pub(super) fn class_of(spec: &SpawnSpec) -> libmig::msg::JobClass {
+    spec.class.unwrap_or(if spec.n == 1 {
+        libmig::msg::JobClass::Simple
+    } else {
+        libmig::msg::JobClass::Group
+    })
+}
