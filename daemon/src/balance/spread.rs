@@ -37,6 +37,8 @@ pub struct HostLoad {
     pub processors: u32,
     /// Its movable tasks: an id and the CPU time (s) each has used.
     pub tasks: Vec<(u64, f64)>,
+    /// Tasks on their way to it (counted in its load, not sent on).
+    pub incoming: u32,
 }
 
 /// A task to move from one host to another.
@@ -62,7 +64,9 @@ impl Spreader {
     /// forgotten.
     pub fn sample(&mut self, hosts: &[HostLoad], now: f64, dt: f64) -> Vec<Move> {
         self.pes.retain(|n, _| hosts.iter().any(|h| &h.name == n));
-        let per = |h: &HostLoad| h.tasks.len() as f64 / f64::from(h.processors.max(1));
+        let per = |h: &HostLoad| {
+            (h.tasks.len() as f64 + f64::from(h.incoming)) / f64::from(h.processors.max(1))
+        };
         // The source table: hosts at or above HT, busiest first.
         let mut sources: Vec<usize> = (0..hosts.len())
             .filter(|&i| per(&hosts[i]) >= THRESHOLDS.high)
@@ -165,6 +169,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, &c)| ((name.len() * 100 + i) as u64, c))
                 .collect(),
+            incoming: 0,
         }
     }
 
@@ -205,6 +210,15 @@ mod tests {
         let hosts = [host("a", 1, &[1.0]), host("b", 1, &[])];
         assert!(s.sample(&hosts, 0.0, 1.0).is_empty());
         assert!(!s.pending("a") && !s.pending("b"));
+    }
+
+    #[test]
+    fn tasks_on_their_way_count_in_the_load() {
+        let mut s = Spreader::default();
+        let mut sink = host("b", 1, &[1.0]);
+        sink.incoming = 1;
+        let hosts = [host("a", 1, &[1.0, 2.0, 3.0, 4.0, 5.0]), sink];
+        assert!(s.sample(&hosts, 0.0, 1.0).is_empty(), "b at 2 asks nothing");
     }
 
     #[test]

@@ -122,12 +122,10 @@ impl Master {
         };
         let hosts: Vec<HostView> = views.into_iter().map(|(_, v)| v).collect();
         let chosen = choice::choose(policy, &need, local, &hosts)?;
-        let line = format!(
-            "{} placement, {} job: {}",
-            policy.name(),
-            need.class.name(),
-            chosen.join(" ")
-        );
+        let line = match policy {
+            Policy::Bidding => format!("bidding placement, {} job: ", need.class.name()),
+            _ => format!("{} placement: ", policy.name()),
+        } + &chosen.join(" ");
         Some((chosen, line))
     }
 
@@ -176,7 +174,7 @@ impl Master {
     /// Moves begun for a request that have ended: arrived where asked, or
     /// not.
     fn spread_settled(&mut self, t: f64) {
-        let mut settled = Vec::new();
+        let mut settled: Vec<(Tid, String, bool)> = Vec::new();
         for (&tid, to) in &self.spreading.moving {
             let v = self
                 .tids
@@ -190,12 +188,21 @@ impl Master {
                 _ => settled.push((tid, to.clone(), false)),
             }
         }
-        for (tid, to, ok) in settled {
-            self.spreading.moving.remove(&tid);
-            if ok {
-                self.spreading.pes.arrived(&to, t);
+        for (tid, _, _) in &settled {
+            self.spreading.moving.remove(tid);
+        }
+        // A request is over once every move it made has ended: it came (if
+        // any did) or failed.
+        let over: BTreeSet<&String> = settled
+            .iter()
+            .map(|s| &s.1)
+            .filter(|to| !self.spreading.moving.values().any(|m| m == *to))
+            .collect();
+        for to in over {
+            if settled.iter().any(|s| &s.1 == to && s.2) {
+                self.spreading.pes.arrived(to, t);
             } else {
-                self.spreading.pes.failed(&to);
+                self.spreading.pes.failed(to);
             }
         }
     }
@@ -205,6 +212,14 @@ impl Master {
     /// scheduler does not already mean to move.
     fn host_loads(&self) -> Vec<HostLoad> {
         let mut tasks: BTreeMap<&str, Vec<(u64, f64)>> = BTreeMap::new();
+        let mut incoming: BTreeMap<&str, u32> = BTreeMap::new();
+        for j in self.jobs.values() {
+            for v in j.vps.values() {
+                if let VpState::Moving(to) = &v.state {
+                    *incoming.entry(to).or_default() += 1;
+                }
+            }
+        }
         for j in self.jobs.values().filter(|j| !j.suspended) {
             let live = j.vps.values().filter(|v| !v.state.ended()).count();
             if !(j.spec.independent || live == 1) {
@@ -232,6 +247,7 @@ impl Master {
                     name: name.clone(),
                     processors: *width.get(name.as_str())?,
                     tasks: tasks.remove(name.as_str()).unwrap_or_default(),
+                    incoming: incoming.get(name.as_str()).copied().unwrap_or(0),
                 })
             })
             .collect()

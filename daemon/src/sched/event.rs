@@ -43,12 +43,12 @@ pub enum Event {
         /// host offers less.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory_mb: Option<u64>,
-        /// The processors a placement policy chose for it (seeds 002 and
-        /// 004): its VPs go only there while all of them are in the pool
-        /// (one leaving frees the job to go anywhere); a VP moved by hand
-        /// adds its new processor. Unknown ids are ignored; a choice that
-        /// leaves an architecture of the job without a processor is
-        /// ignored whole.
+        /// The processors a placement policy chose for it (seeds 002-004):
+        /// its VPs go only there, and once started are never moved by the
+        /// scheduler, while all of them are in the pool (one leaving frees
+        /// the job to go anywhere); a VP moved by hand adds its new
+        /// processor. Unknown ids are ignored; a choice that leaves an
+        /// architecture of the job without a processor is ignored whole.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         only: Option<Vec<String>>,
     },

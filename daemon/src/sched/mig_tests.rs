@@ -398,3 +398,45 @@ fn a_choice_that_leaves_the_job_nowhere_is_ignored() {
         ["p1/0"]
     );
 }
+
+#[test]
+fn the_scheduler_never_moves_a_started_vp_of_a_chosen_job_by_choice() {
+    for policy in Placement::ALL {
+        let mut s = mig(3, policy.config());
+        s.on_event(Event::Submit {
+            job: "bag".into(),
+            vps: BTreeMap::from([("x86_64".to_string(), 4)]),
+            memory_mb: None,
+            only: Some(vec!["p1/0".into(), "p2/0".into()]),
+        })
+        .unwrap();
+        let v = s.job_view("bag").unwrap();
+        let on_p1: Vec<u32> = v
+            .placement
+            .iter()
+            .filter(|(_, p)| *p == "p1/0")
+            .map(|(&i, _)| i)
+            .collect();
+        assert_eq!(on_p1.len(), 2, "{policy:?} {v:?}");
+        // p1's two end: MTAT would now spread the rest 1/1; the choice
+        // keeps them where they are (a placement policy moves them).
+        for vp in on_p1 {
+            let acts = s
+                .on_event(Event::VpExit {
+                    job: "bag".into(),
+                    vp,
+                })
+                .unwrap();
+            assert!(
+                !acts.iter().any(|a| matches!(a, Action::Migrate { .. })),
+                "{policy:?} {acts:?}"
+            );
+        }
+        s.check_invariants().unwrap();
+        let v = s.job_view("bag").unwrap();
+        assert!(
+            v.placement.values().all(|p| p == "p2/0"),
+            "{policy:?} {v:?}"
+        );
+    }
+}

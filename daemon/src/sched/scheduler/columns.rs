@@ -274,7 +274,10 @@ impl Scheduler {
     /// cannot be moved only shifts whole.
     fn best_target(&self, k: JobKey, free: &[BitSet], budget: usize) -> Option<Target> {
         let j = self.job(k);
-        let pinned = j.vps.values().any(|v| v.pinned && v.at.is_some());
+        let pinned = j
+            .vps
+            .values()
+            .any(|v| (v.pinned || j.only.is_some()) && v.at.is_some());
         let t_cur = self.current_t(k);
         let mut wanted = BitSet::default();
         for &(a, _) in &j.arches {

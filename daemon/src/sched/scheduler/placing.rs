@@ -65,7 +65,10 @@ impl Scheduler {
     /// and the VPs left without a row. Dense by row: jobs can span
     /// thousands of rows. A pinned VP that has started goes nowhere but its
     /// own processor, whatever the counts say, where that is in the pool
-    /// and free in `columns`; else it is left without a row (held).
+    /// and free in `columns`; else it is left without a row (held). So
+    /// does a started VP of a job whose processors a placement policy
+    /// chose (that policy moves it, or its processor leaves and the choice
+    /// with it).
     fn assign(
         &self,
         k: JobKey,
@@ -96,8 +99,9 @@ impl Scheduler {
                     .iter()
                     .all(|&c| self.map.column(c).is_some_and(|col| col.cell(r).is_none()))
         };
+        let chosen = self.job(k).only.is_some();
         for (&i, v) in &self.job(k).vps {
-            if let (true, Some(at)) = (v.pinned, &v.at) {
+            if let (true, Some(at)) = (v.pinned || chosen, &v.at) {
                 let own = self
                     .map
                     .row_of(&at.0)

@@ -1,0 +1,227 @@
+//! The placements that choose hosts, on real daemons (`migd --placement
+//! bidding|nres|roc`, seeds 002-004): a small job of each class under
+//! bidding, the N-resource paper's example with memory, and a bag of
+//! independent tasks that Rate-of-Change spreads, and spreads again when a
+//! host runs dry.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use mig_tests::{bin, command, job_succeeds, wait_until, Vm};
+
+/// The CPU-bound tests of this file share 2 cores: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `mig spawn FLAGS --wait -- testvp spin STOP` in the background.
+fn spin(vm: &Vm, flags: &[&str], stop: &Path) -> Child {
+    command("mig")
+        .env("MIG_DAEMON", vm.sock())
+        .arg("spawn")
+        .args(flags)
+        .args(["--wait", "--"])
+        .arg(bin("testvp"))
+        .arg("spin")
+        .arg(stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig spawn")
+}
+
+/// Running VPs of `job`: VP index -> host.
+fn running(vm: &Vm, job: &str) -> BTreeMap<u64, String> {
+    vm.json(&["ps"])
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|v| v["job"] == job && v["state"] == "running")
+                .filter_map(|v| Some((v["vp"].as_u64()?, v["host"].as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn on_hosts(placed: &BTreeMap<u64, String>) -> Vec<String> {
+    let mut h: Vec<String> = placed.values().cloned().collect();
+    h.sort();
+    h.dedup();
+    h
+}
+
+fn hosts_up(vm: &Vm, n: usize) -> bool {
+    vm.json(&["hosts"])
+        .as_array()
+        .is_some_and(|a| a.iter().filter(|h| h["alive"] == true).count() == n)
+}
+
+#[test]
+fn under_bidding_a_group_spreads_one_vp_a_host_and_a_cluster_shares_one() {
+    let _one = serial();
+    let vm = Vm::start_with(4, &["--placement", "bidding"]);
+    assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 4)));
+    let stop = vm.dir.path().join("stop");
+    // Four VPs on the master's one processor would each take four times
+    // as long: over the task threshold, so one goes to each host.
+    let group = spin(&vm, &["-n", "4", "--class", "group"], &stop);
+    let placed = {
+        let mut p = BTreeMap::new();
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                p = running(&vm, "j1");
+                p.len() == 4
+            }),
+            "{p:?}\n{}",
+            vm.log(0)
+        );
+        p
+    };
+    assert_eq!(on_hosts(&placed).len(), 4, "{placed:?}");
+    // A cluster of three: every host holds one VP, so every bid is the
+    // same and it stays where it was asked for, all of it together (the
+    // gang scheduler alone would spread it).
+    let cluster = spin(&vm, &["-n", "3", "--class", "cluster"], &stop);
+    let mut together = BTreeMap::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            together = running(&vm, "j2");
+            together.len() == 3
+        }),
+        "{together:?}\n{}",
+        vm.log(0)
+    );
+    assert_eq!(on_hosts(&together), vec!["h0".to_string()], "{together:?}");
+    let log = vm.log(0);
+    assert!(log.contains("bidding placement, group job"), "{log}");
+    assert!(log.contains("bidding placement, cluster job"), "{log}");
+    std::fs::write(&stop, "").expect("stop");
+    for (job, what) in [(group, "group"), (cluster, "cluster")] {
+        let lines = job_succeeds(job, what);
+        assert!(lines.iter().any(|l| l.contains("spin done")), "{lines:?}");
+    }
+}
+
+#[test]
+fn under_nres_the_papers_three_jobs_take_hosts_fewest_choices_first() {
+    let _one = serial();
+    let mut vm = Vm::start_with(1, &["--placement", "nres", "--memory-mb", "4000"]);
+    for (i, mb) in [(1, "1000"), (2, "2000")] {
+        let (c, _) = vm.daemon(i, Some(&vm.addr.clone()), &["--memory-mb", mb]);
+        vm.daemons.push(Some(c));
+    }
+    assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 3)));
+    let stop = vm.dir.path().join("stop");
+    // Seed 004's example as memory: 500 MB fits every host, 1500 two of
+    // them, 3000 only h0; each takes the tightest host that holds it.
+    let mut jobs = Vec::new();
+    let mut went = Vec::new();
+    for (k, mb) in ["500M", "1500M", "3000M"].into_iter().enumerate() {
+        jobs.push(spin(&vm, &["--mem", mb], &stop));
+        let job = format!("j{}", k + 1);
+        let mut p = BTreeMap::new();
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                p = running(&vm, &job);
+                p.len() == 1
+            }),
+            "{job}\n{}",
+            vm.log(0)
+        );
+        went.extend(p.into_values());
+    }
+    assert_eq!(went, ["h1", "h2", "h0"], "{}", vm.log(0));
+    // What each host has free and what the VPs there reserve, as the
+    // hosts report it every couple of seconds.
+    let mut hosts = serde_json::Value::Null;
+    assert!(wait_until(Duration::from_secs(20), || {
+        hosts = vm.json(&["hosts"]);
+        hosts
+            .as_array()
+            .is_some_and(|a| a.iter().all(|h| h["free_memory_mb"].is_u64()))
+    }));
+    let reserved: BTreeMap<String, u64> = hosts
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|h| {
+                    Some((
+                        h["name"].as_str()?.to_string(),
+                        h["reserved_memory_mb"].as_u64()?,
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        reserved,
+        BTreeMap::from([
+            ("h0".to_string(), 3000),
+            ("h1".to_string(), 500),
+            ("h2".to_string(), 1500)
+        ])
+    );
+    let text = String::from_utf8_lossy(&vm.mig_ok(&["hosts"]).stdout).to_string();
+    assert!(text.contains("FREE") && text.contains("IO%"), "{text}");
+    std::fs::write(&stop, "").expect("stop");
+    for job in jobs {
+        job_succeeds(job, "nres job");
+    }
+}
+
+#[test]
+fn under_roc_a_bag_of_tasks_spreads_and_spreads_again_as_a_host_runs_dry() {
+    let _one = serial();
+    let vm = Vm::start_with(2, &["--placement", "roc"]);
+    assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 2)));
+    let stop = vm.dir.path().join("stop");
+    // Six independent tasks start where they were asked for: all on h0.
+    let bag = spin(&vm, &["-n", "6", "--independent"], &stop);
+    let mut placed = BTreeMap::new();
+    assert!(wait_until(Duration::from_secs(30), || {
+        placed = running(&vm, "j1");
+        placed.len() == 6
+    }));
+    // h1 is idle, under the critical threshold: it asks for two tasks, and
+    // h0, four over its high threshold of two, sends its two oldest.
+    let count = |p: &BTreeMap<u64, String>, h: &str| p.values().filter(|x| *x == h).count();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            placed = running(&vm, "j1");
+            placed.len() == 6 && count(&placed, "h1") == 2
+        }),
+        "{placed:?}\n{}",
+        vm.log(0)
+    );
+    assert!(vm.log(0).contains("rate-of-change: moving VP"));
+    // h1's two end: its load falls to nothing, it asks again and takes two
+    // of h0's four.
+    for (vp, h) in &placed {
+        if h == "h1" {
+            std::fs::write(format!("{}.{vp}", stop.display()), "").expect("stop one");
+        }
+    }
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            placed = running(&vm, "j1");
+            placed.len() == 4 && count(&placed, "h1") == 2 && count(&placed, "h0") == 2
+        }),
+        "{placed:?}\n{}",
+        vm.log(0)
+    );
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(bag, "bag");
+    // Nothing lost: all six ended their work; four of them ran on both hosts.
+    let done: Vec<&String> = lines.iter().filter(|l| l.contains("spin done")).collect();
+    assert_eq!(done.len(), 6, "{lines:?}");
+    let moved = done.iter().filter(|l| l.contains("on 2 hosts")).count();
+    assert_eq!(moved, 4, "{lines:?}");
+    // Every move was Rate-of-Change's: the gang scheduler leaves a chosen
+    // job's started VPs where they are.
+    let log = vm.log(0);
+    assert_eq!(log.matches("rate-of-change: moving VP").count(), 4, "{log}");
+}
