@@ -597,6 +597,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn placement_names_a_gang_policy_or_one_that_chooses_hosts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Config::new(dir.path().into());
+        for (name, gang, hosts) in [
+            ("mig", "mig", None),
+            ("mtat+repack", "mtat+repack", None),
+            ("roc", "mig", Some("roc")),
+            ("nres", "mig", Some("nres")),
+            ("bidding", "mig", Some("bidding")),
+        ] {
+            c.placement = name.into();
+            c.validate().unwrap();
+            assert_eq!(c.placement().name(), gang);
+            assert_eq!(c.balance().map(|p| p.name()), hosts);
+        }
+        c.placement = "rommel".into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("mig, mtat, mtat+repack, bidding, nres, roc"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn file_values_overlay_defaults_and_bad_ones_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("migd.toml");

@@ -225,3 +225,37 @@ fn under_roc_a_bag_of_tasks_spreads_and_spreads_again_as_a_host_runs_dry() {
     let log = vm.log(0);
     assert_eq!(log.matches("rate-of-change: moving VP").count(), 4, "{log}");
 }
+
+#[test]
+fn under_roc_an_owner_coming_back_sends_the_tasks_away_and_none_is_lost() {
+    let _one = serial();
+    let vm = Vm::start_with(2, &["--placement", "roc"]);
+    assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 2)));
+    let stop = vm.dir.path().join("stop");
+    let bag = spin(&vm, &["-n", "4", "--independent"], &stop);
+    let count = |p: &BTreeMap<u64, String>, h: &str| p.values().filter(|x| *x == h).count();
+    let mut placed = BTreeMap::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            placed = running(&vm, "j1");
+            placed.len() == 4 && count(&placed, "h1") == 2
+        }),
+        "{placed:?}\n{}",
+        vm.log(0)
+    );
+    // h1's owner comes back: its processor leaves the pool, and with it
+    // the job's chosen processors; the gang scheduler moves its VPs home.
+    vm.mig_ok(&["owner", "reclaim", "--host", "h1"]);
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            placed = running(&vm, "j1");
+            placed.len() == 4 && count(&placed, "h0") == 4
+        }),
+        "{placed:?}\n{}",
+        vm.log(0)
+    );
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(bag, "bag");
+    let done = lines.iter().filter(|l| l.contains("spin done")).count();
+    assert_eq!(done, 4, "{lines:?}");
+}
