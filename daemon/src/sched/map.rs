@@ -142,6 +142,10 @@ pub struct Column {
     cells: Vec<Option<JobKey>>,
     free: BitSet,
     busy: usize,
+    /// Free cells per capacity class (`AllocationMap::class_id`), kept with
+    /// `free`: whether a job can fit is mostly answered from these.
+    #[serde(default)]
+    class_free: Vec<u32>,
 }
 
 impl Column {
@@ -152,6 +156,24 @@ impl Column {
     /// Live rows that are free in this slot.
     pub fn free(&self) -> &BitSet {
         &self.free
+    }
+    /// Its free cells in capacity class `class`.
+    pub fn free_in_class(&self, class: u32) -> u32 {
+        self.class_free.get(class as usize).copied().unwrap_or(0)
+    }
+    fn count(&mut self, class: u32, up: bool) {
+        if class == u32::MAX {
+            return;
+        }
+        let i = class as usize;
+        if i >= self.class_free.len() {
+            self.class_free.resize(i + 1, 0);
+        }
+        if up {
+            self.class_free[i] += 1;
+        } else {
+            self.class_free[i] = self.class_free[i].saturating_sub(1);
+        }
     }
     /// Does no cell hold a job?
     pub fn is_empty(&self) -> bool {
@@ -182,6 +204,14 @@ pub struct AllocationMap {
     /// Per architecture id: live rows per capacity (keyed by its bits; for
     /// positive floats the bits order like the values).
     arch_caps: Vec<BTreeMap<u64, BitSet>>,
+    /// Per architecture id: a capacity class's id (by capacity bits), kept
+    /// once given; `row_class` the class of each live row.
+    #[serde(default)]
+    class_ids: Vec<BTreeMap<u64, u32>>,
+    #[serde(default)]
+    classes: u32,
+    #[serde(default)]
+    row_class: Vec<u32>,
     columns: Vec<Column>,
     next_column: u64,
 }
@@ -207,6 +237,7 @@ impl AllocationMap {
                 self.arch_names.push(name.into());
                 self.arch_live.push(BitSet::default());
                 self.arch_caps.push(BTreeMap::new());
+                self.class_ids.push(BTreeMap::new());
                 (self.arch_names.len() - 1) as u32
             }
         }
@@ -251,6 +282,29 @@ impl AllocationMap {
             .get(id as usize)
             .into_iter()
             .flat_map(|c| c.iter().map(|(&b, rows)| (f64::from_bits(b), rows)))
+    }
+    /// Live capacity classes of architecture id `id`, slowest first: the
+    /// capacity and the class id (see `Column::free_in_class`).
+    pub fn class_ids(&self, id: u32) -> impl Iterator<Item = (f64, u32)> + '_ {
+        let ids = self.class_ids.get(id as usize);
+        self.arch_caps
+            .get(id as usize)
+            .into_iter()
+            .flat_map(|c| c.keys())
+            .filter_map(move |b| Some((f64::from_bits(*b), *ids?.get(b)?)))
+    }
+    /// The free cells of each capacity class in `column`, counted from its
+    /// rows (what `Column::free_in_class` must say).
+    pub fn recount(&self, column: &Column) -> Vec<u32> {
+        let mut n = vec![0u32; self.classes as usize];
+        for r in column.free.iter() {
+            if let Some(&c) = self.row_class.get(r) {
+                if let Some(x) = n.get_mut(c as usize) {
+                    *x += 1;
+                }
+            }
+        }
+        n
     }
     /// Is any processor of architecture `arch` in the pool?
     pub fn has_arch(&self, arch: &str) -> bool {
@@ -302,6 +356,15 @@ impl AllocationMap {
             .entry(p.capacity.to_bits())
             .or_default()
             .insert(row);
+        let next = self.classes;
+        let class = *self.class_ids[a as usize]
+            .entry(p.capacity.to_bits())
+            .or_insert(next);
+        if class == next {
+            self.classes += 1;
+        }
+        self.row_class.resize(self.rows.len(), u32::MAX);
+        self.row_class[row] = class;
         self.rows[row] = Some(p);
         self.live.insert(row);
         let width = self.rows.len();
@@ -309,6 +372,9 @@ impl AllocationMap {
             c.cells.resize(width, None);
             if c.cells[row].take().is_some() {
                 c.busy -= 1;
+            }
+            if !c.free.contains(row) {
+                c.count(class, true);
             }
             c.free.insert(row);
         }
@@ -343,9 +409,16 @@ impl AllocationMap {
             }
         }
         self.live.remove(row);
+        let class = self.row_class.get(row).copied().unwrap_or(u32::MAX);
+        if let Some(c) = self.row_class.get_mut(row) {
+            *c = u32::MAX;
+        }
         for c in &mut self.columns {
             if c.cells[row].take().is_some() {
                 c.busy -= 1;
+            }
+            if c.free.contains(row) {
+                c.count(class, false);
             }
             c.free.remove(row);
         }
@@ -356,12 +429,15 @@ impl AllocationMap {
     pub fn push_column(&mut self) -> u64 {
         let id = self.next_column;
         self.next_column += 1;
-        self.columns.push(Column {
+        let mut c = Column {
             id,
             cells: vec![None; self.rows.len()],
             free: self.live.clone(),
             busy: 0,
-        });
+            class_free: Vec::new(),
+        };
+        c.class_free = self.recount(&c);
+        self.columns.push(c);
         id
     }
 
@@ -382,7 +458,11 @@ impl AllocationMap {
                 _ => {}
             }
             c.cells[row] = job;
-            if job.is_none() && live {
+            let free = job.is_none() && live;
+            if free != c.free.contains(row) {
+                c.count(self.row_class.get(row).copied().unwrap_or(u32::MAX), free);
+            }
+            if free {
                 c.free.insert(row);
             } else {
                 c.free.remove(row);
@@ -403,7 +483,11 @@ impl AllocationMap {
                 _ => {}
             }
             c.cells[row] = job;
-            if job.is_none() && self.live.contains(row) {
+            let free = job.is_none() && self.live.contains(row);
+            if free != c.free.contains(row) {
+                c.count(self.row_class.get(row).copied().unwrap_or(u32::MAX), free);
+            }
+            if free {
                 c.free.insert(row);
             } else {
                 c.free.remove(row);

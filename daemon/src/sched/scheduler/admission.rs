@@ -122,23 +122,22 @@ impl Scheduler {
         demand: &Demand,
         bound: f64,
     ) -> Option<(Vec<u64>, Vec<Row>, Vec<u32>)> {
+        let bound = bound * (1.0 + 1e-9);
+        // Counted per capacity class first: most slots are refused without
+        // a look at their rows.
         let mut columns: Vec<(usize, usize)> = self
             .map
             .columns()
             .iter()
             .enumerate()
-            .filter(|(_, c)| Some(c.id) != demand.avoid)
+            .filter(|(_, c)| {
+                Some(c.id) != demand.avoid && self.column_fits_by(&demand.counts, c, bound)
+            })
             .map(|(pos, c)| (c.free().intersection_len(&demand.rows), pos))
             .collect();
         columns.sort_unstable();
-        let bound = bound * (1.0 + 1e-9);
         columns.into_iter().find_map(|(_, pos)| {
             let c = self.map.columns().get(pos)?;
-            // Counted per capacity class first: most slots are refused
-            // without a look at their rows.
-            if !self.counts_fit_by(&demand.counts, c.free(), bound) {
-                return None;
-            }
             let mut free = c.free().clone();
             free.intersect_with(&demand.rows);
             let rows = free.to_vec();

@@ -473,6 +473,7 @@ impl Scheduler {
         for v in j.vps.values_mut() {
             v.held = true;
         }
+        j.held = j.vps.len() as u32;
         self.waiting.remove(&k);
         self.retry.remove(&k);
         if self.reserved.is_some_and(|(holder, _)| holder == k) {

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use super::compress::{compress_pools, fill};
 use super::expand::{Demand, Expansion, RegularPattern};
-use super::map::{AllocationMap, BitSet, JobKey, Processor, Row};
+use super::map::{AllocationMap, BitSet, Column, JobKey, Processor, Row};
 use super::mtat::{finish_time, mtat_pools, slots_at, t_min_by_classes};
 use super::repack::{repack, Piece};
 
@@ -145,6 +145,8 @@ struct Job {
     memory_mb: Option<u64>,
     /// The only rows it may use (`Event::Submit`'s `only`), while they last.
     only: Option<BitSet>,
+    /// How many of its VPs are held, kept wherever `Vp::held` changes.
+    held: u32,
 }
 
 impl Job {
@@ -164,6 +166,7 @@ impl Job {
             placed: 0,
             memory_mb: None,
             only: None,
+            held: 0,
         }
     }
 
@@ -172,14 +175,17 @@ impl Job {
             Some(e) => e.1 += 1,
             None => self.arches.push((vp.arch, 1)),
         }
+        self.held += u32::from(vp.held);
         if let Some(old) = self.vps.insert(i, vp) {
             self.uncount(old.arch);
+            self.held -= u32::from(old.held);
         }
     }
 
     fn remove_vp(&mut self, i: u32) -> Option<Vp> {
         let vp = self.vps.remove(&i)?;
         self.uncount(vp.arch);
+        self.held -= u32::from(vp.held);
         Some(vp)
     }
 
@@ -652,6 +658,14 @@ impl Scheduler {
                     }
                 }
             }
+            let counted = self.map.recount(c);
+            for (class, &n) in counted.iter().enumerate() {
+                if c.free_in_class(class as u32) != n {
+                    return Err(format!(
+                        "slot {pos}: free cells of class {class} out of step"
+                    ));
+                }
+            }
         }
         for j in self.jobs.iter().flatten() {
             let mut rows: BTreeMap<Row, u32> = BTreeMap::new();
@@ -692,6 +706,9 @@ impl Scheduler {
             }
             if rows != j.rows {
                 return Err(format!("job {}: row counts out of step", j.id));
+            }
+            if j.held as usize != j.vps.values().filter(|v| v.held).count() {
+                return Err(format!("job {}: held count out of step", j.id));
             }
             // The caches kept beside `rows` and `vps`.
             if j.placed != rows.values().sum::<u32>() {

@@ -44,10 +44,11 @@ impl Scheduler {
     /// (the common case of a job waiting at the slot cap). True if so.
     fn still_held_whole(&mut self, k: JobKey, counts: &[u32], ctx: &mut Ctx) -> bool {
         let j = self.job(k);
+        // (With no rows, no VP has one.)
         let nowhere = j.rows.is_empty()
             && j.columns.is_empty()
             && counts.iter().all(|&n| n == 0)
-            && j.vps.values().all(|v| v.held && v.row.is_none());
+            && j.held as usize == j.vps.len();
         if !nowhere {
             return false;
         }
@@ -201,7 +202,10 @@ impl Scheduler {
             };
             ctx.actions.push(action);
             v.row = Some(r);
-            v.held = false;
+            let was_held = std::mem::replace(&mut v.held, false);
+            if was_held {
+                self.job_mut(k).held -= 1;
+            }
         }
     }
 
@@ -209,10 +213,12 @@ impl Scheduler {
     fn hold_all(&mut self, k: JobKey, unplaced: Vec<u32>, ctx: &mut Ctx) {
         let job_id = self.job(k).id.clone();
         for i in unplaced {
-            let v = self.job_mut(k).vps.get_mut(&i).expect("vp exists");
+            let j = self.job_mut(k);
+            let v = j.vps.get_mut(&i).expect("vp exists");
             v.row = None;
             if !v.held {
                 v.held = true;
+                j.held += 1;
                 let at = v.at.clone();
                 ctx.actions.push(Action::Hold {
                     job: job_id.clone(),
@@ -290,6 +296,7 @@ impl Scheduler {
         for (&i, v) in j.vps.iter_mut() {
             if v.row.is_none() && !v.held {
                 v.held = true;
+                j.held += 1;
                 ctx.actions.push(Action::Hold {
                     job: j.id.clone(),
                     vp: i,
@@ -320,7 +327,6 @@ impl Scheduler {
             self.drop_empty_columns(ctx);
             return;
         }
-        let all: Vec<Row> = demand.rows.to_vec();
         if !t_new.is_finite() {
             self.apply(k, Vec::new(), &[], &[], ctx);
             return;
@@ -390,6 +396,7 @@ impl Scheduler {
             None => {
                 let id = self.map.push_column();
                 ctx.all_dirty = true;
+                let all: Vec<Row> = demand.rows.to_vec();
                 // MTAT on `all` gave `t_new` (cached or just now): compress to it.
                 let counts = self
                     .pool_input(k, &all)

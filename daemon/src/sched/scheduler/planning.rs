@@ -316,6 +316,22 @@ impl Scheduler {
         self.counts_fit_by(&self.job(k).arches, set, t)
     }
 
+    /// `counts_fit_by` on a column's free cells, from its per-class counts.
+    pub(super) fn column_fits_by(&self, counts: &[(u32, u32)], c: &Column, t: f64) -> bool {
+        counts.iter().all(|&(arch, x)| {
+            let mut room: u64 = 0;
+            for (a, class) in self.map.class_ids(arch) {
+                room = room.saturating_add(
+                    u64::from(c.free_in_class(class)).saturating_mul(u64::from(slots_at(t, a))),
+                );
+                if room >= u64::from(x) {
+                    return true;
+                }
+            }
+            false
+        })
+    }
+
     /// `fits_by` for `(architecture, VPs)` counts.
     pub(super) fn counts_fit_by(&self, counts: &[(u32, u32)], set: &BitSet, t: f64) -> bool {
         counts.iter().all(|&(arch, x)| {
