@@ -157,6 +157,11 @@ impl Column {
     pub fn free(&self) -> &BitSet {
         &self.free
     }
+    /// How many of its cells are free (the free set's size, from the
+    /// per-class counts).
+    pub fn free_count(&self) -> usize {
+        self.class_free.iter().map(|&n| n as usize).sum()
+    }
     /// Its free cells in capacity class `class`.
     pub fn free_in_class(&self, class: u32) -> u32 {
         self.class_free.get(class as usize).copied().unwrap_or(0)

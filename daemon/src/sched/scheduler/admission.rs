@@ -97,7 +97,11 @@ impl Scheduler {
                 .map
                 .columns()
                 .iter()
-                .filter(|c| !j.columns.contains(&c.id) && j.row_set.is_subset(c.free()))
+                .filter(|c| {
+                    !j.columns.contains(&c.id)
+                        && c.free_count() >= j.rows.len()
+                        && j.row_set.is_subset(c.free())
+                })
                 .map(|c| c.id)
                 .collect();
             if extra.is_empty() {

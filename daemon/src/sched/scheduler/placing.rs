@@ -23,9 +23,7 @@ impl Scheduler {
             (j.columns.clone(), j.rows.keys().copied().collect())
         };
         for &c in &old_cols {
-            for &r in &old_rows {
-                self.map.set(c, r, None);
-            }
+            self.map.set_rows(c, &old_rows, None);
         }
         let same_columns = {
             let mut a = old_cols.clone();
@@ -270,10 +268,9 @@ impl Scheduler {
         } else {
             columns
         };
+        let rows: Vec<Row> = new_rows.keys().copied().collect();
         for &c in &columns {
-            for &r in new_rows.keys() {
-                self.map.set(c, r, Some(k));
-            }
+            self.map.set_rows(c, &rows, Some(k));
         }
         let j = self.job_mut(k);
         j.row_set = BitSet::default();
@@ -415,7 +412,7 @@ impl Scheduler {
     /// Compression within its columns (section 4.4.3), or a fresh placement if
     /// an architecture it needs has no room there but exists elsewhere.
     pub(super) fn reposition(&mut self, k: JobKey, ctx: &mut Ctx) {
-        let cand = self.candidates(k);
+        let cand = self.useful_candidates(k);
         let needs_elsewhere = {
             let j = self.job(k);
             j.arches.iter().any(|&(a, _)| {

@@ -42,6 +42,28 @@ impl Scheduler {
         self.candidate_set(k).to_vec()
     }
 
+    /// `candidates` narrowed to what MTAT and Compression can pick: the
+    /// job's own rows, and of the free ones in each capacity class only
+    /// the first `x` (its VPs of that architecture). Rows of one class are
+    /// alike but for their index, and ties go to the lower one, so no
+    /// placement uses a row beyond those: the plan is the same, found on
+    /// tens of rows instead of thousands.
+    pub(super) fn useful_candidates(&self, k: JobKey) -> Vec<Row> {
+        let free = self.free_candidates(k);
+        let j = self.job(k);
+        let mut set = j.row_set.clone();
+        for &(arch, x) in &j.arches {
+            for (_, class) in self.map.capacity_classes(arch) {
+                let mut some = free.clone();
+                some.intersect_with(class);
+                for r in some.iter().take(x as usize) {
+                    set.insert(r);
+                }
+            }
+        }
+        set.to_vec()
+    }
+
     /// `candidates` as a set.
     pub(super) fn candidate_set(&self, k: JobKey) -> BitSet {
         let mut set = self.free_candidates(k);
