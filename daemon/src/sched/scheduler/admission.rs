@@ -129,14 +129,13 @@ impl Scheduler {
         let bound = bound * (1.0 + 1e-9);
         // Counted per capacity class first: most slots are refused without
         // a look at their rows.
+        let room = self.class_room(&demand.counts, bound);
         let mut columns: Vec<(usize, usize)> = self
             .map
             .columns()
             .iter()
             .enumerate()
-            .filter(|(_, c)| {
-                Some(c.id) != demand.avoid && self.column_fits_by(&demand.counts, c, bound)
-            })
+            .filter(|(_, c)| Some(c.id) != demand.avoid && self.column_fits(&room, c))
             .map(|(pos, c)| (c.free().intersection_len(&demand.rows), pos))
             .collect();
         columns.sort_unstable();

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// `Scheduler::class_room`'s answer.
+pub(super) type ClassRoom = Vec<(u64, Vec<(u32, u64)>)>;
+
 impl Scheduler {
     pub(super) fn fair_order(&self) -> Vec<JobKey> {
         self.queue.iter().copied().collect()
@@ -180,7 +183,13 @@ impl Scheduler {
                 arches.push((a, 0));
             }
             caps.push(self.cap(r));
-            current.push(j.rows.get(&r).copied().unwrap_or(0));
+            // (The set first: most candidates are free rows.)
+            let here = if j.row_set.contains(r) {
+                j.rows.get(&r).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            current.push(here);
         }
         for &(a, n) in &j.arches {
             if let Some(e) = arches.iter_mut().find(|(x, _)| *x == a) {
@@ -338,15 +347,29 @@ impl Scheduler {
         self.counts_fit_by(&self.job(k).arches, set, t)
     }
 
+    /// For `column_fits`: per architecture, its VPs and, slowest first,
+    /// each capacity class with the VPs one of its processors holds by `t`.
+    pub(super) fn class_room(&self, counts: &[(u32, u32)], t: f64) -> ClassRoom {
+        counts
+            .iter()
+            .map(|&(arch, x)| {
+                let per = self
+                    .map
+                    .class_ids(arch)
+                    .map(|(a, class)| (class, u64::from(slots_at(t, a))))
+                    .collect();
+                (u64::from(x), per)
+            })
+            .collect()
+    }
+
     /// `counts_fit_by` on a column's free cells, from its per-class counts.
-    pub(super) fn column_fits_by(&self, counts: &[(u32, u32)], c: &Column, t: f64) -> bool {
-        counts.iter().all(|&(arch, x)| {
-            let mut room: u64 = 0;
-            for (a, class) in self.map.class_ids(arch) {
-                room = room.saturating_add(
-                    u64::from(c.free_in_class(class)).saturating_mul(u64::from(slots_at(t, a))),
-                );
-                if room >= u64::from(x) {
+    pub(super) fn column_fits(&self, room: &ClassRoom, c: &Column) -> bool {
+        room.iter().all(|(x, per)| {
+            let mut got: u64 = 0;
+            for &(class, slots) in per {
+                got = got.saturating_add(u64::from(c.free_in_class(class)).saturating_mul(slots));
+                if got >= *x {
                     return true;
                 }
             }
