@@ -146,6 +146,9 @@ pub struct Column {
     /// `free`: whether a job can fit is mostly answered from these.
     #[serde(default)]
     class_free: Vec<u32>,
+    /// Their sum.
+    #[serde(default)]
+    free_n: usize,
 }
 
 impl Column {
@@ -160,7 +163,7 @@ impl Column {
     /// How many of its cells are free (the free set's size, from the
     /// per-class counts).
     pub fn free_count(&self) -> usize {
-        self.class_free.iter().map(|&n| n as usize).sum()
+        self.free_n
     }
     /// Its free cells in capacity class `class`.
     pub fn free_in_class(&self, class: u32) -> u32 {
@@ -176,8 +179,10 @@ impl Column {
         }
         if up {
             self.class_free[i] += 1;
-        } else {
-            self.class_free[i] = self.class_free[i].saturating_sub(1);
+            self.free_n += 1;
+        } else if self.class_free[i] > 0 {
+            self.class_free[i] -= 1;
+            self.free_n -= 1;
         }
     }
     /// Does no cell hold a job?
@@ -297,6 +302,14 @@ impl AllocationMap {
             .into_iter()
             .flat_map(|c| c.keys())
             .filter_map(move |b| Some((f64::from_bits(*b), *ids?.get(b)?)))
+    }
+    /// The capacity class of a live row.
+    pub fn row_class(&self, row: Row) -> Option<u32> {
+        self.row_class.get(row).copied().filter(|&c| c != u32::MAX)
+    }
+    /// How many capacity classes have been given ids.
+    pub fn class_count(&self) -> usize {
+        self.classes as usize
     }
     /// The free cells of each capacity class in `column`, counted from its
     /// rows (what `Column::free_in_class` must say).
@@ -440,8 +453,10 @@ impl AllocationMap {
             free: self.live.clone(),
             busy: 0,
             class_free: Vec::new(),
+            free_n: 0,
         };
         c.class_free = self.recount(&c);
+        c.free_n = c.class_free.iter().map(|&n| n as usize).sum();
         self.columns.push(c);
         id
     }

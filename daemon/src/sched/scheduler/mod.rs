@@ -658,6 +658,9 @@ impl Scheduler {
                     }
                 }
             }
+            if c.free_count() != c.free().len() {
+                return Err(format!("slot {pos}: free count out of step"));
+            }
             let counted = self.map.recount(c);
             for (class, &n) in counted.iter().enumerate() {
                 if c.free_in_class(class as u32) != n {

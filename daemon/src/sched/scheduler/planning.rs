@@ -55,13 +55,24 @@ impl Scheduler {
         let free = self.free_candidates(k);
         let j = self.job(k);
         let mut set = j.row_set.clone();
-        for &(arch, x) in &j.arches {
-            for (_, class) in self.map.capacity_classes(arch) {
-                let mut some = free.clone();
-                some.intersect_with(class);
-                for r in some.iter().take(x as usize) {
-                    set.insert(r);
-                }
+        // Few free rows: all of them (narrowing would cost more than MTAT).
+        if free.len() <= 4 * j.vps.len().max(16) {
+            set.union_with(&free);
+            return set.to_vec();
+        }
+        let mut taken = vec![0u32; self.map.class_count()];
+        for r in free.iter() {
+            let (Some(class), Some(arch)) = (self.map.row_class(r), self.arch_of(r)) else {
+                continue;
+            };
+            let x = j
+                .arches
+                .iter()
+                .find(|&&(a, _)| a == arch)
+                .map_or(0, |&(_, x)| x);
+            if let Some(n) = taken.get_mut(class as usize).filter(|n| **n < x) {
+                *n += 1;
+                set.insert(r);
             }
         }
         set.to_vec()
