@@ -142,7 +142,26 @@ impl Scheduler {
         columns.into_iter().find_map(|(_, pos)| {
             let c = self.map.columns().get(pos)?;
             let mut free = c.free().clone();
-            free.intersect_with(&demand.rows);
+            if demand.rows.len() < self.map.live().len() {
+                // Rows it may not use (memory, a placement's choice): the
+                // count on those it may use says no as MTAT would, for
+                // less than MTAT costs. (As MTAT does, an architecture
+                // with no row here is left out: its VPs are held.)
+                free.intersect_with(&demand.rows);
+                let present: Vec<(u32, u32)> = demand
+                    .counts
+                    .iter()
+                    .copied()
+                    .filter(|&(a, _)| {
+                        self.map
+                            .arch_rows(a)
+                            .is_some_and(|r| r.intersection_len(&free) > 0)
+                    })
+                    .collect();
+                if present.is_empty() || !self.counts_fit_by(&present, &free, bound) {
+                    return None;
+                }
+            }
             let rows = free.to_vec();
             let (t, counts) = self.plan(k, &rows, true, 0.0)?;
             (t <= bound).then_some((vec![c.id], rows, counts))
