@@ -33,6 +33,20 @@ pub enum ControlError {
     /// source: shown once).
     #[error("talking to the daemon: {0}")]
     Frame(FrameError),
+    /// The daemon runs another version of mig, whose messages this one
+    /// cannot read.
+    #[error(
+        "the mig daemon speaks protocol {theirs}.x and this mig {ours}.x: it was started by \
+         another version of mig. Control or stop it with that version (its `mig halt`), or \
+         stop its processes (`pkill -x migd` stops every migd of yours), then start again \
+         with this version's `mig up`"
+    )]
+    OtherVersion {
+        /// The daemon's protocol major version.
+        theirs: u8,
+        /// Ours.
+        ours: u8,
+    },
     /// The daemon hung up before answering.
     #[error("the daemon closed the connection before answering")]
     Closed,
@@ -48,7 +62,13 @@ pub enum ControlError {
 
 impl From<FrameError> for ControlError {
     fn from(e: FrameError) -> ControlError {
-        ControlError::Frame(e)
+        match e {
+            FrameError::Version { theirs } => ControlError::OtherVersion {
+                theirs,
+                ours: frame::MAJOR,
+            },
+            e => ControlError::Frame(e),
+        }
     }
 }
 
@@ -141,5 +161,40 @@ impl Client {
     pub fn call(&mut self, req: &Request) -> Result<Response, ControlError> {
         self.send(req)?;
         self.recv(Some(call_timeout()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn a_daemon_of_another_version_is_named_as_such_with_how_to_stop_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("control.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let daemon = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf);
+            // An answer framed by a later version.
+            let mut reply = frame::encode(&Response::Ok {
+                message: "hi".into(),
+            })
+            .expect("encode");
+            reply[2] = frame::MAJOR + 1;
+            s.write_all(&reply).expect("write");
+        });
+        let mut c = Client::connect(&path).expect("connect");
+        let e = c.call(&Request::Hosts).expect_err("refused by version");
+        daemon.join().expect("daemon thread");
+        let text = e.to_string();
+        assert!(matches!(e, ControlError::OtherVersion { .. }), "{e:?}");
+        assert!(text.contains("another version of mig"), "{text}");
+        assert!(
+            text.contains("mig halt") && text.contains("pkill -x migd"),
+            "{text}"
+        );
     }
 }
