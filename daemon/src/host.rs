@@ -177,10 +177,11 @@ const VP_FD: i32 = 3;
 
 /// Start a VP.
 ///
-/// Everything the child needs is prepared before `fork`; the child only
-/// makes async-signal-safe calls (write, setpgid, setpriority, prctl, dup2, chdir, execve,
-/// write, _exit), and the daemon does not wait for the `exec`, so many VPs
-/// start in parallel.
+/// Everything the child needs is prepared before the clone; the child only
+/// makes async-signal-safe calls (write, setpgid, setpriority, sigaction,
+/// prctl, dup2, chdir, execve, _exit), and the daemon waits only until it
+/// has called `execve`, not for the program to start, so many VPs start in
+/// parallel.
 /// `join` are descriptors of `cgroup.procs` files the child writes itself
 /// into first (its cell: see `contain`).
 pub fn spawn(
@@ -251,8 +252,8 @@ impl Exec {
     }
 }
 
-/// Fork, and in the child set the VP up (its own process group, priority,
-/// signals, death with the daemon, descriptors) and exec it.
+/// Clone (sharing memory until the exec, as vfork does) and in the child
+/// (`vp_child`) set the VP up and exec it.
 fn fork_exec(
     exec: &Exec,
     how: &Treatment,
@@ -298,70 +299,61 @@ fn fork_exec(
     }
     roomy(&sock, &vp_sock);
     let parent = std::process::id() as libc::pid_t;
+    // The child shares the daemon's memory until its `execve` (the daemon
+    // waits for that: no page tables copied, no copy-on-write faults for
+    // the daemon afterwards, as with posix_spawn). So every signal is
+    // blocked across the clone: none may run a daemon handler in the
+    // child; the child puts handled signals back to their defaults (what
+    // exec would do) before it restores the mask.
+    //
     // The daemon nudges a VP with SIGUSR2 when it asks for a checkpoint;
     // until libmig installs its handler (or in a program without libmig)
     // that must not end the process, even if it comes at once (the owner
     // stopping a VP that has just forked, then a move resuming it). So the
-    // child starts with SIGUSR2 blocked, ignores it (which discards one
-    // pending), then unblocks it; an ignored signal stays ignored across exec.
+    // child ignores it (which discards one pending) before it unblocks
+    // signals; an ignored signal stays ignored across exec.
     // SAFETY: sigset operations on local values.
-    let mut usr2: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
     let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
-        libc::sigemptyset(&mut usr2);
-        libc::sigaddset(&mut usr2, libc::SIGUSR2);
-        libc::sigprocmask(libc::SIG_BLOCK, &usr2, &mut old_mask);
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_BLOCK, &all, &mut old_mask);
     }
-    // SAFETY: migd is single-threaded; after fork the child only calls
-    // async-signal-safe functions on memory prepared above, then execs or
-    // _exits. Nothing allocates, locks or unwinds in the child.
-    let pid = unsafe { libc::fork() };
-    if pid != 0 {
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
-    }
+    let args = ChildArgs {
+        prog: prog.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: cwd.as_ptr(),
+        join,
+        stdin: stdin_r.as_raw_fd(),
+        stdout: out_w.as_raw_fd(),
+        stderr: err_w.as_raw_fd(),
+        vp_sock: vp_sock.as_raw_fd(),
+        nice,
+        idle,
+        old_mask,
+        parent,
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The stack grows down from its 16-byte aligned top.
+    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+    // SAFETY: the child runs `vp_child` on its own stack, reads `args`
+    // (alive until the clone returns: CLONE_VFORK holds the daemon until
+    // the child has exec'd or exited) and makes only async-signal-safe
+    // calls; every signal is blocked meanwhile.
+    let pid = unsafe {
+        libc::clone(
+            vp_child,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&args as *const ChildArgs).cast_mut().cast(),
+        )
+    };
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
+    drop(stack);
     match pid {
         -1 => Err(io::Error::last_os_error()),
-        0 => unsafe {
-            // Into its cell first, so that nothing it starts escapes it.
-            for &fd in join {
-                libc::write(fd, b"0".as_ptr().cast(), 1);
-            }
-            libc::setpgid(0, 0);
-            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
-            if idle {
-                let param = libc::sched_param { sched_priority: 0 };
-                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-            }
-            libc::signal(libc::SIGUSR2, libc::SIG_IGN);
-            libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            libc::dup2(stdin_r.as_raw_fd(), 0);
-            libc::dup2(out_w.as_raw_fd(), 1);
-            libc::dup2(err_w.as_raw_fd(), 2);
-            // The VP's socket at a known number, without close-on-exec
-            // (dup2 onto itself would keep the flag, so clear it then).
-            if vp_sock.as_raw_fd() == VP_FD {
-                libc::fcntl(VP_FD, libc::F_SETFD, 0);
-            } else {
-                libc::dup2(vp_sock.as_raw_fd(), VP_FD);
-            }
-            let (what, path) = if libc::chdir(cwd.as_ptr()) == 0 {
-                libc::execve(prog.as_ptr(), argv.as_ptr(), envp.as_ptr());
-                (&b"mig: cannot run "[..], prog)
-            } else {
-                (&b"mig: cannot enter the working directory "[..], cwd)
-            };
-            // Said with what is at hand: no allocation, no locale.
-            let why = exec_error(*libc::__errno_location());
-            for part in [what, path.as_bytes(), b": ", why, b"\n"] {
-                libc::write(2, part.as_ptr().cast(), part.len());
-            }
-            libc::_exit(127)
-        },
         pid => {
             // Its process group exists from now on, whichever side runs
             // first (a stop sent to the group at once must reach it).
@@ -376,6 +368,89 @@ fn fork_exec(
                 stdin: stdin_w,
             })
         }
+    }
+}
+
+/// The child's stack until its `execve`.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// What the child of `fork_exec` needs, prepared by the daemon.
+struct ChildArgs<'a> {
+    prog: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    join: &'a [std::os::fd::RawFd],
+    stdin: i32,
+    stdout: i32,
+    stderr: i32,
+    vp_sock: i32,
+    nice: i32,
+    idle: bool,
+    old_mask: libc::sigset_t,
+    parent: libc::pid_t,
+}
+
+/// The VP's side of `fork_exec`, on its own stack in the daemon's memory:
+/// into its cell, its own process group, priority, signals, death with the
+/// daemon, descriptors, then `execve`.
+extern "C" fn vp_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the daemon's `ChildArgs`, alive while the daemon
+    // waits for this child's exec; only async-signal-safe calls follow.
+    unsafe {
+        let a = &*(arg as *const ChildArgs);
+        // Into its cell first, so that nothing it starts escapes it.
+        for &fd in a.join {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+        }
+        libc::setpgid(0, 0);
+        libc::setpriority(libc::PRIO_PROCESS, 0, a.nice);
+        if a.idle {
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        }
+        // The daemon's handlers live in its memory: back to the default
+        // (ignored signals stay ignored, as across exec).
+        for sig in 1..libc::SIGRTMAX() {
+            let mut was: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut was) == 0
+                && was.sa_sigaction != libc::SIG_DFL
+                && was.sa_sigaction != libc::SIG_IGN
+            {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+        libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+        libc::sigprocmask(libc::SIG_SETMASK, &a.old_mask, std::ptr::null_mut());
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() != a.parent {
+            libc::_exit(1);
+        }
+        libc::dup2(a.stdin, 0);
+        libc::dup2(a.stdout, 1);
+        libc::dup2(a.stderr, 2);
+        // The VP's socket at a known number, without close-on-exec
+        // (dup2 onto itself would keep the flag, so clear it then).
+        if a.vp_sock == VP_FD {
+            libc::fcntl(VP_FD, libc::F_SETFD, 0);
+        } else {
+            libc::dup2(a.vp_sock, VP_FD);
+        }
+        let (what, path) = if libc::chdir(a.cwd) == 0 {
+            libc::execve(a.prog, a.argv, a.envp);
+            (&b"mig: cannot run "[..], a.prog)
+        } else {
+            (&b"mig: cannot enter the working directory "[..], a.cwd)
+        };
+        // Said with what is at hand: no allocation, no locale.
+        let why = exec_error(*libc::__errno_location());
+        let path = std::ffi::CStr::from_ptr(path).to_bytes();
+        for part in [what, path, b": ", why, b"\n"] {
+            libc::write(2, part.as_ptr().cast(), part.len());
+        }
+        libc::_exit(127)
     }
 }
 
