@@ -20,7 +20,7 @@ HARNESS=${PVM_HARNESS:-$ROOT/../shared/bench/pvm}
 TRIALS=${TRIALS:-5}
 cargo build --release --workspace --bins --quiet
 MIG=$ROOT/target/release/mig
-if [ ! -x /usr/lib/pvm3/lib/pvmd ]; then
+if [ ! -x /usr/lib/pvm3/lib/pvmd ] || [ ! -e /usr/include/pvm3.h ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pvm pvm-dev >/dev/null
   else

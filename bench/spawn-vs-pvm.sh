@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 HARNESS=${PVM_HARNESS:-../shared/bench/pvm}
 cargo build --release --workspace --bins --quiet
 cargo bench -p mig-tests --bench spawn --quiet -- --bench | tee /tmp/mig-spawn.out
-if [ ! -d /usr/lib/pvm3 ]; then
+if [ ! -d /usr/lib/pvm3 ] || [ ! -e /usr/include/pvm3.h ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pvm pvm-dev >/dev/null
   else
