@@ -259,3 +259,61 @@ fn under_roc_an_owner_coming_back_sends_the_tasks_away_and_none_is_lost() {
     let done = lines.iter().filter(|l| l.contains("spin done")).count();
     assert_eq!(done, 4, "{lines:?}");
 }
+
+#[test]
+fn under_bidding_simple_programs_stay_until_too_slow_and_an_idle_host_takes_work() {
+    let _one = serial();
+    let vm = Vm::start_with(2, &["--placement", "bidding"]);
+    assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 2)));
+    // Four simple programs asked for at h0: each stays while it would run
+    // at most 3x slower there than alone; the fourth (4x) goes to h1.
+    let stops: Vec<std::path::PathBuf> = (1..=4)
+        .map(|k| vm.dir.path().join(format!("stop{k}")))
+        .collect();
+    let mut jobs = Vec::new();
+    let mut went = Vec::new();
+    for (k, stop) in stops.iter().enumerate() {
+        jobs.push(spin(&vm, &[], stop));
+        let job = format!("j{}", k + 1);
+        let mut p = BTreeMap::new();
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                p = running(&vm, &job);
+                p.len() == 1
+            }),
+            "{job}\n{}",
+            vm.log(0)
+        );
+        went.extend(p.into_values());
+    }
+    assert_eq!(went, ["h0", "h0", "h0", "h1"], "{}", vm.log(0));
+    // h1's program ends: h1 holds nothing and takes from h0 while it holds
+    // fewer than min(2, 3 / 2) tasks: two of them.
+    std::fs::write(&stops[3], "").expect("stop j4");
+    let on = |h: &str| {
+        (1..=3)
+            .filter(|k| running(&vm, &format!("j{k}")).values().any(|x| x == h))
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || on("h1") == 2 && on("h0") == 1),
+        "{}",
+        vm.log(0)
+    );
+    let log = vm.log(0);
+    assert_eq!(
+        log.matches("bidding: h1 is idle and takes VP").count(),
+        2,
+        "{log}"
+    );
+    for stop in &stops[..3] {
+        std::fs::write(stop, "").expect("stop");
+    }
+    let mut moved = 0;
+    for (k, job) in jobs.into_iter().enumerate() {
+        let lines = job_succeeds(job, &format!("j{}", k + 1));
+        assert!(lines.iter().any(|l| l.contains("spin done")), "{lines:?}");
+        moved += lines.iter().filter(|l| l.contains("on 2 hosts")).count();
+    }
+    assert_eq!(moved, 2);
+}

@@ -25,6 +25,13 @@
 //! * `roc` (seed 003): work starts where it was asked for; Rate-of-Change
 //!   (`spread`) moves it on as hosts run dry.
 //!
+//! And after arrival, under `bidding`, seed 002's idle sites (`idle_takes`):
+//! a host with no VP takes work from the most loaded one, largest
+//! estimate first, while it holds less than `DELTA_SITE` tasks a processor
+//! and less than half the other's. Clusters are left where they run (they
+//! went whole to their host; moving one whole to an idle host would only
+//! swap which host is idle).
+//!
 //! Pure: no I/O, no clock. What does not live here: the papers' decisions
 //! themselves (`bidding`, `nres`, `roc`), the master's bookkeeping.
 
@@ -35,6 +42,10 @@ use super::{bidding, nres};
 /// Seed 002's task threshold, read as a slowdown (ETC over stand-alone
 /// time): a simple program stays where it arrived while within it.
 pub const DELTA_TASK: f64 = 3.0;
+
+/// Seed 002's site threshold, in tasks a processor: an idle host takes
+/// work while it holds fewer (and fewer than half the loaded host's).
+pub const DELTA_SITE: f64 = 2.0;
 
 /// The placement policies that choose hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -136,6 +147,75 @@ pub struct Need {
     pub memory_mb: Option<u64>,
     /// The share of a host's I/O each VP needs.
     pub io: f64,
+}
+
+/// A host's movable tasks for the idle-site rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteTasks {
+    /// Its processors in the pool.
+    pub processors: u32,
+    /// Does it hold any VP at all (movable or not)?
+    pub holds_vps: bool,
+    /// Its movable tasks: an id, its program (job) and the program's class.
+    pub tasks: Vec<(u64, u32, JobClass)>,
+}
+
+/// Seed 002's idle sites: each host holding no VP takes from the most
+/// loaded host (over one task a processor) what `bidding::idle_site` says.
+/// Returns (task, the host it leaves, the host that takes it), by index.
+pub fn idle_takes(hosts: &[SiteTasks]) -> Vec<(u64, usize, usize)> {
+    let per = |h: &SiteTasks, n: usize| n as f64 / f64::from(h.processors.max(1));
+    let mut left: Vec<Vec<(u64, u32, JobClass)>> = hosts
+        .iter()
+        .map(|h| {
+            h.tasks
+                .iter()
+                .copied()
+                .filter(|t| t.2 != JobClass::Cluster)
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::new();
+    for idle in 0..hosts.len() {
+        if hosts[idle].holds_vps || hosts[idle].processors == 0 {
+            continue;
+        }
+        let busy = (0..hosts.len())
+            .filter(|&b| b != idle && per(&hosts[b], hosts[b].tasks.len()) > 1.0)
+            .max_by(|&a, &b| {
+                per(&hosts[a], left[a].len())
+                    .total_cmp(&per(&hosts[b], left[b].len()))
+                    .then(b.cmp(&a))
+            });
+        let Some(busy) = busy else {
+            continue;
+        };
+        let class = |c: JobClass| match c {
+            JobClass::Simple => bidding::Class::Simple,
+            JobClass::Group => bidding::Class::Group,
+            JobClass::Cluster => bidding::Class::Cluster,
+        };
+        let task = |&(_, program, c): &(u64, u32, JobClass)| bidding::Task {
+            program,
+            class: class(c),
+            work: 1.0,
+        };
+        let sites = vec![Vec::new(), left[busy].iter().map(task).collect()];
+        let threshold = DELTA_SITE * f64::from(hosts[idle].processors);
+        let mut taken: Vec<usize> =
+            bidding::idle_site(&sites, 0, 1, bidding::Load::Queue, threshold)
+                .into_iter()
+                .filter(|m| m.from == 1)
+                .map(|m| m.index)
+                .collect();
+        taken.sort_unstable_by(|a, b| b.cmp(a));
+        taken.dedup();
+        for i in taken {
+            let (id, _, _) = left[busy].remove(i);
+            out.push((id, busy, idle));
+        }
+    }
+    out
 }
 
 /// The processors `policy` lets a job asked for at `hosts[local]` use.
@@ -424,6 +504,47 @@ mod tests {
         let hosts = [host("a", &[0], None), host("b", &[5, 5], None)];
         let chosen = choose(Policy::Roc, &need(4, JobClass::Group), 1, &hosts);
         assert_eq!(chosen, Some(vec!["b/0".to_string(), "b/1".to_string()]));
+    }
+
+    #[test]
+    fn an_idle_host_takes_half_of_the_busiest_ones_simple_programs_not_its_clusters() {
+        let simple = |id: u64| (id, id as u32, JobClass::Simple);
+        let hosts = [
+            SiteTasks {
+                processors: 1,
+                holds_vps: true,
+                tasks: vec![simple(1), simple(2), simple(3), (9, 9, JobClass::Cluster)],
+            },
+            SiteTasks {
+                processors: 1,
+                holds_vps: true,
+                tasks: vec![simple(4), simple(5)],
+            },
+            SiteTasks {
+                processors: 1,
+                holds_vps: false,
+                tasks: Vec::new(),
+            },
+        ];
+        let takes = idle_takes(&hosts);
+        // The busiest holds four: the idle one takes while under
+        // min(2, 4 / 2) = 2: two of its simple programs, not the cluster.
+        assert_eq!(takes.len(), 2, "{takes:?}");
+        assert!(takes
+            .iter()
+            .all(|&(t, from, to)| from == 0 && to == 2 && t != 9));
+        // A host holding a VP it cannot move is not idle; one over no
+        // host's load takes nothing.
+        let quiet = [hosts[1].clone(), hosts[2].clone()];
+        assert_eq!(idle_takes(&quiet).len(), 1);
+        let calm = [
+            SiteTasks {
+                tasks: vec![simple(1)],
+                ..hosts[0].clone()
+            },
+            hosts[2].clone(),
+        ];
+        assert!(idle_takes(&calm).is_empty());
     }
 
     #[test]

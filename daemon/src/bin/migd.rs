@@ -67,7 +67,8 @@ struct Flags {
     /// mtat+repack; or how new work chooses its hosts before mig places it
     /// there: bidding (by program class, `mig spawn --class`: a cluster
     /// whole to the lowest bid, a group one VP to a host, a simple program
-    /// stays unless 3x slower than alone), nres (each VP to the host with
+    /// stays unless 3x slower than alone; an idle host takes work from the
+    /// busiest), nres (each VP to the host with
     /// the least room that has an idle processor, its `--mem` and its
     /// `--io`, fewest choices first) or roc (work starts where asked; a
     /// host running dry asks for the oldest tasks of a busy one, which

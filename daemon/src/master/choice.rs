@@ -1,13 +1,14 @@
 //! The placements that choose hosts (`migd --placement bidding|nres|roc`):
 //! what the master knows of each host turned into `balance::choice`'s
 //! views when a job arrives, the memory and I/O the VPs placed on a host
-//! reserve there, and Rate-of-Change's samples (`balance::spread`) turned
-//! into moves. What does not live here: the decisions themselves
+//! reserve there, and after arrival Rate-of-Change's samples
+//! (`balance::spread`) and bidding's idle hosts (`choice::idle_takes`)
+//! turned into moves. What does not live here: the decisions themselves
 //! (`crate::balance`), carrying a move out (`moves`).
 
 use super::*;
 
-use crate::balance::choice::{self, HostView, Need, Policy};
+use crate::balance::choice::{self, HostView, Need, Policy, SiteTasks};
 use crate::balance::spread::{HostLoad, Move};
 
 /// How often Rate-of-Change samples the hosts' loads.
@@ -129,12 +130,81 @@ impl Master {
         Some((chosen, line))
     }
 
-    /// Rate-of-Change: every `SAMPLE_EVERY`, the moves the hosts' requests
-    /// call for, begun; and what came of those begun before.
-    pub(super) fn spread_tick(&mut self, now: Instant) -> Vec<Out> {
-        if self.balance != Some(Policy::Roc) {
+    /// After arrival, every `SAMPLE_EVERY`: Rate-of-Change's moves under
+    /// `roc`, the idle hosts' takes under `bidding`.
+    pub(super) fn balance_tick(&mut self, now: Instant) -> Vec<Out> {
+        match self.balance {
+            Some(Policy::Roc) => self.spread_tick(now),
+            Some(Policy::Bidding) => self.idle_tick(now),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Seed 002's idle sites: once the moves begun before have ended, each
+    /// host holding no VP takes from the most loaded one.
+    fn idle_tick(&mut self, now: Instant) -> Vec<Out> {
+        self.spread_settled(0.0);
+        let due = self
+            .spreading
+            .last
+            .is_none_or(|last| now.saturating_duration_since(last) >= SAMPLE_EVERY);
+        if !due || !self.spreading.moving.is_empty() {
             return Vec::new();
         }
+        self.spreading.last = Some(now);
+        let loads = self.host_loads();
+        let mut programs: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut holding: BTreeSet<&str> = BTreeSet::new();
+        for (name, j) in &self.jobs {
+            let next = programs.len() as u32;
+            programs.entry(name).or_insert(next);
+            for v in j.vps.values().filter(|v| !v.state.ended()) {
+                if let Some(h) = &v.host {
+                    holding.insert(h);
+                }
+            }
+        }
+        let sites: Vec<SiteTasks> = loads
+            .iter()
+            .map(|h| SiteTasks {
+                processors: h.processors,
+                holds_vps: holding.contains(h.name.as_str()),
+                tasks: h
+                    .tasks
+                    .iter()
+                    .filter_map(|&(tid, _)| {
+                        let (job, _) = self.tids.get(&tid)?;
+                        let j = self.jobs.get(job)?;
+                        Some((tid, *programs.get(job.as_str())?, class_of(&j.spec)))
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (tid, from, to) in choice::idle_takes(&sites) {
+            let (from, to) = (loads[from].name.clone(), loads[to].name.clone());
+            let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+                continue;
+            };
+            match self.begin_move(tid, &job, vp, &from, &to) {
+                Ok(o) => {
+                    out.push(Out::Log(format!(
+                        "bidding: {to} is idle and takes VP t{tid:x} from {from}"
+                    )));
+                    out.extend(o);
+                    self.spreading.moving.insert(tid, to);
+                }
+                Err(e) => out.push(Out::Log(format!(
+                    "bidding: VP t{tid:x} stays on {from}: {e}"
+                ))),
+            }
+        }
+        out
+    }
+
+    /// Rate-of-Change: every `SAMPLE_EVERY`, the moves the hosts' requests
+    /// call for, begun; and what came of those begun before.
+    fn spread_tick(&mut self, now: Instant) -> Vec<Out> {
         let epoch = *self.spreading.epoch.get_or_insert(now);
         let t = now.saturating_duration_since(epoch).as_secs_f64();
         self.spread_settled(t);
@@ -209,7 +279,8 @@ impl Master {
 
     /// Each host in the pool with its movable tasks: running VPs that said
     /// they can be moved, of independent or one-VP jobs, that the
-    /// scheduler does not already mean to move.
+    /// scheduler does not already mean to move. (Under `bidding` the idle
+    /// hosts' rule sorts out by class what it may take.)
     fn host_loads(&self) -> Vec<HostLoad> {
         let mut tasks: BTreeMap<&str, Vec<(u64, f64)>> = BTreeMap::new();
         let mut incoming: BTreeMap<&str, u32> = BTreeMap::new();
@@ -222,7 +293,8 @@ impl Master {
         }
         for j in self.jobs.values().filter(|j| !j.suspended) {
             let live = j.vps.values().filter(|v| !v.state.ended()).count();
-            if !(j.spec.independent || live == 1) {
+            let bidding = self.balance == Some(Policy::Bidding);
+            if !(j.spec.independent || live == 1 || bidding) {
                 continue;
             }
             for v in j.vps.values() {

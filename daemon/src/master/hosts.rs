@@ -208,7 +208,7 @@ impl Master {
             out.extend(self.host_gone(&host, &why));
         }
         out.extend(self.retry_moves(now));
-        out.extend(self.spread_tick(now));
+        out.extend(self.balance_tick(now));
         out.extend(self.kill_overdue(now));
         out.extend(self.checkpoint_tick(now));
         // The master itself was busy (storing a large checkpoint, say): what
