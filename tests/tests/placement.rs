@@ -47,6 +47,20 @@ fn running(vm: &Vm, job: &str) -> BTreeMap<u64, String> {
         .unwrap_or_default()
 }
 
+/// Where `job`'s VPs run once `n` of them do (failing the test after 30 s).
+fn placed(vm: &Vm, job: &str, n: usize) -> BTreeMap<u64, String> {
+    let mut p = BTreeMap::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            p = running(vm, job);
+            p.len() == n
+        }),
+        "{job}: {p:?}\n{}",
+        vm.log(0)
+    );
+    p
+}
+
 fn on_hosts(placed: &BTreeMap<u64, String>) -> Vec<String> {
     let mut h: Vec<String> = placed.values().cloned().collect();
     h.sort();
@@ -69,32 +83,13 @@ fn under_bidding_a_group_spreads_one_vp_a_host_and_a_cluster_shares_one() {
     // Four VPs on the master's one processor would each take four times
     // as long: over the task threshold, so one goes to each host.
     let group = spin(&vm, &["-n", "4", "--class", "group"], &stop);
-    let placed = {
-        let mut p = BTreeMap::new();
-        assert!(
-            wait_until(Duration::from_secs(30), || {
-                p = running(&vm, "j1");
-                p.len() == 4
-            }),
-            "{p:?}\n{}",
-            vm.log(0)
-        );
-        p
-    };
-    assert_eq!(on_hosts(&placed).len(), 4, "{placed:?}");
+    let spread = placed(&vm, "j1", 4);
+    assert_eq!(on_hosts(&spread).len(), 4, "{spread:?}");
     // A cluster of three: every host holds one VP, so every bid is the
     // same and it stays where it was asked for, all of it together (the
     // gang scheduler alone would spread it).
     let cluster = spin(&vm, &["-n", "3", "--class", "cluster"], &stop);
-    let mut together = BTreeMap::new();
-    assert!(
-        wait_until(Duration::from_secs(30), || {
-            together = running(&vm, "j2");
-            together.len() == 3
-        }),
-        "{together:?}\n{}",
-        vm.log(0)
-    );
+    let together = placed(&vm, "j2", 3);
     assert_eq!(on_hosts(&together), vec!["h0".to_string()], "{together:?}");
     let log = vm.log(0);
     assert!(log.contains("bidding placement, group job"), "{log}");
@@ -122,17 +117,7 @@ fn under_nres_the_papers_three_jobs_take_hosts_fewest_choices_first() {
     let mut went = Vec::new();
     for (k, mb) in ["500M", "1500M", "3000M"].into_iter().enumerate() {
         jobs.push(spin(&vm, &["--mem", mb], &stop));
-        let job = format!("j{}", k + 1);
-        let mut p = BTreeMap::new();
-        assert!(
-            wait_until(Duration::from_secs(30), || {
-                p = running(&vm, &job);
-                p.len() == 1
-            }),
-            "{job}\n{}",
-            vm.log(0)
-        );
-        went.extend(p.into_values());
+        went.extend(placed(&vm, &format!("j{}", k + 1), 1).into_values());
     }
     assert_eq!(went, ["h1", "h2", "h0"], "{}", vm.log(0));
     // What each host has free and what the VPs there reserve, as the
@@ -274,17 +259,7 @@ fn under_bidding_simple_programs_stay_until_too_slow_and_an_idle_host_takes_work
     let mut went = Vec::new();
     for (k, stop) in stops.iter().enumerate() {
         jobs.push(spin(&vm, &[], stop));
-        let job = format!("j{}", k + 1);
-        let mut p = BTreeMap::new();
-        assert!(
-            wait_until(Duration::from_secs(30), || {
-                p = running(&vm, &job);
-                p.len() == 1
-            }),
-            "{job}\n{}",
-            vm.log(0)
-        );
-        went.extend(p.into_values());
+        went.extend(placed(&vm, &format!("j{}", k + 1), 1).into_values());
     }
     assert_eq!(went, ["h0", "h0", "h0", "h1"], "{}", vm.log(0));
     // h1's program ends: h1 holds nothing and takes from h0 while it holds
