@@ -143,7 +143,7 @@ impl Master {
     /// Seed 002's idle sites: once the moves begun before have ended, each
     /// host holding no VP takes from the most loaded one.
     fn idle_tick(&mut self, now: Instant) -> Vec<Out> {
-        self.spread_settled(0.0);
+        self.moves_ended();
         let due = self
             .spreading
             .last
@@ -241,9 +241,9 @@ impl Master {
         out
     }
 
-    /// Moves begun for a request that have ended: arrived where asked, or
-    /// not.
-    fn spread_settled(&mut self, t: f64) {
+    /// Moves begun by a balancing rule that have ended, forgotten: each
+    /// with the host it was for and whether it arrived there.
+    fn moves_ended(&mut self) -> Vec<(Tid, String, bool)> {
         let mut settled: Vec<(Tid, String, bool)> = Vec::new();
         for (&tid, to) in &self.spreading.moving {
             let v = self
@@ -261,6 +261,13 @@ impl Master {
         for (tid, _, _) in &settled {
             self.spreading.moving.remove(tid);
         }
+        settled
+    }
+
+    /// Rate-of-Change's requests whose moves have all ended: the work came
+    /// (if any of it did; the delay is learnt) or it failed.
+    fn spread_settled(&mut self, t: f64) {
+        let settled = self.moves_ended();
         // A request is over once every move it made has ended: it came (if
         // any did) or failed.
         let over: BTreeSet<&String> = settled
