@@ -60,7 +60,19 @@ impl Scheduler {
             set.union_with(&free);
             return set.to_vec();
         }
+        // A class's own rows come first (they are preferred at equal
+        // times), so its free rows are only ever used up to its VPs less
+        // those.
         let mut taken = vec![0u32; self.map.class_count()];
+        for r in j.row_set.iter() {
+            if let Some(n) = self
+                .map
+                .row_class(r)
+                .and_then(|c| taken.get_mut(c as usize))
+            {
+                *n += 1;
+            }
+        }
         for r in free.iter() {
             let (Some(class), Some(arch)) = (self.map.row_class(r), self.arch_of(r)) else {
                 continue;
