@@ -54,12 +54,20 @@ impl Scheduler {
     pub(super) fn useful_candidates(&self, k: JobKey) -> Vec<Row> {
         let free = self.free_candidates(k);
         let j = self.job(k);
-        let mut set = j.row_set.clone();
         // Few free rows: all of them (narrowing would cost more than MTAT).
         if free.len() <= 4 * j.vps.len().max(16) {
+            let mut set = j.row_set.clone();
             set.union_with(&free);
             return set.to_vec();
         }
+        self.narrowed(k, &free)
+    }
+
+    /// The job's own rows and, per capacity class, the first of `free` MTAT
+    /// could pick (see `useful_candidates`).
+    fn narrowed(&self, k: JobKey, free: &BitSet) -> Vec<Row> {
+        let j = self.job(k);
+        let mut set = j.row_set.clone();
         // A class's own rows come first (they are preferred at equal
         // times), so its free rows are only ever used up to its VPs less
         // those.
@@ -414,5 +422,62 @@ impl Scheduler {
             }
             false
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::random::{Generator, Shape};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Narrowed candidates plan a job exactly as all of them do: the
+        /// same turnaround, the same VPs on the same rows (none on a row
+        /// left out), compressed and filled.
+        #[test]
+        fn narrowed_candidates_plan_as_all_of_them(seed in any::<u64>(), memory in any::<bool>()) {
+            let mut g = Generator::new(seed, Shape {
+                processors: 24,
+                per_host: 2,
+                arches: vec!["x86_64".into(), "aarch64".into()],
+                max_job: 10,
+                target_jobs: 5,
+                memory,
+                ..Shape::default()
+            });
+            let mut s = Scheduler::new(SchedConfig::default());
+            for e in g.pool() {
+                s.on_event(e).unwrap();
+            }
+            for _ in 0..80 {
+                let e = g.event();
+                s.on_event(e).unwrap();
+                for k in 0..s.jobs.len() as JobKey {
+                    if s.jobs[k as usize].is_none() || s.job(k).columns.is_empty() {
+                        continue;
+                    }
+                    let all = s.candidates(k);
+                    let narrow = s.narrowed(k, &s.free_candidates(k));
+                    let keep = s.current_t(k);
+                    let spread = |rows: &[Row], counts: &[u32]| -> BTreeMap<Row, u32> {
+                        rows.iter().zip(counts).filter(|(_, &n)| n > 0).map(|(&r, &n)| (r, n)).collect()
+                    };
+                    let a = s.plan_both(k, &all, keep);
+                    let b = s.plan_both(k, &narrow, keep);
+                    match (a, b) {
+                        (None, None) => {}
+                        (Some((ta, ca, ma)), Some((tb, cb, mb))) => {
+                            prop_assert_eq!(ta, tb);
+                            prop_assert_eq!(spread(&all, &ca), spread(&narrow, &cb));
+                            prop_assert_eq!(spread(&all, &ma), spread(&narrow, &mb));
+                        }
+                        (a, b) => prop_assert!(false, "{a:?} against {b:?}"),
+                    }
+                }
+            }
+        }
     }
 }
