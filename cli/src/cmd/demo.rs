@@ -33,6 +33,52 @@ pub struct Args {
     /// Monte Carlo samples for pi (the job's size).
     #[arg(long, default_value_t = 2_000_000_000)]
     samples: u64,
+    /// Print what happened as one JSON object on stdout (the story goes to
+    /// stderr): {"hosts", "up_ms", "job", "vps", "samples", "owner":
+    /// {"vps_on_h1", "stopped_ms", "moved_ms", "back_after_s",
+    /// "moved_back"}, "vps_per_host", "pi", "job_ms", "answer_ok",
+    /// "halt_ms"}.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the demo saw, for `--json`; the story as it goes, for people.
+#[derive(Debug, Default, serde::Serialize)]
+struct Report {
+    #[serde(skip)]
+    json: bool,
+    hosts: usize,
+    up_ms: f64,
+    job: String,
+    vps: u32,
+    samples: u64,
+    owner: OwnerReport,
+    vps_per_host: BTreeMap<String, u32>,
+    pi: Option<f64>,
+    job_ms: f64,
+    answer_ok: bool,
+    halt_ms: f64,
+}
+
+/// h1's owner coming back and leaving again.
+#[derive(Debug, Default, serde::Serialize)]
+struct OwnerReport {
+    vps_on_h1: usize,
+    stopped_ms: Option<f64>,
+    moved_ms: Option<f64>,
+    back_after_s: Option<f64>,
+    moved_back: usize,
+}
+
+impl Report {
+    /// A line of the story: on stdout, or on stderr under `--json`.
+    fn say(&self, line: std::fmt::Arguments) {
+        if self.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
 }
 
 fn example(name: &str) -> Result<PathBuf> {
@@ -106,24 +152,36 @@ pub fn run(a: Args) -> Result<()> {
         .tied();
     let mut vm = Vm::start(&dir, &up_args)?;
     let up = t0.elapsed();
-    println!(
+    let mut r = Report {
+        json: a.json,
+        hosts: a.hosts,
+        up_ms: up.as_secs_f64() * 1e3,
+        vps: a.vps,
+        samples: a.samples,
+        ..Report::default()
+    };
+    r.say(format_args!(
         "virtual machine: {} daemons on loopback, up in {:.1} ms (state in {})",
         a.hosts,
-        up.as_secs_f64() * 1e3,
+        r.up_ms,
         dir.display()
-    );
-    let result = run_job(&vm, &pi, &a, &mut desk);
+    ));
+    let result = run_job(&vm, &pi, &a, &mut desk, &mut r);
     let t1 = Instant::now();
     vm.halt();
     let _ = std::fs::remove_dir_all(&dir);
-    println!("halted in {:.1} ms", t1.elapsed().as_secs_f64() * 1e3);
+    r.halt_ms = t1.elapsed().as_secs_f64() * 1e3;
+    r.say(format_args!("halted in {:.1} ms", r.halt_ms));
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    }
     result
 }
 
 /// Wait until every VP runs and can be moved, then have h1's owner come back: a busy loop
 /// starts on their desk. Time until h1's VPs are stopped and until h1 is
 /// empty (its VPs moved); then the owner leaves again.
-fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
+fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk, r: &mut Report) -> Result<()> {
     let mut c = Client::connect(&vm.master_sock)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let on_h1 = loop {
@@ -143,16 +201,17 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(2));
     };
+    r.owner.vps_on_h1 = on_h1.len();
     if on_h1.is_empty() {
-        println!("no VP on h1: nothing to show");
+        r.say(format_args!("no VP on h1: nothing to show"));
         return Ok(());
     }
     let t = Instant::now();
     desk.type_line("while :; do :; done &")?;
-    println!(
+    r.say(format_args!(
         "h1's owner is back: a busy loop started on their desk, with {} of the job on h1",
         libmig::words::count(on_h1.len() as u64, "VP", "VPs")
-    );
+    ));
     let mut all_stopped = None;
     loop {
         if all_stopped.is_none() && on_h1.iter().all(|&(_, pid)| migd::host::is_stopped(pid)) {
@@ -177,27 +236,33 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
         std::thread::sleep(Duration::from_millis(1));
     }
     let empty = t.elapsed();
+    r.owner.stopped_ms = all_stopped.map(|s| s.as_secs_f64() * 1e3);
+    r.owner.moved_ms = Some(empty.as_secs_f64() * 1e3);
     match all_stopped {
-        Some(s) => println!(
+        Some(s) => r.say(format_args!(
             "h1's VPs stopped {:.1} ms after the owner came back; moved to other hosts (checkpoint, move, restart) {:.1} ms after, no message lost",
             s.as_secs_f64() * 1e3,
             empty.as_secs_f64() * 1e3
-        ),
-        None => println!(
+        )),
+        None => r.say(format_args!(
             "h1's VPs moved to other hosts (checkpoint, move, restart) {:.1} ms after the owner came back, no message lost",
             empty.as_secs_f64() * 1e3
-        ),
+        )),
     }
     desk.type_line("kill $!")?;
     let t = Instant::now();
-    println!("h1's owner left again: h1 is offered after 2 s idle");
+    r.say(format_args!(
+        "h1's owner left again: h1 is offered after 2 s idle"
+    ));
     // Back in the pool, h1 gets VPs again where MTAT says the job gains.
     while Instant::now() < t + Duration::from_secs(10) {
         let Response::Ps(vps) = c.call(&Request::Ps)? else {
             bail!("the daemon did not list its VPs")
         };
         if vps.iter().any(|v| v.state == "exited") {
-            println!("the job was finishing: nothing moved back to h1");
+            r.say(format_args!(
+                "the job was finishing: nothing moved back to h1"
+            ));
             break;
         }
         let back = vps
@@ -205,11 +270,13 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
             .filter(|v| v.host.as_deref() == Some("h1") && v.state == "running")
             .count();
         if back > 0 {
-            println!(
+            r.owner.back_after_s = Some(t.elapsed().as_secs_f64());
+            r.owner.moved_back = back;
+            r.say(format_args!(
                 "h1 offered again {:.1} s later; the scheduler moved {} back onto it (MTAT: the job gets faster)",
                 t.elapsed().as_secs_f64(),
                 libmig::words::count(back as u64, "VP", "VPs")
-            );
+            ));
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -217,7 +284,7 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk) -> Result<()> {
     Ok(())
 }
 
-fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk) -> Result<()> {
+fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk, r: &mut Report) -> Result<()> {
     let mut c = Client::connect(&vm.master_sock)?;
     let spec = SpawnSpec {
         program: pi.display().to_string(),
@@ -237,11 +304,12 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk) -> Result<(
     let Response::Spawned { job, tids } = c.call(&Request::Spawn(spec))? else {
         bail!("the job did not start")
     };
-    println!(
+    r.say(format_args!(
         "job {job}: {} VPs of pi, {} Monte Carlo samples that VP 0 hands out in chunks to the others by message; placed by the master's gang scheduler (MTAT)",
         a.vps, a.samples
-    );
-    owner_returns(vm, &tids, desk)?;
+    ));
+    r.job = job.clone();
+    owner_returns(vm, &tids, desk, r)?;
     let mut verdict = None;
     let mut per_host: BTreeMap<String, u32> = BTreeMap::new();
     let status = loop {
@@ -258,19 +326,23 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk) -> Result<(
         bail!("job {job} failed with status {status}");
     }
     let hosts: Vec<String> = per_host.iter().map(|(h, n)| format!("{h}:{n}")).collect();
-    println!("VPs per host: {}", hosts.join(" "));
+    r.say(format_args!("VPs per host: {}", hosts.join(" ")));
+    r.vps_per_host = per_host;
     let Some(line) = verdict else {
         bail!("pi printed no answer")
     };
-    println!("{line}  ({:.1} ms)", elapsed.as_secs_f64() * 1e3);
+    r.job_ms = elapsed.as_secs_f64() * 1e3;
+    r.say(format_args!("{line}  ({:.1} ms)", r.job_ms));
     let estimate: f64 = line
         .split_whitespace()
         .nth(2)
         .and_then(|v| v.parse().ok())
         .context("a malformed answer")?;
+    r.pi = Some(estimate);
     if !line.ends_with(": ok") || (estimate - std::f64::consts::PI).abs() > 1e-3 {
         bail!("wrong answer: {line}");
     }
-    println!("answer checked: OK");
+    r.answer_ok = true;
+    r.say(format_args!("answer checked: OK"));
     Ok(())
 }
