@@ -347,7 +347,12 @@ impl Daemon {
             inbox: Default::default(),
             pools_trimmed: Instant::now(),
             usage_sent: Instant::now(),
-            io_meter: Default::default(),
+            io_meter: {
+                // A first reading now: the first report has a figure.
+                let mut m = crate::facts::IoMeter::default();
+                let _ = m.read();
+                m
+            },
             slicer: Slicer::default(),
             switcher,
             armed: None,
