@@ -28,18 +28,10 @@ pub fn state(h: &libmig::msg::HostInfo) -> &'static str {
     }
 }
 
-/// The memory a new VP may still have on `h` (MB): what it offers, or has
-/// available if less, less what the VPs placed there asked for.
+/// The memory a new VP may still have on `h` (MB), or `-`.
 fn free_memory(h: &libmig::msg::HostInfo) -> String {
-    let offered = (h.facts.memory_mb > 0).then_some(h.facts.memory_mb);
-    match (offered, h.free_memory_mb) {
-        (Some(o), Some(a)) => Some(o.min(a)),
-        (o, a) => o.or(a),
-    }
-    .map_or_else(
-        || "-".to_string(),
-        |m| m.saturating_sub(h.reserved_memory_mb).to_string(),
-    )
+    h.memory_for_new_vp()
+        .map_or_else(|| "-".to_string(), |m| m.to_string())
 }
 
 /// Run it.

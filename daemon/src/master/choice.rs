@@ -80,12 +80,11 @@ impl Master {
             .filter_map(|(name, h)| {
                 let procs = processors.get(name.as_str())?.clone();
                 let reserved = self.reserved_on(name);
-                let offered = (h.facts.memory_mb > 0).then_some(h.facts.memory_mb);
-                let free_memory_mb = match (offered, h.free_memory_mb) {
-                    (Some(o), Some(a)) => Some(o.min(a)),
-                    (o, a) => o.or(a),
-                }
-                .map(|m| m.saturating_sub(reserved.memory_mb));
+                let free_memory_mb = libmig::msg::memory_for_new_vp(
+                    h.facts.memory_mb,
+                    h.free_memory_mb,
+                    reserved.memory_mb,
+                );
                 let free_io = 1.0 - reserved.io.max(h.io_busy.unwrap_or(0.0));
                 Some((
                     name.clone(),

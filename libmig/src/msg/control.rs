@@ -278,6 +278,29 @@ pub struct HostInfo {
     pub io_busy: Option<f64>,
 }
 
+impl HostInfo {
+    /// The memory a new VP may still have there (MiB), if known.
+    pub fn memory_for_new_vp(&self) -> Option<u64> {
+        memory_for_new_vp(
+            self.facts.memory_mb,
+            self.free_memory_mb,
+            self.reserved_memory_mb,
+        )
+    }
+}
+
+/// The memory a new VP may still have on a host (MiB): what it offers (0:
+/// unknown), or has available if less, less what the VPs placed there
+/// asked for; `None` when neither is known.
+pub fn memory_for_new_vp(offered: u64, available: Option<u64>, reserved: u64) -> Option<u64> {
+    let offered = (offered > 0).then_some(offered);
+    match (offered, available) {
+        (Some(o), Some(a)) => Some(o.min(a)),
+        (o, a) => o.or(a),
+    }
+    .map(|m| m.saturating_sub(reserved))
+}
+
 /// Gang slicing as `mig stats` shows it, per host and overall.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SliceStats {
