@@ -3,7 +3,8 @@
 //! What lives here: the layout (`control.sock`, `addr`, `ckpt/` and
 //! `replicas/` for job checkpoints, and per VP the image it writes for a
 //! move or to be parked, `tTID.ckpt`; for a job checkpoint, `tTID.snap`;
-//! parked on disk, `tTID.parked`; arriving from another host,
+//! parked on disk, `tTID.parked`; sent to another host and kept until it
+//! runs there, `tTID.sent`; arriving from another host,
 //! `tTID.restore.part` then `tTID.restore`). What does not: reading or
 //! writing them (the server, `store`, libmig's checkpoint writer).
 
@@ -117,6 +118,11 @@ impl StateDir {
         self.root.join(format!("t{tid:x}.parked"))
     }
 
+    /// The image of VP `tid` sent to another host, kept until it runs there.
+    pub fn sent(&self, tid: Tid) -> PathBuf {
+        self.root.join(format!("t{tid:x}.sent"))
+    }
+
     /// An image for VP `tid` arriving from another host, until it is whole.
     pub fn restore_part(&self, tid: Tid) -> PathBuf {
         self.root.join(format!("t{tid:x}.restore.part"))
@@ -172,6 +178,7 @@ mod tests {
             d.move_image(tid),
             d.snap_image(tid),
             d.parked(tid),
+            d.sent(tid),
             d.restore_part(tid),
             d.restore(tid),
         ];

@@ -138,6 +138,8 @@ fn peer_msgs() -> Vec<PeerMsg> {
             free_memory_mb: Some(1500),
             io_busy: Some(0.25),
         }),
+        PeerMsg::Recall { tid: 0x40001 },
+        PeerMsg::Missing { tid: 0x40002 },
         PeerMsg::Slicing(SliceReport {
             generation: 6,
             switches: vec![Switch {

@@ -423,3 +423,121 @@ fn a_vp_moved_by_hand_takes_its_place_in_the_allocation_map_with_it() {
     // It started three times: where it began, there, and back.
     assert!(lines.iter().any(|l| l.contains("on 3 hosts")), "{lines:?}");
 }
+
+#[test]
+fn a_vp_whose_target_dies_mid_move_runs_on_from_what_its_source_kept() {
+    // (A long move timeout: the VP that reaches no safe point must still be
+    // on its way when its target dies.)
+    let mut vm = Vm::start_config(4, "[daemon]\nmove_timeout_ms = 30000\n");
+    let logs = |vm: &Vm| (0..4).map(|i| vm.log(i)).collect::<Vec<_>>().join("\n");
+    let index = |h: &str| h[1..].parse::<usize>().expect("hN");
+    let running = |vm: &Vm, tid: &str| {
+        wait_until(Duration::from_secs(30), || {
+            vm.where_is(tid).is_some_and(|(_, s)| s == "running")
+        })
+    };
+    // A target that is neither the master (h0) nor where the VP is.
+    let target_for = |from: &str, dead: &[&str]| -> String {
+        ["h1", "h2", "h3"]
+            .into_iter()
+            .find(|h| *h != from && !dead.contains(h))
+            .expect("a target")
+            .to_string()
+    };
+
+    // 1. The image was written and sent, and the target never started it.
+    let stop = vm.dir.path().join("stop");
+    let spin = vm.start_job(1, &bin("testvp"), &[OsStr::new("spin"), stop.as_os_str()]);
+    assert!(running(&vm, "t40001"), "{}", logs(&vm));
+    let (from, _) = vm.where_is("t40001").expect("placed");
+    let to = target_for(&from, &[]);
+    let kept = vm
+        .dir
+        .path()
+        .join(format!("h{}", index(&from)))
+        .join("t40001.sent");
+    vm.signal(index(&to), nix::sys::signal::Signal::SIGSTOP);
+    let out = vm.migrate("t40001", &to);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || kept.exists()),
+        "the source kept no image\n{}",
+        logs(&vm)
+    );
+    vm.signal(index(&to), nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(30), || vm.where_is("t40001")
+            == Some((from.clone(), "running".into()))),
+        "the VP did not run on at its source: {:?}\n{}",
+        vm.where_is("t40001"),
+        logs(&vm)
+    );
+    assert!(
+        vm.log(index(&from))
+            .contains("starts again here from the image it sent"),
+        "{}",
+        logs(&vm)
+    );
+    assert!(!kept.exists(), "its kept image was not removed");
+    let dead = to;
+
+    // 2. The VP had not reached its safe point when its target died.
+    let stubborn = vm.start_job(1, &bin("testvp"), &["stubborn", "6000"]);
+    let mut tid = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let ps = vm.json(&["ps"]);
+            let found = ps.as_array().and_then(|a| {
+                a.iter()
+                    .find(|v| v["job"] == "j2" && v["state"] == "running")
+                    .and_then(|v| v["tid"].as_str())
+            });
+            found.map(|t| tid = t.to_string()).is_some()
+        }),
+        "{}",
+        logs(&vm)
+    );
+    let tid = tid.as_str();
+    let (from, _) = vm.where_is(tid).expect("placed");
+    let to = target_for(&from, &[&dead]);
+    let out = vm.migrate(tid, &to);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        vm.where_is(tid).map(|(_, s)| s),
+        Some(format!("moving to {to}"))
+    );
+    vm.signal(index(&to), nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(30), || vm.where_is(tid)
+            == Some((from.clone(), "running".into()))),
+        "the VP did not stay at its source: {:?}\n{}",
+        vm.where_is(tid),
+        logs(&vm)
+    );
+    assert!(
+        vm.log(index(&from))
+            .contains("its move's target is gone; it stays here"),
+        "{}",
+        logs(&vm)
+    );
+    let lines = job_succeeds(stubborn, "the VP that stayed");
+    assert!(lines.iter().any(|l| l == "stubborn done"), "{lines:?}");
+
+    // Both jobs end well: the first once told to.
+    std::fs::write(&stop, b"").expect("stop file");
+    let lines = job_succeeds(spin, "the VP that started again from its image");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("spin done:") && l.ends_with("on 2 hosts")),
+        "{lines:?}"
+    );
+}

@@ -309,3 +309,43 @@ fn under_bidding_simple_programs_stay_until_too_slow_and_an_idle_host_takes_work
     }
     assert_eq!(moved, taken);
 }
+
+#[test]
+fn under_roc_a_host_killed_as_tasks_move_to_it_loses_none_of_them() {
+    let _one = serial();
+    let mut vm = Vm::start_with(3, &["--placement", "roc"]);
+    assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 3)));
+    let stop = vm.dir.path().join("stop");
+    let bag = spin(&vm, &["-n", "6", "--independent"], &stop);
+    // The moment Rate-of-Change sends work to h2, h2 dies: its tasks are
+    // on their way (short of their safe point, or their image sent).
+    assert!(
+        wait_until(Duration::from_secs(60), || vm.log(0).lines().any(|l| l
+            .contains("rate-of-change: moving VP")
+            && l.contains(" to h2,"))),
+        "{}",
+        vm.log(0)
+    );
+    vm.signal(2, nix::sys::signal::Signal::SIGKILL);
+    let mut placed = BTreeMap::new();
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            placed = running(&vm, "j1");
+            placed.len() == 6 && placed.values().all(|h| h != "h2")
+        }),
+        "{placed:?}\n{}",
+        vm.log(0)
+    );
+    // Each went through one of the two ways back: recalled mid-move to
+    // its source, or, had it arrived, started again (its job says its
+    // tasks are independent).
+    let log = vm.log(0);
+    assert!(
+        log.contains("h2 is gone: recalled to h0") || log.contains("restarting VP"),
+        "{log}"
+    );
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(bag, "bag");
+    let done = lines.iter().filter(|l| l.contains("spin done")).count();
+    assert_eq!(done, 6, "{lines:?}\n{}", vm.log(0));
+}

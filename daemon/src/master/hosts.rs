@@ -258,6 +258,7 @@ impl Master {
         ];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
+        out.extend(self.recall_moves(host));
         // Its VPs' processes are gone with it: whether or not they could be
         // moved, they may now be started again elsewhere.
         let lost: Vec<(String, u32)> = self
@@ -276,6 +277,46 @@ impl Master {
         out.extend(self.leave_pool(host));
         for job in std::mem::take(&mut self.to_restart) {
             out.extend(self.restart_job(&job, None));
+        }
+        out
+    }
+
+    /// VPs on their way to or from `host`, now gone: the live end of each
+    /// move is asked to run it from what it still has (`Recall`: its
+    /// process short of its safe point, the image it sent, the image that
+    /// arrived), or says it has nothing (`missing`).
+    fn recall_moves(&mut self, host: &str) -> Vec<Out> {
+        let alive: std::collections::HashSet<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.alive)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut out = Vec::new();
+        for v in self.jobs.values_mut().flat_map(|j| j.vps.values_mut()) {
+            let (VpState::Moving(to), Some(from)) = (&v.state, &v.host) else {
+                continue;
+            };
+            let survivor = if to == host && from != host {
+                from.clone()
+            } else if from == host && to != host {
+                to.clone()
+            } else {
+                continue;
+            };
+            if !alive.contains(&survivor) {
+                continue;
+            }
+            out.push(Out::Log(format!(
+                "VP t{:x} was moving from {from} to {to} and {host} is gone: recalled to {survivor}",
+                v.tid
+            )));
+            out.push(Out::ToHost(
+                survivor.clone(),
+                PeerMsg::Recall { tid: v.tid },
+            ));
+            v.host = Some(survivor.clone());
+            v.state = VpState::Moving(survivor);
         }
         out
     }

@@ -319,6 +319,7 @@ impl Master {
                 )]
             }
             PeerMsg::MigrateFailed { tid, reason } => self.migrate_failed(tid, &reason),
+            PeerMsg::Missing { tid } => self.missing(host, tid),
             PeerMsg::Output { tid, stream, line } => self.output(host, tid, stream, line),
             PeerMsg::VpCall { tid, id, call } => self.vp_call(host, tid, id, call),
             PeerMsg::Locate { tid } => self.locate(host, tid),

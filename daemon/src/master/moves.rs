@@ -24,48 +24,26 @@ impl Master {
                     to_host,
                     ..
                 } => {
-                    if self.is_alive(&from_host) {
+                    // Where its process (or image) is: the map's host, or
+                    // the host a move under way or recalled left it on.
+                    let at = self
+                        .jobs
+                        .get(&*job)
+                        .and_then(|j| j.vps.get(&vp))
+                        .and_then(|v| v.host.clone())
+                        .unwrap_or_else(|| from_host.to_string());
+                    if self.is_alive(&from_host) || self.is_alive(&at) {
                         // (Its process goes on to its safe point, then ends.)
                         out.extend(self.release_held(&job, vp));
                         out.extend(self.place(&job, vp, &to_host));
                         continue;
                     }
-                    // Its host died with it: the whole job goes back to its
-                    // last consistent checkpoint, if it has one.
-                    if let Some(j) = self.jobs.get_mut(&*job).filter(|j| !j.ckpt.good.is_empty()) {
-                        if let Some(v) = j.vps.get_mut(&vp) {
-                            v.host = Some(to_host.to_string());
-                        }
-                        self.to_restart.insert(job.to_string());
-                        continue;
-                    }
-                    // A VP that keeps its state through libmig, in a job of
-                    // several that may talk: starting it again from the
-                    // beginning while its peers are mid-run would not be
-                    // consistent (they would wait for it for ever).
-                    if let Some(why) = self.restart_inconsistent(&job, vp) {
-                        out.extend(self.end_job(
-                            &job,
-                            &format!(
-                                "VP {vp} was lost with its host {from_host} and the job has no \
-                                 checkpoint to go back to; {why}"
-                            ),
-                        ));
-                        continue;
-                    }
-                    // Its host died with it: start it again from the beginning.
-                    if let Some(msg) = self.start_msg(&job, vp, &to_host) {
-                        out.push(Out::Log(format!(
-                            "restarting VP {vp} of {job} on {to_host} (its host {from_host} is gone)"
-                        )));
-                        out.extend(self.set_vp(
-                            &job,
-                            vp,
-                            Some(to_host.to_string()),
-                            VpState::Starting,
-                        ));
-                        out.push(Out::ToHost(to_host.to_string(), msg));
-                    }
+                    out.extend(self.start_lost_again(
+                        &job,
+                        vp,
+                        &to_host,
+                        &format!("with its host {from_host}"),
+                    ));
                 }
                 Action::Hold { job, vp, .. } => {
                     // A suspended job's VPs stay where they are: its host
@@ -358,6 +336,73 @@ impl Master {
         out
     }
 
+    /// VP `vp` of `job` was lost (`how`: with its host, on its way to
+    /// another): the whole job goes back to its last consistent
+    /// checkpoint if it has one (`to_restart`: the caller restarts it);
+    /// else, where that is consistent, the VP starts again from the
+    /// beginning on `to`; else the job ends.
+    pub(super) fn start_lost_again(&mut self, job: &str, vp: u32, to: &str, how: &str) -> Vec<Out> {
+        if let Some(j) = self.jobs.get_mut(job).filter(|j| !j.ckpt.good.is_empty()) {
+            if let Some(v) = j.vps.get_mut(&vp) {
+                v.host = Some(to.to_string());
+            }
+            self.to_restart.insert(job.to_string());
+            return Vec::new();
+        }
+        // A VP that keeps its state through libmig, in a job of several
+        // that may talk: starting it again from the beginning while its
+        // peers are mid-run would not be consistent (they would wait for
+        // it for ever).
+        if let Some(why) = self.restart_inconsistent(job, vp) {
+            return self.end_job(
+                job,
+                &format!(
+                    "VP {vp} was lost {how} and the job has no checkpoint to go back to; {why}"
+                ),
+            );
+        }
+        let Some(msg) = self.start_msg(job, vp, to) else {
+            return Vec::new();
+        };
+        let mut out = vec![Out::Log(format!(
+            "restarting VP {vp} of {job} on {to} (it was lost {how})"
+        ))];
+        out.extend(self.set_vp(job, vp, Some(to.to_string()), VpState::Starting));
+        out.push(Out::ToHost(to.to_string(), msg));
+        out
+    }
+
+    /// `host`, recalled VP `tid` (the other end of its move died), has
+    /// nothing of it: it was lost on its way.
+    pub(super) fn missing(&mut self, host: &str, tid: Tid) -> Vec<Out> {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return Vec::new();
+        };
+        let recalled = self
+            .jobs
+            .get(&job)
+            .and_then(|j| j.vps.get(&vp))
+            .is_some_and(|v| {
+                v.state == VpState::Moving(host.to_string()) && v.host.as_deref() == Some(host)
+            });
+        if !recalled {
+            return Vec::new();
+        }
+        // Where the scheduler has it now, if that host is alive; else here.
+        let mapped = self
+            .sched
+            .job_view(&job)
+            .and_then(|j| j.placement.get(&vp).cloned())
+            .and_then(|p| p.rsplit_once('/').map(|(h, _)| h.to_string()))
+            .filter(|h| self.is_alive(h));
+        let to = mapped.unwrap_or_else(|| host.to_string());
+        let mut out = self.start_lost_again(&job, vp, &to, "on its way between two hosts");
+        for job in std::mem::take(&mut self.to_restart) {
+            out.extend(self.restart_job(&job, None));
+        }
+        out
+    }
+
     /// Why VP `vp` of `job`, lost with its host, cannot be started again
     /// from the beginning, if it cannot: its program keeps its state through
     /// libmig and its job has other VPs it may have talked to (unless the
@@ -485,11 +530,21 @@ impl Master {
                 if v.wants.as_ref().is_some_and(|w| w.to == host) {
                     v.wants = None;
                 }
+                let wanted = v.wants.is_some();
+                let what = if from == host {
+                    format!("VP t{tid:x} runs on {host} again (its move was recalled)")
+                } else {
+                    format!("VP t{tid:x} moved from {from} to {host}")
+                };
                 let mut out = vec![
-                    Out::Log(format!("VP t{tid:x} moved from {from} to {host}")),
+                    Out::Log(what),
                     Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(host.to_string()))])),
                 ];
-                out.extend(self.follow_in_map(&job, vp, host));
+                // (One recalled that the scheduler wants elsewhere goes
+                // there next: the map already has it there.)
+                if from != host || !wanted {
+                    out.extend(self.follow_in_map(&job, vp, host));
+                }
                 out
             }
             _ => {

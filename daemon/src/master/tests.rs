@@ -725,12 +725,83 @@ fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
     }
     let to = if src == "h1" { "h2" } else { "h1" };
     migrate(&mut c, tid, to);
+    // Its target is asked for what arrived of it; nothing did.
     let out = c.m.host_gone(&src, "stopped answering heartbeats");
+    assert!(
+        out.contains(&Out::ToHost(to.to_string(), PeerMsg::Recall { tid })),
+        "{out:?}"
+    );
+    assert!(starts(&out).is_empty(), "{out:?}");
+    // (A host that is not the live end of its move is not believed.)
+    assert!(c
+        .m
+        .from_host("h0", PeerMsg::Missing { tid })
+        .unwrap_or_default()
+        .is_empty());
+    let out =
+        c.m.from_host(to, PeerMsg::Missing { tid })
+            .unwrap_or_default();
     let again = starts(&out);
     assert_eq!(again.len(), 1, "{out:?}");
     assert_eq!(again[0].1, tid);
     assert_ne!(again[0].0, src);
     assert_eq!(c.state(tid).1, "starting");
+}
+
+#[test]
+fn a_source_lost_mid_move_leaves_its_vp_at_the_target_if_it_arrived() {
+    let mut c = Cluster::new(3);
+    let (src, tid) = c.running_job(1)[0].clone();
+    let (src, to) = if src == "h0" {
+        migrate(&mut c, tid, "h1");
+        c.m.started("h1", tid, 5);
+        ("h1", "h2")
+    } else {
+        (
+            if src == "h1" { "h1" } else { "h2" },
+            if src == "h1" { "h2" } else { "h1" },
+        )
+    };
+    migrate(&mut c, tid, to);
+    let out = c.m.host_gone(src, "stopped answering heartbeats");
+    assert!(starts(&out).is_empty(), "{out:?}");
+    // It had arrived whole: the target says it runs there.
+    c.m.started(to, tid, 9);
+    assert_eq!(c.state(tid), (Some(to.to_string()), "running".into()));
+}
+
+#[test]
+fn a_target_lost_mid_move_leaves_its_vp_where_it_was_or_starts_it_again() {
+    let mut c = Cluster::new(3);
+    let (src, tid) = c.running_job(1)[0].clone();
+    let to = if src == "h1" { "h2" } else { "h1" };
+    migrate(&mut c, tid, to);
+    let out = c.m.host_gone(to, "stopped answering heartbeats");
+    assert!(
+        out.contains(&Out::ToHost(src.clone(), PeerMsg::Recall { tid })),
+        "{out:?}"
+    );
+    assert!(starts(&out).is_empty(), "{out:?}");
+    // Short of its safe point, it stays at its source.
+    c.m.migrate_failed(tid, "its move's target host is gone");
+    assert_eq!(c.state(tid), (Some(src.clone()), "running".into()));
+
+    // Again, to the third host, which dies after the image went; the
+    // source starts it again from the image it kept.
+    let third = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| *h != src && *h != to)
+        .expect("a third host");
+    migrate(&mut c, tid, third);
+    if third != "h0" {
+        let out = c.m.host_gone(third, "stopped answering heartbeats");
+        assert!(
+            out.contains(&Out::ToHost(src.clone(), PeerMsg::Recall { tid })),
+            "{out:?}"
+        );
+        c.m.started(&src, tid, 11);
+        assert_eq!(c.state(tid), (Some(src.clone()), "running".into()));
+    }
 }
 
 #[test]

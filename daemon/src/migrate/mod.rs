@@ -124,14 +124,34 @@ pub enum Written {
     Unasked,
 }
 
-/// The moves of this host's VPs, and the images it holds for them.
+/// What a host still has of a VP whose move's other end died (see
+/// [`MoveTable::recall`]).
+#[derive(Debug)]
+pub enum Recalled {
+    /// It had not reached its safe point: the move is called off and its
+    /// process stays here.
+    StaysHere,
+    /// It is writing its image: once written, it starts again here from
+    /// it (as a move called off late does).
+    Writing,
+    /// Its image went, and was kept until it ran there: it starts again
+    /// here from it.
+    Kept(Parked),
+    /// Nothing here.
+    Nothing,
+}
+
 /// How long after a try to park a VP that is still here it is tried again.
 pub const PARK_RETRY: Duration = Duration::from_secs(5);
 
+/// The moves of this host's VPs, and the images it holds for them.
 #[derive(Debug, Default)]
 pub struct MoveTable {
     moves: HashMap<Tid, Move>,
     parked: HashMap<Tid, Parked>,
+    /// Images sent to another host, kept until the VP runs there (if that
+    /// host dies first, the VP starts again here from its image).
+    sent: HashMap<Tid, Parked>,
     /// Tries that missed their safe point, by VP.
     missed: HashMap<Tid, u32>,
     /// VPs asked to park while the owner has the host this time, and when.
@@ -321,9 +341,46 @@ impl MoveTable {
         self.parked.remove(&tid)
     }
 
-    /// Take every parked VP out (this host was fenced: they run elsewhere).
+    /// Take every parked VP out, and every image kept after it was sent
+    /// (this host was fenced: they run elsewhere).
     pub fn unpark_all(&mut self) -> Vec<Parked> {
-        std::mem::take(&mut self.parked).into_values().collect()
+        let sent = std::mem::take(&mut self.sent).into_values();
+        std::mem::take(&mut self.parked)
+            .into_values()
+            .chain(sent)
+            .collect()
+    }
+
+    /// `tid`'s image, at `path`, went to another host: kept until it runs
+    /// there. An image kept earlier for it, if any (to be removed).
+    pub fn keep_sent(&mut self, tid: Tid, start: StartVp, path: PathBuf) -> Option<Parked> {
+        self.sent.insert(tid, Parked { start, path })
+    }
+
+    /// `tid` runs elsewhere now (or ended): its kept image, to be removed.
+    pub fn arrived(&mut self, tid: Tid) -> Option<Parked> {
+        self.sent.remove(&tid)
+    }
+
+    /// The other end of `tid`'s move died: what this host still has of it.
+    /// A move short of its safe point or writing its image is called off;
+    /// a kept image is taken out of the table.
+    pub fn recall(&mut self, tid: Tid) -> Recalled {
+        match self.moves.get(&tid) {
+            Some(Move::Asked { .. }) => {
+                self.moves.insert(tid, Move::CalledOff);
+                return Recalled::StaysHere;
+            }
+            Some(Move::Streaming { .. }) => {
+                self.moves.insert(tid, Move::CalledOff);
+                return Recalled::Writing;
+            }
+            _ => {}
+        }
+        match self.sent.remove(&tid) {
+            Some(kept) => Recalled::Kept(kept),
+            None => Recalled::Nothing,
+        }
     }
 
     /// Should `tid` be asked to park now? Once, then again every
@@ -381,6 +438,7 @@ impl MoveTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn start(tid: Tid) -> StartVp {
         StartVp {
@@ -456,6 +514,37 @@ mod tests {
         assert!(t.unpark(1).is_none());
         t.owner_left();
         assert!(t.try_park(1, now + PARK_RETRY), "the owner came back again");
+    }
+
+    #[test]
+    fn a_recalled_move_stays_restarts_from_its_image_or_is_missing() {
+        let mut t = MoveTable::default();
+        let now = Instant::now();
+        t.ask(1, Dest::Host("h2".into()), start(1), now);
+        assert!(matches!(t.recall(1), Recalled::StaysHere));
+        assert!(matches!(t.get(1), Some(Move::CalledOff)));
+        assert!(
+            matches!(t.written(1), Written::Unasked),
+            "a late image restarts it here"
+        );
+        t.ask(2, Dest::Host("h2".into()), start(2), now);
+        let file = tempfile::tempfile().expect("temp file");
+        t.stream(2, Outgoing::new(file, PathBuf::from("x"), Token(3)));
+        assert!(matches!(t.recall(2), Recalled::Writing));
+        assert!(matches!(t.written(2), Written::Unasked));
+        // Sent: kept until it runs there, or recalled.
+        t.ask(3, Dest::Host("h2".into()), start(3), now);
+        t.left(3);
+        assert!(t
+            .keep_sent(3, start(3), PathBuf::from("/s/t3.sent"))
+            .is_none());
+        assert!(matches!(t.recall(3), Recalled::Kept(p) if p.path == Path::new("/s/t3.sent")));
+        assert!(matches!(t.recall(3), Recalled::Nothing), "taken once");
+        t.keep_sent(4, start(4), PathBuf::from("/s/t4.sent"));
+        assert!(t.arrived(4).is_some());
+        assert!(matches!(t.recall(4), Recalled::Nothing));
+        t.keep_sent(5, start(5), PathBuf::from("/s/t5.sent"));
+        assert_eq!(t.unpark_all().len(), 1, "a fenced host drops what it kept");
     }
 
     #[test]

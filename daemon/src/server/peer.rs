@@ -198,6 +198,7 @@ impl Daemon {
         match msg {
             PeerMsg::Start(s) => self.start_vp(s),
             PeerMsg::Kill { tid } => {
+                self.drop_sent(tid);
                 if let Some(vp) = self.vps.by_tid.get(&tid) {
                     vp.kill();
                 }
@@ -213,6 +214,7 @@ impl Daemon {
                 }
             }
             PeerMsg::Unpark { tid } => self.unpark(tid),
+            PeerMsg::Recall { tid } => self.recall(tid),
             PeerMsg::Input { tid, data, eof } => self.feed_input(tid, &data, eof),
             PeerMsg::Signal { tid, signal } if libmig::msg::signal_ok(signal) => {
                 if let Some(vp) = self.vps.by_tid.get(&tid) {

@@ -165,6 +165,12 @@ impl Daemon {
     /// The master says where VPs are: held messages and confirmations go on.
     pub(super) fn directory(&mut self, entries: Vec<(Tid, Loc)>) {
         let tids: Vec<Tid> = entries.iter().map(|(t, _)| *t).collect();
+        // A VP that runs somewhere (or ended) needs no image kept here.
+        for (tid, loc) in &entries {
+            if *loc != Loc::Waiting {
+                self.drop_sent(*tid);
+            }
+        }
         let (freed, confirms) = self.router.update(entries);
         for (from, to) in confirms {
             if self.router.way(to) != Way::Gone {

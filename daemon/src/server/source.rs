@@ -4,7 +4,7 @@
 //! target host. Where each move is lives in the `MoveTable` (`migrate`).
 
 use super::*;
-use crate::migrate::{map_image, remaining_ranges, Dest, Outgoing, Written};
+use crate::migrate::{map_image, remaining_ranges, Dest, Outgoing, Recalled, Written};
 
 impl Daemon {
     /// The master moves local VP `start.tid` to `to` (this host: park it on
@@ -15,8 +15,12 @@ impl Daemon {
     pub(super) fn checkpoint(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
         if let Some(parked) = self.moves.unpark(tid) {
-            // Parked on disk: its image goes as it is.
+            // Parked on disk: its image goes as it is (and is kept until
+            // the VP runs there).
             let image = map_image(&parked.path);
+            if image.is_ok() {
+                self.keep_sent(tid, &start, &parked.path);
+            }
             let _ = std::fs::remove_file(&parked.path);
             return match image {
                 Ok(image) => {
@@ -93,19 +97,6 @@ impl Daemon {
     pub(super) fn call_off_slow_moves(&mut self) {
         let limit = self.safe_point_limit();
         for tid in self.moves.call_off_overdue(Instant::now(), limit) {
-            if let Some(&t) = self.vp_conns.get(&tid) {
-                self.send_vp(t, &VpMsg::StayPut);
-                for (env, body) in self.router.attach(tid, t) {
-                    self.route(env, body, None);
-                }
-                self.released(tid);
-            }
-            if let Some(v) = self.vps.by_tid.get(&tid) {
-                if !self.owner.offered() {
-                    v.signal(Signal::SIGSTOP);
-                }
-                host::vp_class(&v.pids(), &self.treatment());
-            }
             let reason = if self.owner.offered() {
                 format!(
                     "no safe point within {} ms: it stays on {} and runs on",
@@ -120,7 +111,7 @@ impl Daemon {
                 )
             };
             log!("VP t{tid:x}: {reason}");
-            self.report(PeerMsg::MigrateFailed { tid, reason });
+            self.stay_put(tid, reason);
         }
     }
 
@@ -184,6 +175,7 @@ impl Daemon {
             (Ok(image), Some(to)) => {
                 debug!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
                 self.moves.left(tid);
+                self.keep_sent(tid, &start, &expected);
                 let _ = std::fs::remove_file(&expected);
                 self.send_image(&to, start, image, streamed);
             }
@@ -195,6 +187,105 @@ impl Daemon {
                 });
             }
         }
+    }
+
+    /// Keep the image at `path` of VP `tid`, on its way to another host,
+    /// until it runs there: linked under its own name (the mapping being
+    /// sent is unaffected when `path` is removed). Without it, a target
+    /// that dies before the VP runs there would lose the VP.
+    fn keep_sent(&mut self, tid: Tid, start: &StartVp, path: &std::path::Path) {
+        let kept = self.state.sent(tid);
+        let _ = std::fs::remove_file(&kept);
+        match std::fs::hard_link(path, &kept) {
+            Ok(()) => {
+                if let Some(old) = self.moves.keep_sent(tid, start.clone(), kept.clone()) {
+                    if old.path != kept {
+                        let _ = std::fs::remove_file(old.path);
+                    }
+                }
+            }
+            Err(e) => warn!("VP t{tid:x}: cannot keep its image until it runs there: {e}"),
+        }
+    }
+
+    /// VP `tid` runs elsewhere now, or ended: the image kept since it was
+    /// sent goes.
+    pub(super) fn drop_sent(&mut self, tid: Tid) {
+        if let Some(kept) = self.moves.arrived(tid) {
+            let _ = std::fs::remove_file(kept.path);
+        }
+    }
+
+    /// The master recalls VP `tid`: the other end of its move died. It runs
+    /// on here from what this host still has of it, or the master hears
+    /// that nothing is left.
+    pub(super) fn recall(&mut self, tid: Tid) {
+        match self.moves.recall(tid) {
+            Recalled::StaysHere => {
+                log!("VP t{tid:x}: its move's target is gone; it stays here");
+                self.stay_put(tid, "its move's target host is gone".into());
+            }
+            Recalled::Writing => {
+                log!("VP t{tid:x}: its move's target is gone; it starts again here from its image");
+            }
+            Recalled::Kept(kept) => {
+                let image = std::fs::read(&kept.path);
+                let _ = std::fs::remove_file(&kept.path);
+                match image {
+                    Ok(image) => {
+                        log!(
+                            "VP t{tid:x}: its move's target is gone; it starts again here from \
+                             the image it sent"
+                        );
+                        if self.vps.by_tid.contains_key(&tid) {
+                            // Its process is still ending: then.
+                            self.moves.restart_here(tid, kept.start, image);
+                        } else {
+                            self.restore(kept.start, &image);
+                        }
+                    }
+                    Err(e) => {
+                        warn!("VP t{tid:x}: its kept image {}: {e}", kept.path.display());
+                        self.report(PeerMsg::Missing { tid });
+                    }
+                }
+            }
+            Recalled::Nothing => match self.vps.by_tid.get(&tid) {
+                // It arrived here whole and runs: the master hears it again.
+                Some(v) if self.moves.get(tid).is_none() && v.exit.is_none() => {
+                    let pid = v.pid as u32;
+                    self.report(PeerMsg::Started { tid, pid });
+                }
+                _ => {
+                    // Part of it arrived here, from a host now gone: it
+                    // never will whole.
+                    if let Some(inc) = self.moves.take_incoming(tid) {
+                        inc.discard();
+                    }
+                    log!("VP t{tid:x}: recalled, but nothing of it is left here");
+                    self.report(PeerMsg::Missing { tid });
+                }
+            },
+        }
+    }
+
+    /// VP `tid`'s move is called off before its safe point: it is told to
+    /// stay, its messages flow again, and the master hears `reason`.
+    fn stay_put(&mut self, tid: Tid, reason: String) {
+        if let Some(&t) = self.vp_conns.get(&tid) {
+            self.send_vp(t, &VpMsg::StayPut);
+            for (env, body) in self.router.attach(tid, t) {
+                self.route(env, body, None);
+            }
+            self.released(tid);
+        }
+        if let Some(v) = self.vps.by_tid.get(&tid) {
+            if !self.owner.offered() {
+                v.signal(Signal::SIGSTOP);
+            }
+            host::vp_class(&v.pids(), &self.treatment());
+        }
+        self.report(PeerMsg::MigrateFailed { tid, reason });
     }
 
     /// VP `tid` wrote its image after its move was called off: it goes on

@@ -396,6 +396,21 @@ pub enum PeerMsg {
     /// Host to master, every couple of seconds: the CPU time each of its
     /// running VPs has used, and what the host has free.
     Usage(HostUsage),
+    /// Master to the live end of a move whose other end died (the target
+    /// it was going to, or the source it came from): run VP `tid` here
+    /// from what this host still has of it (its process, if it had not yet
+    /// written its image; the image it sent, kept until the VP ran there;
+    /// the image that arrived whole), or answer `Missing`.
+    Recall {
+        /// The VP.
+        tid: Tid,
+    },
+    /// Host to master, answering `Recall`: nothing of VP `tid` is left
+    /// here (it is lost with the other host).
+    Missing {
+        /// The VP.
+        tid: Tid,
+    },
 }
 
 impl PeerMsg {
@@ -403,6 +418,8 @@ impl PeerMsg {
     pub fn name(&self) -> &'static str {
         match self {
             PeerMsg::Hold { .. } => "Hold",
+            PeerMsg::Recall { .. } => "Recall",
+            PeerMsg::Missing { .. } => "Missing",
             PeerMsg::Usage(_) => "Usage",
             PeerMsg::Hello { .. } => "Hello",
             PeerMsg::Challenge { .. } => "Challenge",
