@@ -38,6 +38,7 @@ mod link;
 pub mod msg;
 pub mod payload;
 pub mod pool;
+mod ring;
 pub mod seal;
 pub mod vm;
 pub mod vp;

@@ -3,8 +3,9 @@
 //! one read a VP waits in when it has nothing else to watch; read with
 //! `recvmsg` so that descriptors passed along (SCM_RIGHTS) are collected,
 //! and written with vectored `sendmsg` so that a payload is never copied
-//! into a frame. What does not live here: what the
-//! frames mean (`vm`).
+//! into a frame. A direct link also has a ring in shared memory each way
+//! (`ring`): frames that fit go through it, and the socket carries the
+//! rest. What does not live here: what the frames mean (`vm`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -14,6 +15,7 @@ use std::os::unix::net::UnixStream;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use crate::frame::Decoder;
+use crate::ring::{Push, Ring};
 
 /// A VP's socket with its decoder and the descriptors it has received.
 #[derive(Debug)]
@@ -21,7 +23,16 @@ pub(crate) struct Link {
     pub sock: UnixStream,
     pub dec: Decoder,
     pub fds: VecDeque<OwnedFd>,
+    /// A direct link's ring this side sends into, once offered.
+    pub tx: Option<Ring>,
+    /// The peer's ring this side takes from, once it offered it.
+    pub rx: Option<Ring>,
+    /// Frames taken from `rx`.
+    ring_dec: Decoder,
 }
+
+/// The frames a ring gave, and whether the socket must be read too.
+pub(crate) type RingFrames<T> = (Vec<(T, Vec<u8>)>, bool);
 
 impl Link {
     pub fn new(sock: UnixStream) -> io::Result<Link> {
@@ -30,7 +41,55 @@ impl Link {
             sock,
             dec: Decoder::default(),
             fds: VecDeque::new(),
+            tx: None,
+            rx: None,
+            ring_dec: Decoder::default(),
         })
+    }
+
+    /// The frames waiting in the peer's ring (`None` without one), and
+    /// whether the peer wrote to the socket since the last look.
+    pub fn ring_frames<T: serde::de::DeserializeOwned>(
+        &mut self,
+    ) -> io::Result<Option<RingFrames<T>>> {
+        let Some(rx) = &self.rx else {
+            return Ok(None);
+        };
+        let socket = rx.take_socket();
+        let mut frames = Vec::new();
+        loop {
+            let (n, asked) = self.ring_dec.fill(|room| rx.pop(room))?;
+            while let Some(f) = self
+                .ring_dec
+                .next_frame_with::<T>()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
+            {
+                frames.push(f);
+            }
+            if n < asked || n == 0 {
+                return Ok(Some((frames, socket)));
+            }
+        }
+    }
+
+    /// Send one whole frame through this side's ring if it has one and
+    /// the frame fits (`None`: it goes by the socket); a sleeping receiver
+    /// is woken through the socket.
+    pub fn try_ring(&mut self, parts: &[&[u8]]) -> Option<io::Result<()>> {
+        let tx = self.tx.as_ref()?;
+        match tx.push(parts) {
+            Push::Done => {}
+            Push::NoRoom => return None,
+            Push::Closed => return Some(Err(io::ErrorKind::BrokenPipe.into())),
+        }
+        if tx.take_sleeping() {
+            // (A full socket holds unread bytes: the receiver wakes anyway.)
+            if let Ok(wake) = crate::frame::encode_head(&crate::msg::VpMsg::Wake, 0) {
+                let mut done = 0;
+                let _ = self.write_parts(&[&wake], None, &mut done);
+            }
+        }
+        Some(Ok(()))
     }
 
     pub fn fd(&self) -> RawFd {
@@ -79,7 +138,14 @@ impl Link {
             let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
             match sendmsg::<()>(self.fd(), &slices, &cmsg, flags, None) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => *done += n,
+                Ok(n) => {
+                    *done += n;
+                    // A receiver that spins on the ring reads the socket
+                    // only when told to.
+                    if let Some(tx) = &self.tx {
+                        tx.mark_socket();
+                    }
+                }
                 Err(nix::errno::Errno::EAGAIN) => return Ok(false),
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err(e.into()),

@@ -166,6 +166,8 @@ fn vp_msgs() -> Vec<VpMsg> {
         VpMsg::Movable,
         VpMsg::PauseNotice { signal: 10 },
         VpMsg::Quiesced,
+        VpMsg::Ring { bytes: 1 << 19 },
+        VpMsg::Wake,
     ]
 }
 

@@ -41,6 +41,28 @@ fn many_senders_keep_their_order_and_wildcards_match() {
 }
 
 #[test]
+fn a_program_waiting_on_its_sockets_itself_is_woken_by_a_direct_links_ring() {
+    // One host of two processors: the two VPs share it, so their messages
+    // take a direct link's ring, which no socket shows by itself.
+    let vm = Vm::start_procs(1, 2, &[]);
+    let (ok, lines) = job(&vm, 2, "testvp", &["select", "500"]);
+    let done = lines
+        .iter()
+        .find(|l| l.contains("select: 500 messages"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(ok && !done.is_empty(), "{lines:?}");
+    // Most came over the direct link (the first through the daemon).
+    let direct: u32 = done
+        .split(", ")
+        .nth(1)
+        .and_then(|w| w.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(direct > 400, "{done}");
+}
+
+#[test]
 fn groups_of_16_vps_over_4_daemons_give_exact_results() {
     let vm = Vm::start(4);
     let (ok, lines) = job(&vm, 16, "groups", &[]);

@@ -541,3 +541,62 @@ fn a_vp_whose_target_dies_mid_move_runs_on_from_what_its_source_kept() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn a_stream_over_a_direct_link_loses_nothing_as_its_consumer_moves_away_and_back() {
+    // Two hosts of two processors: the consumer moves between the
+    // producer's host (where they talk through a direct link's ring) and
+    // the other (through the daemons), 40 times, while the stream runs.
+    let vm = Vm::start_procs(2, 2, &[]);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(
+        2,
+        &bin("stream"),
+        &[
+            OsStr::new("--json"),
+            OsStr::new("--direct"),
+            OsStr::new("--pause-every"),
+            OsStr::new("20"),
+            OsStr::new("--until"),
+            stop.as_os_str(),
+        ],
+    );
+    let logs = || format!("{}\n{}", vm.log(0), vm.log(1));
+    let running = |tid: &str| {
+        wait_until(Duration::from_secs(20), || {
+            vm.where_is(tid).is_some_and(|(_, s)| s == "running")
+        })
+    };
+    assert!(running("t40001") && running("t40002"), "{}", logs());
+    let (producer, _) = vm.where_is("t40001").expect("producer");
+    for k in 0..40 {
+        let (at, _) = vm.where_is("t40002").expect("consumer");
+        let to = if at == "h0" { "h1" } else { "h0" };
+        let out = vm.migrate("t40002", to);
+        assert!(
+            out.status.success(),
+            "move {k}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            logs()
+        );
+        assert!(
+            wait_until(Duration::from_secs(20), || vm.where_is("t40002")
+                == Some((to.to_string(), "running".to_string()))),
+            "move {k}: not up on {to}\n{}",
+            logs()
+        );
+        if to == producer {
+            // Let messages flow over the direct link for a moment.
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+    std::fs::write(&stop, b"").expect("stop file");
+    let lines = job_succeeds(job, "");
+    let last = lines.last().expect("output");
+    let v: serde_json::Value = serde_json::from_str(last).expect("JSON tally");
+    assert_eq!(v["restored"], 40, "{last}");
+    assert_eq!(v["lost"], 0, "{last}");
+    assert_eq!(v["duplicated"], 0, "{last}");
+    assert_eq!(v["out_of_order"], 0, "{last}");
+    assert!(v["direct"].as_u64().is_some_and(|n| n > 0), "{last}");
+}

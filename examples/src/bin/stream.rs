@@ -3,11 +3,13 @@
 //! (its state is a serde value, it waits in `recv_safe`), so it can be moved
 //! between hosts while the stream runs (`mig migrate`).
 //!
-//! Usage: mig spawn -n 2 --wait -- stream [--count N] [--until FILE] [--pause-every K] [--json]
+//! Usage: mig spawn -n 2 --wait -- stream [--count N] [--until FILE] [--pause-every K] [--direct] [--json]
 //! VP 0 produces N messages, or until FILE exists (pausing 1 ms after every
 //! K); VP 1 consumes and
 //! prints, as its last line with --json,
-//! `{"received":N,"lost":0,"duplicated":0,"out_of_order":0,"restored":R}`.
+//! `{"received":N,"lost":0,"duplicated":0,"out_of_order":0,"restored":R,"direct":D}`
+//! (D: messages received while the two had a direct link; `--direct` asks
+//! for one whenever they share a host).
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +28,8 @@ struct Tally {
     duplicated: u64,
     out_of_order: u64,
     restored: u64,
+    #[serde(default)]
+    direct: u64,
 }
 
 fn main() {
@@ -34,6 +38,9 @@ fn main() {
     let json = switch("json");
     let until = mig_examples::flag("until").map(std::path::PathBuf::from);
     let (mut vm, mut t) = init_or_restore_or_exit(PROG, Tally::default);
+    if switch("direct") {
+        vm.set_route(libmig::vm::Route::Direct);
+    }
     let tasks = or_die(PROG, vm.tasks());
     if tasks.len() != 2 {
         eprintln!("{PROG}: run it as a job of 2 VPs (mig spawn -n 2)");
@@ -63,6 +70,9 @@ fn main() {
             break or_die(PROG, m.decode::<u64>());
         }
         let i: u64 = or_die(PROG, m.decode());
+        if vm.direct_peers().contains(&tasks[0]) {
+            t.direct += 1;
+        }
         if i == t.next {
             t.next += 1;
             t.received += 1;
@@ -78,8 +88,8 @@ fn main() {
     t.lost += total.saturating_sub(t.next);
     if json {
         println!(
-            "{{\"received\":{},\"lost\":{},\"duplicated\":{},\"out_of_order\":{},\"restored\":{}}}",
-            t.received, t.lost, t.duplicated, t.out_of_order, t.restored
+            "{{\"received\":{},\"lost\":{},\"duplicated\":{},\"out_of_order\":{},\"restored\":{},\"direct\":{}}}",
+            t.received, t.lost, t.duplicated, t.out_of_order, t.restored, t.direct
         );
     } else {
         println!(

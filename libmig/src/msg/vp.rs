@@ -362,6 +362,16 @@ pub enum VpMsg {
         /// How many bytes.
         bytes: u64,
     },
+    /// VP → VP over a direct link: the ring in shared memory (`ring`, its
+    /// descriptor passed with this frame) that this side's frames take
+    /// from now on, when they fit.
+    Ring {
+        /// Its size in bytes.
+        bytes: u64,
+    },
+    /// VP → VP over a direct link: look in the ring (its receiver was
+    /// about to sleep).
+    Wake,
 }
 
 /// May `signal` be asked for as a pause notice? Not one that kills,
@@ -395,6 +405,8 @@ impl VpMsg {
             VpMsg::Movable => "Movable",
             VpMsg::PauseNotice { .. } => "PauseNotice",
             VpMsg::Quiesced => "Quiesced",
+            VpMsg::Ring { .. } => "Ring",
+            VpMsg::Wake => "Wake",
         }
     }
 }

@@ -176,6 +176,9 @@ pub struct Vm {
     asked_direct: HashSet<Tid>,
     /// Direct links asked for and not yet answered.
     direct_pending: HashSet<Tid>,
+    /// The program asked for the sockets to wait on them itself (`fds`):
+    /// every frame a peer puts in a ring then wakes it through the socket.
+    waits_outside: AtomicBool,
     /// Links a frame is being written to (innermost last), and frames for
     /// them that came up meanwhile (see `write`).
     writing: Vec<LinkId>,
@@ -281,6 +284,7 @@ impl Vm {
             route: Route::Daemon,
             asked_direct: HashSet::new(),
             direct_pending: HashSet::new(),
+            waits_outside: AtomicBool::new(false),
             writing: Vec::new(),
             deferred: Vec::new(),
             mailbox: VecDeque::new(),
@@ -339,6 +343,14 @@ impl Vm {
     /// direct link's (for a program that waits on them itself; what libmig
     /// has already read waits in its mailbox).
     pub fn fds(&self) -> Vec<RawFd> {
+        // Frames that peers put in rings do not make a socket readable:
+        // from now on each wakes this VP through the socket as well.
+        self.waits_outside.store(true, Ordering::Relaxed);
+        for l in self.direct.values() {
+            if let Some(rx) = &l.rx {
+                rx.sleep();
+            }
+        }
         let mut v = vec![self.daemon.fd()];
         v.extend(
             self.direct_peers()

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// While it spins, a VP looks at its sockets (a system call each) one
+/// round in this many; at its rings every round.
+const SOCKET_EVERY: u32 = 32;
+
 impl Vm {
     /// Wait for a message from `from` (any if `None`) with `tag` (any if
     /// `None`).
@@ -150,11 +154,27 @@ impl Vm {
             // (yielding the processor to anyone else who wants it).
             let until = Instant::now() + timeout.map_or(self.spin, |t| t.min(self.spin));
             let before = self.arrivals;
+            let peers: Vec<Tid> = self.direct.keys().copied().collect();
+            let rings: Vec<Tid> = peers
+                .iter()
+                .copied()
+                .filter(|t| self.direct.get(t).is_some_and(|l| l.rx.is_some()))
+                .collect();
+            let mut round = 0u32;
             loop {
-                self.pump(LinkId::Daemon, false)?;
-                let peers: Vec<Tid> = self.direct.keys().copied().collect();
-                for t in peers {
-                    self.pump(LinkId::Direct(t), false)?;
+                // Rings are looked at every time (no system call); the
+                // sockets one round in `SOCKET_EVERY`, and only then does
+                // it yield the processor.
+                let sockets = round.is_multiple_of(SOCKET_EVERY);
+                if sockets {
+                    self.pump(LinkId::Daemon, false)?;
+                    for &t in &peers {
+                        self.pump(LinkId::Direct(t), false)?;
+                    }
+                } else {
+                    for &t in &rings {
+                        self.pump(LinkId::Direct(t), false)?;
+                    }
                 }
                 if self.arrivals != before {
                     return Ok(());
@@ -162,7 +182,12 @@ impl Vm {
                 if Instant::now() >= until {
                     break;
                 }
-                std::thread::yield_now();
+                if sockets {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                round = round.wrapping_add(1);
             }
             if let Some(t) = timeout {
                 if t <= self.spin {
@@ -174,6 +199,26 @@ impl Vm {
             // Nothing else to watch: wait in the read itself (one system
             // call instead of poll + read).
             return self.pump(LinkId::Daemon, true);
+        }
+        // Peers put frames in rings without a word: say this side sleeps
+        // (they then wake it through the socket), unless one already has.
+        let rings: Vec<Tid> = self
+            .direct
+            .iter()
+            .filter(|(_, l)| l.rx.is_some())
+            .map(|(&t, _)| t)
+            .collect();
+        let early = rings.iter().any(|t| {
+            self.direct
+                .get(t)
+                .and_then(|l| l.rx.as_ref())
+                .is_some_and(|rx| rx.sleep())
+        });
+        if early {
+            for t in rings {
+                self.pump(LinkId::Direct(t), false)?;
+            }
+            return Ok(());
         }
         let mut ids = vec![LinkId::Daemon];
         ids.extend(self.direct.keys().map(|&t| LinkId::Direct(t)));
@@ -195,8 +240,16 @@ impl Vm {
             }
         };
         let ready = link::poll(&fds, ms).map_err(|e| MigError::DaemonGone(e.to_string()))?;
+        if !self.waits_outside.load(Ordering::Relaxed) {
+            for l in self.direct.values() {
+                if let Some(rx) = &l.rx {
+                    rx.awake();
+                }
+            }
+        }
         for (id, (r, _)) in ids.into_iter().zip(ready) {
-            if r {
+            let ring = matches!(id, LinkId::Direct(t) if self.direct.get(&t).is_some_and(|l| l.rx.is_some()));
+            if r || ring {
                 self.pump(id, false)?;
             }
         }
@@ -210,6 +263,14 @@ impl Vm {
     /// Read what a socket has and file every frame; with `wait`, the first
     /// read waits for data.
     pub(super) fn pump(&mut self, id: LinkId, mut wait: bool) -> Result<(), MigError> {
+        if let LinkId::Direct(t) = id {
+            match self.ring_pump(t) {
+                // Nothing on the socket: no system call.
+                Ok(Some(false)) if !wait => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return self.link_lost(id, e.to_string()),
+            }
+        }
         loop {
             let link = match id {
                 LinkId::Daemon => &mut self.daemon,
@@ -236,12 +297,65 @@ impl Vm {
                 self.file(id, msg, payload)?;
             }
             if n == 0 {
+                // What the peer put in its ring before it went is still
+                // delivered.
+                if let LinkId::Direct(t) = id {
+                    let _ = self.ring_pump(t);
+                }
                 return self.link_lost(id, "closed".into());
             }
             if !more {
                 return Ok(());
             }
         }
+    }
+
+    /// File what the peer's ring on direct link `t` holds. `Some(true)`
+    /// if the peer wrote to the socket too, `None` without a ring.
+    fn ring_pump(&mut self, t: Tid) -> io::Result<Option<bool>> {
+        let Some(link) = self.direct.get_mut(&t) else {
+            return Ok(None);
+        };
+        let got = link.ring_frames::<VpMsg>()?;
+        if self.waits_outside.load(Ordering::Relaxed) {
+            // The program may wait on the socket itself: every frame put
+            // in the ring must wake it.
+            if let Some(rx) = &link.rx {
+                rx.sleep();
+            }
+        }
+        let Some((frames, socket)) = got else {
+            return Ok(None);
+        };
+        for (msg, payload) in frames {
+            self.file(LinkId::Direct(t), msg, payload)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        Ok(Some(socket))
+    }
+
+    /// Offer direct link `peer` a ring for what this side sends (frames
+    /// that fit go through it from now on). Without one (no memfd here),
+    /// everything goes by the socket as before.
+    pub(super) fn offer_ring(&mut self, peer: Tid) -> Result<(), MigError> {
+        let Ok((ring, fd)) = crate::ring::Ring::create(crate::ring::RING_BYTES) else {
+            return Ok(());
+        };
+        let head = frame::encode_head(
+            &VpMsg::Ring {
+                bytes: crate::ring::RING_BYTES as u64,
+            },
+            0,
+        )?;
+        if self
+            .write(LinkId::Direct(peer), &[&head], Some(&fd))
+            .is_ok()
+        {
+            if let Some(l) = self.direct.get_mut(&peer) {
+                l.tx = Some(ring);
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn link_lost(&mut self, id: LinkId, why: String) -> Result<(), MigError> {
@@ -309,10 +423,30 @@ impl Vm {
                         if let Ok(l) = Link::new(sock) {
                             e.insert(l);
                             self.asked_direct.insert(peer);
+                            self.offer_ring(peer)?;
                         }
                     }
                 }
             }
+            VpMsg::Ring { bytes } => {
+                let LinkId::Direct(peer) = id else {
+                    return Err(MigError::Protocol("a ring offered by the daemon".into()));
+                };
+                let Some(link) = self.direct.get_mut(&peer) else {
+                    return Ok(());
+                };
+                let opened = match link.fds.pop_front() {
+                    Some(fd) if link.rx.is_none() => crate::ring::Ring::open(&fd, bytes),
+                    Some(_) => Err(io::Error::other("a second ring")),
+                    None => Err(io::Error::other("a ring without its descriptor")),
+                };
+                match opened {
+                    Ok(ring) => link.rx = Some(ring),
+                    // A peer that offers nonsense loses its direct link.
+                    Err(e) => return self.link_lost(id, e.to_string()),
+                }
+            }
+            VpMsg::Wake if id != LinkId::Daemon => {}
             VpMsg::Checkpoint { path } if id == LinkId::Daemon => {
                 self.checkpoint_to = Some(path);
             }
@@ -335,6 +469,7 @@ impl Vm {
             | VpMsg::Checkpointed { .. }
             | VpMsg::Movable
             | VpMsg::PauseNotice { .. }
+            | VpMsg::Wake
             | VpMsg::Quiesced => {
                 return Err(MigError::Protocol("a request from the daemon".into()));
             }

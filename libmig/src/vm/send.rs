@@ -273,6 +273,13 @@ impl Vm {
         parts: &[&[u8]],
         fd: Option<&std::os::fd::OwnedFd>,
     ) -> Result<(), MigError> {
+        // A frame without a descriptor that fits in a direct link's ring
+        // goes there, without a system call.
+        if let (LinkId::Direct(t), None) = (via, fd) {
+            if let Some(r) = self.direct.get_mut(&t).and_then(|l| l.try_ring(parts)) {
+                return r.map_err(|e| MigError::DaemonGone(e.to_string()));
+            }
+        }
         let mut done = 0;
         loop {
             let link = match via {

@@ -274,6 +274,11 @@ impl Vm {
         for t in &peers {
             if let Some(l) = self.direct.get(t) {
                 let _ = l.sock.shutdown(std::net::Shutdown::Read);
+                // A frame put in its ring after this fails to go in, and
+                // goes by the daemons instead.
+                if let Some(rx) = &l.rx {
+                    rx.close();
+                }
             }
             self.pump(LinkId::Direct(*t), false)?;
         }

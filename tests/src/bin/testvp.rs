@@ -27,7 +27,11 @@
 //! * `respawn FILE` — spawns a `spin FILE` child once FILE.spawn exists
 //!   (after a checkpoint, in the tests), ends when FILE exists;
 //! * `sequence FILE` — VP 0 streams numbered messages to VP 1 until FILE
-//!   exists; VP 1 checks that none comes from a run its job went back on.
+//!   exists; VP 1 checks that none comes from a run its job went back on;
+//! * `select N` — VP 1 sends N messages to VP 0 over a direct link, now and
+//!   then pausing; VP 0 waits for them on its sockets itself (`fds` and
+//!   poll, as a PVM program's `select` on `pvm_getfds` does) and fails if
+//!   a wait ends without one while some are still to come.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -45,6 +49,49 @@ fn ok<T>(r: Result<T, MigError>) -> T {
 
 fn pattern(i: usize) -> u8 {
     (i.wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+fn select(vm: &mut Vm, n: u32) {
+    vm.set_route(Route::Direct);
+    let tasks = ok(vm.tasks());
+    if vm.tid() != tasks[0] {
+        for i in 0..n {
+            ok(vm.send(tasks[0], 1, &i));
+            if i % 10 == 9 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        return;
+    }
+    let mut got = 0;
+    let mut direct = 0;
+    while got < n {
+        while ok(vm.try_recv(None, Some(1))).is_some() {
+            got += 1;
+            direct += u32::from(vm.direct_peers().contains(&tasks[1]));
+        }
+        if got == n {
+            break;
+        }
+        let mut fds: Vec<libc::pollfd> = vm
+            .fds()
+            .into_iter()
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: a valid array of pollfd structs.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 5000) };
+        if r == 0 {
+            fail(format!(
+                "a wait on the sockets ended with none of the {} messages still to come",
+                n - got
+            ));
+        }
+    }
+    println!("select: {got} messages, {direct} over the direct link");
 }
 
 fn fifo(vm: &mut Vm, n: u32) {
@@ -505,6 +552,7 @@ fn main() {
     let mut vm = ok(Vm::init());
     match mode {
         "fifo" => fifo(&mut vm, num(200)),
+        "select" => select(&mut vm, num(500)),
         "notify" => notify(&mut vm),
         "exit3" => {
             if vm.parent().is_none() {
