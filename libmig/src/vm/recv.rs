@@ -4,9 +4,15 @@
 
 use super::*;
 
-/// While it spins, a VP looks at its sockets (a system call each) one
-/// round in this many; at its rings every round.
-const SOCKET_EVERY: u32 = 32;
+/// While it spins, a VP looks at its rings every round, at the clock one
+/// round in `CLOCK_EVERY`, at its sockets (a system call each) once every
+/// `SOCKET_EVERY`; every
+/// `YIELD_EVERY` it yields the processor (with rings; without, it does
+/// both every round).
+const CLOCK_EVERY: u32 = 16;
+const SOCKET_EVERY: Duration = Duration::from_micros(10);
+const FIRST_SOCKET_LOOK: Duration = Duration::from_micros(2);
+const YIELD_EVERY: Duration = Duration::from_micros(100);
 
 impl Vm {
     /// Wait for a message from `from` (any if `None`) with `tag` (any if
@@ -161,11 +167,22 @@ impl Vm {
                 .filter(|t| self.direct.get(t).is_some_and(|l| l.rx.is_some()))
                 .collect();
             let mut round = 0u32;
+            // (An answer over a ring comes within a couple of
+            // microseconds: the sockets' first look waits that long.)
+            let start = Instant::now();
+            let mut sockets_at = start + FIRST_SOCKET_LOOK;
+            let mut yield_at = start + YIELD_EVERY;
             loop {
-                // Rings are looked at every time (no system call); the
-                // sockets one round in `SOCKET_EVERY`, and only then does
-                // it yield the processor.
-                let sockets = round.is_multiple_of(SOCKET_EVERY);
+                // Rings are looked at every round (no system call); the
+                // clock every `CLOCK_EVERY` rounds, and the sockets (a
+                // system call each), with a yield of the processor, every
+                // `SOCKET_EVERY` of time.
+                let mut now = None;
+                if rings.is_empty() || round.is_multiple_of(CLOCK_EVERY) {
+                    now = Some(Instant::now());
+                }
+                // (Without a ring, only sockets bring anything.)
+                let sockets = rings.is_empty() || now.is_some_and(|n| n >= sockets_at);
                 if sockets {
                     self.pump(LinkId::Daemon, false)?;
                     for &t in &peers {
@@ -179,11 +196,18 @@ impl Vm {
                 if self.arrivals != before {
                     return Ok(());
                 }
-                if Instant::now() >= until {
-                    break;
+                if let Some(n) = now {
+                    if n >= until {
+                        break;
+                    }
                 }
                 if sockets {
-                    std::thread::yield_now();
+                    let n = Instant::now();
+                    sockets_at = n + SOCKET_EVERY;
+                    if rings.is_empty() || n >= yield_at {
+                        std::thread::yield_now();
+                        yield_at = n + YIELD_EVERY;
+                    }
                 } else {
                     std::hint::spin_loop();
                 }
