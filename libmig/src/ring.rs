@@ -26,7 +26,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bytes a ring holds.
 pub const RING_BYTES: usize = 1 << 19;
@@ -54,6 +54,10 @@ pub enum Push {
 pub struct Ring {
     ptr: *mut u8,
     cap: usize,
+    /// The sender's last look at `head`: room is counted from it, and
+    /// `head` (a line the receiver writes) read again only when that is
+    /// not enough.
+    seen_head: std::cell::Cell<u64>,
 }
 
 // SAFETY: the mapping is owned by this value; shared words are only used
@@ -141,6 +145,7 @@ impl Ring {
         Ok(Ring {
             ptr: ptr.cast(),
             cap,
+            seen_head: std::cell::Cell::new(0),
         })
     }
 
@@ -175,10 +180,16 @@ impl Ring {
         if tail & CLOSED != 0 {
             return Push::Closed;
         }
-        let head = self.word64(HEAD).load(Ordering::Acquire);
-        let used = tail.wrapping_sub(head);
-        if used > self.cap as u64 || len > self.cap - used as usize {
-            return Push::NoRoom;
+        let fits = |head: u64| {
+            let used = tail.wrapping_sub(head);
+            used <= self.cap as u64 && len <= self.cap - used as usize
+        };
+        if !fits(self.seen_head.get()) {
+            let head = self.word64(HEAD).load(Ordering::Acquire);
+            self.seen_head.set(head);
+            if !fits(head) {
+                return Push::NoRoom;
+            }
         }
         let mut pos = tail;
         for p in parts {
@@ -188,7 +199,7 @@ impl Ring {
         // Only the receiver changes the tail besides us, and only to close.
         match self
             .word64(TAIL)
-            .compare_exchange(tail, pos, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(tail, pos, Ordering::SeqCst, Ordering::Acquire)
         {
             Ok(_) => Push::Done,
             Err(_) => Push::Closed,
@@ -198,8 +209,10 @@ impl Ring {
     /// Sender, after a push: is the receiver asleep (it is then taken to be
     /// awake: one wake-up per sleep)?
     pub fn take_sleeping(&self) -> bool {
-        fence(Ordering::SeqCst);
-        self.word32(SLEEPING).load(Ordering::Relaxed) != 0
+        // (SeqCst against `sleep`: the publish above and this look, the
+        // receiver's word and its look at the tail, are in one order, so
+        // one of the two sees the other.)
+        self.word32(SLEEPING).load(Ordering::SeqCst) != 0
             && self.word32(SLEEPING).swap(0, Ordering::AcqRel) != 0
     }
 
@@ -217,20 +230,15 @@ impl Ring {
     /// Receiver: about to wait on the socket. Whether anything is there
     /// after all (then it does not wait).
     pub fn sleep(&self) -> bool {
-        self.word32(SLEEPING).store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        self.pending() || self.word32(SOCKET).load(Ordering::Relaxed) != 0
+        self.word32(SLEEPING).store(1, Ordering::SeqCst);
+        let tail = self.word64(TAIL).load(Ordering::SeqCst) & !CLOSED;
+        tail != self.word64(HEAD).load(Ordering::Relaxed)
+            || self.word32(SOCKET).load(Ordering::SeqCst) != 0
     }
 
     /// Receiver: awake again (a sender need not wake it).
     pub fn awake(&self) {
         self.word32(SLEEPING).store(0, Ordering::Relaxed);
-    }
-
-    /// Receiver: are bytes waiting?
-    pub fn pending(&self) -> bool {
-        let tail = self.word64(TAIL).load(Ordering::Acquire) & !CLOSED;
-        tail != self.word64(HEAD).load(Ordering::Relaxed)
     }
 
     /// Receiver: take what is there (at most `room.len()` bytes) into
@@ -319,7 +327,7 @@ mod tests {
             }
         }
         assert_eq!(take(&rx), sent);
-        assert!(!rx.pending());
+        assert!(!rx.sleep(), "all taken");
         assert_eq!(
             tx.push(&[&[0u8; 4097]]),
             Push::NoRoom,

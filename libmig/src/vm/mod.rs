@@ -193,6 +193,8 @@ pub struct Vm {
     returns: HashMap<u64, VpRet>,
     next_call: u64,
     spin: Duration,
+    /// The links a wait spins on (kept: a wait allocates nothing).
+    spin_links: (Vec<Tid>, Vec<Tid>),
     arrivals: u64,
     checkpoint_to: Option<String>,
     /// A job checkpoint in progress: its generation, where to write, and
@@ -297,6 +299,7 @@ impl Vm {
             returns: HashMap::new(),
             next_call: 1,
             spin: spin_from_env(),
+            spin_links: (Vec::new(), Vec::new()),
             arrivals: 0,
             checkpoint_to: None,
             snap: None,

@@ -160,58 +160,19 @@ impl Vm {
             // (yielding the processor to anyone else who wants it).
             let until = Instant::now() + timeout.map_or(self.spin, |t| t.min(self.spin));
             let before = self.arrivals;
-            let peers: Vec<Tid> = self.direct.keys().copied().collect();
-            let rings: Vec<Tid> = peers
-                .iter()
-                .copied()
-                .filter(|t| self.direct.get(t).is_some_and(|l| l.rx.is_some()))
-                .collect();
-            let mut round = 0u32;
-            // (An answer over a ring comes within a couple of
-            // microseconds: the sockets' first look waits that long.)
-            let start = Instant::now();
-            let mut sockets_at = start + FIRST_SOCKET_LOOK;
-            let mut yield_at = start + YIELD_EVERY;
-            loop {
-                // Rings are looked at every round (no system call); the
-                // clock every `CLOCK_EVERY` rounds, and the sockets (a
-                // system call each), with a yield of the processor, every
-                // `SOCKET_EVERY` of time.
-                let mut now = None;
-                if rings.is_empty() || round.is_multiple_of(CLOCK_EVERY) {
-                    now = Some(Instant::now());
+            let (mut peers, mut rings) = std::mem::take(&mut self.spin_links);
+            peers.clear();
+            rings.clear();
+            for (&t, l) in &self.direct {
+                peers.push(t);
+                if l.rx.is_some() {
+                    rings.push(t);
                 }
-                // (Without a ring, only sockets bring anything.)
-                let sockets = rings.is_empty() || now.is_some_and(|n| n >= sockets_at);
-                if sockets {
-                    self.pump(LinkId::Daemon, false)?;
-                    for &t in &peers {
-                        self.pump(LinkId::Direct(t), false)?;
-                    }
-                } else {
-                    for &t in &rings {
-                        self.pump(LinkId::Direct(t), false)?;
-                    }
-                }
-                if self.arrivals != before {
-                    return Ok(());
-                }
-                if let Some(n) = now {
-                    if n >= until {
-                        break;
-                    }
-                }
-                if sockets {
-                    let n = Instant::now();
-                    sockets_at = n + SOCKET_EVERY;
-                    if rings.is_empty() || n >= yield_at {
-                        std::thread::yield_now();
-                        yield_at = n + YIELD_EVERY;
-                    }
-                } else {
-                    std::hint::spin_loop();
-                }
-                round = round.wrapping_add(1);
+            }
+            let spun = self.spin_on(&peers, &rings, until, before);
+            self.spin_links = (peers, rings);
+            if spun? {
+                return Ok(());
             }
             if let Some(t) = timeout {
                 if t <= self.spin {
@@ -219,6 +180,73 @@ impl Vm {
                 }
             }
         }
+        self.wait_blocking(writable, timeout)
+    }
+
+    /// Spin until something arrives (true) or `until` (false), looking at
+    /// the rings of `rings` every round and at the sockets now and then.
+    fn spin_on(
+        &mut self,
+        peers: &[Tid],
+        rings: &[Tid],
+        until: Instant,
+        before: u64,
+    ) -> Result<bool, MigError> {
+        let mut round = 0u32;
+        // (An answer over a ring comes within a couple of
+        // microseconds: the sockets' first look waits that long.)
+        let start = Instant::now();
+        let mut sockets_at = start + FIRST_SOCKET_LOOK;
+        let mut yield_at = start + YIELD_EVERY;
+        loop {
+            // Rings are looked at every round (no system call); the
+            // clock every `CLOCK_EVERY` rounds, and the sockets (a
+            // system call each), with a yield of the processor, every
+            // `SOCKET_EVERY` of time.
+            let mut now = None;
+            if rings.is_empty() || round.is_multiple_of(CLOCK_EVERY) {
+                now = Some(Instant::now());
+            }
+            // (Without a ring, only sockets bring anything.)
+            let sockets = rings.is_empty() || now.is_some_and(|n| n >= sockets_at);
+            if sockets {
+                self.pump(LinkId::Daemon, false)?;
+                for &t in peers {
+                    self.pump(LinkId::Direct(t), false)?;
+                }
+            } else {
+                for &t in rings {
+                    self.pump(LinkId::Direct(t), false)?;
+                }
+            }
+            if self.arrivals != before {
+                return Ok(true);
+            }
+            if let Some(n) = now {
+                if n >= until {
+                    return Ok(false);
+                }
+            }
+            if sockets {
+                let n = Instant::now();
+                sockets_at = n + SOCKET_EVERY;
+                if rings.is_empty() || n >= yield_at {
+                    std::thread::yield_now();
+                    yield_at = n + YIELD_EVERY;
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+            round = round.wrapping_add(1);
+        }
+    }
+
+    /// Wait in the kernel for a socket (or, with `writable`, to write).
+    fn wait_blocking(
+        &mut self,
+        writable: Option<LinkId>,
+        timeout: Option<Duration>,
+    ) -> Result<(), MigError> {
         if self.direct.is_empty() && writable.is_none() && timeout.is_none() {
             // Nothing else to watch: wait in the read itself (one system
             // call instead of poll + read).
