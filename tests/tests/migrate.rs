@@ -303,7 +303,7 @@ fn a_large_state_sent_on_while_it_is_written_arrives_byte_for_byte() {
 }
 
 #[test]
-fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
+fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_starts_again() {
     let mut vm = Vm::start(3);
     let job = vm.start_job(1, &bin("testvp"), &["hold", "192"]);
     let tid = "t40001";
@@ -368,6 +368,18 @@ fn an_image_cut_off_mid_way_leaves_no_partial_file_and_the_vp_is_reported() {
         logs(&vm)
     );
     assert!(!part.exists(), "{}", vm.log(dst));
+    // Nothing of it is left (its source died with the image it kept): it
+    // is lost on its way, and starts again (a job of one VP) on a host
+    // that is alive.
+    let src_name = format!("h{src}");
+    assert!(
+        wait_until(Duration::from_secs(60), || vm
+            .where_is(tid)
+            .is_some_and(|(h, s)| s == "running" && h != src_name)),
+        "{:?}\n{}",
+        vm.where_is(tid),
+        logs(&vm)
+    );
     let _ = vm.mig(&["kill", "j1"]);
     let _ = job.wait_with_output();
 }

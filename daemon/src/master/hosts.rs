@@ -258,6 +258,19 @@ impl Master {
         ];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
+        // VPs recalled to it (the other end of their move had died, or
+        // their image never reached their target) are lost on their way.
+        let recalled = VpState::Moving(host.to_string());
+        let stranded: Vec<(String, u32)> = self
+            .jobs
+            .iter()
+            .flat_map(|(job, j)| {
+                j.vps
+                    .iter()
+                    .filter(|(_, v)| v.host.as_deref() == Some(host) && v.state == recalled)
+                    .map(move |(&vp, _)| (job.clone(), vp))
+            })
+            .collect();
         out.extend(self.recall_moves(host));
         // Its VPs' processes are gone with it: whether or not they could be
         // moved, they may now be started again elsewhere.
@@ -268,6 +281,7 @@ impl Master {
                 j.vps
                     .iter()
                     .filter(|(_, v)| v.host.as_deref() == Some(host) && !v.state.ended())
+                    .filter(|(_, v)| v.state != recalled)
                     .map(move |(&vp, _)| (job.clone(), vp))
             })
             .collect();
@@ -275,6 +289,18 @@ impl Master {
             out.extend(self.event(Event::VpMovable { job, vp }));
         }
         out.extend(self.leave_pool(host));
+        // (Unless the scheduler's moves off the host just did that.)
+        let me = self.name.clone();
+        for (job, vp) in stranded {
+            let still = self
+                .jobs
+                .get(&job)
+                .and_then(|j| j.vps.get(&vp))
+                .is_some_and(|v| v.state == recalled);
+            if still {
+                out.extend(self.lost_on_its_way(&job, vp, &me));
+            }
+        }
         for job in std::mem::take(&mut self.to_restart) {
             out.extend(self.restart_job(&job, None));
         }

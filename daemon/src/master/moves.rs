@@ -372,35 +372,56 @@ impl Master {
         out
     }
 
-    /// `host`, recalled VP `tid` (the other end of its move died), has
-    /// nothing of it: it was lost on its way.
+    /// `host` has nothing of VP `tid`: recalled to it (the other end of
+    /// its move died), the VP was lost on its way; the target of its move
+    /// (its image stopped coming), the VP goes back to its source, which
+    /// starts it again from the image it kept (or says it has nothing).
     pub(super) fn missing(&mut self, host: &str, tid: Tid) -> Vec<Out> {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return Vec::new();
         };
-        let recalled = self
-            .jobs
-            .get(&job)
-            .and_then(|j| j.vps.get(&vp))
-            .is_some_and(|v| {
-                v.state == VpState::Moving(host.to_string()) && v.host.as_deref() == Some(host)
-            });
-        if !recalled {
+        let Some(v) = self.jobs.get(&job).and_then(|j| j.vps.get(&vp)) else {
+            return Vec::new();
+        };
+        if v.state != VpState::Moving(host.to_string()) {
             return Vec::new();
         }
-        // Where the scheduler has it now, if that host is alive; else here.
-        let mapped = self
-            .sched
-            .job_view(&job)
-            .and_then(|j| j.placement.get(&vp).cloned())
-            .and_then(|p| p.rsplit_once('/').map(|(h, _)| h.to_string()))
-            .filter(|h| self.is_alive(h));
-        let to = mapped.unwrap_or_else(|| host.to_string());
-        let mut out = self.start_lost_again(&job, vp, &to, "on its way between two hosts");
+        if let Some(src) = v.host.clone().filter(|h| h != host) {
+            if !self.is_alive(&src) {
+                // When its source is declared dead, the VP is recalled to
+                // this host, which then says again that it has nothing.
+                return Vec::new();
+            }
+            if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
+                v.state = VpState::Moving(src.clone());
+            }
+            return vec![
+                Out::Log(format!(
+                    "VP t{tid:x}'s image did not reach {host}: recalled to {src}"
+                )),
+                Out::ToHost(src, PeerMsg::Recall { tid }),
+            ];
+        }
+        let mut out = self.lost_on_its_way(&job, vp, host);
         for job in std::mem::take(&mut self.to_restart) {
             out.extend(self.restart_job(&job, None));
         }
         out
+    }
+
+    /// VP `vp` of `job` was lost on its way between two hosts: started
+    /// again (see `start_lost_again`) where the scheduler has it now if
+    /// that host is alive, else on `fallback`. Jobs to restart are left in
+    /// `to_restart`.
+    pub(super) fn lost_on_its_way(&mut self, job: &str, vp: u32, fallback: &str) -> Vec<Out> {
+        let mapped = self
+            .sched
+            .job_view(job)
+            .and_then(|j| j.placement.get(&vp).cloned())
+            .and_then(|p| p.rsplit_once('/').map(|(h, _)| h.to_string()))
+            .filter(|h| self.is_alive(h));
+        let to = mapped.unwrap_or_else(|| fallback.to_string());
+        self.start_lost_again(job, vp, &to, "on its way between two hosts")
     }
 
     /// Why VP `vp` of `job`, lost with its host, cannot be started again

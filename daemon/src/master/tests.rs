@@ -749,6 +749,39 @@ fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
 }
 
 #[test]
+fn an_image_that_stops_coming_sends_the_vp_back_to_its_source_and_on_if_that_dies() {
+    let mut c = Cluster::new(3);
+    let (src, tid) = c.running_job(1)[0].clone();
+    let (src, to) = if src == "h0" {
+        migrate(&mut c, tid, "h1");
+        c.m.started("h1", tid, 5);
+        ("h1".to_string(), "h2")
+    } else {
+        let to = if src == "h1" { "h2" } else { "h1" };
+        (src, to)
+    };
+    migrate(&mut c, tid, to);
+    // The target's link to the source broke mid-image: the source, alive,
+    // is asked to run the VP from the image it kept.
+    let out =
+        c.m.from_host(to, PeerMsg::Missing { tid })
+            .unwrap_or_default();
+    assert!(
+        out.contains(&Out::ToHost(src.clone(), PeerMsg::Recall { tid })),
+        "{out:?}"
+    );
+    assert!(starts(&out).is_empty(), "{out:?}");
+    // Before it answers, it dies too: the VP is lost on its way and starts
+    // again (a job of one VP), not on the dead host.
+    let out = c.m.host_gone(&src, "stopped answering heartbeats");
+    let again = starts(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    assert_eq!(again[0].1, tid);
+    assert_ne!(again[0].0, src);
+    assert_eq!(c.state(tid).1, "starting");
+}
+
+#[test]
 fn a_source_lost_mid_move_leaves_its_vp_at_the_target_if_it_arrived() {
     let mut c = Cluster::new(3);
     let (src, tid) = c.running_job(1)[0].clone();

@@ -235,16 +235,15 @@ impl Daemon {
             return;
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
-        // Images that were arriving on it never will: their VPs cannot
-        // start here (the master hears so), and their files go.
+        // Images that were arriving on it never will: their files go, and
+        // the master hears that nothing of those VPs is here (their source
+        // may still have them: it starts them again from what it kept).
         for inc in self.moves.cut_off(t) {
             let got = inc.seen();
             let tid = inc.start().tid;
             inc.discard();
-            self.restore_failed(
-                tid,
-                &format!("its image stopped coming after {got} bytes ({why})"),
-            );
+            warn!("cannot restore VP t{tid:x}: its image stopped coming after {got} bytes ({why})");
+            self.report(PeerMsg::Missing { tid });
         }
         match c.kind {
             Kind::Peer { host: Some(h) } => match self.role.master() {
