@@ -4,7 +4,8 @@
 //! number in `MIG_FD`); everything goes through it: messages (routed by the
 //! daemons to wherever the receiver is), calls the master answers (spawn,
 //! tasks, groups, notify), and direct links to VPs on the same host (the
-//! daemon passes a socket pair's ends to both VPs).
+//! daemon passes a socket pair's ends to both VPs; each side then adds a
+//! ring in shared memory for what it sends, see `ring`).
 //!
 //! Order: every message carries a sequence number per sender→receiver pair,
 //! and the receiver delivers each sender's messages in that order, whatever
