@@ -5,8 +5,9 @@
 //! move or to be parked, `tTID.ckpt`; for a job checkpoint, `tTID.snap`;
 //! parked on disk, `tTID.parked`; sent to another host and kept until it
 //! runs there, `tTID.sent`; arriving from another host,
-//! `tTID.restore.part` then `tTID.restore`). What does not: reading or
-//! writing them (the server, `store`, libmig's checkpoint writer).
+//! `tTID.restore.part` then `tTID.restore`), and sweeping those a daemon
+//! that ran here before left. What does not: reading or writing them (the
+//! server, `store`, libmig's checkpoint writer).
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -134,6 +135,46 @@ impl StateDir {
     }
 }
 
+/// Is `name` one of a VP's files (above), left by a daemon that ran in
+/// this directory before? (Its VPs were started elsewhere once it was
+/// gone: nothing in them is wanted now.)
+pub fn is_vp_file(name: &str) -> bool {
+    let Some((hex, kind)) = name.strip_prefix('t').and_then(|r| r.split_once('.')) else {
+        return false;
+    };
+    let digits = |s: &str, hex: bool| {
+        !s.is_empty()
+            && s.chars().all(|c| {
+                if hex {
+                    c.is_ascii_hexdigit()
+                } else {
+                    c.is_ascii_digit()
+                }
+            })
+    };
+    digits(hex, true)
+        && (matches!(
+            kind,
+            "ckpt" | "snap" | "parked" | "sent" | "restore" | "restore.part"
+        ) || kind.strip_prefix("tmp.").is_some_and(|p| digits(p, false)))
+}
+
+impl StateDir {
+    /// Remove the VP files (`is_vp_file`) a daemon that ran here before
+    /// left; how many.
+    pub fn sweep_vp_files(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter(|e| e.file_name().to_str().is_some_and(is_vp_file))
+            .filter(|e| std::fs::remove_file(e.path()).is_ok())
+            .count()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +233,48 @@ mod tests {
         let tmp = libmig::checkpoint::temp_path(&d.move_image(tid), 77);
         assert!(d.is_move_image_being_written(tid, &tmp));
         assert!(!d.is_move_image_being_written(0x40002, &tmp));
+        // Every one of them is a VP's file; nothing else in the directory.
+        for p in names.iter().chain([&tmp]) {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap();
+            assert!(is_vp_file(name), "{name}");
+        }
+        for other in [
+            "control.sock",
+            "addr",
+            "migd.log",
+            "cluster.key",
+            "ckpt",
+            "replicas",
+            "t.ckpt",
+            "tzz.ckpt",
+            "t40001.tmp.",
+            "t40001.ckpt.old",
+        ] {
+            assert!(!is_vp_file(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_restarted_daemon_sweeps_only_the_vp_files_left_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = StateDir::new(tmp.path().to_path_buf());
+        for f in [
+            "t40001.sent",
+            "t40002.parked",
+            "t40003.tmp.99",
+            "migd.log",
+            "addr",
+        ] {
+            std::fs::write(tmp.path().join(f), b"x").unwrap();
+        }
+        std::fs::create_dir(d.checkpoints()).unwrap();
+        assert_eq!(d.sweep_vp_files(), 3);
+        let mut left: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["addr", "ckpt", "migd.log"]);
     }
 }

@@ -245,6 +245,15 @@ impl Daemon {
             .map_err(io_err("reading the bound address"))?;
         let socket_path = StateDir::new(cfg.state_dir.clone()).control_socket();
         let _ = std::fs::remove_file(&socket_path);
+        // A daemon that ran here before left its VPs' images behind (a
+        // crash, a kill): those VPs were started elsewhere since.
+        let swept = StateDir::new(cfg.state_dir.clone()).sweep_vp_files();
+        if swept > 0 {
+            log!(
+                "removed {} a daemon that ran here before left",
+                libmig::words::count(swept as u64, "VP file", "VP files")
+            );
+        }
         let mut unix = UnixListener::bind(&socket_path)
             .map_err(io_err(format!("binding {}", socket_path.display())))?;
         // Private; or, shared, open to every local user (the directory then
