@@ -4,11 +4,11 @@
 
 use super::*;
 
-/// While it spins, a VP looks at its rings every round, at the clock one
-/// round in `CLOCK_EVERY`, at its sockets (a system call each) once every
-/// `SOCKET_EVERY`; every
-/// `YIELD_EVERY` it yields the processor (with rings; without, it does
-/// both every round).
+/// While it spins with rings, a VP looks at them every round, at the clock
+/// one round in `CLOCK_EVERY`, at its sockets (a system call each) first
+/// after `FIRST_SOCKET_LOOK` then every `SOCKET_EVERY`, and yields the
+/// processor every `YIELD_EVERY`. Without rings it looks at its sockets
+/// and yields every round.
 const CLOCK_EVERY: u32 = 16;
 const SOCKET_EVERY: Duration = Duration::from_micros(10);
 const FIRST_SOCKET_LOOK: Duration = Duration::from_micros(2);
@@ -199,10 +199,7 @@ impl Vm {
         let mut sockets_at = start + FIRST_SOCKET_LOOK;
         let mut yield_at = start + YIELD_EVERY;
         loop {
-            // Rings are looked at every round (no system call); the
-            // clock every `CLOCK_EVERY` rounds, and the sockets (a
-            // system call each), with a yield of the processor, every
-            // `SOCKET_EVERY` of time.
+            // (See `CLOCK_EVERY` for how often each is looked at.)
             let mut now = None;
             if rings.is_empty() || round.is_multiple_of(CLOCK_EVERY) {
                 now = Some(Instant::now());
