@@ -782,6 +782,27 @@ fn an_image_that_stops_coming_sends_the_vp_back_to_its_source_and_on_if_that_die
 }
 
 #[test]
+fn a_host_saying_again_that_its_vps_run_changes_nothing_but_a_move_whose_report_was_lost() {
+    // (What a worker does when it attaches to a new master.)
+    let mut c = Cluster::new(3);
+    let (at, tid) = c.running_job(1)[0].clone();
+    let out = c.m.started(&at, tid, 7);
+    assert_eq!(c.state(tid), (Some(at.clone()), "running".into()));
+    assert!(
+        !out.iter().any(|o| matches!(o, Out::ToHost(..))),
+        "nothing is asked of anyone: {out:?}"
+    );
+    // A move whose `Started` the old master never passed on.
+    let to = ["h1", "h2", "h0"]
+        .into_iter()
+        .find(|h| *h != at)
+        .expect("another host");
+    migrate(&mut c, tid, to);
+    c.m.started(to, tid, 9);
+    assert_eq!(c.state(tid), (Some(to.to_string()), "running".into()));
+}
+
+#[test]
 fn a_source_lost_mid_move_leaves_its_vp_at_the_target_if_it_arrived() {
     let mut c = Cluster::new(3);
     let (src, tid) = c.running_job(1)[0].clone();

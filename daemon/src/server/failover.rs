@@ -403,6 +403,20 @@ impl Daemon {
         for msg in std::mem::take(&mut self.failover.unsent) {
             self.send_peer(t, &msg);
         }
+        // A report the old master took in but never passed on (it died
+        // first, or the link broke under it) is lost: every VP that runs
+        // here, and is not in a move, says again that it does (a VP that
+        // had just arrived would otherwise stay "moving" for ever).
+        let running: Vec<(Tid, u32)> = self
+            .vps
+            .by_tid
+            .iter()
+            .filter(|(&tid, v)| v.exit.is_none() && self.moves.get(tid).is_none())
+            .map(|(&tid, v)| (tid, v.pid as u32))
+            .collect();
+        for (tid, pid) in running {
+            self.send_peer(t, &PeerMsg::Started { tid, pid });
+        }
         Ok(())
     }
 
