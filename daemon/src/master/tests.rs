@@ -800,6 +800,17 @@ fn a_host_saying_again_that_its_vps_run_changes_nothing_but_a_move_whose_report_
     migrate(&mut c, tid, to);
     c.m.started(to, tid, 9);
     assert_eq!(c.state(tid), (Some(to.to_string()), "running".into()));
+    // Its exit, said twice (once to the old master, once again on
+    // attaching), ends it once: the second changes nothing.
+    let status = ExitInfo {
+        code: Some(0),
+        signal: None,
+        error: None,
+        cpu_ms: None,
+    };
+    let first = c.m.exited(to, tid, status.clone());
+    assert!(!first.is_empty());
+    assert!(c.m.exited(to, tid, status).is_empty());
 }
 
 #[test]

@@ -397,7 +397,10 @@ impl Daemon {
         self.failover.master_addr = Some(addr);
         match first {
             Some(PeerMsg::Registered { .. }) => {}
-            Some(PeerMsg::Fenced { why }) => self.fenced(&why),
+            Some(PeerMsg::Fenced { why }) => {
+                self.fenced(&why);
+                self.recent_exits.clear();
+            }
             other => return Err(format!("unexpected answer {other:?}")),
         }
         for msg in std::mem::take(&mut self.failover.unsent) {
@@ -406,7 +409,8 @@ impl Daemon {
         // A report the old master took in but never passed on (it died
         // first, or the link broke under it) is lost: every VP that runs
         // here, and is not in a move, says again that it does (a VP that
-        // had just arrived would otherwise stay "moving" for ever).
+        // had just arrived would otherwise stay "moving" for ever), and
+        // every VP that ended here lately that it ended.
         let running: Vec<(Tid, u32)> = self
             .vps
             .by_tid
@@ -416,6 +420,17 @@ impl Daemon {
             .collect();
         for (tid, pid) in running {
             self.send_peer(t, &PeerMsg::Started { tid, pid });
+        }
+        // So does an exit: one the master has heard of already changes
+        // nothing (and one of a VP that runs here again is not said).
+        let exits: Vec<(Tid, ExitInfo)> = self
+            .recent_exits
+            .iter()
+            .filter(|(tid, _)| !self.vps.by_tid.contains_key(tid))
+            .cloned()
+            .collect();
+        for (tid, status) in exits {
+            self.send_peer(t, &PeerMsg::Exited { tid, status });
         }
         Ok(())
     }

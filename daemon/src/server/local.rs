@@ -278,6 +278,11 @@ impl Daemon {
                                 reason: format!("it ended before its checkpoint ({status})"),
                             });
                         }
+                        self.recent_exits.retain(|(t, _)| *t != tid);
+                        if self.recent_exits.len() >= RECENT_EXITS {
+                            self.recent_exits.pop_front();
+                        }
+                        self.recent_exits.push_back((tid, status.clone()));
                         self.report(PeerMsg::Exited { tid, status });
                     }
                     (_, None) => {}
@@ -286,6 +291,10 @@ impl Daemon {
         }
     }
 }
+
+/// How many of its VPs' latest exits a host says again to a master it
+/// attaches to.
+pub(super) const RECENT_EXITS: usize = 256;
 
 /// The pause notice a VP's environment asks for (`MIG_PAUSE_SIGNAL`, set
 /// by `mig spawn --pause-signal`), if a valid one.

@@ -194,6 +194,9 @@ pub struct Daemon {
     /// By pid: processes of VPs that moved away and have come back here
     /// before the old process was gone.
     leaving: HashMap<i32, LocalVp>,
+    /// VPs' exits reported lately (the last `RECENT_EXITS`): said again to
+    /// a master this host attaches to, which may not have heard them.
+    recent_exits: std::collections::VecDeque<(Tid, ExitInfo)>,
     /// The cgroups holding each VP's process tree (none: process groups).
     contain: Option<Containment>,
     /// A worker's lease on its VPs.
@@ -367,6 +370,7 @@ impl Daemon {
             armed: None,
             armed_as: None,
             leaving: HashMap::new(),
+            recent_exits: std::collections::VecDeque::new(),
             store: Store::new(StateDir::new(cfg.state_dir.clone()).checkpoints()),
             replicas: Store::new(StateDir::new(cfg.state_dir.clone()).replicas()),
             cfg,
