@@ -99,7 +99,8 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn new(fd: &OwnedFd, size: usize) -> io::Result<Mapping> {
+    /// Map all `size` bytes of `fd`, shared, read-write.
+    pub(crate) fn new(fd: &OwnedFd, size: usize) -> io::Result<Mapping> {
         // SAFETY: a shared mapping of a file whose size is sealed at
         // `size` or more (checked or made by the caller); checked below.
         let ptr = unsafe {
@@ -119,6 +120,11 @@ impl Mapping {
             ptr: ptr.cast(),
             size,
         })
+    }
+
+    /// The mapping's first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
     }
 
     fn flag(&self) -> &AtomicU32 {

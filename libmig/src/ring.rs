@@ -53,6 +53,8 @@ pub enum Push {
 /// One direction's ring, mapped.
 pub struct Ring {
     ptr: *mut u8,
+    /// Owns the mapping `ptr` points into (unmapped when dropped).
+    _map: crate::pool::Mapping,
     cap: usize,
     /// The sender's last look at `head`: room is counted from it, and
     /// `head` (a line the receiver writes) read again only when that is
@@ -60,8 +62,9 @@ pub struct Ring {
     seen_head: std::cell::Cell<u64>,
 }
 
-// SAFETY: the mapping is owned by this value; shared words are only used
-// atomically, the bytes only copied in or out through raw pointers.
+// SAFETY: the mapping is owned by this value (`_map`); shared words are
+// only used atomically, the bytes only copied in or out through raw
+// pointers.
 unsafe impl Send for Ring {}
 
 impl std::fmt::Debug for Ring {
@@ -128,22 +131,11 @@ impl Ring {
     }
 
     fn map(fd: &OwnedFd, cap: usize) -> io::Result<Ring> {
-        // SAFETY: a shared mapping of a file sealed at this size.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                HEADER + cap,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        // (A file sealed at this size: the mapping covers all of it.)
+        let map = crate::pool::Mapping::new(fd, HEADER + cap)?;
         Ok(Ring {
-            ptr: ptr.cast(),
+            ptr: map.ptr(),
+            _map: map,
             cap,
             seen_head: std::cell::Cell::new(0),
         })
@@ -272,13 +264,6 @@ impl Ring {
     /// there to take; none after it are.
     pub fn close(&self) {
         self.word64(TAIL).fetch_or(CLOSED, Ordering::AcqRel);
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping this value owns.
-        unsafe { libc::munmap(self.ptr.cast(), HEADER + self.cap) };
     }
 }
 

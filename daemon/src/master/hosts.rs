@@ -258,33 +258,25 @@ impl Master {
         ];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
-        // VPs recalled to it (the other end of their move had died, or
-        // their image never reached their target) are lost on their way.
-        let recalled = VpState::Moving(host.to_string());
-        let stranded: Vec<(String, u32)> = self
-            .jobs
-            .iter()
-            .flat_map(|(job, j)| {
-                j.vps
-                    .iter()
-                    .filter(|(_, v)| v.host.as_deref() == Some(host) && v.state == recalled)
-                    .map(move |(&vp, _)| (job.clone(), vp))
-            })
-            .collect();
         out.extend(self.recall_moves(host));
         // Its VPs' processes are gone with it: whether or not they could be
-        // moved, they may now be started again elsewhere.
-        let lost: Vec<(String, u32)> = self
+        // moved, they may now be started again elsewhere. Those recalled to
+        // it (the other end of their move had died, or their image never
+        // reached their target) are lost on their way.
+        let recalled = VpState::Moving(host.to_string());
+        let recalled_ref = &recalled;
+        let (stranded, lost): (Vec<_>, Vec<_>) = self
             .jobs
             .iter()
             .flat_map(|(job, j)| {
                 j.vps
                     .iter()
                     .filter(|(_, v)| v.host.as_deref() == Some(host) && !v.state.ended())
-                    .filter(|(_, v)| v.state != recalled)
-                    .map(move |(&vp, _)| (job.clone(), vp))
+                    .map(move |(&vp, v)| ((job.clone(), vp), v.state == *recalled_ref))
             })
-            .collect();
+            .partition(|(_, r)| *r);
+        let stranded: Vec<(String, u32)> = stranded.into_iter().map(|(k, _)| k).collect();
+        let lost = lost.into_iter().map(|(k, _)| k);
         for (job, vp) in lost {
             out.extend(self.event(Event::VpMovable { job, vp }));
         }

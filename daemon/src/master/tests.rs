@@ -713,18 +713,25 @@ fn a_host_lost_with_a_job_that_has_a_checkpoint_restarts_the_job_from_it() {
     assert!(placements.iter().all(|(_, h, _)| *h != lost));
 }
 
-#[test]
-fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
-    let mut c = Cluster::new(3);
+/// A one-VP job's VP on its way between two workers (the master's own
+/// host is never lost): its Tid, source and target.
+fn moving_between_workers(c: &mut Cluster) -> (Tid, String, String) {
     let (mut src, tid) = c.running_job(1)[0].clone();
     if src == "h0" {
-        // The master's own host is never lost: start from a worker.
-        migrate(&mut c, tid, "h1");
+        migrate(c, tid, "h1");
         c.m.started("h1", tid, 5);
         src = "h1".into();
     }
     let to = if src == "h1" { "h2" } else { "h1" };
-    migrate(&mut c, tid, to);
+    migrate(c, tid, to);
+    (tid, src, to.to_string())
+}
+
+#[test]
+fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
+    let mut c = Cluster::new(3);
+    let (tid, src, to) = moving_between_workers(&mut c);
+    let to = to.as_str();
     // Its target is asked for what arrived of it; nothing did.
     let out = c.m.host_gone(&src, "stopped answering heartbeats");
     assert!(
@@ -751,16 +758,8 @@ fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
 #[test]
 fn an_image_that_stops_coming_sends_the_vp_back_to_its_source_and_on_if_that_dies() {
     let mut c = Cluster::new(3);
-    let (src, tid) = c.running_job(1)[0].clone();
-    let (src, to) = if src == "h0" {
-        migrate(&mut c, tid, "h1");
-        c.m.started("h1", tid, 5);
-        ("h1".to_string(), "h2")
-    } else {
-        let to = if src == "h1" { "h2" } else { "h1" };
-        (src, to)
-    };
-    migrate(&mut c, tid, to);
+    let (tid, src, to) = moving_between_workers(&mut c);
+    let to = to.as_str();
     // The target's link to the source broke mid-image: the source, alive,
     // is asked to run the VP from the image it kept.
     let out =
@@ -816,18 +815,8 @@ fn a_host_saying_again_that_its_vps_run_changes_nothing_but_a_move_whose_report_
 #[test]
 fn a_source_lost_mid_move_leaves_its_vp_at_the_target_if_it_arrived() {
     let mut c = Cluster::new(3);
-    let (src, tid) = c.running_job(1)[0].clone();
-    let (src, to) = if src == "h0" {
-        migrate(&mut c, tid, "h1");
-        c.m.started("h1", tid, 5);
-        ("h1", "h2")
-    } else {
-        (
-            if src == "h1" { "h1" } else { "h2" },
-            if src == "h1" { "h2" } else { "h1" },
-        )
-    };
-    migrate(&mut c, tid, to);
+    let (tid, src, to) = moving_between_workers(&mut c);
+    let (src, to) = (src.as_str(), to.as_str());
     let out = c.m.host_gone(src, "stopped answering heartbeats");
     assert!(starts(&out).is_empty(), "{out:?}");
     // It had arrived whole: the target says it runs there.
