@@ -440,3 +440,83 @@ fn the_scheduler_never_moves_a_started_vp_of_a_chosen_job_by_choice() {
         );
     }
 }
+
+#[test]
+fn a_job_that_loses_a_processor_moves_only_the_vps_it_had_there() {
+    for repair in [true, false] {
+        let mut s = mig(
+            6,
+            SchedConfig {
+                repair_in_place: repair,
+                ..Placement::Mig.config()
+            },
+        );
+        s.on_event(submit("a", 4)).unwrap();
+        let before = s.job_view("a").unwrap();
+        let gone = before.placement[&1].clone();
+        let acts = s
+            .on_event(Event::ProcessorExit { id: gone.clone() })
+            .unwrap();
+        s.check_invariants().unwrap();
+        let after = s.job_view("a").unwrap();
+        // The VP that was there moved; every other stayed where it was.
+        assert_eq!(migrations(&acts), 1, "repair {repair}: {acts:?}");
+        assert!(
+            acts.iter()
+                .any(|a| matches!(a, Action::Migrate { vp: 1, from, .. } if **from == *gone)),
+            "{acts:?}"
+        );
+        for (vp, p) in &before.placement {
+            if *vp != 1 {
+                assert_eq!(after.placement[vp], *p, "repair {repair}");
+            }
+        }
+        assert_ne!(after.placement[&1], gone);
+        // As fast as before: one VP a processor.
+        assert_eq!(after.t_min, before.t_min);
+        assert!(after.waiting.is_empty());
+    }
+}
+
+#[test]
+fn a_job_left_without_room_for_its_vps_by_its_best_turnaround_is_planned_again() {
+    // Four VPs on four processors, none free: the VP of the one that
+    // leaves doubles up, and the job runs at half its pace.
+    let mut s = mig(4, Placement::Mig.config());
+    s.on_event(submit("a", 4)).unwrap();
+    assert_eq!(s.job_view("a").unwrap().t_min, 1.0);
+    let acts = s
+        .on_event(Event::ProcessorExit { id: "p3/0".into() })
+        .unwrap();
+    s.check_invariants().unwrap();
+    let v = s.job_view("a").unwrap();
+    assert_eq!(v.placement.len(), 4, "{acts:?}");
+    assert_eq!(v.t_min, 2.0);
+    assert!(v.placement.values().all(|p| p != "p3/0"));
+    // Its last processor of an architecture gone, a VP is held, not lost.
+    let mut s = mig(2, Placement::Mig.config());
+    s.on_event(Event::NewProcessor {
+        id: "arm/0".into(),
+        host: "arm".into(),
+        arch: "aarch64".into(),
+        capacity: 1.0,
+        memory_mb: None,
+    })
+    .unwrap();
+    s.on_event(Event::Submit {
+        job: "m".into(),
+        vps: BTreeMap::from([("x86_64".to_string(), 2), ("aarch64".to_string(), 1)]),
+        memory_mb: None,
+        only: None,
+    })
+    .unwrap();
+    let acts = s
+        .on_event(Event::ProcessorExit { id: "arm/0".into() })
+        .unwrap();
+    s.check_invariants().unwrap();
+    assert!(
+        acts.iter().any(|a| matches!(a, Action::Hold { .. })),
+        "{acts:?}"
+    );
+    assert_eq!(s.job_view("m").unwrap().waiting.len(), 1);
+}

@@ -58,6 +58,7 @@ impl Placement {
                 repack: true,
                 backfill: true,
                 compact: true,
+                repair_in_place: true,
                 ..paper
             },
             Placement::Mtat => SchedConfig {

@@ -728,3 +728,72 @@ proptest! {
         }
     }
 }
+
+/// A copy of `s` (its replicated state) under `cfg`.
+fn copy_with(s: &Scheduler, cfg: SchedConfig) -> Scheduler {
+    let bytes = serde_json::to_vec(s).expect("a scheduler serializes");
+    serde_json::from_slice::<Scheduler>(&bytes)
+        .expect("and reads back")
+        .with_config(cfg)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Repair in place gives a job that lost a processor the turnaround
+    /// planning it again gives (MTAT and Compression within its columns,
+    /// moving only what must move: no migration budget), holds no more of
+    /// its VPs and moves no more: the same map, each processor exit that
+    /// touches one job applied to two copies of it. (With several jobs
+    /// touched, the order they take free processors in may favour another.)
+    #[test]
+    fn repair_in_place_reaches_what_planning_again_reaches(seed in any::<u64>(), memory in any::<bool>()) {
+        let mut g = Generator::new(seed, Shape {
+            processors: 10,
+            per_host: 2,
+            arches: vec!["x86_64".into(), "aarch64".into()],
+            max_job: 6,
+            target_jobs: 6,
+            memory,
+            ..Shape::default()
+        });
+        let cfg = |repair| SchedConfig {
+            repair_in_place: repair,
+            max_migrations_per_event: 0,
+            ..Placement::Mtat.config()
+        };
+        let mut s = Scheduler::new(cfg(true));
+        for e in g.pool() {
+            s.on_event(e).unwrap();
+        }
+        let mut compared = 0;
+        for _ in 0..300 {
+            let e = g.event();
+            let touched: Vec<String> = match &e {
+                Event::ProcessorExit { id } => s
+                    .job_ids()
+                    .into_iter()
+                    .filter(|j| s.job_view(j).is_some_and(|v| v.placement.values().any(|p| p == id)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if let [job] = touched.as_slice() {
+                compared += 1;
+                let mut planned = copy_with(&s, cfg(false));
+                let by_repair = s.on_event(e.clone()).unwrap();
+                let by_planning = planned.on_event(e.clone()).unwrap();
+                let moves = |acts: &[Action]| acts.iter().filter(|a| matches!(a, Action::Migrate { .. })).count();
+                prop_assert!(moves(&by_repair) <= moves(&by_planning), "{e:?}: {by_repair:?} / {by_planning:?}");
+                let (a, b) = (s.job_view(job).unwrap(), planned.job_view(job).unwrap());
+                prop_assert!(a.waiting.len() <= b.waiting.len(), "{} after {:?}", job, e);
+                prop_assert!((a.t_min - b.t_min).abs() <= 1e-9 * b.t_min.max(1.0), "{} after {:?}: {} / {}", job, e, a.t_min, b.t_min);
+            } else {
+                s.on_event(e).unwrap();
+            }
+            if let Err(why) = s.check_invariants() {
+                panic!("{why}");
+            }
+        }
+        prop_assert!(compared > 0);
+    }
+}

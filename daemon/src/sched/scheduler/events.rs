@@ -78,7 +78,9 @@ impl Scheduler {
             }
         }
         for &k in &affected {
-            self.reposition(k, ctx);
+            if !(self.cfg.repair_in_place && self.repair_in_place(k, ctx)) {
+                self.reposition(k, ctx);
+            }
         }
         self.drop_empty_columns(ctx);
         if !self.cfg.backfill {

@@ -21,6 +21,7 @@ mod columns;
 mod events;
 mod placing;
 mod planning;
+mod repair;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -63,6 +64,13 @@ pub struct SchedConfig {
     /// With backfilling: how many younger jobs may start ahead of a waiting
     /// job before a slot is held for it.
     pub patience: u32,
+    /// A job that lost a processor, and whose other VPs already finish by
+    /// the best turnaround MTAT finds on what is left, puts the VPs it had
+    /// there where they finish by it too, moving no other VP
+    /// (`Scheduler::repair_in_place`); MTAT and Compression plan it again
+    /// only where that is not so. Off (the paper's way): every job that
+    /// lost a processor is planned again (section 4.4.3).
+    pub repair_in_place: bool,
     /// VPs start pinned: never migrated until `VpMovable` says they can be
     /// (the daemons: a program that never says so cannot be moved). Off for
     /// the simulator and replays, where every VP can be moved.
@@ -80,6 +88,7 @@ impl Default for SchedConfig {
             compact: false,
             compact_moves: 64,
             patience: 1000,
+            repair_in_place: false,
             pin_new_vps: false,
         }
     }
@@ -96,6 +105,7 @@ impl std::fmt::Debug for SchedConfig {
             .field("compact", &self.compact)
             .field("compact_moves", &self.compact_moves)
             .field("patience", &self.patience)
+            .field("repair_in_place", &self.repair_in_place)
             .field("pin_new_vps", &self.pin_new_vps)
             .finish()
     }

@@ -147,7 +147,12 @@ impl Scheduler {
 
     /// Each assigned VP to its row: started there, resumed where it is
     /// (held on that processor), or migrated from where its process is.
-    fn place_assigned(&mut self, k: JobKey, assignments: Vec<(u32, Row)>, ctx: &mut Ctx) {
+    pub(super) fn place_assigned(
+        &mut self,
+        k: JobKey,
+        assignments: Vec<(u32, Row)>,
+        ctx: &mut Ctx,
+    ) {
         let job_id = self.job(k).id.clone();
         for (i, r) in assignments {
             let Some(p) = self.map.processor(r) else {
@@ -512,12 +517,11 @@ impl Scheduler {
                 }
             }
             self.retry.remove(&k);
-            let mut set = self.free_candidates(k);
-            if set.is_empty() || !self.could_beat(k, &set, t_cur) {
+            let free = self.free_candidates(k);
+            if free.is_empty() || !self.could_beat(k, &free, t_cur) {
                 continue;
             }
-            set.union_with(&self.job(k).row_set);
-            let cand: Vec<Row> = set.to_vec();
+            let cand = self.useful_of(k, &free);
             let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
                 continue;
             };

@@ -52,15 +52,19 @@ impl Scheduler {
     /// placement uses a row beyond those: the plan is the same, found on
     /// tens of rows instead of thousands.
     pub(super) fn useful_candidates(&self, k: JobKey) -> Vec<Row> {
-        let free = self.free_candidates(k);
+        self.useful_of(k, &self.free_candidates(k))
+    }
+
+    /// `useful_candidates` from the job's free candidates `free`.
+    pub(super) fn useful_of(&self, k: JobKey, free: &BitSet) -> Vec<Row> {
         let j = self.job(k);
         // Few free rows: all of them (narrowing would cost more than MTAT).
         if free.len() <= 4 * j.vps.len().max(16) {
             let mut set = j.row_set.clone();
-            set.union_with(&free);
+            set.union_with(free);
             return set.to_vec();
         }
-        self.narrowed(k, &free)
+        self.narrowed(k, free)
     }
 
     /// The job's own rows and, per capacity class, the first of `free` MTAT
