@@ -55,6 +55,8 @@ pub struct Cell {
     acct: Option<PathBuf>,
     /// `cgroup.procs` of each, open for the child to write itself into.
     join: Vec<OwnedFd>,
+    /// The (v2) directory, open for a child to be started in it.
+    into: Option<OwnedFd>,
 }
 
 /// Where a cgroup hierarchy is mounted, from /proc/self/mountinfo: the
@@ -377,11 +379,16 @@ impl Containment {
                 .open(d.join("cgroup.procs"))?;
             join.push(OwnedFd::from(f));
         }
+        let into = match self.flavour {
+            Flavour::V2 => fs::File::open(&dir).ok().map(OwnedFd::from),
+            Flavour::V1 => None,
+        };
         Ok(Cell {
             flavour: self.flavour,
             dir,
             acct,
             join,
+            into,
         })
     }
 
@@ -430,9 +437,16 @@ impl Cell {
         self.join.iter().map(|f| f.as_raw_fd()).collect()
     }
 
+    /// Its directory, open for a child to be started in it
+    /// (`clone_into`; cgroup v2 only).
+    pub fn into_fd(&self) -> Option<RawFd> {
+        self.into.as_ref().map(|f| f.as_raw_fd())
+    }
+
     /// The child has started: the daemon's copies of those descriptors go.
     pub fn joined(&mut self) {
         self.join.clear();
+        self.into = None;
     }
 
     /// Its processes.

@@ -182,17 +182,27 @@ const VP_FD: i32 = 3;
 /// prctl, dup2, chdir, execve, _exit), and the daemon waits only until it
 /// has called `execve`, not for the program to start, so many VPs start in
 /// parallel.
-/// `join` are descriptors of `cgroup.procs` files the child writes itself
-/// into first (its cell: see `contain`).
+/// `cell` says how it gets into its cell (see `contain`), if it has one.
 pub fn spawn(
     s: &StartVp,
     host: &str,
     socket: &str,
     how: &Treatment,
-    join: &[std::os::fd::RawFd],
+    cell: Join,
 ) -> io::Result<Started> {
     let exec = Exec::prepare(s, host, socket, how.huge_pages)?;
-    fork_exec(&exec, how, join, s.stdin)
+    fork_exec(&exec, how, cell, s.stdin)
+}
+
+/// How a VP's process gets into its cell.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Join<'a> {
+    /// The cell's directory: the process is born there (`clone_into`),
+    /// where the kernel can.
+    pub into: Option<std::os::fd::RawFd>,
+    /// Else (or where it cannot) `cgroup.procs` files the child writes
+    /// itself into first.
+    pub fds: &'a [std::os::fd::RawFd],
 }
 
 /// Everything a VP's `execve` needs, made before `fork` (the child may not
@@ -254,12 +264,7 @@ impl Exec {
 
 /// Clone (sharing memory until the exec, as vfork does) and in the child
 /// (`vp_child`) set the VP up and exec it.
-fn fork_exec(
-    exec: &Exec,
-    how: &Treatment,
-    join: &[std::os::fd::RawFd],
-    piped_stdin: bool,
-) -> io::Result<Started> {
+fn fork_exec(exec: &Exec, how: &Treatment, join: Join, piped_stdin: bool) -> io::Result<Started> {
     let Treatment { nice, idle, .. } = *how;
     let prog = &exec.program;
     let argv: Vec<*const libc::c_char> = exec
@@ -319,12 +324,12 @@ fn fork_exec(
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_BLOCK, &all, &mut old_mask);
     }
-    let args = ChildArgs {
+    let mut args = ChildArgs {
         prog: prog.as_ptr(),
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
         cwd: cwd.as_ptr(),
-        join,
+        join: &[],
         stdin: stdin_r.as_raw_fd(),
         stdout: out_w.as_raw_fd(),
         stderr: err_w.as_raw_fd(),
@@ -335,19 +340,30 @@ fn fork_exec(
         parent,
     };
     let mut stack = vec![0u8; CHILD_STACK];
-    // The stack grows down from its 16-byte aligned top.
-    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
-    // SAFETY: the child runs `vp_child` on its own stack, reads `args`
-    // (alive until the clone returns: CLONE_VFORK holds the daemon until
-    // the child has exec'd or exited) and makes only async-signal-safe
-    // calls; every signal is blocked meanwhile.
-    let pid = unsafe {
-        libc::clone(
-            vp_child,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&args as *const ChildArgs).cast_mut().cast(),
-        )
+    // Born in its cell where the kernel can; else it writes itself in.
+    // SAFETY (both): the child runs `vp_child` on its own stack, reads
+    // `args` (alive until the clone returns: CLONE_VFORK holds the daemon
+    // until the child has exec'd or exited) and makes only
+    // async-signal-safe calls; every signal is blocked meanwhile.
+    let born_in = join.into.and_then(|cg| {
+        let arg = (&args as *const ChildArgs).cast_mut().cast();
+        unsafe { crate::clone_into::clone_into(cg, &mut stack, vp_child, arg) }.ok()
+    });
+    let pid = match born_in {
+        Some(pid) => pid,
+        None => {
+            args.join = join.fds;
+            // The stack grows down from its 16-byte aligned top.
+            let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+            unsafe {
+                libc::clone(
+                    vp_child,
+                    top as *mut libc::c_void,
+                    libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                    (&args as *const ChildArgs).cast_mut().cast(),
+                )
+            }
+        }
     };
     // SAFETY: restores the mask saved above.
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };

@@ -23,6 +23,7 @@
 
 pub mod background;
 pub mod balance;
+pub mod clone_into;
 pub mod config;
 pub mod conn;
 pub mod consensus;

@@ -21,13 +21,17 @@ impl Daemon {
                 .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
                 .ok()
         });
-        let join = cell.as_ref().map(|c| c.join_fds()).unwrap_or_default();
+        let fds = cell.as_ref().map(|c| c.join_fds()).unwrap_or_default();
+        let join = host::Join {
+            into: cell.as_ref().and_then(|c| c.into_fd()),
+            fds: &fds,
+        };
         match host::spawn(
             &s,
             &self.facts.name,
             &self.socket_path.display().to_string(),
             &self.treatment(),
-            &join,
+            join,
         ) {
             Ok(host::Started {
                 pid,
