@@ -61,16 +61,32 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// A directory's device and inode, if it is there.
+fn identity_of(dir: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// A daemon's state directory.
 #[derive(Debug, Clone)]
 pub struct StateDir {
     root: PathBuf,
+    /// The directory's device and inode when the daemon started.
+    identity: Option<(u64, u64)>,
 }
 
 impl StateDir {
     /// The state directory at `root`.
     pub fn new(root: PathBuf) -> StateDir {
-        StateDir { root }
+        let identity = identity_of(&root);
+        StateDir { root, identity }
+    }
+
+    /// Is the directory the daemon started with still there (not removed,
+    /// nor replaced by another of the same name)? Its control socket goes
+    /// with it: a daemon whose directory is gone can be reached by no
+    /// `mig` command.
+    pub fn still_there(&self) -> bool {
+        self.identity.is_none() || identity_of(&self.root) == self.identity
     }
 
     /// Its path.
@@ -178,6 +194,21 @@ impl StateDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_removed_or_replaced_state_directory_is_noticed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("h0");
+        std::fs::create_dir(&dir).unwrap();
+        let s = StateDir::new(dir.clone());
+        assert!(s.still_there());
+        std::fs::write(dir.join("migd.log"), "x").unwrap();
+        assert!(s.still_there());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(!s.still_there());
+        std::fs::create_dir(&dir).unwrap();
+        assert!(!s.still_there(), "another directory of the same name");
+    }
 
     #[test]
     fn a_state_directory_is_made_private_and_an_unsafe_one_refused() {

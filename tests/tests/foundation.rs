@@ -331,6 +331,32 @@ fn halt_leaves_no_process_behind() {
 }
 
 #[test]
+fn a_daemon_whose_state_directory_is_removed_stops_and_leaves_nothing() {
+    // As a script that ran `mig up --detach` and cleaned up its directory
+    // would leave them: nothing could reach them any more.
+    let mut vm = Vm::start(2);
+    assert!(vm
+        .mig(&["spawn", "-n", "2", "--", "/bin/sleep", "30"])
+        .status
+        .success());
+    assert!(wait_until(T, || vp_pids(&vm).len() == 2));
+    let pids = vp_pids(&vm);
+    let h1 = vm.dir.path().join("h1");
+    let log = std::fs::read_to_string(h1.join("migd.log")).unwrap_or_default();
+    std::fs::remove_dir_all(&h1).expect("remove h1's state directory");
+    assert!(vm.wait(1, T).is_some(), "h1 still runs: {log}");
+    // The other daemon goes on serving.
+    assert!(vm.mig(&["ps"]).status.success());
+    let h0 = vm.dir.path().join("h0");
+    std::fs::remove_dir_all(&h0).expect("remove h0's state directory");
+    assert!(vm.wait(0, T).is_some(), "h0 still runs");
+    assert!(
+        wait_until(T, || pids.iter().all(|&p| !alive(p))),
+        "VPs outlived their daemon"
+    );
+}
+
+#[test]
 fn sigkill_of_every_daemon_leaves_no_process_behind() {
     let mut vm = Vm::start(2);
     assert!(vm

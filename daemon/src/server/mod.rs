@@ -562,6 +562,14 @@ impl Daemon {
     }
 
     pub(super) fn tick(&mut self) {
+        if !self.state.still_there() && self.halting.is_none() {
+            log!(
+                "the state directory {} was removed: nothing can reach this daemon any more \
+                 (its control socket went with it), stopping",
+                self.state.root().display()
+            );
+            self.begin_halt();
+        }
         self.call_off_slow_moves();
         let path = self.cfg.state_dir.join("migd.log");
         match crate::log::rotate_if_large(&path, self.cfg.log_max) {
