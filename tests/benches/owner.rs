@@ -120,9 +120,13 @@ fn trial(
             vm.log(0),
             vm.log(1)
         );
-        if !until_empty {
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        // Asking the master without a pause would keep a core busy: a VP
+        // resumed in the idle class for its safe point would wait for it.
+        std::thread::sleep(if until_empty {
+            Duration::from_millis(2)
+        } else {
+            Duration::from_micros(100)
+        });
     };
     let cpu = if until_empty {
         vp_cpu_since_back(c)
