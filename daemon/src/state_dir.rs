@@ -61,17 +61,24 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
-/// A directory's device and inode, if it is there.
-fn identity_of(dir: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+/// What tells a directory from another made later under its name: its
+/// device, inode and (where the file system keeps one) birth time, since
+/// a new directory may get the inode of a removed one.
+type Identity = (u64, u64, Option<std::time::SystemTime>);
+
+/// `dir`'s identity, if it is there.
+fn identity_of(dir: &Path) -> Option<Identity> {
+    std::fs::metadata(dir)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.created().ok()))
 }
 
 /// A daemon's state directory.
 #[derive(Debug, Clone)]
 pub struct StateDir {
     root: PathBuf,
-    /// The directory's device and inode when the daemon started.
-    identity: Option<(u64, u64)>,
+    /// The directory's identity when the daemon started.
+    identity: Option<Identity>,
 }
 
 impl StateDir {
@@ -204,10 +211,16 @@ mod tests {
         assert!(s.still_there());
         std::fs::write(dir.join("migd.log"), "x").unwrap();
         assert!(s.still_there());
+        let ino = std::fs::metadata(&dir).unwrap().ino();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(!s.still_there());
+        // Another directory of the same name, told apart by its inode or,
+        // where it got the old one's, by its birth time (ext4, tmpfs, btrfs
+        // keep one).
         std::fs::create_dir(&dir).unwrap();
-        assert!(!s.still_there(), "another directory of the same name");
+        let new = std::fs::metadata(&dir).unwrap();
+        let told_apart = new.ino() != ino || new.created().is_ok();
+        assert_eq!(s.still_there(), !told_apart);
     }
 
     #[test]
