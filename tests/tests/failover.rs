@@ -1,7 +1,9 @@
 //! Hosts that stall and come back: a worker stopped until the master takes
 //! it for dead has its VPs frozen by its lease guardian before they are
 //! started elsewhere, and ends them when it answers again; the same Tid
-//! never runs twice.
+//! never runs twice. A master killed with news it could not replicate (its
+//! voters stopped): a worker says again that its VP runs, and a VP's end
+//! is neither lost nor followed by a second run.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -450,4 +452,141 @@ fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more()
             "{acting:?} after stepping down:\n{after}"
         );
     }
+}
+
+/// VPs as daemon `i` (through the master it knows) lists them.
+fn ps_at(vm: &Vm, i: usize) -> Option<Vec<serde_json::Value>> {
+    let out = vm.mig_at(i, &["ps", "--json"]);
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()?
+        .as_array()
+        .cloned()
+}
+
+#[test]
+fn a_vp_start_the_killed_master_never_replicated_is_said_again_to_the_next() {
+    // Four hosts: three voters (h0 the master, h1, h2) and h3, which never
+    // votes. The VP can only go to h3: the others' owners took them back.
+    let mut vm = Vm::start(4);
+    let steady = 3;
+    assert!(
+        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
+            .is_some_and(|h| h.iter().filter(|h| h["voter"] == true).count()
+                == 3
+                && h.iter().any(|h| h["name"] == "h3" && h["voter"] == false))),
+        "{:?}",
+        hosts_at(&vm, steady)
+    );
+    for h in ["h0", "h1", "h2"] {
+        assert!(vm.mig(&["owner", "reclaim", "--host", h]).status.success());
+    }
+    // h3 stopped: the VP's Start waits in its socket while the spawn is
+    // committed.
+    vm.signal(3, Signal::SIGSTOP);
+    let out = vm.mig(&["spawn", "-n", "1", "--", "/bin/sleep", "60"]);
+    assert!(out.status.success(), "{out:?}");
+    // The voters stopped: what the master hears from now on is never
+    // committed. Then h3 starts the VP and says so to the master.
+    vm.signal(1, Signal::SIGSTOP);
+    vm.signal(2, Signal::SIGSTOP);
+    vm.signal(3, Signal::SIGCONT);
+    let tid = 0x40001;
+    assert!(
+        wait_until(Duration::from_secs(10), || of_vp(vm.dir.path(), tid).len()
+            == 1),
+        "the VP never started on h3\n{}",
+        vm.log(3)
+    );
+    let started = of_vp(vm.dir.path(), tid);
+    // (Time for h3's word to reach the master.)
+    std::thread::sleep(Duration::from_millis(300));
+    // The master dies with its news; the voters come back and elect
+    // another from what they hold: a VP still starting.
+    vm.signal(0, Signal::SIGKILL);
+    vm.wait(0, Duration::from_secs(5));
+    vm.signal(1, Signal::SIGCONT);
+    vm.signal(2, Signal::SIGCONT);
+    // h3 attaches to the new master and says again that the VP runs: it is
+    // running there, the same process, and nowhere else.
+    let running = |vm: &Vm| {
+        ps_at(vm, steady)
+            .is_some_and(|v| v.len() == 1 && v[0]["host"] == "h3" && v[0]["state"] == "running")
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || running(&vm)),
+        "{:?}\n{}\n-----\n{}\n-----\n{}",
+        ps_at(&vm, steady),
+        vm.log(1),
+        vm.log(2),
+        vm.log(3)
+    );
+    assert_eq!(of_vp(vm.dir.path(), tid), started);
+    // And it stays so (not started again as lost).
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(running(&vm), "{:?}", ps_at(&vm, steady));
+    assert_eq!(of_vp(vm.dir.path(), tid), started);
+}
+
+#[test]
+fn a_vp_that_ends_while_the_voters_are_stopped_and_the_master_is_killed_ran_once() {
+    // As above, but the VP also ends while the voters are stopped and the
+    // master is killed: the next master knows the end (from what the old
+    // one had sent the voters, or from h3 saying it again), the job ends
+    // with the VP's status, and the VP is not started again.
+    let mut vm = Vm::start(4);
+    let steady = 3;
+    assert!(
+        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
+            .is_some_and(|h| h.iter().filter(|h| h["voter"] == true).count()
+                == 3
+                && h.iter().any(|h| h["name"] == "h3" && h["voter"] == false))),
+        "{:?}",
+        hosts_at(&vm, steady)
+    );
+    for h in ["h0", "h1", "h2"] {
+        assert!(vm.mig(&["owner", "reclaim", "--host", h]).status.success());
+    }
+    vm.signal(3, Signal::SIGSTOP);
+    // Each run of the VP leaves a line: it must run once.
+    let runs = vm.dir.path().join("runs");
+    let script = format!("echo ran >> {}; exit 3", runs.display());
+    let out = vm.mig(&["spawn", "-n", "1", "--", "/bin/sh", "-c", &script]);
+    assert!(out.status.success(), "{out:?}");
+    vm.signal(1, Signal::SIGSTOP);
+    vm.signal(2, Signal::SIGSTOP);
+    vm.signal(3, Signal::SIGCONT);
+    assert!(
+        wait_until(Duration::from_secs(10), || runs.exists()),
+        "the VP never ran on h3\n{}\n-----\n{}",
+        vm.log(0),
+        vm.log(3)
+    );
+    // (Time for h3's word of its end to reach the master.)
+    std::thread::sleep(Duration::from_millis(300));
+    vm.signal(0, Signal::SIGKILL);
+    vm.wait(0, Duration::from_secs(5));
+    vm.signal(1, Signal::SIGCONT);
+    vm.signal(2, Signal::SIGCONT);
+    let ended = |vm: &Vm| {
+        let out = vm.mig_at(steady, &["jobs", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .and_then(|jobs| jobs.into_iter().find(|j| j["job"] == "j1"))
+            .filter(|j| j["state"] == "exited")
+            .map(|j| j["status"].clone())
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || ended(&vm).is_some()),
+        "{}\n-----\n{}\n-----\n{}",
+        String::from_utf8_lossy(&vm.mig_at(steady, &["jobs"]).stdout),
+        vm.log(1),
+        vm.log(3)
+    );
+    assert_eq!(ended(&vm), Some(serde_json::json!(3)));
+    let lines = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(lines.lines().count(), 1, "the VP ran again: {lines:?}");
 }
