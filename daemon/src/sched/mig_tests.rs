@@ -520,3 +520,76 @@ fn a_job_left_without_room_for_its_vps_by_its_best_turnaround_is_planned_again()
     );
     assert_eq!(s.job_view("m").unwrap().waiting.len(), 1);
 }
+
+/// Two jobs on p1-p2 and p3-p4 in one slot, and in the other a job on p2
+/// and p3: no job can be lent the other's slot.
+fn straddled(cfg: SchedConfig) -> Scheduler {
+    let mut s = mig(4, cfg);
+    s.restore_job("x", &[0], &["p1/0", "p2/0"]).unwrap();
+    s.restore_job("z", &[0], &["p3/0", "p4/0"]).unwrap();
+    s.restore_job("y", &[1], &["p2/0", "p3/0"]).unwrap();
+    s.check_invariants().unwrap();
+    s
+}
+
+fn processors_of(s: &Scheduler, job: &str) -> Vec<String> {
+    let mut p: Vec<String> = s.job_view(job).unwrap().placement.into_values().collect();
+    p.sort();
+    p
+}
+
+#[test]
+fn alignment_puts_a_job_on_another_slots_job_so_that_the_rest_is_lent() {
+    let mut s = straddled(Placement::Mig.config());
+    // Any event ends with the pass that aligns and lends.
+    let acts = s
+        .on_event(Event::VpMovable {
+            job: "y".into(),
+            vp: 0,
+        })
+        .unwrap();
+    s.check_invariants().unwrap();
+    let y = processors_of(&s, "y");
+    assert!(
+        y == ["p1/0", "p2/0"] || y == ["p3/0", "p4/0"],
+        "{y:?}: {acts:?}"
+    );
+    // The job it no longer sits on runs in both slots; nobody got slower.
+    let free = if y[0] == "p1/0" { "z" } else { "x" };
+    assert_eq!(slots_of(&s, free).len(), 2, "{acts:?}");
+    for job in ["x", "y", "z"] {
+        assert_eq!(s.job_view(job).unwrap().t_min, 1.0);
+    }
+    assert_eq!(s.map().columns().len(), 2);
+    // Without alignment nothing moves and nobody is lent a slot.
+    let mut plain = straddled(SchedConfig {
+        align: false,
+        ..Placement::Mig.config()
+    });
+    let acts = plain
+        .on_event(Event::VpMovable {
+            job: "y".into(),
+            vp: 0,
+        })
+        .unwrap();
+    assert_eq!(migrations(&acts), 0);
+    assert_eq!(processors_of(&plain, "y"), ["p2/0", "p3/0"]);
+    assert!(["x", "z"].iter().all(|j| slots_of(&plain, j).len() == 1));
+}
+
+#[test]
+fn alignment_never_moves_a_vp_that_cannot_be_moved() {
+    let mut s = straddled(SchedConfig {
+        pin_new_vps: true,
+        ..Placement::Mig.config()
+    });
+    let acts = s
+        .on_event(Event::VpMovable {
+            job: "x".into(),
+            vp: 0,
+        })
+        .unwrap();
+    s.check_invariants().unwrap();
+    assert_eq!(migrations(&acts), 0, "{acts:?}");
+    assert_eq!(processors_of(&s, "y"), ["p2/0", "p3/0"]);
+}

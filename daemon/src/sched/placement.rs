@@ -59,6 +59,7 @@ impl Placement {
                 backfill: true,
                 compact: true,
                 repair_in_place: true,
+                align: true,
                 ..paper
             },
             Placement::Mtat => SchedConfig {

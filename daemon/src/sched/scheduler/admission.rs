@@ -37,6 +37,12 @@ impl Scheduler {
             self.admit(ctx, freed);
             self.expand_jobs(ctx);
         }
+        if self.cfg.align && self.may_align() {
+            if changed.is_empty() {
+                changed = self.contract(ctx);
+            }
+            self.align(ctx);
+        }
         changed.extend(self.fill());
         // Jobs whose set of slots changed have new cells on their rows (a
         // job lent back what it had changes nothing).

@@ -17,6 +17,7 @@
 //! * deterministic: the same events give the same actions.
 
 mod admission;
+mod align;
 mod columns;
 mod events;
 mod placing;
@@ -59,6 +60,10 @@ pub struct SchedConfig {
     /// VPs to other processors where that is what it takes
     /// (`Scheduler::compact`).
     pub compact: bool,
+    /// With few slots, move jobs that run in one slot onto the processors
+    /// of another slot's job where that lets more jobs be lent a slot
+    /// (`Scheduler::align`).
+    pub align: bool,
     /// The most VPs compaction may move in one event.
     pub compact_moves: usize,
     /// With backfilling: how many younger jobs may start ahead of a waiting
@@ -86,6 +91,7 @@ impl Default for SchedConfig {
             max_slots: usize::MAX,
             backfill: false,
             compact: false,
+            align: false,
             compact_moves: 64,
             patience: 1000,
             repair_in_place: false,
@@ -103,6 +109,7 @@ impl std::fmt::Debug for SchedConfig {
             .field("max_slots", &self.max_slots)
             .field("backfill", &self.backfill)
             .field("compact", &self.compact)
+            .field("align", &self.align)
             .field("compact_moves", &self.compact_moves)
             .field("patience", &self.patience)
             .field("repair_in_place", &self.repair_in_place)
