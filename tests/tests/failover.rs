@@ -466,10 +466,13 @@ fn ps_at(vm: &Vm, i: usize) -> Option<Vec<serde_json::Value>> {
         .cloned()
 }
 
-#[test]
-fn a_vp_start_the_killed_master_never_replicated_is_said_again_to_the_next() {
-    // Four hosts: three voters (h0 the master, h1, h2) and h3, which never
-    // votes. The VP can only go to h3: the others' owners took them back.
+/// Four hosts, three of them voters (h0 the master, h1, h2) and h3, which
+/// never votes; the others' owners took them back, so a job of one VP
+/// running `argv` can only go to h3. h3 is stopped while the spawn is
+/// committed (its Start waits in its socket), then the voters are stopped
+/// (nothing the master hears from then on is committed) and h3 resumed:
+/// it starts the VP and says so to the master. Returns the machine and h3.
+fn spawned_past_the_voters(argv: &[&str]) -> (Vm, usize) {
     let mut vm = Vm::start(4);
     let steady = 3;
     assert!(
@@ -483,16 +486,20 @@ fn a_vp_start_the_killed_master_never_replicated_is_said_again_to_the_next() {
     for h in ["h0", "h1", "h2"] {
         assert!(vm.mig(&["owner", "reclaim", "--host", h]).status.success());
     }
-    // h3 stopped: the VP's Start waits in its socket while the spawn is
-    // committed.
     vm.signal(3, Signal::SIGSTOP);
-    let out = vm.mig(&["spawn", "-n", "1", "--", "/bin/sleep", "60"]);
+    let mut args = vec!["spawn", "-n", "1", "--"];
+    args.extend_from_slice(argv);
+    let out = vm.mig(&args);
     assert!(out.status.success(), "{out:?}");
-    // The voters stopped: what the master hears from now on is never
-    // committed. Then h3 starts the VP and says so to the master.
     vm.signal(1, Signal::SIGSTOP);
     vm.signal(2, Signal::SIGSTOP);
     vm.signal(3, Signal::SIGCONT);
+    (vm, steady)
+}
+
+#[test]
+fn a_vp_start_the_killed_master_never_replicated_is_said_again_to_the_next() {
+    let (mut vm, steady) = spawned_past_the_voters(&["/bin/sleep", "60"]);
     let tid = 0x40001;
     assert!(
         wait_until(Duration::from_secs(10), || of_vp(vm.dir.path(), tid).len()
@@ -536,28 +543,11 @@ fn a_vp_that_ends_while_the_voters_are_stopped_and_the_master_is_killed_ran_once
     // master is killed: the next master knows the end (from what the old
     // one had sent the voters, or from h3 saying it again), the job ends
     // with the VP's status, and the VP is not started again.
-    let mut vm = Vm::start(4);
-    let steady = 3;
-    assert!(
-        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
-            .is_some_and(|h| h.iter().filter(|h| h["voter"] == true).count()
-                == 3
-                && h.iter().any(|h| h["name"] == "h3" && h["voter"] == false))),
-        "{:?}",
-        hosts_at(&vm, steady)
-    );
-    for h in ["h0", "h1", "h2"] {
-        assert!(vm.mig(&["owner", "reclaim", "--host", h]).status.success());
-    }
-    vm.signal(3, Signal::SIGSTOP);
     // Each run of the VP leaves a line: it must run once.
-    let runs = vm.dir.path().join("runs");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runs = dir.path().join("runs");
     let script = format!("echo ran >> {}; exit 3", runs.display());
-    let out = vm.mig(&["spawn", "-n", "1", "--", "/bin/sh", "-c", &script]);
-    assert!(out.status.success(), "{out:?}");
-    vm.signal(1, Signal::SIGSTOP);
-    vm.signal(2, Signal::SIGSTOP);
-    vm.signal(3, Signal::SIGCONT);
+    let (mut vm, steady) = spawned_past_the_voters(&["/bin/sh", "-c", &script]);
     assert!(
         wait_until(Duration::from_secs(10), || runs.exists()),
         "the VP never ran on h3\n{}\n-----\n{}",
