@@ -580,3 +580,39 @@ fn a_vp_that_ends_while_the_voters_are_stopped_and_the_master_is_killed_ran_once
     let lines = std::fs::read_to_string(&runs).unwrap_or_default();
     assert_eq!(lines.lines().count(), 1, "the VP ran again: {lines:?}");
 }
+
+#[test]
+fn a_vp_sent_to_a_worker_whose_lease_lapsed_starts_once_it_runs_again() {
+    // h1 stopped past its lease (2.5 s: its guardian freezes its cells)
+    // but not past the master's patience (3 s); meanwhile a VP is sent to
+    // it. Once back, h1 runs it and still serves. (A VP started into a
+    // frozen cell would hold the daemon, which waits for its exec: a VP
+    // waits for the lease to run again. This test passes without that
+    // wait too, the grant here coming first; the hardening test's
+    // spoilt links found the hang.)
+    let mut vm = Vm::start(2);
+    assert!(vm
+        .mig(&["owner", "reclaim", "--host", "h0"])
+        .status
+        .success());
+    vm.signal(1, Signal::SIGSTOP);
+    let stopped = Instant::now();
+    let out = vm.mig(&["spawn", "-n", "1", "--", "/bin/sleep", "60"]);
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(2700).saturating_sub(stopped.elapsed()));
+    vm.signal(1, Signal::SIGCONT);
+    let running = |vm: &Vm| {
+        vm.json(&["ps"])
+            .as_array()
+            .is_some_and(|v| v.len() == 1 && v[0]["host"] == "h1" && v[0]["state"] == "running")
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || running(&vm)),
+        "{:?}\n{}\n-----\n{}",
+        vm.json(&["ps"]),
+        vm.log(0),
+        vm.log(1)
+    );
+    // And h1 still serves: its daemon is not stuck.
+    assert!(vm.mig_at(1, &["hosts"]).status.success());
+}

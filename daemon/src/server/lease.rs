@@ -15,6 +15,12 @@ use crate::guardian::Guardian;
 /// its lease has long lapsed).
 const ASKS_KEPT: usize = 64;
 
+/// A VP starts only while the lease runs at least this much longer: a
+/// process born into a cell the guardian freezes before it execs would
+/// hold the daemon (which waits for that exec) until a renewal the daemon
+/// can then no longer ask for.
+const START_MARGIN: Duration = Duration::from_millis(100);
+
 /// What a worker keeps of its lease.
 #[derive(Debug, Default)]
 pub(super) struct Lease {
@@ -29,6 +35,22 @@ pub(super) struct Lease {
     /// Fenced, it registered again and waits to hear it is back: fences
     /// said before that answer are of the old life.
     rejoining: bool,
+    /// VPs to start once the lease runs again (it lapsed: their cells
+    /// would be frozen).
+    deferred: Vec<StartVp>,
+}
+
+impl Lease {
+    /// May a VP start now (no guardian, no lease yet, or one that runs
+    /// on past `START_MARGIN`)?
+    pub(super) fn may_start(&self) -> bool {
+        self.guardian.is_none() || self.until.is_none_or(|u| u > Instant::now() + START_MARGIN)
+    }
+
+    /// Keep `s` until the lease runs again.
+    pub(super) fn defer(&mut self, s: StartVp) {
+        self.deferred.push(s);
+    }
 }
 
 impl Daemon {
@@ -79,6 +101,16 @@ impl Daemon {
         if let Some(g) = &mut self.lease.guardian {
             g.renew(until);
         }
+        if self.lease.may_start() && !self.lease.deferred.is_empty() {
+            let starts = std::mem::take(&mut self.lease.deferred);
+            log!(
+                "the lease runs again: starting {} held meanwhile",
+                libmig::words::count(starts.len() as u64, "VP", "VPs")
+            );
+            for s in starts {
+                self.start_vp(s);
+            }
+        }
     }
 
     /// The master declared this host dead while it did not answer: its VPs
@@ -106,6 +138,8 @@ impl Daemon {
         for p in self.moves.unpark_all() {
             let _ = std::fs::remove_file(p.path);
         }
+        // (So do those it had not started: they start elsewhere.)
+        self.lease.deferred.clear();
         log!(
             "fenced by the master: {why}; ended its {} here; joining again",
             libmig::words::count(n as u64, "VP", "VPs")

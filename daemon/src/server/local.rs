@@ -16,6 +16,13 @@ impl Daemon {
 
     pub(super) fn start_vp(&mut self, s: StartVp) {
         let tid = s.tid;
+        // With the lease lapsed the guardian freezes the cells: a VP
+        // started now would be frozen before its exec, with the daemon
+        // waiting for it. It starts once the lease runs again.
+        if !self.lease.may_start() {
+            log!("VP t{tid:x} starts once this host's lease runs again");
+            return self.lease.defer(s);
+        }
         let mut cell = self.contain.as_mut().and_then(|c| {
             c.cell(&format!("t{tid:x}"))
                 .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
