@@ -68,9 +68,11 @@ type Identity = (u64, u64, Option<std::time::SystemTime>);
 
 /// `dir`'s identity, if it is there.
 fn identity_of(dir: &Path) -> Option<Identity> {
-    std::fs::metadata(dir)
-        .ok()
-        .map(|m| (m.dev(), m.ino(), m.created().ok()))
+    std::fs::metadata(dir).ok().map(|m| identity(&m))
+}
+
+fn identity(m: &std::fs::Metadata) -> Identity {
+    (m.dev(), m.ino(), m.created().ok())
 }
 
 /// A daemon's state directory.
@@ -92,8 +94,14 @@ impl StateDir {
     /// nor replaced by another of the same name)? Its control socket goes
     /// with it: a daemon whose directory is gone can be reached by no
     /// `mig` command.
+    /// (Only a directory that is not found, or another one, says no: a
+    /// passing error in reading it does not stop the daemon.)
     pub fn still_there(&self) -> bool {
-        self.identity.is_none() || identity_of(&self.root) == self.identity
+        match std::fs::metadata(&self.root) {
+            _ if self.identity.is_none() => true,
+            Ok(m) => Some(identity(&m)) == self.identity,
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+        }
     }
 
     /// Its path.

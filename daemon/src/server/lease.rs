@@ -51,6 +51,13 @@ impl Lease {
     pub(super) fn defer(&mut self, s: StartVp) {
         self.deferred.push(s);
     }
+
+    /// Forget VP `tid`'s start, if it was kept: true if so.
+    pub(super) fn undefer(&mut self, tid: Tid) -> bool {
+        let before = self.deferred.len();
+        self.deferred.retain(|s| s.tid != tid);
+        self.deferred.len() < before
+    }
 }
 
 impl Daemon {

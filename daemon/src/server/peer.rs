@@ -202,8 +202,14 @@ impl Daemon {
                 if let Some(vp) = self.vps.by_tid.get(&tid) {
                     vp.kill();
                 }
-                if let Some(parked) = self.moves.unpark(tid) {
-                    let _ = std::fs::remove_file(parked.path);
+                // Parked, or not started yet (its lease lapsed): it ends
+                // here and now.
+                let parked = self.moves.unpark(tid);
+                let held = self.lease.undefer(tid);
+                if let Some(p) = &parked {
+                    let _ = std::fs::remove_file(&p.path);
+                }
+                if parked.is_some() || held {
                     let status = ExitInfo {
                         code: None,
                         signal: Some(9),

@@ -40,6 +40,7 @@ impl Scheduler {
         if self.cfg.align && self.may_align() {
             if changed.is_empty() {
                 changed = self.contract(ctx);
+                self.drop_empty_columns(ctx);
             }
             self.align(ctx);
         }

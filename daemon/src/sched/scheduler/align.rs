@@ -88,7 +88,9 @@ impl Scheduler {
                 }
                 let mut rows = self.job(x).row_set.clone();
                 rows.intersect_with(&open);
-                if rows.len() < self.job(y).vps.len().min(own.len()) {
+                // (Fewer processors could hold it as fast only if faster
+                // ones: not looked for.)
+                if rows.len() < own.len() {
                     continue;
                 }
                 let rows = rows.to_vec();

@@ -187,19 +187,24 @@ impl Scheduler {
             .counts
             .iter()
             .map(|&(a, x)| {
-                let classes: Vec<(f64, u32)> = match &memory {
+                let classes = match &memory {
                     None => self.map.arch_capacities(a),
-                    Some(m) => self
-                        .map
-                        .capacity_classes(a)
-                        .map(|(c, rows)| (c, rows.intersection_len(m) as u32))
-                        .filter(|&(_, n)| n > 0)
-                        .collect(),
+                    Some(m) => self.classes_among(a, m),
                 };
                 t_min_by_classes(x, &classes)
             })
             .fold(0.0, f64::max);
         (d, t_new)
+    }
+
+    /// Architecture `a`'s live rows among `rows` as `(capacity, how
+    /// many)`, slowest first, classes without any left out.
+    pub(super) fn classes_among(&self, a: u32, rows: &BitSet) -> Vec<(f64, u32)> {
+        self.map
+            .capacity_classes(a)
+            .map(|(c, of)| (c, of.intersection_len(rows) as u32))
+            .filter(|&(_, n)| n > 0)
+            .collect()
     }
 
     /// The MTAT input for the job's VPs on `rows`: VPs per architecture

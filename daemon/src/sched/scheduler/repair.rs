@@ -16,12 +16,12 @@ impl Scheduler {
     /// left) without moving any other, where each finishes by the best
     /// turnaround MTAT finds for the job on its rows and the free ones of
     /// its columns: its own rows first (fewest processors, as Compression
-    /// would), then free rows, the slowest that will do first (the faster stay
-    /// free for others). True if so placed; false,
-    /// with nothing changed, where the job must be planned again: held or
-    /// pinned VPs, processors chosen by a placement policy, VPs left
-    /// without a processor of their architecture, VPs already placed that
-    /// finish later than that best turnaround (planning again makes the job
+    /// would), then free rows, the slowest that will do first (the faster
+    /// stay free for others). True if so placed; false, with nothing
+    /// changed, where the job must be planned again: held or pinned VPs,
+    /// processors chosen by a placement policy, VPs left without a
+    /// processor of their architecture, VPs already placed that finish
+    /// later than that best turnaround (planning again makes the job
     /// faster), or no room by it.
     pub(super) fn repair_in_place(&mut self, k: JobKey, ctx: &mut Ctx) -> bool {
         let j = self.job(k);
@@ -44,7 +44,9 @@ impl Scheduler {
         // left: then placing the displaced VPs by that turnaround is what
         // planning it again would reach, without moving the others.
         let free = self.free_candidates(k);
-        let best = self.best_turnaround(k, &free);
+        let mut candidates = free.clone();
+        candidates.union_with(&self.job(k).row_set);
+        let best = self.best_turnaround(k, &candidates);
         if !best.is_finite() || self.current_t(k) > best * (1.0 + 1e-9) {
             return false;
         }
@@ -58,38 +60,31 @@ impl Scheduler {
         for &(_, r) in &moves {
             rows.insert(r);
         }
-        if rows.len() > self.fewest_rows(k, &free, best) {
+        if rows.len() > self.fewest_rows(k, &candidates, best) {
             return false;
         }
         self.place_repaired(k, moves, ctx);
         true
     }
 
-    /// The fewest of its own rows and `free` that hold job `k`'s VPs by
-    /// `t`, the fastest first (what Compression's answer uses).
-    fn fewest_rows(&self, k: JobKey, free: &BitSet, t: f64) -> usize {
-        let j = self.job(k);
-        let mut rows = free.clone();
-        rows.union_with(&j.row_set);
+    /// The fewest of `candidates` that hold job `k`'s VPs by `t`, the
+    /// fastest first (what Compression's answer uses).
+    fn fewest_rows(&self, k: JobKey, candidates: &BitSet, t: f64) -> usize {
         let bound = t * (1.0 + 1e-9);
-        j.arches
+        self.job(k)
+            .arches
             .iter()
             .map(|&(a, x)| {
                 let mut left = x;
                 let mut used = 0usize;
-                let classes: Vec<(f64, usize)> = self
-                    .map
-                    .capacity_classes(a)
-                    .map(|(c, of)| (c, of.intersection_len(&rows)))
-                    .collect();
-                for &(c, n) in classes.iter().rev() {
+                for (c, n) in self.classes_among(a, candidates).into_iter().rev() {
                     let each = slots_at(bound, c);
                     if left == 0 || each == 0 {
                         break;
                     }
-                    let take = (left.div_ceil(each) as usize).min(n);
-                    used += take;
-                    left = left.saturating_sub(each.saturating_mul(take as u32));
+                    let take = left.div_ceil(each).min(n);
+                    used += take as usize;
+                    left = left.saturating_sub(each.saturating_mul(take));
                 }
                 used
             })
@@ -133,23 +128,13 @@ impl Scheduler {
         Some(moves)
     }
 
-    /// The best turnaround MTAT finds for job `k` on its own rows and
-    /// `free`, counted per capacity class.
-    fn best_turnaround(&self, k: JobKey, free: &BitSet) -> f64 {
-        let j = self.job(k);
-        let mut rows = free.clone();
-        rows.union_with(&j.row_set);
-        j.arches
+    /// The best turnaround MTAT finds for job `k` on `candidates`,
+    /// counted per capacity class.
+    fn best_turnaround(&self, k: JobKey, candidates: &BitSet) -> f64 {
+        self.job(k)
+            .arches
             .iter()
-            .map(|&(a, x)| {
-                let classes: Vec<(f64, u32)> = self
-                    .map
-                    .capacity_classes(a)
-                    .map(|(c, of)| (c, of.intersection_len(&rows) as u32))
-                    .filter(|&(_, n)| n > 0)
-                    .collect();
-                t_min_by_classes(x, &classes)
-            })
+            .map(|&(a, x)| t_min_by_classes(x, &self.classes_among(a, candidates)))
             .fold(0.0, f64::max)
     }
 
