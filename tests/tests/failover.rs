@@ -497,6 +497,15 @@ fn spawned_past_the_voters(argv: &[&str]) -> (Vm, usize) {
     (vm, steady)
 }
 
+/// `spawned_past_the_voters`' end: h0, the master, SIGKILLed with what it
+/// could not commit; h1 and h2 resumed, to elect another.
+fn kill_master_and_wake_the_voters(vm: &mut Vm) {
+    vm.signal(0, Signal::SIGKILL);
+    vm.wait(0, Duration::from_secs(5));
+    vm.signal(1, Signal::SIGCONT);
+    vm.signal(2, Signal::SIGCONT);
+}
+
 #[test]
 fn a_vp_start_the_killed_master_never_replicated_is_said_again_to_the_next() {
     let (mut vm, steady) = spawned_past_the_voters(&["/bin/sleep", "60"]);
@@ -512,10 +521,7 @@ fn a_vp_start_the_killed_master_never_replicated_is_said_again_to_the_next() {
     std::thread::sleep(Duration::from_millis(300));
     // The master dies with its news; the voters come back and elect
     // another from what they hold: a VP still starting.
-    vm.signal(0, Signal::SIGKILL);
-    vm.wait(0, Duration::from_secs(5));
-    vm.signal(1, Signal::SIGCONT);
-    vm.signal(2, Signal::SIGCONT);
+    kill_master_and_wake_the_voters(&mut vm);
     // h3 attaches to the new master and says again that the VP runs: it is
     // running there, the same process, and nowhere else.
     let running = |vm: &Vm| {
@@ -556,10 +562,7 @@ fn a_vp_that_ends_while_the_voters_are_stopped_and_the_master_is_killed_ran_once
     );
     // (Time for h3's word of its end to reach the master.)
     std::thread::sleep(Duration::from_millis(300));
-    vm.signal(0, Signal::SIGKILL);
-    vm.wait(0, Duration::from_secs(5));
-    vm.signal(1, Signal::SIGCONT);
-    vm.signal(2, Signal::SIGCONT);
+    kill_master_and_wake_the_voters(&mut vm);
     let ended = |vm: &Vm| {
         let out = vm.mig_at(steady, &["jobs", "--json"]);
         serde_json::from_slice::<serde_json::Value>(&out.stdout)
