@@ -347,9 +347,18 @@ fn a_daemon_whose_state_directory_is_removed_stops_and_leaves_nothing() {
     assert!(vm.wait(1, T).is_some(), "h1 still runs: {log}");
     // The other daemon goes on serving.
     assert!(vm.mig(&["ps"]).status.success());
+    // h0's is replaced by another of the same name, where another daemon
+    // listens already: h0 stops and leaves that daemon's socket alone.
     let h0 = vm.dir.path().join("h0");
     std::fs::remove_dir_all(&h0).expect("remove h0's state directory");
+    std::fs::create_dir(&h0).expect("a new h0");
+    let next = std::os::unix::net::UnixListener::bind(h0.join("control.sock")).expect("bind");
     assert!(vm.wait(0, T).is_some(), "h0 still runs");
+    assert!(
+        h0.join("control.sock").exists(),
+        "the stopping daemon removed the next one's socket"
+    );
+    drop(next);
     assert!(
         wait_until(T, || pids.iter().all(|&p| !alive(p))),
         "VPs outlived their daemon"

@@ -436,7 +436,11 @@ impl Daemon {
                 {
                     self.stop_all();
                     log!("{} stopped", self.facts.name);
-                    let _ = std::fs::remove_file(&self.socket_path);
+                    // Not a socket of a daemon started since in another
+                    // directory of the same name.
+                    if self.state.still_there() {
+                        let _ = std::fs::remove_file(&self.socket_path);
+                    }
                     return Ok(());
                 }
             }
