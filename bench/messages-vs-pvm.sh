@@ -18,7 +18,9 @@
 # between two ranks on this host (../shared/bench/mpi: shared memory, busy
 # polling; Debian's mpich, installed when missing and we are root; left out
 # with MPI=0), and 32 plain fork+execs until each reported (`tcp_baseline
-# spawn`).
+# spawn`). And what this machine allows for the figures at a limit
+# (`target/release/limits`): a sealed TCP link with nothing else on it, and
+# 32 fork+execs of mig's own pingpong until each ended.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -66,6 +68,8 @@ for t in $(seq "$TRIALS"); do
   if [ "${MPI:-1}" != 0 ]; then
     bash "$MPI_HARNESS/run.sh" 2>/dev/null | grep '^mpi_' >>"$out" || true
   fi
+  "$ROOT/target/release/limits" sealed 2>/dev/null | grep '^sealed_' >>"$out" || true
+  "$ROOT/target/release/limits" exec "$ROOT/target/release/pingpong" 2>/dev/null | grep '^exec_' >>"$out" || true
   "$MIG" spawn -n 4 --wait -- "$ROOT/target/release/pingpong" 2>/dev/null | sed 's/^\[[^]]*\] //' | grep '^mig_' >>"$out"
   "$MIG" spawn -n 1 --wait -- "$ROOT/target/release/pingpong" --spawn 32 2>/dev/null | sed 's/^\[[^]]*\] //' | grep '^mig_' >>"$out"
 done
@@ -77,12 +81,13 @@ sort -k1,1 -k2,2g "$out" | awk '
 cat "$work/medians"
 echo
 get() { awk -v k="$1" '$1 == k { print $2 }' "$work/medians"; }
-ratio() { # ratio LABEL MIG_FIGURE PEER_FIGURE OP TARGET
+ratio() { # ratio LABEL MIG_FIGURE PEER_FIGURE OP TARGET (OP "-": no target, how near a limit)
   local m p
   m=$(get "$2"); p=$(get "$3")
   if [ -z "$m" ] || [ -z "$p" ]; then echo "$1: missing figures ($2=$m, $3=$p)"; return; fi
   awk -v l="$1" -v m="$m" -v p="$p" -v op="$4" -v t="$5" 'BEGIN {
     r = m / p; ok = (op == "<=") ? (r <= t) : (r >= t);
+    if (op == "-") { printf "%-44s mig %10.2f  limit %9.2f  ratio %5.2f\n", l, m, p, r; exit }
     printf "%-44s mig %10.2f  peer %10.2f  ratio %5.2f  (target %s %s) %s\n", l, m, p, r, op, t, ok ? "met" : "MISSED" }'
 }
 echo "ratios (mig / peer, medians of $TRIALS trials):"
@@ -99,3 +104,8 @@ ratio "8-byte rtt p50, direct vs MPICH, one host" mig_rtt_8B_direct_p50_us mpi_r
 ratio "16 MiB stream, direct vs MPICH, one host" mig_bw_16MiB_direct_MBps mpi_bw_16MiB_MBps ">=" 0.9
 ratio "spawn 32 until all reported, vs pvm_spawn" mig_spawn_32_report_ms pvm_spawn_32_report_ms "<=" 0.25
 ratio "spawn 32 until all reported, vs fork+exec" mig_spawn_32_report_ms fork_spawn_32_report_ms "<=" 3
+echo
+echo "the same figures against what this machine allows (same run):"
+ratio "16 MiB stream, remote vs a sealed TCP link" mig_bw_16MiB_remote_MBps sealed_tcp_bw_16MiB_MBps - -
+ratio "sealed TCP link vs raw TCP" sealed_tcp_bw_16MiB_MBps tcp_bw_16MiB_MBps - -
+ratio "spawn 32, vs 32 fork+execs of the VP program" mig_spawn_32_report_ms exec_spawn_32_exit_ms - -

@@ -1,8 +1,11 @@
 //! Migration speed: time from the `Migrate` request until the moved VP has
 //! restored its state on the target and said so (a line of output), for
 //! states of 0, 1, 64 and 256 MiB, beside copying the same bytes over a plain
-//! loopback TCP socket in the same run. 1 warm-up, then REPS moves back
-//! and forth between two daemons; medians.
+//! loopback TCP socket in the same run, and beside the limit of a move on
+//! this machine: the same bytes over a link sealed as daemons seal theirs,
+//! opened into memory not touched before (as the restored VP must hold its
+//! state). 1 warm-up, then REPS moves back and forth between two daemons;
+//! medians.
 //!
 //! Needs release binaries: `cargo build --release --workspace --bins`, then
 //! `cargo bench -p mig-tests --bench migrate -- --bench`.
@@ -11,25 +14,68 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
+use libmig::auth::ClusterKey;
 use libmig::control::Client;
 use libmig::msg::{Request, Response, SpawnSpec};
+use libmig::seal::{Opening, Suite};
 use mig_tests::{bin, Vm};
 
+/// How an anchor copy is made.
+#[derive(Clone, Copy)]
+enum Copy {
+    /// Raw bytes, read into one reused 1 MiB buffer: the issue's anchor.
+    Raw,
+    /// Sealed as daemons seal their links (256 KiB at a time) and opened
+    /// into memory of its own not touched before, as a VP restored on
+    /// another host must hold its state: what a move cannot go under.
+    SealedFresh,
+}
+
 /// Time to copy `bytes` over loopback TCP (one writer thread, one reader).
-fn tcp_copy(bytes: usize) -> f64 {
+fn tcp_copy(bytes: usize, how: Copy) -> f64 {
+    let bytes = bytes.max(1);
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
-    let data = vec![7u8; bytes.max(1)];
+    let data = vec![7u8; bytes];
+    let (mut tx_seal, mut rx_seal) = match how {
+        Copy::Raw => (None, None),
+        Copy::SealedFresh => {
+            let key = ClusterKey::from_bytes([5; 32]);
+            let (open, first) = Opening::dial(Suite::best(), &key).expect("dial");
+            let (rx, answer) = Opening::accept(Suite::best(), &key, &first).expect("accept");
+            (Some(open.finish(&answer).expect("finish")), Some(rx))
+        }
+    };
     let t = Instant::now();
     let w = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).expect("connect");
-        s.write_all(&data).expect("write");
+        match tx_seal.as_mut() {
+            None => s.write_all(&data).expect("write"),
+            Some(seal) => {
+                let mut out = Vec::new();
+                for piece in data.chunks(256 * 1024) {
+                    out.clear();
+                    seal.seal(piece, &mut out).expect("seal");
+                    s.write_all(&out).expect("write");
+                }
+            }
+        }
     });
     let (mut r, _) = l.accept().expect("accept");
-    let mut buf = vec![0u8; 1 << 20];
     let mut got = 0;
-    while got < bytes.max(1) {
-        got += r.read(&mut buf).expect("read");
+    match rx_seal.as_mut() {
+        None => {
+            let mut buf = vec![0u8; 1 << 20];
+            while got < bytes {
+                got += r.read(&mut buf).expect("read");
+            }
+        }
+        Some(seal) => {
+            let mut buf = vec![0u8; bytes];
+            while got < bytes {
+                got += seal.read_into(&mut r, &mut buf[got..]).expect("open");
+            }
+        }
     }
     let _ = w.join();
     t.elapsed().as_secs_f64() * 1e3
@@ -88,7 +134,7 @@ fn main() {
             .and_then(|v| v.host.clone())
             .expect("placed");
         // Moves and raw copies alternate, so both see the same machine.
-        let (mut times, mut tcp) = (Vec::new(), Vec::new());
+        let (mut times, mut tcp, mut floor) = (Vec::new(), Vec::new(), Vec::new());
         for rep in 0..=reps {
             let to = if at == "h0" { "h1" } else { "h0" }.to_string();
             let t = Instant::now();
@@ -108,7 +154,8 @@ fn main() {
                 if std::env::var_os("MIG_BENCH_SAMPLES").is_some() {
                     eprintln!("{at} -> {to}: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
                 }
-                tcp.push(tcp_copy(mib << 20));
+                tcp.push(tcp_copy(mib << 20, Copy::Raw));
+                floor.push(tcp_copy(mib << 20, Copy::SealedFresh));
             }
             at = to;
         }
@@ -117,16 +164,20 @@ fn main() {
         }
         times.sort_by(f64::total_cmp);
         tcp.sort_by(f64::total_cmp);
-        let (m, r) = (times[reps / 2], tcp[reps / 2]);
+        floor.sort_by(f64::total_cmp);
+        let (m, r, f) = (times[reps / 2], tcp[reps / 2], floor[reps / 2]);
         println!(
             "mig_migrate_{mib}MiB_ms {m:.2} ms (min {:.2}, max {:.2}); tcp_copy_{mib}MiB_ms {r:.2} ms; {}",
             times[0],
             times[reps - 1],
             if mib > 0 {
                 format!(
-                    "throughput {:.0} MB/s = {:.2} x raw TCP",
+                    "throughput {:.0} MB/s = {:.2} x raw TCP; the limit, sealed into fresh \
+                     memory: sealed_fresh_{mib}MiB_ms {f:.2} ms = {:.2} x raw TCP, mig {:.2} x it",
                     (mib << 20) as f64 / m / 1e3,
-                    r / m
+                    r / m,
+                    r / f,
+                    f / m
                 )
             } else {
                 "no state to copy".into()
