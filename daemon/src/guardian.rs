@@ -7,9 +7,11 @@
 //! first argument), so it runs when the daemon does not: stopped, paging,
 //! starved. When the deadline passes without a newer one, it freezes every
 //! VP cell at once (the cgroup freezer: independent of the signals that
-//! slice VPs); a later deadline thaws them. When the pipe closes (the
-//! daemon ended, however), it kills every VP and exits: nobody is left to
-//! look after them, and the master starts them elsewhere.
+//! slice VPs); a later deadline thaws them. When the daemon ends, however
+//! (it watches the daemon's process as well as the pipe: a child caught
+//! between its clone and its exec holds the pipe too), it kills every VP
+//! and exits: nobody is left to look after them, and the master starts
+//! them elsewhere.
 //!
 //! What lives here: starting the guardian and renewing its deadline (the
 //! daemon's side), and the guardian's loop. What does not: when a lease is
@@ -69,6 +71,7 @@ impl Guardian {
             .arg(ARG)
             .arg(flavour)
             .arg(base)
+            .arg(std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()?;
@@ -110,14 +113,54 @@ impl Drop for Guardian {
     }
 }
 
-/// The guardian's main: `ARG FLAVOUR BASE`. Never returns.
+/// A descriptor that becomes readable when process `pid` ends (`None`:
+/// the kernel has no pidfd, before 5.3). A process already gone is `Err`.
+fn watch_process(pid: libc::pid_t) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd >= 0 {
+        // SAFETY: a descriptor the kernel just gave us, owned from here.
+        return Ok(Some(unsafe {
+            std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+        }));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOSYS) => Ok(None),
+        _ => Err(e),
+    }
+}
+
+/// The guardian's main: `ARG FLAVOUR BASE [DAEMON_PID]`. Never returns.
 pub fn run(args: &[String]) -> ! {
-    let (flavour, base) = match args {
-        [f, b] if f == "v2" => (Flavour::V2, PathBuf::from(b)),
-        [f, b] if f == "v1" => (Flavour::V1, PathBuf::from(b)),
-        _ => {
-            eprintln!("migd {ARG}: expected v1|v2 and a cgroup directory");
-            std::process::exit(2);
+    let usage = || -> ! {
+        eprintln!("migd {ARG}: expected v1|v2, a cgroup directory and the daemon's pid");
+        std::process::exit(2);
+    };
+    let (flavour, base, daemon) = match args {
+        [f, b, rest @ ..] if rest.len() <= 1 => {
+            let flavour = match f.as_str() {
+                "v2" => Flavour::V2,
+                "v1" => Flavour::V1,
+                _ => usage(),
+            };
+            let daemon = match rest.first().map(|p| p.parse::<libc::pid_t>()) {
+                None => None,
+                Some(Ok(p)) if p > 1 => Some(p),
+                Some(_) => usage(),
+            };
+            (flavour, PathBuf::from(b), daemon)
+        }
+        _ => usage(),
+    };
+    // The daemon's process, watched beside the pipe: one already gone
+    // leaves nothing to guard.
+    let daemon = match daemon.map(watch_process).transpose() {
+        Ok(d) => d.flatten(),
+        Err(_) => {
+            contain::clear_tree(flavour, &base);
+            std::process::exit(0);
         }
     };
     // Not a VP, not the owner: it must run when the machine is busy.
@@ -149,12 +192,26 @@ pub fn run(args: &[String]) -> ! {
                 .unwrap_or(PollTimeout::MAX),
             _ => PollTimeout::NONE,
         };
-        let mut fds = [PollFd::new(input.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(input.as_fd(), PollFlags::POLLIN)];
+        if let Some(d) = &daemon {
+            fds.push(PollFd::new(d.as_fd(), PollFlags::POLLIN));
+        }
         match poll(&mut fds, wait) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => break,
+        }
+        if fds
+            .get(1)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| !r.is_empty())
+        {
+            crate::log!("lease guardian: the daemon ended: its VPs end too");
+            break;
+        }
+        if fds[0].revents().is_none_or(|r| r.is_empty()) {
+            continue;
         }
         // (Unbuffered: poll must see every byte not yet read.)
         // SAFETY: reading into our own buffer from standard input.

@@ -384,6 +384,101 @@ fn sigkill_of_every_daemon_leaves_no_process_behind() {
     );
 }
 
+/// The lease guardian started by daemon `daemon`, if any.
+fn guardian_of(daemon: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let ppid: u32 = stat
+            .rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (ppid == daemon && cmd.split(|&b| b == 0).any(|a| a == b"--lease-guardian")).then_some(pid)
+    })
+}
+
+#[test]
+fn a_daemon_killed_while_another_process_holds_its_guardians_pipe_leaves_no_vp() {
+    // A child of the daemon caught between its clone and its exec (frozen
+    // there, say) holds the pipe to the guardian as well: here this test
+    // holds it, opened through /proc. The guardian watches the daemon's
+    // process too, so the daemon's end is still its VPs' end.
+    let mut vm = Vm::start(2);
+    // Each VP has a child of its own, which no parent-death signal reaches.
+    assert!(vm
+        .mig(&[
+            "spawn",
+            "-n",
+            "4",
+            "--",
+            "/bin/sh",
+            "-c",
+            "sleep 37.25 & exec sleep 30"
+        ])
+        .status
+        .success());
+    assert!(wait_until(T, || vp_pids(&vm).len() == 4));
+    let on_h1: Vec<u32> = vm
+        .json(&["ps"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["host"] == "h1")
+        .filter_map(|v| v["pid"].as_u64())
+        .map(|p| p as u32)
+        .collect();
+    assert!(!on_h1.is_empty(), "no VP on h1");
+    let children_of = |parents: &[u32]| -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                    .filter(|p| {
+                        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+                            st.rsplit(')')
+                                .next()
+                                .and_then(|r| r.split_whitespace().nth(1))
+                                .and_then(|pp| pp.parse::<u32>().ok())
+                                .is_some_and(|pp| parents.contains(&pp))
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(T, || children_of(&on_h1).len() == on_h1.len()),
+        "the VPs' children did not start"
+    );
+    let kids = children_of(&on_h1);
+    let h1 = vm.pid(1);
+    let guardian = guardian_of(h1).expect("h1 has a lease guardian");
+    let pipe = std::fs::read_link(format!("/proc/{guardian}/fd/0")).expect("its stdin");
+    let held = std::fs::read_dir(format!("/proc/{h1}/fd"))
+        .expect("h1's descriptors")
+        .flatten()
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == pipe))
+        .map(|e| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(e.path())
+                .expect("open the pipe")
+        })
+        .expect("h1 holds the guardian's pipe");
+    vm.signal(1, Signal::SIGKILL);
+    vm.wait(1, T).expect("h1 dies");
+    assert!(
+        wait_until(T, || on_h1.iter().chain(&kids).all(|&p| !alive(p))),
+        "h1's VPs or their children outlived it while its guardian's pipe was held"
+    );
+    assert!(wait_until(T, || !alive(guardian)), "the guardian stays");
+    drop(held);
+}
+
 #[test]
 fn a_silent_worker_leaves_the_pool_and_rejoins_fenced_when_it_answers_again() {
     let mut vm = Vm::start_config(2, "[daemon]\nheartbeat_ms = 50\ndead_after_ms = 400\n");
