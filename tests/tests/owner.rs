@@ -1105,3 +1105,93 @@ fn mig_add_starts_a_daemon_through_the_remote_shell_and_mig_delete_drains_it_and
     );
     both_spun(&finish(&vm, job));
 }
+
+#[test]
+fn a_host_killed_while_mig_delete_drains_it_ends_the_delete_and_says_what_became_of_its_vp() {
+    let mut vm = Vm::start_procs(3, 1, &[]);
+    // 256 MiB each: a move writes and sends its image for a while.
+    let mut job = vm.start_job(3, &bin("testvp"), &["hold", "256"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || running_movable(&vm, 3)),
+        "{}",
+        vm.log(0)
+    );
+    let tid = vm
+        .json(&["ps"])
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["host"] == "h2").cloned())
+        .and_then(|v| v["tid"].as_str().map(str::to_string))
+        .expect("a VP on h2");
+    let mut delete = mig_tests::command("mig")
+        .env("MIG_DAEMON", vm.sock())
+        .args(["delete", "h2", "--timeout", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig delete");
+    assert!(
+        wait_until(Duration::from_secs(10), || vm
+            .where_is(&tid)
+            .is_some_and(|(_, s)| s.starts_with("moving"))),
+        "its VP never began to move: {:?}\n{}",
+        vm.where_is(&tid),
+        vm.log(0)
+    );
+    vm.signal(2, nix::sys::signal::Signal::SIGKILL);
+    vm.wait(2, Duration::from_secs(10)).expect("h2 dies");
+    // The delete ends, whatever became of the VP, and h2 is gone.
+    assert!(
+        wait_until(Duration::from_secs(40), || delete
+            .try_wait()
+            .is_ok_and(|s| s.is_some())),
+        "mig delete hangs"
+    );
+    let said = delete.wait_with_output().expect("delete output");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&said.stdout),
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert!(said.contains("h2"), "{said}");
+    assert!(
+        wait_until(Duration::from_secs(10), || !vm
+            .json(&["hosts"])
+            .as_array()
+            .is_some_and(|a| a
+                .iter()
+                .any(|h| h["name"] == "h2" && h["alive"] == true))),
+        "h2 still listed alive"
+    );
+    // Either its image reached h0 or h1 whole and it runs there, or it was
+    // lost on its way and the job ends saying so: never neither.
+    let mut seen = (false, false);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let runs_elsewhere = vm
+                .where_is(&tid)
+                .is_some_and(|(h, s)| h != "h2" && s == "running");
+            let ended = job.try_wait().is_ok_and(|s| s.is_some());
+            seen = (runs_elsewhere, ended);
+            runs_elsewhere || ended
+        }),
+        "its VP neither runs elsewhere nor ended the job: {:?}\n{}",
+        vm.where_is(&tid),
+        vm.log(0)
+    );
+    if seen.1 {
+        let log = vm.log(0);
+        assert!(
+            log.contains("was lost on its way between two hosts"),
+            "{log}"
+        );
+        assert!(
+            said.contains(&format!("1 VP did not move off and ended ({tid} of j1)")),
+            "{said}"
+        );
+        let status = job.wait().expect("job status");
+        assert!(!status.success());
+    } else {
+        assert!(vm.mig(&["kill", "j1"]).status.success());
+        let _ = job.wait();
+    }
+}

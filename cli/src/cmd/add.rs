@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use libmig::msg::{HostInfo, OwnerAction, Request, Response};
+use libmig::msg::{HostInfo, OwnerAction, Request, Response, Tid, VpInfo};
 
 /// Flags of `mig add`.
 #[derive(Debug, clap::Args)]
@@ -167,6 +167,7 @@ pub fn add(daemon: &Path, a: AddArgs) -> Result<()> {
 /// `mig delete HOST`.
 pub fn delete(daemon: &Path, a: DeleteArgs) -> Result<()> {
     let host = a.host.as_str();
+    let mut on_host = Vec::new();
     match hosts(daemon)?.iter().find(|h| h.facts.name == host) {
         None => bail!("no host {host:?}; `mig hosts` lists them"),
         Some(h) if h.master => bail!(
@@ -175,6 +176,7 @@ pub fn delete(daemon: &Path, a: DeleteArgs) -> Result<()> {
         ),
         Some(h) if !h.alive => {}
         Some(_) => {
+            on_host = vps_on(daemon, host)?;
             // Out of the pool: nothing new goes there, and what is there moves.
             super::call(
                 daemon,
@@ -195,8 +197,46 @@ pub fn delete(daemon: &Path, a: DeleteArgs) -> Result<()> {
     else {
         bail!("unexpected reply")
     };
-    super::done(&message, a.json);
+    super::done(&with_fates(message, &on_host, &ps(daemon)?, host), a.json);
     Ok(())
+}
+
+/// The VPs on `host`: (Tid, job).
+fn vps_on(daemon: &Path, host: &str) -> Result<Vec<(Tid, String)>> {
+    Ok(ps(daemon)?
+        .into_iter()
+        .filter(|v| v.host.as_deref() == Some(host))
+        .map(|v| (v.tid, v.job))
+        .collect())
+}
+
+fn ps(daemon: &Path) -> Result<Vec<VpInfo>> {
+    match super::call(daemon, &Request::Ps)? {
+        Response::Ps(p) => Ok(p),
+        _ => bail!("unexpected reply"),
+    }
+}
+
+/// `message`, and what became of the VPs that were on `host` when it was
+/// taken back and did not move off (their host died meanwhile, or they
+/// ended): a VP `ps` no longer lists went with its job.
+fn with_fates(message: String, were: &[(Tid, String)], now: &[VpInfo], host: &str) -> String {
+    let gone: Vec<String> = were
+        .iter()
+        .filter(|(tid, _)| {
+            !now.iter()
+                .any(|v| v.tid == *tid && v.host.as_deref() != Some(host) && v.state != "exited")
+        })
+        .map(|(tid, job)| format!("t{tid:x} of {job}"))
+        .collect();
+    if gone.is_empty() {
+        return message;
+    }
+    format!(
+        "{message}; {} did not move off and ended ({}): `mig show JOB` says why",
+        libmig::words::count(gone.len() as u64, "VP", "VPs"),
+        gone.join(", ")
+    )
 }
 
 /// Wait until no VP is on `host` or waits there, saying how many are left
