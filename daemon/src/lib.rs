@@ -28,6 +28,7 @@ pub mod config;
 pub mod conn;
 pub mod consensus;
 pub mod contain;
+pub mod discard;
 pub mod facts;
 pub mod flow;
 pub mod groups;

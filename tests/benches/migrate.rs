@@ -1,11 +1,11 @@
 //! Migration speed: time from the `Migrate` request until the moved VP has
 //! restored its state on the target and said so (a line of output), for
 //! states of 0, 1, 64 and 256 MiB, beside copying the same bytes over a plain
-//! loopback TCP socket in the same run, and beside the limit of a move on
-//! this machine: the same bytes over a link sealed as daemons seal theirs,
-//! opened into memory not touched before (as the restored VP must hold its
-//! state). 1 warm-up, then REPS moves back and forth between two daemons;
-//! medians.
+//! loopback TCP socket in the same run, and beside the same bytes over a
+//! link sealed as daemons seal theirs, opened into memory not touched
+//! before (as the restored VP must hold its state): what a move cannot do
+//! without, paid by one writer and one reader. 1 warm-up, then REPS moves
+//! back and forth between two daemons; medians.
 //!
 //! Needs release binaries: `cargo build --release --workspace --bins`, then
 //! `cargo bench -p mig-tests --bench migrate -- --bench`.
@@ -27,7 +27,8 @@ enum Copy {
     Raw,
     /// Sealed as daemons seal their links (256 KiB at a time) and opened
     /// into memory of its own not touched before, as a VP restored on
-    /// another host must hold its state: what a move cannot go under.
+    /// another host must hold its state: a move's two unavoidable costs,
+    /// paid by one writer and one reader.
     SealedFresh,
 }
 
@@ -172,7 +173,7 @@ fn main() {
             times[reps - 1],
             if mib > 0 {
                 format!(
-                    "throughput {:.0} MB/s = {:.2} x raw TCP; the limit, sealed into fresh \
+                    "throughput {:.0} MB/s = {:.2} x raw TCP; sealed and opened into fresh \
                      memory: sealed_fresh_{mib}MiB_ms {f:.2} ms = {:.2} x raw TCP, mig {:.2} x it",
                     (mib << 20) as f64 / m / 1e3,
                     r / m,

@@ -457,6 +457,55 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     both_spun(&finish(&vm, job));
 }
 
+#[test]
+fn a_parked_image_damaged_on_disk_is_a_clear_failure_when_it_starts_again() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let conf = policy(
+        dir.path(),
+        "[daemon]\nsafe_point_timeout_ms = 5000\n[owner]\npark_after_s = 0.2\n",
+    );
+    let vm = Vm::start_with(1, &["--config", &conf]);
+    let job = vm.start_job(1, &bin("testvp"), &["hold", "8"]);
+    assert!(wait_until(Duration::from_secs(10), || running_movable(
+        &vm, 1
+    )));
+    mig_ok(&vm, &["owner", "reclaim", "--host", "h0"]);
+    let h0_dir = vm.dir.path().join("h0");
+    let parked = || {
+        std::fs::read_dir(&h0_dir).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().ends_with(".parked"))
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || parked().is_some()
+            && hosts_of(&vm)
+                .iter()
+                .all(|(_, s, _)| s == "parked on disk (owner back)")),
+        "{:?}\n{}",
+        hosts_of(&vm),
+        vm.log(0)
+    );
+    // One byte of its state changed while it waits on disk.
+    let path = parked().expect("parked image");
+    let mut bytes = std::fs::read(&path).expect("read");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, &bytes).expect("spoil");
+    mig_ok(&vm, &["owner", "release", "--host", "h0"]);
+    let out = job.wait_with_output().expect("job");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("checkpoint is corrupted"), "{said}");
+    // The daemon goes on serving.
+    assert!(vm.mig(&["ps"]).status.success());
+}
+
 /// (host, state, pid) of a VP running on a host other than the master,
 /// once there is one.
 fn running_off_master(vm: &Vm) -> (String, String, u32) {

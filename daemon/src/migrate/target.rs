@@ -90,7 +90,7 @@ impl Incoming {
         match ready {
             Ok(()) => Ok(start),
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
+                crate::discard::remove_later(&tmp);
                 Err(e)
             }
         }
@@ -98,6 +98,6 @@ impl Incoming {
 
     /// Given up: its file goes.
     pub fn discard(self) {
-        let _ = std::fs::remove_file(&self.tmp);
+        crate::discard::remove_later(&self.tmp);
     }
 }

@@ -143,7 +143,7 @@ impl Daemon {
             }
         }
         for p in self.moves.unpark_all() {
-            let _ = std::fs::remove_file(p.path);
+            crate::discard::remove_later(&p.path);
         }
         // (So do those it had not started: they start elsewhere.)
         self.lease.deferred.clear();

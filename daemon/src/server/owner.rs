@@ -236,12 +236,13 @@ impl Daemon {
         let Some(Parked { start, path }) = self.moves.unpark(tid) else {
             return warn!("asked to start VP t{tid:x} again, but it is not parked here");
         };
-        match std::fs::read(&path) {
-            Ok(image) => {
-                let _ = std::fs::remove_file(&path);
-                self.restore(start, &image);
-            }
+        // Renamed, not read and written again (hundreds of MiB on the
+        // loop): the VP checks its sum as it restores.
+        let restore = self.state.restore(tid);
+        match std::fs::rename(&path, &restore) {
+            Ok(()) => self.start_restored(start, &restore, false),
             Err(e) => {
+                crate::discard::remove_later(&path);
                 let status = ExitInfo {
                     code: None,
                     signal: None,

@@ -207,7 +207,7 @@ impl Daemon {
                 let parked = self.moves.unpark(tid);
                 let held = self.lease.undefer(tid);
                 if let Some(p) = &parked {
-                    let _ = std::fs::remove_file(&p.path);
+                    crate::discard::remove_later(&p.path);
                 }
                 if parked.is_some() || held {
                     let status = ExitInfo {

@@ -45,7 +45,7 @@ impl Daemon {
                     .map(|()| b)
                     .map_err(|e| e.to_string())
             });
-        let _ = std::fs::remove_file(&expected);
+        crate::discard::remove_later(&expected);
         match image {
             Ok(image) => {
                 let job = self

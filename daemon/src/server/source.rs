@@ -195,12 +195,12 @@ impl Daemon {
     /// that dies before the VP runs there would lose the VP.
     fn keep_sent(&mut self, tid: Tid, start: &StartVp, path: &std::path::Path) {
         let kept = self.state.sent(tid);
-        let _ = std::fs::remove_file(&kept);
+        crate::discard::remove_later(&kept);
         match std::fs::hard_link(path, &kept) {
             Ok(()) => {
                 if let Some(old) = self.moves.keep_sent(tid, start.clone(), kept.clone()) {
                     if old.path != kept {
-                        let _ = std::fs::remove_file(old.path);
+                        crate::discard::remove_later(&old.path);
                     }
                 }
             }
@@ -212,7 +212,7 @@ impl Daemon {
     /// sent goes.
     pub(super) fn drop_sent(&mut self, tid: Tid) {
         if let Some(kept) = self.moves.arrived(tid) {
-            let _ = std::fs::remove_file(kept.path);
+            crate::discard::remove_later(&kept.path);
         }
     }
 
@@ -230,7 +230,7 @@ impl Daemon {
             }
             Recalled::Kept(kept) => {
                 let image = std::fs::read(&kept.path);
-                let _ = std::fs::remove_file(&kept.path);
+                crate::discard::remove_later(&kept.path);
                 match image {
                     Ok(image) => {
                         log!(
@@ -298,7 +298,7 @@ impl Daemon {
         if let (Some(start), Some(image)) = (start, late) {
             log!("VP t{tid:x} checkpointed after its move was called off: it restarts here");
             self.moves.restart_here(tid, start, image);
-            let _ = std::fs::remove_file(expected);
+            crate::discard::remove_later(expected);
         }
     }
 

@@ -48,7 +48,7 @@ impl Daemon {
             match inc.finish(total, &self.state.restore(tid)) {
                 Ok(start) => {
                     let path = self.state.restore(tid);
-                    self.start_restored(start, &path)
+                    self.start_restored(start, &path, true)
                 }
                 Err(why) => self.restore_failed(tid, &why),
             }
@@ -64,7 +64,7 @@ impl Daemon {
             .and_then(|()| libmig::checkpoint::write_bytes(&path, image, false))
             .map_err(|e| e.to_string());
         match written {
-            Ok(()) => self.start_restored(start, &path),
+            Ok(()) => self.start_restored(start, &path, true),
             Err(e) => self.restore_failed(tid, &e),
         }
     }
@@ -80,16 +80,23 @@ impl Daemon {
         self.report(PeerMsg::Exited { tid, status });
     }
 
-    /// Start VP `start` from the image at `path`.
-    pub(super) fn start_restored(&mut self, mut start: StartVp, path: &std::path::Path) {
+    /// Start VP `start` from the image at `path`, whose checksum was
+    /// checked on its way here (`summed`; else the VP checks it).
+    pub(super) fn start_restored(
+        &mut self,
+        mut start: StartVp,
+        path: &std::path::Path,
+        summed: bool,
+    ) {
         let tid = start.tid;
         start
             .env
             .retain(|(k, _)| k != libmig::vp::env::RESTORE && k != libmig::vp::env::RESTORE_SUMMED);
-        // Every caller checked the image's checksum on its way here.
-        start
-            .env
-            .push((libmig::vp::env::RESTORE_SUMMED.to_string(), "1".into()));
+        if summed {
+            start
+                .env
+                .push((libmig::vp::env::RESTORE_SUMMED.to_string(), "1".into()));
+        }
         start.env.push((
             libmig::vp::env::RESTORE.to_string(),
             path.display().to_string(),
