@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
-    Envelope, HostFacts, HostUsage, IoClass, JobClass, OwnerReport, OwnerState, PeerMsg, Request,
-    SliceReport, SnapStep, SourceReport, SpawnSpec, StartVp, Switch, VpMsg,
+    Envelope, HostFacts, HostUsage, IoClass, JobClass, JobFileCopy, OwnerReport, OwnerState,
+    PeerMsg, Request, SliceReport, SnapStep, SourceReport, SpawnSpec, StartVp, Switch, VpMsg,
 };
 
 fn fixtures() -> PathBuf {
@@ -151,6 +151,11 @@ fn peer_msgs() -> Vec<PeerMsg> {
             }],
             installed: vec![(6, 1_699_999_999_000_000_000, 1_699_999_999_000_100_000)],
         }),
+        PeerMsg::JobFile(JobFileCopy::Output {
+            job: "j1".into(),
+            line: "[t40001 h0] line 1".into(),
+        }),
+        PeerMsg::JobFile(JobFileCopy::Forget { job: "j1".into() }),
     ]
 }
 

@@ -619,3 +619,55 @@ fn a_vp_sent_to_a_worker_whose_lease_lapsed_starts_once_it_runs_again() {
     // And h1 still serves: its daemon is not stuck.
     assert!(vm.mig_at(1, &["hosts"]).status.success());
 }
+
+#[test]
+fn the_next_master_has_the_output_jobs_printed_before_the_master_was_killed() {
+    let mut vm = Vm::start(4);
+    let steady = 3;
+    assert!(
+        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
+            .is_some_and(
+                |h| h.iter().filter(|h| h["voter"] == true).count() == 3
+            )),
+        "{:?}",
+        hosts_at(&vm, steady)
+    );
+    let stop = vm.dir.path().join("stop");
+    let script = format!(
+        "for i in 1 2 3 4 5; do echo printed $i; done; while [ ! -e '{}' ]; do sleep 0.05; done",
+        stop.display()
+    );
+    let out = vm.mig_at(
+        steady,
+        &["spawn", "-n", "4", "--", "/bin/sh", "-c", &script],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let logs_at = |vm: &Vm, i: usize| -> Vec<String> {
+        String::from_utf8_lossy(&vm.mig_at(i, &["logs", "j1"]).stdout)
+            .lines()
+            .filter(|l| l.contains("printed"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || logs_at(&vm, steady).len() == 20),
+        "{:?}",
+        logs_at(&vm, steady)
+    );
+    let before = logs_at(&vm, steady);
+    vm.signal(0, Signal::SIGKILL);
+    vm.wait(0, Duration::from_secs(5));
+    let next = || master_seen_by(&vm, steady).filter(|&m| m != 0);
+    assert!(
+        wait_until(Duration::from_secs(20), || next().is_some()),
+        "no master after h0:\n{}",
+        vm.log(1)
+    );
+    let after = logs_at(&vm, steady);
+    let lost: Vec<&String> = before.iter().filter(|l| !after.contains(l)).collect();
+    assert!(
+        lost.is_empty(),
+        "lost with the master: {lost:?}\nnow: {after:?}"
+    );
+    std::fs::write(&stop, "").expect("stop");
+}

@@ -9,7 +9,7 @@
 //! and how a master is rebuilt from it (`Master::export/import`), which hosts
 //! vote (`master::voters`).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::*;
 use crate::consensus::{Consensus, Said, TICK};
@@ -141,6 +141,58 @@ impl Daemon {
             self.check_leadership();
             self.release_held();
             self.change_voters();
+        }
+    }
+
+    /// A change to the job files (output, history): made here, and on the
+    /// master (`copy`) sent to every other voter, so that whichever is
+    /// elected next answers `mig logs` and `mig jobs` as this one did
+    /// (lines in flight when the master dies are lost with it).
+    pub(super) fn keep_job_file(&mut self, change: JobFileCopy, copy: bool) {
+        if copy {
+            let me = self.facts.name.clone();
+            let others: BTreeSet<String> = match self.role.master() {
+                Some(m) => m.voters().values().filter(|h| **h != me).cloned().collect(),
+                None => BTreeSet::new(),
+            };
+            for host in others {
+                if !self.failover.unreachable.contains_key(&host) {
+                    self.send_to_host(&host, PeerMsg::JobFile(change.clone()));
+                }
+            }
+        }
+        match change {
+            JobFileCopy::Output { job, line } => {
+                if let Err(e) = self.job_files.append_output(&job, &line) {
+                    warn!("cannot keep job {job}'s output: {e}");
+                }
+            }
+            JobFileCopy::History(info) => {
+                self.job_files.close(&info.job);
+                if let Err(e) = self.job_files.append_history(&info) {
+                    warn!("cannot write job {} to history.jsonl: {e}", info.job);
+                }
+            }
+            JobFileCopy::Forget { job } => self.job_files.forget(&job),
+        }
+    }
+
+    /// A copy of the master's job files from `host`: kept by a voter when
+    /// `host` is the master its consensus follows, ignored otherwise.
+    pub(super) fn on_job_file(&mut self, host: &str, change: JobFileCopy) {
+        let leader = self
+            .failover
+            .consensus
+            .as_ref()
+            .filter(|c| !c.leads())
+            .map(|c| c.leader());
+        let from_master = leader
+            .and_then(|l| self.failover.hosts.get(&l))
+            .is_some_and(|h| h == host);
+        if from_master {
+            self.keep_job_file(change, false);
+        } else {
+            debug!("ignoring job files from {host}, which is not the master");
         }
     }
 

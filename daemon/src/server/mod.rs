@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 use libmig::auth::{self, ClusterKey};
 use libmig::frame::{self, FrameError};
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, Loc, PeerMsg, Request, Response, StartVp, Stream, Tid, VpMsg,
-    SYSTEM,
+    Envelope, ExitInfo, HostFacts, JobFileCopy, Loc, PeerMsg, Request, Response, StartVp, Stream,
+    Tid, VpMsg, SYSTEM,
 };
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::unix::SourceFd;

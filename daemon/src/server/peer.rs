@@ -56,6 +56,7 @@ impl Daemon {
                 self.on_new_master(term, &name, &addr)
             }
             (Kind::Data { .. }, PeerMsg::Voter { id }) => self.on_voter(id),
+            (Kind::Data { host }, PeerMsg::JobFile(copy)) => self.on_job_file(&host, copy),
             (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
                 let Some(m) = self.role.master() else {
                     return self.refuse(t, "this daemon is not the master");
@@ -316,17 +317,10 @@ impl Daemon {
                 Out::Log(l) => crate::log_at!(log::Level::Info, "migd::master", "{l}"),
                 Out::JobOutput { job, line } => {
                     crate::log_at!(log::Level::Debug, "migd::output", "{job} {line}");
-                    if let Err(e) = self.job_files.append_output(&job, &line) {
-                        warn!("cannot keep job {job}'s output: {e}");
-                    }
+                    self.keep_job_file(JobFileCopy::Output { job, line }, true);
                 }
-                Out::History(info) => {
-                    self.job_files.close(&info.job);
-                    if let Err(e) = self.job_files.append_history(&info) {
-                        warn!("cannot write job {} to history.jsonl: {e}", info.job);
-                    }
-                }
-                Out::ForgetOutput(job) => self.job_files.forget(&job),
+                Out::History(info) => self.keep_job_file(JobFileCopy::History(info), true),
+                Out::ForgetOutput(job) => self.keep_job_file(JobFileCopy::Forget { job }, true),
                 Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
                 Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
                     // Forwarded by this daemon before it was elected.

@@ -411,6 +411,29 @@ pub enum PeerMsg {
         /// The VP.
         tid: Tid,
     },
+    /// Master to each other voter: what it keeps on disk about jobs for
+    /// their users, copied as it keeps it, so that the voter elected next
+    /// has the jobs' output and history too.
+    JobFile(JobFileCopy),
+}
+
+/// A change to the master's job files (`mig logs`, `mig jobs`' history).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum JobFileCopy {
+    /// A line of `job`'s output.
+    Output {
+        /// The job.
+        job: String,
+        /// The line, as `mig logs` shows it.
+        line: String,
+    },
+    /// A job ended: its record.
+    History(JobInfo),
+    /// `job`'s output is let go.
+    Forget {
+        /// The job.
+        job: String,
+    },
 }
 
 impl PeerMsg {
@@ -478,6 +501,7 @@ impl PeerMsg {
             PeerMsg::Replica { .. } => "Replica",
             PeerMsg::Slicing(_) => "Slicing",
             PeerMsg::Unpark { .. } => "Unpark",
+            PeerMsg::JobFile(_) => "JobFile",
         }
     }
 }
