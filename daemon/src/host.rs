@@ -616,16 +616,23 @@ pub fn reap() -> Vec<(i32, ExitInfo)> {
 }
 
 /// Read what a pipe has: complete lines, and whether it reached EOF.
-pub fn read_lines(p: &mut Pipe) -> (Vec<String>, bool) {
+pub fn read_lines(p: &mut Pipe) -> (Vec<String>, Drained) {
     let mut lines = Vec::new();
     let mut buf = [0u8; 16 * 1024];
-    let eof = loop {
+    let mut taken = 0;
+    let drained = loop {
+        if taken >= PIPE_TURN {
+            break Drained::More;
+        }
         match p.file.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => p.partial.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break false,
+            Ok(0) => break Drained::Eof,
+            Ok(n) => {
+                taken += n;
+                p.partial.extend_from_slice(&buf[..n]);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Drained::Empty,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break true,
+            Err(_) => break Drained::Eof,
         }
         // Long lines without a newline are cut at 64 KiB.
         while let Some(pos) = p.partial.iter().position(|&b| b == b'\n') {
@@ -637,11 +644,27 @@ pub fn read_lines(p: &mut Pipe) -> (Vec<String>, bool) {
             p.partial.clear();
         }
     };
-    if eof && !p.partial.is_empty() {
+    if drained == Drained::Eof && !p.partial.is_empty() {
         lines.push(String::from_utf8_lossy(&p.partial).into_owned());
         p.partial.clear();
     }
-    (lines, eof)
+    (lines, drained)
+}
+
+/// Most bytes of one pipe read in one turn of the daemon's loop: a VP that
+/// prints faster than its lines can be carried waits on its full pipe,
+/// and the daemon goes on with everything else meanwhile.
+pub const PIPE_TURN: usize = 64 * 1024;
+
+/// Where a read of a pipe stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drained {
+    /// Nothing more just now.
+    Empty,
+    /// Its share of the turn was taken: more may wait (read it next turn).
+    More,
+    /// The writers closed it (or it failed).
+    Eof,
 }
 
 /// The VPs of this host, by Tid and pid.

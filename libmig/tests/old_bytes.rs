@@ -151,11 +151,13 @@ fn peer_msgs() -> Vec<PeerMsg> {
             }],
             installed: vec![(6, 1_699_999_999_000_000_000, 1_699_999_999_000_100_000)],
         }),
-        PeerMsg::JobFile(JobFileCopy::Output {
-            job: "j1".into(),
-            line: "[t40001 h0] line 1".into(),
-        }),
-        PeerMsg::JobFile(JobFileCopy::Forget { job: "j1".into() }),
+        PeerMsg::JobFile(vec![
+            JobFileCopy::Output {
+                job: "j1".into(),
+                line: "[t40001 h0] line 1".into(),
+            },
+            JobFileCopy::Forget { job: "j1".into() },
+        ]),
     ]
 }
 

@@ -671,3 +671,54 @@ fn the_next_master_has_the_output_jobs_printed_before_the_master_was_killed() {
     );
     std::fs::write(&stop, "").expect("stop");
 }
+
+#[test]
+fn a_job_printing_a_flood_of_lines_keeps_its_master_and_loses_none() {
+    // Three hosts, so three voters: the master owes them heartbeats while
+    // it carries every line to the job's waiter, its files and the voters.
+    let vm = Vm::start(3);
+    assert!(
+        wait_until(Duration::from_secs(20), || hosts_at(&vm, 0).is_some_and(
+            |h| h.iter().filter(|h| h["voter"] == true).count() == 3
+        )),
+        "{:?}",
+        hosts_at(&vm, 0)
+    );
+    let n = 40_000;
+    let out = vm.mig(&[
+        "spawn",
+        "-n",
+        "3",
+        "--wait",
+        "--",
+        "/usr/bin/seq",
+        "1",
+        &n.to_string(),
+    ]);
+    let logs = || {
+        (0..3)
+            .map(|i| vm.log(i))
+            .collect::<Vec<_>>()
+            .join("\n-----\n")
+    };
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        logs()
+    );
+    let printed = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("[t"))
+        .count();
+    assert_eq!(printed, 3 * n, "{}", logs());
+    let kept = String::from_utf8_lossy(&vm.mig(&["logs", "j1"]).stdout)
+        .lines()
+        .count();
+    assert_eq!(kept, 3 * n);
+    let all = logs();
+    assert!(
+        !all.contains("elected master") && !all.contains("stepped down"),
+        "{all}"
+    );
+}

@@ -37,6 +37,9 @@ pub(super) struct Failover {
     exported: Vec<u8>,
     proposed: u64,
     held: VecDeque<(u64, Vec<Out>)>,
+    /// On the master: the `Out`s decided this turn of the loop, whose
+    /// state is proposed once, when the turn ends (`propose_turn`).
+    this_turn: Vec<Out>,
     /// The term of the master this host follows.
     term: u64,
     /// A worker whose master is gone: since when, and what it would have
@@ -71,6 +74,7 @@ impl Failover {
             exported: Vec::new(),
             proposed: 0,
             held: VecDeque::new(),
+            this_turn: Vec::new(),
             term: 0,
             masterless: None,
             unsent: VecDeque::new(),
@@ -144,11 +148,14 @@ impl Daemon {
         }
     }
 
-    /// A change to the job files (output, history): made here, and on the
-    /// master (`copy`) sent to every other voter, so that whichever is
-    /// elected next answers `mig logs` and `mig jobs` as this one did
-    /// (lines in flight when the master dies are lost with it).
-    pub(super) fn keep_job_file(&mut self, change: JobFileCopy, copy: bool) {
+    /// Changes to the job files (output, history): made here, and on the
+    /// master (`copy`) sent to every other voter in one message, so that
+    /// whichever is elected next answers `mig logs` and `mig jobs` as this
+    /// one did (lines in flight when the master dies are lost with it).
+    pub(super) fn keep_job_files(&mut self, changes: Vec<JobFileCopy>, copy: bool) {
+        if changes.is_empty() {
+            return;
+        }
         if copy {
             let me = self.facts.name.clone();
             let others: BTreeSet<String> = match self.role.master() {
@@ -157,29 +164,31 @@ impl Daemon {
             };
             for host in others {
                 if !self.failover.unreachable.contains_key(&host) {
-                    self.send_to_host(&host, PeerMsg::JobFile(change.clone()));
+                    self.send_to_host(&host, PeerMsg::JobFile(changes.clone()));
                 }
             }
         }
-        match change {
-            JobFileCopy::Output { job, line } => {
-                if let Err(e) = self.job_files.append_output(&job, &line) {
-                    warn!("cannot keep job {job}'s output: {e}");
+        for change in changes {
+            match change {
+                JobFileCopy::Output { job, line } => {
+                    if let Err(e) = self.job_files.append_output(&job, &line) {
+                        warn!("cannot keep job {job}'s output: {e}");
+                    }
                 }
-            }
-            JobFileCopy::History(info) => {
-                self.job_files.close(&info.job);
-                if let Err(e) = self.job_files.append_history(&info) {
-                    warn!("cannot write job {} to history.jsonl: {e}", info.job);
+                JobFileCopy::History(info) => {
+                    self.job_files.close(&info.job);
+                    if let Err(e) = self.job_files.append_history(&info) {
+                        warn!("cannot write job {} to history.jsonl: {e}", info.job);
+                    }
                 }
+                JobFileCopy::Forget { job } => self.job_files.forget(&job),
             }
-            JobFileCopy::Forget { job } => self.job_files.forget(&job),
         }
     }
 
     /// A copy of the master's job files from `host`: kept by a voter when
     /// `host` is the master its consensus follows, ignored otherwise.
-    pub(super) fn on_job_file(&mut self, host: &str, change: JobFileCopy) {
+    pub(super) fn on_job_file(&mut self, host: &str, changes: Vec<JobFileCopy>) {
         let leader = self
             .failover
             .consensus
@@ -190,7 +199,7 @@ impl Daemon {
             .and_then(|l| self.failover.hosts.get(&l))
             .is_some_and(|h| h == host);
         if from_master {
-            self.keep_job_file(change, false);
+            self.keep_job_files(changes, false);
         } else {
             debug!("ignoring job files from {host}, which is not the master");
         }
@@ -294,8 +303,10 @@ impl Daemon {
                 }
                 // What it decided but could not get replicated is undone:
                 // its own users hear so.
-                for outs in std::mem::take(&mut self.failover.held) {
-                    for o in outs.1 {
+                let this_turn = std::mem::take(&mut self.failover.this_turn);
+                let held = std::mem::take(&mut self.failover.held);
+                for outs in held.into_iter().map(|(_, o)| o).chain([this_turn]) {
+                    for o in outs {
                         if let Out::Reply(Requester::Local(t), _) = o {
                             self.send_resp(
                                 Token(t),
@@ -597,11 +608,28 @@ impl Daemon {
     }
 
     /// On the master: `outs` go once the state that decided them is
-    /// committed (at once with one voter). Elsewhere: at once.
+    /// committed (at once with one voter). That state is looked at and
+    /// proposed once a turn of the loop, however many decisions the turn
+    /// made (`propose_turn`): serializing the whole state for each of a
+    /// burst of 300,000 output lines kept one turn busy for seconds, and
+    /// the voters elected another master meanwhile. Elsewhere: at once.
     pub(super) fn deliver(&mut self, outs: Vec<Out>) {
         if outs.is_empty() {
             return;
         }
+        if self.role.master().is_none() || self.failover.consensus.is_none() {
+            return self.carry_out(outs);
+        }
+        self.failover.this_turn.extend(outs);
+    }
+
+    /// The turn of the loop ends: the master's state, if it changed, is
+    /// proposed, and what the turn decided waits for it to commit.
+    pub(super) fn propose_turn(&mut self) {
+        if self.failover.this_turn.is_empty() {
+            return;
+        }
+        let outs = std::mem::take(&mut self.failover.this_turn);
         let Some(index) = self.replicate() else {
             return self.carry_out(outs);
         };

@@ -207,12 +207,15 @@ impl Daemon {
         let Some(p) = self.pipes.get_mut(&t) else {
             return;
         };
-        let (lines, eof) = host::read_lines(p);
+        let (lines, drained) = host::read_lines(p);
         let (tid, pid, stream) = (p.tid, p.pid, p.stream);
         for line in lines {
             self.report(PeerMsg::Output { tid, stream, line });
         }
-        if eof {
+        if drained == host::Drained::More {
+            self.pipes_again.insert(t);
+        }
+        if drained == host::Drained::Eof {
             if let Some(p) = self.pipes.remove(&t) {
                 let _ = self
                     .poll

@@ -99,6 +99,11 @@ const SIGNALS: Token = Token(2);
 const FIRST: usize = 16;
 /// Most bytes read from one connection in one turn of the loop.
 const READ_BUDGET: usize = 16 << 20;
+/// Most time spent on one connection's messages in one turn of the loop:
+/// a stream of small messages (a job printing 100,000 lines a second)
+/// is within the byte budget for hundreds of thousands of them, and the
+/// loop owes heartbeats to the voters and answers to everyone else.
+const READ_TIME: Duration = Duration::from_millis(10);
 /// A connection that has not finished the handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -171,6 +176,8 @@ pub struct Daemon {
     flow: Flow,
     /// Connections that had their share of a turn with more to read.
     read_again: std::collections::HashSet<Token>,
+    /// VP output pipes that had their share of a turn with more to read.
+    pipes_again: std::collections::HashSet<Token>,
     /// Connections that wrote their share this turn with more to write.
     write_again: std::collections::HashSet<Token>,
     /// Is this workstation its owner's right now?
@@ -353,6 +360,7 @@ impl Daemon {
             vp_conns: HashMap::new(),
             flow: Flow::default(),
             read_again: Default::default(),
+            pipes_again: Default::default(),
             write_again: Default::default(),
             owner,
             outbox: Default::default(),
@@ -429,6 +437,8 @@ impl Daemon {
     pub(super) fn serve(&mut self) -> Result<(), DaemonError> {
         let mut events = Events::with_capacity(256);
         loop {
+            // What the last turn decided goes, once its state is safe.
+            self.propose_turn();
             if let Some(since) = self.halting {
                 let flushed = self.conns.values().all(Conn::flushed);
                 if (flushed && self.vps.by_tid.is_empty())
@@ -467,7 +477,10 @@ impl Daemon {
                         .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
                 )
                 .max(Duration::from_millis(1));
-            let timeout = if !self.read_again.is_empty() || !self.write_again.is_empty() {
+            let timeout = if !self.read_again.is_empty()
+                || !self.write_again.is_empty()
+                || !self.pipes_again.is_empty()
+            {
                 Duration::ZERO
             } else if self.halting.is_some() {
                 timeout.min(Duration::from_millis(20))
@@ -487,6 +500,9 @@ impl Daemon {
             }
             // Before anything else: a master that was stopped steps down.
             self.failover_turn();
+            // Pipes with more to read after last turn's share, read once
+            // more this turn (after any that are ready anyway).
+            let pipes_due = std::mem::take(&mut self.pipes_again);
             for ev in events.iter() {
                 match ev.token() {
                     TCP => self.accept(true),
@@ -510,9 +526,14 @@ impl Daemon {
                     }
                 }
             }
-            // Connections that had their share last turn go on.
+            // Connections and pipes that had their share last turn go on.
             for t in std::mem::take(&mut self.read_again) {
                 self.conn_ready(t, true);
+            }
+            for t in pipes_due {
+                if !self.pipes_again.contains(&t) {
+                    self.pipe_ready(t);
+                }
             }
             for t in std::mem::take(&mut self.write_again) {
                 let failed = match self.conns.get_mut(&t) {

@@ -297,14 +297,15 @@ impl Daemon {
 
     /// Read and handle what a connection has, frame by frame, until it is
     /// drained, paused (flow control) or closed, or has had its share of
-    /// this turn of the loop (`READ_BUDGET`: it is read again next turn, so
-    /// a fast sender cannot keep the loop from heartbeats and other
-    /// connections). Reads are bounded (one chunk, or one large payload, at
+    /// this turn of the loop (`READ_BUDGET` bytes or `READ_TIME`: it is
+    /// read again next turn, so a fast sender cannot keep the loop from
+    /// heartbeats and other connections). Reads are bounded (one chunk, or one large payload, at
     /// a time), so a fast sender cannot make the daemon buffer more than a
     /// frame ahead. `hup`: the peer may have closed (the poll said so, or
     /// the connection was not read for a while): read on to the end.
     pub(super) fn conn_ready(&mut self, t: Token, hup: bool) {
         let mut budget = READ_BUDGET;
+        let began = Instant::now();
         loop {
             self.drain_buffered(t);
             let Some(c) = self.conns.get_mut(&t) else {
@@ -316,7 +317,7 @@ impl Daemon {
             if c.fds.len() > 64 {
                 return self.refuse(t, "descriptors passed without their messages");
             }
-            if budget == 0 {
+            if budget == 0 || began.elapsed() >= READ_TIME {
                 self.read_again.insert(t);
                 return;
             }

@@ -311,16 +311,18 @@ impl Daemon {
     /// Carry out the master's `Out`s (see `deliver`: on the master, once
     /// the state that decided them is committed).
     pub(super) fn carry_out(&mut self, outs: Vec<Out>) {
+        // Changes to the job files, copied to the other voters together.
+        let mut copies = Vec::new();
         for o in outs {
             match o {
                 // The master's own news, filtered as its module's.
                 Out::Log(l) => crate::log_at!(log::Level::Info, "migd::master", "{l}"),
                 Out::JobOutput { job, line } => {
                     crate::log_at!(log::Level::Debug, "migd::output", "{job} {line}");
-                    self.keep_job_file(JobFileCopy::Output { job, line }, true);
+                    copies.push(JobFileCopy::Output { job, line });
                 }
-                Out::History(info) => self.keep_job_file(JobFileCopy::History(info), true),
-                Out::ForgetOutput(job) => self.keep_job_file(JobFileCopy::Forget { job }, true),
+                Out::History(info) => copies.push(JobFileCopy::History(info)),
+                Out::ForgetOutput(job) => copies.push(JobFileCopy::Forget { job }),
                 Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
                 Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
                     // Forwarded by this daemon before it was elected.
@@ -395,6 +397,7 @@ impl Daemon {
                 }
             }
         }
+        self.keep_job_files(copies, true);
     }
 
     /// A message for a host with no link: kept while the master holds it

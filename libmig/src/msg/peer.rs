@@ -412,9 +412,10 @@ pub enum PeerMsg {
         tid: Tid,
     },
     /// Master to each other voter: what it keeps on disk about jobs for
-    /// their users, copied as it keeps it, so that the voter elected next
-    /// has the jobs' output and history too.
-    JobFile(JobFileCopy),
+    /// their users, copied as it keeps it (the changes of one batch of its
+    /// decisions together), so that the voter elected next has the jobs'
+    /// output and history too.
+    JobFile(Vec<JobFileCopy>),
 }
 
 /// A change to the master's job files (`mig logs`, `mig jobs`' history).
