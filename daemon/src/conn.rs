@@ -192,6 +192,9 @@ pub struct Conn {
     /// copied whole).
     sealed: Vec<u8>,
     sealed_off: usize,
+    /// Lines of job output not sent to this waiter since the last that
+    /// was: its queue was full (see the server's `send_resp`).
+    pub skipped: u64,
     /// Why reading failed (a sealed record that failed its check, say).
     pub failed: Option<String>,
     /// Where the handshake is, until it is done.
@@ -243,6 +246,7 @@ impl Conn {
             seal: None,
             sealed: Vec::new(),
             sealed_off: 0,
+            skipped: 0,
             failed: None,
             hs,
             budget: WRITE_BUDGET,

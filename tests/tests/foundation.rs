@@ -905,3 +905,71 @@ fn spawn_wait_forwards_its_input_to_vp_0_only_and_no_input_ends_it_at_once() {
         );
     }
 }
+
+#[test]
+fn a_waiter_that_stops_reading_costs_the_master_no_more_than_its_backlog() {
+    let vm = Vm::start(1);
+    let master = vm.pid(0);
+    let before = mig_tests::peak_rss_mib(master).expect("rss");
+    // About 7 MB of text, some 30 MB as answers queued for the waiter.
+    let n = 1_000_000;
+    let mut waiter = command("mig")
+        .env("MIG_DAEMON", vm.sock())
+        .args([
+            "spawn",
+            "-n",
+            "1",
+            "--wait",
+            "--",
+            "/usr/bin/seq",
+            "1",
+            &n.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
+    assert!(wait_until(T, || vm
+        .json(&["ps"])
+        .as_array()
+        .is_some_and(|a| !a.is_empty())));
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).expect("stop the waiter");
+    let ended = || {
+        vm.json(&["jobs"])
+            .as_array()
+            .and_then(|a| a.first().cloned())
+            .is_some_and(|j| j["state"] != "running")
+    };
+    assert!(wait_until(Duration::from_secs(120), ended), "{}", vm.log(0));
+    let grew = mig_tests::peak_rss_mib(master).expect("rss") - before;
+    assert!(grew < 24, "the master grew {grew} MiB for a stopped waiter");
+    nix::sys::signal::kill(pid, Signal::SIGCONT).expect("wake the waiter");
+    let mut out = String::new();
+    let mut err = String::new();
+    waiter
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read");
+    waiter
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    assert!(waiter.wait().expect("waiter").success(), "{err}");
+    // Every line is shown or counted as not shown.
+    let skipped: usize = err
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("mig: ")?
+                .split_once(" lines of output not shown here")
+        })
+        .filter_map(|(k, _)| k.parse::<usize>().ok())
+        .sum();
+    let shown = out.lines().filter(|l| l.starts_with("[t")).count();
+    assert!(skipped > 0, "{err}");
+    assert_eq!(shown + skipped, n, "{err}");
+}

@@ -213,6 +213,19 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                     }
                 }
             }
+            Response::Skipped { lines } => {
+                if a.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "skipped", "lines": lines})
+                    );
+                } else {
+                    eprintln!(
+                        "mig: {} of output not shown here (read too slowly); `mig logs {job}` has them",
+                        libmig::words::count(lines, "line", "lines")
+                    );
+                }
+            }
             Response::VpDone {
                 tid,
                 vp,

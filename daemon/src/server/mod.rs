@@ -104,6 +104,9 @@ const READ_BUDGET: usize = 16 << 20;
 /// is within the byte budget for hundreds of thousands of them, and the
 /// loop owes heartbeats to the voters and answers to everyone else.
 const READ_TIME: Duration = Duration::from_millis(10);
+/// Most bytes queued for a control client before lines of job output are
+/// skipped for it (`send_resp`); the job's output file keeps them all.
+const WAITER_BACKLOG: usize = 4 << 20;
 /// A connection that has not finished the handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -500,7 +500,27 @@ impl Daemon {
         }
     }
 
+    /// An answer to a control client. Lines of job output are skipped for
+    /// one that has `WAITER_BACKLOG` bytes queued already (it reads too
+    /// slowly: the daemon would hold the whole output for it), and it is
+    /// told how many before the next answer that goes.
     pub(super) fn send_resp(&mut self, t: Token, resp: &Response) {
+        let output = matches!(resp, Response::Output { .. });
+        if let Some(c) = self.conns.get_mut(&t) {
+            let full = c.queued() >= WAITER_BACKLOG;
+            if output && full {
+                c.skipped += 1;
+                return;
+            }
+            if c.skipped > 0 && (!full || !output) {
+                let lines = std::mem::take(&mut c.skipped);
+                self.send_encoded(t, &Response::Skipped { lines });
+            }
+        }
+        self.send_encoded(t, resp);
+    }
+
+    fn send_encoded(&mut self, t: Token, resp: &Response) {
         match frame::encode(resp) {
             Ok(b) => self.send_bytes(t, &b),
             Err(e) => warn!("cannot encode a reply: {e}"),

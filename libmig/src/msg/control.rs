@@ -438,6 +438,13 @@ pub enum Response {
         /// The line.
         line: String,
     },
+    /// While waiting: `lines` lines of output were not sent to this
+    /// waiter, which read them too slowly (a stopped `mig spawn --wait`,
+    /// a slow terminal); the job's output (`mig logs`) has them all.
+    Skipped {
+        /// How many.
+        lines: u64,
+    },
     /// While waiting: a VP ended.
     VpDone {
         /// Which VP.
