@@ -193,8 +193,11 @@ pub struct Conn {
     sealed: Vec<u8>,
     sealed_off: usize,
     /// Lines of job output not sent to this waiter since the last that
-    /// was: its queue was full (see the server's `send_resp`).
+    /// was: it had stalled with its queue full (see the server's
+    /// `send_resp`).
     pub skipped: u64,
+    /// When the peer last took bytes (or had nothing waiting for it).
+    progressed: Instant,
     /// Why reading failed (a sealed record that failed its check, say).
     pub failed: Option<String>,
     /// Where the handshake is, until it is done.
@@ -247,6 +250,7 @@ impl Conn {
             sealed: Vec::new(),
             sealed_off: 0,
             skipped: 0,
+            progressed: Instant::now(),
             failed: None,
             hs,
             budget: WRITE_BUDGET,
@@ -265,6 +269,16 @@ impl Conn {
     }
 
     /// Bytes queued and not yet written.
+    /// How long the peer has taken none of the bytes waiting for it
+    /// (zero when none wait).
+    pub fn stalled_for(&self) -> std::time::Duration {
+        if self.flushed() {
+            std::time::Duration::ZERO
+        } else {
+            self.progressed.elapsed()
+        }
+    }
+
     pub fn queued(&self) -> usize {
         self.out_len + self.sealed.len() - self.sealed_off
     }
@@ -320,6 +334,9 @@ impl Conn {
     pub fn send(&mut self, bytes: &[u8], registry: &Registry, token: Token) -> io::Result<()> {
         if self.broken {
             return Ok(());
+        }
+        if self.flushed() {
+            self.progressed = Instant::now();
         }
         match self.out.back_mut().and_then(|c| {
             let room = c.fd.is_none() && c.bytes.len() + bytes.len() <= COALESCE;
@@ -443,7 +460,10 @@ impl Conn {
         while self.seal.is_some() && !self.flushed() && self.budget > 0 {
             match self.write_sealed() {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.budget = self.budget.saturating_sub(n),
+                Ok(n) => {
+                    self.budget = self.budget.saturating_sub(n);
+                    self.progressed = Instant::now();
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.write_failed(registry, token, e)),
@@ -454,6 +474,7 @@ impl Conn {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
                     self.budget = self.budget.saturating_sub(n);
+                    self.progressed = Instant::now();
                     self.out_len -= n;
                     while n > 0 {
                         let Some(front) = self.out.front_mut() else {

@@ -104,9 +104,13 @@ const READ_BUDGET: usize = 16 << 20;
 /// is within the byte budget for hundreds of thousands of them, and the
 /// loop owes heartbeats to the voters and answers to everyone else.
 const READ_TIME: Duration = Duration::from_millis(10);
-/// Most bytes queued for a control client before lines of job output are
-/// skipped for it (`send_resp`); the job's output file keeps them all.
+/// A control client with this many bytes waiting for it that has taken
+/// none for `WAITER_STALL` is sent no more lines of job output
+/// (`send_resp`); nor is one with `WAITER_MAX` waiting. The job's output
+/// file keeps them.
 const WAITER_BACKLOG: usize = 4 << 20;
+const WAITER_STALL: Duration = Duration::from_secs(1);
+const WAITER_MAX: usize = 256 << 20;
 /// A connection that has not finished the handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 

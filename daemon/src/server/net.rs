@@ -501,13 +501,16 @@ impl Daemon {
     }
 
     /// An answer to a control client. Lines of job output are skipped for
-    /// one that has `WAITER_BACKLOG` bytes queued already (it reads too
-    /// slowly: the daemon would hold the whole output for it), and it is
-    /// told how many before the next answer that goes.
+    /// one that has stopped reading (`WAITER_BACKLOG` bytes waiting and
+    /// none taken for `WAITER_STALL`; or `WAITER_MAX` waiting however it
+    /// reads): the daemon would hold the job's whole output for it. It is
+    /// told how many before the next answer that goes. A waiter that reads,
+    /// however slowly, misses nothing below `WAITER_MAX`.
     pub(super) fn send_resp(&mut self, t: Token, resp: &Response) {
         let output = matches!(resp, Response::Output { .. });
         if let Some(c) = self.conns.get_mut(&t) {
-            let full = c.queued() >= WAITER_BACKLOG;
+            let full = (c.queued() >= WAITER_BACKLOG && c.stalled_for() >= WAITER_STALL)
+                || c.queued() >= WAITER_MAX;
             if output && full {
                 c.skipped += 1;
                 return;
