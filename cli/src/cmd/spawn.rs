@@ -221,7 +221,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                     );
                 } else {
                     eprintln!(
-                        "mig: {} of output not shown here (read too slowly); `mig logs {job}` has them",
+                        "mig: {} of output not shown here (read too slowly); `mig logs {job}` has them (of a job's output it keeps the first 16 MiB)",
                         libmig::words::count(lines, "line", "lines")
                     );
                 }

@@ -439,8 +439,8 @@ pub enum Response {
         line: String,
     },
     /// While waiting: `lines` lines of output were not sent to this
-    /// waiter, which read them too slowly (a stopped `mig spawn --wait`,
-    /// a slow terminal); the job's output (`mig logs`) has them all.
+    /// waiter, which stopped reading (a stopped `mig spawn --wait`); the
+    /// job's output (`mig logs`, its first 16 MiB) has them.
     Skipped {
         /// How many.
         lines: u64,
