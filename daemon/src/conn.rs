@@ -268,7 +268,6 @@ impl Conn {
         self.seal.as_ref().is_some_and(|s| s.has_plain())
     }
 
-    /// Bytes queued and not yet written.
     /// How long the peer has taken none of the bytes waiting for it
     /// (zero when none wait).
     pub fn stalled_for(&self) -> std::time::Duration {
@@ -279,6 +278,7 @@ impl Conn {
         }
     }
 
+    /// Bytes queued and not yet written.
     pub fn queued(&self) -> usize {
         self.out_len + self.sealed.len() - self.sealed_off
     }

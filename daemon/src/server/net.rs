@@ -299,9 +299,9 @@ impl Daemon {
     /// drained, paused (flow control) or closed, or has had its share of
     /// this turn of the loop (`READ_BUDGET` bytes or `READ_TIME`: it is
     /// read again next turn, so a fast sender cannot keep the loop from
-    /// heartbeats and other connections). Reads are bounded (one chunk, or one large payload, at
-    /// a time), so a fast sender cannot make the daemon buffer more than a
-    /// frame ahead. `hup`: the peer may have closed (the poll said so, or
+    /// heartbeats and other connections). Reads are bounded (one chunk, or
+    /// one large payload, at a time), so a fast sender cannot make the
+    /// daemon buffer more than a frame ahead. `hup`: the peer may have closed (the poll said so, or
     /// the connection was not read for a while): read on to the end.
     pub(super) fn conn_ready(&mut self, t: Token, hup: bool) {
         let mut budget = READ_BUDGET;
@@ -515,7 +515,7 @@ impl Daemon {
                 c.skipped += 1;
                 return;
             }
-            if c.skipped > 0 && (!full || !output) {
+            if c.skipped > 0 {
                 let lines = std::mem::take(&mut c.skipped);
                 self.send_encoded(t, &Response::Skipped { lines });
             }
