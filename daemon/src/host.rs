@@ -615,7 +615,8 @@ pub fn reap() -> Vec<(i32, ExitInfo)> {
     }
 }
 
-/// Read what a pipe has: complete lines, and whether it reached EOF.
+/// Read what a pipe has, up to `PIPE_TURN` bytes: complete lines, and
+/// where the read stopped.
 pub fn read_lines(p: &mut Pipe) -> (Vec<String>, Drained) {
     let mut lines = Vec::new();
     let mut buf = [0u8; 16 * 1024];
