@@ -75,7 +75,9 @@ pub struct Args {
     /// libpvm3 enrols it this way).
     #[arg(long, requires = "wait")]
     bare: bool,
-    /// Print JSON lines (spawned, output, vp_done, job_done) instead of text.
+    /// Print JSON lines (spawned, output, skipped, vp_done, job_done) instead
+    /// of text (skipped: lines not sent to this waiter, which stopped
+    /// reading; `mig logs` has them).
     #[arg(long)]
     json: bool,
     /// The program and its arguments (after `--`).
