@@ -615,14 +615,14 @@ pub fn reap() -> Vec<(i32, ExitInfo)> {
     }
 }
 
-/// Read what a pipe has, up to `PIPE_TURN` bytes: complete lines, and
-/// where the read stopped.
-pub fn read_lines(p: &mut Pipe) -> (Vec<String>, Drained) {
+/// Read what a pipe has, up to `limit` bytes (a read at a time, 16 KiB):
+/// complete lines, where the read stopped, and the bytes taken.
+pub fn read_lines(p: &mut Pipe, limit: usize) -> (Vec<String>, Drained, usize) {
     let mut lines = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     let mut taken = 0;
     let drained = loop {
-        if taken >= PIPE_TURN {
+        if taken >= limit {
             break Drained::More;
         }
         match p.file.read(&mut buf) {
@@ -649,13 +649,8 @@ pub fn read_lines(p: &mut Pipe) -> (Vec<String>, Drained) {
         lines.push(String::from_utf8_lossy(&p.partial).into_owned());
         p.partial.clear();
     }
-    (lines, drained)
+    (lines, drained, taken)
 }
-
-/// Most bytes of one pipe read in one turn of the daemon's loop: a VP that
-/// prints faster than its lines can be carried waits on its full pipe,
-/// and the daemon goes on with everything else meanwhile.
-pub const PIPE_TURN: usize = 64 * 1024;
 
 /// Where a read of a pipe stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -722,3 +722,53 @@ fn a_job_printing_a_flood_of_lines_keeps_its_master_and_loses_none() {
         "{all}"
     );
 }
+
+#[test]
+fn many_jobs_flooding_their_output_at_once_all_finish_whole_under_one_master() {
+    let vm = Vm::start_procs(3, 2, &[]);
+    assert!(
+        wait_until(Duration::from_secs(20), || hosts_at(&vm, 0).is_some_and(
+            |h| h.iter().filter(|h| h["voter"] == true).count() == 3
+        )),
+        "{:?}",
+        hosts_at(&vm, 0)
+    );
+    let (jobs, n) = (30, 20_000);
+    let waiters: Vec<_> = (0..jobs)
+        .map(|_| {
+            mig_tests::command("mig")
+                .env("MIG_DAEMON", vm.sock())
+                .args(["spawn", "-n", "2", "--wait", "--", "/usr/bin/seq", "1"])
+                .arg(n.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("mig spawn")
+        })
+        .collect();
+    let logs = || {
+        (0..3)
+            .map(|i| vm.log(i))
+            .collect::<Vec<_>>()
+            .join("\n-----\n")
+    };
+    for w in waiters {
+        let out = w.wait_with_output().expect("waiter");
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            logs()
+        );
+        let printed = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("[t"))
+            .count();
+        assert_eq!(printed, 2 * n, "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let all = logs();
+    assert!(
+        !all.contains("elected master") && !all.contains("stepped down"),
+        "{all}"
+    );
+}

@@ -61,6 +61,14 @@ pub(super) struct Failover {
 /// its old master between two dials).
 const REDIAL_AFTER: Duration = Duration::from_secs(1);
 
+/// Most time one turn of the loop spends carrying out committed decisions,
+/// and how many it takes at a time between looks at the clock.
+const RELEASE_TIME: Duration = Duration::from_millis(20);
+const RELEASE_CHUNK: usize = 256;
+/// Most decisions the master holds (committed or not) before it reads its
+/// workers' news again.
+const HELD_MAX: usize = 20_000;
+
 /// How long a worker waits for its old master to answer a dial.
 const REDIAL_WITHIN: Duration = Duration::from_millis(150);
 
@@ -372,6 +380,12 @@ impl Daemon {
             );
         }
         self.deliver(out);
+        // What this host said to the old master, which may have died
+        // before passing it on (its own VPs' exits, say), it says again to
+        // itself as the master now.
+        for msg in self.said_again() {
+            self.report(msg);
+        }
         // What this host told no one while there was no master.
         for msg in std::mem::take(&mut self.failover.unsent) {
             match msg {
@@ -469,33 +483,39 @@ impl Daemon {
         for msg in std::mem::take(&mut self.failover.unsent) {
             self.send_peer(t, &msg);
         }
-        // A report the old master took in but never passed on (it died
-        // first, or the link broke under it) is lost: every VP that runs
-        // here, and is not in a move, says again that it does (a VP that
-        // had just arrived would otherwise stay "moving" for ever), and
-        // every VP that ended here lately that it ended.
-        let running: Vec<(Tid, u32)> = self
+        for msg in self.said_again() {
+            self.send_peer(t, &msg);
+        }
+        Ok(())
+    }
+
+    /// What this host says again to a new master, its own master part
+    /// included. A report the old master took in but never passed on (it
+    /// died first, or the link broke under it) is lost: every VP that
+    /// runs here, and is not in a move, says again that it does (a VP that
+    /// had just arrived would otherwise stay "moving" for ever), and every
+    /// VP that ended here lately that it ended (one the master has heard
+    /// of already changes nothing, and one of a VP that runs here again
+    /// is not said).
+    fn said_again(&self) -> Vec<PeerMsg> {
+        let running = self
             .vps
             .by_tid
             .iter()
             .filter(|(&tid, v)| v.exit.is_none() && self.moves.get(tid).is_none())
-            .map(|(&tid, v)| (tid, v.pid as u32))
-            .collect();
-        for (tid, pid) in running {
-            self.send_peer(t, &PeerMsg::Started { tid, pid });
-        }
-        // So does an exit: one the master has heard of already changes
-        // nothing (and one of a VP that runs here again is not said).
-        let exits: Vec<(Tid, ExitInfo)> = self
+            .map(|(&tid, v)| PeerMsg::Started {
+                tid,
+                pid: v.pid as u32,
+            });
+        let exits = self
             .recent_exits
             .iter()
             .filter(|(tid, _)| !self.vps.by_tid.contains_key(tid))
-            .cloned()
-            .collect();
-        for (tid, status) in exits {
-            self.send_peer(t, &PeerMsg::Exited { tid, status });
-        }
-        Ok(())
+            .map(|(tid, status)| PeerMsg::Exited {
+                tid: *tid,
+                status: status.clone(),
+            });
+        running.chain(exits).collect()
     }
 
     /// A worker lost its master. It dials it again (only the link may have
@@ -627,7 +647,8 @@ impl Daemon {
     /// proposed, and what the turn decided waits for it to commit.
     pub(super) fn propose_turn(&mut self) {
         if self.failover.this_turn.is_empty() {
-            return;
+            // Committed decisions left over from a turn that had its share.
+            return self.release_held();
         }
         let outs = std::mem::take(&mut self.failover.this_turn);
         let Some(index) = self.replicate() else {
@@ -656,22 +677,51 @@ impl Daemon {
         Some(self.failover.proposed)
     }
 
-    /// Carry out the `Out`s whose state is committed.
+    /// Carry out the `Out`s whose state is committed, in order, for at
+    /// most `RELEASE_TIME` a turn: a commit can release tens of thousands
+    /// of them at once (the lines of a flood of output, each copied to its
+    /// waiter, its file and the voters), and the loop owes heartbeats. The
+    /// rest go next turn (`releasable` keeps the loop from sleeping).
     fn release_held(&mut self) {
         let committed = match &self.failover.consensus {
             Some(c) => c.committed(),
             None => return,
         };
-        while self
-            .failover
+        let began = Instant::now();
+        while began.elapsed() < RELEASE_TIME {
+            let Some((i, outs)) = self.failover.held.front_mut() else {
+                return;
+            };
+            if *i > committed {
+                return;
+            }
+            let chunk: Vec<Out> = outs.drain(..outs.len().min(RELEASE_CHUNK)).collect();
+            if outs.is_empty() {
+                self.failover.held.pop_front();
+            }
+            self.carry_out(chunk);
+        }
+    }
+
+    /// Has the master more decisions waiting to be carried out than it
+    /// should take in more work for (`HELD_MAX`)? Its workers' news waits
+    /// then, as its own VPs' output does while any wait.
+    pub(super) fn backlogged(&self) -> bool {
+        self.failover
+            .held
+            .iter()
+            .map(|(_, o)| o.len())
+            .sum::<usize>()
+            > HELD_MAX
+    }
+
+    /// Are committed `Out`s waiting to be carried out?
+    pub(super) fn releasable(&self) -> bool {
+        let committed = self.failover.consensus.as_ref().map(|c| c.committed());
+        self.failover
             .held
             .front()
-            .is_some_and(|(i, _)| *i <= committed)
-        {
-            if let Some((_, outs)) = self.failover.held.pop_front() {
-                self.carry_out(outs);
-            }
-        }
+            .is_some_and(|(i, _)| committed.is_some_and(|c| *i <= c))
     }
 
     /// On the master: the next change to the voters, when the consensus

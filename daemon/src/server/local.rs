@@ -204,10 +204,19 @@ impl Daemon {
     }
 
     pub(super) fn pipe_ready(&mut self, t: Token) {
+        // Its share of what this turn reads of all pipes; none while the
+        // master has committed decisions still to carry out (its lines
+        // would pile up in memory faster than they go).
+        let limit = PIPE_TURN.min(self.pipe_budget);
+        if self.pipes.contains_key(&t) && (limit == 0 || self.releasable()) {
+            self.pipes_again.insert(t);
+            return;
+        }
         let Some(p) = self.pipes.get_mut(&t) else {
             return;
         };
-        let (lines, drained) = host::read_lines(p);
+        let (lines, drained, taken) = host::read_lines(p, limit);
+        self.pipe_budget -= taken.min(self.pipe_budget);
         let (tid, pid, stream) = (p.tid, p.pid, p.stream);
         for line in lines {
             self.report(PeerMsg::Output { tid, stream, line });

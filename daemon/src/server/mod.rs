@@ -102,8 +102,16 @@ const READ_BUDGET: usize = 16 << 20;
 /// Most time spent on one connection's messages in one turn of the loop:
 /// a stream of small messages (a job printing 100,000 lines a second)
 /// is within the byte budget for hundreds of thousands of them, and the
-/// loop owes heartbeats to the voters and answers to everyone else.
-const READ_TIME: Duration = Duration::from_millis(10);
+/// loop owes heartbeats to the voters and answers to everyone else (with
+/// dozens of connections busy at once, the turn is dozens of these).
+const READ_TIME: Duration = Duration::from_millis(2);
+/// Most bytes of one VP's output pipe read in one turn of the loop, and of
+/// all pipes together: a VP that prints faster than its lines can be
+/// carried waits on its full pipe, and the daemon goes on with everything
+/// else meanwhile (each line costs the master a copy to its waiter, its
+/// file and the voters: 256 KiB is some 20,000 lines a turn).
+const PIPE_TURN: usize = 64 * 1024;
+const PIPES_TURN: usize = 256 * 1024;
 /// A control client with this many bytes waiting for it that has taken
 /// none for `WAITER_STALL` is sent no more lines of job output
 /// (`send_resp`); nor is one with `WAITER_MAX` waiting. The job's output
@@ -185,6 +193,8 @@ pub struct Daemon {
     read_again: std::collections::HashSet<Token>,
     /// VP output pipes that had their share of a turn with more to read.
     pipes_again: std::collections::HashSet<Token>,
+    /// What is left this turn of `PIPES_TURN`.
+    pipe_budget: usize,
     /// Connections that wrote their share this turn with more to write.
     write_again: std::collections::HashSet<Token>,
     /// Is this workstation its owner's right now?
@@ -368,6 +378,7 @@ impl Daemon {
             flow: Flow::default(),
             read_again: Default::default(),
             pipes_again: Default::default(),
+            pipe_budget: PIPES_TURN,
             write_again: Default::default(),
             owner,
             outbox: Default::default(),
@@ -487,6 +498,7 @@ impl Daemon {
             let timeout = if !self.read_again.is_empty()
                 || !self.write_again.is_empty()
                 || !self.pipes_again.is_empty()
+                || self.releasable()
             {
                 Duration::ZERO
             } else if self.halting.is_some() {
@@ -510,6 +522,7 @@ impl Daemon {
             // Pipes with more to read after last turn's share, read once
             // more this turn (after any that are ready anyway).
             let pipes_due = std::mem::take(&mut self.pipes_again);
+            self.pipe_budget = PIPES_TURN;
             for ev in events.iter() {
                 match ev.token() {
                     TCP => self.accept(true),

@@ -304,6 +304,18 @@ impl Daemon {
     /// daemon buffer more than a frame ahead. `hup`: the peer may have closed (the poll said so, or
     /// the connection was not read for a while): read on to the end.
     pub(super) fn conn_ready(&mut self, t: Token, hup: bool) {
+        // A worker's news waits while the master has many committed
+        // decisions still to carry out (see `backlogged`).
+        if !hup
+            && self.backlogged()
+            && self
+                .conns
+                .get(&t)
+                .is_some_and(|c| matches!(c.kind, Kind::Peer { host: Some(_) }))
+        {
+            self.read_again.insert(t);
+            return;
+        }
         let mut budget = READ_BUDGET;
         let began = Instant::now();
         loop {
