@@ -169,7 +169,14 @@ pub fn run(a: Args) -> Result<()> {
     let result = run_job(&vm, &pi, &a, &mut desk, &mut r);
     let t1 = Instant::now();
     vm.halt();
-    let _ = std::fs::remove_dir_all(&dir);
+    if result.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!(
+            "mig demo: the daemons' logs are kept in {}/h*/migd.log",
+            dir.display()
+        );
+    }
     r.halt_ms = t1.elapsed().as_secs_f64() * 1e3;
     r.say(format_args!("halted in {:.1} ms", r.halt_ms));
     if a.json {
@@ -177,6 +184,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     result
 }
+
+/// How long the demo's job may go without a word (an output line, a VP's
+/// end) before the demo gives up on it, rather than wait for ever.
+const STUCK: Duration = Duration::from_secs(120);
 
 /// Wait until every VP runs and can be moved, then have h1's owner come back: a busy loop
 /// starts on their desk. Time until h1's VPs are stopped and until h1 is
@@ -313,7 +324,14 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk, r: &mut Rep
     let mut verdict = None;
     let mut per_host: BTreeMap<String, u32> = BTreeMap::new();
     let status = loop {
-        match c.recv(None)? {
+        let heard = match c.recv(Some(STUCK)) {
+            Err(libmig::control::ControlError::Timeout { .. }) => bail!(
+                "job {job} made no progress for {} s: a VP waits for what never comes",
+                STUCK.as_secs()
+            ),
+            other => other?,
+        };
+        match heard {
             Response::Output { line, .. } if line.starts_with("pi = ") => verdict = Some(line),
             Response::VpDone { host, .. } => *per_host.entry(host).or_default() += 1,
             Response::JobDone { status, .. } => break status,
