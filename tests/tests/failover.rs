@@ -620,18 +620,47 @@ fn a_vp_sent_to_a_worker_whose_lease_lapsed_starts_once_it_runs_again() {
     assert!(vm.mig_at(1, &["hosts"]).status.success());
 }
 
+/// Wait until daemon `at` sees three voters.
+fn three_voters(vm: &Vm, at: usize) {
+    assert!(
+        wait_until(Duration::from_secs(20), || hosts_at(vm, at).is_some_and(
+            |h| h.iter().filter(|h| h["voter"] == true).count() == 3
+        )),
+        "{:?}",
+        hosts_at(vm, at)
+    );
+}
+
+/// Every daemon's log, one after another.
+fn all_logs(vm: &Vm) -> String {
+    (0..vm.daemons.len())
+        .map(|i| vm.log(i))
+        .collect::<Vec<_>>()
+        .join("\n-----\n")
+}
+
+/// The lines of VPs' output in a `mig spawn --wait`'s stdout.
+fn vp_lines(out: &std::process::Output) -> usize {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("[t"))
+        .count()
+}
+
+/// No daemon was elected master after the first, and none stepped down.
+fn one_master_throughout(vm: &Vm) {
+    let all = all_logs(vm);
+    assert!(
+        !all.contains("elected master") && !all.contains("stepped down"),
+        "{all}"
+    );
+}
+
 #[test]
 fn the_next_master_has_the_output_jobs_printed_before_the_master_was_killed() {
     let mut vm = Vm::start(4);
     let steady = 3;
-    assert!(
-        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
-            .is_some_and(
-                |h| h.iter().filter(|h| h["voter"] == true).count() == 3
-            )),
-        "{:?}",
-        hosts_at(&vm, steady)
-    );
+    three_voters(&vm, steady);
     let stop = vm.dir.path().join("stop");
     let script = format!(
         "for i in 1 2 3 4 5; do echo printed $i; done; while [ ! -e '{}' ]; do sleep 0.05; done",
@@ -677,13 +706,7 @@ fn a_job_printing_a_flood_of_lines_keeps_its_master_and_loses_none() {
     // Three hosts, so three voters: the master owes them heartbeats while
     // it carries every line to the job's waiter, its files and the voters.
     let vm = Vm::start(3);
-    assert!(
-        wait_until(Duration::from_secs(20), || hosts_at(&vm, 0).is_some_and(
-            |h| h.iter().filter(|h| h["voter"] == true).count() == 3
-        )),
-        "{:?}",
-        hosts_at(&vm, 0)
-    );
+    three_voters(&vm, 0);
     let n = 40_000;
     let out = vm.mig(&[
         "spawn",
@@ -695,44 +718,24 @@ fn a_job_printing_a_flood_of_lines_keeps_its_master_and_loses_none() {
         "1",
         &n.to_string(),
     ]);
-    let logs = || {
-        (0..3)
-            .map(|i| vm.log(i))
-            .collect::<Vec<_>>()
-            .join("\n-----\n")
-    };
     assert!(
         out.status.success(),
         "{}\n{}",
         String::from_utf8_lossy(&out.stderr),
-        logs()
+        all_logs(&vm)
     );
-    let printed = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("[t"))
-        .count();
-    assert_eq!(printed, 3 * n, "{}", logs());
+    assert_eq!(vp_lines(&out), 3 * n, "{}", all_logs(&vm));
     let kept = String::from_utf8_lossy(&vm.mig(&["logs", "j1"]).stdout)
         .lines()
         .count();
     assert_eq!(kept, 3 * n);
-    let all = logs();
-    assert!(
-        !all.contains("elected master") && !all.contains("stepped down"),
-        "{all}"
-    );
+    one_master_throughout(&vm);
 }
 
 #[test]
 fn many_jobs_flooding_their_output_at_once_all_finish_whole_under_one_master() {
     let vm = Vm::start_procs(3, 2, &[]);
-    assert!(
-        wait_until(Duration::from_secs(20), || hosts_at(&vm, 0).is_some_and(
-            |h| h.iter().filter(|h| h["voter"] == true).count() == 3
-        )),
-        "{:?}",
-        hosts_at(&vm, 0)
-    );
+    three_voters(&vm, 0);
     let (jobs, n) = (30, 20_000);
     let waiters: Vec<_> = (0..jobs)
         .map(|_| {
@@ -746,29 +749,20 @@ fn many_jobs_flooding_their_output_at_once_all_finish_whole_under_one_master() {
                 .expect("mig spawn")
         })
         .collect();
-    let logs = || {
-        (0..3)
-            .map(|i| vm.log(i))
-            .collect::<Vec<_>>()
-            .join("\n-----\n")
-    };
     for w in waiters {
         let out = w.wait_with_output().expect("waiter");
         assert!(
             out.status.success(),
             "{}\n{}",
             String::from_utf8_lossy(&out.stderr),
-            logs()
+            all_logs(&vm)
         );
-        let printed = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("[t"))
-            .count();
-        assert_eq!(printed, 2 * n, "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            vp_lines(&out),
+            2 * n,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let all = logs();
-    assert!(
-        !all.contains("elected master") && !all.contains("stepped down"),
-        "{all}"
-    );
+    one_master_throughout(&vm);
 }
