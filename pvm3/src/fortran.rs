@@ -80,8 +80,10 @@ unsafe fn put(p: *mut c_int, v: c_int) {
 /// gfortran's convention (see the module).
 #[no_mangle]
 pub unsafe extern "C" fn pvmfmytid_(tid: *mut c_int) {
-    // SAFETY: an int.
-    unsafe { put(tid, task::pvm_mytid()) }
+    crate::ffi::guard(|| {
+        // SAFETY: an int.
+        unsafe { put(tid, task::pvm_mytid()) }
+    })
 }
 
 /// `pvmfparent(tid)`.
@@ -90,8 +92,10 @@ pub unsafe extern "C" fn pvmfmytid_(tid: *mut c_int) {
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfparent_(tid: *mut c_int) {
-    // SAFETY: an int.
-    unsafe { put(tid, task::pvm_parent()) }
+    crate::ffi::guard(|| {
+        // SAFETY: an int.
+        unsafe { put(tid, task::pvm_parent()) }
+    })
 }
 
 /// `pvmfexit(info)`.
@@ -100,8 +104,10 @@ pub unsafe extern "C" fn pvmfparent_(tid: *mut c_int) {
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfexit_(info: *mut c_int) {
-    // SAFETY: an int.
-    unsafe { put(info, task::pvm_exit()) }
+    crate::ffi::guard(|| {
+        // SAFETY: an int.
+        unsafe { put(info, task::pvm_exit()) }
+    })
 }
 
 /// `pvmfkill(tid, info)`.
@@ -110,8 +116,10 @@ pub unsafe extern "C" fn pvmfexit_(info: *mut c_int) {
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfkill_(tid: *const c_int, info: *mut c_int) {
-    // SAFETY: ints.
-    unsafe { put(info, task::pvm_kill(*tid)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(info, task::pvm_kill(*tid)) }
+    })
 }
 
 /// `pvmfspawn(task, flag, where, ntask, tids, numt)`.
@@ -129,17 +137,19 @@ pub unsafe extern "C" fn pvmfspawn_(
     name_len: usize,
     where_len: usize,
 ) {
-    // SAFETY: gfortran's convention.
-    unsafe {
-        let n = c_string(name, name_len);
-        let w = c_string(where_, where_len);
-        // PVM's Fortran examples pass "*" for "anywhere".
-        let flag = if w.as_bytes() == b"*" { 0 } else { *flag };
-        put(
-            numt,
-            task::pvm_spawn(n.as_ptr(), std::ptr::null(), flag, w.as_ptr(), *ntask, tids),
-        );
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: gfortran's convention.
+        unsafe {
+            let n = c_string(name, name_len);
+            let w = c_string(where_, where_len);
+            // PVM's Fortran examples pass "*" for "anywhere".
+            let flag = if w.as_bytes() == b"*" { 0 } else { *flag };
+            put(
+                numt,
+                task::pvm_spawn(n.as_ptr(), std::ptr::null(), flag, w.as_ptr(), *ntask, tids),
+            );
+        }
+    })
 }
 
 /// `pvmfsiblings(nsib, sibidx, stid)`: how many siblings, and the Tid of
@@ -149,17 +159,19 @@ pub unsafe extern "C" fn pvmfspawn_(
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfsiblings_(nsib: *mut c_int, sibidx: *const c_int, stid: *mut c_int) {
-    let mut p: *const c_int = std::ptr::null();
-    // SAFETY: a place for a pointer; the list lives in the task.
-    let n = unsafe { task::pvm_siblings(&mut p) };
-    // SAFETY: ints; `p` holds `n` ints when `n > 0`.
-    unsafe {
-        put(nsib, n);
-        let i = *sibidx;
-        if n > 0 && (0..n).contains(&i) && !p.is_null() {
-            put(stid, *p.add(i as usize));
+    crate::ffi::guard(|| {
+        let mut p: *const c_int = std::ptr::null();
+        // SAFETY: a place for a pointer; the list lives in the task.
+        let n = unsafe { task::pvm_siblings(&mut p) };
+        // SAFETY: ints; `p` holds `n` ints when `n > 0`.
+        unsafe {
+            put(nsib, n);
+            let i = *sibidx;
+            if n > 0 && (0..n).contains(&i) && !p.is_null() {
+                put(stid, *p.add(i as usize));
+            }
         }
-    }
+    })
 }
 
 /// `pvmfconfig(nhost, narch, dtid, name, arch, speed, info)`: one host a
@@ -179,29 +191,31 @@ pub unsafe extern "C" fn pvmfconfig_(
     name_len: usize,
     arch_len: usize,
 ) {
-    let mut hosts: *const HostInfo = std::ptr::null();
-    let (mut nh, mut na) = (0, 0);
-    // SAFETY: places for the values.
-    let r = unsafe { task::pvm_config(&mut nh, &mut na, &mut hosts) };
-    // SAFETY: ints and the strings' room, as gfortran passes them.
-    unsafe {
-        put(info, r);
-        if r < 0 || nh <= 0 || hosts.is_null() {
-            return;
+    crate::ffi::guard(|| {
+        let mut hosts: *const HostInfo = std::ptr::null();
+        let (mut nh, mut na) = (0, 0);
+        // SAFETY: places for the values.
+        let r = unsafe { task::pvm_config(&mut nh, &mut na, &mut hosts) };
+        // SAFETY: ints and the strings' room, as gfortran passes them.
+        unsafe {
+            put(info, r);
+            if r < 0 || nh <= 0 || hosts.is_null() {
+                return;
+            }
+            put(nhost, nh);
+            put(narch, na);
+            let i = state::with(|t| {
+                let i = t.config_next % nh as usize;
+                t.config_next = i + 1;
+                i
+            });
+            let h = &*hosts.add(i);
+            put(dtid, h.tid);
+            put(speed, h.speed);
+            fill(name, name_len, std::ffi::CStr::from_ptr(h.name).to_bytes());
+            fill(arch, arch_len, std::ffi::CStr::from_ptr(h.arch).to_bytes());
         }
-        put(nhost, nh);
-        put(narch, na);
-        let i = state::with(|t| {
-            let i = t.config_next % nh as usize;
-            t.config_next = i + 1;
-            i
-        });
-        let h = &*hosts.add(i);
-        put(dtid, h.tid);
-        put(speed, h.speed);
-        fill(name, name_len, std::ffi::CStr::from_ptr(h.name).to_bytes());
-        fill(arch, arch_len, std::ffi::CStr::from_ptr(h.arch).to_bytes());
-    }
+    })
 }
 
 /// `pvmfinitsend(encoding, bufid)`.
@@ -210,8 +224,10 @@ pub unsafe extern "C" fn pvmfconfig_(
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfinitsend_(enc: *const c_int, bufid: *mut c_int) {
-    // SAFETY: ints.
-    unsafe { put(bufid, pack::pvm_initsend(*enc)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(bufid, pack::pvm_initsend(*enc)) }
+    })
 }
 
 /// `pvmfpack(what, xp, nitem, stride, info)` (a STRING's length follows).
@@ -228,26 +244,28 @@ pub unsafe extern "C" fn pvmfpack_(
     info: *mut c_int,
     len: usize,
 ) {
-    // SAFETY: as gfortran passes them.
-    unsafe {
-        let (n, s) = (*nitem, *stride);
-        let r = match *what {
-            STRING => {
-                let c = c_string(xp.cast(), len);
-                pack::pvm_pkstr(c.as_ptr())
-            }
-            BYTE1 => pack::pvm_pkbyte(xp.cast(), n, s),
-            INTEGER2 => pack::pvm_pkshort(xp.cast(), n, s),
-            INTEGER4 => pack::pvm_pkint(xp.cast(), n, s),
-            INTEGER8 => pack::pvm_pklong(xp.cast(), n, s),
-            REAL4 => pack::pvm_pkfloat(xp.cast(), n, s),
-            REAL8 => pack::pvm_pkdouble(xp.cast(), n, s),
-            COMPLEX8 => pack::pvm_pkcplx(xp.cast(), n, s),
-            COMPLEX16 => pack::pvm_pkdcplx(xp.cast(), n, s),
-            _ => crate::errors::BAD_PARAM,
-        };
-        put(info, r);
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: as gfortran passes them.
+        unsafe {
+            let (n, s) = (*nitem, *stride);
+            let r = match *what {
+                STRING => {
+                    let c = c_string(xp.cast(), len);
+                    pack::pvm_pkstr(c.as_ptr())
+                }
+                BYTE1 => pack::pvm_pkbyte(xp.cast(), n, s),
+                INTEGER2 => pack::pvm_pkshort(xp.cast(), n, s),
+                INTEGER4 => pack::pvm_pkint(xp.cast(), n, s),
+                INTEGER8 => pack::pvm_pklong(xp.cast(), n, s),
+                REAL4 => pack::pvm_pkfloat(xp.cast(), n, s),
+                REAL8 => pack::pvm_pkdouble(xp.cast(), n, s),
+                COMPLEX8 => pack::pvm_pkcplx(xp.cast(), n, s),
+                COMPLEX16 => pack::pvm_pkdcplx(xp.cast(), n, s),
+                _ => crate::errors::BAD_PARAM,
+            };
+            put(info, r);
+        }
+    })
 }
 
 /// `pvmfunpack(what, xp, nitem, stride, info)`.
@@ -263,30 +281,32 @@ pub unsafe extern "C" fn pvmfunpack_(
     info: *mut c_int,
     len: usize,
 ) {
-    // SAFETY: as gfortran passes them.
-    unsafe {
-        let (n, s) = (*nitem, *stride);
-        let r = match *what {
-            // Blank-padded into the Fortran string, without its NUL.
-            STRING => match pack::unpack_string("pvmfunpack") {
-                Ok(s) => {
-                    fill(xp.cast(), len, &s[..s.len().saturating_sub(1)]);
-                    crate::errors::OK
-                }
-                Err(e) => e,
-            },
-            BYTE1 => pack::pvm_upkbyte(xp.cast(), n, s),
-            INTEGER2 => pack::pvm_upkshort(xp.cast(), n, s),
-            INTEGER4 => pack::pvm_upkint(xp.cast(), n, s),
-            INTEGER8 => pack::pvm_upklong(xp.cast(), n, s),
-            REAL4 => pack::pvm_upkfloat(xp.cast(), n, s),
-            REAL8 => pack::pvm_upkdouble(xp.cast(), n, s),
-            COMPLEX8 => pack::pvm_upkcplx(xp.cast(), n, s),
-            COMPLEX16 => pack::pvm_upkdcplx(xp.cast(), n, s),
-            _ => crate::errors::BAD_PARAM,
-        };
-        put(info, r);
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: as gfortran passes them.
+        unsafe {
+            let (n, s) = (*nitem, *stride);
+            let r = match *what {
+                // Blank-padded into the Fortran string, without its NUL.
+                STRING => match pack::unpack_string("pvmfunpack") {
+                    Ok(s) => {
+                        fill(xp.cast(), len, &s[..s.len().saturating_sub(1)]);
+                        crate::errors::OK
+                    }
+                    Err(e) => e,
+                },
+                BYTE1 => pack::pvm_upkbyte(xp.cast(), n, s),
+                INTEGER2 => pack::pvm_upkshort(xp.cast(), n, s),
+                INTEGER4 => pack::pvm_upkint(xp.cast(), n, s),
+                INTEGER8 => pack::pvm_upklong(xp.cast(), n, s),
+                REAL4 => pack::pvm_upkfloat(xp.cast(), n, s),
+                REAL8 => pack::pvm_upkdouble(xp.cast(), n, s),
+                COMPLEX8 => pack::pvm_upkcplx(xp.cast(), n, s),
+                COMPLEX16 => pack::pvm_upkdcplx(xp.cast(), n, s),
+                _ => crate::errors::BAD_PARAM,
+            };
+            put(info, r);
+        }
+    })
 }
 
 /// `pvmfsend(tid, msgtag, info)`.
@@ -295,8 +315,10 @@ pub unsafe extern "C" fn pvmfunpack_(
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfsend_(tid: *const c_int, tag: *const c_int, info: *mut c_int) {
-    // SAFETY: ints.
-    unsafe { put(info, message::pvm_send(*tid, *tag)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(info, message::pvm_send(*tid, *tag)) }
+    })
 }
 
 /// `pvmfmcast(ntask, tids, msgtag, info)`.
@@ -310,8 +332,10 @@ pub unsafe extern "C" fn pvmfmcast_(
     tag: *const c_int,
     info: *mut c_int,
 ) {
-    // SAFETY: as the caller passes them.
-    unsafe { put(info, message::pvm_mcast(tids, *ntask, *tag)) }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller passes them.
+        unsafe { put(info, message::pvm_mcast(tids, *ntask, *tag)) }
+    })
 }
 
 /// `pvmfrecv(tid, msgtag, bufid)`.
@@ -320,8 +344,10 @@ pub unsafe extern "C" fn pvmfmcast_(
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfrecv_(tid: *const c_int, tag: *const c_int, bufid: *mut c_int) {
-    // SAFETY: ints.
-    unsafe { put(bufid, message::pvm_recv(*tid, *tag)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(bufid, message::pvm_recv(*tid, *tag)) }
+    })
 }
 
 /// `pvmfnrecv(tid, msgtag, bufid)`.
@@ -330,8 +356,10 @@ pub unsafe extern "C" fn pvmfrecv_(tid: *const c_int, tag: *const c_int, bufid: 
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfnrecv_(tid: *const c_int, tag: *const c_int, bufid: *mut c_int) {
-    // SAFETY: ints.
-    unsafe { put(bufid, message::pvm_nrecv(*tid, *tag)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(bufid, message::pvm_nrecv(*tid, *tag)) }
+    })
 }
 
 /// `pvmfprobe(tid, msgtag, bufid)`.
@@ -340,8 +368,10 @@ pub unsafe extern "C" fn pvmfnrecv_(tid: *const c_int, tag: *const c_int, bufid:
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfprobe_(tid: *const c_int, tag: *const c_int, bufid: *mut c_int) {
-    // SAFETY: ints.
-    unsafe { put(bufid, message::pvm_probe(*tid, *tag)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(bufid, message::pvm_probe(*tid, *tag)) }
+    })
 }
 
 /// `pvmfbufinfo(bufid, bytes, msgtag, tid, info)`.
@@ -356,8 +386,10 @@ pub unsafe extern "C" fn pvmfbufinfo_(
     tid: *mut c_int,
     info: *mut c_int,
 ) {
-    // SAFETY: ints.
-    unsafe { put(info, pack::pvm_bufinfo(*bufid, bytes, tag, tid)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(info, pack::pvm_bufinfo(*bufid, bytes, tag, tid)) }
+    })
 }
 
 /// `pvmfperror(msg, info)`.
@@ -366,11 +398,13 @@ pub unsafe extern "C" fn pvmfbufinfo_(
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfperror_(msg: *const c_char, info: *mut c_int, len: usize) {
-    // SAFETY: as gfortran passes them.
-    unsafe {
-        let m = c_string(msg, len);
-        put(info, task::pvm_perror(m.as_ptr()));
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: as gfortran passes them.
+        unsafe {
+            let m = c_string(msg, len);
+            put(info, task::pvm_perror(m.as_ptr()));
+        }
+    })
 }
 
 macro_rules! group_call {
@@ -381,11 +415,13 @@ macro_rules! group_call {
         /// gfortran's convention.
         #[no_mangle]
         pub unsafe extern "C" fn $name(group: *const c_char, $($arg: *const c_int,)* info: *mut c_int, len: usize) {
+            crate::ffi::guard(|| {
             // SAFETY: as gfortran passes them.
             unsafe {
                 let g = c_string(group, len);
                 put(info, $c(g.as_ptr() $(, *$arg)*));
             }
+            })
         }
     };
 }
@@ -441,14 +477,16 @@ pub unsafe extern "C" fn pvmfreduce_(
     info: *mut c_int,
     len: usize,
 ) {
-    // SAFETY: as gfortran passes them.
-    unsafe {
-        let g = c_string(group_, len);
-        put(
-            info,
-            group::pvm_reduce(func, data, *count, *datatype, *tag, g.as_ptr(), *root),
-        );
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: as gfortran passes them.
+        unsafe {
+            let g = c_string(group_, len);
+            put(
+                info,
+                group::pvm_reduce(func, data, *count, *datatype, *tag, g.as_ptr(), *root),
+            );
+        }
+    })
 }
 
 macro_rules! fortran_reduction {
@@ -465,8 +503,10 @@ macro_rules! fortran_reduction {
             num: *mut c_int,
             info: *mut c_int,
         ) {
-            // SAFETY: as the caller promises.
-            unsafe { $c(datatype, x, y, num, info) }
+            crate::ffi::guard(|| {
+                // SAFETY: as the caller promises.
+                unsafe { $c(datatype, x, y, num, info) }
+            })
         }
     };
 }
@@ -482,8 +522,10 @@ fortran_reduction!(pvmmin_, group::PvmMin);
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfcatchout_(_onoff: *const c_int, info: *mut c_int) {
-    // SAFETY: an int.
-    unsafe { put(info, task::pvm_catchout(std::ptr::null_mut())) }
+    crate::ffi::guard(|| {
+        // SAFETY: an int.
+        unsafe { put(info, task::pvm_catchout(std::ptr::null_mut())) }
+    })
 }
 
 /// `pvmfsetopt(what, val, oldval)`.
@@ -492,6 +534,8 @@ pub unsafe extern "C" fn pvmfcatchout_(_onoff: *const c_int, info: *mut c_int) {
 /// gfortran's convention.
 #[no_mangle]
 pub unsafe extern "C" fn pvmfsetopt_(what: *const c_int, val: *const c_int, old: *mut c_int) {
-    // SAFETY: ints.
-    unsafe { put(old, task::pvm_setopt(*what, *val)) }
+    crate::ffi::guard(|| {
+        // SAFETY: ints.
+        unsafe { put(old, task::pvm_setopt(*what, *val)) }
+    })
 }

@@ -34,22 +34,24 @@ unsafe fn name(g: *const c_char) -> Option<String> {
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_joingroup(group: *const c_char) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_joingroup", errors::NULL_GROUP));
-    };
-    state::with(|t| {
-        if t.groups.contains_key(&g) {
-            return t.fail("pvm_joingroup", errors::DUP_GROUP);
-        }
-        match t.vm().map(|vm| vm.join_group(&g)) {
-            Ok(Ok(i)) => {
-                t.groups.insert(g, i as c_int);
-                i as c_int
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_joingroup", errors::NULL_GROUP));
+        };
+        state::with(|t| {
+            if t.groups.contains_key(&g) {
+                return t.fail("pvm_joingroup", errors::DUP_GROUP);
             }
-            Ok(Err(_)) => t.fail("pvm_joingroup", errors::SYS_ERR),
-            Err(e) => t.fail("pvm_joingroup", e),
-        }
+            match t.vm().map(|vm| vm.join_group(&g)) {
+                Ok(Ok(i)) => {
+                    t.groups.insert(g, i as c_int);
+                    i as c_int
+                }
+                Ok(Err(_)) => t.fail("pvm_joingroup", errors::SYS_ERR),
+                Err(e) => t.fail("pvm_joingroup", e),
+            }
+        })
     })
 }
 
@@ -59,19 +61,21 @@ pub unsafe extern "C" fn pvm_joingroup(group: *const c_char) -> c_int {
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_lvgroup(group: *const c_char) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_lvgroup", errors::NULL_GROUP));
-    };
-    state::with(|t| {
-        if t.groups.remove(&g).is_none() {
-            return t.fail("pvm_lvgroup", errors::NOT_IN_GROUP);
-        }
-        match t.vm().map(|vm| vm.leave_group(&g)) {
-            Ok(Ok(())) => errors::OK,
-            Ok(Err(_)) => t.fail("pvm_lvgroup", errors::SYS_ERR),
-            Err(e) => t.fail("pvm_lvgroup", e),
-        }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_lvgroup", errors::NULL_GROUP));
+        };
+        state::with(|t| {
+            if t.groups.remove(&g).is_none() {
+                return t.fail("pvm_lvgroup", errors::NOT_IN_GROUP);
+            }
+            match t.vm().map(|vm| vm.leave_group(&g)) {
+                Ok(Ok(())) => errors::OK,
+                Ok(Err(_)) => t.fail("pvm_lvgroup", errors::SYS_ERR),
+                Err(e) => t.fail("pvm_lvgroup", e),
+            }
+        })
     })
 }
 
@@ -91,18 +95,20 @@ fn members(call: &str, g: &str) -> Result<Vec<(u32, u64)>, c_int> {
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_getinst(group: *const c_char, tid: c_int) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_getinst", errors::NULL_GROUP));
-    };
-    let m = match members("pvm_getinst", &g) {
-        Ok(m) => m,
-        Err(e) => return e,
-    };
-    match m.iter().find(|(_, t)| Some(*t) == from_c(tid)) {
-        Some((i, _)) => *i as c_int,
-        None => state::with(|t| t.fail("pvm_getinst", errors::NOT_IN_GROUP)),
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_getinst", errors::NULL_GROUP));
+        };
+        let m = match members("pvm_getinst", &g) {
+            Ok(m) => m,
+            Err(e) => return e,
+        };
+        match m.iter().find(|(_, t)| Some(*t) == from_c(tid)) {
+            Some((i, _)) => *i as c_int,
+            None => state::with(|t| t.fail("pvm_getinst", errors::NOT_IN_GROUP)),
+        }
+    })
 }
 
 /// The Tid of instance `inst` of `group`.
@@ -111,18 +117,20 @@ pub unsafe extern "C" fn pvm_getinst(group: *const c_char, tid: c_int) -> c_int 
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_gettid(group: *const c_char, inst: c_int) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_gettid", errors::NULL_GROUP));
-    };
-    let m = match members("pvm_gettid", &g) {
-        Ok(m) => m,
-        Err(e) => return e,
-    };
-    match m.iter().find(|(i, _)| *i as c_int == inst) {
-        Some((_, t)) => to_c(*t),
-        None => state::with(|t| t.fail("pvm_gettid", errors::NO_INST)),
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_gettid", errors::NULL_GROUP));
+        };
+        let m = match members("pvm_gettid", &g) {
+            Ok(m) => m,
+            Err(e) => return e,
+        };
+        match m.iter().find(|(i, _)| *i as c_int == inst) {
+            Some((_, t)) => to_c(*t),
+            None => state::with(|t| t.fail("pvm_gettid", errors::NO_INST)),
+        }
+    })
 }
 
 /// How many members `group` has.
@@ -131,14 +139,16 @@ pub unsafe extern "C" fn pvm_gettid(group: *const c_char, inst: c_int) -> c_int 
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_gsize(group: *const c_char) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_gsize", errors::NULL_GROUP));
-    };
-    match members("pvm_gsize", &g) {
-        Ok(m) => m.len() as c_int,
-        Err(e) => e,
-    }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_gsize", errors::NULL_GROUP));
+        };
+        match members("pvm_gsize", &g) {
+            Ok(m) => m.len() as c_int,
+            Err(e) => e,
+        }
+    })
 }
 
 /// Wait until `count` members (-1: all) have reached the barrier.
@@ -147,20 +157,22 @@ pub unsafe extern "C" fn pvm_gsize(group: *const c_char) -> c_int {
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_barrier(group: *const c_char, count: c_int) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_barrier", errors::NULL_GROUP));
-    };
-    state::with(|t| {
-        if !t.groups.contains_key(&g) {
-            return t.fail("pvm_barrier", errors::NOT_IN_GROUP);
-        }
-        let n = u32::try_from(count).unwrap_or(0);
-        match t.vm().map(|vm| vm.barrier(&g, n)) {
-            Ok(Ok(())) => errors::OK,
-            Ok(Err(_)) => t.fail("pvm_barrier", errors::SYS_ERR),
-            Err(e) => t.fail("pvm_barrier", e),
-        }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_barrier", errors::NULL_GROUP));
+        };
+        state::with(|t| {
+            if !t.groups.contains_key(&g) {
+                return t.fail("pvm_barrier", errors::NOT_IN_GROUP);
+            }
+            let n = u32::try_from(count).unwrap_or(0);
+            match t.vm().map(|vm| vm.barrier(&g, n)) {
+                Ok(Ok(())) => errors::OK,
+                Ok(Err(_)) => t.fail("pvm_barrier", errors::SYS_ERR),
+                Err(e) => t.fail("pvm_barrier", e),
+            }
+        })
     })
 }
 
@@ -170,17 +182,19 @@ pub unsafe extern "C" fn pvm_barrier(group: *const c_char, count: c_int) -> c_in
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_bcast(group: *const c_char, msgtag: c_int) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_bcast", errors::NULL_GROUP));
-    };
-    let m = match members("pvm_bcast", &g) {
-        Ok(m) => m,
-        Err(e) => return e,
-    };
-    let tids: Vec<c_int> = m.iter().map(|(_, t)| to_c(*t)).collect();
-    // SAFETY: `tids` holds that many ints.
-    unsafe { crate::message::pvm_mcast(tids.as_ptr(), tids.len() as c_int, msgtag) }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_bcast", errors::NULL_GROUP));
+        };
+        let m = match members("pvm_bcast", &g) {
+            Ok(m) => m,
+            Err(e) => return e,
+        };
+        let tids: Vec<c_int> = m.iter().map(|(_, t)| to_c(*t)).collect();
+        // SAFETY: `tids` holds that many ints.
+        unsafe { crate::message::pvm_mcast(tids.as_ptr(), tids.len() as c_int, msgtag) }
+    })
 }
 
 /// Wait until `group` has `size` members (-1: as many as it has now), as
@@ -191,20 +205,22 @@ pub unsafe extern "C" fn pvm_bcast(group: *const c_char, msgtag: c_int) -> c_int
 /// `group` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_freezegroup(group: *const c_char, size: c_int) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_freezegroup", errors::NULL_GROUP));
-    };
-    loop {
-        let n = match members("pvm_freezegroup", &g) {
-            Ok(m) => m.len() as c_int,
-            Err(e) => return e,
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_freezegroup", errors::NULL_GROUP));
         };
-        if size < 0 || n >= size {
-            return errors::OK;
+        loop {
+            let n = match members("pvm_freezegroup", &g) {
+                Ok(m) => m.len() as c_int,
+                Err(e) => return e,
+            };
+            if size < 0 || n >= size {
+                return errors::OK;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    })
 }
 
 /// A reduction function's C type.
@@ -228,71 +244,75 @@ pub unsafe extern "C" fn pvm_reduce(
     group: *const c_char,
     rootginst: c_int,
 ) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_reduce", errors::NULL_GROUP));
-    };
-    let (Some(func), false, true) = (func, data.is_null(), count >= 0 && msgtag >= 0) else {
-        return state::with(|t| t.fail("pvm_reduce", errors::BAD_PARAM));
-    };
-    let m = match members("pvm_reduce", &g) {
-        Ok(m) => m,
-        Err(e) => return e,
-    };
-    let Some(&(_, root)) = m.iter().find(|(i, _)| *i as c_int == rootginst) else {
-        return state::with(|t| t.fail("pvm_reduce", errors::NO_INST));
-    };
-    state::with(|t| {
-        let me = match t.vm() {
-            Ok(vm) => vm.tid(),
-            Err(e) => return t.fail("pvm_reduce", e),
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_reduce", errors::NULL_GROUP));
         };
-        if me != root {
-            let mut b = Buffer::new(Encoding::Raw);
-            // SAFETY: `data` holds `count` items.
-            if !unsafe { pack_typed(&mut b, data.cast(), count as usize, datatype) } {
-                return t.fail("pvm_reduce", errors::BAD_PARAM);
-            }
-            let ctx = t.context;
-            return match t.vm().map(|vm| vm.send_bytes(root, msgtag, b.wire(ctx))) {
-                Ok(Ok(())) => errors::OK,
-                _ => t.fail("pvm_reduce", errors::SYS_ERR),
-            };
-        }
-        let size = match datatype {
-            1 => 1,
-            2 | 9 => 2,
-            3 | 4 | 10 => 4,
-            5 | 6 | 8 | 11 => 8,
-            7 => 16,
-            _ => return t.fail("pvm_reduce", errors::BAD_PARAM),
+        let (Some(func), false, true) = (func, data.is_null(), count >= 0 && msgtag >= 0) else {
+            return state::with(|t| t.fail("pvm_reduce", errors::BAD_PARAM));
         };
-        let mut theirs = vec![0u8; size * count as usize];
-        for &(_, who) in m.iter().filter(|(_, w)| *w != me) {
-            let ctx = t.context;
-            let from_who = |m: &libmig::Message| {
-                m.from == who && m.tag == msgtag && crate::buffer::context_of(&m.data) == Some(ctx)
+        let m = match members("pvm_reduce", &g) {
+            Ok(m) => m,
+            Err(e) => return e,
+        };
+        let Some(&(_, root)) = m.iter().find(|(i, _)| *i as c_int == rootginst) else {
+            return state::with(|t| t.fail("pvm_reduce", errors::NO_INST));
+        };
+        state::with(|t| {
+            let me = match t.vm() {
+                Ok(vm) => vm.tid(),
+                Err(e) => return t.fail("pvm_reduce", e),
             };
-            let msg = match t.vm().map(|vm| vm.recv_where(&from_who, None)) {
-                Ok(Ok(Some(msg))) => msg,
-                _ => return t.fail("pvm_reduce", errors::SYS_ERR),
-            };
-            let Some(mut b) = to_buffer(msg) else {
-                return t.fail("pvm_reduce", errors::BAD_MSG);
-            };
-            // SAFETY: `theirs` has room for `count` items.
-            if !unsafe { unpack_typed(&mut b, theirs.as_mut_ptr(), count as usize, datatype) } {
-                return t.fail("pvm_reduce", errors::BAD_MSG);
+            if me != root {
+                let mut b = Buffer::new(Encoding::Raw);
+                // SAFETY: `data` holds `count` items.
+                if !unsafe { pack_typed(&mut b, data.cast(), count as usize, datatype) } {
+                    return t.fail("pvm_reduce", errors::BAD_PARAM);
+                }
+                let ctx = t.context;
+                return match t.vm().map(|vm| vm.send_bytes(root, msgtag, b.wire(ctx))) {
+                    Ok(Ok(())) => errors::OK,
+                    _ => t.fail("pvm_reduce", errors::SYS_ERR),
+                };
             }
-            let (mut dt, mut n, mut info) = (datatype, count, 0);
-            // SAFETY: PVM's reduction contract: `data` and `theirs` hold
-            // `count` items of `datatype`; the result goes into `data`.
-            unsafe { func(&mut dt, data, theirs.as_mut_ptr().cast(), &mut n, &mut info) };
-            if info < 0 {
-                return t.fail("pvm_reduce", info);
+            let size = match datatype {
+                1 => 1,
+                2 | 9 => 2,
+                3 | 4 | 10 => 4,
+                5 | 6 | 8 | 11 => 8,
+                7 => 16,
+                _ => return t.fail("pvm_reduce", errors::BAD_PARAM),
+            };
+            let mut theirs = vec![0u8; size * count as usize];
+            for &(_, who) in m.iter().filter(|(_, w)| *w != me) {
+                let ctx = t.context;
+                let from_who = |m: &libmig::Message| {
+                    m.from == who
+                        && m.tag == msgtag
+                        && crate::buffer::context_of(&m.data) == Some(ctx)
+                };
+                let msg = match t.vm().map(|vm| vm.recv_where(&from_who, None)) {
+                    Ok(Ok(Some(msg))) => msg,
+                    _ => return t.fail("pvm_reduce", errors::SYS_ERR),
+                };
+                let Some(mut b) = to_buffer(msg) else {
+                    return t.fail("pvm_reduce", errors::BAD_MSG);
+                };
+                // SAFETY: `theirs` has room for `count` items.
+                if !unsafe { unpack_typed(&mut b, theirs.as_mut_ptr(), count as usize, datatype) } {
+                    return t.fail("pvm_reduce", errors::BAD_MSG);
+                }
+                let (mut dt, mut n, mut info) = (datatype, count, 0);
+                // SAFETY: PVM's reduction contract: `data` and `theirs` hold
+                // `count` items of `datatype`; the result goes into `data`.
+                unsafe { func(&mut dt, data, theirs.as_mut_ptr().cast(), &mut n, &mut info) };
+                if info < 0 {
+                    return t.fail("pvm_reduce", info);
+                }
             }
-        }
-        errors::OK
+            errors::OK
+        })
     })
 }
 
@@ -355,8 +375,10 @@ macro_rules! reduction {
             num: *mut c_int,
             info: *mut c_int,
         ) {
-            // SAFETY: as the caller promises.
-            unsafe { combine(datatype, x, y, num, info, $op, $iop) }
+            crate::ffi::guard(|| {
+                // SAFETY: as the caller promises.
+                unsafe { combine(datatype, x, y, num, info, $op, $iop) }
+            })
         }
     };
 }
@@ -455,45 +477,47 @@ pub unsafe extern "C" fn pvm_gather(
     group: *const c_char,
     rootginst: c_int,
 ) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_gather", errors::NULL_GROUP));
-    };
-    let (Some(size), true, false) = (
-        item_size(datatype),
-        count >= 0 && msgtag >= 0,
-        data.is_null(),
-    ) else {
-        return state::with(|t| t.fail("pvm_gather", errors::BAD_PARAM));
-    };
-    let (m, me, root) = match roles("pvm_gather", &g, rootginst) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    let n = count as usize;
-    if me != root {
-        // SAFETY: `data` holds `count` items.
-        return unsafe { send_items("pvm_gather", root, data.cast(), n, datatype, msgtag) };
-    }
-    if result.is_null() {
-        return state::with(|t| t.fail("pvm_gather", errors::BAD_PARAM));
-    }
-    for (slot, &(_, who)) in m.iter().enumerate() {
-        // SAFETY: the root's `result` has room for a slot per member.
-        let at = unsafe { result.cast::<u8>().add(slot * n * size) };
-        let r = if who == me {
-            // SAFETY: its own `count` items, into its own slot.
-            unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), at, n * size) };
-            errors::OK
-        } else {
-            // SAFETY: the slot has room for `count` items.
-            unsafe { recv_items("pvm_gather", who, at, n, datatype, msgtag) }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_gather", errors::NULL_GROUP));
         };
-        if r < 0 {
-            return r;
+        let (Some(size), true, false) = (
+            item_size(datatype),
+            count >= 0 && msgtag >= 0,
+            data.is_null(),
+        ) else {
+            return state::with(|t| t.fail("pvm_gather", errors::BAD_PARAM));
+        };
+        let (m, me, root) = match roles("pvm_gather", &g, rootginst) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let n = count as usize;
+        if me != root {
+            // SAFETY: `data` holds `count` items.
+            return unsafe { send_items("pvm_gather", root, data.cast(), n, datatype, msgtag) };
         }
-    }
-    errors::OK
+        if result.is_null() {
+            return state::with(|t| t.fail("pvm_gather", errors::BAD_PARAM));
+        }
+        for (slot, &(_, who)) in m.iter().enumerate() {
+            // SAFETY: the root's `result` has room for a slot per member.
+            let at = unsafe { result.cast::<u8>().add(slot * n * size) };
+            let r = if who == me {
+                // SAFETY: its own `count` items, into its own slot.
+                unsafe { std::ptr::copy_nonoverlapping(data.cast::<u8>(), at, n * size) };
+                errors::OK
+            } else {
+                // SAFETY: the slot has room for `count` items.
+                unsafe { recv_items("pvm_gather", who, at, n, datatype, msgtag) }
+            };
+            if r < 0 {
+                return r;
+            }
+        }
+        errors::OK
+    })
 }
 
 /// Scatter from instance `rootginst`: member `i` (in instance order) gets
@@ -512,43 +536,45 @@ pub unsafe extern "C" fn pvm_scatter(
     group: *const c_char,
     rootginst: c_int,
 ) -> c_int {
-    // SAFETY: as the caller promises.
-    let Some(g) = (unsafe { name(group) }) else {
-        return state::with(|t| t.fail("pvm_scatter", errors::NULL_GROUP));
-    };
-    let (Some(size), true, false) = (
-        item_size(datatype),
-        count >= 0 && msgtag >= 0,
-        result.is_null(),
-    ) else {
-        return state::with(|t| t.fail("pvm_scatter", errors::BAD_PARAM));
-    };
-    let (m, me, root) = match roles("pvm_scatter", &g, rootginst) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
-    let n = count as usize;
-    if me != root {
-        // SAFETY: `result` has room for `count` items.
-        return unsafe { recv_items("pvm_scatter", root, result.cast(), n, datatype, msgtag) };
-    }
-    if data.is_null() {
-        return state::with(|t| t.fail("pvm_scatter", errors::BAD_PARAM));
-    }
-    for (slot, &(_, who)) in m.iter().enumerate() {
-        // SAFETY: the root's `data` holds a run per member.
-        let at = unsafe { data.cast::<u8>().add(slot * n * size) };
-        let r = if who == me {
-            // SAFETY: its own run into its `result`.
-            unsafe { std::ptr::copy_nonoverlapping(at, result.cast::<u8>(), n * size) };
-            errors::OK
-        } else {
-            // SAFETY: the run holds `count` items.
-            unsafe { send_items("pvm_scatter", who, at, n, datatype, msgtag) }
+    crate::ffi::guard(|| {
+        // SAFETY: as the caller promises.
+        let Some(g) = (unsafe { name(group) }) else {
+            return state::with(|t| t.fail("pvm_scatter", errors::NULL_GROUP));
         };
-        if r < 0 {
-            return r;
+        let (Some(size), true, false) = (
+            item_size(datatype),
+            count >= 0 && msgtag >= 0,
+            result.is_null(),
+        ) else {
+            return state::with(|t| t.fail("pvm_scatter", errors::BAD_PARAM));
+        };
+        let (m, me, root) = match roles("pvm_scatter", &g, rootginst) {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let n = count as usize;
+        if me != root {
+            // SAFETY: `result` has room for `count` items.
+            return unsafe { recv_items("pvm_scatter", root, result.cast(), n, datatype, msgtag) };
         }
-    }
-    errors::OK
+        if data.is_null() {
+            return state::with(|t| t.fail("pvm_scatter", errors::BAD_PARAM));
+        }
+        for (slot, &(_, who)) in m.iter().enumerate() {
+            // SAFETY: the root's `data` holds a run per member.
+            let at = unsafe { data.cast::<u8>().add(slot * n * size) };
+            let r = if who == me {
+                // SAFETY: its own run into its `result`.
+                unsafe { std::ptr::copy_nonoverlapping(at, result.cast::<u8>(), n * size) };
+                errors::OK
+            } else {
+                // SAFETY: the run holds `count` items.
+                unsafe { send_items("pvm_scatter", who, at, n, datatype, msgtag) }
+            };
+            if r < 0 {
+                return r;
+            }
+        }
+        errors::OK
+    })
 }

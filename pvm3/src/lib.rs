@@ -11,11 +11,13 @@
 //! message mailbox), `migapi` (`mig.h`: state that survives a move), `fortran`
 //! (libfpvm3: the `pvmf*` calls as gfortran makes them),
 //! `errors` (codes and
-//! reports). Every exported function answers with PVM's codes and never
-//! unwinds into C.
+//! reports), `ffi` (the door every exported function goes through). Every
+//! exported function answers with PVM's codes and never unwinds into C: a
+//! panic becomes `PvmSysErr`.
 
 pub mod buffer;
 pub mod errors;
+pub mod ffi;
 pub mod fortran;
 pub mod group;
 pub mod mailbox;

@@ -67,10 +67,10 @@ fn send_to(t: &mut Task, call: &str, to: &[Tid], tag: c_int) -> c_int {
 /// Send the active send buffer to `tid` with `msgtag`.
 #[no_mangle]
 pub extern "C" fn pvm_send(tid: c_int, msgtag: c_int) -> c_int {
-    match (from_c(tid), msgtag >= 0) {
+    crate::ffi::guard(|| match (from_c(tid), msgtag >= 0) {
         (Some(to), true) => state::with(|t| send_to(t, "pvm_send", &[to], msgtag)),
         _ => state::with(|t| t.fail("pvm_send", errors::BAD_PARAM)),
-    }
+    })
 }
 
 /// Send the active send buffer to `ntask` tasks (never to oneself).
@@ -79,25 +79,27 @@ pub extern "C" fn pvm_send(tid: c_int, msgtag: c_int) -> c_int {
 /// `tids` holds `ntask` ints.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_mcast(tids: *const c_int, ntask: c_int, msgtag: c_int) -> c_int {
-    if tids.is_null() || ntask < 0 || msgtag < 0 {
-        return state::with(|t| t.fail("pvm_mcast", errors::BAD_PARAM));
-    }
-    // SAFETY: `ntask` ints, as the caller promises.
-    let list = unsafe { std::slice::from_raw_parts(tids, ntask as usize) };
-    let mut to: Vec<Tid> = Vec::with_capacity(list.len());
-    for &x in list {
-        match from_c(x) {
-            Some(v) => to.push(v),
-            None => return state::with(|t| t.fail("pvm_mcast", errors::BAD_PARAM)),
+    crate::ffi::guard(|| {
+        if tids.is_null() || ntask < 0 || msgtag < 0 {
+            return state::with(|t| t.fail("pvm_mcast", errors::BAD_PARAM));
         }
-    }
-    state::with(|t| {
-        let me = t.me();
-        to.retain(|&x| Some(x) != me);
-        if to.is_empty() {
-            return errors::OK;
+        // SAFETY: `ntask` ints, as the caller promises.
+        let list = unsafe { std::slice::from_raw_parts(tids, ntask as usize) };
+        let mut to: Vec<Tid> = Vec::with_capacity(list.len());
+        for &x in list {
+            match from_c(x) {
+                Some(v) => to.push(v),
+                None => return state::with(|t| t.fail("pvm_mcast", errors::BAD_PARAM)),
+            }
         }
-        send_to(t, "pvm_mcast", &to, msgtag)
+        state::with(|t| {
+            let me = t.me();
+            to.retain(|&x| Some(x) != me);
+            if to.is_empty() {
+                return errors::OK;
+            }
+            send_to(t, "pvm_mcast", &to, msgtag)
+        })
     })
 }
 
@@ -190,13 +192,13 @@ fn receive(call: &str, tid: c_int, msgtag: c_int, wait: Wait) -> c_int {
 /// Wait for a message from `tid` (-1: any) with `msgtag` (-1: any).
 #[no_mangle]
 pub extern "C" fn pvm_recv(tid: c_int, msgtag: c_int) -> c_int {
-    receive("pvm_recv", tid, msgtag, Wait::Forever)
+    crate::ffi::guard(|| receive("pvm_recv", tid, msgtag, Wait::Forever))
 }
 
 /// A matching message if one is there (0 if not); never waits.
 #[no_mangle]
 pub extern "C" fn pvm_nrecv(tid: c_int, msgtag: c_int) -> c_int {
-    receive("pvm_nrecv", tid, msgtag, Wait::No)
+    crate::ffi::guard(|| receive("pvm_nrecv", tid, msgtag, Wait::No))
 }
 
 /// Wait at most `tmout` (null: for ever) for a matching message; 0 if none.
@@ -209,107 +211,117 @@ pub unsafe extern "C" fn pvm_trecv(
     msgtag: c_int,
     tmout: *const libc::timeval,
 ) -> c_int {
-    // SAFETY: null or a timeval, as the caller promises.
-    let wait = match unsafe { tmout.as_ref() } {
-        None => Wait::Forever,
-        Some(tv) => {
-            let us = (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64;
-            Wait::For(Duration::from_micros(us))
-        }
-    };
-    receive("pvm_trecv", tid, msgtag, wait)
+    crate::ffi::guard(|| {
+        // SAFETY: null or a timeval, as the caller promises.
+        let wait = match unsafe { tmout.as_ref() } {
+            None => Wait::Forever,
+            Some(tv) => {
+                let us = (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64;
+                Wait::For(Duration::from_micros(us))
+            }
+        };
+        receive("pvm_trecv", tid, msgtag, wait)
+    })
 }
 
 /// Has a matching message arrived? A buffer describing it (for
 /// `pvm_bufinfo`; the message stays to be received), or 0.
 #[no_mangle]
 pub extern "C" fn pvm_probe(tid: c_int, msgtag: c_int) -> c_int {
-    let (from, tag) = (from_c(tid), tag_of(msgtag));
-    state::with(|t| {
-        let ctx = t.context;
-        let found = match t.vm() {
-            Ok(vm) => vm
-                .peek_where(&|m: &Message| matches(m, from, tag, Some(ctx)))
-                .map(|m| m.map(|m| (m.from, m.tag, m.data.len()))),
-            Err(e) => return t.fail("pvm_probe", e),
-        };
-        match found {
-            Ok(Some((from, tag, len))) => {
-                let mut b = Buffer::new(Encoding::Raw);
-                b.pack(std::iter::repeat_n(
-                    0u8,
-                    len.saturating_sub(crate::buffer::HEAD),
-                ));
-                b.tag = tag;
-                b.src = from;
-                t.insert(b)
+    crate::ffi::guard(|| {
+        let (from, tag) = (from_c(tid), tag_of(msgtag));
+        state::with(|t| {
+            let ctx = t.context;
+            let found = match t.vm() {
+                Ok(vm) => vm
+                    .peek_where(&|m: &Message| matches(m, from, tag, Some(ctx)))
+                    .map(|m| m.map(|m| (m.from, m.tag, m.data.len()))),
+                Err(e) => return t.fail("pvm_probe", e),
+            };
+            match found {
+                Ok(Some((from, tag, len))) => {
+                    let mut b = Buffer::new(Encoding::Raw);
+                    b.pack(std::iter::repeat_n(
+                        0u8,
+                        len.saturating_sub(crate::buffer::HEAD),
+                    ));
+                    b.tag = tag;
+                    b.src = from;
+                    t.insert(b)
+                }
+                Ok(None) => 0,
+                Err(_) => t.fail("pvm_probe", errors::SYS_ERR),
             }
-            Ok(None) => 0,
-            Err(_) => t.fail("pvm_probe", errors::SYS_ERR),
-        }
+        })
     })
 }
 
 /// A new context, unique to this task; the current one is unchanged.
 #[no_mangle]
 pub extern "C" fn pvm_newcontext() -> c_int {
-    state::with(|t| {
-        t.last_context += 1;
-        // Unique across tasks: this task's Tid in the high bits.
-        let me = t.me().unwrap_or(0) as i32;
-        (me << 8) | (t.last_context & 0xff)
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            t.last_context += 1;
+            // Unique across tasks: this task's Tid in the high bits.
+            let me = t.me().unwrap_or(0) as i32;
+            (me << 8) | (t.last_context & 0xff)
+        })
     })
 }
 
 /// Make `ctx` the current context; the previous one.
 #[no_mangle]
 pub extern "C" fn pvm_setcontext(ctx: c_int) -> c_int {
-    state::with(|t| std::mem::replace(&mut t.context, ctx))
+    crate::ffi::guard(|| state::with(|t| std::mem::replace(&mut t.context, ctx)))
 }
 
 /// The current context.
 #[no_mangle]
 pub extern "C" fn pvm_getcontext() -> c_int {
-    state::with(|t| t.context)
+    crate::ffi::guard(|| state::with(|t| t.context))
 }
 
 /// Give a context back (nothing is kept for it).
 #[no_mangle]
 pub extern "C" fn pvm_freecontext(_ctx: c_int) -> c_int {
-    errors::OK
+    crate::ffi::guard(|| errors::OK)
 }
 
 /// Add a message handler for `src`, `tag`, `ctx` (-1: any); its id.
 #[no_mangle]
 pub extern "C" fn pvm_addmhf(src: c_int, tag: c_int, ctx: c_int, func: Option<HandlerFn>) -> c_int {
-    let Some(func) = func else {
-        return state::with(|t| t.fail("pvm_addmhf", errors::BAD_PARAM));
-    };
-    state::with(|t| {
-        t.last_handler += 1;
-        let id = t.last_handler;
-        t.handlers.push(Handler {
-            id,
-            src: from_c(src),
-            tag: tag_of(tag),
-            ctx: (ctx != -1).then_some(ctx),
-            func,
-        });
-        id
+    crate::ffi::guard(|| {
+        let Some(func) = func else {
+            return state::with(|t| t.fail("pvm_addmhf", errors::BAD_PARAM));
+        };
+        state::with(|t| {
+            t.last_handler += 1;
+            let id = t.last_handler;
+            t.handlers.push(Handler {
+                id,
+                src: from_c(src),
+                tag: tag_of(tag),
+                ctx: (ctx != -1).then_some(ctx),
+                func,
+            });
+            id
+        })
     })
 }
 
 /// Remove a message handler.
 #[no_mangle]
 pub extern "C" fn pvm_delmhf(mhid: c_int) -> c_int {
-    state::with(|t| {
-        let before = t.handlers.len();
-        t.handlers.retain(|h| h.id != mhid);
-        if t.handlers.len() < before {
-            errors::OK
-        } else {
-            t.fail("pvm_delmhf", errors::BAD_PARAM)
-        }
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let before = t.handlers.len();
+            t.handlers.retain(|h| h.id != mhid);
+            if t.handlers.len() < before {
+                errors::OK
+            } else {
+                t.fail("pvm_delmhf", errors::BAD_PARAM)
+            }
+        })
     })
 }
 
@@ -407,23 +419,26 @@ pub unsafe extern "C" fn pvm_psend(
     len: c_int,
     datatype: c_int,
 ) -> c_int {
-    let (Some(to), true, true, Some(_)) = (from_c(tid), msgtag >= 0, len >= 0, item_size(datatype))
-    else {
-        return state::with(|t| t.fail("pvm_psend", errors::BAD_PARAM));
-    };
-    if buf.is_null() && len > 0 {
-        return state::with(|t| t.fail("pvm_psend", errors::BAD_PARAM));
-    }
-    let mut b = Buffer::new(Encoding::Raw);
-    // SAFETY: as the caller promises.
-    unsafe { pack_typed(&mut b, buf.cast(), len as usize, datatype) };
-    state::with(|t| {
-        let ctx = t.context;
-        match t.vm().map(|vm| vm.send_bytes(to, msgtag, b.wire(ctx))) {
-            Ok(Ok(())) => errors::OK,
-            Ok(Err(_)) => t.fail("pvm_psend", errors::SYS_ERR),
-            Err(e) => t.fail("pvm_psend", e),
+    crate::ffi::guard(|| {
+        let (Some(to), true, true, Some(_)) =
+            (from_c(tid), msgtag >= 0, len >= 0, item_size(datatype))
+        else {
+            return state::with(|t| t.fail("pvm_psend", errors::BAD_PARAM));
+        };
+        if buf.is_null() && len > 0 {
+            return state::with(|t| t.fail("pvm_psend", errors::BAD_PARAM));
         }
+        let mut b = Buffer::new(Encoding::Raw);
+        // SAFETY: as the caller promises.
+        unsafe { pack_typed(&mut b, buf.cast(), len as usize, datatype) };
+        state::with(|t| {
+            let ctx = t.context;
+            match t.vm().map(|vm| vm.send_bytes(to, msgtag, b.wire(ctx))) {
+                Ok(Ok(())) => errors::OK,
+                Ok(Err(_)) => t.fail("pvm_psend", errors::SYS_ERR),
+                Err(e) => t.fail("pvm_psend", e),
+            }
+        })
     })
 }
 
@@ -443,41 +458,43 @@ pub unsafe extern "C" fn pvm_precv(
     rtag: *mut c_int,
     rlen: *mut c_int,
 ) -> c_int {
-    let Some(size) = item_size(datatype).filter(|_| len >= 0) else {
-        return state::with(|t| t.fail("pvm_precv", errors::BAD_PARAM));
-    };
-    let id = pvm_recv(tid, msgtag);
-    if id <= 0 {
-        return id;
-    }
-    state::with(|t| {
-        let Some(b) = t.buf(id) else {
-            return t.fail("pvm_precv", errors::NO_BUF);
+    crate::ffi::guard(|| {
+        let Some(size) = item_size(datatype).filter(|_| len >= 0) else {
+            return state::with(|t| t.fail("pvm_precv", errors::BAD_PARAM));
         };
-        let per = if b.enc == Encoding::Xdr {
-            size.max(4)
-        } else {
-            size
-        };
-        let n = (b.len() / per).min(len as usize);
-        let (src, tag) = (state::to_c(b.src), b.tag);
-        // SAFETY: `buf` has room for `len >= n` items.
-        if !unsafe { unpack_typed(b, buf.cast(), n, datatype) } {
-            return t.fail("pvm_precv", errors::NO_DATA);
+        let id = pvm_recv(tid, msgtag);
+        if id <= 0 {
+            return id;
         }
-        // SAFETY: null or ints.
-        unsafe {
-            if !rtid.is_null() {
-                *rtid = src;
+        state::with(|t| {
+            let Some(b) = t.buf(id) else {
+                return t.fail("pvm_precv", errors::NO_BUF);
+            };
+            let per = if b.enc == Encoding::Xdr {
+                size.max(4)
+            } else {
+                size
+            };
+            let n = (b.len() / per).min(len as usize);
+            let (src, tag) = (state::to_c(b.src), b.tag);
+            // SAFETY: `buf` has room for `len >= n` items.
+            if !unsafe { unpack_typed(b, buf.cast(), n, datatype) } {
+                return t.fail("pvm_precv", errors::NO_DATA);
             }
-            if !rtag.is_null() {
-                *rtag = tag;
+            // SAFETY: null or ints.
+            unsafe {
+                if !rtid.is_null() {
+                    *rtid = src;
+                }
+                if !rtag.is_null() {
+                    *rtag = tag;
+                }
+                if !rlen.is_null() {
+                    *rlen = n as c_int;
+                }
             }
-            if !rlen.is_null() {
-                *rlen = n as c_int;
-            }
-        }
-        errors::OK
+            errors::OK
+        })
     })
 }
 
@@ -494,29 +511,30 @@ pub unsafe extern "C" fn pvmdisplaymhfinfo(
     message: *const libc::c_char,
     tid: c_int,
 ) -> c_int {
-    let text = |p: *const libc::c_char| {
-        if p.is_null() {
-            String::new()
-        } else {
-            // SAFETY: a C string.
-            unsafe { std::ffi::CStr::from_ptr(p) }
-                .to_string_lossy()
-                .into_owned()
-        }
-    };
-    let me = format!("{} t{:x}", text(who), tid);
-    let hs = state::with(|t| t.handlers.clone());
-    let mut out = format!(
+    crate::ffi::guard(|| {
+        let text = |p: *const libc::c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                // SAFETY: a C string.
+                unsafe { std::ffi::CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        };
+        let me = format!("{} t{:x}", text(who), tid);
+        let hs = state::with(|t| t.handlers.clone());
+        let mut out = format!(
         "\n{me}: Display Message Handler Information: ndhandles = {n}\tnhandles = {n}\tfl_dhandles = -1\n\
          pvmdisplaymhfinfo: free list.  head <- -< tail\n",
         n = hs.len()
     );
-    let message = text(message);
-    if !message.is_empty() {
-        out.push_str(&format!("{me}: {message}\n"));
-    }
-    for (i, h) in hs.iter().enumerate() {
-        out.push_str(&format!(
+        let message = text(message);
+        if !message.is_empty() {
+            out.push_str(&format!("{me}: {message}\n"));
+        }
+        for (i, h) in hs.iter().enumerate() {
+            out.push_str(&format!(
             "{me}: dhandles[{i:2}].mhid = {id:2}  .handle = {i:2}     handles[{i:2}].mhid = {id:2}  \
              .header.src = t{src:<8x}  .header.ctx = {ctx:8}  .header.tag= {tag:8}\n",
             id = h.id,
@@ -524,10 +542,11 @@ pub unsafe extern "C" fn pvmdisplaymhfinfo(
             ctx = h.ctx.unwrap_or(-1),
             tag = h.tag.unwrap_or(-1),
         ));
-    }
-    out.push_str("\n\n");
-    c_stdout(&out);
-    errors::OK
+        }
+        out.push_str("\n\n");
+        c_stdout(&out);
+        errors::OK
+    })
 }
 
 /// Write `text` through C's `stdout` (buffered with the program's own
@@ -553,17 +572,19 @@ fn c_stdout(text: &str) {
 /// `fds` null or a place for a pointer (to memory kept by the library).
 #[no_mangle]
 pub unsafe extern "C" fn pvm_getfds(fds: *mut *const c_int) -> c_int {
-    state::with(|t| {
-        let list = match t.vm() {
-            Ok(vm) => vm.fds(),
-            Err(e) => return t.fail("pvm_getfds", e),
-        };
-        t.fds = list;
-        if !fds.is_null() {
-            // SAFETY: a place for a pointer; the list lives in the task.
-            unsafe { *fds = t.fds.as_ptr() };
-        }
-        t.fds.len() as c_int
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let list = match t.vm() {
+                Ok(vm) => vm.fds(),
+                Err(e) => return t.fail("pvm_getfds", e),
+            };
+            t.fds = list;
+            if !fds.is_null() {
+                // SAFETY: a place for a pointer; the list lives in the task.
+                unsafe { *fds = t.fds.as_ptr() };
+            }
+            t.fds.len() as c_int
+        })
     })
 }
 
@@ -658,11 +679,13 @@ fn receive_matched(
 /// for (-1: any).
 #[no_mangle]
 pub extern "C" fn pvm_default_match(bufid: c_int, tid: c_int, tag: c_int) -> c_int {
-    state::with(|t| match t.buf(bufid) {
-        Some(b) => {
-            c_int::from((tid == -1 || from_c(tid) == Some(b.src)) && (tag == -1 || tag == b.tag))
-        }
-        None => errors::NO_SUCH_BUF,
+    crate::ffi::guard(|| {
+        state::with(|t| match t.buf(bufid) {
+            Some(b) => c_int::from(
+                (tid == -1 || from_c(tid) == Some(b.src)) && (tag == -1 || tag == b.tag),
+            ),
+            None => errors::NO_SUCH_BUF,
+        })
     })
 }
 
@@ -670,10 +693,12 @@ pub extern "C" fn pvm_default_match(bufid: c_int, tid: c_int, tag: c_int) -> c_i
 /// matching); the function used before.
 #[no_mangle]
 pub extern "C" fn pvm_recvf(new: Option<MatchFn>) -> Option<MatchFn> {
-    let default: MatchFn = pvm_default_match;
-    state::with(|t| {
-        let old = t.matcher.replace(default);
-        t.matcher = new.filter(|f| *f as usize != default as usize);
-        Some(old.unwrap_or(default))
+    crate::ffi::guard(|| {
+        let default: MatchFn = pvm_default_match;
+        state::with(|t| {
+            let old = t.matcher.replace(default);
+            t.matcher = new.filter(|f| *f as usize != default as usize);
+            Some(old.unwrap_or(default))
+        })
     })
 }

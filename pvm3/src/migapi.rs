@@ -45,62 +45,70 @@ impl Serialize for Bytes<'_> {
 /// `addr` points at `len` bytes the program keeps while it runs.
 #[no_mangle]
 pub unsafe extern "C" fn mig_register(addr: *mut libc::c_void, len: libc::size_t) -> c_int {
-    if addr.is_null() && len > 0 {
-        return -1;
-    }
-    state::with(|t| t.regions.push((addr as usize, len)));
-    0
+    crate::ffi::guard(|| {
+        if addr.is_null() && len > 0 {
+            return -1;
+        }
+        state::with(|t| t.regions.push((addr as usize, len)));
+        0
+    })
 }
 
 /// Enrol, restoring the registered memory if restarted.
 #[no_mangle]
 pub extern "C" fn mig_start() -> c_int {
-    state::with(|t| {
-        let regions = t.regions.clone();
-        match t.start_restoring() {
-            Ok(Some(saved)) => {
-                if saved.len() != regions.len()
-                    || saved.iter().zip(&regions).any(|(b, r)| b.len() != r.1)
-                {
-                    eprintln!(
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let regions = t.regions.clone();
+            match t.start_restoring() {
+                Ok(Some(saved)) => {
+                    if saved.len() != regions.len()
+                        || saved.iter().zip(&regions).any(|(b, r)| b.len() != r.1)
+                    {
+                        eprintln!(
                         "libpvm: mig_start: the saved state does not match the memory registered"
                     );
-                    return -1;
+                        return -1;
+                    }
+                    for (b, &(addr, len)) in saved.iter().zip(&regions) {
+                        // SAFETY: `len` registered bytes at `addr`; `b` holds
+                        // exactly `len`.
+                        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr as *mut u8, len) };
+                    }
+                    1
                 }
-                for (b, &(addr, len)) in saved.iter().zip(&regions) {
-                    // SAFETY: `len` registered bytes at `addr`; `b` holds
-                    // exactly `len`.
-                    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), addr as *mut u8, len) };
-                }
-                1
+                Ok(None) => 0,
+                Err(_) => -1,
             }
-            Ok(None) => 0,
-            Err(_) => -1,
-        }
+        })
     })
 }
 
 /// A safe point.
 #[no_mangle]
 pub extern "C" fn mig_safe_point() -> c_int {
-    state::with(|t| {
-        let regions = Regions(t.context, t.regions.clone());
-        match t.vm().map(|vm| vm.safe_point(&regions)) {
-            Ok(Ok(())) => 0,
-            Ok(Err(e)) => {
-                eprintln!("libpvm: mig_safe_point: {e}");
-                -1
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let regions = Regions(t.context, t.regions.clone());
+            match t.vm().map(|vm| vm.safe_point(&regions)) {
+                Ok(Ok(())) => 0,
+                Ok(Err(e)) => {
+                    eprintln!("libpvm: mig_safe_point: {e}");
+                    -1
+                }
+                Err(_) => -1,
             }
-            Err(_) => -1,
-        }
+        })
     })
 }
 
 /// Was this VP restarted from saved state?
 #[no_mangle]
 pub extern "C" fn mig_restored() -> c_int {
-    state::with(|t| match t.vm() {
-        Ok(vm) => c_int::from(vm.restored()),
-        Err(_) => 0,
+    crate::ffi::guard(|| {
+        state::with(|t| match t.vm() {
+            Ok(vm) => c_int::from(vm.restored()),
+            Err(_) => 0,
+        })
     })
 }

@@ -17,27 +17,29 @@ const IN_PLACE: c_int = 2;
 /// Clear the active send buffer (a new one in `encoding`); its id.
 #[no_mangle]
 pub extern "C" fn pvm_initsend(encoding: c_int) -> c_int {
-    let Some(enc) = Encoding::from_pvm(encoding) else {
-        return state::with(|t| t.fail("pvm_initsend", errors::BAD_PARAM));
-    };
-    state::with(|t| {
-        let old = t.sbuf;
-        if old > 0 {
-            t.free(old);
-        }
-        let id = t.make(enc);
-        if let Some(b) = t.buf(id) {
-            b.in_place = encoding == IN_PLACE;
-        }
-        t.sbuf = id;
-        id
+    crate::ffi::guard(|| {
+        let Some(enc) = Encoding::from_pvm(encoding) else {
+            return state::with(|t| t.fail("pvm_initsend", errors::BAD_PARAM));
+        };
+        state::with(|t| {
+            let old = t.sbuf;
+            if old > 0 {
+                t.free(old);
+            }
+            let id = t.make(enc);
+            if let Some(b) = t.buf(id) {
+                b.in_place = encoding == IN_PLACE;
+            }
+            t.sbuf = id;
+            id
+        })
     })
 }
 
 /// A new buffer (not made active); its id.
 #[no_mangle]
 pub extern "C" fn pvm_mkbuf(encoding: c_int) -> c_int {
-    match Encoding::from_pvm(encoding) {
+    crate::ffi::guard(|| match Encoding::from_pvm(encoding) {
         Some(enc) => state::with(|t| {
             let id = t.make(enc);
             if let Some(b) = t.buf(id) {
@@ -46,52 +48,58 @@ pub extern "C" fn pvm_mkbuf(encoding: c_int) -> c_int {
             id
         }),
         None => state::with(|t| t.fail("pvm_mkbuf", errors::BAD_PARAM)),
-    }
+    })
 }
 
 /// Free a buffer.
 #[no_mangle]
 pub extern "C" fn pvm_freebuf(bufid: c_int) -> c_int {
-    state::with(|t| {
-        if t.free(bufid) {
-            errors::OK
-        } else {
-            t.fail("pvm_freebuf", errors::NO_SUCH_BUF)
-        }
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            if t.free(bufid) {
+                errors::OK
+            } else {
+                t.fail("pvm_freebuf", errors::NO_SUCH_BUF)
+            }
+        })
     })
 }
 
 /// The active send buffer's id (0: none).
 #[no_mangle]
 pub extern "C" fn pvm_getsbuf() -> c_int {
-    state::with(|t| t.sbuf)
+    crate::ffi::guard(|| state::with(|t| t.sbuf))
 }
 
 /// The active receive buffer's id (0: none).
 #[no_mangle]
 pub extern "C" fn pvm_getrbuf() -> c_int {
-    state::with(|t| t.rbuf)
+    crate::ffi::guard(|| state::with(|t| t.rbuf))
 }
 
 /// Make a buffer the active send buffer; the previous one's id.
 #[no_mangle]
 pub extern "C" fn pvm_setsbuf(bufid: c_int) -> c_int {
-    state::with(|t| {
-        if bufid != 0 && t.buf(bufid).is_none() {
-            return t.fail("pvm_setsbuf", errors::NO_SUCH_BUF);
-        }
-        std::mem::replace(&mut t.sbuf, bufid)
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            if bufid != 0 && t.buf(bufid).is_none() {
+                return t.fail("pvm_setsbuf", errors::NO_SUCH_BUF);
+            }
+            std::mem::replace(&mut t.sbuf, bufid)
+        })
     })
 }
 
 /// Make a buffer the active receive buffer; the previous one's id.
 #[no_mangle]
 pub extern "C" fn pvm_setrbuf(bufid: c_int) -> c_int {
-    state::with(|t| {
-        if bufid != 0 && t.buf(bufid).is_none() {
-            return t.fail("pvm_setrbuf", errors::NO_SUCH_BUF);
-        }
-        std::mem::replace(&mut t.rbuf, bufid)
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            if bufid != 0 && t.buf(bufid).is_none() {
+                return t.fail("pvm_setrbuf", errors::NO_SUCH_BUF);
+            }
+            std::mem::replace(&mut t.rbuf, bufid)
+        })
     })
 }
 
@@ -106,24 +114,26 @@ pub unsafe extern "C" fn pvm_bufinfo(
     msgtag: *mut c_int,
     tid: *mut c_int,
 ) -> c_int {
-    state::with(|t| {
-        let Some(b) = t.buf(bufid) else {
-            return t.fail("pvm_bufinfo", errors::NO_SUCH_BUF);
-        };
-        let (len, tag, src) = (b.len() as c_int, b.tag, to_c(b.src));
-        // SAFETY: the caller gives places for ints, or null.
-        unsafe {
-            if !bytes.is_null() {
-                *bytes = len;
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let Some(b) = t.buf(bufid) else {
+                return t.fail("pvm_bufinfo", errors::NO_SUCH_BUF);
+            };
+            let (len, tag, src) = (b.len() as c_int, b.tag, to_c(b.src));
+            // SAFETY: the caller gives places for ints, or null.
+            unsafe {
+                if !bytes.is_null() {
+                    *bytes = len;
+                }
+                if !msgtag.is_null() {
+                    *msgtag = tag;
+                }
+                if !tid.is_null() {
+                    *tid = src;
+                }
             }
-            if !msgtag.is_null() {
-                *msgtag = tag;
-            }
-            if !tid.is_null() {
-                *tid = src;
-            }
-        }
-        errors::OK
+            errors::OK
+        })
     })
 }
 
@@ -213,8 +223,10 @@ macro_rules! pk_upk {
         /// `p` points at `(cnt - 1) * std + 1` items.
         #[no_mangle]
         pub unsafe extern "C" fn $pk(p: *const $c, cnt: c_int, std: c_int) -> c_int {
-            // SAFETY: as the caller promises; a complex is `$k` reals.
-            unsafe { pack::<$t>(stringify!($pk), p.cast(), cnt * $k, std) }
+            crate::ffi::guard(|| {
+                // SAFETY: as the caller promises; a complex is `$k` reals.
+                unsafe { pack::<$t>(stringify!($pk), p.cast(), cnt * $k, std) }
+            })
         }
 
         /// Unpack items (PVM's `pvm_upk*`).
@@ -223,8 +235,10 @@ macro_rules! pk_upk {
         /// `p` has room for `(cnt - 1) * std + 1` items.
         #[no_mangle]
         pub unsafe extern "C" fn $upk(p: *mut $c, cnt: c_int, std: c_int) -> c_int {
-            // SAFETY: as the caller promises.
-            unsafe { unpack::<$t>(stringify!($upk), p.cast(), cnt * $k, std) }
+            crate::ffi::guard(|| {
+                // SAFETY: as the caller promises.
+                unsafe { unpack::<$t>(stringify!($upk), p.cast(), cnt * $k, std) }
+            })
         }
     };
 }
@@ -245,8 +259,10 @@ pk_upk!(pvm_pkdouble, pvm_upkdouble, f64, f64, 1);
 /// `p` points at `2 * ((cnt - 1) * std + 1)` floats.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_pkcplx(p: *const f32, cnt: c_int, std: c_int) -> c_int {
-    // SAFETY: a complex is two floats; its stride is counted in complexes.
-    unsafe { pack_pairs::<f32>("pvm_pkcplx", p, cnt, std) }
+    crate::ffi::guard(|| {
+        // SAFETY: a complex is two floats; its stride is counted in complexes.
+        unsafe { pack_pairs::<f32>("pvm_pkcplx", p, cnt, std) }
+    })
 }
 
 /// Unpack complex numbers.
@@ -255,8 +271,10 @@ pub unsafe extern "C" fn pvm_pkcplx(p: *const f32, cnt: c_int, std: c_int) -> c_
 /// `p` has room for `2 * ((cnt - 1) * std + 1)` floats.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_upkcplx(p: *mut f32, cnt: c_int, std: c_int) -> c_int {
-    // SAFETY: as above.
-    unsafe { unpack_pairs::<f32>("pvm_upkcplx", p, cnt, std) }
+    crate::ffi::guard(|| {
+        // SAFETY: as above.
+        unsafe { unpack_pairs::<f32>("pvm_upkcplx", p, cnt, std) }
+    })
 }
 
 /// Pack double complex numbers.
@@ -265,8 +283,10 @@ pub unsafe extern "C" fn pvm_upkcplx(p: *mut f32, cnt: c_int, std: c_int) -> c_i
 /// `p` points at `2 * ((cnt - 1) * std + 1)` doubles.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_pkdcplx(p: *const f64, cnt: c_int, std: c_int) -> c_int {
-    // SAFETY: as above.
-    unsafe { pack_pairs::<f64>("pvm_pkdcplx", p, cnt, std) }
+    crate::ffi::guard(|| {
+        // SAFETY: as above.
+        unsafe { pack_pairs::<f64>("pvm_pkdcplx", p, cnt, std) }
+    })
 }
 
 /// Unpack double complex numbers.
@@ -275,8 +295,10 @@ pub unsafe extern "C" fn pvm_pkdcplx(p: *const f64, cnt: c_int, std: c_int) -> c
 /// `p` has room for `2 * ((cnt - 1) * std + 1)` doubles.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_upkdcplx(p: *mut f64, cnt: c_int, std: c_int) -> c_int {
-    // SAFETY: as above.
-    unsafe { unpack_pairs::<f64>("pvm_upkdcplx", p, cnt, std) }
+    crate::ffi::guard(|| {
+        // SAFETY: as above.
+        unsafe { unpack_pairs::<f64>("pvm_upkdcplx", p, cnt, std) }
+    })
 }
 
 /// # Safety
@@ -317,20 +339,22 @@ unsafe fn unpack_pairs<T: Item>(call: &str, p: *mut T, cnt: c_int, std: c_int) -
 /// `cp` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_pkstr(cp: *const c_char) -> c_int {
-    if cp.is_null() {
-        return state::with(|t| t.fail("pvm_pkstr", errors::BAD_PARAM));
-    }
-    // SAFETY: a C string.
-    let s = unsafe { std::ffi::CStr::from_ptr(cp) }.to_bytes().to_vec();
-    state::with(|t| {
-        let id = t.sbuf;
-        match t.buf(id) {
-            Some(b) => {
-                b.pack_str(&s);
-                errors::OK
-            }
-            None => t.fail("pvm_pkstr", errors::NO_BUF),
+    crate::ffi::guard(|| {
+        if cp.is_null() {
+            return state::with(|t| t.fail("pvm_pkstr", errors::BAD_PARAM));
         }
+        // SAFETY: a C string.
+        let s = unsafe { std::ffi::CStr::from_ptr(cp) }.to_bytes().to_vec();
+        state::with(|t| {
+            let id = t.sbuf;
+            match t.buf(id) {
+                Some(b) => {
+                    b.pack_str(&s);
+                    errors::OK
+                }
+                None => t.fail("pvm_pkstr", errors::NO_BUF),
+            }
+        })
     })
 }
 
@@ -356,15 +380,17 @@ pub fn unpack_string(call: &str) -> Result<Vec<u8>, c_int> {
 /// `cp` has room for the string, as PVM requires.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_upkstr(cp: *mut c_char) -> c_int {
-    if cp.is_null() {
-        return state::with(|t| t.fail("pvm_upkstr", errors::BAD_PARAM));
-    }
-    match unpack_string("pvm_upkstr") {
-        Ok(s) => {
-            // SAFETY: the caller gives room for the string.
-            unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), cp.cast(), s.len()) };
-            errors::OK
+    crate::ffi::guard(|| {
+        if cp.is_null() {
+            return state::with(|t| t.fail("pvm_upkstr", errors::BAD_PARAM));
         }
-        Err(e) => e,
-    }
+        match unpack_string("pvm_upkstr") {
+            Ok(s) => {
+                // SAFETY: the caller gives room for the string.
+                unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), cp.cast(), s.len()) };
+                errors::OK
+            }
+            Err(e) => e,
+        }
+    })
 }

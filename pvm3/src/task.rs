@@ -21,29 +21,35 @@ const DSIG: i32 = 0x0040_8841;
 /// Always safe; `extern "C"` for PVM programs.
 #[no_mangle]
 pub extern "C" fn pvm_mytid() -> c_int {
-    state::with(|t| match t.vm() {
-        Ok(vm) => to_c(vm.tid()),
-        Err(e) => t.fail("pvm_mytid", e),
+    crate::ffi::guard(|| {
+        state::with(|t| match t.vm() {
+            Ok(vm) => to_c(vm.tid()),
+            Err(e) => t.fail("pvm_mytid", e),
+        })
     })
 }
 
 /// The task that spawned this one, or `PvmNoParent`.
 #[no_mangle]
 pub extern "C" fn pvm_parent() -> c_int {
-    state::with(|t| match t.vm() {
-        Ok(vm) => match vm.parent() {
-            Some(p) => to_c(p),
-            None => errors::NO_PARENT,
-        },
-        Err(e) => t.fail("pvm_parent", e),
+    crate::ffi::guard(|| {
+        state::with(|t| match t.vm() {
+            Ok(vm) => match vm.parent() {
+                Some(p) => to_c(p),
+                None => errors::NO_PARENT,
+            },
+            Err(e) => t.fail("pvm_parent", e),
+        })
     })
 }
 
 /// Leave the virtual machine (the process goes on).
 #[no_mangle]
 pub extern "C" fn pvm_exit() -> c_int {
-    state::with(|t| t.exit());
-    errors::OK
+    crate::ffi::guard(|| {
+        state::with(|t| t.exit());
+        errors::OK
+    })
 }
 
 /// Where `pvm_spawn` finds a program named without a slash: `PVM_EP`'s
@@ -95,134 +101,138 @@ pub unsafe extern "C" fn pvm_spawn(
     ntask: c_int,
     tids: *mut c_int,
 ) -> c_int {
-    if task.is_null() || ntask < 1 {
-        return state::with(|t| t.fail("pvm_spawn", errors::BAD_PARAM));
-    }
-    // SAFETY: the caller passes a C string.
-    let name = unsafe { CStr::from_ptr(task) }
-        .to_string_lossy()
-        .into_owned();
-    let mut args = Vec::new();
-    if !argv.is_null() {
-        let mut i = 0;
-        // SAFETY: a null-terminated array of C strings, as PVM documents.
-        while let Some(a) = unsafe { (*argv.add(i)).as_ref() } {
-            // SAFETY: each element is a C string.
-            args.push(unsafe { CStr::from_ptr(a) }.to_string_lossy().into_owned());
-            i += 1;
+    crate::ffi::guard(|| {
+        if task.is_null() || ntask < 1 {
+            return state::with(|t| t.fail("pvm_spawn", errors::BAD_PARAM));
         }
-    }
-    let program = find_program(&name);
-    // SAFETY: null or a C string.
-    let place = unsafe { where_.as_ref() }.map(|_| {
-        unsafe { CStr::from_ptr(where_) }
+        // SAFETY: the caller passes a C string.
+        let name = unsafe { CStr::from_ptr(task) }
             .to_string_lossy()
-            .into_owned()
-    });
-    let n = ntask as usize;
-    let put = |i: usize, v: c_int| {
-        if !tids.is_null() {
-            // SAFETY: the caller gives room for `ntask` ints.
-            unsafe { *tids.add(i) = v };
-        }
-    };
-    state::with(|t| {
-        let vm = match t.vm() {
-            Ok(vm) => vm,
-            Err(e) => {
-                (0..n).for_each(|i| put(i, e));
-                return t.fail("pvm_spawn", e);
-            }
-        };
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        // `where` narrows the hosts: to the one named (PvmTaskHost: there
-        // when one of its processors has room in the job's slots, else
-        // among the hosts of its architecture), or to an architecture
-        // (PvmTaskArch).
-        let arch = match place.as_deref() {
-            Some(w) if flag & 3 != 0 && !w.is_empty() && w != "*" => {
-                let hosts = match vm.hosts() {
-                    Ok(h) => h,
-                    Err(_) => {
-                        (0..n).for_each(|i| put(i, errors::SYS_ERR));
-                        return t.fail("pvm_spawn", errors::SYS_ERR);
-                    }
-                };
-                let found = if flag & 1 != 0 {
-                    hosts
-                        .iter()
-                        .find(|h| h.alive && h.facts.name == w)
-                        .map(|h| h.facts.arch.clone())
-                } else {
-                    let a = mig_arch(w);
-                    hosts
-                        .iter()
-                        .any(|h| h.alive && h.facts.arch == a)
-                        .then_some(a)
-                };
-                match found {
-                    Some(a) => Some(a),
-                    None => {
-                        // None started: the reason is in `tids`.
-                        (0..n).for_each(|i| put(i, errors::NO_HOST));
-                        t.fail("pvm_spawn", errors::NO_HOST);
-                        return 0;
-                    }
-                }
-            }
-            _ => None,
-        };
-        // A VP started with no parent starts a job of its own, as a task
-        // spawned with PvmNoSpawnParent has none.
-        let on_host = place.as_deref().filter(|_| flag & 1 != 0 && arch.is_some());
-        let r = match (arch, on_host) {
-            (Some(_), Some(h)) => vm.spawn_on_host(&program, &argv, n as u32, h),
-            (Some(a), None) => vm.spawn_on_arch(&program, &argv, n as u32, &a),
-            (None, _) if flag & 64 != 0 => vm.spawn_job(&program, &argv, n as u32),
-            (None, _) => vm.spawn(&program, &argv, n as u32),
-        };
-        match r {
-            Ok(got) => {
-                // Each child learns the context it inherits (see
-                // `state::INHERIT_TAG`).
-                let ctx = t.context.to_be_bytes();
-                for (i, tid) in got.iter().enumerate().take(n) {
-                    put(i, to_c(*tid));
-                    if let Ok(vm) = t.vm() {
-                        let _ = vm.send_bytes(*tid, state::INHERIT_TAG, &ctx);
-                    }
-                }
-                for i in got.len()..n {
-                    put(i, errors::NO_FILE);
-                }
-                got.len().min(n) as c_int
-            }
-            Err(e) => {
-                let code = if e.to_string().contains("No such file") {
-                    errors::NO_FILE
-                } else {
-                    errors::SYS_ERR
-                };
-                (0..n).for_each(|i| put(i, code));
-                if t.autoerr != 0 {
-                    eprintln!("libpvm: pvm_spawn({name}): {e}");
-                }
-                0
+            .into_owned();
+        let mut args = Vec::new();
+        if !argv.is_null() {
+            let mut i = 0;
+            // SAFETY: a null-terminated array of C strings, as PVM documents.
+            while let Some(a) = unsafe { (*argv.add(i)).as_ref() } {
+                // SAFETY: each element is a C string.
+                args.push(unsafe { CStr::from_ptr(a) }.to_string_lossy().into_owned());
+                i += 1;
             }
         }
+        let program = find_program(&name);
+        // SAFETY: null or a C string.
+        let place = unsafe { where_.as_ref() }.map(|_| {
+            unsafe { CStr::from_ptr(where_) }
+                .to_string_lossy()
+                .into_owned()
+        });
+        let n = ntask as usize;
+        let put = |i: usize, v: c_int| {
+            if !tids.is_null() {
+                // SAFETY: the caller gives room for `ntask` ints.
+                unsafe { *tids.add(i) = v };
+            }
+        };
+        state::with(|t| {
+            let vm = match t.vm() {
+                Ok(vm) => vm,
+                Err(e) => {
+                    (0..n).for_each(|i| put(i, e));
+                    return t.fail("pvm_spawn", e);
+                }
+            };
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            // `where` narrows the hosts: to the one named (PvmTaskHost: there
+            // when one of its processors has room in the job's slots, else
+            // among the hosts of its architecture), or to an architecture
+            // (PvmTaskArch).
+            let arch = match place.as_deref() {
+                Some(w) if flag & 3 != 0 && !w.is_empty() && w != "*" => {
+                    let hosts = match vm.hosts() {
+                        Ok(h) => h,
+                        Err(_) => {
+                            (0..n).for_each(|i| put(i, errors::SYS_ERR));
+                            return t.fail("pvm_spawn", errors::SYS_ERR);
+                        }
+                    };
+                    let found = if flag & 1 != 0 {
+                        hosts
+                            .iter()
+                            .find(|h| h.alive && h.facts.name == w)
+                            .map(|h| h.facts.arch.clone())
+                    } else {
+                        let a = mig_arch(w);
+                        hosts
+                            .iter()
+                            .any(|h| h.alive && h.facts.arch == a)
+                            .then_some(a)
+                    };
+                    match found {
+                        Some(a) => Some(a),
+                        None => {
+                            // None started: the reason is in `tids`.
+                            (0..n).for_each(|i| put(i, errors::NO_HOST));
+                            t.fail("pvm_spawn", errors::NO_HOST);
+                            return 0;
+                        }
+                    }
+                }
+                _ => None,
+            };
+            // A VP started with no parent starts a job of its own, as a task
+            // spawned with PvmNoSpawnParent has none.
+            let on_host = place.as_deref().filter(|_| flag & 1 != 0 && arch.is_some());
+            let r = match (arch, on_host) {
+                (Some(_), Some(h)) => vm.spawn_on_host(&program, &argv, n as u32, h),
+                (Some(a), None) => vm.spawn_on_arch(&program, &argv, n as u32, &a),
+                (None, _) if flag & 64 != 0 => vm.spawn_job(&program, &argv, n as u32),
+                (None, _) => vm.spawn(&program, &argv, n as u32),
+            };
+            match r {
+                Ok(got) => {
+                    // Each child learns the context it inherits (see
+                    // `state::INHERIT_TAG`).
+                    let ctx = t.context.to_be_bytes();
+                    for (i, tid) in got.iter().enumerate().take(n) {
+                        put(i, to_c(*tid));
+                        if let Ok(vm) = t.vm() {
+                            let _ = vm.send_bytes(*tid, state::INHERIT_TAG, &ctx);
+                        }
+                    }
+                    for i in got.len()..n {
+                        put(i, errors::NO_FILE);
+                    }
+                    got.len().min(n) as c_int
+                }
+                Err(e) => {
+                    let code = if e.to_string().contains("No such file") {
+                        errors::NO_FILE
+                    } else {
+                        errors::SYS_ERR
+                    };
+                    (0..n).for_each(|i| put(i, code));
+                    if t.autoerr != 0 {
+                        eprintln!("libpvm: pvm_spawn({name}): {e}");
+                    }
+                    0
+                }
+            }
+        })
     })
 }
 
 /// End a task.
 #[no_mangle]
 pub extern "C" fn pvm_kill(tid: c_int) -> c_int {
-    let Some(victim) = from_c(tid) else {
-        return state::with(|t| t.fail("pvm_kill", errors::BAD_PARAM));
-    };
-    state::with(|t| match t.vm().map(|vm| vm.kill(victim)) {
-        Ok(Ok(())) => errors::OK,
-        Ok(Err(_)) => t.fail("pvm_kill", errors::NO_TASK),
-        Err(e) => t.fail("pvm_kill", e),
+    crate::ffi::guard(|| {
+        let Some(victim) = from_c(tid) else {
+            return state::with(|t| t.fail("pvm_kill", errors::BAD_PARAM));
+        };
+        state::with(|t| match t.vm().map(|vm| vm.kill(victim)) {
+            Ok(Ok(())) => errors::OK,
+            Ok(Err(_)) => t.fail("pvm_kill", errors::NO_TASK),
+            Err(e) => t.fail("pvm_kill", e),
+        })
     })
 }
 
@@ -232,19 +242,21 @@ pub extern "C" fn pvm_kill(tid: c_int) -> c_int {
 /// `tids` null or a place for a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_siblings(tids: *mut *const c_int) -> c_int {
-    state::with(|t| {
-        let list = match t.vm().map(|vm| vm.tasks()) {
-            Ok(Ok(l)) => l,
-            Ok(Err(_)) => return t.fail("pvm_siblings", errors::SYS_ERR),
-            Err(e) => return t.fail("pvm_siblings", e),
-        };
-        t.siblings = list.into_iter().map(to_c).collect();
-        if !tids.is_null() {
-            // SAFETY: the caller gives a place for a pointer; the list
-            // lives in the task until the next call.
-            unsafe { *tids = t.siblings.as_ptr() };
-        }
-        t.siblings.len() as c_int
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let list = match t.vm().map(|vm| vm.tasks()) {
+                Ok(Ok(l)) => l,
+                Ok(Err(_)) => return t.fail("pvm_siblings", errors::SYS_ERR),
+                Err(e) => return t.fail("pvm_siblings", e),
+            };
+            t.siblings = list.into_iter().map(to_c).collect();
+            if !tids.is_null() {
+                // SAFETY: the caller gives a place for a pointer; the list
+                // lives in the task until the next call.
+                unsafe { *tids = t.siblings.as_ptr() };
+            }
+            t.siblings.len() as c_int
+        })
     })
 }
 
@@ -266,26 +278,28 @@ fn hosts(t: &mut crate::state::Task, call: &str) -> Result<Vec<libmig::msg::Host
 /// The host a task runs on, as its daemon's Tid (see `pvm_config`).
 #[no_mangle]
 pub extern "C" fn pvm_tidtohost(tid: c_int) -> c_int {
-    let Some(who) = from_c(tid) else {
-        return state::with(|t| t.fail("pvm_tidtohost", errors::BAD_PARAM));
-    };
-    state::with(|t| {
-        let hs = match hosts(t, "pvm_tidtohost") {
-            Ok(h) => h,
-            Err(e) => return e,
+    crate::ffi::guard(|| {
+        let Some(who) = from_c(tid) else {
+            return state::with(|t| t.fail("pvm_tidtohost", errors::BAD_PARAM));
         };
-        let ps = match t.vm().map(|vm| vm.ps()) {
-            Ok(Ok(p)) => p,
-            _ => return t.fail("pvm_tidtohost", errors::SYS_ERR),
-        };
-        let host = ps
-            .iter()
-            .find(|v| v.tid == who)
-            .and_then(|v| v.host.clone());
-        match host.and_then(|h| hs.iter().position(|x| x.facts.name == h)) {
-            Some(i) => host_tid(i),
-            None => t.fail("pvm_tidtohost", errors::NO_TASK),
-        }
+        state::with(|t| {
+            let hs = match hosts(t, "pvm_tidtohost") {
+                Ok(h) => h,
+                Err(e) => return e,
+            };
+            let ps = match t.vm().map(|vm| vm.ps()) {
+                Ok(Ok(p)) => p,
+                _ => return t.fail("pvm_tidtohost", errors::SYS_ERR),
+            };
+            let host = ps
+                .iter()
+                .find(|v| v.tid == who)
+                .and_then(|v| v.host.clone());
+            match host.and_then(|h| hs.iter().position(|x| x.facts.name == h)) {
+                Some(i) => host_tid(i),
+                None => t.fail("pvm_tidtohost", errors::NO_TASK),
+            }
+        })
     })
 }
 
@@ -300,43 +314,45 @@ pub unsafe extern "C" fn pvm_config(
     narch: *mut c_int,
     hostp: *mut *const HostInfo,
 ) -> c_int {
-    state::with(|t| {
-        let hs = match hosts(t, "pvm_config") {
-            Ok(h) => h,
-            Err(e) => return e,
-        };
-        t.host_strings = hs
-            .iter()
-            .flat_map(|h| [h.facts.name.clone(), h.facts.arch.clone()])
-            .map(|s| CString::new(s).unwrap_or_default())
-            .collect();
-        t.hosts = hs
-            .iter()
-            .enumerate()
-            .map(|(i, h)| HostInfo {
-                tid: host_tid(i),
-                name: t.host_strings[2 * i].as_ptr(),
-                arch: t.host_strings[2 * i + 1].as_ptr(),
-                speed: (h.facts.capacity * h.facts.processors as f64 * 1000.0) as i32,
-                dsig: DSIG,
-            })
-            .collect();
-        let mut arches: Vec<&str> = hs.iter().map(|h| h.facts.arch.as_str()).collect();
-        arches.sort();
-        arches.dedup();
-        // SAFETY: the caller gives places for the values, or null.
-        unsafe {
-            if !nhost.is_null() {
-                *nhost = t.hosts.len() as c_int;
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let hs = match hosts(t, "pvm_config") {
+                Ok(h) => h,
+                Err(e) => return e,
+            };
+            t.host_strings = hs
+                .iter()
+                .flat_map(|h| [h.facts.name.clone(), h.facts.arch.clone()])
+                .map(|s| CString::new(s).unwrap_or_default())
+                .collect();
+            t.hosts = hs
+                .iter()
+                .enumerate()
+                .map(|(i, h)| HostInfo {
+                    tid: host_tid(i),
+                    name: t.host_strings[2 * i].as_ptr(),
+                    arch: t.host_strings[2 * i + 1].as_ptr(),
+                    speed: (h.facts.capacity * h.facts.processors as f64 * 1000.0) as i32,
+                    dsig: DSIG,
+                })
+                .collect();
+            let mut arches: Vec<&str> = hs.iter().map(|h| h.facts.arch.as_str()).collect();
+            arches.sort();
+            arches.dedup();
+            // SAFETY: the caller gives places for the values, or null.
+            unsafe {
+                if !nhost.is_null() {
+                    *nhost = t.hosts.len() as c_int;
+                }
+                if !narch.is_null() {
+                    *narch = arches.len() as c_int;
+                }
+                if !hostp.is_null() {
+                    *hostp = t.hosts.as_ptr();
+                }
             }
-            if !narch.is_null() {
-                *narch = arches.len() as c_int;
-            }
-            if !hostp.is_null() {
-                *hostp = t.hosts.as_ptr();
-            }
-        }
-        errors::OK
+            errors::OK
+        })
     })
 }
 
@@ -351,54 +367,56 @@ pub unsafe extern "C" fn pvm_tasks(
     ntask: *mut c_int,
     taskp: *mut *const TaskInfo,
 ) -> c_int {
-    state::with(|t| {
-        let hs = match hosts(t, "pvm_tasks") {
-            Ok(h) => h,
-            Err(e) => return e,
-        };
-        let ps = match t.vm().map(|vm| vm.ps()) {
-            Ok(Ok(p)) => p,
-            _ => return t.fail("pvm_tasks", errors::SYS_ERR),
-        };
-        let host_of = |name: &Option<String>| {
-            name.as_ref()
-                .and_then(|n| hs.iter().position(|h| &h.facts.name == n))
-                .map_or(0, host_tid)
-        };
-        let running: Vec<_> = ps
-            .iter()
-            .filter(|v| v.pid.is_some())
-            .filter(|v| which == 0 || host_of(&v.host) == which || to_c(v.tid) == which)
-            .collect();
-        if which != 0 && running.is_empty() {
-            return t.fail("pvm_tasks", errors::NO_HOST);
-        }
-        t.task_strings = running
-            .iter()
-            .map(|v| CString::new(v.job.clone()).unwrap_or_default())
-            .collect();
-        t.tasks = running
-            .iter()
-            .enumerate()
-            .map(|(i, v)| TaskInfo {
-                tid: to_c(v.tid),
-                ptid: 0,
-                host: host_of(&v.host),
-                flag: 0,
-                a_out: t.task_strings[i].as_ptr(),
-                pid: v.pid.map_or(0, |p| p as c_int),
-            })
-            .collect();
-        // SAFETY: the caller gives places for the values, or null.
-        unsafe {
-            if !ntask.is_null() {
-                *ntask = t.tasks.len() as c_int;
+    crate::ffi::guard(|| {
+        state::with(|t| {
+            let hs = match hosts(t, "pvm_tasks") {
+                Ok(h) => h,
+                Err(e) => return e,
+            };
+            let ps = match t.vm().map(|vm| vm.ps()) {
+                Ok(Ok(p)) => p,
+                _ => return t.fail("pvm_tasks", errors::SYS_ERR),
+            };
+            let host_of = |name: &Option<String>| {
+                name.as_ref()
+                    .and_then(|n| hs.iter().position(|h| &h.facts.name == n))
+                    .map_or(0, host_tid)
+            };
+            let running: Vec<_> = ps
+                .iter()
+                .filter(|v| v.pid.is_some())
+                .filter(|v| which == 0 || host_of(&v.host) == which || to_c(v.tid) == which)
+                .collect();
+            if which != 0 && running.is_empty() {
+                return t.fail("pvm_tasks", errors::NO_HOST);
             }
-            if !taskp.is_null() {
-                *taskp = t.tasks.as_ptr();
+            t.task_strings = running
+                .iter()
+                .map(|v| CString::new(v.job.clone()).unwrap_or_default())
+                .collect();
+            t.tasks = running
+                .iter()
+                .enumerate()
+                .map(|(i, v)| TaskInfo {
+                    tid: to_c(v.tid),
+                    ptid: 0,
+                    host: host_of(&v.host),
+                    flag: 0,
+                    a_out: t.task_strings[i].as_ptr(),
+                    pid: v.pid.map_or(0, |p| p as c_int),
+                })
+                .collect();
+            // SAFETY: the caller gives places for the values, or null.
+            unsafe {
+                if !ntask.is_null() {
+                    *ntask = t.tasks.len() as c_int;
+                }
+                if !taskp.is_null() {
+                    *taskp = t.tasks.as_ptr();
+                }
             }
-        }
-        errors::OK
+            errors::OK
+        })
     })
 }
 
@@ -409,21 +427,23 @@ pub unsafe extern "C" fn pvm_tasks(
 /// `host` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_mstat(host: *const c_char) -> c_int {
-    if host.is_null() {
-        return state::with(|t| t.fail("pvm_mstat", errors::BAD_PARAM));
-    }
-    // SAFETY: a C string.
-    let name = unsafe { CStr::from_ptr(host) }
-        .to_string_lossy()
-        .into_owned();
-    state::with(|t| match t.vm().map(|vm| vm.hosts()) {
-        Ok(Ok(hs)) => match hs.iter().find(|h| h.facts.name == name) {
-            Some(h) if h.alive => errors::OK,
-            Some(_) => errors::HOST_FAIL,
-            None => errors::NO_HOST,
-        },
-        Ok(Err(_)) => t.fail("pvm_mstat", errors::SYS_ERR),
-        Err(e) => t.fail("pvm_mstat", e),
+    crate::ffi::guard(|| {
+        if host.is_null() {
+            return state::with(|t| t.fail("pvm_mstat", errors::BAD_PARAM));
+        }
+        // SAFETY: a C string.
+        let name = unsafe { CStr::from_ptr(host) }
+            .to_string_lossy()
+            .into_owned();
+        state::with(|t| match t.vm().map(|vm| vm.hosts()) {
+            Ok(Ok(hs)) => match hs.iter().find(|h| h.facts.name == name) {
+                Some(h) if h.alive => errors::OK,
+                Some(_) => errors::HOST_FAIL,
+                None => errors::NO_HOST,
+            },
+            Ok(Err(_)) => t.fail("pvm_mstat", errors::SYS_ERR),
+            Err(e) => t.fail("pvm_mstat", e),
+        })
     })
 }
 
@@ -431,16 +451,18 @@ pub unsafe extern "C" fn pvm_mstat(host: *const c_char) -> c_int {
 /// SIGCONT: those are the gang scheduler's).
 #[no_mangle]
 pub extern "C" fn pvm_sendsig(tid: c_int, signum: c_int) -> c_int {
-    let Some(who) = from_c(tid) else {
-        return state::with(|t| t.fail("pvm_sendsig", errors::BAD_PARAM));
-    };
-    if !libmig::msg::signal_ok(signum) {
-        return state::with(|t| t.fail("pvm_sendsig", errors::BAD_PARAM));
-    }
-    state::with(|t| match t.vm().map(|vm| vm.signal(who, signum)) {
-        Ok(Ok(())) => errors::OK,
-        Ok(Err(_)) => t.fail("pvm_sendsig", errors::NO_TASK),
-        Err(e) => t.fail("pvm_sendsig", e),
+    crate::ffi::guard(|| {
+        let Some(who) = from_c(tid) else {
+            return state::with(|t| t.fail("pvm_sendsig", errors::BAD_PARAM));
+        };
+        if !libmig::msg::signal_ok(signum) {
+            return state::with(|t| t.fail("pvm_sendsig", errors::BAD_PARAM));
+        }
+        state::with(|t| match t.vm().map(|vm| vm.signal(who, signum)) {
+            Ok(Ok(())) => errors::OK,
+            Ok(Err(_)) => t.fail("pvm_sendsig", errors::NO_TASK),
+            Err(e) => t.fail("pvm_sendsig", e),
+        })
     })
 }
 
@@ -457,39 +479,41 @@ pub unsafe extern "C" fn pvm_notify(
     cnt: c_int,
     tids: *const c_int,
 ) -> c_int {
-    let kind = what & 0xff;
-    if what & 256 != 0 {
-        // Cancelling: mig keeps no list to take back; nothing more is asked.
-        return errors::OK;
-    }
-    let mut on = Vec::new();
-    match kind {
-        1 => {
-            if tids.is_null() || cnt < 0 {
-                return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM));
-            }
-            for i in 0..cnt as usize {
-                // SAFETY: the caller passes `cnt` ints.
-                let tid = unsafe { *tids.add(i) };
-                match from_c(tid) {
-                    Some(t) => on.push(NotifyOn::VpExit(t)),
-                    None => return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM)),
+    crate::ffi::guard(|| {
+        let kind = what & 0xff;
+        if what & 256 != 0 {
+            // Cancelling: mig keeps no list to take back; nothing more is asked.
+            return errors::OK;
+        }
+        let mut on = Vec::new();
+        match kind {
+            1 => {
+                if tids.is_null() || cnt < 0 {
+                    return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM));
+                }
+                for i in 0..cnt as usize {
+                    // SAFETY: the caller passes `cnt` ints.
+                    let tid = unsafe { *tids.add(i) };
+                    match from_c(tid) {
+                        Some(t) => on.push(NotifyOn::VpExit(t)),
+                        None => return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM)),
+                    }
                 }
             }
+            2 => on.push(NotifyOn::HostLeave),
+            3 => on.push(NotifyOn::HostJoin),
+            _ => return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM)),
         }
-        2 => on.push(NotifyOn::HostLeave),
-        3 => on.push(NotifyOn::HostJoin),
-        _ => return state::with(|t| t.fail("pvm_notify", errors::BAD_PARAM)),
-    }
-    state::with(|t| {
-        for o in on {
-            match t.vm().map(|vm| vm.notify(o, msgtag)) {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return t.fail("pvm_notify", errors::SYS_ERR),
-                Err(e) => return t.fail("pvm_notify", e),
+        state::with(|t| {
+            for o in on {
+                match t.vm().map(|vm| vm.notify(o, msgtag)) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return t.fail("pvm_notify", errors::SYS_ERR),
+                    Err(e) => return t.fail("pvm_notify", e),
+                }
             }
-        }
-        errors::OK
+            errors::OK
+        })
     })
 }
 
@@ -500,29 +524,33 @@ pub unsafe extern "C" fn pvm_notify(
 /// are accepted and ignored.
 #[no_mangle]
 pub extern "C" fn pvm_setopt(what: c_int, val: c_int) -> c_int {
-    state::with(|t| match what {
-        1 => {
-            if let Ok(vm) = t.vm() {
-                vm.set_route(if val == 3 {
-                    libmig::Route::Direct
-                } else {
-                    libmig::Route::Daemon
-                });
+    crate::ffi::guard(|| {
+        state::with(|t| match what {
+            1 => {
+                if let Ok(vm) = t.vm() {
+                    vm.set_route(if val == 3 {
+                        libmig::Route::Direct
+                    } else {
+                        libmig::Route::Daemon
+                    });
+                }
+                std::mem::replace(&mut t.route, val)
             }
-            std::mem::replace(&mut t.route, val)
-        }
-        3 => std::mem::replace(&mut t.autoerr, val),
-        _ => 0,
+            3 => std::mem::replace(&mut t.autoerr, val),
+            _ => 0,
+        })
     })
 }
 
 /// An option's value.
 #[no_mangle]
 pub extern "C" fn pvm_getopt(what: c_int) -> c_int {
-    state::with(|t| match what {
-        1 => t.route,
-        3 => t.autoerr,
-        _ => 0,
+    crate::ffi::guard(|| {
+        state::with(|t| match what {
+            1 => t.route,
+            3 => t.autoerr,
+            _ => 0,
+        })
     })
 }
 
@@ -532,33 +560,35 @@ pub extern "C" fn pvm_getopt(what: c_int) -> c_int {
 /// `msg` null or a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_perror(msg: *const c_char) -> c_int {
-    let m = if msg.is_null() {
-        String::new()
-    } else {
-        // SAFETY: a C string.
-        unsafe { CStr::from_ptr(msg) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    let me = state::with(|t| t.me());
-    match me {
-        Some(t) => eprintln!("libpvm [t{t:x}]: {m}"),
-        None => eprintln!("libpvm: {m}"),
-    }
-    errors::OK
+    crate::ffi::guard(|| {
+        let m = if msg.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a C string.
+            unsafe { CStr::from_ptr(msg) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let me = state::with(|t| t.me());
+        match me {
+            Some(t) => eprintln!("libpvm [t{t:x}]: {m}"),
+            None => eprintln!("libpvm: {m}"),
+        }
+        errors::OK
+    })
 }
 
 /// Turn automatic error reports on (1) or off (0); the old setting.
 #[no_mangle]
 pub extern "C" fn pvm_serror(how: c_int) -> c_int {
-    pvm_setopt(3, how)
+    crate::ffi::guard(|| pvm_setopt(3, how))
 }
 
 /// Output of children comes to the parent's daemon's log and to `mig
 /// spawn --wait`; nothing to set up.
 #[no_mangle]
 pub extern "C" fn pvm_catchout(_ff: *mut libc::c_void) -> c_int {
-    errors::OK
+    crate::ffi::guard(|| errors::OK)
 }
 
 /// The architecture code: 1 for this host's own, else `PvmNotFound`.
@@ -567,30 +597,36 @@ pub extern "C" fn pvm_catchout(_ff: *mut libc::c_void) -> c_int {
 /// `arch` a C string.
 #[no_mangle]
 pub unsafe extern "C" fn pvm_archcode(arch: *const c_char) -> c_int {
-    if arch.is_null() {
-        return errors::BAD_PARAM;
-    }
-    1
+    crate::ffi::guard(|| {
+        if arch.is_null() {
+            return errors::BAD_PARAM;
+        }
+        1
+    })
 }
 
 /// Is a task running? `PvmOk` if so, else `PvmNoTask`.
 #[no_mangle]
 pub extern "C" fn pvm_pstat(tid: c_int) -> c_int {
-    let Some(who) = from_c(tid) else {
-        return errors::BAD_PARAM;
-    };
-    state::with(|t| match t.vm().map(|vm| vm.tasks()) {
-        Ok(Ok(l)) if l.contains(&who) => errors::OK,
-        Ok(_) => errors::NO_TASK,
-        Err(e) => t.fail("pvm_pstat", e),
+    crate::ffi::guard(|| {
+        let Some(who) = from_c(tid) else {
+            return errors::BAD_PARAM;
+        };
+        state::with(|t| match t.vm().map(|vm| vm.tasks()) {
+            Ok(Ok(l)) if l.contains(&who) => errors::OK,
+            Ok(_) => errors::NO_TASK,
+            Err(e) => t.fail("pvm_pstat", e),
+        })
     })
 }
 
 /// Sleep `secs` seconds (a helper PVM's examples use).
 #[no_mangle]
 pub extern "C" fn pvmsleep(secs: c_int) -> c_int {
-    std::thread::sleep(std::time::Duration::from_secs(secs.max(0) as u64));
-    0
+    crate::ffi::guard(|| {
+        std::thread::sleep(std::time::Duration::from_secs(secs.max(0) as u64));
+        0
+    })
 }
 
 /// PVM's internal error report, which some of its examples call: prints
@@ -600,13 +636,15 @@ pub extern "C" fn pvmsleep(secs: c_int) -> c_int {
 /// `f` null or a C string.
 #[no_mangle]
 pub unsafe extern "C" fn lpvmerr(f: *const c_char, n: c_int) -> c_int {
-    let call = if f.is_null() {
-        String::from("pvm")
-    } else {
-        // SAFETY: a C string.
-        unsafe { CStr::from_ptr(f) }.to_string_lossy().into_owned()
-    };
-    state::with(|t| t.fail(&call, n))
+    crate::ffi::guard(|| {
+        let call = if f.is_null() {
+            String::from("pvm")
+        } else {
+            // SAFETY: a C string.
+            unsafe { CStr::from_ptr(f) }.to_string_lossy().into_owned()
+        };
+        state::with(|t| t.fail(&call, n))
+    })
 }
 
 /// mig's name for an architecture PVM names (`LINUX64`...); mig's own names
@@ -633,30 +671,32 @@ pub unsafe extern "C" fn pvm_hostsync(
     clk: *mut libc::timeval,
     delta: *mut libc::timeval,
 ) -> c_int {
-    // (The hosts are looked up here, not through `pvm_config`, whose list
-    // the caller may still hold.)
-    let known = state::with(|t| match hosts(t, "pvm_hostsync") {
-        Ok(hs) => Ok((0..hs.len()).any(|i| host_tid(i) == host)),
-        Err(e) => Err(e),
-    });
-    match known {
-        Ok(true) => {}
-        Ok(false) => return state::with(|t| t.fail("pvm_hostsync", errors::NO_HOST)),
-        Err(e) => return e,
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    // SAFETY: null or timevals.
-    unsafe {
-        if let Some(c) = clk.as_mut() {
-            c.tv_sec = now.as_secs() as libc::time_t;
-            c.tv_usec = now.subsec_micros() as libc::suseconds_t;
+    crate::ffi::guard(|| {
+        // (The hosts are looked up here, not through `pvm_config`, whose list
+        // the caller may still hold.)
+        let known = state::with(|t| match hosts(t, "pvm_hostsync") {
+            Ok(hs) => Ok((0..hs.len()).any(|i| host_tid(i) == host)),
+            Err(e) => Err(e),
+        });
+        match known {
+            Ok(true) => {}
+            Ok(false) => return state::with(|t| t.fail("pvm_hostsync", errors::NO_HOST)),
+            Err(e) => return e,
         }
-        if let Some(d) = delta.as_mut() {
-            d.tv_sec = 0;
-            d.tv_usec = 0;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // SAFETY: null or timevals.
+        unsafe {
+            if let Some(c) = clk.as_mut() {
+                c.tv_sec = now.as_secs() as libc::time_t;
+                c.tv_usec = now.subsec_micros() as libc::suseconds_t;
+            }
+            if let Some(d) = delta.as_mut() {
+                d.tv_sec = 0;
+                d.tv_usec = 0;
+            }
         }
-    }
-    errors::OK
+        errors::OK
+    })
 }
