@@ -1,0 +1,726 @@
+//! Taking a stopped process's state from outside and writing its image.
+//!
+//! The steps, with the process group-stopped (SIGSTOP) by its parent, the
+//! caller: refuse what cannot be saved before touching anything (children,
+//! POSIX timers, descriptors that are not files, shared memory); seize every
+//! thread (`PTRACE_SEIZE` + `PTRACE_INTERRUPT`), read registers, vector
+//! state, masks, pending signals, rseq and the robust list through ptrace;
+//! ask the process what only it can say by injected system calls (signal
+//! dispositions, brk, itimers, each thread's sigaltstack and
+//! `clear_child_tid`), with every signal blocked meanwhile and a scratch
+//! page mapped for the answers and unmapped after; read the memory map and
+//! pagemap; put every register and mask back; stream the pages straight
+//! from the process into the image; detach. The kernel keeps the process
+//! in its group stop across the detach, so the caller can still continue
+//! it if the move is called off. Any failure leaves it the same way.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+
+use sha2::{Digest, Sha256};
+
+use crate::fds::{read_fds, FdsError};
+use crate::image::{
+    self, Cpu, Header, ImageError, Meta, MmFields, Prot, Region, RegionKind, Run, SigAction,
+    SigInfo, Special, Thread, PAGE,
+};
+use crate::plan::{is_special, runs_to_save, Take};
+use crate::proc::{self, MapsEntry};
+use crate::sys::{self, reg, Injector, Mem, Regs, SysError};
+
+/// Where glibc 2.26 and later (2.36 here) keep a thread's tid: `struct
+/// pthread`'s `tid`, after the 704-byte `tcbhead_t` and a 16-byte list head,
+/// from the thread pointer (`fs_base`). A dump records the address only if
+/// the word there is the thread's tid.
+pub const GLIBC_TID_OFFSET: u64 = 0x2d0;
+
+/// The resource limits saved (all of them).
+const RLIMITS: u32 = 16;
+
+/// What the caller says of a dump.
+#[derive(Debug, Clone, Default)]
+pub struct DumpOptions {
+    /// Descriptors the caller will give anew at restore (stdio pipes, the
+    /// control socket): saved as their numbers only.
+    pub external_fds: BTreeSet<i32>,
+}
+
+/// What a dump wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DumpStats {
+    /// Image bytes.
+    pub bytes: u64,
+    /// Pages saved.
+    pub pages: u64,
+    /// Threads saved.
+    pub threads: usize,
+}
+
+/// Why a dump failed. The process is left stopped and detached.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    /// The process is not in a group stop.
+    #[error("pid {pid} is not stopped (state {state}): stop it with SIGSTOP first")]
+    NotStopped {
+        /// The process.
+        pid: i32,
+        /// Its state letter.
+        state: String,
+    },
+    /// Something of the process cannot be saved; every reason is named.
+    #[error("pid {pid} cannot be saved: {what}")]
+    Unsupported {
+        /// The process.
+        pid: i32,
+        /// What and why.
+        what: String,
+    },
+    /// A system call or ptrace request failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    /// `/proc` could not be read.
+    #[error("pid {pid}: reading {what}: {detail}")]
+    Proc {
+        /// The process.
+        pid: i32,
+        /// Which file.
+        what: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The image could not be written.
+    #[error("writing the image of pid {pid}: {source}")]
+    Write {
+        /// The process.
+        pid: i32,
+        /// The writer's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The metadata could not be encoded.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+}
+
+fn proc_err(pid: i32, what: &str, e: impl std::fmt::Display) -> DumpError {
+    DumpError::Proc {
+        pid,
+        what: what.into(),
+        detail: e.to_string(),
+    }
+}
+
+fn read_proc(pid: i32, name: &str) -> Result<String, DumpError> {
+    fs::read_to_string(format!("/proc/{pid}/{name}")).map_err(|e| proc_err(pid, name, e))
+}
+
+/// Saves the stopped process `pid` (a child of the caller) into `out`.
+pub fn dump(pid: i32, opts: &DumpOptions, out: &mut dyn Write) -> Result<DumpStats, DumpError> {
+    let stat = proc::parse_stat(&read_proc(pid, "stat")?).map_err(|e| proc_err(pid, "stat", e))?;
+    let state = stat.first().cloned().unwrap_or_default();
+    if state != "T" {
+        return Err(DumpError::NotStopped { pid, state });
+    }
+    let tids = threads(pid)?;
+    refuse_what_cannot_be_saved(pid, &tids)?;
+    let fds = read_fds(pid, &opts.external_fds).map_err(|e| match e {
+        FdsError::Proc(d) => proc_err(pid, "fd", d),
+        FdsError::Refused(what) => DumpError::Unsupported { pid, what },
+    })?;
+    let maps = proc::parse_maps(&read_proc(pid, "maps")?).map_err(|e| proc_err(pid, "maps", e))?;
+    let vmflags = proc::parse_smaps_flags(&read_proc(pid, "smaps")?);
+    let layout = classify(pid, &maps, &vmflags)?;
+
+    let mut attached = Attached::seize(&tids)?;
+    let mem = Mem::open(pid)?;
+    let mut meta = collect(pid, &stat, &attached, &mem, &layout, fds)?;
+    inject_queries(pid, &mut attached, &mem, &layout, &mut meta)?;
+    attached.put_back()?;
+
+    meta.regions = take_runs(pid, &layout)?;
+    let stats = write_image(pid, &meta, &mem, &layout, out)?;
+    attached.detach();
+    Ok(stats)
+}
+
+/// The threads of `pid`, the main one first.
+fn threads(pid: i32) -> Result<Vec<i32>, DumpError> {
+    let dir = format!("/proc/{pid}/task");
+    let mut tids: Vec<i32> = fs::read_dir(&dir)
+        .map_err(|e| proc_err(pid, "task", e))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable_by_key(|&t| (t != pid, t));
+    Ok(tids)
+}
+
+fn refuse_what_cannot_be_saved(pid: i32, tids: &[i32]) -> Result<(), DumpError> {
+    let mut why = Vec::new();
+    for t in tids {
+        let children = read_proc(pid, &format!("task/{t}/children"))?;
+        if !children.trim().is_empty() {
+            why.push(format!("it has child processes ({})", children.trim()));
+        }
+    }
+    let timers = read_proc(pid, "timers")?;
+    let n = timers.lines().filter(|l| l.starts_with("ID:")).count();
+    if n > 0 {
+        why.push(format!("it has {n} POSIX timer(s)"));
+    }
+    if why.is_empty() {
+        Ok(())
+    } else {
+        Err(DumpError::Unsupported {
+            pid,
+            what: why.join("; "),
+        })
+    }
+}
+
+/// A region of the process and how its pages are taken.
+struct Planned {
+    region: Region,
+    take: Take,
+}
+
+/// The process's memory split into what is saved, moved or left.
+struct Layout {
+    regions: Vec<Planned>,
+    specials: Vec<Special>,
+}
+
+/// Decides, per mapping, how it is saved; refuses shared memory that is not
+/// a file.
+fn classify(
+    pid: i32,
+    maps: &[MapsEntry],
+    vmflags: &BTreeMap<u64, Vec<String>>,
+) -> Result<Layout, DumpError> {
+    let mut regions = Vec::new();
+    let mut specials = Vec::new();
+    let mut refused = Vec::new();
+    let mut images: HashMap<String, bool> = HashMap::new();
+    for m in maps {
+        if is_special(&m.name) {
+            specials.push(Special {
+                name: m.name.clone(),
+                start: m.start,
+                end: m.end,
+            });
+            continue;
+        }
+        if m.name == "[vsyscall]" {
+            continue;
+        }
+        let flags = vmflags.get(&m.start).cloned().unwrap_or_default();
+        let reopenable = m.name.starts_with('/')
+            && !m.name.ends_with(" (deleted)")
+            && !m.name.starts_with("/memfd:")
+            && fs::metadata(&m.name).is_ok_and(|md| md.is_file());
+        let (kind, take) = if m.shared {
+            if !reopenable {
+                refused.push(format!(
+                    "shared memory {:#x}-{:#x} ({}) may be shared with another process",
+                    m.start,
+                    m.end,
+                    if m.name.is_empty() {
+                        "anonymous"
+                    } else {
+                        &m.name
+                    }
+                ));
+                continue;
+            }
+            let kind = RegionKind::FileShared {
+                path: m.name.clone(),
+                offset: m.offset,
+                may_write: flags.iter().any(|f| f == "mw"),
+            };
+            (kind, None)
+        } else if m.name == "[stack]" {
+            (RegionKind::Stack, Some(Take::Touched))
+        } else if m.name.is_empty() || m.name.starts_with('[') {
+            (RegionKind::Anon, Some(Take::Touched))
+        } else if reopenable
+            && !*images
+                .entry(m.name.clone())
+                .or_insert_with(|| is_image(&m.name))
+        {
+            let kind = RegionKind::FilePrivate {
+                path: m.name.clone(),
+                offset: m.offset,
+            };
+            (kind, Some(Take::Changed))
+        } else {
+            // A deleted file, a memfd, or the image an earlier restore
+            // mapped: the pages are the process's own, all of them.
+            (RegionKind::Anon, Some(Take::All))
+        };
+        let advice = flags
+            .iter()
+            .filter_map(|f| match f.as_str() {
+                "dd" => Some(libc::MADV_DONTDUMP),
+                "dc" => Some(libc::MADV_DONTFORK),
+                "wf" => Some(libc::MADV_WIPEONFORK),
+                "hg" => Some(libc::MADV_HUGEPAGE),
+                "nh" => Some(libc::MADV_NOHUGEPAGE),
+                _ => None,
+            })
+            .collect();
+        regions.push(Planned {
+            region: Region {
+                start: m.start,
+                end: m.end,
+                prot: Prot {
+                    r: m.r,
+                    w: m.w,
+                    x: m.x,
+                },
+                kind,
+                advice,
+                runs: Vec::new(),
+            },
+            // Nothing of a shared file mapping is in the image.
+            take: take.unwrap_or(Take::Changed),
+        });
+    }
+    if !refused.is_empty() {
+        return Err(DumpError::Unsupported {
+            pid,
+            what: refused.join("; "),
+        });
+    }
+    Ok(Layout { regions, specials })
+}
+
+/// Whether the file at `path` is a process image (a restored process maps
+/// its pages from one; they are its own memory, not the file's).
+fn is_image(path: &str) -> bool {
+    let mut magic = [0u8; 8];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == image::MAGIC
+}
+
+/// Threads seized and stopped, with what to put back.
+struct Attached {
+    tids: Vec<i32>,
+    /// (registers, mask) as found.
+    found: Vec<(Regs, u64)>,
+    /// Registers and masks were changed and not yet put back.
+    dirty: bool,
+}
+
+impl Attached {
+    fn seize(tids: &[i32]) -> Result<Attached, DumpError> {
+        let mut a = Attached {
+            tids: Vec::new(),
+            found: Vec::new(),
+            dirty: false,
+        };
+        for &t in tids {
+            sys::seize(t, libc::PTRACE_O_TRACESYSGOOD)?;
+            a.tids.push(t);
+            sys::interrupt(t)?;
+            // The group stop is reported as a PTRACE_EVENT_STOP.
+            loop {
+                let s = sys::wait_stop(t)?;
+                if s.event == libc::PTRACE_EVENT_STOP {
+                    break;
+                }
+                if s.event == 0 && s.sig != libc::SIGSTOP {
+                    return Err(DumpError::Unsupported {
+                        pid: t,
+                        what: format!("signal {} arrived during the dump", s.sig),
+                    });
+                }
+            }
+            a.found.push((sys::get_regs(t)?, sys::get_sigmask(t)?));
+        }
+        Ok(a)
+    }
+
+    /// Puts registers and masks back as they were found.
+    fn put_back(&mut self) -> Result<(), SysError> {
+        if self.dirty {
+            for (t, (r, m)) in self.tids.iter().zip(&self.found) {
+                sys::set_regs(*t, r)?;
+                sys::set_sigmask(*t, *m)?;
+            }
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    fn detach(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        let _ = self.put_back();
+        for t in self.tids.drain(..) {
+            let _ = sys::detach(t, 0);
+        }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Reads what ptrace and `/proc` tell without running the process.
+fn collect(
+    pid: i32,
+    stat: &[String],
+    attached: &Attached,
+    mem: &Mem,
+    layout: &Layout,
+    fds: Vec<image::Fd>,
+) -> Result<Meta, DumpError> {
+    let field = |n| proc::stat_field(stat, n).map_err(|e| proc_err(pid, "stat", e));
+    let mm = MmFields {
+        start_code: field(26)?,
+        end_code: field(27)?,
+        start_stack: field(28)?,
+        // proc(5) numbers these 45 to 51.
+        start_data: field(45)?,
+        end_data: field(46)?,
+        start_brk: field(47)?,
+        brk: 0,
+        arg_start: field(48)?,
+        arg_end: field(49)?,
+        env_start: field(50)?,
+        env_end: field(51)?,
+    };
+    let mut threads = Vec::new();
+    for (&tid, (regs, sigmask)) in attached.tids.iter().zip(&attached.found) {
+        let mut regs = *regs;
+        rewind_interrupted_call(&mut regs);
+        let fs_base = regs[reg::FS_BASE];
+        let cached_tid_at = if fs_base != 0 {
+            let at = fs_base + GLIBC_TID_OFFSET;
+            match mem.read_u64(at) {
+                Ok(w) if w as u32 as i32 == tid => Some(at),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        threads.push(Thread {
+            tid,
+            regs: regs.to_vec(),
+            xstate: sys::get_xstate(tid)?,
+            sigmask: *sigmask,
+            pending: sys::pending(tid, false)?.into_iter().map(SigInfo).collect(),
+            rseq: sys::rseq(tid)?,
+            robust_list: sys::robust_list(tid)?,
+            clear_child_tid: 0,
+            altstack: (0, libc::SS_DISABLE, 0),
+            comm: read_proc(pid, &format!("task/{tid}/comm"))?
+                .trim_end()
+                .to_string(),
+            cached_tid_at,
+        });
+    }
+    let mut rlimits = Vec::new();
+    for res in 0..RLIMITS {
+        let (soft, hard) = sys::get_rlimit(pid, res)?;
+        rlimits.push((res, soft, hard));
+    }
+    let vdso = layout.specials.iter().find(|s| s.name == "[vdso]");
+    let vdso_hash = match vdso {
+        Some(v) => {
+            let mut b = vec![0u8; (v.end - v.start) as usize];
+            mem.read(v.start, &mut b)?;
+            Sha256::digest(&b).to_vec()
+        }
+        None => Vec::new(),
+    };
+    let link = |name: &str| {
+        fs::read_link(format!("/proc/{pid}/{name}"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .map_err(|e| proc_err(pid, name, e))
+    };
+    let auxv = fs::read(format!("/proc/{pid}/auxv")).map_err(|e| proc_err(pid, "auxv", e))?;
+    Ok(Meta {
+        pid,
+        exe: link("exe")?,
+        regions: Vec::new(),
+        specials: layout.specials.clone(),
+        vdso_hash,
+        threads,
+        sigactions: Vec::new(),
+        shared_pending: sys::pending(pid, true)?.into_iter().map(SigInfo).collect(),
+        fds,
+        cwd: link("cwd")?,
+        umask: proc::parse_umask(&read_proc(pid, "status")?).unwrap_or(0o022),
+        rlimits,
+        mm,
+        auxv,
+        itimers: Vec::new(),
+        cpu: Cpu {
+            flags: proc::cpu_flags().map_err(|e| proc_err(pid, "/proc/cpuinfo", e))?,
+            xstate_len: attached
+                .tids
+                .first()
+                .map(|&t| sys::get_xstate(t).map(|x| x.len() as u32))
+                .transpose()?
+                .unwrap_or(0),
+        },
+    })
+}
+
+/// A thread stopped inside a system call that the kernel would restart on
+/// resumption has `rax` = -ERESTART* and `rip` past the `syscall`: saved as
+/// the kernel would resume it, on the instruction with the call's number.
+/// A call restarted through `restart_syscall` (sleeps) depends on kernel
+/// state a new process does not have: it returns `EINTR` instead, as CRIU
+/// does.
+fn rewind_interrupted_call(r: &mut Regs) {
+    const ERESTARTSYS: i64 = 512;
+    const ERESTARTNOINTR: i64 = 513;
+    const ERESTARTNOHAND: i64 = 514;
+    const ERESTART_RESTARTBLOCK: i64 = 516;
+    if r[reg::ORIG_RAX] as i64 >= 0 {
+        match -(r[reg::RAX] as i64) {
+            ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND => {
+                r[reg::RAX] = r[reg::ORIG_RAX];
+                r[reg::RIP] -= 2;
+            }
+            ERESTART_RESTARTBLOCK => r[reg::RAX] = (-libc::EINTR) as u64,
+            _ => {}
+        }
+    }
+    r[reg::ORIG_RAX] = u64::MAX;
+}
+
+/// The address of a `syscall` instruction (0f 05) in the vDSO.
+pub(crate) fn find_syscall(mem: &Mem, vdso: &Special, pid: i32) -> Result<u64, SysError> {
+    let mut b = vec![0u8; (vdso.end - vdso.start) as usize];
+    mem.read(vdso.start, &mut b)?;
+    b.windows(2)
+        .position(|w| w == [0x0f, 0x05])
+        .map(|i| vdso.start + i as u64)
+        .ok_or_else(|| SysError {
+            call: "finding a syscall instruction in the vDSO".into(),
+            pid,
+            source: io::Error::other("none there"),
+        })
+}
+
+/// Asks the process, by injected calls, what only it can say.
+fn inject_queries(
+    pid: i32,
+    attached: &mut Attached,
+    mem: &Mem,
+    layout: &Layout,
+    meta: &mut Meta,
+) -> Result<(), DumpError> {
+    let vdso = layout
+        .specials
+        .iter()
+        .find(|s| s.name == "[vdso]")
+        .ok_or_else(|| DumpError::Unsupported {
+            pid,
+            what: "it has no vDSO".into(),
+        })?;
+    let syscall_at = find_syscall(mem, vdso, pid)?;
+    // Signals stay pending while the calls run: none is delivered.
+    attached.dirty = true;
+    for &t in &attached.tids {
+        sys::set_sigmask(t, u64::MAX)?;
+    }
+    let main = Injector {
+        tid: pid,
+        syscall_at,
+        base: attached.found[0].0,
+    };
+    let scratch = main.ok(
+        "mmap (scratch page)",
+        libc::SYS_mmap,
+        &[
+            0,
+            PAGE,
+            (libc::PROT_READ | libc::PROT_WRITE) as u64,
+            (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+            u64::MAX,
+            0,
+        ],
+    )?;
+    let result = queries(attached, mem, &main, scratch, meta);
+    let unmapped = main.ok("munmap (scratch page)", libc::SYS_munmap, &[scratch, PAGE]);
+    result?;
+    unmapped?;
+    Ok(())
+}
+
+fn queries(
+    attached: &Attached,
+    mem: &Mem,
+    main: &Injector,
+    scratch: u64,
+    meta: &mut Meta,
+) -> Result<(), DumpError> {
+    for signo in 1..=64 {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+            continue;
+        }
+        main.ok(
+            "rt_sigaction (get)",
+            libc::SYS_rt_sigaction,
+            &[signo as u64, 0, scratch, 8],
+        )?;
+        let mut b = [0u8; 32];
+        mem.read(scratch, &mut b)?;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        if w(0) != 0 {
+            meta.sigactions.push(SigAction {
+                signo,
+                handler: w(0),
+                flags: w(1),
+                restorer: w(2),
+                mask: w(3),
+            });
+        }
+    }
+    meta.mm.brk = main.ok("brk", libc::SYS_brk, &[0])?;
+    for which in 0..3u64 {
+        main.ok("getitimer", libc::SYS_getitimer, &[which, scratch])?;
+        let mut b = [0u8; 32];
+        mem.read(scratch, &mut b)?;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+        meta.itimers
+            .push((w(0) * 1_000_000 + w(1), w(2) * 1_000_000 + w(3)));
+    }
+    for (i, &t) in attached.tids.iter().enumerate() {
+        let inj = Injector {
+            tid: t,
+            syscall_at: main.syscall_at,
+            base: attached.found[i].0,
+        };
+        inj.ok("sigaltstack (get)", libc::SYS_sigaltstack, &[0, scratch])?;
+        let mut b = [0u8; 24];
+        mem.read(scratch, &mut b)?;
+        let sp = u64::from_le_bytes(b[0..8].try_into().unwrap_or_default());
+        let flags = i32::from_le_bytes(b[8..12].try_into().unwrap_or_default());
+        let size = u64::from_le_bytes(b[16..24].try_into().unwrap_or_default());
+        meta.threads[i].altstack = (sp, flags & !libc::SS_ONSTACK, size);
+        inj.ok(
+            "prctl PR_GET_TID_ADDRESS",
+            libc::SYS_prctl,
+            &[libc::PR_GET_TID_ADDRESS as u64, scratch],
+        )?;
+        meta.threads[i].clear_child_tid = mem.read_u64(scratch)?;
+    }
+    Ok(())
+}
+
+/// The page runs of every region, from pagemap.
+fn take_runs(pid: i32, layout: &Layout) -> Result<Vec<Region>, DumpError> {
+    let pagemap =
+        File::open(format!("/proc/{pid}/pagemap")).map_err(|e| proc_err(pid, "pagemap", e))?;
+    let mut offset = 0u64;
+    let mut out = Vec::new();
+    for p in &layout.regions {
+        let mut region = p.region.clone();
+        if !matches!(region.kind, RegionKind::FileShared { .. }) {
+            // A chunk of pagemap at a time: reserved regions can be huge.
+            const CHUNK: u64 = 1 << 16;
+            let pages = (region.end - region.start) / PAGE;
+            let mut done = 0;
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            while done < pages {
+                let n = CHUNK.min(pages - done);
+                let start = region.start + done * PAGE;
+                let words = if p.take == Take::All {
+                    vec![0u64; n as usize]
+                } else {
+                    let mut b = vec![0u8; (n * 8) as usize];
+                    pagemap
+                        .read_exact_at(&mut b, start / PAGE * 8)
+                        .map_err(|e| proc_err(pid, "pagemap", e))?;
+                    b.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                        .collect()
+                };
+                for (a, k) in runs_to_save(start, &words, p.take) {
+                    match runs.last_mut() {
+                        Some((la, lk)) if *la + *lk * PAGE == a => *lk += k,
+                        _ => runs.push((a, k)),
+                    }
+                }
+                done += n;
+            }
+            for (addr, pages) in runs {
+                region.runs.push(Run {
+                    addr,
+                    pages,
+                    offset,
+                });
+                offset += pages * PAGE;
+            }
+        }
+        out.push(region);
+    }
+    Ok(out)
+}
+
+/// Writes header, metadata and then the pages, read straight from the
+/// process a piece at a time.
+fn write_image(
+    pid: i32,
+    meta: &Meta,
+    mem: &Mem,
+    layout: &Layout,
+    out: &mut dyn Write,
+) -> Result<DumpStats, DumpError> {
+    let w = |e| DumpError::Write { pid, source: e };
+    let meta_bytes = image::encode_meta(meta)?;
+    let data_len: u64 = meta.runs().map(|r| r.pages * PAGE).sum();
+    let runs = meta.runs().count() as u64;
+    let h = Header::new(
+        meta_bytes.len() as u64,
+        data_len,
+        runs,
+        crc32c::crc32c(&meta_bytes),
+    );
+    out.write_all(&h.encode()).map_err(w)?;
+    out.write_all(&meta_bytes).map_err(w)?;
+    let pad = h.data_offset as usize - image::HEADER_LEN - meta_bytes.len();
+    out.write_all(&vec![0u8; pad]).map_err(w)?;
+    const PIECE: u64 = 4 << 20;
+    let mut buf = vec![0u8; PIECE as usize];
+    let mut crcs = Vec::with_capacity(runs as usize);
+    for (region, p) in meta.regions.iter().zip(&layout.regions) {
+        debug_assert_eq!(region.start, p.region.start);
+        for run in &region.runs {
+            let mut crc = 0u32;
+            let mut at = run.addr;
+            let end = run.addr + run.pages * PAGE;
+            while at < end {
+                let n = PIECE.min(end - at) as usize;
+                if region.prot.r {
+                    sys::vm_read(pid, at, &mut buf[..n])?;
+                } else {
+                    mem.read(at, &mut buf[..n])?;
+                }
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                out.write_all(&buf[..n]).map_err(w)?;
+                at += n as u64;
+            }
+            crcs.push(crc);
+        }
+    }
+    out.write_all(&image::encode_trailer(&crcs)).map_err(w)?;
+    out.flush().map_err(w)?;
+    Ok(DumpStats {
+        bytes: h.total_len(),
+        pages: data_len / PAGE,
+        threads: meta.threads.len(),
+    })
+}

@@ -1,0 +1,722 @@
+//! The process image: its byte layout, the state it carries, and its
+//! validation. Pure: no system calls here (reading and writing go through
+//! `Read`/`Write`/`FileExt` the caller hands in); how the state is taken from
+//! a process lives in `dump`, how it is put back in `restore`.
+//!
+//! ```text
+//! 0                64                 data_offset (page aligned)            data_end
+//! | header (64 B) | metadata (postcard) | pad | page runs, each page aligned | trailer |
+//! ```
+//!
+//! The header, little-endian:
+//!
+//! | bytes  | field                                             |
+//! |--------|---------------------------------------------------|
+//! | 0..8   | magic `MIGPROC\0`                                 |
+//! | 8..12  | format version (this module's [`FORMAT_VERSION`]) |
+//! | 12..16 | reserved, zero                                    |
+//! | 16..24 | metadata length                                   |
+//! | 24..32 | data offset (page aligned, after the metadata)   |
+//! | 32..40 | data length (whole pages)                         |
+//! | 40..48 | number of page runs                               |
+//! | 48..52 | crc32c of the metadata                            |
+//! | 52..60 | reserved, zero                                    |
+//! | 60..64 | crc32c of bytes 0..60                             |
+//!
+//! The trailer holds one crc32c per page run (in the order the metadata lists
+//! them) and a crc32c of those. The page data sits page aligned so that a
+//! restore maps it into place (`MAP_PRIVATE`, copy on write) rather than
+//! copying it, and the trailer comes last so that a dump streams the pages
+//! straight from the process without holding the image.
+//!
+//! Validation goes size → magic → version → header checksum → total size →
+//! metadata checksum → metadata → (on request) every run's checksum, and
+//! each step has its own [`ImageError`].
+
+use serde::{Deserialize, Serialize};
+
+/// The first eight bytes of every process image.
+pub const MAGIC: [u8; 8] = *b"MIGPROC\0";
+/// The format version written; older or newer ones are refused.
+pub const FORMAT_VERSION: u32 = 1;
+/// The header's size.
+pub const HEADER_LEN: usize = 64;
+/// The page size the format assumes (x86-64).
+pub const PAGE: u64 = 4096;
+/// The most metadata an image may claim (a guard against a damaged length).
+pub const MAX_META: u64 = 256 << 20;
+
+/// Why bytes are not a usable image.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ImageError {
+    /// Fewer bytes than a header.
+    #[error("process image too short: {0} bytes, a header alone is {HEADER_LEN}")]
+    TooShort(u64),
+    /// Not our magic.
+    #[error("not a process image (magic {0:02x?})")]
+    BadMagic([u8; 8]),
+    /// Another format version.
+    #[error("process image format version {found}, this build reads {FORMAT_VERSION}")]
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// The header's checksum does not match.
+    #[error("process image header damaged (checksum mismatch)")]
+    HeaderChecksum,
+    /// The header's fields contradict each other or the size.
+    #[error("process image header inconsistent: {0}")]
+    Header(String),
+    /// The file is not as long as the header says.
+    #[error("process image truncated or padded: {actual} bytes, header says {expected}")]
+    Size {
+        /// What the header implies.
+        expected: u64,
+        /// What there is.
+        actual: u64,
+    },
+    /// The metadata's checksum does not match.
+    #[error("process image metadata damaged (checksum mismatch)")]
+    MetaChecksum,
+    /// The metadata does not decode.
+    #[error("process image metadata undecodable: {0}")]
+    Meta(String),
+    /// The metadata's runs do not match the header.
+    #[error("process image runs inconsistent: {0}")]
+    Runs(String),
+    /// The trailer's checksum does not match.
+    #[error("process image trailer damaged (checksum mismatch)")]
+    TrailerChecksum,
+    /// A page run's data is damaged.
+    #[error("process image pages damaged: run {index} at {addr:#x} (checksum mismatch)")]
+    RunChecksum {
+        /// Which run.
+        index: usize,
+        /// Its address in the process.
+        addr: u64,
+    },
+    /// Reading or writing the image failed.
+    #[error("process image i/o: {0}")]
+    Io(String),
+}
+
+/// The fixed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Metadata length.
+    pub meta_len: u64,
+    /// Where the page data starts.
+    pub data_offset: u64,
+    /// Page data length.
+    pub data_len: u64,
+    /// Number of runs (trailer entries).
+    pub runs: u64,
+    /// crc32c of the metadata.
+    pub meta_crc: u32,
+}
+
+impl Header {
+    /// The header for `meta_len` bytes of metadata, `data_len` bytes of pages
+    /// in `runs` runs.
+    pub fn new(meta_len: u64, data_len: u64, runs: u64, meta_crc: u32) -> Header {
+        Header {
+            meta_len,
+            data_offset: page_up(HEADER_LEN as u64 + meta_len),
+            data_len,
+            runs,
+            meta_crc,
+        }
+    }
+
+    /// The image's total length.
+    pub fn total_len(&self) -> u64 {
+        self.data_offset + self.data_len + 4 * self.runs + 4
+    }
+
+    /// Where the trailer starts.
+    pub fn trailer_offset(&self) -> u64 {
+        self.data_offset + self.data_len
+    }
+
+    /// The 64 header bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[16..24].copy_from_slice(&self.meta_len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.data_offset.to_le_bytes());
+        b[32..40].copy_from_slice(&self.data_len.to_le_bytes());
+        b[40..48].copy_from_slice(&self.runs.to_le_bytes());
+        b[48..52].copy_from_slice(&self.meta_crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Reads a header from the first bytes of an image `total` bytes long:
+    /// size, magic, version, checksum, then the fields against the size.
+    pub fn decode(b: &[u8], total: u64) -> Result<Header, ImageError> {
+        if total < HEADER_LEN as u64 || b.len() < HEADER_LEN {
+            return Err(ImageError::TooShort(total.min(b.len() as u64)));
+        }
+        let magic: [u8; 8] = b[0..8].try_into().unwrap_or_default();
+        if magic != MAGIC {
+            return Err(ImageError::BadMagic(magic));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        let version = u32_at(8);
+        if version != FORMAT_VERSION {
+            return Err(ImageError::Version { found: version });
+        }
+        if crc32c::crc32c(&b[..60]) != u32_at(60) {
+            return Err(ImageError::HeaderChecksum);
+        }
+        let h = Header {
+            meta_len: u64_at(16),
+            data_offset: u64_at(24),
+            data_len: u64_at(32),
+            runs: u64_at(40),
+            meta_crc: u32_at(48),
+        };
+        if h.meta_len > MAX_META {
+            return Err(ImageError::Header(format!(
+                "metadata of {} bytes (most {MAX_META})",
+                h.meta_len
+            )));
+        }
+        if h.data_offset != page_up(HEADER_LEN as u64 + h.meta_len)
+            || !h.data_len.is_multiple_of(PAGE)
+        {
+            return Err(ImageError::Header("data not page aligned".into()));
+        }
+        if h.runs > h.data_len / PAGE {
+            return Err(ImageError::Header(format!(
+                "{} runs in {} pages",
+                h.runs,
+                h.data_len / PAGE
+            )));
+        }
+        let expected = h
+            .data_offset
+            .checked_add(h.data_len)
+            .and_then(|x| x.checked_add(4 * h.runs + 4))
+            .ok_or_else(|| ImageError::Header("lengths overflow".into()))?;
+        if expected != total {
+            return Err(ImageError::Size {
+                expected,
+                actual: total,
+            });
+        }
+        Ok(h)
+    }
+}
+
+/// Rounds up to a whole page.
+pub fn page_up(x: u64) -> u64 {
+    x.div_ceil(PAGE) * PAGE
+}
+
+/// The trailer for the given run checksums.
+pub fn encode_trailer(crcs: &[u32]) -> Vec<u8> {
+    let mut t: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+    let all = crc32c::crc32c(&t);
+    t.extend_from_slice(&all.to_le_bytes());
+    t
+}
+
+/// The run checksums from a trailer of `runs` entries.
+pub fn decode_trailer(t: &[u8], runs: usize) -> Result<Vec<u32>, ImageError> {
+    if t.len() != 4 * runs + 4 {
+        return Err(ImageError::Runs(format!(
+            "trailer of {} bytes for {runs} runs",
+            t.len()
+        )));
+    }
+    let (body, crc) = t.split_at(4 * runs);
+    if crc32c::crc32c(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+        return Err(ImageError::TrailerChecksum);
+    }
+    Ok(body
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// Everything but the pages: what the process was and where its pages go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The pid it had.
+    pub pid: i32,
+    /// Its program file (`/proc/PID/exe`).
+    pub exe: String,
+    /// Its memory, in address order.
+    pub regions: Vec<Region>,
+    /// The vDSO and its data pages where the process had them.
+    pub specials: Vec<Special>,
+    /// sha256 of the vDSO's bytes (it must be the same where it goes).
+    #[serde(with = "serde_bytes")]
+    pub vdso_hash: Vec<u8>,
+    /// Its threads, the main one first.
+    pub threads: Vec<Thread>,
+    /// Signal dispositions other than the default.
+    pub sigactions: Vec<SigAction>,
+    /// Signals pending for the whole process (128-byte `siginfo_t`s).
+    pub shared_pending: Vec<SigInfo>,
+    /// Its file descriptors.
+    pub fds: Vec<Fd>,
+    /// Working directory.
+    pub cwd: String,
+    /// File creation mask.
+    pub umask: u32,
+    /// Resource limits: (resource, soft, hard).
+    pub rlimits: Vec<(u32, u64, u64)>,
+    /// The `mm` fields `PR_SET_MM_MAP` sets.
+    pub mm: MmFields,
+    /// The auxiliary vector's bytes.
+    #[serde(with = "serde_bytes")]
+    pub auxv: Vec<u8>,
+    /// `ITIMER_REAL`, `ITIMER_VIRTUAL`, `ITIMER_PROF`: (interval, value) in µs.
+    pub itimers: Vec<(u64, u64)>,
+    /// What restore needs of the machine.
+    pub cpu: Cpu,
+}
+
+impl Meta {
+    /// Every page run, in image order.
+    pub fn runs(&self) -> impl Iterator<Item = &Run> {
+        self.regions.iter().flat_map(|r| r.runs.iter())
+    }
+
+    /// Checks the runs against the header: they follow each other in the
+    /// data, lie inside their regions, and add up to the data length.
+    pub fn check_runs(&self, h: &Header) -> Result<(), ImageError> {
+        let mut next = 0u64;
+        let mut count = 0u64;
+        for r in &self.regions {
+            if r.start % PAGE != 0 || r.end % PAGE != 0 || r.start >= r.end {
+                return Err(ImageError::Runs(format!(
+                    "region {:#x}-{:#x} not whole pages",
+                    r.start, r.end
+                )));
+            }
+            for run in &r.runs {
+                let len = run.pages.saturating_mul(PAGE);
+                if run.offset != next
+                    || run.pages == 0
+                    || !run.addr.is_multiple_of(PAGE)
+                    || run.addr < r.start
+                    || run.addr.checked_add(len).is_none_or(|e| e > r.end)
+                {
+                    return Err(ImageError::Runs(format!(
+                        "run at {:#x} ({} pages, offset {}) outside region {:#x}-{:#x} or out of order",
+                        run.addr, run.pages, run.offset, r.start, r.end
+                    )));
+                }
+                next += len;
+                count += 1;
+            }
+        }
+        if next != h.data_len || count != h.runs {
+            return Err(ImageError::Runs(format!(
+                "{count} runs of {next} bytes, header says {} of {}",
+                h.runs, h.data_len
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Access bits of a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prot {
+    /// Readable.
+    pub r: bool,
+    /// Writable.
+    pub w: bool,
+    /// Executable.
+    pub x: bool,
+}
+
+/// One mapping of the process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    /// First address.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// Access.
+    pub prot: Prot,
+    /// What is under the pages not in `runs`.
+    pub kind: RegionKind,
+    /// `madvise` advice to give back (`MADV_*` numbers).
+    pub advice: Vec<i32>,
+    /// The pages saved, in address order.
+    pub runs: Vec<Run>,
+}
+
+/// What backs a region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegionKind {
+    /// Private anonymous memory (or memory whose backing cannot be reopened:
+    /// its pages are all in the image).
+    Anon,
+    /// The main stack (grows down).
+    Stack,
+    /// A private mapping of a file reopened by path; the pages the process
+    /// changed are in the image.
+    FilePrivate {
+        /// The file.
+        path: String,
+        /// Offset of `start` in the file.
+        offset: u64,
+    },
+    /// A shared mapping of a file reopened by path (its data is the file's).
+    FileShared {
+        /// The file.
+        path: String,
+        /// Offset of `start` in the file.
+        offset: u64,
+        /// Whether the process may make it writable (needs the file opened
+        /// for writing).
+        may_write: bool,
+    },
+}
+
+/// Pages saved, contiguous in the process and in the image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// Address of the first page.
+    pub addr: u64,
+    /// Number of pages.
+    pub pages: u64,
+    /// Offset from the start of the page data.
+    pub offset: u64,
+}
+
+/// A kernel-provided mapping moved rather than saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Special {
+    /// `[vdso]`, `[vvar]`, `[vvar_vclock]`.
+    pub name: String,
+    /// First address.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+}
+
+/// One thread's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thread {
+    /// Its tid.
+    pub tid: i32,
+    /// `user_regs_struct` as 27 words, a system call to restart rewound.
+    pub regs: Vec<u64>,
+    /// The `NT_X86_XSTATE` regset (FPU and vector registers).
+    #[serde(with = "serde_bytes")]
+    pub xstate: Vec<u8>,
+    /// Blocked signals.
+    pub sigmask: u64,
+    /// Signals pending for this thread.
+    pub pending: Vec<SigInfo>,
+    /// rseq registration: (address, length, signature), if any.
+    pub rseq: Option<(u64, u32, u32)>,
+    /// Robust futex list: (head, length).
+    pub robust_list: (u64, u64),
+    /// `clear_child_tid` (`set_tid_address`).
+    pub clear_child_tid: u64,
+    /// sigaltstack: (sp, flags, size).
+    pub altstack: (u64, i32, u64),
+    /// Its name (`comm`).
+    pub comm: String,
+    /// Where glibc caches this thread's tid (`struct pthread`'s `tid`), when
+    /// the word there held the tid at the dump.
+    pub cached_tid_at: Option<u64>,
+}
+
+/// A `siginfo_t` (128 bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SigInfo(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+/// A signal disposition (the kernel's `struct sigaction` for `rt_sigaction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SigAction {
+    /// Signal number.
+    pub signo: i32,
+    /// Handler address (or `SIG_IGN`).
+    pub handler: u64,
+    /// `SA_*` flags.
+    pub flags: u64,
+    /// The restorer glibc installed.
+    pub restorer: u64,
+    /// Signals blocked while the handler runs.
+    pub mask: u64,
+}
+
+/// A file descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fd {
+    /// Its number.
+    pub fd: i32,
+    /// What it is.
+    pub kind: FdKind,
+    /// `FD_CLOEXEC`.
+    pub cloexec: bool,
+}
+
+/// What a saved descriptor refers to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FdKind {
+    /// Given anew by the caller at restore (stdio pipes, the control socket).
+    External,
+    /// A file, directory or harmless device reopened by path.
+    Path {
+        /// Its path.
+        path: String,
+        /// `O_*` status flags (access mode, `O_APPEND`, `O_NONBLOCK`...).
+        flags: i32,
+        /// File offset.
+        pos: u64,
+    },
+}
+
+/// The `mm` fields of `PR_SET_MM_MAP`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MmFields {
+    /// Text start.
+    pub start_code: u64,
+    /// Text end.
+    pub end_code: u64,
+    /// Data start.
+    pub start_data: u64,
+    /// Data end.
+    pub end_data: u64,
+    /// Heap start.
+    pub start_brk: u64,
+    /// Current break.
+    pub brk: u64,
+    /// Stack start.
+    pub start_stack: u64,
+    /// argv start.
+    pub arg_start: u64,
+    /// argv end.
+    pub arg_end: u64,
+    /// environment start.
+    pub env_start: u64,
+    /// environment end.
+    pub env_end: u64,
+}
+
+/// What the machine must offer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cpu {
+    /// `/proc/cpuinfo` flags of the source.
+    pub flags: Vec<String>,
+    /// Size of the `NT_X86_XSTATE` regset.
+    pub xstate_len: u32,
+}
+
+/// Encodes metadata.
+pub fn encode_meta(m: &Meta) -> Result<Vec<u8>, ImageError> {
+    postcard::to_stdvec(m).map_err(|e| ImageError::Meta(e.to_string()))
+}
+
+/// Decodes metadata, refusing trailing bytes.
+pub fn decode_meta(b: &[u8]) -> Result<Meta, ImageError> {
+    let (m, rest) =
+        postcard::take_from_bytes::<Meta>(b).map_err(|e| ImageError::Meta(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(ImageError::Meta(format!("{} trailing bytes", rest.len())));
+    }
+    Ok(m)
+}
+
+/// Decodes an image held whole in memory (tests and small images); a file
+/// goes through [`crate::ImageFile`].
+pub fn decode(bytes: &[u8], verify_pages: bool) -> Result<(Header, Meta), ImageError> {
+    let h = Header::decode(bytes, bytes.len() as u64)?;
+    let meta_bytes = &bytes[HEADER_LEN..HEADER_LEN + h.meta_len as usize];
+    if crc32c::crc32c(meta_bytes) != h.meta_crc {
+        return Err(ImageError::MetaChecksum);
+    }
+    let meta = decode_meta(meta_bytes)?;
+    meta.check_runs(&h)?;
+    let crcs = decode_trailer(&bytes[h.trailer_offset() as usize..], h.runs as usize)?;
+    if verify_pages {
+        for (i, (run, crc)) in meta.runs().zip(&crcs).enumerate() {
+            let s = (h.data_offset + run.offset) as usize;
+            let data = &bytes[s..s + (run.pages * PAGE) as usize];
+            if crc32c::crc32c(data) != *crc {
+                return Err(ImageError::RunChecksum {
+                    index: i,
+                    addr: run.addr,
+                });
+            }
+        }
+    }
+    Ok((h, meta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(runs: &[(u64, u64)]) -> Meta {
+        let mut off = 0;
+        let rs = runs
+            .iter()
+            .map(|&(addr, pages)| {
+                let r = Run {
+                    addr,
+                    pages,
+                    offset: off,
+                };
+                off += pages * PAGE;
+                r
+            })
+            .collect();
+        Meta {
+            pid: 42,
+            exe: "/bin/true".into(),
+            regions: vec![Region {
+                start: 0x10000,
+                end: 0x100000,
+                prot: Prot {
+                    r: true,
+                    w: true,
+                    x: false,
+                },
+                kind: RegionKind::Anon,
+                advice: vec![],
+                runs: rs,
+            }],
+            specials: vec![],
+            vdso_hash: vec![1; 32],
+            threads: vec![],
+            sigactions: vec![],
+            shared_pending: vec![],
+            fds: vec![Fd {
+                fd: 1,
+                kind: FdKind::External,
+                cloexec: false,
+            }],
+            cwd: "/".into(),
+            umask: 0o22,
+            rlimits: vec![(7, 1024, 4096)],
+            mm: MmFields::default(),
+            auxv: vec![0; 16],
+            itimers: vec![(0, 0); 3],
+            cpu: Cpu {
+                flags: vec!["avx2".into()],
+                xstate_len: 2696,
+            },
+        }
+    }
+
+    /// A whole image in memory, pages filled with a pattern.
+    fn build(meta: &Meta) -> Vec<u8> {
+        let mb = encode_meta(meta).expect("encode");
+        let data_len: u64 = meta.runs().map(|r| r.pages * PAGE).sum();
+        let runs = meta.runs().count() as u64;
+        let h = Header::new(mb.len() as u64, data_len, runs, crc32c::crc32c(&mb));
+        let mut out = h.encode().to_vec();
+        out.extend_from_slice(&mb);
+        out.resize(h.data_offset as usize, 0);
+        let mut crcs = vec![];
+        for r in meta.runs() {
+            let data: Vec<u8> = (0..r.pages * PAGE).map(|i| (i ^ r.addr) as u8).collect();
+            crcs.push(crc32c::crc32c(&data));
+            out.extend_from_slice(&data);
+        }
+        out.extend_from_slice(&encode_trailer(&crcs));
+        assert_eq!(out.len() as u64, h.total_len());
+        out
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = sample(&[(0x10000, 2), (0x20000, 3)]);
+        let img = build(&m);
+        let (h, back) = decode(&img, true).expect("decode");
+        assert_eq!(back, m);
+        assert_eq!(h.data_offset % PAGE, 0);
+    }
+
+    #[test]
+    fn refusals_in_order() {
+        let img = build(&sample(&[(0x10000, 2)]));
+        assert_eq!(decode(&img[..10], false), Err(ImageError::TooShort(10)));
+        let mut bad = img.clone();
+        bad[0] = b'X';
+        assert!(matches!(decode(&bad, false), Err(ImageError::BadMagic(_))));
+        let mut v2 = img.clone();
+        v2[8] = 2;
+        assert_eq!(decode(&v2, false), Err(ImageError::Version { found: 2 }));
+        let mut hdr = img.clone();
+        hdr[20] ^= 1;
+        assert_eq!(decode(&hdr, false), Err(ImageError::HeaderChecksum));
+        assert!(matches!(
+            decode(&img[..img.len() - 1], false),
+            Err(ImageError::Size { .. })
+        ));
+        let mut meta = img.clone();
+        meta[HEADER_LEN + 3] ^= 0x40;
+        assert_eq!(decode(&meta, false), Err(ImageError::MetaChecksum));
+        let mut page = img.clone();
+        let at = Header::decode(&img, img.len() as u64)
+            .expect("h")
+            .data_offset as usize
+            + 100;
+        page[at] ^= 1;
+        assert!(decode(&page, false).is_ok());
+        assert_eq!(
+            decode(&page, true),
+            Err(ImageError::RunChecksum {
+                index: 0,
+                addr: 0x10000
+            })
+        );
+        let mut trailer = img.clone();
+        let n = trailer.len();
+        trailer[n - 6] ^= 1;
+        assert_eq!(decode(&trailer, false), Err(ImageError::TrailerChecksum));
+    }
+
+    #[test]
+    fn runs_outside_their_region_are_refused() {
+        let mut m = sample(&[(0x10000, 2)]);
+        let img = build(&m);
+        let h = Header::decode(&img, img.len() as u64).expect("h");
+        m.regions[0].runs[0].addr = 0xff000;
+        assert!(matches!(m.check_runs(&h), Err(ImageError::Runs(_))));
+    }
+
+    proptest! {
+        /// Any damage to any byte is caught (with page checks on), never a
+        /// panic; any truncation is caught by the size check.
+        #[test]
+        fn damage_is_caught(at in 0usize..20000, bit in 0u8..8, cut in 0usize..20000) {
+            let img = build(&sample(&[(0x10000, 1), (0x30000, 2)]));
+            let at = at % img.len();
+            let mut bad = img.clone();
+            bad[at] ^= 1 << bit;
+            // Padding between metadata and data is not covered by any sum.
+            let h = Header::decode(&img, img.len() as u64).expect("h");
+            let in_pad = at >= HEADER_LEN + h.meta_len as usize && at < h.data_offset as usize;
+            prop_assert_eq!(decode(&bad, true).is_err(), !in_pad);
+            let cut = cut % img.len();
+            prop_assert!(decode(&img[..cut], true).is_err());
+        }
+
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode(&bytes, true);
+        }
+    }
+}

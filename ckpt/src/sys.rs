@@ -1,0 +1,516 @@
+//! The unsafe edge: ptrace requests, system calls injected into a stopped
+//! thread, and reads and writes of another process's memory. Every function
+//! here is one kernel interface wrapped so that the rest of the crate is
+//! safe code; every failure names the call and the thread.
+//!
+//! Injection, as CRIU's compel does it: the thread's registers are set so
+//! that it sits on a `syscall` instruction (one found in its vDSO, so that
+//! nothing of the program's own memory is written) with the call's number
+//! and arguments, `PTRACE_SYSCALL` takes it to the call's entry and exit
+//! stops, and `rax` at the exit stop is the answer. The caller puts the
+//! registers back. `orig_rax` is set to -1 so that the kernel does not treat
+//! the resumption as the restart of a call interrupted by the stop.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// A failed system call or ptrace request.
+#[derive(Debug, thiserror::Error)]
+#[error("{call} on pid {pid}: {source}")]
+pub struct SysError {
+    /// The call (and its argument when that helps).
+    pub call: String,
+    /// The thread or process it was about.
+    pub pid: i32,
+    /// The kernel's answer.
+    #[source]
+    pub source: io::Error,
+}
+
+fn err(call: impl Into<String>, pid: i32) -> SysError {
+    SysError {
+        call: call.into(),
+        pid,
+        source: io::Error::last_os_error(),
+    }
+}
+
+/// `NT_X86_XSTATE`: the FPU, SSE, AVX and AVX-512 state.
+pub const NT_X86_XSTATE: libc::c_int = 0x202;
+const PTRACE_GET_RSEQ_CONFIGURATION: libc::c_uint = 0x420f;
+
+/// The 27 words of `user_regs_struct`, by index.
+pub mod reg {
+    /// rax.
+    pub const RAX: usize = 10;
+    /// rdx (third argument).
+    pub const RDX: usize = 12;
+    /// rsi (second argument).
+    pub const RSI: usize = 13;
+    /// rdi (first argument).
+    pub const RDI: usize = 14;
+    /// orig_rax: the number of the call the thread is in, or -1.
+    pub const ORIG_RAX: usize = 15;
+    /// rip.
+    pub const RIP: usize = 16;
+    /// eflags.
+    pub const EFLAGS: usize = 18;
+    /// fs_base (the thread pointer).
+    pub const FS_BASE: usize = 21;
+    /// r10 (fourth argument).
+    pub const R10: usize = 7;
+    /// r9 (sixth argument).
+    pub const R9: usize = 8;
+    /// r8 (fifth argument).
+    pub const R8: usize = 9;
+    /// Number of words.
+    pub const COUNT: usize = 27;
+}
+
+/// Registers as words.
+pub type Regs = [u64; reg::COUNT];
+
+fn ptrace(req: libc::c_uint, pid: i32, addr: usize, data: usize) -> libc::c_long {
+    // SAFETY: every request passed here takes `addr` and `data` as integers
+    // or as pointers to buffers the callers own and size for that request.
+    unsafe {
+        libc::ptrace(
+            req,
+            pid,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    }
+}
+
+/// Attaches to a thread without stopping it (`PTRACE_SEIZE`).
+pub fn seize(tid: i32, options: i32) -> Result<(), SysError> {
+    if ptrace(libc::PTRACE_SEIZE, tid, 0, options as usize) < 0 {
+        return Err(err("PTRACE_SEIZE", tid));
+    }
+    Ok(())
+}
+
+/// Sets ptrace options on a tracee.
+pub fn set_options(tid: i32, options: i32) -> Result<(), SysError> {
+    if ptrace(libc::PTRACE_SETOPTIONS, tid, 0, options as usize) < 0 {
+        return Err(err("PTRACE_SETOPTIONS", tid));
+    }
+    Ok(())
+}
+
+/// Asks a seized thread to stop (`PTRACE_INTERRUPT`).
+pub fn interrupt(tid: i32) -> Result<(), SysError> {
+    if ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) < 0 {
+        return Err(err("PTRACE_INTERRUPT", tid));
+    }
+    Ok(())
+}
+
+/// Detaches, delivering `sig` (0 for none).
+pub fn detach(tid: i32, sig: i32) -> Result<(), SysError> {
+    if ptrace(libc::PTRACE_DETACH, tid, 0, sig as usize) < 0 {
+        return Err(err("PTRACE_DETACH", tid));
+    }
+    Ok(())
+}
+
+/// Resumes to the next system call stop (`PTRACE_SYSCALL`).
+pub fn cont_syscall(tid: i32, sig: i32) -> Result<(), SysError> {
+    if ptrace(libc::PTRACE_SYSCALL, tid, 0, sig as usize) < 0 {
+        return Err(err("PTRACE_SYSCALL", tid));
+    }
+    Ok(())
+}
+
+/// How a thread stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stop {
+    /// The stop signal (`SIGTRAP | 0x80` for a system call stop).
+    pub sig: i32,
+    /// The ptrace event (`status >> 16`), 0 for none.
+    pub event: i32,
+}
+
+/// Waits for `tid` to stop; an exit is an error.
+pub fn wait_stop(tid: i32) -> Result<Stop, SysError> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes one int to `status`, which we own.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(SysError {
+                call: "waitpid".into(),
+                pid: tid,
+                source: e,
+            });
+        }
+        break;
+    }
+    if libc::WIFSTOPPED(status) {
+        return Ok(Stop {
+            sig: libc::WSTOPSIG(status),
+            event: status >> 16,
+        });
+    }
+    let what = if libc::WIFEXITED(status) {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    } else {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    };
+    Err(SysError {
+        call: format!("waitpid (the process {what})"),
+        pid: tid,
+        source: io::Error::other("no longer there"),
+    })
+}
+
+fn regset_get(tid: i32, kind: libc::c_int, buf: &mut [u8]) -> Result<usize, SysError> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let iov_addr = &mut iov as *mut libc::iovec as usize;
+    if ptrace(libc::PTRACE_GETREGSET, tid, kind as usize, iov_addr) < 0 {
+        return Err(err(format!("PTRACE_GETREGSET {kind:#x}"), tid));
+    }
+    Ok(iov.iov_len)
+}
+
+fn regset_set(tid: i32, kind: libc::c_int, buf: &[u8]) -> Result<(), SysError> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let iov_addr = &mut iov as *mut libc::iovec as usize;
+    if ptrace(libc::PTRACE_SETREGSET, tid, kind as usize, iov_addr) < 0 {
+        return Err(err(format!("PTRACE_SETREGSET {kind:#x}"), tid));
+    }
+    Ok(())
+}
+
+/// The general registers.
+pub fn get_regs(tid: i32) -> Result<Regs, SysError> {
+    let mut buf = [0u8; reg::COUNT * 8];
+    let n = regset_get(tid, libc::NT_PRSTATUS, &mut buf)?;
+    if n != buf.len() {
+        return Err(SysError {
+            call: "PTRACE_GETREGSET NT_PRSTATUS".into(),
+            pid: tid,
+            source: io::Error::other(format!("{n} bytes of registers")),
+        });
+    }
+    let mut r = [0u64; reg::COUNT];
+    for (w, c) in r.iter_mut().zip(buf.chunks_exact(8)) {
+        *w = u64::from_ne_bytes(c.try_into().unwrap_or_default());
+    }
+    Ok(r)
+}
+
+/// Sets the general registers.
+pub fn set_regs(tid: i32, r: &Regs) -> Result<(), SysError> {
+    let buf: Vec<u8> = r.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    regset_set(tid, libc::NT_PRSTATUS, &buf)
+}
+
+/// The extended state (`NT_X86_XSTATE`).
+pub fn get_xstate(tid: i32) -> Result<Vec<u8>, SysError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = regset_get(tid, NT_X86_XSTATE, &mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// Sets the extended state.
+pub fn set_xstate(tid: i32, x: &[u8]) -> Result<(), SysError> {
+    regset_set(tid, NT_X86_XSTATE, x)
+}
+
+/// The blocked-signal mask.
+pub fn get_sigmask(tid: i32) -> Result<u64, SysError> {
+    let mut m = 0u64;
+    if ptrace(libc::PTRACE_GETSIGMASK, tid, 8, &mut m as *mut u64 as usize) < 0 {
+        return Err(err("PTRACE_GETSIGMASK", tid));
+    }
+    Ok(m)
+}
+
+/// Sets the blocked-signal mask.
+pub fn set_sigmask(tid: i32, m: u64) -> Result<(), SysError> {
+    if ptrace(libc::PTRACE_SETSIGMASK, tid, 8, &m as *const u64 as usize) < 0 {
+        return Err(err("PTRACE_SETSIGMASK", tid));
+    }
+    Ok(())
+}
+
+#[repr(C)]
+struct PeekSiginfoArgs {
+    off: u64,
+    flags: u32,
+    nr: i32,
+}
+
+/// Pending signals (`siginfo_t`s of 128 bytes), the thread's own or (with
+/// `shared`) the process's.
+pub fn pending(tid: i32, shared: bool) -> Result<Vec<Vec<u8>>, SysError> {
+    let mut out = Vec::new();
+    loop {
+        let args = PeekSiginfoArgs {
+            off: out.len() as u64,
+            flags: if shared {
+                libc::PTRACE_PEEKSIGINFO_SHARED
+            } else {
+                0
+            },
+            nr: 1,
+        };
+        let mut buf = [0u8; 128];
+        let n = ptrace(
+            libc::PTRACE_PEEKSIGINFO,
+            tid,
+            &args as *const PeekSiginfoArgs as usize,
+            buf.as_mut_ptr() as usize,
+        );
+        if n < 0 {
+            return Err(err("PTRACE_PEEKSIGINFO", tid));
+        }
+        if n == 0 {
+            return Ok(out);
+        }
+        out.push(buf.to_vec());
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct RseqConfig {
+    ptr: u64,
+    size: u32,
+    signature: u32,
+    flags: u32,
+    pad: u32,
+}
+
+/// The thread's rseq registration: (address, length, signature).
+pub fn rseq(tid: i32) -> Result<Option<(u64, u32, u32)>, SysError> {
+    let mut c = RseqConfig::default();
+    let r = ptrace(
+        PTRACE_GET_RSEQ_CONFIGURATION,
+        tid,
+        std::mem::size_of::<RseqConfig>(),
+        &mut c as *mut RseqConfig as usize,
+    );
+    if r < 0 {
+        return Err(err("PTRACE_GET_RSEQ_CONFIGURATION", tid));
+    }
+    Ok((c.ptr != 0).then_some((c.ptr, c.size, c.signature)))
+}
+
+/// The thread's robust futex list: (head, length).
+pub fn robust_list(tid: i32) -> Result<(u64, u64), SysError> {
+    let mut head = 0u64;
+    let mut len = 0u64;
+    // SAFETY: get_robust_list writes a pointer and a size_t to the two
+    // locations, which we own.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_robust_list,
+            tid,
+            &mut head as *mut u64,
+            &mut len as *mut u64,
+        )
+    };
+    if r < 0 {
+        return Err(err("get_robust_list", tid));
+    }
+    Ok((head, len))
+}
+
+/// A resource limit of a process: (soft, hard).
+pub fn get_rlimit(pid: i32, res: u32) -> Result<(u64, u64), SysError> {
+    let mut old = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 with a null new limit only writes `old`, ours.
+    let r = unsafe { libc::prlimit64(pid, res as _, std::ptr::null(), &mut old) };
+    if r < 0 {
+        return Err(err(format!("prlimit (get resource {res})"), pid));
+    }
+    Ok((old.rlim_cur, old.rlim_max))
+}
+
+/// Sets a resource limit of a process.
+pub fn set_rlimit(pid: i32, res: u32, soft: u64, hard: u64) -> Result<(), SysError> {
+    let new = libc::rlimit64 {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: prlimit64 only reads `new`, ours; the old limit is not asked.
+    let r = unsafe { libc::prlimit64(pid, res as _, &new, std::ptr::null_mut()) };
+    if r < 0 {
+        return Err(err(format!("prlimit (set resource {res})"), pid));
+    }
+    Ok(())
+}
+
+/// Sends a signal to a process.
+pub fn kill(pid: i32, sig: i32) -> Result<(), SysError> {
+    // SAFETY: kill takes integers only.
+    if unsafe { libc::kill(pid, sig) } < 0 {
+        return Err(err(format!("kill {sig}"), pid));
+    }
+    Ok(())
+}
+
+/// Reads `buf.len()` bytes at `addr` of `pid` with `process_vm_readv`
+/// (readable memory only: one copy, straight into `buf`).
+pub fn vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), SysError> {
+    let mut done = 0;
+    while done < buf.len() {
+        let local = libc::iovec {
+            iov_base: buf[done..].as_mut_ptr().cast(),
+            iov_len: buf.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + done as u64) as *mut libc::c_void,
+            iov_len: buf.len() - done,
+        };
+        // SAFETY: the local iovec covers the rest of `buf`, which we hold
+        // mutably; the remote one is only an address in the other process,
+        // which the kernel checks.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return Err(err(
+                format!("process_vm_readv at {:#x}", addr + done as u64),
+                pid,
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Another process's memory through `/proc/PID/mem`, which also reaches
+/// pages the process may not read or write itself (`PROT_NONE`, read-only).
+pub struct Mem {
+    file: File,
+    pid: i32,
+}
+
+impl Mem {
+    /// Opens `/proc/PID/mem` for reading and writing.
+    pub fn open(pid: i32) -> Result<Mem, SysError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|source| SysError {
+                call: "open /proc/PID/mem".into(),
+                pid,
+                source,
+            })?;
+        Ok(Mem { file, pid })
+    }
+
+    /// Reads at `addr`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), SysError> {
+        self.file
+            .read_exact_at(buf, addr)
+            .map_err(|source| SysError {
+                call: format!("read /proc/PID/mem at {addr:#x}"),
+                pid: self.pid,
+                source,
+            })
+    }
+
+    /// Writes at `addr`.
+    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), SysError> {
+        self.file
+            .write_all_at(buf, addr)
+            .map_err(|source| SysError {
+                call: format!("write /proc/PID/mem at {addr:#x}"),
+                pid: self.pid,
+                source,
+            })
+    }
+
+    /// Reads a little-endian word.
+    pub fn read_u64(&self, addr: u64) -> Result<u64, SysError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// A thread stopped under ptrace into which system calls are injected.
+pub struct Injector {
+    /// The thread.
+    pub tid: i32,
+    /// Address of a `syscall` instruction in its address space.
+    pub syscall_at: u64,
+    /// The registers injected calls start from (the thread's own).
+    pub base: Regs,
+}
+
+impl Injector {
+    /// Runs system call `nr` with `args` in the thread; returns `rax` (a
+    /// negative errno on failure, as the kernel answers). The thread ends
+    /// at the call's exit stop with its registers changed: the caller sets
+    /// them back.
+    pub fn call(&self, nr: i64, args: &[u64]) -> Result<i64, SysError> {
+        let mut r = self.base;
+        r[reg::RIP] = self.syscall_at;
+        r[reg::RAX] = nr as u64;
+        r[reg::ORIG_RAX] = u64::MAX;
+        // No single-stepping, no direction flag.
+        r[reg::EFLAGS] &= !(0x100 | 0x400);
+        let slots = [reg::RDI, reg::RSI, reg::RDX, reg::R10, reg::R8, reg::R9];
+        for (slot, a) in slots.iter().zip(args) {
+            r[*slot] = *a;
+        }
+        set_regs(self.tid, &r)?;
+        let name = format!("injected system call {nr}");
+        // To the entry stop, then the exit stop; ptrace events on the way
+        // (a clone's) are passed.
+        let mut entered = false;
+        loop {
+            cont_syscall(self.tid, 0)?;
+            let s = wait_stop(self.tid)?;
+            if s.event != 0 {
+                continue;
+            }
+            if s.sig != (libc::SIGTRAP | 0x80) {
+                return Err(SysError {
+                    call: name,
+                    pid: self.tid,
+                    source: io::Error::other(format!("stopped by signal {} instead", s.sig)),
+                });
+            }
+            if entered {
+                break;
+            }
+            entered = true;
+        }
+        let out = get_regs(self.tid)?;
+        Ok(out[reg::RAX] as i64)
+    }
+
+    /// As [`Injector::call`], a negative answer made an error naming `what`.
+    pub fn ok(&self, what: &str, nr: i64, args: &[u64]) -> Result<u64, SysError> {
+        let r = self.call(nr, args)?;
+        if r < 0 && r > -4096 {
+            return Err(SysError {
+                call: format!("{what} (injected)"),
+                pid: self.tid,
+                source: io::Error::from_raw_os_error(-r as i32),
+            });
+        }
+        Ok(r as u64)
+    }
+}
