@@ -4,34 +4,149 @@
 
 mod common;
 
+use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::process::Command;
 
 use common::*;
 
-/// Our heap program's answer without any move.
-fn heap_answer(mib: &str, rounds: &str) -> Vec<u8> {
-    let out = Command::new(program("heap"))
-        .args([mib, rounds])
-        .output()
-        .expect("run");
-    assert!(out.status.success());
-    out.stdout
+/// What `cmd` prints when nothing moves it.
+fn unmoved(mut cmd: Command) -> String {
+    let out = cmd.output().expect("run");
+    assert!(out.status.success(), "{cmd:?} failed on its own");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `make()`'s program, moving it `moves` times `gap_ms` apart; returns
+/// all it printed, across every process it was.
+fn moved(make: impl Fn() -> Command, moves: usize, gap_ms: u64, name: &str) -> String {
+    let mut r = Running::start(make());
+    let mut all = Vec::new();
+    for i in 0..moves {
+        let_run(gap_ms);
+        let (next, before) = move_once(r, &format!("{name}-{i}.img"));
+        all.extend(before);
+        r = next;
+    }
+    let (code, rest) = r.finish();
+    all.extend(rest);
+    assert_eq!(code, 0, "{name} exited with {code}");
+    String::from_utf8_lossy(&all).into_owned()
+}
+
+fn heap(mib: &str, rounds: &str) -> Command {
+    let mut c = Command::new(program("heap"));
+    c.args([mib, rounds]);
+    c
 }
 
 #[test]
 fn heap_program_moved_once_prints_its_answer() {
-    let want = heap_answer("32", "400");
-    let mut cmd = Command::new(program("heap"));
-    cmd.args(["32", "400"]);
-    let r = Running::start(cmd);
-    let_run(100);
-    let (restored, before) = move_once(r, "heap-once.img");
+    let want = unmoved(heap("32", "4000"));
+    assert_eq!(moved(|| heap("32", "4000"), 1, 100, "heap-once"), want);
+}
+
+#[test]
+fn heap_program_moved_six_times_prints_its_answer() {
+    // A restored process's memory is mapped from its image: each later
+    // dump must save it as the process's own.
+    let want = unmoved(heap("32", "12000"));
+    assert_eq!(moved(|| heap("32", "12000"), 6, 40, "heap-chain"), want);
+}
+
+fn sh_loop() -> Command {
+    let mut c = Command::new("/bin/sh");
+    c.args([
+        "-c",
+        "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); \
+         if [ $((i % 1000)) -eq 0 ]; then echo $i; fi; done; echo done",
+    ]);
+    c
+}
+
+#[test]
+fn shell_loop_moved_twice_counts_on() {
+    let want = unmoved(sh_loop());
+    assert_eq!(moved(sh_loop, 2, 60, "sh"), want);
+}
+
+/// The system's Python (not one of ours), if there is one.
+fn python() -> Command {
+    let mut c = Command::new("/usr/bin/python3");
+    c.args([
+        "-c",
+        "import time\n\
+         t = 0\n\
+         for i in range(2000000):\n\
+         \x20   t = (t * 31 + i * i) % 1000000007\n\
+         \x20   if i % 100000 == 0: print(i, flush=True)\n\
+         time.sleep(0.2)\n\
+         print(t)\n",
+    ]);
+    c
+}
+
+#[test]
+fn python_moved_twice_prints_its_answer() {
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "/usr/bin/python3 is needed (Debian's python3-minimal)"
+    );
+    let want = unmoved(python());
+    assert_eq!(moved(python, 2, 80, "python"), want);
+}
+
+fn awk() -> Command {
+    let mut c = Command::new("awk");
+    c.args([
+        "BEGIN { s = 0; for (i = 0; i < 3000000; i++) { s = (s * 31 + i) % 1000003; \
+         if (i % 100000 == 0) { print i; fflush() } } print s }",
+    ]);
+    c
+}
+
+#[test]
+fn awk_moved_twice_prints_its_answer() {
+    let want = unmoved(awk());
+    assert_eq!(moved(awk, 2, 60, "awk"), want);
+}
+
+fn perl() -> Command {
+    let mut c = Command::new("perl");
+    c.args([
+        "-e",
+        "$| = 1; my $s = 0; for my $i (0 .. 3000000) { $s = ($s * 31 + $i) % 1000003; \
+         print \"$i\\n\" if $i % 100000 == 0 } print \"$s\\n\"",
+    ]);
+    c
+}
+
+#[test]
+fn perl_moved_twice_prints_its_answer() {
+    let want = unmoved(perl());
+    assert_eq!(moved(perl, 2, 60, "perl"), want);
+}
+
+#[test]
+fn a_read_interrupted_by_the_move_goes_on_from_the_new_stdin() {
+    // The shell is stopped inside read(2) on its stdin; the restored one
+    // reads the fresh pipe it is given on fd 0.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "echo ready; read x; echo got $x"]);
+    let (old_r, _old_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    cmd.stdin(std::process::Stdio::from(old_r));
+    let r = Running::start_keep_stdin(cmd);
+    let_run(50);
+    r.stop();
+    let img = dump_to_file(r.pid(), "read.img");
+    let before = r.kill();
+    let (new_r, new_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let restored = restore_with_stdin(&img, new_r);
+    let mut w = std::fs::File::from(OwnedFd::from(new_w));
+    w.write_all(b"hello\n").expect("write");
+    drop(w);
     let (code, after) = restored.finish();
     assert_eq!(code, 0);
-    let mut all = before;
-    all.extend(after);
-    assert_eq!(
-        String::from_utf8_lossy(&all),
-        String::from_utf8_lossy(&want)
-    );
+    assert_eq!(String::from_utf8_lossy(&before), "ready\n");
+    assert_eq!(String::from_utf8_lossy(&after), "got hello\n");
 }

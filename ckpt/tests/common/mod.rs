@@ -77,6 +77,12 @@ fn gather(mut r: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
 impl Running {
     /// Starts `cmd` with stdout on a pipe and waits for its first line.
     pub fn start(mut cmd: Command) -> Running {
+        cmd.stdin(Stdio::null());
+        Running::start_keep_stdin(cmd)
+    }
+
+    /// As [`Running::start`], with the stdin `cmd` has.
+    pub fn start_keep_stdin(mut cmd: Command) -> Running {
         // SAFETY: close_range is async-signal-safe and touches only the
         // child's descriptors: those the test runner leaked (a jobserver
         // pipe) must not follow the program, which would then be refused.
@@ -87,7 +93,6 @@ impl Running {
             });
         }
         let mut child = cmd
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -169,9 +174,15 @@ pub fn dump_to_file(pid: i32, name: &str) -> PathBuf {
 /// Restores the image at `path` with stdin /dev/null, stdout a fresh pipe,
 /// stderr the test's.
 pub fn restore_from(path: &Path) -> Running {
+    restore_with_stdin(path, File::open("/dev/null").expect("null").into())
+}
+
+/// Restores the image at `path` with stdin `stdin`, stdout a fresh pipe,
+/// stderr the test's.
+pub fn restore_with_stdin(path: &Path, stdin: OwnedFd) -> Running {
     let img = ImageFile::open(File::open(path).expect("open image"), true).expect("image");
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
-    let null: OwnedFd = File::open("/dev/null").expect("null").into();
+    let null = stdin;
     let err: OwnedFd = std::io::stderr().as_fd_owned();
     let fds = BTreeMap::from([(0, null), (1, w), (2, err)]);
     let restored = restore(&img, fds, &RestoreOptions::default()).expect("restore");
