@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::Write;
-use std::os::fd::OwnedFd;
 use std::process::Command;
 
 use common::*;
@@ -142,7 +141,7 @@ fn a_read_interrupted_by_the_move_goes_on_from_the_new_stdin() {
     let before = r.kill();
     let (new_r, new_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
     let restored = restore_with_stdin(&img, new_r);
-    let mut w = std::fs::File::from(OwnedFd::from(new_w));
+    let mut w = std::fs::File::from(new_w);
     w.write_all(b"hello\n").expect("write");
     drop(w);
     let (code, after) = restored.finish();
