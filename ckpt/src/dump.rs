@@ -10,9 +10,10 @@
 //! `clear_child_tid`), with every signal blocked meanwhile and a scratch
 //! page mapped for the answers and unmapped after; read the memory map and
 //! pagemap; put every register and mask back; stream the pages straight
-//! from the process into the image; detach. The kernel keeps the process
-//! in its group stop across the detach, so the caller can still continue
-//! it if the move is called off. Any failure leaves it the same way.
+//! from the process into the image; detach. The group stop is still in
+//! force, so the kernel stops each thread again at the detach and the
+//! caller can still continue the process if the move is called off. Any
+//! failure leaves it the same way.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File};
@@ -361,8 +362,23 @@ impl Attached {
 
     fn release(&mut self) {
         let _ = self.put_back();
+        // The group stop is still in force (only SIGCONT ends it): at the
+        // detach the kernel puts each thread back into it.
+        let pid = self.tids.first().copied();
         for t in self.tids.drain(..) {
             let _ = sys::detach(t, 0);
+        }
+        // The stop happens when the process next runs: wait for it, so the
+        // caller finds it stopped (without taking its wait status).
+        if let Some(pid) = pid {
+            for _ in 0..20_000 {
+                match read_proc(pid, "stat").map(|s| proc::parse_stat(&s)) {
+                    Ok(Ok(f)) if f.first().is_some_and(|s| s != "T") => {
+                        std::thread::sleep(std::time::Duration::from_micros(100))
+                    }
+                    _ => break,
+                }
+            }
         }
     }
 }

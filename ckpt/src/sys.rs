@@ -485,6 +485,11 @@ impl Injector {
             if s.event != 0 {
                 continue;
             }
+            if !entered && s.sig == libc::SIGSTOP {
+                // A SIGSTOP pending before the call (the process is
+                // stopped anyway): dropped; every other signal is blocked.
+                continue;
+            }
             if s.sig != (libc::SIGTRAP | 0x80) {
                 return Err(SysError {
                     call: name,

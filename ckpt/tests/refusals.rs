@@ -1,0 +1,151 @@
+//! What cannot be saved is refused with its reason, and the process is left
+//! as it was: stopped, and when continued it runs to its answer. Damaged
+//! and truncated images are refused with clear errors.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::TcpListener;
+use std::process::Command;
+
+use common::*;
+use mig_ckpt::{dump, restore, DumpError, ImageError, ImageFile, RestoreError, RestoreOptions};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+fn unmoved(mut cmd: Command) -> String {
+    let out = cmd.output().expect("run");
+    assert!(out.status.success(), "{cmd:?} failed on its own");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn resume(pid: i32) {
+    kill(Pid::from_raw(pid), Signal::SIGCONT).expect("SIGCONT");
+}
+
+#[test]
+fn a_tcp_connection_is_named_and_the_process_left_running() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    // Accept (and hold) every connection for the test's length.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming() {
+            held.push(c);
+        }
+    });
+    let tcp = || {
+        let mut c = Command::new(program("tcp"));
+        c.args([port.to_string(), "300000000".into()]);
+        c
+    };
+    let want = unmoved(tcp());
+    let r = Running::start(tcp());
+    r.stop();
+    let mut out = Vec::new();
+    let e = dump(r.pid(), &stdio_options(), &mut out).expect_err("refused");
+    let msg = e.to_string();
+    assert!(matches!(e, DumpError::Unsupported { .. }), "{msg}");
+    assert!(
+        msg.contains(&format!("fd 3 is a TCP socket 127.0.0.1:"))
+            && msg.contains(&format!("-> 127.0.0.1:{port}")),
+        "{msg}"
+    );
+    assert_eq!(state(r.pid()), "T", "left stopped");
+    resume(r.pid());
+    let (code, all) = r.finish();
+    assert_eq!(code, 0);
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}
+
+#[test]
+fn a_dump_leaves_the_process_to_finish_as_if_nothing_happened() {
+    let heap = || {
+        let mut c = Command::new(program("heap"));
+        c.args(["16", "3000"]);
+        c
+    };
+    let want = unmoved(heap());
+    let r = Running::start(heap());
+    let_run(50);
+    r.stop();
+    let img = dump_to_file(r.pid(), "left.img");
+    assert_eq!(state(r.pid()), "T", "left stopped");
+    // Dumped again, still the same.
+    let again = dump_to_file(r.pid(), "left-again.img");
+    resume(r.pid());
+    let (code, all) = r.finish();
+    assert_eq!(code, 0);
+    assert_eq!(String::from_utf8_lossy(&all), want);
+    let a = std::fs::read(img).expect("img");
+    let b = std::fs::read(again).expect("img");
+    assert_eq!(a.len(), b.len(), "two dumps of a stopped process differ");
+}
+
+#[test]
+fn damaged_and_truncated_images_are_refused() {
+    let mut c = Command::new(program("heap"));
+    c.args(["4", "100000"]);
+    let r = Running::start(c);
+    r.stop();
+    let path = dump_to_file(r.pid(), "whole.img");
+    drop(r);
+    let bytes = std::fs::read(&path).expect("read");
+    let open = |b: &[u8], name: &str| {
+        let p = scratch().join(name);
+        std::fs::write(&p, b).expect("write");
+        ImageFile::open(File::open(&p).expect("open"), true)
+    };
+    assert!(open(&bytes, "ok.img").is_ok());
+
+    let mut page = bytes.clone();
+    let at = bytes.len() - 64 * 1024;
+    page[at] ^= 0x10;
+    assert!(matches!(
+        open(&page, "page.img"),
+        Err(ImageError::RunChecksum { .. })
+    ));
+    let mut header = bytes.clone();
+    header[20] ^= 1;
+    assert_eq!(
+        open(&header, "header.img").err(),
+        Some(ImageError::HeaderChecksum)
+    );
+    let mut meta = bytes.clone();
+    meta[100] ^= 1;
+    assert_eq!(
+        open(&meta, "meta.img").err(),
+        Some(ImageError::MetaChecksum)
+    );
+    assert!(matches!(
+        open(&bytes[..bytes.len() / 2], "half.img"),
+        Err(ImageError::Size { .. })
+    ));
+    assert_eq!(
+        open(&bytes[..10], "ten.img").err(),
+        Some(ImageError::TooShort(10))
+    );
+    assert!(matches!(
+        open(
+            b"MIGCKPT\0 and more bytes than a header holds, which is sixty-four.",
+            "other.img"
+        ),
+        Err(ImageError::BadMagic(_))
+    ));
+    let e = open(&page, "page.img").expect_err("damaged");
+    assert!(e.to_string().contains("damaged"), "{e}");
+}
+
+#[test]
+fn a_restore_without_the_descriptors_left_to_the_caller_is_refused() {
+    let mut c = Command::new(program("heap"));
+    c.args(["1", "100000"]);
+    let r = Running::start(c);
+    r.stop();
+    let path = dump_to_file(r.pid(), "nofd.img");
+    drop(r);
+    let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    let e = restore(&img, BTreeMap::new(), &RestoreOptions::default()).expect_err("refused");
+    assert!(matches!(e, RestoreError::MissingFd(0)), "{e}");
+}
