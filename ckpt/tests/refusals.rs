@@ -48,7 +48,7 @@ fn a_tcp_connection_is_named_and_the_process_left_running() {
     let msg = e.to_string();
     assert!(matches!(e, DumpError::Unsupported { .. }), "{msg}");
     assert!(
-        msg.contains(&format!("fd 3 is a TCP socket 127.0.0.1:"))
+        msg.contains("fd 3 is a TCP socket 127.0.0.1:")
             && msg.contains(&format!("-> 127.0.0.1:{port}")),
         "{msg}"
     );
