@@ -149,3 +149,41 @@ fn a_read_interrupted_by_the_move_goes_on_from_the_new_stdin() {
     assert_eq!(String::from_utf8_lossy(&before), "ready\n");
     assert_eq!(String::from_utf8_lossy(&after), "got hello\n");
 }
+
+fn threads() -> Command {
+    let mut c = Command::new(program("threads"));
+    c.args(["16", "3000"]);
+    c
+}
+
+#[test]
+fn pthreads_program_moved_three_times_prints_its_answer() {
+    // Four workers and main (in pthread_join) are all saved and re-made;
+    // pthread_kill and raise at the end use the tids glibc cached.
+    let want = unmoved(threads());
+    let r = Running::start(threads());
+    let_run(60);
+    r.stop();
+    let img = dump_to_file(r.pid(), "threads-first.img");
+    let mut all = r.kill();
+    let meta = mig_ckpt::ImageFile::open(std::fs::File::open(&img).expect("open"), false)
+        .expect("image")
+        .meta()
+        .clone();
+    assert_eq!(meta.threads.len(), 5, "main and four workers saved");
+    assert!(
+        meta.threads.iter().all(|t| t.cached_tid_at.is_some()),
+        "glibc's cached tid found for every thread"
+    );
+    let mut r = restore_from(&img);
+    for i in 0..2 {
+        let_run(60);
+        let (next, before) = move_once(r, &format!("threads-{i}.img"));
+        all.extend(before);
+        r = next;
+    }
+    let (code, rest) = r.finish();
+    all.extend(rest);
+    assert_eq!(code, 0);
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}
