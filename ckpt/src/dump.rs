@@ -582,8 +582,12 @@ fn queries(
     scratch: u64,
     meta: &mut Meta,
 ) -> Result<(), DumpError> {
+    // Only signals not at their default are asked about (and SIGCHLD,
+    // whose SA_NOCLDWAIT matters even at the default).
+    let handled =
+        proc::parse_handled_signals(&read_proc(meta.pid, "status")?) | 1 << (libc::SIGCHLD - 1);
     for signo in 1..=64 {
-        if signo == libc::SIGKILL || signo == libc::SIGSTOP {
+        if signo == libc::SIGKILL || signo == libc::SIGSTOP || handled & (1 << (signo - 1)) == 0 {
             continue;
         }
         main.ok(
@@ -594,7 +598,7 @@ fn queries(
         let mut b = [0u8; 32];
         mem.read(scratch, &mut b)?;
         let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-        if w(0) != 0 {
+        if w(0) != 0 || w(1) != 0 {
             meta.sigactions.push(SigAction {
                 signo,
                 handler: w(0),

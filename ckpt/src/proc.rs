@@ -126,6 +126,19 @@ pub fn parse_umask(status: &str) -> Option<u32> {
         .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
 }
 
+/// The signals a process ignores or catches (`SigIgn | SigCgt` of
+/// `/proc/PID/status`), bit `n - 1` for signal `n`.
+pub fn parse_handled_signals(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigIgn:")
+                .or_else(|| l.strip_prefix("SigCgt:"))
+        })
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .fold(0, |a, b| a | b)
+}
+
 /// `pos` and `flags` from `/proc/PID/fdinfo/N`.
 pub fn parse_fdinfo(text: &str) -> Option<(u64, i32)> {
     let mut pos = None;
@@ -288,6 +301,12 @@ mod tests {
             Some((10, 0o2100002))
         );
         assert_eq!(parse_umask("Name:\tx\nUmask:\t0027\n"), Some(0o27));
+        assert_eq!(
+            parse_handled_signals(
+                "SigBlk:\t0000000000000001\nSigIgn:\t0000000000001000\nSigCgt:\t0000000180000200\n"
+            ),
+            0x1_8000_1200
+        );
     }
 
     #[test]

@@ -59,10 +59,20 @@ pub enum RestoreError {
     /// A descriptor the image expects from the caller was not given.
     #[error("fd {0} was left to the caller at the dump and none was given")]
     MissingFd(i32),
+    /// A file the process had mapped (its program, a library) could not
+    /// be reopened.
+    #[error("reopening {path}, which the process had mapped: {source}")]
+    MappedFile {
+        /// The path.
+        path: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
     /// A file could not be reopened.
     #[error("reopening {path} for fd {fd}: {source}")]
     Reopen {
-        /// The descriptor (-1 for a mapping's file).
+        /// The descriptor.
         fd: i32,
         /// The path.
         path: String,
@@ -207,8 +217,7 @@ fn handover(
             .read(true)
             .write(write)
             .open(path)
-            .map_err(|source| RestoreError::Reopen {
-                fd: -1,
+            .map_err(|source| RestoreError::MappedFile {
                 path: path.clone(),
                 source,
             })?;

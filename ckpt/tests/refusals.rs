@@ -10,7 +10,10 @@ use std::net::TcpListener;
 use std::process::Command;
 
 use common::*;
-use mig_ckpt::{dump, restore, DumpError, ImageError, ImageFile, RestoreError, RestoreOptions};
+use mig_ckpt::{
+    dump, mismatch, restore, DumpError, Fingerprint, ImageError, ImageFile, RestoreError,
+    RestoreOptions,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -148,4 +151,47 @@ fn a_restore_without_the_descriptors_left_to_the_caller_is_refused() {
     let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
     let e = restore(&img, BTreeMap::new(), &RestoreOptions::default()).expect_err("refused");
     assert!(matches!(e, RestoreError::MissingFd(0)), "{e}");
+}
+
+#[test]
+fn a_target_without_the_same_program_is_named() {
+    // The program from a file of its own, so the test can change it.
+    let exe = scratch().join("heap-copy");
+    std::fs::copy(program("heap"), &exe).expect("copy");
+    let mut c = Command::new(&exe);
+    c.args(["1", "100000"]);
+    let r = Running::start(c);
+    r.stop();
+    let path = dump_to_file(r.pid(), "fingerprint.img");
+    drop(r);
+    let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    let source = Fingerprint::here(img.meta()).expect("fingerprint");
+    assert!(source.files.contains_key(exe.to_str().expect("utf-8")));
+    assert!(
+        source.files.keys().any(|f| f.contains("libc")),
+        "{:?}",
+        source.files.keys()
+    );
+    assert_eq!(
+        mismatch(&source, &Fingerprint::here(img.meta()).expect("again")),
+        None
+    );
+
+    let mut bytes = std::fs::read(&exe).expect("read");
+    bytes.push(0);
+    std::fs::write(&exe, &bytes).expect("write");
+    let why = mismatch(&source, &Fingerprint::here(img.meta()).expect("changed")).expect("differs");
+    assert!(why.contains("heap-copy has other content"), "{why}");
+
+    std::fs::remove_file(&exe).expect("remove");
+    let why = mismatch(&source, &Fingerprint::here(img.meta()).expect("gone")).expect("differs");
+    assert!(why.contains("heap-copy is missing"), "{why}");
+    let fds = BTreeMap::from([
+        (0, File::open("/dev/null").expect("null").into()),
+        (1, File::open("/dev/null").expect("null").into()),
+        (2, File::open("/dev/null").expect("null").into()),
+    ]);
+    let e = restore(&img, fds, &RestoreOptions::default()).expect_err("no program");
+    assert!(matches!(e, RestoreError::MappedFile { .. }), "{e}");
+    assert!(e.to_string().contains("heap-copy"), "{e}");
 }
