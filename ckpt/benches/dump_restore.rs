@@ -13,8 +13,8 @@
 //!   heap once and answers (the page faults a mapped image defers);
 //! - copy: `memcpy` of the same bytes into memory never touched before.
 //!
-//! `cargo bench -p mig-ckpt --bench dump_restore -- --bench` (REPS=5 by
-//! default, `CKPT_REPS=N` to change). Without `--bench` (as `cargo test
+//! `cargo bench -p mig-ckpt --bench dump_restore -- --bench` (5 rounds by
+//! default, `CKPT_REPS=N` to change; `CKPT_MIB=1,64` for other sizes). Without `--bench` (as `cargo test
 //! --benches` runs it) it does one 1 MiB round only.
 
 use std::collections::BTreeMap;
@@ -130,8 +130,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
+    let chosen: Vec<u64> = std::env::var("CKPT_MIB")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 64, 256]);
     let (sizes, reps): (&[u64], usize) = if full {
-        (&[1, 64, 256], reps.max(1))
+        (&chosen, reps.max(1))
     } else {
         (&[1], 1)
     };

@@ -121,7 +121,8 @@ pub fn read_fds(pid: i32, external: &BTreeSet<i32>) -> Result<Vec<Fd>, FdsError>
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     nums.sort_unstable();
-    let net = NetTables::read(pid);
+    // The socket tables are read only when a socket is to be named.
+    let mut net: Option<NetTables> = None;
     let mut out = Vec::new();
     let mut refused = Vec::new();
     for fd in nums {
@@ -164,7 +165,16 @@ pub fn read_fds(pid: i32, external: &BTreeSet<i32>) -> Result<Vec<Fd>, FdsError>
             pos,
             flags,
         };
-        match decide(&facts, external.contains(&fd), &net) {
+        let is_socket = facts.link.starts_with("socket:") && !external.contains(&fd);
+        if is_socket && net.is_none() {
+            net = Some(NetTables::read(pid));
+        }
+        let tables = net.as_ref().filter(|_| is_socket);
+        match decide(
+            &facts,
+            external.contains(&fd),
+            tables.unwrap_or(&NetTables::default()),
+        ) {
             Ok(f) => out.push(f),
             Err(why) => refused.push(why),
         }

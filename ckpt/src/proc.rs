@@ -252,8 +252,18 @@ fn find_unix(table: &str, inode: u64) -> Option<String> {
     None
 }
 
-/// `/proc/cpuinfo`'s flags of the first processor.
+/// `/proc/cpuinfo`'s flags of the first processor (read once: reading
+/// cpuinfo samples every processor's clock, which takes milliseconds).
 pub fn cpu_flags() -> io::Result<Vec<String>> {
+    static FLAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    if let Some(f) = FLAGS.get() {
+        return Ok(f.clone());
+    }
+    let flags = read_cpu_flags()?;
+    Ok(FLAGS.get_or_init(|| flags).clone())
+}
+
+fn read_cpu_flags() -> io::Result<Vec<String>> {
     let text = fs::read_to_string("/proc/cpuinfo")?;
     Ok(text
         .lines()
