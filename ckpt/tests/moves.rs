@@ -193,3 +193,26 @@ fn pthreads_program_moved_three_times_prints_its_answer() {
     assert_eq!(code, 0);
     assert_eq!(String::from_utf8_lossy(&all), want);
 }
+
+#[test]
+fn open_files_and_file_mappings_survive_two_moves() {
+    // A log kept open with O_APPEND (reopened by path at its offset), a
+    // counter in a shared file mapping (mapped again), a private file
+    // mapping the program changed (its changed pages in the image).
+    let alone = tempfile::tempdir().expect("dir");
+    let mut c = Command::new(program("files"));
+    c.arg(alone.path()).arg("200000");
+    let want = unmoved(c);
+    let dir = tempfile::tempdir().expect("dir");
+    let files = || {
+        let mut c = Command::new(program("files"));
+        c.arg(dir.path()).arg("200000");
+        c
+    };
+    let got = moved(files, 2, 60, "files");
+    assert_eq!(got, want);
+    assert!(
+        got.ends_with(" 0\n"),
+        "every line of the log in order: {got}"
+    );
+}
