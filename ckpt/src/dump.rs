@@ -744,3 +744,39 @@ fn write_image(
         threads: meta.threads.len(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn regs(orig: i64, rax: i64, rip: u64) -> Regs {
+        let mut r = [0u64; reg::COUNT];
+        r[reg::ORIG_RAX] = orig as u64;
+        r[reg::RAX] = rax as u64;
+        r[reg::RIP] = rip;
+        r
+    }
+
+    #[test]
+    fn an_interrupted_call_is_saved_to_run_again() {
+        // read(2) stopped: -ERESTARTSYS, rip past the syscall.
+        let mut r = regs(0, -512, 0x1002);
+        rewind_interrupted_call(&mut r);
+        assert_eq!((r[reg::RAX], r[reg::RIP]), (0, 0x1000));
+        assert_eq!(r[reg::ORIG_RAX], u64::MAX);
+        // A sleep (restart_syscall) returns EINTR instead.
+        let mut r = regs(230, -516, 0x1002);
+        rewind_interrupted_call(&mut r);
+        assert_eq!(
+            (r[reg::RAX] as i64, r[reg::RIP]),
+            (-(libc::EINTR as i64), 0x1002)
+        );
+        // A call that finished, or no call: left alone.
+        let mut r = regs(1, 5, 0x1002);
+        rewind_interrupted_call(&mut r);
+        assert_eq!((r[reg::RAX], r[reg::RIP]), (5, 0x1002));
+        let mut r = regs(-1, -512, 0x1002);
+        rewind_interrupted_call(&mut r);
+        assert_eq!((r[reg::RAX] as i64, r[reg::RIP]), (-512, 0x1002));
+    }
+}

@@ -80,6 +80,28 @@
 //! `/dev/null`, `zero`, `random`, `urandom`, deleted files, POSIX timers,
 //! shared memory that is not a file, child processes.
 //!
+//! **Threads**: every thread is seized and saved; at restore the main
+//! thread `clone`s the others (with `PTRACE_O_TRACECLONE` they are born
+//! traced and stopped), each gets its registers and TLS (`fs_base`), its
+//! rseq area, robust list, `clear_child_tid` (so `pthread_join` still
+//! wakes), sigaltstack, mask and pending signals.
+//!
+//! # The caller's part
+//!
+//! - `dump` takes our child, stopped with SIGSTOP (or any group stop), and
+//!   leaves it so. `restore` makes a child of the caller, running (or
+//!   stopped, with [`RestoreOptions::stopped`]).
+//! - ptrace ties a tracee to the tracing *thread*: call each `dump` or
+//!   `restore` on one thread from start to end, and do not wait for that
+//!   pid from another thread meanwhile (a ptrace stop would be taken from
+//!   under it). A SIGCHLD handler that only flags is fine.
+//! - Descriptors the caller gives anew (stdio pipes, the control socket)
+//!   are named in [`DumpOptions::external_fds`] at the dump and given, by
+//!   number, at the restore.
+//! - Before a move, compare [`Fingerprint::here`] on both machines with
+//!   [`mismatch`]; [`ImageFile::open`] validates an image, `restore` checks
+//!   the vDSO itself.
+//!
 //! # Where things live
 //!
 //! - `image`: the image's bytes and state, validation (pure).
@@ -93,13 +115,21 @@
 //!
 //! # Limits
 //!
-//! x86-64 only; one process (its threads included), not a tree; the
-//! restored process runs with the caller's credentials, session and process
-//! group; a shared file mapping or open file is reopened by path, so its
-//! content is the target's; the image file must not be truncated or
-//! rewritten while a process restored from it runs (deleting it is fine).
-//! A system call restarted through `restart_syscall` (a sleep) returns
-//! `EINTR` in the restored process.
+//! x86-64 only. One process (its threads included), not a tree: a process
+//! with children is refused. A shell waits for its children by pid, so
+//! trees need the pids kept (a pid namespace per process, or `clone3`
+//! with `set_tid` and `CAP_CHECKPOINT_RESTORE`). The restored process runs
+//! with the caller's credentials, session and process group; a shared file
+//! mapping or an open file is reopened by path, so its content is the
+//! target's, and two descriptors that shared one open file no longer share
+//! its offset. The image file must not be truncated or rewritten while a
+//! process restored from it runs (deleting it is fine). A system call
+//! restarted through `restart_syscall` (a sleep) returns `EINTR` in the
+//! restored process. Other things glibc or a program keeps of a tid (the
+//! owner of a locked error-checking or recursive mutex) keep the old one. A
+//! region's pages mapped from the image are file pages to the kernel:
+//! `mremap` growing a part of such a region past its first page maps the
+//! image's following bytes (or past its end, SIGBUS).
 
 pub mod compat;
 mod dump;
