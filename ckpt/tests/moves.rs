@@ -216,3 +216,18 @@ fn open_files_and_file_mappings_survive_two_moves() {
         "every line of the log in order: {got}"
     );
 }
+
+#[test]
+fn a_block_grown_by_realloc_after_a_move_keeps_its_bytes() {
+    // glibc grows a large block with mremap; a block restored from the
+    // image spans two mappings, so mremap refuses and glibc copies.
+    let grow = || {
+        let mut c = Command::new(program("grow"));
+        c.args(["8", "100000000"]);
+        c
+    };
+    let want = unmoved(grow());
+    let got = moved(grow, 1, 60, "grow");
+    assert_eq!(got, want);
+    assert!(got.ends_with(" 0\n"), "every byte as written: {got}");
+}
