@@ -535,6 +535,34 @@ pub fn decode_meta(b: &[u8]) -> Result<Meta, ImageError> {
     Ok(m)
 }
 
+/// Encodes a whole image in memory: `meta` and the page data of its runs,
+/// in their order (a dump streams instead; this serves tests and small
+/// images).
+pub fn encode(meta: &Meta, data: &[u8]) -> Result<Vec<u8>, ImageError> {
+    let mb = encode_meta(meta)?;
+    let runs = meta.runs().count() as u64;
+    let h = Header::new(
+        mb.len() as u64,
+        data.len() as u64,
+        runs,
+        crc32c::crc32c(&mb),
+    );
+    meta.check_runs(&h)?;
+    let mut out = h.encode().to_vec();
+    out.extend_from_slice(&mb);
+    out.resize(h.data_offset as usize, 0);
+    out.extend_from_slice(data);
+    let crcs: Vec<u32> = meta
+        .runs()
+        .map(|r| {
+            let s = r.offset as usize;
+            crc32c::crc32c(&data[s..s + (r.pages * PAGE) as usize])
+        })
+        .collect();
+    out.extend_from_slice(&encode_trailer(&crcs));
+    Ok(out)
+}
+
 /// Decodes an image held whole in memory (tests and small images); a file
 /// goes through [`crate::ImageFile`].
 pub fn decode(bytes: &[u8], verify_pages: bool) -> Result<(Header, Meta), ImageError> {
@@ -620,22 +648,11 @@ mod tests {
 
     /// A whole image in memory, pages filled with a pattern.
     fn build(meta: &Meta) -> Vec<u8> {
-        let mb = encode_meta(meta).expect("encode");
-        let data_len: u64 = meta.runs().map(|r| r.pages * PAGE).sum();
-        let runs = meta.runs().count() as u64;
-        let h = Header::new(mb.len() as u64, data_len, runs, crc32c::crc32c(&mb));
-        let mut out = h.encode().to_vec();
-        out.extend_from_slice(&mb);
-        out.resize(h.data_offset as usize, 0);
-        let mut crcs = vec![];
-        for r in meta.runs() {
-            let data: Vec<u8> = (0..r.pages * PAGE).map(|i| (i ^ r.addr) as u8).collect();
-            crcs.push(crc32c::crc32c(&data));
-            out.extend_from_slice(&data);
-        }
-        out.extend_from_slice(&encode_trailer(&crcs));
-        assert_eq!(out.len() as u64, h.total_len());
-        out
+        let data: Vec<u8> = meta
+            .runs()
+            .flat_map(|r| (0..r.pages * PAGE).map(move |i| (i ^ r.addr) as u8))
+            .collect();
+        encode(meta, &data).expect("encode")
     }
 
     #[test]
