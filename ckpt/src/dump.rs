@@ -368,17 +368,8 @@ impl Attached {
         for t in self.tids.drain(..) {
             let _ = sys::detach(t, 0);
         }
-        // The stop happens when the process next runs: wait for it, so the
-        // caller finds it stopped (without taking its wait status).
         if let Some(pid) = pid {
-            for _ in 0..20_000 {
-                match read_proc(pid, "stat").map(|s| proc::parse_stat(&s)) {
-                    Ok(Ok(f)) if f.first().is_some_and(|s| s != "T") => {
-                        std::thread::sleep(std::time::Duration::from_micros(100))
-                    }
-                    _ => break,
-                }
-            }
+            wait_stopped(pid);
         }
     }
 }
@@ -386,6 +377,20 @@ impl Attached {
 impl Drop for Attached {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// Waits (a few seconds at most) until `pid` is in a group stop: after a
+/// detach the stop happens when the process next runs, and the caller must
+/// find it stopped. Its wait status is not taken.
+pub(crate) fn wait_stopped(pid: i32) {
+    for _ in 0..20_000 {
+        match read_proc(pid, "stat").map(|s| proc::parse_stat(&s)) {
+            Ok(Ok(f)) if f.first().is_some_and(|s| s != "T") => {
+                std::thread::sleep(std::time::Duration::from_micros(100))
+            }
+            _ => break,
+        }
     }
 }
 

@@ -484,6 +484,9 @@ fn build(
     for &tid in &tids {
         sys::detach(tid, 0)?;
     }
+    if opts.stopped {
+        crate::dump::wait_stopped(pid);
+    }
     Ok(())
 }
 

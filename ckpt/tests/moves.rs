@@ -231,3 +231,25 @@ fn a_block_grown_by_realloc_after_a_move_keeps_its_bytes() {
     assert_eq!(got, want);
     assert!(got.ends_with(" 0\n"), "every byte as written: {got}");
 }
+
+#[test]
+fn a_process_restored_stopped_runs_on_when_continued() {
+    let want = unmoved(heap("8", "3000"));
+    let r = Running::start(heap("8", "3000"));
+    let_run(30);
+    r.stop();
+    let img = dump_to_file(r.pid(), "stopped.img");
+    let mut all = r.kill();
+    let restored = restore_with(&img, true);
+    let pid = restored.pid();
+    assert_eq!(state(pid), "T", "restored stopped");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .expect("SIGCONT");
+    let (code, rest) = restored.finish();
+    all.extend(rest);
+    assert_eq!(code, 0);
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}

@@ -180,12 +180,22 @@ pub fn restore_from(path: &Path) -> Running {
 /// Restores the image at `path` with stdin `stdin`, stdout a fresh pipe,
 /// stderr the test's.
 pub fn restore_with_stdin(path: &Path, stdin: OwnedFd) -> Running {
+    restore_full(path, stdin, false)
+}
+
+/// Restores the image at `path`, left stopped when `stopped`, stdin
+/// /dev/null.
+pub fn restore_with(path: &Path, stopped: bool) -> Running {
+    restore_full(path, File::open("/dev/null").expect("null").into(), stopped)
+}
+
+fn restore_full(path: &Path, stdin: OwnedFd, stopped: bool) -> Running {
     let img = ImageFile::open(File::open(path).expect("open image"), true).expect("image");
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
     let null = stdin;
     let err: OwnedFd = std::io::stderr().as_fd_owned();
     let fds = BTreeMap::from([(0, null), (1, w), (2, err)]);
-    let restored = restore(&img, fds, &RestoreOptions::default()).expect("restore");
+    let restored = restore(&img, fds, &RestoreOptions { stopped }).expect("restore");
     Running {
         child: restored.child,
         reader: Some(gather(File::from(r))),
