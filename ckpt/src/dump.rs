@@ -437,7 +437,7 @@ fn collect(
             regs: regs.to_vec(),
             xstate: sys::get_xstate(tid)?,
             sigmask: *sigmask,
-            pending: sys::pending(tid, false)?.into_iter().map(SigInfo).collect(),
+            pending: kept_pending(sys::pending(tid, false)?),
             rseq: sys::rseq(tid)?,
             robust_list: sys::robust_list(tid)?,
             clear_child_tid: 0,
@@ -476,7 +476,7 @@ fn collect(
         vdso_hash,
         threads,
         sigactions: Vec::new(),
-        shared_pending: sys::pending(pid, true)?.into_iter().map(SigInfo).collect(),
+        shared_pending: kept_pending(sys::pending(pid, true)?),
         fds,
         cwd: link("cwd")?,
         umask: proc::parse_umask(&read_proc(pid, "status")?).unwrap_or(0o022),
@@ -494,6 +494,19 @@ fn collect(
                 .unwrap_or(0),
         },
     })
+}
+
+/// The pending signals a restored process gets again: all but a stop or a
+/// continue, which belong to the stop the caller made for the dump.
+fn kept_pending(infos: Vec<Vec<u8>>) -> Vec<SigInfo> {
+    infos
+        .into_iter()
+        .filter(|i| {
+            let signo = i32::from_le_bytes([i[0], i[1], i[2], i[3]]);
+            !matches!(signo, libc::SIGSTOP | libc::SIGCONT)
+        })
+        .map(SigInfo)
+        .collect()
 }
 
 /// A thread stopped inside a system call that the kernel would restart on
