@@ -31,7 +31,9 @@
 //!
 //! Validation goes size → magic → version → header checksum → total size →
 //! metadata checksum → metadata → (on request) every run's checksum, and
-//! each step has its own [`ImageError`].
+//! each step has its own [`ImageError`]. A receiver checks the image as its
+//! bytes arrive with [`StreamCheck`] (so it never reads it twice) and then
+//! opens the file without the page checks.
 
 use serde::{Deserialize, Serialize};
 
@@ -159,6 +161,23 @@ impl Header {
         if total < HEADER_LEN as u64 || b.len() < HEADER_LEN {
             return Err(ImageError::TooShort(total.min(b.len() as u64)));
         }
+        let h = Header::decode_fields(b)?;
+        let expected = h.total_len();
+        if expected != total {
+            return Err(ImageError::Size {
+                expected,
+                actual: total,
+            });
+        }
+        Ok(h)
+    }
+
+    /// Reads a header from an image's first bytes whose total length is not
+    /// known yet (a stream): magic, version, checksum, fields.
+    pub fn decode_fields(b: &[u8]) -> Result<Header, ImageError> {
+        if b.len() < HEADER_LEN {
+            return Err(ImageError::TooShort(b.len() as u64));
+        }
         let magic: [u8; 8] = b[0..8].try_into().unwrap_or_default();
         if magic != MAGIC {
             return Err(ImageError::BadMagic(magic));
@@ -201,17 +220,10 @@ impl Header {
                 h.data_len / PAGE
             )));
         }
-        let expected = h
-            .data_offset
+        h.data_offset
             .checked_add(h.data_len)
             .and_then(|x| x.checked_add(4 * h.runs + 4))
             .ok_or_else(|| ImageError::Header("lengths overflow".into()))?;
-        if expected != total {
-            return Err(ImageError::Size {
-                expected,
-                actual: total,
-            });
-        }
         Ok(h)
     }
 }
@@ -563,6 +575,127 @@ pub fn encode(meta: &Meta, data: &[u8]) -> Result<Vec<u8>, ImageError> {
     Ok(out)
 }
 
+/// Checks an image as its bytes arrive, in order and in pieces of any
+/// size, so that a receiver need not read it again: the header, then the
+/// metadata, are refused as soon as they are whole; every run's checksum is
+/// computed on the way and compared with the trailer at the end.
+#[derive(Debug, Default)]
+pub struct StreamCheck {
+    /// Bytes of the header and metadata until both are whole.
+    head: Vec<u8>,
+    header: Option<Header>,
+    meta: Option<Meta>,
+    /// Bytes seen.
+    pos: u64,
+    /// (start, end) of each run in the image, in order.
+    runs: Vec<(u64, u64)>,
+    next_run: usize,
+    crc: u32,
+    crcs: Vec<u32>,
+    trailer: Vec<u8>,
+}
+
+impl StreamCheck {
+    /// A check of a new image.
+    pub fn new() -> StreamCheck {
+        StreamCheck::default()
+    }
+
+    /// Takes the next bytes.
+    pub fn update(&mut self, mut bytes: &[u8]) -> Result<(), ImageError> {
+        while !bytes.is_empty() {
+            let Some(h) = self.header else {
+                let want = HEADER_LEN - self.head.len();
+                let n = want.min(bytes.len());
+                self.head.extend_from_slice(&bytes[..n]);
+                self.pos += n as u64;
+                bytes = &bytes[n..];
+                if self.head.len() == HEADER_LEN {
+                    self.header = Some(Header::decode_fields(&self.head)?);
+                }
+                continue;
+            };
+            if self.meta.is_none() {
+                let want = HEADER_LEN + h.meta_len as usize - self.head.len();
+                let n = want.min(bytes.len());
+                self.head.extend_from_slice(&bytes[..n]);
+                self.pos += n as u64;
+                bytes = &bytes[n..];
+                if self.head.len() == HEADER_LEN + h.meta_len as usize {
+                    let mb = &self.head[HEADER_LEN..];
+                    if crc32c::crc32c(mb) != h.meta_crc {
+                        return Err(ImageError::MetaChecksum);
+                    }
+                    let meta = decode_meta(mb)?;
+                    meta.check_runs(&h)?;
+                    self.runs = meta
+                        .runs()
+                        .map(|r| {
+                            let s = h.data_offset + r.offset;
+                            (s, s + r.pages * PAGE)
+                        })
+                        .collect();
+                    self.meta = Some(meta);
+                    self.head = Vec::new();
+                }
+                continue;
+            }
+            if self.pos < h.data_offset {
+                let n = (h.data_offset - self.pos).min(bytes.len() as u64) as usize;
+                self.pos += n as u64;
+                bytes = &bytes[n..];
+                continue;
+            }
+            if let Some(&(start, end)) = self.runs.get(self.next_run) {
+                debug_assert!(self.pos >= start);
+                let n = (end - self.pos).min(bytes.len() as u64) as usize;
+                self.crc = crc32c::crc32c_append(self.crc, &bytes[..n]);
+                self.pos += n as u64;
+                bytes = &bytes[n..];
+                if self.pos == end {
+                    self.crcs.push(self.crc);
+                    self.crc = 0;
+                    self.next_run += 1;
+                }
+                continue;
+            }
+            let room = (4 * h.runs as usize + 4).saturating_sub(self.trailer.len());
+            if bytes.len() > room {
+                return Err(ImageError::Size {
+                    expected: h.total_len(),
+                    actual: self.pos + bytes.len() as u64,
+                });
+            }
+            self.trailer.extend_from_slice(bytes);
+            self.pos += bytes.len() as u64;
+            bytes = &[];
+        }
+        Ok(())
+    }
+
+    /// The image is whole: checks its length and every run, and gives its
+    /// state.
+    pub fn finish(self) -> Result<(Header, Meta), ImageError> {
+        let (Some(h), Some(meta)) = (self.header, self.meta) else {
+            return Err(ImageError::TooShort(self.pos));
+        };
+        if self.pos != h.total_len() {
+            return Err(ImageError::Size {
+                expected: h.total_len(),
+                actual: self.pos,
+            });
+        }
+        let want = decode_trailer(&self.trailer, h.runs as usize)?;
+        for (i, (got, want)) in self.crcs.iter().zip(&want).enumerate() {
+            if got != want {
+                let addr = meta.runs().nth(i).map_or(0, |r| r.addr);
+                return Err(ImageError::RunChecksum { index: i, addr });
+            }
+        }
+        Ok((h, meta))
+    }
+}
+
 /// Decodes an image held whole in memory (tests and small images); a file
 /// goes through [`crate::ImageFile`].
 pub fn decode(bytes: &[u8], verify_pages: bool) -> Result<(Header, Meta), ImageError> {
@@ -713,7 +846,40 @@ mod tests {
         assert!(matches!(m.check_runs(&h), Err(ImageError::Runs(_))));
     }
 
+    fn streamed(img: &[u8], cuts: &[usize]) -> Result<(Header, Meta), ImageError> {
+        let mut c = StreamCheck::new();
+        let mut at = 0;
+        for &k in cuts {
+            let k = (at + k).min(img.len());
+            c.update(&img[at..k])?;
+            at = k;
+        }
+        c.update(&img[at..])?;
+        c.finish()
+    }
+
     proptest! {
+        /// Streamed in any pieces, an image checks as it does whole; a
+        /// damaged byte (outside the padding) or a cut is caught.
+        #[test]
+        fn stream_check_agrees(cuts in proptest::collection::vec(0usize..9000, 0..8), at in 0usize..20000, cut in 0usize..20000) {
+            let m = sample(&[(0x10000, 1), (0x30000, 2)]);
+            let img = build(&m);
+            let (_, back) = streamed(&img, &cuts).expect("whole image");
+            prop_assert_eq!(back, m);
+            let at = at % img.len();
+            let mut bad = img.clone();
+            bad[at] ^= 0x20;
+            let h = Header::decode(&img, img.len() as u64).expect("h");
+            let in_pad = at >= HEADER_LEN + h.meta_len as usize && at < h.data_offset as usize;
+            prop_assert_eq!(streamed(&bad, &cuts).is_err(), !in_pad);
+            let cut = cut % img.len();
+            prop_assert!(streamed(&img[..cut], &cuts).is_err());
+            let mut long = img.clone();
+            long.push(0);
+            prop_assert!(streamed(&long, &cuts).is_err());
+        }
+
         /// Any damage to any byte is caught (with page checks on), never a
         /// panic; any truncation is caught by the size check.
         #[test]
@@ -734,6 +900,7 @@ mod tests {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode(&bytes, true);
+            let _ = streamed(&bytes, &[7, 60]);
         }
     }
 }
