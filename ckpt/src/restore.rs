@@ -411,7 +411,7 @@ fn build(
         };
         map(&main, m.addr, m.len, prot, flags, fd, offset)?;
     }
-    copy_runs(pid, img, &mem, &plan.copies)?;
+    copy_runs(img, &mem, &plan.copies)?;
     for r in &meta.regions {
         for &advice in &r.advice {
             main.ok(
@@ -520,12 +520,7 @@ fn map(
     Ok(())
 }
 
-fn copy_runs(
-    pid: i32,
-    img: &ImageFile,
-    mem: &Mem,
-    copies: &[plan::CopyStep],
-) -> Result<(), RestoreError> {
+fn copy_runs(img: &ImageFile, mem: &Mem, copies: &[plan::CopyStep]) -> Result<(), RestoreError> {
     let mut buf = Vec::new();
     for c in copies {
         buf.resize(c.len as usize, 0);
@@ -533,7 +528,6 @@ fn copy_runs(
             .read_exact_at(&mut buf, img.data_offset() + c.offset)
             .map_err(RestoreError::Read)?;
         mem.write(c.addr, &buf)?;
-        let _ = pid;
     }
     Ok(())
 }
