@@ -111,6 +111,14 @@ pub enum Kind {
         /// The other host.
         host: String,
     },
+    /// A worker attaching to its master, in the handshake (its state:
+    /// `Conn::hs`) or (`sent`) waiting for the answer to `Attach`.
+    Attaching {
+        /// The master's address.
+        addr: std::net::SocketAddr,
+        /// `Attach` was sent.
+        sent: bool,
+    },
 }
 
 impl std::fmt::Display for Kind {
@@ -125,6 +133,7 @@ impl std::fmt::Display for Kind {
             Kind::Vp { tid } => write!(f, "VP t{tid:x}"),
             Kind::Dialling { host } => write!(f, "{host} (data link being opened)"),
             Kind::Data { host } => write!(f, "the data link to {host}"),
+            Kind::Attaching { addr, .. } => write!(f, "the master at {addr} (attaching)"),
         }
     }
 }
@@ -228,7 +237,10 @@ impl Conn {
     /// A new connection of `kind`.
     pub fn new(sock: Sock, kind: Kind) -> Conn {
         let mut dec = Decoder::default();
-        if matches!(kind, Kind::Accepting | Kind::Dialling { .. }) {
+        if matches!(
+            kind,
+            Kind::Accepting | Kind::Dialling { .. } | Kind::Attaching { .. }
+        ) {
             // Nothing large is allocated for a peer not yet authenticated.
             dec.limit(PRE_AUTH_BODY);
         }

@@ -285,10 +285,57 @@ fn wait_for_voters(master: &Path, n: usize) {
     }
 }
 
+/// Memory each daemon of a local virtual machine is given room for (it
+/// uses 6 to 10 MiB idle with its lease guardian; a master more with many
+/// hosts, a worker more with VPs' messages in flight).
+const DAEMON_MB: u64 = 32;
+/// Descriptors the master needs for each host (its link, data links both
+/// ways, room for its VPs), and for itself.
+const FDS_PER_HOST: u64 = 4;
+const FDS_OWN: u64 = 64;
+
+/// The most daemons this machine can hold, and what bounds it: the memory
+/// available now and the descriptors the master may open (its hard limit:
+/// it raises its soft limit to it).
+fn most_daemons() -> (usize, String) {
+    let mem = migd::facts::free_memory_mb().unwrap_or(u64::MAX);
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct given.
+    let fds = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
+        r.rlim_max
+    } else {
+        1024
+    };
+    let by_mem = mem / DAEMON_MB;
+    let by_fds = fds.saturating_sub(FDS_OWN) / FDS_PER_HOST;
+    let (most, bound) = if by_mem <= by_fds {
+        (
+            by_mem,
+            format!("{mem} MiB of memory available, {DAEMON_MB} MiB a daemon"),
+        )
+    } else {
+        (
+            by_fds,
+            format!("{fds} open files allowed, {FDS_PER_HOST} a host on the master"),
+        )
+    };
+    (most.clamp(1, usize::MAX as u64) as usize, bound)
+}
+
 /// Run it.
 pub fn run(a: Args) -> Result<()> {
-    if a.n == 0 || a.n > 64 {
-        bail!("-n must be between 1 and 64");
+    if a.n == 0 {
+        bail!("-n must be at least 1");
+    }
+    let (most, bound) = most_daemons();
+    if a.n > most {
+        bail!(
+            "-n {}: this machine holds at most {most} daemons ({bound})",
+            a.n
+        );
     }
     if let Some(c) = a.capacities.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
         bail!("--capacities: {c} is not a positive number");

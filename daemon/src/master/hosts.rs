@@ -121,16 +121,45 @@ impl Master {
 
     /// A worker registers. Returns the name it gets (a live host's name is
     /// not reused; a dead host's name is, so a host that comes back rejoins).
+    /// The same daemon registering again (its answer was lost, and it
+    /// tried again) gets the same name: it joins afresh, and what the
+    /// master had placed on it under the first registration, which it
+    /// never heard of, is placed again.
     pub fn register(&mut self, mut facts: HostFacts, now: Instant) -> (String, Vec<Out>) {
         let base = facts.name.clone();
+        let same = |h: &HostRec| h.facts.addr == facts.addr && h.facts.pid == facts.pid;
+        let mut out = Vec::new();
+        if self
+            .hosts
+            .get(&base)
+            .is_some_and(|h| h.alive && !h.master && same(h))
+        {
+            out.extend(self.host_gone(&base, "its daemon registered again"));
+        }
         let mut n = 2;
         while self.hosts.get(&facts.name).is_some_and(|h| h.alive) {
             facts.name = format!("{base}-{n}");
             n += 1;
         }
         let name = facts.name.clone();
-        let out = self.add_host(facts, now, false);
+        out.extend(self.add_host(facts, now, false));
         (name, out)
+    }
+
+    /// The master is cut off from most voters (it cannot commit anything):
+    /// hosts' silence until `now` does not count, and a host whose link
+    /// broke has a lease's time again from `now` to come back (see
+    /// `host_lost`). What it would decide from them now, it would carry
+    /// out only once the partition heals, when they may well be back.
+    pub fn excuse_silence(&mut self, now: Instant) {
+        self.now = now;
+        let lease = self.lease;
+        for h in self.hosts.values_mut().filter(|h| h.alive) {
+            h.last_seen = h.last_seen.max(now);
+            if let Some((until, _)) = &mut h.lost {
+                *until = (*until).max(now + lease);
+            }
+        }
     }
 
     /// A host said something: it is alive, unless it was declared dead
@@ -229,10 +258,14 @@ impl Master {
                 h.last_seen = h.last_seen.max(now);
             }
         }
+        // (Never one whose lease, as this master granted it, still runs:
+        // its VPs may.)
+        let lease = self.lease;
         let silent: Vec<String> = self
             .hosts
             .iter()
             .filter(|(_, h)| h.alive && !h.master && now.duration_since(h.last_seen) > dead_after)
+            .filter(|(_, h)| h.granted.is_none_or(|g| g + lease <= now))
             .map(|(n, _)| n.clone())
             .collect();
         for h in silent {

@@ -1316,6 +1316,83 @@ fn voters_go_from_one_to_three_at_once_and_a_gone_one_is_replaced_in_the_same_ch
 }
 
 #[test]
+fn voters_change_one_at_a_time_however_many_went_at_once() {
+    let mut c = Cluster::new(7);
+    let change = c.m.voter_change().expect("seven hosts: five voters");
+    assert_eq!(change.add.len(), 4, "{change:?}");
+    assert_eq!(c.m.voter_change(), None);
+    // Two voters' hosts go together: one goes out (and a spare comes in)
+    // a change, never both.
+    let (a, b) = (change.add[0].1.clone(), change.add[1].1.clone());
+    c.m.host_gone(&a, "test");
+    c.m.host_gone(&b, "test");
+    let first = c.m.voter_change().expect("a replacement");
+    assert_eq!(first.remove.len(), 1, "{first:?}");
+    assert_eq!(first.add.len(), 1, "{first:?}");
+    let second = c.m.voter_change().expect("the other replacement");
+    assert_eq!(second.remove.len(), 1, "{second:?}");
+    assert_eq!(second.add.len(), 1, "{second:?}");
+    assert_ne!(first.remove, second.remove);
+    assert_eq!(c.m.voters().len(), 5);
+    assert_eq!(c.m.voter_change(), None);
+}
+
+#[test]
+fn a_daemon_registering_again_keeps_its_name_and_another_gets_a_new_one() {
+    let mut c = Cluster::new(2);
+    // The same daemon (address and pid), whose first answer was lost.
+    let (name, _) = c.m.register(facts("h1", 1), c.t0);
+    assert_eq!(name, "h1");
+    assert!(c.m.is_alive("h1"));
+    // Another daemon asking for the name of a live host.
+    let other = HostFacts {
+        pid: 2,
+        ..facts("h1", 1)
+    };
+    let (name, _) = c.m.register(other, c.t0);
+    assert_eq!(name, "h1-2");
+}
+
+#[test]
+fn a_master_cut_off_from_its_voters_counts_no_silence_and_lets_no_lease_lapse() {
+    let mut c = Cluster::new(3);
+    c.m.tick(c.at(1), Duration::from_secs(3));
+    c.m.from_host("h2", PeerMsg::LeaseAsk { n: 1 });
+    let out = c.m.host_lost("h2", "connection reset", c.at(1));
+    assert!(c.m.is_alive("h2"), "{out:?}");
+    // Cut off from second 2 to second 10: nothing is given up, the host
+    // whose link broke included.
+    for k in 2..=10 {
+        c.m.excuse_silence(c.at(k));
+        let out = c.m.tick(c.at(k), Duration::from_secs(3));
+        assert!(
+            c.m.is_alive("h1") && c.m.is_alive("h2"),
+            "second {k}: {out:?}"
+        );
+    }
+    // In touch again: the hosts have their time from then to be heard.
+    let out = c.m.tick(c.at(11), Duration::from_secs(3));
+    assert!(c.m.is_alive("h1") && c.m.is_alive("h2"), "{out:?}");
+    let from = c.at(11);
+    let out = tick_through(&mut c.m, from, 3);
+    assert!(!c.m.is_alive("h1") && !c.m.is_alive("h2"), "{out:?}");
+}
+
+#[test]
+fn a_silent_host_is_not_given_up_while_the_lease_the_master_granted_runs() {
+    let mut c = Cluster::new(2);
+    // h1 last heard at second 0; a lease ask of it granted at second 2.
+    c.m.tick(c.at(1), Duration::from_secs(3));
+    c.m.tick(c.at(2), Duration::from_secs(3));
+    c.m.from_host("h1", PeerMsg::LeaseAsk { n: 1 });
+    let out =
+        c.m.tick(c.t0 + Duration::from_millis(3500), Duration::from_secs(3));
+    assert!(c.m.is_alive("h1"), "{out:?}");
+    let out = c.m.tick(c.at(5), Duration::from_secs(3));
+    assert!(!c.m.is_alive("h1"), "{out:?}");
+}
+
+#[test]
 fn moves_leave_nothing_behind_in_the_masters_state() {
     let mut c = Cluster::new(2);
     let (mut at, tid) = c.running_job(1)[0].clone();

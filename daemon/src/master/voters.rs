@@ -1,11 +1,14 @@
 //! Which hosts vote: the few daemons that keep the master's replicated state
 //! and elect the master among themselves. Three where there are three hosts
 //! or more, five from five; one (the master alone) below three, where no
-//! majority could survive the loss of a host anyway. Voters whose hosts are
-//! gone are replaced and new ones added in one change (the consensus makes
-//! it through a joint configuration), so the voters never pass through an
-//! even number on the way from one to three or five, where the loss of one
-//! host would leave no majority.
+//! majority could survive the loss of a host anyway. The voters change one
+//! at a time: a change takes out at most one voter whose host is gone, and
+//! puts a spare host in its place in the same change (the consensus makes
+//! it through a joint configuration); however many hosts went at once, the
+//! next goes in the next change, once this one is made. New voters are
+//! added to reach three or five in one change, so the voters never pass
+//! through an even number on the way from one to three or five, where the
+//! loss of one host would leave no majority.
 //!
 //! What does not live here: the consensus itself (`crate::consensus`).
 
@@ -45,13 +48,12 @@ impl Master {
     /// only when the consensus can take it).
     pub fn voter_change(&mut self) -> Option<VoterChange> {
         let mut change = VoterChange::default();
-        let gone: Vec<(u64, String)> = self
+        let gone = self
             .voters
             .iter()
-            .filter(|(_, h)| !self.is_alive(h) && **h != self.name)
-            .map(|(id, h)| (*id, h.clone()))
-            .collect();
-        for (id, host) in gone {
+            .find(|(_, h)| !self.is_alive(h) && **h != self.name)
+            .map(|(id, h)| (*id, h.clone()));
+        if let Some((id, host)) = gone {
             self.voters.remove(&id);
             change.remove.push((id, host));
         }
@@ -68,8 +70,11 @@ impl Master {
             .filter(|(n, h)| h.alive && h.lost.is_none() && !self.voters.values().any(|v| v == *n))
             .map(|(n, _)| n.clone())
             .collect();
-        // From one voter, only to three (or five) at once.
-        let can = if self.voters.len() + spare.len() >= wanted {
+        // In place of one that went, one; from one voter, only to three
+        // (or five) at once.
+        let can = if !change.remove.is_empty() {
+            wanted.saturating_sub(self.voters.len()).min(1)
+        } else if self.voters.len() + spare.len() >= wanted {
             wanted.saturating_sub(self.voters.len())
         } else {
             0

@@ -53,13 +53,21 @@ pub(super) struct Failover {
     /// dial them again for a while (a dead voter stays one until the
     /// master has given its host up).
     unreachable: HashMap<String, Instant>,
-    /// When a masterless worker last dialled its old master.
-    redialled: Option<Instant>,
+    /// When each other voter was last heard from (by its id).
+    heard: HashMap<u64, Instant>,
+    /// On the master: when hosts that have not attached were last told
+    /// again who the master is.
+    announced: Instant,
+    /// On the master: it is cut off from most voters (see `isolated`).
+    excusing: bool,
 }
 
-/// How long the consensus leaves a host whose link was lost (and a worker
-/// its old master between two dials).
+/// How long the consensus leaves a host whose link was lost.
 const REDIAL_AFTER: Duration = Duration::from_secs(1);
+
+/// How often a master tells again the hosts that have not attached to it
+/// who the master is (an announcement can be lost with its link).
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
 
 /// Most time one turn of the loop spends carrying out committed decisions,
 /// and how many it takes at a time between looks at the clock.
@@ -68,9 +76,6 @@ const RELEASE_CHUNK: usize = 256;
 /// Most decisions the master holds (committed or not) before it reads its
 /// workers' news again.
 const HELD_MAX: usize = 20_000;
-
-/// How long a worker waits for its old master to answer a dial.
-const REDIAL_WITHIN: Duration = Duration::from_millis(150);
 
 impl Failover {
     pub(super) fn new() -> Failover {
@@ -88,7 +93,9 @@ impl Failover {
             unsent: VecDeque::new(),
             master_addr: None,
             unreachable: HashMap::new(),
-            redialled: None,
+            heard: HashMap::new(),
+            announced: Instant::now(),
+            excusing: false,
         }
     }
 
@@ -109,6 +116,46 @@ impl Failover {
     /// The data link to `host` was lost.
     pub(super) fn cut_off(&mut self, host: &str) {
         self.unreachable.insert(host.to_string(), Instant::now());
+    }
+
+    /// A master answered (or announced itself): a masterless worker waits
+    /// on (see `masterless_too_long`).
+    pub(super) fn still_hoping(&mut self) {
+        if self.masterless.is_some() {
+            self.masterless = Some(Instant::now());
+        }
+    }
+
+    /// A worker attached to the master at `addr`, elected in `term`.
+    pub(super) fn attached(&mut self, addr: SocketAddr, term: u64) {
+        self.masterless = None;
+        self.master_addr = Some(addr);
+        self.term = self.term.max(term);
+    }
+
+    /// What a worker kept for its next master.
+    pub(super) fn take_unsent(&mut self) -> VecDeque<PeerMsg> {
+        std::mem::take(&mut self.unsent)
+    }
+
+    /// Is this voter, leading, cut off from most voters: has it heard from
+    /// fewer than a majority of them (itself included) within `within`?
+    /// Then it cannot commit anything, and the silence of hosts tells
+    /// nothing about them: the partition may be its own.
+    pub(super) fn isolated(&self, within: Duration) -> bool {
+        let Some(c) = &self.consensus else {
+            return false;
+        };
+        let voters = c.voters();
+        if voters.len() <= 1 {
+            return false;
+        }
+        let me = c.id();
+        let heard = voters
+            .iter()
+            .filter(|&&v| v == me || self.heard.get(&v).is_some_and(|t| t.elapsed() < within))
+            .count();
+        heard <= voters.len() / 2
     }
 
     /// How long the loop may sleep before the consensus needs a tick.
@@ -254,8 +301,36 @@ impl Daemon {
             Ok(said) => self.send_said(said),
             Err(e) => return warn!("consensus message from {host} refused: {e}"),
         }
+        self.failover.heard.insert(from, Instant::now());
         self.check_leadership();
         self.release_held();
+        self.follow_leader();
+    }
+
+    /// A voter without a master that knows who leads now attaches to it
+    /// (a master that stepped down is told by no announcement: the new
+    /// master may have given its host up).
+    fn follow_leader(&mut self) {
+        if !self.awaiting_master() {
+            return;
+        }
+        let Some(c) = &self.failover.consensus else {
+            return;
+        };
+        let (leader, term) = (c.leader(), c.term());
+        if leader == 0 || leader == c.id() {
+            return;
+        }
+        let Some(host) = self.failover.hosts.get(&leader).cloned() else {
+            return;
+        };
+        let Some(&addr) = self.peers.get(&host) else {
+            return;
+        };
+        if self.attach.target_addr() != Some(addr) && term >= self.failover.term {
+            self.failover.term = term;
+            self.attach_to(addr, Some(&host), term, Duration::ZERO);
+        }
     }
 
     /// The master made this host voter `id`.
@@ -328,6 +403,7 @@ impl Daemon {
                     }
                 }
                 self.failover.masterless = Some(Instant::now());
+                self.follow_leader();
             }
             _ => {}
         }
@@ -352,6 +428,7 @@ impl Daemon {
         log!("elected master (term {term})");
         // The old master's link goes quietly: this daemon is the master.
         self.drop_master_links();
+        self.attach_cancel();
         let peers = m.peer_list();
         let voters: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
         self.failover.exported = m.export();
@@ -417,7 +494,7 @@ impl Daemon {
 
     /// Close the links to an old master quietly (not as a lost master).
     /// Were there any?
-    fn drop_master_links(&mut self) -> bool {
+    pub(super) fn drop_master_links(&mut self) -> bool {
         let old: Vec<Token> = self
             .conns
             .iter()
@@ -434,7 +511,9 @@ impl Daemon {
     }
 
     /// A new master announced itself: attach to it, unless an announcement
-    /// of a later term was followed already.
+    /// of a later term was followed already, or this host follows it
+    /// already. Every worker hears it at once: the first try comes at a
+    /// random instant within a few milliseconds a host.
     pub(super) fn on_new_master(&mut self, term: u64, name: &str, addr: &str) {
         if term < self.failover.term || name == self.facts.name {
             return;
@@ -446,47 +525,82 @@ impl Daemon {
         let Ok(addr) = addr.parse::<SocketAddr>() else {
             return warn!("new master {name} announced a bad address {addr:?}");
         };
+        let following = self.role.link().is_some()
+            && self.failover.master_addr == Some(addr)
+            && self.failover.term == term;
+        if following || self.attach.target_addr() == Some(addr) {
+            return;
+        }
         self.failover.term = term;
-        match self.attach(addr, HANDSHAKE_TIMEOUT) {
-            Ok(()) => log!("following the new master {name} (term {term})"),
-            Err(e) => warn!("cannot attach to the new master {name}: {e}"),
+        self.failover.still_hoping();
+        let spread =
+            (Duration::from_millis(2) * self.peers.len() as u32).min(Duration::from_millis(200));
+        self.attach_to(addr, Some(name), term, spread);
+    }
+
+    /// On the master, every second: the hosts it holds alive that have not
+    /// attached to it are told again who the master is (the announcement
+    /// made when it was elected goes over a data link, which may have
+    /// broken, or been refused).
+    pub(super) fn announce_again(&mut self) {
+        if self.failover.announced.elapsed() < ANNOUNCE_EVERY || self.failover.consensus.is_none() {
+            return;
+        }
+        self.failover.announced = Instant::now();
+        let me = self.facts.name.clone();
+        let Some(m) = self.role.master() else { return };
+        let peers = m.peer_list();
+        let attached: std::collections::HashSet<String> = self
+            .conns
+            .values()
+            .filter_map(|c| match &c.kind {
+                Kind::Peer { host: Some(h) } => Some(h.clone()),
+                _ => None,
+            })
+            .collect();
+        let addr = self
+            .tcp
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let term = self.failover.term;
+        for (host, _) in peers {
+            if host != me && !attached.contains(&host) {
+                self.send_to_host(
+                    &host,
+                    PeerMsg::NewMaster {
+                        term,
+                        name: me.clone(),
+                        addr: addr.clone(),
+                    },
+                );
+            }
         }
     }
 
-    /// Connect to a new master as the host this daemon already is.
-    fn attach(&mut self, addr: SocketAddr, within: Duration) -> Result<(), String> {
-        let (mut s, mut seal) = net::connect(&self.key, addr, within)?;
-        let facts = self.facts.clone();
-        seal.write_frame(&mut s, &PeerMsg::Attach { facts })
-            .map_err(|e| e.to_string())?;
-        let first = seal
-            .read_frame::<PeerMsg, _>(&mut s)
-            .map_err(|e| e.to_string())?;
-        if self.drop_master_links() {
-            // (A stopped master: its link is open, its answers never come.)
-            self.fail_unanswered("a new master was elected");
-        }
-        let t = self
-            .adopt(s, Kind::Master, seal)
-            .map_err(|e| e.to_string())?;
-        self.role.joined(t);
-        self.failover.masterless = None;
-        self.failover.master_addr = Some(addr);
-        match first {
-            Some(PeerMsg::Registered { .. }) => {}
-            Some(PeerMsg::Fenced { why }) => {
-                self.fenced(&why);
-                self.recent_exits.clear();
+    /// On the master, each heartbeat: cut off from most voters, it does
+    /// not count hosts' silence (nor let the leases of hosts whose link
+    /// broke lapse into their death): the partition may be its own, and
+    /// what it decided then would take effect, wrongly, when it heals.
+    pub(super) fn excuse_silence_if_cut_off(&mut self) {
+        let cut_off = self.role.is_master() && self.failover.isolated(self.cfg.dead_after);
+        if cut_off != self.failover.excusing {
+            self.failover.excusing = cut_off;
+            if cut_off {
+                log!(
+                    "this master has heard from too few voters for {} ms: hosts' silence does \
+                     not count until it hears from most of them again",
+                    self.cfg.dead_after.as_millis()
+                );
+            } else {
+                log!("this master hears from most voters again");
             }
-            other => return Err(format!("unexpected answer {other:?}")),
         }
-        for msg in std::mem::take(&mut self.failover.unsent) {
-            self.send_peer(t, &msg);
+        if cut_off {
+            if let Some(m) = self.role.master() {
+                m.excuse_silence(Instant::now());
+            }
         }
-        for msg in self.said_again() {
-            self.send_peer(t, &msg);
-        }
-        Ok(())
     }
 
     /// What this host says again to a new master, its own master part
@@ -497,7 +611,7 @@ impl Daemon {
     /// VP that ended here lately that it ended (one the master has heard
     /// of already changes nothing, and one of a VP that runs here again
     /// is not said).
-    fn said_again(&self) -> Vec<PeerMsg> {
+    pub(super) fn said_again(&self) -> Vec<PeerMsg> {
         let running = self
             .vps
             .by_tid
@@ -518,51 +632,29 @@ impl Daemon {
         running.chain(exits).collect()
     }
 
-    /// A worker lost its master. It dials it again (only the link may have
-    /// broken) and, with voters to elect another, waits for one too; its
-    /// VPs run on under their lease meanwhile.
+    /// A worker lost its master. It attaches to it again (only the link
+    /// may have broken) and, with voters to elect another, waits for one
+    /// too; its VPs run on under their lease meanwhile.
     pub(super) fn master_lost(&mut self, why: &str) {
         self.role.lost_master();
         self.fail_unanswered(why);
         if self.failover.hosts.len() > 1 {
             log!(
-                "lost the master: {why}; dialling it again and waiting for the voters to elect \
-                 another"
+                "lost the master: {why}; attaching to it again and waiting for the voters to \
+                 elect another"
             );
         } else {
-            log!("lost the master: {why}; dialling it again (it was the only voter)");
+            log!("lost the master: {why}; attaching to it again (it was the only voter)");
         }
         self.failover.masterless.get_or_insert(Instant::now());
-        self.failover.redialled = None;
-    }
-
-    /// A worker without a master dials the last one again, now and then:
-    /// if only the link broke (a spoilt record, a cable), it answers; it
-    /// goes on as it was, or fences this host if it gave it up meanwhile.
-    pub(super) fn redial_master(&mut self) {
-        if !self.awaiting_master() || self.halting.is_some() {
-            return;
-        }
-        let Some(addr) = self.failover.master_addr else {
-            return;
-        };
-        if self
-            .failover
-            .redialled
-            .is_some_and(|t| t.elapsed() < REDIAL_AFTER)
-        {
-            return;
-        }
-        self.failover.redialled = Some(Instant::now());
-        // Briefly: a master that does not answer at once is not the one to
-        // wait for (the loop must go on serving the owner and the VPs).
-        if self.attach(addr, REDIAL_WITHIN).is_ok() {
-            log!("attached to the master at {addr} again");
+        if let (Some(addr), None) = (self.failover.master_addr, self.attach.target_addr()) {
+            let term = self.failover.term;
+            self.attach_to(addr, None, term, Duration::ZERO);
         }
     }
 
     /// Requests the master went away with fail, with why.
-    fn fail_unanswered(&mut self, why: &str) {
+    pub(super) fn fail_unanswered(&mut self, why: &str) {
         for t in self.proxied.unanswered() {
             self.send_resp(
                 t,
@@ -607,15 +699,15 @@ impl Daemon {
         self.failover.unsent.push_back(msg);
     }
 
-    /// A worker that has waited too long for a master stops: long enough
-    /// for an election among voters, or, with the master the only voter,
-    /// for it to declare this host dead.
+    /// A worker whose master was the only voter stops once it has waited
+    /// long enough for that master to declare it dead: no other can be
+    /// elected. With voters, it waits for as long as it takes (its VPs are
+    /// frozen by its lease meanwhile), trying the master it knows of.
     pub(super) fn masterless_too_long(&mut self) {
-        let limit = if self.failover.hosts.len() > 1 {
-            self.cfg.dead_after * 4
-        } else {
-            self.cfg.dead_after.max(REDIAL_AFTER * 3)
-        };
+        if self.failover.hosts.len() > 1 {
+            return;
+        }
+        let limit = self.cfg.dead_after.max(REDIAL_AFTER * 3);
         if let Some(since) = self.failover.masterless {
             if since.elapsed() > limit && !self.role.is_master() && self.halting.is_none() {
                 log!(
@@ -730,7 +822,7 @@ impl Daemon {
         let Some(c) = &self.failover.consensus else {
             return;
         };
-        if !c.leads() || c.changing() {
+        if !c.leads() || c.changing() || self.failover.isolated(self.cfg.dead_after) {
             return;
         }
         let Some(m) = self.role.master() else { return };
@@ -739,14 +831,18 @@ impl Daemon {
         };
         let list = m.voters_msg();
         let VoterChange { add, remove } = change;
+        let mut what: Vec<String> = remove
+            .iter()
+            .map(|(id, host)| format!("voter {id} on {host} (gone) votes no more"))
+            .collect();
         for (id, host) in &add {
             self.failover.hosts.insert(*id, host.clone());
+            // (Heard from as it joins: it has had no chance to speak yet.)
+            self.failover.heard.insert(*id, Instant::now());
             self.send_to_host(host, PeerMsg::Voter { id: *id });
-            log!("host {host} becomes voter {id}");
+            what.push(format!("host {host} becomes voter {id}"));
         }
-        for (id, host) in &remove {
-            log!("voter {id} on {host} (gone) votes no more");
-        }
+        log!("voters change: {}", what.join("; "));
         let add: Vec<u64> = add.iter().map(|(i, _)| *i).collect();
         let remove: Vec<u64> = remove.iter().map(|(i, _)| *i).collect();
         let result = self

@@ -11,6 +11,7 @@
 //! goes (`route`), process handling details (`host`), the scheduler
 //! (`sched`).
 
+mod attach;
 mod control;
 mod failover;
 mod flow;
@@ -228,6 +229,8 @@ pub struct Daemon {
     /// The consensus that keeps the master's state, and following a new
     /// master.
     failover: failover::Failover,
+    /// A worker's attaching to its master, and its master's silence.
+    attach: attach::Attach,
     /// Control requests of local users forwarded to the master.
     proxied: role::Proxied,
     /// On the master: what it said to live hosts whose link is down,
@@ -242,6 +245,22 @@ pub struct Daemon {
     /// Job checkpoints (on the master), and copies kept for it.
     store: Store,
     replicas: Store,
+}
+
+/// Raise this process's soft limit of open files to its hard limit.
+fn raise_open_files() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given,
+    // and change this process's limit only.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
 }
 
 /// Start a daemon with `cfg` and run it until halted or signalled.
@@ -263,6 +282,9 @@ impl Daemon {
         // once; VPs set their own priority as they start.
         // SAFETY: setpriority changes this process's niceness only.
         let raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, MIGD_NICE) } == 0;
+        // A master holds a few connections for every host (its link, data
+        // links both ways): as many descriptors as this process may have.
+        raise_open_files();
         let key = ClusterKey::load_or_create(&cfg.key_file)?;
         let poll = Poll::new().map_err(io_err("creating the poll"))?;
         let mut tcp = TcpListener::bind(cfg.listen)
@@ -347,6 +369,7 @@ impl Daemon {
             contain,
             lease: lease::Lease::default(),
             failover: failover::Failover::new(),
+            attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
             unsent_to: HashMap::new(),
             hunts: HashMap::new(),
@@ -506,7 +529,9 @@ impl Daemon {
             } else {
                 timeout
             };
-            let timeout = timeout.min(self.failover.due_in());
+            let timeout = timeout
+                .min(self.failover.due_in())
+                .min(self.attach.due_in());
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -519,6 +544,7 @@ impl Daemon {
             }
             // Before anything else: a master that was stopped steps down.
             self.failover_turn();
+            self.attach_turn();
             // Pipes with more to read after last turn's share, read once
             // more this turn (after any that are ready anyway).
             let pipes_due = std::mem::take(&mut self.pipes_again);
@@ -668,8 +694,10 @@ impl Daemon {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }
         self.ask_lease();
-        self.redial_master();
+        self.attach_tick();
         self.masterless_too_long();
+        self.excuse_silence_if_cut_off();
+        self.announce_again();
         self.hunts_overdue();
         if let Some(m) = self.role.master() {
             // What was kept for hosts given up since is not sent.

@@ -1,16 +1,22 @@
 //! Connections: accepting them (TCP from daemons, the Unix control socket), the
 //! handshake, dialling data links, reading and decoding frames, sending,
-//! refusing and closing. What does not live here: what a frame means once
-//! decoded (`peer`, `vp`, `control`).
+//! refusing and closing; joining the master at start, tried again with
+//! back-off while it cannot answer. What does not live here: what a frame
+//! means once decoded (`peer`, `vp`, `control`), attaching to a new master
+//! (`attach`).
 
 use super::*;
 use libmig::handshake::{Answer, Client};
 use libmig::seal::Sealer;
 
-/// Connections not yet authenticated held at once, and from one address:
-/// beyond, a new one is closed at once (a flood costs the daemon nothing).
+/// Connections not yet authenticated held at once, and from one address,
+/// besides `PER_MEMBER` for each host of the virtual machine (at that
+/// address): beyond, a new one is closed at once (a flood costs the daemon
+/// nothing). At a failover every host dials the new master at once, and on
+/// one machine (`mig up`) they all come from one address.
 const MAX_STRANGERS: usize = 64;
 const MAX_STRANGERS_PER_ADDR: usize = 16;
+const PER_MEMBER: usize = 2;
 
 /// Size of the pieces of a message too large for one frame.
 const PART: usize = 32 << 20;
@@ -19,27 +25,167 @@ const PART: usize = 32 << 20;
 /// message): more is refused and the connection closed.
 const MAX_PARTS: usize = 16 << 30;
 
+/// What a worker without a master says to a daemon that would join it, and
+/// a worker to one that would attach to it: both may be tried again (a
+/// master is being elected).
+pub(super) const NO_MASTER_NOW: &str = "this daemon is a worker and has no master right now";
+pub(super) const NOT_THE_MASTER: &str = "this daemon is not the master";
+
+/// Why a dial failed.
+#[derive(Debug)]
+pub(super) enum DialError {
+    /// Nothing answered, or the connection broke: worth trying again.
+    Unreachable(String),
+    /// The other daemon answered and refused (another key, another
+    /// version...): trying again changes nothing.
+    Refused(String),
+}
+
+impl std::fmt::Display for DialError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialError::Unreachable(why) | DialError::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+impl DialError {
+    /// A frame error: broken (try again) or refused.
+    fn of(e: FrameError) -> DialError {
+        match e {
+            FrameError::Io(_) | FrameError::Truncated => DialError::Unreachable(e.to_string()),
+            e => DialError::Refused(e.to_string()),
+        }
+    }
+}
+
+/// Back-off before try `tries` (from 1) of something that failed: 100 ms
+/// doubling up to `most`, less up to half at random, so that hosts that
+/// failed together do not try again together.
+pub(super) fn back_off(tries: u32, most: Duration) -> Duration {
+    let d = Duration::from_millis(100)
+        .saturating_mul(1 << tries.saturating_sub(1).min(16))
+        .min(most);
+    d - jitter(d / 2)
+}
+
+/// A random duration below `d` (zero for zero).
+pub(super) fn jitter(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = d.as_nanos().min(u64::MAX as u128) as u64;
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    // A hasher's keys are random per process and per call.
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_nanos(r % nanos)
+}
+
+/// A TCP connection to `addr`, from the address this daemon listens on
+/// (`local`) when that is a definite one of the same kind (loopback to
+/// loopback): other daemons, and firewalls, then see one address for it.
+/// Blocking up to `within`, or (`None`) begun without blocking.
+pub(super) fn dial(
+    local: Option<SocketAddr>,
+    addr: SocketAddr,
+    within: Option<Duration>,
+) -> io::Result<std::net::TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if let Some(ip) = local.map(|l| l.ip()).filter(|ip| {
+        !ip.is_unspecified()
+            && ip.is_loopback() == addr.ip().is_loopback()
+            && ip.is_ipv4() == addr.is_ipv4()
+    }) {
+        s.bind(&SocketAddr::new(ip, 0).into())?;
+    }
+    s.set_tcp_nodelay(true)?;
+    match within {
+        Some(t) => s.connect_timeout(&addr.into(), t)?,
+        None => {
+            s.set_nonblocking(true)?;
+            match s.connect(&addr.into()) {
+                Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(s.into())
+}
+
 impl Daemon {
     /// Connect to the master and authenticate (blocking, with timeouts),
-    /// then hand the socket to the loop.
+    /// then hand the socket to the loop. A master that cannot answer now
+    /// (none listening yet, too busy, being elected: the daemon reached a
+    /// worker meanwhile) is tried again with back-off until it answers,
+    /// refuses for good, or this daemon is told to stop.
     pub(super) fn join(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
-        self.join_at(addr, 3)
+        let mut tries = 0u32;
+        loop {
+            let why = match self.join_at(addr, 3) {
+                Ok(()) if tries > 0 => {
+                    log!("joined the master at {addr} after {} tries", tries + 1);
+                    return Ok(());
+                }
+                Ok(()) => return Ok(()),
+                Err(DialError::Refused(why)) => return Err(DaemonError::Join { addr, why }),
+                Err(DialError::Unreachable(why)) => why,
+            };
+            tries += 1;
+            let wait = back_off(tries, Duration::from_secs(2));
+            if tries == 1 || tries.is_power_of_two() {
+                warn!(
+                    "cannot join the master at {addr} yet ({why}): trying again (try {tries}, \
+                     next in {} ms)",
+                    wait.as_millis()
+                );
+            }
+            if self.stop_asked_within(wait) {
+                return Err(DaemonError::Join {
+                    addr,
+                    why: format!("stopped while trying again ({why})"),
+                });
+            }
+        }
+    }
+
+    /// Wait `d`, unless SIGTERM or SIGINT comes first (true then).
+    fn stop_asked_within(&mut self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        loop {
+            if self
+                .signals
+                .pending()
+                .any(|s| s == signal_hook::consts::SIGTERM || s == SIGINT)
+            {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
     }
 
     /// `join` at `addr`, following up to `redirects` workers' word of where
     /// the master is.
-    fn join_at(&mut self, addr: SocketAddr, redirects: u32) -> Result<(), DaemonError> {
-        let jerr = |why: String| DaemonError::Join { addr, why };
-        let (mut s, mut seal) = connect(&self.key, addr, HANDSHAKE_TIMEOUT).map_err(jerr)?;
-        let fe = |e: FrameError| jerr(e.to_string());
+    fn join_at(&mut self, addr: SocketAddr, redirects: u32) -> Result<(), DialError> {
+        let local = self.tcp.local_addr().ok();
+        let (mut s, mut seal) = connect(&self.key, local, addr, HANDSHAKE_TIMEOUT)?;
         seal.write_frame(
             &mut s,
             &PeerMsg::Register {
                 facts: self.facts.clone(),
             },
         )
-        .map_err(fe)?;
-        match seal.read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+        .map_err(DialError::of)?;
+        match seal
+            .read_frame::<PeerMsg, _>(&mut s)
+            .map_err(DialError::of)?
+        {
             Some(PeerMsg::Registered { name }) => {
                 if name != self.facts.name {
                     log!(
@@ -51,18 +197,33 @@ impl Daemon {
                 self.facts.name = name;
             }
             Some(PeerMsg::Redirect { addr: to }) if redirects > 0 => {
-                let to: SocketAddr = to
-                    .parse()
-                    .map_err(|_| jerr(format!("it named a bad master address {to:?}")))?;
+                let to: SocketAddr = to.parse().map_err(|_| {
+                    DialError::Refused(format!("{addr} named a bad master address {to:?}"))
+                })?;
                 log!("{addr} is a worker: joining its master at {to}");
                 return self.join_at(to, redirects - 1);
             }
-            other => return Err(jerr(format!("unexpected answer {other:?}"))),
+            Some(PeerMsg::Refused { reason })
+                if reason == NO_MASTER_NOW || reason == NOT_THE_MASTER =>
+            {
+                return Err(DialError::Unreachable(format!("{addr}: {reason}")))
+            }
+            None => {
+                return Err(DialError::Unreachable(format!(
+                    "{addr} closed the connection"
+                )))
+            }
+            other => {
+                return Err(DialError::Refused(format!(
+                    "{addr} gave an unexpected answer {other:?}"
+                )))
+            }
         }
         let t = self
             .adopt(s, Kind::Master, seal)
-            .map_err(|e| jerr(e.to_string()))?;
+            .map_err(|e| DialError::Unreachable(e.to_string()))?;
         self.role.joined(t);
+        self.attach.heard = Instant::now();
         self.failover.master_addr = Some(addr);
         Ok(())
     }
@@ -106,8 +267,10 @@ impl Daemon {
         let dialled = Client::start(&self.key)
             .map_err(|e| e.to_string())
             .and_then(|(client, hello)| {
-                let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-                let _ = s.set_nodelay(true);
+                let local = self.tcp.local_addr().ok();
+                let mut s = dial(local, addr, None)
+                    .map(TcpStream::from_std)
+                    .map_err(|e| e.to_string())?;
                 let t = self.token();
                 self.poll
                     .registry()
@@ -202,7 +365,11 @@ impl Daemon {
                 })
                 .collect();
             let same = strangers.iter().filter(|a| **a == Some(peer.ip())).count();
-            if strangers.len() >= MAX_STRANGERS || same >= MAX_STRANGERS_PER_ADDR {
+            let members = self.peers.len();
+            let members_there = self.peers.values().filter(|a| a.ip() == peer.ip()).count();
+            if strangers.len() >= MAX_STRANGERS + PER_MEMBER * members
+                || same >= MAX_STRANGERS_PER_ADDR + PER_MEMBER * members_there
+            {
                 if self.strangers.allow(Instant::now()) {
                     warn!(
                         "refusing connection from {peer}: {} connections not yet authenticated \
@@ -220,7 +387,10 @@ impl Daemon {
             .register(&mut sock, t, Interest::READABLE)
             .is_ok()
         {
-            if let Some(peer) = peer.filter(|_| self.strangers.allow(Instant::now())) {
+            // (The budget of lines about strangers is spent only on lines
+            // written.)
+            let noted = crate::log::enabled(log::Level::Debug, module_path!());
+            if let Some(peer) = peer.filter(|_| noted && self.strangers.allow(Instant::now())) {
                 debug!("connection from {peer}");
             }
             let mut c = Conn::new(sock, kind);
@@ -257,6 +427,7 @@ impl Daemon {
                 None => log!("lost connection to {h}: {why}"),
             },
             Kind::Master => self.master_lost(why),
+            Kind::Attaching { .. } => self.attach_closed(t, why),
             Kind::Accepting if self.strangers.allow(Instant::now()) => {
                 warn!("dropped unauthenticated connection: {why}")
             }
@@ -578,42 +749,43 @@ pub(super) enum Pending {
     Peer(PeerMsg),
 }
 
-/// Connect to a daemon and authenticate both ways (blocking, each step
-/// within `within`); the stream is ready for the first message after
-/// `Welcome`.
+/// Connect to a daemon (from `local`'s address, see `dial`) and
+/// authenticate both ways (blocking, each step within `within`); the stream
+/// is ready for the first message after `Welcome`.
 pub(super) fn connect(
     key: &ClusterKey,
+    local: Option<SocketAddr>,
     addr: SocketAddr,
     within: Duration,
-) -> Result<(std::net::TcpStream, Box<Sealer>), String> {
-    let mut s = std::net::TcpStream::connect_timeout(&addr, within).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(within))
-        .map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    let fe = |e: FrameError| e.to_string();
-    let (mut client, hello) = Client::start(key).map_err(|e| e.to_string())?;
-    frame::write_frame(&mut s, &hello).map_err(fe)?;
+) -> Result<(std::net::TcpStream, Box<Sealer>), DialError> {
+    let unreachable = |e: io::Error| DialError::Unreachable(format!("{addr}: {e}"));
+    let mut s = dial(local, addr, Some(within)).map_err(unreachable)?;
+    s.set_read_timeout(Some(within)).map_err(unreachable)?;
+    let (mut client, hello) = Client::start(key).map_err(|e| DialError::Refused(e.to_string()))?;
+    frame::write_frame(&mut s, &hello).map_err(DialError::of)?;
     let mut sealer: Option<Box<Sealer>> = None;
     loop {
         let got = match &mut sealer {
             Some(seal) => seal.read_frame::<PeerMsg, _>(&mut s),
             None => frame::read_frame::<PeerMsg, _>(&mut s),
         };
-        let Some(msg) = got.map_err(fe)? else {
-            return Err("the other daemon closed the connection".into());
+        let Some(msg) = got.map_err(DialError::of)? else {
+            return Err(DialError::Unreachable(format!(
+                "{addr} closed the connection in the handshake"
+            )));
         };
         match client.on(key, &msg) {
-            Answer::Send(reply) => frame::write_frame(&mut s, &reply).map_err(fe)?,
+            Answer::Send(reply) => frame::write_frame(&mut s, &reply).map_err(DialError::of)?,
             Answer::SendThenSeal(proof, seal) => {
-                frame::write_frame(&mut s, &proof).map_err(fe)?;
+                frame::write_frame(&mut s, &proof).map_err(DialError::of)?;
                 sealer = Some(seal);
             }
             Answer::Done(..) => {
                 return sealer
                     .map(|seal| (s, seal))
-                    .ok_or_else(|| "the link was not sealed".into())
+                    .ok_or_else(|| DialError::Refused("the link was not sealed".into()))
             }
-            Answer::Refuse(reason) => return Err(reason),
+            Answer::Refuse(reason) => return Err(DialError::Refused(reason)),
         }
     }
 }

@@ -13,19 +13,21 @@ impl Daemon {
                 PeerMsg::Part { last },
             ) => self.part(t, kind, last, payload),
             (Kind::Dialling { host }, msg) => self.dialling(t, host, &msg),
+            (Kind::Attaching { sent, .. }, msg) => self.attaching(t, sent, msg),
             (Kind::Peer { host: None }, PeerMsg::Register { .. }) if !self.role.is_master() => {
                 match self.failover_master_addr() {
                     Some(addr) => self.send_peer(t, &PeerMsg::Redirect { addr }),
-                    None => self.refuse(t, "this daemon is a worker and has no master right now"),
+                    None => self.refuse(t, net::NO_MASTER_NOW),
                 }
             }
             (Kind::Peer { host: None }, PeerMsg::Attach { facts }) => {
                 let Some(m) = self.role.master() else {
-                    return self.refuse(t, "this daemon is not the master");
+                    return self.refuse(t, net::NOT_THE_MASTER);
                 };
                 let (name, out, fenced) = m.attach(facts, Instant::now());
                 let dir = m.directory();
                 let voters = m.voters_msg();
+                self.retire_links_of(&name, t);
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer {
                         host: Some(name.clone()),
@@ -59,12 +61,13 @@ impl Daemon {
             (Kind::Data { host }, PeerMsg::JobFile(copy)) => self.on_job_file(&host, copy),
             (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
                 let Some(m) = self.role.master() else {
-                    return self.refuse(t, "this daemon is not the master");
+                    return self.refuse(t, net::NOT_THE_MASTER);
                 };
                 let (name, out) = m.register(facts, Instant::now());
                 let dir = m.directory();
                 let voters = m.voters_msg();
                 self.unsent_to.remove(&name);
+                self.retire_links_of(&name, t);
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Peer {
                         host: Some(name.clone()),
@@ -113,8 +116,35 @@ impl Daemon {
         }
     }
 
+    /// On the master: host `name` attached or registered on `t`; an older
+    /// link of the same host (broken without a word: a partition, a
+    /// worker that gave up on a silent link) goes quietly, not as a host
+    /// lost.
+    fn retire_links_of(&mut self, name: &str, t: Token) {
+        let old: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(k, c)| {
+                **k != t
+                    && c.kind
+                        == Kind::Peer {
+                            host: Some(name.to_string()),
+                        }
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in old {
+            self.quiet_close(k, "replaced by a newer link of the same host");
+        }
+    }
+
     /// On the master: a message from worker `h`.
     pub(super) fn on_worker_msg(&mut self, h: &str, t: Token, msg: PeerMsg) {
+        // Answered at once, whatever the consensus: the worker knows by the
+        // answers that its link carries both ways (see `attach`).
+        if matches!(msg, PeerMsg::Heartbeat) {
+            self.send_peer(t, &PeerMsg::Heartbeat);
+        }
         let Some(m) = self.role.master() else { return };
         if let (false, PeerMsg::Register { facts }) = (m.is_alive(h), &msg) {
             // Fenced, it ended its VPs and registers again, under its name.
@@ -179,6 +209,7 @@ impl Daemon {
 
     /// On a worker: a message from the master.
     pub(super) fn on_master_msg(&mut self, msg: PeerMsg) {
+        self.attach.heard = Instant::now();
         match msg {
             PeerMsg::Reply { id, resp } => {
                 // Spawned, Output and VpDone may be followed by more replies.

@@ -25,7 +25,7 @@ impl Daemon {
                         c.closing = true;
                     }
                 }
-                None => self.refuse(t, "this daemon is a worker and has no master right now"),
+                None => self.refuse(t, net::NO_MASTER_NOW),
             };
         }
         let Some(suite) = Suite::from_wire(suite) else {
