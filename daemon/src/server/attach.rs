@@ -12,9 +12,9 @@
 //! master takes the newest link for the host.
 //!
 //! Silence: the master answers every heartbeat, so a link on which the
-//! master has said nothing for `dead_after` is cut by the worker itself
-//! (TCP would retransmit into a partition for minutes), and the worker
-//! attaches again.
+//! master has said nothing for `dead_after` (nor taken any of the bytes
+//! waiting for it) is cut by the worker itself (TCP would retransmit into
+//! a partition for minutes), and the worker attaches again.
 //!
 //! What does not live here: who the master is (announcements and the
 //! voters, `failover`), the master's side of an attach (`peer`).
@@ -24,8 +24,9 @@ use libmig::handshake::{Answer, Client};
 
 /// The longest wait between two tries.
 const MOST_BETWEEN: Duration = Duration::from_secs(1);
-/// How long one try may take, from the dial to the master's answer.
-const TRY_WITHIN: Duration = Duration::from_secs(3);
+/// How long one try may take, from the dial to the master's answer (as
+/// long as the master gives a handshake).
+const TRY_WITHIN: Duration = HANDSHAKE_TIMEOUT;
 
 /// What a worker keeps about attaching to its master.
 pub(super) struct Attach {
@@ -309,8 +310,15 @@ impl Daemon {
         let Some(link) = self.role.link() else {
             return;
         };
+        // (A master busy taking a large image from this host answers late,
+        // but takes its bytes.)
+        let limit = self.cfg.dead_after;
+        let taking = self
+            .conns
+            .get(&link)
+            .is_some_and(|c| !c.flushed() && c.stalled_for() < limit);
         let silent = self.attach.heard.elapsed();
-        if silent > self.cfg.dead_after {
+        if silent > limit && !taking {
             self.close(
                 link,
                 &format!("the master said nothing for {} ms", silent.as_millis()),
