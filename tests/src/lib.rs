@@ -242,6 +242,9 @@ pub struct Vm {
     _watchdog: Watchdog,
     /// Its state directory (removed on drop, after the daemons end).
     pub dir: tempfile::TempDir,
+    /// Each daemon on a loopback address of its own, `127.A.B.(i+1)`
+    /// (see `start_apart`); else all on 127.0.0.1.
+    apart: Option<[u8; 2]>,
 }
 
 impl Vm {
@@ -262,16 +265,41 @@ impl Vm {
 
     /// Start `n` daemons that read the config file `toml` (its text).
     pub fn start_config(n: usize, toml: &str) -> Vm {
-        Vm::start_full(n, 1, &[], Some(toml), deadline())
+        Vm::start_full(n, 1, &[], Some(toml), deadline(), false)
+    }
+
+    /// `start_config`, each daemon on a loopback address of its own
+    /// (`ip(i)`; it dials other daemons from it too), so that a test can
+    /// cut one daemon off from the others (`Partition`). The addresses
+    /// are picked from this test process's id: another test machine on
+    /// this computer is unlikely to use them.
+    pub fn start_apart(n: usize, toml: &str) -> Vm {
+        assert!(n < 254, "at most 253 daemons apart");
+        Vm::start_full(n, 1, &[], Some(toml), deadline(), true)
+    }
+
+    /// Daemon `i`'s IP address.
+    pub fn ip(&self, i: usize) -> String {
+        match self.apart {
+            Some([a, b]) => format!("127.{a}.{b}.{}", i + 1),
+            None => "127.0.0.1".into(),
+        }
     }
 
     /// `start_procs`, failing the test if the machine is not dropped within
     /// `limit`.
     pub fn start_until(n: usize, procs: u32, extra: &[&str], limit: Duration) -> Vm {
-        Vm::start_full(n, procs, extra, None, limit)
+        Vm::start_full(n, procs, extra, None, limit, false)
     }
 
-    fn start_full(n: usize, procs: u32, extra: &[&str], toml: Option<&str>, limit: Duration) -> Vm {
+    fn start_full(
+        n: usize,
+        procs: u32,
+        extra: &[&str],
+        toml: Option<&str>,
+        limit: Duration,
+        apart: bool,
+    ) -> Vm {
         let procs = procs.to_string();
         let mut flags = vec!["--processors", procs.as_str()];
         flags.extend_from_slice(extra);
@@ -296,11 +324,13 @@ impl Vm {
             .name()
             .unwrap_or("a test")
             .to_string();
+        let pid = std::process::id();
         let mut vm = Vm {
             _watchdog: Watchdog::start(dir.path().to_path_buf(), what, limit),
             dir,
             daemons: Vec::new(),
             addr: String::new(),
+            apart: apart.then_some([64 + (pid % 128) as u8, (pid / 128 % 256) as u8]),
         };
         let (c, addr) = vm.daemon(0, None, extra);
         vm.daemons.push(Some(c));
@@ -349,7 +379,8 @@ impl Vm {
         } else {
             &["--capacity", "1"][..]
         };
-        cmd.args(["--listen", "127.0.0.1:0"])
+        cmd.arg("--listen")
+            .arg(format!("{}:0", self.ip(i)))
             .args(procs)
             .args(nice)
             .args(scope)
@@ -528,6 +559,35 @@ impl Vm {
         })
     }
 
+    /// `mig hosts --json` through daemon `i`, if it answers.
+    pub fn hosts_at(&self, i: usize) -> Option<Vec<serde_json::Value>> {
+        let out = self.mig_at(i, &["hosts", "--json"]);
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()?
+            .as_array()
+            .cloned()
+    }
+
+    /// The master's daemon index, as daemon `i` knows it.
+    pub fn master_seen_by(&self, i: usize) -> Option<usize> {
+        let hosts = self.hosts_at(i)?;
+        let m = hosts.iter().find(|h| h["master"] == true)?;
+        let name = m["name"].as_str()?;
+        // Daemon i was started as "h{i}"; a restarted one may carry a suffix.
+        name.trim_start_matches('h').split('-').next()?.parse().ok()
+    }
+
+    /// Every daemon's log, one after another.
+    pub fn all_logs(&self) -> String {
+        (0..self.daemons.len())
+            .map(|i| self.log(i))
+            .collect::<Vec<_>>()
+            .join("\n-----\n")
+    }
+
     /// Pid of daemon `i`.
     pub fn pid(&self, i: usize) -> u32 {
         self.daemons[i]
@@ -645,6 +705,41 @@ impl Vm {
     }
 }
 
+/// CPU ticks (user + system) a process has used.
+pub fn ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The processes of VP `tid` of the machine in `dir` (other tests' machines
+/// number their VPs alike).
+pub fn of_vp(dir: &Path, tid: u64) -> Vec<u32> {
+    let socket = format!("MIG_SOCKET={}", dir.display());
+    processes_with(&[format!("MIG_TID={tid}")])
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|v| v.starts_with(socket.as_bytes()))
+            })
+        })
+        .collect()
+}
+
+/// The processes of VP `tid` that used CPU since `before` (pid -> ticks).
+pub fn ran(dir: &Path, tid: u64, before: &mut std::collections::HashMap<u32, u64>) -> Vec<u32> {
+    let mut out = Vec::new();
+    for p in of_vp(dir, tid) {
+        let Some(t) = ticks(p) else { continue };
+        if before.get(&p).is_some_and(|&b| t > b) {
+            out.push(p);
+        }
+        before.insert(p, t);
+    }
+    out
+}
+
 /// Is process `pid` stopped (state T in /proc)?
 pub fn stopped(pid: u32) -> bool {
     migd::host::is_stopped(pid)
@@ -715,4 +810,52 @@ pub fn tool(cmd: &str, package: &str) {
             .output()
             .is_ok_and(|o| o.status.success())
     });
+}
+
+/// A daemon cut off from the others: every TCP packet from or to its
+/// loopback address (`Vm::ip` of a machine started with `start_apart`)
+/// is dropped, as a cable pulled would, until the partition is dropped
+/// (its iptables rules go then, the test failing or not). Needs root, as
+/// CI runs the tests; iptables is installed when missing (see `tool`).
+pub struct Partition {
+    ip: String,
+}
+
+impl Partition {
+    /// Cut `ip` off.
+    pub fn of(ip: &str) -> Partition {
+        assert!(
+            ip.starts_with("127.") && ip != "127.0.0.1",
+            "only a test daemon's own loopback address is cut off, not {ip}"
+        );
+        tool("iptables", "iptables");
+        let p = Partition { ip: ip.to_string() };
+        for way in ["-s", "-d"] {
+            let out = iptables(&["-I", "INPUT"], way, ip);
+            assert!(
+                out.status.success(),
+                "iptables (as root: it changes the firewall): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        p
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        for way in ["-s", "-d"] {
+            let _ = iptables(&["-D", "INPUT"], way, &self.ip);
+        }
+    }
+}
+
+/// `iptables -w OP CHAIN -i lo -p tcp WAY IP -j DROP`.
+fn iptables(op: &[&str], way: &str, ip: &str) -> Output {
+    Command::new("iptables")
+        .arg("-w")
+        .args(op)
+        .args(["-i", "lo", "-p", "tcp", way, ip, "-j", "DROP"])
+        .output()
+        .expect("run iptables")
 }

@@ -8,43 +8,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mig_tests::{bin, job_succeeds, processes_with, up, wait_until, Up, Vm};
+use mig_tests::{bin, job_succeeds, of_vp, ran, up, wait_until, Up, Vm};
 use nix::sys::signal::Signal;
-
-/// CPU ticks (user + system) a process has used.
-fn ticks(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let f: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// The processes of VP `tid` of the machine in `dir` (other tests' machines
-/// number their VPs alike).
-fn of_vp(dir: &Path, tid: u64) -> Vec<u32> {
-    let socket = format!("MIG_SOCKET={}", dir.display());
-    processes_with(&[format!("MIG_TID={tid}")])
-        .into_iter()
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/environ")).is_ok_and(|env| {
-                env.split(|&b| b == 0)
-                    .any(|v| v.starts_with(socket.as_bytes()))
-            })
-        })
-        .collect()
-}
-
-/// The processes of VP `tid` that used CPU since `before` (pid -> ticks).
-fn ran(dir: &Path, tid: u64, before: &mut std::collections::HashMap<u32, u64>) -> Vec<u32> {
-    let mut out = Vec::new();
-    for p in of_vp(dir, tid) {
-        let Some(t) = ticks(p) else { continue };
-        if before.get(&p).is_some_and(|&b| t > b) {
-            out.push(p);
-        }
-        before.insert(p, t);
-    }
-    out
-}
 
 #[test]
 fn a_worker_stopped_until_declared_dead_never_leaves_a_vp_running_twice() {
@@ -230,27 +195,6 @@ fn a_master_stopped_for_a_while_freezes_the_workers_vps_and_on_its_return_all_go
     );
 }
 
-/// `mig hosts --json` through daemon `i`, if it answers.
-fn hosts_at(vm: &Vm, i: usize) -> Option<Vec<serde_json::Value>> {
-    let out = vm.mig_at(i, &["hosts", "--json"]);
-    if !out.status.success() {
-        return None;
-    }
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .ok()?
-        .as_array()
-        .cloned()
-}
-
-/// The master's name and its daemon's index, as daemon `i` knows them.
-fn master_seen_by(vm: &Vm, i: usize) -> Option<usize> {
-    let hosts = hosts_at(vm, i)?;
-    let m = hosts.iter().find(|h| h["master"] == true)?;
-    let name = m["name"].as_str()?;
-    // Daemon i was started as "h{i}"; a restarted one may carry a suffix.
-    name.trim_start_matches('h').split('-').next()?.parse().ok()
-}
-
 #[test]
 fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_right() {
     let kills: usize = mig_tests::env_num("KILLS", 10);
@@ -259,12 +203,11 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
     let mut vm = Vm::start_config(6, "[daemon]\ncheckpoint_interval_s = 0.3\n");
     let steady = 5;
     assert!(
-        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
-            .is_some_and(
-                |h| h.iter().filter(|h| h["voter"] == true).count() == 5
-            )),
+        wait_until(Duration::from_secs(20), || vm.hosts_at(steady).is_some_and(
+            |h| h.iter().filter(|h| h["voter"] == true).count() == 5
+        )),
         "{:?}\n{}",
-        hosts_at(&vm, steady),
+        vm.hosts_at(steady),
         vm.log(0)
     );
     let mut job = mig_tests::command("mig")
@@ -293,7 +236,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
         // failing one after another faster than they are replaced).
         let mut master = None;
         let voters_whole = |vm: &Vm, killed: &[u32]| {
-            hosts_at(vm, steady).is_some_and(|h| {
+            vm.hosts_at(steady).is_some_and(|h| {
                 let voting = |h: &&serde_json::Value| {
                     h["voter"] == true
                         && h["alive"] == true
@@ -304,7 +247,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
         };
         assert!(
             wait_until(Duration::from_secs(30), || {
-                master = master_seen_by(&vm, steady);
+                master = vm.master_seen_by(steady);
                 master.is_some_and(|m| {
                     m != steady
                         && vm.daemons.get(m).is_some_and(Option::is_some)
@@ -332,7 +275,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
         // `mig ps` through a surviving daemon is answered by the new master.
         assert!(
             wait_until(Duration::from_secs(15), || {
-                master_seen_by(&vm, steady).is_some_and(|n| n != m)
+                vm.master_seen_by(steady).is_some_and(|n| n != m)
                     && vm.mig_at(steady, &["ps"]).status.success()
             }),
             "kill {k}: no new master\n{}",
@@ -365,7 +308,8 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
 #[test]
 fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more() {
     let mut vm = Vm::start_config(3, "[daemon]\ncheckpoint_interval_s = 0.3\n");
-    assert!(wait_until(Duration::from_secs(20), || hosts_at(&vm, 1)
+    assert!(wait_until(Duration::from_secs(20), || vm
+        .hosts_at(1)
         .is_some_and(|h| h
             .iter()
             .filter(|h| h["voter"] == true)
@@ -414,7 +358,7 @@ fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more()
         logs(&vm)
     );
     // One master afterwards, and not the old one.
-    let hosts = hosts_at(&vm, 0).expect("hosts through the old master");
+    let hosts = vm.hosts_at(0).expect("hosts through the old master");
     let masters: Vec<&str> = hosts
         .iter()
         .filter(|h| h["master"] == true)
@@ -422,7 +366,7 @@ fn a_master_stopped_past_an_election_steps_down_on_its_return_and_acts_no_more()
         .collect();
     assert_eq!(masters.len(), 1, "{hosts:?}");
     assert_ne!(masters[0], "h0");
-    assert_eq!(master_seen_by(&vm, 1), master_seen_by(&vm, 2));
+    assert_eq!(vm.master_seen_by(1), vm.master_seen_by(2));
     let lines = job_succeeds(job, &logs(&vm));
     assert!(
         lines
@@ -476,12 +420,13 @@ fn spawned_past_the_voters(argv: &[&str]) -> (Vm, usize) {
     let mut vm = Vm::start(4);
     let steady = 3;
     assert!(
-        wait_until(Duration::from_secs(20), || hosts_at(&vm, steady)
+        wait_until(Duration::from_secs(20), || vm
+            .hosts_at(steady)
             .is_some_and(|h| h.iter().filter(|h| h["voter"] == true).count()
                 == 3
                 && h.iter().any(|h| h["name"] == "h3" && h["voter"] == false))),
         "{:?}",
-        hosts_at(&vm, steady)
+        vm.hosts_at(steady)
     );
     for h in ["h0", "h1", "h2"] {
         assert!(vm.mig(&["owner", "reclaim", "--host", h]).status.success());
@@ -623,20 +568,12 @@ fn a_vp_sent_to_a_worker_whose_lease_lapsed_starts_once_it_runs_again() {
 /// Wait until daemon `at` sees three voters.
 fn three_voters(vm: &Vm, at: usize) {
     assert!(
-        wait_until(Duration::from_secs(20), || hosts_at(vm, at).is_some_and(
+        wait_until(Duration::from_secs(20), || vm.hosts_at(at).is_some_and(
             |h| h.iter().filter(|h| h["voter"] == true).count() == 3
         )),
         "{:?}",
-        hosts_at(vm, at)
+        vm.hosts_at(at)
     );
-}
-
-/// Every daemon's log, one after another.
-fn all_logs(vm: &Vm) -> String {
-    (0..vm.daemons.len())
-        .map(|i| vm.log(i))
-        .collect::<Vec<_>>()
-        .join("\n-----\n")
 }
 
 /// The lines of VPs' output in a `mig spawn --wait`'s stdout.
@@ -649,7 +586,7 @@ fn vp_lines(out: &std::process::Output) -> usize {
 
 /// No daemon was elected master after the first, and none stepped down.
 fn one_master_throughout(vm: &Vm) {
-    let all = all_logs(vm);
+    let all = vm.all_logs();
     assert!(
         !all.contains("elected master") && !all.contains("stepped down"),
         "{all}"
@@ -686,7 +623,7 @@ fn the_next_master_has_the_output_jobs_printed_before_the_master_was_killed() {
     let before = logs_at(&vm, steady);
     vm.signal(0, Signal::SIGKILL);
     vm.wait(0, Duration::from_secs(5));
-    let next = || master_seen_by(&vm, steady).filter(|&m| m != 0);
+    let next = || vm.master_seen_by(steady).filter(|&m| m != 0);
     assert!(
         wait_until(Duration::from_secs(20), || next().is_some()),
         "no master after h0:\n{}",
@@ -722,9 +659,9 @@ fn a_job_printing_a_flood_of_lines_keeps_its_master_and_loses_none() {
         out.status.success(),
         "{}\n{}",
         String::from_utf8_lossy(&out.stderr),
-        all_logs(&vm)
+        vm.all_logs()
     );
-    assert_eq!(vp_lines(&out), 3 * n, "{}", all_logs(&vm));
+    assert_eq!(vp_lines(&out), 3 * n, "{}", vm.all_logs());
     let kept = String::from_utf8_lossy(&vm.mig(&["logs", "j1"]).stdout)
         .lines()
         .count();
@@ -755,7 +692,7 @@ fn many_jobs_flooding_their_output_at_once_all_finish_whole_under_one_master() {
             out.status.success(),
             "{}\n{}",
             String::from_utf8_lossy(&out.stderr),
-            all_logs(&vm)
+            vm.all_logs()
         );
         assert_eq!(
             vp_lines(&out),

@@ -32,6 +32,11 @@
 //!   then pausing; VP 0 waits for them on its sockets itself (`fds` and
 //!   poll, as a PVM program's `select` on `pvm_getfds` does) and fails if
 //!   a wait ends without one while some are still to come.
+//! * `relay FILE` — a token goes round the VPs (0, 1, ..., 0) until FILE
+//!   exists, each VP spinning a millisecond on it and checking that it
+//!   gets every number once and in order (a VP lost, or run twice, or a
+//!   message lost or doubled would show), through checkpoints and
+//!   restarts; VP 0 then says how many rounds went.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -473,6 +478,68 @@ fn sequence(stop: &str) {
     }
 }
 
+fn relay(stop: &str) {
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct State {
+        /// The token this VP expects next.
+        expect: u64,
+        /// VP 0: the first token is sent.
+        started: bool,
+        lives: u32,
+    }
+    let (mut vm, mut s) = ok(Vm::init_or_restore(State::default));
+    s.lives += 1;
+    let tasks = ok(vm.tasks());
+    let me = tasks
+        .iter()
+        .position(|&t| t == vm.tid())
+        .unwrap_or_else(|| fail("not among the job's VPs".into()));
+    let next = tasks[(me + 1) % tasks.len()];
+    let spin = || {
+        let t = std::time::Instant::now();
+        let mut x = 1u64;
+        while t.elapsed() < Duration::from_millis(1) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    };
+    if me == 0 && !s.started {
+        s.started = true;
+        ok(vm.send(next, 1, &0u64));
+    }
+    loop {
+        let m = ok(vm.recv_safe(&s, None, None));
+        if m.tag == 2 {
+            let rounds: u64 = ok(m.decode());
+            if me == 0 {
+                println!(
+                    "relay: {rounds} rounds of {} VPs, every token once and in order: ok",
+                    tasks.len()
+                );
+            } else {
+                ok(vm.send(next, 2, &rounds));
+            }
+            return;
+        }
+        let n: u64 = ok(m.decode());
+        if n != s.expect {
+            fail(format!(
+                "VP {me} (life {}): token {n} where {} was due",
+                s.lives, s.expect
+            ));
+        }
+        s.expect = n + 1;
+        spin();
+        if me != 0 {
+            ok(vm.send(next, 1, &n));
+        } else if std::path::Path::new(stop).exists() {
+            ok(vm.send(next, 2, &s.expect));
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+            ok(vm.send(next, 1, &s.expect));
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("");
@@ -488,6 +555,9 @@ fn main() {
     }
     if mode == "respawn" {
         return respawn(args.get(2).map_or("", String::as_str));
+    }
+    if mode == "relay" {
+        return relay(args.get(2).map_or("", String::as_str));
     }
     if mode == "sequence" {
         return sequence(args.get(2).map_or("", String::as_str));
