@@ -152,11 +152,12 @@ impl JobFiles {
         open_append(&path)?.write_all(&line)
     }
 
-    /// The ended jobs the history files hold, oldest first, and how many
-    /// lines could not be read (a damaged or cut-off file).
-    pub fn read_history(&self) -> (Vec<JobInfo>, usize) {
+    /// The ended jobs the history files hold, oldest first, and what in
+    /// them could not be read (a damaged or cut-off file): one sentence a
+    /// file, naming its lines, for the log and the console.
+    pub fn read_history(&self) -> (Vec<JobInfo>, Vec<String>) {
         let mut jobs = Vec::new();
-        let mut bad = 0;
+        let mut damage = Vec::new();
         let path = self.history_path();
         for p in [path.with_extension("jsonl.1"), path] {
             let Ok(f) = OpenOptions::new()
@@ -166,14 +167,50 @@ impl JobFiles {
             else {
                 continue;
             };
-            for line in io::BufReader::new(f).split(b'\n') {
+            let mut bad = Vec::new();
+            for (i, line) in io::BufReader::new(f).split(b'\n').enumerate() {
                 match line.map(|l| serde_json::from_slice::<JobInfo>(&l)) {
                     Ok(Ok(j)) if valid_job(&j.job) => jobs.push(j),
-                    Ok(Err(_)) | Ok(Ok(_)) | Err(_) => bad += 1,
+                    Ok(Err(_)) | Ok(Ok(_)) | Err(_) => bad.push(i + 1),
                 }
             }
+            if !bad.is_empty() {
+                let mut lines: Vec<String> = bad.iter().take(5).map(usize::to_string).collect();
+                if bad.len() > 5 {
+                    lines.push("...".into());
+                }
+                damage.push(format!(
+                    "{}: {} not a job's record (line {}), skipped: `mig jobs` does not show \
+                     what they held",
+                    p.display(),
+                    if bad.len() == 1 {
+                        "1 line is".to_string()
+                    } else {
+                        format!("{} lines are", bad.len())
+                    },
+                    lines.join(", ")
+                ));
+            }
         }
-        (jobs, bad)
+        (jobs, damage)
+    }
+
+    /// The highest job number found in the files under the state
+    /// directory (jobs' output, checkpoints and copies of them): a master
+    /// starting there numbers its jobs above it, so that no new job meets
+    /// an earlier one's files.
+    pub fn highest_job(&self) -> u64 {
+        ["jobs", "ckpt", "replicas"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(self.root.join(d)).into_iter().flatten())
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let n = name.strip_prefix('j')?;
+                n.strip_suffix(".out").unwrap_or(n).parse::<u64>().ok()
+            })
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -256,6 +293,22 @@ mod tests {
             .expect("write");
         let (jobs, bad) = JobFiles::new(dir.path()).read_history();
         assert_eq!(jobs, [info("j1"), info("j2")]);
-        assert_eq!(bad, 2);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(
+            bad[0].contains("history.jsonl: 2 lines are not a job's record (line 3, 4)"),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
+    fn job_numbers_go_above_every_earlier_jobs_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = JobFiles::new(dir.path());
+        assert_eq!(f.highest_job(), 0);
+        f.append_output("j7", "[t40001 h0] one").expect("append");
+        std::fs::create_dir_all(dir.path().join("ckpt/j12")).expect("mkdir");
+        std::fs::create_dir_all(dir.path().join("replicas/j9")).expect("mkdir");
+        std::fs::create_dir_all(dir.path().join("ckpt/other")).expect("mkdir");
+        assert_eq!(f.highest_job(), 12);
     }
 }

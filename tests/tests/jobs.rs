@@ -153,8 +153,17 @@ fn the_history_outlives_a_halt_and_new_jobs_do_not_reuse_its_ids() {
     let mut bytes = std::fs::read(&hist).expect("history.jsonl");
     bytes.extend_from_slice(b"\xff garbage\n{\"job\":\"j7\",\"prog");
     std::fs::write(&hist, bytes).expect("write");
+    // And the output of a job whose end the history never got (it ran at
+    // the halt, say).
+    std::fs::write(dir.join("h0/jobs/j5.out"), "[t40009 h0] an earlier j5\n").expect("write");
     let second = up(&dir, 1);
     assert!(second.status.success(), "{}", stderr(&second));
+    // Said on the console, not only in the log.
+    assert!(
+        stderr(&second).contains("history.jsonl: 2 lines are not a job's record (line 2, 3)"),
+        "{}",
+        stderr(&second)
+    );
     let vm = Up(dir.clone());
     let out = vm.mig(&["jobs", "--json"]);
     let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -170,13 +179,19 @@ fn the_history_outlives_a_halt_and_new_jobs_do_not_reuse_its_ids() {
         "{}",
         stdout(&logs)
     );
-    let next = vm.mig(&["spawn", "--", "/bin/true"]);
-    assert_eq!(stdout(&next).trim(), "j2", "ids go on from the history");
-    let log = std::fs::read_to_string(dir.join("h0/migd.log")).expect("log");
+    let next = vm.mig(&["spawn", "--wait", "--", "/bin/echo", "a new job"]);
+    assert!(next.status.success(), "{}", stderr(&next));
     assert!(
-        log.contains("lines of history.jsonl could not be read"),
-        "{log}"
+        stdout(&vm.mig(&["jobs", "--json"])).contains("\"j6\""),
+        "ids go on above every earlier job's files"
     );
+    let logs = stdout(&vm.mig(&["logs", "j6"]));
+    assert!(
+        logs.contains("a new job") && !logs.contains("earlier"),
+        "{logs}"
+    );
+    let log = std::fs::read_to_string(dir.join("h0/migd.log")).expect("log");
+    assert!(log.contains("not a job's record"), "{log}");
 }
 
 #[test]

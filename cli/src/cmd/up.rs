@@ -92,6 +92,12 @@ impl Vm {
                 dir.display()
             );
         }
+        // What the master will find damaged, said here too: its log is a
+        // file.
+        let (_, damage) = migd::job_files::JobFiles::new(&dir.join("h0")).read_history();
+        for what in damage {
+            eprintln!("mig: {what}");
+        }
         let (master, addr) = start_daemon(dir, 0, None, a)?;
         let mut vm = Vm {
             children: vec![master],

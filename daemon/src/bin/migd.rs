@@ -166,6 +166,14 @@ fn start() -> anyhow::Result<()> {
         cfg.listen = SocketAddr::new(local_address_towards(master), 0);
     }
     cfg.validate().context("invalid configuration")?;
+    if f.background && !f.print_config && cfg.join.is_none() {
+        // A master reads the job history it finds; detached, its log is a
+        // file: what is damaged there is said here too.
+        let (_, damage) = migd::job_files::JobFiles::new(&cfg.state_dir).read_history();
+        for what in damage {
+            eprintln!("migd: {what}");
+        }
+    }
     if f.background && !f.print_config {
         let exe = std::env::current_exe().context("finding this program")?;
         let args: Vec<String> = std::env::args().skip(1).collect();

@@ -146,6 +146,11 @@ impl Master {
         self.next_job = self.next_job.max(self.history.last_number() + 1);
     }
 
+    /// New jobs are numbered above `n` (an earlier master's files use it).
+    pub fn number_jobs_above(&mut self, n: u64) {
+        self.next_job = self.next_job.max(n + 1);
+    }
+
     /// `Request::Wait`: answered with `JobDone` when `job` ends (output and
     /// VP ends first, as to `spawn --wait`); at once if it has.
     pub(super) fn wait_for(&mut self, from: Requester, job: &str) -> Vec<Out> {

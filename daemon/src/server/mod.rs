@@ -433,11 +433,12 @@ impl Daemon {
                 m.set_lease(d.cfg.lease());
                 m.set_max_voters(d.cfg.voters as usize);
                 m.set_admin_uid(d.uid);
-                let (jobs, bad) = d.job_files.read_history();
-                if bad > 0 {
-                    warn!("{bad} lines of history.jsonl could not be read and were skipped");
+                let (jobs, damage) = d.job_files.read_history();
+                for what in damage {
+                    warn!("{what}");
                 }
                 m.load_history(jobs);
+                m.number_jobs_above(d.job_files.highest_job());
                 d.role = Role::Master(Box::new(m));
                 d.failover.found(&d.facts.name);
                 d.guard_vps();
