@@ -703,3 +703,34 @@ fn many_jobs_flooding_their_output_at_once_all_finish_whole_under_one_master() {
     }
     one_master_throughout(&vm);
 }
+
+#[test]
+fn a_worker_that_waits_for_a_master_stops_when_told() {
+    // Three voters; two killed: no majority, no master to be had.
+    let mut vm = Vm::start(3);
+    three_voters(&vm, 2);
+    for i in [0, 1] {
+        vm.signal(i, Signal::SIGKILL);
+        vm.wait(i, Duration::from_secs(5));
+    }
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .log(2)
+        .contains("lost the master")));
+    // It waits on (it would follow a master however late), until told.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(vm.daemons[2]
+        .as_mut()
+        .is_some_and(|c| c.try_wait().ok().flatten().is_none()));
+    let out = vm.mig_at(2, &["halt"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("halting this host only"), "{said}");
+    assert!(
+        vm.wait(2, Duration::from_secs(10)).is_some(),
+        "{}",
+        vm.log(2)
+    );
+}

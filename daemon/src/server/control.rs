@@ -18,6 +18,22 @@ impl Daemon {
         } else if let Some(link) = self.role.link() {
             let id = self.proxied.forward(t);
             self.send_peer(link, &PeerMsg::Control { id, req, uid });
+        } else if self.awaiting_master()
+            && matches!(req, Request::Halt)
+            && (uid == self.uid || uid == 0)
+        {
+            // A worker waits for a master however long it takes: told to
+            // stop meanwhile, it stops (no master can pass it on).
+            self.send_resp(
+                t,
+                &Response::Ok {
+                    message: format!(
+                        "{} has no master now: halting this host only",
+                        self.facts.name
+                    ),
+                },
+            );
+            self.begin_halt();
         } else if self.awaiting_master() {
             // Forwarded to whoever is elected.
             let id = self.proxied.forward(t);
