@@ -215,6 +215,9 @@ fn local_address_towards(master: SocketAddr) -> std::net::IpAddr {
         .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))
 }
 
+/// How long `--token` keeps trying while no master can answer.
+const TOKEN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// `--token`: trade it at the master for the cluster key, kept in the key
 /// file (which must not exist yet: a key already there is used as it is).
 fn key_from_token(cfg: &Config, token: &str) -> anyhow::Result<()> {
@@ -232,8 +235,22 @@ fn key_from_token(cfg: &Config, token: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     migd::state_dir::ensure_private_dir(&cfg.state_dir).map_err(anyhow::Error::msg)?;
-    let key = migd::server::token::redeem(join, &token, std::time::Duration::from_secs(5))
-        .map_err(|why| anyhow::anyhow!("joining {join} with token {}: {why}", token.id))?;
+    // A master being elected, or not listening yet, is waited for.
+    let key = migd::server::token::redeem_patiently(
+        join,
+        &token,
+        TOKEN_PATIENCE,
+        |tries, why, wait| {
+            if tries == 1 || tries.is_power_of_two() {
+                migd::warn!(
+                    "cannot trade join token {} at {join} yet ({why}): trying again (try {tries}, next in {} ms)",
+                    token.id,
+                    wait.as_millis()
+                );
+            }
+        },
+    )
+    .map_err(|why| anyhow::anyhow!("joining {join} with token {}: {why}", token.id))?;
     key.store_new(&cfg.key_file)
         .context("keeping the cluster key")?;
     migd::log!(

@@ -28,8 +28,8 @@ const MAX_PARTS: usize = 16 << 30;
 /// What a worker without a master says to a daemon that would join it, and
 /// a worker to one that would attach to it: both may be tried again (a
 /// master is being elected).
-pub(super) const NO_MASTER_NOW: &str = "this daemon is a worker and has no master right now";
-pub(super) const NOT_THE_MASTER: &str = "this daemon is not the master";
+pub(crate) const NO_MASTER_NOW: &str = "this daemon is a worker and has no master right now";
+pub(crate) const NOT_THE_MASTER: &str = "this daemon is not the master";
 
 /// Why a dial failed.
 #[derive(Debug)]
@@ -62,7 +62,7 @@ impl DialError {
 /// Back-off before try `tries` (from 1) of something that failed: 100 ms
 /// doubling up to `most`, less up to half at random, so that hosts that
 /// failed together do not try again together.
-pub(super) fn back_off(tries: u32, most: Duration) -> Duration {
+pub(crate) fn back_off(tries: u32, most: Duration) -> Duration {
     let d = Duration::from_millis(100)
         .saturating_mul(1 << tries.saturating_sub(1).min(16))
         .min(most);

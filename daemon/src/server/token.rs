@@ -77,20 +77,53 @@ impl Daemon {
     }
 }
 
+/// Why a token could not be traded.
+#[derive(Debug, thiserror::Error)]
+pub enum RedeemError {
+    /// Nobody could answer now (no daemon listening, a worker with no
+    /// master during an election, an answer that did not come): worth
+    /// trying again.
+    #[error("{0}")]
+    NotNow(String),
+    /// The master said no (unknown, used or expired token, wrong secret),
+    /// or answered nonsense: trying again cannot help.
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// Trade `token` at the daemon at `addr` for the cluster key (blocking,
 /// each step within `within`; a worker's word of where the master is is
 /// followed, up to three times).
-pub fn redeem(addr: SocketAddr, token: &JoinToken, within: Duration) -> Result<ClusterKey, String> {
+pub fn redeem(
+    addr: SocketAddr,
+    token: &JoinToken,
+    within: Duration,
+) -> Result<ClusterKey, RedeemError> {
+    // A frame that did not come (or broke off) is worth asking again; one
+    // that came and is wrong (another version, garbage) is not.
+    let frame_err = |e: libmig::frame::FrameError| match e {
+        libmig::frame::FrameError::Io(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            RedeemError::NotNow(format!("no answer within {} s", within.as_secs()))
+        }
+        libmig::frame::FrameError::Io(e) => RedeemError::NotNow(e.to_string()),
+        libmig::frame::FrameError::Truncated => RedeemError::NotNow(e.to_string()),
+        e => RedeemError::Refused(e.to_string()),
+    };
+    let not_now = |e: &dyn std::fmt::Display| RedeemError::NotNow(e.to_string());
     let mut addr = addr;
     for _ in 0..4 {
         let mut s = std::net::TcpStream::connect_timeout(&addr, within)
-            .map_err(|e| format!("{addr}: {e}"))?;
-        s.set_read_timeout(Some(within))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| RedeemError::NotNow(format!("{addr}: {e}")))?;
+        s.set_read_timeout(Some(within)).map_err(|e| not_now(&e))?;
         let suite = Suite::best();
         let psk = token.psk();
-        let (opening, noise) = Opening::dial(suite, &psk).map_err(|e| e.to_string())?;
-        let fe = |e: libmig::frame::FrameError| e.to_string();
+        let (opening, noise) =
+            Opening::dial(suite, &psk).map_err(|e| RedeemError::Refused(e.to_string()))?;
         libmig::frame::write_frame(
             &mut s,
             &PeerMsg::JoinWithToken {
@@ -99,25 +132,69 @@ pub fn redeem(addr: SocketAddr, token: &JoinToken, within: Duration) -> Result<C
                 noise,
             },
         )
-        .map_err(fe)?;
-        match libmig::frame::read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+        .map_err(frame_err)?;
+        match libmig::frame::read_frame::<PeerMsg, _>(&mut s).map_err(frame_err)? {
             Some(PeerMsg::JoinAnswer { noise }) => {
-                let mut sealer = opening
-                    .finish(&noise)
-                    .map_err(|_| "the master's answer does not match the token".to_string())?;
-                return match sealer.read_frame::<PeerMsg, _>(&mut s).map_err(fe)? {
+                let mut sealer = opening.finish(&noise).map_err(|_| {
+                    RedeemError::Refused("the master's answer does not match the token".into())
+                })?;
+                return match sealer.read_frame::<PeerMsg, _>(&mut s).map_err(frame_err)? {
                     Some(PeerMsg::ClusterKeyIs { key }) => Ok(ClusterKey::from_bytes(key)),
-                    other => Err(format!("unexpected answer {:?}", other.map(|m| m.name()))),
+                    other => Err(RedeemError::Refused(format!(
+                        "unexpected answer {:?}",
+                        other.map(|m| m.name())
+                    ))),
                 };
             }
             Some(PeerMsg::Redirect { addr: to }) => {
                 addr = to
                     .parse()
-                    .map_err(|_| format!("a bad master address {to:?}"))?;
+                    .map_err(|_| RedeemError::Refused(format!("a bad master address {to:?}")))?;
             }
-            Some(PeerMsg::Refused { reason }) => return Err(reason),
-            other => return Err(format!("unexpected answer {:?}", other.map(|m| m.name()))),
+            Some(PeerMsg::Refused { reason })
+                if reason == net::NO_MASTER_NOW || reason == net::NOT_THE_MASTER =>
+            {
+                return Err(RedeemError::NotNow(format!("{addr}: {reason}")));
+            }
+            Some(PeerMsg::Refused { reason }) => return Err(RedeemError::Refused(reason)),
+            None => return Err(RedeemError::NotNow(format!("{addr} closed the connection"))),
+            Some(other) => {
+                return Err(RedeemError::Refused(format!(
+                    "unexpected answer {:?}",
+                    other.name()
+                )))
+            }
         }
     }
-    Err("redirected too often".into())
+    Err(RedeemError::NotNow("redirected too often".into()))
+}
+
+/// `redeem`, tried again with back-off and jitter while nobody can answer
+/// (a master being elected, not yet listening), until it succeeds, is
+/// refused, or `give_up` has passed. `said` hears each retry.
+pub fn redeem_patiently(
+    addr: SocketAddr,
+    token: &JoinToken,
+    give_up: Duration,
+    mut said: impl FnMut(u32, &str, Duration),
+) -> Result<ClusterKey, RedeemError> {
+    let until = std::time::Instant::now() + give_up;
+    let mut tries = 0u32;
+    loop {
+        match redeem(addr, token, Duration::from_secs(5)) {
+            Err(RedeemError::NotNow(why)) => {
+                tries += 1;
+                let wait = net::back_off(tries, Duration::from_secs(2));
+                if std::time::Instant::now() + wait > until {
+                    return Err(RedeemError::NotNow(format!(
+                        "{why} (gave up after {tries} tries in {} s)",
+                        give_up.as_secs()
+                    )));
+                }
+                said(tries, &why, wait);
+                std::thread::sleep(wait);
+            }
+            done => return done,
+        }
+    }
 }
