@@ -461,6 +461,14 @@ impl Master {
                 continue;
             };
             out.push(Out::ToHost(host.clone(), PeerMsg::Kill { tid }));
+            // A move under way is called off: its target ends what it has
+            // of the VP (a process started from the moved image included).
+            let moving = self.jobs.get(job).and_then(|j| j.vps.get(&vp));
+            if let Some(VpState::Moving(to)) = moving.map(|v| &v.state) {
+                if *to != host {
+                    out.push(Out::ToHost(to.clone(), PeerMsg::Kill { tid }));
+                }
+            }
             placements.push((tid, host, start));
             dir.push((tid, Loc::Waiting));
         }

@@ -527,6 +527,23 @@ impl Master {
         let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
+        // Only the host the master records starts a VP: one that raced a
+        // restart or a move (the target of a move called off, say) has a
+        // second process of the Tid, ended at once.
+        let recorded = match &v.state {
+            VpState::Moving(to) => to == host || v.host.as_deref() == Some(host),
+            _ => v.host.as_deref().is_none_or(|h| h == host),
+        };
+        if !recorded {
+            return vec![
+                Out::Log(format!(
+                    "VP t{tid:x} started on {host}, where it does not belong (it is on {}): \
+                     ending that process",
+                    v.host.as_deref().unwrap_or("no host")
+                )),
+                Out::ToHost(host.to_string(), PeerMsg::Kill { tid }),
+            ];
+        }
         v.pid = Some(pid);
         v.started_ms.get_or_insert(self.wall_ns / 1_000_000);
         if self.jobs.get(&job).is_some_and(|j| j.killed) {

@@ -1566,3 +1566,51 @@ fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
     assert_eq!(moved, vec![placed[3].1, placed[2].1], "{out:?}");
     assert!(asks.iter().all(|a| a.0 == "h0" && a.2 == "h1"));
 }
+
+#[test]
+fn a_restart_cancels_a_move_in_flight_and_only_the_recorded_host_starts_the_vp() {
+    // The scheduler (or a user) moves VP A while its job restarts from its
+    // checkpoint, in the same turn: the move's target may still start A from
+    // the image its source sent, and the restore starts A on A's host.
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let (src, a) = placed[0].clone();
+    let to = (0..3)
+        .map(|i| format!("h{i}"))
+        .find(|h| placed.iter().all(|(p, _)| p != h))
+        .expect("a host without a VP");
+    let out = migrate(&mut c, a, &to);
+    assert_eq!(checkpoint_asks(&out), vec![(src.clone(), a, to.clone())]);
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let gens = checks(&out);
+    let out = c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
+    // The move is called off: its target ends whatever of A it has.
+    let k = kills(&out);
+    assert!(k.contains(&(src.clone(), a)), "{k:?}");
+    assert!(k.contains(&(to.clone(), a)), "the move's target: {k:?}");
+    // The target started A from the moved image all the same: that
+    // process is ended at once, and A is still restored where the master
+    // has it.
+    let late = c.m.started(&to, a, 999);
+    assert_eq!(kills(&late), vec![(to.clone(), a)], "{late:?}");
+    assert_eq!(
+        c.state(a),
+        (
+            Some(src.clone()),
+            "restoring from the job's checkpoint".into()
+        )
+    );
+    let out = c.m.started(&src, a, 7);
+    assert!(kills(&out).is_empty(), "{out:?}");
+    assert_eq!(c.state(a), (Some(src.clone()), "running".into()));
+    // A report of a VP running on a host the master does not have it on
+    // (a start that raced a restart or a move) ends that process too.
+    let stray = c.m.started(&to, a, 1000);
+    assert_eq!(kills(&stray), vec![(to, a)], "{stray:?}");
+    assert_eq!(c.state(a), (Some(src), "running".into()));
+}
