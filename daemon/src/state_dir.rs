@@ -1,7 +1,7 @@
 //! Every file a daemon keeps in its state directory, named in one place.
 //!
-//! What lives here: the layout (`control.sock`, `addr`, `ckpt/` and
-//! `replicas/` for job checkpoints, and per VP the image it writes for a
+//! What lives here: the layout (`control.sock`, `addr`, `ckpt/` for job
+//! checkpoints' images kept here, and per VP the image it writes for a
 //! move or to be parked, `tTID.ckpt`; for a job checkpoint, `tTID.snap`;
 //! parked on disk, `tTID.parked`; sent to another host and kept until it
 //! runs there, `tTID.sent`; arriving from another host,
@@ -119,14 +119,9 @@ impl StateDir {
         self.root.join("addr")
     }
 
-    /// Job checkpoints kept here (on the master).
+    /// Job checkpoints' images kept here (see `store`).
     pub fn checkpoints(&self) -> PathBuf {
         self.root.join("ckpt")
-    }
-
-    /// Copies of other hosts' job checkpoints kept here.
-    pub fn replicas(&self) -> PathBuf {
-        self.root.join("replicas")
     }
 
     /// The image VP `tid` writes when asked to move or to park.

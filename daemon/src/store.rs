@@ -1,19 +1,20 @@
-//! Job checkpoints on disk: the images of every VP of a job, per
-//! generation, in `STATE_DIR/ckpt/JOB/gN/tTID.img` (and copies kept for
-//! other hosts under `STATE_DIR/replicas/`).
+//! Job checkpoints' images kept on this host, per job and generation, in
+//! `STATE_DIR/ckpt/JOB/gN/tTID.img` (a copy arriving from another host
+//! is written to `tTID.img.part` beside it until it is whole): the image
+//! of a VP of this host, kept where the VP wrote it, and copies of other
+//! hosts' images.
 //!
-//! What lives here: writing an image atomically and durably, reading a
-//! generation back with every image checked (a bad one is a clear error
-//! naming its file), dropping old generations. What does not: deciding
-//! when to checkpoint or restart (the master) or talking to anyone.
+//! What lives here: the layout, and dropping generations (their files
+//! removed off the loop). What does not: writing, checking or sending
+//! images (`keeper`, the server), deciding what is kept where (the master).
 
 use std::fs;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use libmig::checkpoint::{write_bytes, Image};
-use libmig::msg::Tid;
+use libmig::msg::ImageId;
 
-/// A directory of job checkpoints.
+/// A directory of job checkpoints' images.
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
@@ -28,44 +29,37 @@ fn safe(job: &str) -> Option<&str> {
     ok.then_some(job)
 }
 
+/// Make `dir` and its missing parents, private (0700).
+pub fn make_dir(dir: &Path) -> std::io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 impl Store {
     /// The store under `dir`.
     pub fn new(dir: PathBuf) -> Store {
         Store { dir }
     }
 
-    fn generation(&self, job: &str, id: u64) -> Option<PathBuf> {
-        Some(self.dir.join(safe(job)?).join(format!("g{id}")))
+    /// Where `image` is kept here.
+    pub fn path(&self, image: &ImageId) -> Result<PathBuf, String> {
+        let job = safe(&image.job)
+            .ok_or_else(|| format!("job name {:?} cannot name a directory", image.job))?;
+        Ok(self
+            .dir
+            .join(job)
+            .join(format!("g{}", image.gen))
+            .join(format!("t{:x}.img", image.tid)))
     }
 
-    /// Keep VP `tid`'s image of generation `id` of `job`.
-    pub fn save(&self, job: &str, id: u64, tid: Tid, image: &[u8]) -> Result<PathBuf, String> {
-        let dir = self
-            .generation(job, id)
-            .ok_or_else(|| format!("job name {job:?} cannot name a directory"))?;
-        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let path = dir.join(format!("t{tid:x}.img"));
-        write_bytes(&path, image, true).map_err(|e| e.to_string())?;
-        Ok(path)
+    /// Where a copy of `image` from another host is written until whole.
+    pub fn part_path(&self, image: &ImageId) -> Result<PathBuf, String> {
+        Ok(self.path(image)?.with_extension("img.part"))
     }
 
-    /// The images of `tids` in generation `id` of `job`, each checked
-    /// (size, magic, version, checksum) before it is used.
-    pub fn load(&self, job: &str, id: u64, tids: &[Tid]) -> Result<Vec<(Tid, Vec<u8>)>, String> {
-        let dir = self
-            .generation(job, id)
-            .ok_or_else(|| format!("job name {job:?} cannot name a directory"))?;
-        tids.iter()
-            .map(|&tid| {
-                let path = dir.join(format!("t{tid:x}.img"));
-                let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-                Image::check(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-                Ok((tid, bytes))
-            })
-            .collect()
-    }
-
-    /// Drop every generation of `job` but `keep`.
+    /// Drop every generation of `job` but `keep` (none: the job is gone).
     pub fn prune(&self, job: &str, keep: &[u64]) {
         let Some(dir) = safe(job).map(|j| self.dir.join(j)) else {
             return;
@@ -79,13 +73,21 @@ impl Store {
                 .to_str()
                 .and_then(|n| n.strip_prefix('g'))
                 .and_then(|n| n.parse::<u64>().ok());
-            if id.is_some_and(|id| !keep.contains(&id)) {
-                let _ = fs::remove_dir_all(e.path());
+            if id.is_none_or(|id| !keep.contains(&id)) {
+                remove_tree(&e.path());
             }
         }
         if keep.is_empty() {
             let _ = fs::remove_dir(&dir);
         }
+    }
+
+    /// Drop everything kept here (a daemon started again, or fenced: the
+    /// master counts none of it any more); whether there was anything.
+    pub fn clear(&self) -> bool {
+        let had = fs::read_dir(&self.dir).is_ok_and(|mut d| d.next().is_some());
+        remove_tree(&self.dir);
+        had
     }
 
     /// Where the store is.
@@ -94,54 +96,59 @@ impl Store {
     }
 }
 
+/// Remove `path` and what is under it, the files' pages freed off the loop
+/// (`discard`). Nothing is followed out of it.
+fn remove_tree(path: &Path) {
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return;
+    };
+    if meta.is_dir() {
+        for e in fs::read_dir(path).into_iter().flatten().flatten() {
+            remove_tree(&e.path());
+        }
+        let _ = fs::remove_dir(path);
+    } else {
+        crate::discard::remove_later(path);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use libmig::checkpoint::{Header, LibState};
 
-    fn image(tid: Tid) -> Vec<u8> {
-        let img = Image {
-            header: Header {
-                tid,
-                job: "j1".into(),
-                vp: 0,
-                program: "p".into(),
-                args: vec![],
-                cwd: "/".into(),
-                env: vec![],
-            },
-            state: vec![1, 2, 3],
-            lib: LibState::default(),
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x");
-        img.write_transient(&p).unwrap();
-        fs::read(&p).unwrap()
+    fn id(job: &str, gen: u64) -> ImageId {
+        ImageId {
+            job: job.into(),
+            gen,
+            tid: 0x40001,
+        }
     }
 
     #[test]
-    fn images_round_trip_and_a_bad_one_is_named() {
+    fn images_are_kept_per_job_and_generation_and_old_ones_go() {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::new(dir.path().join("ckpt"));
-        let p = s.save("j1", 3, 0x40001, &image(0x40001)).unwrap();
-        s.save("j1", 3, 0x40002, &image(0x40002)).unwrap();
-        assert_eq!(s.load("j1", 3, &[0x40001, 0x40002]).unwrap().len(), 2);
-        // Truncated: refused, naming the file.
-        let bytes = fs::read(&p).unwrap();
-        fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
-        let e = s.load("j1", 3, &[0x40001, 0x40002]).unwrap_err();
-        assert!(e.contains("t40001.img"), "{e}");
-        // A flipped byte: the checksum says so.
-        let mut bad = bytes.clone();
-        let last = bad.len() - 1;
-        bad[last] ^= 1;
-        fs::write(&p, &bad).unwrap();
-        assert!(s.load("j1", 3, &[0x40001]).is_err());
-        assert!(s.load("j1", 4, &[0x40001]).unwrap_err().contains("g4"));
-        assert!(s.save("../x", 1, 1, &bytes).is_err());
-        s.save("j1", 5, 0x40001, &image(0x40001)).unwrap();
-        s.prune("j1", &[5]);
+        let p = s.path(&id("j1", 3)).unwrap();
+        assert!(p.ends_with("ckpt/j1/g3/t40001.img"), "{}", p.display());
+        assert!(s
+            .part_path(&id("j1", 3))
+            .unwrap()
+            .ends_with("g3/t40001.img.part"));
+        assert!(s.path(&id("../x", 1)).is_err());
+        assert!(s.path(&id("", 1)).is_err());
+        for g in [3, 4, 5] {
+            let p = s.path(&id("j1", g)).unwrap();
+            make_dir(p.parent().unwrap()).unwrap();
+            fs::write(&p, b"img").unwrap();
+        }
+        s.prune("j1", &[4, 5]);
         assert!(!dir.path().join("ckpt/j1/g3").exists());
-        assert!(dir.path().join("ckpt/j1/g5").exists());
+        assert!(dir.path().join("ckpt/j1/g5/t40001.img").exists());
+        s.prune("j1", &[]);
+        assert!(!dir.path().join("ckpt/j1").exists());
+        fs::write(s.dir().join("stray"), b"x").unwrap();
+        assert!(s.clear());
+        assert!(!s.dir().exists());
+        assert!(!s.clear());
     }
 }

@@ -83,6 +83,14 @@ pub enum CheckpointError {
     Decode(#[from] postcard::Error),
 }
 
+impl CheckpointError {
+    /// Did writing fail for lack of space (ENOSPC, or EDQUOT: a quota)?
+    pub fn no_space(&self) -> bool {
+        matches!(self, CheckpointError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)))
+    }
+}
+
 /// Who the image belongs to and how to start it again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
@@ -291,8 +299,13 @@ fn stream_to(
             crc: 0,
             len: 0,
             progress: progress.map(|p| (p, tmp.clone(), PROGRESS_STEP)),
+            failed: None,
         };
-        body(&mut sink)?;
+        if let Err(e) = body(&mut sink) {
+            // postcard says only that its writer failed ("the serialize
+            // buffer is full"): the writer's own error says why.
+            return Err(sink.failed.take().map_or(e, io));
+        }
         sink.out.flush().map_err(io)?;
         let mut f = sink.out.into_inner().map_err(|e| io(e.into_error()))?;
         let mut pre = [0u8; PREAMBLE];
@@ -311,7 +324,9 @@ fn stream_to(
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
-    publish(&tmp, path, durable)
+    publish(&tmp, path, durable).inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
 }
 
 /// A writer that only counts what it is given.
@@ -343,6 +358,21 @@ struct Summing<'a, W> {
     crc: u32,
     len: u64,
     progress: Option<Progress<'a>>,
+    /// The first error writing met (its encoder reports none of it).
+    failed: Option<io::Error>,
+}
+
+impl<W: Write> Summing<'_, W> {
+    /// Keep a copy of `e` for the caller, and pass it on.
+    fn failed(&mut self, e: io::Error) -> io::Error {
+        if self.failed.is_none() {
+            self.failed = Some(match e.raw_os_error() {
+                Some(code) => io::Error::from_raw_os_error(code),
+                None => io::Error::new(e.kind(), e.to_string()),
+            });
+        }
+        e
+    }
 }
 
 impl<W: Write> Write for Summing<'_, W> {
@@ -350,12 +380,21 @@ impl<W: Write> Write for Summing<'_, W> {
         // A megabyte at a time, so the sum reads what the write just
         // brought into the cache (one pass over memory, not two). As large
         // as the buffer behind it, which then passes it straight on.
-        let n = self.out.write(&buf[..buf.len().min(1 << 20)])?;
+        let n = match self.out.write(&buf[..buf.len().min(1 << 20)]) {
+            Ok(n) => n,
+            Err(e) => return Err(self.failed(e)),
+        };
         self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
         self.len += n as u64;
-        if let Some((tell, file, next)) = &mut self.progress {
-            if self.len >= *next {
-                self.out.flush()?;
+        if self
+            .progress
+            .as_ref()
+            .is_some_and(|(_, _, next)| self.len >= *next)
+        {
+            if let Err(e) = self.out.flush() {
+                return Err(self.failed(e));
+            }
+            if let Some((tell, file, next)) = &mut self.progress {
                 tell(file, PREAMBLE as u64 + self.len);
                 *next = self.len + PROGRESS_STEP;
             }
@@ -807,6 +846,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = Image::read(&dir.path().join("none")).unwrap_err();
         assert!(missing.to_string().contains("none"), "{missing}");
+    }
+
+    #[test]
+    fn a_write_that_fails_says_why_not_that_the_serialize_buffer_is_full() {
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::from_raw_os_error(libc::ENOSPC))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut sink = Summing {
+            out: Full,
+            crc: 0,
+            len: 0,
+            progress: None,
+            failed: None,
+        };
+        // What postcard says of it...
+        let e = postcard::to_io(&vec![7u8; 100], &mut sink).err();
+        assert_eq!(e, Some(postcard::Error::SerializeBufferFull));
+        // ...and what the writer kept: the reason, and that it is space.
+        let e = CheckpointError::Io {
+            path: "t40001.snap".into(),
+            source: sink.failed.take().unwrap(),
+        };
+        assert!(e.no_space());
+        assert!(e.to_string().contains("No space left on device"), "{e}");
+        let other = CheckpointError::Io {
+            path: "x".into(),
+            source: io::Error::from_raw_os_error(libc::EIO),
+        };
+        assert!(!other.no_space());
     }
 
     #[test]

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
-    Envelope, HostFacts, HostUsage, IoClass, JobClass, JobFileCopy, OwnerReport, OwnerState,
-    PeerMsg, Request, SliceReport, SnapStep, SourceReport, SpawnSpec, StartVp, Switch, VpMsg,
+    Envelope, HostFacts, HostUsage, ImageId, IoClass, JobClass, JobFileCopy, OwnerReport,
+    OwnerState, PeerMsg, Request, SliceReport, SnapStep, SourceReport, SpawnSpec, StartVp, Switch,
+    VpMsg,
 };
 
 fn fixtures() -> PathBuf {
@@ -99,17 +100,37 @@ fn peer_msgs() -> Vec<PeerMsg> {
             why: "declared dead".into(),
         },
         PeerMsg::Part { last: true },
-        PeerMsg::FetchReplica {
-            job: "j1".into(),
-            id: 3,
-            tid: 0x40001,
+        PeerMsg::ImageKept {
+            image: image_id(),
+            size: 25_165_848,
+            crc: 0xdead_beef,
         },
-        PeerMsg::ReplicaImage {
-            job: "j1".into(),
-            id: 3,
-            tid: 0x40001,
-            image: Err("damaged".into()),
+        PeerMsg::ImageFailed {
+            image: image_id(),
+            host: "h2".into(),
+            reason: "No space left on device (os error 28)".into(),
         },
+        PeerMsg::CopyImage {
+            image: image_id(),
+            to: "h3".into(),
+            start: None,
+        },
+        PeerMsg::ImagePart {
+            image: image_id(),
+            at: 4 << 20,
+            total: 25_165_848,
+            last: false,
+        },
+        PeerMsg::CheckImage { image: image_id() },
+        PeerMsg::ImageChecked {
+            image: image_id(),
+            result: Err("damaged".into()),
+        },
+        PeerMsg::PruneImages {
+            job: "j1".into(),
+            keep: vec![4, 5],
+        },
+        PeerMsg::RestoreOff { tid: 0x40002 },
         PeerMsg::Consensus {
             from: 2,
             msg: vec![8, 3, 16, 1],
@@ -137,9 +158,22 @@ fn peer_msgs() -> Vec<PeerMsg> {
             vps: vec![(0x40001, 1250)],
             free_memory_mb: Some(1500),
             io_busy: Some(0.25),
+            state_free_mb: Some(6),
+            state_full: true,
         }),
         PeerMsg::Recall { tid: 0x40001 },
-        PeerMsg::Missing { tid: 0x40002 },
+        PeerMsg::Missing {
+            tid: 0x40002,
+            reason: "No space left on device".into(),
+        },
+        PeerMsg::Snap {
+            tid: 0x40002,
+            step: SnapStep::Failed {
+                id: 5,
+                reason: "No space left on device".into(),
+                no_space: true,
+            },
+        },
         PeerMsg::Slicing(SliceReport {
             generation: 6,
             switches: vec![Switch {
@@ -161,6 +195,14 @@ fn peer_msgs() -> Vec<PeerMsg> {
     ]
 }
 
+fn image_id() -> ImageId {
+    ImageId {
+        job: "j1".into(),
+        gen: 3,
+        tid: 0x40001,
+    }
+}
+
 fn vp_msgs() -> Vec<VpMsg> {
     vec![
         VpMsg::Send {
@@ -171,6 +213,10 @@ fn vp_msgs() -> Vec<VpMsg> {
             path: "/state/t40001.ckpt".into(),
         },
         VpMsg::Movable,
+        VpMsg::CheckpointFailed {
+            reason: "No space left on device (os error 28)".into(),
+            no_space: true,
+        },
         VpMsg::PauseNotice { signal: 10 },
         VpMsg::Quiesced,
         VpMsg::Ring { bytes: 1 << 19 },

@@ -51,7 +51,10 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             bail!("unexpected reply")
         };
         let Some(v) = vps.iter().find(|v| v.tid == tid) else {
-            bail!("VP {} ended while it moved", a.tid)
+            bail!(
+                "VP {} ended while it moved (`mig jobs` shows how its job ended)",
+                a.tid
+            )
         };
         let at = v.host.as_deref().unwrap_or("-");
         if v.state == "running" && at == a.to {
@@ -64,10 +67,18 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         }
         seen_moving |= v.state.starts_with("moving");
         if v.state == "running" && (seen_moving || started.elapsed() > SETTLE) {
-            bail!(
-                "VP {} did not move: it runs on on {at} (the master's log, migd.log, says why)",
-                a.tid
-            );
+            match &v.move_failed {
+                Some(why) => bail!(
+                    "VP {} did not move to {}: {why}; it runs on {at} as before",
+                    a.tid,
+                    a.to
+                ),
+                None => bail!(
+                    "VP {} did not move: it runs on {at} as before (the master's log, migd.log, \
+                     says why)",
+                    a.tid
+                ),
+            }
         }
         if started.elapsed() > MOVE_WAIT {
             bail!(

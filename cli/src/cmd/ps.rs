@@ -32,7 +32,8 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             .map(|v| {
                 serde_json::json!({"tid": format!("t{:x}", v.tid), "job": v.job, "vp": v.vp,
                     "host": v.host, "pid": v.pid, "state": v.state, "movable": v.movable,
-                    "command": v.command, "started_ms": v.started_ms, "cpu_ms": v.cpu_ms})
+                    "command": v.command, "started_ms": v.started_ms, "cpu_ms": v.cpu_ms,
+                    "move_failed": v.move_failed})
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));

@@ -519,6 +519,8 @@ mod tests {
             free_memory_mb: None,
             reserved_memory_mb: 0,
             io_busy: None,
+            state_free_mb: None,
+            state_full: false,
         }
     }
 
@@ -550,6 +552,7 @@ mod tests {
             command: "pi".into(),
             started_ms: Some(1),
             cpu_ms: Some(5),
+            move_failed: None,
         }
     }
 

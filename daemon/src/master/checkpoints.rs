@@ -1,16 +1,35 @@
-//! Job checkpoints: consistent rounds (every VP stopped at a safe point, told
-//! what its peers sent it, its image kept), periodic ones, and restarting a
-//! job from its newest complete generation.
+//! Job checkpoints: consistent rounds (every VP stopped at a safe point,
+//! told what its peers sent it, its image written and kept by its own
+//! host), the copies that give every image two live copies (made host to
+//! host: the master hears only where each copy is, its size and its sum),
+//! periodic rounds, a new copy when a host holding one dies, and
+//! restarting a job from its newest generation of which an intact copy of
+//! every image is found.
+//!
+//! What does not live here: reading, writing or sending images (the
+//! server, `store`, `keeper`).
 
 use super::*;
+use libmig::msg::ImageId;
+use records::{Hunt, ImageRec};
 
 /// A periodic checkpoint comes at most once per this many times its
 /// duration.
 const CKPT_SHARE: u32 = 50;
 
+/// How long the holders of a generation's images may take to read them
+/// through before a restart gives that generation up.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The rate a copy is expected to go at, at least (bytes a second): a copy
+/// that has not arrived within the checkpoint timeout plus its size at
+/// this rate is ordered again elsewhere.
+const COPY_RATE: u64 = 8 << 20;
+
 impl Master {
     /// Checkpoint jobs every `every` (none: only on request); a checkpoint
-    /// not done within `timeout` is given up.
+    /// whose VPs have not all written their image within `timeout` is
+    /// given up.
     pub fn set_checkpointing(&mut self, every: Option<Duration>, timeout: Duration) {
         self.checkpoint_every = every;
         self.checkpoint_timeout = timeout;
@@ -57,9 +76,11 @@ impl Master {
             id,
             members: hosts.iter().map(|(t, _)| *t).collect(),
             started: self.now,
+            progress: self.now,
             paused: HashMap::new(),
-            taken: HashMap::new(),
-            replicas: BTreeMap::new(),
+            taken: BTreeSet::new(),
+            resumed: false,
+            images: BTreeMap::new(),
             waiters: from.into_iter().collect(),
         });
         let mut out = vec![Out::Log(format!(
@@ -116,91 +137,431 @@ impl Master {
         })
     }
 
-    /// VP `tid`'s image of checkpoint `id` arrived from `host`: keep it here
-    /// (and on a third host when `host` is this one); once all are in, the
-    /// checkpoint is good and the VPs go on.
-    pub(super) fn snap_image(&mut self, host: &str, tid: Tid, id: u64, image: Vec<u8>) -> Vec<Out> {
-        let me = self.name.clone();
-        let now = self.now;
-        let spare = self
-            .hosts
-            .iter()
-            .find(|(n, h)| h.alive && **n != me)
-            .map(|(n, _)| n.clone());
+    /// VP `tid` wrote its image of checkpoint `id` (its host keeps it and
+    /// says so with `ImageKept`). Once all have, they go on: the images
+    /// are copied meanwhile.
+    pub(super) fn snap_taken(&mut self, tid: Tid, id: u64) -> Vec<Out> {
         let Some((job, j)) = self.round_of(tid, id) else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        // The other copy: kept by the VP's host, or sent to a third.
-        let replica = if host == me {
-            spare.clone()
-        } else {
-            Some(host.to_string())
+        let Some(r) = j.ckpt.round.as_mut() else {
+            return Vec::new();
         };
-        if let (Some(r), Some(at)) = (j.ckpt.round.as_mut(), replica) {
-            r.replicas.insert(tid, at);
+        r.taken.insert(tid);
+        if r.resumed || r.taken.len() < r.members.len() {
+            return Vec::new();
         }
-        if host == me {
-            // The image lives on this host already: one copy elsewhere.
-            if let Some(other) = spare {
-                out.push(Out::ToHost(
-                    other,
-                    PeerMsg::Replica {
-                        job: job.clone(),
-                        id,
-                        tid,
-                        image: image.clone(),
-                    },
+        r.resumed = true;
+        let members = r.members.clone();
+        let mut out = vec![Out::Log(format!(
+            "job {job}: every VP wrote its image of generation {id}; they go on while the images \
+             are copied"
+        ))];
+        out.extend(to_every_vp(j, &members, |_| SnapStep::Resume { id }));
+        out.extend(self.copy_images(&job));
+        out
+    }
+
+    /// VP `tid` could not write its image of checkpoint `id` on `host`:
+    /// the checkpoint fails, and the job goes on as it was.
+    pub(super) fn snap_failed(&mut self, host: &str, tid: Tid, id: u64, reason: &str) -> Vec<Out> {
+        let Some((job, _)) = self.round_of(tid, id) else {
+            return Vec::new();
+        };
+        self.fail_round(
+            &job,
+            &format!("VP t{tid:x} could not write its image on {host}: {reason}"),
+        )
+    }
+
+    /// `host` keeps a checked, durable copy of `image`.
+    pub(super) fn image_kept(
+        &mut self,
+        host: &str,
+        image: ImageId,
+        size: u64,
+        crc: u32,
+    ) -> Vec<Out> {
+        let now = self.now;
+        let ids = self.checkpoint_ids(&image.job);
+        let Some(j) = self.jobs.get_mut(&image.job) else {
+            return vec![prune_at(host, &image.job, Vec::new())];
+        };
+        let in_round = j.ckpt.round.as_mut().filter(|r| r.id == image.gen);
+        let is_round = in_round.is_some();
+        let rec = match in_round {
+            Some(r) => {
+                r.progress = now;
+                Some(r.images.entry(image.tid).or_default())
+            }
+            None => j
+                .ckpt
+                .good
+                .iter_mut()
+                .find(|g| g.id == image.gen)
+                .and_then(|g| g.images.get_mut(&image.tid)),
+        };
+        let Some(rec) = rec else {
+            // A generation given up meanwhile: its copy goes.
+            return vec![prune_at(host, &image.job, ids)];
+        };
+        if rec.copying.as_ref().is_some_and(|(_, to, _)| to == host) {
+            rec.copying = None;
+        }
+        let mut out = Vec::new();
+        if rec.holders.is_empty() {
+            rec.size = size;
+            rec.crc = crc;
+        } else if (rec.size, rec.crc) != (size, crc) {
+            rec.refused
+                .insert(host.to_string(), "its copy differs from the first".into());
+            out.push(Out::Log(format!(
+                "{image}: the copy on {host} ({size} bytes, sum {crc:08x}) differs from the \
+                 first ({} bytes, sum {:08x}): not counted",
+                rec.size, rec.crc
+            )));
+            out.extend(self.copy_images(&image.job));
+            return out;
+        }
+        rec.holders.insert(host.to_string());
+        if !is_round {
+            let on: Vec<&str> = rec.holders.iter().map(String::as_str).collect();
+            out.push(Out::Log(format!(
+                "{image}: a new copy on {host} (copies on {})",
+                on.join(", ")
+            )));
+        }
+        out.extend(self.copy_images(&image.job));
+        out
+    }
+
+    /// `host` has no usable copy of `image` (`reporter` says so: the host
+    /// itself, or the one that was sending it a copy): another is made
+    /// elsewhere, or the checkpoint fails if the image has no copy left.
+    pub(super) fn image_failed(
+        &mut self,
+        reporter: &str,
+        image: ImageId,
+        host: &str,
+        reason: &str,
+    ) -> Vec<Out> {
+        let Some(j) = self.jobs.get_mut(&image.job) else {
+            return Vec::new();
+        };
+        let in_round = j.ckpt.round.as_mut().filter(|r| r.id == image.gen);
+        let is_round = in_round.is_some();
+        let rec = match in_round {
+            Some(r) => r.images.get_mut(&image.tid),
+            None => j
+                .ckpt
+                .good
+                .iter_mut()
+                .find(|g| g.id == image.gen)
+                .and_then(|g| g.images.get_mut(&image.tid)),
+        };
+        let mut out = vec![Out::Log(format!(
+            "{image}: no copy on {host}: {reason}{}",
+            if reporter == host {
+                String::new()
+            } else {
+                format!(" (says {reporter})")
+            }
+        ))];
+        // A restart was bringing the VP back from that copy.
+        let restoring = j.ckpt.restoring_from.get(&image.tid) == Some(&(image.gen, host.into()));
+        match rec {
+            Some(rec) => {
+                rec.holders.remove(host);
+                rec.refused.insert(host.to_string(), reason.to_string());
+                if rec
+                    .copying
+                    .as_ref()
+                    .is_some_and(|(from, to, _)| from == host || to == host)
+                {
+                    rec.copying = None;
+                }
+                let none_left = rec.holders.is_empty();
+                if none_left && is_round {
+                    out.extend(self.fail_round(
+                        &image.job,
+                        &format!("{image} could not be kept on {host}: {reason}"),
+                    ));
+                    return out;
+                }
+                if none_left {
+                    out.extend(self.generation_lost(&image.job, image.gen, &image));
+                }
+            }
+            // Its VP's own host could not keep it: the round fails.
+            None if is_round => {
+                out.extend(self.fail_round(
+                    &image.job,
+                    &format!("{image} could not be kept on {host}: {reason}"),
                 ));
+                return out;
+            }
+            None => {}
+        }
+        out.extend(self.copy_images(&image.job));
+        // It looks for the images again (another copy).
+        if restoring {
+            out.extend(self.restart_job(&image.job, None));
+        }
+        out
+    }
+
+    /// Generation `id` of `job` has lost every copy of `image`: it is no
+    /// use any more.
+    fn generation_lost(&mut self, job: &str, id: u64, image: &ImageId) -> Vec<Out> {
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Vec::new();
+        };
+        let before = j.ckpt.good.len();
+        j.ckpt.good.retain(|g| g.id != id);
+        if j.ckpt.good.len() == before {
+            return Vec::new();
+        }
+        let keep = j.ckpt.good.iter().map(|g| g.id).collect();
+        vec![
+            Out::Log(format!(
+                "job {job}: generation {id} of its checkpoint lost its last copy of {image}"
+            )),
+            Out::Broadcast(PeerMsg::PruneImages {
+                job: job.to_string(),
+                keep,
+            }),
+        ]
+    }
+
+    /// The generations of `job` whose images hosts should keep.
+    fn checkpoint_ids(&self, job: &str) -> Vec<u64> {
+        self.jobs.get(job).map_or_else(Vec::new, |j| {
+            j.ckpt
+                .good
+                .iter()
+                .map(|g| g.id)
+                .chain(j.ckpt.round.as_ref().map(|r| r.id))
+                .collect()
+        })
+    }
+
+    /// How many copies of each image a generation needs: two, or one
+    /// while the virtual machine has a single live host.
+    fn copies_needed(&self) -> usize {
+        self.hosts.values().filter(|h| h.alive).count().clamp(1, 2)
+    }
+
+    /// Where a new copy of `rec` goes: a live host that has none, has not
+    /// refused one and whose state directory is not full; not the master
+    /// where another will do (its loop has the whole machine to serve),
+    /// then the one with the most space.
+    fn copy_target(&self, rec: &ImageRec) -> Option<String> {
+        self.hosts
+            .iter()
+            .filter(|(n, h)| {
+                h.alive
+                    && !h.state_full
+                    && !rec.holders.contains(*n)
+                    && !rec.refused.contains_key(*n)
+            })
+            .min_by_key(|(n, h)| {
+                (
+                    h.master,
+                    std::cmp::Reverse(h.state_free_mb.unwrap_or(0)),
+                    (*n).clone(),
+                )
+            })
+            .map(|(n, _)| n.clone())
+    }
+
+    /// Every image of `job` (its round's and its complete generations')
+    /// with fewer copies than it needs and none on its way gets one: a
+    /// live holder is told to send it to another host. A round whose
+    /// every image has its copies is complete; one with an image that no
+    /// host can keep a copy of fails.
+    pub(super) fn copy_images(&mut self, job: &str) -> Vec<Out> {
+        let need = self.copies_needed();
+        let now = self.now;
+        let timeout = self.checkpoint_timeout;
+        let alive: BTreeSet<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.alive)
+            .map(|(n, _)| n.clone())
+            .collect();
+        // (id, image, from, to) of the copies to order, and the images no
+        // host can take.
+        let mut orders: Vec<(u64, Tid, String, String)> = Vec::new();
+        let mut stuck: Vec<(bool, ImageId, String)> = Vec::new();
+        let mut overdue: Vec<(u64, Tid, ImageRec)> = Vec::new();
+        let Some(j) = self.jobs.get(job) else {
+            return Vec::new();
+        };
+        let round = j.ckpt.round.as_ref().map(|r| (true, r.id, &r.images));
+        let gens = j.ckpt.good.iter().map(|g| (false, g.id, &g.images));
+        for (in_round, id, images) in round.into_iter().chain(gens) {
+            for (&tid, rec) in images {
+                let live = rec.holders.iter().filter(|h| alive.contains(*h)).count();
+                let late = rec.copying.as_ref().is_some_and(|(from, to, since)| {
+                    !alive.contains(from)
+                        || !alive.contains(to)
+                        || now.saturating_duration_since(*since)
+                            > timeout + Duration::from_secs(rec.size / COPY_RATE)
+                });
+                if live >= need || live == 0 || (rec.copying.is_some() && !late) {
+                    continue;
+                }
+                let mut rec = rec.clone();
+                if late {
+                    if let Some((_, to, _)) = rec.copying.take() {
+                        rec.refused
+                            .insert(to, "the copy did not arrive in time".into());
+                    }
+                }
+                let from = rec.holders.iter().find(|h| alive.contains(*h)).cloned();
+                match (from, self.copy_target(&rec)) {
+                    (Some(from), Some(to)) => orders.push((id, tid, from, to)),
+                    _ => {
+                        let why = if rec.refused.is_empty() {
+                            "no other live host".to_string()
+                        } else {
+                            rec.refused
+                                .iter()
+                                .map(|(h, why)| format!("{h}: {why}"))
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        };
+                        let image = ImageId {
+                            job: job.to_string(),
+                            gen: id,
+                            tid,
+                        };
+                        stuck.push((in_round, image, why));
+                    }
+                }
+                if late {
+                    // Refused by the host that did not answer in time.
+                    overdue.push((id, tid, rec));
+                }
             }
         }
-        let size = image.len();
-        out.push(Out::StoreImage {
-            job: job.clone(),
-            id,
-            tid,
-            image,
-        });
-        let Some(r) = j.ckpt.round.as_mut() else {
-            return out;
+        for (id, tid, rec) in overdue {
+            if let Some(r) = self.image_rec(job, id, tid) {
+                *r = rec;
+            }
+        }
+        let mut out = Vec::new();
+        for (id, tid, from, to) in orders {
+            if let Some(r) = self.image_rec(job, id, tid) {
+                r.copying = Some((from.clone(), to.clone(), now));
+            }
+            let image = ImageId {
+                job: job.to_string(),
+                gen: id,
+                tid,
+            };
+            out.push(Out::Log(format!("{image}: copying it from {from} to {to}")));
+            out.push(Out::ToHost(
+                from,
+                PeerMsg::CopyImage {
+                    image,
+                    to,
+                    start: None,
+                },
+            ));
+        }
+        for (in_round, image, why) in stuck {
+            if in_round {
+                out.extend(self.fail_round(
+                    job,
+                    &format!("no second copy of {image} could be kept ({why})"),
+                ));
+                return out;
+            }
+            if let Some(r) = self.image_rec(job, image.gen, image.tid) {
+                if !std::mem::replace(&mut r.short_said, true) {
+                    out.push(Out::Log(format!(
+                        "{image} has one copy: no other host can keep one now ({why}); another \
+                         is made when one can"
+                    )));
+                }
+            }
+        }
+        out.extend(self.round_complete(job));
+        out
+    }
+
+    /// The record of `tid`'s image in generation `id` of `job` (its round
+    /// or a complete generation).
+    fn image_rec(&mut self, job: &str, id: u64, tid: Tid) -> Option<&mut ImageRec> {
+        let j = self.jobs.get_mut(job)?;
+        if let Some(r) = j.ckpt.round.as_mut().filter(|r| r.id == id) {
+            return r.images.get_mut(&tid);
+        }
+        j.ckpt
+            .good
+            .iter_mut()
+            .find(|g| g.id == id)?
+            .images
+            .get_mut(&tid)
+    }
+
+    /// `job`'s round, if its VPs went on and every image has the copies it
+    /// needs: a complete generation (the last two are kept).
+    fn round_complete(&mut self, job: &str) -> Vec<Out> {
+        let need = self.copies_needed();
+        let alive = |h: &String| self.hosts.get(h).is_some_and(|r| r.alive);
+        let now = self.now;
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Vec::new();
         };
-        r.taken.insert(tid, size);
-        if r.taken.len() < r.members.len() {
-            return out;
+        let done = j.ckpt.round.as_ref().is_some_and(|r| {
+            r.resumed
+                && r.members.iter().all(|t| {
+                    r.images
+                        .get(t)
+                        .is_some_and(|i| i.holders.iter().filter(|h| alive(h)).count() >= need)
+                })
+        });
+        if !done {
+            return Vec::new();
         }
         let Some(r) = j.ckpt.round.take() else {
-            return out;
+            return Vec::new();
         };
+        let id = r.id;
         let vps = j
             .vps
             .iter()
             .filter(|(_, v)| r.members.contains(&v.tid))
             .map(|(&vp, _)| vp)
             .collect();
+        let bytes: u64 = r.images.values().map(|i| i.size).sum();
+        let n = r.images.len();
         j.ckpt.good.push(Generation {
             id,
             vps,
-            replicas: r.replicas.clone(),
-            kept_by: me,
+            images: r.images,
         });
         let extra = j.ckpt.good.len().saturating_sub(2);
         j.ckpt.good.drain(..extra);
-        let bytes: usize = r.taken.values().sum();
         let took = now.saturating_duration_since(r.started);
         j.ckpt.took = Some(took);
+        let copies = match need {
+            1 => "one copy each (the virtual machine has one live host)".to_string(),
+            n => format!("{n} copies each, on different hosts"),
+        };
         let message = format!(
-            "job {job} checkpointed (generation {id}): {}, {bytes} bytes",
-            libmig::words::count(r.taken.len() as u64, "VP", "VPs")
+            "job {job} checkpointed (generation {id}): {}, {bytes} bytes, {copies}",
+            libmig::words::count(n as u64, "VP", "VPs")
         );
-        out.push(Out::Log(format!(
-            "{message}, in about {} ms",
-            took.as_millis()
-        )));
-        out.extend(to_every_vp(j, &r.members, |_| SnapStep::Resume { id }));
-        out.push(Out::PruneCheckpoints {
-            job: job.clone(),
-            keep: j.ckpt.good.iter().map(|g| g.id).collect(),
-        });
+        let mut out = vec![
+            Out::Log(format!("{message}, in about {} ms", took.as_millis())),
+            Out::Broadcast(PeerMsg::PruneImages {
+                job: job.to_string(),
+                keep: j.ckpt.good.iter().map(|g| g.id).collect(),
+            }),
+        ];
         for w in r.waiters {
             out.push(Out::Reply(
                 w,
@@ -212,18 +573,65 @@ impl Master {
         out
     }
 
-    /// Periodic checkpoints, and rounds that take too long given up.
+    /// `job`'s round fails for `why`: its VPs go on (if they were still
+    /// stopped for it), whoever asked hears why, and every copy of its
+    /// images goes.
+    pub(super) fn fail_round(&mut self, job: &str, why: &str) -> Vec<Out> {
+        let full: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.alive && h.state_full)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Vec::new();
+        };
+        let Some(r) = j.ckpt.round.take() else {
+            return Vec::new();
+        };
+        let mut out = vec![Out::Log(format!(
+            "checkpoint {} of job {job} failed: {why}; the job goes on as it was",
+            r.id
+        ))];
+        if !r.resumed {
+            out.extend(to_every_vp(j, &r.members, |_| SnapStep::Abort { id: r.id }));
+        }
+        out.push(Out::Broadcast(PeerMsg::PruneImages {
+            job: job.to_string(),
+            keep: j.ckpt.good.iter().map(|g| g.id).collect(),
+        }));
+        let next = if full.is_empty() {
+            format!("`mig checkpoint {job}` again")
+        } else {
+            format!(
+                "the state directory of {} is full (`mig hosts` shows it): free space there and \
+                 `mig checkpoint {job}` again",
+                full.join(", ")
+            )
+        };
+        for w in r.waiters {
+            out.push(Out::Reply(
+                w,
+                Response::Error {
+                    message: format!(
+                        "checkpoint of job {job} failed: {why}; the job goes on as it was; {next}"
+                    ),
+                },
+            ));
+        }
+        out
+    }
+
+    /// Periodic checkpoints, rounds that take too long given up, and the
+    /// copies every image needs.
     pub(super) fn checkpoint_tick(&mut self, now: Instant) -> Vec<Out> {
         let mut out = Vec::new();
         let timeout = self.checkpoint_timeout;
         let mut due = Vec::new();
+        let mut late = Vec::new();
         for (job, j) in &mut self.jobs {
-            if let Some(r) = j
-                .ckpt
-                .round
-                .take_if(|r| now.duration_since(r.started) > timeout)
-            {
-                let late = |done: &dyn Fn(&Tid) -> bool| {
+            if let Some(r) = &j.ckpt.round {
+                let list = |done: &dyn Fn(&Tid) -> bool| {
                     r.members
                         .iter()
                         .filter(|t| !done(t))
@@ -231,20 +639,27 @@ impl Master {
                         .collect::<Vec<_>>()
                         .join(" ")
                 };
-                out.push(Out::Log(format!(
-                    "checkpoint {} of job {job} given up: not every VP reached a safe point within {} s (not paused: [{}]; no image: [{}])",
-                    r.id,
-                    timeout.as_secs(),
-                    late(&|t| r.paused.contains_key(t)),
-                    late(&|t| r.taken.contains_key(t)),
-                )));
-                out.extend(to_every_vp(j, &r.members, |_| SnapStep::Abort { id: r.id }));
-                for w in r.waiters {
-                    out.push(Out::Reply(
-                        w,
-                        Response::Error {
-                            message: format!("checkpoint of job {job} given up: not every VP reached a safe point"),
-                        },
+                if !r.resumed && now.duration_since(r.started) > timeout {
+                    late.push((
+                        job.clone(),
+                        format!(
+                            "not every VP reached a safe point and wrote its image within {} s \
+                             (not paused: [{}]; no image: [{}])",
+                            timeout.as_secs(),
+                            list(&|t| r.paused.contains_key(t)),
+                            list(&|t| r.taken.contains(t)),
+                        ),
+                    ));
+                }
+                let left: u64 = r.images.values().map(|i| i.size).sum();
+                let copies_for = timeout + Duration::from_secs(left / COPY_RATE);
+                if r.resumed && now.duration_since(r.progress) > copies_for {
+                    late.push((
+                        job.clone(),
+                        format!(
+                            "its images did not get their copies within {} s",
+                            copies_for.as_secs()
+                        ),
                     ));
                 }
             }
@@ -265,8 +680,67 @@ impl Master {
                 due.push(job.clone());
             }
         }
+        for (job, why) in late {
+            out.extend(self.fail_round(&job, &why));
+        }
+        let jobs: Vec<String> = self.jobs.keys().cloned().collect();
+        for job in jobs {
+            out.extend(self.copy_images(&job));
+        }
+        out.extend(self.hunts_overdue(now));
         for job in due {
             out.extend(self.checkpoint_job(&job, None));
+        }
+        out
+    }
+
+    /// `host` is gone: its copies of images with it. Images left with
+    /// fewer copies than they need get one elsewhere at once; a generation
+    /// that lost an image's every copy is dropped, a round fails.
+    pub(super) fn images_host_gone(&mut self, host: &str) -> Vec<Out> {
+        let mut out = Vec::new();
+        let mut lost: Vec<(String, u64, ImageId)> = Vec::new();
+        let mut failed: Vec<(String, String)> = Vec::new();
+        for (job, j) in &mut self.jobs {
+            if let Some(r) = &mut j.ckpt.round {
+                for (&tid, rec) in &mut r.images {
+                    forget_holder(rec, host);
+                    if rec.holders.is_empty() {
+                        let image = ImageId {
+                            job: job.clone(),
+                            gen: r.id,
+                            tid,
+                        };
+                        failed.push((
+                            job.clone(),
+                            format!("{image} was kept only on {host}, gone"),
+                        ));
+                    }
+                }
+            }
+            for g in &mut j.ckpt.good {
+                for (&tid, rec) in &mut g.images {
+                    forget_holder(rec, host);
+                    if rec.holders.is_empty() {
+                        let image = ImageId {
+                            job: job.clone(),
+                            gen: g.id,
+                            tid,
+                        };
+                        lost.push((job.clone(), g.id, image));
+                    }
+                }
+            }
+        }
+        for (job, why) in failed {
+            out.extend(self.fail_round(&job, &why));
+        }
+        for (job, id, image) in lost {
+            out.extend(self.generation_lost(&job, id, &image));
+        }
+        let jobs: Vec<String> = self.jobs.keys().cloned().collect();
+        for job in jobs {
+            out.extend(self.copy_images(&job));
         }
         out
     }
@@ -274,14 +748,19 @@ impl Master {
     /// Restart `job` from its newest checkpoint of which an intact copy of
     /// every image exists: `mig restart`, and automatically when a host
     /// dies under a job that has a checkpoint. Nothing is stopped yet: the
-    /// server first looks for the images (`Out::CheckImages`: its own
-    /// copies, then the replicas on other hosts) and answers with
-    /// `images_checked`.
+    /// hosts holding the images are asked to read them through first.
     pub(super) fn restart_job(&mut self, job: &str, from: Option<Requester>) -> Vec<Out> {
         let err = |m: String| match &from {
             Some(r) => vec![Out::Reply(r.clone(), Response::Error { message: m })],
             None => vec![Out::Log(m)],
         };
+        let alive: BTreeSet<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.alive)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let now = self.now;
         let Some(j) = self.jobs.get_mut(job) else {
             return err(format!("no job {job:?}; `mig ps` lists them"));
         };
@@ -294,49 +773,198 @@ impl Master {
             p.from.extend(from);
             return Vec::new();
         }
-        // Each image's other copy: on its replica host, or, that host gone,
-        // on the master that kept the first copies when that was another.
-        let alive = |h: &String| self.hosts.get(h).is_some_and(|r| r.alive);
-        let me = &self.name;
+        let mut missing = Vec::new();
         let gens = j
             .ckpt
             .good
             .iter()
             .rev()
-            .map(|g| {
-                let images = g
-                    .vps
-                    .iter()
-                    .filter_map(|vp| j.vps.get(vp))
-                    .map(|v| {
-                        let replica = g.replicas.get(&v.tid);
-                        let keeper = Some(&g.kept_by).filter(|k| *k != me && alive(k));
-                        let other = replica.filter(|r| alive(r)).or(keeper).or(replica);
-                        (v.tid, other.cloned())
-                    })
-                    .collect();
-                (g.id, images)
+            .filter_map(|g| {
+                let mut images = BTreeMap::new();
+                for vp in &g.vps {
+                    let Some(v) = j.vps.get(vp) else { continue };
+                    let holders: Vec<String> = g
+                        .images
+                        .get(&v.tid)
+                        .map(|i| {
+                            i.holders
+                                .iter()
+                                .filter(|h| alive.contains(*h))
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if holders.is_empty() {
+                        missing.push(format!(
+                            "VP t{:x}'s image of generation {} (no live host keeps a copy)",
+                            v.tid, g.id
+                        ));
+                        return None;
+                    }
+                    images.insert(v.tid, holders);
+                }
+                Some((g.id, images))
             })
             .collect();
         j.ckpt.restart = Some(PendingRestart {
             lost: from.is_none(),
             from: from.into_iter().collect(),
-        });
-        vec![
-            Out::Log(format!("job {job}: looking for its checkpoint's images")),
-            Out::CheckImages {
-                job: job.to_string(),
+            hunt: Some(Hunt {
                 gens,
-            },
-        ]
+                have: BTreeMap::new(),
+                asked: BTreeMap::new(),
+                deadline: now + CHECK_TIMEOUT,
+                missing,
+            }),
+        });
+        let mut out = vec![Out::Log(format!(
+            "job {job}: looking for its checkpoint's images"
+        ))];
+        out.extend(self.hunt_on(job));
+        out
     }
 
-    /// The server looked for `job`'s images: `Ok` with the newest
-    /// generation of which every image is intact, and the images; `Err`
-    /// says what is missing. Restarts the job from them, or leaves it as it
-    /// was (a `mig restart` fails), or, when a host died under it and it
+    /// The search for `job`'s images goes on: the generation at the front
+    /// is whole once every image was found intact on a holder; each image
+    /// not yet found is asked of its next holder; a generation with an
+    /// image that no holder has intact is given up for the next.
+    fn hunt_on(&mut self, job: &str) -> Vec<Out> {
+        let now = self.now;
+        let Some(h) = self
+            .jobs
+            .get_mut(job)
+            .and_then(|j| j.ckpt.restart.as_mut())
+            .and_then(|p| p.hunt.as_mut())
+        else {
+            return Vec::new();
+        };
+        let Some((id, images)) = h.gens.front() else {
+            let why = if h.missing.is_empty() {
+                "no checkpoint generation left".to_string()
+            } else {
+                format!("no intact copy of {}", h.missing.join("; "))
+            };
+            return self.images_checked(job, Err(why));
+        };
+        let id = *id;
+        if images.keys().all(|t| h.have.contains_key(t)) {
+            let found = std::mem::take(&mut h.have);
+            return self.images_checked(job, Ok((id, found)));
+        }
+        let mut out = Vec::new();
+        for (&tid, holders) in images {
+            if h.have.contains_key(&tid) || h.asked.contains_key(&tid) {
+                continue;
+            }
+            let Some(holder) = holders.first() else {
+                continue;
+            };
+            h.asked.insert(tid, holder.clone());
+            out.push(Out::ToHost(
+                holder.clone(),
+                PeerMsg::CheckImage {
+                    image: ImageId {
+                        job: job.to_string(),
+                        gen: id,
+                        tid,
+                    },
+                },
+            ));
+        }
+        h.deadline = now + CHECK_TIMEOUT;
+        out
+    }
+
+    /// `host` read its copy of `image` through: intact, or not (its next
+    /// holder is asked; with none left, the generation is given up).
+    pub(super) fn image_checked(
+        &mut self,
+        host: &str,
+        image: ImageId,
+        result: Result<(), String>,
+    ) -> Vec<Out> {
+        let job = image.job.clone();
+        let Some(h) = self
+            .jobs
+            .get_mut(&job)
+            .and_then(|j| j.ckpt.restart.as_mut())
+            .and_then(|p| p.hunt.as_mut())
+        else {
+            return Vec::new();
+        };
+        let current = h.gens.front().is_some_and(|g| g.0 == image.gen);
+        if !current || h.asked.get(&image.tid).map(String::as_str) != Some(host) {
+            return Vec::new();
+        }
+        h.asked.remove(&image.tid);
+        let mut out = Vec::new();
+        match result {
+            Ok(()) => {
+                h.have.insert(image.tid, host.to_string());
+            }
+            Err(e) => {
+                out.push(Out::Log(format!("job {job}: {image} on {host}: {e}")));
+                let holders = h.gens.front_mut().and_then(|g| g.1.get_mut(&image.tid));
+                if let Some(holders) = holders {
+                    holders.retain(|x| x != host);
+                    if holders.is_empty() {
+                        h.missing.push(format!("{image} (on {host}: {e})"));
+                        h.gens.pop_front();
+                        h.have.clear();
+                        h.asked.clear();
+                    }
+                }
+            }
+        }
+        out.extend(self.hunt_on(&job));
+        out
+    }
+
+    /// Holders that did not answer in time: their generation is given up.
+    fn hunts_overdue(&mut self, now: Instant) -> Vec<Out> {
+        let late: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| {
+                j.ckpt
+                    .restart
+                    .as_ref()
+                    .and_then(|p| p.hunt.as_ref())
+                    .is_some_and(|h| !h.asked.is_empty() && now > h.deadline)
+            })
+            .map(|(job, _)| job.clone())
+            .collect();
+        let mut out = Vec::new();
+        for job in late {
+            if let Some(h) = self
+                .jobs
+                .get_mut(&job)
+                .and_then(|j| j.ckpt.restart.as_mut())
+                .and_then(|p| p.hunt.as_mut())
+            {
+                let id = h.gens.front().map_or(0, |g| g.0);
+                h.missing.push(format!(
+                    "images of generation {id} (their hosts did not answer)"
+                ));
+                h.gens.pop_front();
+                h.have.clear();
+                h.asked.clear();
+            }
+            out.extend(self.hunt_on(&job));
+        }
+        out
+    }
+
+    /// The search for `job`'s images ended: `Ok` with the newest generation
+    /// of which every image is intact, and a host keeping each; `Err`
+    /// says what is missing. Restarts the job from them, or leaves it as
+    /// it was (a `mig restart` fails), or, when a host died under it and it
     /// cannot go on consistently, ends it with the reason.
-    pub fn images_checked(&mut self, job: &str, found: Result<FoundImages, String>) -> Vec<Out> {
+    fn images_checked(
+        &mut self,
+        job: &str,
+        found: Result<(u64, BTreeMap<Tid, String>), String>,
+    ) -> Vec<Out> {
         let Some(j) = self.jobs.get_mut(job) else {
             return Vec::new();
         };
@@ -359,7 +987,7 @@ impl Master {
                 .collect();
         }
         match found {
-            Ok((id, images)) => self.restart_from(job, id, images, pending.from),
+            Ok((id, sources)) => self.restart_from(job, id, sources, pending.from),
             Err(why) => {
                 let why = format!("job {job} cannot restart from its checkpoint: {why}");
                 let mut out: Vec<Out> = pending
@@ -384,14 +1012,15 @@ impl Master {
         }
     }
 
-    /// Restart `job` from generation `id`, whose images were checked: every
-    /// VP's process is ended and started again from its image (on its host,
-    /// or where the scheduler put it if its host is gone).
+    /// Restart `job` from generation `id`, whose images were found intact
+    /// on `sources`: every VP is started again from its image (on its host,
+    /// or where the scheduler put it if its host is gone), which the host
+    /// keeping it sends there; the host ends the VP's process it replaces.
     fn restart_from(
         &mut self,
         job: &str,
         id: u64,
-        mut images: Vec<(Tid, Vec<u8>)>,
+        sources: BTreeMap<Tid, String>,
         from: Vec<Requester>,
     ) -> Vec<Out> {
         let err = |m: String| -> Vec<Out> {
@@ -436,13 +1065,18 @@ impl Master {
             out.extend(out_back);
             return out;
         };
+        // A round under way is given up: the job goes back before it.
+        let mut out = self.fail_round(job, "the job restarts from an earlier checkpoint");
         // Every VP the job has had since, dropped or not.
+        let Some(j) = self.jobs.get(job) else {
+            return out;
+        };
         let fenced: Vec<Tid> = j.vps.values().map(|v| v.tid).collect();
         self.groups.restarted(&fenced);
-        let mut out = vec![Out::Log(format!(
+        out.push(Out::Log(format!(
             "restarting job {job} from its checkpoint (generation {})",
             gen.id
-        ))];
+        )));
         let mut out_after = self.drop_unsaved(job, &gen.vps, &mut out);
         let Some(j) = self.jobs.get_mut(job) else {
             return out;
@@ -454,13 +1088,15 @@ impl Master {
             tids: fenced,
             incarnation: j.incarnation,
         }));
-        let mut placements = Vec::new();
+        let mut restores = Vec::new();
         let mut dir = Vec::new();
         for (vp, tid, host) in placed {
             let Some(PeerMsg::Start(start)) = self.start_msg(job, vp, &host) else {
                 continue;
             };
-            out.push(Out::ToHost(host.clone(), PeerMsg::Kill { tid }));
+            // (Its process there is ended by the start from the image,
+            // which may reach the host before any word from here would:
+            // it comes from the host keeping the image.)
             // A move under way is called off: its target ends what it has
             // of the VP (a process started from the moved image included).
             let moving = self.jobs.get(job).and_then(|j| j.vps.get(&vp));
@@ -469,11 +1105,27 @@ impl Master {
                     out.push(Out::ToHost(to.clone(), PeerMsg::Kill { tid }));
                 }
             }
-            placements.push((tid, host, start));
+            if let Some(holder) = sources.get(&tid) {
+                if let Some(j) = self.jobs.get_mut(job) {
+                    j.ckpt.restoring_from.insert(tid, (id, holder.clone()));
+                }
+                let image = ImageId {
+                    job: job.to_string(),
+                    gen: id,
+                    tid,
+                };
+                restores.push(Out::ToHost(
+                    holder.clone(),
+                    PeerMsg::CopyImage {
+                        image,
+                        to: host.clone(),
+                        start: Some(start),
+                    },
+                ));
+            }
             dir.push((tid, Loc::Waiting));
         }
         if let Some(j) = self.jobs.get_mut(job) {
-            j.ckpt.round = None;
             for v in j.vps.values_mut() {
                 v.state = VpState::Restoring;
                 v.pid = None;
@@ -482,14 +1134,10 @@ impl Master {
             }
         }
         out.push(Out::Broadcast(PeerMsg::Directory(dir)));
-        let tids: Vec<Tid> = placements.iter().map(|p| p.0).collect();
-        images.retain(|(t, _)| tids.contains(t));
-        out.push(Out::RestoreJob {
-            job: job.to_string(),
-            id,
-            placements,
-            images,
-        });
+        out.push(Out::Log(format!(
+            "job {job}: restoring from generation {id}"
+        )));
+        out.extend(restores);
         for r in from {
             out.push(Out::Reply(
                 r,
@@ -619,8 +1267,33 @@ impl Master {
     }
 }
 
-/// A job checkpoint's step for every VP of job `j`, to its host.
-/// `step` for each VP of `j` in `members` (the VPs of a checkpoint round).
+/// `host` holds no copy of `rec` any more, nor is one on its way there or
+/// from there.
+fn forget_holder(rec: &mut ImageRec, host: &str) {
+    rec.holders.remove(host);
+    if rec
+        .copying
+        .as_ref()
+        .is_some_and(|(from, to, _)| from == host || to == host)
+    {
+        rec.copying = None;
+    }
+    rec.short_said = false;
+}
+
+/// Tell `host` to keep only generations `keep` of `job`'s images.
+fn prune_at(host: &str, job: &str, keep: Vec<u64>) -> Out {
+    Out::ToHost(
+        host.to_string(),
+        PeerMsg::PruneImages {
+            job: job.to_string(),
+            keep,
+        },
+    )
+}
+
+/// `step` for each VP of `j` in `members` (the VPs of a checkpoint round),
+/// to its host.
 pub(super) fn to_every_vp(
     j: &JobRec,
     members: &BTreeSet<Tid>,

@@ -33,6 +33,8 @@ impl Master {
                 owner,
                 free_memory_mb: None,
                 io_busy: None,
+                state_free_mb: None,
+                state_full: false,
                 granted: None,
                 lost: None,
             },
@@ -291,6 +293,8 @@ impl Master {
         ];
         out.push(Out::Broadcast(self.peers()));
         out.extend(self.host_notices(false, host));
+        // Its copies of checkpoint images are gone: others are made.
+        out.extend(self.images_host_gone(host));
         out.extend(self.recall_moves(host));
         // Its VPs' processes are gone with it: whether or not they could be
         // moved, they may now be started again elsewhere. Those recalled to
@@ -493,6 +497,8 @@ impl Master {
                 free_memory_mb: h.free_memory_mb,
                 reserved_memory_mb: self.reserved_on(n).memory_mb,
                 io_busy: h.io_busy,
+                state_free_mb: h.state_free_mb,
+                state_full: h.state_full,
             })
             .collect()
     }

@@ -437,6 +437,8 @@ impl Master {
     pub(super) fn usage(&mut self, host: &str, used: HostUsage) {
         if let Some(h) = self.hosts.get_mut(host) {
             h.free_memory_mb = used.free_memory_mb;
+            h.state_free_mb = used.state_free_mb;
+            h.state_full = used.state_full;
             h.io_busy = used
                 .io_busy
                 .filter(|b| b.is_finite())
@@ -661,6 +663,13 @@ impl Master {
             .find(|&s| s != 0)
             .unwrap_or(0);
         let mut out = vec![Out::Log(format!("job {job} finished with status {status}"))];
+        if !j.ckpt.good.is_empty() || j.ckpt.round.is_some() {
+            // Its checkpoints' copies go, wherever they are.
+            out.push(Out::Broadcast(PeerMsg::PruneImages {
+                job: job.to_string(),
+                keep: Vec::new(),
+            }));
+        }
         let info = j.info(job, Some((self.wall_ns / 1_000_000, status)));
         for old in self.history.record(info.clone()) {
             out.push(Out::ForgetOutput(old));
@@ -768,6 +777,7 @@ impl Master {
                         .join(" "),
                     started_ms: v.started_ms,
                     cpu_ms: v.cpu_ms,
+                    move_failed: v.move_failed.clone(),
                 });
             }
         }

@@ -97,47 +97,6 @@ pub enum Out {
     Broadcast(PeerMsg),
     /// A message for a VP (a notice from `SYSTEM`), routed like any other.
     Deliver(Envelope, Vec<u8>),
-    /// Keep VP `tid`'s image of checkpoint `id` of `job` (the server writes
-    /// it to the master's state directory).
-    StoreImage {
-        /// The job.
-        job: String,
-        /// Generation.
-        id: u64,
-        /// The VP.
-        tid: Tid,
-        /// The image.
-        image: Vec<u8>,
-    },
-    /// Find an intact copy of every image of one of `job`'s checkpoint
-    /// generations (`gens`, newest first: each image's VP and the host that
-    /// holds its other copy), the newest that has one, and answer
-    /// `Master::images_checked`.
-    CheckImages {
-        /// The job.
-        job: String,
-        /// Generations, newest first: (id, [(VP, replica host)]).
-        gens: Vec<GenImages>,
-    },
-    /// Restart `job` from generation `id`: each VP on its host, from its
-    /// image (checked).
-    RestoreJob {
-        /// The job.
-        job: String,
-        /// The generation.
-        id: u64,
-        /// (VP, host, how to start it).
-        placements: Vec<(Tid, String, StartVp)>,
-        /// The images.
-        images: Vec<(Tid, Vec<u8>)>,
-    },
-    /// Keep only these generations of `job`'s checkpoints.
-    PruneCheckpoints {
-        /// The job.
-        job: String,
-        /// Generations to keep (none: the job is gone).
-        keep: Vec<u64>,
-    },
     /// New slot tables for these hosts (the server sets when they take
     /// effect, on its clock, and sends each). `slots` is the round's length;
     /// `all`: every host's table changed (a new epoch for all).
@@ -316,14 +275,8 @@ impl Master {
             PeerMsg::LeaseAsk { n } => self.lease_ask(host, n),
             PeerMsg::Started { tid, pid } => self.started(host, tid, pid),
             PeerMsg::Exited { tid, status } => self.exited(host, tid, status),
-            PeerMsg::Restore { to, start, image } => {
-                vec![Out::ToHost(
-                    to.clone(),
-                    PeerMsg::Restore { to, start, image },
-                )]
-            }
             PeerMsg::MigrateFailed { tid, reason } => self.migrate_failed(tid, &reason),
-            PeerMsg::Missing { tid } => self.missing(host, tid),
+            PeerMsg::Missing { tid, reason } => self.missing(host, tid, &reason),
             PeerMsg::Output { tid, stream, line } => self.output(host, tid, stream, line),
             PeerMsg::VpCall { tid, id, call } => self.vp_call(host, tid, id, call),
             PeerMsg::Locate { tid } => self.locate(host, tid),
@@ -340,7 +293,21 @@ impl Master {
                 tid,
                 step: SnapStep::Paused { id, sent },
             } => self.snap_paused(tid, id, sent),
-            PeerMsg::SnapImage { tid, id, image } => self.snap_image(host, tid, id, image),
+            PeerMsg::Snap {
+                tid,
+                step: SnapStep::Taken { id, .. },
+            } => self.snap_taken(tid, id),
+            PeerMsg::Snap {
+                tid,
+                step: SnapStep::Failed { id, reason, .. },
+            } => self.snap_failed(host, tid, id, &reason),
+            PeerMsg::ImageKept { image, size, crc } => self.image_kept(host, image, size, crc),
+            PeerMsg::ImageFailed {
+                image,
+                host: without,
+                reason,
+            } => self.image_failed(host, image, &without, &reason),
+            PeerMsg::ImageChecked { image, result } => self.image_checked(host, image, result),
             _ => return None,
         })
     }
@@ -515,13 +482,6 @@ fn action_job(a: &Action) -> Option<&str> {
         _ => None,
     }
 }
-
-/// A checkpoint generation to look for: its id, and each image's VP with
-/// the host that keeps its other copy.
-pub type GenImages = (u64, Vec<(Tid, Option<String>)>);
-
-/// A generation found whole: its id, and its images.
-pub type FoundImages = (u64, Vec<(Tid, Vec<u8>)>);
 
 /// The program of a job for architecture `arch`. A job names its program
 /// as one path (the same everywhere), as a template with `{arch}` in it

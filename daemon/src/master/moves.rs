@@ -372,19 +372,33 @@ impl Master {
         out
     }
 
-    /// `host` has nothing of VP `tid`: recalled to it (the other end of
-    /// its move died), the VP was lost on its way; the target of its move
-    /// (its image stopped coming), the VP goes back to its source, which
-    /// starts it again from the image it kept (or says it has nothing).
-    pub(super) fn missing(&mut self, host: &str, tid: Tid) -> Vec<Out> {
+    /// `host` has nothing of VP `tid` (`reason`): recalled to it (the
+    /// other end of its move died), the VP was lost on its way; the target
+    /// of its move (its image stopped coming, or could not be written
+    /// there), the VP goes back to its source, which starts it again from
+    /// the image it kept (or says it has nothing). A VP being restored
+    /// from its job's checkpoint that its host could not take in ends its
+    /// job, with the reason.
+    pub(super) fn missing(&mut self, host: &str, tid: Tid, reason: &str) -> Vec<Out> {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return Vec::new();
         };
-        let Some(v) = self.jobs.get(&job).and_then(|j| j.vps.get(&vp)) else {
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
+        if v.state == VpState::Restoring && v.host.as_deref() == Some(host) {
+            return self.end_job(
+                &job,
+                &format!(
+                    "VP t{tid:x} could not be restored from its checkpoint on {host}: {reason}"
+                ),
+            );
+        }
         if v.state != VpState::Moving(host.to_string()) {
             return Vec::new();
+        }
+        if v.host.as_deref() != Some(host) {
+            v.move_failed = Some(format!("{host} could not take it in: {reason}"));
         }
         if let Some(src) = v.host.clone().filter(|h| h != host) {
             if !self.is_alive(&src) {
@@ -397,7 +411,7 @@ impl Master {
             }
             return vec![
                 Out::Log(format!(
-                    "VP t{tid:x}'s image did not reach {host}: recalled to {src}"
+                    "VP t{tid:x}'s image did not reach {host} ({reason}): recalled to {src}"
                 )),
                 Out::ToHost(src, PeerMsg::Recall { tid }),
             ];
@@ -556,6 +570,12 @@ impl Master {
         match &v.state {
             VpState::Restoring => {
                 v.state = VpState::Running;
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.ckpt.restoring_from.remove(&tid);
+                }
+                let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+                    return Vec::new();
+                };
                 v.host = Some(host.to_string());
                 vec![Out::Broadcast(PeerMsg::Directory(vec![(
                     tid,
@@ -565,6 +585,9 @@ impl Master {
             VpState::Moving(to) if to == host => {
                 let from = v.host.replace(host.to_string()).unwrap_or_default();
                 v.state = VpState::Running;
+                if from != host {
+                    v.move_failed = None;
+                }
                 if v.wants.as_ref().is_some_and(|w| w.to == host) {
                     v.wants = None;
                 }
@@ -707,6 +730,7 @@ impl Master {
             }
         }
         let reason = format!("{reason}{also}");
+        v.move_failed = Some(reason.clone());
         vec![
             Out::Log(format!("VP t{tid:x} stays on {at}: {reason}")),
             Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(at))])),

@@ -27,6 +27,12 @@ pub(super) struct HostRec {
     /// How busy its disks were at its last usage report (0..1).
     #[serde(default)]
     pub(super) io_busy: Option<f64>,
+    /// Space free in its state directory at its last report (MiB).
+    #[serde(default)]
+    pub(super) state_free_mb: Option<u64>,
+    /// Its state directory is full (an image could not be written there).
+    #[serde(default)]
+    pub(super) state_full: bool,
     /// When it was last granted a lease on its VPs (see `PeerMsg::LeaseAsk`).
     #[serde(skip)]
     pub(super) granted: Option<Instant>,
@@ -108,6 +114,9 @@ pub(super) struct VpRec {
     /// CPU time (ms) its process has used, as its host last said (final
     /// once it has ended).
     pub(super) cpu_ms: Option<u64>,
+    /// Why its last move failed, if it did (`mig ps`, `mig migrate`).
+    #[serde(default)]
+    pub(super) move_failed: Option<String>,
 }
 
 impl VpRec {
@@ -129,6 +138,7 @@ impl VpRec {
             started_ms: None,
             held: false,
             cpu_ms: None,
+            move_failed: None,
         }
     }
 }
@@ -206,17 +216,24 @@ impl JobRec {
 /// A job's consistent checkpoints.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Ckpt {
-    /// The one being taken.
+    /// The one being taken: its VPs stopped and writing their images, then
+    /// (they go on) its images copied until each has two copies.
     pub(super) round: Option<Round>,
-    /// Complete generations, oldest first (the last two are kept).
+    /// Complete generations, oldest first (the last two are kept); where
+    /// each image's copies are is kept up to date as hosts die (and new
+    /// copies are made).
     pub(super) good: Vec<Generation>,
     /// When the last one began.
     #[serde(skip)]
     pub(super) last: Option<Instant>,
     /// How long the last complete one took.
     pub(super) took: Option<Duration>,
-    /// A restart waits for its images to be checked (see `Out::CheckImages`).
+    /// A restart waits for its images to be checked (see `Hunt`).
     pub(super) restart: Option<PendingRestart>,
+    /// The VPs being restored, each from which generation's copy on which
+    /// host (not replicated: a new master restores them again).
+    #[serde(skip)]
+    pub(super) restoring_from: BTreeMap<Tid, (u64, String)>,
 }
 
 /// A restart asked for whose images are being checked: nothing is stopped
@@ -228,6 +245,48 @@ pub(super) struct PendingRestart {
     /// A host died under the job: if no generation is intact, the job
     /// cannot go on consistently and ends.
     pub(super) lost: bool,
+    /// The search for its images (not replicated: a new master begins it
+    /// again).
+    #[serde(skip)]
+    pub(super) hunt: Option<Hunt>,
+}
+
+/// Looking for an intact copy of every image of one of a job's
+/// generations, newest first: each image's holders are asked in turn to
+/// read their copy through (`PeerMsg::CheckImage`).
+#[derive(Debug)]
+pub(super) struct Hunt {
+    /// Generations still to try, the one being tried first: its id, and
+    /// per image the live hosts that hold a copy.
+    pub(super) gens: std::collections::VecDeque<(u64, BTreeMap<Tid, Vec<String>>)>,
+    /// Images of the generation tried found intact, and where.
+    pub(super) have: BTreeMap<Tid, String>,
+    /// Images of it asked of a holder, and which.
+    pub(super) asked: BTreeMap<Tid, String>,
+    /// When the holders asked must have answered.
+    pub(super) deadline: Instant,
+    /// What was missing, for the answer.
+    pub(super) missing: Vec<String>,
+}
+
+/// Where a job checkpoint's image is kept, and what it is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(super) struct ImageRec {
+    /// Its size and checksum, as its first holder said.
+    pub(super) size: u64,
+    pub(super) crc: u32,
+    /// The hosts that keep a checked, durable copy.
+    pub(super) holders: BTreeSet<String>,
+    /// A copy on its way: from, to, since when (not replicated: a new
+    /// master orders copies again).
+    #[serde(skip)]
+    pub(super) copying: Option<(String, String, Instant)>,
+    /// Hosts that could not keep a copy, and why: not asked again.
+    #[serde(skip)]
+    pub(super) refused: BTreeMap<String, String>,
+    /// It was said once in the log that no host can keep another copy.
+    #[serde(skip)]
+    pub(super) short_said: bool,
 }
 
 /// A complete consistent checkpoint of a job.
@@ -237,11 +296,8 @@ pub(super) struct Generation {
     /// The VPs (indices in the job) it holds: those that existed when it
     /// was taken. VPs spawned after it are not in it.
     pub(super) vps: BTreeSet<u32>,
-    /// Where the other copy of each image is (the master keeps one).
-    pub(super) replicas: BTreeMap<Tid, String>,
-    /// The master that kept the first copies (another host, once a new
-    /// master has taken over).
-    pub(super) kept_by: String,
+    /// Each VP's image, and where its copies are.
+    pub(super) images: BTreeMap<Tid, ImageRec>,
 }
 
 /// A checkpoint being taken.
@@ -252,11 +308,18 @@ pub(super) struct Round {
     pub(super) members: BTreeSet<Tid>,
     #[serde(skip, default = "not_replicated")]
     pub(super) started: Instant,
+    /// When an image last got a copy (the copies are given up if none
+    /// comes for long).
+    #[serde(skip, default = "not_replicated")]
+    pub(super) progress: Instant,
     /// VPs stopped, with the last sequence number each sent to each peer.
     pub(super) paused: HashMap<Tid, Vec<(Tid, u64)>>,
-    /// VPs whose image arrived, and its size.
-    pub(super) taken: HashMap<Tid, usize>,
-    /// Where the other copy of each image went.
-    pub(super) replicas: BTreeMap<Tid, String>,
+    /// VPs that wrote their image.
+    pub(super) taken: BTreeSet<Tid>,
+    /// The VPs were told to go on (every image written): only copies are
+    /// still being made.
+    pub(super) resumed: bool,
+    /// Each image kept so far, and where its copies are.
+    pub(super) images: BTreeMap<Tid, ImageRec>,
     pub(super) waiters: Vec<Requester>,
 }

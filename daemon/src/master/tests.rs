@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::master::moves::MAX_MOVE_ATTEMPTS;
+use libmig::msg::ImageId;
 
 #[test]
 fn a_job_names_its_program_per_architecture() {
@@ -452,22 +453,94 @@ fn tick_through(m: &mut Master, from: Instant, secs: u64) -> Vec<Out> {
         .collect()
 }
 
-/// The generations a restart asks the server to look for.
-fn checks(out: &[Out]) -> Vec<GenImages> {
+/// The images a restart asks hosts to read through: (host, image).
+fn checks(out: &[Out]) -> Vec<(String, ImageId)> {
     out.iter()
-        .find_map(|o| match o {
-            Out::CheckImages { gens, .. } => Some(gens.clone()),
+        .filter_map(|o| match o {
+            Out::ToHost(h, PeerMsg::CheckImage { image }) => Some((h.clone(), image.clone())),
             _ => None,
         })
-        .unwrap_or_default()
+        .collect()
 }
 
-/// Stand-in images of a generation, as the server would find them.
-fn images(gen: &GenImages) -> Vec<(Tid, Vec<u8>)> {
-    gen.1.iter().map(|(t, _)| (*t, vec![1, 2, 3])).collect()
+/// Every image asked for is found intact where it was asked: what follows.
+fn all_intact(c: &mut Cluster, out: &[Out]) -> Vec<Out> {
+    let mut next = Vec::new();
+    for (h, image) in checks(out) {
+        let result = Ok(());
+        next.extend(
+            c.m.from_host(&h, PeerMsg::ImageChecked { image, result })
+                .unwrap_or_default(),
+        );
+    }
+    next
 }
 
-fn take_checkpoint(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
+/// No image asked for is intact anywhere (each holder asked in turn says
+/// so): everything that follows.
+fn none_intact(c: &mut Cluster, out: &[Out]) -> Vec<Out> {
+    let mut all = Vec::new();
+    let mut asks = checks(out);
+    while !asks.is_empty() {
+        let mut next = Vec::new();
+        for (h, image) in asks {
+            let result = Err("checkpoint is corrupted".to_string());
+            next.extend(
+                c.m.from_host(&h, PeerMsg::ImageChecked { image, result })
+                    .unwrap_or_default(),
+            );
+        }
+        asks = checks(&next);
+        all.extend(next);
+    }
+    all
+}
+
+/// The copies the master orders: (from, image, to, to start the VP from).
+fn copies(out: &[Out]) -> Vec<(String, ImageId, String, bool)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::ToHost(h, PeerMsg::CopyImage { image, to, start }) => {
+                Some((h.clone(), image.clone(), to.clone(), start.is_some()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The VPs a restart restores: (host keeping the image, VP, where).
+fn restores(out: &[Out]) -> Vec<(String, Tid, String)> {
+    copies(out)
+        .into_iter()
+        .filter(|c| c.3)
+        .map(|(h, i, to, _)| (h, i.tid, to))
+        .collect()
+}
+
+/// `host` says it keeps `image`.
+fn kept(c: &mut Cluster, host: &str, image: &ImageId) -> Vec<Out> {
+    c.m.from_host(
+        host,
+        PeerMsg::ImageKept {
+            image: image.clone(),
+            size: 8,
+            crc: 7,
+        },
+    )
+    .unwrap_or_default()
+}
+
+fn image_of(id: u64, tid: Tid) -> ImageId {
+    ImageId {
+        job: "j1".into(),
+        gen: id,
+        tid,
+    }
+}
+
+/// Begin a checkpoint of job j1, whose VPs are `placed`, and bring every
+/// VP to its safe point: its generation.
+fn pause_all(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
     let out = c.m.control(
         Requester::Local(3),
         "h0",
@@ -498,22 +571,76 @@ fn take_checkpoint(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
             }
         }
     }
+    id
+}
+
+/// Every VP of `placed` wrote its image of generation `id`: they go on
+/// once all have.
+fn all_taken(c: &mut Cluster, placed: &[(String, Tid)], id: u64) {
     for (i, (h, tid)) in placed.iter().enumerate() {
-        let out = c.m.snap_image(h, *tid, id, vec![i as u8; 8]);
-        assert!(out
-            .iter()
-            .any(|o| matches!(o, Out::StoreImage { tid: t, .. } if t == tid)));
-        if i + 1 == placed.len() {
-            assert!(snaps(&out)
+        let step = SnapStep::Taken {
+            id,
+            path: String::new(),
+        };
+        let out =
+            c.m.from_host(h, PeerMsg::Snap { tid: *tid, step })
+                .unwrap_or_default();
+        let resumed = snaps(&out);
+        if i + 1 < placed.len() {
+            assert!(resumed.is_empty(), "{out:?}");
+        } else {
+            assert_eq!(resumed.len(), placed.len(), "{out:?}");
+            assert!(resumed
                 .iter()
                 .all(|(_, _, s)| matches!(s, SnapStep::Resume { .. })));
-            assert!(out
-                .iter()
-                .any(|o| matches!(o, Out::PruneCheckpoints { .. })));
-            assert!(matches!(replies(&out)[..], [Response::Ok { .. }]));
         }
     }
-    id
+}
+
+/// Take a checkpoint of job j1 whose VPs are `placed`, to the end: each
+/// VP's host keeps its image, the master has a copy of each sent to
+/// another host, and the checkpoint is complete once every copy is kept.
+/// Its generation, and each image's copy: (image, host).
+fn take_checkpoint_copies(
+    c: &mut Cluster,
+    placed: &[(String, Tid)],
+) -> (u64, Vec<(ImageId, String)>) {
+    let id = pause_all(c, placed);
+    all_taken(c, placed, id);
+    let mut ordered = Vec::new();
+    for (h, tid) in placed {
+        let image = image_of(id, *tid);
+        let out = kept(c, h, &image);
+        let cs = copies(&out);
+        assert_eq!(cs.len(), 1, "{out:?}");
+        let (from, copy, to, restore) = cs[0].clone();
+        assert_eq!((&from, &copy, restore), (h, &image, false));
+        assert_ne!(&to, h, "a copy on another host");
+        assert!(
+            replies(&out).is_empty(),
+            "not complete with one copy: {out:?}"
+        );
+        ordered.push((image, to));
+    }
+    for (i, (image, to)) in ordered.iter().enumerate() {
+        let out = kept(c, to, image);
+        if i + 1 < ordered.len() {
+            assert!(replies(&out).is_empty(), "{out:?}");
+        } else {
+            assert!(out.iter().any(
+                |o| matches!(o, Out::Broadcast(PeerMsg::PruneImages { keep, .. }) if keep.contains(&id))
+            ));
+            assert!(
+                matches!(replies(&out)[..], [Response::Ok { message }] if message.contains("2 copies each")),
+                "{out:?}"
+            );
+        }
+    }
+    (id, ordered)
+}
+
+fn take_checkpoint(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
+    take_checkpoint_copies(c, placed).0
 }
 
 #[test]
@@ -527,30 +654,14 @@ fn a_checkpoint_round_pauses_every_vp_then_keeps_every_image() {
 }
 
 #[test]
-fn an_image_of_the_master_itself_is_copied_to_another_host() {
-    let mut c = Cluster::new(2);
+fn each_image_is_copied_to_another_host_and_not_to_the_master_where_another_will_do() {
+    let mut c = Cluster::new(3);
     let placed = c.running_job(2);
-    let out = c.m.control(
-        Requester::Local(3),
-        "h0",
-        Request::Checkpoint { job: "j1".into() },
-    );
-    let SnapStep::Begin { id, .. } = snaps(&out)[0].2 else {
-        panic!()
-    };
-    for (_, tid) in &placed {
-        c.m.snap_paused(*tid, id, vec![]);
+    let (_, copies) = take_checkpoint_copies(&mut c, &placed);
+    for ((h, _), (_, to)) in placed.iter().zip(&copies) {
+        assert_ne!(to, h);
+        assert_ne!(to, "h0", "the master's loop serves the whole machine");
     }
-    let (h0_vp, _) = placed
-        .iter()
-        .find(|(h, _)| h == "h0")
-        .map(|(h, t)| (*t, h.clone()))
-        .expect("a VP on h0");
-    let out = c.m.snap_image("h0", h0_vp, id, vec![1; 4]);
-    assert!(out.iter().any(|o| matches!(
-        o,
-        Out::ToHost(h, PeerMsg::Replica { tid, .. }) if h == "h1" && *tid == h0_vp
-    )));
 }
 
 #[test]
@@ -583,7 +694,10 @@ fn a_checkpoint_is_refused_unless_every_vp_runs_and_given_up_when_too_slow() {
     assert!(aborts
         .iter()
         .all(|(_, _, s)| matches!(s, SnapStep::Abort { .. })));
-    assert!(error_says(&out, "given up"));
+    assert!(error_says(
+        &out,
+        "failed: not every VP reached a safe point"
+    ));
 }
 
 #[test]
@@ -610,7 +724,7 @@ fn a_job_of_vps_that_cannot_be_moved_is_not_checkpointed_by_itself() {
 
 #[test]
 fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_one() {
-    let mut c = Cluster::new(2);
+    let mut c = Cluster::new(3);
     let placed = c.running_job(2);
     let g1 = take_checkpoint(&mut c, &placed);
     let g2 = take_checkpoint(&mut c, &placed);
@@ -619,35 +733,51 @@ fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_o
         "h0",
         Request::Restart { job: "j1".into() },
     );
-    // Nothing is stopped before its images are found: the server is asked
-    // to look, newest generation first, with where each image's other
-    // copy is.
+    // Nothing is stopped before its images are found: a host keeping each
+    // image of the newest generation is asked to read it through.
     assert!(kills(&out).is_empty(), "{out:?}");
-    let gens = checks(&out);
-    assert_eq!(gens.iter().map(|g| g.0).collect::<Vec<_>>(), vec![g2, g1]);
-    assert!(gens[0].1.iter().all(|(_, r)| r.is_some()), "{gens:?}");
+    let asked = checks(&out);
+    assert_eq!(asked.len(), 2, "{out:?}");
+    assert!(asked.iter().all(|(_, i)| i.gen == g2), "{asked:?}");
     for (_, tid) in &placed {
         assert_eq!(c.state(*tid).1, "running");
     }
-    // The newest is found whole (here the server found the older one).
-    let out = c.m.images_checked("j1", Ok((g1, images(&gens[1]))));
-    for (h, tid) in &placed {
-        assert!(out.contains(&Out::ToHost(h.clone(), PeerMsg::Kill { tid: *tid })));
-    }
+    // One image of it is damaged on both its hosts: the other host is
+    // asked, then the generation before is looked for.
+    let (h, bad) = asked[0].clone();
+    let damaged = |c: &mut Cluster, h: &str, image: &ImageId| {
+        let result = Err("checkpoint is corrupted".to_string());
+        c.m.from_host(
+            h,
+            PeerMsg::ImageChecked {
+                image: image.clone(),
+                result,
+            },
+        )
+        .unwrap_or_default()
+    };
+    let out = damaged(&mut c, &h, &bad);
+    let second = checks(&out);
+    assert_eq!(second.len(), 1, "{out:?}");
+    assert_eq!(second[0].1, bad);
+    assert_ne!(second[0].0, h, "its other copy");
+    let out = damaged(&mut c, &second[0].0.clone(), &bad);
+    let older = checks(&out);
+    assert!(
+        older.len() == 2 && older.iter().all(|(_, i)| i.gen == g1),
+        "{out:?}"
+    );
+    let out = all_intact(&mut c, &out);
     assert!(out.iter().any(|o| matches!(
         o,
         Out::Broadcast(PeerMsg::Fence { incarnation: 1, tids }) if tids.len() == 2
     )));
-    let restore = out.iter().find_map(|o| match o {
-        Out::RestoreJob {
-            id,
-            placements,
-            images,
-            ..
-        } => Some((*id, placements.len(), images.len())),
-        _ => None,
-    });
-    assert_eq!(restore, Some((g1, 2, 2)));
+    // Each image goes from where it was found intact to the VP's host.
+    let r = restores(&out);
+    assert_eq!(r.len(), 2, "{out:?}");
+    for (h, tid) in &placed {
+        assert!(r.iter().any(|(_, t, to)| t == tid && to == h), "{r:?}");
+    }
     assert!(out.iter().any(|o| matches!(
         o,
         Out::Reply(Requester::Local(4), Response::Ok { message }) if message.contains(&format!("generation {g1}"))
@@ -702,15 +832,175 @@ fn a_host_lost_with_a_job_that_has_a_checkpoint_restarts_the_job_from_it() {
         .cloned()
         .expect("a VP on a worker");
     let out = c.m.host_gone(&lost, "connection lost");
-    let gens = checks(&out);
-    let out = c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
-    let restore = out.iter().find_map(|o| match o {
-        Out::RestoreJob { placements, .. } => Some(placements.clone()),
-        _ => None,
-    });
-    let placements = restore.expect("the job restarts from its checkpoint");
-    assert_eq!(placements.len(), 2);
-    assert!(placements.iter().all(|(_, h, _)| *h != lost));
+    let asked = checks(&out);
+    assert_eq!(asked.len(), 2, "{out:?}");
+    assert!(asked.iter().all(|(h, _)| *h != lost), "{asked:?}");
+    let out = all_intact(&mut c, &out);
+    let r = restores(&out);
+    assert_eq!(r.len(), 2, "the job restarts from its checkpoint: {out:?}");
+    assert!(r.iter().all(|(from, _, to)| *from != lost && *to != lost));
+}
+
+#[test]
+fn a_copy_no_other_host_can_keep_fails_the_checkpoint_and_the_job_goes_on() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let id = pause_all(&mut c, &placed);
+    all_taken(&mut c, &placed, id);
+    let (h0_vp, h1_vp) = (
+        placed
+            .iter()
+            .find(|(h, _)| h == "h0")
+            .expect("a VP on h0")
+            .1,
+        placed
+            .iter()
+            .find(|(h, _)| h == "h1")
+            .expect("a VP on h1")
+            .1,
+    );
+    kept(&mut c, "h1", &image_of(id, h1_vp));
+    let out = kept(&mut c, "h0", &image_of(id, h0_vp));
+    assert_eq!(copies(&out)[0].2, "h1", "{out:?}");
+    // h1's state directory is full: it cannot keep the copy, says so, and
+    // no other host can.
+    c.m.from_host(
+        "h1",
+        PeerMsg::Usage(HostUsage {
+            vps: vec![],
+            free_memory_mb: None,
+            io_busy: None,
+            state_free_mb: Some(6),
+            state_full: true,
+        }),
+    );
+    let out =
+        c.m.from_host(
+            "h1",
+            PeerMsg::ImageFailed {
+                image: image_of(id, h0_vp),
+                host: "h1".into(),
+                reason: "No space left on device (os error 28)".into(),
+            },
+        )
+        .unwrap_or_default();
+    assert!(
+        error_says(&out, "No space left on device")
+            && error_says(&out, "goes on as it was")
+            && error_says(&out, "state directory of h1 is full"),
+        "{out:?}"
+    );
+    // Every copy of that generation goes, wherever it is.
+    assert!(
+        out.iter().any(
+            |o| matches!(o, Out::Broadcast(PeerMsg::PruneImages { keep, .. }) if keep.is_empty())
+        ),
+        "{out:?}"
+    );
+    for (h, tid) in &placed {
+        assert_eq!(c.state(*tid), (Some(h.clone()), "running".into()));
+    }
+    assert!(c
+        .m
+        .hosts_info()
+        .iter()
+        .any(|h| h.facts.name == "h1" && h.state_full));
+    // A VP that cannot write its image fails the next one: every VP goes on.
+    let id = pause_all(&mut c, &placed);
+    let step = SnapStep::Failed {
+        id,
+        reason: "checkpoint /s/t40002.snap: No space left on device (os error 28)".into(),
+        no_space: true,
+    };
+    let out =
+        c.m.from_host("h1", PeerMsg::Snap { tid: h1_vp, step })
+            .unwrap_or_default();
+    let aborts = snaps(&out);
+    assert_eq!(aborts.len(), 2, "{out:?}");
+    assert!(aborts
+        .iter()
+        .all(|(_, _, s)| matches!(s, SnapStep::Abort { .. })));
+    assert!(
+        error_says(&out, "could not write its image on h1"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_host_holding_a_copy_dies_and_another_is_made_at_once_so_a_second_death_loses_nothing() {
+    let mut c = Cluster::new(4);
+    let placed = c.running_job(2);
+    let (id, copies_made) = take_checkpoint_copies(&mut c, &placed);
+    // A VP's image whose copy is on a host without a VP of the job.
+    let vp_hosts: Vec<&String> = placed.iter().map(|(h, _)| h).collect();
+    let (image, second) = copies_made
+        .iter()
+        .find(|(_, to)| !vp_hosts.contains(&to))
+        .cloned()
+        .expect("a copy on a host without VPs");
+    let first = placed
+        .iter()
+        .find(|(_, t)| *t == image.tid)
+        .map(|(h, _)| h.clone())
+        .expect("its VP");
+    // That host dies: a new copy is made from the one left, at once.
+    let out = c.m.host_gone(&second, "stopped answering heartbeats");
+    assert!(
+        checks(&out).is_empty(),
+        "no VP of the job was there: {out:?}"
+    );
+    let again = copies(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    let (from, copy, third, _) = again[0].clone();
+    assert_eq!((from.as_str(), &copy), (first.as_str(), &image));
+    assert!(third != first && third != second, "{third}");
+    kept(&mut c, &third, &image);
+    // Then the other holder dies, the VP's own host: the job restarts from
+    // the checkpoint, the image coming from the third host.
+    let out = c.m.host_gone(&first, "stopped answering heartbeats");
+    let asked = checks(&out);
+    assert!(asked.iter().all(|(_, i)| i.gen == id), "{asked:?}");
+    assert!(asked.contains(&(third.clone(), image.clone())), "{asked:?}");
+    let out = all_intact(&mut c, &out);
+    let r = restores(&out);
+    assert_eq!(r.len(), 2, "{out:?}");
+    assert!(r
+        .iter()
+        .any(|(h, t, to)| *h == third && *t == image.tid && *to != first));
+}
+
+#[test]
+fn a_restored_vp_whose_copy_cannot_be_sent_is_looked_for_again_elsewhere() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let out = all_intact(&mut c, &out);
+    let (holder, tid, _) = restores(&out)[0].clone();
+    let image = copies(&out)
+        .into_iter()
+        .find(|x| x.1.tid == tid)
+        .map(|x| x.1)
+        .expect("its image");
+    // The copy it was to come from cannot be read any more: the images
+    // are looked for again, that copy left out.
+    let out =
+        c.m.from_host(
+            &holder,
+            PeerMsg::ImageFailed {
+                image: image.clone(),
+                host: holder.clone(),
+                reason: "Input/output error (os error 5)".into(),
+            },
+        )
+        .unwrap_or_default();
+    let asked = checks(&out);
+    assert!(!asked.is_empty(), "{out:?}");
+    assert!(!asked.contains(&(holder, image)), "{asked:?}");
 }
 
 /// A one-VP job's VP on its way between two workers (the master's own
@@ -742,12 +1032,24 @@ fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
     // (A host that is not the live end of its move is not believed.)
     assert!(c
         .m
-        .from_host("h0", PeerMsg::Missing { tid })
+        .from_host(
+            "h0",
+            PeerMsg::Missing {
+                tid,
+                reason: "gone".into(),
+            },
+        )
         .unwrap_or_default()
         .is_empty());
     let out =
-        c.m.from_host(to, PeerMsg::Missing { tid })
-            .unwrap_or_default();
+        c.m.from_host(
+            to,
+            PeerMsg::Missing {
+                tid,
+                reason: "its image stopped coming".into(),
+            },
+        )
+        .unwrap_or_default();
     let again = starts(&out);
     assert_eq!(again.len(), 1, "{out:?}");
     assert_eq!(again[0].1, tid);
@@ -763,8 +1065,14 @@ fn an_image_that_stops_coming_sends_the_vp_back_to_its_source_and_on_if_that_die
     // The target's link to the source broke mid-image: the source, alive,
     // is asked to run the VP from the image it kept.
     let out =
-        c.m.from_host(to, PeerMsg::Missing { tid })
-            .unwrap_or_default();
+        c.m.from_host(
+            to,
+            PeerMsg::Missing {
+                tid,
+                reason: "its image stopped coming".into(),
+            },
+        )
+        .unwrap_or_default();
     assert!(
         out.contains(&Out::ToHost(src.clone(), PeerMsg::Recall { tid })),
         "{out:?}"
@@ -1088,8 +1396,7 @@ fn a_job_killed_while_it_restores_ends_with_its_processes_ends() {
         "h0",
         Request::Restart { job: "j1".into() },
     );
-    let gens = checks(&out);
-    c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
+    all_intact(&mut c, &out);
     let out = c.m.control(
         Requester::Local(5),
         "h0",
@@ -1170,7 +1477,7 @@ fn a_restart_with_no_intact_images_leaves_the_job_as_it_was_or_ends_one_that_los
         "h0",
         Request::Restart { job: "j1".into() },
     );
-    assert_eq!(checks(&out).len(), 1);
+    assert_eq!(checks(&out).len(), 2);
     // A second restart while the first looks joins it.
     let again = c.m.control(
         Requester::Local(6),
@@ -1178,8 +1485,7 @@ fn a_restart_with_no_intact_images_leaves_the_job_as_it_was_or_ends_one_that_los
         Request::Restart { job: "j1".into() },
     );
     assert!(checks(&again).is_empty());
-    let out =
-        c.m.images_checked("j1", Err("no intact copy of t40001".into()));
+    let out = none_intact(&mut c, &out);
     assert!(kills(&out).is_empty(), "{out:?}");
     for who in [4, 6] {
         assert!(out.iter().any(|o| matches!(
@@ -1199,9 +1505,8 @@ fn a_restart_with_no_intact_images_leaves_the_job_as_it_was_or_ends_one_that_los
         .cloned()
         .expect("a worker VP");
     let out = c.m.host_gone(&lost, "connection lost");
-    assert_eq!(checks(&out).len(), 1);
-    let out =
-        c.m.images_checked("j1", Err("no intact copy of t40002".into()));
+    assert!(!checks(&out).is_empty());
+    let out = none_intact(&mut c, &out);
     assert!(
         out.iter()
             .any(|o| matches!(o, Out::Log(l) if l.contains("ending job j1"))),
@@ -1239,7 +1544,6 @@ fn a_job_killed_while_its_images_are_looked_for_does_not_come_back() {
         "h0",
         Request::Restart { job: "j1".into() },
     );
-    let gens = checks(&out);
     c.m.control(
         Requester::Local(5),
         "h0",
@@ -1247,11 +1551,8 @@ fn a_job_killed_while_its_images_are_looked_for_does_not_come_back() {
             target: "j1".into(),
         },
     );
-    let out = c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
-    assert!(
-        !out.iter().any(|o| matches!(o, Out::RestoreJob { .. })),
-        "{out:?}"
-    );
+    let out = all_intact(&mut c, &out);
+    assert!(restores(&out).is_empty(), "{out:?}");
     assert!(out.iter().any(|o| matches!(
         o,
         Out::Reply(Requester::Local(4), Response::Error { message }) if message.contains("was killed")
@@ -1259,38 +1560,31 @@ fn a_job_killed_while_its_images_are_looked_for_does_not_come_back() {
 }
 
 #[test]
-fn after_a_change_of_master_an_image_whose_replica_host_is_gone_is_asked_of_the_old_master() {
+fn after_a_change_of_master_the_new_one_knows_where_every_copy_is_and_makes_new_ones() {
     let mut c = Cluster::new(3);
     let placed = c.running_job(3);
-    take_checkpoint(&mut c, &placed);
-    // h1 takes over from h0, which lives on as a worker; then the host of
-    // the replica of one image dies.
+    let (_, copies_made) = take_checkpoint_copies(&mut c, &placed);
+    // h1 takes over from h0, which lives on as a worker; then h2 dies.
     let (mut n, _) = Master::import(&c.m.export(), "h1", c.t0).expect("import");
     n.heard_from("h0", c.t0);
-    let gone = placed
+    let out = n.host_gone("h2", "test");
+    // Every image that had a copy on h2 gets another, from the copy left,
+    // on a live host without one.
+    let lost_copies: Vec<&ImageId> = copies_made
         .iter()
-        .map(|(h, _)| h.clone())
-        .find(|h| h != "h0" && h != "h1")
-        .expect("a VP on h2");
-    let out = n.host_gone(&gone, "test");
-    let gens = checks(&out);
-    assert!(!gens.is_empty(), "{out:?}");
-    // The dead host's VP: its copy was on the dead host, so the old master,
-    // which kept the first copy, is asked. Another VP: its own host.
-    let asked = |tid: Tid| {
-        gens[0]
-            .1
-            .iter()
-            .find(|(t, _)| *t == tid)
-            .and_then(|(_, h)| h.clone())
-    };
-    for (host, tid) in &placed {
-        match host.as_str() {
-            h if h == gone => assert_eq!(asked(*tid).as_deref(), Some("h0"), "{gens:?}"),
-            "h1" => assert_eq!(asked(*tid).as_deref(), Some("h1"), "{gens:?}"),
-            _ => {}
-        }
+        .filter(|(i, to)| to == "h2" || placed.iter().any(|(h, t)| h == "h2" && *t == i.tid))
+        .map(|(i, _)| i)
+        .collect();
+    let again = copies(&out);
+    for image in &lost_copies {
+        let made = again.iter().find(|x| x.1 == **image);
+        let (from, _, to, _) = made.unwrap_or_else(|| panic!("{image}: {out:?}"));
+        assert!(from != "h2" && to != "h2" && from != to, "{again:?}");
     }
+    // The job lost a VP with h2: the images are asked of live hosts only.
+    let asked = checks(&out);
+    assert_eq!(asked.len(), 3, "{out:?}");
+    assert!(asked.iter().all(|(h, _)| h != "h2"), "{asked:?}");
 }
 
 #[test]
@@ -1557,6 +1851,8 @@ fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
             vps: used,
             free_memory_mb: None,
             io_busy: None,
+            state_free_mb: None,
+            state_full: false,
         }),
     );
     let out = tick_through(&mut c.m, c.t0, 2);
@@ -1587,12 +1883,11 @@ fn a_restart_cancels_a_move_in_flight_and_only_the_recorded_host_starts_the_vp()
         "h0",
         Request::Restart { job: "j1".into() },
     );
-    let gens = checks(&out);
-    let out = c.m.images_checked("j1", Ok((gens[0].0, images(&gens[0]))));
-    // The move is called off: its target ends whatever of A it has.
-    let k = kills(&out);
-    assert!(k.contains(&(src.clone(), a)), "{k:?}");
-    assert!(k.contains(&(to.clone(), a)), "the move's target: {k:?}");
+    let out = all_intact(&mut c, &out);
+    // The move is called off: its target ends whatever of A it has; A is
+    // restored on its host (which ends A's process there as it does).
+    assert_eq!(kills(&out), vec![(to.clone(), a)], "the move's target");
+    assert!(restores(&out).iter().any(|(_, t, h)| *t == a && *h == src));
     // The target started A from the moved image all the same: that
     // process is ended at once, and A is still restored where the master
     // has it.

@@ -7,6 +7,7 @@
 //! part by part, checked on the way). What does not: sockets, signals and
 //! processes (the server asks the table and carries out what it answers).
 
+pub mod outbound;
 pub mod source;
 pub mod target;
 
@@ -17,8 +18,9 @@ use std::time::{Duration, Instant};
 use libmig::msg::{StartVp, Tid};
 use mio::Token;
 
+pub use outbound::{Outbound, Sending, WINDOW};
 pub use source::{map_image, remaining_ranges, Outgoing, IMAGE_PART};
-pub use target::Incoming;
+pub use target::{Incoming, Refused};
 
 /// Where a VP asked for its image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +69,7 @@ pub enum Move {
         /// How it was started.
         start: StartVp,
         /// The image.
-        image: Vec<u8>,
+        path: PathBuf,
     },
 }
 
@@ -319,10 +321,18 @@ impl MoveTable {
         self.moves.insert(tid, Move::Left);
     }
 
-    /// `tid` wrote `image` although its move was called off: it starts
-    /// again here from it once its process has ended.
-    pub fn restart_here(&mut self, tid: Tid, start: StartVp, image: Vec<u8>) {
-        self.moves.insert(tid, Move::RestartHere { start, image });
+    /// `tid` wrote its image (now at `path`) although its move was called
+    /// off: it starts again here from it once its process has ended.
+    pub fn restart_here(&mut self, tid: Tid, start: StartVp, path: PathBuf) {
+        self.moves.insert(tid, Move::RestartHere { start, path });
+    }
+
+    /// `tid`'s move is called off (its image could not be written): it
+    /// stays here.
+    pub fn call_off(&mut self, tid: Tid) {
+        if self.moves.contains_key(&tid) {
+            self.moves.insert(tid, Move::CalledOff);
+        }
     }
 
     /// `tid`'s process ended (or a new one replaces it): its move is over.
@@ -491,8 +501,10 @@ mod tests {
             "one writing its image is past its safe point"
         );
         // Written late, it restarts here once its process ended.
-        t.restart_here(1, start(1), vec![1, 2, 3]);
-        assert!(matches!(t.ended(1), Some(Move::RestartHere { image, .. }) if image == [1, 2, 3]));
+        t.restart_here(1, start(1), PathBuf::from("/s/t1.restore"));
+        assert!(
+            matches!(t.ended(1), Some(Move::RestartHere { path, .. }) if path == Path::new("/s/t1.restore"))
+        );
     }
 
     #[test]

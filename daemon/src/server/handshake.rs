@@ -82,7 +82,6 @@ impl Daemon {
         for p in self.dialling.remove(&t).unwrap_or_default() {
             match p {
                 Pending::Msg(env, body) => self.route(env, body, None),
-                Pending::Image(start, image) => self.send_image(&host, start, image, None),
                 Pending::Peer(msg) => self.send_peer(t, &msg),
             }
         }

@@ -63,11 +63,14 @@ impl Daemon {
                     }
                     self.released(tid);
                 }
-                let old_left = self.moves.ended(tid).is_some_and(|m| m.left());
+                self.moves.ended(tid);
                 if let Some(old) = self.vps.by_tid.remove(&tid) {
-                    // Back before its old process here was gone: that one's
-                    // end must not count as this one's.
-                    if old_left && (old.exit.is_none() || old.open_pipes > 0) {
+                    // Back before its old process here was gone (it moved
+                    // away, or its job restarts and it was just killed):
+                    // that one's end must not count as this one's, and it
+                    // does not run on beside it.
+                    if old.exit.is_none() || old.open_pipes > 0 {
+                        old.kill();
                         self.leaving.insert(old.pid, old);
                     }
                 }
@@ -293,7 +296,9 @@ impl Daemon {
                 match (self.moves.ended(tid), vp.exit) {
                     // It went on elsewhere, or goes on here from its image.
                     (Some(Move::Left), _) => {}
-                    (Some(Move::RestartHere { start, image }), _) => self.restore(start, &image),
+                    (Some(Move::RestartHere { start, path }), _) => {
+                        self.start_restored(start, &path, false)
+                    }
                     (moving, Some(status)) => {
                         if moving.is_some_and(|m| m.under_way()) {
                             self.report(PeerMsg::MigrateFailed {

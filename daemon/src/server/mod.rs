@@ -16,12 +16,12 @@ mod control;
 mod failover;
 mod flow;
 mod handshake;
+mod images;
 mod lease;
 mod local;
 mod net;
 mod owner;
 mod peer;
-mod recover;
 mod role;
 mod routing;
 mod slicing;
@@ -97,6 +97,8 @@ const SWITCH_THREADS: usize = 4;
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
 const SIGNALS: Token = Token(2);
+/// The keeper thread has results (`keeper`).
+const WAKE: Token = Token(3);
 const FIRST: usize = 16;
 /// Most bytes read from one connection in one turn of the loop.
 const READ_BUDGET: usize = 16 << 20;
@@ -236,15 +238,20 @@ pub struct Daemon {
     /// On the master: what it said to live hosts whose link is down,
     /// sent when they attach again (dropped if they join afresh).
     unsent_to: HashMap<String, Vec<PeerMsg>>,
-    /// On the master: jobs whose checkpoint images are being looked for.
-    hunts: HashMap<String, recover::Hunt>,
     /// Large messages arriving in pieces, by connection.
     parts: HashMap<Token, Vec<u8>>,
     /// Log lines about connections from unknown peers.
     strangers: crate::log::Budget,
-    /// Job checkpoints (on the master), and copies kept for it.
+    /// Job checkpoints' images kept here.
     store: Store,
-    replicas: Store,
+    /// The thread that checks, syncs and keeps images off the loop.
+    keeper: crate::keeper::Keeper,
+    /// Images going out to other hosts, a few parts at a time.
+    outbound: Vec<crate::migrate::Outbound>,
+    /// Copies of other hosts' images arriving to be kept here.
+    copies_in: HashMap<libmig::msg::ImageId, crate::migrate::Incoming<libmig::msg::ImageId>>,
+    /// How full the state directory is.
+    disk: crate::disk::DiskWatch,
 }
 
 /// Raise this process's soft limit of open files to its hard limit.
@@ -364,6 +371,21 @@ impl Daemon {
                 None
             }
         };
+        // What an earlier daemon here kept of job checkpoints is no use:
+        // the master counts none of it (those copies were made again
+        // elsewhere when that daemon went).
+        let store = Store::new(StateDir::new(cfg.state_dir.clone()).checkpoints());
+        let old_layout = Store::new(cfg.state_dir.join("replicas")).clear();
+        if store.clear() || old_layout {
+            log!("removed the checkpoint images a daemon that ran here before kept");
+        }
+        let waker = std::sync::Arc::new(
+            mio::Waker::new(poll.registry(), WAKE).map_err(io_err("creating a waker"))?,
+        );
+        let keeper = crate::keeper::Keeper::start(std::sync::Arc::new(move || {
+            let _ = waker.wake();
+        }))
+        .map_err(io_err("starting the image keeper thread"))?;
         let mut d = Daemon {
             poll,
             contain,
@@ -372,7 +394,6 @@ impl Daemon {
             attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
             unsent_to: HashMap::new(),
-            hunts: HashMap::new(),
             parts: HashMap::new(),
             strangers: crate::log::Budget::default(),
             key,
@@ -420,8 +441,11 @@ impl Daemon {
             armed_as: None,
             leaving: HashMap::new(),
             recent_exits: std::collections::VecDeque::new(),
-            store: Store::new(StateDir::new(cfg.state_dir.clone()).checkpoints()),
-            replicas: Store::new(StateDir::new(cfg.state_dir.clone()).replicas()),
+            store,
+            keeper,
+            outbound: Vec::new(),
+            copies_in: HashMap::new(),
+            disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
             cfg,
         };
         match d.cfg.join {
@@ -555,6 +579,7 @@ impl Daemon {
                     TCP => self.accept(true),
                     UNIX => self.accept(false),
                     SIGNALS => self.signals(),
+                    WAKE => self.keeper_done(),
                     t if self.pipes.contains_key(&t) => self.pipe_ready(t),
                     t if self.inputs.contains_key(&t) => self.input_room(t),
                     t => {
@@ -593,6 +618,7 @@ impl Daemon {
                 self.maybe_resume(t);
             }
             self.drive_slicer();
+            self.pump_outbound();
             if Instant::now() >= self.owner.due() {
                 self.owner_poll(None);
             }
@@ -674,22 +700,10 @@ impl Daemon {
             self.report(PeerMsg::Slicing(r));
         }
         // So do, every couple of seconds, the CPU time of each VP (`mig
-        // ps`) and the memory and I/O this host has free (for placement).
+        // ps`) and the memory, I/O and space this host has free (for
+        // placement, and where copies of images go).
         if self.usage_sent.elapsed() >= USAGE_EVERY {
-            self.usage_sent = Instant::now();
-            let vps: Vec<(Tid, u64)> = self
-                .vps
-                .by_tid
-                .iter()
-                .filter(|(_, v)| v.exit.is_none())
-                .filter_map(|(&t, v)| Some((t, v.cpu_ms()?)))
-                .collect();
-            let usage = libmig::msg::HostUsage {
-                vps,
-                free_memory_mb: crate::facts::free_memory_mb(),
-                io_busy: self.io_meter.read(),
-            };
-            self.report(PeerMsg::Usage(usage));
+            self.send_usage();
         }
         if let Some(link) = self.role.link() {
             self.send_peer(link, &PeerMsg::Heartbeat);
@@ -699,7 +713,6 @@ impl Daemon {
         self.masterless_too_long();
         self.excuse_silence_if_cut_off();
         self.announce_again();
-        self.hunts_overdue();
         if let Some(m) = self.role.master() {
             // What was kept for hosts given up since is not sent.
             self.unsent_to.retain(|h, _| m.is_alive(h));

@@ -410,11 +410,13 @@ impl Daemon {
         // may still have them: it starts them again from what it kept).
         for inc in self.moves.cut_off(t) {
             let got = inc.seen();
-            let tid = inc.start().tid;
+            let tid = inc.what().tid;
             inc.discard();
-            warn!("cannot restore VP t{tid:x}: its image stopped coming after {got} bytes ({why})");
-            self.report(PeerMsg::Missing { tid });
+            let reason = format!("its image stopped coming after {got} bytes ({why})");
+            warn!("cannot restore VP t{tid:x}: {reason}");
+            self.report(PeerMsg::Missing { tid, reason });
         }
+        self.copies_cut_off(t, why);
         match c.kind {
             Kind::Peer { host: Some(h) } => match self.role.master() {
                 // A host deleted from the virtual machine (`mig delete`).
@@ -450,8 +452,6 @@ impl Daemon {
                     match p {
                         Pending::Msg(env, _) => self
                             .undeliverable(env, &format!("host {host} cannot be reached: {why}")),
-                        // Through the master instead.
-                        Pending::Image(start, image) => self.relay_image(&host, start, image),
                         // The consensus sends again; an announcement is
                         // made again by whoever leads.
                         Pending::Peer(_) => {}
@@ -743,8 +743,6 @@ impl Daemon {
 pub(super) enum Pending {
     /// A message between VPs.
     Msg(Envelope, Body),
-    /// A checkpoint image on its way to the host restoring it.
-    Image(StartVp, Payload),
     /// A message between daemons (consensus, a new master's announcement).
     Peer(PeerMsg),
 }

@@ -110,6 +110,21 @@ impl Daemon {
             (Kind::Data { .. }, PeerMsg::Undeliverable { env, reason }) => {
                 self.undeliverable(env, &reason)
             }
+            (
+                Kind::Data { .. },
+                PeerMsg::ImagePart {
+                    image,
+                    at,
+                    total,
+                    last,
+                },
+            ) => {
+                self.image_copy_part(t, image, (at, total, last), &payload);
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.dec.recycle(payload);
+                }
+            }
+            (Kind::Data { .. }, PeerMsg::RestoreOff { tid }) => self.restore_off(tid),
             (Kind::Peer { host: Some(h) }, msg) => self.on_worker_msg(&h, t, msg),
             (Kind::Master, msg) => self.on_master_msg(msg),
             (_, other) => self.refuse(t, &format!("unexpected {}", other.name())),
@@ -158,15 +173,6 @@ impl Daemon {
             self.send_peer(t, &PeerMsg::Registered { name });
             self.send_peer(t, &dir);
             return self.deliver(out);
-        }
-        if let PeerMsg::ReplicaImage {
-            job,
-            id,
-            tid,
-            image,
-        } = msg
-        {
-            return self.replica_arrived(&job, id, tid, image);
         }
         let mut out = m.heard_from(h, Instant::now());
         if !m.is_alive(h) {
@@ -260,17 +266,9 @@ impl Daemon {
                 }
             }
             PeerMsg::Snap { tid, step } => self.snap_step(tid, step),
-            PeerMsg::Replica {
-                job,
-                id,
-                tid,
-                image,
-            } => {
-                if let Err(e) = self.replicas.save(&job, id, tid, &image) {
-                    warn!("cannot keep a copy of job {job}'s checkpoint: {e}");
-                }
-                self.replicas.prune(&job, &[id.saturating_sub(1), id]);
-            }
+            PeerMsg::CopyImage { image, to, start } => self.copy_image(image, to, start),
+            PeerMsg::CheckImage { image } => self.check_image(image),
+            PeerMsg::PruneImages { job, keep } => self.prune_images(&job, &keep),
             PeerMsg::SlotTable(t) => {
                 self.slicer.install(t);
                 self.drive_slicer();
@@ -281,28 +279,19 @@ impl Daemon {
                 self.begin_halt();
             }
             PeerMsg::LeaseGrant { n, ms } => self.lease_granted(n, ms),
-            PeerMsg::FetchReplica { job, id, tid } => {
-                // A copy kept for another master, or the first copy kept
-                // when this host was the master.
-                let image = self
-                    .replicas
-                    .load(&job, id, &[tid])
-                    .or_else(|e| self.store.load(&job, id, &[tid]).map_err(|_| e))
-                    .and_then(|mut v| v.pop().map(|(_, i)| i).ok_or_else(|| "none".to_string()));
-                self.report(PeerMsg::ReplicaImage {
-                    job,
-                    id,
-                    tid,
-                    image,
-                });
+            PeerMsg::Fenced { why } => {
+                // The master counts none of the images kept here any more.
+                self.copies_in.clear();
+                self.outbound
+                    .retain(|o| !matches!(o.what, crate::migrate::Sending::Copy(_)));
+                self.store.clear();
+                self.fenced(&why)
             }
-            PeerMsg::Fenced { why } => self.fenced(&why),
             PeerMsg::Checkpoint { to, start } => self.checkpoint(to, start),
             PeerMsg::OwnerCommand { id, reclaim } => {
                 self.owner.request(reclaim, Instant::now());
                 self.owner_poll(Some(id));
             }
-            PeerMsg::Restore { start, image, .. } => self.restore(start, &image),
             PeerMsg::Peers(list) => {
                 self.peers = list
                     .into_iter()
@@ -394,24 +383,6 @@ impl Daemon {
                     all,
                     tables,
                 } => self.send_tables(generation, slots, all, tables),
-                Out::StoreImage {
-                    job,
-                    id,
-                    tid,
-                    image,
-                } => {
-                    if let Err(e) = self.store.save(&job, id, tid, &image) {
-                        warn!("cannot keep job {job}'s checkpoint: {e}");
-                    }
-                }
-                Out::PruneCheckpoints { job, keep } => self.store.prune(&job, &keep),
-                Out::CheckImages { job, gens } => self.hunt_images(job, gens),
-                Out::RestoreJob {
-                    job,
-                    id,
-                    placements,
-                    images,
-                } => self.restore_job(&job, id, placements, images),
                 Out::Disconnect(host) => {
                     if let Some(t) = self.host_token(&host) {
                         self.close(t, "given up for dead");

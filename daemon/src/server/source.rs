@@ -4,7 +4,7 @@
 //! target host. Where each move is lives in the `MoveTable` (`migrate`).
 
 use super::*;
-use crate::migrate::{map_image, remaining_ranges, Dest, Outgoing, Recalled, Written};
+use crate::migrate::{map_image, Dest, Outbound, Outgoing, Recalled, Sending, Written};
 
 impl Daemon {
     /// The master moves local VP `start.tid` to `to` (this host: park it on
@@ -226,27 +226,31 @@ impl Daemon {
                 self.stay_put(tid, "its move's target host is gone".into());
             }
             Recalled::Writing => {
+                self.cancel_outbound(tid);
                 log!("VP t{tid:x}: its move's target is gone; it starts again here from its image");
             }
             Recalled::Kept(kept) => {
-                let image = std::fs::read(&kept.path);
-                crate::discard::remove_later(&kept.path);
-                match image {
-                    Ok(image) => {
+                self.cancel_outbound(tid);
+                // Renamed, not read: the VP checks it as it starts.
+                let path = self.state.restore(tid);
+                match std::fs::rename(&kept.path, &path) {
+                    Ok(()) => {
                         log!(
                             "VP t{tid:x}: its move's target is gone; it starts again here from \
                              the image it sent"
                         );
                         if self.vps.by_tid.contains_key(&tid) {
                             // Its process is still ending: then.
-                            self.moves.restart_here(tid, kept.start, image);
+                            self.moves.restart_here(tid, kept.start, path);
                         } else {
-                            self.restore(kept.start, &image);
+                            self.start_restored(kept.start, &path, false);
                         }
                     }
                     Err(e) => {
-                        warn!("VP t{tid:x}: its kept image {}: {e}", kept.path.display());
-                        self.report(PeerMsg::Missing { tid });
+                        let reason = format!("its kept image {}: {e}", kept.path.display());
+                        warn!("VP t{tid:x}: {reason}");
+                        crate::discard::remove_later(&kept.path);
+                        self.report(PeerMsg::Missing { tid, reason });
                     }
                 }
             }
@@ -263,7 +267,10 @@ impl Daemon {
                         inc.discard();
                     }
                     log!("VP t{tid:x}: recalled, but nothing of it is left here");
-                    self.report(PeerMsg::Missing { tid });
+                    self.report(PeerMsg::Missing {
+                        tid,
+                        reason: format!("nothing of it is left on {}", self.facts.name),
+                    });
                 }
             },
         }
@@ -289,17 +296,52 @@ impl Daemon {
     }
 
     /// VP `tid` wrote its image after its move was called off: it goes on
-    /// here, from that image once its process has ended.
+    /// here, from that image (renamed, not read: the VP checks it as it
+    /// starts) once its process has ended.
     fn checkpointed_late(&mut self, tid: Tid, expected: &std::path::Path) {
-        let late = std::fs::read(expected)
-            .ok()
-            .filter(|b| libmig::checkpoint::Image::check(b).is_ok());
+        self.cancel_outbound(tid);
         let start = self.vps.by_tid.get(&tid).and_then(|v| v.start.clone());
-        if let (Some(start), Some(image)) = (start, late) {
-            log!("VP t{tid:x} checkpointed after its move was called off: it restarts here");
-            self.moves.restart_here(tid, start, image);
-            crate::discard::remove_later(expected);
+        let path = self.state.restore(tid);
+        let renamed = std::fs::rename(expected, &path);
+        match (start, renamed) {
+            (Some(start), Ok(())) => {
+                log!("VP t{tid:x} checkpointed after its move was called off: it restarts here");
+                self.moves.restart_here(tid, start, path);
+            }
+            (_, r) => {
+                if let Err(e) = r {
+                    warn!("VP t{tid:x}: its late image: {e}");
+                }
+                crate::discard::remove_later(expected);
+                crate::discard::remove_later(&path);
+            }
         }
+    }
+
+    /// VP `tid`, asked for its image for a move, could not write it
+    /// (`reason`; its partial file is gone): the move is called off and it
+    /// runs on here; the target drops what it had of it, and the master
+    /// hears why.
+    pub(super) fn checkpoint_failed(&mut self, tid: Tid, reason: &str, no_space: bool) {
+        if no_space {
+            self.no_space();
+        }
+        self.cancel_outbound(tid);
+        if let Some(inc) = self.moves.take_incoming(tid) {
+            inc.discard();
+        }
+        let (name, dir) = (
+            self.facts.name.clone(),
+            self.state.root().display().to_string(),
+        );
+        self.moves.call_off(tid);
+        let why = if no_space {
+            format!("it could not write its image on {name}: {reason} (the state directory {dir} is full)")
+        } else {
+            format!("it could not write its image on {name}: {reason}")
+        };
+        log!("VP t{tid:x}: {why}; it stays here");
+        self.stay_put(tid, why);
     }
 
     /// VP `tid`, moving to another host, has written its image up to
@@ -339,23 +381,26 @@ impl Daemon {
             Ok(parts) => parts,
             Err(e) => return log!("VP t{tid:x}: {e}"),
         };
+        // They go as the link drains, with the rest once it is written.
+        let now = Instant::now();
+        let at = self
+            .outbound
+            .iter()
+            .position(|o| o.restores(tid) && o.link == Some(d));
+        let i = at.unwrap_or_else(|| {
+            self.outbound
+                .push(Outbound::streaming(to.clone(), tid, d, now));
+            self.outbound.len() - 1
+        });
         for (at, part) in parts {
-            let msg = PeerMsg::RestorePart {
-                tid,
-                at,
-                total: 0,
-                last: false,
-                start: (at == 0).then(|| start.clone()),
-            };
-            if !self.send_image_part(d, &msg, part) {
-                self.moves.stop_streaming(tid);
-                return;
-            }
+            let first = (at == 0).then(|| start.clone());
+            self.outbound[i].add_written(at, part, first);
         }
+        self.pump_outbound();
     }
 
     /// One part of an image on data link `d`; false if the link failed.
-    fn send_image_part(&mut self, d: Token, msg: &PeerMsg, part: Payload) -> bool {
+    pub(super) fn send_image_part(&mut self, d: Token, msg: &PeerMsg, part: Payload) -> bool {
         let head = match frame::encode_head(msg, part.len()) {
             Ok(h) => h,
             Err(e) => {
@@ -376,29 +421,12 @@ impl Daemon {
         true
     }
 
-    /// Send a checkpoint image to `to` through the master (no data link).
-    /// Copied through the kernel: a VP that cut its image file short makes
-    /// the move fail, not this daemon crash.
-    pub(super) fn relay_image(&mut self, to: &str, start: StartVp, image: Payload) {
-        match image.copy_checked(0..image.len()) {
-            Ok(image) => self.report(PeerMsg::Restore {
-                to: to.to_string(),
-                start,
-                image,
-            }),
-            Err(e) => self.report(PeerMsg::MigrateFailed {
-                tid: start.tid,
-                reason: format!("reading its image: {e}"),
-            }),
-        }
-    }
-
     /// Send a checkpoint image to `to` over the data link, in parts (raw
     /// frame payloads, read on arrival straight into their buffers) that
-    /// share the mapped image; through the master if there is no link.
-    /// The parts already sent while the VP wrote it (`streamed`: on which
-    /// link, how many bytes) are not sent again; then the preamble, written
-    /// last, goes last.
+    /// share the mapped image, as the link drains (`pump_outbound`). The
+    /// parts already sent while the VP wrote it (`streamed`: on which link,
+    /// how many bytes) are not sent again; then the preamble, written last,
+    /// goes last.
     pub(super) fn send_image(
         &mut self,
         to: &str,
@@ -406,35 +434,23 @@ impl Daemon {
         image: Payload,
         streamed: Option<(Token, u64)>,
     ) {
-        let Some(d) = self.link_to(to) else {
-            return self.relay_image(to, start, image);
-        };
-        if !self.is_data_link(d) {
-            return self
-                .dialling
-                .entry(d)
-                .or_default()
-                .push(Pending::Image(start, image));
+        let tid = start.tid;
+        let going = streamed.and_then(|(link, _)| {
+            self.outbound
+                .iter()
+                .position(|o| o.restores(tid) && o.link == Some(link))
+        });
+        match (going, streamed) {
+            (Some(i), Some((_, sent))) => self.outbound[i].add_rest(image, sent as usize, None),
+            _ => self.outbound.push(Outbound::whole(
+                to.to_string(),
+                Sending::Restore(tid),
+                image,
+                (0, None),
+                Some(start),
+                Instant::now(),
+            )),
         }
-        let (tid, len) = (start.tid, image.len());
-        let from = streamed
-            .filter(|&(link, _)| link == d)
-            .map_or(0, |(_, sent)| sent as usize);
-        let ranges = remaining_ranges(len, from);
-        let n = ranges.len();
-        let mut start = (from == 0).then_some(start);
-        // Pieces of the image itself, not copies of them.
-        for (i, (part, r)) in image.pieces(&ranges).into_iter().zip(ranges).enumerate() {
-            let msg = PeerMsg::RestorePart {
-                tid,
-                at: r.start as u64,
-                total: len as u64,
-                last: i + 1 == n,
-                start: start.take(),
-            };
-            if !self.send_image_part(d, &msg, part) {
-                return warn!("lost the link to {to} while sending VP t{tid:x}");
-            }
-        }
+        self.pump_outbound();
     }
 }

@@ -22,22 +22,32 @@ impl Daemon {
         let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
         let end = at.saturating_add(part.len() as u64);
         if total > limit || end > limit {
-            return warn!("refusing an image of more than {limit} bytes for t{tid:x}");
+            if let Some(inc) = self.moves.take_incoming(tid) {
+                inc.discard();
+            }
+            return self.not_taken_in(
+                tid,
+                crate::migrate::Refused {
+                    why: format!("an image of more than {limit} bytes"),
+                    no_space: false,
+                },
+            );
         }
         if let Some(start) = start {
             match Incoming::create(from, start, self.state.restore_part(tid)) {
                 Ok(inc) => self.moves.arriving(tid, inc),
-                Err(e) => return warn!("cannot take in VP t{tid:x}: {e}"),
+                Err(why) => return self.not_taken_in(tid, why),
             }
         }
         let Some(inc) = self.moves.incoming(tid) else {
-            return warn!("an image part for t{tid:x} without its start");
+            // (The rest of one refused, or called off.)
+            return debug!("an image part for t{tid:x} without its start");
         };
         if let Err(why) = inc.take(at, total, part) {
             if let Some(inc) = self.moves.take_incoming(tid) {
                 inc.discard();
             }
-            return warn!("cannot take in VP t{tid:x}: {why}");
+            return self.not_taken_in(tid, why);
         }
         if !last {
             return;
@@ -50,34 +60,43 @@ impl Daemon {
                     let path = self.state.restore(tid);
                     self.start_restored(start, &path, true)
                 }
-                Err(why) => self.restore_failed(tid, &why),
+                Err(why) => self.not_taken_in(
+                    tid,
+                    crate::migrate::Refused {
+                        why,
+                        no_space: false,
+                    },
+                ),
             }
         }
     }
 
-    /// Start a VP from a checkpoint image sent by its previous host.
-    pub(super) fn restore(&mut self, start: StartVp, image: &[u8]) {
-        let tid = start.tid;
-        let path = self.state.restore(tid);
-        // Checked, then written as received: the VP decodes it itself.
-        let written = libmig::checkpoint::Image::check(image)
-            .and_then(|()| libmig::checkpoint::write_bytes(&path, image, false))
-            .map_err(|e| e.to_string());
-        match written {
-            Ok(()) => self.start_restored(start, &path, true),
-            Err(e) => self.restore_failed(tid, &e),
+    /// VP `tid`'s image could not be taken in here (`why`; what arrived
+    /// is gone): the master hears it, and sends the VP back to its source
+    /// (or, restored from its job's checkpoint, says why the job ends).
+    fn not_taken_in(&mut self, tid: Tid, why: crate::migrate::Refused) {
+        if why.no_space {
+            self.no_space();
         }
+        let reason = if why.no_space {
+            format!(
+                "{why} (the state directory {} is full)",
+                self.state.root().display()
+            )
+        } else {
+            why.to_string()
+        };
+        warn!("cannot take in VP t{tid:x}: {reason}");
+        self.report(PeerMsg::Missing { tid, reason });
     }
 
-    pub(super) fn restore_failed(&mut self, tid: Tid, e: &str) {
-        warn!("cannot restore VP t{tid:x}: {e}");
-        let status = ExitInfo {
-            code: None,
-            signal: None,
-            error: Some(format!("restoring it failed: {e}")),
-            cpu_ms: None,
-        };
-        self.report(PeerMsg::Exited { tid, status });
+    /// The image of VP `tid` arriving will not come whole (its source
+    /// says): what arrived goes.
+    pub(super) fn restore_off(&mut self, tid: Tid) {
+        if let Some(inc) = self.moves.take_incoming(tid) {
+            debug!("VP t{tid:x}: its image will not come whole; dropping what arrived");
+            inc.discard();
+        }
     }
 
     /// Start VP `start` from the image at `path`, whose checksum was
@@ -102,6 +121,14 @@ impl Daemon {
             path.display().to_string(),
         ));
         debug!("restoring VP t{tid:x} from its checkpoint");
+        // What this host still held of it (its process, ended by
+        // `start_vp`; a parked image; one kept after it was sent; a start
+        // waiting for the lease) is replaced by this start.
+        self.drop_sent(tid);
+        if let Some(p) = self.moves.unpark(tid) {
+            crate::discard::remove_later(&p.path);
+        }
+        self.lease.undefer(tid);
         self.start_vp(start);
         // It wrote an image: it can be moved again, even before its new
         // process says so (it may be stopped at once, the owner being back).

@@ -61,11 +61,19 @@ impl Daemon {
             }
             VpMsg::Written { path, upto } => self.written(tid, &path, upto),
             VpMsg::Checkpointed { path } => self.checkpointed(tid, &path),
+            VpMsg::CheckpointFailed { reason, no_space } => {
+                self.checkpoint_failed(tid, &reason, no_space)
+            }
             VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(PeerMsg::Snap {
                 tid,
                 step: SnapStep::Paused { id, sent },
             }),
             VpMsg::Snap(SnapStep::Taken { id, path }) => self.snap_taken(tid, id, &path),
+            VpMsg::Snap(SnapStep::Failed {
+                id,
+                reason,
+                no_space,
+            }) => self.snap_failed(tid, id, reason, no_space),
             VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
             VpMsg::Movable => {

@@ -276,6 +276,11 @@ pub struct HostInfo {
     pub reserved_memory_mb: u64,
     /// How busy its disks were at its last report (0..1), if known.
     pub io_busy: Option<f64>,
+    /// Space free in its state directory at its last report (MiB), if known.
+    pub state_free_mb: Option<u64>,
+    /// Its state directory is full: an image could not be written there
+    /// for lack of space, and no room was made since.
+    pub state_full: bool,
 }
 
 impl HostInfo {
@@ -382,6 +387,8 @@ pub struct VpInfo {
     /// CPU time its process (and the processes it started) has used, as
     /// its host last said (every couple of seconds).
     pub cpu_ms: Option<u64>,
+    /// Why its last move failed, if it did (cleared by one that succeeds).
+    pub move_failed: Option<String>,
 }
 
 /// One cell of the allocation map.

@@ -141,20 +141,11 @@ pub enum PeerMsg {
         /// How the target starts it (the image is added).
         start: StartVp,
     },
-    /// Source host to the master, master to the target host: start this VP
-    /// from its checkpoint image.
-    Restore {
-        /// The target host.
-        to: String,
-        /// How to start it.
-        start: StartVp,
-        /// The image (see `checkpoint`).
-        #[serde(with = "serde_bytes")]
-        image: Vec<u8>,
-    },
-    /// Source host to target host, on their data link: part of a VP's
-    /// checkpoint image (the bytes follow raw); the first part says how to
-    /// start it, the part that completes `total` bytes starts it.
+    /// A VP's image on its way to the host that starts it from it (a
+    /// move's source, or a host keeping a copy of a job checkpoint's image
+    /// when the job restarts), on their data link: part of the image (the
+    /// bytes follow raw); the first part says how to start it, the part
+    /// that completes `total` bytes starts it.
     RestorePart {
         /// The VP.
         tid: Tid,
@@ -191,28 +182,6 @@ pub enum PeerMsg {
         tid: Tid,
         /// The step.
         step: SnapStep,
-    },
-    /// Host to master: VP `tid`'s image for checkpoint `id`.
-    SnapImage {
-        /// The VP.
-        tid: Tid,
-        /// Generation.
-        id: u64,
-        /// The image (checked by the host).
-        #[serde(with = "serde_bytes")]
-        image: Vec<u8>,
-    },
-    /// Master to a host: keep this copy of a job checkpoint's image.
-    Replica {
-        /// The job.
-        job: String,
-        /// Generation.
-        id: u64,
-        /// The VP.
-        tid: Tid,
-        /// The image.
-        #[serde(with = "serde_bytes")]
-        image: Vec<u8>,
     },
     /// Master to host: its slot table (takes effect at `from_ns`).
     SlotTable(SlotTable),
@@ -275,32 +244,85 @@ pub enum PeerMsg {
         /// The lease's length.
         ms: u64,
     },
-    /// A piece of a message too large for one frame (a checkpoint image
-    /// over 64 MiB): its postcard bytes follow as the payload, in order;
-    /// the last piece completes it.
+    /// A piece of a message too large for one frame: its postcard bytes
+    /// follow as the payload, in order; the last piece completes it.
     Part {
         /// This piece completes the message.
         last: bool,
     },
-    /// Master to a host that keeps a copy of a checkpoint image: send it.
-    FetchReplica {
-        /// The job.
-        job: String,
-        /// The generation.
-        id: u64,
-        /// The VP.
-        tid: Tid,
+    /// A host to the master: it keeps a checked, durable copy of a job
+    /// checkpoint's image (the VP's own host once the VP wrote it, or a
+    /// host a copy was sent to). The master keeps only this: where each
+    /// image is, its size and its sum; images never pass through it.
+    ImageKept {
+        /// Which image.
+        image: ImageId,
+        /// Its size in bytes.
+        size: u64,
+        /// Its checksum (CRC-32C of its body, as its preamble says).
+        crc: u32,
     },
-    /// A host to the master: its copy of an image (checked), or why not.
-    ReplicaImage {
+    /// A host to the master: `host` has no usable copy of `image` (it could
+    /// not be written there, or read there to be sent, or sent there).
+    ImageFailed {
+        /// Which image.
+        image: ImageId,
+        /// The host without a copy.
+        host: String,
+        /// Why.
+        reason: String,
+    },
+    /// Master to a host keeping a copy of `image`: send it to `to` over
+    /// your data link (`ImagePart`s) to keep there; or, with `start`, to
+    /// start the VP from on `to` (`RestorePart`s; `to` may be this host).
+    CopyImage {
+        /// Which image.
+        image: ImageId,
+        /// The host that is to have it.
+        to: String,
+        /// Start the VP from it there (a restart), rather than keep it.
+        start: Option<StartVp>,
+    },
+    /// Host to host on their data link: part of a job checkpoint's image
+    /// being copied (the bytes follow raw), to keep; the part that
+    /// completes `total` bytes completes it.
+    ImagePart {
+        /// Which image.
+        image: ImageId,
+        /// Where in the image this part goes.
+        at: u64,
+        /// The whole image's size.
+        total: u64,
+        /// The last part.
+        last: bool,
+    },
+    /// Master to a host keeping a copy of `image`: read it through and
+    /// check it (before a restart relies on it); answer `ImageChecked`.
+    CheckImage {
+        /// Which image.
+        image: ImageId,
+    },
+    /// A host to the master: its copy of `image` is intact, or why not.
+    ImageChecked {
+        /// Which image.
+        image: ImageId,
+        /// Intact, or what is wrong.
+        result: Result<(), String>,
+    },
+    /// Master to every host: of job `job`'s checkpoint images, keep only
+    /// these generations (none: the job is gone).
+    PruneImages {
         /// The job.
         job: String,
-        /// The generation.
-        id: u64,
+        /// Generations to keep.
+        keep: Vec<u64>,
+    },
+    /// Source host to target host on their data link: the image of VP
+    /// `tid` being sent will not come whole (the VP could not write it, or
+    /// the move was called off): drop what arrived.
+    RestoreOff {
         /// The VP.
         tid: Tid,
-        /// The image, or why there is none.
-        image: Result<Vec<u8>, String>,
     },
     /// Master to a worker it declared dead (its VPs are being started
     /// elsewhere): end every VP you hold, now, and leave.
@@ -405,17 +427,41 @@ pub enum PeerMsg {
         /// The VP.
         tid: Tid,
     },
-    /// Host to master, answering `Recall`: nothing of VP `tid` is left
-    /// here (it is lost with the other host).
+    /// Host to master, answering `Recall` (nothing of VP `tid` is left
+    /// here: it is lost with the other host), or as a move's target whose
+    /// image could not be taken in (the VP goes back to its source).
     Missing {
         /// The VP.
         tid: Tid,
+        /// Why.
+        reason: String,
     },
     /// Master to each other voter: what it keeps on disk about jobs for
     /// their users, copied as it keeps it (the changes of one batch of its
     /// decisions together), so that the voter elected next has the jobs'
     /// output and history too.
     JobFile(Vec<JobFileCopy>),
+}
+
+/// A job checkpoint's image: of VP `tid`, in generation `gen` of `job`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ImageId {
+    /// The job.
+    pub job: String,
+    /// The checkpoint generation.
+    pub gen: u64,
+    /// The VP.
+    pub tid: Tid,
+}
+
+impl std::fmt::Display for ImageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "VP t{:x}'s image of generation {} of job {}",
+            self.tid, self.gen, self.job
+        )
+    }
 }
 
 /// A change to the master's job files (`mig logs`, `mig jobs`' history).
@@ -485,11 +531,16 @@ impl PeerMsg {
             PeerMsg::NewMaster { .. } => "NewMaster",
             PeerMsg::Attach { .. } => "Attach",
             PeerMsg::Redirect { .. } => "Redirect",
-            PeerMsg::FetchReplica { .. } => "FetchReplica",
             PeerMsg::Part { .. } => "Part",
-            PeerMsg::ReplicaImage { .. } => "ReplicaImage",
+            PeerMsg::ImageKept { .. } => "ImageKept",
+            PeerMsg::ImageFailed { .. } => "ImageFailed",
+            PeerMsg::CopyImage { .. } => "CopyImage",
+            PeerMsg::ImagePart { .. } => "ImagePart",
+            PeerMsg::CheckImage { .. } => "CheckImage",
+            PeerMsg::ImageChecked { .. } => "ImageChecked",
+            PeerMsg::PruneImages { .. } => "PruneImages",
+            PeerMsg::RestoreOff { .. } => "RestoreOff",
             PeerMsg::Checkpoint { .. } => "Checkpoint",
-            PeerMsg::Restore { .. } => "Restore",
             PeerMsg::MigrateFailed { .. } => "MigrateFailed",
             PeerMsg::RestorePart { .. } => "RestorePart",
             PeerMsg::Owner(_) => "Owner",
@@ -498,8 +549,6 @@ impl PeerMsg {
             PeerMsg::Parked { .. } => "Parked",
             PeerMsg::SlotTable(_) => "SlotTable",
             PeerMsg::Snap { .. } => "Snap",
-            PeerMsg::SnapImage { .. } => "SnapImage",
-            PeerMsg::Replica { .. } => "Replica",
             PeerMsg::Slicing(_) => "Slicing",
             PeerMsg::Unpark { .. } => "Unpark",
             PeerMsg::JobFile(_) => "JobFile",
@@ -607,6 +656,11 @@ pub struct HostUsage {
     /// How busy its disks were since the last report (0..1: the busiest
     /// disk's share of time with I/O in flight), if known.
     pub io_busy: Option<f64>,
+    /// Space free in its state directory (MiB), if known.
+    pub state_free_mb: Option<u64>,
+    /// Its state directory is full: an image could not be written there
+    /// for lack of space (ENOSPC, EDQUOT), and no room was made since.
+    pub state_full: bool,
 }
 
 /// A host's owner monitor: its state and every source.

@@ -333,6 +333,14 @@ pub enum VpMsg {
         /// Where.
         path: String,
     },
+    /// VP → daemon: the image could not be written (its partial file is
+    /// removed); the VP goes on where it is.
+    CheckpointFailed {
+        /// Why.
+        reason: String,
+        /// For lack of space (ENOSPC, EDQUOT).
+        no_space: bool,
+    },
     /// Daemon → VP: a direct link to `peer` (the socket travels with this
     /// frame as SCM_RIGHTS), or why there is none.
     DirectLink {
@@ -401,6 +409,7 @@ impl VpMsg {
             VpMsg::Snap(_) => "Snap",
             VpMsg::Written { .. } => "Written",
             VpMsg::Checkpointed { .. } => "Checkpointed",
+            VpMsg::CheckpointFailed { .. } => "CheckpointFailed",
             VpMsg::DirectLink { .. } => "DirectLink",
             VpMsg::Movable => "Movable",
             VpMsg::PauseNotice { .. } => "PauseNotice",
@@ -448,6 +457,16 @@ pub enum SnapStep {
         id: u64,
         /// Where.
         path: String,
+    },
+    /// VP → its host → master: the image could not be written (its
+    /// partial file is removed); the VP waits for `Abort` like the others.
+    Failed {
+        /// Generation.
+        id: u64,
+        /// Why.
+        reason: String,
+        /// For lack of space (ENOSPC, EDQUOT).
+        no_space: bool,
     },
     /// Master → VP: every image is taken; go on.
     Resume {

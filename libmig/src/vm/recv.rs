@@ -516,6 +516,7 @@ impl Vm {
             | VpMsg::Credit { .. }
             | VpMsg::Written { .. }
             | VpMsg::Checkpointed { .. }
+            | VpMsg::CheckpointFailed { .. }
             | VpMsg::Movable
             | VpMsg::PauseNotice { .. }
             | VpMsg::Wake
@@ -633,7 +634,7 @@ impl Vm {
                     self.snap = None;
                 }
             }
-            SnapStep::Paused { .. } | SnapStep::Taken { .. } => {
+            SnapStep::Paused { .. } | SnapStep::Taken { .. } | SnapStep::Failed { .. } => {
                 return Err(MigError::Protocol(
                     "a VP's checkpoint step from the daemon".into(),
                 ));

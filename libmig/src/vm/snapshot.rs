@@ -146,11 +146,21 @@ impl Vm {
                 });
                 if all_in {
                     let path = snap.path.clone();
-                    self.write_image(state, &path, false)?;
+                    let written = self.write_image(state, &path, false);
                     if let Some(s) = &mut self.snap {
                         s.taken = true;
                     }
-                    self.tell(VpMsg::Snap(SnapStep::Taken { id, path }))?;
+                    // A full disk fails the checkpoint, not the VP: it
+                    // waits, like the others, to be told to go on.
+                    let step = match written {
+                        Ok(()) => SnapStep::Taken { id, path },
+                        Err(e) => SnapStep::Failed {
+                            id,
+                            reason: e.to_string(),
+                            no_space: e.no_space(),
+                        },
+                    };
+                    self.tell(VpMsg::Snap(step))?;
                     continue;
                 }
             }
@@ -198,7 +208,7 @@ impl Vm {
         state: &S,
         path: &str,
         tell: bool,
-    ) -> Result<(), MigError> {
+    ) -> Result<(), crate::checkpoint::CheckpointError> {
         let mut args = std::env::args();
         let program = args.next().unwrap_or_default();
         let unread = |from: Tid, tag: i32, seq: u64, data: &Payload| Unread {
@@ -259,11 +269,10 @@ impl Vm {
             false,
             progress,
         )
-        .map_err(|e| MigError::Restore(e.to_string()))
     }
 
-    /// Write the checkpoint image and end the process (it only returns an
-    /// error).
+    /// Write the checkpoint image and end the process; if the image cannot
+    /// be written, say why to the daemon and go on.
     pub(super) fn checkpoint_and_end<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
         let Some(path) = self.checkpoint_to.clone() else {
             return Ok(());
@@ -285,7 +294,16 @@ impl Vm {
         self.direct.clear();
         self.pump(LinkId::Daemon, false)?;
         // The daemon sends the image on as it is written.
-        self.write_image(state, &path, true)?;
+        if let Err(e) = self.write_image(state, &path, true) {
+            // (Its partial file is gone.) The move is off: this VP goes on
+            // here, its messages through the daemon until links are asked
+            // for again.
+            self.checkpoint_to = None;
+            return self.tell(VpMsg::CheckpointFailed {
+                reason: e.to_string(),
+                no_space: e.no_space(),
+            });
+        }
         let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
         self.write(LinkId::Daemon, &[&head], None)?;
         // The process ends here without unwinding: what it printed goes out.

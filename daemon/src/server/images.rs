@@ -1,0 +1,396 @@
+//! Job checkpoints' images on this host (laid out by `store`): a VP's image
+//! kept where it wrote it, a copy sent to another host or to the host that
+//! restarts the VP from it, a copy taken in from another host, a copy read
+//! through before a restart, generations dropped; and every image going
+//! out to another host, a move's included, sent a few parts at a time as
+//! its link drains (`Outbound`). The slow file work (sums, syncs) is the
+//! keeper thread's: images never hold up this loop, nor pass through the
+//! master's (it hears only where each copy is).
+//!
+//! What does not live here: where copies go (the master), the other steps
+//! of a move (`source`, `target`).
+
+use super::*;
+use crate::keeper::{Done, Task};
+use crate::migrate::{map_image, Incoming, Outbound, Refused, Sending, WINDOW};
+use libmig::msg::ImageId;
+
+/// How long an image waits for its data link before it is given up.
+const LINK_WAIT: Duration = Duration::from_secs(10);
+
+impl Daemon {
+    /// VP `tid` wrote its image of job checkpoint `id` at `path`: the
+    /// master hears it at once (the VPs go on once all have), and the
+    /// image is checked, synced and kept here, off the loop (`ImageKept`
+    /// follows).
+    pub(super) fn snap_taken(&mut self, tid: Tid, id: u64, path: &str) {
+        let expected = self.state.snap_image(tid);
+        if std::path::Path::new(path) != expected {
+            return log!(
+                "VP t{tid:x} wrote its checkpoint to {path}, not {}",
+                expected.display()
+            );
+        }
+        let job = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .and_then(|v| v.start.as_ref())
+            .map(|s| s.job.clone())
+            .unwrap_or_default();
+        self.report(PeerMsg::Snap {
+            tid,
+            step: SnapStep::Taken {
+                id,
+                path: String::new(),
+            },
+        });
+        let image = ImageId { job, gen: id, tid };
+        match self.store.path(&image) {
+            Ok(to) => self.keep(Task::Keep {
+                image,
+                from: expected,
+                to,
+            }),
+            Err(reason) => {
+                crate::discard::remove_later(&expected);
+                let host = self.facts.name.clone();
+                self.report(PeerMsg::ImageFailed {
+                    image,
+                    host,
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// Hand `task` to the keeper thread.
+    fn keep(&mut self, task: Task) {
+        if let Some(done) = self.keeper.send(task) {
+            self.kept(done);
+        }
+    }
+
+    /// The keeper thread's results.
+    pub(super) fn keeper_done(&mut self) {
+        for done in self.keeper.done() {
+            self.kept(done);
+        }
+    }
+
+    fn kept(&mut self, done: Done) {
+        let host = self.facts.name.clone();
+        match done {
+            Done::Kept { image, size, crc } => {
+                self.disk.wrote();
+                debug!("{image}: kept here ({size} bytes)");
+                self.report(PeerMsg::ImageKept { image, size, crc });
+            }
+            Done::NotKept {
+                image,
+                reason,
+                no_space,
+            } => {
+                let reason = if no_space {
+                    self.no_space();
+                    format!(
+                        "{reason} (the state directory {} is full)",
+                        self.state.root().display()
+                    )
+                } else {
+                    reason
+                };
+                warn!("{image}: cannot keep it here: {reason}");
+                self.report(PeerMsg::ImageFailed {
+                    image,
+                    host,
+                    reason,
+                });
+            }
+            Done::Checked { image, result } => {
+                self.report(PeerMsg::ImageChecked { image, result });
+            }
+        }
+    }
+
+    /// The master asks for this host's copy of `image` to be read through.
+    pub(super) fn check_image(&mut self, image: ImageId) {
+        match self.store.path(&image) {
+            Ok(path) => self.keep(Task::Check { image, path }),
+            Err(e) => self.report(PeerMsg::ImageChecked {
+                image,
+                result: Err(e),
+            }),
+        }
+    }
+
+    /// The master asks for this host's copy of `image` to go to `to`: to
+    /// be kept there, or (`start`) to start its VP from there (here: from
+    /// the copy itself, linked, not copied).
+    pub(super) fn copy_image(&mut self, image: ImageId, to: String, start: Option<StartVp>) {
+        let me = self.facts.name.clone();
+        let fail = |d: &mut Daemon, image: ImageId, reason: String| {
+            warn!("{image}: cannot send it to {to}: {reason}");
+            d.report(PeerMsg::ImageFailed {
+                image,
+                host: me.clone(),
+                reason,
+            })
+        };
+        let path = match self.store.path(&image) {
+            Ok(p) => p,
+            Err(e) => return fail(self, image, e),
+        };
+        if to == me {
+            let Some(start) = start else { return };
+            let restore = self.state.restore(image.tid);
+            crate::discard::remove_later(&restore);
+            return match std::fs::hard_link(&path, &restore) {
+                Ok(()) => {
+                    debug!("{image}: restoring its VP here from it");
+                    self.start_restored(start, &restore, false)
+                }
+                Err(e) => fail(self, image, format!("{}: {e}", path.display())),
+            };
+        }
+        let mapped = match map_image(&path) {
+            Ok(m) => m,
+            Err(e) => return fail(self, image, e),
+        };
+        debug!("{image}: sending it to {to}");
+        let what = match start {
+            Some(_) => Sending::Restore(image.tid),
+            None => Sending::Copy(image),
+        };
+        self.outbound.push(Outbound::whole(
+            to.clone(),
+            what,
+            mapped,
+            (0, None),
+            start,
+            Instant::now(),
+        ));
+        self.pump_outbound();
+    }
+
+    /// Part of a copy of `image` from another host (on link `t`), to keep:
+    /// written as it arrives and checked on the way; once whole, synced and
+    /// kept off the loop. A copy that cannot be written is dropped and the
+    /// master hears why.
+    pub(super) fn image_copy_part(
+        &mut self,
+        t: Token,
+        image: ImageId,
+        (at, total, last): (u64, u64, bool),
+        part: &[u8],
+    ) {
+        let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
+        if at == 0 {
+            if let Some(old) = self.copies_in.remove(&image) {
+                old.discard();
+            }
+            if total > limit {
+                return self.copy_refused(image, format!("an image of {total} bytes is too large"));
+            }
+            let tmp = match self.store.part_path(&image) {
+                Ok(tmp) => tmp,
+                Err(why) => return self.copy_refused(image, why),
+            };
+            let dir = tmp.parent().unwrap_or(std::path::Path::new("."));
+            let created = crate::store::make_dir(dir)
+                .map_err(|e| Refused {
+                    why: format!("{}: {e}", dir.display()),
+                    no_space: matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)),
+                })
+                .and_then(|()| Incoming::create(t, image.clone(), tmp));
+            match created {
+                Ok(inc) => {
+                    self.copies_in.insert(image.clone(), inc);
+                }
+                Err(why) => return self.copy_failed(image, why),
+            }
+        }
+        let Some(inc) = self.copies_in.get_mut(&image) else {
+            // (The rest of a copy refused.)
+            return;
+        };
+        if let Err(why) = inc.take(at, total, part) {
+            if let Some(inc) = self.copies_in.remove(&image) {
+                inc.discard();
+            }
+            return self.copy_failed(image, why);
+        }
+        if !last {
+            return;
+        }
+        let Some(inc) = self.copies_in.remove(&image) else {
+            return;
+        };
+        match (inc.checked(total), self.store.path(&image)) {
+            (Ok((image, from)), Ok(to)) => self.keep(Task::Seal { image, from, to }),
+            (Err(why), _) | (_, Err(why)) => self.copy_refused(image, why),
+        }
+    }
+
+    fn copy_failed(&mut self, image: ImageId, why: Refused) {
+        if why.no_space {
+            self.no_space();
+            let reason = format!(
+                "{why} (the state directory {} is full)",
+                self.state.root().display()
+            );
+            return self.copy_refused(image, reason);
+        }
+        self.copy_refused(image, why.to_string());
+    }
+
+    fn copy_refused(&mut self, image: ImageId, reason: String) {
+        warn!("{image}: cannot keep a copy here: {reason}");
+        let host = self.facts.name.clone();
+        self.report(PeerMsg::ImageFailed {
+            image,
+            host,
+            reason,
+        });
+    }
+
+    /// Link `t` closed: the copies arriving on it never will.
+    pub(super) fn copies_cut_off(&mut self, t: Token, why: &str) {
+        let cut: Vec<ImageId> = self
+            .copies_in
+            .iter()
+            .filter(|(_, inc)| inc.from() == t)
+            .map(|(i, _)| i.clone())
+            .collect();
+        for image in cut {
+            if let Some(inc) = self.copies_in.remove(&image) {
+                inc.discard();
+            }
+            self.copy_refused(image, format!("its copy stopped coming ({why})"));
+        }
+    }
+
+    /// `PruneImages`: of `job`'s images, only generations `keep` stay here.
+    pub(super) fn prune_images(&mut self, job: &str, keep: &[u64]) {
+        let dropped: Vec<ImageId> = self
+            .copies_in
+            .keys()
+            .filter(|i| i.job == job && !keep.contains(&i.gen))
+            .cloned()
+            .collect();
+        for image in dropped {
+            if let Some(inc) = self.copies_in.remove(&image) {
+                inc.discard();
+            }
+        }
+        self.outbound.retain(
+            |o| !matches!(&o.what, Sending::Copy(i) if i.job == job && !keep.contains(&i.gen)),
+        );
+        self.store.prune(job, keep);
+    }
+
+    /// Send on the images going out, each as far as its link has room
+    /// (called every turn of the loop); one whose link is gone, or never
+    /// came up, is given up.
+    pub(super) fn pump_outbound(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.outbound.len() {
+            let to = self.outbound[i].to.clone();
+            let Some(d) = self.data_link(&to) else {
+                let waited = now.saturating_duration_since(self.outbound[i].since);
+                if waited > LINK_WAIT || !self.peers.contains_key(&to) {
+                    self.outbound_failed(i, &format!("no data link to {to}"));
+                } else {
+                    i += 1;
+                }
+                continue;
+            };
+            if self.outbound[i].link.is_some_and(|l| l != d) {
+                self.outbound_failed(i, &format!("its link to {to} broke"));
+                continue;
+            }
+            self.outbound[i].link = Some(d);
+            let mut broke = false;
+            while self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW) {
+                let Some((msg, part)) = self.outbound[i].next_part() else {
+                    break;
+                };
+                if !self.send_image_part(d, &msg, part) {
+                    broke = true;
+                    break;
+                }
+            }
+            if broke {
+                self.outbound_failed(i, &format!("lost the link to {to}"));
+            } else if self.outbound[i].done() {
+                self.outbound.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Image `i` going out is given up (`why`).
+    fn outbound_failed(&mut self, i: usize, why: &str) {
+        let o = self.outbound.remove(i);
+        match o.what {
+            Sending::Copy(image) => {
+                warn!("{image}: not sent: {why}");
+                self.report(PeerMsg::ImageFailed {
+                    image,
+                    host: o.to,
+                    reason: why.to_string(),
+                });
+            }
+            // Its target hears its link closed, and says what it has.
+            Sending::Restore(tid) => warn!("VP t{tid:x}: its image not sent: {why}"),
+        }
+    }
+
+    /// VP `tid`'s image going out stops (its move is called off): its
+    /// target drops what arrived of it.
+    pub(super) fn cancel_outbound(&mut self, tid: Tid) {
+        let mut links = Vec::new();
+        self.outbound.retain(|o| {
+            let it = o.restores(tid);
+            if it {
+                links.extend(o.link);
+            }
+            !it
+        });
+        for d in links {
+            let msg = PeerMsg::RestoreOff { tid };
+            self.send_image_part(d, &msg, Payload::from(Vec::new()));
+        }
+    }
+
+    /// An image could not be written here for lack of space: `mig hosts`
+    /// says so from now on (the master hears it at once).
+    pub(super) fn no_space(&mut self) {
+        self.disk.no_space(Instant::now());
+        self.send_usage();
+    }
+
+    /// Tell the master the CPU time of each local VP, and what this host
+    /// has free (memory, disk time, space in its state directory).
+    pub(super) fn send_usage(&mut self) {
+        self.usage_sent = Instant::now();
+        let vps: Vec<(Tid, u64)> = self
+            .vps
+            .by_tid
+            .iter()
+            .filter(|(_, v)| v.exit.is_none())
+            .filter_map(|(&t, v)| Some((t, v.cpu_ms()?)))
+            .collect();
+        let (state_free_mb, state_full) = self.disk.report(Instant::now());
+        let usage = libmig::msg::HostUsage {
+            vps,
+            free_memory_mb: crate::facts::free_memory_mb(),
+            io_busy: self.io_meter.read(),
+            state_free_mb,
+            state_full,
+        };
+        self.report(PeerMsg::Usage(usage));
+    }
+}
