@@ -1,21 +1,21 @@
 //! How full the state directory is, as `mig hosts` shows it: the space
 //! free there (`statvfs`), and whether it is *full*: an image could not be
-//! written there for lack of space (ENOSPC, EDQUOT) and no room was made
-//! since. Room is made when an image is written there again, or when the
-//! space free grows past what was free once the failed write's partial
-//! file was gone (a second after the failure) by `ROOM`.
+//! written there for lack of space (ENOSPC, EDQUOT), and since then none was
+//! written there, and either it happened less than `HOLD` ago or the space
+//! free has not grown by `ROOM` over the least seen since.
 //!
 //! What does not live here: writing images, or deciding where they go.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Space free must grow by this much after a failure to count as room.
+/// Space free must grow by this much over the least seen since a failure
+/// to count as room made.
 const ROOM: u64 = 16 << 20;
 
-/// How long after a failure the space free is taken as the baseline (its
-/// partial file is removed by then).
-const SETTLE: Duration = Duration::from_secs(1);
+/// A failure counts this long whatever the space free does (its partial
+/// file going, or other files of the failed operation, is no room made).
+const HOLD: Duration = Duration::from_secs(10);
 
 /// The state directory's fullness.
 #[derive(Debug)]
@@ -24,12 +24,12 @@ pub struct DiskWatch {
     full: Option<Full>,
 }
 
-/// An image write failed for lack of space: when, and the space free once
-/// its partial file was gone.
+/// An image write failed for lack of space: when, and the least space free
+/// seen since.
 #[derive(Debug, Clone, Copy)]
 struct Full {
     since: Instant,
-    free_after: Option<u64>,
+    least: Option<u64>,
 }
 
 impl DiskWatch {
@@ -42,7 +42,7 @@ impl DiskWatch {
     pub fn no_space(&mut self, now: Instant) {
         self.full = Some(Full {
             since: now,
-            free_after: None,
+            least: None,
         });
     }
 
@@ -68,16 +68,17 @@ impl DiskWatch {
         let Some(f) = &mut self.full else {
             return false;
         };
-        if f.free_after.is_none() && now.saturating_duration_since(f.since) >= SETTLE {
-            f.free_after = free;
+        if let Some(free) = free {
+            f.least = Some(f.least.map_or(free, |l| l.min(free)));
         }
-        if let (Some(after), Some(free)) = (f.free_after, free) {
-            if free > after.saturating_add(ROOM) {
-                self.full = None;
-                return false;
-            }
+        let held = now.saturating_duration_since(f.since) < HOLD;
+        let room =
+            matches!((f.least, free), (Some(l), Some(free)) if free > l.saturating_add(ROOM));
+        if held || !room {
+            return true;
         }
-        true
+        self.full = None;
+        false
     }
 }
 
@@ -91,18 +92,24 @@ mod tests {
         let mut d = DiskWatch::new(PathBuf::from("/"));
         assert!(!d.full_with(Some(5 << 20), t0));
         d.no_space(t0);
-        // Its partial file going frees space: not room yet.
         assert!(d.full_with(Some(0), t0));
-        assert!(d.full_with(Some(6 << 20), t0 + SETTLE));
-        assert!(d.full_with(Some(20 << 20), t0 + 2 * SETTLE));
-        // Room made: 16 MiB more than once the partial file was gone.
-        assert!(!d.full_with(Some(23 << 20), t0 + 3 * SETTLE));
-        assert!(!d.full_with(Some(0), t0 + 4 * SETTLE));
-        // Or an image written there.
+        // Its partial file going, and the rest of the operation's files,
+        // are no room made as long as the failure is fresh.
+        assert!(d.full_with(Some(30 << 20), t0 + HOLD / 2));
+        // Later, room made: 16 MiB more than the least seen.
+        assert!(d.full_with(Some(12 << 20), t0 + HOLD));
+        assert!(!d.full_with(Some(17 << 20), t0 + HOLD));
+        assert!(
+            !d.full_with(Some(0), t0 + 2 * HOLD),
+            "until the next failure"
+        );
+        // Without room made it stays full.
         d.no_space(t0);
-        assert!(d.full_with(None, t0 + 10 * SETTLE));
+        assert!(d.full_with(Some(1 << 20), t0 + 3 * HOLD));
+        assert!(d.full_with(None, t0 + 3 * HOLD));
+        // An image written there: there is room.
         d.wrote();
-        assert!(!d.full_with(None, t0 + 10 * SETTLE));
+        assert!(!d.full_with(None, t0 + 3 * HOLD));
         // The real thing answers for a directory that exists.
         let dir = tempfile::tempdir().unwrap();
         assert!(DiskWatch::new(dir.path().into()).free_bytes().is_some());

@@ -245,6 +245,9 @@ pub struct Vm {
     /// Each daemon on a loopback address of its own, `127.A.B.(i+1)`
     /// (see `start_apart`); else all on 127.0.0.1.
     apart: Option<[u8; 2]>,
+    /// Small file systems mounted as hosts' state directories (unmounted
+    /// on drop, after the daemons end).
+    mounts: Vec<Tmpfs>,
 }
 
 impl Vm {
@@ -265,7 +268,7 @@ impl Vm {
 
     /// Start `n` daemons that read the config file `toml` (its text).
     pub fn start_config(n: usize, toml: &str) -> Vm {
-        Vm::start_full(n, 1, &[], Some(toml), deadline(), false)
+        Vm::start_full(n, 1, &[], Some(toml), deadline(), false, &[])
     }
 
     /// `start_config`, each daemon on a loopback address of its own
@@ -275,7 +278,7 @@ impl Vm {
     /// this computer is unlikely to use them.
     pub fn start_apart(n: usize, toml: &str) -> Vm {
         assert!(n < 254, "at most 253 daemons apart");
-        Vm::start_full(n, 1, &[], Some(toml), deadline(), true)
+        Vm::start_full(n, 1, &[], Some(toml), deadline(), true, &[])
     }
 
     /// Daemon `i`'s IP address.
@@ -286,10 +289,17 @@ impl Vm {
         }
     }
 
+    /// Start `n` daemons that read the config file `toml`, host `i`'s
+    /// state directory a tmpfs of `size` (`mount -o size=`) for each
+    /// `(i, size)` of `small`: a test of full disks. Needs root.
+    pub fn start_small_disks(n: usize, toml: &str, small: &[(usize, &str)]) -> Vm {
+        Vm::start_full(n, 1, &[], Some(toml), deadline(), false, small)
+    }
+
     /// `start_procs`, failing the test if the machine is not dropped within
     /// `limit`.
     pub fn start_until(n: usize, procs: u32, extra: &[&str], limit: Duration) -> Vm {
-        Vm::start_full(n, procs, extra, None, limit, false)
+        Vm::start_full(n, procs, extra, None, limit, false, &[])
     }
 
     fn start_full(
@@ -299,6 +309,7 @@ impl Vm {
         toml: Option<&str>,
         limit: Duration,
         apart: bool,
+        small: &[(usize, &str)],
     ) -> Vm {
         let procs = procs.to_string();
         let mut flags = vec!["--processors", procs.as_str()];
@@ -331,7 +342,12 @@ impl Vm {
             daemons: Vec::new(),
             addr: String::new(),
             apart: apart.then_some([64 + (pid % 128) as u8, (pid / 128 % 256) as u8]),
+            mounts: Vec::new(),
         };
+        for &(i, size) in small {
+            let state = vm.dir.path().join(format!("h{i}"));
+            vm.mounts.push(Tmpfs::mount(&state, size));
+        }
         let (c, addr) = vm.daemon(0, None, extra);
         vm.daemons.push(Some(c));
         vm.addr = addr.clone();
@@ -626,6 +642,51 @@ impl Drop for Vm {
             let _ = c.kill();
             let _ = c.wait();
         }
+        self.mounts.clear();
+    }
+}
+
+/// A tmpfs mounted at a directory (as a host's small state directory),
+/// unmounted when dropped. Mounting needs root: without it the test fails
+/// saying so.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mount a tmpfs of `size` (`30m`) at `dir`, private to its owner.
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        // SAFETY: a plain system call.
+        let root = unsafe { libc::geteuid() } == 0;
+        assert!(
+            root,
+            "this test needs root: it mounts a {size} tmpfs as a host's state directory to fill \
+             it (run it as root, as CI does)"
+        );
+        std::fs::create_dir_all(dir).expect("mount point");
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -t tmpfs on {} failed", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // (Lazily: whatever still has it open lets go of it when it ends.)
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
 

@@ -675,6 +675,25 @@ impl Master {
             out.push(Out::ForgetOutput(old));
         }
         out.push(Out::History(info));
+        // Whoever waits on its checkpoint or its restart hears it ended.
+        let how = if j.killed { "was killed" } else { "ended" };
+        let restart_from = j.ckpt.restart.map(|p| p.from).unwrap_or_default();
+        for w in restart_from {
+            out.push(Out::Reply(
+                w,
+                Response::Error {
+                    message: format!("job {job} {how} before it could restart"),
+                },
+            ));
+        }
+        for w in j.ckpt.round.map(|r| r.waiters).unwrap_or_default() {
+            out.push(Out::Reply(
+                w,
+                Response::Error {
+                    message: format!("job {job} {how} before its checkpoint was complete"),
+                },
+            ));
+        }
         for (w, _) in j.kill_waiters {
             out.push(Out::Reply(
                 w,

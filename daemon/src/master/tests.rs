@@ -1557,6 +1557,41 @@ fn a_job_killed_while_its_images_are_looked_for_does_not_come_back() {
         o,
         Out::Reply(Requester::Local(4), Response::Error { message }) if message.contains("was killed")
     )), "{out:?}");
+    // Killed, and every VP ended, before the hosts keeping its images
+    // answered: whoever asked for the restart hears it all the same.
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    c.m.control(
+        Requester::Local(5),
+        "h0",
+        Request::Kill {
+            target: "j1".into(),
+        },
+    );
+    let mut out = Vec::new();
+    for (h, tid) in &placed {
+        let status = ExitInfo {
+            code: None,
+            signal: Some(9),
+            error: None,
+            cpu_ms: None,
+        };
+        out.extend(c.m.exited(h, *tid, status));
+    }
+    assert!(
+        out.iter().any(|o| matches!(
+            o,
+            Out::Reply(Requester::Local(4), Response::Error { message })
+                if message.contains("was killed before it could restart")
+        )),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -24,6 +24,9 @@
 //!   VP K) exists, then says how many hosts it ran on;
 //! * `hold MIB [check]` — holds MIB MiB of state (with `check`, a
 //!   pattern it checks byte for byte after each move) until told to stop;
+//! * `ballast MIB FILE` — holds MIB MiB of a pattern, reaching a safe point
+//!   every few milliseconds, until FILE exists; then checks every byte and
+//!   says how many lives it had (starts from an image count);
 //! * `respawn FILE` — spawns a `spin FILE` child once FILE.spawn exists
 //!   (after a checkpoint, in the tests), ends when FILE exists;
 //! * `sequence FILE` — VP 0 streams numbered messages to VP 1 until FILE
@@ -354,6 +357,32 @@ fn hold(mib: usize, check: bool) {
     }
 }
 
+/// Hold `mib` MiB of a pattern, reaching a safe point every few
+/// milliseconds, until `stop` exists; then check every byte and say so.
+fn ballast(mib: usize, stop: &str) {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Ballast {
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+        lives: u32,
+    }
+    let fresh = || Ballast {
+        bytes: (0..mib << 20).map(pattern).collect(),
+        lives: 0,
+    };
+    let (mut vm, mut b) = ok(Vm::init_or_restore(fresh));
+    b.lives += 1;
+    println!("ballast ready, life {}", b.lives);
+    while !std::path::Path::new(stop).exists() {
+        std::thread::sleep(Duration::from_millis(5));
+        ok(vm.safe_point(&b));
+    }
+    if let Some(i) = (0..b.bytes.len()).find(|&i| b.bytes[i] != pattern(i)) {
+        fail(format!("ballast differs at byte {i}"));
+    }
+    println!("ballast intact: {} bytes, {} lives", b.bytes.len(), b.lives);
+}
+
 /// Burn CPU (migration-aware: a safe point every few milliseconds) until
 /// `stop` exists; then say how much work was done and on how many hosts.
 fn spin(stop: &str) {
@@ -552,6 +581,9 @@ fn main() {
     }
     if mode == "spin" {
         return spin(args.get(2).map_or("", String::as_str));
+    }
+    if mode == "ballast" {
+        return ballast(num(1) as usize, args.get(3).map_or("", String::as_str));
     }
     if mode == "respawn" {
         return respawn(args.get(2).map_or("", String::as_str));
