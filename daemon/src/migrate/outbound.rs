@@ -1,10 +1,10 @@
-//! An image going to another host over the data link, a few parts at a
-//! time: the next part is queued on the link only once it has drained
-//! below `WINDOW`, so a 256 MiB image never stands in front of the
-//! consensus's and the VPs' messages on the same link for more than a
-//! couple of parts (an image queued whole there held a voter's heartbeats
-//! long enough for an election). The parts share the image's mapping; none
-//! is copied.
+//! An image going to another host over the data link, a part at a time:
+//! the next part is queued on the link only once it has drained below
+//! `WINDOW`, and at most one a turn of the loop, so a 256 MiB image never
+//! stands in front of the consensus's and the VPs' messages on the same
+//! link for more than a part or two, nor takes a turn's time (an image
+//! queued whole there held a voter's heartbeats long enough for an
+//! election). The parts share the image's mapping; none is copied.
 //!
 //! What lives here: the parts still to go and what each says (no sockets).
 //! What does not: the link (the server's `pump_outbound`).
@@ -20,7 +20,7 @@ use mio::Token;
 use super::source::{remaining_ranges, IMAGE_PART};
 
 /// Bytes a link may have queued before an image's next part goes on it.
-pub const WINDOW: usize = 2 * IMAGE_PART;
+pub const WINDOW: usize = IMAGE_PART;
 
 /// What an image goes to another host for.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,6 +132,11 @@ impl Outbound {
     /// The next part to send, if one is ready.
     pub fn next_part(&mut self) -> Option<(PeerMsg, Payload)> {
         self.parts.pop_front()
+    }
+
+    /// Is a part ready to go?
+    pub fn ready(&self) -> bool {
+        !self.parts.is_empty()
     }
 
     /// Every part went.

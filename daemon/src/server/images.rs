@@ -311,14 +311,12 @@ impl Daemon {
                 continue;
             }
             self.outbound[i].link = Some(d);
+            // One part a turn at most: sealing and writing it is the
+            // loop's, and a turn owes the rest of the machine its share.
             let mut broke = false;
-            while self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW) {
-                let Some((msg, part)) = self.outbound[i].next_part() else {
-                    break;
-                };
-                if !self.send_image_part(d, &msg, part) {
-                    broke = true;
-                    break;
+            if self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW) {
+                if let Some((msg, part)) = self.outbound[i].next_part() {
+                    broke = !self.send_image_part(d, &msg, part);
                 }
             }
             if broke {
@@ -329,6 +327,18 @@ impl Daemon {
                 i += 1;
             }
         }
+    }
+
+    /// Has an image going out a part ready for a link with room (the loop
+    /// then does not wait for an event: a link that drained says nothing)?
+    pub(super) fn outbound_ready(&self) -> bool {
+        self.outbound.iter().any(|o| {
+            let link = o.link.or_else(|| self.links.get(&o.to).copied());
+            o.ready()
+                && link.is_some_and(|d| {
+                    self.is_data_link(d) && self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW)
+                })
+        })
     }
 
     /// Image `i` going out is given up (`why`).

@@ -547,6 +547,7 @@ impl Daemon {
                 || !self.write_again.is_empty()
                 || !self.pipes_again.is_empty()
                 || self.releasable()
+                || self.outbound_ready()
             {
                 Duration::ZERO
             } else if self.halting.is_some() {
