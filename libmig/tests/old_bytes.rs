@@ -121,6 +121,10 @@ fn peer_msgs() -> Vec<PeerMsg> {
             total: 25_165_848,
             last: false,
         },
+        PeerMsg::ImageAck {
+            image: image_id(),
+            upto: 8 << 20,
+        },
         PeerMsg::CheckImage { image: image_id() },
         PeerMsg::ImageChecked {
             image: image_id(),

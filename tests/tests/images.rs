@@ -212,3 +212,165 @@ fn a_full_state_directory_fails_checkpoints_and_moves_not_the_job_and_is_left_cl
     );
     assert!(clean(&vm), "{}", left(&vm));
 }
+
+/// Where each image of generation `g` of job j1 is kept: (image file name,
+/// hosts).
+fn holders(vm: &Vm, hosts: usize, g: u64) -> Vec<(String, Vec<String>)> {
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for h in 0..hosts {
+        let dir = vm.dir.path().join(format!("h{h}/ckpt/j1/g{g}"));
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".img") {
+                out.entry(name).or_default().push(format!("h{h}"));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The generation a `mig checkpoint` answer names.
+fn generation(said: &str) -> u64 {
+    said.split("generation ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no generation in {said:?}"))
+}
+
+fn host_index(h: &str) -> usize {
+    h.trim_start_matches('h').parse().expect("a host hK")
+}
+
+#[test]
+fn a_second_death_right_after_the_first_loses_nothing() {
+    // Numbered messages stream from VP 0 to VP 1, which checks that none
+    // comes out of order or from a run its job went back on.
+    let mut vm = Vm::start_config(4, "[daemon]\ncheckpoint_interval_s = 0\n");
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(2, &bin("testvp"), &[Path::new("sequence"), &stop]);
+    assert!(wait_until(Duration::from_secs(20), || running(&vm) == 2));
+    let out = vm.mig_ok(&["checkpoint", "j1"]);
+    let said = text(&out);
+    assert!(said.contains("2 copies each"), "{said}");
+    let g = generation(&said);
+    // Every image on two hosts.
+    let kept = holders(&vm, 4, g);
+    assert!(
+        kept.len() == 2 && kept.iter().all(|(_, h)| h.len() == 2),
+        "{kept:?}"
+    );
+    // An image of a VP on a worker (A); its other copy is on B.
+    let on: Vec<(String, String, u64)> = vps(&vm);
+    let (image, a, b) = kept
+        .iter()
+        .find_map(|(name, hosts)| {
+            let tid = name.trim_end_matches(".img");
+            let a = on.iter().find(|v| v.0 == tid)?.1.clone();
+            let b = hosts.iter().find(|h| **h != a)?.clone();
+            (a != "h0" && b != "h0").then(|| (name.clone(), a, b))
+        })
+        .unwrap_or_else(|| panic!("no image of a worker's VP copied to a worker: {kept:?} {on:?}"));
+    let tid = image.trim_end_matches(".img").to_string();
+    // B dies: a third copy is made at once from A's.
+    vm.signal(host_index(&b), nix::sys::signal::Signal::SIGKILL);
+    let copied = format!("VP {tid}'s image of generation {g} of job j1: a new copy on");
+    assert!(
+        wait_until(Duration::from_secs(30), || vm.log(0).contains(&copied)),
+        "{}",
+        vm.log(0)
+    );
+    let c = holders(&vm, 4, g)
+        .into_iter()
+        .find(|(n, _)| *n == image)
+        .and_then(|(_, hosts)| hosts.into_iter().find(|h| *h != a && *h != b))
+        .expect("the new copy's host");
+    // Then A dies, with the VP: the job goes back to the checkpoint, the
+    // image coming from C.
+    let restarts = |vm: &Vm| {
+        vm.log(0)
+            .matches(&format!(
+                "restarting job j1 from its checkpoint (generation {g})"
+            ))
+            .count()
+    };
+    let before = restarts(&vm);
+    vm.signal(host_index(&a), nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(30), || restarts(&vm) > before
+            && running(&vm) == 2),
+        "{}",
+        vm.log(0)
+    );
+    assert!(
+        vm.json(&["ps"])
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|v| v["host"] != a.as_str() && v["host"] != b.as_str()),
+        "{}",
+        vm.log(0)
+    );
+    let _ = c;
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(job, &vm.log(0));
+    let last: serde_json::Value = lines
+        .iter()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no summary: {lines:?}"));
+    assert_eq!(last["out_of_order"], 0, "{last}");
+    assert_eq!(last["stale"], 0, "{last}");
+    assert!(last["received"].as_u64().unwrap_or(0) > 0, "{last}");
+    assert_eq!(
+        last["lives"].as_u64(),
+        Some(1 + restarts(&vm) as u64),
+        "{last}\n{}",
+        vm.log(0)
+    );
+}
+
+#[test]
+fn a_256_mib_image_checkpointed_beside_a_running_job_costs_no_election_and_no_fence() {
+    let vm = Vm::start_config(4, "[daemon]\ncheckpoint_interval_s = 0\n");
+    vm.mig_ok(&[
+        "spawn",
+        "--",
+        &bin("testvp").display().to_string(),
+        "hold",
+        "256",
+    ]);
+    assert!(wait_until(Duration::from_secs(60), || running(&vm) == 1
+        && vm.output("j1").contains("ready")));
+    let heat = vm.start_job(
+        3,
+        &bin("heat"),
+        &["--rows", "48", "--cols", "48", "--iters", "40000"],
+    );
+    for _ in 0..3 {
+        let out = vm.mig_ok(&["checkpoint", "j1"]);
+        assert!(text(&out).contains("268435"), "{}", text(&out));
+    }
+    let lines = job_succeeds(heat, &vm.log(0));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("identical to the serial run: ok")),
+        "{lines:?}"
+    );
+    // One master throughout, and no host given up: nobody was elected
+    // after the first, stepped down or was fenced.
+    for i in 0..4 {
+        let log = vm.log(i);
+        for bad in [
+            "elected master",
+            "stepping down",
+            "fenced by the master",
+            "left the pool",
+            "the master was busy",
+        ] {
+            assert!(!log.contains(bad), "h{i}: {bad}\n{log}");
+        }
+    }
+    vm.mig_ok(&["kill", "j1"]);
+}

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use libmig::msg::{StartVp, Tid};
 use mio::Token;
 
-pub use outbound::{Outbound, Sending, WINDOW};
+pub use outbound::{Outbound, Sending, ACK_WINDOW, COPY_PART, WINDOW};
 pub use source::{map_image, remaining_ranges, Outgoing, IMAGE_PART};
 pub use target::{Incoming, Refused};
 

@@ -22,6 +22,14 @@ use super::source::{remaining_ranges, IMAGE_PART};
 /// Bytes a link may have queued before an image's next part goes on it.
 pub const WINDOW: usize = IMAGE_PART;
 
+/// The size of the parts a copy of a job checkpoint's image goes in: the
+/// sender seals a part a turn and the receiver opens one, and a copy is
+/// never urgent (a move's parts are larger: its VP waits).
+pub const COPY_PART: usize = 1 << 20;
+
+/// Bytes of a copy sent ahead of what the other end has written.
+pub const ACK_WINDOW: u64 = 8 << 20;
+
 /// What an image goes to another host for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Sending {
@@ -46,29 +54,32 @@ pub struct Outbound {
     parts: VecDeque<(PeerMsg, Payload)>,
     /// Every part is in `parts` (an image still being written gets more).
     whole: bool,
+    /// Of a copy: bytes sent, and written at the other end (it says).
+    sent: u64,
+    acked: u64,
 }
 
 impl Outbound {
-    /// `image` (already sent up to `from`, on `link`) to `to` for `what`;
-    /// a restore's first part says how to start the VP (`start`). The
-    /// parts left to send it whole, then the preamble if it went early.
+    /// VP `tid`'s `image` to `to`, which starts the VP from it (`start`
+    /// says how, with the first part).
     pub fn whole(
         to: String,
-        what: Sending,
+        tid: Tid,
         image: Payload,
-        (from, link): (usize, Option<Token>),
         start: Option<StartVp>,
         now: Instant,
     ) -> Outbound {
         let mut o = Outbound {
             to,
-            what,
-            link,
+            what: Sending::Restore(tid),
+            link: None,
             since: now,
             parts: VecDeque::new(),
             whole: false,
+            sent: 0,
+            acked: 0,
         };
-        o.add_rest(image, from, start);
+        o.add_rest(image, 0, start);
         o
     }
 
@@ -82,7 +93,54 @@ impl Outbound {
             since: now,
             parts: VecDeque::new(),
             whole: false,
+            sent: 0,
+            acked: 0,
         }
+    }
+
+    /// A copy of `image` of `total` bytes, read as it goes (see
+    /// `add_read`).
+    pub fn copy(to: String, image: ImageId, now: Instant) -> Outbound {
+        Outbound {
+            to,
+            what: Sending::Copy(image),
+            link: None,
+            since: now,
+            parts: VecDeque::new(),
+            whole: false,
+            sent: 0,
+            acked: 0,
+        }
+    }
+
+    /// A part of a copy read, at `at` of `total` bytes; the one that ends
+    /// the image completes it.
+    pub fn add_read(&mut self, at: u64, part: Vec<u8>, total: u64) {
+        if let Sending::Copy(image) = &self.what {
+            let last = at + part.len() as u64 >= total;
+            let msg = PeerMsg::ImagePart {
+                image: image.clone(),
+                at,
+                total,
+                last,
+            };
+            self.parts.push_back((msg, Payload::from(part)));
+            self.whole |= last;
+        }
+    }
+
+    /// Bytes of a copy sent and not yet written at the other end (a
+    /// restore's other end says nothing: its parts go as the link drains).
+    pub fn unacked(&self) -> u64 {
+        match self.what {
+            Sending::Copy(_) => self.sent.saturating_sub(self.acked),
+            Sending::Restore(_) => 0,
+        }
+    }
+
+    /// The other end wrote a copy up to `upto`.
+    pub fn acked(&mut self, upto: u64) {
+        self.acked = self.acked.max(upto);
     }
 
     /// A part of the image written so far, at `at`, while it is written
@@ -104,25 +162,19 @@ impl Outbound {
     /// before went while it was written), then its preamble if any part
     /// went early; the last part completes it.
     pub fn add_rest(&mut self, image: Payload, from: usize, mut start: Option<StartVp>) {
+        let Sending::Restore(tid) = self.what else {
+            return;
+        };
         let len = image.len();
         let ranges: Vec<Range<usize>> = remaining_ranges(len, from);
         let n = ranges.len();
         for (i, (part, r)) in image.pieces(&ranges).into_iter().zip(ranges).enumerate() {
-            let (at, total, last) = (r.start as u64, len as u64, i + 1 == n);
-            let msg = match &self.what {
-                Sending::Restore(tid) => PeerMsg::RestorePart {
-                    tid: *tid,
-                    at,
-                    total,
-                    last,
-                    start: start.take(),
-                },
-                Sending::Copy(image) => PeerMsg::ImagePart {
-                    image: image.clone(),
-                    at,
-                    total,
-                    last,
-                },
+            let msg = PeerMsg::RestorePart {
+                tid,
+                at: r.start as u64,
+                total: len as u64,
+                last: i + 1 == n,
+                start: start.take(),
             };
             self.parts.push_back((msg, part));
         }
@@ -131,7 +183,11 @@ impl Outbound {
 
     /// The next part to send, if one is ready.
     pub fn next_part(&mut self) -> Option<(PeerMsg, Payload)> {
-        self.parts.pop_front()
+        let next = self.parts.pop_front();
+        if let Some((_, p)) = &next {
+            self.sent += p.len() as u64;
+        }
+        next
     }
 
     /// Is a part ready to go?
@@ -184,15 +240,11 @@ mod tests {
             gen: 4,
             tid: 7,
         };
-        let len = 2 * IMAGE_PART + 10;
-        let mut o = Outbound::whole(
-            "h2".into(),
-            Sending::Copy(image.clone()),
-            mapped(len),
-            (0, None),
-            None,
-            Instant::now(),
-        );
+        let len = 2 * COPY_PART + 10;
+        let mut o = Outbound::copy("h2".into(), image.clone(), Instant::now());
+        for at in (0..len).step_by(COPY_PART) {
+            o.add_read(at as u64, vec![1; COPY_PART.min(len - at)], len as u64);
+        }
         let mut got = Vec::new();
         while let Some((msg, part)) = o.next_part() {
             let PeerMsg::ImagePart {
@@ -203,7 +255,7 @@ mod tests {
             };
             got.push((at, part.len(), total, last));
         }
-        let (p, t) = (IMAGE_PART, len as u64);
+        let (p, t) = (COPY_PART, len as u64);
         assert_eq!(
             got,
             vec![
@@ -213,6 +265,11 @@ mod tests {
             ]
         );
         assert!(o.done());
+        // What went and what the other end wrote.
+        assert_eq!(o.unacked(), t);
+        o.acked(p as u64);
+        o.acked(1);
+        assert_eq!(o.unacked(), t - p as u64);
     }
 
     #[test]
@@ -233,6 +290,11 @@ mod tests {
             };
             seen.push((at, last, start.is_some()));
         }
+        assert_eq!(
+            o.unacked(),
+            0,
+            "a restore waits for no word from its target"
+        );
         assert_eq!(
             seen,
             vec![

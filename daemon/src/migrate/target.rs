@@ -1,8 +1,6 @@
 //! The target end of a move, without I/O on sockets: an image arriving in
 //! parts from the VP's previous host, written to its file as it arrives and
-//! checked on the way (never held whole), then renamed into place. A copy
-//! of a job checkpoint's image arriving from another host is taken in the
-//! same way (`Incoming<ImageId>`).
+//! checked on the way (never held whole), then renamed into place.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -105,20 +103,6 @@ impl<T> Incoming<T> {
     /// The last part arrived and the image was `total` bytes: checked, it
     /// becomes `path`. What it was for, or why not (the file is gone).
     pub fn finish(self, total: u64, path: &Path) -> Result<T, String> {
-        let (what, tmp) = self.checked(total)?;
-        match std::fs::rename(&tmp, path) {
-            Ok(()) => Ok(what),
-            Err(e) => {
-                crate::discard::remove_later(&tmp);
-                Err(e.to_string())
-            }
-        }
-    }
-
-    /// The last part arrived and the image was `total` bytes: checked, it
-    /// stays where it was written. What it was for and where, or why not
-    /// (the file is gone).
-    pub fn checked(self, total: u64) -> Result<(T, PathBuf), String> {
         let Incoming {
             what,
             file,
@@ -131,10 +115,13 @@ impl<T> Incoming<T> {
         let ready = if seen != total {
             Err(format!("{seen} bytes of an image of {total} arrived"))
         } else {
-            check.finish().map_err(|e| e.to_string())
+            check
+                .finish()
+                .map_err(|e| e.to_string())
+                .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()))
         };
         match ready {
-            Ok(()) => Ok((what, tmp)),
+            Ok(()) => Ok(what),
             Err(e) => {
                 crate::discard::remove_later(&tmp);
                 Err(e)

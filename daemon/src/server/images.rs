@@ -12,7 +12,7 @@
 
 use super::*;
 use crate::keeper::{Done, Task};
-use crate::migrate::{map_image, Incoming, Outbound, Refused, Sending, WINDOW};
+use crate::migrate::{map_image, Outbound, Sending, ACK_WINDOW, COPY_PART, WINDOW};
 use libmig::msg::ImageId;
 
 /// How long an image waits for its data link before it is given up.
@@ -82,15 +82,24 @@ impl Daemon {
         let host = self.facts.name.clone();
         match done {
             Done::Kept { image, size, crc } => {
+                self.copies_in.remove(&image);
                 self.disk.wrote();
                 debug!("{image}: kept here ({size} bytes)");
                 self.report(PeerMsg::ImageKept { image, size, crc });
             }
+            Done::Wrote { image, upto } => {
+                // The sender sends on as far as this.
+                if let Some(&(t, _)) = self.copies_in.get(&image) {
+                    self.send_peer(t, &PeerMsg::ImageAck { image, upto });
+                }
+            }
+            Done::Read { .. } => self.pump_outbound(),
             Done::NotKept {
                 image,
                 reason,
                 no_space,
             } => {
+                self.copies_in.remove(&image);
                 let reason = if no_space {
                     self.no_space();
                     format!(
@@ -153,95 +162,61 @@ impl Daemon {
                 Err(e) => fail(self, image, format!("{}: {e}", path.display())),
             };
         }
-        let mapped = match map_image(&path) {
-            Ok(m) => m,
-            Err(e) => return fail(self, image, e),
-        };
         debug!("{image}: sending it to {to}");
-        let what = match start {
-            Some(_) => Sending::Restore(image.tid),
-            None => Sending::Copy(image),
-        };
-        self.outbound.push(Outbound::whole(
-            to.clone(),
-            what,
-            mapped,
-            (0, None),
-            start,
-            Instant::now(),
-        ));
+        if let Some(start) = start {
+            // A restore: its VP waits for it, as a move's does.
+            let mapped = match map_image(&path) {
+                Ok(m) => m,
+                Err(e) => return fail(self, image, e),
+            };
+            let tid = image.tid;
+            let out = Outbound::whole(to.clone(), tid, mapped, Some(start), Instant::now());
+            self.outbound.push(out);
+        } else {
+            // A copy to keep: read ahead off the loop as it goes.
+            let reader = match self.keeper.read(image.clone(), &path, COPY_PART) {
+                Ok(r) => r,
+                Err(e) => return fail(self, image, e),
+            };
+            self.copies_out.insert(image.clone(), reader);
+            self.outbound
+                .push(Outbound::copy(to.clone(), image, Instant::now()));
+        }
         self.pump_outbound();
     }
 
     /// Part of a copy of `image` from another host (on link `t`), to keep:
-    /// written as it arrives and checked on the way; once whole, synced and
-    /// kept off the loop. A copy that cannot be written is dropped and the
-    /// master hears why.
+    /// written and summed as it arrives, and once whole synced and kept, on
+    /// a thread of its own (which says how far it wrote, and the sender
+    /// keeps at most `ACK_WINDOW` ahead of that). A copy that cannot be
+    /// written is dropped and the master hears why.
     pub(super) fn image_copy_part(
         &mut self,
         t: Token,
         image: ImageId,
-        (at, total, last): (u64, u64, bool),
-        part: &[u8],
+        (at, total): (u64, u64),
+        part: Vec<u8>,
     ) {
-        let limit = libmig::checkpoint::MAX_IMAGE + libmig::checkpoint::PREAMBLE as u64;
         if at == 0 {
-            if let Some(old) = self.copies_in.remove(&image) {
-                old.discard();
-            }
-            if total > limit {
-                return self.copy_refused(image, format!("an image of {total} bytes is too large"));
-            }
-            let tmp = match self.store.part_path(&image) {
-                Ok(tmp) => tmp,
-                Err(why) => return self.copy_refused(image, why),
-            };
-            let dir = tmp.parent().unwrap_or(std::path::Path::new("."));
-            let created = crate::store::make_dir(dir)
-                .map_err(|e| Refused {
-                    why: format!("{}: {e}", dir.display()),
-                    no_space: matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)),
-                })
-                .and_then(|()| Incoming::create(t, image.clone(), tmp));
-            match created {
-                Ok(inc) => {
-                    self.copies_in.insert(image.clone(), inc);
+            // (Whatever arrived of an earlier copy of it goes.)
+            self.copies_in.remove(&image);
+            let paths = self
+                .store
+                .part_path(&image)
+                .and_then(|tmp| Ok((tmp, self.store.path(&image)?)));
+            match paths {
+                Ok((tmp, to)) => {
+                    let w = self.keeper.write(image.clone(), tmp, to);
+                    self.copies_in.insert(image.clone(), (t, w));
                 }
-                Err(why) => return self.copy_failed(image, why),
+                Err(reason) => return self.copy_refused(image, reason),
             }
         }
-        let Some(inc) = self.copies_in.get_mut(&image) else {
-            // (The rest of a copy refused.)
-            return;
-        };
-        if let Err(why) = inc.take(at, total, part) {
-            if let Some(inc) = self.copies_in.remove(&image) {
-                inc.discard();
-            }
-            return self.copy_failed(image, why);
+        match self.copies_in.get(&image) {
+            Some((from, w)) if *from == t => w.take(at, total, part),
+            // (The rest of a copy refused, or one that came another way.)
+            _ => {}
         }
-        if !last {
-            return;
-        }
-        let Some(inc) = self.copies_in.remove(&image) else {
-            return;
-        };
-        match (inc.checked(total), self.store.path(&image)) {
-            (Ok((image, from)), Ok(to)) => self.keep(Task::Seal { image, from, to }),
-            (Err(why), _) | (_, Err(why)) => self.copy_refused(image, why),
-        }
-    }
-
-    fn copy_failed(&mut self, image: ImageId, why: Refused) {
-        if why.no_space {
-            self.no_space();
-            let reason = format!(
-                "{why} (the state directory {} is full)",
-                self.state.root().display()
-            );
-            return self.copy_refused(image, reason);
-        }
-        self.copy_refused(image, why.to_string());
     }
 
     fn copy_refused(&mut self, image: ImageId, reason: String) {
@@ -254,38 +229,29 @@ impl Daemon {
         });
     }
 
-    /// Link `t` closed: the copies arriving on it never will.
-    pub(super) fn copies_cut_off(&mut self, t: Token, why: &str) {
-        let cut: Vec<ImageId> = self
-            .copies_in
-            .iter()
-            .filter(|(_, inc)| inc.from() == t)
-            .map(|(i, _)| i.clone())
-            .collect();
-        for image in cut {
-            if let Some(inc) = self.copies_in.remove(&image) {
-                inc.discard();
+    /// Link `t` closed: the copies arriving on it never will (their
+    /// threads say so as they end).
+    pub(super) fn copies_cut_off(&mut self, t: Token) {
+        self.copies_in.retain(|_, (from, _)| *from != t);
+    }
+
+    /// The other end of a copy of `image` wrote it up to `upto`.
+    pub(super) fn image_acked(&mut self, image: &ImageId, upto: u64) {
+        for o in &mut self.outbound {
+            if matches!(&o.what, Sending::Copy(i) if i == image) {
+                o.acked(upto);
             }
-            self.copy_refused(image, format!("its copy stopped coming ({why})"));
         }
+        self.pump_outbound();
     }
 
     /// `PruneImages`: of `job`'s images, only generations `keep` stay here.
     pub(super) fn prune_images(&mut self, job: &str, keep: &[u64]) {
-        let dropped: Vec<ImageId> = self
-            .copies_in
-            .keys()
-            .filter(|i| i.job == job && !keep.contains(&i.gen))
-            .cloned()
-            .collect();
-        for image in dropped {
-            if let Some(inc) = self.copies_in.remove(&image) {
-                inc.discard();
-            }
-        }
-        self.outbound.retain(
-            |o| !matches!(&o.what, Sending::Copy(i) if i.job == job && !keep.contains(&i.gen)),
-        );
+        let gone = |i: &ImageId| i.job == job && !keep.contains(&i.gen);
+        self.copies_in.retain(|i, _| !gone(i));
+        self.copies_out.retain(|i, _| !gone(i));
+        self.outbound
+            .retain(|o| !matches!(&o.what, Sending::Copy(i) if gone(i)));
         self.store.prune(job, keep);
     }
 
@@ -311,10 +277,41 @@ impl Daemon {
                 continue;
             }
             self.outbound[i].link = Some(d);
+            // A copy's next part, once read (off the loop).
+            if let Sending::Copy(image) = self.outbound[i].what.clone() {
+                if !self.outbound[i].ready() {
+                    let read = self.copies_out.get_mut(&image).and_then(|r| {
+                        let total = r.total;
+                        r.next_part()
+                            .map(|p| p.map(|(at, bytes)| (at, bytes, total)))
+                    });
+                    match read {
+                        Some(Ok((at, bytes, total))) => self.outbound[i].add_read(at, bytes, total),
+                        Some(Err(e)) => {
+                            // This host's copy cannot be read: it has none.
+                            let me = self.facts.name.clone();
+                            self.outbound.remove(i);
+                            self.copies_out.remove(&image);
+                            warn!("{image}: cannot send it to {to}: {e}");
+                            self.report(PeerMsg::ImageFailed {
+                                image,
+                                host: me,
+                                reason: e,
+                            });
+                            continue;
+                        }
+                        None => {}
+                    }
+                }
+            }
             // One part a turn at most: sealing and writing it is the
-            // loop's, and a turn owes the rest of the machine its share.
+            // loop's, and a turn owes the rest of the machine its share;
+            // a copy's other end keeps up with what it is sent.
             let mut broke = false;
-            if self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW) {
+            let o = &self.outbound[i];
+            let room =
+                self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW) && o.unacked() < ACK_WINDOW;
+            if room {
                 if let Some((msg, part)) = self.outbound[i].next_part() {
                     broke = !self.send_image_part(d, &msg, part);
                 }
@@ -322,7 +319,10 @@ impl Daemon {
             if broke {
                 self.outbound_failed(i, &format!("lost the link to {to}"));
             } else if self.outbound[i].done() {
-                self.outbound.remove(i);
+                let o = self.outbound.remove(i);
+                if let Sending::Copy(image) = o.what {
+                    self.copies_out.remove(&image);
+                }
             } else {
                 i += 1;
             }
@@ -335,6 +335,7 @@ impl Daemon {
         self.outbound.iter().any(|o| {
             let link = o.link.or_else(|| self.links.get(&o.to).copied());
             o.ready()
+                && o.unacked() < ACK_WINDOW
                 && link.is_some_and(|d| {
                     self.is_data_link(d) && self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW)
                 })
@@ -346,6 +347,7 @@ impl Daemon {
         let o = self.outbound.remove(i);
         match o.what {
             Sending::Copy(image) => {
+                self.copies_out.remove(&image);
                 warn!("{image}: not sent: {why}");
                 self.report(PeerMsg::ImageFailed {
                     image,

@@ -248,8 +248,11 @@ pub struct Daemon {
     keeper: crate::keeper::Keeper,
     /// Images going out to other hosts, a few parts at a time.
     outbound: Vec<crate::migrate::Outbound>,
-    /// Copies of other hosts' images arriving to be kept here.
-    copies_in: HashMap<libmig::msg::ImageId, crate::migrate::Incoming<libmig::msg::ImageId>>,
+    /// Copies of other hosts' images arriving to be kept here: the link
+    /// each comes on, and the thread writing it.
+    copies_in: HashMap<libmig::msg::ImageId, (Token, crate::keeper::Writer)>,
+    /// Copies of images kept here going to other hosts, read ahead.
+    copies_out: HashMap<libmig::msg::ImageId, crate::keeper::Reader>,
     /// How full the state directory is.
     disk: crate::disk::DiskWatch,
 }
@@ -445,6 +448,7 @@ impl Daemon {
             keeper,
             outbound: Vec::new(),
             copies_in: HashMap::new(),
+            copies_out: HashMap::new(),
             disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
             cfg,
         };

@@ -416,7 +416,7 @@ impl Daemon {
             warn!("cannot restore VP t{tid:x}: {reason}");
             self.report(PeerMsg::Missing { tid, reason });
         }
-        self.copies_cut_off(t, why);
+        self.copies_cut_off(t);
         match c.kind {
             Kind::Peer { host: Some(h) } => match self.role.master() {
                 // A host deleted from the virtual machine (`mig delete`).

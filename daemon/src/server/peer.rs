@@ -113,16 +113,11 @@ impl Daemon {
             (
                 Kind::Data { .. },
                 PeerMsg::ImagePart {
-                    image,
-                    at,
-                    total,
-                    last,
+                    image, at, total, ..
                 },
-            ) => {
-                self.image_copy_part(t, image, (at, total, last), &payload);
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.dec.recycle(payload);
-                }
+            ) => self.image_copy_part(t, image, (at, total), payload),
+            (Kind::Data { .. }, PeerMsg::ImageAck { image, upto }) => {
+                self.image_acked(&image, upto)
             }
             (Kind::Data { .. }, PeerMsg::RestoreOff { tid }) => self.restore_off(tid),
             (Kind::Peer { host: Some(h) }, msg) => self.on_worker_msg(&h, t, msg),
@@ -282,6 +277,7 @@ impl Daemon {
             PeerMsg::Fenced { why } => {
                 // The master counts none of the images kept here any more.
                 self.copies_in.clear();
+                self.copies_out.clear();
                 self.outbound
                     .retain(|o| !matches!(o.what, crate::migrate::Sending::Copy(_)));
                 self.store.clear();

@@ -4,7 +4,7 @@
 //! target host. Where each move is lives in the `MoveTable` (`migrate`).
 
 use super::*;
-use crate::migrate::{map_image, Dest, Outbound, Outgoing, Recalled, Sending, Written};
+use crate::migrate::{map_image, Dest, Outbound, Outgoing, Recalled, Written};
 
 impl Daemon {
     /// The master moves local VP `start.tid` to `to` (this host: park it on
@@ -444,9 +444,8 @@ impl Daemon {
             (Some(i), Some((_, sent))) => self.outbound[i].add_rest(image, sent as usize, None),
             _ => self.outbound.push(Outbound::whole(
                 to.to_string(),
-                Sending::Restore(tid),
+                tid,
                 image,
-                (0, None),
                 Some(start),
                 Instant::now(),
             )),

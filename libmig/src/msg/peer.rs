@@ -296,6 +296,15 @@ pub enum PeerMsg {
         /// The last part.
         last: bool,
     },
+    /// Host to host on their data link, back to the one sending a copy of
+    /// `image`: it is written here up to `upto` (the sender keeps at most a
+    /// few parts ahead of what is written).
+    ImageAck {
+        /// Which image.
+        image: ImageId,
+        /// Bytes written from its start.
+        upto: u64,
+    },
     /// Master to a host keeping a copy of `image`: read it through and
     /// check it (before a restart relies on it); answer `ImageChecked`.
     CheckImage {
@@ -536,6 +545,7 @@ impl PeerMsg {
             PeerMsg::ImageFailed { .. } => "ImageFailed",
             PeerMsg::CopyImage { .. } => "CopyImage",
             PeerMsg::ImagePart { .. } => "ImagePart",
+            PeerMsg::ImageAck { .. } => "ImageAck",
             PeerMsg::CheckImage { .. } => "CheckImage",
             PeerMsg::ImageChecked { .. } => "ImageChecked",
             PeerMsg::PruneImages { .. } => "PruneImages",
