@@ -1,0 +1,152 @@
+//! Chaos: the heat stencil on five hosts with default settings while a host
+//! is killed with SIGKILL and started again every EVERY_S seconds (20) for
+//! CHAOS_S seconds (180), every third time the master: the job must finish
+//! with the serial run's answer. It prints the kills, the job's restarts
+//! from its checkpoint and the elections it went through. Too long for the
+//! test suite: a bench binary.
+//!
+//! Needs release binaries: `cargo build --release --workspace --bins`, then
+//! `cargo bench -p mig-tests --bench chaos -- --bench` (ITERS=N heat
+//! iterations, 400000; EVERY_S, CHAOS_S).
+
+use std::time::{Duration, Instant};
+
+use libmig::control::Client;
+use libmig::msg::{Request, Response};
+use mig_tests::{bin, wait_until, Vm};
+use nix::sys::signal::Signal;
+
+/// The index of the master as daemon `i` sees it.
+fn master(vm: &Vm, i: usize) -> Option<usize> {
+    let mut c = Client::connect(&vm.sock_of(i)).ok()?;
+    let Response::Hosts(h) = c.call(&Request::Hosts).ok()? else {
+        return None;
+    };
+    let name = h.iter().find(|h| h.master && h.alive)?.facts.name.clone();
+    name.trim_start_matches('h').split('-').next()?.parse().ok()
+}
+
+/// A live daemon's index, and the master as it sees it.
+fn live_master(vm: &Vm) -> Option<(usize, usize)> {
+    (0..vm.daemons.len())
+        .filter(|&i| vm.daemons[i].is_some())
+        .find_map(|i| Some((i, master(vm, i)?)))
+}
+
+fn all_logs(vm: &Vm) -> String {
+    (0..vm.daemons.len())
+        .map(|i| format!("--- h{i}\n{}", vm.log(i)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// How often `what` is in the daemons' logs, and in `old` (the logs of
+/// daemons killed and started again since).
+fn count(vm: &Vm, old: &str, what: &str) -> usize {
+    old.matches(what).count()
+        + (0..vm.daemons.len())
+            .map(|i| vm.log(i).matches(what).count())
+            .sum::<usize>()
+}
+
+fn chaos(iters: u64, every: Duration, length: Duration) {
+    let mut vm = Vm::start(5);
+    let heat = bin("heat").display().to_string();
+    let iters = iters.to_string();
+    let out = vm.mig_ok(&[
+        "spawn", "-n", "5", "--", &heat, "--rows", "96", "--cols", "96", "--iters", &iters,
+    ]);
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    // The first periodic checkpoint (a minute in, by default) before the
+    // first kill: a job of VPs that talk and lose one without a checkpoint
+    // cannot go on.
+    assert!(
+        wait_until(Duration::from_secs(300), || count(
+            &vm,
+            "",
+            "checkpointed (generation"
+        ) > 0),
+        "{}",
+        all_logs(&vm)
+    );
+    let began = Instant::now();
+    let mut kills = Vec::new();
+    let mut old = String::new();
+    let mut k = 0usize;
+    while began.elapsed() < length {
+        std::thread::sleep(every);
+        let Some((asked, m)) = live_master(&vm) else {
+            panic!("no master answers:\n{}", all_logs(&vm));
+        };
+        let victim = if k % 3 == 2 { m } else { 1 + k % 4 };
+        k += 1;
+        if vm.daemons[victim].is_none() {
+            continue;
+        }
+        vm.signal(victim, Signal::SIGKILL);
+        vm.wait(victim, Duration::from_secs(5));
+        kills.push((began.elapsed().as_secs(), victim, victim == m));
+        // Started again in its state directory, joining through a daemon
+        // that lives (the master's address, once one answers again).
+        let through = if asked == victim {
+            (asked + 1) % 5
+        } else {
+            asked
+        };
+        let addr = std::fs::read_to_string(vm.dir.path().join(format!("h{through}/addr")))
+            .expect("an address");
+        std::thread::sleep(Duration::from_secs(1));
+        old.push_str(&vm.log(victim));
+        let (c, _) = vm.daemon(victim, Some(addr.trim()), &[]);
+        vm.daemons[victim] = Some(c);
+    }
+    // The job goes on to its end.
+    let done = |vm: &Vm| {
+        (0..5).any(|i| {
+            let out = vm.mig_at(i, &["jobs", "--json"]);
+            serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .ok()
+                .and_then(|v| {
+                    v.as_array()?
+                        .iter()
+                        .find(|j| j["job"] == job.as_str())
+                        .map(|j| j["state"] != "running")
+                })
+                .unwrap_or(false)
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(1800), || done(&vm)),
+        "{}",
+        all_logs(&vm)
+    );
+    let (asked, _) = live_master(&vm).expect("a master");
+    let output = String::from_utf8_lossy(&vm.mig_at(asked, &["logs", &job]).stdout).into_owned();
+    let right = output.contains("identical to the serial run: ok");
+    println!(
+        "chaos: heat on 5 hosts, {} kills in {} s ({} of the master: at {:?}); the job restarted \
+         from its checkpoint {} times; {} elections; answer {}",
+        kills.len(),
+        length.as_secs(),
+        kills.iter().filter(|k| k.2).count(),
+        kills
+            .iter()
+            .map(|k| (k.0, format!("h{}", k.1)))
+            .collect::<Vec<_>>(),
+        count(&vm, &old, "restarting job j1 from its checkpoint"),
+        count(&vm, &old, "elected master"),
+        if right { "right" } else { "WRONG" }
+    );
+    assert!(right, "{output}\n{}", all_logs(&vm));
+}
+
+fn main() {
+    if !mig_tests::bench_requested() {
+        return; // `cargo test` runs benches without --bench: nothing to do.
+    }
+    chaos(
+        mig_tests::env_num("ITERS", 400_000),
+        Duration::from_secs(mig_tests::env_num("EVERY_S", 20)),
+        Duration::from_secs(mig_tests::env_num("CHAOS_S", 180)),
+    );
+}
