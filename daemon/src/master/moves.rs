@@ -387,6 +387,21 @@ impl Master {
             return Vec::new();
         };
         if v.state == VpState::Restoring && v.host.as_deref() == Some(host) {
+            // Its image stopped coming (the host sending it died, say):
+            // the images are looked for again, a few times; a host that
+            // cannot take it in still then leaves the job unable to go on.
+            let tries = self.jobs.get_mut(&job).map_or(u32::MAX, |j| {
+                j.ckpt.restore_failures += 1;
+                j.ckpt.restore_failures
+            });
+            if tries <= RESTORE_TRIES {
+                let mut out = vec![Out::Log(format!(
+                    "VP t{tid:x} was not restored on {host} ({reason}): looking for the \
+                     images again"
+                ))];
+                out.extend(self.restart_job(&job, None));
+                return out;
+            }
             return self.end_job(
                 &job,
                 &format!(
@@ -572,6 +587,7 @@ impl Master {
                 v.state = VpState::Running;
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.ckpt.restoring_from.remove(&tid);
+                    j.ckpt.restore_failures = 0;
                 }
                 let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
                     return Vec::new();
@@ -737,6 +753,10 @@ impl Master {
         ]
     }
 }
+
+/// A restart from a checkpoint whose images did not reach their VPs' hosts
+/// this many times in a row ends its job.
+const RESTORE_TRIES: u32 = 3;
 
 /// A scheduler move that failed this many times is given up (the VP runs,
 /// or stays stopped, where it is) and reported.

@@ -234,6 +234,9 @@ pub(super) struct Ckpt {
     /// host (not replicated: a new master restores them again).
     #[serde(skip)]
     pub(super) restoring_from: BTreeMap<Tid, (u64, String)>,
+    /// Restores of it in a row whose image did not reach its host.
+    #[serde(skip)]
+    pub(super) restore_failures: u32,
 }
 
 /// A restart asked for whose images are being checked: nothing is stopped

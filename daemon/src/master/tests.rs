@@ -1944,3 +1944,40 @@ fn a_restart_cancels_a_move_in_flight_and_only_the_recorded_host_starts_the_vp()
     assert_eq!(kills(&stray), vec![(to, a)], "{stray:?}");
     assert_eq!(c.state(a), (Some(src), "running".into()));
 }
+
+#[test]
+fn a_restore_whose_image_does_not_arrive_is_tried_again_then_ends_its_job_saying_why() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let mut out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    for round in 1..=4 {
+        let restored = all_intact(&mut c, &out);
+        let (_, tid, to) = restores(&restored)[0].clone();
+        // The image stopped coming, or could not be written there.
+        out =
+            c.m.from_host(
+                &to,
+                PeerMsg::Missing {
+                    tid,
+                    reason: "No space left on device (os error 28)".into(),
+                },
+            )
+            .unwrap_or_default();
+        if round <= 3 {
+            assert!(!checks(&out).is_empty(), "round {round}: {out:?}");
+        } else {
+            assert!(checks(&out).is_empty(), "{out:?}");
+            assert!(
+                out.iter().any(|o| matches!(o, Out::Log(l)
+                    if l.contains("ending job j1") && l.contains("could not be restored")
+                        && l.contains("No space left on device"))),
+                "{out:?}"
+            );
+        }
+    }
+}
