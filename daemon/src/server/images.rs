@@ -2,9 +2,10 @@
 //! kept where it wrote it, a copy sent to another host or to the host that
 //! restarts the VP from it, a copy taken in from another host, a copy read
 //! through before a restart, generations dropped; and every image going
-//! out to another host, a move's included, sent a few parts at a time as
-//! its link drains (`Outbound`). The slow file work (sums, syncs) is the
-//! keeper thread's: images never hold up this loop, nor pass through the
+//! out to another host, a move's included, sent a part at a time as its
+//! link drains (`Outbound`; a copy also as its other end writes it). The
+//! file work (reading, writing, sums, syncs) is done on threads
+//! (`keeper`): images never hold up this loop, nor pass through the
 //! master's (it hears only where each copy is).
 //!
 //! What does not live here: where copies go (the master), the other steps
