@@ -7,7 +7,7 @@
 //!
 //! Needs release binaries: `cargo build --release --workspace --bins`, then
 //! `cargo bench -p mig-tests --bench chaos -- --bench` (ITERS=N heat
-//! iterations, 400000; EVERY_S, CHAOS_S).
+//! iterations, 600000; EVERY_S, CHAOS_S).
 
 use std::time::{Duration, Instant};
 
@@ -75,7 +75,7 @@ fn chaos(iters: u64, every: Duration, length: Duration) {
     let mut k = 0usize;
     while began.elapsed() < length {
         std::thread::sleep(every);
-        let Some((asked, m)) = live_master(&vm) else {
+        let Some((_, m)) = live_master(&vm) else {
             panic!("no master answers:\n{}", all_logs(&vm));
         };
         let victim = if k % 3 == 2 { m } else { 1 + k % 4 };
@@ -86,16 +86,20 @@ fn chaos(iters: u64, every: Duration, length: Duration) {
         vm.signal(victim, Signal::SIGKILL);
         vm.wait(victim, Duration::from_secs(5));
         kills.push((began.elapsed().as_secs(), victim, victim == m));
-        // Started again in its state directory, joining through a daemon
-        // that lives (the master's address, once one answers again).
-        let through = if asked == victim {
-            (asked + 1) % 5
-        } else {
-            asked
-        };
+        // Started again in its state directory, joining the master (a new
+        // one, once elected, when the master was killed).
+        let mut next = None;
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                next = live_master(&vm).map(|(_, m)| m).filter(|&m| m != victim);
+                next.is_some()
+            }),
+            "no new master:\n{}",
+            all_logs(&vm)
+        );
+        let through = next.unwrap_or(0);
         let addr = std::fs::read_to_string(vm.dir.path().join(format!("h{through}/addr")))
             .expect("an address");
-        std::thread::sleep(Duration::from_secs(1));
         old.push_str(&vm.log(victim));
         let (c, _) = vm.daemon(victim, Some(addr.trim()), &[]);
         vm.daemons[victim] = Some(c);
@@ -145,7 +149,7 @@ fn main() {
         return; // `cargo test` runs benches without --bench: nothing to do.
     }
     chaos(
-        mig_tests::env_num("ITERS", 400_000),
+        mig_tests::env_num("ITERS", 600_000),
         Duration::from_secs(mig_tests::env_num("EVERY_S", 20)),
         Duration::from_secs(mig_tests::env_num("CHAOS_S", 180)),
     );
