@@ -12,7 +12,7 @@ use std::io::{self, Read};
 
 use sha2::{Digest, Sha256};
 
-use crate::image::{Meta, RegionKind};
+use crate::image::{Image, RegionKind};
 
 /// What restoring an image needs of a machine, as found on one machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,16 +28,19 @@ pub struct Fingerprint {
     pub xstate_len: u32,
 }
 
-/// The files whose content the image relies on: its program and its mapped
-/// files.
-pub fn needed_files(meta: &Meta) -> Vec<String> {
-    let mut v = vec![meta.exe.clone()];
-    for r in &meta.regions {
-        match &r.kind {
-            RegionKind::FilePrivate { path, .. } | RegionKind::FileShared { path, .. } => {
-                v.push(path.clone())
+/// The files whose content the image relies on: its processes' programs
+/// and mapped files.
+pub fn needed_files(image: &Image) -> Vec<String> {
+    let mut v = Vec::new();
+    for meta in image.live() {
+        v.push(meta.exe.clone());
+        for r in &meta.regions {
+            match &r.kind {
+                RegionKind::FilePrivate { path, .. } | RegionKind::FileShared { path, .. } => {
+                    v.push(path.clone())
+                }
+                RegionKind::Anon | RegionKind::Stack => {}
             }
-            RegionKind::Anon | RegionKind::Stack => {}
         }
     }
     v.sort();
@@ -46,13 +49,13 @@ pub fn needed_files(meta: &Meta) -> Vec<String> {
 }
 
 impl Fingerprint {
-    /// The fingerprint of this machine for `meta`: hashes of the files it
+    /// The fingerprint of this machine for `image`: hashes of the files it
     /// needs as they are here, this kernel's vDSO, this CPU. On the source
     /// right after a dump it is what the image needs; on a target, what the
     /// target offers.
-    pub fn here(meta: &Meta) -> io::Result<Fingerprint> {
+    pub fn here(image: &Image) -> io::Result<Fingerprint> {
         let mut files = BTreeMap::new();
-        for path in needed_files(meta) {
+        for path in needed_files(image) {
             let h = match File::open(&path) {
                 Ok(f) => Some(hash_reader(f)?),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,

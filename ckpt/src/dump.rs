@@ -1,19 +1,30 @@
-//! Taking a stopped process's state from outside and writing its image.
+//! Taking stopped processes' state from outside and writing their image.
 //!
-//! The steps, with the process group-stopped (SIGSTOP) by its parent, the
-//! caller: refuse what cannot be saved before touching anything (children,
-//! POSIX timers, descriptors that are not files, shared memory); seize every
-//! thread (`PTRACE_SEIZE` + `PTRACE_INTERRUPT`), read registers, vector
-//! state, masks, pending signals, rseq and the robust list through ptrace;
-//! ask the process what only it can say by injected system calls (signal
-//! dispositions, brk, itimers, each thread's sigaltstack and
-//! `clear_child_tid`), with every signal blocked meanwhile and a scratch
-//! page mapped for the answers and unmapped after; read the memory map and
-//! pagemap; put every register and mask back; stream the pages straight
-//! from the process into the image; detach. The group stop is still in
-//! force, so the kernel stops each thread again at the detach and the
-//! caller can still continue the process if the move is called off. Any
-//! failure leaves it the same way.
+//! [`dump`] saves one process (its children refused) whose pid need not be
+//! kept; [`dump_tree`] saves a process and all its descendants (or every
+//! process under the crate's init of a pid namespace, see `ns`), their
+//! pids, parents, process groups and sessions, zombies, the open files
+//! they share and the pipes between them with the bytes in flight (read
+//! with `tee(2)`, which leaves them in the pipe).
+//!
+//! The steps, with every process group-stopped (SIGSTOP) by the caller:
+//! find the processes and refuse what cannot be saved before touching any
+//! (processes sharing memory, descriptor table, cwd or signal handlers,
+//! POSIX timers, descriptors that are not files or pipes of the tree,
+//! shared memory, a process traced by another); decide the open files of
+//! all of them at once (which descriptors share one, `kcmp`); then for each
+//! process in turn: seize every thread (`PTRACE_SEIZE` +
+//! `PTRACE_INTERRUPT`), read registers, vector state, masks, pending
+//! signals, rseq and the robust list through ptrace; ask the process what
+//! only it can say by injected system calls (signal dispositions, brk,
+//! itimers, each thread's sigaltstack and `clear_child_tid`), with every
+//! signal blocked meanwhile and a scratch page mapped for the answers and
+//! unmapped after; read the memory map and pagemap; put every register and
+//! mask back. Then stream the pages straight from each process into the
+//! image and detach all. The group stop is still in force, so the kernel
+//! stops each thread again at the detach and the caller can still continue
+//! the processes if the move is called off. Any failure leaves them the
+//! same way.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File};
@@ -22,14 +33,14 @@ use std::os::unix::fs::FileExt;
 
 use sha2::{Digest, Sha256};
 
-use crate::fds::{read_fds, FdsError};
+use crate::fds::{self, FdsError, Holder};
 use crate::image::{
-    self, Cpu, Header, ImageError, Meta, MmFields, Prot, Region, RegionKind, Run, SigAction,
-    SigInfo, Special, Thread, PAGE,
+    self, Cpu, Header, Image, ImageError, Meta, MmFields, OpenFile, Pipe, Proc, ProcState, Prot,
+    Region, RegionKind, Run, SigAction, SigInfo, Special, Thread, PAGE,
 };
 use crate::plan::{is_special, runs_to_save, Take};
-use crate::proc::{self, MapsEntry};
-use crate::sys::{self, reg, Injector, Mem, Regs, SysError};
+use crate::proc::{self, Ids, MapsEntry};
+use crate::sys::{self, reg, Injector, Kcmp, Mem, Regs, SysError};
 
 /// Where glibc 2.26 and later (2.36 here) keep a thread's tid: `struct
 /// pthread`'s `tid`, after the 704-byte `tcbhead_t` and a 16-byte list head,
@@ -43,8 +54,10 @@ const RLIMITS: u32 = 16;
 /// What the caller says of a dump.
 #[derive(Debug, Clone, Default)]
 pub struct DumpOptions {
-    /// Descriptors the caller will give anew at restore (stdio pipes, the
-    /// control socket): saved as their numbers only.
+    /// Descriptors of the root process the caller will give anew at
+    /// restore (stdio pipes, the control socket): saved as their numbers
+    /// only. A descriptor of another process of the tree that is one of
+    /// these (inherited) is given the same.
     pub external_fds: BTreeSet<i32>,
 }
 
@@ -55,14 +68,16 @@ pub struct DumpStats {
     pub bytes: u64,
     /// Pages saved.
     pub pages: u64,
+    /// Processes saved (zombies included).
+    pub processes: usize,
     /// Threads saved.
     pub threads: usize,
 }
 
-/// Why a dump failed. The process is left stopped and detached.
+/// Why a dump failed. The processes are left stopped and detached.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
-    /// The process is not in a group stop.
+    /// A process is not in a group stop.
     #[error("pid {pid} is not stopped (state {state}): stop it with SIGSTOP first")]
     NotStopped {
         /// The process.
@@ -70,10 +85,10 @@ pub enum DumpError {
         /// Its state letter.
         state: String,
     },
-    /// Something of the process cannot be saved; every reason is named.
+    /// Something of the processes cannot be saved; every reason is named.
     #[error("pid {pid} cannot be saved: {what}")]
     Unsupported {
-        /// The process.
+        /// The process (the root, for a tree).
         pid: i32,
         /// What and why.
         what: String,
@@ -117,67 +132,377 @@ fn read_proc(pid: i32, name: &str) -> Result<String, DumpError> {
     fs::read_to_string(format!("/proc/{pid}/{name}")).map_err(|e| proc_err(pid, name, e))
 }
 
-/// Saves the stopped process `pid` (a child of the caller) into `out`.
+/// Saves the stopped process `pid` (a child of the caller, without
+/// children of its own) into `out`. Its pid is not kept: the image
+/// restores with [`crate::restore`] as a new process with a new pid, or
+/// with [`crate::restore_tree`] in a pid namespace of its own, with its pid.
 pub fn dump(pid: i32, opts: &DumpOptions, out: &mut dyn Write) -> Result<DumpStats, DumpError> {
-    let stat = proc::parse_stat(&read_proc(pid, "stat")?).map_err(|e| proc_err(pid, "stat", e))?;
-    let state = stat.first().cloned().unwrap_or_default();
-    if state != "T" {
-        return Err(DumpError::NotStopped { pid, state });
+    let p = Found::read(pid)?;
+    let children = proc::children(pid).map_err(|e| proc_err(pid, "children", e))?;
+    if !children.is_empty() {
+        let list: Vec<String> = children.iter().map(i32::to_string).collect();
+        return Err(DumpError::Unsupported {
+            pid,
+            what: format!(
+                "it has child processes ({}): save it with its tree (dump_tree)",
+                list.join(" ")
+            ),
+        });
     }
-    let tids = threads(pid)?;
-    refuse_what_cannot_be_saved(pid, &tids)?;
-    let fds = read_fds(pid, &opts.external_fds).map_err(|e| match e {
-        FdsError::Proc(d) => proc_err(pid, "fd", d),
-        FdsError::Refused(what) => DumpError::Unsupported { pid, what },
-    })?;
-    let maps = proc::parse_maps(&read_proc(pid, "maps")?).map_err(|e| proc_err(pid, "maps", e))?;
-    let vmflags = proc::parse_smaps_flags(&read_proc(pid, "smaps")?);
-    let layout = classify(pid, &maps, &vmflags)?;
+    save(vec![p], false, opts, out)
+}
 
-    let mut attached = Attached::seize(&tids)?;
-    let mem = Mem::open(pid)?;
-    let mut meta = collect(pid, &stat, &attached, &mem, &layout, fds)?;
-    inject_queries(pid, &mut attached, &mem, &layout, &mut meta)?;
-    attached.put_back()?;
+/// Saves the stopped process `root` and all its descendants into `out`,
+/// each with its pid, to be restored by [`crate::restore_tree`]. When
+/// `root` is the init of a pid namespace made by this crate
+/// ([`crate::spawn_in_namespace`], [`crate::restore_tree`]), the processes
+/// saved are everything under it and the init is not saved (a restore
+/// makes a new one). Every process must be stopped ([`crate::Tree::stop`]);
+/// `opts.external_fds` are the root's (for a namespace, the program's:
+/// its first child).
+pub fn dump_tree(
+    root: i32,
+    opts: &DumpOptions,
+    out: &mut dyn Write,
+) -> Result<DumpStats, DumpError> {
+    let top = if crate::ns::is_init(root) {
+        let mut kids = proc::children(root).map_err(|e| proc_err(root, "children", e))?;
+        // The program (pid 2 inside) first: it is the root.
+        let mut ids = Vec::new();
+        for &k in &kids {
+            ids.push((Found::read(k)?.ids.pid != 2, k));
+        }
+        ids.sort_unstable();
+        kids = ids.into_iter().map(|(_, k)| k).collect();
+        if kids.is_empty() {
+            return Err(DumpError::Unsupported {
+                pid: root,
+                what: "its namespace holds no process (the program has ended)".into(),
+            });
+        }
+        kids
+    } else {
+        vec![root]
+    };
+    let mut found: Vec<Found> = Vec::new();
+    let mut queue: std::collections::VecDeque<i32> = top.into();
+    while let Some(pid) = queue.pop_front() {
+        if found.iter().any(|f| f.outer == pid) {
+            continue;
+        }
+        let f = Found::read(pid)?;
+        if f.state != "Z" {
+            queue.extend(proc::children(pid).map_err(|e| proc_err(pid, "children", e))?);
+        }
+        found.push(f);
+    }
+    save(found, true, opts, out)
+}
 
-    meta.regions = take_runs(pid, &layout)?;
-    let stats = write_image(pid, &meta, &mem, &layout, out)?;
-    attached.detach();
+/// A process found for a dump, as `/proc` shows it.
+#[derive(Debug, Clone)]
+struct Found {
+    /// Its pid in the caller's namespace.
+    outer: i32,
+    /// Its ids (pid, process group, session in its own namespace).
+    ids: Ids,
+    /// Its state letter.
+    state: String,
+    /// Its wait status, for a zombie (`stat` field 52).
+    exit_code: i32,
+}
+
+impl Found {
+    fn read(pid: i32) -> Result<Found, DumpError> {
+        let stat =
+            proc::parse_stat(&read_proc(pid, "stat")?).map_err(|e| proc_err(pid, "stat", e))?;
+        let state = stat.first().cloned().unwrap_or_default();
+        let ids = proc::parse_ids(&read_proc(pid, "status")?)
+            .ok_or_else(|| proc_err(pid, "status", "no NSpid/NSpgid/NSsid lines"))?;
+        let exit_code = if state == "Z" {
+            proc::stat_field(&stat, 52).map_err(|e| proc_err(pid, "stat", e))? as i32
+        } else {
+            0
+        };
+        Ok(Found {
+            outer: pid,
+            ids,
+            state,
+            exit_code,
+        })
+    }
+}
+
+/// Saves the processes `found` (each after its parent, the root first).
+fn save(
+    found: Vec<Found>,
+    keep_pids: bool,
+    opts: &DumpOptions,
+    out: &mut dyn Write,
+) -> Result<DumpStats, DumpError> {
+    let root = found.first().map_or(0, |f| f.outer);
+    for f in &found {
+        if f.state != "T" && f.state != "Z" {
+            return Err(DumpError::NotStopped {
+                pid: f.outer,
+                state: f.state.clone(),
+            });
+        }
+    }
+    let procs = tree_places(&found, keep_pids)
+        .map_err(|what| DumpError::Unsupported { pid: root, what })?;
+    refuse_what_cannot_be_saved(&found)?;
+    let live: Vec<&Found> = found.iter().filter(|f| f.state != "Z").collect();
+    let mut holders = Vec::new();
+    for f in &live {
+        let fds = fds::facts(f.outer).map_err(|e| match e {
+            FdsError::Proc(d) => proc_err(f.outer, "fd", d),
+            FdsError::Refused(what) => DumpError::Unsupported { pid: f.outer, what },
+        })?;
+        holders.push(Holder { pid: f.outer, fds });
+    }
+    let same = |a: (i32, i32), b: (i32, i32)| {
+        a == b || sys::kcmp(a.0, b.0, Kcmp::File(a.1, b.1)).unwrap_or(false)
+    };
+    let mut open =
+        fds::open_files(&holders, &opts.external_fds, true, same).map_err(|e| match e {
+            FdsError::Proc(d) => proc_err(root, "fd", d),
+            FdsError::Refused(what) => DumpError::Unsupported { pid: root, what },
+        })?;
+    if !keep_pids {
+        // One process: its pipes must have both ends in it.
+        let ends = |pipe: u32, write: bool| {
+            open.files.iter().any(|f| {
+                matches!(f, OpenFile::Pipe { pipe: p, write: w, .. } if *p == pipe && *w == write)
+            })
+        };
+        for (i, &(_, fd)) in open.pipes.iter().enumerate() {
+            if !ends(i as u32, false) || !ends(i as u32, true) {
+                return Err(DumpError::Unsupported {
+                    pid: root,
+                    what: format!(
+                        "fd {fd} is a pipe whose other end is not in the process (save it with its tree, or give it anew)"
+                    ),
+                });
+            }
+        }
+    }
+    let mut pipes = Vec::new();
+    for &(pid, fd) in &open.pipes {
+        let (size, data) = sys::peek_pipe(pid, fd)?;
+        pipes.push(Pipe { size, data });
+    }
+
+    let mut captured: Vec<Captured> = Vec::new();
+    let mut offset = 0;
+    let mut image_procs = Vec::new();
+    let mut fds_of = std::mem::take(&mut open.fds).into_iter();
+    for (f, place) in found.iter().zip(procs) {
+        let state = if f.state == "Z" {
+            ProcState::Zombie {
+                status: f.exit_code,
+            }
+        } else {
+            let fds = fds_of.next().unwrap_or_default();
+            let c = Captured::take(f, fds, offset)?;
+            offset += c.data_len();
+            let meta = c.meta.clone();
+            captured.push(c);
+            ProcState::Live(Box::new(meta))
+        };
+        image_procs.push(Proc { state, ..place });
+    }
+    let image = Image {
+        keep_pids,
+        procs: image_procs,
+        files: open.files,
+        pipes,
+    };
+    let stats = write_image(root, &image, &captured, out)?;
+    for c in captured {
+        c.attached.detach();
+    }
     Ok(stats)
 }
 
-/// The threads of `pid`, the main one first.
-fn threads(pid: i32) -> Result<Vec<i32>, DumpError> {
+/// Each process's place in the tree (pids as the processes see them), or
+/// why the tree cannot be re-made: a process group or session whose leader
+/// is not in the tree and that is not the one the tree's top was in (its
+/// leader exited).
+fn tree_places(found: &[Found], keep_pids: bool) -> Result<Vec<Proc>, String> {
+    let zombie = ProcState::Zombie { status: 0 };
+    if !keep_pids {
+        return Ok(found
+            .iter()
+            .map(|f| Proc {
+                pid: f.ids.pid,
+                ppid: 0,
+                pgid: 0,
+                sid: 0,
+                state: zombie.clone(),
+            })
+            .collect());
+    }
+    let pids: BTreeMap<i32, i32> = found.iter().map(|f| (f.outer, f.ids.pid)).collect();
+    let inside: BTreeSet<i32> = pids.values().copied().collect();
+    // Groups and sessions the top processes were in, from outside.
+    let mut outside_groups = BTreeSet::new();
+    let mut outside_sessions = BTreeSet::new();
+    for f in found.iter().filter(|f| !pids.contains_key(&f.ids.ppid)) {
+        if !inside.contains(&f.ids.pgid) {
+            outside_groups.insert(f.ids.pgid);
+        }
+        if !inside.contains(&f.ids.sid) {
+            outside_sessions.insert(f.ids.sid);
+        }
+    }
+    let mut why = Vec::new();
+    let mut out = Vec::new();
+    for f in found {
+        let keep = |id: i32, outside: &BTreeSet<i32>, what: &str, why: &mut Vec<String>| {
+            if inside.contains(&id) {
+                id
+            } else {
+                if !outside.contains(&id) {
+                    why.push(format!(
+                        "pid {} is in {what} {id}, whose leader has exited",
+                        f.ids.pid
+                    ));
+                }
+                0
+            }
+        };
+        out.push(Proc {
+            pid: f.ids.pid,
+            ppid: pids.get(&f.ids.ppid).copied().unwrap_or(0),
+            pgid: keep(f.ids.pgid, &outside_groups, "process group", &mut why),
+            sid: keep(f.ids.sid, &outside_sessions, "session", &mut why),
+            state: zombie.clone(),
+        });
+    }
+    if why.is_empty() {
+        Ok(out)
+    } else {
+        Err(why.join("; "))
+    }
+}
+
+/// Refuses, naming every reason, what cannot be saved of the processes:
+/// one traced by another, a main thread gone while others run, POSIX
+/// timers, and processes that share memory, descriptor table, working
+/// directory or signal handlers.
+fn refuse_what_cannot_be_saved(found: &[Found]) -> Result<(), DumpError> {
+    let mut why = Vec::new();
+    let live: Vec<&Found> = found.iter().filter(|f| f.state != "Z").collect();
+    for f in found {
+        let pid = f.ids.pid;
+        if f.ids.tracer != 0 {
+            why.push(format!("pid {pid} is traced by pid {}", f.ids.tracer));
+        }
+        if f.state == "Z" && f.ids.threads > 0 {
+            why.push(format!(
+                "pid {pid}'s main thread has exited while {} other(s) run",
+                f.ids.threads
+            ));
+        }
+    }
+    for f in &live {
+        let timers = read_proc(f.outer, "timers")?;
+        let n = timers.lines().filter(|l| l.starts_with("ID:")).count();
+        if n > 0 {
+            why.push(format!("pid {} has {n} POSIX timer(s)", f.ids.pid));
+        }
+    }
+    for (i, a) in live.iter().enumerate() {
+        for b in &live[i + 1..] {
+            for (what, k) in [
+                ("its memory (CLONE_VM)", Kcmp::Vm),
+                ("its descriptor table (CLONE_FILES)", Kcmp::Files),
+                ("its working directory and umask (CLONE_FS)", Kcmp::Fs),
+                ("its signal handlers (CLONE_SIGHAND)", Kcmp::Sighand),
+            ] {
+                if sys::kcmp(a.outer, b.outer, k)? {
+                    why.push(format!(
+                        "pid {} shares {what} with pid {}",
+                        b.ids.pid, a.ids.pid
+                    ));
+                }
+            }
+        }
+    }
+    if why.is_empty() {
+        Ok(())
+    } else {
+        Err(DumpError::Unsupported {
+            pid: found.first().map_or(0, |f| f.outer),
+            what: why.join("; "),
+        })
+    }
+}
+
+/// One process's state taken, its threads still seized.
+struct Captured {
+    pid: i32,
+    meta: Meta,
+    mem: Mem,
+    layout: Layout,
+    attached: Attached,
+}
+
+impl Captured {
+    /// Takes the state of the stopped process `f` whose descriptors are
+    /// `fds`; its page runs start at `offset` in the image's data.
+    fn take(f: &Found, fds: Vec<image::Fd>, offset: u64) -> Result<Captured, DumpError> {
+        let pid = f.outer;
+        let stat =
+            proc::parse_stat(&read_proc(pid, "stat")?).map_err(|e| proc_err(pid, "stat", e))?;
+        let tids = threads(pid)?;
+        let maps =
+            proc::parse_maps(&read_proc(pid, "maps")?).map_err(|e| proc_err(pid, "maps", e))?;
+        let vmflags = proc::parse_smaps_flags(&read_proc(pid, "smaps")?);
+        let layout = classify(pid, &maps, &vmflags)?;
+        let mut attached = Attached::seize(&tids)?;
+        let mem = Mem::open(pid)?;
+        let mut meta = collect(pid, &stat, &attached, &mem, &layout, fds)?;
+        inject_queries(pid, &mut attached, &mem, &layout, &mut meta)?;
+        attached.put_back()?;
+        meta.regions = take_runs(pid, &layout, offset)?;
+        Ok(Captured {
+            pid,
+            meta,
+            mem,
+            layout,
+            attached,
+        })
+    }
+
+    /// Bytes of page data.
+    fn data_len(&self) -> u64 {
+        self.meta
+            .regions
+            .iter()
+            .flat_map(|r| &r.runs)
+            .map(|r| r.pages * PAGE)
+            .sum()
+    }
+}
+
+/// The threads of `pid` as the caller sees them, the main one first, each
+/// with its tid in its own namespace.
+fn threads(pid: i32) -> Result<Vec<(i32, i32)>, DumpError> {
     let dir = format!("/proc/{pid}/task");
     let mut tids: Vec<i32> = fs::read_dir(&dir)
         .map_err(|e| proc_err(pid, "task", e))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     tids.sort_unstable_by_key(|&t| (t != pid, t));
-    Ok(tids)
-}
-
-fn refuse_what_cannot_be_saved(pid: i32, tids: &[i32]) -> Result<(), DumpError> {
-    let mut why = Vec::new();
+    let mut out = Vec::new();
     for t in tids {
-        let children = read_proc(pid, &format!("task/{t}/children"))?;
-        if !children.trim().is_empty() {
-            why.push(format!("it has child processes ({})", children.trim()));
-        }
+        let ids = proc::parse_ids(&read_proc(pid, &format!("task/{t}/status"))?)
+            .ok_or_else(|| proc_err(pid, "task status", "no NSpid line"))?;
+        out.push((t, ids.pid));
     }
-    let timers = read_proc(pid, "timers")?;
-    let n = timers.lines().filter(|l| l.starts_with("ID:")).count();
-    if n > 0 {
-        why.push(format!("it has {n} POSIX timer(s)"));
-    }
-    if why.is_empty() {
-        Ok(())
-    } else {
-        Err(DumpError::Unsupported {
-            pid,
-            what: why.join("; "),
-        })
-    }
+    Ok(out)
 }
 
 /// A region of the process and how its pages are taken.
@@ -308,7 +633,10 @@ fn is_image(path: &str) -> bool {
 
 /// Threads seized and stopped, with what to put back.
 struct Attached {
+    /// As the caller sees them.
     tids: Vec<i32>,
+    /// As the process sees them.
+    inner: Vec<i32>,
     /// (registers, mask) as found.
     found: Vec<(Regs, u64)>,
     /// Registers and masks were changed and not yet put back.
@@ -316,15 +644,17 @@ struct Attached {
 }
 
 impl Attached {
-    fn seize(tids: &[i32]) -> Result<Attached, DumpError> {
+    fn seize(tids: &[(i32, i32)]) -> Result<Attached, DumpError> {
         let mut a = Attached {
             tids: Vec::new(),
+            inner: Vec::new(),
             found: Vec::new(),
             dirty: false,
         };
-        for &t in tids {
+        for &(t, inner) in tids {
             sys::seize(t, libc::PTRACE_O_TRACESYSGOOD)?;
             a.tids.push(t);
+            a.inner.push(inner);
             sys::interrupt(t)?;
             // The group stop is reported as a PTRACE_EVENT_STOP.
             loop {
@@ -419,21 +749,26 @@ fn collect(
         env_end: field(51)?,
     };
     let mut threads = Vec::new();
-    for (&tid, (regs, sigmask)) in attached.tids.iter().zip(&attached.found) {
+    for ((&tid, &inner), (regs, sigmask)) in attached
+        .tids
+        .iter()
+        .zip(&attached.inner)
+        .zip(&attached.found)
+    {
         let mut regs = *regs;
         rewind_interrupted_call(&mut regs);
         let fs_base = regs[reg::FS_BASE];
         let cached_tid_at = if fs_base != 0 {
             let at = fs_base + GLIBC_TID_OFFSET;
             match mem.read_u64(at) {
-                Ok(w) if w as u32 as i32 == tid => Some(at),
+                Ok(w) if w as u32 as i32 == inner => Some(at),
                 _ => None,
             }
         } else {
             None
         };
         threads.push(Thread {
-            tid,
+            tid: inner,
             regs: regs.to_vec(),
             xstate: sys::get_xstate(tid)?,
             sigmask: *sigmask,
@@ -469,7 +804,6 @@ fn collect(
     };
     let auxv = fs::read(format!("/proc/{pid}/auxv")).map_err(|e| proc_err(pid, "auxv", e))?;
     Ok(Meta {
-        pid,
         exe: link("exe")?,
         regions: Vec::new(),
         specials: layout.specials.clone(),
@@ -586,7 +920,7 @@ fn inject_queries(
             0,
         ],
     )?;
-    let result = queries(attached, mem, &main, scratch, meta);
+    let result = queries(pid, attached, mem, &main, scratch, meta);
     let unmapped = main.ok("munmap (scratch page)", libc::SYS_munmap, &[scratch, PAGE]);
     result?;
     unmapped?;
@@ -594,6 +928,7 @@ fn inject_queries(
 }
 
 fn queries(
+    pid: i32,
     attached: &Attached,
     mem: &Mem,
     main: &Injector,
@@ -603,7 +938,7 @@ fn queries(
     // Only signals not at their default are asked about (and SIGCHLD,
     // whose SA_NOCLDWAIT matters even at the default).
     let handled =
-        proc::parse_handled_signals(&read_proc(meta.pid, "status")?) | 1 << (libc::SIGCHLD - 1);
+        proc::parse_handled_signals(&read_proc(pid, "status")?) | 1 << (libc::SIGCHLD - 1);
     for signo in 1..=64 {
         if signo == libc::SIGKILL || signo == libc::SIGSTOP || handled & (1 << (signo - 1)) == 0 {
             continue;
@@ -658,11 +993,11 @@ fn queries(
     Ok(())
 }
 
-/// The page runs of every region, from pagemap.
-fn take_runs(pid: i32, layout: &Layout) -> Result<Vec<Region>, DumpError> {
+/// The page runs of every region, from pagemap, the first at `offset` in
+/// the image's data.
+fn take_runs(pid: i32, layout: &Layout, mut offset: u64) -> Result<Vec<Region>, DumpError> {
     let pagemap =
         File::open(format!("/proc/{pid}/pagemap")).map_err(|e| proc_err(pid, "pagemap", e))?;
-    let mut offset = 0u64;
     let mut out = Vec::new();
     for p in &layout.regions {
         let mut region = p.region.clone();
@@ -708,25 +1043,28 @@ fn take_runs(pid: i32, layout: &Layout) -> Result<Vec<Region>, DumpError> {
     Ok(out)
 }
 
-/// Writes header, metadata and then the pages, read straight from the
-/// process a piece at a time.
+/// Writes header, metadata and then the pages of each process in turn,
+/// read straight from it a piece at a time.
 fn write_image(
-    pid: i32,
-    meta: &Meta,
-    mem: &Mem,
-    layout: &Layout,
+    root: i32,
+    image: &Image,
+    captured: &[Captured],
     out: &mut dyn Write,
 ) -> Result<DumpStats, DumpError> {
-    let w = |e| DumpError::Write { pid, source: e };
-    let meta_bytes = image::encode_meta(meta)?;
-    let data_len: u64 = meta.runs().map(|r| r.pages * PAGE).sum();
-    let runs = meta.runs().count() as u64;
+    let w = |e| DumpError::Write {
+        pid: root,
+        source: e,
+    };
+    let meta_bytes = image::encode_meta(image)?;
+    let data_len: u64 = image.runs().map(|r| r.pages * PAGE).sum();
+    let runs = image.runs().count() as u64;
     let h = Header::new(
         meta_bytes.len() as u64,
         data_len,
         runs,
         crc32c::crc32c(&meta_bytes),
     );
+    image.check_runs(&h)?;
     out.write_all(&h.encode()).map_err(w)?;
     out.write_all(&meta_bytes).map_err(w)?;
     let pad = h.data_offset as usize - image::HEADER_LEN - meta_bytes.len();
@@ -734,24 +1072,26 @@ fn write_image(
     const PIECE: u64 = 4 << 20;
     let mut buf = vec![0u8; PIECE as usize];
     let mut crcs = Vec::with_capacity(runs as usize);
-    for (region, p) in meta.regions.iter().zip(&layout.regions) {
-        debug_assert_eq!(region.start, p.region.start);
-        for run in &region.runs {
-            let mut crc = 0u32;
-            let mut at = run.addr;
-            let end = run.addr + run.pages * PAGE;
-            while at < end {
-                let n = PIECE.min(end - at) as usize;
-                if region.prot.r {
-                    sys::vm_read(pid, at, &mut buf[..n])?;
-                } else {
-                    mem.read(at, &mut buf[..n])?;
+    for c in captured {
+        for (region, p) in c.meta.regions.iter().zip(&c.layout.regions) {
+            debug_assert_eq!(region.start, p.region.start);
+            for run in &region.runs {
+                let mut crc = 0u32;
+                let mut at = run.addr;
+                let end = run.addr + run.pages * PAGE;
+                while at < end {
+                    let n = PIECE.min(end - at) as usize;
+                    if region.prot.r {
+                        sys::vm_read(c.pid, at, &mut buf[..n])?;
+                    } else {
+                        c.mem.read(at, &mut buf[..n])?;
+                    }
+                    crc = crc32c::crc32c_append(crc, &buf[..n]);
+                    out.write_all(&buf[..n]).map_err(w)?;
+                    at += n as u64;
                 }
-                crc = crc32c::crc32c_append(crc, &buf[..n]);
-                out.write_all(&buf[..n]).map_err(w)?;
-                at += n as u64;
+                crcs.push(crc);
             }
-            crcs.push(crc);
         }
     }
     out.write_all(&image::encode_trailer(&crcs)).map_err(w)?;
@@ -759,7 +1099,8 @@ fn write_image(
     Ok(DumpStats {
         bytes: h.total_len(),
         pages: data_len / PAGE,
-        threads: meta.threads.len(),
+        processes: image.procs.len(),
+        threads: image.live().map(|m| m.threads.len()).sum(),
     })
 }
 

@@ -1,14 +1,20 @@
-//! File descriptors of a process to save: what each one is, and whether it
-//! can be reopened elsewhere. The decision ([`decide`]) is pure and says in
-//! words why a descriptor cannot be saved ("fd 5 is a TCP socket
-//! 127.0.0.1:40000 -> 1.2.3.4:80"); [`read_fds`] gathers the facts from
-//! `/proc/PID/fd` and `fdinfo`. Reopening them lives in `restore`.
+//! File descriptors of the processes to save: what each one is, whether
+//! it can be reopened elsewhere, and which of them share one open file.
+//!
+//! The decision for one descriptor ([`decide`]) is pure and says in words
+//! why it cannot be saved ("fd 5 is a TCP socket 127.0.0.1:40000 ->
+//! 1.2.3.4:80"); [`group`] (pure too) puts descriptors that refer to one
+//! open file (one file description: `dup`, inheritance across `fork`)
+//! together, given a test of sameness, which [`open_files`] asks of the
+//! kernel (`kcmp`). [`facts`] gathers the facts from `/proc/PID/fd` and
+//! `fdinfo`. Reading a pipe's bytes lives in `dump`, reopening in
+//! `restore`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
-use crate::image::{Fd, FdKind};
+use crate::image::{Fd, OpenFile};
 use crate::proc::{describe_socket, parse_fdinfo, NetTables};
 
 /// What `/proc/PID/fd/N` shows of one descriptor.
@@ -23,6 +29,8 @@ pub struct FdFacts {
     pub kind: FileKind,
     /// Device numbers (major, minor) of a character device.
     pub rdev: (u32, u32),
+    /// Inode number of what it refers to (a pipe's identity).
+    pub inode: u64,
     /// File offset.
     pub pos: u64,
     /// `O_*` flags, `O_CLOEXEC` included.
@@ -54,27 +62,39 @@ const SAFE_DEVICES: [(&str, (u32, u32)); 4] = [
     ("/dev/urandom", (1, 9)),
 ];
 
-/// How descriptor `f` is saved, or in words why it cannot be. `external`
-/// descriptors are given anew by the caller at restore.
-pub fn decide(f: &FdFacts, external: bool, net: &NetTables) -> Result<Fd, String> {
-    let cloexec = f.flags & libc::O_CLOEXEC != 0;
-    if external {
-        return Ok(Fd {
-            fd: f.fd,
-            kind: FdKind::External,
-            cloexec,
-        });
-    }
+/// How one descriptor is saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Saved {
+    /// A file reopened by path.
+    Path {
+        /// Its path.
+        path: String,
+        /// `O_*` status flags, `O_CLOEXEC` left out.
+        flags: i32,
+        /// File offset.
+        pos: u64,
+    },
+    /// An end of a pipe of the tree (both ends, if held, are saved).
+    Pipe {
+        /// The pipe's inode.
+        inode: u64,
+        /// The write end.
+        write: bool,
+        /// `O_*` status flags, access mode and `O_CLOEXEC` left out.
+        flags: i32,
+    },
+}
+
+/// How descriptor `f`, which the caller does not give anew, is saved, or
+/// in words why it cannot be; `pipes` says whether pipes are saved (a tree
+/// or a process holding both ends) or refused.
+pub fn decide(f: &FdFacts, pipes: bool, net: &NetTables) -> Result<Saved, String> {
     let no = |what: String| Err(format!("fd {} is {what}", f.fd));
-    let path_fd = || {
-        Ok(Fd {
-            fd: f.fd,
-            kind: FdKind::Path {
-                path: f.link.clone(),
-                flags: f.flags & !libc::O_CLOEXEC,
-                pos: f.pos,
-            },
-            cloexec,
+    let path = || {
+        Ok(Saved::Path {
+            path: f.link.clone(),
+            flags: f.flags & !libc::O_CLOEXEC,
+            pos: f.pos,
         })
     };
     if let Some(rest) = f.link.strip_prefix("socket:[") {
@@ -82,7 +102,22 @@ pub fn decide(f: &FdFacts, external: bool, net: &NetTables) -> Result<Fd, String
         return no(describe_socket(net, inode));
     }
     if f.link.starts_with("pipe:") {
-        return no("a pipe (not one the caller gives anew)".into());
+        if !pipes {
+            return no("a pipe (not one the caller gives anew)".into());
+        }
+        if f.flags & libc::O_DIRECT != 0 {
+            return no("a packet-mode pipe (O_DIRECT)".into());
+        }
+        let write = match f.flags & libc::O_ACCMODE {
+            libc::O_RDONLY => false,
+            libc::O_WRONLY => true,
+            _ => return no("a pipe opened for reading and writing".into()),
+        };
+        return Ok(Saved::Pipe {
+            inode: f.inode,
+            write,
+            flags: f.flags & !libc::O_CLOEXEC & !libc::O_ACCMODE,
+        });
     }
     if let Some(rest) = f.link.strip_prefix("anon_inode:") {
         let what = rest.trim_matches(|c| c == '[' || c == ']');
@@ -98,13 +133,13 @@ pub fn decide(f: &FdFacts, external: bool, net: &NetTables) -> Result<Fd, String
         return no(format!("{} (not a file)", f.link));
     }
     match f.kind {
-        FileKind::Regular | FileKind::Dir => path_fd(),
+        FileKind::Regular | FileKind::Dir => path(),
         FileKind::Char
             if SAFE_DEVICES
                 .iter()
                 .any(|(p, dev)| *p == f.link && *dev == f.rdev) =>
         {
-            path_fd()
+            path()
         }
         FileKind::Char => no(format!("the device {}", f.link)),
         FileKind::Fifo => no(format!("a FIFO ({})", f.link)),
@@ -113,25 +148,22 @@ pub fn decide(f: &FdFacts, external: bool, net: &NetTables) -> Result<Fd, String
     }
 }
 
-/// The descriptors of `pid`, each saved or refused in words.
-pub fn read_fds(pid: i32, external: &BTreeSet<i32>) -> Result<Vec<Fd>, FdsError> {
+/// The descriptors of `pid`, in order.
+pub fn facts(pid: i32) -> Result<Vec<FdFacts>, FdsError> {
     let dir = format!("/proc/{pid}/fd");
     let entries = fs::read_dir(&dir).map_err(|e| FdsError::Proc(format!("{dir}: {e}")))?;
     let mut nums: Vec<i32> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     nums.sort_unstable();
-    // The socket tables are read only when a socket is to be named.
-    let mut net: Option<NetTables> = None;
     let mut out = Vec::new();
-    let mut refused = Vec::new();
     for fd in nums {
         let link_path = format!("/proc/{pid}/fd/{fd}");
         let link = match fs::read_link(&link_path) {
             Ok(l) => l.to_string_lossy().into_owned(),
             Err(e) => return Err(FdsError::Proc(format!("{link_path}: {e}"))),
         };
-        let (kind, rdev) = match fs::metadata(&link_path) {
+        let (kind, rdev, inode) = match fs::metadata(&link_path) {
             Ok(m) => {
                 let t = m.file_type();
                 let kind = if t.is_file() {
@@ -148,39 +180,200 @@ pub fn read_fds(pid: i32, external: &BTreeSet<i32>) -> Result<Vec<Fd>, FdsError>
                     FileKind::Other
                 };
                 let rdev = m.rdev();
-                (kind, (libc::major(rdev), libc::minor(rdev)))
+                (kind, (libc::major(rdev), libc::minor(rdev)), m.ino())
             }
-            Err(_) => (FileKind::Other, (0, 0)),
+            Err(_) => (FileKind::Other, (0, 0), 0),
         };
         let info_path = format!("/proc/{pid}/fdinfo/{fd}");
         let info = fs::read_to_string(&info_path)
             .map_err(|e| FdsError::Proc(format!("{info_path}: {e}")))?;
         let (pos, flags) = parse_fdinfo(&info)
             .ok_or_else(|| FdsError::Proc(format!("{info_path}: unreadable")))?;
-        let facts = FdFacts {
+        out.push(FdFacts {
             fd,
             link,
             kind,
             rdev,
+            inode,
             pos,
             flags,
-        };
-        let is_socket = facts.link.starts_with("socket:") && !external.contains(&fd);
-        if is_socket && net.is_none() {
-            net = Some(NetTables::read(pid));
+        });
+    }
+    Ok(out)
+}
+
+/// Puts `items` into classes of items that are `same`, each class in the
+/// order its first item comes; only items with equal `key`s are compared.
+/// Returns each item's class.
+pub fn group<T, K: Ord>(
+    items: &[T],
+    key: impl Fn(&T) -> K,
+    same: impl Fn(&T, &T) -> bool,
+) -> Vec<usize> {
+    let mut class = vec![usize::MAX; items.len()];
+    let mut firsts: BTreeMap<K, Vec<usize>> = BTreeMap::new();
+    let mut next = 0;
+    for (i, it) in items.iter().enumerate() {
+        let heads = firsts.entry(key(it)).or_default();
+        match heads.iter().find(|&&h| same(&items[h], it)) {
+            Some(&h) => class[i] = class[h],
+            None => {
+                class[i] = next;
+                next += 1;
+                heads.push(i);
+            }
         }
-        let tables = net.as_ref().filter(|_| is_socket);
-        match decide(
-            &facts,
-            external.contains(&fd),
-            tables.unwrap_or(&NetTables::default()),
-        ) {
-            Ok(f) => out.push(f),
-            Err(why) => refused.push(why),
+    }
+    class
+}
+
+/// A process whose descriptors are saved: the pid the caller sees it by,
+/// and its descriptors' facts.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    /// Its pid in the caller's namespace.
+    pub pid: i32,
+    /// Its descriptors.
+    pub fds: Vec<FdFacts>,
+}
+
+/// The saved descriptors of some processes: each one's list, the open
+/// files they refer to, and for each pipe (by index) where to read it.
+#[derive(Debug, Clone, Default)]
+pub struct OpenFiles {
+    /// Each holder's descriptors, in the holders' order.
+    pub fds: Vec<Vec<Fd>>,
+    /// The open files.
+    pub files: Vec<OpenFile>,
+    /// Each pipe: (pid, fd) of a descriptor of it in the caller's view.
+    pub pipes: Vec<(i32, i32)>,
+}
+
+/// Decides every descriptor of `holders` (the first is the root, whose
+/// `external` descriptors the caller gives anew) and which share an open
+/// file, by `same` ((pid, fd), (pid, fd): one open file). A descriptor of
+/// another process that is one of the root's external ones is external
+/// too. Every refusal is named.
+pub fn open_files(
+    holders: &[Holder],
+    external: &BTreeSet<i32>,
+    pipes: bool,
+    same: impl Fn((i32, i32), (i32, i32)) -> bool,
+) -> Result<OpenFiles, FdsError> {
+    let root = holders.first().map_or(0, |h| h.pid);
+    let ext: Vec<&FdFacts> = holders
+        .first()
+        .map(|h| h.fds.iter().filter(|f| external.contains(&f.fd)).collect())
+        .unwrap_or_default();
+    let mut net: Option<NetTables> = None;
+    let mut refused = Vec::new();
+    /// One descriptor: its holder, number, inode, close-on-exec, and what
+    /// it is: Ok(the root's external fd) or Err(how it is saved).
+    struct Item {
+        h: usize,
+        fd: i32,
+        inode: u64,
+        cloexec: bool,
+        what: Result<i32, Saved>,
+    }
+    let mut items: Vec<Item> = Vec::new();
+    for (h, holder) in holders.iter().enumerate() {
+        for f in &holder.fds {
+            let cloexec = f.flags & libc::O_CLOEXEC != 0;
+            let as_ext = if h == 0 && external.contains(&f.fd) {
+                Some(f.fd)
+            } else {
+                // The same number first (stdout inherited as stdout).
+                let mut cands: Vec<&&FdFacts> = ext.iter().filter(|e| e.inode == f.inode).collect();
+                cands.sort_by_key(|e| (e.fd != f.fd, e.fd));
+                cands
+                    .iter()
+                    .find(|e| same((root, e.fd), (holder.pid, f.fd)))
+                    .map(|e| e.fd)
+            };
+            let item = |what| Item {
+                h,
+                fd: f.fd,
+                inode: f.inode,
+                cloexec,
+                what,
+            };
+            if let Some(n) = as_ext {
+                items.push(item(Ok(n)));
+                continue;
+            }
+            if let Some(e) = ext
+                .iter()
+                .find(|e| e.inode == f.inode && e.link.starts_with("pipe:"))
+            {
+                refused.push(format!(
+                    "fd {} of pid {} is the caller's pipe of fd {} opened anew or its other end",
+                    f.fd, holder.pid, e.fd
+                ));
+                continue;
+            }
+            if f.link.starts_with("socket:") && net.is_none() {
+                net = Some(NetTables::read(holder.pid));
+            }
+            match decide(f, pipes, net.as_ref().unwrap_or(&NetTables::default())) {
+                Ok(s) => items.push(item(Err(s))),
+                Err(why) if h == 0 => refused.push(why),
+                Err(why) => refused.push(format!("{why} in pid {}", holder.pid)),
+            }
         }
     }
     if !refused.is_empty() {
         return Err(FdsError::Refused(refused.join("; ")));
+    }
+    let class = group(
+        &items,
+        |it| match &it.what {
+            Ok(n) => (0, *n as u64),
+            Err(_) => (1, it.inode),
+        },
+        |a, b| match (&a.what, &b.what) {
+            (Ok(x), Ok(y)) => x == y,
+            (Err(_), Err(_)) => same((holders[a.h].pid, a.fd), (holders[b.h].pid, b.fd)),
+            _ => false,
+        },
+    );
+    let mut out = OpenFiles {
+        fds: vec![Vec::new(); holders.len()],
+        ..Default::default()
+    };
+    let mut pipe_index: BTreeMap<u64, u32> = BTreeMap::new();
+    for (it, &c) in items.iter().zip(&class) {
+        if c == out.files.len() {
+            out.files.push(match &it.what {
+                Ok(n) => OpenFile::External { fd: *n },
+                Err(Saved::Path { path, flags, pos }) => OpenFile::Path {
+                    path: path.clone(),
+                    flags: *flags,
+                    pos: *pos,
+                },
+                Err(Saved::Pipe {
+                    inode,
+                    write,
+                    flags,
+                }) => {
+                    let next = pipe_index.len() as u32;
+                    let pipe = *pipe_index.entry(*inode).or_insert(next);
+                    if pipe == next {
+                        out.pipes.push((holders[it.h].pid, it.fd));
+                    }
+                    OpenFile::Pipe {
+                        pipe,
+                        write: *write,
+                        flags: *flags,
+                    }
+                }
+            });
+        }
+        out.fds[it.h].push(Fd {
+            fd: it.fd,
+            file: c as u32,
+            cloexec: it.cloexec,
+        });
     }
     Ok(out)
 }
@@ -199,6 +392,7 @@ pub enum FdsError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn facts(link: &str, kind: FileKind, rdev: (u32, u32)) -> FdFacts {
         FdFacts {
@@ -206,6 +400,7 @@ mod tests {
             link: link.into(),
             kind,
             rdev,
+            inode: 3,
             pos: 7,
             flags: libc::O_RDWR | libc::O_CLOEXEC,
         }
@@ -215,10 +410,9 @@ mod tests {
     fn files_are_reopened_by_path() {
         let net = NetTables::default();
         let f = decide(&facts("/tmp/x", FileKind::Regular, (0, 0)), false, &net).expect("ok");
-        assert!(f.cloexec);
         assert_eq!(
-            f.kind,
-            FdKind::Path {
+            f,
+            Saved::Path {
                 path: "/tmp/x".into(),
                 flags: libc::O_RDWR,
                 pos: 7
@@ -243,9 +437,148 @@ mod tests {
             let e = decide(c, false, &net).expect_err("refused");
             assert!(e.starts_with("fd 5 is "), "{e}");
         }
-        assert!(decide(&cases[1], true, &net).is_ok());
         assert!(decide(&cases[3], false, &net)
             .expect_err("io_uring")
             .contains("io_uring"));
+        // Pipes of a tree are saved, but not one opened read-write.
+        let e = decide(&cases[0], true, &net).expect_err("O_RDWR pipe");
+        assert!(e.contains("reading and writing"), "{e}");
+        let mut end = cases[0].clone();
+        end.flags = libc::O_WRONLY | libc::O_NONBLOCK;
+        assert_eq!(
+            decide(&end, true, &net),
+            Ok(Saved::Pipe {
+                inode: 3,
+                write: true,
+                flags: libc::O_NONBLOCK
+            })
+        );
+        end.flags |= libc::O_DIRECT;
+        assert!(decide(&end, true, &net).is_err());
+    }
+
+    fn fd(fd: i32, link: &str, inode: u64, flags: i32) -> FdFacts {
+        FdFacts {
+            fd,
+            link: link.into(),
+            kind: if link.starts_with('/') {
+                FileKind::Regular
+            } else {
+                FileKind::Fifo
+            },
+            rdev: (0, 0),
+            inode,
+            pos: 0,
+            flags,
+        }
+    }
+
+    #[test]
+    fn a_pipeline_shares_the_callers_stdout_and_one_pipe() {
+        // sh (10) with stdout the caller's pipe 100 and a log; a (11)
+        // writes pipe 200 to b (12), whose stdout is sh's.
+        let holders = [
+            Holder {
+                pid: 10,
+                fds: vec![
+                    fd(1, "pipe:[100]", 100, libc::O_WRONLY),
+                    fd(4, "/tmp/log", 7, libc::O_WRONLY),
+                ],
+            },
+            Holder {
+                pid: 11,
+                fds: vec![
+                    fd(1, "pipe:[200]", 200, libc::O_WRONLY),
+                    fd(4, "/tmp/log", 7, libc::O_WRONLY),
+                ],
+            },
+            Holder {
+                pid: 12,
+                fds: vec![
+                    fd(0, "pipe:[200]", 200, libc::O_RDONLY),
+                    fd(1, "pipe:[100]", 100, libc::O_WRONLY),
+                ],
+            },
+        ];
+        // Inherited: the log in sh and a is one open file, stdout too.
+        let same = |a: (i32, i32), b: (i32, i32)| {
+            let desc = |(p, f): (i32, i32)| match (p, f) {
+                (10, 1) | (12, 1) => 1,
+                (10, 4) | (11, 4) => 2,
+                (11, 1) => 3,
+                (12, 0) => 4,
+                _ => 0,
+            };
+            desc(a) == desc(b)
+        };
+        let ext = BTreeSet::from([0, 1, 2]);
+        let o = open_files(&holders, &ext, true, same).expect("saved");
+        assert_eq!(
+            o.files,
+            vec![
+                OpenFile::External { fd: 1 },
+                OpenFile::Path {
+                    path: "/tmp/log".into(),
+                    flags: libc::O_WRONLY,
+                    pos: 0
+                },
+                OpenFile::Pipe {
+                    pipe: 0,
+                    write: true,
+                    flags: 0
+                },
+                OpenFile::Pipe {
+                    pipe: 0,
+                    write: false,
+                    flags: 0
+                },
+            ]
+        );
+        let files = |h: usize| o.fds[h].iter().map(|f| (f.fd, f.file)).collect::<Vec<_>>();
+        assert_eq!(files(0), [(1, 0), (4, 1)]);
+        assert_eq!(files(1), [(1, 2), (4, 1)]);
+        assert_eq!(files(2), [(0, 3), (1, 0)]);
+        assert_eq!(o.pipes, [(11, 1)]);
+        // The same pipes, not given anew: refused in a single process.
+        let e = open_files(&holders[2..], &BTreeSet::new(), false, same).expect_err("pipes");
+        assert!(e.to_string().contains("fd 0 is a pipe"), "{e}");
+    }
+
+    #[test]
+    fn the_callers_pipe_opened_anew_is_refused() {
+        let holders = [
+            Holder {
+                pid: 10,
+                fds: vec![fd(1, "pipe:[100]", 100, libc::O_WRONLY)],
+            },
+            Holder {
+                pid: 11,
+                fds: vec![fd(0, "pipe:[100]", 100, libc::O_RDONLY)],
+            },
+        ];
+        let e =
+            open_files(&holders, &BTreeSet::from([1]), true, |a, b| a == b).expect_err("refused");
+        assert!(e.to_string().contains("fd 0 of pid 11"), "{e}");
+    }
+
+    proptest! {
+        /// Classes are exactly the sameness classes, numbered by first
+        /// appearance.
+        #[test]
+        fn group_matches_sameness(desc in proptest::collection::vec(0u8..6, 0..40)) {
+            let class = group(&desc, |d| d % 2, |a, b| a == b);
+            for i in 0..desc.len() {
+                for j in 0..desc.len() {
+                    prop_assert_eq!(class[i] == class[j], desc[i] == desc[j]);
+                }
+            }
+            let mut seen = 0;
+            for &c in &class {
+                prop_assert!(c <= seen);
+                if c == seen {
+                    seen += 1;
+                }
+            }
+        }
     }
 }

@@ -3,6 +3,13 @@
 //! `Read`/`Write`/`FileExt` the caller hands in); how the state is taken from
 //! a process lives in `dump`, how it is put back in `restore`.
 //!
+//! An image holds one process or a tree of them ([`Image`]): each process's
+//! state ([`Meta`]) with its place in the tree (parent, process group,
+//! session), the open files its descriptors refer to, shared between
+//! processes where they were ([`OpenFile`]), and the pipes between them
+//! with the bytes in flight ([`Pipe`]). The pages of every process follow
+//! one another in the data, in the order of [`Image::procs`].
+//!
 //! ```text
 //! 0                64                 data_offset (page aligned)            data_end
 //! | header (64 B) | metadata (postcard) | pad | page runs, each page aligned | trailer |
@@ -37,10 +44,16 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod v1;
+
 /// The first eight bytes of every process image.
 pub const MAGIC: [u8; 8] = *b"MIGPROC\0";
-/// The format version written; older or newer ones are refused.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version written. Version 1 (one process, no tree) is still
+/// read, as an image of one process whose pid need not be kept; newer
+/// versions are refused.
+pub const FORMAT_VERSION: u32 = 2;
+/// The versions this build reads.
+pub const READS: [u32; 2] = [1, 2];
 /// The header's size.
 pub const HEADER_LEN: usize = 64;
 /// The page size the format assumes (x86-64).
@@ -58,7 +71,7 @@ pub enum ImageError {
     #[error("not a process image (magic {0:02x?})")]
     BadMagic([u8; 8]),
     /// Another format version.
-    #[error("process image format version {found}, this build reads {FORMAT_VERSION}")]
+    #[error("process image format version {found}, this build reads 1 to {FORMAT_VERSION}")]
     Version {
         /// The version found.
         found: u32,
@@ -105,6 +118,8 @@ pub enum ImageError {
 /// The fixed header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// Format version.
+    pub version: u32,
     /// Metadata length.
     pub meta_len: u64,
     /// Where the page data starts.
@@ -122,6 +137,7 @@ impl Header {
     /// in `runs` runs.
     pub fn new(meta_len: u64, data_len: u64, runs: u64, meta_crc: u32) -> Header {
         Header {
+            version: FORMAT_VERSION,
             meta_len,
             data_offset: page_up(HEADER_LEN as u64 + meta_len),
             data_len,
@@ -144,7 +160,7 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[16..24].copy_from_slice(&self.meta_len.to_le_bytes());
         b[24..32].copy_from_slice(&self.data_offset.to_le_bytes());
         b[32..40].copy_from_slice(&self.data_len.to_le_bytes());
@@ -189,13 +205,14 @@ impl Header {
             u64::from_le_bytes(a)
         };
         let version = u32_at(8);
-        if version != FORMAT_VERSION {
+        if !READS.contains(&version) {
             return Err(ImageError::Version { found: version });
         }
         if crc32c::crc32c(&b[..60]) != u32_at(60) {
             return Err(ImageError::HeaderChecksum);
         }
         let h = Header {
+            version,
             meta_len: u64_at(16),
             data_offset: u64_at(24),
             data_len: u64_at(32),
@@ -259,11 +276,175 @@ pub fn decode_trailer(t: &[u8], runs: usize) -> Result<Vec<u32>, ImageError> {
         .collect())
 }
 
-/// Everything but the pages: what the process was and where its pages go.
+/// Everything but the pages: the processes, their open files and pipes,
+/// and where their pages go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// The processes' pids must be kept: the image is restored in a pid
+    /// namespace of its own (`restore_tree`), each process with the pid it
+    /// had. Otherwise (one process saved by `dump`) it gets a new pid.
+    pub keep_pids: bool,
+    /// The processes, each after its parent; the first is the tree's root.
+    pub procs: Vec<Proc>,
+    /// The open files the processes' descriptors refer to (an open file
+    /// shared by descriptors of one or several processes is here once).
+    pub files: Vec<OpenFile>,
+    /// The pipes between processes of the tree.
+    pub pipes: Vec<Pipe>,
+}
+
+impl Image {
+    /// The state of every process that is not a zombie, in order.
+    pub fn live(&self) -> impl Iterator<Item = &Meta> {
+        self.procs.iter().filter_map(|p| match &p.state {
+            ProcState::Live(m) => Some(&**m),
+            ProcState::Zombie { .. } => None,
+        })
+    }
+
+    /// Every page run, in image order.
+    pub fn runs(&self) -> impl Iterator<Item = &Run> {
+        self.live()
+            .flat_map(|m| m.regions.iter().flat_map(|r| r.runs.iter()))
+    }
+
+    /// Checks the runs against the header: they follow each other in the
+    /// data, lie inside their regions, and add up to the data length; and
+    /// every descriptor names an open file and every pipe end a pipe.
+    pub fn check_runs(&self, h: &Header) -> Result<(), ImageError> {
+        let mut next = 0u64;
+        let mut count = 0u64;
+        for m in self.live() {
+            for r in &m.regions {
+                if r.start % PAGE != 0 || r.end % PAGE != 0 || r.start >= r.end {
+                    return Err(ImageError::Runs(format!(
+                        "region {:#x}-{:#x} not whole pages",
+                        r.start, r.end
+                    )));
+                }
+                for run in &r.runs {
+                    let len = run.pages.saturating_mul(PAGE);
+                    if run.offset != next
+                        || run.pages == 0
+                        || !run.addr.is_multiple_of(PAGE)
+                        || run.addr < r.start
+                        || run.addr.checked_add(len).is_none_or(|e| e > r.end)
+                    {
+                        return Err(ImageError::Runs(format!(
+                            "run at {:#x} ({} pages, offset {}) outside region {:#x}-{:#x} or out of order",
+                            run.addr, run.pages, run.offset, r.start, r.end
+                        )));
+                    }
+                    next += len;
+                    count += 1;
+                }
+            }
+        }
+        if next != h.data_len || count != h.runs {
+            return Err(ImageError::Runs(format!(
+                "{count} runs of {next} bytes, header says {} of {}",
+                h.runs, h.data_len
+            )));
+        }
+        for m in self.live() {
+            if let Some(f) = m.fds.iter().find(|f| f.file as usize >= self.files.len()) {
+                return Err(ImageError::Meta(format!(
+                    "fd {} names open file {} of {}",
+                    f.fd,
+                    f.file,
+                    self.files.len()
+                )));
+            }
+        }
+        for f in &self.files {
+            if let OpenFile::Pipe { pipe, .. } = f {
+                if *pipe as usize >= self.pipes.len() {
+                    return Err(ImageError::Meta(format!(
+                        "a pipe end names pipe {pipe} of {}",
+                        self.pipes.len()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A process of the image and its place in the tree. Ids are as the
+/// process saw them (inside its pid namespace); 0 means a process outside
+/// the tree (its parent, or the leader of its group or session, was not
+/// saved: at restore it is the namespace's init, or the group and session
+/// the restored tree is given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proc {
+    /// Its pid.
+    pub pid: i32,
+    /// Its parent's pid, 0 when the parent is not in the tree.
+    pub ppid: i32,
+    /// Its process group, 0 when the group's id is not a pid of the tree.
+    pub pgid: i32,
+    /// Its session, 0 when the session's id is not a pid of the tree.
+    pub sid: i32,
+    /// Running (stopped) or ended.
+    pub state: ProcState,
+}
+
+/// Whether a process of the tree runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcState {
+    /// A process, stopped for the dump: all its state.
+    Live(Box<Meta>),
+    /// A child that ended and that its parent has not waited for yet.
+    Zombie {
+        /// Its wait status (as `waitpid` gives it).
+        status: i32,
+    },
+}
+
+/// An open file (what the kernel calls a file description): descriptors
+/// that referred to the same one at the dump share it again at restore,
+/// offset and flags included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpenFile {
+    /// Given anew by the caller at restore, by the number the root process
+    /// had it on (stdio pipes, the control socket).
+    External {
+        /// The root's descriptor number.
+        fd: i32,
+    },
+    /// A file, directory or harmless device reopened by path.
+    Path {
+        /// Its path.
+        path: String,
+        /// `O_*` status flags (access mode, `O_APPEND`, `O_NONBLOCK`...).
+        flags: i32,
+        /// File offset.
+        pos: u64,
+    },
+    /// One end of a pipe of the tree.
+    Pipe {
+        /// Index in [`Image::pipes`].
+        pipe: u32,
+        /// The write end (else the read end).
+        write: bool,
+        /// `O_*` status flags (`O_NONBLOCK`).
+        flags: i32,
+    },
+}
+
+/// A pipe between processes of the tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pipe {
+    /// Its capacity in bytes (`F_GETPIPE_SZ`).
+    pub size: u32,
+    /// The bytes written and not yet read.
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+}
+
+/// One process's state: what it was and where its pages go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
-    /// The pid it had.
-    pub pid: i32,
     /// Its program file (`/proc/PID/exe`).
     pub exe: String,
     /// Its memory, in address order.
@@ -296,51 +477,6 @@ pub struct Meta {
     pub itimers: Vec<(u64, u64)>,
     /// What restore needs of the machine.
     pub cpu: Cpu,
-}
-
-impl Meta {
-    /// Every page run, in image order.
-    pub fn runs(&self) -> impl Iterator<Item = &Run> {
-        self.regions.iter().flat_map(|r| r.runs.iter())
-    }
-
-    /// Checks the runs against the header: they follow each other in the
-    /// data, lie inside their regions, and add up to the data length.
-    pub fn check_runs(&self, h: &Header) -> Result<(), ImageError> {
-        let mut next = 0u64;
-        let mut count = 0u64;
-        for r in &self.regions {
-            if r.start % PAGE != 0 || r.end % PAGE != 0 || r.start >= r.end {
-                return Err(ImageError::Runs(format!(
-                    "region {:#x}-{:#x} not whole pages",
-                    r.start, r.end
-                )));
-            }
-            for run in &r.runs {
-                let len = run.pages.saturating_mul(PAGE);
-                if run.offset != next
-                    || run.pages == 0
-                    || !run.addr.is_multiple_of(PAGE)
-                    || run.addr < r.start
-                    || run.addr.checked_add(len).is_none_or(|e| e > r.end)
-                {
-                    return Err(ImageError::Runs(format!(
-                        "run at {:#x} ({} pages, offset {}) outside region {:#x}-{:#x} or out of order",
-                        run.addr, run.pages, run.offset, r.start, r.end
-                    )));
-                }
-                next += len;
-                count += 1;
-            }
-        }
-        if next != h.data_len || count != h.runs {
-            return Err(ImageError::Runs(format!(
-                "{count} runs of {next} bytes, header says {} of {}",
-                h.runs, h.data_len
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// Access bits of a region.
@@ -470,30 +606,14 @@ pub struct SigAction {
 }
 
 /// A file descriptor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fd {
     /// Its number.
     pub fd: i32,
-    /// What it is.
-    pub kind: FdKind,
+    /// Index in [`Image::files`] of the open file it refers to.
+    pub file: u32,
     /// `FD_CLOEXEC`.
     pub cloexec: bool,
-}
-
-/// What a saved descriptor refers to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FdKind {
-    /// Given anew by the caller at restore (stdio pipes, the control socket).
-    External,
-    /// A file, directory or harmless device reopened by path.
-    Path {
-        /// Its path.
-        path: String,
-        /// `O_*` status flags (access mode, `O_APPEND`, `O_NONBLOCK`...).
-        flags: i32,
-        /// File offset.
-        pos: u64,
-    },
 }
 
 /// The `mm` fields of `PR_SET_MM_MAP`.
@@ -533,38 +653,52 @@ pub struct Cpu {
 }
 
 /// Encodes metadata.
-pub fn encode_meta(m: &Meta) -> Result<Vec<u8>, ImageError> {
+pub fn encode_meta(m: &Image) -> Result<Vec<u8>, ImageError> {
     postcard::to_stdvec(m).map_err(|e| ImageError::Meta(e.to_string()))
 }
 
-/// Decodes metadata, refusing trailing bytes.
-pub fn decode_meta(b: &[u8]) -> Result<Meta, ImageError> {
-    let (m, rest) =
-        postcard::take_from_bytes::<Meta>(b).map_err(|e| ImageError::Meta(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(ImageError::Meta(format!("{} trailing bytes", rest.len())));
+/// Decodes the metadata of an image of format `version`, refusing trailing
+/// bytes; a version 1 image becomes an image of one process.
+pub fn decode_meta(version: u32, b: &[u8]) -> Result<Image, ImageError> {
+    fn take<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, ImageError> {
+        let (m, rest) =
+            postcard::take_from_bytes::<T>(b).map_err(|e| ImageError::Meta(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(ImageError::Meta(format!("{} trailing bytes", rest.len())));
+        }
+        Ok(m)
     }
-    Ok(m)
+    match version {
+        1 => Ok(take::<v1::Meta>(b)?.into()),
+        FORMAT_VERSION => take(b),
+        found => Err(ImageError::Version { found }),
+    }
 }
 
-/// Encodes a whole image in memory: `meta` and the page data of its runs,
+/// Encodes a whole image in memory: `image` and the page data of its runs,
 /// in their order (a dump streams instead; this serves tests and small
 /// images).
-pub fn encode(meta: &Meta, data: &[u8]) -> Result<Vec<u8>, ImageError> {
-    let mb = encode_meta(meta)?;
-    let runs = meta.runs().count() as u64;
-    let h = Header::new(
-        mb.len() as u64,
-        data.len() as u64,
-        runs,
-        crc32c::crc32c(&mb),
-    );
-    meta.check_runs(&h)?;
+pub fn encode(image: &Image, data: &[u8]) -> Result<Vec<u8>, ImageError> {
+    let mb = encode_meta(image)?;
+    encode_parts(FORMAT_VERSION, &mb, image, data)
+}
+
+/// An image of format `version` from its encoded metadata.
+fn encode_parts(
+    version: u32,
+    mb: &[u8],
+    image: &Image,
+    data: &[u8],
+) -> Result<Vec<u8>, ImageError> {
+    let runs = image.runs().count() as u64;
+    let mut h = Header::new(mb.len() as u64, data.len() as u64, runs, crc32c::crc32c(mb));
+    h.version = version;
+    image.check_runs(&h)?;
     let mut out = h.encode().to_vec();
-    out.extend_from_slice(&mb);
+    out.extend_from_slice(mb);
     out.resize(h.data_offset as usize, 0);
     out.extend_from_slice(data);
-    let crcs: Vec<u32> = meta
+    let crcs: Vec<u32> = image
         .runs()
         .map(|r| {
             let s = r.offset as usize;
@@ -584,7 +718,7 @@ pub struct StreamCheck {
     /// Bytes of the header and metadata until both are whole.
     head: Vec<u8>,
     header: Option<Header>,
-    meta: Option<Meta>,
+    meta: Option<Image>,
     /// Bytes seen.
     pos: u64,
     /// (start, end) of each run in the image, in order.
@@ -626,7 +760,7 @@ impl StreamCheck {
                     if crc32c::crc32c(mb) != h.meta_crc {
                         return Err(ImageError::MetaChecksum);
                     }
-                    let meta = decode_meta(mb)?;
+                    let meta = decode_meta(h.version, mb)?;
                     meta.check_runs(&h)?;
                     self.runs = meta
                         .runs()
@@ -675,7 +809,7 @@ impl StreamCheck {
 
     /// The image is whole: checks its length and every run, and gives its
     /// state.
-    pub fn finish(self) -> Result<(Header, Meta), ImageError> {
+    pub fn finish(self) -> Result<(Header, Image), ImageError> {
         let (Some(h), Some(meta)) = (self.header, self.meta) else {
             return Err(ImageError::TooShort(self.pos));
         };
@@ -698,13 +832,13 @@ impl StreamCheck {
 
 /// Decodes an image held whole in memory (tests and small images); a file
 /// goes through [`crate::ImageFile`].
-pub fn decode(bytes: &[u8], verify_pages: bool) -> Result<(Header, Meta), ImageError> {
+pub fn decode(bytes: &[u8], verify_pages: bool) -> Result<(Header, Image), ImageError> {
     let h = Header::decode(bytes, bytes.len() as u64)?;
     let meta_bytes = &bytes[HEADER_LEN..HEADER_LEN + h.meta_len as usize];
     if crc32c::crc32c(meta_bytes) != h.meta_crc {
         return Err(ImageError::MetaChecksum);
     }
-    let meta = decode_meta(meta_bytes)?;
+    let meta = decode_meta(h.version, meta_bytes)?;
     meta.check_runs(&h)?;
     let crcs = decode_trailer(&bytes[h.trailer_offset() as usize..], h.runs as usize)?;
     if verify_pages {
@@ -727,7 +861,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn sample(runs: &[(u64, u64)]) -> Meta {
+    /// A tree of a live process with `runs` and a zombie, a pipe between
+    /// them and the caller's stdout.
+    fn sample(runs: &[(u64, u64)]) -> Image {
         let mut off = 0;
         let rs = runs
             .iter()
@@ -741,8 +877,7 @@ mod tests {
                 r
             })
             .collect();
-        Meta {
-            pid: 42,
+        let meta = Meta {
             exe: "/bin/true".into(),
             regions: vec![Region {
                 start: 0x10000,
@@ -761,11 +896,18 @@ mod tests {
             threads: vec![],
             sigactions: vec![],
             shared_pending: vec![],
-            fds: vec![Fd {
-                fd: 1,
-                kind: FdKind::External,
-                cloexec: false,
-            }],
+            fds: vec![
+                Fd {
+                    fd: 1,
+                    file: 0,
+                    cloexec: false,
+                },
+                Fd {
+                    fd: 4,
+                    file: 1,
+                    cloexec: true,
+                },
+            ],
             cwd: "/".into(),
             umask: 0o22,
             rlimits: vec![(7, 1024, 4096)],
@@ -776,16 +918,119 @@ mod tests {
                 flags: vec!["avx2".into()],
                 xstate_len: 2696,
             },
+        };
+        Image {
+            keep_pids: true,
+            procs: vec![
+                Proc {
+                    pid: 2,
+                    ppid: 0,
+                    pgid: 2,
+                    sid: 0,
+                    state: ProcState::Live(Box::new(meta)),
+                },
+                Proc {
+                    pid: 3,
+                    ppid: 2,
+                    pgid: 2,
+                    sid: 0,
+                    state: ProcState::Zombie { status: 0x0100 },
+                },
+            ],
+            files: vec![
+                OpenFile::External { fd: 1 },
+                OpenFile::Pipe {
+                    pipe: 0,
+                    write: false,
+                    flags: 0,
+                },
+            ],
+            pipes: vec![Pipe {
+                size: 65536,
+                data: b"in flight".to_vec(),
+            }],
         }
     }
 
     /// A whole image in memory, pages filled with a pattern.
-    fn build(meta: &Meta) -> Vec<u8> {
+    fn build(meta: &Image) -> Vec<u8> {
         let data: Vec<u8> = meta
             .runs()
             .flat_map(|r| (0..r.pages * PAGE).map(move |i| (i ^ r.addr) as u8))
             .collect();
         encode(meta, &data).expect("encode")
+    }
+
+    #[test]
+    fn a_version_1_image_is_one_process_with_new_pids() {
+        let img = sample(&[(0x10000, 1)]);
+        let ProcState::Live(m) = &img.procs[0].state else {
+            unreachable!()
+        };
+        let old = v1::Meta {
+            pid: 77,
+            exe: m.exe.clone(),
+            regions: m.regions.clone(),
+            specials: vec![],
+            vdso_hash: m.vdso_hash.clone(),
+            threads: vec![],
+            sigactions: vec![],
+            shared_pending: vec![],
+            fds: vec![
+                v1::Fd {
+                    fd: 0,
+                    kind: v1::FdKind::External,
+                    cloexec: false,
+                },
+                v1::Fd {
+                    fd: 3,
+                    kind: v1::FdKind::Path {
+                        path: "/tmp/x".into(),
+                        flags: 1,
+                        pos: 9,
+                    },
+                    cloexec: true,
+                },
+            ],
+            cwd: "/".into(),
+            umask: 0o22,
+            rlimits: vec![],
+            mm: MmFields::default(),
+            auxv: vec![],
+            itimers: vec![],
+            cpu: m.cpu.clone(),
+        };
+        let mb = postcard::to_stdvec(&old).expect("encode v1");
+        let back: Image = old.into();
+        let data = vec![5u8; PAGE as usize];
+        let bytes = encode_parts(1, &mb, &back, &data).expect("v1 image");
+        let (h, got) = decode(&bytes, true).expect("v1 decodes");
+        assert_eq!(h.version, 1);
+        assert_eq!(got, back);
+        assert!(!got.keep_pids);
+        assert_eq!(got.procs[0].pid, 77);
+        assert_eq!(
+            got.files,
+            vec![
+                OpenFile::External { fd: 0 },
+                OpenFile::Path {
+                    path: "/tmp/x".into(),
+                    flags: 1,
+                    pos: 9
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn an_fd_naming_no_open_file_is_refused() {
+        let mut img = sample(&[(0x10000, 1)]);
+        img.files.pop();
+        let e = encode(&img, &vec![0; PAGE as usize]).expect_err("refused");
+        assert!(matches!(e, ImageError::Meta(_)), "{e}");
+        let mut img = sample(&[(0x10000, 1)]);
+        img.pipes.clear();
+        assert!(encode(&img, &vec![0; PAGE as usize]).is_err());
     }
 
     #[test]
@@ -804,9 +1049,9 @@ mod tests {
         let mut bad = img.clone();
         bad[0] = b'X';
         assert!(matches!(decode(&bad, false), Err(ImageError::BadMagic(_))));
-        let mut v2 = img.clone();
-        v2[8] = 2;
-        assert_eq!(decode(&v2, false), Err(ImageError::Version { found: 2 }));
+        let mut v3 = img.clone();
+        v3[8] = 3;
+        assert_eq!(decode(&v3, false), Err(ImageError::Version { found: 3 }));
         let mut hdr = img.clone();
         hdr[20] ^= 1;
         assert_eq!(decode(&hdr, false), Err(ImageError::HeaderChecksum));
@@ -842,11 +1087,13 @@ mod tests {
         let mut m = sample(&[(0x10000, 2)]);
         let img = build(&m);
         let h = Header::decode(&img, img.len() as u64).expect("h");
-        m.regions[0].runs[0].addr = 0xff000;
+        if let ProcState::Live(p) = &mut m.procs[0].state {
+            p.regions[0].runs[0].addr = 0xff000;
+        }
         assert!(matches!(m.check_runs(&h), Err(ImageError::Runs(_))));
     }
 
-    fn streamed(img: &[u8], cuts: &[usize]) -> Result<(Header, Meta), ImageError> {
+    fn streamed(img: &[u8], cuts: &[usize]) -> Result<(Header, Image), ImageError> {
         let mut c = StreamCheck::new();
         let mut at = 0;
         for &k in cuts {

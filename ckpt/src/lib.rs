@@ -135,18 +135,21 @@ pub mod compat;
 mod dump;
 pub mod fds;
 pub mod image;
+mod ns;
 pub mod plan;
 pub mod proc;
 mod restore;
 mod sys;
+pub mod tree;
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 pub use compat::{mismatch, Fingerprint};
-pub use dump::{dump, DumpError, DumpOptions, DumpStats, GLIBC_TID_OFFSET};
-pub use image::{ImageError, Meta};
-pub use restore::{restore, RestoreError, RestoreOptions, Restored};
+pub use dump::{dump, dump_tree, DumpError, DumpOptions, DumpStats, GLIBC_TID_OFFSET};
+pub use image::{Image, ImageError, Meta};
+pub use ns::{init_program, spawn_in_namespace, NsError, Spawn, Tree, INIT_NAME};
+pub use restore::{restore, restore_tree, RestoreError, RestoreOptions, Restored};
 pub use sys::SysError;
 
 /// A validated image in a file, ready to restore from.
@@ -154,7 +157,7 @@ pub use sys::SysError;
 pub struct ImageFile {
     file: File,
     header: image::Header,
-    meta: Meta,
+    image: Image,
 }
 
 impl ImageFile {
@@ -174,7 +177,7 @@ impl ImageFile {
         if crc32c::crc32c(&mb) != header.meta_crc {
             return Err(ImageError::MetaChecksum);
         }
-        let meta = image::decode_meta(&mb)?;
+        let meta = image::decode_meta(header.version, &mb)?;
         meta.check_runs(&header)?;
         let mut tb = vec![0u8; (total - header.trailer_offset()) as usize];
         file.read_exact_at(&mut tb, header.trailer_offset())
@@ -201,12 +204,16 @@ impl ImageFile {
                 }
             }
         }
-        Ok(ImageFile { file, header, meta })
+        Ok(ImageFile {
+            file,
+            header,
+            image: meta,
+        })
     }
 
     /// The state it holds.
-    pub fn meta(&self) -> &Meta {
-        &self.meta
+    pub fn image(&self) -> &Image {
+        &self.image
     }
 
     /// The file.

@@ -139,6 +139,67 @@ pub fn parse_handled_signals(status: &str) -> u64 {
         .fold(0, |a, b| a | b)
 }
 
+/// What `/proc/PID/status` says of a process's place among others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ids {
+    /// Its pid in its own pid namespace (the last of `NSpid`).
+    pub pid: i32,
+    /// Its parent's pid as the reader sees it (`PPid`).
+    pub ppid: i32,
+    /// Its process group in its own namespace (0: not visible there).
+    pub pgid: i32,
+    /// Its session in its own namespace (0: not visible there).
+    pub sid: i32,
+    /// The pid tracing it, 0 for none.
+    pub tracer: i32,
+    /// Its number of threads.
+    pub threads: u32,
+}
+
+/// Reads [`Ids`] from `/proc/PID/status` (kernels since 4.1 give the `NS*`
+/// lines).
+pub fn parse_ids(status: &str) -> Option<Ids> {
+    let last = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().last())
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    Some(Ids {
+        pid: last("NSpid:")? as i32,
+        ppid: last("PPid:")? as i32,
+        pgid: last("NSpgid:")? as i32,
+        sid: last("NSsid:")? as i32,
+        tracer: last("TracerPid:")? as i32,
+        threads: last("Threads:")? as u32,
+    })
+}
+
+/// The children of every thread of `pid`.
+pub fn children(pid: i32) -> io::Result<Vec<i32>> {
+    let mut out = Vec::new();
+    for t in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let t = t?.file_name();
+        let text = match fs::read_to_string(format!(
+            "/proc/{pid}/task/{}/children",
+            t.to_string_lossy()
+        )) {
+            Ok(text) => text,
+            // The thread ended meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok()),
+        );
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
 /// `pos` and `flags` from `/proc/PID/fdinfo/N`.
 pub fn parse_fdinfo(text: &str) -> Option<(u64, i32)> {
     let mut pos = None;
@@ -317,6 +378,25 @@ mod tests {
             ),
             0x1_8000_1200
         );
+    }
+
+    #[test]
+    fn ids_from_status() {
+        let t =
+            "Name:\tsh\nState:\tT (stopped)\nTgid:\t900\nPid:\t900\nPPid:\t899\nTracerPid:\t0\n\
+                 NStgid:\t900\t3\nNSpid:\t900\t3\nNSpgid:\t898\t0\nNSsid:\t1\t0\nThreads:\t1\n";
+        assert_eq!(
+            parse_ids(t),
+            Some(Ids {
+                pid: 3,
+                ppid: 899,
+                pgid: 0,
+                sid: 0,
+                tracer: 0,
+                threads: 1
+            })
+        );
+        assert_eq!(parse_ids("Name:\tx\n"), None);
     }
 
     #[test]

@@ -1,47 +1,64 @@
-//! Rebuilding a saved process as a new child of the caller.
+//! Rebuilding saved processes as new children of the caller.
 //!
-//! The steps: check that this kernel's vDSO is the image's; open here, in
-//! the caller, every file the process had open (by path, with its flags, at
-//! its offset) and every file it had mapped, so that a missing one is an
-//! error before any process exists; start the program's own file with
-//! `PTRACE_TRACEME`, those descriptors placed on their numbers before the
-//! exec (the caller's stdio pipes and control socket among them), so the
-//! kernel stops it at the exec, before one instruction of it runs, with
-//! `/proc/PID/exe` right. Then, by system calls injected into it (see
-//! `sys`): unmap all it has but the kernel's vDSO and data pages, move
-//! those to the image's addresses (`mremap`), map every region at its
-//! address (`MAP_FIXED_NOREPLACE`), the page runs straight from the image
-//! file (`MAP_PRIVATE`: copy on write, never copied), copy in the few small
-//! runs, set the `mm` fields and auxv (`PR_SET_MM_MAP`), cwd, umask, signal
-//! dispositions, itimers, close-on-exec flags; create the other threads
-//! (`clone`, followed by `PTRACE_O_TRACECLONE`); give each thread its rseq,
-//! robust list, `clear_child_tid`, sigaltstack, name and pending signals;
-//! unmap the scratch page; then set every thread's registers, vector state
-//! and mask, write each thread's new tid where glibc caches it, set the
-//! resource limits, and detach.
+//! [`restore`] makes the one process of an image whose pid need not be
+//! kept; [`restore_tree`] (in `restore::tree`) makes a whole tree, each
+//! process with its pid, in a pid namespace of its own. Both rebuild each
+//! process the same way ([`build`]), from a process that has just
+//! `exec`'d the program's own file under ptrace, so that nothing of the
+//! program has run and `/proc/PID/exe` is right.
+//!
+//! The steps for one process: check that this kernel's vDSO is the
+//! image's; open here, in the caller, every open file of the image (by
+//! path, with its flags, at its offset; pipes made anew with the bytes
+//! that were in flight) and every file the processes had mapped, so that a
+//! missing one is an error before any process exists; start the program's
+//! own file with `PTRACE_TRACEME`, those descriptors placed on their
+//! numbers before the exec (the caller's stdio pipes and control socket
+//! among them), so the kernel stops it at the exec. Then, by system calls
+//! injected into it (see `sys`): unmap all it has but the kernel's vDSO and
+//! data pages, move those to the image's addresses (`mremap`), map every
+//! region at its address (`MAP_FIXED_NOREPLACE`), the page runs straight
+//! from the image file (`MAP_PRIVATE`: copy on write, never copied), copy
+//! in the few small runs, set the `mm` fields and auxv (`PR_SET_MM_MAP`),
+//! cwd, umask, signal dispositions, itimers, close-on-exec flags; drop any
+//! signal left pending and queue the saved ones; create the other threads
+//! (`clone`, or `clone3` with their tids when pids are kept, followed by
+//! `PTRACE_O_TRACECLONE`); give each thread its rseq, robust list,
+//! `clear_child_tid`, sigaltstack, name and pending signals; unmap the
+//! scratch page; then set every thread's registers, vector state and mask,
+//! write each thread's tid where glibc caches it, set the resource limits,
+//! and detach.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Seek, SeekFrom};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 use sha2::{Digest, Sha256};
 
-use crate::image::{FdKind, Meta, Special, Thread, PAGE};
+use crate::image::{Image, Meta, OpenFile, ProcState, RegionKind, Special, Thread, PAGE};
 use crate::plan::{self, Current, PlanError, Source};
 use crate::proc;
 use crate::sys::{self, reg, Injector, Mem, Regs, SysError};
+use crate::tree::TreeError;
 use crate::ImageFile;
+
+mod tree;
+
+pub use tree::restore_tree;
 
 /// What the caller says of a restore.
 #[derive(Debug, Clone, Default)]
 pub struct RestoreOptions {
-    /// Leave the process group-stopped (the caller sends SIGCONT) rather
+    /// Leave the processes group-stopped (the caller sends SIGCONT) rather
     /// than running.
     pub stopped: bool,
+    /// A restored tree is killed (SIGKILL to its init) when the calling
+    /// thread ends (`PR_SET_PDEATHSIG`).
+    pub die_with_caller: bool,
 }
 
 /// A restored process.
@@ -80,9 +97,27 @@ pub enum RestoreError {
         #[source]
         source: io::Error,
     },
+    /// A pipe could not be made again.
+    #[error("making pipe {index} again: {source}")]
+    Pipe {
+        /// Its index in the image.
+        index: u32,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
     /// This machine cannot hold the layout.
     #[error("the image's layout cannot be rebuilt here: {0}")]
     Plan(#[from] PlanError),
+    /// The tree cannot be made again.
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    /// The image is not of the kind this call restores.
+    #[error("{0}")]
+    Kind(String),
+    /// The tree's namespace could not be made.
+    #[error(transparent)]
+    Namespace(#[from] crate::ns::NsError),
     /// This kernel's vDSO is not the image's.
     #[error("this kernel's vDSO differs from the image's (another kernel version)")]
     Vdso,
@@ -111,12 +146,10 @@ pub enum RestoreError {
     },
 }
 
-/// The descriptors and files a restore hands the new process before exec.
+/// The descriptors and files a restore hands one new process before exec.
 struct Handover {
     /// (source in the caller, number in the new process).
     pairs: Vec<(RawFd, RawFd)>,
-    /// Kept open until the exec is done.
-    _held: Vec<OwnedFd>,
     /// Number in the new process of the image file.
     image_fd: RawFd,
     /// Number in the new process of each mapped file, by (path, write).
@@ -125,23 +158,46 @@ struct Handover {
     temporary: Vec<RawFd>,
 }
 
-/// Restores the process of `img` as a child of the caller; `fds` gives the
-/// descriptors the dump left to the caller, by number.
+/// Restores the one process of `img` as a child of the caller, with a new
+/// pid; `fds` gives the descriptors the dump left to the caller, by
+/// number.
 pub fn restore(
     img: &ImageFile,
     mut fds: BTreeMap<i32, OwnedFd>,
     opts: &RestoreOptions,
 ) -> Result<Restored, RestoreError> {
-    let meta = img.meta();
-    if !meta.vdso_hash.is_empty()
-        && local_vdso_hash().map_err(RestoreError::Read)? != meta.vdso_hash
-    {
-        return Err(RestoreError::Vdso);
-    }
-    let hand = handover(meta, img, &mut fds)?;
+    let image = img.image();
+    let meta = match image.procs.as_slice() {
+        [p] if !image.keep_pids => match &p.state {
+            ProcState::Live(m) => m,
+            ProcState::Zombie { .. } => return Err(RestoreError::Kind("the image's process had ended".into())),
+        },
+        _ => {
+            return Err(RestoreError::Kind(format!(
+                "the image holds a tree of {} process(es) whose pids must be kept: restore it with restore_tree",
+                image.procs.len()
+            )))
+        }
+    };
+    check_vdso(image)?;
+    let files = open_files(image, &mut fds)?;
+    let mapped = open_mapped(image)?;
+    let hand = handover(meta, &files, &mapped, img.file().as_raw_fd())?;
     let mut child = spawn_traced(&meta.exe, &hand)?;
     let pid = child.id() as i32;
-    match build(pid, img, &hand, opts) {
+    let built = (|| {
+        let s = sys::wait_stop(pid)?;
+        if s.sig != libc::SIGTRAP {
+            return Err(unexpected(
+                pid,
+                format!("stopped by signal {} at exec", s.sig),
+            ));
+        }
+        let tids = build(pid, pid, img, meta, &hand, false)?;
+        release(pid, &tids, meta, opts.stopped)?;
+        Ok(())
+    })();
+    match built {
         Ok(()) => Ok(Restored { child, pid }),
         Err(e) => {
             let _ = child.kill();
@@ -149,6 +205,23 @@ pub fn restore(
             Err(e)
         }
     }
+}
+
+/// Checks that this kernel's vDSO is every process's.
+fn check_vdso(image: &Image) -> Result<(), RestoreError> {
+    let mut here = None;
+    for m in image.live() {
+        if m.vdso_hash.is_empty() {
+            continue;
+        }
+        if here.is_none() {
+            here = Some(local_vdso_hash().map_err(RestoreError::Read)?);
+        }
+        if here.as_ref() != Some(&m.vdso_hash) {
+            return Err(RestoreError::Vdso);
+        }
+    }
+    Ok(())
 }
 
 /// sha256 of this kernel's vDSO.
@@ -164,19 +237,29 @@ pub fn local_vdso_hash() -> io::Result<Vec<u8>> {
     Ok(Sha256::digest(&b).to_vec())
 }
 
-fn handover(
-    meta: &Meta,
-    img: &ImageFile,
+/// One descriptor in the caller for each open file of the image: the
+/// caller's own for the external ones, files reopened, pipes made anew
+/// (at their size, with their bytes; the caller's ends of a pipe are
+/// dropped with the returned list, so an end no process holds is closed).
+fn open_files(
+    image: &Image,
     given: &mut BTreeMap<i32, OwnedFd>,
-) -> Result<Handover, RestoreError> {
-    let mut held: Vec<OwnedFd> = Vec::new();
-    let mut pairs = Vec::new();
-    for f in &meta.fds {
-        let owned: OwnedFd = match &f.kind {
-            FdKind::External => given.remove(&f.fd).ok_or(RestoreError::MissingFd(f.fd))?,
-            FdKind::Path { path, flags, pos } => {
+) -> Result<Vec<OwnedFd>, RestoreError> {
+    // The descriptors that refer to each external file, for the error.
+    let mut pipes: BTreeMap<u32, (OwnedFd, OwnedFd)> = BTreeMap::new();
+    let mut taken: BTreeMap<(u32, bool), ()> = BTreeMap::new();
+    let mut out = Vec::with_capacity(image.files.len());
+    for f in &image.files {
+        let owned: OwnedFd = match f {
+            OpenFile::External { fd } => given.remove(fd).ok_or(RestoreError::MissingFd(*fd))?,
+            OpenFile::Path { path, flags, pos } => {
+                let fd = image
+                    .live()
+                    .flat_map(|m| m.fds.iter())
+                    .find(|d| image.files.get(d.file as usize) == Some(f))
+                    .map_or(-1, |d| d.fd);
                 let reopen = |source| RestoreError::Reopen {
-                    fd: f.fd,
+                    fd,
                     path: path.clone(),
                     source,
                 };
@@ -192,46 +275,146 @@ fn handover(
                 }
                 file.into()
             }
+            OpenFile::Pipe { pipe, write, flags } => {
+                let err = |source| RestoreError::Pipe {
+                    index: *pipe,
+                    source,
+                };
+                if !pipes.contains_key(pipe) {
+                    let saved = image
+                        .pipes
+                        .get(*pipe as usize)
+                        .ok_or_else(|| err(io::Error::other("not in the image")))?;
+                    pipes.insert(*pipe, make_pipe(saved.size, &saved.data).map_err(err)?);
+                }
+                let (r, w) = &pipes[pipe];
+                let end = if *write { w } else { r };
+                // A second open file of the same end: a description of its
+                // own, as opening the pipe through /proc gives.
+                let fd = if taken.insert((*pipe, *write), ()).is_none() {
+                    end.try_clone().map_err(err)?
+                } else {
+                    OpenOptions::new()
+                        .read(!*write)
+                        .write(*write)
+                        .custom_flags(libc::O_CLOEXEC)
+                        .open(format!("/proc/self/fd/{}", end.as_raw_fd()))
+                        .map_err(err)?
+                        .into()
+                };
+                // SAFETY: fcntl on our descriptor.
+                if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, *flags) } < 0 {
+                    return Err(err(io::Error::last_os_error()));
+                }
+                fd
+            }
         };
-        pairs.push((owned.as_raw_fd(), f.fd));
-        held.push(owned);
+        out.push(owned);
     }
-    let mut next = meta.fds.iter().map(|f| f.fd).max().unwrap_or(2).max(2) + 1;
-    let image_fd = next;
-    next += 1;
-    pairs.push((img.file().as_raw_fd(), image_fd));
-    let mut temporary = vec![image_fd];
-    let mut map_fds = BTreeMap::new();
-    for r in &meta.regions {
+    Ok(out)
+}
+
+/// A pipe of capacity `size` holding `data`: (read end, write end).
+fn make_pipe(size: u32, data: &[u8]) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut ends = [0; 2];
+    // SAFETY: pipe2 writes two descriptors, which we then own; fcntl on
+    // the write end, ours.
+    let (r, w) = unsafe {
+        if libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (r, w) = (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]));
+        if libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, size as libc::c_int) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        (r, w)
+    };
+    if !data.is_empty() {
+        if data.len() > size as usize {
+            return Err(io::Error::other(format!(
+                "{} bytes in a pipe of {size}",
+                data.len()
+            )));
+        }
+        File::from(w.try_clone()?).write_all(data)?;
+    }
+    Ok((r, w))
+}
+
+/// Every file the image's processes had mapped, opened once by (path,
+/// write).
+fn open_mapped(image: &Image) -> Result<BTreeMap<(String, bool), OwnedFd>, RestoreError> {
+    let mut out = BTreeMap::new();
+    for r in image.live().flat_map(|m| m.regions.iter()) {
         let (path, write) = match &r.kind {
-            crate::image::RegionKind::FilePrivate { path, .. } => (path, false),
-            crate::image::RegionKind::FileShared {
+            RegionKind::FilePrivate { path, .. } => (path, false),
+            RegionKind::FileShared {
                 path, may_write, ..
             } => (path, *may_write),
             _ => continue,
         };
-        if map_fds.contains_key(&(path.clone(), write)) {
+        if out.contains_key(&(path.clone(), write)) {
             continue;
         }
         let file = OpenOptions::new()
             .read(true)
             .write(write)
+            .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|source| RestoreError::MappedFile {
                 path: path.clone(),
                 source,
             })?;
-        let owned: OwnedFd = file.into();
-        pairs.push((owned.as_raw_fd(), next));
-        held.push(owned);
-        map_fds.insert((path.clone(), write), next);
+        out.insert((path.clone(), write), file.into());
+    }
+    Ok(out)
+}
+
+/// Where each of `meta`'s descriptors, the image and its mapped files come
+/// from in the caller (`files`, `mapped`, `image_fd`) and go in the
+/// process: the saved numbers, then the others above them.
+fn handover(
+    meta: &Meta,
+    files: &[OwnedFd],
+    mapped: &BTreeMap<(String, bool), OwnedFd>,
+    image_fd: RawFd,
+) -> Result<Handover, RestoreError> {
+    let mut pairs = Vec::new();
+    for f in &meta.fds {
+        let src = files
+            .get(f.file as usize)
+            .ok_or_else(|| RestoreError::Kind(format!("fd {} names no open file", f.fd)))?;
+        pairs.push((src.as_raw_fd(), f.fd));
+    }
+    let mut next = meta.fds.iter().map(|f| f.fd).max().unwrap_or(2).max(2) + 1;
+    let image_at = next;
+    next += 1;
+    pairs.push((image_fd, image_at));
+    let mut temporary = vec![image_at];
+    let mut map_fds = BTreeMap::new();
+    for r in &meta.regions {
+        let key = match &r.kind {
+            RegionKind::FilePrivate { path, .. } => (path.clone(), false),
+            RegionKind::FileShared {
+                path, may_write, ..
+            } => (path.clone(), *may_write),
+            _ => continue,
+        };
+        if map_fds.contains_key(&key) {
+            continue;
+        }
+        let src = mapped.get(&key).ok_or_else(|| RestoreError::MappedFile {
+            path: key.0.clone(),
+            source: io::Error::other("not opened"),
+        })?;
+        pairs.push((src.as_raw_fd(), next));
+        map_fds.insert(key, next);
         temporary.push(next);
         next += 1;
     }
     Ok(Handover {
         pairs,
-        _held: held,
-        image_fd,
+        image_fd: image_at,
         map_fds,
         temporary,
     })
@@ -305,24 +488,26 @@ fn current_maps(pid: i32) -> Result<Vec<Current>, RestoreError> {
         .collect())
 }
 
-/// Rebuilds the stopped, freshly exec'd `pid` into the image's process.
+/// Rebuilds `pid`, stopped under ptrace right after its `execve`, into
+/// the process `meta` of `img`; `inner` is its pid as it sees itself. With
+/// `keep_tids`, the other threads get their saved tids (in a pid namespace
+/// of the restore's). Returns every thread (as the caller sees them, the
+/// main one first), still stopped and traced.
 fn build(
     pid: i32,
+    inner: i32,
     img: &ImageFile,
+    meta: &Meta,
     hand: &Handover,
-    opts: &RestoreOptions,
-) -> Result<(), RestoreError> {
-    let meta = img.meta();
-    let s = sys::wait_stop(pid)?;
-    if s.sig != libc::SIGTRAP {
-        return Err(unexpected(
-            pid,
-            format!("stopped by signal {} at exec", s.sig),
-        ));
-    }
+    keep_tids: bool,
+) -> Result<Vec<(i32, i32)>, RestoreError> {
     sys::set_options(
         pid,
-        libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_EXITKILL,
+        libc::PTRACE_O_TRACESYSGOOD
+            | libc::PTRACE_O_TRACECLONE
+            | libc::PTRACE_O_TRACEFORK
+            | libc::PTRACE_O_TRACEEXEC
+            | libc::PTRACE_O_EXITKILL,
     )?;
     sys::set_sigmask(pid, u64::MAX)?;
     let current = current_maps(pid)?;
@@ -421,42 +606,46 @@ fn build(
             )?;
         }
     }
-    process_state(&main, &mem, meta, scratch, hand)?;
+    process_state(&main, &mem, meta, scratch, hand, inner)?;
 
-    // The other threads, created by the main one and stopped at birth.
-    let mut tids = vec![pid];
-    for _ in meta.threads.iter().skip(1) {
-        let flags = libc::CLONE_VM
+    // The other threads, created by the main one and stopped at birth:
+    // (as the caller sees them, as the process does).
+    let mut tids = vec![(pid, inner)];
+    for t in meta.threads.iter().skip(1) {
+        let flags = (libc::CLONE_VM
             | libc::CLONE_FS
             | libc::CLONE_FILES
             | libc::CLONE_SIGHAND
             | libc::CLONE_THREAD
-            | libc::CLONE_SYSVSEM;
-        let tid = main.ok(
-            "clone (thread)",
-            libc::SYS_clone,
-            &[flags as u64, 0, 0, 0, 0],
-        )? as i32;
-        let s = sys::wait_stop(tid)?;
+            | libc::CLONE_SYSVSEM) as u64;
+        let (tid, outer) = if keep_tids {
+            let set_tid_at = scratch + 128;
+            mem.write(set_tid_at, &t.tid.to_le_bytes())?;
+            mem.write(scratch, &sys::clone_args(flags, 0, set_tid_at))?;
+            main.spawn("clone3 (thread)", libc::SYS_clone3, &[scratch, 80])?
+        } else {
+            main.spawn("clone (thread)", libc::SYS_clone, &[flags, 0, 0, 0, 0])?
+        };
+        let s = sys::wait_stop(outer)?;
         if s.sig != libc::SIGSTOP {
             return Err(unexpected(
-                tid,
+                outer,
                 format!("new thread stopped by signal {}", s.sig),
             ));
         }
-        tids.push(tid);
+        tids.push((outer, tid as i32));
     }
-    for (t, &tid) in meta.threads.iter().zip(&tids) {
+    for (t, &(tid, tid_in)) in meta.threads.iter().zip(&tids) {
         let inj = Injector {
             tid,
             syscall_at: main.syscall_at,
             base: sys::get_regs(tid)?,
         };
-        thread_state(&inj, &mem, pid, t, scratch)?;
+        thread_state(&inj, &mem, inner, tid_in, t, scratch)?;
     }
     main.ok("munmap (scratch page)", libc::SYS_munmap, &[scratch, PAGE])?;
 
-    for (t, &tid) in meta.threads.iter().zip(&tids) {
+    for (t, &(tid, tid_in)) in meta.threads.iter().zip(&tids) {
         let mut regs: Regs = [0; reg::COUNT];
         if t.regs.len() != reg::COUNT {
             return Err(unexpected(pid, "registers of another size in the image"));
@@ -466,10 +655,16 @@ fn build(
         sys::set_xstate(tid, &t.xstate)?;
         if let Some(at) = t.cached_tid_at {
             // glibc's cached tid (raise, pthread_kill, recursive mutexes).
-            mem.write(at, &(tid as u32).to_le_bytes())?;
+            mem.write(at, &(tid_in as u32).to_le_bytes())?;
         }
         sys::set_sigmask(tid, t.sigmask)?;
     }
+    Ok(tids)
+}
+
+/// Gives `pid` (rebuilt, its threads `tids`) its resource limits and lets
+/// it go: detached, running or (`stopped`) group-stopped.
+fn release(pid: i32, tids: &[(i32, i32)], meta: &Meta, stopped: bool) -> Result<(), RestoreError> {
     for &(res, soft, hard) in &meta.rlimits {
         if sys::set_rlimit(pid, res, soft, hard).is_err() {
             // Not allowed to raise the hard limit: keep this one's, lower
@@ -478,13 +673,13 @@ fn build(
             sys::set_rlimit(pid, res, soft.min(h), h)?;
         }
     }
-    if opts.stopped {
+    if stopped {
         sys::kill(pid, libc::SIGSTOP)?;
     }
-    for &tid in &tids {
+    for &(tid, _) in tids {
         sys::detach(tid, 0)?;
     }
-    if opts.stopped {
+    if stopped {
         crate::dump::wait_stopped(pid);
     }
     Ok(())
@@ -539,6 +734,7 @@ fn process_state(
     meta: &Meta,
     scratch: u64,
     hand: &Handover,
+    inner: i32,
 ) -> Result<(), RestoreError> {
     let mm = &meta.mm;
     let auxv_at = scratch + 128;
@@ -625,23 +821,36 @@ fn process_state(
             &[f.fd as u64, libc::F_SETFD as u64, libc::FD_CLOEXEC as u64],
         )?;
     }
+    // Signals pending since before the exec (a SIGCHLD from a child made
+    // and ended for the tree) are not the process's: taken, then the
+    // saved ones queued.
+    mem.write(scratch, &[0xff; 8])?;
+    mem.write(scratch + 16, &[0; 16])?;
+    for _ in 0..130 {
+        let r = main.call(libc::SYS_rt_sigtimedwait, &[scratch, 0, scratch + 16, 8])?;
+        if r < 0 {
+            break;
+        }
+    }
     for si in &meta.shared_pending {
         let signo = i32::from_le_bytes(si.0[0..4].try_into().unwrap_or_default());
         mem.write(scratch, &si.0)?;
         main.ok(
             "rt_sigqueueinfo",
             libc::SYS_rt_sigqueueinfo,
-            &[main.tid as u64, signo as u64, scratch],
+            &[inner as u64, signo as u64, scratch],
         )?;
     }
     Ok(())
 }
 
-/// One thread's own state, by calls injected into it.
+/// One thread's own state, by calls injected into it; `pid` and `tid` as
+/// the process sees them.
 fn thread_state(
     inj: &Injector,
     mem: &Mem,
     pid: i32,
+    tid: i32,
     t: &Thread,
     scratch: u64,
 ) -> Result<(), RestoreError> {
@@ -680,7 +889,7 @@ fn thread_state(
         inj.ok(
             "rt_tgsigqueueinfo",
             libc::SYS_rt_tgsigqueueinfo,
-            &[pid as u64, inj.tid as u64, signo as u64, scratch],
+            &[pid as u64, tid as u64, signo as u64, scratch],
         )?;
     }
     Ok(())

@@ -58,6 +58,8 @@ pub mod reg {
     pub const EFLAGS: usize = 18;
     /// fs_base (the thread pointer).
     pub const FS_BASE: usize = 21;
+    /// r12.
+    pub const R12: usize = 3;
     /// r10 (fourth argument).
     pub const R10: usize = 7;
     /// r9 (sixth argument).
@@ -368,6 +370,142 @@ pub fn kill(pid: i32, sig: i32) -> Result<(), SysError> {
     Ok(())
 }
 
+/// What [`kcmp`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kcmp {
+    /// One open file (file description): descriptor `a` of the first,
+    /// `b` of the second.
+    File(i32, i32),
+    /// The address space (`CLONE_VM`).
+    Vm,
+    /// The descriptor table (`CLONE_FILES`).
+    Files,
+    /// Working directory, root and umask (`CLONE_FS`).
+    Fs,
+    /// Signal handlers (`CLONE_SIGHAND`).
+    Sighand,
+}
+
+/// Whether two processes share the kernel object `what` (`kcmp`).
+pub fn kcmp(pid1: i32, pid2: i32, what: Kcmp) -> Result<bool, SysError> {
+    let (kind, a, b) = match what {
+        Kcmp::File(a, b) => (0, a as u64, b as u64),
+        Kcmp::Vm => (1, 0, 0),
+        Kcmp::Files => (2, 0, 0),
+        Kcmp::Fs => (3, 0, 0),
+        Kcmp::Sighand => (4, 0, 0),
+    };
+    // SAFETY: kcmp takes integers only.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, pid1, pid2, kind, a, b) };
+    if r < 0 {
+        return Err(err(format!("kcmp {what:?} with pid {pid2}"), pid1));
+    }
+    Ok(r == 0)
+}
+
+/// The message of the ptrace event a tracee stopped at (a new child's
+/// pid, as the caller sees it, for a fork or clone event).
+pub fn event_msg(tid: i32) -> Result<u64, SysError> {
+    let mut m: libc::c_ulong = 0;
+    if ptrace(
+        libc::PTRACE_GETEVENTMSG,
+        tid,
+        0,
+        &mut m as *mut libc::c_ulong as usize,
+    ) < 0
+    {
+        return Err(err("PTRACE_GETEVENTMSG", tid));
+    }
+    Ok(m)
+}
+
+/// `struct clone_args` (the version with `set_tid`, 80 bytes) for `clone3`
+/// of a process or thread with `flags`, `exit_signal`, and the pid wanted
+/// in its namespace as the one `set_tid` entry at `set_tid_at`.
+pub fn clone_args(flags: u64, exit_signal: u64, set_tid_at: u64) -> [u8; 80] {
+    let words: [u64; 10] = [
+        flags,
+        0,           // pidfd
+        0,           // child_tid
+        0,           // parent_tid
+        exit_signal, // exit_signal
+        0,           // stack
+        0,           // stack_size
+        0,           // tls
+        set_tid_at,  // set_tid
+        1,           // set_tid_size
+    ];
+    let mut b = [0u8; 80];
+    for (c, w) in b.chunks_exact_mut(8).zip(words) {
+        c.copy_from_slice(&w.to_le_bytes());
+    }
+    b
+}
+
+/// The bytes waiting in the pipe of `pid`'s descriptor `fd` and its
+/// capacity, read without taking them: the pipe is opened anew through
+/// `/proc` and its buffers duplicated with `tee(2)` into a pipe of ours.
+pub fn peek_pipe(pid: i32, fd: i32) -> Result<(u32, Vec<u8>), SysError> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    let call = |what: &str, source: io::Error| SysError {
+        call: format!("{what} (pipe of fd {fd})"),
+        pid,
+        source,
+    };
+    let theirs = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .map_err(|e| call("open /proc/PID/fd", e))?;
+    // SAFETY: fcntl and ioctl on a descriptor we own; FIONREAD writes one
+    // int, ours.
+    let (size, waiting) = unsafe {
+        let size = libc::fcntl(theirs.as_raw_fd(), libc::F_GETPIPE_SZ);
+        let mut n: libc::c_int = 0;
+        let r = libc::ioctl(theirs.as_raw_fd(), libc::FIONREAD, &mut n);
+        (size, if r < 0 { -1 } else { n })
+    };
+    if size < 0 || waiting < 0 {
+        return Err(call("F_GETPIPE_SZ/FIONREAD", io::Error::last_os_error()));
+    }
+    if waiting == 0 {
+        return Ok((size as u32, Vec::new()));
+    }
+    let mut ends = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `ends`, which we then own.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
+        return Err(call("pipe2", io::Error::last_os_error()));
+    }
+    // SAFETY: both are ours, just made.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    // SAFETY: fcntl and tee on descriptors we own.
+    let copied = unsafe {
+        if libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, size) < 0 {
+            return Err(call("F_SETPIPE_SZ", io::Error::last_os_error()));
+        }
+        libc::tee(
+            theirs.as_raw_fd(),
+            w.as_raw_fd(),
+            waiting as usize,
+            libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    if copied != waiting as isize {
+        return Err(call(
+            &format!("tee ({copied} of {waiting} bytes)"),
+            io::Error::last_os_error(),
+        ));
+    }
+    drop(w);
+    let mut data = Vec::with_capacity(waiting as usize);
+    std::fs::File::from(r)
+        .read_to_end(&mut data)
+        .map_err(|e| call("read", e))?;
+    Ok((size as u32, data))
+}
+
 /// Reads `buf.len()` bytes at `addr` of `pid` with `process_vm_readv`
 /// (readable memory only: one copy, straight into `buf`).
 pub fn vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), SysError> {
@@ -464,6 +602,11 @@ impl Injector {
     /// at the call's exit stop with its registers changed: the caller sets
     /// them back.
     pub fn call(&self, nr: i64, args: &[u64]) -> Result<i64, SysError> {
+        self.call_seeing(nr, args).map(|(r, _)| r)
+    }
+
+    /// Sets the registers for call `nr` with `args`.
+    fn set_up(&self, nr: i64, args: &[u64]) -> Result<(), SysError> {
         let mut r = self.base;
         r[reg::RIP] = self.syscall_at;
         r[reg::RAX] = nr as u64;
@@ -474,15 +617,30 @@ impl Injector {
         for (slot, a) in slots.iter().zip(args) {
             r[*slot] = *a;
         }
-        set_regs(self.tid, &r)?;
+        set_regs(self.tid, &r)
+    }
+
+    /// As [`Injector::call`], also giving the message of the first fork,
+    /// vfork or clone event on the way (the new process's or thread's id
+    /// as the caller sees it).
+    fn call_seeing(&self, nr: i64, args: &[u64]) -> Result<(i64, Option<u64>), SysError> {
+        self.set_up(nr, args)?;
         let name = format!("injected system call {nr}");
         // To the entry stop, then the exit stop; ptrace events on the way
-        // (a clone's) are passed.
+        // (a clone's, an exec's) are passed.
         let mut entered = false;
+        let mut event = None;
         loop {
             cont_syscall(self.tid, 0)?;
             let s = wait_stop(self.tid)?;
             if s.event != 0 {
+                if matches!(
+                    s.event,
+                    libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE
+                ) && event.is_none()
+                {
+                    event = Some(event_msg(self.tid)?);
+                }
                 continue;
             }
             if !entered && s.sig == libc::SIGSTOP {
@@ -503,7 +661,52 @@ impl Injector {
             entered = true;
         }
         let out = get_regs(self.tid)?;
-        Ok(out[reg::RAX] as i64)
+        Ok((out[reg::RAX] as i64, event))
+    }
+
+    /// Runs a call that makes a process or thread (`clone`, `clone3`):
+    /// its answer (the new id as the thread sees it) and the new id as the
+    /// caller sees it.
+    pub fn spawn(&self, what: &str, nr: i64, args: &[u64]) -> Result<(u64, i32), SysError> {
+        let (r, event) = self.call_seeing(nr, args)?;
+        if r < 0 && r > -4096 {
+            return Err(SysError {
+                call: format!("{what} (injected)"),
+                pid: self.tid,
+                source: io::Error::from_raw_os_error(-r as i32),
+            });
+        }
+        let outer = event.ok_or_else(|| SysError {
+            call: format!("{what} (injected)"),
+            pid: self.tid,
+            source: io::Error::other("no clone event"),
+        })?;
+        Ok((r as u64, outer as i32))
+    }
+
+    /// Makes the thread's process end as a child that exited with wait
+    /// status `status` would (`exit_group`, or the signal it names
+    /// delivered at its default), and takes the tracer's notice of it, so
+    /// that it stays a zombie for its parent to wait for.
+    pub fn end_as(&self, status: i32) -> Result<(), SysError> {
+        let sig = status & 0x7f;
+        if sig == 0 {
+            self.set_up(libc::SYS_exit_group, &[((status >> 8) & 0xff) as u64])?;
+        } else {
+            set_sigmask(self.tid, !(1u64 << (sig - 1)))?;
+            kill(self.tid, sig)?;
+        }
+        let mut deliver = 0;
+        loop {
+            if ptrace(libc::PTRACE_CONT, self.tid, 0, deliver as usize) < 0 {
+                return Err(err("PTRACE_CONT", self.tid));
+            }
+            match wait_stop(self.tid) {
+                Ok(s) => deliver = if s.sig == sig && s.event == 0 { sig } else { 0 },
+                // Ended: the tracer has taken its notice.
+                Err(_) => return Ok(()),
+            }
+        }
     }
 
     /// As [`Injector::call`], a negative answer made an error naming `what`.

@@ -172,10 +172,11 @@ fn pthreads_program_moved_three_times_prints_its_answer() {
     r.stop();
     let img = dump_to_file(r.pid(), "threads-first.img");
     let mut all = r.kill();
-    let meta = mig_ckpt::ImageFile::open(std::fs::File::open(&img).expect("open"), false)
+    let image = mig_ckpt::ImageFile::open(std::fs::File::open(&img).expect("open"), false)
         .expect("image")
-        .meta()
+        .image()
         .clone();
+    let meta = image.live().next().expect("a process");
     assert_eq!(meta.threads.len(), 5, "main and four workers saved");
     assert!(
         meta.threads.iter().all(|t| t.cached_tid_at.is_some()),

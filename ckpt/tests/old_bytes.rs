@@ -1,7 +1,8 @@
 //! Old bytes stay readable: a process image written by an earlier version,
 //! kept in `tests/fixtures/`, decodes to the same state, or is refused with
-//! a clear version error once `image::FORMAT_VERSION` has moved on. A change
-//! of the image's types without a bump fails here.
+//! a clear version error once it is no longer read. A change of the
+//! image's types without a bump fails here. Version 1 (one process) is
+//! read as an image of one process whose pid is not kept.
 //!
 //! After a bump, write the new version's fixture beside the old one with
 //! `MIG_WRITE_FIXTURES=1 cargo test -p mig-ckpt --test old_bytes` and keep
@@ -10,8 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use mig_ckpt::image::{
-    self, Cpu, Fd, FdKind, Meta, MmFields, Prot, Region, RegionKind, Run, SigAction, SigInfo,
-    Special, Thread, FORMAT_VERSION, PAGE,
+    self, v1, Cpu, Fd, Image, Meta, MmFields, OpenFile, Pipe, Proc, ProcState, Prot, Region,
+    RegionKind, Run, SigAction, SigInfo, Special, Thread, FORMAT_VERSION, PAGE, READS,
 };
 use mig_ckpt::ImageError;
 
@@ -19,14 +20,14 @@ fn fixture(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/image-v{version}.bin"))
 }
 
-/// A state with every kind of region and descriptor.
-fn state() -> Meta {
+/// A version 1 state with every kind of region and descriptor.
+fn state_v1() -> v1::Meta {
     let rw = Prot {
         r: true,
         w: true,
         x: false,
     };
-    Meta {
+    v1::Meta {
         pid: 4242,
         exe: "/usr/bin/prog".into(),
         regions: vec![
@@ -114,14 +115,14 @@ fn state() -> Meta {
         }],
         shared_pending: vec![],
         fds: vec![
-            Fd {
+            v1::Fd {
                 fd: 0,
-                kind: FdKind::External,
+                kind: v1::FdKind::External,
                 cloexec: false,
             },
-            Fd {
+            v1::Fd {
                 fd: 3,
-                kind: FdKind::Path {
+                kind: v1::FdKind::Path {
                     path: "/tmp/log".into(),
                     flags: libc::O_WRONLY | libc::O_APPEND,
                     pos: 77,
@@ -154,28 +155,126 @@ fn state() -> Meta {
     }
 }
 
+/// A version 2 state: a tree of a shell (the version 1 state's process
+/// with its descriptors in open files) and a zombie child, a log both
+/// share, and a pipe holding bytes.
+fn state_v2() -> Image {
+    let old = state_v1();
+    let meta = Meta {
+        exe: old.exe,
+        regions: old.regions,
+        specials: old.specials,
+        vdso_hash: old.vdso_hash,
+        threads: old.threads,
+        sigactions: old.sigactions,
+        shared_pending: old.shared_pending,
+        fds: vec![
+            Fd {
+                fd: 0,
+                file: 0,
+                cloexec: false,
+            },
+            Fd {
+                fd: 3,
+                file: 1,
+                cloexec: true,
+            },
+            Fd {
+                fd: 5,
+                file: 2,
+                cloexec: false,
+            },
+        ],
+        cwd: old.cwd,
+        umask: old.umask,
+        rlimits: old.rlimits,
+        mm: old.mm,
+        auxv: old.auxv,
+        itimers: old.itimers,
+        cpu: old.cpu,
+    };
+    Image {
+        keep_pids: true,
+        procs: vec![
+            Proc {
+                pid: 2,
+                ppid: 0,
+                pgid: 2,
+                sid: 0,
+                state: ProcState::Live(Box::new(meta)),
+            },
+            Proc {
+                pid: 3,
+                ppid: 2,
+                pgid: 2,
+                sid: 0,
+                state: ProcState::Zombie { status: 15 },
+            },
+        ],
+        files: vec![
+            OpenFile::External { fd: 0 },
+            OpenFile::Path {
+                path: "/tmp/log".into(),
+                flags: libc::O_WRONLY | libc::O_APPEND,
+                pos: 77,
+            },
+            OpenFile::Pipe {
+                pipe: 0,
+                write: false,
+                flags: libc::O_NONBLOCK,
+            },
+        ],
+        pipes: vec![Pipe {
+            size: 65536,
+            data: b"in flight\n".to_vec(),
+        }],
+    }
+}
+
 fn pages() -> Vec<u8> {
     (0..4 * PAGE).map(|i| (i % 251) as u8).collect()
 }
 
 #[test]
 fn version_1_image_still_decodes() {
-    let path = fixture(1);
-    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 1 {
-        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
-        std::fs::write(&path, image::encode(&state(), &pages()).expect("encode")).expect("write");
-    }
-    let bytes = std::fs::read(&path).expect("fixture");
+    // Written by version 1 (before trees); no longer written.
+    let bytes = std::fs::read(fixture(1)).expect("fixture");
     match image::decode(&bytes, true) {
-        Ok((h, meta)) => {
-            assert_eq!(FORMAT_VERSION, 1);
-            assert_eq!(meta, state());
+        Ok((h, img)) => {
+            assert!(READS.contains(&1));
+            assert_eq!(h.version, 1);
+            assert_eq!(img, Image::from(state_v1()));
+            assert!(!img.keep_pids);
+            assert_eq!(img.procs[0].pid, 4242);
             let data = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
             assert_eq!(data, &pages()[..]);
         }
         Err(e) => {
-            assert_ne!(FORMAT_VERSION, 1, "version 1 refused by version 1: {e}");
+            assert!(!READS.contains(&1), "version 1 refused: {e}");
             assert_eq!(e, ImageError::Version { found: 1 });
+        }
+    }
+}
+
+#[test]
+fn version_2_image_still_decodes() {
+    let path = fixture(2);
+    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 2 {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&path, image::encode(&state_v2(), &pages()).expect("encode"))
+            .expect("write");
+    }
+    let bytes = std::fs::read(&path).expect("fixture");
+    match image::decode(&bytes, true) {
+        Ok((h, img)) => {
+            assert_eq!(h.version, 2);
+            assert_eq!(img, state_v2());
+            let data = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
+            assert_eq!(data, &pages()[..]);
+        }
+        Err(e) => {
+            assert!(!READS.contains(&2), "version 2 refused: {e}");
+            assert_eq!(e, ImageError::Version { found: 2 });
         }
     }
 }

@@ -165,7 +165,7 @@ fn a_target_without_the_same_program_is_named() {
     let path = dump_to_file(r.pid(), "fingerprint.img");
     drop(r);
     let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
-    let source = Fingerprint::here(img.meta()).expect("fingerprint");
+    let source = Fingerprint::here(img.image()).expect("fingerprint");
     assert!(source.files.contains_key(exe.to_str().expect("utf-8")));
     assert!(
         source.files.keys().any(|f| f.contains("libc")),
@@ -173,18 +173,19 @@ fn a_target_without_the_same_program_is_named() {
         source.files.keys()
     );
     assert_eq!(
-        mismatch(&source, &Fingerprint::here(img.meta()).expect("again")),
+        mismatch(&source, &Fingerprint::here(img.image()).expect("again")),
         None
     );
 
     let mut bytes = std::fs::read(&exe).expect("read");
     bytes.push(0);
     std::fs::write(&exe, &bytes).expect("write");
-    let why = mismatch(&source, &Fingerprint::here(img.meta()).expect("changed")).expect("differs");
+    let why =
+        mismatch(&source, &Fingerprint::here(img.image()).expect("changed")).expect("differs");
     assert!(why.contains("heap-copy has other content"), "{why}");
 
     std::fs::remove_file(&exe).expect("remove");
-    let why = mismatch(&source, &Fingerprint::here(img.meta()).expect("gone")).expect("differs");
+    let why = mismatch(&source, &Fingerprint::here(img.image()).expect("gone")).expect("differs");
     assert!(why.contains("heap-copy is missing"), "{why}");
     let fds = BTreeMap::from([
         (0, File::open("/dev/null").expect("null").into()),

@@ -195,7 +195,15 @@ fn restore_full(path: &Path, stdin: OwnedFd, stopped: bool) -> Running {
     let null = stdin;
     let err: OwnedFd = std::io::stderr().as_fd_owned();
     let fds = BTreeMap::from([(0, null), (1, w), (2, err)]);
-    let restored = restore(&img, fds, &RestoreOptions { stopped }).expect("restore");
+    let restored = restore(
+        &img,
+        fds,
+        &RestoreOptions {
+            stopped,
+            ..Default::default()
+        },
+    )
+    .expect("restore");
     Running {
         child: restored.child,
         reader: Some(gather(File::from(r))),
