@@ -327,8 +327,8 @@ fn save(
 
 /// Each process's place in the tree (pids as the processes see them), or
 /// why the tree cannot be re-made: a process group or session whose leader
-/// is not in the tree and that is not the one the tree's top was in (its
-/// leader exited).
+/// is not in the tree and that is not the one the root was in (its leader
+/// exited).
 fn tree_places(found: &[Found], keep_pids: bool) -> Result<Vec<Proc>, String> {
     let zombie = ProcState::Zombie { status: 0 };
     if !keep_pids {
@@ -345,15 +345,16 @@ fn tree_places(found: &[Found], keep_pids: bool) -> Result<Vec<Proc>, String> {
     }
     let pids: BTreeMap<i32, i32> = found.iter().map(|f| (f.outer, f.ids.pid)).collect();
     let inside: BTreeSet<i32> = pids.values().copied().collect();
-    // Groups and sessions the top processes were in, from outside.
+    // The group and session the root was given from outside (the init's,
+    // the caller's), which the restored tree is given again.
     let mut outside_groups = BTreeSet::new();
     let mut outside_sessions = BTreeSet::new();
-    for f in found.iter().filter(|f| !pids.contains_key(&f.ids.ppid)) {
-        if !inside.contains(&f.ids.pgid) {
-            outside_groups.insert(f.ids.pgid);
+    if let Some(root) = found.first() {
+        if !inside.contains(&root.ids.pgid) {
+            outside_groups.insert(root.ids.pgid);
         }
-        if !inside.contains(&f.ids.sid) {
-            outside_sessions.insert(f.ids.sid);
+        if !inside.contains(&root.ids.sid) {
+            outside_sessions.insert(root.ids.sid);
         }
     }
     let mut why = Vec::new();
@@ -399,10 +400,10 @@ fn refuse_what_cannot_be_saved(found: &[Found]) -> Result<(), DumpError> {
         if f.ids.tracer != 0 {
             why.push(format!("pid {pid} is traced by pid {}", f.ids.tracer));
         }
-        if f.state == "Z" && f.ids.threads > 0 {
+        if f.state == "Z" && f.ids.threads > 1 {
             why.push(format!(
                 "pid {pid}'s main thread has exited while {} other(s) run",
-                f.ids.threads
+                f.ids.threads - 1
             ));
         }
     }

@@ -148,7 +148,9 @@ use std::os::unix::fs::FileExt;
 pub use compat::{mismatch, Fingerprint};
 pub use dump::{dump, dump_tree, DumpError, DumpOptions, DumpStats, GLIBC_TID_OFFSET};
 pub use image::{Image, ImageError, Meta};
-pub use ns::{init_program, spawn_in_namespace, NsError, Spawn, Tree, INIT_NAME};
+pub use ns::{
+    descendants, init_program, spawn_in_namespace, stop_tree, NsError, Spawn, Tree, INIT_NAME,
+};
 pub use restore::{restore, restore_tree, RestoreError, RestoreOptions, Restored};
 pub use sys::SysError;
 

@@ -243,50 +243,12 @@ impl Tree {
 
     /// The init and every process under it, parents first.
     pub fn processes(&self) -> io::Result<Vec<i32>> {
-        let mut out = Vec::new();
-        let mut queue = VecDeque::from([self.init]);
-        while let Some(p) = queue.pop_front() {
-            match proc::children(p) {
-                Ok(c) => queue.extend(c),
-                // Gone meanwhile.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
-            out.push(p);
-        }
-        Ok(out)
+        descendants(self.init)
     }
 
-    /// Stops every process of the tree (SIGSTOP to each until all are
-    /// stopped or ended, new ones included) and returns once they are;
-    /// gives up after `limit`.
+    /// Stops every process of the tree ([`stop_tree`] of its init).
     pub fn stop(&self, limit: Duration) -> io::Result<()> {
-        let until = Instant::now() + limit;
-        loop {
-            let mut all = true;
-            for p in self.processes()? {
-                let state = std::fs::read_to_string(format!("/proc/{p}/stat"))
-                    .ok()
-                    .and_then(|s| proc::parse_stat(&s).ok())
-                    .and_then(|f| f.first().cloned())
-                    .unwrap_or_default();
-                if !matches!(state.as_str(), "T" | "t" | "Z" | "X" | "") {
-                    all = false;
-                    // SAFETY: kill takes integers only.
-                    unsafe { libc::kill(p, libc::SIGSTOP) };
-                }
-            }
-            if all {
-                return Ok(());
-            }
-            if Instant::now() > until {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the tree did not stop",
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        stop_tree(self.init, limit)
     }
 
     /// Continues every process of the tree.
@@ -354,6 +316,55 @@ impl Tree {
             Ok(4) => ExitStatus::from_raw(i32::from_le_bytes(b)),
             _ => ExitStatus::from_raw(init_status),
         }
+    }
+}
+
+/// `root` and every process under it, parents first.
+pub fn descendants(root: i32) -> io::Result<Vec<i32>> {
+    let mut out = Vec::new();
+    let mut queue = VecDeque::from([root]);
+    while let Some(p) = queue.pop_front() {
+        match proc::children(p) {
+            Ok(c) => queue.extend(c),
+            // Gone meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// Stops `root` and every process under it for a dump: SIGSTOP to each
+/// that is not stopped (or ended), again until all are, new ones included
+/// (a process that changed its process group or session is reached too);
+/// returns once they are, or gives up after `limit`.
+pub fn stop_tree(root: i32, limit: Duration) -> io::Result<()> {
+    let until = Instant::now() + limit;
+    loop {
+        let mut all = true;
+        for p in descendants(root)? {
+            let state = std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| proc::parse_stat(&s).ok())
+                .and_then(|f| f.first().cloned())
+                .unwrap_or_default();
+            if !matches!(state.as_str(), "T" | "t" | "Z" | "X" | "") {
+                all = false;
+                // SAFETY: kill takes integers only.
+                unsafe { libc::kill(p, libc::SIGSTOP) };
+            }
+        }
+        if all {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the tree of pid {root} did not stop"),
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 

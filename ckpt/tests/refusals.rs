@@ -196,3 +196,97 @@ fn a_target_without_the_same_program_is_named() {
     assert!(matches!(e, RestoreError::MappedFile { .. }), "{e}");
     assert!(e.to_string().contains("heap-copy"), "{e}");
 }
+
+fn in_namespace(program: &str, args: &[&str]) -> (mig_ckpt::Tree, std::io::BufReader<File>) {
+    use std::io::BufRead;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let null: std::os::fd::OwnedFd = File::open("/dev/null").expect("null").into();
+    let mut argv: Vec<std::ffi::OsString> = vec![program.into()];
+    argv.extend(args.iter().map(std::ffi::OsString::from));
+    let tree = mig_ckpt::spawn_in_namespace(mig_ckpt::Spawn {
+        program: program.into(),
+        argv,
+        env: vec!["PATH=/usr/bin:/bin".into()],
+        fds: BTreeMap::from([(0, null), (1, w)]),
+        die_with_caller: true,
+        ..Default::default()
+    })
+    .expect("spawn");
+    let mut out = std::io::BufReader::new(File::from(r));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("first line");
+    assert!(!first.is_empty());
+    (tree, out)
+}
+
+/// Every process of `tree` is stopped.
+fn all_stopped(tree: &mig_ckpt::Tree) -> bool {
+    tree.processes()
+        .expect("processes")
+        .iter()
+        .skip(1)
+        .all(|&p| state(p) == "T")
+}
+
+#[test]
+fn processes_sharing_a_descriptor_table_are_named_and_left_to_finish() {
+    use std::io::Read;
+    let prog = program("shared");
+    let want = unmoved(Command::new(&prog));
+    let (mut tree, mut out) = in_namespace(prog.to_str().expect("utf-8"), &[]);
+    tree.stop(std::time::Duration::from_secs(10)).expect("stop");
+    let e =
+        mig_ckpt::dump_tree(tree.init(), &stdio_options(), &mut Vec::new()).expect_err("refused");
+    assert!(matches!(e, DumpError::Unsupported { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("pid 3 shares its descriptor table (CLONE_FILES) with pid 2"),
+        "{e}"
+    );
+    assert!(all_stopped(&tree), "left stopped");
+    tree.cont().expect("continue");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("read");
+    assert!(tree.wait().expect("wait").success());
+    assert_eq!(format!("ready\n{rest}"), want);
+}
+
+#[test]
+fn a_group_whose_leader_has_exited_is_named() {
+    // setsid makes a session and group led by a shell that exits, leaving
+    // its background sleep under init in them.
+    let (mut tree, _out) = in_namespace(
+        "/bin/sh",
+        &["-c", "setsid sh -c 'sleep 30 & exit'; echo start; sleep 30"],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    tree.stop(std::time::Duration::from_secs(10)).expect("stop");
+    let e =
+        mig_ckpt::dump_tree(tree.init(), &stdio_options(), &mut Vec::new()).expect_err("refused");
+    let msg = e.to_string();
+    assert!(msg.contains("whose leader has exited"), "{msg}");
+    assert!(all_stopped(&tree), "left stopped");
+    tree.kill().expect("kill");
+    tree.wait().expect("wait");
+}
+
+#[test]
+fn a_process_with_children_is_a_tree_and_a_tree_is_not_one_process() {
+    let mut c = Command::new("/bin/sh");
+    c.args(["-c", "echo start; sleep 30; echo done"]);
+    let r = Running::start(c);
+    mig_ckpt::stop_tree(r.pid(), std::time::Duration::from_secs(10)).expect("stop");
+    let e = dump(r.pid(), &stdio_options(), &mut Vec::new()).expect_err("refused");
+    assert!(e.to_string().contains("dump_tree"), "{e}");
+    let path = scratch().join("a-tree.img");
+    let mut f = File::create(&path).expect("create");
+    mig_ckpt::dump_tree(r.pid(), &stdio_options(), &mut f).expect("dump_tree");
+    for p in mig_ckpt::descendants(r.pid()).expect("tree") {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    drop(r);
+    let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    assert_eq!(img.image().procs.len(), 2);
+    let e = restore(&img, BTreeMap::new(), &RestoreOptions::default()).expect_err("refused");
+    assert!(e.to_string().contains("restore_tree"), "{e}");
+}

@@ -186,3 +186,249 @@ fn a_pipeline_moved_twice_prints_its_sum() {
     assert!(st.success(), "{st:?}");
     assert_eq!(got, format!("start\n{want}"));
 }
+
+/// The image at `path`.
+fn image_at(path: &Path) -> mig_ckpt::Image {
+    ImageFile::open(File::open(path).expect("open image"), true)
+        .expect("image")
+        .image()
+        .clone()
+}
+
+#[test]
+fn a_pipeline_is_saved_as_a_tree_with_its_pipe() {
+    // The shell, the loop's subshell, awk (and a sleep now and then), one
+    // pipe between the subshell and awk, pids kept: awk is still the
+    // shell's child by the pid it had.
+    let r = Running::start(sh(&format!("echo start; {PIPELINE}")), true);
+    let_run(300);
+    let init = r.tree().init();
+    let (img, _) = r.dump_and_kill("pipeline-look.img");
+    let image = image_at(&img);
+    assert!(image.keep_pids);
+    assert!(image.procs.len() >= 3, "{:?}", image.procs);
+    assert_eq!(image.procs[0].pid, 2, "the program is pid 2 under init");
+    let pids: Vec<i32> = image.procs.iter().map(|p| p.pid).collect();
+    assert!(
+        image.procs[1..].iter().all(|p| pids.contains(&p.ppid)),
+        "every other process's parent is saved: {:?}",
+        image.procs
+    );
+    assert_eq!(image.pipes.len(), 1, "{:?}", image.files);
+    let ends: Vec<bool> = image
+        .files
+        .iter()
+        .filter_map(|f| match f {
+            mig_ckpt::image::OpenFile::Pipe { write, .. } => Some(*write),
+            _ => None,
+        })
+        .collect();
+    assert!(ends.contains(&true) && ends.contains(&false), "{ends:?}");
+    assert_ne!(init, 0);
+}
+
+#[test]
+fn a_shell_moved_during_its_foreground_sleep_goes_on() {
+    // The shell waits (wait4) for sleep, its child by pid; the sleep is
+    // cut short (EINTR) and started again by sleep itself.
+    let (st, got) = moved(|| sh("echo start; sleep 1; echo done"), 1, 300, "sleep");
+    assert!(st.success(), "{st:?}");
+    assert_eq!(got, "start\ndone\n");
+}
+
+#[test]
+fn zombies_are_made_again_and_waited_for_by_their_pids() {
+    let zombies = || Spawn {
+        program: common::program("zombies"),
+        argv: vec!["zombies".into(), "600000000".into()],
+        ..Default::default()
+    };
+    let want = {
+        let out = Command::new(common::program("zombies"))
+            .arg("600000000")
+            .output()
+            .expect("run");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        want.contains("a: same pid, exit 7\nb: same pid, signal 15\n"),
+        "{want}"
+    );
+    let mut r = Running::start(zombies(), true);
+    let mut all = Vec::new();
+    for i in 0..2 {
+        let_run(150);
+        let (img, before) = r.dump_and_kill(&format!("zombies-{i}.img"));
+        let image = image_at(&img);
+        let mut ended: Vec<i32> = image
+            .procs
+            .iter()
+            .filter_map(|p| match p.state {
+                mig_ckpt::image::ProcState::Zombie { status } => Some(status),
+                _ => None,
+            })
+            .collect();
+        ended.sort_unstable();
+        assert_eq!(ended, [15, 7 << 8], "two zombies saved");
+        all.extend(before);
+        r = Running::restore(&img);
+    }
+    let (st, rest) = r.finish();
+    all.extend(rest);
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}
+
+/// 108894 bytes into a pipe whose reader sleeps first: the writer blocks
+/// with the pipe full (64 KiB in flight) until the reader reads.
+const FULL_PIPE: &str = "echo start; seq 1 20000 | (sleep 1; md5sum)";
+
+#[test]
+fn bytes_in_a_pipe_at_the_dump_are_read_after_the_move() {
+    let want = unmoved(FULL_PIPE);
+    let r = Running::start(sh(FULL_PIPE), true);
+    let_run(400);
+    let (img, mut all) = r.dump_and_kill("full-pipe.img");
+    let image = image_at(&img);
+    assert_eq!(image.pipes.len(), 1);
+    assert_eq!(image.pipes[0].data.len(), 65536, "the pipe was full");
+    assert!(image.pipes[0].data.starts_with(b"1\n2\n3\n"));
+    let (st, rest) = Running::restore(&img).finish();
+    all.extend(rest);
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}
+
+fn program_in_namespace(name: &str, args: &[&str]) -> (Spawn, Command) {
+    let mut argv: Vec<OsString> = vec![name.into()];
+    argv.extend(args.iter().map(OsString::from));
+    let mut c = Command::new(common::program(name));
+    c.args(args);
+    (
+        Spawn {
+            program: common::program(name),
+            argv,
+            ..Default::default()
+        },
+        c,
+    )
+}
+
+#[test]
+fn a_single_process_in_a_namespace_moved_twice_prints_its_answer() {
+    let (_, mut c) = program_in_namespace("heap", &["16", "6000"]);
+    let want = String::from_utf8_lossy(&c.output().expect("run").stdout).into_owned();
+    let (st, got) = moved(
+        || program_in_namespace("heap", &["16", "6000"]).0,
+        2,
+        60,
+        "ns-heap",
+    );
+    assert!(st.success(), "{st:?}");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_pthreads_program_in_a_namespace_keeps_its_tids_across_moves() {
+    let (_, mut c) = program_in_namespace("threads", &["16", "3000"]);
+    let want = String::from_utf8_lossy(&c.output().expect("run").stdout).into_owned();
+    let mut r = Running::start(program_in_namespace("threads", &["16", "3000"]).0, true);
+    let mut all = Vec::new();
+    for i in 0..2 {
+        let_run(60);
+        let (img, before) = r.dump_and_kill(&format!("ns-threads-{i}.img"));
+        let image = image_at(&img);
+        let meta = image.live().next().expect("a process");
+        assert_eq!(meta.threads.len(), 5);
+        let tids: Vec<i32> = meta.threads.iter().map(|t| t.tid).collect();
+        assert_eq!(tids[0], 2);
+        assert!(tids[1..].iter().all(|&t| (3..10).contains(&t)), "{tids:?}");
+        all.extend(before);
+        r = Running::restore(&img);
+        if i == 0 {
+            // The threads are there again with their tids.
+            let p = r.tree().program().expect("program");
+            let mut now: Vec<i32> = std::fs::read_dir(format!("/proc/{p}/task"))
+                .expect("tasks")
+                .map(|e| {
+                    let t = e.expect("task").file_name();
+                    let st = std::fs::read_to_string(format!(
+                        "/proc/{p}/task/{}/status",
+                        t.to_string_lossy()
+                    ))
+                    .expect("status");
+                    mig_ckpt::proc::parse_ids(&st).expect("ids").pid
+                })
+                .collect();
+            now.sort_unstable();
+            let mut saved = tids.clone();
+            saved.sort_unstable();
+            assert_eq!(now, saved);
+        }
+    }
+    let (st, rest) = r.finish();
+    all.extend(rest);
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}
+
+#[test]
+fn the_programs_exit_status_comes_through_init() {
+    let (st, _) = Running::start(sh("exit 3"), false).finish();
+    assert_eq!(st.code(), Some(3));
+    let (st, _) = Running::start(sh("kill -SEGV $$"), false).finish();
+    assert_eq!(st.signal(), Some(libc::SIGSEGV));
+    // A signal from outside with no handler ends the program, as it would
+    // anywhere else (the program is not its namespace's pid 1).
+    let r = Running::start(sh("echo start; sleep 30"), true);
+    let p = r.tree().program().expect("running");
+    // SAFETY: kill takes integers only.
+    assert_eq!(unsafe { libc::kill(p, libc::SIGTERM) }, 0);
+    let (st, _) = r.finish();
+    assert_eq!(st.signal(), Some(libc::SIGTERM));
+}
+
+#[test]
+fn a_tree_started_outside_a_namespace_moves_into_one_with_its_pids() {
+    // Started by the test as any process is; dumped as a tree and
+    // restored in a namespace, every pid as it was.
+    let script = format!("echo start; {PIPELINE}");
+    let want = format!("start\n{}", unmoved(PIPELINE));
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", &script]);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let r = common::Running::start(cmd);
+    let_run(400);
+    let pid = r.pid();
+    mig_ckpt::stop_tree(pid, Duration::from_secs(10)).expect("stop");
+    let kids = mig_ckpt::descendants(pid).expect("tree");
+    let path = scratch().join("outside.img");
+    let mut f = File::create(&path).expect("create");
+    dump_tree(pid, &stdio_options(), &mut f).expect("dump");
+    let image = image_at(&path);
+    assert_eq!(image.procs[0].pid, pid, "the root keeps its pid");
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    let mut all = r.kill();
+    let restored = Running::restore(&path);
+    assert_eq!(
+        mig_ckpt::proc::parse_ids(
+            &std::fs::read_to_string(format!(
+                "/proc/{}/status",
+                restored.tree().program().expect("running")
+            ))
+            .expect("status")
+        )
+        .expect("ids")
+        .pid,
+        pid
+    );
+    let (st, rest) = restored.finish();
+    all.extend(rest);
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&all), want);
+    assert!(kids.len() >= 3, "{kids:?}");
+}
