@@ -13,9 +13,16 @@
 //!   heap once and answers (the page faults a mapped image defers);
 //! - copy: `memcpy` of the same bytes into memory never touched before.
 //!
+//! Then trees, each holding the same heap (`CKPT_TREE_MIB`, 1 and 64 by
+//! default) in one process: dump and restore of one process as above
+//! (`dump`, `restore`), of the same process alone in a pid namespace
+//! (`dump_tree`, `restore_tree`), and of a pipeline in a namespace
+//! (`sh -c 'holder | cat'`: the shell, the holder and cat, one pipe).
+//!
 //! `cargo bench -p mig-ckpt --bench dump_restore -- --bench` (5 rounds by
-//! default, `CKPT_REPS=N` to change; `CKPT_MIB=1,64` for other sizes). Without `--bench` (as `cargo test
-//! --benches` runs it) it does one 1 MiB round only.
+//! default, `CKPT_REPS=N` to change; `CKPT_MIB=1,64` for other sizes).
+//! Without `--bench` (as `cargo test --benches` runs it) it does one 1 MiB
+//! round of each only.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -26,7 +33,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use mig_ckpt::{dump, restore, DumpOptions, ImageFile, RestoreOptions};
+use mig_ckpt::{
+    dump, dump_tree, restore, restore_tree, spawn_in_namespace, DumpOptions, ImageFile,
+    RestoreOptions, Spawn, Tree,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
@@ -122,6 +132,120 @@ fn restore_once(path: &Path, verify: bool) -> (Child, BufReader<File>, f64) {
     let restored = restore(&img, fds, &RestoreOptions::default()).expect("restore");
     let took = ms(t);
     (restored.child, BufReader::new(File::from(r)), took)
+}
+
+/// How a tree is started, dumped and restored.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// One process, its pid not kept.
+    Alone,
+    /// One process under the crate's init.
+    InNamespace,
+    /// `sh -c 'holder | cat'` under the crate's init.
+    Pipeline,
+}
+
+/// Stdio for a bench process: (fds, the stdout reader).
+fn stdio() -> (BTreeMap<i32, OwnedFd>, BufReader<File>) {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let null: OwnedFd = File::open("/dev/null").expect("null").into();
+    let null2: OwnedFd = File::open("/dev/null").expect("null").into();
+    (
+        BTreeMap::from([(0, null), (1, w), (2, null2)]),
+        BufReader::new(File::from(r)),
+    )
+}
+
+/// Median dump and restore times (ms) and image size of `shape` holding
+/// `mib` MiB, over `reps` rounds.
+fn tree_round(bin: &Path, dir: &Path, shape: Shape, mib: u64, reps: usize) -> (f64, f64, u64) {
+    let opts = DumpOptions {
+        external_fds: [0, 1, 2].into(),
+    };
+    let ready = |out: &mut BufReader<File>| {
+        let mut line = String::new();
+        out.read_line(&mut line).expect("ready");
+        assert_eq!(line, "ready\n");
+    };
+    let (mut child, tree, _out) = match shape {
+        Shape::Alone => {
+            let (c, out) = start(bin, mib);
+            let out: Box<dyn std::any::Any> = Box::new(out);
+            (Some(c), None, Some(out))
+        }
+        Shape::InNamespace | Shape::Pipeline => {
+            let (fds, mut out) = stdio();
+            let (program, argv): (PathBuf, Vec<std::ffi::OsString>) = if shape == Shape::Pipeline {
+                (
+                    "/bin/sh".into(),
+                    vec![
+                        "sh".into(),
+                        "-c".into(),
+                        "\"$0\" \"$1\" | cat".into(),
+                        bin.into(),
+                        mib.to_string().into(),
+                    ],
+                )
+            } else {
+                (bin.into(), vec!["holder".into(), mib.to_string().into()])
+            };
+            let t = spawn_in_namespace(Spawn {
+                program,
+                argv,
+                env: vec!["PATH=/usr/bin:/bin".into()],
+                fds,
+                die_with_caller: true,
+                ..Default::default()
+            })
+            .expect("spawn");
+            ready(&mut out);
+            t.stop(std::time::Duration::from_secs(10)).expect("stop");
+            let out: Box<dyn std::any::Any> = Box::new(out);
+            (None, Some(t), Some(out))
+        }
+    };
+    let path = dir.join("tree-img");
+    let (mut d, mut r) = (vec![], vec![]);
+    let mut bytes = 0;
+    for _ in 0..reps {
+        let t = Instant::now();
+        let mut f = File::create(&path).expect("create");
+        let st = match (&child, &tree) {
+            (Some(c), _) => dump(c.id() as i32, &opts, &mut f),
+            (_, Some(tr)) => dump_tree(tr.init(), &opts, &mut f),
+            _ => unreachable!(),
+        }
+        .expect("dump");
+        drop(f);
+        d.push(ms(t));
+        bytes = st.bytes;
+        let img = ImageFile::open(File::open(&path).expect("open"), false).expect("image");
+        let (fds, _o) = stdio();
+        let t = Instant::now();
+        if shape == Shape::Alone {
+            let mut c = restore(&img, fds, &RestoreOptions::default())
+                .expect("restore")
+                .child;
+            r.push(ms(t));
+            let _ = c.kill();
+            let _ = c.wait();
+        } else {
+            let mut tr: Tree =
+                restore_tree(&img, fds, &RestoreOptions::default()).expect("restore");
+            r.push(ms(t));
+            let _ = tr.kill();
+            let _ = tr.wait();
+        }
+    }
+    if let Some(c) = child.as_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    if let Some(mut t) = tree {
+        let _ = t.kill();
+        let _ = t.wait();
+    }
+    (median(&mut d).0, median(&mut r).0, bytes)
 }
 
 fn main() {
@@ -223,5 +347,36 @@ fn main() {
             cm
         );
         let _ = std::io::stdout().flush();
+    }
+    let tree_sizes: Vec<u64> = if full {
+        std::env::var("CKPT_TREE_MIB")
+            .ok()
+            .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_else(|| vec![1, 64])
+    } else {
+        vec![1]
+    };
+    println!();
+    println!(
+        "{:>5} {:>34} {:>9} {:>9} {:>9}",
+        "MiB", "what", "image MiB", "dump ms", "restore"
+    );
+    for &mib in &tree_sizes {
+        for (shape, what) in [
+            (Shape::Alone, "one process (dump, restore)"),
+            (Shape::InNamespace, "one process in a namespace"),
+            (Shape::Pipeline, "sh -c 'holder | cat' in a namespace"),
+        ] {
+            let (dm, rm, bytes) = tree_round(&bin, dir.path(), shape, mib, reps);
+            println!(
+                "{:>5} {:>34} {:>9.1} {:>9.1} {:>9.1}",
+                mib,
+                what,
+                bytes as f64 / (1 << 20) as f64,
+                dm,
+                rm
+            );
+            let _ = std::io::stdout().flush();
+        }
     }
 }

@@ -432,3 +432,57 @@ fn a_tree_started_outside_a_namespace_moves_into_one_with_its_pids() {
     assert_eq!(String::from_utf8_lossy(&all), want);
     assert!(kids.len() >= 3, "{kids:?}");
 }
+
+#[test]
+fn a_tree_dumped_and_continued_runs_on_as_if_nothing_happened() {
+    // The dump leaves every process stopped, the pipe's bytes in the pipe.
+    let want = unmoved(FULL_PIPE);
+    let r = Running::start(sh(FULL_PIPE), true);
+    let_run(300);
+    r.tree().stop(Duration::from_secs(10)).expect("stop");
+    let path = scratch().join("continued.img");
+    let mut f = File::create(&path).expect("create");
+    dump_tree(r.tree().init(), &stdio_options(), &mut f).expect("dump");
+    assert_eq!(image_at(&path).pipes[0].data.len(), 65536);
+    r.tree().cont().expect("continue");
+    let (st, got) = r.finish();
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&got), want);
+}
+
+#[test]
+fn a_tree_restored_stopped_runs_on_when_continued() {
+    let want = format!("start\n{}", unmoved(PIPELINE));
+    let r = Running::start(sh(&format!("echo start; {PIPELINE}")), true);
+    let_run(300);
+    let (img, mut all) = r.dump_and_kill("stopped-tree.img");
+    let image = image_at(&img);
+    let (fds, out) = stdio(null());
+    let tree = restore_tree(
+        &ImageFile::open(File::open(&img).expect("open"), true).expect("image"),
+        fds,
+        &RestoreOptions {
+            stopped: true,
+            die_with_caller: true,
+        },
+    )
+    .expect("restore");
+    let procs = tree.processes().expect("processes");
+    assert_eq!(procs.len(), image.procs.len() + 1, "init and the tree");
+    for &p in &procs[1..] {
+        assert!(
+            matches!(common::state(p).as_str(), "T" | "Z"),
+            "pid {p} not stopped"
+        );
+    }
+    tree.cont().expect("continue");
+    let r = Running {
+        tree: Some(tree),
+        reader: Some(gather(out)),
+        head: Vec::new(),
+    };
+    let (st, rest) = r.finish();
+    all.extend(rest);
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}
