@@ -1,50 +1,63 @@
-//! Transparent checkpoint and restore of an unmodified Linux process
-//! (x86-64), taken from outside by its parent and rebuilt elsewhere as a new
-//! child, with no help from the program.
+//! Transparent checkpoint and restore of unmodified Linux processes
+//! (x86-64): one process, or a whole tree of them (a shell and its
+//! children, pipes between them), taken from outside by their parent and
+//! rebuilt elsewhere as new children, with no help from the programs.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let pid = 1;
 //! use std::collections::BTreeMap;
-//! use mig_ckpt::{dump, restore, DumpOptions, ImageFile, RestoreOptions};
-//! // `pid` is our child, stopped with SIGSTOP.
-//! let mut out = std::fs::File::create("/tmp/p.img")?;
-//! dump(pid, &DumpOptions::default(), &mut out)?;
-//! let img = ImageFile::open(std::fs::File::open("/tmp/p.img")?, true)?;
-//! let restored = restore(&img, BTreeMap::new(), &RestoreOptions::default())?;
-//! # let _ = restored; Ok(()) }
+//! use std::time::Duration;
+//! use mig_ckpt::{dump_tree, restore_tree, spawn_in_namespace, DumpOptions, ImageFile};
+//! use mig_ckpt::{RestoreOptions, Spawn};
+//! // A VP started in a pid namespace of its own, under the crate's init.
+//! let tree = spawn_in_namespace(Spawn {
+//!     program: "/bin/sh".into(),
+//!     argv: vec!["sh".into(), "-c".into(), "seq 1 100000 | md5sum".into()],
+//!     ..Default::default()
+//! })?;
+//! // Later: every process stopped, the tree saved, the old one killed.
+//! tree.stop(Duration::from_secs(5))?;
+//! let mut out = std::fs::File::create("/tmp/t.img")?;
+//! dump_tree(tree.init(), &DumpOptions::default(), &mut out)?;
+//! tree.kill()?;
+//! // Elsewhere: the same processes, with their pids, in a new namespace.
+//! let img = ImageFile::open(std::fs::File::open("/tmp/t.img")?, true)?;
+//! let mut moved = restore_tree(&img, BTreeMap::new(), &RestoreOptions::default())?;
+//! let status = moved.wait()?;
+//! # let _ = status; Ok(()) }
 //! ```
 //!
 //! # Design
 //!
-//! **Dump** (`dump`): the process is already group-stopped by the caller.
-//! Every thread is seized with `PTRACE_SEIZE` and trapped with
-//! `PTRACE_INTERRUPT`; registers (with `fs_base`/`gs_base`), the XSAVE
+//! **Dump** (`dump`, `dump_tree`): the processes are already group-stopped
+//! by the caller. Every thread is seized with `PTRACE_SEIZE` and trapped
+//! with `PTRACE_INTERRUPT`; registers (with `fs_base`/`gs_base`), the XSAVE
 //! state, masks, pending signals and rseq come from ptrace requests; what
-//! only the process can tell (dispositions, brk, itimers, sigaltstack,
+//! only a process can tell (dispositions, brk, itimers, sigaltstack,
 //! `clear_child_tid`) is asked by system calls injected into it, as CRIU's
 //! compel does (`sys`). Pages come from `process_vm_readv` (or
 //! `/proc/PID/mem` for pages the process may not read) straight into the
 //! output, a few MiB at a time; `/proc/PID/pagemap` leaves out pages never
 //! touched, and of a private file mapping only the pages the process
-//! changed are taken. After a dump the process is exactly as it was:
-//! stopped, detached, registers and mask as found, the scratch page it was
-//! lent unmapped.
+//! changed are taken. After a dump the processes are exactly as they were:
+//! stopped, detached, registers and masks as found, the scratch page each
+//! was lent unmapped, the bytes in their pipes still there.
 //!
-//! **Restore** (`restore`) is driven from outside by ptrace, not by an
-//! in-process restorer. The program's own file is started with
-//! `PTRACE_TRACEME`, so the kernel stops it at the exec with `/proc/PID/exe`
-//! right and nothing of the program run, and every step after is a system
-//! call injected into it. Why not a small static restorer binary (DMTCP's
-//! `mtcp_restart`, CRIU's restorer blob): such a restorer must be built for
-//! and shipped with every install, must move itself out of the way of the
-//! layout it rebuilds, and has no way to set another thread's registers
-//! without ptrace or a signal frame trick; from outside every register of
-//! every thread is settable with `PTRACE_SETREGSET`, the code stays safe
-//! Rust in one process, and it is tested like any other Rust. The cost is
-//! one ptrace round trip (two stops) per injected call, a few microseconds;
-//! a restore needs a few per region and a few dozen for the rest, so it
-//! costs milliseconds (see the bench), while the pages cost nothing:
+//! **Restore** (`restore`, `restore_tree`) is driven from outside by
+//! ptrace, not by an in-process restorer. Each program's own file is
+//! `exec`'d under ptrace, so the kernel stops it at the exec with
+//! `/proc/PID/exe` right and nothing of the program run, and every step
+//! after is a system call injected into it. Why not a small static restorer
+//! binary (DMTCP's `mtcp_restart`, CRIU's restorer blob): such a restorer
+//! must be built for and shipped with every install, must move itself out
+//! of the way of the layout it rebuilds, and has no way to set another
+//! thread's registers without ptrace or a signal frame trick; from outside
+//! every register of every thread is settable with `PTRACE_SETREGSET`, the
+//! code stays safe Rust in one process, and it is tested like any other
+//! Rust. The cost is one ptrace round trip (two stops) per injected call, a
+//! few microseconds; a restore needs a few per region and a few dozen for
+//! the rest, so it costs milliseconds (see the bench), while the pages cost
+//! nothing:
 //!
 //! **Pages are mapped, not copied.** The image keeps its page data page
 //! aligned, and a restore maps each run of 16 pages or more straight from
@@ -59,26 +72,79 @@
 //! the process's own memory, so a restored process can be dumped and
 //! restored again, any number of times.
 //!
-//! **Pid and tids are not kept.** The restored process and its threads have
-//! new ids. Keeping them needs `clone3` with `set_tid`, which needs
-//! `CAP_CHECKPOINT_RESTORE` and the ids free on the target host, which
-//! nothing guarantees (a pid namespace per process would, and needs
-//! privileges the daemon should not need). glibc caches each thread's tid in
-//! its `struct pthread` (`fs_base + 0x2d0` in glibc 2.26 to at least 2.36)
-//! and uses it in `raise`, `pthread_kill` and recursive mutexes: the dump
-//! records that address when the word there is the thread's tid, and the
-//! restore writes the new tid there.
+//! **Trees keep their pids** in a pid namespace of their own (`ns`). A
+//! shell waits for its children by pid, so a tree is only movable if every
+//! pid comes back; a fresh pid namespace has every pid free, and `clone3`
+//! with `set_tid` gives a new process the pid asked for. Who is pid 1: the
+//! crate's init, a static program of 114 bytes of code run from a sealed
+//! memfd, which reaps what is left to it and, when the tree's root ends,
+//! passes the root's wait status to the caller (a pipe, and its own exit
+//! code). Not the VP's own program: a namespace's pid 1 gets from outside
+//! only SIGKILL and SIGSTOP (SIGCONT still continues it) and from inside
+//! only the signals it has handlers for, so a `SIGTERM` or a `pvm_sendsig`
+//! to a program without a handler would do nothing, and a shell as pid 1
+//! would inherit every orphan. Under the crate's init the program is pid 2
+//! and gets signals as anywhere. Not a fork of the caller either: it would
+//! keep the caller's memory alive (copy on write) for the tree's life. The
+//! init is not saved: a restore makes a new one.
+//!
+//! **A tree's dump** (`dump_tree`) takes the root and every descendant (or,
+//! given the crate's init, everything under it): each process's pid,
+//! parent, process group and session as the processes see them, each with
+//! its threads as above. Descriptors are saved as open files (file
+//! descriptions): descriptors of any processes that share one (`dup`,
+//! inheritance) are found with `kcmp` and share one again at restore,
+//! offset and flags included. Pipes between processes of the tree are made
+//! again, both ends wherever they were, with the bytes in flight: those are
+//! read with `tee(2)` from the pipe opened anew through `/proc`, which
+//! copies them without taking them (a dumped tree that is continued finds
+//! them still there). Zombies (children ended and not yet waited for) are
+//! saved with their wait status and made again as zombies of the same
+//! parent, so its `waitpid` by pid gets the same answer. Refused, with the
+//! reason: processes sharing memory, descriptor table, working directory or
+//! signal handlers (`CLONE_VM`/`FILES`/`FS`/`SIGHAND` without
+//! `CLONE_THREAD`), a process group or session whose leader has exited
+//! (its id cannot be made again), a process traced by another, and all
+//! that a single process's dump refuses. The root's `external_fds` are
+//! given anew at restore, and so is any descriptor of another process that
+//! is one of them (stdout inherited).
+//!
+//! **A tree's restore** (`restore_tree`) plans the order (`tree`): every
+//! process is forked by its saved parent (only a parent can wait for its
+//! child), parents first; a session leader calls `setsid` between the
+//! forks of its children born before it (which stay out of its session)
+//! and those born after; process groups are joined once every process
+//! exists, leaders first. A new init is started in a new pid namespace,
+//! traced and stopped at its exec, holding every descriptor the tree needs;
+//! each process is then forked from its parent, still a bare copy of init,
+//! by an injected `clone3` with its pid (`PTRACE_O_TRACEFORK`: born traced
+//! and stopped); zombies end as they had (`exit_group`, or their signal);
+//! every other process places its descriptors, `exec`s its program and is
+//! rebuilt as a single process is, its threads made with their tids too (so
+//! glibc's cached tids are right as they are). Init drops the descriptors
+//! and is let go, then every process is released at once. Any failure
+//! kills the namespace, so nothing half-built is left.
+//!
+//! **One process without a namespace** (`dump`, `restore`) keeps the first
+//! path: the restored process and its threads have new ids, which needs no
+//! privilege. glibc caches each thread's tid in its `struct pthread`
+//! (`fs_base + 0x2d0` in glibc 2.26 to at least 2.36) and uses it in
+//! `raise`, `pthread_kill` and recursive mutexes: the dump records that
+//! address when the word there is the thread's tid, and the restore writes
+//! the new tid there. A process with children is refused (`dump_tree`
+//! saves it), as is a pipe whose other end is not in the process.
 //!
 //! **The vDSO** is the kernel's, not saved: the image records its hash, the
 //! restore refuses another kernel's and moves this one (with `[vvar]` and,
 //! since Linux 6.13, `[vvar_vclock]`) to the saved addresses with `mremap`,
 //! through a free range when targets and current places overlap.
 //!
-//! **Refusals** name what cannot be saved and leave the process as it was:
-//! sockets (with their addresses), pipes not given anew by the caller,
-//! epoll, timerfd, signalfd, eventfd, inotify, io_uring, devices other than
-//! `/dev/null`, `zero`, `random`, `urandom`, deleted files, POSIX timers,
-//! shared memory that is not a file, child processes.
+//! **Refusals** name what cannot be saved and leave the processes as they
+//! were: sockets (with their addresses), pipes to outside the tree not
+//! given anew by the caller, FIFOs, epoll, timerfd, signalfd, eventfd,
+//! inotify, io_uring, devices other than `/dev/null`, `zero`, `random`,
+//! `urandom`, deleted files, POSIX timers, shared memory that is not a
+//! file.
 //!
 //! **Threads**: every thread is seized and saved; at restore the main
 //! thread `clone`s the others (with `PTRACE_O_TRACECLONE` they are born
@@ -88,48 +154,90 @@
 //!
 //! # The caller's part
 //!
-//! - `dump` takes our child, stopped with SIGSTOP (or any group stop), and
-//!   leaves it so. `restore` makes a child of the caller, running (or
-//!   stopped, with [`RestoreOptions::stopped`]).
-//! - ptrace ties a tracee to the tracing *thread*: call each `dump` or
-//!   `restore` on one thread from start to end, and do not wait for that
-//!   pid from another thread meanwhile (a ptrace stop would be taken from
+//! - **Starting a VP so that its tree can move**: [`spawn_in_namespace`]
+//!   (program, argv, env, cwd, descriptors by number): the caller's child
+//!   is the namespace's init ([`Tree::init`], the process group of the
+//!   tree), the program its child ([`Tree::program`], pid 2 inside). A VP
+//!   started the usual way (its own process group) can be saved as a tree
+//!   too (`dump_tree` of its pid) and is restored into a namespace with
+//!   every pid as it was; but its orphans leave the tree (they go to the
+//!   system's init), and its parent's pid changes from the caller's to 1.
+//! - **Signals**: to the program, [`Tree::signal`] (or `kill` of
+//!   [`Tree::program`]); to every process, `killpg` of [`Tree::init`] (it
+//!   reaches those that kept the group; init itself stops on SIGSTOP, dies
+//!   only of SIGKILL, ignores the rest) or [`Tree::signal_all`]. **Stop**
+//!   for a dump with [`Tree::stop`] (or [`stop_tree`] for a tree outside a
+//!   namespace): SIGSTOP to every process, again until all are stopped, so
+//!   that those that left the group are caught too; [`Tree::cont`]
+//!   continues them. **Kill**: [`Tree::kill`] (SIGKILL to init ends the
+//!   namespace). **Reap**: the init is the caller's child: [`Tree::wait`],
+//!   or the caller's own `waitpid` of the init followed by
+//!   [`Tree::exit_status`], which gives the program's wait status (exit
+//!   code or signal) that init passed on.
+//! - `dump` and `dump_tree` leave the processes stopped; `restore` and
+//!   `restore_tree` make children of the caller, running (or stopped, with
+//!   [`RestoreOptions::stopped`]).
+//! - **Privileges**: a pid namespace needs `CAP_SYS_ADMIN` and `set_tid`
+//!   `CAP_CHECKPOINT_RESTORE` (or `CAP_SYS_ADMIN`) in the user namespace
+//!   owning the pid namespace: [`spawn_in_namespace`] and [`restore_tree`]
+//!   need root (as the daemon is in CI); without, they fail with a clear
+//!   [`NsError::Namespace`]. Dumps need no privilege (ptrace of one's own
+//!   descendants). An unprivileged daemon has two ways: refuse trees (start
+//!   VPs as today; `dump` of a process with children is refused and
+//!   `restore` needs nothing), or a user namespace with the pid namespace
+//!   (measured on Linux 6.18: a process of uid 65534 makes both with one
+//!   `clone3`, writes its own uid and gid maps, and the new namespace's
+//!   first process forks with `set_tid` as asked; not built here, since
+//!   injecting that `clone3` after init's `exec` needs init to keep
+//!   `CAP_CHECKPOINT_RESTORE` as an ambient capability, which the restored
+//!   programs must drop before their own `exec`).
+//! - ptrace ties a tracee to the tracing *thread*: call each dump or
+//!   restore on one thread from start to end, and do not wait for those
+//!   pids from another thread meanwhile (a ptrace stop would be taken from
 //!   under it). A SIGCHLD handler that only flags is fine.
+//!   [`Spawn::die_with_caller`] and [`RestoreOptions::die_with_caller`] tie
+//!   a tree's life to the calling thread's.
 //! - Descriptors the caller gives anew (stdio pipes, the control socket)
-//!   are named in [`DumpOptions::external_fds`] at the dump and given, by
-//!   number, at the restore.
+//!   are named in [`DumpOptions::external_fds`] at the dump (the root's
+//!   numbers) and given, by number, at the restore.
 //! - Before a move, compare [`Fingerprint::here`] on both machines with
-//!   [`mismatch`]; [`ImageFile::open`] validates an image, `restore` checks
-//!   the vDSO itself.
+//!   [`mismatch`]; [`ImageFile::open`] validates an image, the restores
+//!   check the vDSO themselves.
 //!
 //! # Where things live
 //!
-//! - `image`: the image's bytes and state, validation (pure).
+//! - `image`: the image's bytes and state, validation (pure); `image::v1`
+//!   reads the first format.
 //! - `plan`: which pages to save, what to map where at restore (pure).
+//! - `tree`: the order that makes a tree again (pure).
 //! - `proc`: `/proc` parsers (pure) and readers.
-//! - `fds`: which descriptors can be saved, and why not (pure decision).
+//! - `fds`: which descriptors can be saved, and why not, and which share an
+//!   open file (pure decisions).
 //! - `compat`: what a target needs, and why one does not match.
 //! - `sys`: the unsafe edge: ptrace, injected calls, another process's
-//!   memory.
-//! - `dump`, `restore`: the two procedures over those.
+//!   memory, `kcmp`, reading a pipe with `tee`.
+//! - `ns`: the namespace: the init program, starting a VP under it, the
+//!   [`Tree`] handle (its `clone` child side is the other unsafe edge).
+//! - `dump`, `restore` (and `restore::tree`): the procedures over those.
 //!
 //! # Limits
 //!
-//! x86-64 only. One process (its threads included), not a tree: a process
-//! with children is refused. A shell waits for its children by pid, so
-//! trees need the pids kept (a pid namespace per process, or `clone3`
-//! with `set_tid` and `CAP_CHECKPOINT_RESTORE`). The restored process runs
-//! with the caller's credentials, session and process group; a shared file
-//! mapping or an open file is reopened by path, so its content is the
-//! target's, and two descriptors that shared one open file no longer share
-//! its offset. The image file must not be truncated or rewritten while a
-//! process restored from it runs (deleting it is fine). A system call
-//! restarted through `restart_syscall` (a sleep) returns `EINTR` in the
-//! restored process. Other things glibc or a program keeps of a tid (the
-//! owner of a locked error-checking or recursive mutex) keep the old one. A
-//! region's pages mapped from the image are file pages to the kernel:
-//! `mremap` growing a part of such a region past its first page maps the
-//! image's following bytes (or past its end, SIGBUS).
+//! x86-64 only. A tree's processes run with the caller's credentials; its
+//! root's process group and session (when not its own) are the restored
+//! init's (the caller's session). A controlling terminal is not kept. An
+//! end of a pipe held by a process outside the tree (not given anew) is
+//! lost: the restored pipe has that end closed. A zombie that died of a
+//! signal that dumps core is made again without the core flag in its
+//! status. A shared file mapping or an open file is reopened by path, so
+//! its content is the target's. The image file must not be truncated or
+//! rewritten while a process restored from it runs (deleting it is fine).
+//! A system call restarted through `restart_syscall` (a sleep) returns
+//! `EINTR` in the restored process. Outside a namespace, other things glibc
+//! or a program keeps of a tid (the owner of a locked error-checking or
+//! recursive mutex) keep the old one. A region's pages mapped from the
+//! image are file pages to the kernel: `mremap` growing a part of such a
+//! region past its first page maps the image's following bytes (or past
+//! its end, SIGBUS).
 
 pub mod compat;
 mod dump;

@@ -2,7 +2,7 @@
 //! can be kept across a move: a shell waits for its children by pid.
 //!
 //! The namespace's init (pid 1 inside) is the crate's: a static program of
-//! 116 bytes of code ([`init_program`]), run from a sealed memfd, that
+//! 114 bytes of code ([`init_program`]), run from a sealed memfd, that
 //! reaps every process left to it and, when the tree's root (pid 2, or
 //! the pid it is told at a restore) ends, writes the root's wait status to
 //! its descriptor 3 and exits with the root's exit code (or 128 + the
@@ -100,7 +100,7 @@ const CODE: [u8; 0x72] = [
 ];
 
 /// The init program: an ELF header, one loadable segment (read and
-/// execute) holding the headers and [`CODE`], entry at the code.
+/// execute) holding the headers and the code, entry at the code.
 pub fn init_program() -> Vec<u8> {
     const EHDR: u64 = 64;
     const PHDR: u64 = 56;
@@ -321,16 +321,22 @@ impl Tree {
 
 /// `root` and every process under it, parents first.
 pub fn descendants(root: i32) -> io::Result<Vec<i32>> {
+    Ok(family(root)?.into_iter().map(|(p, _)| p).collect())
+}
+
+/// `root` and every process under it, parents first, each with its parent
+/// (`None` for the root).
+fn family(root: i32) -> io::Result<Vec<(i32, Option<i32>)>> {
     let mut out = Vec::new();
-    let mut queue = VecDeque::from([root]);
-    while let Some(p) = queue.pop_front() {
+    let mut queue = VecDeque::from([(root, None)]);
+    while let Some((p, parent)) = queue.pop_front() {
         match proc::children(p) {
-            Ok(c) => queue.extend(c),
+            Ok(c) => queue.extend(c.into_iter().map(|c| (c, Some(p)))),
             // Gone meanwhile.
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         }
-        out.push(p);
+        out.push((p, parent));
     }
     Ok(out)
 }
@@ -338,30 +344,46 @@ pub fn descendants(root: i32) -> io::Result<Vec<i32>> {
 /// Stops `root` and every process under it for a dump: SIGSTOP to each
 /// that is not stopped (or ended), again until all are, new ones included
 /// (a process that changed its process group or session is reached too);
-/// returns once they are, or gives up after `limit`.
+/// returns once they are, or gives up after `limit`. A child between
+/// `vfork` and `exec` (its parent waits, uninterruptibly, until it has
+/// `exec`'d) is let run, or continued if something stopped it, until it
+/// has.
 pub fn stop_tree(root: i32, limit: Duration) -> io::Result<()> {
     let until = Instant::now() + limit;
     loop {
-        let mut all = true;
-        for p in descendants(root)? {
+        let mut running = Vec::new();
+        for (p, parent) in family(root)? {
             let state = std::fs::read_to_string(format!("/proc/{p}/stat"))
                 .ok()
                 .and_then(|s| proc::parse_stat(&s).ok())
                 .and_then(|f| f.first().cloned())
                 .unwrap_or_default();
-            if !matches!(state.as_str(), "T" | "t" | "Z" | "X" | "") {
-                all = false;
+            let stopped = matches!(state.as_str(), "T" | "t" | "Z" | "X" | "");
+            let vforked = parent.is_some_and(|q| {
+                state != "Z" && crate::sys::kcmp(q, p, crate::sys::Kcmp::Vm).unwrap_or(false)
+            });
+            if vforked {
+                if stopped {
+                    // SAFETY: kill takes integers only.
+                    unsafe { libc::kill(p, libc::SIGCONT) };
+                }
+                running.push(format!("{p} (between vfork and exec)"));
+            } else if !stopped {
                 // SAFETY: kill takes integers only.
                 unsafe { libc::kill(p, libc::SIGSTOP) };
+                running.push(format!("{p} ({state})"));
             }
         }
-        if all {
+        if running.is_empty() {
             return Ok(());
         }
         if Instant::now() > until {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("the tree of pid {root} did not stop"),
+                format!(
+                    "the tree of pid {root} did not stop: {} still running",
+                    running.join(", ")
+                ),
             ));
         }
         std::thread::sleep(Duration::from_micros(200));

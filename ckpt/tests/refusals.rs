@@ -275,6 +275,10 @@ fn a_process_with_children_is_a_tree_and_a_tree_is_not_one_process() {
     let mut c = Command::new("/bin/sh");
     c.args(["-c", "echo start; sleep 30; echo done"]);
     let r = Running::start(c);
+    // Once the shell has started sleep.
+    while mig_ckpt::descendants(r.pid()).expect("tree").len() < 2 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     mig_ckpt::stop_tree(r.pid(), std::time::Duration::from_secs(10)).expect("stop");
     let e = dump(r.pid(), &stdio_options(), &mut Vec::new()).expect_err("refused");
     assert!(e.to_string().contains("dump_tree"), "{e}");
@@ -289,4 +293,74 @@ fn a_process_with_children_is_a_tree_and_a_tree_is_not_one_process() {
     assert_eq!(img.image().procs.len(), 2);
     let e = restore(&img, BTreeMap::new(), &RestoreOptions::default()).expect_err("refused");
     assert!(e.to_string().contains("restore_tree"), "{e}");
+}
+
+/// Runs `f` on a thread of its own without CAP_SYS_ADMIN in its effective
+/// set (capabilities are per thread).
+fn without_sys_admin<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let mut h = Header {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let mut d = [Data::default(); 2];
+        // SAFETY: capget and capset read and write the header and two data
+        // words given, ours; capset changes this thread only.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()), 0);
+            const CAP_SYS_ADMIN: u32 = 21;
+            d[0].effective &= !(1 << CAP_SYS_ADMIN);
+            assert_eq!(libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()), 0);
+        }
+        f()
+    })
+    .join()
+    .expect("thread")
+}
+
+#[test]
+fn without_the_privilege_a_namespace_is_refused_clearly() {
+    let e = without_sys_admin(|| {
+        mig_ckpt::spawn_in_namespace(mig_ckpt::Spawn {
+            program: "/bin/true".into(),
+            ..Default::default()
+        })
+        .expect_err("refused")
+    });
+    assert!(matches!(e, mig_ckpt::NsError::Namespace(_)), "{e}");
+    assert!(e.to_string().contains("CAP_SYS_ADMIN"), "{e}");
+
+    // A tree saved by a privileged caller is not restored half.
+    let mut c = Command::new("/bin/sh");
+    c.args(["-c", "echo start; sleep 30"]);
+    let r = Running::start(c);
+    mig_ckpt::stop_tree(r.pid(), std::time::Duration::from_secs(10)).expect("stop");
+    let path = scratch().join("unprivileged.img");
+    let mut f = File::create(&path).expect("create");
+    mig_ckpt::dump_tree(r.pid(), &stdio_options(), &mut f).expect("dump_tree");
+    for p in mig_ckpt::descendants(r.pid()).expect("tree") {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    drop(r);
+    let e = without_sys_admin(move || {
+        let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+        let null = || -> std::os::fd::OwnedFd { File::open("/dev/null").expect("null").into() };
+        let fds = BTreeMap::from([(0, null()), (1, null()), (2, null())]);
+        mig_ckpt::restore_tree(&img, fds, &RestoreOptions::default())
+            .expect_err("refused")
+            .to_string()
+    });
+    assert!(e.contains("CAP_SYS_ADMIN"), "{e}");
 }

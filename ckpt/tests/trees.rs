@@ -486,3 +486,27 @@ fn a_tree_restored_stopped_runs_on_when_continued() {
     assert!(st.success(), "{st:?}");
     assert_eq!(String::from_utf8_lossy(&all), want);
 }
+
+#[test]
+fn a_shell_caught_between_vfork_and_exec_is_stopped_and_saved() {
+    // dash starts each command with vfork: a child stopped before its exec
+    // leaves the shell waiting, uninterruptibly, for that exec. Stopped
+    // the daemon's way (SIGSTOP to the group) and then by stop_tree, the
+    // tree stops whole and is saved, again and again.
+    let script = "echo start; i=0; while [ $i -lt 4000 ]; do /bin/true; i=$((i+1)); done; echo $i";
+    let want = unmoved(script);
+    let r = Running::start(sh(script), true);
+    for i in 0..15 {
+        let_run(20);
+        let group = nix::unistd::Pid::from_raw(r.tree().init());
+        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+        r.tree().stop(Duration::from_secs(10)).expect("stop");
+        let path = scratch().join(format!("vfork-{i}.img"));
+        let mut f = File::create(&path).expect("create");
+        dump_tree(r.tree().init(), &stdio_options(), &mut f).expect("dump");
+        r.tree().cont().expect("continue");
+    }
+    let (st, got) = r.finish();
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&got), want);
+}
