@@ -545,7 +545,14 @@ fn start(
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if pid < 0 {
-        return Err(NsError::Namespace(e));
+        return Err(if e.raw_os_error() == Some(libc::EPERM) {
+            NsError::Namespace(e)
+        } else {
+            NsError::Start {
+                what: "cloning into a new pid namespace".into(),
+                source: e,
+            }
+        });
     }
     let pid = pid as i32;
     // SAFETY: setpgid of our own child; it does the same (whichever runs

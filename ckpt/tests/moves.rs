@@ -254,3 +254,27 @@ fn a_process_restored_stopped_runs_on_when_continued() {
     assert_eq!(code, 0);
     assert_eq!(String::from_utf8_lossy(&all), want);
 }
+
+fn self_pipe() -> Command {
+    let mut c = Command::new("/usr/bin/python3");
+    c.args([
+        "-c",
+        "import os, time\n\
+         r, w = os.pipe()\n\
+         os.write(w, b'in flight')\n\
+         print('start', flush=True)\n\
+         time.sleep(0.5)\n\
+         os.write(w, b', and after')\n\
+         os.close(w)\n\
+         print(os.read(r, 100).decode())\n",
+    ]);
+    c
+}
+
+#[test]
+fn a_pipe_to_itself_keeps_its_bytes_across_a_move() {
+    // Both ends in the one process: made again with the bytes in flight.
+    let want = unmoved(self_pipe());
+    assert_eq!(want, "start\nin flight, and after\n");
+    assert_eq!(moved(self_pipe, 1, 150, "self-pipe"), want);
+}

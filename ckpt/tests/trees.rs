@@ -510,3 +510,28 @@ fn a_shell_caught_between_vfork_and_exec_is_stopped_and_saved() {
     assert!(st.success(), "{st:?}");
     assert_eq!(String::from_utf8_lossy(&got), want);
 }
+
+#[test]
+fn one_process_saved_by_dump_is_restored_in_a_namespace_with_its_pid() {
+    let (_, mut c) = program_in_namespace("heap", &["8", "4000"]);
+    let want = String::from_utf8_lossy(&c.output().expect("run").stdout).into_owned();
+    let (_, mut c) = program_in_namespace("heap", &["8", "4000"]);
+    let r = common::Running::start({
+        c.stdin(std::process::Stdio::null());
+        c
+    });
+    let_run(50);
+    let pid = r.pid();
+    r.stop();
+    let img = common::dump_to_file(pid, "dump-into-ns.img");
+    assert!(!image_at(&img).keep_pids);
+    let mut all = r.kill();
+    let restored = Running::restore(&img);
+    let p = restored.tree().program().expect("running");
+    let st = std::fs::read_to_string(format!("/proc/{p}/status")).expect("status");
+    assert_eq!(mig_ckpt::proc::parse_ids(&st).expect("ids").pid, pid);
+    let (st, rest) = restored.finish();
+    all.extend(rest);
+    assert!(st.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&all), want);
+}
