@@ -162,6 +162,8 @@
 //!   too (`dump_tree` of its pid) and is restored into a namespace with
 //!   every pid as it was; but its orphans leave the tree (they go to the
 //!   system's init), and its parent's pid changes from the caller's to 1.
+//!   [`Spawn::join`] and [`RestoreOptions::join`] put the init, and so
+//!   every process it forks, in the caller's cgroup (a VP's cell) first.
 //! - **Signals**: to the program, [`Tree::signal`] (or `kill` of
 //!   [`Tree::program`]); to every process, `killpg` of [`Tree::init`] (it
 //!   reaches those that kept the group; init itself stops on SIGSTOP, dies
@@ -256,9 +258,7 @@ use std::os::unix::fs::FileExt;
 pub use compat::{mismatch, Fingerprint};
 pub use dump::{dump, dump_tree, DumpError, DumpOptions, DumpStats, GLIBC_TID_OFFSET};
 pub use image::{Image, ImageError, Meta};
-pub use ns::{
-    descendants, init_program, spawn_in_namespace, stop_tree, NsError, Spawn, Tree, INIT_NAME,
-};
+pub use ns::{descendants, spawn_in_namespace, stop_tree, NsError, Spawn, Tree, INIT_NAME};
 pub use restore::{restore, restore_tree, RestoreError, RestoreOptions, Restored};
 pub use sys::SysError;
 

@@ -186,6 +186,19 @@ pub struct Spawn {
     /// The tree is killed (SIGKILL to its init) when the calling thread
     /// ends (`PR_SET_PDEATHSIG`).
     pub die_with_caller: bool,
+    /// Files (a cgroup's `cgroup.procs`) the init writes `0` into before
+    /// anything else, so that every process of the tree is born in that
+    /// cgroup.
+    pub join: Vec<RawFd>,
+}
+
+/// Where an init goes and how long it lives.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Place<'a> {
+    /// SIGKILL when the calling thread ends.
+    pub die_with_caller: bool,
+    /// `cgroup.procs` files to write itself into.
+    pub join: &'a [RawFd],
 }
 
 /// Why a namespace could not be made.
@@ -429,7 +442,11 @@ pub fn spawn_in_namespace(mut s: Spawn) -> Result<Tree, NsError> {
         envp: envp.as_ptr(),
         cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
     };
-    let (init, status) = start(Vec::new(), Some(program), false, s.die_with_caller)?;
+    let place = Place {
+        die_with_caller: s.die_with_caller,
+        join: &s.join,
+    };
+    let (init, status) = start(Vec::new(), Some(program), false, place)?;
     drop(s.fds);
     let program = proc::children(init).ok().and_then(|c| c.first().copied());
     Ok(Tree {
@@ -443,13 +460,13 @@ pub fn spawn_in_namespace(mut s: Spawn) -> Result<Tree, NsError> {
 /// its `execve`), with the caller's descriptors
 /// `keep` on numbers from [`KEEP_FROM`] on, in order, for the processes
 /// it will fork. Returns its pid and the read end of its status pipe.
-pub(crate) fn start_init(keep: &[RawFd], die_with_caller: bool) -> Result<(i32, File), NsError> {
+pub(crate) fn start_init(keep: &[RawFd], place: Place) -> Result<(i32, File), NsError> {
     let pairs = keep
         .iter()
         .enumerate()
         .map(|(i, &fd)| (fd, KEEP_FROM + i as RawFd))
         .collect();
-    start(pairs, None, true, die_with_caller)
+    start(pairs, None, true, place)
 }
 
 /// Where init keeps the descriptors a restore hands to the processes it
@@ -489,7 +506,7 @@ fn start(
     mut keep: Vec<(RawFd, RawFd)>,
     mut program: Option<Program>,
     trace: bool,
-    die_with_caller: bool,
+    place: Place,
 ) -> Result<(i32, File), NsError> {
     let memfd = init_fd().map_err(start_err("making the init program"))?;
     let (status_r, status_w) = pipe().map_err(start_err("a status pipe"))?;
@@ -534,7 +551,7 @@ fn start(
                 &mut moved,
                 program.as_mut(),
                 trace,
-                die_with_caller,
+                place,
                 argv.as_ptr(),
                 envp.as_ptr(),
                 empty.as_ptr(),
@@ -619,8 +636,8 @@ unsafe fn place(pairs: &[(RawFd, RawFd)], moved: &mut [RawFd]) -> Result<(), i32
 }
 
 /// The namespace's first process: signals to their defaults, its own
-/// process group, the program forked (at a spawn), its descriptors placed,
-/// then the init program.
+/// process group, into its cgroups, the program forked (at a spawn), its
+/// descriptors placed, then the init program.
 ///
 /// # Safety
 /// Runs in the child of `start`'s clone: async-signal-safe calls only, on
@@ -631,7 +648,7 @@ unsafe fn in_init(
     moved: &mut [RawFd],
     program: Option<&mut Program>,
     trace: bool,
-    die_with_caller: bool,
+    into: Place,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     empty: *const libc::c_char,
@@ -651,8 +668,13 @@ unsafe fn in_init(
             }
         }
         libc::setpgid(0, 0);
-        if die_with_caller {
+        if into.die_with_caller {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        }
+        for &fd in into.join {
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                fail(sync)
+            }
         }
         if let Some(p) = program {
             let pid = libc::syscall(

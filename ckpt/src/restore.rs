@@ -59,6 +59,10 @@ pub struct RestoreOptions {
     /// A restored tree is killed (SIGKILL to its init) when the calling
     /// thread ends (`PR_SET_PDEATHSIG`).
     pub die_with_caller: bool,
+    /// Files (a cgroup's `cgroup.procs`) a restored tree's init writes `0`
+    /// into first, so that every process of the tree is born in that
+    /// cgroup.
+    pub join: Vec<RawFd>,
 }
 
 /// A restored process.

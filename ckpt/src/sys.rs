@@ -1,7 +1,10 @@
 //! The unsafe edge: ptrace requests, system calls injected into a stopped
-//! thread, and reads and writes of another process's memory. Every function
-//! here is one kernel interface wrapped so that the rest of the crate is
-//! safe code; every failure names the call and the thread.
+//! thread, reads and writes of another process's memory, `kcmp` (what two
+//! processes share), and reading a pipe's bytes without taking them
+//! (`tee`). Every function here is one kernel interface wrapped so that the
+//! rest of the crate is safe code; every failure names the call and the
+//! thread. (The other unsafe edge, the child side of the `clone` that
+//! makes a pid namespace, is in `ns`.)
 //!
 //! Injection, as CRIU's compel does it: the thread's registers are set so
 //! that it sits on a `syscall` instruction (one found in its vDSO, so that
@@ -9,7 +12,10 @@
 //! and arguments, `PTRACE_SYSCALL` takes it to the call's entry and exit
 //! stops, and `rax` at the exit stop is the answer. The caller puts the
 //! registers back. `orig_rax` is set to -1 so that the kernel does not treat
-//! the resumption as the restart of a call interrupted by the stop.
+//! the resumption as the restart of a call interrupted by the stop. A call
+//! that makes a process or thread (`clone3`) reports the new one's id as
+//! the caller sees it through the ptrace event on the way; one that ends
+//! the process ([`Injector::end_as`]) leaves it a zombie for its parent.
 
 use std::fs::File;
 use std::io;

@@ -464,6 +464,7 @@ fn a_tree_restored_stopped_runs_on_when_continued() {
         &RestoreOptions {
             stopped: true,
             die_with_caller: true,
+            ..Default::default()
         },
     )
     .expect("restore");
@@ -534,4 +535,101 @@ fn one_process_saved_by_dump_is_restored_in_a_namespace_with_its_pid() {
     all.extend(rest);
     assert!(st.success(), "{st:?}");
     assert_eq!(String::from_utf8_lossy(&all), want);
+}
+
+/// A cgroup of the v1 freezer hierarchy for one test, removed at the end.
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/freezer/mig-ckpt-{}-{name}",
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir).expect("a freezer cgroup (root, cgroup v1 freezer mounted)");
+        Cgroup(dir)
+    }
+
+    fn procs(&self) -> OwnedFd {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.0.join("cgroup.procs"))
+            .expect("cgroup.procs")
+            .into()
+    }
+
+    /// Whether `pid` is in it.
+    fn holds(&self, pid: i32) -> bool {
+        let name = self
+            .0
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .expect("cgroup")
+            .lines()
+            .any(|l| l.contains(":freezer:") && l.ends_with(&format!("/{name}")))
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            let_run(10);
+        }
+    }
+}
+
+#[test]
+fn a_tree_is_born_in_the_cgroup_it_is_given_and_restored_into_it() {
+    let before = Cgroup::new("spawn");
+    let after = Cgroup::new("restore");
+    let fd = before.procs();
+    let (fds, out) = stdio(null());
+    let mut s = sh("echo start; sleep 30 | cat");
+    s.fds = fds;
+    s.die_with_caller = true;
+    s.join = vec![std::os::fd::AsRawFd::as_raw_fd(&fd)];
+    let tree = spawn_in_namespace(s).expect("spawn");
+    let mut r = Running {
+        tree: Some(tree),
+        reader: Some(gather(out)),
+        head: Vec::new(),
+    };
+    while r.tree().processes().expect("processes").len() < 4 {
+        let_run(1);
+    }
+    let procs = r.tree().processes().expect("processes");
+    assert!(procs.iter().all(|&p| before.holds(p)), "{procs:?}");
+    r.tree().stop(Duration::from_secs(10)).expect("stop");
+    let path = scratch().join("cgroup.img");
+    let mut f = File::create(&path).expect("create");
+    dump_tree(r.tree().init(), &stdio_options(), &mut f).expect("dump");
+    let mut t = r.tree.take().expect("tree");
+    t.kill().expect("kill");
+    t.wait().expect("wait");
+    drop(r);
+
+    let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    let (fds, _out) = stdio(null());
+    let fd = after.procs();
+    let mut tree = restore_tree(
+        &img,
+        fds,
+        &RestoreOptions {
+            die_with_caller: true,
+            join: vec![std::os::fd::AsRawFd::as_raw_fd(&fd)],
+            ..Default::default()
+        },
+    )
+    .expect("restore");
+    let procs = tree.processes().expect("processes");
+    assert_eq!(procs.len(), 4, "init, sh, sleep, cat");
+    assert!(procs.iter().all(|&p| after.holds(p)), "{procs:?}");
+    tree.kill().expect("kill");
+    tree.wait().expect("wait");
 }

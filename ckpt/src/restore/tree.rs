@@ -68,7 +68,11 @@ pub fn restore_tree(
         }
         hands.push(Some(hand));
     }
-    let (init, status) = ns::start_init(&keep, opts.die_with_caller)?;
+    let place = ns::Place {
+        die_with_caller: opts.die_with_caller,
+        join: &opts.join,
+    };
+    let (init, status) = ns::start_init(&keep, place)?;
     drop(files);
     drop(mapped);
     let mut made = Made {
