@@ -228,7 +228,11 @@
 //! root's process group and session (when not its own) are the restored
 //! init's (the caller's session). A controlling terminal is not kept. An
 //! end of a pipe held by a process outside the tree (not given anew) is
-//! lost: the restored pipe has that end closed. A zombie that died of a
+//! lost: the restored pipe has that end closed. A descriptor given anew is
+//! known by the root's number: a shell saved while a builtin has its
+//! stdout redirected (dash keeps the caller's pipe on fd 10 meanwhile) is
+//! given the caller's new pipe on fd 1 and a pipe with no reader on fd 10.
+//! A zombie that died of a
 //! signal that dumps core is made again without the core flag in its
 //! status. A shared file mapping or an open file is reopened by path, so
 //! its content is the target's. The image file must not be truncated or
