@@ -633,3 +633,19 @@ fn a_tree_is_born_in_the_cgroup_it_is_given_and_restored_into_it() {
     tree.kill().expect("kill");
     tree.wait().expect("wait");
 }
+
+#[test]
+fn a_tree_tied_to_its_callers_thread_ends_with_it() {
+    let mut tree = std::thread::spawn(|| {
+        let (fds, _out) = stdio(null());
+        let mut s = sh("sleep 30");
+        s.fds = fds;
+        s.die_with_caller = true;
+        spawn_in_namespace(s).expect("spawn")
+    })
+    .join()
+    .expect("thread");
+    // The thread that started it has ended: the namespace is killed.
+    let st = tree.wait().expect("wait");
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+}
