@@ -6,11 +6,14 @@
 //! parents first, each by its parent, with its saved pid (`clone3` with
 //! `set_tid` in a fresh pid namespace whose init, pid 1, is the crate's).
 //! Sessions are inherited at fork and only made by `setsid`, so a session
-//! leader calls `setsid` as soon as it exists, before it forks its
-//! children; process groups are joined afterwards, when every process
+//! leader calls `setsid` after forking the children that were born before
+//! it did (they stay in the session it was born in: the one their own
+//! children, if they lead sessions too, show) and before forking the
+//! others; process groups are joined afterwards, when every process
 //! exists, leaders first. [`plan`] gives that order and those calls, or
-//! says why a tree cannot be made again (a session whose leader is not its
-//! own founder's ancestor, a group whose leader is not in the tree).
+//! says why a tree cannot be made again (a session that is neither the
+//! process's own nor one its parent was in, a group whose leader is not in
+//! the tree or not in it any more).
 //!
 //! What does not live here: carrying the steps out (`restore`), which
 //! descriptors go where (`restore`'s handover, from the image's open

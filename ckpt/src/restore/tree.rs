@@ -8,7 +8,8 @@
 //! holding all those descriptors. Then, by calls injected (see `sys`):
 //! every process is forked by its parent with its pid (`clone3` with
 //! `set_tid`), parents first, into a bare copy of init (one page of code),
-//! and a session leader calls `setsid` at once; with all there, groups are
+//! a session leader calling `setsid` between the forks of its children
+//! that stay out of its session and the others; with all there, groups are
 //! joined (leaders first); zombies end as they had (`exit_group`, or their
 //! signal); every other bare process places its descriptors and `execve`s
 //! its program, and is rebuilt as [`super::restore`] rebuilds one (its
