@@ -60,6 +60,9 @@ pub(super) struct Failover {
     announced: Instant,
     /// On the master: it is cut off from most voters (see `isolated`).
     excusing: bool,
+    /// On the master: a change of the voters it proposed is under way
+    /// (said in the log when it is done).
+    voters_changing: bool,
 }
 
 /// How long the consensus leaves a host whose link was lost.
@@ -96,6 +99,7 @@ impl Failover {
             heard: HashMap::new(),
             announced: Instant::now(),
             excusing: false,
+            voters_changing: false,
         }
     }
 
@@ -199,6 +203,7 @@ impl Daemon {
             self.send_said(said);
             self.check_leadership();
             self.release_held();
+            self.voters_changed();
             self.change_voters();
         }
     }
@@ -816,9 +821,34 @@ impl Daemon {
             .is_some_and(|(i, _)| committed.is_some_and(|c| *i <= c))
     }
 
+    /// On the master: say when a change of the voters is done (until then,
+    /// the old voters and the new must each have a majority alive: a
+    /// second voter lost before it is done stops the master's state).
+    fn voters_changed(&mut self) {
+        let Some(c) = &self.failover.consensus else {
+            return;
+        };
+        if !self.failover.voters_changing || c.changing() || !c.leads() {
+            return;
+        }
+        self.failover.voters_changing = false;
+        let hosts: Vec<String> = c
+            .voters()
+            .iter()
+            .map(|id| match self.failover.hosts.get(id) {
+                Some(h) => format!("{h} ({id})"),
+                None => format!("voter {id}"),
+            })
+            .collect();
+        log!(
+            "voters changed: the master's state is kept on {}",
+            hosts.join(", ")
+        );
+    }
+
     /// On the master: the next change to the voters, when the consensus
-    /// can take one.
-    fn change_voters(&mut self) {
+    /// can take one (on every tick, and at once when a host is given up).
+    pub(super) fn change_voters(&mut self) {
         let Some(c) = &self.failover.consensus else {
             return;
         };
@@ -851,7 +881,10 @@ impl Daemon {
             .as_mut()
             .map(|c| c.change_voters(&add, &remove));
         match result {
-            Some(Ok(said)) => self.send_said(said),
+            Some(Ok(said)) => {
+                self.failover.voters_changing = true;
+                self.send_said(said);
+            }
             Some(Err(e)) => warn!("the voters could not be changed: {e}"),
             None => {}
         }

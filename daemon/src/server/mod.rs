@@ -181,6 +181,10 @@ pub struct Daemon {
     router: Router,
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
+    /// Hosts whose last data link closed before it was opened, and when:
+    /// not dialled again before `DIAL_AGAIN_AFTER` (a sender whose host
+    /// just died would otherwise dial it once a message).
+    dial_failed: HashMap<String, Instant>,
     dialling: HashMap<Token, Vec<Pending>>,
     /// Where each local VP is in its move, and the images this host holds
     /// for moves: on their way out, parked, arriving.
@@ -418,6 +422,7 @@ impl Daemon {
             router: Router::new(&cfg.name, cfg.join.is_none()),
             peers: HashMap::new(),
             links: HashMap::new(),
+            dial_failed: HashMap::new(),
             dialling: HashMap::new(),
             moves: MoveTable::default(),
             state: StateDir::new(cfg.state_dir.clone()),

@@ -17,6 +17,9 @@ use libmig::seal::Sealer;
 const MAX_STRANGERS: usize = 64;
 const MAX_STRANGERS_PER_ADDR: usize = 16;
 const PER_MEMBER: usize = 2;
+/// How long after a data link closed before it opened its host is not
+/// dialled again (messages for it are said to be undeliverable meanwhile).
+pub(super) const DIAL_AGAIN_AFTER: Duration = Duration::from_millis(200);
 
 /// Size of the pieces of a message too large for one frame.
 const PART: usize = 32 << 20;
@@ -264,6 +267,13 @@ impl Daemon {
             }
         }
         let addr = *self.peers.get(host)?;
+        if self
+            .dial_failed
+            .get(host)
+            .is_some_and(|at| at.elapsed() < DIAL_AGAIN_AFTER)
+        {
+            return None;
+        }
         let dialled = Client::start(&self.key)
             .map_err(|e| e.to_string())
             .and_then(|(client, hello)| {
@@ -417,6 +427,7 @@ impl Daemon {
             self.report(PeerMsg::Missing { tid, reason });
         }
         self.copies_cut_off(t);
+        let dialling = matches!(c.kind, Kind::Dialling { .. });
         match c.kind {
             Kind::Peer { host: Some(h) } => match self.role.master() {
                 // A host deleted from the virtual machine (`mig delete`).
@@ -447,6 +458,11 @@ impl Daemon {
                 if self.links.get(&host) == Some(&t) =>
             {
                 self.links.remove(&host);
+                if dialling {
+                    self.dial_failed.insert(host.clone(), Instant::now());
+                } else {
+                    self.dial_failed.remove(&host);
+                }
                 self.failover.cut_off(&host);
                 for p in self.dialling.remove(&t).unwrap_or_default() {
                     match p {

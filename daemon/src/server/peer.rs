@@ -329,6 +329,7 @@ impl Daemon {
     pub(super) fn carry_out(&mut self, outs: Vec<Out>) {
         // Changes to the job files, copied to the other voters together.
         let mut copies = Vec::new();
+        let mut gone = false;
         for o in outs {
             match o {
                 // The master's own news, filtered as its module's.
@@ -380,6 +381,7 @@ impl Daemon {
                     tables,
                 } => self.send_tables(generation, slots, all, tables),
                 Out::Disconnect(host) => {
+                    gone = true;
                     if let Some(t) = self.host_token(&host) {
                         self.close(t, "given up for dead");
                     }
@@ -396,6 +398,11 @@ impl Daemon {
             }
         }
         self.keep_job_files(copies, true);
+        if gone {
+            // A voter's host given up is replaced now, not at the next
+            // tick: until it is, one more voter lost stops the master.
+            self.change_voters();
+        }
     }
 
     /// A message for a host with no link: kept while the master holds it
