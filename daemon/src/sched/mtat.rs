@@ -493,7 +493,9 @@ pub(crate) mod tests {
                     None => classes.push((a, 1)),
                 }
             }
-            prop_assert_eq!(t_min_by_classes(x, &classes), mtat(x, &caps, &[]).t_min);
+            // (The same sums in another order: equal but for rounding.)
+            let (by_classes, each) = (t_min_by_classes(x, &classes), mtat(x, &caps, &[]).t_min);
+            prop_assert!(close(by_classes, each), "by classes {} each {}", by_classes, each);
         }
 
         #[test]
