@@ -16,6 +16,7 @@
 //! * `store` — job checkpoints' images kept on this host (per job and generation);
 //! * `keeper` — the slow work on images (sums, syncs) on a thread of its own;
 //! * `disk` — how full the state directory is;
+//! * `turns` — how long the daemon loop's turns take (for `mig stats`);
 //! * `slicer` — the gang slicer: which local VPs run in the slot in force (no I/O);
 //! * `owner` — the owner monitor: activity sources and the policy (when the host is offered);
 //! * `config`, `facts`, `log` — configuration, host facts, the log;
@@ -53,6 +54,7 @@ pub mod slicer;
 pub mod state_dir;
 pub mod store;
 pub mod switcher;
+pub mod turns;
 
 pub use config::Config;
 pub use server::{run, DaemonError};

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
-    Envelope, HostFacts, HostUsage, ImageId, IoClass, JobClass, JobFileCopy, OwnerReport,
-    OwnerState, PeerMsg, Request, SliceReport, SnapStep, SourceReport, SpawnSpec, StartVp, Switch,
-    VpMsg,
+    Envelope, HostFacts, HostUsage, ImageId, IoClass, JobClass, JobFileCopy, LoopTurns,
+    OwnerReport, OwnerState, PeerMsg, Request, SliceReport, SnapStep, SourceReport, SpawnSpec,
+    StartVp, Switch, VpMsg,
 };
 
 fn fixtures() -> PathBuf {
@@ -164,6 +164,14 @@ fn peer_msgs() -> Vec<PeerMsg> {
             io_busy: Some(0.25),
             state_free_mb: Some(6),
             state_full: true,
+            turns: LoopTurns {
+                longest_us: 640_000,
+                turns: 12_345,
+                window_s: 10,
+                window_longest_us: 2_500,
+                window_p99_us: 900,
+                window_turns: 4_000,
+            },
         }),
         PeerMsg::Recall { tid: 0x40001 },
         PeerMsg::Missing {

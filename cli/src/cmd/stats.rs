@@ -1,6 +1,8 @@
 //! `mig stats`: how well the hosts keep the gang schedule: how late each
 //! slot switch was against its ideal instant, how far apart hosts switched
-//! for the same boundary, and the time lost to switching.
+//! for the same boundary, and the time lost to switching; and how long each
+//! daemon's loop takes a turn (a long one delays heartbeats and elections'
+//! messages).
 
 use std::path::Path;
 
@@ -13,7 +15,9 @@ pub struct Args {
     #[command(flatten)]
     pub daemon: super::Daemon,
     /// Print JSON: quantum_ms, slots, hosts [{host, switches, late_ms [p50,
-    /// p99, max], lost, installed}], skew_ms [p50, p99, max], boundaries.
+    /// p99, max], lost, installed}], skew_ms [p50, p99, max], boundaries,
+    /// loop_turns [{host, master, turns {longest_us, turns, window_s,
+    /// window_longest_us, window_p99_us, window_turns}}].
     #[arg(long)]
     json: bool,
     /// Also draw each host's recent slot timeline into this SVG file: which
@@ -43,6 +47,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         println!("{}", serde_json::to_string(&s)?);
         return Ok(());
     }
+    print_turns(&s.loop_turns);
     if s.quantum_ms == 0.0 {
         println!("gang slicing is off (quantum_ms = 0)");
         return Ok(());
@@ -75,4 +80,36 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         s.skew_ms[2]
     );
     Ok(())
+}
+
+/// Each daemon's loop turns: the longest in the recent window and since it
+/// started, and the window's 99th percentile.
+fn print_turns(hosts: &[libmig::msg::HostTurns]) {
+    let Some(first) = hosts.first() else {
+        return;
+    };
+    let ms = |us: u64| us as f64 / 1000.0;
+    println!(
+        "{:<14} {:>12} {:>12} {:>12} {:>10}",
+        "LOOP TURNS",
+        format!("LAST {}s max", first.turns.window_s),
+        "p99",
+        "SINCE START",
+        "TURNS"
+    );
+    for h in hosts {
+        let name = if h.master {
+            format!("{} (master)", h.host)
+        } else {
+            h.host.clone()
+        };
+        println!(
+            "{:<14} {:>10.1}ms {:>10.1}ms {:>10.1}ms {:>10}",
+            name,
+            ms(h.turns.window_longest_us),
+            ms(h.turns.window_p99_us),
+            ms(h.turns.longest_us),
+            h.turns.turns
+        );
+    }
 }

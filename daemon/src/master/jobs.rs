@@ -433,8 +433,10 @@ impl Master {
         }
     }
 
-    /// A host's word on the CPU time its running VPs have used.
+    /// A host's word on the CPU time its running VPs have used, what it
+    /// has free, and how long its loop's turns take.
     pub(super) fn usage(&mut self, host: &str, used: HostUsage) {
+        self.note_turns(host, used.turns);
         if let Some(h) = self.hosts.get_mut(host) {
             h.free_memory_mb = used.free_memory_mb;
             h.state_free_mb = used.state_free_mb;

@@ -38,10 +38,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, HostInfo, HostTimeline, HostUsage, JobInfo, Loc, MapCell,
-    MboxReply, Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, PeerMsg, Request, Response,
-    SliceReport, SliceStats, SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo, Stream, Switch,
-    Tid, TimelineSwitch, VpCall, VpInfo, VpRet, SYSTEM,
+    Envelope, ExitInfo, HostFacts, HostInfo, HostTimeline, HostTurns, HostUsage, JobInfo, Loc,
+    LoopTurns, MapCell, MboxReply, Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, PeerMsg,
+    Request, Response, SliceReport, SliceStats, SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo,
+    Stream, Switch, Tid, TimelineSwitch, VpCall, VpInfo, VpRet, SYSTEM,
 };
 
 use crate::groups::Groups;
@@ -153,6 +153,9 @@ pub struct Master {
     /// Per host, the switches and table installs it reported.
     #[serde(skip)]
     slicing: BTreeMap<String, HostSlicing>,
+    /// Per host, how long its daemon loop's turns take.
+    #[serde(skip)]
+    turns: BTreeMap<String, LoopTurns>,
     /// Job checkpoints: the next generation, how often (none: on request),
     /// how long one may take.
     next_ckpt: u64,
@@ -220,6 +223,7 @@ impl Master {
             quantum_ns: quantum.as_nanos() as u64,
             round: None,
             slicing: BTreeMap::new(),
+            turns: BTreeMap::new(),
             next_ckpt: 1,
             checkpoint_every: None,
             checkpoint_timeout: Duration::from_secs(30),

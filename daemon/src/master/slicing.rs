@@ -1,6 +1,6 @@
 //! Gang slicing as the master sees it: each host's slot table from the
 //! scheduler's map, the round in force, and `mig stats` from what hosts
-//! report of their switches.
+//! report of their switches and of their daemon loop's turns.
 
 use super::*;
 
@@ -126,8 +126,17 @@ impl Master {
         Vec::new()
     }
 
+    /// Host `host`'s daemon loop turns, as it last reported them (the
+    /// server sets the master's own).
+    pub fn note_turns(&mut self, host: &str, turns: LoopTurns) {
+        if self.hosts.contains_key(host) {
+            self.turns.insert(host.to_string(), turns);
+        }
+    }
+
     /// `mig stats`: switch lateness per host and overall, cross-host skew
-    /// for the same boundary, time lost to switching.
+    /// for the same boundary, time lost to switching, each host's loop
+    /// turns (the master's first, then live hosts').
     pub(super) fn stats(&self) -> StatsInfo {
         fn pcts(mut v: Vec<f64>) -> [f64; 3] {
             if v.is_empty() {
@@ -189,7 +198,19 @@ impl Master {
                 ms(hi - lo)
             })
             .collect();
+        let mut loop_turns: Vec<HostTurns> = self
+            .turns
+            .iter()
+            .filter(|(h, _)| self.is_alive(h))
+            .map(|(h, t)| HostTurns {
+                host: h.clone(),
+                master: *h == self.name,
+                turns: t.clone(),
+            })
+            .collect();
+        loop_turns.sort_by_key(|t| !t.master);
         StatsInfo {
+            loop_turns,
             quantum_ms: ms(self.quantum_ns),
             slots: self.sched.map().columns().len() as u32,
             boundaries: skews.len() as u64,

@@ -872,6 +872,7 @@ fn a_copy_no_other_host_can_keep_fails_the_checkpoint_and_the_job_goes_on() {
             io_busy: None,
             state_free_mb: Some(6),
             state_full: true,
+            turns: Default::default(),
         }),
     );
     let out =
@@ -1888,6 +1889,7 @@ fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
             io_busy: None,
             state_free_mb: None,
             state_full: false,
+            turns: Default::default(),
         }),
     );
     let out = tick_through(&mut c.m, c.t0, 2);

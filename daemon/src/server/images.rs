@@ -403,6 +403,7 @@ impl Daemon {
             io_busy: self.io_meter.read(),
             state_free_mb,
             state_full,
+            turns: self.turns.report(Instant::now()),
         };
         self.report(PeerMsg::Usage(usage));
     }

@@ -6,10 +6,10 @@
 //! between daemons (opened on the first message for a host), each VP's
 //! socket, moving messages between VPs with flow control (a receiver that
 //! falls behind pauses its senders: no unbounded buffering), heartbeats,
-//! signals (SIGCHLD reaps, SIGTERM/SIGINT stop), and delivering the master's
-//! `Out`s. What does not: the master's decisions (`master`), where a message
-//! goes (`route`), process handling details (`host`), the scheduler
-//! (`sched`).
+//! signals (SIGCHLD reaps, SIGTERM/SIGINT stop), delivering the master's
+//! `Out`s, and timing each turn of the loop (`crate::turns`). What does
+//! not: the master's decisions (`master`), where a message goes (`route`),
+//! process handling details (`host`), the scheduler (`sched`).
 
 mod attach;
 mod control;
@@ -71,6 +71,7 @@ use crate::slicer::{Plan, Slicer};
 use crate::state_dir::StateDir;
 use crate::store::Store;
 use crate::switcher::{wall_ns, Armed, Switcher};
+use crate::turns::{self, Turns};
 use crate::{debug, warn};
 use libmig::msg::SnapStep;
 use libmig::payload::FD_PAYLOAD;
@@ -124,6 +125,9 @@ const WAITER_STALL: Duration = Duration::from_secs(1);
 const WAITER_MAX: usize = 256 << 20;
 /// A connection that has not finished the handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A turn of the loop this long is logged: half the shortest election
+/// timeout of the voters, a fifth of the default lease.
+const LONG_TURN: Duration = Duration::from_millis(250);
 
 /// Why the daemon could not start or stopped on an error.
 #[derive(Debug, Error)]
@@ -259,6 +263,12 @@ pub struct Daemon {
     copies_out: HashMap<libmig::msg::ImageId, crate::keeper::Reader>,
     /// How full the state directory is.
     disk: crate::disk::DiskWatch,
+    /// How long the loop's turns take, and when this one began (its poll
+    /// returned).
+    turns: Turns,
+    turn_began: Option<Instant>,
+    /// When a long turn was last logged.
+    long_turn_logged: Option<Instant>,
 }
 
 /// Raise this process's soft limit of open files to its hard limit.
@@ -455,6 +465,9 @@ impl Daemon {
             copies_in: HashMap::new(),
             copies_out: HashMap::new(),
             disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
+            turns: Turns::default(),
+            turn_began: None,
+            long_turn_logged: None,
             cfg,
         };
         match d.cfg.join {
@@ -567,8 +580,9 @@ impl Daemon {
             let timeout = timeout
                 .min(self.failover.due_in())
                 .min(self.attach.due_in());
+            self.end_turn();
             match self.poll.poll(&mut events, Some(timeout)) {
-                Ok(()) => {}
+                Ok(()) => self.turn_began = Some(Instant::now()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     return Err(DaemonError::Io {
@@ -669,6 +683,29 @@ impl Daemon {
         }
     }
 
+    /// The loop is about to wait: the turn since its last wait is counted,
+    /// and one long enough to matter is logged (at most every `WINDOW`).
+    fn end_turn(&mut self) {
+        let Some(began) = self.turn_began.take() else {
+            return;
+        };
+        let now = Instant::now();
+        let took = now.saturating_duration_since(began);
+        self.turns.record(took, now);
+        if took >= LONG_TURN
+            && self
+                .long_turn_logged
+                .is_none_or(|t| now.saturating_duration_since(t) >= turns::WINDOW)
+        {
+            self.long_turn_logged = Some(now);
+            warn!(
+                "a turn of the loop took {} ms (the longest since start: {} ms)",
+                took.as_millis(),
+                self.turns.report(now).longest_us / 1000
+            );
+        }
+    }
+
     pub(super) fn tick(&mut self) {
         if !self.state.still_there() && self.halting.is_none() {
             log!(
@@ -724,6 +761,8 @@ impl Daemon {
         self.excuse_silence_if_cut_off();
         self.announce_again();
         if let Some(m) = self.role.master() {
+            // The master's own turns, as they are now.
+            m.note_turns(&self.facts.name, self.turns.report(Instant::now()));
             // What was kept for hosts given up since is not sent.
             self.unsent_to.retain(|h, _| m.is_alive(h));
             let out = m.tick(Instant::now(), self.cfg.dead_after);

@@ -335,6 +335,40 @@ pub struct StatsInfo {
     pub skew_ms: [f64; 3],
     /// Boundaries compared for the skew.
     pub boundaries: u64,
+    /// How long each host's daemon loop takes a turn, the master first.
+    pub loop_turns: Vec<HostTurns>,
+}
+
+/// How long a daemon's loop turns take: its work between two waits on the
+/// poll, during which it answers no one (heartbeats, leases, the voters'
+/// consensus wait). Durations in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopTurns {
+    /// The longest turn since the daemon started.
+    pub longest_us: u64,
+    /// Turns since the daemon started.
+    pub turns: u64,
+    /// The recent window the next three cover (seconds; the figures cover
+    /// between half of it and all of it).
+    pub window_s: u32,
+    /// The longest turn in the window.
+    pub window_longest_us: u64,
+    /// The turn 99% of the window's turns took no longer than (within a
+    /// quarter of itself).
+    pub window_p99_us: u64,
+    /// Turns in the window.
+    pub window_turns: u64,
+}
+
+/// One host's loop turns, as its daemon last reported them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostTurns {
+    /// The host.
+    pub host: String,
+    /// Is it the master?
+    pub master: bool,
+    /// Its figures.
+    pub turns: LoopTurns,
 }
 
 /// One host's recent slot switches (`Request::Timeline`).

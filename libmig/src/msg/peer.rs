@@ -671,6 +671,8 @@ pub struct HostUsage {
     /// Its state directory is full: an image could not be written there
     /// for lack of space (ENOSPC, EDQUOT), and no room was made since.
     pub state_full: bool,
+    /// How long its daemon's loop turns take (`mig stats`).
+    pub turns: LoopTurns,
 }
 
 /// A host's owner monitor: its state and every source.
