@@ -344,8 +344,15 @@ impl Conn {
 
     /// Queue bytes and write what the socket takes now.
     pub fn send(&mut self, bytes: &[u8], registry: &Registry, token: Token) -> io::Result<()> {
+        self.queue(bytes);
+        self.flush(registry, token)
+    }
+
+    /// Queue bytes to write at the next `flush` (small frames are joined,
+    /// so a burst of them costs one write and one seal).
+    pub fn queue(&mut self, bytes: &[u8]) {
         if self.broken {
-            return Ok(());
+            return;
         }
         if self.flushed() {
             self.progressed = Instant::now();
@@ -362,7 +369,6 @@ impl Conn {
             }),
         }
         self.out_len += bytes.len();
-        self.flush(registry, token)
     }
 
     /// Queue a frame's head and its payload (kept as it is: bytes, or a

@@ -6,6 +6,7 @@
 //! method returns the `Out`s the server must deliver, so it is tested without
 //! sockets. What does not: sockets, processes, clocks (`now` is passed in).
 
+mod batch;
 mod calls;
 mod checkpoints;
 mod choice;
@@ -25,6 +26,7 @@ mod tokens;
 mod users;
 mod voters;
 
+pub use batch::join_directories;
 use calls::notice_to;
 use records::{
     not_replicated, Ckpt, Generation, HostRec, JobRec, PendingRestart, Round, VpRec, VpState,

@@ -36,9 +36,10 @@ pub(super) struct Failover {
     /// proposal, and the `Out`s waiting for it to commit.
     exported: Vec<u8>,
     proposed: u64,
-    held: VecDeque<(u64, Vec<Out>)>,
-    /// On the master: the `Out`s decided this turn of the loop, whose
-    /// state is proposed once, when the turn ends (`propose_turn`).
+    held: VecDeque<(u64, VecDeque<Out>)>,
+    /// On the master: the `Out`s decided since the last proposal, whose
+    /// state is proposed once, when a turn ends with no proposal under way
+    /// (`propose_turn`).
     this_turn: Vec<Out>,
     /// The term of the master this host follows.
     term: u64,
@@ -73,9 +74,10 @@ const REDIAL_AFTER: Duration = Duration::from_secs(1);
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
 
 /// Most time one turn of the loop spends carrying out committed decisions,
-/// and how many it takes at a time between looks at the clock.
+/// and how many it takes at a time between looks at the clock (few: one
+/// may start a VP on this host, a millisecond or more each).
 const RELEASE_TIME: Duration = Duration::from_millis(20);
-const RELEASE_CHUNK: usize = 256;
+const RELEASE_CHUNK: usize = 16;
 /// Most decisions the master holds (committed or not) before it reads its
 /// workers' news again.
 const HELD_MAX: usize = 20_000;
@@ -393,7 +395,7 @@ impl Daemon {
                 // its own users hear so.
                 let this_turn = std::mem::take(&mut self.failover.this_turn);
                 let held = std::mem::take(&mut self.failover.held);
-                for outs in held.into_iter().map(|(_, o)| o).chain([this_turn]) {
+                for outs in held.into_iter().map(|(_, o)| o).chain([this_turn.into()]) {
                     for o in outs {
                         if let Out::Reply(Requester::Local(t), _) = o {
                             self.send_resp(
@@ -726,8 +728,8 @@ impl Daemon {
 
     /// On the master: `outs` go once the state that decided them is
     /// committed (at once with one voter). That state is looked at and
-    /// proposed once a turn of the loop, however many decisions the turn
-    /// made (`propose_turn`): serializing the whole state for each of a
+    /// proposed at most once a turn of the loop, however many decisions
+    /// the turn made (`propose_turn`): serializing the whole state for each of a
     /// burst of 300,000 output lines kept one turn busy for seconds, and
     /// the voters elected another master meanwhile. Elsewhere: at once.
     pub(super) fn deliver(&mut self, outs: Vec<Out>) {
@@ -741,17 +743,22 @@ impl Daemon {
     }
 
     /// The turn of the loop ends: the master's state, if it changed, is
-    /// proposed, and what the turn decided waits for it to commit.
+    /// proposed, and what the turn decided waits for it to commit. One
+    /// proposal is under way at a time: while the last is not committed,
+    /// the decisions of the turns since wait for the next, which carries
+    /// all their changes at once (each proposal is the whole state, sent
+    /// to every voter: one a turn, with 10,000 VPs a megabyte each, was
+    /// more than the voters could take and the master could send).
     pub(super) fn propose_turn(&mut self) {
-        if self.failover.this_turn.is_empty() {
+        if self.failover.this_turn.is_empty() || self.proposal_under_way() {
             // Committed decisions left over from a turn that had its share.
             return self.release_held();
         }
-        let outs = std::mem::take(&mut self.failover.this_turn);
+        let outs = crate::master::join_directories(std::mem::take(&mut self.failover.this_turn));
         let Some(index) = self.replicate() else {
             return self.carry_out(outs);
         };
-        self.failover.held.push_back((index, outs));
+        self.failover.held.push_back((index, outs.into()));
         self.release_held();
     }
 
@@ -785,18 +792,26 @@ impl Daemon {
             None => return,
         };
         let began = Instant::now();
+        let corked = self.cork();
+        let mut copies = Vec::new();
         while began.elapsed() < RELEASE_TIME {
             let Some((i, outs)) = self.failover.held.front_mut() else {
-                return;
+                break;
             };
             if *i > committed {
-                return;
+                break;
             }
             let chunk: Vec<Out> = outs.drain(..outs.len().min(RELEASE_CHUNK)).collect();
             if outs.is_empty() {
                 self.failover.held.pop_front();
             }
-            self.carry_out(chunk);
+            for o in chunk {
+                self.carry_out_one(o, &mut copies);
+            }
+        }
+        self.keep_job_files(copies, true);
+        if corked {
+            self.uncork();
         }
     }
 
@@ -809,7 +824,22 @@ impl Daemon {
             .iter()
             .map(|(_, o)| o.len())
             .sum::<usize>()
+            + self.failover.this_turn.len()
             > HELD_MAX
+    }
+
+    /// Is the master's last proposal still to be committed?
+    fn proposal_under_way(&self) -> bool {
+        self.failover
+            .consensus
+            .as_ref()
+            .is_some_and(|c| c.leads() && self.failover.proposed > c.committed())
+    }
+
+    /// Has the master decisions to propose, and nothing under way (the
+    /// loop does not sleep then)?
+    pub(super) fn proposable(&self) -> bool {
+        !self.failover.this_turn.is_empty() && !self.proposal_under_way()
     }
 
     /// Are committed `Out`s waiting to be carried out?

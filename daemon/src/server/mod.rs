@@ -103,6 +103,9 @@ const WAKE: Token = Token(3);
 const FIRST: usize = 16;
 /// Most bytes read from one connection in one turn of the loop.
 const READ_BUDGET: usize = 16 << 20;
+/// Most time spent on all connections' messages in one turn of the loop
+/// (those left wait for the next turn, and are served first then).
+const READS_TURN: Duration = Duration::from_millis(20);
 /// Most time spent on one connection's messages in one turn of the loop:
 /// a stream of small messages (a job printing 100,000 lines a second)
 /// is within the byte budget for hundreds of thousands of them, and the
@@ -202,6 +205,8 @@ pub struct Daemon {
     flow: Flow,
     /// Connections that had their share of a turn with more to read.
     read_again: std::collections::HashSet<Token>,
+    /// Until when this turn reads connections (`READS_TURN`).
+    reads_until: Instant,
     /// VP output pipes that had their share of a turn with more to read.
     pipes_again: std::collections::HashSet<Token>,
     /// What is left this turn of `PIPES_TURN`.
@@ -263,6 +268,10 @@ pub struct Daemon {
     copies_out: HashMap<libmig::msg::ImageId, crate::keeper::Reader>,
     /// How full the state directory is.
     disk: crate::disk::DiskWatch,
+    /// While the master's decisions are carried out: the connections
+    /// written to, whose bytes are queued and written once at the end
+    /// (`Daemon::cork`), not a system call per message.
+    corked: Option<std::collections::HashSet<Token>>,
     /// How long the loop's turns take, and when this one began (its poll
     /// returned).
     turns: Turns,
@@ -439,6 +448,7 @@ impl Daemon {
             vp_conns: HashMap::new(),
             flow: Flow::default(),
             read_again: Default::default(),
+            reads_until: Instant::now(),
             pipes_again: Default::default(),
             pipe_budget: PIPES_TURN,
             write_again: Default::default(),
@@ -465,6 +475,7 @@ impl Daemon {
             copies_in: HashMap::new(),
             copies_out: HashMap::new(),
             disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
+            corked: None,
             turns: Turns::default(),
             turn_began: None,
             long_turn_logged: None,
@@ -570,6 +581,7 @@ impl Daemon {
                 || !self.pipes_again.is_empty()
                 || self.releasable()
                 || self.outbound_ready()
+                || self.proposable()
             {
                 Duration::ZERO
             } else if self.halting.is_some() {
@@ -598,6 +610,13 @@ impl Daemon {
             // more this turn (after any that are ready anyway).
             let pipes_due = std::mem::take(&mut self.pipes_again);
             self.pipe_budget = PIPES_TURN;
+            // Connections that had their share last turn go on first: a
+            // turn with more to read than `READS_TURN` leaves the rest for
+            // the next, and none waits for ever behind new ones.
+            self.reads_until = Instant::now() + READS_TURN;
+            for t in std::mem::take(&mut self.read_again) {
+                self.conn_ready(t, true);
+            }
             for ev in events.iter() {
                 match ev.token() {
                     TCP => self.accept(true),
@@ -622,10 +641,7 @@ impl Daemon {
                     }
                 }
             }
-            // Connections and pipes that had their share last turn go on.
-            for t in std::mem::take(&mut self.read_again) {
-                self.conn_ready(t, true);
-            }
+            // Pipes that had their share last turn go on.
             for t in pipes_due {
                 if !self.pipes_again.contains(&t) {
                     self.pipe_ready(t);

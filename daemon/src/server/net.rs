@@ -504,9 +504,12 @@ impl Daemon {
             return;
         }
         let mut budget = READ_BUDGET;
-        let began = Instant::now();
+        // Its share of the turn, within what the turn has left for all.
+        let until = (Instant::now() + READ_TIME).min(self.reads_until);
         loop {
-            self.drain_buffered(t);
+            if !self.drain_buffered(t, until) {
+                return;
+            }
             let Some(c) = self.conns.get_mut(&t) else {
                 return;
             };
@@ -516,7 +519,7 @@ impl Daemon {
             if c.fds.len() > 64 {
                 return self.refuse(t, "descriptors passed without their messages");
             }
-            if budget == 0 || began.elapsed() >= READ_TIME {
+            if budget == 0 || Instant::now() >= until {
                 self.read_again.insert(t);
                 return;
             }
@@ -524,11 +527,12 @@ impl Daemon {
                 ReadOutcome::Full(n) => budget = budget.saturating_sub(n.max(1)),
                 ReadOutcome::Short(n) if hup => budget = budget.saturating_sub(n.max(1)),
                 ReadOutcome::Short(_) | ReadOutcome::Empty => {
-                    self.drain_buffered(t);
+                    self.drain_buffered(t, until);
                     return;
                 }
                 ReadOutcome::Closed => {
-                    self.drain_buffered(t);
+                    // (To the end: nothing its peer said before is lost.)
+                    self.drain_buffered(t, Instant::now() + Duration::from_secs(3600));
                     let why = self
                         .conns
                         .get_mut(&t)
@@ -541,14 +545,17 @@ impl Daemon {
         }
     }
 
-    /// Handle the frames a connection has buffered, without reading.
-    pub(super) fn drain_buffered(&mut self, t: Token) {
+    /// Handle the frames a connection has buffered, without reading, until
+    /// `until`: those left then wait for the next turn (a burst of a
+    /// thousand VPs' starts is not all carried out in one). Were they all
+    /// handled?
+    pub(super) fn drain_buffered(&mut self, t: Token, until: Instant) -> bool {
         loop {
             let Some(c) = self.conns.get_mut(&t) else {
-                return;
+                return false;
             };
             if c.paused || c.closing {
-                return;
+                return false;
             }
             let kind = c.kind.clone();
             let res = match kind {
@@ -566,11 +573,15 @@ impl Daemon {
                     .map(|f| f.map(|(msg, payload)| self.peer_msg(t, kind, msg, payload))),
             };
             match res {
+                Ok(Some(())) if Instant::now() >= until => {
+                    self.read_again.insert(t);
+                    return false;
+                }
                 Ok(Some(())) => {}
-                Ok(None) => return,
+                Ok(None) => return true,
                 Err(e) => {
                     self.refuse(t, &e.to_string());
-                    return;
+                    return false;
                 }
             }
         }
@@ -640,6 +651,13 @@ impl Daemon {
     }
 
     pub(super) fn send_bytes(&mut self, t: Token, bytes: &[u8]) {
+        if let Some(corked) = &mut self.corked {
+            if let Some(c) = self.conns.get_mut(&t) {
+                c.queue(bytes);
+                corked.insert(t);
+            }
+            return;
+        }
         let failed = match self.conns.get_mut(&t) {
             Some(c) => c.send(bytes, self.poll.registry(), t).err(),
             None => None,

@@ -324,13 +324,52 @@ impl Daemon {
         }
     }
 
+    /// From now until `uncork`, messages to other daemons, VPs and control
+    /// clients are queued, not written: a burst of decisions (a spawn of a
+    /// thousand VPs tells every host where each VP is) costs a write per
+    /// connection, not a system call (and a wake-up of its reader) per
+    /// message. Was it not corked already (the caller then uncorks)?
+    pub(super) fn cork(&mut self) -> bool {
+        if self.corked.is_some() {
+            return false;
+        }
+        self.corked = Some(Default::default());
+        true
+    }
+
+    /// Write what was queued since `cork`, on each connection once.
+    pub(super) fn uncork(&mut self) {
+        for t in self.corked.take().unwrap_or_default() {
+            let failed = match self.conns.get_mut(&t) {
+                Some(c) => c.flush(self.poll.registry(), t).err(),
+                None => continue,
+            };
+            if let Some(e) = failed {
+                self.write_failed(t, &e);
+            }
+            self.maybe_resume(t);
+        }
+    }
+
     /// Carry out the master's `Out`s (see `deliver`: on the master, once
     /// the state that decided them is committed).
     pub(super) fn carry_out(&mut self, outs: Vec<Out>) {
+        let corked = self.cork();
         // Changes to the job files, copied to the other voters together.
         let mut copies = Vec::new();
-        let mut gone = false;
-        for o in outs {
+        for o in crate::master::join_directories(outs) {
+            self.carry_out_one(o, &mut copies);
+        }
+        self.keep_job_files(copies, true);
+        if corked {
+            self.uncork();
+        }
+    }
+
+    /// Carry out one `Out`; changes to the job files are added to `copies`
+    /// (the caller keeps them, and copies them to the voters in one go).
+    pub(super) fn carry_out_one(&mut self, o: Out, copies: &mut Vec<JobFileCopy>) {
+        {
             match o {
                 // The master's own news, filtered as its module's.
                 Out::Log(l) => crate::log_at!(log::Level::Info, "migd::master", "{l}"),
@@ -368,8 +407,18 @@ impl Daemon {
                         .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
                         .map(|(t, _)| *t)
                         .collect();
-                    for t in workers {
-                        self.send_peer(t, &msg);
+                    // Encoded once for all.
+                    match frame::encode(&msg) {
+                        Ok(bytes) => {
+                            for t in workers {
+                                self.send_bytes(t, &bytes);
+                            }
+                        }
+                        Err(_) => {
+                            for t in workers {
+                                self.send_peer(t, &msg);
+                            }
+                        }
                     }
                     self.host_msg(msg);
                 }
@@ -381,10 +430,18 @@ impl Daemon {
                     tables,
                 } => self.send_tables(generation, slots, all, tables),
                 Out::Disconnect(host) => {
-                    gone = true;
                     if let Some(t) = self.host_token(&host) {
+                        // What was queued for it goes first, as it would
+                        // have uncorked.
+                        if let Some(c) = self.conns.get_mut(&t) {
+                            let _ = c.flush(self.poll.registry(), t);
+                        }
                         self.close(t, "given up for dead");
                     }
+                    // A voter's host given up is replaced now, not at the
+                    // next tick: until it is, one more voter lost stops the
+                    // master.
+                    self.change_voters();
                 }
                 Out::ToHost(host, msg) => {
                     if host == self.facts.name {
@@ -396,12 +453,6 @@ impl Daemon {
                     }
                 }
             }
-        }
-        self.keep_job_files(copies, true);
-        if gone {
-            // A voter's host given up is replaced now, not at the next
-            // tick: until it is, one more voter lost stops the master.
-            self.change_voters();
         }
     }
 
@@ -422,12 +473,7 @@ impl Daemon {
     pub(super) fn host_token(&self, host: &str) -> Option<Token> {
         self.conns
             .iter()
-            .find(|(_, c)| {
-                c.kind
-                    == Kind::Peer {
-                        host: Some(host.to_string()),
-                    }
-            })
+            .find(|(_, c)| matches!(&c.kind, Kind::Peer { host: Some(h) } if h == host))
             .map(|(t, _)| *t)
     }
 }

@@ -344,7 +344,9 @@ pub enum PeerMsg {
     Consensus {
         /// The sender's voter id.
         from: u64,
-        /// The raft message.
+        /// The raft message (bytes: read whole, not one at a time, for it
+        /// carries the master's state).
+        #[serde(with = "serde_bytes")]
         msg: Vec<u8>,
     },
     /// Master to a host: you are voter `id` now (start an empty log and
