@@ -251,6 +251,10 @@ impl LoadMeter {
     /// Measure at `now`; `vps` are the pids of this host's VPs. Returns the
     /// load in cores over the window, once two samples span part of it.
     pub fn poll(&mut self, now: Instant, vps: &[u32]) -> Option<f64> {
+        if self.scope == Scope::None {
+            // (Nothing to measure: not even the VPs' process trees.)
+            return None;
+        }
         let first = self.samples.is_empty();
         let mut ours_pids: Vec<u32> = vps.iter().flat_map(|&v| tree(v)).collect();
         ours_pids.sort_unstable();

@@ -329,6 +329,12 @@ impl Monitor {
         self.explicit_at = Some(now);
     }
 
+    /// Does the load source count (and so need the VPs' pids, whose load
+    /// is never the owner's)?
+    pub fn counts_load(&self) -> bool {
+        self.load.scope() != Scope::None
+    }
+
     /// Read every source and apply the policy; `vps` are the pids of this
     /// host's VPs (their load is never the owner's).
     pub fn poll(&mut self, now: Instant, vps: &[u32]) -> Vec<Change> {

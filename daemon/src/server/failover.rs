@@ -37,6 +37,9 @@ pub(super) struct Failover {
     exported: Vec<u8>,
     proposed: u64,
     held: VecDeque<(u64, VecDeque<Out>)>,
+    /// On the master: not before this is its state looked at again (see
+    /// `LOOK_SHARE`).
+    next_look: Instant,
     /// On the master: the `Out`s decided since the last proposal, whose
     /// state is proposed once, when a turn ends with no proposal under way
     /// (`propose_turn`).
@@ -82,6 +85,18 @@ const RELEASE_CHUNK: usize = 16;
 /// workers' news again.
 const HELD_MAX: usize = 20_000;
 
+/// The master looks at its whole state (serializes it, to propose it if it
+/// changed) for at most one part in `LOOK_SHARE` of its time, and proposes
+/// at most `PROPOSE_RATE` bytes a second to each voter: after a look that
+/// took `t` and found `b` bytes, the next is `LOOK_SHARE * t` or
+/// `b / PROPOSE_RATE` later at the earliest (never more than `LOOK_MAX`),
+/// and the decisions of the turns between go together. With 10,000 VPs a
+/// look takes a millisecond or more and finds 700 KB; hosts asking for
+/// their leases made one every turn.
+const LOOK_SHARE: u32 = 10;
+const PROPOSE_RATE: f64 = 32.0 * 1024.0 * 1024.0;
+const LOOK_MAX: Duration = Duration::from_millis(100);
+
 impl Failover {
     pub(super) fn new() -> Failover {
         Failover {
@@ -92,6 +107,7 @@ impl Failover {
             exported: Vec::new(),
             proposed: 0,
             held: VecDeque::new(),
+            next_look: Instant::now(),
             this_turn: Vec::new(),
             term: 0,
             masterless: None,
@@ -164,10 +180,22 @@ impl Failover {
         heard <= voters.len() / 2
     }
 
-    /// How long the loop may sleep before the consensus needs a tick.
+    /// On the master: is its last proposal still to be committed?
+    fn under_way(&self) -> bool {
+        self.consensus
+            .as_ref()
+            .is_some_and(|c| c.leads() && self.proposed > c.committed())
+    }
+
+    /// How long the loop may sleep before the consensus needs a tick, or
+    /// the master's decisions waiting to be proposed may go.
     pub(super) fn due_in(&self) -> Duration {
+        let look = match self.this_turn.is_empty() || self.under_way() {
+            true => Duration::MAX,
+            false => self.next_look.saturating_duration_since(Instant::now()),
+        };
         match self.consensus {
-            Some(_) => TICK.saturating_sub(self.last_tick.elapsed()),
+            Some(_) => TICK.saturating_sub(self.last_tick.elapsed()).min(look),
             None => Duration::MAX,
         }
     }
@@ -750,7 +778,7 @@ impl Daemon {
     /// to every voter: one a turn, with 10,000 VPs a megabyte each, was
     /// more than the voters could take and the master could send).
     pub(super) fn propose_turn(&mut self) {
-        if self.failover.this_turn.is_empty() || self.proposal_under_way() {
+        if !self.proposable() {
             // Committed decisions left over from a turn that had its share.
             return self.release_held();
         }
@@ -767,7 +795,11 @@ impl Daemon {
     fn replicate(&mut self) -> Option<u64> {
         let m = self.role.master()?;
         let c = self.failover.consensus.as_mut()?;
+        let began = Instant::now();
         let bytes = m.export();
+        let pace = (began.elapsed() * LOOK_SHARE)
+            .max(Duration::from_secs_f64(bytes.len() as f64 / PROPOSE_RATE));
+        self.failover.next_look = began + pace.min(LOOK_MAX);
         if bytes != self.failover.exported {
             match c.propose(bytes.clone()) {
                 Ok((index, said)) => {
@@ -828,18 +860,12 @@ impl Daemon {
             > HELD_MAX
     }
 
-    /// Is the master's last proposal still to be committed?
-    fn proposal_under_way(&self) -> bool {
-        self.failover
-            .consensus
-            .as_ref()
-            .is_some_and(|c| c.leads() && self.failover.proposed > c.committed())
-    }
-
-    /// Has the master decisions to propose, and nothing under way (the
-    /// loop does not sleep then)?
+    /// Has the master decisions to propose, nothing under way, and may it
+    /// look at its state now (the loop does not sleep then)?
     pub(super) fn proposable(&self) -> bool {
-        !self.failover.this_turn.is_empty() && !self.proposal_under_way()
+        !self.failover.this_turn.is_empty()
+            && !self.failover.under_way()
+            && Instant::now() >= self.failover.next_look
     }
 
     /// Are committed `Out`s waiting to be carried out?

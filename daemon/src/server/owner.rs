@@ -15,11 +15,14 @@ impl Daemon {
     /// is the master's id of a `mig owner reclaim|release` being answered.
     pub(super) fn owner_poll(&mut self, command: Option<u64>) {
         let now = Instant::now();
+        // (Every 50 ms, so only when the load counts: reading each VP's
+        // processes costs a few file reads a VP.)
+        let counts = self.owner.counts_load();
         let pids: Vec<u32> = self
             .vps
             .by_tid
             .values()
-            .filter(|v| v.exit.is_none())
+            .filter(|v| counts && v.exit.is_none())
             .flat_map(|v| {
                 let mut pids = v.cell.as_ref().map(|c| c.pids()).unwrap_or_default();
                 pids.push(v.pid);
