@@ -11,10 +11,12 @@
 //! announced, or the daemon stops. Attaching twice is harmless: the
 //! master takes the newest link for the host.
 //!
-//! Silence: the master answers every heartbeat, so a link on which the
-//! master has said nothing for `dead_after` (nor taken any of the bytes
-//! waiting for it) is cut by the worker itself (TCP would retransmit into
-//! a partition for minutes), and the worker attaches again.
+//! Silence: the master answers every heartbeat (and each heartbeat tells
+//! a worker whose news it has not all read yet that it is alive:
+//! `behind_but_alive`), so a link on which the master has said nothing
+//! for `dead_after` (nor taken any of the bytes waiting for it) is cut by
+//! the worker itself (TCP would retransmit into a partition for minutes),
+//! and the worker attaches again.
 //!
 //! What does not live here: who the master is (announcements and the
 //! voters, `failover`), the master's side of an attach (`peer`).

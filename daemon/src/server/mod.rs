@@ -776,6 +776,7 @@ impl Daemon {
         self.masterless_too_long();
         self.excuse_silence_if_cut_off();
         self.announce_again();
+        self.behind_but_alive();
         if let Some(m) = self.role.master() {
             // The master's own turns, as they are now.
             m.note_turns(&self.facts.name, self.turns.report(Instant::now()));

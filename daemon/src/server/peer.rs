@@ -208,6 +208,31 @@ impl Daemon {
         self.deliver(out);
     }
 
+    /// On the master, each heartbeat: a worker whose messages it has not
+    /// all read (left for the next turn, or not read while the master
+    /// carries out a backlog or while what they feed is full) hears a
+    /// heartbeat. The master answers a worker's heartbeat only once it
+    /// reads it, behind the worker's news: a flood of output kept that
+    /// answer more than `dead_after` behind, the worker took its silence
+    /// for a lost link and cut it, and the lines in flight were lost.
+    pub(super) fn behind_but_alive(&mut self) {
+        if !self.role.is_master() {
+            return;
+        }
+        let behind: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(t, c)| {
+                matches!(c.kind, Kind::Peer { host: Some(_) })
+                    && (c.paused || self.read_again.contains(t))
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for t in behind {
+            self.send_peer(t, &PeerMsg::Heartbeat);
+        }
+    }
+
     /// On a worker: a message from the master.
     pub(super) fn on_master_msg(&mut self, msg: PeerMsg) {
         self.attach.heard = Instant::now();
