@@ -256,6 +256,12 @@ impl Daemon {
                     if let (Some(cell), Some(c)) = (vp.cell.take(), &mut self.contain) {
                         c.retire(cell);
                     }
+                    // What it said before it ended counts first (its image
+                    // written: its end is then no exit), even when its
+                    // socket had had its share of the turn.
+                    if let Some(&t) = self.vp_conns.get(&tid) {
+                        self.read_out(t);
+                    }
                     self.report_if_done(tid);
                 }
                 None => self.old_process_done(pid, Some(status)),

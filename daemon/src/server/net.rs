@@ -9,6 +9,9 @@ use super::*;
 use libmig::handshake::{Answer, Client};
 use libmig::seal::Sealer;
 
+/// A share of a turn never used up: frames handled to the end.
+const NO_LIMIT: Duration = Duration::from_secs(3600);
+
 /// Connections not yet authenticated held at once, and from one address,
 /// besides `PER_MEMBER` for each host of the virtual machine (at that
 /// address): beyond, a new one is closed at once (a flood costs the daemon
@@ -530,17 +533,49 @@ impl Daemon {
                     self.drain_buffered(t, until);
                     return;
                 }
-                ReadOutcome::Closed => {
-                    // (To the end: nothing its peer said before is lost.)
-                    self.drain_buffered(t, Instant::now() + Duration::from_secs(3600));
-                    let why = self
-                        .conns
-                        .get_mut(&t)
-                        .and_then(|c| c.failed.take())
-                        .unwrap_or_else(|| "closed by peer".into());
-                    self.close(t, &why);
-                    return;
+                ReadOutcome::Closed => return self.closed_by_peer(t),
+            }
+        }
+    }
+
+    /// The peer of `t` closed it: what it said before is handled, to the
+    /// end (nothing is lost), and it is closed.
+    fn closed_by_peer(&mut self, t: Token) {
+        self.drain_buffered(t, Instant::now() + NO_LIMIT);
+        let why = self
+            .conns
+            .get_mut(&t)
+            .and_then(|c| c.failed.take())
+            .unwrap_or_else(|| "closed by peer".into());
+        self.close(t, &why);
+    }
+
+    /// Read and handle all that `t` has to say now (up to `READ_BUDGET`
+    /// bytes), whatever this turn's share: a VP whose process has ended
+    /// said its last words before its end (that its image is written,
+    /// say), and they count first.
+    pub(super) fn read_out(&mut self, t: Token) {
+        let mut budget = READ_BUDGET;
+        loop {
+            if !self.drain_buffered(t, Instant::now() + NO_LIMIT) {
+                return;
+            }
+            let Some(c) = self.conns.get_mut(&t) else {
+                return;
+            };
+            if c.paused || c.closing {
+                return;
+            }
+            if budget == 0 {
+                self.read_again.insert(t);
+                return;
+            }
+            match c.read_some() {
+                ReadOutcome::Full(n) | ReadOutcome::Short(n) => {
+                    budget = budget.saturating_sub(n.max(1))
                 }
+                ReadOutcome::Empty => return,
+                ReadOutcome::Closed => return self.closed_by_peer(t),
             }
         }
     }
