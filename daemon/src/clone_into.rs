@@ -181,4 +181,47 @@ mod tests {
         c.retire(cell);
         c.close();
     }
+
+    #[test]
+    fn a_child_born_in_a_frozen_cell_holds_its_parent_until_killed_unborn() {
+        let mut c = Containment::open("unborn", std::process::id()).expect("no cgroup here");
+        if c.flavour() == Flavour::V1 {
+            // (v1's freezer lets no kill through until it thaws.)
+            return c.close();
+        }
+        let cell = c.cell("t1").expect("cell");
+        let dir = cell.into_fd().expect("a v2 cell's directory");
+        crate::contain::freeze_tree(Flavour::V2, c.base(), true).expect("freeze");
+        // The clone returns only once its child has exec'd or ended: a
+        // frozen child does neither.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let starter = std::thread::spawn(move || {
+            let mut stack = vec![0u8; 64 * 1024];
+            // SAFETY: `sleeper` only execs; the stack lives until the
+            // clone returns.
+            let pid = unsafe { clone_into(dir, &mut stack, sleeper, std::ptr::null_mut()) };
+            let _ = tx.send(pid);
+        });
+        let mut killed = 0;
+        let mut got = None;
+        for _ in 0..500 {
+            killed += crate::contain::kill_unborn(c.base(), std::process::id() as i32);
+            if let Ok(r) = rx.recv_timeout(std::time::Duration::from_millis(20)) {
+                got = Some(r);
+                break;
+            }
+        }
+        let pid = got
+            .expect("the clone returned once its frozen child was killed")
+            .expect("clone3 with CLONE_INTO_CGROUP (Linux 5.7)");
+        starter.join().expect("starter");
+        assert!(killed >= 1);
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL);
+        crate::contain::freeze_tree(Flavour::V2, c.base(), false).expect("thaw");
+        c.retire(cell);
+        c.close();
+    }
 }

@@ -127,6 +127,48 @@ fn procs(dir: &Path) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// In the frozen cells under `base` (v2), kill every process the daemon
+/// `daemon` started that has not exec'd yet (it still runs the daemon's
+/// own program, whose file this process runs too): the daemon waits for
+/// that exec (`CLONE_VFORK`) and, the child frozen, would wait for ever
+/// and never renew its lease. Killed, it ends even frozen, and the daemon
+/// hears that the VP could not start. How many were killed.
+pub fn kill_unborn(base: &Path, daemon: i32) -> usize {
+    let inode = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    };
+    let Some(own) = inode(Path::new("/proc/self/exe")) else {
+        return 0;
+    };
+    let mut dirs = vec![base.to_path_buf()];
+    if let Ok(entries) = fs::read_dir(base) {
+        dirs.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    let parent = |pid: i32| -> Option<i32> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // (The name, in parentheses, may hold spaces: fields follow its end.)
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let mut killed = 0;
+    for dir in dirs {
+        for pid in procs(&dir) {
+            let unborn = parent(pid) == Some(daemon)
+                && inode(&Path::new("/proc").join(pid.to_string()).join("exe")) == Some(own);
+            if unborn && nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+                killed += 1;
+            }
+        }
+    }
+    killed
+}
+
 fn write_file(path: &Path, what: &str) -> io::Result<()> {
     fs::OpenOptions::new()
         .write(true)

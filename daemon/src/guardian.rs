@@ -7,7 +7,10 @@
 //! first argument), so it runs when the daemon does not: stopped, paging,
 //! starved. When the deadline passes without a newer one, it freezes every
 //! VP cell at once (the cgroup freezer: independent of the signals that
-//! slice VPs); a later deadline thaws them. When the daemon ends, however
+//! slice VPs); a later deadline thaws them. While they are frozen, a VP
+//! the daemon was starting, caught between its clone and its exec, is
+//! killed (the daemon waits for that exec and would never renew the
+//! lease; `contain::kill_unborn`; cgroup v2 only). When the daemon ends, however
 //! (it watches the daemon's process as well as the pipe: a child caught
 //! between its clone and its exec holds the pipe too), it kills every VP
 //! and exits: nobody is left to look after them, and the master starts
@@ -28,6 +31,10 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::time::{clock_gettime, ClockId};
 
 use crate::contain::{self, Flavour};
+
+/// While the VPs are frozen, how often the guardian looks for one caught
+/// between its clone and its exec (ms).
+const UNBORN_EVERY_MS: u16 = 100;
 
 /// The first argument that makes migd a guardian.
 pub const ARG: &str = "--lease-guardian";
@@ -154,6 +161,7 @@ pub fn run(args: &[String]) -> ! {
         }
         _ => usage(),
     };
+    let daemon_pid = daemon;
     // The daemon's process, watched beside the pipe: one already gone
     // leaves nothing to guard.
     let daemon = match daemon.map(watch_process).transpose() {
@@ -187,9 +195,23 @@ pub fn run(args: &[String]) -> ! {
                 }
             }
         }
+        if frozen && flavour == Flavour::V2 {
+            if let Some(pid) = daemon_pid {
+                let n = contain::kill_unborn(&base, pid);
+                if n > 0 {
+                    crate::log!(
+                        "lease guardian: {n} VP(s) frozen before their exec were killed: their \
+                         daemon waited for them"
+                    );
+                }
+            }
+        }
         let wait = match deadline {
             Some(d) if !frozen => PollTimeout::try_from(((d - now.min(d)) / 1_000_000 + 1) as i64)
                 .unwrap_or(PollTimeout::MAX),
+            // Frozen: looked at again now and then for VPs caught before
+            // their exec (see `contain::kill_unborn`).
+            _ if frozen && daemon_pid.is_some() => PollTimeout::from(UNBORN_EVERY_MS),
             _ => PollTimeout::NONE,
         };
         let mut fds = vec![PollFd::new(input.as_fd(), PollFlags::POLLIN)];
