@@ -3,16 +3,23 @@
 //! the master's resident memory and its CPU at rest (and all the daemons'
 //! together), and after a SIGKILL of the master the time until every
 //! other host has attached to the new one (the last "following the new
-//! master" line in their logs).
+//! master" line in their logs). Before the kill, the master's loop under
+//! load, as `mig stats --json` shows its longest turn (polled while the
+//! work runs; each reading covers the last 5-10 s): `mig spawn -n 1024
+//! --wait -- /bin/true`, then a 256 MiB and a 1 GiB VP (`testvp hold`)
+//! checkpointed at once (`mig checkpoint` of both, each image written by
+//! its host and copied to another), with the elections each caused.
 //!
 //! Needs release binaries: `cargo build --release --workspace --bins`, then
 //! `cargo bench -p mig-tests --bench scale -- --bench` (IDLE_S=N: seconds
 //! the rest is measured over, 10 by default).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mig_tests::{command, ticks, wait_until};
+use mig_tests::{bin, command, ticks, wait_until};
 
 /// `mig ARGS` through the daemon whose state directory is `dir/hI`.
 fn mig(dir: &Path, i: usize, args: &[&str]) -> std::process::Output {
@@ -21,6 +28,37 @@ fn mig(dir: &Path, i: usize, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("mig")
+}
+
+/// `mig ARGS` through daemon `i`, given `limit`: did it succeed (`None`:
+/// it had not ended by then, and was killed)?
+fn mig_within(dir: &Path, i: usize, args: &[&str], limit: Duration) -> Option<bool> {
+    let mut c = command("mig")
+        .env("MIG_DAEMON", dir.join(format!("h{i}/control.sock")))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("mig");
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if let Ok(Some(status)) = c.try_wait() {
+            return Some(status.success());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    None
+}
+
+/// A table cell: how long, or how it failed.
+fn took(done: Option<bool>, secs: f64) -> String {
+    match done {
+        Some(true) => format!("{secs:.2}"),
+        Some(false) => format!("failed after {secs:.2}"),
+        None => format!("not done in {secs:.0}"),
+    }
 }
 
 /// `mig hosts --json` through daemon `i`.
@@ -55,6 +93,118 @@ fn stamp_ms(line: &str) -> Option<u64> {
     let mut p = hms.split(':').map(|x| x.parse::<u64>().ok());
     let (h, m, s) = (p.next()??, p.next()??, p.next()??);
     Some(((h * 60 + m) * 60 + s) * 1000 + ms.parse::<u64>().ok()?)
+}
+
+/// The longest loop turn (ms) of the master and of any host, in `mig
+/// stats --json` through daemon `i`.
+fn longest_turns(dir: &Path, i: usize) -> (f64, f64) {
+    let out = mig(dir, i, &["stats", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let mut got = (0.0f64, 0.0f64);
+    for h in v["loop_turns"].as_array().into_iter().flatten() {
+        let ms = h["turns"]["window_longest_us"].as_f64().unwrap_or(0.0) / 1e3;
+        if h["master"] == true {
+            got.0 = got.0.max(ms);
+        }
+        got.1 = got.1.max(ms);
+    }
+    got
+}
+
+/// `work`'s result, its time (s), and the longest loop turns (ms) of the
+/// master and of any host meanwhile: `mig stats` polled every 500 ms, and
+/// once more 2.5 s after (hosts report their turns every 2 s).
+fn watching_turns<T>(dir: &Path, i: usize, work: impl FnOnce() -> T) -> (T, f64, (f64, f64)) {
+    let done = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (dir, done) = (dir.to_path_buf(), done.clone());
+        std::thread::spawn(move || {
+            let mut most = (0.0f64, 0.0f64);
+            loop {
+                let last = done.load(Ordering::Relaxed);
+                let (m, a) = longest_turns(&dir, i);
+                most = (most.0.max(m), most.1.max(a));
+                if last {
+                    return most;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    let t = Instant::now();
+    let r = work();
+    let took = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(2500));
+    done.store(true, Ordering::Relaxed);
+    let most = poller.join().unwrap_or_default();
+    (r, took, most)
+}
+
+/// Elections so far in the daemons' logs.
+fn elections(dir: &Path, n: usize) -> usize {
+    (0..n)
+        .map(|i| {
+            std::fs::read_to_string(dir.join(format!("h{i}/migd.log")))
+                .unwrap_or_default()
+                .matches("elected master")
+                .count()
+        })
+        .sum()
+}
+
+/// The master's loop under load, through daemon `i` of `n`: a spawn of
+/// 1,024 VPs, then a 256 MiB and a 1 GiB VP checkpointed at once. Table
+/// cells: time, the master's and any host's longest turn, elections.
+fn under_load(d: &Path, i: usize, n: usize) -> String {
+    let before = elections(d, n);
+    let limit = Duration::from_secs(120);
+    let (done, spawn_s, spawn_turns) = watching_turns(d, i, || {
+        let spawn = ["spawn", "-n", "1024", "--wait", "--", "/bin/true"];
+        mig_within(d, i, &spawn, limit)
+    });
+    let spawn_elections = elections(d, n) - before;
+    let spawn = took(done, spawn_s);
+    // The spawn's turns out of the figures' window (10 s) before the next.
+    let spawned = Instant::now();
+    let testvp = bin("testvp").display().to_string();
+    let jobs: Vec<String> = ["256", "1024"]
+        .iter()
+        .map(|mib| {
+            let out = mig(d, i, &["spawn", "--", &testvp, "hold", mib]);
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        })
+        .collect();
+    let ready = wait_until(Duration::from_secs(120), || {
+        jobs.iter()
+            .all(|j| String::from_utf8_lossy(&mig(d, i, &["logs", j]).stdout).contains("ready"))
+    });
+    std::thread::sleep(Duration::from_secs(11).saturating_sub(spawned.elapsed()));
+    let before = elections(d, n);
+    let (done, ckpt_s, ckpt_turns) = watching_turns(d, i, || {
+        // Both at once.
+        let both: Vec<_> = jobs
+            .iter()
+            .map(|j| {
+                let dir = d.to_path_buf();
+                let j = j.clone();
+                std::thread::spawn(move || mig_within(&dir, i, &["checkpoint", &j], limit))
+            })
+            .collect();
+        let all: Vec<Option<bool>> = both.into_iter().map(|t| t.join().ok().flatten()).collect();
+        match all.iter().any(Option::is_none) {
+            true => None,
+            false => Some(ready && all.iter().all(|o| *o == Some(true))),
+        }
+    });
+    let ckpt_elections = elections(d, n) - before;
+    for j in &jobs {
+        let _ = mig(d, i, &["kill", j]);
+    }
+    let ckpt = took(done, ckpt_s);
+    format!(
+        "{spawn:>9} | {:>6.0} / {:>6.0} | {spawn_elections} | {ckpt:>9} | {:>6.0} / {:>6.0} | {ckpt_elections}",
+        spawn_turns.0, spawn_turns.1, ckpt_turns.0, ckpt_turns.1
+    )
 }
 
 fn one(n: usize, idle: Duration) {
@@ -100,6 +250,7 @@ fn one(n: usize, idle: Duration) {
         .map_or(0.0, |(_, c)| *c);
     let all_cpu: f64 = cpu.iter().sum();
     let rss = rss_mib(master);
+    let load = under_load(d, steady, n);
     // The failover.
     let killed_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -143,7 +294,7 @@ fn one(n: usize, idle: Duration) {
         })
         .count();
     println!(
-        "| {n:>5} | {up_s:>10.2} | {rss:>16.1} | {master_cpu:>22.1} | {all_cpu:>24.1} | {failover:>24} | {stopped:>7} |"
+        "| {n:>5} | {up_s:>10.2} | {rss:>16.1} | {master_cpu:>22.1} | {all_cpu:>24.1} | {load} | {failover:>24} | {stopped:>7} |"
     );
     let _ = mig(d, steady, &["halt"]);
     wait_until(Duration::from_secs(20), || {
@@ -162,9 +313,12 @@ fn main() {
         .collect();
     let idle = Duration::from_secs(mig_tests::env_num("IDLE_S", 10));
     println!(
-        "| hosts | mig up (s) | master RSS (MiB) | master CPU at rest (%) | all daemons at rest (%) | all re-attached after kill (s) | lost |"
+        "| hosts | mig up (s) | master RSS (MiB) | master CPU at rest (%) | all daemons at rest (%) \
+         | spawn 1024 (s) | longest turn (ms): master / any | elections \
+         | checkpoint 256 MiB + 1 GiB (s) | longest turn (ms): master / any | elections \
+         | all re-attached after kill (s) | lost |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for n in sizes {
         one(n, idle);
     }
