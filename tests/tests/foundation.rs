@@ -331,6 +331,83 @@ fn halt_leaves_no_process_behind() {
 }
 
 #[test]
+fn halt_with_nothing_running_says_so_and_succeeds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("h0/control.sock");
+    let out = command("mig")
+        .arg("halt")
+        .env("MIG_DAEMON", &sock)
+        .output()
+        .expect("mig halt");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("nothing to halt"), "{said}");
+    // The same after a machine halted: its sockets gone.
+    let mut vm = Vm::start(2);
+    vm.mig_ok(&["halt"]);
+    for i in 0..2 {
+        assert!(vm.wait(i, T).is_some(), "daemon {i} stops");
+    }
+    let again = vm.mig(&["halt", "--json"]);
+    assert!(again.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&again.stdout).expect("JSON");
+    assert_eq!(v["ok"], true);
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nothing to halt")),
+        "{v}"
+    );
+}
+
+#[test]
+fn with_the_daemon_it_aims_at_gone_mig_asks_another_of_the_same_machine_and_says_so() {
+    // The master's host dies (once three voters keep its state);
+    // MIG_DAEMON still names its socket.
+    let mut vm = Vm::start(3);
+    assert!(wait_until(T, || vm
+        .json(&["hosts"])
+        .as_array()
+        .is_some_and(|a| a
+            .iter()
+            .filter(|h| h["voter"] == true)
+            .count()
+            == 3)));
+    vm.signal(0, Signal::SIGKILL);
+    assert!(vm.wait(0, T).is_some());
+    let mut said = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let out = vm.mig(&["hosts", "--json"]);
+            said = String::from_utf8_lossy(&out.stderr).into_owned();
+            out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok_and(|h| {
+                    h.as_array()
+                        .is_some_and(|a| a.iter().any(|h| h["master"] == true))
+                })
+        }),
+        "{said}"
+    );
+    assert!(
+        said.contains("no daemon listens at") && said.contains("asking h1"),
+        "{said}"
+    );
+    // Halting goes through the same daemon: the whole machine stops.
+    let out = vm.mig(&["halt"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for i in 1..3 {
+        assert!(vm.wait(i, T).is_some(), "daemon {i} stops");
+    }
+    let out = vm.mig(&["halt"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to halt"));
+}
+
+#[test]
 fn a_daemon_whose_state_directory_is_removed_stops_and_leaves_nothing() {
     // As a script that ran `mig up --detach` and cleaned up its directory
     // would leave them: nothing could reach them any more.

@@ -16,8 +16,22 @@ pub struct Args {
     json: bool,
 }
 
-/// Run it: ask, then wait (up to 5 s) until the master's socket is gone.
+/// Run it: ask, then wait (up to 5 s) until the daemon's socket is gone.
+/// With no daemon there (nor another of its machine, see
+/// `Daemon::path`), there is nothing to halt: it says so and succeeds.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
+    if super::gone(daemon) {
+        let message = format!(
+            "no virtual machine runs at {}: nothing to halt",
+            daemon.display()
+        );
+        if a.json {
+            super::done(&message, true);
+        } else {
+            eprintln!("mig: {message}");
+        }
+        return Ok(());
+    }
     let Response::Ok { message } = super::call(daemon, &Request::Halt)? else {
         bail!("unexpected reply")
     };

@@ -45,20 +45,98 @@ pub struct Cli {
 /// `--daemon`, on the subcommands that talk to one.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Daemon {
-    /// Control socket of the daemon to talk to (a request not answered
-    /// within MIG_TIMEOUT_S seconds, default 60, fails naming it) [default:
-    /// the master of the virtual machine `mig up` started].
-    #[arg(long = "daemon", value_name = "SOCKET", env = "MIG_DAEMON")]
+    /// Control socket of the daemon to talk to [default: $MIG_DAEMON, else
+    /// the master of the virtual machine `mig up` started]. When no daemon
+    /// answers there and the socket is one host's of a `mig up` machine
+    /// (DIR/hK/control.sock), another live host of that machine is asked
+    /// (said on stderr). A request not answered within MIG_TIMEOUT_S
+    /// seconds (default 60) fails, naming the socket.
+    #[arg(long = "daemon", value_name = "SOCKET")]
     socket: Option<PathBuf>,
 }
 
 impl Daemon {
-    /// The socket to talk to.
-    pub fn path(&self) -> PathBuf {
+    /// The socket named: `--daemon`, else `MIG_DAEMON`, else the master of
+    /// the machine `mig up` started. (Not clap's `env`: a value from the
+    /// environment would then show in the usage line of every error, as if
+    /// the flag were required.)
+    fn named(&self) -> PathBuf {
         self.socket
             .clone()
+            .or_else(|| {
+                std::env::var_os("MIG_DAEMON")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
             .unwrap_or_else(|| up::default_dir().join("h0").join("control.sock"))
     }
+
+    /// The socket to talk to: the one named, or, when no daemon listens
+    /// there, a live daemon of the same virtual machine (see [`sibling`]),
+    /// which is said on stderr.
+    pub fn path(&self) -> PathBuf {
+        let named = self.named();
+        if !gone(&named) {
+            return named;
+        }
+        match sibling(&named) {
+            Some((host, other)) => {
+                eprintln!(
+                    "mig: no daemon listens at {}: asking {host} at {}, a daemon of the same \
+                     virtual machine",
+                    named.display(),
+                    other.display()
+                );
+                other
+            }
+            None => named,
+        }
+    }
+}
+
+/// Does no daemon listen at `sock` (no such socket, or nobody accepts on
+/// it)? A socket that refuses us for another reason (another user's) is
+/// not gone: the request then fails saying why.
+pub fn gone(sock: &std::path::Path) -> bool {
+    match std::os::unix::net::UnixStream::connect(sock) {
+        Ok(_) => false,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+        ),
+    }
+}
+
+/// Another host of the virtual machine whose host `sock` is: for a socket
+/// `DIR/hK/control.sock` in a machine directory (`DIR/cluster.key`, as
+/// `mig up` lays it out), the first other `DIR/hJ/control.sock` (by J) on
+/// which a daemon listens, with its host's name. Any daemon of a machine
+/// passes a request on to its master.
+fn sibling(sock: &std::path::Path) -> Option<(String, PathBuf)> {
+    let host_dir = sock.parent()?;
+    let dir = host_dir.parent()?;
+    let me = host_dir.file_name()?.to_str()?;
+    let number = |name: &str| name.strip_prefix('h')?.parse::<u64>().ok();
+    if sock.file_name()? != "control.sock" || number(me).is_none() {
+        return None;
+    }
+    if !dir.join("cluster.key").is_file() {
+        return None;
+    }
+    let mut hosts: Vec<(u64, String)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            Some((number(&name)?, name))
+        })
+        .filter(|(_, name)| name != me)
+        .collect();
+    hosts.sort();
+    hosts.into_iter().find_map(|(_, name)| {
+        let other = dir.join(&name).join("control.sock");
+        (!gone(&other)).then_some((name, other))
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -120,7 +198,8 @@ enum Command {
     /// Take a host out of the virtual machine: its VPs move off, then its
     /// daemon stops (PVM's `delete`).
     Delete(add::DeleteArgs),
-    /// Stop every daemon and VP of the virtual machine.
+    /// Stop every daemon and VP of the virtual machine (when none runs,
+    /// says so and succeeds).
     Halt(halt::Args),
     /// Join tokens: let a new machine join without copying the key file
     /// (token create|list|revoke; then `migd --join ADDR --token TOKEN`).
