@@ -212,12 +212,17 @@ fn with_default_settings_a_host_killed_before_any_checkpoint_ends_the_job_with_t
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!out.status.success(), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(libmig::msg::STATUS_LOST),
+        "the status of a job mig ended: {text}"
+    );
     assert!(
         text.contains("no checkpoint to go back to"),
         "{text}\n{}",
         vm.log(0)
     );
+    assert!(!text.contains("failed to start"), "{text}");
 }
 
 #[test]

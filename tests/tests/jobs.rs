@@ -587,3 +587,37 @@ fn a_job_that_asks_for_memory_runs_only_where_a_host_offers_it() {
     assert!(out.status.success());
     vm.mig_ok(&["kill", &job]);
 }
+
+#[test]
+fn a_vp_its_own_job_kills_is_no_failure_and_one_mig_kill_ends_is() {
+    let vm = Vm::start(2);
+    let never = vm.dir.path().join("never");
+    let testvp = mig_tests::bin("testvp");
+    let out = vm.mig(&[
+        "spawn",
+        "--wait",
+        "--",
+        testvp.to_str().expect("utf-8"),
+        "killkid",
+        never.to_str().expect("utf-8"),
+    ]);
+    let lines = job_lines(&out);
+    assert!(lines.iter().any(|l| l.contains("killed t")), "{lines:?}");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("signal"), "{}", stderr(&out));
+    let j1 = job_json(&vm, 0, "j1").expect("j1 in mig jobs");
+    assert_eq!(j1["status"], 0);
+    // A VP killed from outside its job is a failure, as before.
+    let job = vm.start_job(1, &testvp, &[std::path::Path::new("spin"), &never]);
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .json(&["ps"])
+        .as_array()
+        .is_some_and(|a| a.iter().any(|v| v["state"] == "running"))));
+    let tid = vm.json(&["ps"])[0]["tid"]
+        .as_str()
+        .expect("a Tid")
+        .to_string();
+    vm.mig_ok(&["kill", &tid]);
+    let out = job.wait_with_output().expect("spawn --wait");
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", stderr(&out));
+}

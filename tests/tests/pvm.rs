@@ -909,6 +909,26 @@ fn the_same_programs_print_what_they_print_under_pvm_itself() {
             );
         }
     }
+    // timing ends by killing its slave (pvm_kill) and exit(1): the same
+    // status, and nothing printed after its last line (the slave's end
+    // is no failure of the job: its own job killed it).
+    let (pvm_status, pvm_out) = System::Pvm(&pvm).run("timing", &[], "");
+    assert_eq!(pvm_out.lines().last(), Some("done"), "{pvm_out}");
+    for dir in [debian, ours.path()] {
+        let (mig_status, mig_out) = System::Mig(&vm, lib.path(), dir).run("timing", &[], "");
+        assert_eq!(
+            mig_out.lines().last(),
+            Some("done"),
+            "{}/timing\n{mig_out}",
+            dir.display()
+        );
+        assert_eq!(
+            mig_status,
+            pvm_status,
+            "{}/timing: {mig_out}",
+            dir.display()
+        );
+    }
     let (pvm_tickle, pvm_server) = System::Pvm(&pvm).message_handlers();
     assert!(
         pvm_server.contains("strings match <hello>"),

@@ -159,7 +159,9 @@ enum Command {
     Jobs(jobs::Args),
     /// Show one job in full (and its VPs while it runs).
     Show(jobs::ShowArgs),
-    /// Wait until a job ends (at once if it has) and exit with its status.
+    /// Wait until a job ends (at once if it has) and exit with its status
+    /// (as `mig spawn --wait` does: 75 when mig ended it because a VP was
+    /// lost with its host).
     Wait(wait::Args),
     /// Print the output the master kept for a job (up to 16 MiB of it, for
     /// running jobs and the last 1,000 ended); -f follows it until the job

@@ -17,8 +17,12 @@ pub struct Args {
     /// Number of VPs.
     #[arg(short = 'n', long = "vps", value_name = "N", default_value_t = 1)]
     n: u32,
-    /// Wait for the job: print its output and exit with its status
-    /// (0 if every VP exited 0, else the first failing VP's status).
+    /// Wait for the job: print its output and exit with its status: 0 if
+    /// every VP exited 0, else the first failing VP's (its exit code, or
+    /// 128 + the signal that killed it; 127: its program could not be
+    /// started; 75: mig ended the job, a VP lost with its host and no
+    /// checkpoint to go back to). A VP its own job killed (PVM's pvm_kill,
+    /// libmig's Vm::kill) is no failure.
     #[arg(long)]
     wait: bool,
     /// Set a variable for every VP (repeatable). PATH, HOME, USER, LANG,

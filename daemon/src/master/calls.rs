@@ -86,8 +86,9 @@ impl Master {
             ),
             VpCall::Kill { tid: victim } => match self.host_of(victim) {
                 Some(h) => {
-                    let mut out = vec![Out::ToHost(h, PeerMsg::Kill { tid: victim })];
+                    let mut out = vec![Out::ToHost(h.clone(), PeerMsg::Kill { tid: victim })];
                     out.extend(reply(VpRet::Done));
+                    out.extend(self.killed_by_its_job(&job, &h, victim, tid));
                     out
                 }
                 None => reply(VpRet::Error(format!("no running VP t{victim:x}"))),
@@ -248,6 +249,25 @@ impl Master {
 
     /// Why a VP of `job` may not act on VP `victim` (another user's, when
     /// the daemons are shared), if it may not.
+    /// VP `victim` on `host`, killed by VP `killer` of `job` (PVM's
+    /// `pvm_kill`, libmig's `Vm::kill`): when it is of the same job, the
+    /// job meant it to end, so it ends here and now with status 0, not as
+    /// a failure of the job (its host's report of the signal, later, is
+    /// stale). A VP of another job ends as killed, as by `mig kill`.
+    fn killed_by_its_job(&mut self, job: &str, host: &str, victim: Tid, killer: Tid) -> Vec<Out> {
+        let Some((_, vp)) = self.tids.get(&victim).filter(|(j, _)| j == job) else {
+            return Vec::new();
+        };
+        let cpu_ms = self
+            .jobs
+            .get(job)
+            .and_then(|j| j.vps.get(vp))
+            .and_then(|v| v.cpu_ms);
+        let mut status = ExitInfo::ended_by_mig(0, format!("killed by t{killer:x} of its job"));
+        status.cpu_ms = cpu_ms;
+        self.exited(host, victim, status)
+    }
+
     fn not_theirs(&self, job: &str, victim: Tid) -> Option<String> {
         let uid_of = |j: &str| self.jobs.get(j).and_then(|j| j.uid);
         let theirs = self.tids.get(&victim).map(|(j, _)| uid_of(j))?;

@@ -597,7 +597,8 @@ impl Master {
     }
 
     /// End `job` for `why` (it cannot go on): every VP's process is killed
-    /// and each VP ends with `why` as its error, so the job's status says it.
+    /// and each VP ends with `why` and status `STATUS_LOST`, which the
+    /// job's status then is.
     pub(super) fn end_job(&mut self, job: &str, why: &str) -> Vec<Out> {
         let Some(j) = self.jobs.get_mut(job).filter(|j| !j.killed) else {
             return Vec::new();
@@ -607,12 +608,7 @@ impl Master {
         out.extend(self.event(Event::JobExit {
             job: job.to_string(),
         }));
-        let status = ExitInfo {
-            code: None,
-            signal: None,
-            error: Some(why.to_string()),
-            cpu_ms: None,
-        };
+        let status = ExitInfo::ended_by_mig(libmig::msg::STATUS_LOST, why.to_string());
         let mut ended = Vec::new();
         if let Some(j) = self.jobs.get_mut(job) {
             for (&vp, v) in j.vps.iter_mut().filter(|(_, v)| !v.state.ended()) {

@@ -1301,6 +1301,58 @@ fn a_job_whose_vps_may_talk_that_loses_one_with_no_checkpoint_ends_with_the_reas
             if l.contains("ending job j1") && l.contains("no checkpoint to go back to"))),
         "{out:?}"
     );
+    // Its status says mig ended it, not "command not found".
+    assert!(
+        out.iter().any(|o| matches!(o, Out::History(i)
+            if i.status == Some(libmig::msg::STATUS_LOST))),
+        "{out:?}"
+    );
+}
+
+fn ended_with(out: &[Out]) -> Option<i32> {
+    out.iter().find_map(|o| match o {
+        Out::History(i) => i.status,
+        _ => None,
+    })
+}
+
+fn killed() -> ExitInfo {
+    ExitInfo {
+        code: None,
+        signal: Some(libc::SIGKILL),
+        error: None,
+        cpu_ms: None,
+    }
+}
+
+fn exit_0() -> ExitInfo {
+    ExitInfo {
+        code: Some(0),
+        signal: None,
+        error: None,
+        cpu_ms: None,
+    }
+}
+
+#[test]
+fn a_vp_its_own_job_kills_is_no_failure_of_the_job_and_one_of_another_job_is() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_plain_job(2);
+    let ((ha, a), (hb, b)) = (placed[0].clone(), placed[1].clone());
+    // PVM's pvm_kill: VP a kills VP b of its own job.
+    let out = c.m.vp_call(&ha, a, 1, VpCall::Kill { tid: b });
+    assert!(kills(&out).contains(&(hb.clone(), b)), "{out:?}");
+    // Its host's report of the signal comes after, and changes nothing.
+    assert!(ended_with(&c.m.exited(&hb, b, killed())).is_none());
+    assert_eq!(ended_with(&c.m.exited(&ha, a, exit_0())), Some(0));
+    // A VP of another job killed so is killed, as by `mig kill`.
+    let first = c.running_plain_job(1)[0].clone();
+    let second = c.running_plain_job(1)[0].clone();
+    c.m.vp_call(&first.0, first.1, 2, VpCall::Kill { tid: second.1 });
+    assert_eq!(
+        ended_with(&c.m.exited(&second.0, second.1, killed())),
+        Some(128 + libc::SIGKILL)
+    );
 }
 
 #[test]

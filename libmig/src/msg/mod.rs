@@ -94,8 +94,28 @@ pub struct ExitInfo {
     pub cpu_ms: Option<u64>,
 }
 
+/// The exit status of a job mig ended because it could not go on
+/// consistently: a VP was lost (with its host, or on its way between two)
+/// and the job had no checkpoint to go back to, or its checkpoint could not
+/// be restored. 75 is `EX_TEMPFAIL` of `sysexits.h`: running it again may
+/// succeed. (127, the shell's "command not found", stays for a VP whose
+/// program could not be started.)
+pub const STATUS_LOST: i32 = 75;
+
 impl ExitInfo {
-    /// A shell-style status: the code, 128 + signal, or 127 when it never ran.
+    /// A VP that mig ended itself, with exit status `status`; `why` says
+    /// how (shown as the VP's end).
+    pub fn ended_by_mig(status: i32, why: String) -> ExitInfo {
+        ExitInfo {
+            code: Some(status),
+            signal: None,
+            error: Some(why),
+            cpu_ms: None,
+        }
+    }
+
+    /// A shell-style status: the code, 128 + signal, or 127 when it never
+    /// ran. (A VP mig ended has its code: [`ExitInfo::ended_by_mig`].)
     pub fn status(&self) -> i32 {
         match (self.code, self.signal, &self.error) {
             (Some(c), _, _) => c,
@@ -108,6 +128,7 @@ impl ExitInfo {
 impl std::fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.code, self.signal, &self.error) {
+            (Some(_), _, Some(e)) => write!(f, "{e}"),
             (_, _, Some(e)) => write!(f, "failed to start: {e}"),
             (Some(c), _, _) => write!(f, "exit {c}"),
             (None, Some(s), _) => write!(f, "killed by signal {s}"),

@@ -653,6 +653,17 @@ fn main() {
     }
     let mut vm = ok(Vm::init());
     match mode {
+        "killkid" => {
+            // Spawn a child that spins until FILE exists (never), let it
+            // run a moment, kill it (libmig's `Vm::kill`, PVM's
+            // `pvm_kill`), and end well.
+            let stop = args.get(2).cloned().unwrap_or_default();
+            let me = std::env::args().next().unwrap_or_default();
+            let child = ok(vm.spawn(&me, &["spin", &stop], 1))[0];
+            std::thread::sleep(Duration::from_millis(300));
+            ok(vm.kill(child));
+            println!("killed t{child:x}");
+        }
         "fifo" => fifo(&mut vm, num(200)),
         "select" => select(&mut vm, num(500)),
         "notify" => notify(&mut vm),
