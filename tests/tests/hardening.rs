@@ -324,6 +324,14 @@ fn a_join_token_joins_once_and_is_refused_after_expiry_or_revocation() {
     let mut vm = Vm::start(1);
     let master = vm.addr.clone();
     let key = std::fs::read_to_string(vm.key()).expect("key");
+    // Made as text, it says the command to run on the new machine, with
+    // the master's real address.
+    let out = vm.mig_ok(&["token", "create"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("migd --join {master} --token mig-")),
+        "{said}"
+    );
     // A token joins a new daemon that has no key: it is given the key.
     let t = new_token(&vm, "60");
     let h1 = join_with_token(&mut vm, 1, &master, &t).expect("joined");

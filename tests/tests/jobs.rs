@@ -571,17 +571,20 @@ fn a_job_that_asks_for_memory_runs_only_where_a_host_offers_it() {
         stderr(&out)
     );
     // More than any host offers: refused at once.
-    let out = vm.mig(&["spawn", "--mem", "16G", "--", "/bin/true"]);
+    let out = vm.mig(&["spawn", "--mem", "16GB", "--", "/bin/true"]);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("no host offers 16384 MB of memory a VP: the most is 8000 MB, on h1"),
         "{}",
         stderr(&out)
     );
-    assert!(!vm
-        .mig(&["spawn", "--mem", "lots", "--", "/bin/true"])
-        .status
-        .success());
+    let out = vm.mig(&["spawn", "--mem", "lots", "--", "/bin/true"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("a unit K, M, G or T"),
+        "says what it takes: {}",
+        stderr(&out)
+    );
     // A job that asks for nothing goes anywhere.
     let out = vm.mig_ok(&["spawn", "-n", "2", "--wait", "--", "/bin/true"]);
     assert!(out.status.success());

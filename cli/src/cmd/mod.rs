@@ -314,3 +314,15 @@ fn master_changing(message: &str) -> bool {
     message.contains("stopped being the master before its answer was safe")
         || message.contains("the master went away before it answered")
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // clap's own checks: defaults among a flag's values, no two flags
+        // of one name, ...
+        super::Cli::command().debug_assert();
+    }
+}

@@ -39,10 +39,11 @@ pub struct Args {
     /// and started again elsewhere (HTCondor's vacate of a vanilla job).
     #[arg(long)]
     restartable: bool,
-    /// Memory each VP needs: MB, or with a unit (512M, 4G). A VP is never
-    /// placed on a host that offers less (`mig hosts` shows what each
-    /// offers; `migd --memory-mb` sets it); a job no host can hold is
-    /// refused.
+    /// Memory each VP needs: a number of MiB, or with a unit: K, M, G or T
+    /// (each also as KB, KiB, ...; all powers of 1024, as `free` and
+    /// `mig hosts` count), e.g. 512M, 1.5GiB, 2T. A VP is never placed on a
+    /// host that offers less (`mig hosts` shows what each offers; `migd
+    /// --memory-mb` sets it); a job no host can hold is refused.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     mem: Option<u64>,
     /// How the VPs gain from where they run, for a virtual machine whose
@@ -53,11 +54,12 @@ pub struct Args {
     /// Other placements ignore it.
     #[arg(long, value_enum, value_name = "CLASS")]
     class: Option<Class>,
-    /// How much I/O each VP does, for `migd --placement nres`: light (a
-    /// quarter of a host's disk time) or heavy (three quarters: two never
-    /// share a host while hosts with room remain) [default: little].
-    #[arg(long, value_enum, value_name = "CLASS")]
-    io: Option<Io>,
+    /// How much I/O each VP does, for `migd --placement nres`: none (too
+    /// little to count), light (a quarter of a host's disk time) or heavy
+    /// (three quarters: two never share a host while hosts with room
+    /// remain). Other placements ignore it.
+    #[arg(long, value_enum, value_name = "CLASS", default_value = "none")]
+    io: Io,
     /// Before a long pause (the owner of a VP's host comes back), send each
     /// VP this signal (a name such as TERM or USR1, or a number) and let it
     /// run on for up to that host's `[owner] quiesce_ms` before it is
@@ -100,6 +102,7 @@ enum Class {
 /// `--io`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum Io {
+    None,
     Light,
     Heavy,
 }
@@ -151,10 +154,11 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             Class::Cluster => JobClass::Cluster,
             Class::Group => JobClass::Group,
         }),
-        io: a.io.map(|c| match c {
-            Io::Light => IoClass::Light,
-            Io::Heavy => IoClass::Heavy,
-        }),
+        io: match a.io {
+            Io::None => None,
+            Io::Light => Some(IoClass::Light),
+            Io::Heavy => Some(IoClass::Heavy),
+        },
     };
     let started = Instant::now();
     let mut c = Client::connect(daemon)?;
@@ -401,21 +405,30 @@ fn parse_signal(s: &str) -> Result<i32, String> {
     Ok(sig)
 }
 
-/// `--mem`: `4096`, `512M`, `4G` or `1.5G` as MB.
+/// `--mem`: `4096`, `512M`, `4G`, `1.5GiB`, `2T` as MiB (every unit a
+/// power of 1024: K, M, G, T, each also as KB or KiB, any case).
 fn parse_memory(s: &str) -> Result<u64, String> {
+    const EXPECTED: &str = "expected MiB, or a size with a unit K, M, G or T (KB, KiB, ... too), \
+                            such as 512M, 4G, 1.5GiB";
     let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1024.0),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1.0),
-        _ => (t, 1.0),
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].to_ascii_lowercase());
+    let base = unit
+        .strip_suffix("ib")
+        .or_else(|| unit.strip_suffix('b'))
+        .unwrap_or(&unit);
+    let mult = match (base, unit.as_str()) {
+        (_, "") => 1.0,
+        ("k", _) => 1.0 / 1024.0,
+        ("m", _) => 1.0,
+        ("g", _) => 1024.0,
+        ("t", _) => 1024.0 * 1024.0,
+        _ => return Err(format!("{s:?}: {EXPECTED}")),
     };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?}: expected MB, or a size such as 512M or 4G"))?;
+    let v: f64 = num.parse().map_err(|_| format!("{s:?}: {EXPECTED}"))?;
     let mb = (v * mult).ceil();
     if !(mb.is_finite() && (1.0..=1e9).contains(&mb)) {
-        return Err(format!("{s:?}: expected between 1 MB and 1 PB"));
+        return Err(format!("{s:?}: expected between 1 MiB and 1 PiB"));
     }
     Ok(mb as u64)
 }
@@ -430,7 +443,16 @@ mod memory_tests {
         assert_eq!(parse_memory("512M"), Ok(512));
         assert_eq!(parse_memory("4G"), Ok(4096));
         assert_eq!(parse_memory("1.5g"), Ok(1536));
-        for bad in ["", "G", "-1", "0", "lots", "1e12G"] {
+        assert_eq!(parse_memory("2T"), Ok(2 << 20));
+        assert_eq!(parse_memory("4GB"), Ok(4096));
+        assert_eq!(parse_memory("4 GiB"), Ok(4096));
+        assert_eq!(parse_memory("512MiB"), Ok(512));
+        assert_eq!(parse_memory("1tb"), Ok(1 << 20));
+        assert_eq!(parse_memory("2048K"), Ok(2));
+        assert_eq!(parse_memory("100KiB"), Ok(1));
+        for bad in [
+            "", "G", "-1", "0", "lots", "1e12G", "4B", "4Gx", "4PB", "4 G B",
+        ] {
             assert!(parse_memory(bad).is_err(), "{bad:?}");
         }
     }

@@ -85,6 +85,23 @@ fn seconds(s: &str) -> Result<u64> {
     Ok(n.saturating_mul(mult))
 }
 
+/// Where a new machine reaches the master: its address, or, when it
+/// listens on every interface (0.0.0.0), its host name (the machine's,
+/// unless `migd --name` said otherwise) and port. None if the hosts
+/// cannot be asked.
+fn master_address(daemon: &Path) -> Option<String> {
+    let Ok(Response::Hosts(hosts)) = super::call(daemon, &Request::Hosts) else {
+        return None;
+    };
+    let master = hosts.into_iter().find(|h| h.master)?.facts;
+    let addr: std::net::SocketAddr = master.addr.parse().ok()?;
+    Some(if addr.ip().is_unspecified() {
+        format!("{}:{}", master.name, addr.port())
+    } else {
+        addr.to_string()
+    })
+}
+
 /// Run it.
 pub fn run(daemon: &Path, c: TokenCmd) -> Result<()> {
     match c {
@@ -97,9 +114,11 @@ pub fn run(daemon: &Path, c: TokenCmd) -> Result<()> {
                 ),
                 Response::Token { token, id, ttl_s } => {
                     println!("{token}");
+                    let master =
+                        master_address(daemon).unwrap_or_else(|| "MASTER_HOST:PORT".to_string());
                     eprintln!(
                         "join token {id}, valid for {ttl_s} s, once: on the new machine run\n  \
-                         migd --join MASTER_ADDRESS --token {token}"
+                         migd --join {master} --token {token}"
                     );
                 }
                 _ => bail!("unexpected reply"),
