@@ -7,6 +7,7 @@
 mod cmd;
 mod plot;
 mod render;
+mod table;
 
 use clap::Parser;
 

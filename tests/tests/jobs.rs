@@ -337,6 +337,21 @@ fn a_suspended_job_stops_where_it_is_gives_its_processors_away_and_resumes() {
         "spawn", "-n", "2", "--wait", "--", "/bin/sh", "-c", "echo hi",
     ]);
     assert!(other.status.success(), "{}", stderr(&other));
+    // As text: who started each job by name, and every row in line with
+    // the heading though "suspended" is the longest state.
+    let text = stdout(&vm.mig_ok(&["jobs"]));
+    let lines: Vec<&str> = text.lines().collect();
+    let column = |word: &str| lines[0].find(word).expect("a heading");
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .expect("this test's user")
+        .name;
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in &lines[1..] {
+        assert!(l[column("USER")..].starts_with(&me), "{text}");
+        assert!(l[column("COMMAND")..].starts_with("/bin/sh -c "), "{text}");
+    }
     // Requests that make no sense are refused, saying why.
     for (args, says) in [
         (vec!["suspend", j.as_str()], "already suspended"),

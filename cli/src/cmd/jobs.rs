@@ -88,8 +88,19 @@ fn elapsed(j: &JobInfo) -> u64 {
         .saturating_sub(j.submitted_ms)
 }
 
-fn user(uid: Option<u32>) -> String {
-    uid.map_or_else(|| "-".to_string(), |u| u.to_string())
+/// Who started a job: its user's name (or uid, if it has no name here).
+/// A job the master notes no user for was started by the virtual
+/// machine's own user: the one who owns the daemon's socket.
+fn user(uid: Option<u32>, daemon: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let uid = uid.or_else(|| std::fs::metadata(daemon).ok().map(|m| m.uid()));
+    match uid {
+        Some(u) => nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u))
+            .ok()
+            .flatten()
+            .map_or_else(|| u.to_string(), |user| user.name),
+        None => "-".to_string(),
+    }
 }
 
 fn command_line(j: &JobInfo) -> String {
@@ -131,30 +142,39 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         println!("{}", serde_json::Value::Array(v));
         return Ok(());
     }
-    println!(
-        "{:<7} {:<6} {:<8} {:>4} {:<12} {:<19} {:>8} {:>8} {:>6}  COMMAND",
-        "JOB", "USER", "STATE", "VPS", "HOSTS", "SUBMITTED", "ELAPSED", "CPU", "STATUS"
-    );
+    use crate::table::{Align, Table};
+    let mut t = Table::new(&[
+        ("JOB", Align::Left),
+        ("USER", Align::Left),
+        ("STATE", Align::Left),
+        ("VPS", Align::Right),
+        ("HOSTS", Align::Left),
+        ("SUBMITTED", Align::Left),
+        ("ELAPSED", Align::Right),
+        ("CPU", Align::Right),
+        ("STATUS", Align::Right),
+        ("COMMAND", Align::Left),
+    ]);
     for j in &shown {
         let hosts = if j.hosts.len() > 2 {
             format!("{},+{}", j.hosts[0], j.hosts.len() - 1)
         } else {
             j.hosts.join(",")
         };
-        println!(
-            "{:<7} {:<6} {:<8} {:>4} {:<12} {:<19} {:>8} {:>8} {:>6}  {}",
-            j.job,
-            user(j.uid),
-            j.state,
-            j.vps,
+        t.row(vec![
+            j.job.clone(),
+            user(j.uid, daemon),
+            j.state.clone(),
+            j.vps.to_string(),
             if hosts.is_empty() { "-".into() } else { hosts },
             local_time(j.submitted_ms),
             span(elapsed(j)),
             span(j.cpu_ms),
             j.status.map_or("-".into(), |s| s.to_string()),
-            command_line(j)
-        );
+            command_line(j),
+        ]);
     }
+    print!("{}", t.render());
     if skip > 0 && !a.running {
         eprintln!("mig: {skip} earlier ended jobs not shown (--all lists them)");
     }
@@ -190,7 +210,12 @@ pub fn show(daemon: &Path, a: ShowArgs) -> Result<()> {
         println!("{v}");
         return Ok(());
     }
-    println!("JobId={} State={} User={}", j.job, j.state, user(j.uid));
+    println!(
+        "JobId={} State={} User={}",
+        j.job,
+        j.state,
+        user(j.uid, daemon)
+    );
     println!("   Command={}", command_line(j));
     println!(
         "   VPs={} Hosts={}",
