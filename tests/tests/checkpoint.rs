@@ -1,14 +1,15 @@
 //! Job checkpoints on real daemons: a consistent checkpoint of a whole job,
 //! each image kept on two hosts, a host killed with SIGKILL mid-run and the
 //! job finishing with the right answer from its checkpoint, a damaged
-//! checkpoint refused and the one before it used.
+//! checkpoint refused and the one before it used, and no image left
+//! behind by a job that ended.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
-use mig_tests::{bin, job_succeeds, wait_until, Vm};
+use mig_tests::{bin, job_succeeds, up, wait_until, Up, Vm};
 
 /// The heat stencil on 3 VPs: deterministic, checked against a serial run.
 fn heat(vm: &Vm, iters: &str) -> Child {
@@ -435,4 +436,91 @@ fn a_checkpoint_larger_than_a_frame_is_taken_kept_and_restored() {
         vm.log(1)
     );
     vm.mig_ok(&["kill", "j1"]);
+}
+
+/// The image files under every host's `ckpt/` in a machine's directory.
+fn images_in(dir: &Path) -> Vec<PathBuf> {
+    fn walk(p: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for h in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        walk(&h.path().join("ckpt"), &mut out);
+    }
+    out
+}
+
+#[test]
+fn no_image_outlives_its_job_nor_the_machine_it_ran_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("vm");
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    ok(up(&dir, 3));
+    let vm = Up(dir.clone());
+    let heat = bin("heat").display().to_string();
+    let spawn = |vm: &Up| {
+        let job = ok(vm.mig(&["spawn", "-n", "3", "--", &heat, "--iters", "100000000"]));
+        assert!(wait_until(Duration::from_secs(20), || {
+            let out = vm.mig(&["ps", &job, "--json"]);
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok_and(|ps| {
+                ps.as_array().is_some_and(|a| {
+                    a.len() == 3
+                        && a.iter()
+                            .all(|v| v["state"] == "running" && v["movable"] == true)
+                })
+            })
+        }));
+        job
+    };
+    // Checkpointed, restarted from it, then killed: nothing of it is left.
+    let job = spawn(&vm);
+    ok(vm.mig(&["checkpoint", &job]));
+    assert!(!images_in(&dir).is_empty());
+    ok(vm.mig(&["restart", &job]));
+    ok(vm.mig(&["kill", &job]));
+    assert!(
+        wait_until(Duration::from_secs(10), || images_in(&dir).is_empty()),
+        "{:?}",
+        images_in(&dir)
+    );
+    // Checkpointed and running when the machine halts: its images stay
+    // until the next machine there starts, which says they are removed and
+    // removes them (no master counts them any more).
+    let job = spawn(&vm);
+    ok(vm.mig(&["checkpoint", &job]));
+    drop(vm);
+    assert!(!images_in(&dir).is_empty());
+    let again = up(&dir, 3);
+    let said = String::from_utf8_lossy(&again.stderr).into_owned();
+    ok(again);
+    let vm = Up(dir.clone());
+    assert!(
+        said.contains(&format!("the checkpoints of {job} it left")) && said.contains("are removed"),
+        "{said}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || images_in(&dir).is_empty()),
+        "{:?}",
+        images_in(&dir)
+    );
+    drop(vm);
+    let third = up(&dir, 3);
+    let said = String::from_utf8_lossy(&third.stderr).into_owned();
+    ok(third);
+    let _vm = Up(dir.clone());
+    assert!(!said.contains("checkpoints"), "{said}");
 }

@@ -85,10 +85,20 @@ impl Vm {
     pub fn start(dir: &Path, a: &Args) -> Result<Vm> {
         migd::state_dir::ensure_private_dir(dir).map_err(anyhow::Error::msg)?;
         let master_sock = dir.join("h0").join("control.sock");
-        if let Some(what) = earlier_state(dir) {
+        if let Some((hosts, jobs)) = earlier_state(dir) {
+            let images = if jobs.is_empty() {
+                String::new()
+            } else {
+                // (Each daemon removes them as it starts: no master counts
+                // them any more.)
+                format!(
+                    "; the checkpoints of {} it left, of jobs that ended with it, are removed",
+                    jobs.join(", ")
+                )
+            };
             eprintln!(
-                "mig: {} holds an earlier virtual machine's state ({what}): kept, and its logs \
-                 are added to",
+                "mig: {} holds an earlier virtual machine's state: the logs of {hosts} are \
+                 added to{images}",
                 dir.display()
             );
         }
@@ -164,9 +174,9 @@ impl Args {
     }
 }
 
-/// What an earlier virtual machine left in `dir`, if anything: its logs,
-/// and jobs' checkpoints.
-fn earlier_state(dir: &Path) -> Option<String> {
+/// What an earlier virtual machine left in `dir`, if anything: how many
+/// hosts' logs, and the jobs whose checkpoints it kept.
+fn earlier_state(dir: &Path) -> Option<(String, Vec<String>)> {
     let hosts: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .flatten()
@@ -188,12 +198,8 @@ fn earlier_state(dir: &Path) -> Option<String> {
         .collect();
     jobs.sort();
     jobs.dedup();
-    let logs = format!("the logs of {} hosts", hosts.len());
-    Some(if jobs.is_empty() {
-        logs
-    } else {
-        format!("{logs}, checkpoints of {}", jobs.join(", "))
-    })
+    let hosts = libmig::words::count(hosts.len() as u64, "host", "hosts");
+    Some((hosts, jobs))
 }
 
 fn start_daemon(dir: &Path, i: usize, join: Option<&str>, a: &Args) -> Result<(Child, String)> {
