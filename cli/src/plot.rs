@@ -3,8 +3,12 @@
 
 use std::fmt::Write;
 
+/// Ten colours that tell apart (matplotlib's "tab10"): one a policy of
+/// `mig sim` (there are ten), one a job of `mig stats --plot`; past ten,
+/// lines are also dashed (see `series_line`).
 const COLOURS: &[&str] = &[
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
 ];
 
 /// Cumulative distribution of response times per policy, log-scaled x axis.
@@ -242,11 +246,17 @@ fn series_line(
     top: f64,
 ) {
     let c = COLOURS[i % COLOURS.len()];
+    // The second ten dashed, the third dotted: still one look a line.
+    let dash = match i / COLOURS.len() {
+        0 => "",
+        1 => r#" stroke-dasharray="8 4""#,
+        _ => r#" stroke-dasharray="2 3""#,
+    };
     let ly = top + 20.0 * i as f64;
     let _ = writeln!(
         s,
-        r#"<polyline fill="none" stroke="{c}" stroke-width="{width}" points="{points}"/>
-<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
+        r#"<polyline fill="none" stroke="{c}" stroke-width="{width}"{dash} points="{points}"/>
+<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"{dash}/><text x="{}" y="{}">{}</text>"#,
         legend_x + 12.0,
         legend_x + 36.0,
         legend_x + 42.0,
@@ -258,15 +268,24 @@ fn series_line(
 /// `mig stats --plot`: a row per host, a bar per slot between two of its
 /// switches coloured by the job(s) that slot ran, a red tick where each
 /// switch actually happened (its lateness), over the last (up to 40) slots.
-pub fn slot_timeline(quantum_ns: u64, hosts: &[libmig::msg::HostTimeline]) -> String {
+///
+/// `until`: with one slot a round nothing switches until the table
+/// changes, so each host's last switch holds until then (the time of the
+/// question, ns since the Unix epoch); the chart ends there.
+pub fn slot_timeline(
+    quantum_ns: u64,
+    hosts: &[libmig::msg::HostTimeline],
+    until: Option<u64>,
+) -> String {
     const QUANTA: u64 = 40;
     let q = quantum_ns.max(1);
-    let end = hosts
+    let last = hosts
         .iter()
         .flat_map(|h| h.switches.last())
         .map(|s| s.ideal_ns + q)
         .max()
         .unwrap_or(q);
+    let end = until.map_or(last, |u| u.max(last));
     // The last QUANTA slots, or fewer if the hosts have switched fewer.
     let first = hosts
         .iter()
@@ -293,16 +312,26 @@ pub fn slot_timeline(quantum_ns: u64, hosts: &[libmig::msg::HostTimeline]) -> St
     jobs.dedup();
     let colour = |j: &str| {
         let i = jobs.iter().position(|x| *x == j).unwrap_or(0);
-        PALETTE[i % PALETTE.len()]
+        COLOURS[i % COLOURS.len()]
     };
     let mut out = String::new();
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" font-size="15" text-anchor="middle">gang slicing: the last {shown_quanta} slots of {} ms on each host</text>"#,
+<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
         (w + left - right) / 2.0,
-        q as f64 / 1e6
+        if until.is_some() {
+            format!(
+                "gang slicing: one slot a round, the last {:.1} s on each host",
+                (end - start) as f64 / 1e9
+            )
+        } else {
+            format!(
+                "gang slicing: the last {shown_quanta} slots of {} ms on each host",
+                q as f64 / 1e6
+            )
+        }
     );
     let mut worst: u64 = 0;
     for (i, host) in hosts.iter().enumerate() {
@@ -320,10 +349,8 @@ pub fn slot_timeline(quantum_ns: u64, hosts: &[libmig::msg::HostTimeline]) -> St
             .filter(|s| s.ideal_ns + q > start)
             .collect();
         for (k, s) in shown.iter().enumerate() {
-            let next = shown
-                .get(k + 1)
-                .map_or(s.ideal_ns + q, |n| n.ideal_ns)
-                .min(end);
+            let held = if until.is_some() { end } else { s.ideal_ns + q };
+            let next = shown.get(k + 1).map_or(held, |n| n.ideal_ns).min(end);
             let (x0, x1) = (px(s.ideal_ns.max(start)), px(next));
             let fill = s.jobs.first().map_or("#eee", |j| colour(j));
             let _ = writeln!(
@@ -391,12 +418,6 @@ pub fn slot_timeline(quantum_ns: u64, hosts: &[libmig::msg::HostTimeline]) -> St
     out
 }
 
-/// Colours for jobs in `slot_timeline`.
-const PALETTE: &[&str] = &[
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-    "#17becf",
-];
-
 fn escape(t: &str) -> String {
     t.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -425,6 +446,7 @@ mod tests {
                 host: "h0".into(),
                 switches,
             }],
+            None,
         );
         assert!(svg.contains("the last 40 slots"), "{svg}");
         assert!(svg.contains(">j2</text>") && svg.contains(">j3</text>"));
@@ -434,6 +456,65 @@ mod tests {
             40,
             "one tick per switch drawn"
         );
+    }
+
+    #[test]
+    fn with_one_slot_the_job_is_drawn_running_until_the_question() {
+        let q = 100_000_000;
+        // One switch (the table installed), then nothing for 3 s.
+        let switches = vec![libmig::msg::TimelineSwitch {
+            ideal_ns: 10 * q,
+            late_ns: 50_000,
+            slot: 0,
+            jobs: vec!["j1".into()],
+        }];
+        let hosts = [libmig::msg::HostTimeline {
+            host: "h0".into(),
+            switches,
+        }];
+        let svg = slot_timeline(q, &hosts, Some(40 * q));
+        let bar = svg
+            .lines()
+            .find(|l| l.contains("<title>slot 1 : j1</title>"))
+            .expect("j1's bar");
+        let width: f64 = bar
+            .split("width=\"")
+            .nth(1)
+            .and_then(|w| w.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .expect("its width");
+        // The plot area is 900 - 70 - 20 wide: all of it.
+        assert!((width - 810.0).abs() < 1.0, "{bar}");
+        assert!(svg.contains("one slot a round, the last 3.0 s"), "{svg}");
+    }
+
+    #[test]
+    fn every_policy_of_the_simulator_has_a_look_of_its_own() {
+        let series: Vec<(String, Vec<f64>)> = migd::sim::POLICIES
+            .iter()
+            .map(|p| (p.to_string(), vec![1.0, 2.0]))
+            .collect();
+        let svg = response_cdf("t", &series);
+        let looks: Vec<String> = svg
+            .lines()
+            .filter(|l| l.starts_with("<polyline"))
+            .map(|l| {
+                let stroke = l
+                    .split("stroke=\"")
+                    .nth(1)
+                    .and_then(|s| s.split('"').next());
+                let dash = l
+                    .split("stroke-dasharray=\"")
+                    .nth(1)
+                    .and_then(|s| s.split('"').next());
+                format!("{stroke:?} {dash:?}")
+            })
+            .collect();
+        assert_eq!(looks.len(), migd::sim::POLICIES.len());
+        let mut distinct = looks.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), looks.len(), "{looks:?}");
     }
 
     #[test]

@@ -39,7 +39,12 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         if quantum_ns == 0 || hosts.iter().all(|h| h.switches.is_empty()) {
             bail!("nothing to draw: no slot switch yet (one slot, or slicing off)");
         }
-        std::fs::write(file, crate::plot::slot_timeline(quantum_ns, &hosts))
+        // One slot a round: nothing switches, the slot runs until now.
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let until = (s.slots <= 1).then_some(now_ns);
+        std::fs::write(file, crate::plot::slot_timeline(quantum_ns, &hosts, until))
             .with_context(|| format!("cannot write {}", file.display()))?;
         eprintln!("mig: wrote {}", file.display());
     }
