@@ -34,6 +34,7 @@ pub mod contain;
 pub mod discard;
 pub mod disk;
 pub mod facts;
+pub mod flags;
 pub mod flow;
 pub mod groups;
 pub mod guardian;

@@ -13,6 +13,7 @@ pub mod map;
 pub mod migrate;
 pub mod owner;
 pub mod ps;
+pub mod reference;
 pub mod sched;
 pub mod sim;
 pub mod spawn;
@@ -220,6 +221,10 @@ enum Command {
     Completions(completions::Args),
     /// Write man pages (mig.1 and one per subcommand).
     Man(completions::ManArgs),
+    /// Print the command-line reference of mig and migd as Markdown
+    /// (docs/cli.md).
+    #[command(hide = true)]
+    HelpMarkdown(reference::Args),
 }
 
 /// Run one parsed command line.
@@ -253,6 +258,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Balance(c) => balance::run(c),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => completions::man(a),
+        Command::HelpMarkdown(a) => reference::run(a),
     }
 }
 
