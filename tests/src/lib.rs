@@ -920,3 +920,26 @@ fn iptables(op: &[&str], way: &str, ip: &str) -> Output {
         .output()
         .expect("run iptables")
 }
+
+/// Our `libpvm3.so` (beside the other binaries), built once per test run: `cargo test` builds the
+/// crate's Rust library for the tests, not its shared library.
+pub fn pvm_library() -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let release = exe.components().any(|c| c.as_os_str() == "release");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "pvm3"])
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+        if release {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().expect("cargo build -p pvm3");
+        assert!(
+            out.status.success(),
+            "cargo build -p pvm3: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    bin("libpvm3.so")
+}

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use mig_tests::{bin, debian_package, job_lines, tied, tool, Vm};
+use mig_tests::{bin, debian_package, job_lines, pvm_library, tied, tool, Vm};
 
 /// Debian's examples, installed if need be.
 fn examples() -> PathBuf {
@@ -19,33 +19,10 @@ fn examples() -> PathBuf {
     dir
 }
 
-/// Our shared library, built once per test run: `cargo test` builds the
-/// crate's Rust library for the tests, not its shared library.
-fn shared_lib() -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        let release = exe.components().any(|c| c.as_os_str() == "release");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "pvm3"])
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-        if release {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("cargo build -p pvm3");
-        assert!(
-            out.status.success(),
-            "cargo build -p pvm3: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    bin("libpvm3.so")
-}
-
 /// A directory where our library answers to every name PVM's programs
 /// load it by (`libpvm3.so.3`, `libgpvm3.so.3`) and link it by (`-lpvm3`).
 fn our_lib() -> tempfile::TempDir {
-    let lib = shared_lib();
+    let lib = pvm_library();
     let dir = tempfile::tempdir().expect("tempdir");
     for name in ["libpvm3.so.3", "libgpvm3.so.3", "libpvm3.so", "libfpvm3.so"] {
         std::os::unix::fs::symlink(&lib, dir.path().join(name)).expect("symlink");
