@@ -160,6 +160,13 @@ fn damaged_images_are_refused_their_copies_used_and_with_none_intact_nothing_is_
         String::from_utf8_lossy(&out.stderr),
         vm.log(0)
     );
+    // It answers once the job runs again.
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("3 VPs run again"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(running(&vm), 3);
     let log = vm.log(0);
     assert!(log.contains("restoring from generation 5"), "{log}");
     assert!(

@@ -50,10 +50,53 @@ const NOT_YET: Duration = Duration::from_secs(10);
 
 /// `mig restart JOB`: end every VP of the job and start it again from the
 /// job's last good checkpoint (as happens by itself when a host dies).
+/// Returns once no VP of the job is still being restored (up to
+/// `RESTART_WAIT`), so that what is typed next finds it running.
 pub fn restart(daemon: &Path, a: Args) -> Result<()> {
-    match super::call(daemon, &Request::Restart { job: a.job })? {
-        Response::Ok { message } => super::done(&message, a.json),
-        _ => bail!("unexpected reply"),
+    let Response::Ok { message } = super::call(daemon, &Request::Restart { job: a.job.clone() })?
+    else {
+        bail!("unexpected reply")
+    };
+    let since = Instant::now();
+    loop {
+        let Response::Ps(vps) = super::call(daemon, &Request::Ps)? else {
+            bail!("unexpected reply")
+        };
+        let mine: Vec<_> = vps.iter().filter(|v| v.job == a.job).collect();
+        if mine.is_empty() {
+            bail!("{message}, but it ended before its VPs ran again (`mig jobs` shows how)");
+        }
+        // Back once none is still being restored or started (one on a
+        // host whose owner came back meanwhile is back, stopped there).
+        let back = !mine
+            .iter()
+            .any(|v| v.state.starts_with("restoring") || v.state == "starting");
+        if back {
+            let ms = since.elapsed().as_millis();
+            let how = if mine.iter().all(|v| v.state == "running") {
+                format!(
+                    "{} again in {ms} ms",
+                    libmig::words::count(mine.len() as u64, "VP runs", "VPs run")
+                )
+            } else {
+                format!(
+                    "its VPs are back in {ms} ms, not all running (`mig ps {}`)",
+                    a.job
+                )
+            };
+            super::done(&format!("{message}: {how}"), a.json);
+            return Ok(());
+        }
+        if since.elapsed() > RESTART_WAIT {
+            bail!(
+                "{message}, and after {} s not every VP runs again; `mig ps {}` shows how it goes",
+                RESTART_WAIT.as_secs(),
+                a.job
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(())
 }
+
+/// How long `mig restart` waits for the job's VPs to run again.
+const RESTART_WAIT: Duration = Duration::from_secs(120);

@@ -2,6 +2,7 @@
 //! processors to others, and let it run again.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use libmig::msg::{Request, Response};
@@ -28,9 +29,30 @@ pub fn resume(daemon: &Path, a: Args) -> Result<()> {
     ask(daemon, Request::Resume { job: a.job }, a.json)
 }
 
+/// Ask; a job whose VPs are moving or being restored, or that is being
+/// checkpointed, is asked again for up to `BUSY` (a suspend typed right
+/// after a move or a restart).
 fn ask(daemon: &Path, req: Request, json: bool) -> Result<()> {
-    if let Response::Ok { message } = super::call(daemon, &req)? {
-        super::done(&message, json);
+    let since = Instant::now();
+    loop {
+        match super::call(daemon, &req) {
+            Ok(Response::Ok { message }) => {
+                super::done(&message, json);
+                return Ok(());
+            }
+            Ok(_) => return Ok(()),
+            Err(e) if busy(&e.to_string()) && since.elapsed() < BUSY => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
 }
+
+/// Does the master say the job will be free in a moment?
+fn busy(message: &str) -> bool {
+    message.contains("try again when it has moved") || message.contains("try again when it is done")
+}
+
+/// How long `mig suspend` waits for a job's moves or checkpoint to end.
+const BUSY: Duration = Duration::from_secs(10);
