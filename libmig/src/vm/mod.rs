@@ -17,8 +17,9 @@
 //! existed or has exited is an error at once. A later failure (the receiver
 //! exited while messages were in flight) is reported by the next call.
 //!
-//! What does not live here: the collectives (`group`), the socket plumbing
-//! (`link`).
+//! What the VP knows of each other VP (sequence numbers, confirmation,
+//! direct link) is one `Peer` per Tid, in `peer`. What does not live here:
+//! the collectives (`group`), the socket plumbing (`link`).
 //!
 //! ```no_run
 //! use libmig::{MigError, Vm};
@@ -42,13 +43,14 @@
 //! ```
 
 mod pause;
+mod peer;
 mod recv;
 mod send;
 mod snapshot;
 
 pub use pause::PAUSE_SIGNAL;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -65,6 +67,7 @@ use crate::msg::{Envelope, Notice, NotifyOn, SnapStep, Tid, VpCall, VpMsg, VpRet
 use crate::payload::{Payload, FD_PAYLOAD};
 use crate::pool::{Inbox, Outbox};
 use crate::vp::{env, Identity, NotAVp};
+use peer::Peers;
 
 /// The largest payload of one message: 64 MiB.
 pub const MAX_MESSAGE: usize = 64 << 20;
@@ -160,23 +163,16 @@ enum LinkId {
     Direct(Tid),
 }
 
-#[derive(Debug, Default)]
-struct Order {
-    next: u64,
-    early: BTreeMap<u64, Message>,
-}
-
 /// This VP's view of the virtual machine.
 #[derive(Debug)]
 pub struct Vm {
     me: Identity,
     parent: Option<Tid>,
     daemon: Link,
-    direct: HashMap<Tid, Link>,
+    /// The VPs this one has exchanged messages with: sequence numbers,
+    /// confirmations, direct links.
+    peers: Peers,
     route: Route,
-    asked_direct: HashSet<Tid>,
-    /// Direct links asked for and not yet answered.
-    direct_pending: HashSet<Tid>,
     /// The program asked for the sockets to wait on them itself (`fds`):
     /// every frame a peer puts in a ring then wakes it through the socket.
     waits_outside: AtomicBool,
@@ -185,11 +181,6 @@ pub struct Vm {
     writing: Vec<LinkId>,
     deferred: Vec<(LinkId, Vec<u8>, Option<std::os::fd::OwnedFd>)>,
     mailbox: VecDeque<Message>,
-    order: HashMap<Tid, Order>,
-    seq_out: HashMap<Tid, u64>,
-    confirmed: HashSet<Tid>,
-    confirm: HashMap<Tid, Result<(), String>>,
-    confirm_pending: HashSet<Tid>,
     failures: VecDeque<MigError>,
     returns: HashMap<u64, VpRet>,
     next_call: u64,
@@ -283,19 +274,12 @@ impl Vm {
             me,
             parent,
             daemon: Link::new(sock).map_err(|e| MigError::DaemonGone(e.to_string()))?,
-            direct: HashMap::new(),
+            peers: Peers::default(),
             route: Route::Daemon,
-            asked_direct: HashSet::new(),
-            direct_pending: HashSet::new(),
             waits_outside: AtomicBool::new(false),
             writing: Vec::new(),
             deferred: Vec::new(),
             mailbox: VecDeque::new(),
-            order: HashMap::new(),
-            seq_out: HashMap::new(),
-            confirmed: HashSet::new(),
-            confirm: HashMap::new(),
-            confirm_pending: HashSet::new(),
             failures: VecDeque::new(),
             returns: HashMap::new(),
             next_call: 1,
@@ -338,7 +322,7 @@ impl Vm {
 
     /// The VPs this one has a direct link with.
     pub fn direct_peers(&self) -> Vec<Tid> {
-        let mut v: Vec<Tid> = self.direct.keys().copied().collect();
+        let mut v: Vec<Tid> = self.peers.linked().to_vec();
         v.sort_unstable();
         v
     }
@@ -350,7 +334,7 @@ impl Vm {
         // Frames that peers put in rings do not make a socket readable:
         // from now on each wakes this VP through the socket as well.
         self.waits_outside.store(true, Ordering::Relaxed);
-        for l in self.direct.values() {
+        for (_, l) in self.peers.links() {
             if let Some(rx) = &l.rx {
                 rx.sleep();
             }
@@ -359,7 +343,7 @@ impl Vm {
         v.extend(
             self.direct_peers()
                 .iter()
-                .filter_map(|t| self.direct.get(t))
+                .filter_map(|&t| self.peers.link(t))
                 .map(Link::fd),
         );
         v

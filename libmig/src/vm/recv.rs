@@ -163,7 +163,7 @@ impl Vm {
             let (mut peers, mut rings) = std::mem::take(&mut self.spin_links);
             peers.clear();
             rings.clear();
-            for (&t, l) in &self.direct {
+            for (t, l) in self.peers.links() {
                 peers.push(t);
                 if l.rx.is_some() {
                     rings.push(t);
@@ -244,7 +244,7 @@ impl Vm {
         writable: Option<LinkId>,
         timeout: Option<Duration>,
     ) -> Result<(), MigError> {
-        if self.direct.is_empty() && writable.is_none() && timeout.is_none() {
+        if self.peers.linked().is_empty() && writable.is_none() && timeout.is_none() {
             // Nothing else to watch: wait in the read itself (one system
             // call instead of poll + read).
             return self.pump(LinkId::Daemon, true);
@@ -252,14 +252,14 @@ impl Vm {
         // Peers put frames in rings without a word: say this side sleeps
         // (they then wake it through the socket), unless one already has.
         let rings: Vec<Tid> = self
-            .direct
-            .iter()
+            .peers
+            .links()
             .filter(|(_, l)| l.rx.is_some())
-            .map(|(&t, _)| t)
+            .map(|(t, _)| t)
             .collect();
-        let early = rings.iter().any(|t| {
-            self.direct
-                .get(t)
+        let early = rings.iter().any(|&t| {
+            self.peers
+                .link(t)
                 .and_then(|l| l.rx.as_ref())
                 .is_some_and(|rx| rx.sleep())
         });
@@ -270,13 +270,13 @@ impl Vm {
             return Ok(());
         }
         let mut ids = vec![LinkId::Daemon];
-        ids.extend(self.direct.keys().map(|&t| LinkId::Direct(t)));
+        ids.extend(self.peers.linked().iter().map(|&t| LinkId::Direct(t)));
         let fds: Vec<(RawFd, bool)> = ids
             .iter()
             .map(|&id| {
                 let fd = match id {
                     LinkId::Daemon => self.daemon.fd(),
-                    LinkId::Direct(t) => self.direct.get(&t).map_or(-1, Link::fd),
+                    LinkId::Direct(t) => self.peers.link(t).map_or(-1, Link::fd),
                 };
                 (fd, Some(id) == writable)
             })
@@ -290,14 +290,14 @@ impl Vm {
         };
         let ready = link::poll(&fds, ms).map_err(|e| MigError::DaemonGone(e.to_string()))?;
         if !self.waits_outside.load(Ordering::Relaxed) {
-            for l in self.direct.values() {
+            for (_, l) in self.peers.links() {
                 if let Some(rx) = &l.rx {
                     rx.awake();
                 }
             }
         }
         for (id, (r, _)) in ids.into_iter().zip(ready) {
-            let ring = matches!(id, LinkId::Direct(t) if self.direct.get(&t).is_some_and(|l| l.rx.is_some()));
+            let ring = matches!(id, LinkId::Direct(t) if self.peers.link(t).is_some_and(|l| l.rx.is_some()));
             if r || ring {
                 self.pump(id, false)?;
             }
@@ -323,7 +323,7 @@ impl Vm {
         loop {
             let link = match id {
                 LinkId::Daemon => &mut self.daemon,
-                LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                LinkId::Direct(t) => match self.peers.link_mut(t) {
                     Some(l) => l,
                     None => return Ok(()),
                 },
@@ -362,7 +362,7 @@ impl Vm {
     /// File what the peer's ring on direct link `t` holds. `Some(true)`
     /// if the peer wrote to the socket too, `None` without a ring.
     fn ring_pump(&mut self, t: Tid) -> io::Result<Option<bool>> {
-        let Some(link) = self.direct.get_mut(&t) else {
+        let Some(link) = self.peers.link_mut(t) else {
             return Ok(None);
         };
         let got = link.ring_frames::<VpMsg>()?;
@@ -400,7 +400,7 @@ impl Vm {
             .write(LinkId::Direct(peer), &[&head], Some(&fd))
             .is_ok()
         {
-            if let Some(l) = self.direct.get_mut(&peer) {
+            if let Some(l) = self.peers.link_mut(peer) {
                 l.tx = Some(ring);
             }
         }
@@ -412,7 +412,7 @@ impl Vm {
             LinkId::Daemon => Err(MigError::DaemonGone(why)),
             LinkId::Direct(t) => {
                 // The peer ended or moved: later messages go by the daemons.
-                self.direct.remove(&t);
+                self.peers.close_direct(t);
                 Ok(())
             }
         }
@@ -437,16 +437,12 @@ impl Vm {
             VpMsg::DeliverFd { env, len, .. } => self.file_shared(id, env, len)?,
             VpMsg::SendFd { env, len, .. } => self.file_shared(id, env, len)?,
             VpMsg::Confirmed { to } => {
-                self.confirm_pending.remove(&to);
-                self.confirm.insert(to, Ok(()));
+                self.peers.exists(to);
             }
             VpMsg::Undeliverable { to, tag, reason } => {
-                self.confirmed.remove(&to);
-                self.direct.remove(&to);
-                if self.confirm_pending.remove(&to) {
-                    // The answer to this send's confirmation: reported there.
-                    self.confirm.insert(to, Err(reason));
-                } else {
+                self.peers.close_direct(to);
+                // The answer to a send's confirmation is reported there.
+                if let Err(reason) = self.peers.not_delivered(to, reason) {
                     self.failures
                         .push_back(MigError::NoSuchVp { to, tag, reason });
                 }
@@ -458,30 +454,31 @@ impl Vm {
                 if id != LinkId::Daemon {
                     return Err(MigError::Protocol("a direct link offered by a VP".into()));
                 }
-                self.direct_pending.remove(&peer);
-                if refused.is_none() {
-                    let fd = self.daemon.fds.pop_front().ok_or_else(|| {
+                let sock = match refused {
+                    Some(_) => None,
+                    None => Some(self.daemon.fds.pop_front().ok_or_else(|| {
                         MigError::Protocol("a direct link without its socket".into())
-                    })?;
-                    let sock = UnixStream::from(fd);
-                    // Both ends may have asked at once: the daemon then
-                    // makes two links, in the same order to both, and both
-                    // keep the first (a second would replace the one the
-                    // peer writes to, breaking it).
-                    if let std::collections::hash_map::Entry::Vacant(e) = self.direct.entry(peer) {
-                        if let Ok(l) = Link::new(sock) {
-                            e.insert(l);
-                            self.asked_direct.insert(peer);
-                            self.offer_ring(peer)?;
-                        }
-                    }
+                    })?),
+                };
+                // Both ends may have asked at once: the daemon then makes
+                // two links, in the same order to both, and both keep the
+                // first (a second would replace the one the peer writes
+                // to, breaking it).
+                let link = sock
+                    .filter(|_| self.peers.link(peer).is_none())
+                    .and_then(|fd| Link::new(UnixStream::from(fd)).ok());
+                let opened = link.is_some_and(|l| self.peers.open_direct(peer, l));
+                if opened {
+                    self.offer_ring(peer)?;
+                } else {
+                    self.peers.direct_refused(peer);
                 }
             }
             VpMsg::Ring { bytes } => {
                 let LinkId::Direct(peer) = id else {
                     return Err(MigError::Protocol("a ring offered by the daemon".into()));
                 };
-                let Some(link) = self.direct.get_mut(&peer) else {
+                let Some(link) = self.peers.link_mut(peer) else {
                     return Ok(());
                 };
                 let opened = match link.fds.pop_front() {
@@ -533,27 +530,7 @@ impl Vm {
             tag: env.tag,
             data,
         };
-        if env.seq == 0 {
-            self.mailbox.push_back(m);
-            return;
-        }
-        let o = self.order.entry(env.from).or_insert(Order {
-            next: 1,
-            early: BTreeMap::new(),
-        });
-        if env.seq < o.next {
-            return; // a duplicate
-        }
-        if env.seq > o.next {
-            o.early.insert(env.seq, m);
-            return;
-        }
-        self.mailbox.push_back(m);
-        o.next += 1;
-        while let Some(m) = o.early.remove(&o.next) {
-            self.mailbox.push_back(m);
-            o.next += 1;
-        }
+        self.peers.deliver(env.seq, m, &mut self.mailbox);
     }
 
     /// A message whose bytes are in a shared buffer passed with it on link
@@ -575,7 +552,7 @@ impl Vm {
         }
         let link = match id {
             LinkId::Daemon => &mut self.daemon,
-            LinkId::Direct(t) => match self.direct.get_mut(&t) {
+            LinkId::Direct(t) => match self.peers.link_mut(t) {
                 Some(l) => l,
                 None => return Ok(()),
             },

@@ -58,12 +58,8 @@ impl Vm {
         if let Some(e) = self.failures.pop_front() {
             return Err(e);
         }
-        let first = !self.confirmed.contains(&to);
-        let seq = {
-            let s = self.seq_out.entry(to).or_insert(0);
-            *s += 1;
-            *s
-        };
+        let first = !self.peers.confirmed(to);
+        let seq = self.peers.next_seq(to);
         let env = Envelope {
             from: self.me.tid,
             to,
@@ -74,13 +70,13 @@ impl Vm {
         if !first {
             self.await_direct(to)?;
         }
-        let via = if self.direct.contains_key(&to) && !first {
+        let via = if !first && self.peers.link(to).is_some() {
             LinkId::Direct(to)
         } else {
             LinkId::Daemon
         };
         if first {
-            self.confirm_pending.insert(to);
+            self.peers.ask_confirm(to);
         }
         // Large payloads go as a descriptor of a shared buffer (the daemon
         // passes it on instead of copying): through the daemon, within the
@@ -131,7 +127,7 @@ impl Vm {
                 return Err(e);
             }
             // The direct link broke (the peer ended?): the daemons decide.
-            self.direct.remove(&to);
+            self.peers.close_direct(to);
             let head = match &memfd {
                 Some(_) => {
                     let len = payload_len as u64;
@@ -149,8 +145,7 @@ impl Vm {
             let framed: Vec<&[u8]> = std::iter::once(&head[..])
                 .chain(data.iter().copied())
                 .collect();
-            self.confirmed.remove(&to);
-            self.confirm_pending.insert(to);
+            self.peers.ask_confirm(to);
             if memfd.is_some() {
                 self.fd_unacked += payload_len;
             }
@@ -171,12 +166,13 @@ impl Vm {
         if self.route == Route::Direct
             && peer != SYSTEM
             && peer != self.me.tid
-            && !self.direct.contains_key(&peer)
-            && self.asked_direct.insert(peer)
+            && self.peers.ask_direct(peer)
         {
             let head = frame::encode_head(&VpMsg::Direct { peer }, 0)?;
-            self.write(LinkId::Daemon, &[&head], None)?;
-            self.direct_pending.insert(peer);
+            if let Err(e) = self.write(LinkId::Daemon, &[&head], None) {
+                self.peers.direct_refused(peer);
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -186,7 +182,7 @@ impl Vm {
     /// about to go takes the link rather than the daemon.
     fn await_direct(&mut self, to: Tid) -> Result<(), MigError> {
         let until = Instant::now() + DIRECT_WAIT;
-        while self.direct_pending.contains(&to) {
+        while self.peers.direct_asked(to) {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -198,22 +194,12 @@ impl Vm {
 
     pub(super) fn await_confirm(&mut self, to: Tid, tag: i32, seq: u64) -> Result<(), MigError> {
         loop {
-            if let Some(r) = self.confirm.remove(&to) {
-                return match r {
-                    Ok(()) => {
-                        self.confirmed.insert(to);
-                        Ok(())
-                    }
-                    Err(reason) => {
-                        // The message was not sent: its number is free again.
-                        if let Some(s) = self.seq_out.get_mut(&to) {
-                            if *s == seq {
-                                *s -= 1;
-                            }
-                        }
-                        Err(MigError::NoSuchVp { to, tag, reason })
-                    }
-                };
+            if let Some(r) = self.peers.take_answer(to) {
+                return r.map_err(|reason| {
+                    // The message was not sent: its number is free again.
+                    self.peers.unsend(to, seq);
+                    MigError::NoSuchVp { to, tag, reason }
+                });
             }
             self.wait_daemon()?;
         }
@@ -276,7 +262,7 @@ impl Vm {
         // A frame without a descriptor that fits in a direct link's ring
         // goes there, without a system call.
         if let (LinkId::Direct(t), None) = (via, fd) {
-            if let Some(r) = self.direct.get_mut(&t).and_then(|l| l.try_ring(parts)) {
+            if let Some(r) = self.peers.link_mut(t).and_then(|l| l.try_ring(parts)) {
                 return r.map_err(|e| MigError::DaemonGone(e.to_string()));
             }
         }
@@ -284,7 +270,7 @@ impl Vm {
         loop {
             let link = match via {
                 LinkId::Daemon => &mut self.daemon,
-                LinkId::Direct(t) => match self.direct.get_mut(&t) {
+                LinkId::Direct(t) => match self.peers.link_mut(t) {
                     Some(l) => l,
                     None => return Err(MigError::DaemonGone("direct link closed".into())),
                 },

@@ -45,29 +45,19 @@ impl Vm {
                 data: u.data.into(),
             })
             .collect();
-        vm.seq_out = lib.seq_out.into_iter().collect();
+        for (to, seq) in lib.seq_out {
+            vm.peers.restore_sent(to, seq);
+        }
         for (from, next) in lib.seq_in {
-            vm.order.insert(
-                from,
-                Order {
-                    next,
-                    early: BTreeMap::new(),
-                },
-            );
+            vm.peers.restore_expected(from, next);
         }
         for u in lib.early {
-            let o = vm.order.entry(u.from).or_insert(Order {
-                next: 1,
-                early: BTreeMap::new(),
-            });
-            o.early.insert(
-                u.seq,
-                Message {
-                    from: u.from,
-                    tag: u.tag,
-                    data: u.data.into(),
-                },
-            );
+            let m = Message {
+                from: u.from,
+                tag: u.tag,
+                data: u.data.into(),
+            };
+            vm.peers.restore_early(u.seq, m);
         }
         // Unmapping and deleting a large image takes milliseconds the
         // program need not wait for.
@@ -89,10 +79,9 @@ impl Vm {
         vm.restored = true;
         // What it carries unread counts against its senders until read.
         vm.backlog = vm.mailbox.iter().map(|m| m.data.len() as u64).sum::<u64>()
-            + vm.order
-                .values()
-                .flat_map(|o| o.early.values())
-                .map(|m| m.data.len() as u64)
+            + vm.peers
+                .early()
+                .map(|(_, m)| m.data.len() as u64)
                 .sum::<u64>();
         if vm.backlog > 0 {
             vm.tell(VpMsg::Backlog { bytes: vm.backlog })?;
@@ -128,7 +117,7 @@ impl Vm {
         let Some(id) = self.snap.as_ref().map(|s| s.id) else {
             return Ok(());
         };
-        let sent: Vec<(Tid, u64)> = self.seq_out.iter().map(|(&t, &n)| (t, n)).collect();
+        let sent = self.peers.sent();
         self.tell(VpMsg::Snap(SnapStep::Paused { id, sent }))?;
         if let Some(s) = &mut self.snap {
             s.paused = true;
@@ -140,10 +129,10 @@ impl Vm {
                 return Ok(());
             };
             if !snap.taken {
-                let all_in = snap.expect.as_ref().is_some_and(|e| {
-                    e.iter()
-                        .all(|&(p, n)| n == 0 || self.order.get(&p).is_some_and(|o| o.next > n))
-                });
+                let all_in = snap
+                    .expect
+                    .as_ref()
+                    .is_some_and(|e| e.iter().all(|&(p, n)| self.peers.delivered(p, n)));
                 if all_in {
                     let path = snap.path.clone();
                     let written = self.write_image(state, &path, false);
@@ -235,13 +224,12 @@ impl Vm {
                 .map(|m| unread(m.from, m.tag, 0, &m.data))
                 .collect(),
             early: self
-                .order
-                .values()
-                .flat_map(|o| o.early.iter())
-                .map(|(&seq, m)| unread(m.from, m.tag, seq, &m.data))
+                .peers
+                .early()
+                .map(|(seq, m)| unread(m.from, m.tag, seq, &m.data))
                 .collect(),
-            seq_out: self.seq_out.iter().map(|(&t, &n)| (t, n)).collect(),
-            seq_in: self.order.iter().map(|(&t, o)| (t, o.next)).collect(),
+            seq_out: self.peers.sent(),
+            seq_in: self.peers.expected(),
         };
         let daemon = &mut self.daemon;
         let mut written = |file: &std::path::Path, upto: u64| {
@@ -279,9 +267,9 @@ impl Vm {
         };
         // Direct links: stop peers writing (they fall back to the daemons,
         // which hold messages for a moving VP), then take in what is queued.
-        let peers: Vec<Tid> = self.direct.keys().copied().collect();
-        for t in &peers {
-            if let Some(l) = self.direct.get(t) {
+        let peers = self.peers.linked().to_vec();
+        for &t in &peers {
+            if let Some(l) = self.peers.link(t) {
                 let _ = l.sock.shutdown(std::net::Shutdown::Read);
                 // A frame put in its ring after this fails to go in, and
                 // goes by the daemons instead.
@@ -289,9 +277,9 @@ impl Vm {
                     rx.close();
                 }
             }
-            self.pump(LinkId::Direct(*t), false)?;
+            self.pump(LinkId::Direct(t), false)?;
         }
-        self.direct.clear();
+        self.peers.close_all_direct();
         self.pump(LinkId::Daemon, false)?;
         // The daemon sends the image on as it is written.
         if let Err(e) = self.write_image(state, &path, true) {
