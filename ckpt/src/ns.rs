@@ -521,10 +521,13 @@ fn start(
     let argv = [argv0.as_ptr(), std::ptr::null()];
     let envp = [std::ptr::null::<libc::c_char>()];
     let empty = c"";
-    // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask write
-    // only the sets given, ours.
+    // SAFETY: sigset_t is plain data, for which all zero bytes are a valid
+    // (empty) set.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the same.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigfillset and pthread_sigmask write only the sets given,
+    // ours, which live until the end of this function.
     unsafe {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);

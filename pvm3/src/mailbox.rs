@@ -179,14 +179,14 @@ pub unsafe extern "C" fn pvm_getmboxinfo(
                 .enumerate()
                 .map(|(i, c)| {
                     let n = c.entries.len();
-                    let ints = t.mbox_ints[i].as_ptr();
+                    // (3 * n ints, made above: indices, owners, flags.)
+                    let ints = &t.mbox_ints[i];
                     MboxInfo {
                         name: t.mbox_names[i].as_ptr(),
                         nentries: n as c_int,
-                        // SAFETY: each list holds 3 * n ints: indices, owners, flags.
-                        indices: ints,
-                        owners: unsafe { ints.add(n) },
-                        flags: unsafe { ints.add(2 * n) },
+                        indices: ints.as_ptr(),
+                        owners: ints[n..].as_ptr(),
+                        flags: ints[2 * n..].as_ptr(),
                     }
                 })
                 .collect();

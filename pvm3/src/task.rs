@@ -120,12 +120,13 @@ pub unsafe extern "C" fn pvm_spawn(
             }
         }
         let program = find_program(&name);
-        // SAFETY: null or a C string.
-        let place = unsafe { where_.as_ref() }.map(|_| {
-            unsafe { CStr::from_ptr(where_) }
-                .to_string_lossy()
-                .into_owned()
-        });
+        let place = if where_.is_null() {
+            None
+        } else {
+            // SAFETY: not null, so a C string, as the caller promises.
+            let place = unsafe { CStr::from_ptr(where_) };
+            Some(place.to_string_lossy().into_owned())
+        };
         let n = ntask as usize;
         let put = |i: usize, v: c_int| {
             if !tids.is_null() {
