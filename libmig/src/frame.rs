@@ -1,16 +1,21 @@
 //! Framing: a fixed 12-byte header outside postcard, then the body.
 //!
 //! ```text
-//! 0      2      3      4               8             12
-//! +------+------+------+---------------+-------------+------------------+-------------
-//! | "MG" |major |minor | header length | body length | header (postcard) | raw payload
-//! +------+------+------+---------------+-------------+------------------+-------------
+//! 0      2       3       4                8             12
+//! +------+-------+-------+----------------+-------------+--------------------+-------------
+//! | "MG" | major | minor | message length | body length | message (postcard) | raw payload
+//! +------+-------+-------+----------------+-------------+--------------------+-------------
+//!                                                       |<------- "body length" bytes ------->
 //! ```
 //!
-//! The body is the postcard-encoded message ("header length" bytes) followed
-//! by raw payload bytes (the rest), so bulk data is never re-encoded. The
-//! lengths are checked against `MAX_BODY` before anything is allocated;
-//! another major version is refused with a message naming both versions.
+//! Both lengths are little-endian `u32`s. The body is the postcard-encoded
+//! message ("message length" bytes) followed by raw payload bytes (the
+//! rest, so "body length" counts both), so bulk data is never re-encoded.
+//! The body length is checked against `MAX_BODY` before anything is
+//! allocated, and the message length against the body length; another
+//! major version is refused with a message naming both versions. (The
+//! code calls the postcard message of a frame its `head`.)
+//!
 //! What lives here: the header, blocking read/write of whole frames, and an
 //! incremental decoder for non-blocking sockets. What does not: what the
 //! bodies mean (`msg`).
@@ -47,10 +52,10 @@ pub enum FrameError {
     /// The length prefix is above `MAX_BODY`.
     #[error("frame of {0} bytes exceeds the maximum of {MAX_BODY}")]
     TooLarge(u64),
-    /// The header length exceeds the body length.
-    #[error("header of {head} bytes in a body of {body}")]
+    /// The message length exceeds the body length.
+    #[error("message of {head} bytes in a body of {body}")]
     BadHeaderLength {
-        /// Header length.
+        /// Message length.
         head: u64,
         /// Body length.
         body: u64,

@@ -18,7 +18,8 @@
 //! # The protocol in one exchange
 //!
 //! A worker daemon connects to the master over TCP. Each frame is a 12-byte
-//! header (`MG`, major, minor, reserved, body length) and a postcard body.
+//! header (`MG`, major, minor, message length, body length) and a body: the
+//! postcard-encoded message, then any raw payload bytes (see `frame`).
 //! The worker sends `PeerMsg::Hello` with a random nonce; the master answers
 //! `Challenge` with its own nonce and an HMAC-SHA256 proof over both; the
 //! worker checks it and answers `Proof`; the master checks that and sends
