@@ -10,6 +10,8 @@
 //!   spawn, notify, direct links;
 //! * `group` — named groups: barrier, broadcast, reduce, gather, scatter;
 //! * `checkpoint` — the checkpoint image: format, atomic write, checked read;
+//! * `spawn_spec` — `SpawnSpec::new` and its setters (internal: the methods
+//!   are on `msg::SpawnSpec`);
 //! * `payload` — message bytes, and large ones passed as memfds;
 //! * `pool` — the reusable shared buffers large messages travel in;
 //! * `link` — a VP's sockets (internal);
@@ -40,6 +42,7 @@ pub mod payload;
 pub mod pool;
 mod ring;
 pub mod seal;
+mod spawn_spec;
 pub mod vm;
 pub mod vp;
 pub mod words;

@@ -106,20 +106,8 @@ fn main() {
     let vm = Vm::start(2);
     for mib in sizes {
         let mut job = Client::connect(&vm.sock()).expect("connect");
-        let spec = SpawnSpec {
-            program: bin("testvp").display().to_string(),
-            args: vec!["hold".into(), mib.to_string()],
-            n: 1,
-            cwd: "/".into(),
-            env: vec![],
-            wait: true,
-            parent: None,
-            independent: false,
-            restartable: false,
-            memory_mb: None,
-            class: None,
-            io: None,
-        };
+        let args = vec!["hold".into(), mib.to_string()];
+        let spec = SpawnSpec::new(bin("testvp").display().to_string(), args).wait(true);
         let Response::Spawned { tids, .. } = job.call(&Request::Spawn(spec)).expect("spawn") else {
             panic!("no job")
         };

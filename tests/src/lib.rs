@@ -466,20 +466,7 @@ impl Vm {
     pub fn spawn_true_ms(&self, n: u32) -> f64 {
         use libmig::msg::{Request, Response, SpawnSpec};
         let mut c = libmig::control::Client::connect(&self.sock()).expect("connect");
-        let spec = SpawnSpec {
-            program: "/bin/true".into(),
-            args: vec![],
-            n,
-            cwd: "/".into(),
-            env: vec![],
-            wait: true,
-            parent: None,
-            independent: false,
-            restartable: false,
-            memory_mb: None,
-            class: None,
-            io: None,
-        };
+        let spec = SpawnSpec::new("/bin/true", Vec::new()).n(n).wait(true);
         let t = Instant::now();
         c.send(&Request::Spawn(spec)).expect("send");
         loop {

@@ -297,20 +297,11 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk, r: &mut Report) -> Resu
 
 fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk, r: &mut Report) -> Result<()> {
     let mut c = Client::connect(&vm.master_sock)?;
-    let spec = SpawnSpec {
-        program: pi.display().to_string(),
-        args: vec!["--samples".into(), a.samples.to_string()],
-        n: a.vps,
-        cwd: std::env::current_dir()?.display().to_string(),
-        env: vec![],
-        wait: true,
-        parent: None,
-        independent: false,
-        restartable: false,
-        memory_mb: None,
-        class: None,
-        io: None,
-    };
+    let args = vec!["--samples".into(), a.samples.to_string()];
+    let spec = SpawnSpec::new(pi.display().to_string(), args)
+        .n(a.vps)
+        .cwd(std::env::current_dir()?.display().to_string())
+        .wait(true);
     let t = Instant::now();
     let Response::Spawned { job, tids } = c.call(&Request::Spawn(spec))? else {
         bail!("the job did not start")

@@ -138,28 +138,24 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         env.retain(|(k, _)| k != libmig::vp::env::PAUSE_SIGNAL);
         env.push((libmig::vp::env::PAUSE_SIGNAL.to_string(), sig.to_string()));
     }
-    let spec = SpawnSpec {
-        program: program.clone(),
-        args: args.to_vec(),
-        n: a.n,
-        cwd: cwd.display().to_string(),
-        env,
-        wait: a.wait,
-        parent: None,
-        independent: a.independent,
-        restartable: a.restartable,
-        memory_mb: a.mem,
-        class: a.class.map(|c| match c {
+    let spec = SpawnSpec::new(program.clone(), args.to_vec())
+        .n(a.n)
+        .cwd(cwd.display().to_string())
+        .env(env)
+        .wait(a.wait)
+        .independent(a.independent)
+        .restartable(a.restartable)
+        .memory_mb(a.mem)
+        .class(a.class.map(|c| match c {
             Class::Simple => JobClass::Simple,
             Class::Cluster => JobClass::Cluster,
             Class::Group => JobClass::Group,
-        }),
-        io: match a.io {
+        }))
+        .io(match a.io {
             Io::None => None,
             Io::Light => Some(IoClass::Light),
             Io::Heavy => Some(IoClass::Heavy),
-        },
-    };
+        });
     let started = Instant::now();
     let mut c = Client::connect(daemon)?;
     let (job, tids) = match c.call(&Request::Spawn(spec))? {
