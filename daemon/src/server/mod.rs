@@ -189,7 +189,7 @@ pub struct Daemon {
     peers: HashMap<String, SocketAddr>,
     links: HashMap<String, Token>,
     /// Hosts whose last data link closed before it was opened, and when:
-    /// not dialled again before `DIAL_AGAIN_AFTER` (a sender whose host
+    /// VPs' messages do not dial it again before `DIAL_AGAIN_AFTER` (a sender whose host
     /// just died would otherwise dial it once a message).
     dial_failed: HashMap<String, Instant>,
     dialling: HashMap<Token, Vec<Pending>>,

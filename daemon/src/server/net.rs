@@ -263,6 +263,16 @@ impl Daemon {
     /// The data link to `host`; dialled if there is none. Dialling does not
     /// block the loop: the handshake runs as messages arrive (`dialling`),
     /// and messages wait in `dialling` until it is done.
+    /// Did a data link to `host` close before it opened, lately (VPs'
+    /// messages to it are then undeliverable without a dial each)?
+    pub(super) fn dial_failed_lately(&self, host: &str) -> bool {
+        !self.links.contains_key(host)
+            && self
+                .dial_failed
+                .get(host)
+                .is_some_and(|at| at.elapsed() < DIAL_AGAIN_AFTER)
+    }
+
     pub(super) fn link_to(&mut self, host: &str) -> Option<Token> {
         if let Some(&t) = self.links.get(host) {
             if self.conns.contains_key(&t) {
@@ -270,13 +280,6 @@ impl Daemon {
             }
         }
         let addr = *self.peers.get(host)?;
-        if self
-            .dial_failed
-            .get(host)
-            .is_some_and(|at| at.elapsed() < DIAL_AGAIN_AFTER)
-        {
-            return None;
-        }
         let dialled = Client::start(&self.key)
             .map_err(|e| e.to_string())
             .and_then(|(client, hello)| {

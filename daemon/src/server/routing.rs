@@ -19,6 +19,12 @@ impl Daemon {
                 return self.hold(env, body, src)
             }
             Way::Local(d) => d,
+            // (A host whose last dial just failed is not dialled again
+            // for each message: see `DIAL_AGAIN_AFTER`.)
+            Way::Remote(h) if self.dial_failed_lately(&h) => {
+                self.credit(&env, &body);
+                return self.undeliverable(env, &format!("host {h} cannot be reached"));
+            }
             Way::Remote(h) => match self.link_to(&h) {
                 Some(d) if self.is_data_link(d) => d,
                 Some(d) => {
