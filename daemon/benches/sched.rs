@@ -35,6 +35,7 @@ fn per_event(procs: usize, slots: usize, n: usize, capacities: &[f64]) {
         target_jobs: slots * 8,
         memory: std::env::var_os("MIG_BENCH_MEMORY").is_some(),
         chosen: false,
+        estimates: false,
     };
     let mut g = Generator::new(42, shape);
     let mut s = Scheduler::new(SchedConfig {
@@ -148,6 +149,7 @@ fn digest() {
                 capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
                 memory: std::env::var_os("MIG_BENCH_MEMORY").is_some(),
                 chosen: false,
+                estimates: false,
             },
         );
         let mut s = Scheduler::new(SchedConfig {

@@ -38,8 +38,9 @@ pub struct Args {
     /// time sharing), gang-firstfit, gang-buddy (Ousterhout matrices),
     /// mtat, mtat+repack (seed 000 as the paper gives it, and with seed
     /// 001's re-packing), mig (what migd runs by default: one slot each
-    /// where a job runs fastest, waiting jobs oldest first, slots merged by
-    /// moving jobs, free slots lent), roc (seed 003: a job as a bag of
+    /// where a job runs fastest, EASY backfilling over the slots on the
+    /// trace's requested times, slots merged by moving jobs, free slots
+    /// lent), roc (seed 003: a job as a bag of
     /// independent tasks, each queued where the fewest are, Rate-of-Change
     /// moving them), nres (seed 004: the tasks mapped fewest-choices-first
     /// onto processors meeting their CPU, memory and I/O needs) and bidding

@@ -120,6 +120,7 @@ impl Master {
             vps: BTreeMap::from([(arch, n)]),
             memory_mb,
             only,
+            estimate: None,
         }));
         out
     }

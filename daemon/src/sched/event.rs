@@ -51,6 +51,14 @@ pub enum Event {
         /// architecture of the job without a processor is ignored whole.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         only: Option<Vec<String>>,
+        /// How long it runs, as batch systems ask users to say: seconds
+        /// of work of one VP alone on a processor of capacity 1. With
+        /// backfilling, a waiting job passes the oldest waiting one only
+        /// where it does not delay the start that job is promised, and the
+        /// promise is projected from these estimates (a job without one
+        /// may run for ever). Non-negative and finite.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        estimate: Option<f64>,
     },
     /// A running job creates one more VP (`new_VP`); it gets the next index.
     NewVp {
@@ -275,6 +283,16 @@ pub enum SchedError {
     /// More VPs than one job may have.
     #[error("job {0:?} would have more than {MAX_VPS} VPs")]
     TooManyVps(String),
+    /// A run-time estimate that is negative, infinite or NaN.
+    #[error(
+        "job {job:?}: estimate must be a non-negative finite number of seconds, got {estimate}"
+    )]
+    BadEstimate {
+        /// Job id.
+        job: String,
+        /// The value given.
+        estimate: f64,
+    },
 }
 
 /// Most VPs one job may have (bounds the scheduler's memory per job).

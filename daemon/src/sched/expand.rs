@@ -35,8 +35,6 @@ pub struct Demand {
     pub counts: Vec<(u32, u32)>,
     /// Live rows whose architecture is in `counts`.
     pub rows: BitSet,
-    /// A column the job may not use (held for an older job that waits).
-    pub avoid: Option<u64>,
 }
 
 impl Demand {
@@ -102,15 +100,11 @@ impl Expansion for RegularPattern {
     fn find(&self, map: &AllocationMap, demand: &Demand) -> Option<Pattern> {
         let wanted = &demand.rows;
         let mut best: Option<(f64, usize)> = None;
-        let usable = || map.columns().iter().filter(|c| Some(c.id) != demand.avoid);
+        let usable = || map.columns().iter();
         let mut free_sets = Vec::with_capacity(map.columns().len());
         for c in map.columns() {
             let mut e = c.free().clone();
-            if Some(c.id) == demand.avoid {
-                e = BitSet::default();
-            } else {
-                e.intersect_with(wanted);
-            }
+            e.intersect_with(wanted);
             free_sets.push(e);
         }
         for (i, e_i) in free_sets.iter().enumerate() {
@@ -158,11 +152,7 @@ impl Expansion for Exhaustive {
     }
 
     fn find(&self, map: &AllocationMap, demand: &Demand) -> Option<Pattern> {
-        let cols: Vec<&super::map::Column> = map
-            .columns()
-            .iter()
-            .filter(|c| Some(c.id) != demand.avoid)
-            .collect();
+        let cols: Vec<&super::map::Column> = map.columns().iter().collect();
         if cols.len() > self.max_columns {
             return RegularPattern.find(map, demand);
         }

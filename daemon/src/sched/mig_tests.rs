@@ -1,7 +1,8 @@
 //! Tests of the `mig` placement (`Placement::Mig`): compaction by moving
 //! jobs, slots lent to jobs whose processors are free there, admission
-//! oldest first with backfilling, and the slot held for a job passed too
-//! often. The properties over random event streams are in `tests`.
+//! oldest first with backfilling under EASY's rule (what the oldest waiting
+//! job is promised, and who may pass it). The properties over random event
+//! streams are in `tests`.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +34,7 @@ fn submit(job: &str, n: u32) -> Event {
         vps: BTreeMap::from([("x86_64".to_string(), n)]),
         memory_mb: None,
         only: None,
+        estimate: None,
     }
 }
 
@@ -156,35 +158,190 @@ fn waiting_jobs_start_oldest_first_and_younger_ones_fill_in_behind() {
     s.check_invariants().unwrap();
 }
 
+fn submit_est(job: &str, n: u32, estimate: f64) -> Event {
+    match submit(job, n) {
+        Event::Submit {
+            job,
+            vps,
+            memory_mb,
+            only,
+            ..
+        } => Event::Submit {
+            job,
+            vps,
+            memory_mb,
+            only,
+            estimate: Some(estimate),
+        },
+        e => e,
+    }
+}
+
 #[test]
-fn a_job_passed_too_often_gets_a_slot_held_until_it_starts() {
+fn backfilling_starts_a_job_only_where_it_keeps_the_promise_to_the_oldest() {
+    let mut s = mig(
+        8,
+        SchedConfig {
+            max_slots: 1,
+            ..Placement::Mig.config()
+        },
+    );
+    // a holds 5 of the 8 processors until 100; b needs 6: it is promised
+    // the slot at 100, when a's processors are free.
+    s.on_event_at(0.0, submit_est("a", 5, 100.0)).unwrap();
+    s.on_event_at(0.0, submit_est("b", 6, 10.0)).unwrap();
+    assert!(waiting(&s, "b"));
+    assert_eq!(s.reservation(), Some(("b", 0, 100.0)));
+    // c runs long, but on 2 of the 8 cells b leaves free even then.
+    s.on_event_at(0.0, submit_est("c", 2, 1000.0)).unwrap();
+    assert!(!waiting(&s, "c"), "c takes cells b does not need");
+    // d, as long, would take a cell b needs at 100: it waits, though one
+    // is free now.
+    s.on_event_at(0.0, submit_est("d", 1, 1000.0)).unwrap();
+    assert!(waiting(&s, "d"), "d would delay b");
+    // e ends by 100: it takes that cell.
+    s.on_event_at(0.0, submit_est("e", 1, 50.0)).unwrap();
+    assert!(!waiting(&s, "e"), "e ends before b's turn");
+    s.check_invariants().unwrap();
+    // e ends at 50: d still may not take its cell; the promise holds.
+    s.on_event_at(50.0, exit("e")).unwrap();
+    assert!(waiting(&s, "d"));
+    assert_eq!(s.reservation(), Some(("b", 0, 100.0)));
+    // a ends at 100: b starts as promised; d waits behind it.
+    s.on_event_at(100.0, exit("a")).unwrap();
+    assert!(!waiting(&s, "b") && waiting(&s, "d"));
+    // d is the oldest waiting now: promised b's cells when b ends.
+    assert_eq!(s.reservation(), Some(("d", 0, 110.0)));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn without_estimates_no_younger_job_takes_a_cell_the_oldest_waits_for() {
+    // What migd does (users give no estimates): the slot where the oldest
+    // waiting job would fit first takes no younger job on the cells it
+    // needs, however short, so a wide job is never passed for ever.
     let mut s = mig(
         4,
         SchedConfig {
             max_slots: 1,
-            patience: 2,
             ..Placement::Mig.config()
         },
     );
     s.on_event(submit("a", 3)).unwrap();
     s.on_event(submit("wide", 4)).unwrap();
-    assert!(waiting(&s, "wide"));
-    // Two small jobs start beside a in the free cell, passing the wide one.
+    let (job, slot, at) = s.reservation().unwrap();
+    assert_eq!((job, slot), ("wide", 0));
+    assert!(at.is_infinite());
     for job in ["x", "y"] {
-        s.on_event(submit(job, 1)).unwrap();
-        assert!(!waiting(&s, job), "{job} backfills");
-        s.on_event(exit(job)).unwrap();
+        s.on_event(submit_est(job, 1, 1.0)).unwrap();
+        assert!(waiting(&s, job), "{job} would take wide's cell");
     }
-    // It has been passed twice: the slot is held for it, and the next
-    // small job waits instead of taking the free cell.
-    s.on_event(submit("z", 1)).unwrap();
-    assert!(waiting(&s, "z"));
     s.on_event(exit("a")).unwrap();
     assert!(!waiting(&s, "wide"));
-    assert!(waiting(&s, "z"));
+    assert!(waiting(&s, "x") && waiting(&s, "y"));
     s.on_event(exit("wide")).unwrap();
-    assert!(!waiting(&s, "z"));
+    assert!(!waiting(&s, "x") && !waiting(&s, "y"));
     s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_job_backfills_into_another_slot_than_the_promised_one() {
+    // Two slots: a fills slot 0, b three of slot 1's four cells. wide (4)
+    // is promised slot 0 (both are projected to empty at 200, each job
+    // running half the round; slot 0 comes first). x, however long,
+    // takes slot 1's free cell: nothing promised is there.
+    let mut s = mig(
+        4,
+        SchedConfig {
+            max_slots: 2,
+            ..Placement::Mig.config()
+        },
+    );
+    s.on_event_at(0.0, submit_est("a", 4, 100.0)).unwrap();
+    s.on_event_at(0.0, submit_est("b", 3, 100.0)).unwrap();
+    s.on_event_at(0.0, submit_est("wide", 4, 100.0)).unwrap();
+    assert_eq!(s.reservation(), Some(("wide", 0, 200.0)));
+    s.on_event_at(0.0, submit_est("x", 1, 10_000.0)).unwrap();
+    assert!(!waiting(&s, "x"));
+    assert_eq!(slots_of(&s, "x"), vec![1]);
+    assert_eq!(s.reservation(), Some(("wide", 0, 200.0)));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn jobs_that_may_pass_the_oldest_go_in_order_of_expansion_factor() {
+    let mut s = mig(
+        4,
+        SchedConfig {
+            max_slots: 1,
+            ..Placement::Mig.config()
+        },
+    );
+    s.on_event_at(0.0, submit_est("a", 2, 100.0)).unwrap();
+    s.on_event_at(0.0, submit_est("b", 2, 20.0)).unwrap();
+    s.on_event_at(0.0, submit_est("wide", 4, 100.0)).unwrap();
+    s.on_event_at(0.0, submit_est("c1", 2, 50.0)).unwrap();
+    s.on_event_at(10.0, submit_est("c2", 2, 10.0)).unwrap();
+    assert_eq!(s.reservation(), Some(("wide", 0, 100.0)));
+    // b ends at 20: both c1 and c2 would end before wide's turn at 100.
+    // c2 has waited 10 s for 10 s of work (factor 2), c1 20 s for 50 s
+    // (1.4): c2, the younger, gets the two cells.
+    s.on_event_at(20.0, exit("b")).unwrap();
+    assert!(!waiting(&s, "c2") && waiting(&s, "c1"));
+    assert!(waiting(&s, "wide"));
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_job_moved_out_of_a_slot_lets_the_oldest_start_now() {
+    // Three slots of four processors: slot 2 holds only d on p1. The wide
+    // job (4) fits in no slot; moving d into slot 1's free cell (p3)
+    // empties slot 2, and the wide job starts at once instead of being
+    // promised a later start (Zhang et al.'s migration).
+    let mut s = mig(
+        4,
+        SchedConfig {
+            max_slots: 3,
+            ..Placement::Mig.config()
+        },
+    );
+    s.restore_job("a", &[0], &["p1/0", "p2/0"]).unwrap();
+    s.restore_job("c", &[0], &["p3/0", "p4/0"]).unwrap();
+    s.restore_job("b", &[1], &["p1/0", "p2/0"]).unwrap();
+    s.restore_job("d", &[2], &["p1/0"]).unwrap();
+    s.check_invariants().unwrap();
+    let acts = s.on_event(submit("wide", 4)).unwrap();
+    s.check_invariants().unwrap();
+    assert!(!waiting(&s, "wide"), "{acts:?}");
+    assert_eq!(migrations(&acts), 1, "{acts:?}");
+    assert!(s.reservation().is_none());
+    assert_eq!(s.vp_count(), 11);
+    // Without moving jobs between slots it waits, with a promise.
+    let mut s = mig(
+        4,
+        SchedConfig {
+            max_slots: 3,
+            compact: false,
+            ..Placement::Mig.config()
+        },
+    );
+    s.restore_job("a", &[0], &["p1/0", "p2/0"]).unwrap();
+    s.restore_job("c", &[0], &["p3/0", "p4/0"]).unwrap();
+    s.restore_job("b", &[1], &["p1/0", "p2/0"]).unwrap();
+    s.restore_job("d", &[2], &["p1/0"]).unwrap();
+    s.on_event(submit("wide", 4)).unwrap();
+    assert!(waiting(&s, "wide"));
+    assert_eq!(s.reservation().map(|r| r.0), Some("wide"));
+}
+
+#[test]
+fn an_estimate_that_is_not_a_number_of_seconds_is_refused() {
+    let mut s = mig(2, Placement::Mig.config());
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let e = s.on_event(submit_est("a", 1, bad)).unwrap_err();
+        assert!(matches!(e, SchedError::BadEstimate { .. }), "{e}");
+    }
+    assert!(s.job_view("a").is_none());
 }
 
 #[test]
@@ -315,6 +472,7 @@ fn a_vp_goes_only_where_its_host_offers_the_memory_it_needs() {
             vps: BTreeMap::from([("x86_64".to_string(), 4)]),
             memory_mb: Some(4000),
             only: None,
+            estimate: None,
         })
         .unwrap();
         let v = s.job_view("big").unwrap();
@@ -330,6 +488,7 @@ fn a_vp_goes_only_where_its_host_offers_the_memory_it_needs() {
             vps: BTreeMap::from([("x86_64".to_string(), 1)]),
             memory_mb: Some(64_000),
             only: None,
+            estimate: None,
         })
         .unwrap();
         assert!(waiting(&s, "huge"), "{policy:?}");
@@ -354,6 +513,7 @@ fn a_job_with_chosen_processors_runs_only_there_until_one_leaves() {
             vps: BTreeMap::from([("x86_64".to_string(), 3)]),
             memory_mb: None,
             only: Some(vec!["p2/0".into(), "nowhere/0".into()]),
+            estimate: None,
         })
         .unwrap();
         s.check_invariants().unwrap();
@@ -387,6 +547,7 @@ fn a_choice_that_leaves_the_job_nowhere_is_ignored() {
         vps: BTreeMap::from([("x86_64".to_string(), 1)]),
         memory_mb: None,
         only: Some(vec!["gone/0".into()]),
+        estimate: None,
     })
     .unwrap();
     assert_eq!(
@@ -408,6 +569,7 @@ fn the_scheduler_never_moves_a_started_vp_of_a_chosen_job_by_choice() {
             vps: BTreeMap::from([("x86_64".to_string(), 4)]),
             memory_mb: None,
             only: Some(vec!["p1/0".into(), "p2/0".into()]),
+            estimate: None,
         })
         .unwrap();
         let v = s.job_view("bag").unwrap();
@@ -508,6 +670,7 @@ fn a_job_left_without_room_for_its_vps_by_its_best_turnaround_is_planned_again()
         vps: BTreeMap::from([("x86_64".to_string(), 2), ("aarch64".to_string(), 1)]),
         memory_mb: None,
         only: None,
+        estimate: None,
     })
     .unwrap();
     let acts = s

@@ -15,9 +15,12 @@ use super::SchedConfig;
 pub enum Placement {
     /// Seed 000's MTAT and Compression place each job in one slot where it
     /// runs at its best turnaround (the fullest such slot); waiting jobs
-    /// start oldest first wherever they fit; slots are deleted by moving
-    /// jobs (seed 001's shifts, then migrations); and every job also runs
-    /// in each other slot where its processors are free.
+    /// start oldest first wherever they fit, and the first that fits
+    /// nowhere is promised a slot and a time that younger jobs (tried in
+    /// order of expansion factor) may not delay (EASY's rule), unless
+    /// moving jobs between slots lets it start now; slots are deleted by
+    /// moving jobs (seed 001's shifts, then migrations); and every job
+    /// also runs in each other slot where its processors are free.
     #[default]
     Mig,
     /// Seed 000 as the paper gives it: Expansion's pattern against a new

@@ -30,6 +30,8 @@ pub struct Shape {
     /// A quarter of the jobs come with processors a placement policy
     /// chose for them (`Event::Submit`'s `only`): some of those live.
     pub chosen: bool,
+    /// Three jobs in four come with an estimate (1 to 100 s).
+    pub estimates: bool,
 }
 
 impl Default for Shape {
@@ -43,6 +45,7 @@ impl Default for Shape {
             capacities: vec![1.0, 1.0, 2.0, 3.0, 4.0, 1.5],
             memory: false,
             chosen: false,
+            estimates: false,
         }
     }
 }
@@ -188,11 +191,14 @@ impl Generator {
                     } else {
                         None
                     };
+                    let estimate = (self.shape.estimates && self.below(4) > 0)
+                        .then(|| 1.0 + self.below(100) as f64);
                     return Event::Submit {
                         job,
                         vps,
                         memory_mb,
                         only,
+                        estimate,
                     };
                 }
                 46..=60 if !self.jobs.is_empty() => {
@@ -250,6 +256,11 @@ impl Generator {
         (0..self.shape.processors)
             .map(|_| self.new_processor())
             .collect()
+    }
+
+    /// A time step for `Scheduler::on_event_at`: 0 to 20 s.
+    pub fn pause(&mut self) -> f64 {
+        self.below(21) as f64
     }
 
     /// VPs the generator believes exist (to check that none was lost).

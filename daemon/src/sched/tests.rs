@@ -24,6 +24,7 @@ fn submit(job: &str, n: u32) -> Event {
         vps: BTreeMap::from([("x86_64".to_string(), n)]),
         memory_mb: None,
         only: None,
+        estimate: None,
     }
 }
 
@@ -196,6 +197,7 @@ fn vps_without_a_processor_of_their_architecture_wait_and_are_never_lost() {
             vps: BTreeMap::from([("x86_64".to_string(), 2), ("aarch64".to_string(), 1)]),
             memory_mb: None,
             only: None,
+            estimate: None,
         })
         .unwrap();
     // VP 0 is aarch64 (architectures in name order), VPs 1 and 2 are x86_64.

@@ -38,41 +38,7 @@ pub fn run(
     done_count: &AtomicUsize,
 ) -> GangRun {
     let mut g = Gang::new(jobs, capacities, placement, max_slots, cond);
-    let mut owners = cond
-        .owners
-        .changes(capacities.len(), g.now, last_submit(jobs));
-    loop {
-        // The next completion at current rates, the next arrival, and (while
-        // jobs are left) the next owner change.
-        let finish = g
-            .rate
-            .iter()
-            .filter(|(_, &r)| r > 0.0)
-            .map(|(&i, &r)| (g.now + g.remaining[i] / r, i))
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        // Owner changes matter while jobs are left, and when nothing else
-        // will happen, only while some processor is away (its return may
-        // let a waiting job run; with all present nothing more can).
-        let pending = !g.rate.is_empty() || g.next < jobs.len();
-        let stuck = finish.is_none() && g.next >= jobs.len() && g.away == 0;
-        let Some(t) = super::step_to(
-            finish.map(|f| f.0),
-            jobs.get(g.next).map(|j| j.submit),
-            owners.peek().filter(|_| pending && !stuck),
-        ) else {
-            break;
-        };
-        g.advance(t);
-        // Completions first (all jobs whose work is done by now), then
-        // owners, then arrivals.
-        g.complete(done_count);
-        while owners.peek().is_some_and(|o| o <= g.now) {
-            let Some(c) = owners.next() else { break };
-            g.owner_change(c.processor, c.leaves);
-        }
-        g.arrivals();
-        g.update_rates();
-    }
+    g.replay(done_count, |_| {});
     GangRun {
         outcomes: g.out.into_iter().flatten().collect(),
         migrations: g.sched.migrations(),
@@ -150,11 +116,54 @@ impl<'a> Gang<'a> {
         }
     }
 
+    /// The whole replay: completions, owners and arrivals in time order,
+    /// the scheduler told of each; `after` sees the state after every
+    /// step.
+    fn replay(&mut self, done_count: &AtomicUsize, mut after: impl FnMut(&Self)) {
+        let mut owners =
+            self.cond
+                .owners
+                .changes(self.capacities.len(), self.now, last_submit(self.jobs));
+        loop {
+            // The next completion at current rates, the next arrival, and (while
+            // jobs are left) the next owner change.
+            let finish = self
+                .rate
+                .iter()
+                .filter(|(_, &r)| r > 0.0)
+                .map(|(&i, &r)| (self.now + self.remaining[i] / r, i))
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            // Owner changes matter while jobs are left, and when nothing else
+            // will happen, only while some processor is away (its return may
+            // let a waiting job run; with all present nothing more can).
+            let pending = !self.rate.is_empty() || self.next < self.jobs.len();
+            let stuck = finish.is_none() && self.next >= self.jobs.len() && self.away == 0;
+            let Some(t) = super::step_to(
+                finish.map(|f| f.0),
+                self.jobs.get(self.next).map(|j| j.submit),
+                owners.peek().filter(|_| pending && !stuck),
+            ) else {
+                break;
+            };
+            self.advance(t);
+            // Completions first (all jobs whose work is done by now), then
+            // owners, then arrivals.
+            self.complete(done_count);
+            while owners.peek().is_some_and(|o| o <= self.now) {
+                let Some(c) = owners.next() else { break };
+                self.owner_change(c.processor, c.leaves);
+            }
+            self.arrivals();
+            self.update_rates();
+            after(self);
+        }
+    }
+
     /// Tell the scheduler `e`; a moved VP stalls its gang for the move's
     /// cost: the job loses what it would have done in that time at its
     /// rate so far.
     fn event(&mut self, e: Event) {
-        let Ok(actions) = self.sched.on_event(e) else {
+        let Ok(actions) = self.sched.on_event_at(self.now, e) else {
             return;
         };
         for a in actions {
@@ -254,6 +263,7 @@ impl<'a> Gang<'a> {
                     vps: BTreeMap::from([(self.cond.arch_name(j.arch).to_string(), j.procs)]),
                     memory_mb: None,
                     only: None,
+                    estimate: Some(j.estimate),
                 };
                 self.event(e);
                 self.rate.insert(i, 0.0);
@@ -309,6 +319,49 @@ mod tests {
             &crate::sim::Conditions::default(),
             &AtomicUsize::new(0),
         )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// EASY's promise, over time: with estimates no shorter than the
+        /// run times and nothing that costs, the oldest waiting job starts
+        /// no later than the earliest start it was promised while it
+        /// waited, however many younger jobs backfilled meanwhile.
+        #[test]
+        fn a_waiting_job_starts_by_its_promise(seed in proptest::prelude::any::<u64>(), slots in 1usize..4) {
+            let mut rng = crate::sim::rng::SplitMix::new(seed);
+            let mut t = 0.0;
+            let jobs: Vec<Job> = (0..40)
+                .map(|i| {
+                    t += (rng.unit() * 20.0).floor();
+                    let run = 1.0 + (rng.unit() * 200.0).floor();
+                    let procs = 1 + (rng.unit() * 8.0) as u32;
+                    let mut j = Job::new(&i.to_string(), t, run, procs);
+                    if rng.unit() < 0.5 {
+                        j.estimate = (run * (1.0 + 3.0 * rng.unit())).ceil();
+                    }
+                    j
+                })
+                .collect();
+            let caps = [1.0, 1.0, 2.0, 1.0, 1.0, 2.0, 1.0, 1.0];
+            let cond = crate::sim::Conditions::default();
+            let mut g = Gang::new(&jobs, &caps, Placement::Mig, slots, &cond);
+            let mut promised: BTreeMap<String, f64> = BTreeMap::new();
+            g.replay(&AtomicUsize::new(0), |g| {
+                if let Some((job, _, at)) = g.sched.reservation() {
+                    let p = promised.entry(job.to_string()).or_insert(at);
+                    *p = p.min(at);
+                }
+            });
+            proptest::prop_assert!(g.out.iter().all(Option::is_some), "every job ran");
+            for (id, at) in promised {
+                let i: usize = id.parse().unwrap();
+                let start = g.started[i].unwrap();
+                proptest::prop_assert!(start <= at + 1e-6 * at.max(1.0),
+                    "job {} started at {} though promised {}", id, start, at);
+            }
+        }
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! What lives here: the pass every event ends with in this mode
 //! (`rebalance`): jobs give up the slots beyond their first (`contract`),
 //! slots are emptied by moving jobs (`compact`, in `columns`), waiting jobs
-//! are admitted oldest first wherever they fit, with a slot held for the
-//! oldest one that has been passed too often, and every job then runs in
-//! each further slot where its processors are free (`fill`). What does not:
+//! are admitted oldest first wherever they fit, the oldest that fits
+//! nowhere is promised a slot and a time and younger ones pass it only
+//! where they keep that promise (EASY's rule: `reserve`, `admissible`),
+//! and every job then runs in each further slot where its processors are
+//! free (`fill`). What does not:
 //! the paper's own order (held jobs in fairness order, Expansion, then
 //! re-packing: `placing`), or the searches themselves (`expand`, `mtat`).
 
@@ -18,6 +20,15 @@ impl Scheduler {
     /// so that a slot holding nothing else can go and a waiting job can
     /// start there, and lent again at the end.
     pub(super) fn rebalance(&mut self, ctx: &mut Ctx) {
+        // A promise to a job that started (a VP of it placed some other
+        // way) or left the queue is void.
+        if self
+            .reserved
+            .as_ref()
+            .is_some_and(|r| !self.waiting.contains(&r.job) || !self.job(r.job).columns.is_empty())
+        {
+            self.reserved = None;
+        }
         // Only an event that freed cells can let a slot go, and only one
         // that did or left a job waiting needs the lent cells back.
         let freed = !ctx.freed.is_empty() || ctx.all_freed;
@@ -142,7 +153,7 @@ impl Scheduler {
             .columns()
             .iter()
             .enumerate()
-            .filter(|(_, c)| Some(c.id) != demand.avoid && self.column_fits(&room, c))
+            .filter(|(_, c)| self.column_fits(&room, c))
             .map(|(pos, c)| (c.free().intersection_len(&demand.rows), pos))
             .collect();
         columns.sort_unstable();
@@ -171,101 +182,356 @@ impl Scheduler {
             }
             let rows = free.to_vec();
             let (t, counts) = self.plan(k, &rows, true, 0.0)?;
-            (t <= bound).then_some((vec![c.id], rows, counts))
+            (t <= bound && self.admissible(k, c.id, &rows, &counts, t)).then_some((
+                vec![c.id],
+                rows,
+                counts,
+            ))
         })
     }
 
-    /// The column job `k` may not use: the one held for an older job.
+    /// The column job `k` may not grow in: the one promised to an older
+    /// job.
     pub(super) fn avoided_by(&self, k: JobKey) -> Option<u64> {
         self.reserved
-            .filter(|&(holder, _)| holder != k)
-            .map(|(_, c)| c)
+            .as_ref()
+            .filter(|r| r.job != k)
+            .map(|r| r.column)
     }
 
-    /// Job `k` was just placed if it has columns: every older job still
-    /// waiting for its first place has been passed once more.
-    fn note_passed(&mut self, k: JobKey) {
-        if self.job(k).columns.is_empty() {
-            return;
-        }
-        let seq = self.job(k).seq;
-        let older: Vec<JobKey> = self
-            .waiting
-            .iter()
-            .copied()
-            .filter(|&w| {
-                let j = self.job(w);
-                j.seq < seq && j.columns.is_empty()
-            })
-            .collect();
-        for w in older {
-            let j = self.job_mut(w);
-            j.passed = j.passed.saturating_add(1);
-        }
-    }
-
-    /// Waiting jobs oldest first, each placed where it fits; the oldest
-    /// that fits nowhere once `patience` younger jobs have passed it gets
-    /// a column held for it (the one with most free cells of its
-    /// architectures) until it starts.
+    /// Waiting jobs oldest first, each placed where it fits (MTAT and
+    /// Compression on a slot's free cells, or a slot of its own) until one
+    /// fits nowhere: that one is promised the slot where it will first fit
+    /// as the jobs there end by their estimates (`reserve`), unless moving
+    /// a few jobs out of a slot lets it start now (`make_room`). The others
+    /// are then tried in order of expansion factor (`by_expansion`), each
+    /// placed only where it leaves that promise whole (`admissible`): EASY
+    /// backfilling, over the map's slots.
     pub(super) fn admit(&mut self, ctx: &mut Ctx, freed: bool) {
-        if let Some((holder, c)) = self.reserved {
-            if !self.waiting.contains(&holder) || self.map.column(c).is_none() {
-                self.reserved = None;
-            }
-        }
         if self.waiting.is_empty() {
+            self.reserved = None;
             return;
         }
         // With no cell freed, a job that found no room last time finds none
-        // now: only jobs submitted since are tried.
+        // now: only jobs submitted since are tried, against the promise to
+        // the oldest. Else every waiting job is tried, and the promise made
+        // to the first that finds no room. (The oldest is tried again
+        // either way: what an event does after admission, alignment and
+        // expansion, may have made room for it.)
+        let mut head = self
+            .reserved
+            .take()
+            .map(|r| r.job)
+            .filter(|&k| !freed && self.waiting.contains(&k) && self.job(k).columns.is_empty());
+        let mut freed = freed;
+        if let Some(k) = head.filter(|&k| self.placeable(k)) {
+            self.place_fresh(k, ctx);
+            if !self.job(k).columns.is_empty() {
+                head = None;
+                freed = true;
+            }
+        }
         let since = if freed { 0 } else { self.admitted_upto };
         self.admitted_upto = self.submitted;
         let mut order: Vec<JobKey> = self
             .waiting
             .iter()
             .copied()
-            .filter(|&k| self.job(k).seq >= since)
+            .filter(|&k| self.job(k).seq >= since && Some(k) != head && self.placeable(k))
             .collect();
         order.sort_by_key(|&k| self.job(k).seq);
-        for k in order {
-            let j = self.job(k);
-            let placeable = j
-                .vps
-                .values()
-                .any(|v| v.row.is_none() && self.usable(k, v.arch));
-            if !placeable {
-                continue;
-            }
-            if !j.columns.is_empty() {
-                self.reposition(k, ctx);
-                continue;
-            }
-            self.place_fresh(k, ctx);
-            self.note_passed(k);
-            if self.job(k).columns.is_empty()
-                && self.reserved.is_none()
-                && self.job(k).passed >= self.cfg.patience
-            {
-                self.reserved = self.roomiest_column(k).map(|c| (k, c));
-            }
+        // Jobs that run already, with VPs held (their processor left), are
+        // placed again first, in their own slots where they can.
+        let (running, fresh): (Vec<JobKey>, Vec<JobKey>) = order
+            .into_iter()
+            .partition(|&k| !self.job(k).columns.is_empty());
+        for k in running {
+            self.reposition(k, ctx);
         }
-        if let Some((holder, _)) = self.reserved {
-            if !self.job(holder).columns.is_empty() {
-                self.reserved = None;
+        if let Some(k) = head {
+            self.reserved = self.reserve(k);
+        }
+        // Once one waits with a promise, the others are tried in order of
+        // how long they have waited for their length.
+        let mut fresh = fresh;
+        if self.reserved.is_some() {
+            self.by_expansion(&mut fresh);
+        }
+        let mut i = 0;
+        while let Some(&k) = fresh.get(i) {
+            i += 1;
+            let promised = self.reserved.is_some();
+            self.place_fresh(k, ctx);
+            if self.job(k).columns.is_empty() && self.reserved.is_none() && self.make_room(k, ctx) {
+                self.place_fresh(k, ctx);
+            }
+            if !self.job(k).columns.is_empty() {
+                self.note_backfilled(k);
+            } else if self.reserved.is_none() {
+                self.reserved = self.reserve(k);
+            }
+            if !promised && self.reserved.is_some() {
+                self.by_expansion(&mut fresh[i..]);
             }
         }
     }
 
-    /// The column with the most free cells of job `k`'s architectures (the
-    /// earliest on a tie).
-    fn roomiest_column(&self, k: JobKey) -> Option<u64> {
-        let (demand, _) = self.demand_of(k);
-        self.map
-            .columns()
+    /// Jobs in order of their expansion factor, largest first: the
+    /// bounded slowdown each would have if it started now and ran as
+    /// estimated, `(waited + estimate) / max(estimate, 10 s)`; jobs
+    /// without an estimate count 1; oldest first on a tie. (Shortest and
+    /// longest-waiting first, as a backfilling queue ordered by expansion
+    /// factor does; a job's factor grows while it waits.)
+    fn by_expansion(&self, jobs: &mut [JobKey]) {
+        let factor = |k: JobKey| {
+            let j = self.job(k);
+            j.estimate
+                .map_or(1.0, |e| (self.now - j.since + e) / e.max(10.0))
+        };
+        jobs.sort_by(|&a, &b| {
+            factor(b)
+                .total_cmp(&factor(a))
+                .then(self.job(a).seq.cmp(&self.job(b).seq))
+        });
+    }
+
+    /// Has job `k` a VP without a processor that some processor could take?
+    fn placeable(&self, k: JobKey) -> bool {
+        self.job(k)
+            .vps
+            .values()
+            .any(|v| v.row.is_none() && self.usable(k, v.arch))
+    }
+
+    /// When job `k`, in the map, is projected to end: its estimate less
+    /// what it has done, at the pace of its own slot alone (`1 / τ / T`;
+    /// slots lent only make it sooner). Infinite without an estimate or
+    /// while a VP of it is held.
+    pub(super) fn projected_end(&self, k: JobKey, tau: f64) -> f64 {
+        let j = self.job(k);
+        match j.estimate {
+            Some(e) if j.placed as usize == j.vps.len() && j.placed > 0 => {
+                self.now + (e - j.done).max(0.0) * tau * self.current_t(k)
+            }
+            _ => f64::INFINITY,
+        }
+    }
+
+    /// The promise to job `k`, which fits nowhere now: for each column, the
+    /// first projected end of its jobs after which `k`'s VPs fit in its
+    /// free cells by the turnaround of a slot of its own; the column where
+    /// that comes first (on a tie, the one with most room then). Where no
+    /// estimate gets it there, the column with most room once every job
+    /// with an estimate has ended, and no time.
+    pub(super) fn reserve(&self, k: JobKey) -> Option<Reservation> {
+        let (demand, t_new) = self.demand_of(k);
+        if demand.counts.is_empty() || !t_new.is_finite() {
+            return None;
+        }
+        let bound = t_new * (1.0 + 1e-9);
+        let tau = self.map.columns().len().max(1) as f64;
+        let mut best: Option<Reservation> = None;
+        for c in self.map.columns() {
+            let mut free = c.free().clone();
+            free.intersect_with(&demand.rows);
+            let mut jobs: Vec<JobKey> = c.jobs().map(|(_, j)| j).collect();
+            jobs.sort_unstable();
+            jobs.dedup();
+            let mut ends: Vec<(f64, JobKey)> = jobs
+                .into_iter()
+                .map(|j| (self.projected_end(j, tau), j))
+                .collect();
+            ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let mut at = self.now;
+            let mut fits = self.counts_fit_by(&demand.counts, &free, bound);
+            for (end, j) in ends {
+                if fits || !end.is_finite() {
+                    break;
+                }
+                let mut rows = self.job(j).row_set.clone();
+                rows.intersect_with(&demand.rows);
+                free.union_with(&rows);
+                at = end;
+                fits = self.counts_fit_by(&demand.counts, &free, bound);
+            }
+            let at = if fits { at } else { f64::INFINITY };
+            let better = best
+                .as_ref()
+                .is_none_or(|b| at < b.at || (at == b.at && free.len() > b.free_at.len()));
+            if better {
+                best = Some(Reservation {
+                    job: k,
+                    column: c.id,
+                    at,
+                    free_at: free,
+                    counts: demand.counts.clone(),
+                    bound,
+                });
+            }
+        }
+        best
+    }
+
+    /// May job `k` start in `column` with `counts[i]` VPs on `rows[i]` at
+    /// turnaround `t`, as far as the promise to an older job goes? Yes in
+    /// another column (it neither takes the promised cells nor lengthens
+    /// the round), and in the promised one where it is projected to end
+    /// by the promised time, takes none of the cells free then, or leaves
+    /// enough of them for the older job still to fit then.
+    pub(super) fn admissible(
+        &self,
+        k: JobKey,
+        column: u64,
+        rows: &[Row],
+        counts: &[u32],
+        t: f64,
+    ) -> bool {
+        let Some(r) = self.reserved.as_ref().filter(|r| r.job != k) else {
+            return true;
+        };
+        if column != r.column {
+            return true;
+        }
+        // (A job left with VPs held there does not progress: it never ends.)
+        let tau = self.map.columns().len().max(1) as f64;
+        let whole = counts.iter().map(|&n| n as usize).sum::<usize>() >= self.job(k).vps.len();
+        let end = match self.job(k).estimate {
+            Some(e) if whole => self.now + e * tau * t,
+            _ => f64::INFINITY,
+        };
+        if r.at.is_finite() && end <= r.at {
+            return true;
+        }
+        let mut left = r.free_at.clone();
+        let mut taken = false;
+        for (&row, &n) in rows.iter().zip(counts) {
+            if n > 0 && left.contains(row) {
+                left.remove(row);
+                taken = true;
+            }
+        }
+        !taken || (r.at.is_finite() && self.counts_fit_by(&r.counts, &left, r.bound))
+    }
+
+    /// Job `k` was just placed: if that is in the promised column past the
+    /// promised time, the cells it took there are no longer free then.
+    fn note_backfilled(&mut self, k: JobKey) {
+        let tau = self.map.columns().len().max(1) as f64;
+        let end = self.projected_end(k, tau);
+        let rows = self.job(k).row_set.clone();
+        let columns = self.job(k).columns.clone();
+        if let Some(r) = self.reserved.as_mut().filter(|r| r.job != k) {
+            if columns.contains(&r.column) && !(r.at.is_finite() && end <= r.at) {
+                r.free_at.remove_all(&rows);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::mtat::mtat_pools;
+    use crate::sched::random::{Generator, Shape};
+    use crate::sched::Placement;
+    use proptest::prelude::*;
+
+    /// Could job `k`'s VPs all run on `rows` by `bound`? MTAT's minimum
+    /// (itself tested against every assignment) decides; an architecture
+    /// of `counts` (those the pool has for it) with no row among them
+    /// cannot.
+    fn fits(s: &Scheduler, k: JobKey, counts: &[(u32, u32)], rows: &[Row], bound: f64) -> bool {
+        let present = counts
             .iter()
-            .map(|c| (c.free().intersection_len(&demand.rows), c.id))
-            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
-            .map(|(_, c)| c)
+            .all(|&(a, _)| rows.iter().any(|&r| s.arch_of(r) == Some(a)));
+        present
+            && s.pool_input(k, rows).is_some_and(|inp| {
+                mtat_pools(&inp.counts, &inp.pool_of, &inp.caps, &inp.preferred).t_min <= bound
+            })
+    }
+
+    /// When job `k` is first projected to fit in `column`, found the long
+    /// way: every instant at which a job of that slot ends is tried, and
+    /// at each the rows it may use that no job of the slot still running
+    /// then holds (cells only lent there do not count: they are taken back
+    /// before anything is placed).
+    pub(super) fn earliest_fit(s: &Scheduler, k: JobKey, column: u64) -> f64 {
+        let (demand, t_new) = s.demand_of(k);
+        let bound = t_new * (1.0 + 1e-9);
+        let tau = s.map.columns().len().max(1) as f64;
+        let home: Vec<(JobKey, f64)> = s
+            .jobs
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| {
+                j.as_ref()
+                    .is_some_and(|j| j.columns.first() == Some(&column))
+            })
+            .map(|(i, _)| (i as JobKey, s.projected_end(i as JobKey, tau)))
+            .collect();
+        let mut instants: Vec<f64> = home.iter().map(|&(_, e)| e).collect();
+        instants.push(s.now);
+        instants
+            .into_iter()
+            .filter(|t| t.is_finite())
+            .filter(|&t| {
+                let rows: Vec<Row> = demand
+                    .rows
+                    .iter()
+                    .filter(|&r| {
+                        !home
+                            .iter()
+                            .any(|&(j, end)| end > t && s.job(j).row_set.contains(r))
+                    })
+                    .collect();
+                fits(s, k, &demand.counts, &rows, bound)
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// Whatever happens (jobs come, grow, shrink, end, are suspended;
+        /// processors come and go; time passes), after every event the
+        /// oldest waiting job's promise holds: in the promised slot it
+        /// still fits by the promised time, counted the long way, with
+        /// every job placed since in the map; it waits with no cell; and
+        /// no cell holds two jobs (`check_invariants`).
+        #[test]
+        fn no_backfilled_job_delays_the_promise(seed in any::<u64>(), two_arch in any::<bool>(), slots in 1usize..4) {
+            let mut g = Generator::new(seed, Shape {
+                processors: 6,
+                per_host: 2,
+                arches: if two_arch { vec!["x86_64".into(), "aarch64".into()] } else { vec!["x86_64".into()] },
+                max_job: 6,
+                target_jobs: 6,
+                memory: true,
+                chosen: true,
+                estimates: true,
+                ..Shape::default()
+            });
+            let mut s = Scheduler::new(SchedConfig { max_slots: slots, ..Placement::Mig.config() });
+            let mut now = 0.0;
+            for e in g.pool() {
+                s.on_event_at(now, e).unwrap();
+            }
+            for _ in 0..150 {
+                now += g.pause();
+                let e = g.event();
+                s.on_event_at(now, e.clone()).unwrap();
+                if let Err(why) = s.check_invariants() {
+                    panic!("after {e:?}: {why}");
+                }
+                let Some(r) = s.reserved.clone() else { continue };
+                prop_assert!(s.waiting.contains(&r.job) && s.job(r.job).columns.is_empty(),
+                    "after {:?}: {} promised, waiting {}, slots {:?}", e, s.job(r.job).id, s.waiting.contains(&r.job), s.job(r.job).columns);
+                if r.at.is_finite() {
+                    let kept = earliest_fit(&s, r.job, r.column);
+                    prop_assert!(kept <= r.at * (1.0 + 1e-9) + 1e-9,
+                        "after {:?}: promised {} at {}, fits only at {}", e, s.job(r.job).id, r.at, kept);
+                }
+            }
+        }
     }
 }

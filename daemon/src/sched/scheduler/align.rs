@@ -63,7 +63,10 @@ impl Scheduler {
             let j = self.job(y);
             // (Processors a placement policy chose, and VPs that cannot be
             // moved, stay where they are.)
+            // (Nor does a job move within the column promised to a
+            // waiting one: it could take the cells promised.)
             if j.columns != [b]
+                || self.avoided_by(y) == Some(b)
                 || j.only.is_some()
                 || j.vps.values().any(|v| v.pinned && v.at.is_some())
             {

@@ -10,11 +10,11 @@ const COMPACT_TRIES: usize = 2;
 
 /// A slot a job could move to: its index among the candidates, the VPs
 /// moved to other processors, and `counts[i]` VPs on `rows[i]` there.
-struct Target {
-    slot: usize,
-    moves: usize,
-    rows: Vec<Row>,
-    counts: Vec<u32>,
+pub(super) struct Target {
+    pub(super) slot: usize,
+    pub(super) moves: usize,
+    pub(super) rows: Vec<Row>,
+    pub(super) counts: Vec<u32>,
 }
 
 /// How a slot is emptied: what becomes of each job in it.
@@ -272,7 +272,7 @@ impl Scheduler {
     /// VPs: the fullest slot it shifts to whole (no VP moves), else the
     /// fullest that holds it on other processors. A job with a VP that
     /// cannot be moved only shifts whole.
-    fn best_target(&self, k: JobKey, free: &[BitSet], budget: usize) -> Option<Target> {
+    pub(super) fn best_target(&self, k: JobKey, free: &[BitSet], budget: usize) -> Option<Target> {
         let j = self.job(k);
         let pinned = j
             .vps

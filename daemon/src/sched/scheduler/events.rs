@@ -96,10 +96,14 @@ impl Scheduler {
         vps: BTreeMap<String, u32>,
         memory_mb: Option<u64>,
         only: Option<Vec<String>>,
+        estimate: Option<f64>,
         ctx: &mut Ctx,
     ) -> Result<(), SchedError> {
         if job.is_empty() {
             return Err(SchedError::Empty("job id"));
+        }
+        if let Some(e) = estimate.filter(|e| !(e.is_finite() && *e >= 0.0)) {
+            return Err(SchedError::BadEstimate { job, estimate: e });
         }
         if self.job_of.contains_key(&job) {
             return Err(SchedError::DuplicateJob(job));
@@ -116,6 +120,8 @@ impl Scheduler {
         let total: u32 = vps.values().sum();
         let mut j = Job::new(job.clone(), self.submitted, total, Vec::new());
         j.memory_mb = memory_mb;
+        j.estimate = estimate;
+        j.since = self.now;
         self.submitted += 1;
         let only = only.map(|ids| {
             let mut set = BitSet::default();
@@ -478,7 +484,7 @@ impl Scheduler {
         j.held = j.vps.len() as u32;
         self.waiting.remove(&k);
         self.retry.remove(&k);
-        if self.reserved.is_some_and(|(holder, _)| holder == k) {
+        if self.reserved.as_ref().is_some_and(|r| r.job == k) {
             self.reserved = None;
         }
         self.drop_empty_columns(ctx);

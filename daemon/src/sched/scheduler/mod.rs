@@ -23,6 +23,7 @@ mod events;
 mod placing;
 mod planning;
 mod repair;
+mod room;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -52,9 +53,10 @@ pub struct SchedConfig {
     pub max_slots: usize,
     /// How jobs that find no room wait. Off (the paper's way): in the
     /// fairness queue's order, stopping at the first that finds none. On:
-    /// in submission order, each placed where it fits (backfilling), with
-    /// the slot of most room held for the oldest job that fits nowhere so
-    /// that a wide job is not passed for ever.
+    /// in submission order, each placed where it fits (backfilling), as
+    /// long as it does not delay the start promised to the oldest job
+    /// that fits nowhere (EASY's rule over the map's slots: see
+    /// `admission`).
     pub backfill: bool,
     /// Delete slots by moving jobs into other slots' free cells, migrating
     /// VPs to other processors where that is what it takes
@@ -66,9 +68,6 @@ pub struct SchedConfig {
     pub align: bool,
     /// The most VPs compaction may move in one event.
     pub compact_moves: usize,
-    /// With backfilling: how many younger jobs may start ahead of a waiting
-    /// job before a slot is held for it.
-    pub patience: u32,
     /// A job that lost a processor, and whose other VPs already finish by
     /// the best turnaround MTAT finds on what is left, puts the VPs it had
     /// there where they finish by it too, moving no other VP
@@ -93,7 +92,6 @@ impl Default for SchedConfig {
             compact: false,
             align: false,
             compact_moves: 64,
-            patience: 1000,
             repair_in_place: false,
             pin_new_vps: false,
         }
@@ -111,7 +109,6 @@ impl std::fmt::Debug for SchedConfig {
             .field("compact", &self.compact)
             .field("align", &self.align)
             .field("compact_moves", &self.compact_moves)
-            .field("patience", &self.patience)
             .field("repair_in_place", &self.repair_in_place)
             .field("pin_new_vps", &self.pin_new_vps)
             .finish()
@@ -138,8 +135,13 @@ struct Job {
     id: Arc<str>,
     /// Submission order (waiting jobs are admitted oldest first).
     seq: u64,
-    /// Younger jobs placed while it waited.
-    passed: u32,
+    /// Seconds of work of one VP alone on a capacity-1 processor, as its
+    /// user estimated them (`Event::Submit`).
+    estimate: Option<f64>,
+    /// Of that work, what it has done (see `Scheduler::on_event_at`).
+    done: f64,
+    /// When it was submitted (the time of `on_event_at`).
+    since: f64,
     /// Suspended (`Event::Suspend`): no cells, every VP held, not admitted.
     suspended: bool,
     vps: BTreeMap<u32, Vp>,
@@ -171,7 +173,9 @@ impl Job {
         Job {
             id: id.into(),
             seq,
-            passed: 0,
+            estimate: None,
+            done: 0.0,
+            since: 0.0,
             suspended: false,
             vps: BTreeMap::new(),
             next_vp,
@@ -279,6 +283,26 @@ impl PoolInput {
     }
 }
 
+/// With backfilling, what the oldest waiting job that found no room is
+/// promised (EASY's reservation, over the map's slots): the column where,
+/// as the jobs there end by their estimates, its VPs first fit, and when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Reservation {
+    /// The job.
+    job: JobKey,
+    /// The column.
+    column: u64,
+    /// When it fits there (infinite: not by any estimate).
+    at: f64,
+    /// The column's cells of rows it may use that are free at `at`, less
+    /// those of jobs placed since that run past `at`.
+    free_at: BitSet,
+    /// Its VPs per architecture.
+    counts: Vec<(u32, u32)>,
+    /// The turnaround it must reach there (that of a slot of its own).
+    bound: f64,
+}
+
 /// Per-event bookkeeping.
 struct Ctx {
     actions: Vec<Action>,
@@ -316,9 +340,11 @@ pub struct Scheduler {
     submitted: u64,
     /// `submitted` when waiting jobs were last admitted.
     admitted_upto: u64,
-    /// With backfilling: the oldest waiting job that fits nowhere, and the
-    /// column held for it (no younger job is placed or grows there).
-    reserved: Option<(JobKey, u64)>,
+    /// With backfilling: the oldest waiting job that fits nowhere, and
+    /// where and when it is promised to start (`admission`).
+    reserved: Option<Reservation>,
+    /// The time of the last event (`on_event_at`), seconds.
+    now: f64,
     /// The rows offering at least so many MB, per amount jobs ask for:
     /// computed once, forgotten when a processor joins or leaves.
     #[serde(skip)]
@@ -347,6 +373,7 @@ impl Scheduler {
             submitted: 0,
             admitted_upto: 0,
             reserved: None,
+            now: 0.0,
             memory_masks: Default::default(),
         }
     }
@@ -499,8 +526,63 @@ impl Scheduler {
             .collect()
     }
 
-    /// Handle one event. On error nothing changed.
+    /// Handle one event at the time of the last (time stands still: no job
+    /// progresses). On error nothing changed.
     pub fn on_event(&mut self, event: Event) -> Result<Vec<Action>, SchedError> {
+        self.handle(event)
+    }
+
+    /// Handle one event at `now` (seconds on any clock that does not go
+    /// back; an earlier or non-finite `now` counts as the last one's).
+    /// Since the last event every job has done `w / τ / T` seconds of its
+    /// estimate per second (`w` of the round's `τ` slots, `T = max n_r /
+    /// a_r`), which is what backfilling projects ends from. The time is
+    /// given, never read: the scheduler stays pure.
+    pub fn on_event_at(&mut self, now: f64, event: Event) -> Result<Vec<Action>, SchedError> {
+        self.advance(now);
+        self.handle(event)
+    }
+
+    /// The time of the last event.
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    /// With backfilling, the oldest job that found no room, the slot
+    /// (position in the round) it is promised and when it is projected to
+    /// fit there (infinite where the jobs in its way have no estimate).
+    pub fn reservation(&self) -> Option<(&str, usize, f64)> {
+        let r = self.reserved.as_ref()?;
+        let job = self.jobs.get(r.job as usize)?.as_ref()?;
+        Some((&job.id, self.map.position(r.column)?, r.at))
+    }
+
+    /// Every job's progress from the last event to `now`.
+    fn advance(&mut self, now: f64) {
+        let dt = now - self.now;
+        if !(dt.is_finite() && dt > 0.0) {
+            return;
+        }
+        self.now = now;
+        let tau = self.map.columns().len() as f64;
+        for k in 0..self.jobs.len() {
+            let Some(j) = self.jobs[k].as_ref() else {
+                continue;
+            };
+            if j.columns.is_empty() || j.placed as usize != j.vps.len() || j.estimate.is_none() {
+                continue;
+            }
+            let t = self.current_t(k as JobKey);
+            if t > 0.0 {
+                let w = j.columns.len() as f64;
+                if let Some(j) = self.jobs[k].as_mut() {
+                    j.done += dt * w / tau / t;
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) -> Result<Vec<Action>, SchedError> {
         let mut ctx = Ctx {
             actions: Vec::new(),
             dirty: BTreeSet::new(),
@@ -527,7 +609,8 @@ impl Scheduler {
                 vps,
                 memory_mb,
                 only,
-            } => self.submit(job, vps, memory_mb, only, &mut ctx)?,
+                estimate,
+            } => self.submit(job, vps, memory_mb, only, estimate, &mut ctx)?,
             Event::NewVp { job, arch, host } => {
                 self.new_vp(&job, None, arch, host.as_deref(), &mut ctx)?
             }

@@ -322,8 +322,7 @@ impl Scheduler {
         self.job_mut(k).columns.clear();
         // The turnaround in a slot of its own: on the whole pool (the rows
         // with the memory it needs), from its capacity classes.
-        let (mut demand, t_new) = self.demand_of(k);
-        demand.avoid = self.avoided_by(k);
+        let (demand, t_new) = self.demand_of(k);
         if demand.counts.is_empty() {
             self.apply(k, Vec::new(), &[], &[], ctx);
             self.drop_empty_columns(ctx);
@@ -333,7 +332,10 @@ impl Scheduler {
             self.apply(k, Vec::new(), &[], &[], ctx);
             return;
         }
-        let at_cap = self.map.columns().len() >= self.cfg.max_slots;
+        // A slot more would slow every job, those in the way of the job
+        // promised a start too: not while one is.
+        let at_cap = self.map.columns().len() >= self.cfg.max_slots
+            || self.reserved.as_ref().is_some_and(|r| r.job != k);
         // With backfilling a job gets one slot here and runs in more by
         // `fill`: a pattern over several slots would hold cells it only
         // borrows.
@@ -563,7 +565,7 @@ impl Scheduler {
         self.queue.retain(|&x| x != k);
         self.retry.remove(&k);
         self.waiting.remove(&k);
-        if self.reserved.is_some_and(|(holder, _)| holder == k) {
+        if self.reserved.as_ref().is_some_and(|r| r.job == k) {
             self.reserved = None;
         }
     }
