@@ -376,6 +376,22 @@ impl Daemon {
         }
     }
 
+    /// Write now what was queued for `t` since `cork` (a message a signal
+    /// tells its reader to look for must be there when it looks).
+    pub(super) fn flush_now(&mut self, t: Token) {
+        if !self.corked.as_mut().is_some_and(|c| c.remove(&t)) {
+            return;
+        }
+        let failed = match self.conns.get_mut(&t) {
+            Some(c) => c.flush(self.poll.registry(), t).err(),
+            None => return,
+        };
+        if let Some(e) = failed {
+            self.write_failed(t, &e);
+        }
+        self.maybe_resume(t);
+    }
+
     /// Carry out the master's `Out`s (see `deliver`: on the master, once
     /// the state that decided them is committed).
     pub(super) fn carry_out(&mut self, outs: Vec<Out>) {

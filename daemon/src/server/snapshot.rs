@@ -20,6 +20,7 @@ impl Daemon {
         };
         self.send_vp(t, &VpMsg::Snap(step));
         if begins {
+            self.flush_now(t);
             // Looked at by the VP at its next safe point. The step goes
             // first: a VP that looked on the signal before the step was in
             // its socket would never look again.

@@ -65,6 +65,9 @@ impl Daemon {
                 path: path.display().to_string(),
             },
         );
+        // (Written before the signal: at its safe point the VP reads its
+        // socket once, and a word still queued would be missed.)
+        self.flush_now(t);
         if let Some(v) = self.vps.by_tid.get(&tid) {
             if !self.owner.offered() {
                 // The owner is back: it runs on only what they leave idle,
