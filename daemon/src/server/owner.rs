@@ -5,10 +5,6 @@ use super::*;
 use crate::migrate::Parked;
 
 impl Daemon {
-    /// The master moves local VP `start.tid` to `to`: from now on messages
-    /// for it are held here (the master has told every host to hold them
-    /// too); it is asked to checkpoint at its next safe point (woken if
-    /// stopped, signalled so that its safe point looks).
     /// Read the owner's activity sources and carry out what the policy
     /// says: stop or resume every VP here at once, tell the master (whose
     /// scheduler then moves them off, or uses this host again). `command`

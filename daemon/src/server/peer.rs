@@ -410,88 +410,84 @@ impl Daemon {
     /// Carry out one `Out`; changes to the job files are added to `copies`
     /// (the caller keeps them, and copies them to the voters in one go).
     pub(super) fn carry_out_one(&mut self, o: Out, copies: &mut Vec<JobFileCopy>) {
-        {
-            match o {
-                // The master's own news, filtered as its module's.
-                Out::Log(l) => crate::log_at!(log::Level::Info, "migd::master", "{l}"),
-                Out::JobOutput { job, line } => {
-                    crate::log_at!(log::Level::Debug, "migd::output", "{job} {line}");
-                    copies.push(JobFileCopy::Output { job, line });
+        match o {
+            // The master's own news, filtered as its module's.
+            Out::Log(l) => crate::log_at!(log::Level::Info, "migd::master", "{l}"),
+            Out::JobOutput { job, line } => {
+                crate::log_at!(log::Level::Debug, "migd::output", "{job} {line}");
+                copies.push(JobFileCopy::Output { job, line });
+            }
+            Out::History(info) => copies.push(JobFileCopy::History(info)),
+            Out::ForgetOutput(job) => copies.push(JobFileCopy::Forget { job }),
+            Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
+            Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
+                // Forwarded by this daemon before it was elected.
+                let more = matches!(
+                    resp,
+                    Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
+                );
+                if let Some(t) = self.proxied.answered(id, more) {
+                    self.send_resp(t, &resp);
                 }
-                Out::History(info) => copies.push(JobFileCopy::History(info)),
-                Out::ForgetOutput(job) => copies.push(JobFileCopy::Forget { job }),
-                Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
-                Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
-                    // Forwarded by this daemon before it was elected.
-                    let more = matches!(
-                        resp,
-                        Response::Spawned { .. }
-                            | Response::Output { .. }
-                            | Response::VpDone { .. }
-                    );
-                    if let Some(t) = self.proxied.answered(id, more) {
-                        self.send_resp(t, &resp);
-                    }
+            }
+            Out::Reply(Requester::Remote { host, id }, resp) => {
+                if let Some(t) = self.host_token(&host) {
+                    self.send_peer(t, &PeerMsg::Reply { id, resp });
                 }
-                Out::Reply(Requester::Remote { host, id }, resp) => {
-                    if let Some(t) = self.host_token(&host) {
-                        self.send_peer(t, &PeerMsg::Reply { id, resp });
-                    }
-                }
-                Out::Reply(Requester::Vp { tid, id }, _) => {
-                    warn!("dropping a control reply meant for VP t{tid:x} call {id}")
-                }
-                Out::Broadcast(msg) => {
-                    let workers: Vec<Token> = self
-                        .conns
-                        .iter()
-                        .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
-                        .map(|(t, _)| *t)
-                        .collect();
-                    // Encoded once for all.
-                    match frame::encode(&msg) {
-                        Ok(bytes) => {
-                            for t in workers {
-                                self.send_bytes(t, &bytes);
-                            }
-                        }
-                        Err(_) => {
-                            for t in workers {
-                                self.send_peer(t, &msg);
-                            }
+            }
+            Out::Reply(Requester::Vp { tid, id }, _) => {
+                warn!("dropping a control reply meant for VP t{tid:x} call {id}")
+            }
+            Out::Broadcast(msg) => {
+                let workers: Vec<Token> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
+                    .map(|(t, _)| *t)
+                    .collect();
+                // Encoded once for all.
+                match frame::encode(&msg) {
+                    Ok(bytes) => {
+                        for t in workers {
+                            self.send_bytes(t, &bytes);
                         }
                     }
+                    Err(_) => {
+                        for t in workers {
+                            self.send_peer(t, &msg);
+                        }
+                    }
+                }
+                self.host_msg(msg);
+            }
+            Out::Deliver(env, payload) => self.route(env, Body::Bytes(payload), None),
+            Out::SlotTables {
+                generation,
+                slots,
+                all,
+                tables,
+            } => self.send_tables(generation, slots, all, tables),
+            Out::Disconnect(host) => {
+                if let Some(t) = self.host_token(&host) {
+                    // What was queued for it goes first, as it would
+                    // have uncorked.
+                    if let Some(c) = self.conns.get_mut(&t) {
+                        let _ = c.flush(self.poll.registry(), t);
+                    }
+                    self.close(t, "given up for dead");
+                }
+                // A voter's host given up is replaced now, not at the
+                // next tick: until it is, one more voter lost stops the
+                // master.
+                self.change_voters();
+            }
+            Out::ToHost(host, msg) => {
+                if host == self.facts.name {
                     self.host_msg(msg);
-                }
-                Out::Deliver(env, payload) => self.route(env, Body::Bytes(payload), None),
-                Out::SlotTables {
-                    generation,
-                    slots,
-                    all,
-                    tables,
-                } => self.send_tables(generation, slots, all, tables),
-                Out::Disconnect(host) => {
-                    if let Some(t) = self.host_token(&host) {
-                        // What was queued for it goes first, as it would
-                        // have uncorked.
-                        if let Some(c) = self.conns.get_mut(&t) {
-                            let _ = c.flush(self.poll.registry(), t);
-                        }
-                        self.close(t, "given up for dead");
-                    }
-                    // A voter's host given up is replaced now, not at the
-                    // next tick: until it is, one more voter lost stops the
-                    // master.
-                    self.change_voters();
-                }
-                Out::ToHost(host, msg) => {
-                    if host == self.facts.name {
-                        self.host_msg(msg);
-                    } else if let Some(t) = self.host_token(&host) {
-                        self.send_peer(t, &msg);
-                    } else {
-                        self.unsent(host, msg);
-                    }
+                } else if let Some(t) = self.host_token(&host) {
+                    self.send_peer(t, &msg);
+                } else {
+                    self.unsent(host, msg);
                 }
             }
         }
