@@ -561,9 +561,9 @@ fn a_job_that_asks_for_memory_runs_only_where_a_host_offers_it() {
     };
     assert_eq!(offers("h0"), Some(serde_json::json!(1000)), "{hosts}");
     assert_eq!(offers("h1"), Some(serde_json::json!(8000)), "{hosts}");
-    // 4 GB a VP: both VPs on h1, though h0's processor is free.
+    // 3 GB a VP: both VPs on h1, though h0's processor is free.
     let job = stdout(&vm.mig_ok(&[
-        "spawn", "-n", "2", "--mem", "4G", "--", "/bin/sh", "-c", "sleep 30",
+        "spawn", "-n", "2", "--mem", "3G", "--", "/bin/sh", "-c", "sleep 30",
     ]))
     .trim()
     .to_string();
@@ -581,10 +581,17 @@ fn a_job_that_asks_for_memory_runs_only_where_a_host_offers_it() {
     let out = vm.mig(&["migrate", &tid, "--to", "h0"]);
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("needs 4096 MB of memory and h0 offers 1000 MB"),
+        stderr(&out).contains("needs 3072 MB of memory and h0 offers 1000 MB"),
         "{}",
         stderr(&out)
     );
+    // A third VP of 3 GB: h1's memory holds its two (6 GB of 8) but not
+    // a third in another slot, so it waits, until the first job ends.
+    let third = stdout(&vm.mig_ok(&["spawn", "--mem", "3G", "--", "/bin/sh", "-c", "sleep 30"]))
+        .trim()
+        .to_string();
+    let state = |vm: &Vm| vm.json(&["ps", &third])[0]["state"].clone();
+    assert_eq!(state(&vm), "waiting", "{}", vm.json(&["ps", &third]));
     // More than any host offers: refused at once.
     let out = vm.mig(&["spawn", "--mem", "16GB", "--", "/bin/true"]);
     assert!(!out.status.success());
@@ -604,6 +611,12 @@ fn a_job_that_asks_for_memory_runs_only_where_a_host_offers_it() {
     let out = vm.mig_ok(&["spawn", "-n", "2", "--wait", "--", "/bin/true"]);
     assert!(out.status.success());
     vm.mig_ok(&["kill", &job]);
+    assert!(
+        wait_until(Duration::from_secs(10), || state(&vm) == "running"),
+        "{}",
+        vm.json(&["ps", &third])
+    );
+    vm.mig_ok(&["kill", &third]);
 }
 
 #[test]

@@ -96,6 +96,18 @@ pub struct Args {
     /// work; migd measures its own with `mig stats`).
     #[arg(long, default_value_t = 0.0)]
     switch_cost: f64,
+    /// Memory of each processor's node, MB: the VPs resident on a node
+    /// (in every slot: a stopped VP keeps its memory) need at most this
+    /// together, so memory limits the multiprogramming level. A job's
+    /// need is its requested memory per processor (SWF field 10), else its
+    /// used memory (field 7); jobs that state neither need none, and a job
+    /// that fits no node is left out. Default: memory is no limit.
+    #[arg(long, value_name = "MB")]
+    node_memory: Option<u64>,
+    /// Multiply the time between arrivals by F (0.9: every job submitted
+    /// sooner, arrivals 10% closer together, a busier machine).
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    interarrival: f64,
     /// Replay only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
@@ -193,6 +205,19 @@ fn architectures(spec: Option<&str>, n: usize) -> Result<(Vec<String>, Vec<u32>)
     Ok((names, arches))
 }
 
+/// What memory is in this replay, said in the output.
+fn memory_line(jobs: &[swf::Job], cond: &sim::Conditions) -> String {
+    let Some(node) = cond.node_memory_mb else {
+        return "memory: no limit (--node-memory MB makes it one)".into();
+    };
+    let stating = jobs.iter().filter(|j| j.need_kb > 0.0).count();
+    let too_big = jobs.iter().filter(|j| !cond.fits_a_node(j)).count();
+    format!(
+        "memory: {node} MB a node, shared by the VPs resident there in every slot; {stating} of {} jobs state theirs (requested per processor, else used), the others need none; {too_big} need more than a node and are left out",
+        jobs.len()
+    )
+}
+
 fn read_trace(path: &PathBuf) -> Result<String> {
     let mut raw = Vec::new();
     std::fs::File::open(path)
@@ -226,6 +251,20 @@ pub fn run(a: Args) -> Result<()> {
     let usable = w.jobs.len();
     if let Some(n) = a.limit {
         w.jobs.truncate(n);
+    }
+    if !(a.interarrival.is_finite() && a.interarrival > 0.0) {
+        bail!(
+            "--interarrival must be a positive factor (got {})",
+            a.interarrival
+        );
+    }
+    if let Some(first) = w.jobs.first().map(|j| j.submit) {
+        for j in &mut w.jobs {
+            j.submit = first + (j.submit - first) * a.interarrival;
+        }
+    }
+    if a.node_memory == Some(0) {
+        bail!("--node-memory must be at least 1 MB");
     }
     if w.jobs.is_empty() {
         bail!(
@@ -284,6 +323,7 @@ pub fn run(a: Args) -> Result<()> {
         migration_cost_per_mb: a.migration_cost_per_mb,
         quantum: a.quantum,
         switch_cost: a.switch_cost,
+        node_memory_mb: a.node_memory,
     };
     let wide = w.jobs.iter().filter(|j| j.procs > procs).count();
     let which = if w.jobs.len() < usable {
@@ -299,6 +339,14 @@ pub fn run(a: Args) -> Result<()> {
         w.skipped_malformed,
         w.raised_estimates
     );
+    let memory = memory_line(&w.jobs, &cond);
+    eprintln!("mig: {memory}");
+    if a.interarrival != 1.0 {
+        eprintln!(
+            "mig: times between arrivals multiplied by {}",
+            a.interarrival
+        );
+    }
     let mut jobs_out = match &a.jobs_out {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
@@ -420,7 +468,9 @@ pub fn run(a: Args) -> Result<()> {
             .collect();
         println!(
             "{}",
-            json!({"trace": a.trace.display().to_string(), "processors": procs, "jobs": w.jobs.len(), "policies": policies})
+            json!({"trace": a.trace.display().to_string(), "processors": procs, "jobs": w.jobs.len(),
+                "node_memory_mb": a.node_memory, "memory": memory, "interarrival": a.interarrival,
+                "policies": policies})
         );
         return Ok(());
     }

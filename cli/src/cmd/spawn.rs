@@ -41,9 +41,11 @@ pub struct Args {
     restartable: bool,
     /// Memory each VP needs: a number of MiB, or with a unit: K, M, G or T
     /// (each also as KB, KiB, ...; all powers of 1024, as `free` and
-    /// `mig hosts` count), e.g. 512M, 1.5GiB, 2T. A VP is never placed on a
-    /// host that offers less (`mig hosts` shows what each offers; `migd
-    /// --memory-mb` sets it); a job no host can hold is refused.
+    /// `mig hosts` count), e.g. 512M, 1.5GiB, 2T. A VP is placed only on a
+    /// host whose memory holds it beside what the VPs already placed there
+    /// need, in every time slot (a stopped VP keeps its memory), else it
+    /// waits (`mig hosts` shows what each offers; `migd --memory-mb` sets
+    /// it); a job no host can hold is refused.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     mem: Option<u64>,
     /// How the VPs gain from where they run, for a virtual machine whose

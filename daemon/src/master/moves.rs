@@ -677,12 +677,20 @@ impl Master {
         if src == to {
             return err(format!("VP t{tid:x} already runs on {to}"));
         }
+        // Its memory beside what the VPs resident there (in every slot)
+        // already need.
         let need = self.jobs.get(&job).and_then(|j| j.spec.memory_mb);
         let offers = self.hosts.get(to).map(|h| h.facts.memory_mb);
         if let (Some(need), Some(has)) = (need, offers) {
-            if has > 0 && has < need {
+            let taken = self.reserved_on(to).memory_mb;
+            if has > 0 && has < taken.saturating_add(need) {
+                let beside = if taken > 0 {
+                    format!(", {taken} MB of it needed by the VPs there")
+                } else {
+                    String::new()
+                };
                 return err(format!(
-                    "VP t{tid:x} needs {need} MB of memory and {to} offers {has} MB"
+                    "VP t{tid:x} needs {need} MB of memory and {to} offers {has} MB{beside}"
                 ));
             }
         }

@@ -362,6 +362,42 @@ fn moving_what_cannot_move_is_a_clear_error() {
 }
 
 #[test]
+fn a_host_takes_vps_only_while_its_memory_holds_them_in_all_slots() {
+    // Two hosts of 1024 MB, one processor each; VPs of 600 MB. The second
+    // job goes to the other host (not beside the first in another slot),
+    // a third finds no host with the memory and waits, and a move onto a
+    // host whose VPs already need its memory is refused, saying so.
+    let mut c = Cluster::new(2);
+    let run = |c: &mut Cluster| {
+        let mut s = spec(1);
+        s.memory_mb = Some(600);
+        let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
+        let placed = starts(&out);
+        for (h, tid) in &placed {
+            c.m.started(h, *tid, 100 + *tid as u32);
+            c.m.from_host(h, PeerMsg::Movable { tid: *tid });
+        }
+        placed
+    };
+    let a = run(&mut c);
+    let b = run(&mut c);
+    assert_eq!((a.len(), b.len()), (1, 1));
+    assert_ne!(a[0].0, b[0].0, "600 + 600 MB on a host of 1024");
+    assert!(run(&mut c).is_empty(), "no host has 600 MB left");
+    let out = migrate(&mut c, a[0].1, &b[0].0);
+    assert!(
+        error_says(
+            &out,
+            &format!(
+                "needs 600 MB of memory and {} offers 1024 MB, 600 MB of it needed by the VPs there",
+                b[0].0
+            )
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn an_owner_back_moves_its_vps_where_there_is_room() {
     let mut c = Cluster::new(3);
     let placed = c.running_job(2);
@@ -1897,12 +1933,15 @@ fn under_nres_each_vp_takes_the_tightest_host_with_its_memory() {
         let mut s = spec(1);
         s.memory_mb = Some(mb);
         let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
-        placed.push(starts(&out)[0].0.clone());
+        placed.push(starts(&out)[0].clone());
     }
     // Seed 004's example: one fits {h0, h1, h2}, one {h0, h2}, one {h0}.
-    assert_eq!(placed, ["h1", "h2", "h0"]);
+    let hosts: Vec<&str> = placed.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(hosts, ["h1", "h2", "h0"]);
     // What they asked for is reserved: a fourth of 1500 fits nowhere now
-    // (h0 has 1000 left), so the gang scheduler places it as it may.
+    // (h0 has 1000 left), so nres leaves it to the gang scheduler, which
+    // finds no host whose memory holds it beside the VPs there either:
+    // it waits until the VP on h0 ends.
     let h0 = m.hosts_info().into_iter().find(|h| h.facts.name == "h0");
     assert_eq!(h0.map(|h| h.reserved_memory_mb), Some(3000));
     let mut s = spec(1);
@@ -1911,7 +1950,17 @@ fn under_nres_each_vp_takes_the_tightest_host_with_its_memory() {
     assert!(!out
         .iter()
         .any(|o| matches!(o, Out::Log(l) if l.contains("nres placement"))));
-    assert_eq!(starts(&out).len(), 1);
+    assert!(starts(&out).is_empty(), "{out:?}");
+    let (h, tid) = placed[2].clone();
+    m.started(&h, tid, 100);
+    let done = ExitInfo {
+        code: Some(0),
+        signal: None,
+        error: None,
+        cpu_ms: None,
+    };
+    let out = m.exited(&h, tid, done);
+    assert_eq!(starts(&out).len(), 1, "{out:?}");
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub struct Shape {
     /// Capacities new processors draw from.
     pub capacities: Vec<f64>,
     /// Hosts offer memory (1, 4 or 16 GB, or say nothing) and half the
-    /// jobs ask for 2 or 8 GB a VP.
+    /// jobs ask for 2 or 8 GB a VP, which each host's VPs share.
     pub memory: bool,
     /// A quarter of the jobs come with processors a placement policy
     /// chose for them (`Event::Submit`'s `only`): some of those live.
@@ -132,9 +132,13 @@ impl Generator {
             .bytes()
             .fold(0usize, |a, b| a.wrapping_mul(31).wrapping_add(b as usize));
         let arch = self.shape.arches[h % self.shape.arches.len().max(1)].clone();
-        // So does the memory its host offers (sometimes unknown).
+        // The memory its host offers (sometimes unknown) follows the host,
+        // as all processors of a host share it.
+        let hh = host
+            .bytes()
+            .fold(0usize, |a, b| a.wrapping_mul(31).wrapping_add(b as usize));
         let memory_mb = if self.shape.memory {
-            [None, Some(1000), Some(4000), Some(16000)][h / 7 % 4]
+            [None, Some(1000), Some(4000), Some(16000)][hh / 7 % 4]
         } else {
             None
         };

@@ -227,7 +227,11 @@ impl<'a> Batch<'a> {
     fn arrivals(&mut self, now: f64) {
         while self.jobs.get(self.next).is_some_and(|j| j.submit <= now) {
             let (i, j) = (self.next, &self.jobs[self.next]);
-            if j.procs as usize <= self.pool[self.arch(i)] && j.procs > 0 {
+            // (One job a node: memory limits only a VP that fits no node.)
+            if j.procs as usize <= self.pool[self.arch(i)]
+                && j.procs > 0
+                && self.cond.fits_a_node(j)
+            {
                 self.queue.push_back(i);
             }
             self.next += 1;

@@ -91,7 +91,7 @@ impl<'a> Gang<'a> {
                 host: id,
                 arch: cond.arch_name(cond.arch_of(i)).into(),
                 capacity: c,
-                memory_mb: None,
+                memory_mb: cond.node_memory_mb,
             });
         }
         Gang {
@@ -237,7 +237,7 @@ impl<'a> Gang<'a> {
                 host: id,
                 arch: self.cond.arch_name(self.cond.arch_of(processor)).into(),
                 capacity: self.capacities[processor],
-                memory_mb: None,
+                memory_mb: self.cond.node_memory_mb,
             }
         };
         self.event(e);
@@ -245,8 +245,9 @@ impl<'a> Gang<'a> {
 
     /// Jobs submitted by now are submitted to the scheduler. Doubling up is
     /// allowed, but not without bound: a job of more VPs than the scheduler
-    /// takes is left out like a too-wide job, and so is one whose
-    /// architecture the machine has none of.
+    /// takes, or than its pool's nodes' memory holds, is left out like a
+    /// too-wide job, and so is one whose architecture the machine has none
+    /// of.
     fn arrivals(&mut self) {
         while self
             .jobs
@@ -254,14 +255,22 @@ impl<'a> Gang<'a> {
             .is_some_and(|j| j.submit <= self.now)
         {
             let (i, j) = (self.next, &self.jobs[self.next]);
+            // (With memory a limit, as many VPs as the pool's nodes hold.)
+            let pool = self.pools[(j.arch as usize).min(self.pools.len() - 1)];
+            let need = self.cond.need_mb(j);
+            let holds = match (need, self.cond.node_memory_mb) {
+                (Some(n), Some(node)) if n > 0 => (node / n).saturating_mul(pool as u64),
+                _ => u64::MAX,
+            };
             if j.procs > 0
                 && u64::from(j.procs) <= crate::sched::event::MAX_VPS
-                && self.pools[(j.arch as usize).min(self.pools.len() - 1)] > 0
+                && pool > 0
+                && u64::from(j.procs) <= holds
             {
                 let e = Event::Submit {
                     job: i.to_string(),
                     vps: BTreeMap::from([(self.cond.arch_name(j.arch).to_string(), j.procs)]),
-                    memory_mb: None,
+                    memory_mb: need,
                     only: None,
                     estimate: Some(j.estimate),
                 };

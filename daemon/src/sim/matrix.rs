@@ -11,7 +11,9 @@
 //! waiting job that now fits is placed, in submission order. These policies
 //! cannot move work: a processor its owner takes back stops every job with a
 //! cell on it (the gang cannot run without it) until the owner leaves, and
-//! takes no new job meanwhile.
+//! takes no new job meanwhile. With memory a limit (`Conditions::
+//! node_memory_mb`) a cell is free only where its node still holds the
+//! job's memory beside that of the VPs resident there in other slots.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,30 +31,30 @@ struct Matrix {
     owned: Vec<bool>,
     /// The processors of each architecture, in order.
     cols: Vec<Vec<usize>>,
+    /// With memory a limit: each node's memory (MB), and what the VPs on
+    /// each processor (in every slot) hold there.
+    memory: Option<(u64, Vec<u64>)>,
 }
 
 impl Matrix {
     /// Cells for job `i` of `n` VPs of architecture `a` in some slot,
     /// creating one if allowed.
-    fn place(&mut self, i: usize, n: usize, a: usize, max_slots: usize) -> bool {
+    /// Each VP holds `need` MB on its node (with memory a limit).
+    fn place(&mut self, i: usize, n: usize, a: usize, need: u64, max_slots: usize) -> bool {
         if n == 0 || n > self.cols.get(a).map_or(0, Vec::len) {
             return false;
         }
         for s in 0..self.slots.len() {
-            if let Some(cells) = self.fit(s, n, a) {
-                for c in cells {
-                    self.slots[s][c] = Some(i);
-                }
+            if let Some(cells) = self.fit(s, n, a, need) {
+                self.take(s, i, &cells, need);
                 return true;
             }
         }
         if self.slots.len() < max_slots {
             self.slots.push(vec![None; self.procs]);
             let s = self.slots.len() - 1;
-            if let Some(cells) = self.fit(s, n, a) {
-                for c in cells {
-                    self.slots[s][c] = Some(i);
-                }
+            if let Some(cells) = self.fit(s, n, a, need) {
+                self.take(s, i, &cells, need);
                 return true;
             }
             self.slots.pop();
@@ -60,10 +62,27 @@ impl Matrix {
         false
     }
 
-    fn fit(&self, s: usize, n: usize, a: usize) -> Option<Vec<usize>> {
+    /// Job `i` takes `cells` of slot `s`, `need` MB on each node.
+    fn take(&mut self, s: usize, i: usize, cells: &[usize], need: u64) {
+        for &c in cells {
+            self.slots[s][c] = Some(i);
+            if let Some((_, used)) = self.memory.as_mut() {
+                used[c] += need;
+            }
+        }
+    }
+
+    fn fit(&self, s: usize, n: usize, a: usize, need: u64) -> Option<Vec<usize>> {
         let row = &self.slots[s];
         let cols = self.cols.get(a)?;
-        let usable = |c: usize| row[c].is_none() && !self.owned[c];
+        let usable = |c: usize| {
+            row[c].is_none()
+                && !self.owned[c]
+                && self
+                    .memory
+                    .as_ref()
+                    .is_none_or(|(node, used)| used[c] + need <= *node)
+        };
         if self.buddy {
             // Blocks over the architecture's processors. On a pool that is
             // not a power of two, a job whose rounded size exceeds it takes
@@ -84,11 +103,19 @@ impl Matrix {
         }
     }
 
-    /// The most cells a job could get: free cells not taken back in the
-    /// roomiest slot, or every processor not taken back if a slot may be
-    /// added. An upper bound that placing jobs only lowers.
-    fn widest_room(&self, max_slots: usize) -> usize {
-        let present = self.owned.iter().filter(|&&o| !o).count();
+    /// The most cells a job of VPs that each hold `need` MB could get:
+    /// free cells not taken back (on nodes with that memory left) in the
+    /// roomiest slot, or every such processor if a slot may be added. An
+    /// upper bound that placing jobs only lowers.
+    fn widest_room(&self, max_slots: usize, need: u64) -> usize {
+        let ok = |p: usize| {
+            !self.owned[p]
+                && self
+                    .memory
+                    .as_ref()
+                    .is_none_or(|(node, used)| used[p] + need <= *node)
+        };
+        let present = (0..self.procs).filter(|&p| ok(p)).count();
         if self.slots.len() < max_slots {
             return present;
         }
@@ -96,19 +123,24 @@ impl Matrix {
             .iter()
             .map(|row| {
                 row.iter()
-                    .zip(&self.owned)
-                    .filter(|(c, &o)| c.is_none() && !o)
+                    .enumerate()
+                    .filter(|&(p, c)| c.is_none() && ok(p))
                     .count()
             })
             .max()
             .unwrap_or(0)
     }
 
-    fn remove(&mut self, i: usize) {
+    /// Job `i` ends: its cells are free, and the `need` MB a VP it held
+    /// on each node.
+    fn remove(&mut self, i: usize, need: u64) {
         for row in &mut self.slots {
-            for c in row.iter_mut() {
+            for (p, c) in row.iter_mut().enumerate() {
                 if *c == Some(i) {
                     *c = None;
+                    if let Some((_, used)) = self.memory.as_mut() {
+                        used[p] -= need;
+                    }
                 }
             }
         }
@@ -212,6 +244,9 @@ impl<'a> MatrixReplay<'a> {
                 buddy,
                 owned: vec![false; procs as usize],
                 cols,
+                memory: cond
+                    .node_memory_mb
+                    .map(|node| (node, vec![0; procs as usize])),
             },
             max_slots,
             blocked: vec![0; jobs.len()],
@@ -224,6 +259,11 @@ impl<'a> MatrixReplay<'a> {
             now: jobs.first().map_or(0.0, |j| j.submit),
             slot_time: super::SlotTime::default(),
         }
+    }
+
+    /// The memory (MB) each VP of job `i` holds on its node.
+    fn need(&self, i: usize) -> u64 {
+        self.cond.need_mb(&self.jobs[i]).unwrap_or(0)
     }
 
     /// Job `i`'s architecture.
@@ -271,7 +311,7 @@ impl<'a> MatrixReplay<'a> {
         for i in done {
             let start = self.running.remove(&i).unwrap_or(now);
             done_count.fetch_add(1, Ordering::Relaxed);
-            self.m.remove(i);
+            self.m.remove(i, self.need(i));
             let j = &self.jobs[i];
             self.out[i] = Some(Outcome {
                 id: j.id.clone(),
@@ -307,11 +347,18 @@ impl<'a> MatrixReplay<'a> {
     /// job wider than the most free cells of a slot (or of a new one) can
     /// be placed: those are skipped without searching.
     fn place_waiting(&mut self) {
-        let widest = self.m.widest_room(self.max_slots);
+        // The widest room for each memory need among the waiting jobs.
+        let mut widest: BTreeMap<u64, usize> = BTreeMap::new();
         let waiting = std::mem::take(&mut self.waiting);
         for i in waiting {
             let n = self.jobs[i].procs as usize;
-            if n <= widest && self.m.place(i, n, self.arch(i), self.max_slots) {
+            let need = self.need(i);
+            let room = *widest
+                .entry(need)
+                .or_insert_with(|| self.m.widest_room(self.max_slots, need));
+            if n <= room && self.m.place(i, n, self.arch(i), need, self.max_slots) {
+                // Placing it lowered the room for every need.
+                widest.clear();
                 self.running.insert(i, self.now);
             } else {
                 self.waiting.push(i);
@@ -328,8 +375,12 @@ impl<'a> MatrixReplay<'a> {
         {
             let (i, j) = (self.next, &self.jobs[self.next]);
             let a = self.arch(i);
-            if j.procs > 0 && j.procs as usize <= self.m.cols[a].len() {
-                if self.waiting.is_empty() && self.m.place(i, j.procs as usize, a, self.max_slots) {
+            if j.procs > 0 && j.procs as usize <= self.m.cols[a].len() && self.cond.fits_a_node(j) {
+                if self.waiting.is_empty()
+                    && self
+                        .m
+                        .place(i, j.procs as usize, a, self.need(i), self.max_slots)
+                {
                     self.running.insert(i, self.now);
                 } else {
                     self.waiting.push(i);

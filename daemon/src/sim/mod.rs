@@ -191,6 +191,10 @@ pub struct Conditions {
     pub quantum: f64,
     /// Seconds every slot switch costs (stopping one slot, starting the next).
     pub switch_cost: f64,
+    /// Memory of each processor's node (MB): the VPs resident on a node,
+    /// in every slot, need at most this together, each its job's
+    /// `Job::need_kb`. `None`: memory is no limit.
+    pub node_memory_mb: Option<u64>,
 }
 
 impl Default for Conditions {
@@ -203,6 +207,7 @@ impl Default for Conditions {
             migration_cost_per_mb: 0.0,
             quantum: DEFAULT_QUANTUM,
             switch_cost: 0.0,
+            node_memory_mb: None,
         }
     }
 }
@@ -232,6 +237,21 @@ impl Conditions {
             self.quantum / (self.quantum + self.switch_cost)
         } else {
             1.0
+        }
+    }
+
+    /// The memory (MB) each VP of `job` holds on its node, where nodes
+    /// have a limit and the job states its memory.
+    pub fn need_mb(&self, job: &swf::Job) -> Option<u64> {
+        self.node_memory_mb?;
+        (job.need_kb > 0.0).then(|| (job.need_kb / 1024.0).ceil() as u64)
+    }
+
+    /// Can a VP of `job` fit on a node at all?
+    pub fn fits_a_node(&self, job: &swf::Job) -> bool {
+        match (self.need_mb(job), self.node_memory_mb) {
+            (Some(need), Some(node)) => need <= node,
+            _ => true,
         }
     }
 

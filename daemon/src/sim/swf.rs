@@ -23,6 +23,10 @@ pub struct Job {
     /// Memory per processor in KB (used, else requested; 0 when unknown):
     /// the state a VP of this job carries when it moves.
     pub memory_kb: f64,
+    /// Memory per processor in KB a scheduler must find for it before it
+    /// starts (requested, else used; 0 when unknown): what each of its
+    /// VPs holds resident on a node (`Conditions::node_memory_mb`).
+    pub need_kb: f64,
     /// The trace's partition number (-1 when unknown).
     pub partition: i64,
     /// Architecture (index into the machine's names) its program needs.
@@ -39,6 +43,7 @@ impl Job {
             procs,
             estimate: run,
             memory_kb: 0.0,
+            need_kb: 0.0,
             partition: -1,
             arch: 0,
         }
@@ -169,6 +174,11 @@ pub fn parse_swf(text: &str, lenient: bool) -> Result<Workload, ParseError> {
             } else {
                 req_mem.max(0.0)
             },
+            need_kb: if req_mem > 0.0 {
+                req_mem
+            } else {
+                used_mem.max(0.0)
+            },
             partition: if partition >= 1.0 {
                 partition.min(1e9) as i64
             } else {
@@ -213,6 +223,7 @@ pub fn parse_pyss(text: &str) -> Result<Workload, ParseError> {
             procs: procs.max(0.0) as u32,
             estimate,
             memory_kb: 0.0,
+            need_kb: 0.0,
             partition: -1,
             arch: 0,
         });
@@ -226,7 +237,7 @@ mod tests {
     use super::*;
 
     const SWF: &str = "; MaxProcs: 128\n; MaxNodes: 64\n\
-1 0 5 100 4 -1 2048 4 50 -1 1 1 1 1 1 2 -1 -1\n\
+1 0 5 100 4 -1 2048 4 50 4096 1 1 1 1 1 2 -1 -1\n\
 2 10 -1 -1 -1 -1 -1 -1 -1 -1 5 1 1 1 1 -1 -1 -1\n\
 3 20 0 30 -1 -1 -1 8 3600 512 1 1 1 1 1 -1 -1 -1\n\
 4 30 0 -1 2 -1 -1 2 60 -1 5 1 1 1 1 -1 -1 -1\n";
@@ -245,9 +256,14 @@ mod tests {
                 procs: 4,
                 estimate: 100.0,
                 memory_kb: 2048.0,
+                need_kb: 4096.0,
                 partition: 2,
                 arch: 0,
             }
+        );
+        assert_eq!(
+            w.jobs[1].need_kb, 512.0,
+            "requested memory is what a scheduler finds for it"
         );
         assert_eq!(
             w.jobs[1].memory_kb, 512.0,

@@ -330,3 +330,53 @@ fn jobs_run_only_on_processors_of_their_architecture() {
     let r = replay(&[a, Job::new("b", 0.0, 10.0, 2)], &[1.0; 5], "mtat", 4).unwrap();
     assert!(r.0.iter().all(|o| o.end == 10.0), "{:?}", r.0);
 }
+
+#[test]
+fn with_memory_a_limit_jobs_that_would_oversubscribe_a_node_wait_instead_of_sharing_it() {
+    // Two nodes of 1024 MB; a and b each need both nodes, 600 MB a VP, for
+    // 100 s. Without a limit both start at once, sharing the nodes in two
+    // slots; with it b waits for a's end at 100. At 300 MB a VP, b fits
+    // beside a.
+    let mut jobs = vec![Job::new("a", 0.0, 100.0, 2), Job::new("b", 0.0, 100.0, 2)];
+    for j in &mut jobs {
+        j.need_kb = 600.0 * 1024.0;
+    }
+    for policy in ["mig", "mtat", "gang-firstfit", "gang-buddy"] {
+        let start = |node: Option<u64>, jobs: &[Job]| -> Vec<(String, f64)> {
+            let cond = Conditions {
+                node_memory_mb: node,
+                ..Conditions::default()
+            };
+            let r = super::replay_with(jobs, &[1.0; 2], policy, 4, &cond, &AtomicUsize::new(0))
+                .unwrap();
+            r.outcomes.iter().map(|o| (o.id.clone(), o.start)).collect()
+        };
+        let shared = start(None, &jobs);
+        assert!(
+            shared.iter().all(|(_, s)| *s == 0.0),
+            "{policy}: {shared:?}"
+        );
+        let limited = start(Some(1024), &jobs);
+        let b = limited.iter().find(|(id, _)| id == "b").unwrap().1;
+        assert!((b - 100.0).abs() < 1e-6, "{policy}: {limited:?}");
+        let mut small = jobs.clone();
+        small[1].need_kb = 300.0 * 1024.0;
+        let beside = start(Some(1024), &small);
+        assert!(
+            beside.iter().all(|(_, s)| *s == 0.0),
+            "{policy}: {beside:?}"
+        );
+    }
+    // A VP needing more than a node is left out by every policy.
+    let mut big = vec![Job::new("x", 0.0, 10.0, 1)];
+    big[0].need_kb = 2048.0 * 1024.0;
+    let cond = Conditions {
+        node_memory_mb: Some(1024),
+        ..Conditions::default()
+    };
+    for policy in POLICIES.iter().take(7) {
+        let r =
+            super::replay_with(&big, &[1.0; 2], policy, 4, &cond, &AtomicUsize::new(0)).unwrap();
+        assert!(r.outcomes.is_empty(), "{policy}");
+    }
+}

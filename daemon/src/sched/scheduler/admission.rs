@@ -157,8 +157,16 @@ impl Scheduler {
             .map(|(pos, c)| (c.free().intersection_len(&demand.rows), pos))
             .collect();
         columns.sort_unstable();
+        // What each host's memory holds of it, for a count that says no
+        // before MTAT is run.
+        let caps = self.memory_caps(k);
         columns.into_iter().find_map(|(_, pos)| {
             let c = self.map.columns().get(pos)?;
+            if let Some(caps) = &caps {
+                if !self.fits_in_memory(caps, c.free(), &demand.counts, bound) {
+                    return None;
+                }
+            }
             let mut free = c.free().clone();
             if demand.rows.len() < self.map.live().len() {
                 // Rows it may not use (memory, a placement's choice): the
@@ -330,10 +338,33 @@ impl Scheduler {
         }
         let bound = t_new * (1.0 + 1e-9);
         let tau = self.map.columns().len().max(1) as f64;
+        // The memory each host has left now, where the job needs some.
+        let memory = self.job(k).memory_mb.filter(|&m| m > 0).and_then(|m| {
+            let hosts = self.hosts();
+            if !self.any_memory_limit() {
+                return None;
+            }
+            let resident = self.resident();
+            let room = (0..hosts.len())
+                .map(|h| match hosts.offer(h as u32) {
+                    Some(offer) => offer.saturating_sub(resident[h]),
+                    None => u64::MAX,
+                })
+                .collect();
+            Some((m, room))
+        });
         let mut best: Option<Reservation> = None;
         for c in self.map.columns() {
-            let mut free = c.free().clone();
-            free.intersect_with(&demand.rows);
+            let mut r = Reservation {
+                job: k,
+                column: c.id,
+                at: self.now,
+                free_at: c.free().clone(),
+                counts: demand.counts.clone(),
+                bound,
+                memory: memory.clone(),
+            };
+            r.free_at.intersect_with(&demand.rows);
             let mut jobs: Vec<JobKey> = c.jobs().map(|(_, j)| j).collect();
             jobs.sort_unstable();
             jobs.dedup();
@@ -342,42 +373,122 @@ impl Scheduler {
                 .map(|j| (self.projected_end(j, tau), j))
                 .collect();
             ends.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            let mut at = self.now;
-            let mut fits = self.counts_fit_by(&demand.counts, &free, bound);
+            let mut fits = self.promise_fits(&r, &r.free_at);
             for (end, j) in ends {
                 if fits || !end.is_finite() {
                     break;
                 }
                 let mut rows = self.job(j).row_set.clone();
                 rows.intersect_with(&demand.rows);
-                free.union_with(&rows);
-                at = end;
-                fits = self.counts_fit_by(&demand.counts, &free, bound);
+                r.free_at.union_with(&rows);
+                self.give_memory(j, &mut r.memory, true);
+                r.at = end;
+                fits = self.promise_fits(&r, &r.free_at);
             }
-            let at = if fits { at } else { f64::INFINITY };
+            if !fits {
+                r.at = f64::INFINITY;
+            }
             let better = best
                 .as_ref()
-                .is_none_or(|b| at < b.at || (at == b.at && free.len() > b.free_at.len()));
+                .is_none_or(|b| r.at < b.at || (r.at == b.at && r.free_at.len() > b.free_at.len()));
             if better {
-                best = Some(Reservation {
-                    job: k,
-                    column: c.id,
-                    at,
-                    free_at: free,
-                    counts: demand.counts.clone(),
-                    bound,
-                });
+                best = Some(r);
             }
         }
         best
     }
 
+    /// Job `j`'s memory on each host of `memory`'s map given back to it
+    /// (`back`) or taken from it.
+    fn give_memory(&self, j: JobKey, memory: &mut Option<(u64, Vec<u64>)>, back: bool) {
+        let Some((_, room)) = memory.as_mut() else {
+            return;
+        };
+        let job = self.job(j);
+        let Some(m) = job.memory_mb.filter(|&m| m > 0) else {
+            return;
+        };
+        let hosts = self.hosts();
+        for (&r, &n) in &job.rows {
+            let Some(left) = hosts.of(r).and_then(|h| room.get_mut(h as usize)) else {
+                continue;
+            };
+            if *left == u64::MAX {
+                continue;
+            }
+            let mb = m.saturating_mul(u64::from(n));
+            *left = if back {
+                left.saturating_add(mb)
+            } else {
+                left.saturating_sub(mb)
+            };
+        }
+    }
+
+    /// Does the promised job fit in `free` (rows of the promised column)
+    /// by its bound, and in the memory `r` says its hosts have left then?
+    /// For every set of its architectures, the VPs the rows can take by
+    /// the bound, no host more than its memory holds, must reach the
+    /// set's VPs (the cut condition of a transport problem: exact where
+    /// architectures share a host).
+    pub(super) fn promise_fits(&self, r: &Reservation, free: &BitSet) -> bool {
+        let Some((m, room)) = &r.memory else {
+            return self.counts_fit_by(&r.counts, free, r.bound);
+        };
+        // Per host (by number; those that say nothing of memory together
+        // as one without limit, the last): VPs of each architecture its
+        // free rows take by the bound.
+        let hosts = self.hosts();
+        if room.len() != hosts.len() {
+            // (Made for another pool: a processor came or went since.)
+            return false;
+        }
+        let a = r.counts.len().min(16);
+        let none = hosts.len();
+        let mut per = vec![0u64; (hosts.len() + 1) * a];
+        for row in free.iter() {
+            let (Some(h), Some(arch)) = (hosts.of(row), self.arch_of(row)) else {
+                continue;
+            };
+            let Some(z) = r.counts[..a].iter().position(|&(x, _)| x == arch) else {
+                continue;
+            };
+            let h = if room[h as usize] == u64::MAX {
+                none
+            } else {
+                h as usize
+            };
+            per[h * a + z] += u64::from(slots_at(r.bound, self.cap(row)));
+        }
+        (1u32..(1 << a)).all(|set| {
+            let want: u64 = (0..a)
+                .filter(|z| set >> z & 1 == 1)
+                .map(|z| u64::from(r.counts[z].1))
+                .sum();
+            let got: u64 = (0..=none)
+                .map(|h| {
+                    let s: u64 = (0..a)
+                        .filter(|z| set >> z & 1 == 1)
+                        .map(|z| per[h * a + z])
+                        .sum();
+                    if h == none {
+                        s
+                    } else {
+                        s.min(room[h] / m)
+                    }
+                })
+                .sum();
+            got >= want
+        })
+    }
+
     /// May job `k` start in `column` with `counts[i]` VPs on `rows[i]` at
-    /// turnaround `t`, as far as the promise to an older job goes? Yes in
-    /// another column (it neither takes the promised cells nor lengthens
-    /// the round), and in the promised one where it is projected to end
-    /// by the promised time, takes none of the cells free then, or leaves
-    /// enough of them for the older job still to fit then.
+    /// turnaround `t`, as far as the promise to an older job goes? Yes
+    /// where it is projected to end by the promised time, where it takes
+    /// neither cells of the promised column free then nor memory the older
+    /// job needs then (in another column it takes no cell; it never
+    /// lengthens the round), or where it leaves enough of both for the
+    /// older job still to fit then.
     pub(super) fn admissible(
         &self,
         k: JobKey,
@@ -389,9 +500,6 @@ impl Scheduler {
         let Some(r) = self.reserved.as_ref().filter(|r| r.job != k) else {
             return true;
         };
-        if column != r.column {
-            return true;
-        }
         // (A job left with VPs held there does not progress: it never ends.)
         let tau = self.map.columns().len().max(1) as f64;
         let whole = counts.iter().map(|&n| n as usize).sum::<usize>() >= self.job(k).vps.len();
@@ -404,27 +512,116 @@ impl Scheduler {
         }
         let mut left = r.free_at.clone();
         let mut taken = false;
-        for (&row, &n) in rows.iter().zip(counts) {
-            if n > 0 && left.contains(row) {
-                left.remove(row);
+        if column == r.column {
+            for (&row, &n) in rows.iter().zip(counts) {
+                if n > 0 && left.contains(row) {
+                    left.remove(row);
+                    taken = true;
+                }
+            }
+        }
+        // And the memory it would take, in any column, on the hosts the
+        // promised job needs memory of.
+        let mut memory = r.memory.clone();
+        let need = self.job(k).memory_mb.filter(|&m| m > 0);
+        if let (Some((_, room)), Some(m)) = (memory.as_mut(), need) {
+            let hosts = self.hosts();
+            for (&row, &n) in rows.iter().zip(counts) {
+                let Some(left) = hosts
+                    .of(row)
+                    .filter(|_| n > 0)
+                    .and_then(|h| room.get_mut(h as usize))
+                    .filter(|l| **l != u64::MAX)
+                else {
+                    continue;
+                };
+                *left = left.saturating_sub(m.saturating_mul(u64::from(n)));
                 taken = true;
             }
         }
-        !taken || (r.at.is_finite() && self.counts_fit_by(&r.counts, &left, r.bound))
+        if !taken {
+            return true;
+        }
+        let after = Reservation {
+            memory,
+            ..r.clone()
+        };
+        r.at.is_finite() && self.promise_fits(&after, &left)
     }
 
-    /// Job `k` was just placed: if that is in the promised column past the
-    /// promised time, the cells it took there are no longer free then.
+    /// Would job `k`, already placed, moved to `counts[i]` VPs on
+    /// `rows[i]` (expansion, alignment) leave the promise whole? It takes
+    /// no cell of the promised column (those jobs do not move there);
+    /// the memory it would take beyond what it holds now on the promised
+    /// job's hosts must leave that job room by the promised time, unless
+    /// it ends by then.
+    pub(super) fn keeps_promise(&self, k: JobKey, rows: &[Row], counts: &[u32]) -> bool {
+        let Some(r) = self
+            .reserved
+            .as_ref()
+            .filter(|r| r.job != k && r.memory.is_some())
+        else {
+            return true;
+        };
+        let Some(m) = self.job(k).memory_mb.filter(|&m| m > 0) else {
+            return true;
+        };
+        let tau = self.map.columns().len().max(1) as f64;
+        if r.at.is_finite() && self.projected_end(k, tau) <= r.at {
+            return true;
+        }
+        let mut memory = r.memory.clone();
+        let Some((_, room)) = memory.as_mut() else {
+            return true;
+        };
+        let hosts = self.hosts();
+        let mut delta: HashMap<u32, i64> = HashMap::new();
+        for (&row, &n) in &self.job(k).rows {
+            if let Some(h) = hosts.of(row) {
+                *delta.entry(h).or_default() -= i64::from(n);
+            }
+        }
+        for (&row, &n) in rows.iter().zip(counts) {
+            if let Some(h) = hosts.of(row) {
+                *delta.entry(h).or_default() += i64::from(n);
+            }
+        }
+        let mut more = false;
+        for (h, d) in delta {
+            if let Some(left) = room
+                .get_mut(h as usize)
+                .filter(|l| d > 0 && **l != u64::MAX)
+            {
+                *left = left.saturating_sub(m.saturating_mul(d as u64));
+                more = true;
+            }
+        }
+        if !more {
+            return true;
+        }
+        let after = Reservation {
+            memory,
+            ..r.clone()
+        };
+        r.at.is_finite() && self.promise_fits(&after, &r.free_at)
+    }
+
+    /// Job `k` was just placed: if it runs past the promised time, the
+    /// cells it took in the promised column are no longer free then, nor
+    /// the memory it took on the promised job's hosts.
     fn note_backfilled(&mut self, k: JobKey) {
         let tau = self.map.columns().len().max(1) as f64;
         let end = self.projected_end(k, tau);
-        let rows = self.job(k).row_set.clone();
-        let columns = self.job(k).columns.clone();
-        if let Some(r) = self.reserved.as_mut().filter(|r| r.job != k) {
-            if columns.contains(&r.column) && !(r.at.is_finite() && end <= r.at) {
-                r.free_at.remove_all(&rows);
+        let Some(mut r) = self.reserved.take() else {
+            return;
+        };
+        if r.job != k && !(r.at.is_finite() && end <= r.at) {
+            if self.job(k).columns.contains(&r.column) {
+                r.free_at.remove_all(&self.job(k).row_set);
             }
+            self.give_memory(k, &mut r.memory, false);
         }
+        self.reserved = Some(r);
     }
 }
 
@@ -439,35 +636,112 @@ mod tests {
     /// Could job `k`'s VPs all run on `rows` by `bound`? MTAT's minimum
     /// (itself tested against every assignment) decides; an architecture
     /// of `counts` (those the pool has for it) with no row among them
-    /// cannot.
-    fn fits(s: &Scheduler, k: JobKey, counts: &[(u32, u32)], rows: &[Row], bound: f64) -> bool {
+    /// cannot. Where the job needs memory, each host takes no more VPs
+    /// than `room` (MB it has left) holds: a maximum flow from the
+    /// architectures (their VPs) through the hosts (the VPs their rows
+    /// take by the bound) to the end (what their memory holds) decides.
+    fn fits(
+        s: &Scheduler,
+        k: JobKey,
+        counts: &[(u32, u32)],
+        rows: &[Row],
+        bound: f64,
+        room: &[u64],
+    ) -> bool {
         let present = counts
             .iter()
             .all(|&(a, _)| rows.iter().any(|&r| s.arch_of(r) == Some(a)));
-        present
-            && s.pool_input(k, rows).is_some_and(|inp| {
-                mtat_pools(&inp.counts, &inp.pool_of, &inp.caps, &inp.preferred).t_min <= bound
-            })
+        let by_time = s.pool_input(k, rows).is_some_and(|inp| {
+            mtat_pools(&inp.counts, &inp.pool_of, &inp.caps, &inp.preferred).t_min <= bound
+        });
+        let Some(m) = s.job(k).memory_mb.filter(|&m| m > 0) else {
+            return present && by_time;
+        };
+        // Nodes: 0 source, 1..=A architectures, then hosts, then the sink.
+        let numbers = s.hosts();
+        let hosts: Vec<u32> = {
+            let mut h: Vec<u32> = rows.iter().filter_map(|&r| numbers.of(r)).collect();
+            h.sort_unstable();
+            h.dedup();
+            h
+        };
+        let a = counts.len();
+        let n = a + hosts.len() + 2;
+        let sink = n - 1;
+        let mut cap = vec![vec![0u64; n]; n];
+        for (z, &(_, x)) in counts.iter().enumerate() {
+            cap[0][1 + z] = u64::from(x);
+        }
+        for &r in rows {
+            let (Some(host), Some(arch)) = (numbers.of(r), s.arch_of(r)) else {
+                continue;
+            };
+            let (Some(z), Ok(h)) = (
+                counts.iter().position(|&(x, _)| x == arch),
+                hosts.binary_search(&host),
+            ) else {
+                continue;
+            };
+            cap[1 + z][1 + a + h] += u64::from(slots_at(bound, s.cap(r)));
+        }
+        for (h, &number) in hosts.iter().enumerate() {
+            cap[1 + a + h][sink] = (room[number as usize] / m).min(u64::MAX / 4);
+        }
+        let mut flow = 0u64;
+        loop {
+            // Breadth first for a path with room left.
+            let mut prev = vec![usize::MAX; n];
+            prev[0] = 0;
+            let mut queue = std::collections::VecDeque::from([0usize]);
+            while let Some(u) = queue.pop_front() {
+                for v in 0..n {
+                    if prev[v] == usize::MAX && cap[u][v] > 0 {
+                        prev[v] = u;
+                        queue.push_back(v);
+                    }
+                }
+            }
+            if prev[sink] == usize::MAX {
+                break;
+            }
+            let mut push = u64::MAX;
+            let mut v = sink;
+            while v != 0 {
+                push = push.min(cap[prev[v]][v]);
+                v = prev[v];
+            }
+            let mut v = sink;
+            while v != 0 {
+                cap[prev[v]][v] -= push;
+                cap[v][prev[v]] += push;
+                v = prev[v];
+            }
+            flow += push;
+        }
+        present && flow >= counts.iter().map(|&(_, x)| u64::from(x)).sum::<u64>()
     }
 
     /// When job `k` is first projected to fit in `column`, found the long
     /// way: every instant at which a job of that slot ends is tried, and
     /// at each the rows it may use that no job of the slot still running
     /// then holds (cells only lent there do not count: they are taken back
-    /// before anything is placed).
+    /// before anything is placed), and the memory each host has left once
+    /// every job (of any slot) that ends by then is gone.
     pub(super) fn earliest_fit(s: &Scheduler, k: JobKey, column: u64) -> f64 {
         let (demand, t_new) = s.demand_of(k);
         let bound = t_new * (1.0 + 1e-9);
         let tau = s.map.columns().len().max(1) as f64;
-        let home: Vec<(JobKey, f64)> = s
+        let ends: Vec<(JobKey, f64)> = s
             .jobs
             .iter()
             .enumerate()
-            .filter(|(_, j)| {
-                j.as_ref()
-                    .is_some_and(|j| j.columns.first() == Some(&column))
-            })
+            .filter(|(_, j)| j.is_some())
             .map(|(i, _)| (i as JobKey, s.projected_end(i as JobKey, tau)))
+            .collect();
+        let home: Vec<(JobKey, f64)> = ends
+            .iter()
+            .copied()
+            .filter(|&(j, _)| s.job(j).columns.first() == Some(&column))
             .collect();
         let mut instants: Vec<f64> = home.iter().map(|&(_, e)| e).collect();
         instants.push(s.now);
@@ -484,7 +758,22 @@ mod tests {
                             .any(|&(j, end)| end > t && s.job(j).row_set.contains(r))
                     })
                     .collect();
-                fits(s, k, &demand.counts, &rows, bound)
+                let numbers = s.hosts();
+                let mut room: Vec<u64> = (0..numbers.len())
+                    .map(|h| numbers.offer(h as u32).unwrap_or(u64::MAX))
+                    .collect();
+                for &(j, end) in &ends {
+                    let job = s.job(j);
+                    let Some(m) = job.memory_mb.filter(|_| end > t) else {
+                        continue;
+                    };
+                    for (&r, &n) in &job.rows {
+                        if let Some(h) = numbers.of(r).filter(|&h| numbers.offer(h).is_some()) {
+                            room[h as usize] = room[h as usize].saturating_sub(m * u64::from(n));
+                        }
+                    }
+                }
+                fits(s, k, &demand.counts, &rows, bound, &room)
             })
             .fold(f64::INFINITY, f64::min)
     }
@@ -496,8 +785,9 @@ mod tests {
         /// processors come and go; time passes), after every event the
         /// oldest waiting job's promise holds: in the promised slot it
         /// still fits by the promised time, counted the long way, with
-        /// every job placed since in the map; it waits with no cell; and
-        /// no cell holds two jobs (`check_invariants`).
+        /// every job placed since in the map, and in the memory its hosts
+        /// have left then; it waits with no cell; no cell holds two jobs
+        /// and no host's memory is oversubscribed (`check_invariants`).
         #[test]
         fn no_backfilled_job_delays_the_promise(seed in any::<u64>(), two_arch in any::<bool>(), slots in 1usize..4) {
             let mut g = Generator::new(seed, Shape {

@@ -100,7 +100,10 @@ impl Scheduler {
                 let Some((t, counts)) = self.plan(y, &rows, true, 0.0) else {
                     continue;
                 };
-                if t > t_now * (1.0 + 1e-9) || self.optional_moves(y, &rows, &counts) > budget {
+                if t > t_now * (1.0 + 1e-9)
+                    || self.optional_moves(y, &rows, &counts) > budget
+                    || !self.keeps_promise(y, &rows, &counts)
+                {
                     continue;
                 }
                 let mut after = free.clone();

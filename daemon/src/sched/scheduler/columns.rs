@@ -243,6 +243,8 @@ impl Scheduler {
         }
         let mut plan = Vec::with_capacity(jobs.len());
         let mut spent = 0;
+        // Memory the moves planned so far take on their new hosts.
+        let mut taken = HashMap::new();
         for k in jobs {
             let j = self.job(k);
             if j.columns.len() > 1 {
@@ -250,6 +252,9 @@ impl Scheduler {
                 continue;
             }
             let t = self.best_target(k, &free, budget - spent)?;
+            if !self.take_memory(k, &t.rows, &t.counts, &mut taken) {
+                return None;
+            }
             spent += t.moves;
             for (&r, &n) in t.rows.iter().zip(&t.counts) {
                 if n > 0 {

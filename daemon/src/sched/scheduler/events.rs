@@ -29,6 +29,8 @@ impl Scheduler {
         ctx.dirty.insert(host.clone());
         ctx.all_freed = true;
         self.memory_masks.get_mut().clear();
+        self.forget_hosts();
+        self.reserved = None;
         ctx.new_row = Some(self.map.add_row(Processor {
             id: id.into(),
             host: host.into(),
@@ -58,6 +60,8 @@ impl Scheduler {
         }
         self.map.remove_row(row);
         self.memory_masks.get_mut().clear();
+        self.forget_hosts();
+        self.reserved = None;
         // A job whose chosen processors are no longer all there may go
         // anywhere.
         for j in self.jobs.iter_mut().flatten() {
@@ -247,6 +251,33 @@ impl Scheduler {
         };
         let to_host = !on_host.is_empty();
         let cand = if to_host { on_host } else { cand };
+        // Only hosts whose memory holds one more of its VPs; where none
+        // does, it is held until memory is freed.
+        let before = cand.len();
+        let cand = match self.memory_caps(k) {
+            None => cand,
+            Some(caps) => {
+                let hosts = self.hosts();
+                let mut own: HashMap<u32, u32> = HashMap::new();
+                for (&r, &n) in &self.job(k).rows {
+                    if let Some(h) = hosts.of(r) {
+                        *own.entry(h).or_default() += n;
+                    }
+                }
+                cand.iter()
+                    .copied()
+                    .filter(|&r| {
+                        hosts
+                            .of(r)
+                            .is_some_and(|h| own.get(&h).copied().unwrap_or(0) < caps[h as usize])
+                    })
+                    .collect()
+            }
+        };
+        if cand.is_empty() && before > 0 {
+            self.hold_unplaced(k, ctx);
+            return Ok(());
+        }
         if cand.is_empty() {
             if self.map.has_arch(&arch) {
                 self.place_fresh(k, ctx);
@@ -332,6 +363,7 @@ impl Scheduler {
         ctx: &mut Ctx,
     ) -> Result<(), SchedError> {
         let k = self.key(job)?;
+        self.forget_resident();
         let unknown = || SchedError::UnknownVp {
             job: job.to_string(),
             vp,
@@ -412,6 +444,7 @@ impl Scheduler {
 
     pub(super) fn vp_exit(&mut self, job: &str, vp: u32, ctx: &mut Ctx) -> Result<(), SchedError> {
         let k = self.key(job)?;
+        self.forget_resident();
         let j = self.job_mut(k);
         let Some(v) = j.remove_vp(vp) else {
             return Err(SchedError::UnknownVp {

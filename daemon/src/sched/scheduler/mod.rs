@@ -20,6 +20,7 @@ mod admission;
 mod align;
 mod columns;
 mod events;
+mod memory;
 mod placing;
 mod planning;
 mod repair;
@@ -301,6 +302,13 @@ struct Reservation {
     counts: Vec<(u32, u32)>,
     /// The turnaround it must reach there (that of a slot of its own).
     bound: f64,
+    /// Where it needs memory (MB a VP) and hosts say what they offer: the
+    /// memory each host (by number, `u64::MAX` for one that says nothing)
+    /// has left at `at` (that of the jobs of the column which end by then
+    /// given back), less what jobs placed since that run past `at` take
+    /// there. (Host numbers change with the pool: a processor joining or
+    /// leaving voids the promise, made again at the next admission.)
+    memory: Option<(u64, Vec<u64>)>,
 }
 
 /// Per-event bookkeeping.
@@ -349,6 +357,14 @@ pub struct Scheduler {
     /// computed once, forgotten when a processor joins or leaves.
     #[serde(skip)]
     memory_masks: std::cell::RefCell<BTreeMap<u64, BitSet>>,
+    /// The hosts numbered, with the memory each offers (`memory`):
+    /// forgotten when a processor joins or leaves.
+    #[serde(skip)]
+    hosts: std::cell::RefCell<Option<Arc<memory::Hosts>>>,
+    /// The memory (MB) placed VPs take on each host, by number: counted
+    /// when asked, forgotten when VPs are placed, moved or removed.
+    #[serde(skip)]
+    resident: std::cell::RefCell<Option<Vec<u64>>>,
 }
 
 impl Default for Scheduler {
@@ -375,6 +391,8 @@ impl Scheduler {
             reserved: None,
             now: 0.0,
             memory_masks: Default::default(),
+            hosts: Default::default(),
+            resident: Default::default(),
         }
     }
 
@@ -729,12 +747,14 @@ impl Scheduler {
         self.jobs.push(Some(j));
         self.job_of.insert(job.to_string(), k);
         self.queue.push_back(k);
+        self.forget_resident();
         Ok(())
     }
 
     /// Check every invariant; `Err` names the first broken one. Used by
     /// tests and debug builds of the daemon.
     pub fn check_invariants(&self) -> Result<(), String> {
+        self.check_memory()?;
         for (pos, c) in self.map.columns().iter().enumerate() {
             if c.is_empty() {
                 return Err(format!("slot {pos} is empty"));

@@ -32,7 +32,22 @@ impl Scheduler {
             b.sort_unstable();
             a == b
         };
-        let (assignments, unplaced) = self.assign(k, &columns, rows, counts);
+        let (mut assignments, mut unplaced) = self.assign(k, &columns, rows, counts);
+        if self.job(k).memory_mb.is_some() {
+            let moving: BTreeSet<u32> = assignments
+                .iter()
+                .map(|&(i, _)| i)
+                .chain(unplaced.iter().copied())
+                .collect();
+            let mut kept: BTreeMap<Row, u32> = BTreeMap::new();
+            for (i, v) in &self.job(k).vps {
+                if let Some(r) = v.row.filter(|_| !moving.contains(i)) {
+                    *kept.entry(r).or_default() += 1;
+                }
+            }
+            let kept: Vec<(Row, u32)> = kept.into_iter().collect();
+            unplaced.extend(self.within_memory(k, &kept, &mut assignments));
+        }
         self.place_assigned(k, assignments, ctx);
         self.hold_all(k, unplaced, ctx);
         self.settle(k, columns, &old_cols, &old_rows, same_columns, ctx);
@@ -286,6 +301,7 @@ impl Scheduler {
         j.rows = new_rows;
         j.t_cur.set(None);
         j.columns = columns;
+        self.forget_resident();
         self.drop_empty_columns(ctx);
     }
 
@@ -398,16 +414,25 @@ impl Scheduler {
                 return;
             }
             None => {
+                let all: Vec<Row> = demand.rows.to_vec();
+                // MTAT on `all` gave `t_new` (cached or just now): compress to
+                // it, within what the hosts' memory holds.
+                let counts = self.pool_input(k, &all).and_then(|inp| {
+                    compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
+                });
+                let counts = match (counts, self.memory_caps(k)) {
+                    (Some(c), Some(caps)) if !self.within(&caps, &all, &c) => {
+                        self.capped_plan(k, &all, &caps, true, 0.0).map(|(_, c)| c)
+                    }
+                    (c, _) => c,
+                };
+                let Some(counts) = counts else {
+                    // The hosts' memory holds it nowhere now: it waits.
+                    self.apply(k, Vec::new(), &[], &[], ctx);
+                    return;
+                };
                 let id = self.map.push_column();
                 ctx.all_dirty = true;
-                let all: Vec<Row> = demand.rows.to_vec();
-                // MTAT on `all` gave `t_new` (cached or just now): compress to it.
-                let counts = self
-                    .pool_input(k, &all)
-                    .and_then(|inp| {
-                        compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
-                    })
-                    .unwrap_or_default();
                 (vec![id], all, counts)
             }
         };
@@ -527,7 +552,7 @@ impl Scheduler {
             let Some((t_new, counts)) = self.plan(k, &cand, true, 0.0) else {
                 continue;
             };
-            if t_new < t_cur * (1.0 - 1e-9) {
+            if t_new < t_cur * (1.0 - 1e-9) && self.keeps_promise(k, &cand, &counts) {
                 let moves = self.optional_moves(k, &cand, &counts);
                 if moves <= ctx.budget {
                     let cols = self.job(k).columns.clone();
@@ -543,6 +568,7 @@ impl Scheduler {
     /// Empty every cell of job `k` (its rows in its columns), marking the
     /// rows and columns changed; its records stay as they are.
     fn release_cells(&mut self, k: JobKey, ctx: &mut Ctx) {
+        self.forget_resident();
         let (cols, rows): (Vec<u64>, Vec<Row>) = {
             let j = self.job(k);
             (j.columns.clone(), j.rows.keys().copied().collect())

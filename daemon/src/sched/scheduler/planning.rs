@@ -1,6 +1,7 @@
 //! What MTAT and Compression say for one job on a set of rows: its
 //! candidate processors, its turnaround now and at best, the plan that
-//! reaches it, and how many optional moves that costs.
+//! reaches it (within what the hosts' memory holds: `memory`), and how
+//! many optional moves that costs.
 
 use super::*;
 
@@ -59,12 +60,59 @@ impl Scheduler {
     pub(super) fn useful_of(&self, k: JobKey, free: &BitSet) -> Vec<Row> {
         let j = self.job(k);
         // Few free rows: all of them (narrowing would cost more than MTAT).
-        if free.len() <= 4 * j.vps.len().max(16) {
+        // Where the memory their hosts have left decides how many of its
+        // VPs each row takes, rows of one class are alike only if their
+        // hosts have the same room, and only if no two share a host.
+        let by_memory = j.memory_mb.is_some_and(|m| m > 0) && self.any_memory_limit();
+        let all = || {
             let mut set = j.row_set.clone();
             set.union_with(free);
-            return set.to_vec();
+            set.to_vec()
+        };
+        if free.len() <= 4 * j.vps.len().max(16) {
+            return all();
+        }
+        if by_memory {
+            return match self.memory_caps(k).filter(|_| self.hosts().single) {
+                Some(caps) => self.narrowed_by_memory(k, free, &caps),
+                None => all(),
+            };
         }
         self.narrowed(k, free)
+    }
+
+    /// `narrowed` where each host is one row and `caps` says how many VPs
+    /// of the job each holds: rows alike in capacity class and in room
+    /// (up to the VPs of their architecture) are taken lowest first, as
+    /// many as its VPs; rows whose host holds none of its VPs are left
+    /// out.
+    fn narrowed_by_memory(&self, k: JobKey, free: &BitSet, caps: &[u32]) -> Vec<Row> {
+        let j = self.job(k);
+        let hosts = self.hosts();
+        let mut set = j.row_set.clone();
+        let mut taken: HashMap<(u32, u32), u32> = HashMap::new();
+        for r in free.iter() {
+            let (Some(class), Some(arch), Some(h)) =
+                (self.map.row_class(r), self.arch_of(r), hosts.of(r))
+            else {
+                continue;
+            };
+            let x = j
+                .arches
+                .iter()
+                .find(|&&(a, _)| a == arch)
+                .map_or(0, |&(_, x)| x);
+            let room = caps[h as usize].min(x);
+            if room == 0 {
+                continue;
+            }
+            let n = taken.entry((class, room)).or_default();
+            if *n < x {
+                *n += 1;
+                set.insert(r);
+            }
+        }
+        set.to_vec()
     }
 
     /// The job's own rows and, per capacity class, the first of `free` MTAT
@@ -277,6 +325,15 @@ impl Scheduler {
         let compressed =
             compress_pools(&inp.counts, &inp.pool_of, &inp.caps, m.t_min, &inp.current)?;
         let minimal = inp.fill(m.t_min.max(keep_t))?;
+        // Hosts whose memory would not hold it: MTAT and Compression
+        // within what they hold.
+        if let Some(caps) = self.memory_caps(k) {
+            if !self.within(&caps, rows, &compressed) || !self.within(&caps, rows, &minimal) {
+                let (t, compressed) = self.capped_plan(k, rows, &caps, true, 0.0)?;
+                let (_, minimal) = self.capped_plan(k, rows, &caps, false, keep_t)?;
+                return Some((t, compressed, minimal));
+            }
+        }
         Some((m.t_min, compressed, minimal))
     }
 
@@ -299,6 +356,11 @@ impl Scheduler {
         } else {
             inp.fill(m.t_min.max(keep_t))?
         };
+        if let Some(caps) = self.memory_caps(k) {
+            if !self.within(&caps, rows, &out) {
+                return self.capped_plan(k, rows, &caps, compressed, keep_t);
+            }
+        }
         Some((m.t_min, out))
     }
 
@@ -445,7 +507,8 @@ mod tests {
 
         /// Narrowed candidates plan a job exactly as all of them do: the
         /// same turnaround, the same VPs on the same rows (none on a row
-        /// left out), compressed and filled.
+        /// left out), compressed and filled (jobs whose rows the hosts'
+        /// memory tells apart are not narrowed).
         #[test]
         fn narrowed_candidates_plan_as_all_of_them(seed in any::<u64>(), memory in any::<bool>()) {
             let mut g = Generator::new(seed, Shape {
@@ -466,6 +529,10 @@ mod tests {
                 s.on_event(e).unwrap();
                 for k in 0..s.jobs.len() as JobKey {
                     if s.jobs[k as usize].is_none() || s.job(k).columns.is_empty() {
+                        continue;
+                    }
+                    // (Not narrowed where the hosts' memory tells rows apart.)
+                    if s.job(k).memory_mb.is_some_and(|m| m > 0) && s.any_memory_limit() {
                         continue;
                     }
                     let all = s.candidates(k);

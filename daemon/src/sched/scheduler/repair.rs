@@ -53,6 +53,17 @@ impl Scheduler {
         let Some(moves) = self.fit_by(k, &displaced, &free, best) else {
             return false;
         };
+        // Nor where the hosts' memory would not hold them there.
+        let mut after: BTreeMap<Row, u32> = self.job(k).rows.clone();
+        for &(_, r) in &moves {
+            *after.entry(r).or_default() += 1;
+        }
+        let (rows, counts): (Vec<Row>, Vec<u32>) = after.into_iter().unzip();
+        if let Some(caps) = self.memory_caps(k) {
+            if !self.within(&caps, &rows, &counts) {
+                return false;
+            }
+        }
         // And on no more processors than Compression would use by it: a
         // job spread wider holds cells others could have.
         let j = self.job(k);
@@ -163,6 +174,7 @@ impl Scheduler {
             j.t_cur.set(None);
         }
         self.place_assigned(k, moves, ctx);
+        self.forget_resident();
         if self.job(k).placed as usize == self.job(k).vps.len() {
             self.waiting.remove(&k);
         }

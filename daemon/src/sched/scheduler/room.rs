@@ -95,8 +95,13 @@ impl Scheduler {
             .collect();
         let mut left = self.cfg.compact_moves;
         let mut plan = Vec::new();
+        // Memory the moves planned so far take on their new hosts.
+        let mut taken = HashMap::new();
         for j in jobs {
-            let Some(t) = self.best_target(j, &free, left) else {
+            let Some(t) = self
+                .best_target(j, &free, left)
+                .filter(|t| self.take_memory(j, &t.rows, &t.counts, &mut taken))
+            else {
                 continue;
             };
             left -= t.moves;

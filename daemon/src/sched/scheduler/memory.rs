@@ -1,0 +1,527 @@
+//! Memory as a consumable of each host: every VP placed on a host's
+//! processors is resident there whatever slot runs (gang scheduling stops
+//! a VP, it does not swap it out), so the memory its job asked for
+//! (`Event::Submit`'s `memory_mb`, per VP) is taken from its host's
+//! (`Event::NewProcessor`'s `memory_mb`) for as long as it is placed. The
+//! multiprogramming level then follows from memory, as on real machines.
+//!
+//! What lives here: what each host's resident VPs need (kept until the map
+//! changes), how many VPs of a job each host still holds, and MTAT and
+//! Compression kept within that (`capped_plan`), which every planner path
+//! falls back to when its plan would oversubscribe a host (`plan`,
+//! `plan_both`). What does not: the static filter of processors whose host
+//! offers less than one VP needs (`planning::allowed_rows`), or the
+//! projection of memory for a promised start (`admission`).
+
+use super::*;
+
+/// VPs of one job each host (by its number in `Hosts`) still holds;
+/// `u32::MAX` where the host says nothing of its memory.
+pub(super) type Caps = Vec<u32>;
+
+/// The pool's hosts, numbered: the host of each row, and the memory each
+/// offers (the least any of its processors says; `None`: none says).
+/// Made again when a processor joins or leaves.
+#[derive(Debug, Default)]
+pub(super) struct Hosts {
+    of_row: Vec<u32>,
+    offer: Vec<Option<u64>>,
+    /// Every host has one processor in the pool.
+    pub(super) single: bool,
+}
+
+impl Hosts {
+    /// The number of row `r`'s host.
+    pub(super) fn of(&self, r: Row) -> Option<u32> {
+        self.of_row.get(r).copied().filter(|&h| h != u32::MAX)
+    }
+
+    /// The memory host `h` offers.
+    pub(super) fn offer(&self, h: u32) -> Option<u64> {
+        self.offer.get(h as usize).copied().flatten()
+    }
+
+    /// How many hosts.
+    pub(super) fn len(&self) -> usize {
+        self.offer.len()
+    }
+}
+
+impl Scheduler {
+    /// The pool's hosts, numbered (see `Hosts`).
+    pub(super) fn hosts(&self) -> Arc<Hosts> {
+        if let Some(h) = self.hosts.borrow().as_ref() {
+            return h.clone();
+        }
+        let mut names: HashMap<&str, u32> = HashMap::new();
+        let mut h = Hosts {
+            of_row: vec![u32::MAX; self.map.row_capacity()],
+            offer: Vec::new(),
+            single: true,
+        };
+        for (r, p) in self.map.processors() {
+            let next = names.len() as u32;
+            let id = *names.entry(&p.host).or_insert(next);
+            if id as usize == h.offer.len() {
+                h.offer.push(p.memory_mb);
+            } else {
+                h.single = false;
+                if let Some(m) = p.memory_mb {
+                    let o = &mut h.offer[id as usize];
+                    *o = Some(o.map_or(m, |x| x.min(m)));
+                }
+            }
+            if let Some(slot) = h.of_row.get_mut(r) {
+                *slot = id;
+            }
+        }
+        let h = Arc::new(h);
+        *self.hosts.borrow_mut() = Some(h.clone());
+        h
+    }
+
+    /// A processor joined or left: hosts are numbered again, and what
+    /// they hold counted again.
+    pub(super) fn forget_hosts(&mut self) {
+        self.hosts.get_mut().take();
+        self.resident.get_mut().take();
+    }
+
+    /// The memory (MB) the placed VPs of every job that asked for some
+    /// take on each host (by number).
+    pub(super) fn resident(&self) -> std::cell::Ref<'_, Vec<u64>> {
+        if self.resident.borrow().is_none() {
+            let used = self.count_resident(&self.hosts());
+            *self.resident.borrow_mut() = Some(used);
+        }
+        std::cell::Ref::map(self.resident.borrow(), |r| {
+            r.as_ref().expect("just computed")
+        })
+    }
+
+    /// `resident`, counted from the jobs.
+    fn count_resident(&self, hosts: &Hosts) -> Vec<u64> {
+        let mut used = vec![0u64; hosts.len()];
+        for j in self.jobs.iter().flatten() {
+            let Some(m) = j.memory_mb.filter(|&m| m > 0) else {
+                continue;
+            };
+            for (&r, &n) in &j.rows {
+                if let Some(h) = hosts.of(r) {
+                    used[h as usize] += m.saturating_mul(u64::from(n));
+                }
+            }
+        }
+        used
+    }
+
+    /// VPs were placed, moved or removed: what hosts hold is counted
+    /// again when next asked.
+    pub(super) fn forget_resident(&self) {
+        self.resident.borrow_mut().take();
+    }
+
+    /// Does any host in the pool say what memory it offers?
+    pub(super) fn any_memory_limit(&self) -> bool {
+        self.hosts().offer.iter().any(Option::is_some)
+    }
+
+    /// How many VPs of job `k` each host holds, counting its own VPs as
+    /// not yet placed: `None` when the job needs no memory or no host
+    /// says what it offers.
+    pub(super) fn memory_caps(&self, k: JobKey) -> Option<Caps> {
+        let m = self.job(k).memory_mb.filter(|&m| m > 0)?;
+        let room = self.memory_room(k)?;
+        Some(
+            room.into_iter()
+                .map(|mb| (mb / m).min(u64::from(u32::MAX)) as u32)
+                .collect(),
+        )
+    }
+
+    /// The memory (MB) each host has left for job `k`, its own VPs
+    /// counted as gone (`u64::MAX` where a host says nothing): `None` when
+    /// the job needs no memory or no host says.
+    pub(super) fn memory_room(&self, k: JobKey) -> Option<Vec<u64>> {
+        let j = self.job(k);
+        let m = j.memory_mb.filter(|&m| m > 0)?;
+        let hosts = self.hosts();
+        if !hosts.offer.iter().any(Option::is_some) {
+            return None;
+        }
+        let resident = self.resident();
+        let mut room: Vec<u64> = (0..hosts.len())
+            .map(|h| match hosts.offer[h] {
+                Some(offer) => offer.saturating_sub(resident[h]),
+                None => u64::MAX,
+            })
+            .collect();
+        for (&r, &n) in &j.rows {
+            if let Some(h) = hosts.of(r).filter(|&h| hosts.offer(h).is_some()) {
+                room[h as usize] = room[h as usize].saturating_add(m.saturating_mul(u64::from(n)));
+            }
+        }
+        Some(room)
+    }
+
+    /// For plans of several moves made before any is carried out
+    /// (compaction, making room): would job `k` with `counts[i]` VPs on
+    /// `rows[i]` fit in what the hosts have left once `taken` (MB per
+    /// host, by the moves planned before it) is gone? If so its own is
+    /// added to `taken`.
+    pub(super) fn take_memory(
+        &self,
+        k: JobKey,
+        rows: &[Row],
+        counts: &[u32],
+        taken: &mut HashMap<u32, u64>,
+    ) -> bool {
+        let Some(m) = self.job(k).memory_mb.filter(|&m| m > 0) else {
+            return true;
+        };
+        let Some(room) = self.memory_room(k) else {
+            return true;
+        };
+        let hosts = self.hosts();
+        let mut need: HashMap<u32, u64> = HashMap::new();
+        for (&r, &n) in rows.iter().zip(counts) {
+            if let Some(h) = hosts.of(r).filter(|&h| hosts.offer(h).is_some()) {
+                *need.entry(h).or_default() += m.saturating_mul(u64::from(n));
+            }
+        }
+        let fits = need.iter().all(|(h, &mb)| {
+            mb.saturating_add(taken.get(h).copied().unwrap_or(0)) <= room[*h as usize]
+        });
+        if fits {
+            for (h, mb) in need {
+                *taken.entry(h).or_default() += mb;
+            }
+        }
+        fits
+    }
+
+    /// What `apply` carries out for job `k`, its VPs `kept` on their rows
+    /// and `assignments` moved or started, cut to what the hosts' memory
+    /// holds: an assignment beyond it is left out (its VP held). Plans keep
+    /// within memory already; this holds it where `assign` keeps a VP on
+    /// its processor whatever the plan said (pinned, or on processors
+    /// chosen for its job).
+    pub(super) fn within_memory(
+        &self,
+        k: JobKey,
+        kept: &[(Row, u32)],
+        assignments: &mut Vec<(u32, Row)>,
+    ) -> Vec<u32> {
+        let Some(caps) = self.memory_caps(k) else {
+            return Vec::new();
+        };
+        let hosts = self.hosts();
+        let mut on: HashMap<u32, u32> = HashMap::new();
+        for &(r, n) in kept {
+            if let Some(h) = hosts.of(r) {
+                *on.entry(h).or_default() += n;
+            }
+        }
+        let mut dropped = Vec::new();
+        assignments.retain(|&(i, r)| {
+            let Some(h) = hosts.of(r) else { return true };
+            let n = on.entry(h).or_default();
+            if *n < caps.get(h as usize).copied().unwrap_or(0) {
+                *n += 1;
+                true
+            } else {
+                dropped.push(i);
+                false
+            }
+        });
+        dropped
+    }
+
+    /// Could `counts` (VPs per architecture) run on `free` by `bound`
+    /// within `caps`? Each row counted for the VPs it takes by the bound
+    /// and its host holds: exact where each host is one row, an upper
+    /// bound where hosts share (a quick refusal before MTAT).
+    pub(super) fn fits_in_memory(
+        &self,
+        caps: &Caps,
+        free: &BitSet,
+        counts: &[(u32, u32)],
+        bound: f64,
+    ) -> bool {
+        let hosts = self.hosts();
+        counts.iter().all(|&(arch, x)| {
+            let Some(rows) = self.map.arch_rows(arch) else {
+                return false;
+            };
+            let mut got: u64 = 0;
+            for r in free.iter().filter(|&r| rows.contains(r)) {
+                let cap = hosts
+                    .of(r)
+                    .map_or(0, |h| caps.get(h as usize).copied().unwrap_or(0));
+                got += u64::from(slots_at(bound, self.cap(r)).min(cap));
+                if got >= u64::from(x) {
+                    return true;
+                }
+            }
+            false
+        })
+    }
+
+    /// Do `counts[i]` VPs on `rows[i]` stay within `caps`?
+    pub(super) fn within(&self, caps: &Caps, rows: &[Row], counts: &[u32]) -> bool {
+        let hosts = self.hosts();
+        let mut on: HashMap<u32, u64> = HashMap::new();
+        for (&r, &n) in rows.iter().zip(counts) {
+            if n == 0 {
+                continue;
+            }
+            if let Some(h) = hosts.of(r) {
+                let e = on.entry(h).or_default();
+                *e += u64::from(n);
+                if *e > u64::from(caps.get(h as usize).copied().unwrap_or(0)) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// MTAT and Compression for job `k` on `rows` with no host holding
+    /// more of its VPs than `caps` says: the least `T = max n_r / a_r`
+    /// any such assignment reaches (found by bisection on `T`, every
+    /// architecture's VPs placed fastest processor first), and then either
+    /// the fewest processors reaching it (`compressed`, fastest first) or
+    /// the VPs kept where they are by `max(T, keep_t)` and the rest placed
+    /// fastest first. `None` where the hosts cannot hold them all.
+    /// (Architectures are served in order where they share a host.)
+    pub(super) fn capped_plan(
+        &self,
+        k: JobKey,
+        rows: &[Row],
+        caps: &Caps,
+        compressed: bool,
+        keep_t: f64,
+    ) -> Option<(f64, Vec<u32>)> {
+        let inp = self.pool_input(k, rows)?;
+        let hosts = self.hosts();
+        let host: Vec<Option<u32>> = rows.iter().map(|&r| hosts.of(r)).collect();
+        // Fastest first, the job's own processors first among equals.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by(|&a, &b| {
+            inp.caps[b]
+                .total_cmp(&inp.caps[a])
+                .then(inp.preferred[b].cmp(&inp.preferred[a]))
+                .then(a.cmp(&b))
+        });
+        let mut left: Caps = Vec::new();
+        let mut assign = |t: f64, keep: Option<f64>| -> Option<Vec<u32>> {
+            left.clone_from(caps);
+            let mut out = vec![0u32; rows.len()];
+            // Up to `limit` VPs of `need` on row `i`, as its host allows.
+            let mut take = |i: usize, limit: u32, need: &mut u32, out: &mut Vec<u32>| {
+                let room = host[i].map_or(u32::MAX, |h| left.get(h as usize).copied().unwrap_or(0));
+                let n = limit.saturating_sub(out[i]).min(room).min(*need);
+                out[i] += n;
+                *need -= n;
+                if let Some(l) = host[i].and_then(|h| left.get_mut(h as usize)) {
+                    *l = l.saturating_sub(n);
+                }
+            };
+            for (z, &x) in inp.counts.iter().enumerate() {
+                let mut need = x;
+                if let Some(kt) = keep {
+                    let bound = t.max(kt);
+                    for &i in &order {
+                        if inp.pool_of[i] == z && inp.current[i] > 0 {
+                            let limit = inp.current[i].min(slots_at(bound, inp.caps[i]));
+                            take(i, limit, &mut need, &mut out);
+                        }
+                    }
+                }
+                for &i in &order {
+                    if need == 0 {
+                        break;
+                    }
+                    if inp.pool_of[i] == z {
+                        take(i, slots_at(t, inp.caps[i]), &mut need, &mut out);
+                    }
+                }
+                if need > 0 {
+                    return None;
+                }
+            }
+            Some(out)
+        };
+        // One pool on hosts of one processor each: whether `T` will do is
+        // a sum, with no assignment made.
+        let simple = inp.counts.len() == 1 && hosts.single;
+        let enough = |t: f64| -> bool {
+            let mut got: u64 = 0;
+            for (i, h) in host.iter().enumerate() {
+                let cap = h.map_or(u32::MAX, |h| caps.get(h as usize).copied().unwrap_or(0));
+                got += u64::from(slots_at(t, inp.caps[i]).min(cap));
+            }
+            got >= u64::from(inp.counts[0])
+        };
+        // At this `T` every processor takes all the VPs of any pool: only
+        // the hosts' memory can leave some without a place.
+        let slowest = inp.caps.iter().copied().fold(f64::INFINITY, f64::min);
+        let most = inp.counts.iter().copied().max().unwrap_or(0);
+        let mut hi = f64::from(most.max(1)) / slowest;
+        assign(hi, None)?;
+        let mut lo = 0.0;
+        for _ in 0..64 {
+            let mid = (lo + hi) / 2.0;
+            let fits = if simple {
+                enough(mid)
+            } else {
+                assign(mid, None).is_some()
+            };
+            if fits {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+            if hi - lo <= hi * 1e-12 {
+                break;
+            }
+        }
+        let out = assign(hi, (!compressed).then_some(keep_t))?;
+        let t = rows
+            .iter()
+            .zip(&out)
+            .filter(|(_, &n)| n > 0)
+            .map(|(&r, &n)| finish_time(n, self.cap(r)))
+            .fold(0.0, f64::max);
+        Some((t, out))
+    }
+
+    /// Every host's memory holds what its placed VPs need; `Err` names
+    /// the first that does not (for `check_invariants`), or a count kept
+    /// out of step.
+    pub(super) fn check_memory(&self) -> Result<(), String> {
+        let hosts = self.hosts();
+        let used = self.count_resident(&hosts);
+        if self
+            .resident
+            .borrow()
+            .as_ref()
+            .is_some_and(|kept| *kept != used)
+        {
+            return Err("resident memory out of step".into());
+        }
+        for (h, &need) in used.iter().enumerate() {
+            if let Some(offer) = hosts.offer(h as u32) {
+                if need > offer {
+                    let name = self
+                        .map
+                        .processors()
+                        .find(|&(r, _)| hosts.of(r) == Some(h as u32))
+                        .map(|(_, p)| p.host.to_string())
+                        .unwrap_or_default();
+                    return Err(format!(
+                        "host {name}: its VPs need {need} MB, it offers {offer} MB"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::Placement;
+    use proptest::prelude::*;
+
+    /// The least `max n_r / a_r` over every assignment of `x` VPs to
+    /// processors of capacities `caps` (on hosts `host_of`) with no host
+    /// holding more than `limit` says: all of them tried.
+    fn brute(x: u32, caps: &[f64], host_of: &[usize], limit: &[u32]) -> Option<f64> {
+        // (processor, VPs left, VPs on each host, turnaround so far)
+        let mut best: Option<f64> = None;
+        let mut stack = vec![(0usize, x, vec![0u32; limit.len()], 0.0f64)];
+        while let Some((i, left, on, worst)) = stack.pop() {
+            if i == caps.len() {
+                if left == 0 && best.is_none_or(|b| worst < b) {
+                    best = Some(worst);
+                }
+                continue;
+            }
+            let h = host_of[i];
+            for n in 0..=left {
+                if on[h] + n > limit[h] {
+                    break;
+                }
+                let mut on = on.clone();
+                on[h] += n;
+                let w = if n > 0 {
+                    worst.max(f64::from(n) / caps[i])
+                } else {
+                    worst
+                };
+                stack.push((i + 1, left - n, on, w));
+            }
+        }
+        best
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// MTAT within the hosts' memory reaches the least turnaround of
+        /// any assignment that the hosts hold, places every VP, and keeps
+        /// each host within what its memory holds.
+        #[test]
+        fn capped_plan_reaches_the_least_turnaround_memory_allows(
+            x in 1u32..7,
+            caps in proptest::collection::vec(1u32..5, 1..6),
+            limit in proptest::collection::vec(0u32..5, 3),
+        ) {
+            let mut s = Scheduler::new(SchedConfig { max_slots: 0, ..Placement::Mig.config() });
+            let host_of: Vec<usize> = (0..caps.len()).map(|i| i % 3).collect();
+            for (i, &c) in caps.iter().enumerate() {
+                s.on_event(Event::NewProcessor {
+                    id: format!("p{i}"),
+                    host: format!("h{}", host_of[i]),
+                    arch: "x86_64".into(),
+                    capacity: f64::from(c),
+                    memory_mb: Some(1000),
+                }).unwrap();
+            }
+            s.on_event(Event::Submit {
+                job: "j".into(),
+                vps: BTreeMap::from([("x86_64".to_string(), x)]),
+                memory_mb: Some(100),
+                only: None,
+                estimate: None,
+            }).unwrap();
+            let k = s.job_of["j"];
+            let rows: Vec<Row> = (0..caps.len()).map(|i| s.map.row_of(&format!("p{i}")).unwrap()).collect();
+            // Hosts are numbered as they first appear: h0, h1, h2.
+            let hosts = s.hosts();
+            let mut cap_map: Caps = vec![u32::MAX; hosts.len()];
+            for (i, &r) in rows.iter().enumerate() {
+                cap_map[hosts.of(r).unwrap() as usize] = limit[host_of[i]];
+            }
+            let capf: Vec<f64> = caps.iter().map(|&c| f64::from(c)).collect();
+            let want = brute(x, &capf, &host_of, &limit);
+            for compressed in [true, false] {
+                let got = s.capped_plan(k, &rows, &cap_map, compressed, 0.0);
+                match (got, want) {
+                    (None, None) => {}
+                    (Some((t, counts)), Some(w)) => {
+                        prop_assert!((t - w).abs() <= 1e-9 * w.max(1.0), "T {} against {}", t, w);
+                        prop_assert_eq!(counts.iter().sum::<u32>(), x);
+                        prop_assert!(s.within(&cap_map, &rows, &counts));
+                        let worst = rows.iter().zip(&counts).filter(|(_, &n)| n > 0)
+                            .map(|(&r, &n)| f64::from(n) / s.cap(r)).fold(0.0, f64::max);
+                        prop_assert!(worst <= t * (1.0 + 1e-12));
+                    }
+                    (got, want) => prop_assert!(false, "{:?} against {:?}", got, want),
+                }
+            }
+        }
+    }
+}
