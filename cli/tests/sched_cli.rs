@@ -290,6 +290,87 @@ fn sim_compares_policies_on_a_trace_plain_or_gzipped() {
 }
 
 #[test]
+fn sim_holds_each_nodes_memory_and_says_what_it_assumed() {
+    // Two nodes; a and b each need both, 600 MB a processor (field 10),
+    // for 100 s, submitted together. Memory no limit: they share the nodes
+    // in two slots. 1024 MB a node: b waits for a, so it starts at 100.
+    let swf = "; MaxProcs: 2\n\
+1 0 0 100 2 -1 -1 2 100 614400 1 1 1 1 1 -1 -1 -1\n\
+2 0 0 100 2 -1 -1 2 100 614400 1 1 1 1 1 -1 -1 -1\n";
+    let trace = file(swf);
+    let path = trace.path().to_str().unwrap();
+    let jobs_out = tempfile::NamedTempFile::new().unwrap();
+    let out = mig(&[
+        "sim",
+        "--trace",
+        path,
+        "--policy",
+        "mig,gang-firstfit",
+        "--json",
+        "--node-memory",
+        "1024",
+        "--jobs-out",
+        jobs_out.path().to_str().unwrap(),
+    ]);
+    let v = json(&out);
+    assert_eq!(v["node_memory_mb"], 1024);
+    assert!(
+        v["memory"].as_str().unwrap().contains("1024 MB a node"),
+        "{v}"
+    );
+    // The measured costs are the defaults, and said.
+    assert_eq!(v["switch_cost"], 12e-6);
+    assert_eq!(v["migration_cost_per_mb"], 0.7e-3);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("costs: a slot switch 0.012 ms"), "{err}");
+    let lines = std::fs::read_to_string(jobs_out.path()).unwrap();
+    for l in lines.lines() {
+        let o: serde_json::Value = serde_json::from_str(l).unwrap();
+        let start = o["start"].as_f64().unwrap();
+        let want = if o["id"] == "2" { 100.0 } else { 0.0 };
+        assert!((start - want).abs() < 1e-6, "{o}");
+    }
+    let v = json(&mig(&["sim", "--trace", path, "--policy", "mig", "--json"]));
+    assert_eq!(v["node_memory_mb"], serde_json::Value::Null);
+    assert!(v["policies"]["mig"]["mean_response_time"].as_f64().unwrap() > 150.0);
+    // Arrivals brought closer: the second job's submit time halves.
+    let spaced = file(
+        "; MaxProcs: 2\n\
+1 0 0 10 2 -1 -1 2 10 -1 1 1 1 1 1 -1 -1 -1\n\
+2 100 0 10 2 -1 -1 2 10 -1 1 1 1 1 1 -1 -1 -1\n",
+    );
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    json(&mig(&[
+        "sim",
+        "--trace",
+        spaced.path().to_str().unwrap(),
+        "--policy",
+        "easy",
+        "--json",
+        "--interarrival",
+        "0.5",
+        "--jobs-out",
+        out_file.path().to_str().unwrap(),
+    ]));
+    let lines = std::fs::read_to_string(out_file.path()).unwrap();
+    assert!(lines.contains("\"submit\":50.0"), "{lines}");
+    for (flag, says) in [
+        ("--node-memory=0", "--node-memory must be at least 1 MB"),
+        (
+            "--interarrival=0",
+            "--interarrival must be a positive factor",
+        ),
+    ] {
+        let out = mig(&["sim", "--trace", path, flag]);
+        assert!(!out.status.success(), "{flag}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{flag}"
+        );
+    }
+}
+
+#[test]
 fn sim_machines_of_several_architectures_and_drawn_capacities() {
     // Job 1 (partition 1) needs the first architecture, job 2 (partition 2)
     // the second. With 3 + 1 processors, job 1 (3 procs) and job 2 (1 proc)

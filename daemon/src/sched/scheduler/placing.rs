@@ -349,9 +349,14 @@ impl Scheduler {
             return;
         }
         // A slot more would slow every job, those in the way of the job
-        // promised a start too: not while one is.
+        // promised a start by a time too: not while one is. (A promise of
+        // no time, the jobs in its way having no estimate, is not made
+        // later by that.)
         let at_cap = self.map.columns().len() >= self.cfg.max_slots
-            || self.reserved.as_ref().is_some_and(|r| r.job != k);
+            || self
+                .reserved
+                .as_ref()
+                .is_some_and(|r| r.job != k && r.at.is_finite());
         // With backfilling a job gets one slot here and runs in more by
         // `fill`: a pattern over several slots would hold cells it only
         // borrows.
@@ -426,6 +431,16 @@ impl Scheduler {
                     }
                     (c, _) => c,
                 };
+                // (Nor may it take memory a promised job waits for.)
+                let counts = counts.filter(|c| {
+                    let t = all
+                        .iter()
+                        .zip(c)
+                        .filter(|(_, &n)| n > 0)
+                        .map(|(&r, &n)| finish_time(n, self.cap(r)))
+                        .fold(0.0, f64::max);
+                    self.admissible(k, u64::MAX, &all, c, t)
+                });
                 let Some(counts) = counts else {
                     // The hosts' memory holds it nowhere now: it waits.
                     self.apply(k, Vec::new(), &[], &[], ctx);
