@@ -151,6 +151,12 @@ pub struct FileConfig {
     /// started, and this daemon's user and root control everything. A
     /// daemon running as root then runs no other user's programs.
     pub shared: Option<bool>,
+    /// Serve figures for a monitoring stack at `http://ADDR/metrics`
+    /// (Prometheus's text format; see docs/metrics.md). Off by default.
+    pub metrics: Option<SocketAddr>,
+    /// A file holding the token scrapes must give (`Authorization: Bearer
+    /// TOKEN`); needed when `metrics` listens beyond the loopback.
+    pub metrics_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -209,6 +215,10 @@ pub struct Config {
     pub log_max: u64,
     /// Serve every local user (see `FileConfig::shared`).
     pub shared: bool,
+    /// Where figures are served (see `FileConfig::metrics`).
+    pub metrics: Option<SocketAddr>,
+    /// The token scrapes must give (see `FileConfig::metrics_token_file`).
+    pub metrics_token_file: Option<PathBuf>,
     /// How the master places gang jobs (a `sched::Placement` name) or
     /// chooses hosts (a `balance::choice::Policy` name), checked by
     /// `validate`.
@@ -247,6 +257,8 @@ impl Config {
             log: None,
             log_max: crate::log::DEFAULT_MAX_MB << 20,
             shared: false,
+            metrics: None,
+            metrics_token_file: None,
             placement: crate::sched::Placement::default().name().to_string(),
             owner: OwnerConfig::default(),
         }
@@ -297,6 +309,12 @@ impl Config {
         }
         kv("log_max_mb", (self.log_max >> 20).to_string());
         kv("shared", self.shared.to_string());
+        if let Some(a) = self.metrics {
+            kv("metrics", q(&a.to_string()));
+        }
+        if let Some(p) = &self.metrics_token_file {
+            kv("metrics_token_file", q(&p.display().to_string()));
+        }
         kv("placement", q(&self.placement));
         let o = &self.owner;
         t.push_str("\n[owner]\n");
@@ -449,6 +467,12 @@ impl Config {
         if let Some(v) = f.placement {
             self.placement = v;
         }
+        if f.metrics.is_some() {
+            self.metrics = f.metrics;
+        }
+        if f.metrics_token_file.is_some() {
+            self.metrics_token_file = f.metrics_token_file;
+        }
         if let Some(v) = f.log_max_mb {
             // Out of range: zero, which `validate` refuses.
             self.log_max = v.checked_mul(1 << 20).filter(|_| v <= 1 << 20).unwrap_or(0);
@@ -561,7 +585,41 @@ impl Config {
                     .into(),
             );
         }
+        if let (Some(a), None) = (self.metrics, &self.metrics_token_file) {
+            if !a.ip().is_loopback() {
+                return bad(format!(
+                    "metrics at {a} would be open to every machine that reaches it: give \
+                     metrics_token_file (--metrics-token-file FILE), or listen on 127.0.0.1"
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Where and for whom figures are served, if they are: the token read
+    /// from its file (one line; empty is refused).
+    pub fn metrics_serve(&self) -> Result<Option<crate::metrics::Serve>, ConfigError> {
+        let Some(addr) = self.metrics else {
+            return Ok(None);
+        };
+        let token = match &self.metrics_token_file {
+            None => None,
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+                let t = text.trim();
+                if t.is_empty() || t.contains(char::is_whitespace) {
+                    return Err(ConfigError::Invalid(format!(
+                        "metrics_token_file {}: the token must be one word on one line",
+                        p.display()
+                    )));
+                }
+                Some(t.to_string())
+            }
+        };
+        Ok(Some(crate::metrics::Serve { addr, token }))
     }
 
     /// How long a worker's lease on its VPs lasts from its ask: shorter

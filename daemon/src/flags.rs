@@ -101,4 +101,13 @@ pub struct Flags {
     /// starts one over ssh).
     #[arg(long)]
     pub background: bool,
+    /// Serve figures for a monitoring stack (Prometheus's text format) at
+    /// http://ADDR/metrics, e.g. 127.0.0.1:9464 [default: off; config
+    /// metrics]. Beyond the loopback it needs --metrics-token-file.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// A file holding the token scrapes must give (Authorization: Bearer
+    /// TOKEN) [config metrics_token_file].
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
 }

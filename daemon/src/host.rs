@@ -51,6 +51,9 @@ pub struct LocalVp {
     pub quiescing: Option<(std::time::Instant, std::time::Instant)>,
     /// Its standard input, where the daemon feeds it (`StartVp::stdin`).
     pub input: Option<crate::input::Input>,
+    /// When it was asked for its image of a job checkpoint, until it
+    /// wrote it (for `--metrics`).
+    pub snapping_since: Option<std::time::Instant>,
 }
 
 /// A VP this young when the owner comes back, that has not yet said

@@ -45,6 +45,7 @@ pub mod keeper;
 pub mod log;
 pub mod mailbox;
 pub mod master;
+pub mod metrics;
 pub mod migrate;
 pub mod owner;
 pub mod route;

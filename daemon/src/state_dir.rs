@@ -1,6 +1,6 @@
 //! Every file a daemon keeps in its state directory, named in one place.
 //!
-//! What lives here: the layout (`control.sock`, `addr`, `ckpt/` for job
+//! What lives here: the layout (`control.sock`, `addr`, `metrics-addr`, `ckpt/` for job
 //! checkpoints' images kept here, and per VP the image it writes for a
 //! move or to be parked, `tTID.ckpt`; for a job checkpoint, `tTID.snap`;
 //! parked on disk, `tTID.parked`; sent to another host and kept until it
@@ -117,6 +117,11 @@ impl StateDir {
     /// The daemon's bound TCP address, written when it is ready.
     pub fn addr_file(&self) -> PathBuf {
         self.root.join("addr")
+    }
+
+    /// Where `--metrics` serves, once bound (`metrics-addr`).
+    pub fn metrics_addr_file(&self) -> PathBuf {
+        self.root.join("metrics-addr")
     }
 
     /// Job checkpoints' images kept here (see `store`).

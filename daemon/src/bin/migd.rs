@@ -63,6 +63,8 @@ fn start() -> anyhow::Result<()> {
         safe_point_timeout_ms: f.safe_point_timeout_ms,
         vp_nice: f.vp_nice,
         placement: f.placement,
+        metrics: f.metrics,
+        metrics_token_file: f.metrics_token_file,
         ..Default::default()
     });
     cfg.apply_owner(migd::owner::OwnerFile {

@@ -317,8 +317,12 @@ impl MoveTable {
     }
 
     /// `tid`'s image went (or is parked): its process's end is no exit.
-    pub fn left(&mut self, tid: Tid) {
-        self.moves.insert(tid, Move::Left);
+    /// When it was asked to move, if it was.
+    pub fn left(&mut self, tid: Tid) -> Option<Instant> {
+        match self.moves.insert(tid, Move::Left) {
+            Some(Move::Asked { since, .. } | Move::Streaming { since, .. }) => Some(since),
+            _ => None,
+        }
     }
 
     /// `tid` wrote its image (now at `path`) although its move was called

@@ -236,6 +236,12 @@ impl Daemon {
             self.voters_changed();
             self.change_voters();
         }
+        let term = self
+            .failover
+            .consensus
+            .as_ref()
+            .map_or(self.failover.term, |c| c.term().max(self.failover.term));
+        self.metrics.consensus(term, self.role.is_master());
     }
 
     /// Changes to the job files (output, history): made here, and on the

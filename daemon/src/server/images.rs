@@ -39,6 +39,15 @@ impl Daemon {
             .and_then(|v| v.start.as_ref())
             .map(|s| s.job.clone())
             .unwrap_or_default();
+        if let Some(since) = self
+            .vps
+            .by_tid
+            .get_mut(&tid)
+            .and_then(|v| v.snapping_since.take())
+        {
+            let bytes = std::fs::metadata(&expected).map_or(0, |m| m.len());
+            self.metrics.checkpoint(bytes, since.elapsed());
+        }
         self.report(PeerMsg::Snap {
             tid,
             step: SnapStep::Taken {

@@ -86,6 +86,7 @@ impl Daemon {
                         probation: None,
                         pause_signal: pause_signal_of(&s.env),
                         quiescing: None,
+                        snapping_since: None,
                         input: stdin.and_then(|fd| {
                             crate::input::Input::new(fd)
                                 .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))

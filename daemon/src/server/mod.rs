@@ -275,6 +275,8 @@ pub struct Daemon {
     /// How long the loop's turns take, and when this one began (its poll
     /// returned).
     turns: Turns,
+    /// What this daemon counts for `--metrics`.
+    metrics: crate::metrics::Counters,
     turn_began: Option<Instant>,
     /// When a long turn was last logged.
     long_turn_logged: Option<Instant>,
@@ -477,6 +479,7 @@ impl Daemon {
             disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
             corked: None,
             turns: Turns::default(),
+            metrics: crate::metrics::Counters::default(),
             turn_began: None,
             long_turn_logged: None,
             cfg,
@@ -519,12 +522,33 @@ impl Daemon {
         }
         let report = d.owner_report(Instant::now());
         d.report(PeerMsg::Owner(report));
+        d.serve_metrics()?;
         std::fs::write(d.state.addr_file(), format!("{addr}\n"))
             .map_err(io_err("writing the address file"))?;
         let mut stdout = io::stdout();
         let _ = writeln!(stdout, "{addr}");
         let _ = stdout.flush();
         Ok(d)
+    }
+
+    /// `--metrics`: figures served on a thread of their own; the address
+    /// bound is logged and kept in `STATE_DIR/metrics-addr`.
+    fn serve_metrics(&mut self) -> Result<(), DaemonError> {
+        let serve = self.cfg.metrics_serve().map_err(|e| DaemonError::Io {
+            what: "the metrics token".into(),
+            source: io::Error::other(e),
+        })?;
+        let Some(serve) = serve else { return Ok(()) };
+        let source = crate::metrics::Source {
+            name: self.facts.name.clone(),
+            counters: self.metrics.clone(),
+            control: self.socket_path.clone(),
+        };
+        let bound = crate::metrics::start(&serve, source)
+            .map_err(io_err(format!("serving metrics on {}", serve.addr)))?;
+        log!("metrics at http://{bound}/metrics");
+        std::fs::write(self.state.metrics_addr_file(), format!("{bound}\n"))
+            .map_err(io_err("writing the metrics address file"))
     }
 
     pub(super) fn token(&mut self) -> Token {

@@ -336,6 +336,9 @@ impl Daemon {
 
     /// Report to the master (handled in place when this is the master).
     pub(super) fn report(&mut self, msg: PeerMsg) {
+        if matches!(msg, PeerMsg::MigrateFailed { .. }) {
+            self.metrics.move_failed();
+        }
         if let Some(m) = self.role.master() {
             let out = m
                 .with_wall(wall_ns())

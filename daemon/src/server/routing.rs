@@ -77,6 +77,7 @@ impl Daemon {
             other => (other, false),
         };
         self.credit(&env, &body);
+        self.metrics.routed(local, body.len());
         let (head, payload, fd) = match (local, body) {
             (true, Body::Fd(fd, len)) => {
                 self.flow.passed(dest, len);

@@ -24,7 +24,8 @@ impl Daemon {
             // Looked at by the VP at its next safe point. The step goes
             // first: a VP that looked on the signal before the step was in
             // its socket would never look again.
-            if let Some(v) = self.vps.by_tid.get(&tid) {
+            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                v.snapping_since = Some(Instant::now());
                 host::signal(v.pid, Signal::SIGUSR2);
             }
         }
@@ -33,6 +34,9 @@ impl Daemon {
     /// VP `tid` could not write its image of job checkpoint `id`: the
     /// master hears why (the checkpoint fails; the VP goes on when told).
     pub(super) fn snap_failed(&mut self, tid: Tid, id: u64, reason: String, no_space: bool) {
+        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+            v.snapping_since = None;
+        }
         let reason = if no_space {
             self.no_space();
             format!(

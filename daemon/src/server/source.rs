@@ -168,7 +168,7 @@ impl Daemon {
                 match std::fs::rename(&expected, &parked) {
                     Ok(()) => {
                         log!("VP t{tid:x} parked on disk ({} bytes)", image.len());
-                        self.moves.left(tid);
+                        self.moved_out(tid);
                         self.moves.park(tid, start, parked);
                         self.report(PeerMsg::Parked { tid });
                     }
@@ -177,7 +177,7 @@ impl Daemon {
             }
             (Ok(image), Some(to)) => {
                 debug!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
-                self.moves.left(tid);
+                self.moved_out(tid);
                 self.keep_sent(tid, &start, &expected);
                 let _ = std::fs::remove_file(&expected);
                 self.send_image(&to, start, image, streamed);
@@ -189,6 +189,14 @@ impl Daemon {
                     reason: format!("its checkpoint is unusable: {e}"),
                 });
             }
+        }
+    }
+
+    /// VP `tid`'s image went (or is parked): counted, with how long it
+    /// took from the master's word.
+    fn moved_out(&mut self, tid: Tid) {
+        if let Some(since) = self.moves.left(tid) {
+            self.metrics.moved_out(since.elapsed());
         }
     }
 

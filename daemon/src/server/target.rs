@@ -58,6 +58,7 @@ impl Daemon {
             match inc.finish(total, &self.state.restore(tid)) {
                 Ok(start) => {
                     let path = self.state.restore(tid);
+                    self.metrics.moved_in();
                     self.start_restored(start, &path, true)
                 }
                 Err(why) => self.not_taken_in(
