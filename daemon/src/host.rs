@@ -54,6 +54,8 @@ pub struct LocalVp {
     /// When it was asked for its image of a job checkpoint, until it
     /// wrote it (for `--metrics`).
     pub snapping_since: Option<std::time::Instant>,
+    /// Rebuilt here from outside (`transparent`): how its exit is read.
+    pub restored: Option<crate::transparent::Restored>,
 }
 
 /// A VP this young when the owner comes back, that has not yet said
@@ -64,6 +66,14 @@ pub const YOUNG: std::time::Duration = std::time::Duration::from_secs(2);
 pub const PROBATION: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl LocalVp {
+    /// Its exit, from its process's raw wait status.
+    pub fn exit_from(&self, status: i32, cpu_ms: Option<u64>) -> ExitInfo {
+        match &self.restored {
+            Some(r) => r.exit(status, cpu_ms),
+            None => exit_info(status, cpu_ms),
+        }
+    }
+
     /// Send `sig` to the VP and every process it started: its process
     /// group, and its cell (children that left the group with `setsid`).
     pub fn signal(&self, sig: Signal) {
@@ -176,7 +186,7 @@ pub struct Treatment {
 }
 
 /// The descriptor number a VP finds its socket at.
-const VP_FD: i32 = 3;
+pub const VP_FD: i32 = 3;
 
 /// Start a VP.
 ///
@@ -578,43 +588,42 @@ pub fn signal_one(pid: i32, sig: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
 }
 
-/// Reap every child that ended: (pid, how).
-pub fn reap() -> Vec<(i32, ExitInfo)> {
+/// Reap those of `pids` (children of this process) that ended: each with
+/// its raw wait status and the CPU time (ms) it used. Only the pids named
+/// are waited for: a wait for any child would also take the ptrace stops
+/// of a process the checkpointer thread is saving (see `transparent`), and
+/// the exits of children other parts of the daemon wait for themselves.
+pub fn reap(pids: impl IntoIterator<Item = i32>) -> Vec<(i32, i32, Option<u64>)> {
     let mut out = Vec::new();
-    loop {
+    for pid in pids {
         let mut status = 0;
         // SAFETY: wait4 fills the status and usage it is given.
-        let (pid, usage) = unsafe {
+        let (got, usage) = unsafe {
             let mut usage: libc::rusage = std::mem::zeroed();
-            let pid = libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage);
-            (pid, usage)
+            let got = libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage);
+            (got, usage)
         };
-        if pid <= 0 {
-            return out;
+        if got != pid || !(libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
+            continue;
         }
         let ms = |t: libc::timeval| t.tv_sec.max(0) as u64 * 1000 + t.tv_usec.max(0) as u64 / 1000;
-        let cpu_ms = Some(ms(usage.ru_utime) + ms(usage.ru_stime));
-        if libc::WIFEXITED(status) {
-            out.push((
-                pid,
-                ExitInfo {
-                    code: Some(libc::WEXITSTATUS(status)),
-                    signal: None,
-                    error: None,
-                    cpu_ms,
-                },
-            ));
-        } else if libc::WIFSIGNALED(status) {
-            out.push((
-                pid,
-                ExitInfo {
-                    code: None,
-                    signal: Some(libc::WTERMSIG(status)),
-                    error: None,
-                    cpu_ms,
-                },
-            ));
-        }
+        out.push((pid, status, Some(ms(usage.ru_utime) + ms(usage.ru_stime))));
+    }
+    out
+}
+
+/// A process's end from its raw wait status.
+pub fn exit_info(status: i32, cpu_ms: Option<u64>) -> ExitInfo {
+    let (code, signal) = if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None)
+    } else {
+        (None, Some(libc::WTERMSIG(status)))
+    };
+    ExitInfo {
+        code,
+        signal,
+        error: None,
+        cpu_ms,
     }
 }
 

@@ -56,6 +56,7 @@ pub mod slicer;
 pub mod state_dir;
 pub mod store;
 pub mod switcher;
+pub mod transparent;
 pub mod turns;
 
 pub use config::Config;

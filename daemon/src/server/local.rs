@@ -87,6 +87,7 @@ impl Daemon {
                         pause_signal: pause_signal_of(&s.env),
                         quiescing: None,
                         snapping_since: None,
+                        restored: None,
                         input: stdin.and_then(|fd| {
                             crate::input::Input::new(fd)
                                 .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))
@@ -245,14 +246,23 @@ impl Daemon {
         }
     }
 
+    /// The processes of VPs here that ended (not those being saved).
     pub(super) fn reap(&mut self) {
-        for (pid, status) in host::reap() {
+        let pids: Vec<i32> = self
+            .vps
+            .by_pid
+            .keys()
+            .chain(self.leaving.keys())
+            .copied()
+            .filter(|&p| !self.checkpointer.busy(p))
+            .collect();
+        for (pid, raw, cpu_ms) in host::reap(pids) {
             let Some(tid) = self.vps.by_pid.remove(&pid) else {
                 continue;
             };
             match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
                 Some(vp) => {
-                    vp.exit = Some(status);
+                    vp.exit = Some(vp.exit_from(raw, cpu_ms));
                     // What it started goes with it (and its pipes close).
                     if let (Some(cell), Some(c)) = (vp.cell.take(), &mut self.contain) {
                         c.retire(cell);
@@ -265,7 +275,13 @@ impl Daemon {
                     }
                     self.report_if_done(tid);
                 }
-                None => self.old_process_done(pid, Some(status)),
+                None => {
+                    let status = self.leaving.get(&pid).map(|o| o.exit_from(raw, cpu_ms));
+                    self.old_process_done(
+                        pid,
+                        Some(status.unwrap_or_else(|| host::exit_info(raw, cpu_ms))),
+                    )
+                }
             }
         }
     }

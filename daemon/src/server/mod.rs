@@ -277,6 +277,8 @@ pub struct Daemon {
     turns: Turns,
     /// What this daemon counts for `--metrics`.
     metrics: crate::metrics::Counters,
+    /// Saves and rebuilds VPs whose programs do not help, off the loop.
+    checkpointer: crate::transparent::Checkpointer,
     turn_began: Option<Instant>,
     /// When a long turn was last logged.
     long_turn_logged: Option<Instant>,
@@ -410,10 +412,18 @@ impl Daemon {
         let waker = std::sync::Arc::new(
             mio::Waker::new(poll.registry(), WAKE).map_err(io_err("creating a waker"))?,
         );
-        let keeper = crate::keeper::Keeper::start(std::sync::Arc::new(move || {
-            let _ = waker.wake();
+        let keeper = crate::keeper::Keeper::start(std::sync::Arc::new({
+            let waker = waker.clone();
+            move || {
+                let _ = waker.wake();
+            }
         }))
         .map_err(io_err("starting the image keeper thread"))?;
+        let checkpointer =
+            crate::transparent::Checkpointer::start(std::sync::Arc::new(move || {
+                let _ = waker.wake();
+            }))
+            .map_err(io_err("starting the checkpointer thread"))?;
         let mut d = Daemon {
             poll,
             contain,
@@ -480,6 +490,7 @@ impl Daemon {
             corked: None,
             turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
+            checkpointer,
             turn_began: None,
             long_turn_logged: None,
             cfg,
@@ -852,7 +863,8 @@ impl Daemon {
         }
         let deadline = Instant::now() + Duration::from_millis(500);
         while !self.vps.by_pid.is_empty() && Instant::now() < deadline {
-            for (pid, _) in host::reap() {
+            let pids: Vec<i32> = self.vps.by_pid.keys().copied().collect();
+            for (pid, ..) in host::reap(pids) {
                 self.vps.by_pid.remove(&pid);
             }
             std::thread::sleep(Duration::from_millis(5));
