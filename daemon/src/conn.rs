@@ -209,6 +209,9 @@ pub struct Conn {
     progressed: Instant,
     /// Why reading failed (a sealed record that failed its check, say).
     pub failed: Option<String>,
+    /// Its peer has sent a frame (a VP that never did can be moved from
+    /// outside: see the server's `outside`).
+    pub heard_from: bool,
     /// Where the handshake is, until it is done.
     pub hs: Option<Handshake>,
     /// Bytes it may still write this turn of the loop (see `WRITE_BUDGET`).
@@ -261,6 +264,7 @@ impl Conn {
             seal: None,
             sealed: Vec::new(),
             sealed_off: 0,
+            heard_from: false,
             skipped: 0,
             progressed: Instant::now(),
             failed: None,

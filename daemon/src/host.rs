@@ -56,6 +56,10 @@ pub struct LocalVp {
     pub snapping_since: Option<std::time::Instant>,
     /// Rebuilt here from outside (`transparent`): how its exit is read.
     pub restored: Option<crate::transparent::Restored>,
+    /// Its program does not help (it never spoke to its daemon): it is
+    /// moved and checkpointed from outside, and the master was told it can
+    /// be moved.
+    pub outside: bool,
 }
 
 /// A VP this young when the owner comes back, that has not yet said
@@ -78,6 +82,10 @@ impl LocalVp {
     /// group, and its cell (children that left the group with `setsid`).
     pub fn signal(&self, sig: Signal) {
         signal(self.pid, sig);
+        if let Some(r) = &self.restored {
+            // Rebuilt under an init: its program leads a group of its own.
+            signal(r.program(), sig);
+        }
         if let Some(c) = &self.cell {
             c.signal(sig);
         }
@@ -170,6 +178,87 @@ pub struct Started {
     pub sock: OwnedFd,
     /// The write end of its stdin, if it has a pipe there (`StartVp::stdin`).
     pub stdin: Option<OwnedFd>,
+}
+
+impl Started {
+    /// Process `pid`, given its descriptors `ours` (see [`Given`]).
+    pub fn of(pid: i32, ours: Ours) -> Started {
+        Started {
+            pid,
+            stdout: ours.stdout,
+            stderr: ours.stderr,
+            sock: ours.sock,
+            stdin: ours.stdin,
+        }
+    }
+}
+
+/// The daemon's ends of a VP's descriptors.
+#[derive(Debug)]
+pub struct Ours {
+    /// Read end of its stdout (non-blocking).
+    pub stdout: OwnedFd,
+    /// Read end of its stderr (non-blocking).
+    pub stderr: OwnedFd,
+    /// The daemon's end of its socket (non-blocking).
+    pub sock: OwnedFd,
+    /// The write end of its stdin, if it has a pipe there.
+    pub stdin: Option<OwnedFd>,
+}
+
+/// A VP's descriptors, both ends: the daemon's, and the VP's as its
+/// stdin, stdout, stderr and socket (`VP_FD`), each close-on-exec (the
+/// child's `dup2` onto its number clears that on the copy).
+#[derive(Debug)]
+pub struct Given {
+    /// The daemon's ends.
+    pub ours: Ours,
+    /// The VP's: stdin (a pipe the daemon feeds, or /dev/null), stdout,
+    /// stderr, socket.
+    pub theirs: [OwnedFd; 4],
+}
+
+impl Given {
+    /// Make them; `piped_stdin`: a pipe the daemon feeds, else /dev/null.
+    pub fn make(piped_stdin: bool) -> io::Result<Given> {
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from);
+        let (stdin_r, stdin_w) = if piped_stdin {
+            let (r, w) = pipe()?;
+            (r, Some(w))
+        } else {
+            (OwnedFd::from(std::fs::File::open("/dev/null")?), None)
+        };
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        let (sock, vp_sock) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
+        for fd in [&out_r, &err_r, &sock] {
+            set_nonblocking(fd)?;
+        }
+        roomy(&sock, &vp_sock);
+        Ok(Given {
+            ours: Ours {
+                stdout: out_r,
+                stderr: err_r,
+                sock,
+                stdin: stdin_w,
+            },
+            theirs: [stdin_r, out_w, err_w, vp_sock],
+        })
+    }
+
+    /// The VP's ends by the numbers it has them at.
+    pub fn by_number(theirs: [OwnedFd; 4]) -> std::collections::BTreeMap<i32, OwnedFd> {
+        crate::transparent::GIVEN_FDS
+            .into_iter()
+            .zip(theirs)
+            .collect()
+    }
 }
 
 /// How VPs run, from the daemon's configuration.
@@ -293,29 +382,10 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: Join, piped_stdin: bool) -> io:
         .chain(std::iter::once(std::ptr::null()))
         .collect();
     let cwd = &exec.cwd;
-    // Its stdin: a pipe the daemon feeds, or /dev/null.
-    let (stdin_r, stdin_w) = if piped_stdin {
-        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-        (r, Some(w))
-    } else {
-        (OwnedFd::from(std::fs::File::open("/dev/null")?), None)
-    };
-    // Close-on-exec everywhere: dup2 onto 1 and 2 clears it on the copies.
-    let (out_r, out_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let (err_r, err_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let (sock, vp_sock) = nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::Stream,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
-    for fd in [&out_r, &err_r, &sock] {
-        set_nonblocking(fd)?;
-    }
-    roomy(&sock, &vp_sock);
+    let Given {
+        ours,
+        theirs: [stdin_r, out_w, err_w, vp_sock],
+    } = Given::make(piped_stdin)?;
     let parent = std::process::id() as libc::pid_t;
     // The child shares the daemon's memory until its `execve` (the daemon
     // waits for that: no page tables copied, no copy-on-write faults for
@@ -389,13 +459,7 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: Join, piped_stdin: bool) -> io:
             // SAFETY: setpgid on our own child.
             unsafe { libc::setpgid(pid, pid) };
             drop((out_w, err_w, vp_sock, stdin_r));
-            Ok(Started {
-                pid,
-                stdout: out_r,
-                stderr: err_r,
-                sock,
-                stdin: stdin_w,
-            })
+            Ok(Started::of(pid, ours))
         }
     }
 }

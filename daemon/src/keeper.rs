@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
-use libmig::checkpoint::{Checker, PREAMBLE};
+use libmig::checkpoint::PREAMBLE;
+
+use crate::image_check::ImageCheck;
 use libmig::msg::ImageId;
 
 /// Something to do with an image file.
@@ -325,8 +327,7 @@ fn take_in(
         .mode(0o600)
         .open(tmp)
         .map_err(|e| Failure::io(tmp, &e))?;
-    let mut check = Checker::default();
-    let mut pre = Vec::with_capacity(PREAMBLE);
+    let mut check = ImageCheck::default();
     let limit = libmig::checkpoint::MAX_IMAGE + PREAMBLE as u64;
     let refused = |reason: String| Failure {
         reason,
@@ -339,9 +340,6 @@ fn take_in(
                 "{image}: parts beyond its size ({total} bytes)"
             )));
         }
-        if pre.len() < PREAMBLE && at == pre.len() as u64 {
-            pre.extend_from_slice(&bytes[..(PREAMBLE - pre.len()).min(bytes.len())]);
-        }
         check
             .update_at(at, &bytes)
             .map_err(|e| refused(format!("{image}: {e}")))?;
@@ -349,12 +347,12 @@ fn take_in(
             .map_err(|e| Failure::io(tmp, &e))?;
         wrote(end);
         if end == total {
-            check
+            let sum = check
                 .finish()
                 .map_err(|e| refused(format!("{image}: {e}")))?;
             drop(file);
             seal(tmp, to)?;
-            return Ok((total, sum_of(&pre)));
+            return Ok((total, sum));
         }
     }
     Err(refused(format!(
@@ -367,9 +365,12 @@ fn take_in(
 /// size and sum.
 fn check(path: &Path) -> Result<(u64, u32), Failure> {
     let mut f = File::open(path).map_err(|e| Failure::io(path, &e))?;
-    let mut c = Checker::default();
+    let mut c = ImageCheck::default();
     let mut buf = vec![0u8; 1 << 20];
-    let mut pre = Vec::with_capacity(PREAMBLE);
+    let bad = |e: String| Failure {
+        reason: format!("{}: {e}", path.display()),
+        no_space: false,
+    };
     loop {
         let n = match f.read(&mut buf) {
             Ok(0) => break,
@@ -377,24 +378,11 @@ fn check(path: &Path) -> Result<(u64, u32), Failure> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Failure::io(path, &e)),
         };
-        if pre.len() < PREAMBLE {
-            let take = (PREAMBLE - pre.len()).min(n);
-            pre.extend_from_slice(&buf[..take]);
-        }
-        c.update(&buf[..n]);
+        c.update(&buf[..n]).map_err(bad)?;
     }
-    c.finish().map_err(|e| Failure {
-        reason: format!("{}: {e}", path.display()),
-        no_space: false,
-    })?;
-    Ok((c.seen(), sum_of(&pre)))
-}
-
-/// The checksum a preamble announces.
-fn sum_of(pre: &[u8]) -> u32 {
-    pre.get(12..16)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u32::from_le_bytes)
+    let seen = c.seen();
+    let sum = c.finish().map_err(bad)?;
+    Ok((seen, sum))
 }
 
 /// Sync `from` to disk and rename it to `to` (its directory made, and

@@ -39,6 +39,7 @@ pub mod flow;
 pub mod groups;
 pub mod guardian;
 pub mod host;
+pub mod image_check;
 pub mod input;
 pub mod job_files;
 pub mod keeper;

@@ -78,6 +78,11 @@ pub enum Task {
         pid: i32,
         /// The image's file (written under a temporary name first).
         to: PathBuf,
+        /// For a job checkpoint (its generation), not a move.
+        snap: Option<u64>,
+        /// Every process of the VP its daemon knows of (its cell's): a
+        /// process outside the tree saved would be lost.
+        all: Vec<i32>,
     },
     /// Rebuild VP `tid` from the image at `image`, given `fds` by number
     /// (see [`GIVEN_FDS`]), born in the cgroups whose `cgroup.procs`
@@ -110,6 +115,15 @@ pub struct Restored {
 }
 
 impl Restored {
+    /// Its program's process (the root of its tree, not the init above
+    /// it), as this host's processes see it.
+    pub fn program(&self) -> i32 {
+        self.tree
+            .as_ref()
+            .and_then(mig_ckpt::Tree::program)
+            .unwrap_or(self.pid)
+    }
+
     /// Its exit, from the wait status of its process (`status`, as
     /// `wait4` gave it).
     pub fn exit(&self, status: i32, cpu_ms: Option<u64>) -> ExitInfo {
@@ -136,6 +150,8 @@ pub enum Done {
         tid: Tid,
         /// Its process.
         pid: i32,
+        /// For a job checkpoint (its generation), not a move.
+        snap: Option<u64>,
         /// What was written, or why nothing was.
         result: Result<DumpStats, String>,
         /// How long it took.
@@ -215,10 +231,17 @@ impl Checkpointer {
 fn run(task: Task) -> Done {
     let began = Instant::now();
     match task {
-        Task::Dump { tid, pid, to } => Done::Dumped {
+        Task::Dump {
             tid,
             pid,
-            result: dump(pid, &to),
+            to,
+            snap,
+            all,
+        } => Done::Dumped {
+            tid,
+            pid,
+            snap,
+            result: whole(pid, &all).and_then(|()| dump(pid, &to)),
             took: began.elapsed(),
         },
         Task::Restore {
@@ -233,6 +256,20 @@ fn run(task: Task) -> Done {
             result: restore(&image, verify, fds, join, stopped),
             took: began.elapsed(),
         },
+    }
+}
+
+/// Is every process of `all` in `pid`'s tree? One that left it (a
+/// double fork and `setsid`) would not be saved, and would be lost.
+fn whole(pid: i32, all: &[i32]) -> Result<(), String> {
+    let mut tree = mig_ckpt::descendants(pid).map_err(|e| format!("its processes: {e}"))?;
+    tree.push(pid);
+    match all.iter().find(|p| !tree.contains(p)) {
+        None => Ok(()),
+        Some(p) => Err(format!(
+            "process {p} of it left its process tree (a double fork, setsid): it cannot be \
+             saved whole"
+        )),
     }
 }
 
@@ -378,6 +415,9 @@ mod tests {
                 if libc::dup2(raw, vp_fd) < 0 {
                     return Err(io::Error::last_os_error());
                 }
+                // Nothing else the test harness left open (a build
+                // jobserver's pipe) goes with it.
+                libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
                 Ok(())
             });
         }
@@ -402,6 +442,8 @@ mod tests {
             tid: 1,
             pid,
             to: image.clone(),
+            snap: None,
+            all: vec![pid],
         });
         assert!(c.busy(pid));
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
@@ -457,7 +499,16 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
         let addr = listener.local_addr().expect("addr");
-        let mut child = Command::new("python3")
+        let mut cmd = Command::new("python3");
+        // SAFETY: close_range in the child between fork and exec touches
+        // only the child's descriptors (what the test harness left open).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .args([
                 "-c",
                 &format!(
@@ -479,6 +530,8 @@ mod tests {
             tid: 2,
             pid,
             to: to.clone(),
+            snap: None,
+            all: vec![pid],
         });
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
             panic!("not a dump")

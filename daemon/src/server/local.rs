@@ -23,7 +23,7 @@ impl Daemon {
             log!("VP t{tid:x} starts once this host's lease runs again");
             return self.lease.defer(s);
         }
-        let mut cell = self.contain.as_mut().and_then(|c| {
+        let cell = self.contain.as_mut().and_then(|c| {
             c.cell(&format!("t{tid:x}"))
                 .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
                 .ok()
@@ -40,129 +40,7 @@ impl Daemon {
             &self.treatment(),
             join,
         ) {
-            Ok(host::Started {
-                pid,
-                stdout: out,
-                stderr: err,
-                sock,
-                stdin,
-            }) => {
-                let std_sock = std::os::unix::net::UnixStream::from(sock);
-                let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
-                let vt = self.token();
-                if self
-                    .poll
-                    .registry()
-                    .register(&mut vp_sock, vt, Interest::READABLE)
-                    .is_ok()
-                {
-                    self.conns.insert(vt, Conn::new(vp_sock, Kind::Vp { tid }));
-                    self.vp_conns.insert(tid, vt);
-                    for (env, payload) in self.router.attach(tid, vt) {
-                        self.route(env, payload, None);
-                    }
-                    self.released(tid);
-                }
-                self.moves.ended(tid);
-                if let Some(old) = self.vps.by_tid.remove(&tid) {
-                    // Back before its old process here was gone (it moved
-                    // away, or its job restarts and it was just killed):
-                    // that one's end must not count as this one's, and it
-                    // does not run on beside it.
-                    if old.exit.is_none() || old.open_pipes > 0 {
-                        old.kill();
-                        self.leaving.insert(old.pid, old);
-                    }
-                }
-                self.vps.by_tid.insert(
-                    tid,
-                    LocalVp {
-                        pid,
-                        open_pipes: 0,
-                        exit: None,
-                        start: Some(s.clone()),
-                        movable: false,
-                        started: Instant::now(),
-                        probation: None,
-                        pause_signal: pause_signal_of(&s.env),
-                        quiescing: None,
-                        snapping_since: None,
-                        restored: None,
-                        input: stdin.and_then(|fd| {
-                            crate::input::Input::new(fd)
-                                .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))
-                                .ok()
-                        }),
-                        cell: cell.take().map(|mut c| {
-                            c.joined();
-                            c
-                        }),
-                    },
-                );
-                self.vps.by_pid.insert(pid, tid);
-                let off_slot = self.slicer.started(tid);
-                if !self.owner.offered() || off_slot {
-                    // Started as the owner came back (it waits, stopped, for
-                    // the scheduler to move it or the owner to leave), or
-                    // outside its slot (it waits for its turn).
-                    let owner_back = !self.owner.offered();
-                    let limit = self.cfg.safe_point_timeout.min(host::PROBATION);
-                    if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-                        if owner_back && !off_slot {
-                            // Until it says whether it can be moved.
-                            v.probation = Some(Instant::now() + limit);
-                            host::idle_class(&[pid]);
-                        } else {
-                            v.signal(Signal::SIGSTOP);
-                        }
-                    }
-                }
-                for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
-                    let t = self.token();
-                    let file = std::fs::File::from(fd);
-                    if self
-                        .poll
-                        .registry()
-                        .register(&mut SourceFd(&file.as_raw_fd()), t, Interest::READABLE)
-                        .is_ok()
-                    {
-                        self.pipes.insert(
-                            t,
-                            Pipe {
-                                file,
-                                tid,
-                                pid,
-                                stream,
-                                partial: Vec::new(),
-                            },
-                        );
-                        if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
-                            vp.open_pipes += 1;
-                        }
-                    }
-                }
-                let input_fd = self
-                    .vps
-                    .by_tid
-                    .get(&tid)
-                    .and_then(|v| v.input.as_ref())
-                    .and_then(|i| i.fd());
-                if let Some(fd) = input_fd {
-                    let t = self.token();
-                    if self
-                        .poll
-                        .registry()
-                        .register(&mut SourceFd(&fd), t, Interest::WRITABLE)
-                        .is_ok()
-                    {
-                        self.inputs.insert(t, tid);
-                    }
-                }
-                self.report(PeerMsg::Started {
-                    tid,
-                    pid: pid as u32,
-                });
-            }
+            Ok(started) => self.take_in_vp(s, started, cell, None),
             Err(e) => {
                 warn!("cannot start {} for VP t{tid:x}: {e}", s.program);
                 let status = ExitInfo {
@@ -174,6 +52,162 @@ impl Daemon {
                 self.report(PeerMsg::Exited { tid, status });
             }
         }
+    }
+
+    /// Take in VP `s.tid`'s process, `started` here (or `restored` from
+    /// outside, stopped): its socket, pipes and input, its cell, its
+    /// record; stopped if it may not run now; the master told.
+    pub(super) fn take_in_vp(
+        &mut self,
+        s: StartVp,
+        started: host::Started,
+        mut cell: Option<crate::contain::Cell>,
+        restored: Option<crate::transparent::Restored>,
+    ) {
+        let tid = s.tid;
+        let host::Started {
+            pid,
+            stdout: out,
+            stderr: err,
+            sock,
+            stdin,
+        } = started;
+        let std_sock = std::os::unix::net::UnixStream::from(sock);
+        let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
+        let vt = self.token();
+        if self
+            .poll
+            .registry()
+            .register(&mut vp_sock, vt, Interest::READABLE)
+            .is_ok()
+        {
+            self.conns.insert(vt, Conn::new(vp_sock, Kind::Vp { tid }));
+            self.vp_conns.insert(tid, vt);
+            for (env, payload) in self.router.attach(tid, vt) {
+                self.route(env, payload, None);
+            }
+            self.released(tid);
+        }
+        self.moves.ended(tid);
+        if let Some(old) = self.vps.by_tid.remove(&tid) {
+            // Back before its old process here was gone (it moved
+            // away, or its job restarts and it was just killed):
+            // that one's end must not count as this one's, and it
+            // does not run on beside it.
+            if old.exit.is_none() || old.open_pipes > 0 {
+                old.kill();
+                self.leaving.insert(old.pid, old);
+            }
+        }
+        self.vps.by_tid.insert(
+            tid,
+            LocalVp {
+                pid,
+                open_pipes: 0,
+                exit: None,
+                start: Some(s.clone()),
+                movable: false,
+                started: Instant::now(),
+                probation: None,
+                pause_signal: pause_signal_of(&s.env),
+                quiescing: None,
+                snapping_since: None,
+                outside: restored.is_some(),
+                restored,
+                input: stdin.and_then(|fd| {
+                    crate::input::Input::new(fd)
+                        .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))
+                        .ok()
+                }),
+                cell: cell.take().map(|mut c| {
+                    c.joined();
+                    c
+                }),
+            },
+        );
+        self.vps.by_pid.insert(pid, tid);
+        let off_slot = self.slicer.started(tid);
+        let rebuilt = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.restored.is_some());
+        if rebuilt {
+            // Rebuilt stopped: it runs if it may now; else it waits, as
+            // one started now would (it is moved from outside again).
+            if self.owner.offered() && !off_slot {
+                if let Some(v) = self.vps.by_tid.get(&tid) {
+                    v.signal(Signal::SIGCONT);
+                }
+            }
+        } else if !self.owner.offered() || off_slot {
+            // Started as the owner came back (it waits, stopped, for
+            // the scheduler to move it or the owner to leave), or
+            // outside its slot (it waits for its turn).
+            let owner_back = !self.owner.offered();
+            let limit = self.cfg.safe_point_timeout.min(host::PROBATION);
+            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                if owner_back && !off_slot {
+                    // Until it says whether it can be moved.
+                    v.probation = Some(Instant::now() + limit);
+                    host::idle_class(&[pid]);
+                } else {
+                    v.signal(Signal::SIGSTOP);
+                }
+            }
+        }
+        for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
+            let t = self.token();
+            let file = std::fs::File::from(fd);
+            if self
+                .poll
+                .registry()
+                .register(&mut SourceFd(&file.as_raw_fd()), t, Interest::READABLE)
+                .is_ok()
+            {
+                self.pipes.insert(
+                    t,
+                    Pipe {
+                        file,
+                        tid,
+                        pid,
+                        stream,
+                        partial: Vec::new(),
+                    },
+                );
+                if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
+                    vp.open_pipes += 1;
+                }
+            }
+        }
+        let input_fd = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .and_then(|v| v.input.as_ref())
+            .and_then(|i| i.fd());
+        if let Some(fd) = input_fd {
+            let t = self.token();
+            if self
+                .poll
+                .registry()
+                .register(&mut SourceFd(&fd), t, Interest::WRITABLE)
+                .is_ok()
+            {
+                self.inputs.insert(t, tid);
+            }
+        }
+        // (`mig ps` shows a rebuilt VP's program, not the init above it.)
+        let shown = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .and_then(|v| v.restored.as_ref())
+            .map_or(pid, crate::transparent::Restored::program);
+        self.report(PeerMsg::Started {
+            tid,
+            pid: shown as u32,
+        });
     }
 
     /// `PeerMsg::Input`: bytes (and perhaps the end) for a local VP's stdin.

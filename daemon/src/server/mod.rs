@@ -20,6 +20,7 @@ mod images;
 mod lease;
 mod local;
 mod net;
+mod outside;
 mod owner;
 mod peer;
 mod role;
@@ -279,6 +280,9 @@ pub struct Daemon {
     metrics: crate::metrics::Counters,
     /// Saves and rebuilds VPs whose programs do not help, off the loop.
     checkpointer: crate::transparent::Checkpointer,
+    /// VPs being rebuilt from outside: how each starts, the daemon's ends
+    /// of its descriptors, its cell.
+    restoring: HashMap<Tid, (StartVp, host::Ours, Option<crate::contain::Cell>)>,
     turn_began: Option<Instant>,
     /// When a long turn was last logged.
     long_turn_logged: Option<Instant>,
@@ -491,6 +495,7 @@ impl Daemon {
             turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
             checkpointer,
+            restoring: HashMap::new(),
             turn_began: None,
             long_turn_logged: None,
             cfg,
@@ -657,7 +662,10 @@ impl Daemon {
                     TCP => self.accept(true),
                     UNIX => self.accept(false),
                     SIGNALS => self.signals(),
-                    WAKE => self.keeper_done(),
+                    WAKE => {
+                        self.keeper_done();
+                        self.checkpointer_done();
+                    }
                     t if self.pipes.contains_key(&t) => self.pipe_ready(t),
                     t if self.inputs.contains_key(&t) => self.input_room(t),
                     t => {
@@ -803,6 +811,7 @@ impl Daemon {
         if self.usage_sent.elapsed() >= USAGE_EVERY {
             self.send_usage();
         }
+        self.announce_silent_vps();
         if let Some(link) = self.role.link() {
             self.send_peer(link, &PeerMsg::Heartbeat);
         }

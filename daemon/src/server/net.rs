@@ -601,10 +601,13 @@ impl Daemon {
                     .dec
                     .next_frame::<Request>()
                     .map(|f| f.map(|req| self.control(t, req))),
-                Kind::Vp { tid } => c
-                    .dec
-                    .next_frame_with::<VpMsg>()
-                    .map(|f| f.map(|(msg, payload)| self.vp_msg(t, tid, msg, payload))),
+                Kind::Vp { tid } => {
+                    let frame = c.dec.next_frame_with::<VpMsg>();
+                    if matches!(frame, Ok(Some(_))) {
+                        c.heard_from = true;
+                    }
+                    frame.map(|f| f.map(|(msg, payload)| self.vp_msg(t, tid, msg, payload)))
+                }
                 _ => c
                     .dec
                     .next_frame_with::<PeerMsg>()

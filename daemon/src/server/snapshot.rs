@@ -7,6 +7,9 @@ use super::*;
 impl Daemon {
     /// A job checkpoint's step from the master for local VP `tid`.
     pub(super) fn snap_step(&mut self, tid: Tid, step: SnapStep) {
+        if self.vps.by_tid.get(&tid).is_some_and(|v| v.outside) {
+            return self.snap_from_outside(tid, step);
+        }
         let Some(&t) = self.vp_conns.get(&tid) else {
             return;
         };

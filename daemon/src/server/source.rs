@@ -39,6 +39,10 @@ impl Daemon {
                 reason: format!("it is not running on {}", self.facts.name),
             });
         };
+        if !vp.movable && self.movable_from_outside(tid) {
+            // A program that does not help: saved from outside.
+            return self.move_from_outside(to, start);
+        }
         if !vp.movable {
             // Never resumed for a move it cannot make: while the owner is
             // back it stays stopped.
@@ -158,6 +162,14 @@ impl Daemon {
             let start = b
                 .copy_checked(0..libmig::checkpoint::PREAMBLE.min(b.len()))
                 .map_err(|e| e.to_string())?;
+            if crate::transparent::is_image(&start) {
+                // Saved from outside (its header, metadata and trailer
+                // read; the target sums its pages as they arrive).
+                return std::fs::File::open(&expected)
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| mig_ckpt::ImageFile::open(f, false).map_err(|e| e.to_string()))
+                    .map(|_| b);
+            }
             libmig::checkpoint::Image::check_shape_of(&start, b.len() as u64)
                 .map(|()| b)
                 .map_err(|e| e.to_string())
@@ -194,9 +206,16 @@ impl Daemon {
 
     /// VP `tid`'s image went (or is parked): counted, with how long it
     /// took from the master's word.
+    /// A VP saved from outside does not end by itself: its processes are
+    /// killed (its end, like a VP's that wrote its own image, is no exit).
     fn moved_out(&mut self, tid: Tid) {
         if let Some(since) = self.moves.left(tid) {
             self.metrics.moved_out(since.elapsed());
+        }
+        if let Some(v) = self.vps.by_tid.get(&tid) {
+            if !v.movable {
+                v.kill();
+            }
         }
     }
 

@@ -130,6 +130,10 @@ impl Daemon {
             crate::discard::remove_later(&p.path);
         }
         self.lease.undefer(tid);
+        if crate::transparent::is_image_file(path) {
+            // Saved from outside: rebuilt the same way.
+            return self.restore_from_outside(start, path, summed);
+        }
         self.start_vp(start);
         // It wrote an image: it can be moved again, even before its new
         // process says so (it may be stopped at once, the owner being back).

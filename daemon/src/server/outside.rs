@@ -1,0 +1,322 @@
+//! Moves of VPs whose programs do not help, as the loop carries them out:
+//! the VP stopped and handed to the checkpointer thread (`transparent`),
+//! its image then sent or parked as a VP's own image is (`source`), and on
+//! the target its processes rebuilt from the image and adopted as a VP
+//! started here is (`local`).
+
+use super::*;
+use crate::migrate::Dest;
+use crate::transparent::{Done, Restored, Task};
+
+impl Daemon {
+    /// May VP `tid` be moved from outside? Only a VP that never spoke to
+    /// its daemon: its socket then holds nothing of a conversation, and a
+    /// new one on the same number is the same to it. (A program that
+    /// speaks moves itself, at its safe points.)
+    pub(super) fn movable_from_outside(&self, tid: Tid) -> bool {
+        let silent = self
+            .vp_conns
+            .get(&tid)
+            .and_then(|t| self.conns.get(t))
+            .is_none_or(|c| !c.heard_from);
+        silent && self.vps.by_tid.get(&tid).is_some_and(|v| v.exit.is_none())
+    }
+
+    /// Move local VP `tid` to `to` (this host: park it) from outside: it
+    /// is stopped and saved off the loop; `saved_from_outside` goes on.
+    pub(super) fn move_from_outside(&mut self, to: String, start: StartVp) {
+        let tid = start.tid;
+        let Some((pid, all)) = self.vps.by_tid.get(&tid).map(|v| (v.pid, v.pids())) else {
+            return;
+        };
+        let dest = if to == self.facts.name {
+            log!(
+                "saving VP t{tid:x} from outside to disk (parking it while the owner has the host)"
+            );
+            Dest::Disk
+        } else {
+            debug!("saving VP t{tid:x} from outside for {to}");
+            Dest::Host(to)
+        };
+        self.moves.ask(tid, dest, start, Instant::now());
+        self.router.detach(tid);
+        if let Some(v) = self.vps.by_tid.get(&tid) {
+            v.signal(Signal::SIGSTOP);
+        }
+        self.checkpointer.submit(Task::Dump {
+            tid,
+            pid,
+            to: self.state.move_image(tid),
+            snap: None,
+            all,
+        });
+    }
+
+    /// The checkpointer thread has results.
+    pub(super) fn checkpointer_done(&mut self) {
+        for done in self.checkpointer.results() {
+            match done {
+                Done::Dumped {
+                    tid,
+                    snap: Some(id),
+                    result,
+                    took,
+                    ..
+                } => self.snapped_from_outside(tid, id, result, took),
+                Done::Dumped {
+                    tid,
+                    pid,
+                    snap: None,
+                    result,
+                    took,
+                } => self.saved_from_outside(tid, pid, result, took),
+                Done::Restored { tid, result, took } => {
+                    self.restored_from_outside(tid, result, took)
+                }
+            }
+        }
+    }
+
+    fn saved_from_outside(
+        &mut self,
+        tid: Tid,
+        pid: i32,
+        result: Result<mig_ckpt::DumpStats, String>,
+        took: Duration,
+    ) {
+        let path = self.state.move_image(tid);
+        let still = self.vps.by_tid.get(&tid).is_some_and(|v| v.pid == pid);
+        let asked = !matches!(self.moves.written(tid), crate::migrate::Written::Unasked);
+        match result {
+            Ok(s) if still && asked => {
+                debug!(
+                    "VP t{tid:x} saved from outside in {} ms: {} bytes, {} process(es), {} thread(s)",
+                    took.as_millis(),
+                    s.bytes,
+                    s.processes,
+                    s.threads
+                );
+                self.checkpointed(tid, &path.display().to_string());
+            }
+            Ok(_) => {
+                // Called off meanwhile (or ended): the image is no use.
+                crate::discard::remove_later(&path);
+            }
+            Err(why) if asked => {
+                let no_space = why.contains("No space left");
+                self.checkpoint_failed(tid, &format!("saved from outside: {why}"), no_space);
+                // Stopped to be saved: it runs on if it may.
+                self.run_if_it_may(tid);
+            }
+            Err(why) => debug!(
+                "VP t{tid:x}: saving it from outside failed after its move was called off: {why}"
+            ),
+        }
+    }
+
+    /// VP `start.tid` arrived here as an image saved from outside (at
+    /// `path`, its checksums `summed` on the way or not): its processes
+    /// are rebuilt off the loop, stopped, and adopted when they are.
+    pub(super) fn restore_from_outside(
+        &mut self,
+        start: StartVp,
+        path: &std::path::Path,
+        summed: bool,
+    ) {
+        let tid = start.tid;
+        if !self.lease.may_start() {
+            log!("VP t{tid:x} starts once this host's lease runs again");
+            return self.lease.defer(start);
+        }
+        let cell = self.contain.as_mut().and_then(|c| {
+            c.cell(&format!("t{tid:x}"))
+                .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
+                .ok()
+        });
+        let join = cell
+            .as_ref()
+            .map(|c| c.join_fds())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|fd| {
+                // SAFETY: the cell's descriptors are open while it lives,
+                // and it lives until the restore is done (kept below).
+                let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                b.try_clone_to_owned().ok()
+            })
+            .collect();
+        let given = match host::Given::make(start.stdin) {
+            Ok(g) => g,
+            Err(e) => {
+                return self.not_restored(tid, format!("making its descriptors: {e}"));
+            }
+        };
+        self.restoring.insert(tid, (start, given.ours, cell));
+        self.checkpointer.submit(Task::Restore {
+            tid,
+            image: path.to_path_buf(),
+            verify: !summed,
+            fds: host::Given::by_number(given.theirs),
+            join,
+            stopped: true,
+        });
+    }
+
+    fn restored_from_outside(
+        &mut self,
+        tid: Tid,
+        result: Result<Restored, String>,
+        took: Duration,
+    ) {
+        let Some((start, ours, cell)) = self.restoring.remove(&tid) else {
+            return;
+        };
+        match result {
+            Ok(r) => {
+                debug!(
+                    "VP t{tid:x} rebuilt from outside in {} ms (pid {})",
+                    took.as_millis(),
+                    r.pid
+                );
+                let started = host::Started::of(r.pid, ours);
+                self.take_in_vp(start, started, cell, Some(r));
+            }
+            Err(why) => {
+                if let (Some(cell), Some(c)) = (cell, &mut self.contain) {
+                    c.retire(cell);
+                }
+                self.not_restored(tid, format!("rebuilding it from its image: {why}"));
+            }
+        }
+    }
+
+    /// VP `tid` could not be rebuilt here: the master hears it as an
+    /// image that did not arrive (it recalls the VP to where it came from,
+    /// which kept its image).
+    fn not_restored(&mut self, tid: Tid, reason: String) {
+        warn!("cannot take in VP t{tid:x}: {reason}");
+        crate::discard::remove_later(&self.state.restore(tid));
+        self.report(PeerMsg::Missing { tid, reason });
+    }
+
+    /// VPs that have run a while without a word to their daemon are
+    /// programs that do not help: the master hears they can be moved
+    /// (from outside). A program that speaks moves itself, or says it
+    /// cannot.
+    pub(super) fn announce_silent_vps(&mut self) {
+        let now = Instant::now();
+        let due: Vec<Tid> = self
+            .vps
+            .by_tid
+            .iter()
+            .filter(|(_, v)| !v.movable && !v.outside && v.exit.is_none())
+            .filter(|(_, v)| now.duration_since(v.started) >= host::YOUNG)
+            .map(|(&tid, _)| tid)
+            .filter(|&tid| self.movable_from_outside(tid))
+            .collect();
+        for tid in due {
+            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                v.outside = true;
+            }
+            debug!("VP t{tid:x} never spoke to its daemon: it can be moved from outside");
+            // Stopped at the end of its probation, not run in the idle
+            // class: it is moved as it is.
+            self.end_probation(|t| t == tid);
+            self.report(PeerMsg::Movable { tid });
+        }
+    }
+
+    /// A job checkpoint's step for local VP `tid`, moved from outside: it
+    /// is stopped and answers at once (it sent no message to account
+    /// for), is saved when every VP of the job is paused, and runs on
+    /// when told.
+    pub(super) fn snap_from_outside(&mut self, tid: Tid, step: SnapStep) {
+        match step {
+            SnapStep::Begin { id, .. } => {
+                if !self.movable_from_outside(tid) {
+                    return self.snap_failed(
+                        tid,
+                        id,
+                        "it spoke to its daemon: it is no longer saved from outside".into(),
+                        false,
+                    );
+                }
+                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    v.signal(Signal::SIGSTOP);
+                    v.snapping_since = Some(Instant::now());
+                }
+                self.report(PeerMsg::Snap {
+                    tid,
+                    step: SnapStep::Paused {
+                        id,
+                        sent: Vec::new(),
+                    },
+                });
+            }
+            SnapStep::Now { id, expect } => {
+                if !expect.is_empty() {
+                    return self.snap_failed(
+                        tid,
+                        id,
+                        "messages to it are expected, but it takes none".into(),
+                        false,
+                    );
+                }
+                let Some((pid, all)) = self.vps.by_tid.get(&tid).map(|v| (v.pid, v.pids())) else {
+                    return;
+                };
+                self.checkpointer.submit(Task::Dump {
+                    tid,
+                    pid,
+                    to: self.state.snap_image(tid),
+                    snap: Some(id),
+                    all,
+                });
+            }
+            SnapStep::Resume { .. } | SnapStep::Abort { .. } => {
+                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    v.snapping_since = None;
+                }
+                self.run_if_it_may(tid);
+            }
+            SnapStep::Paused { .. } | SnapStep::Taken { .. } | SnapStep::Failed { .. } => {
+                warn!("VP t{tid:x}: a checkpoint step only a VP says came from the master")
+            }
+        }
+    }
+
+    fn snapped_from_outside(
+        &mut self,
+        tid: Tid,
+        id: u64,
+        result: Result<mig_ckpt::DumpStats, String>,
+        took: Duration,
+    ) {
+        match result {
+            Ok(s) => {
+                debug!(
+                    "VP t{tid:x} saved from outside for checkpoint {id} in {} ms ({} bytes)",
+                    took.as_millis(),
+                    s.bytes
+                );
+                let path = self.state.snap_image(tid);
+                self.snap_taken(tid, id, &path.display().to_string());
+            }
+            Err(why) => {
+                let no_space = why.contains("No space left");
+                self.snap_failed(tid, id, format!("saved from outside: {why}"), no_space);
+            }
+        }
+    }
+
+    /// Continue VP `tid` if it may run now: the owner away, its slot, its
+    /// job not suspended.
+    fn run_if_it_may(&mut self, tid: Tid) {
+        if !self.owner.offered() || !self.slicer.may_run(tid) || self.moves.let_run(tid) {
+            return;
+        }
+        if let Some(v) = self.vps.by_tid.get(&tid).filter(|v| v.exit.is_none()) {
+            v.signal(Signal::SIGCONT);
+        }
+    }
+}

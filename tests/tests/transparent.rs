@@ -1,0 +1,213 @@
+//! Moves of programs that do not help, on real daemons: plain shell
+//! loops, nothing of mig in them, saved from outside by their daemon and
+//! rebuilt on another host; an owner coming back moves them off; their
+//! output goes on with nothing lost or said twice; a job of them is
+//! checkpointed; one that cannot be saved says why and stays.
+
+use std::time::Duration;
+
+use mig_tests::{alive, job_lines, wait_until, Vm};
+
+/// `mig ps --json`: (tid, host, state, pid) of each VP.
+fn vps(vm: &Vm) -> Vec<(String, String, String, u32)> {
+    vm.json(&["ps"])
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| {
+                    Some((
+                        v["tid"].as_str()?.to_string(),
+                        v["host"].as_str().unwrap_or("").to_string(),
+                        v["state"].as_str()?.to_string(),
+                        v["pid"].as_u64().unwrap_or(0) as u32,
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn all_running(vm: &Vm, n: usize) -> bool {
+    let v = vps(vm);
+    v.len() == n && v.iter().all(|(_, _, s, _)| s == "running")
+}
+
+/// Said movable by its host (it never spoke to its daemon).
+fn movable(vm: &Vm, tid: &str) -> bool {
+    vm.json(&["ps"]).as_array().is_some_and(|a| {
+        a.iter()
+            .any(|v| v["tid"] == tid && v["movable"].as_bool() == Some(true))
+    })
+}
+
+#[test]
+fn shell_loops_leave_a_desk_whose_owner_comes_back_and_run_on_elsewhere() {
+    let vm = Vm::start(3);
+    let job = vm.start_job(
+        3,
+        std::path::Path::new("/bin/sh"),
+        &["-c", "i=0; while :; do i=$((i+1)); done"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || all_running(&vm, 3)),
+        "{:?}",
+        vps(&vm)
+    );
+    let (tid, _, _, old_pid) = vps(&vm)
+        .into_iter()
+        .find(|v| v.1 == "h1")
+        .expect("a VP on h1");
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &tid)),
+        "{}",
+        vm.all_logs()
+    );
+    let out = vm.mig(&["owner", "reclaim", "--host", "h1"]);
+    assert!(out.status.success(), "{out:?}");
+    // It leaves h1 (its process there ends) and runs on another host.
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            vps(&vm)
+                .iter()
+                .any(|(t, h, s, _)| *t == tid && h != "h1" && s == "running")
+        }),
+        "{:?}\n{}",
+        vps(&vm),
+        vm.all_logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(old_pid)),
+        "its process on h1 still runs"
+    );
+    let (_, host, _, pid) = vps(&vm)
+        .into_iter()
+        .find(|v| v.0 == tid)
+        .expect("still listed");
+    assert!(alive(pid), "its new process on {host} runs");
+    assert!(vps(&vm).iter().all(|(_, h, _, _)| h != "h1"));
+    // It keeps running there: it uses CPU.
+    let t0 = mig_tests::ticks(pid).unwrap_or(0);
+    assert!(
+        wait_until(Duration::from_secs(10), || mig_tests::ticks(pid)
+            .is_some_and(|t| t > t0 + 5)),
+        "the moved loop does not run: {:?} stat {:?}\n{}",
+        vps(&vm),
+        std::fs::read_to_string(format!("/proc/{pid}/stat")),
+        vm.all_logs()
+    );
+    let out = vm.mig(&["kill", "j1"]);
+    assert!(out.status.success(), "{out:?}");
+    let _ = job.wait_with_output();
+}
+
+#[test]
+fn a_counting_shell_moved_five_times_prints_every_line_once() {
+    let vm = Vm::start(3);
+    let job = vm.start_job(
+        1,
+        std::path::Path::new("/bin/sh"),
+        &[
+            "-c",
+            "i=0; while [ $i -lt 1500 ]; do i=$((i+1)); echo line $i; sleep 0.004; done; exit 3",
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 1)));
+    let tid = vps(&vm)[0].0.clone();
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &tid)),
+        "{}",
+        vm.all_logs()
+    );
+    let mut moved = 0;
+    for round in 0..5 {
+        let (_, from, _, _) = vps(&vm).into_iter().find(|v| v.0 == tid).expect("listed");
+        let to = ["h0", "h1", "h2"]
+            .into_iter()
+            .find(|h| *h != from)
+            .expect("another host");
+        let out = vm.migrate(&tid, to);
+        if !out.status.success() {
+            // It ended (the count is done) before every move was made.
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("exited")
+                    || vps(&vm).iter().all(|v| v.2 == "exited"),
+                "round {round}: {out:?}"
+            );
+            break;
+        }
+        let landed = wait_until(Duration::from_secs(30), || {
+            vps(&vm)
+                .iter()
+                .any(|(t, h, s, _)| *t == tid && (h == to && s == "running" || s == "exited"))
+        });
+        assert!(landed, "round {round}: {:?}\n{}", vps(&vm), vm.all_logs());
+        moved += 1;
+    }
+    assert!(
+        moved >= 2,
+        "only {moved} moves were made:\n{}",
+        vm.all_logs()
+    );
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    let want: Vec<String> = (1..=1500).map(|i| format!("line {i}")).collect();
+    let got: Vec<&String> = lines.iter().filter(|l| l.starts_with("line ")).collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{:?}",
+        &lines[lines.len().saturating_sub(5)..]
+    );
+    assert!(
+        got.iter().zip(&want).all(|(a, b)| *a == b),
+        "lines out of order or changed"
+    );
+    // Its own exit status, through every move.
+    assert_eq!(out.status.code(), Some(3), "{}", vm.all_logs());
+}
+
+#[test]
+fn a_program_with_a_socket_to_outside_says_why_it_stays() {
+    let vm = Vm::start(2);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    let script = format!(
+        "import socket,time\ns=socket.create_connection(('127.0.0.1',{port}))\n\
+         while True: time.sleep(0.05)"
+    );
+    let job = vm.start_job(
+        1,
+        std::path::Path::new("/usr/bin/python3"),
+        &["-c", &script],
+    );
+    let _peer = listener.accept().expect("the VP connects");
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 1)));
+    let (tid, from, _, pid) = vps(&vm)[0].clone();
+    assert!(wait_until(Duration::from_secs(20), || movable(&vm, &tid)));
+    let to = if from == "h0" { "h1" } else { "h0" };
+    let out = vm.migrate(&tid, to);
+    assert!(out.status.success(), "{out:?}");
+    // The move fails with the reason, and the VP runs on where it was.
+    let said = wait_until(Duration::from_secs(30), || {
+        vm.json(&["ps"]).as_array().is_some_and(|a| {
+            a.iter().any(|v| {
+                v["tid"] == tid.as_str()
+                    && v["move_failed"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("socket"))
+            })
+        })
+    });
+    assert!(said, "{}\n{}", vm.json(&["ps"]), vm.all_logs());
+    assert!(
+        wait_until(Duration::from_secs(10), || vps(&vm).iter().any(
+            |(t, h, s, p)| *t == tid && *h == from && s == "running" && *p == pid
+        )),
+        "{:?}",
+        vps(&vm)
+    );
+    assert!(alive(pid) && !mig_tests::stopped(pid));
+    let out = vm.mig(&["kill", "j1"]);
+    assert!(out.status.success(), "{out:?}");
+    let _ = job.wait_with_output();
+}
