@@ -15,23 +15,24 @@
 //! checked as before, so a peer is authenticated twice over.
 //!
 //! What does not live here: the key and its MACs (`auth`), the messages
-//! (`msg::PeerMsg`), sockets and time-outs (the callers).
+//! (`msg::Handshake`), sockets and time-outs (the callers), and messages of
+//! other conversations before authentication (refused by the callers).
 
 use crate::auth::{self, Block, ClusterKey, KeyError};
-use crate::msg::PeerMsg;
+use crate::msg::Handshake;
 use crate::seal::{Opening, Sealer, Suite};
 
 /// What a side does after a message from its peer.
 #[derive(Debug)]
 pub enum Answer {
     /// Send this and wait for the peer's next message.
-    Send(PeerMsg),
+    Send(Handshake),
     /// Send this (in the clear), then seal the link with the sealer: every
     /// byte after, both ways.
-    SendThenSeal(PeerMsg, Box<Sealer>),
+    SendThenSeal(Handshake, Box<Sealer>),
     /// The peer is authenticated. Seal the link with the sealer, if one is
     /// given (the link is not sealed yet), then send this, if anything.
-    Done(Option<Box<Sealer>>, Option<PeerMsg>),
+    Done(Option<Box<Sealer>>, Option<Handshake>),
     /// Refuse the peer, for this reason.
     Refuse(String),
 }
@@ -57,11 +58,11 @@ pub enum Server {
 
 impl Server {
     /// The client said `msg`.
-    pub fn on(&mut self, key: &ClusterKey, msg: &PeerMsg) -> Answer {
+    pub fn on(&mut self, key: &ClusterKey, msg: &Handshake) -> Answer {
         match (std::mem::take(self), msg) {
             (
                 Server::AwaitHello,
-                PeerMsg::Hello {
+                Handshake::Hello {
                     nonce,
                     suite,
                     noise,
@@ -89,7 +90,7 @@ impl Server {
                     ours,
                     sealer: Box::new(sealer),
                 };
-                Answer::Send(PeerMsg::Challenge {
+                Answer::Send(Handshake::Challenge {
                     nonce: ours,
                     proof,
                     noise,
@@ -101,11 +102,11 @@ impl Server {
                     ours,
                     sealer,
                 },
-                PeerMsg::Proof { proof },
+                Handshake::Proof { proof },
             ) => {
                 if key.check_client(&ours, &theirs, proof) {
                     *self = Server::Done;
-                    Answer::Done(Some(sealer), Some(PeerMsg::Welcome))
+                    Answer::Done(Some(sealer), Some(Handshake::Welcome))
                 } else {
                     Answer::Refuse(
                         "authentication failed: the peer does not hold this cluster's key".into(),
@@ -136,7 +137,7 @@ pub enum Client {
 impl Client {
     /// Begin: the machine, and the `Hello` to send (in this CPU's fastest
     /// cipher suite).
-    pub fn start(key: &ClusterKey) -> Result<(Client, PeerMsg), KeyError> {
+    pub fn start(key: &ClusterKey) -> Result<(Client, Handshake), KeyError> {
         let ours = auth::nonce()?;
         let suite = Suite::best();
         let (opening, noise) =
@@ -146,7 +147,7 @@ impl Client {
                 ours,
                 opening: Box::new(opening),
             },
-            PeerMsg::Hello {
+            Handshake::Hello {
                 nonce: ours,
                 suite: suite as u8,
                 noise,
@@ -155,11 +156,11 @@ impl Client {
     }
 
     /// The server said `msg`.
-    pub fn on(&mut self, key: &ClusterKey, msg: &PeerMsg) -> Answer {
+    pub fn on(&mut self, key: &ClusterKey, msg: &Handshake) -> Answer {
         match (std::mem::replace(self, Client::Done), msg) {
             (
                 Client::AwaitChallenge { ours, opening },
-                PeerMsg::Challenge {
+                Handshake::Challenge {
                     nonce,
                     proof,
                     noise,
@@ -176,13 +177,13 @@ impl Client {
                 };
                 let proof = key.client_proof(nonce, &ours);
                 *self = Client::AwaitWelcome;
-                Answer::SendThenSeal(PeerMsg::Proof { proof }, Box::new(sealer))
+                Answer::SendThenSeal(Handshake::Proof { proof }, Box::new(sealer))
             }
-            (Client::AwaitWelcome, PeerMsg::Welcome) => {
+            (Client::AwaitWelcome, Handshake::Welcome) => {
                 *self = Client::Done;
                 Answer::Done(None, None)
             }
-            (_, PeerMsg::Refused { reason }) => Answer::Refuse(format!("refused: {reason}")),
+            (_, Handshake::Refused { reason }) => Answer::Refuse(format!("refused: {reason}")),
             (_, other) => Answer::Refuse(format!("unexpected {} in the handshake", other.name())),
         }
     }
@@ -213,7 +214,7 @@ mod tests {
             Answer::Done(Some(_), Some(welcome)) => c.on(ck, welcome),
             Answer::Refuse(r) => c.on(
                 ck,
-                &PeerMsg::Refused {
+                &Handshake::Refused {
                     reason: r.to_string(),
                 },
             ),
@@ -227,7 +228,7 @@ mod tests {
         let (c, s) = run(&key(1), &key(1));
         assert!(matches!(&c, Answer::Done(None, None)), "{c:?}");
         assert!(
-            matches!(&s, Answer::Done(Some(_), Some(PeerMsg::Welcome))),
+            matches!(&s, Answer::Done(Some(_), Some(Handshake::Welcome))),
             "{s:?}"
         );
     }
@@ -263,11 +264,11 @@ mod tests {
         // Anything but Hello first.
         let mut s3 = Server::default();
         assert!(matches!(
-            s3.on(&k, &PeerMsg::Heartbeat),
-            Answer::Refuse(r) if r == "Heartbeat before authentication"
+            s3.on(&k, &Handshake::Welcome),
+            Answer::Refuse(r) if r == "Welcome before authentication"
         ));
         // A client that gets Welcome before its proof.
         let (mut c2, _) = Client::start(&k).expect("nonce");
-        assert!(matches!(c2.on(&k, &PeerMsg::Welcome), Answer::Refuse(_)));
+        assert!(matches!(c2.on(&k, &Handshake::Welcome), Answer::Refuse(_)));
     }
 }

@@ -22,12 +22,13 @@
 //! A worker daemon connects to the master over TCP. Each frame is a 12-byte
 //! header (`MG`, major, minor, message length, body length) and a body: the
 //! postcard-encoded message, then any raw payload bytes (see `frame`).
-//! The worker sends `PeerMsg::Hello` with a random nonce; the master answers
-//! `Challenge` with its own nonce and an HMAC-SHA256 proof over both; the
-//! worker checks it and answers `Proof`; the master checks that and sends
+//! The worker sends `Handshake::Hello` with a random nonce; the master
+//! answers `Challenge` with its own nonce and an HMAC-SHA256 proof over both;
+//! the worker checks it and answers `Proof`; the master checks that and sends
 //! `Welcome`. Only then is anything else accepted: the worker sends
 //! `Register` with its `HostFacts`, the master answers `Registered`, and from
-//! then on `Heartbeat`s flow one way and `Start`/`Kill` the other.
+//! then on `ToMaster` messages (`Heartbeat`, `Started`, ...) flow one way and
+//! `ToHost` messages (`Start`, `Kill`, ...) the other.
 #![deny(missing_docs)]
 
 pub mod auth;

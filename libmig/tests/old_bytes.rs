@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
-    Envelope, HostFacts, HostUsage, ImageId, IoClass, JobClass, JobFileCopy, LoopTurns,
-    OwnerReport, OwnerState, PeerMsg, Request, SliceReport, SnapStep, SourceReport, SpawnSpec,
-    StartVp, Switch, VpMsg,
+    DataLink, Envelope, Handshake, HostFacts, HostUsage, ImageId, IoClass, JobClass, JobFileCopy,
+    LoopTurns, OwnerReport, OwnerState, PeerMsg, Quorum, Request, SliceReport, SnapOrder,
+    SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg,
 };
 
 fn fixtures() -> PathBuf {
@@ -32,15 +32,20 @@ fn env() -> Envelope {
     }
 }
 
-/// The messages every version of the fixture holds, one per conversation.
+/// `vec![..]` of messages of any conversation, as `PeerMsg`s.
+macro_rules! peer_msgs {
+    ($($m:expr),* $(,)?) => { vec![$(PeerMsg::from($m)),*] };
+}
+
+/// The messages every version of the fixture holds, of every conversation.
 fn peer_msgs() -> Vec<PeerMsg> {
-    vec![
-        PeerMsg::Hello {
+    peer_msgs![
+        Handshake::Hello {
             nonce: [9; 32],
             suite: 1,
             noise: vec![1, 2, 3],
         },
-        PeerMsg::Register {
+        Handshake::Register {
             facts: HostFacts {
                 name: "h1".into(),
                 arch: "x86_64-linux".into(),
@@ -52,13 +57,13 @@ fn peer_msgs() -> Vec<PeerMsg> {
                 offered: true,
             },
         },
-        PeerMsg::Deliver(env()),
-        PeerMsg::Control {
+        DataLink::Deliver(env()),
+        ToMaster::Control {
             id: 7,
             req: Request::Hosts,
             uid: 1000,
         },
-        PeerMsg::Start(StartVp {
+        ToHost::Start(StartVp {
             tid: 0x40003,
             job: "j1".into(),
             vp: 2,
@@ -71,14 +76,14 @@ fn peer_msgs() -> Vec<PeerMsg> {
             incarnation: 0,
             stdin: true,
         }),
-        PeerMsg::Snap {
+        ToHost::Snap {
             tid: 0x40001,
-            step: SnapStep::Now {
+            step: SnapOrder::Now {
                 id: 5,
                 expect: vec![(0x40002, 9)],
             },
         },
-        PeerMsg::Owner(OwnerReport {
+        ToMaster::Owner(OwnerReport {
             state: OwnerState::Reclaimed,
             for_s: 2.5,
             decided_by: "load 0.93 cores".into(),
@@ -93,72 +98,83 @@ fn peer_msgs() -> Vec<PeerMsg> {
             vp_cpu_ms: Some(12),
             vacate_after_s: Some(60.0),
         }),
-        PeerMsg::Movable { tid: 0x40002 },
-        PeerMsg::LeaseAsk { n: 17 },
-        PeerMsg::LeaseGrant { n: 17, ms: 2500 },
-        PeerMsg::Fenced {
+        ToMaster::Movable { tid: 0x40002 },
+        ToMaster::LeaseAsk { n: 17 },
+        ToHost::LeaseGrant { n: 17, ms: 2500 },
+        ToHost::Fenced {
             why: "declared dead".into(),
         },
         PeerMsg::Part { last: true },
-        PeerMsg::ImageKept {
+        ToMaster::Heartbeat,
+        ToHost::Heartbeat,
+        ToHost::Snap {
+            tid: 0x40002,
+            step: SnapOrder::Begin { id: 6 },
+        },
+        ToMaster::Snap {
+            tid: 0x40002,
+            step: SnapReport::Taken { id: 6 },
+        },
+        Handshake::Hi { name: "h2".into() },
+        ToMaster::ImageKept {
             image: image_id(),
             size: 25_165_848,
             crc: 0xdead_beef,
         },
-        PeerMsg::ImageFailed {
+        ToMaster::ImageFailed {
             image: image_id(),
             host: "h2".into(),
             reason: "No space left on device (os error 28)".into(),
         },
-        PeerMsg::CopyImage {
+        ToHost::CopyImage {
             image: image_id(),
             to: "h3".into(),
             start: None,
         },
-        PeerMsg::ImagePart {
+        DataLink::ImagePart {
             image: image_id(),
             at: 4 << 20,
             total: 25_165_848,
             last: false,
         },
-        PeerMsg::ImageAck {
+        DataLink::ImageAck {
             image: image_id(),
             upto: 8 << 20,
         },
-        PeerMsg::CheckImage { image: image_id() },
-        PeerMsg::ImageChecked {
+        ToHost::CheckImage { image: image_id() },
+        ToMaster::ImageChecked {
             image: image_id(),
             result: Err("damaged".into()),
         },
-        PeerMsg::PruneImages {
+        ToHost::PruneImages {
             job: "j1".into(),
             keep: vec![4, 5],
         },
-        PeerMsg::RestoreOff { tid: 0x40002 },
-        PeerMsg::Consensus {
+        DataLink::RestoreOff { tid: 0x40002 },
+        Quorum::Consensus {
             from: 2,
             msg: vec![8, 3, 16, 1],
         },
-        PeerMsg::Voter { id: 3 },
-        PeerMsg::Voters(vec![(1, "h0".into()), (3, "h2".into())]),
-        PeerMsg::NewMaster {
+        Quorum::Voter { id: 3 },
+        ToHost::Voters(vec![(1, "h0".into()), (3, "h2".into())]),
+        Quorum::NewMaster {
             term: 4,
             name: "h2".into(),
             addr: "127.0.0.1:7001".into(),
         },
-        PeerMsg::Redirect {
+        Handshake::Redirect {
             addr: "127.0.0.1:7001".into(),
         },
-        PeerMsg::Input {
+        ToHost::Input {
             tid: 0x40001,
             data: b"10\n4\n".to_vec(),
             eof: true,
         },
-        PeerMsg::Hold {
+        ToHost::Hold {
             tids: vec![0x40001, 0x40002],
             hold: true,
         },
-        PeerMsg::Usage(HostUsage {
+        ToMaster::Usage(HostUsage {
             vps: vec![(0x40001, 1250)],
             free_memory_mb: Some(1500),
             io_busy: Some(0.25),
@@ -173,20 +189,19 @@ fn peer_msgs() -> Vec<PeerMsg> {
                 window_turns: 4_000,
             },
         }),
-        PeerMsg::Recall { tid: 0x40001 },
-        PeerMsg::Missing {
+        ToHost::Recall { tid: 0x40001 },
+        ToMaster::Missing {
             tid: 0x40002,
             reason: "No space left on device".into(),
         },
-        PeerMsg::Snap {
+        ToMaster::Snap {
             tid: 0x40002,
-            step: SnapStep::Failed {
+            step: SnapReport::Failed {
                 id: 5,
                 reason: "No space left on device".into(),
-                no_space: true,
             },
         },
-        PeerMsg::Slicing(SliceReport {
+        ToMaster::Slicing(SliceReport {
             generation: 6,
             switches: vec![Switch {
                 ideal_ns: 1_700_000_000_000_000_000,
@@ -197,7 +212,7 @@ fn peer_msgs() -> Vec<PeerMsg> {
             }],
             installed: vec![(6, 1_699_999_999_000_000_000, 1_699_999_999_000_100_000)],
         }),
-        PeerMsg::JobFile(vec![
+        Quorum::JobFile(vec![
             JobFileCopy::Output {
                 job: "j1".into(),
                 line: "[t40001 h0] line 1".into(),
@@ -295,7 +310,7 @@ fn image() -> Image {
 fn frames() -> Vec<u8> {
     let mut out = Vec::new();
     for m in peer_msgs() {
-        let payload: &[u8] = if matches!(m, PeerMsg::Deliver(_)) {
+        let payload: &[u8] = if matches!(m, PeerMsg::Data(DataLink::Deliver(_))) {
             b"payload bytes"
         } else {
             &[]
@@ -363,7 +378,7 @@ fn frames_written_by_earlier_versions_decode_the_same_or_are_refused_by_version(
                 got, want,
                 "protocol {v}: a message type changed without a bump of frame::MAJOR"
             );
-            if matches!(want, PeerMsg::Deliver(_)) {
+            if matches!(want, PeerMsg::Data(DataLink::Deliver(_))) {
                 assert_eq!(payload, b"payload bytes");
             }
         }

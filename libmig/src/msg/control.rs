@@ -1,5 +1,5 @@
 //! `mig` and its daemon, over the control socket (or a worker forwarding
-//! for its local `mig` inside `PeerMsg::Control`): `Request` in, `Response`
+//! for its local `mig` inside `ToMaster::Control`): `Request` in, `Response`
 //! out, and what responses carry.
 
 use serde::{Deserialize, Serialize};

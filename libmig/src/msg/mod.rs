@@ -1,12 +1,13 @@
 //! The messages, one documented enum per connection kind.
 //!
-//! * `PeerMsg` — daemon to daemon over TCP. The first four variants are the
-//!   handshake (see `auth`); nothing else is legal before `Welcome`.
+//! * `PeerMsg` — daemon to daemon over TCP, one enum per conversation:
+//!   `Handshake` (see `handshake`; nothing else is legal before `Welcome`),
+//!   `ToMaster`, `ToHost`, `DataLink`, `Quorum`;
 //! * `VpMsg` — a VP and its daemon, over the socket the daemon hands the VP
 //!   when it starts it (and `Envelope`, `VpCall`, `VpRet`, `Notice`, what
 //!   travels inside);
 //! * `Request` / `Response` — the control socket (`mig` to its daemon, or a
-//!   worker forwarding for its local `mig` inside `PeerMsg::Control`).
+//!   worker forwarding for its local `mig` inside `ToMaster::Control`).
 //!
 //! Every type here is encoded with postcard inside a `frame`; changing any of
 //! them bumps `frame::MAJOR`.

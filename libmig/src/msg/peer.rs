@@ -1,17 +1,56 @@
-//! Daemon to daemon over TCP: `PeerMsg`, on the handshake (see `handshake`),
-//! a worker's link to its master, and data links between hosts; and what
-//! hosts report (slot tables, switches, owners).
+//! Daemon to daemon over TCP: `PeerMsg`, one enum per conversation, each
+//! with the links it travels on; and what hosts report (slot tables,
+//! switches, owners).
+//!
+//! | conversation | who to whom | on which link |
+//! |---|---|---|
+//! | [`Handshake`] | both ways | any, before anything else on it |
+//! | [`ToMaster`] | a host to its master | the host's link to the master |
+//! | [`ToHost`] | the master to a host | the same link (its own host: in place) |
+//! | [`DataLink`] | host to host | their data link |
+//! | [`Quorum`] | voters, a new master | data links |
+//!
+//! `PeerMsg::Part` carries pieces of a message too large for one frame on
+//! any authenticated link; the pieces make a `PeerMsg` again.
 
 use serde::{Deserialize, Serialize};
 
 use super::*;
 
-/// Daemon to daemon.
+/// Daemon to daemon: what one frame on a TCP link between daemons says,
+/// by the conversation it belongs to. Each side handles a conversation in
+/// one place, and refuses one that has no business on the link it came on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PeerMsg {
-    /// Handshake 1 (client): its nonce, and the first message of the
-    /// Noise handshake that seals the link (`seal`), in cipher suite
-    /// `suite`.
+    /// Setting up a link: authentication, joining, saying what the link
+    /// is. Nothing else is legal before `Welcome`.
+    Handshake(Handshake),
+    /// A host to its master, on its link to it.
+    ToMaster(ToMaster),
+    /// The master to a host, on the host's link to it.
+    ToHost(ToHost),
+    /// Host to host, on their data link.
+    Data(DataLink),
+    /// The voters that keep copies of the master's state, and a newly
+    /// elected master, on data links.
+    Quorum(Quorum),
+    /// A piece of a message too large for one frame, on any authenticated
+    /// link: its postcard bytes follow as the payload, in order; the last
+    /// piece completes it.
+    Part {
+        /// This piece completes the message.
+        last: bool,
+    },
+}
+
+/// Setting up a link between two daemons: the dialler is the side that
+/// connected, the acceptor the side that accepted. See `handshake` for
+/// the order; `Refused` may also come on an established link, which then
+/// closes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Handshake {
+    /// Dialler, step 1: its nonce, and the first message of the Noise
+    /// handshake that seals the link (`seal`), in cipher suite `suite`.
     Hello {
         /// Client nonce.
         nonce: Block,
@@ -20,7 +59,7 @@ pub enum PeerMsg {
         /// Noise message 1.
         noise: Vec<u8>,
     },
-    /// Handshake 2 (server): its nonce and proof of the key, and the second
+    /// Acceptor, step 2: its nonce and proof of the key, and the second
     /// Noise message. Every byte after `Proof` is sealed, both ways.
     Challenge {
         /// Server nonce.
@@ -30,357 +69,21 @@ pub enum PeerMsg {
         /// Noise message 2.
         noise: Vec<u8>,
     },
-    /// Handshake 3 (client): proof of the key.
+    /// Dialler, step 3: proof of the key.
     Proof {
         /// `ClusterKey::client_proof`.
         proof: Block,
     },
-    /// Handshake 4 (server): accepted.
+    /// Acceptor, step 4: accepted.
     Welcome,
-    /// The other side refuses; the connection closes.
+    /// Either side: it refuses; the connection closes.
     Refused {
         /// Why.
         reason: String,
     },
-    /// Worker to master, once, after `Welcome`.
-    Register {
-        /// The worker's facts.
-        facts: HostFacts,
-    },
-    /// Master to worker: the name it is known by.
-    Registered {
-        /// Host name (may differ from the one asked for if taken).
-        name: String,
-    },
-    /// Worker to master, periodically.
-    Heartbeat,
-    /// Master to worker: start a VP.
-    Start(StartVp),
-    /// Master to worker: kill a VP.
-    Kill {
-        /// Which.
-        tid: Tid,
-    },
-    /// Worker to master: a VP is running.
-    Started {
-        /// Which.
-        tid: Tid,
-        /// Its process id.
-        pid: u32,
-    },
-    /// Worker to master: a VP ended.
-    Exited {
-        /// Which.
-        tid: Tid,
-        /// How.
-        status: ExitInfo,
-    },
-    /// Worker to master: one line of a VP's output.
-    Output {
-        /// Which VP.
-        tid: Tid,
-        /// Which stream.
-        stream: Stream,
-        /// The line, without its newline.
-        line: String,
-    },
-    /// Worker to master: a control request of a local `mig`.
-    Control {
-        /// Worker-chosen id for the replies.
-        id: u64,
-        /// The request.
-        req: Request,
-        /// The local user who made it (from the socket's credentials).
-        uid: u32,
-    },
-    /// Master to worker: a reply to `Control` (several for streams).
-    Reply {
-        /// The id of the request.
-        id: u64,
-        /// The reply.
-        resp: Response,
-    },
-    /// Master to worker: kill every VP and exit.
-    Halt,
-    /// A data link's opener, after the handshake: who it is.
-    Hi {
-        /// Its host name.
-        name: String,
-    },
-    /// Master to every host: the hosts and their addresses.
-    Peers(Vec<(String, String)>),
-    /// Master to every host: where VPs are now.
-    Directory(Vec<(Tid, Loc)>),
-    /// Master to every host: these VPs' job went back to a checkpoint;
-    /// drop their messages of an earlier incarnation than this.
-    Fence {
-        /// The job's VPs.
-        tids: Vec<Tid>,
-        /// Its incarnation from now on.
-        incarnation: u32,
-    },
-    /// Worker to master: where is this VP?
-    Locate {
-        /// Which.
-        tid: Tid,
-    },
-    /// A message between VPs (payload follows), on a data link.
-    Deliver(Envelope),
-    /// Back to the sender's host: a message could not be delivered.
-    Undeliverable {
-        /// The message.
-        env: Envelope,
-        /// Why.
-        reason: String,
-    },
-    /// Master to the VP's host: checkpoint it and send it to `start`'s
-    /// target host (`to`).
-    Checkpoint {
-        /// The target host.
-        to: String,
-        /// How the target starts it (the image is added).
-        start: StartVp,
-    },
-    /// A VP's image on its way to the host that starts it from it (a
-    /// move's source, or a host keeping a copy of a job checkpoint's image
-    /// when the job restarts), on their data link: part of the image (the
-    /// bytes follow raw); the first part says how to start it, the part
-    /// that completes `total` bytes starts it.
-    RestorePart {
-        /// The VP.
-        tid: Tid,
-        /// Where in the image this part goes.
-        at: u64,
-        /// The whole image's size (0 while it is still being written).
-        total: u64,
-        /// The last part: the image is whole.
-        last: bool,
-        /// How to start it (first part only).
-        start: Option<StartVp>,
-    },
-    /// Worker to master: its owner monitor's state (on every change and
-    /// with each heartbeat).
-    Owner(OwnerReport),
-    /// Master to a host: `mig owner reclaim` (true) or `release` (false).
-    OwnerCommand {
-        /// The master's id for the request.
-        id: u64,
-        /// Reclaim or release.
-        reclaim: bool,
-    },
-    /// Host to master: the command was carried out (VPs stopped or resumed).
-    OwnerDone {
-        /// The request's id.
-        id: u64,
-        /// What happened.
-        message: String,
-    },
-    /// A step of a job checkpoint for VP `tid`, between the master and the
-    /// VP's host (which relays it to or from the VP).
-    Snap {
-        /// The VP.
-        tid: Tid,
-        /// The step.
-        step: SnapStep,
-    },
-    /// Master to host: its slot table (takes effect at `from_ns`).
-    SlotTable(SlotTable),
-    /// Host to master: what its slicer did (with the heartbeat).
-    Slicing(SliceReport),
-    /// Host to master: a VP waiting on a taken-back host was checkpointed to
-    /// its disk and its process ended (the owner gets the memory back).
-    Parked {
-        /// Which.
-        tid: Tid,
-    },
-    /// Master to host: start a parked VP again here from its image.
-    Unpark {
-        /// Which.
-        tid: Tid,
-    },
-    /// Source host to the master: the VP did not move.
-    MigrateFailed {
-        /// Which.
-        tid: Tid,
-        /// Why.
-        reason: String,
-    },
-    /// Worker to master: a request of one of its VPs.
-    VpCall {
-        /// The VP.
-        tid: Tid,
-        /// Its id.
-        id: u64,
-        /// What.
-        call: VpCall,
-    },
-    /// Master to worker: the answer for one of its VPs.
-    VpReturn {
-        /// The VP.
-        tid: Tid,
-        /// The call's id.
-        id: u64,
-        /// The answer.
-        ret: VpRet,
-    },
-    /// Worker to the master: one of its VPs can be moved (see
-    /// `VpMsg::Movable`).
-    Movable {
-        /// The VP.
-        tid: Tid,
-    },
-    /// Worker to the master, with every heartbeat: may I keep my VPs? The
-    /// worker's lease runs from when it sent ask `n` (its own clock).
-    LeaseAsk {
-        /// The ask's number.
-        n: u64,
-    },
-    /// Master to a worker it holds alive: ask `n` is granted for `ms`
-    /// from when it was sent; after that the worker's VPs are frozen
-    /// unless a later ask is granted.
-    LeaseGrant {
-        /// The ask's number.
-        n: u64,
-        /// The lease's length.
-        ms: u64,
-    },
-    /// A piece of a message too large for one frame: its postcard bytes
-    /// follow as the payload, in order; the last piece completes it.
-    Part {
-        /// This piece completes the message.
-        last: bool,
-    },
-    /// A host to the master: it keeps a checked, durable copy of a job
-    /// checkpoint's image (the VP's own host once the VP wrote it, or a
-    /// host a copy was sent to). The master keeps only this: where each
-    /// image is, its size and its sum; images never pass through it.
-    ImageKept {
-        /// Which image.
-        image: ImageId,
-        /// Its size in bytes.
-        size: u64,
-        /// Its checksum (CRC-32C of its body, as its preamble says).
-        crc: u32,
-    },
-    /// A host to the master: `host` has no usable copy of `image` (it could
-    /// not be written there, or read there to be sent, or sent there).
-    ImageFailed {
-        /// Which image.
-        image: ImageId,
-        /// The host without a copy.
-        host: String,
-        /// Why.
-        reason: String,
-    },
-    /// Master to a host keeping a copy of `image`: send it to `to` over
-    /// your data link (`ImagePart`s) to keep there; or, with `start`, to
-    /// start the VP from on `to` (`RestorePart`s; `to` may be this host).
-    CopyImage {
-        /// Which image.
-        image: ImageId,
-        /// The host that is to have it.
-        to: String,
-        /// Start the VP from it there (a restart), rather than keep it.
-        start: Option<StartVp>,
-    },
-    /// Host to host on their data link: part of a job checkpoint's image
-    /// being copied (the bytes follow raw), to keep; the part that
-    /// completes `total` bytes completes it.
-    ImagePart {
-        /// Which image.
-        image: ImageId,
-        /// Where in the image this part goes.
-        at: u64,
-        /// The whole image's size.
-        total: u64,
-        /// The last part.
-        last: bool,
-    },
-    /// Host to host on their data link, back to the one sending a copy of
-    /// `image`: it is written here up to `upto` (the sender keeps at most a
-    /// few parts ahead of what is written).
-    ImageAck {
-        /// Which image.
-        image: ImageId,
-        /// Bytes written from its start.
-        upto: u64,
-    },
-    /// Master to a host keeping a copy of `image`: read it through and
-    /// check it (before a restart relies on it); answer `ImageChecked`.
-    CheckImage {
-        /// Which image.
-        image: ImageId,
-    },
-    /// A host to the master: its copy of `image` is intact, or why not.
-    ImageChecked {
-        /// Which image.
-        image: ImageId,
-        /// Intact, or what is wrong.
-        result: Result<(), String>,
-    },
-    /// Master to every host: of job `job`'s checkpoint images, keep only
-    /// these generations (none: the job is gone).
-    PruneImages {
-        /// The job.
-        job: String,
-        /// Generations to keep.
-        keep: Vec<u64>,
-    },
-    /// Source host to target host on their data link: the image of VP
-    /// `tid` being sent will not come whole (the VP could not write it, or
-    /// the move was called off): drop what arrived.
-    RestoreOff {
-        /// The VP.
-        tid: Tid,
-    },
-    /// Master to a worker it declared dead (its VPs are being started
-    /// elsewhere): end every VP you hold, now, and leave.
-    Fenced {
-        /// Why, for the worker's log.
-        why: String,
-    },
-    /// Between voters: a message of the consensus that replicates the
-    /// master's state (raft's own bytes), from voter `from`.
-    Consensus {
-        /// The sender's voter id.
-        from: u64,
-        /// The raft message (bytes: read whole, not one at a time, for it
-        /// carries the master's state).
-        #[serde(with = "serde_bytes")]
-        msg: Vec<u8>,
-    },
-    /// Master to a host: you are voter `id` now (start an empty log and
-    /// learn it from the master).
-    Voter {
-        /// Its voter id.
-        id: u64,
-    },
-    /// Master to every host: the voters, by id, and their hosts.
-    Voters(Vec<(u64, String)>),
-    /// A newly elected master to every host: attach to me (at `addr`).
-    /// A host follows the announcement of the highest term.
-    NewMaster {
-        /// The term it was elected in.
-        term: u64,
-        /// Its host name.
-        name: String,
-        /// Its address.
-        addr: String,
-    },
-    /// A worker to a new master: I am host `facts.name`, still running the
-    /// VPs you know of (unlike `Register`, which joins afresh).
-    Attach {
-        /// Its facts.
-        facts: HostFacts,
-    },
-    /// A worker to a daemon that tried to join it: the master is at `addr`.
-    Redirect {
-        /// The master's address.
-        addr: String,
-    },
-    /// A daemon that holds a join token and not yet the key: the token's
-    /// id, and the first Noise message of an exchange sealed with the
-    /// token's key (`auth::JoinToken::psk`). Before authentication, in
+    /// Dialler, a daemon that holds a join token and not yet the key: the
+    /// token's id, and the first Noise message of an exchange sealed with
+    /// the token's key (`auth::JoinToken::psk`). Before authentication, in
     /// place of `Hello`.
     JoinWithToken {
         /// The token's id.
@@ -396,13 +99,236 @@ pub enum PeerMsg {
         /// The Noise message.
         noise: Vec<u8>,
     },
-    /// Sealed, after `JoinAnswer`: the cluster key; the link then closes.
+    /// The master, sealed, after `JoinAnswer`: the cluster key; the link
+    /// then closes.
     ClusterKeyIs {
         /// The key.
         key: crate::auth::Block,
     },
-    /// Master to a VP's host: bytes for the VP's standard input (see
-    /// `Request::Input`).
+    /// A worker to its master, after `Welcome`: it joins afresh (or again,
+    /// on its link, once it was fenced).
+    Register {
+        /// The worker's facts.
+        facts: HostFacts,
+    },
+    /// A worker to a new master, after `Welcome`: I am host `facts.name`,
+    /// still running the VPs you know of (unlike `Register`, which joins
+    /// afresh).
+    Attach {
+        /// Its facts.
+        facts: HostFacts,
+    },
+    /// The master to a worker, answering `Register` or `Attach`: the name
+    /// it is known by.
+    Registered {
+        /// Host name (may differ from the one asked for if taken).
+        name: String,
+    },
+    /// A worker to a daemon that tried to join it (`Register`,
+    /// `JoinWithToken`): the master is at `addr`.
+    Redirect {
+        /// The master's address.
+        addr: String,
+    },
+    /// A data link's dialler, after `Welcome`: who it is.
+    Hi {
+        /// Its host name.
+        name: String,
+    },
+}
+
+/// A host to its master, on its link to it (the master's own host hands
+/// these to its master part in place).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToMaster {
+    /// Periodically: the link is alive (the master answers with its own).
+    Heartbeat,
+    /// With every heartbeat: may I keep my VPs? The worker's lease runs
+    /// from when it sent ask `n` (its own clock).
+    LeaseAsk {
+        /// The ask's number.
+        n: u64,
+    },
+    /// A VP is running.
+    Started {
+        /// Which.
+        tid: Tid,
+        /// Its process id.
+        pid: u32,
+    },
+    /// A VP ended.
+    Exited {
+        /// Which.
+        tid: Tid,
+        /// How.
+        status: ExitInfo,
+    },
+    /// One line of a VP's output.
+    Output {
+        /// Which VP.
+        tid: Tid,
+        /// Which stream.
+        stream: Stream,
+        /// The line, without its newline.
+        line: String,
+    },
+    /// A control request of a local `mig`.
+    Control {
+        /// Worker-chosen id for the replies.
+        id: u64,
+        /// The request.
+        req: Request,
+        /// The local user who made it (from the socket's credentials).
+        uid: u32,
+    },
+    /// A request of one of its VPs.
+    VpCall {
+        /// The VP.
+        tid: Tid,
+        /// Its id.
+        id: u64,
+        /// What.
+        call: VpCall,
+    },
+    /// Where is this VP?
+    Locate {
+        /// Which.
+        tid: Tid,
+    },
+    /// Its owner monitor's state (on every change and with each
+    /// heartbeat).
+    Owner(OwnerReport),
+    /// `OwnerCommand` was carried out (VPs stopped or resumed).
+    OwnerDone {
+        /// The request's id.
+        id: u64,
+        /// What happened.
+        message: String,
+    },
+    /// What its slicer did (with the heartbeat).
+    Slicing(SliceReport),
+    /// Every couple of seconds: the CPU time each of its running VPs has
+    /// used, and what the host has free.
+    Usage(HostUsage),
+    /// A VP waiting on a taken-back host was checkpointed to its disk and
+    /// its process ended (the owner gets the memory back).
+    Parked {
+        /// Which.
+        tid: Tid,
+    },
+    /// One of its VPs can be moved (see `VpMsg::Movable`).
+    Movable {
+        /// The VP.
+        tid: Tid,
+    },
+    /// A move's source: the VP did not move.
+    MigrateFailed {
+        /// Which.
+        tid: Tid,
+        /// Why.
+        reason: String,
+    },
+    /// Answering `Recall` (nothing of VP `tid` is left here: it is lost
+    /// with the other host), or as a move's target whose image could not
+    /// be taken in (the VP goes back to its source).
+    Missing {
+        /// The VP.
+        tid: Tid,
+        /// Why.
+        reason: String,
+    },
+    /// A step of a job checkpoint from VP `tid`, relayed by its host.
+    Snap {
+        /// The VP.
+        tid: Tid,
+        /// The step.
+        step: SnapReport,
+    },
+    /// It keeps a checked, durable copy of a job checkpoint's image (the
+    /// VP's own host once the VP wrote it, or a host a copy was sent to).
+    /// The master keeps only this: where each image is, its size and its
+    /// sum; images never pass through it.
+    ImageKept {
+        /// Which image.
+        image: ImageId,
+        /// Its size in bytes.
+        size: u64,
+        /// Its checksum (CRC-32C of its body, as its preamble says).
+        crc: u32,
+    },
+    /// `host` has no usable copy of `image` (it could not be written there,
+    /// or read there to be sent, or sent there).
+    ImageFailed {
+        /// Which image.
+        image: ImageId,
+        /// The host without a copy.
+        host: String,
+        /// Why.
+        reason: String,
+    },
+    /// Answering `CheckImage`: its copy of `image` is intact, or why not.
+    ImageChecked {
+        /// Which image.
+        image: ImageId,
+        /// Intact, or what is wrong.
+        result: Result<(), String>,
+    },
+}
+
+/// The master to a host (a worker, on its link to the master; or the
+/// master's own host, in place).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToHost {
+    /// Answering a heartbeat, or telling a worker whose news it has not
+    /// all read that the link is alive.
+    Heartbeat,
+    /// A worker it holds alive: ask `n` is granted for `ms` from when it
+    /// was sent; after that the worker's VPs are frozen unless a later ask
+    /// is granted.
+    LeaseGrant {
+        /// The ask's number.
+        n: u64,
+        /// The lease's length.
+        ms: u64,
+    },
+    /// A reply to `ToMaster::Control` (several for streams).
+    Reply {
+        /// The id of the request.
+        id: u64,
+        /// The reply.
+        resp: Response,
+    },
+    /// The answer for one of its VPs (to `ToMaster::VpCall`).
+    VpReturn {
+        /// The VP.
+        tid: Tid,
+        /// The call's id.
+        id: u64,
+        /// The answer.
+        ret: VpRet,
+    },
+    /// Every host: the hosts and their addresses.
+    Peers(Vec<(String, String)>),
+    /// Every host: where VPs are now.
+    Directory(Vec<(Tid, Loc)>),
+    /// Every host: the voters, by id, and their hosts.
+    Voters(Vec<(u64, String)>),
+    /// Every host: these VPs' job went back to a checkpoint; drop their
+    /// messages of an earlier incarnation than this.
+    Fence {
+        /// The job's VPs.
+        tids: Vec<Tid>,
+        /// Its incarnation from now on.
+        incarnation: u32,
+    },
+    /// Start a VP.
+    Start(StartVp),
+    /// Kill a VP.
+    Kill {
+        /// Which.
+        tid: Tid,
+    },
+    /// Bytes for a VP's standard input (see `Request::Input`).
     Input {
         /// The VP.
         tid: Tid,
@@ -411,47 +337,258 @@ pub enum PeerMsg {
         /// Close its standard input after them.
         eof: bool,
     },
-    /// Master to a VP's host: signal the VP's process (`VpCall::Signal`).
+    /// Signal a VP's process (`VpCall::Signal`).
     Signal {
         /// The VP.
         tid: Tid,
         /// The signal number (checked with `signal_ok`).
         signal: i32,
     },
-    /// Master to a host: keep these VPs stopped whatever the slot table
-    /// says (`hold`, their job is suspended), or let them run again.
+    /// Keep these VPs stopped whatever the slot table says (`hold`, their
+    /// job is suspended), or let them run again.
     Hold {
         /// The VPs.
         tids: Vec<Tid>,
         /// Stop and hold them (`false`: release them).
         hold: bool,
     },
-    /// Host to master, every couple of seconds: the CPU time each of its
-    /// running VPs has used, and what the host has free.
-    Usage(HostUsage),
-    /// Master to the live end of a move whose other end died (the target
-    /// it was going to, or the source it came from): run VP `tid` here
-    /// from what this host still has of it (its process, if it had not yet
-    /// written its image; the image it sent, kept until the VP ran there;
-    /// the image that arrived whole), or answer `Missing`.
+    /// Its slot table (takes effect at `from_ns`).
+    SlotTable(SlotTable),
+    /// The VP's host: checkpoint it and send it to `start`'s target host
+    /// (`to`).
+    Checkpoint {
+        /// The target host.
+        to: String,
+        /// How the target starts it (the image is added).
+        start: StartVp,
+    },
+    /// Start a parked VP again here from its image.
+    Unpark {
+        /// Which.
+        tid: Tid,
+    },
+    /// The live end of a move whose other end died (the target it was
+    /// going to, or the source it came from): run VP `tid` here from what
+    /// this host still has of it (its process, if it had not yet written
+    /// its image; the image it sent, kept until the VP ran there; the
+    /// image that arrived whole), or answer `Missing`.
     Recall {
         /// The VP.
         tid: Tid,
     },
-    /// Host to master, answering `Recall` (nothing of VP `tid` is left
-    /// here: it is lost with the other host), or as a move's target whose
-    /// image could not be taken in (the VP goes back to its source).
-    Missing {
+    /// `mig owner reclaim` (true) or `release` (false).
+    OwnerCommand {
+        /// The master's id for the request.
+        id: u64,
+        /// Reclaim or release.
+        reclaim: bool,
+    },
+    /// A step of a job checkpoint for VP `tid`, which its host relays.
+    Snap {
         /// The VP.
         tid: Tid,
+        /// The step.
+        step: SnapOrder,
+    },
+    /// A host keeping a copy of `image`: send it to `to` over your data
+    /// link (`ImagePart`s) to keep there; or, with `start`, to start the
+    /// VP from on `to` (`RestorePart`s; `to` may be this host).
+    CopyImage {
+        /// Which image.
+        image: ImageId,
+        /// The host that is to have it.
+        to: String,
+        /// Start the VP from it there (a restart), rather than keep it.
+        start: Option<StartVp>,
+    },
+    /// A host keeping a copy of `image`: read it through and check it
+    /// (before a restart relies on it); answer `ImageChecked`.
+    CheckImage {
+        /// Which image.
+        image: ImageId,
+    },
+    /// Every host: of job `job`'s checkpoint images, keep only these
+    /// generations (none: the job is gone).
+    PruneImages {
+        /// The job.
+        job: String,
+        /// Generations to keep.
+        keep: Vec<u64>,
+    },
+    /// A worker it declared dead (its VPs are being started elsewhere):
+    /// end every VP you hold, now, and leave. Also the answer to an
+    /// `Attach` of such a worker.
+    Fenced {
+        /// Why, for the worker's log.
+        why: String,
+    },
+    /// Kill every VP and exit.
+    Halt,
+}
+
+/// Host to host, on their data link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum DataLink {
+    /// A message between VPs (payload follows).
+    Deliver(Envelope),
+    /// Back to the sender's host: a message could not be delivered.
+    Undeliverable {
+        /// The message.
+        env: Envelope,
         /// Why.
         reason: String,
     },
-    /// Master to each other voter: what it keeps on disk about jobs for
-    /// their users, copied as it keeps it (the changes of one batch of its
-    /// decisions together), so that the voter elected next has the jobs'
-    /// output and history too.
+    /// A VP's image on its way to the host that starts it from it (a
+    /// move's source, or a host keeping a copy of a job checkpoint's image
+    /// when the job restarts): part of the image (the bytes follow raw);
+    /// the first part says how to start it, the part that completes
+    /// `total` bytes starts it.
+    RestorePart {
+        /// The VP.
+        tid: Tid,
+        /// Where in the image this part goes.
+        at: u64,
+        /// The whole image's size (0 while it is still being written).
+        total: u64,
+        /// The last part: the image is whole.
+        last: bool,
+        /// How to start it (first part only).
+        start: Option<StartVp>,
+    },
+    /// A move's source to its target: the image of VP `tid` being sent
+    /// will not come whole (the VP could not write it, or the move was
+    /// called off): drop what arrived.
+    RestoreOff {
+        /// The VP.
+        tid: Tid,
+    },
+    /// Part of a job checkpoint's image being copied (the bytes follow
+    /// raw), to keep; the part that completes `total` bytes completes it.
+    ImagePart {
+        /// Which image.
+        image: ImageId,
+        /// Where in the image this part goes.
+        at: u64,
+        /// The whole image's size.
+        total: u64,
+        /// The last part.
+        last: bool,
+    },
+    /// Back to the one sending a copy of `image`: it is written here up to
+    /// `upto` (the sender keeps at most a few parts ahead of what is
+    /// written).
+    ImageAck {
+        /// Which image.
+        image: ImageId,
+        /// Bytes written from its start.
+        upto: u64,
+    },
+}
+
+/// The quorum: the voters that keep copies of the master's state and
+/// elect a master when it is lost, and the master they elect, on data
+/// links.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Quorum {
+    /// Between voters: a message of the consensus that replicates the
+    /// master's state (raft's own bytes), from voter `from`.
+    Consensus {
+        /// The sender's voter id.
+        from: u64,
+        /// The raft message (bytes: read whole, not one at a time, for it
+        /// carries the master's state).
+        #[serde(with = "serde_bytes")]
+        msg: Vec<u8>,
+    },
+    /// The master to a host: you are voter `id` now (start an empty log
+    /// and learn it from the master).
+    Voter {
+        /// Its voter id.
+        id: u64,
+    },
+    /// The master to each other voter: what it keeps on disk about jobs
+    /// for their users, copied as it keeps it (the changes of one batch of
+    /// its decisions together), so that the voter elected next has the
+    /// jobs' output and history too.
     JobFile(Vec<JobFileCopy>),
+    /// A newly elected master to every host: attach to me (at `addr`). A
+    /// host follows the announcement of the highest term.
+    NewMaster {
+        /// The term it was elected in.
+        term: u64,
+        /// Its host name.
+        name: String,
+        /// Its address.
+        addr: String,
+    },
+}
+
+/// A step of a job checkpoint, the master to VP `tid` through its host
+/// (`ToHost::Snap`), which hands it on as a `SnapStep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapOrder {
+    /// Stop at the next safe point (the host adds where to write the
+    /// image: `SnapStep::Begin`).
+    Begin {
+        /// The checkpoint's generation.
+        id: u64,
+    },
+    /// Take in, from each peer, up to this sequence number, then write
+    /// the image.
+    Now {
+        /// Generation.
+        id: u64,
+        /// (peer, last sequence number it sent here).
+        expect: Vec<(Tid, u64)>,
+    },
+    /// Every image is taken; go on.
+    Resume {
+        /// Generation.
+        id: u64,
+    },
+    /// The checkpoint was given up; go on.
+    Abort {
+        /// Generation.
+        id: u64,
+    },
+}
+
+/// A step of a job checkpoint, VP `tid` to the master through its host
+/// (`ToMaster::Snap`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapReport {
+    /// Stopped; the last sequence number sent to each peer.
+    Paused {
+        /// Generation.
+        id: u64,
+        /// (peer, last sequence number sent to it).
+        sent: Vec<(Tid, u64)>,
+    },
+    /// Its image is written (the host keeps it: `ImageKept` follows).
+    Taken {
+        /// Generation.
+        id: u64,
+    },
+    /// The image could not be written (its partial file is removed); the
+    /// VP waits for `Abort` like the others.
+    Failed {
+        /// Generation.
+        id: u64,
+        /// Why (the host says when its state directory is full).
+        reason: String,
+    },
+}
+
+impl SnapOrder {
+    /// The step as the VP takes it, `path` where to write its image.
+    pub fn to_vp(self, path: impl FnOnce() -> String) -> SnapStep {
+        match self {
+            SnapOrder::Begin { id } => SnapStep::Begin { id, path: path() },
+            SnapOrder::Now { id, expect } => SnapStep::Now { id, expect },
+            SnapOrder::Resume { id } => SnapStep::Resume { id },
+            SnapOrder::Abort { id } => SnapStep::Abort { id },
+        }
+    }
 }
 
 /// A job checkpoint's image: of VP `tid`, in generation `gen` of `job`.
@@ -494,76 +631,153 @@ pub enum JobFileCopy {
     },
 }
 
+impl From<Handshake> for PeerMsg {
+    fn from(m: Handshake) -> PeerMsg {
+        PeerMsg::Handshake(m)
+    }
+}
+
+impl From<ToMaster> for PeerMsg {
+    fn from(m: ToMaster) -> PeerMsg {
+        PeerMsg::ToMaster(m)
+    }
+}
+
+impl From<ToHost> for PeerMsg {
+    fn from(m: ToHost) -> PeerMsg {
+        PeerMsg::ToHost(m)
+    }
+}
+
+impl From<DataLink> for PeerMsg {
+    fn from(m: DataLink) -> PeerMsg {
+        PeerMsg::Data(m)
+    }
+}
+
+impl From<Quorum> for PeerMsg {
+    fn from(m: Quorum) -> PeerMsg {
+        PeerMsg::Quorum(m)
+    }
+}
+
 impl PeerMsg {
     /// The message's name, for logs.
     pub fn name(&self) -> &'static str {
         match self {
-            PeerMsg::Hold { .. } => "Hold",
-            PeerMsg::Recall { .. } => "Recall",
-            PeerMsg::Missing { .. } => "Missing",
-            PeerMsg::Usage(_) => "Usage",
-            PeerMsg::Hello { .. } => "Hello",
-            PeerMsg::Challenge { .. } => "Challenge",
-            PeerMsg::Proof { .. } => "Proof",
-            PeerMsg::Welcome => "Welcome",
-            PeerMsg::JoinWithToken { .. } => "JoinWithToken",
-            PeerMsg::JoinAnswer { .. } => "JoinAnswer",
-            PeerMsg::ClusterKeyIs { .. } => "ClusterKeyIs",
-            PeerMsg::Input { .. } => "Input",
-            PeerMsg::Signal { .. } => "Signal",
-            PeerMsg::Refused { .. } => "Refused",
-            PeerMsg::Register { .. } => "Register",
-            PeerMsg::Registered { .. } => "Registered",
-            PeerMsg::Heartbeat => "Heartbeat",
-            PeerMsg::Start(_) => "Start",
-            PeerMsg::Kill { .. } => "Kill",
-            PeerMsg::Started { .. } => "Started",
-            PeerMsg::Exited { .. } => "Exited",
-            PeerMsg::Output { .. } => "Output",
-            PeerMsg::Control { .. } => "Control",
-            PeerMsg::Reply { .. } => "Reply",
-            PeerMsg::Halt => "Halt",
-            PeerMsg::Hi { .. } => "Hi",
-            PeerMsg::Peers(_) => "Peers",
-            PeerMsg::Directory(_) => "Directory",
-            PeerMsg::Fence { .. } => "Fence",
-            PeerMsg::Locate { .. } => "Locate",
-            PeerMsg::Deliver(_) => "Deliver",
-            PeerMsg::Undeliverable { .. } => "Undeliverable",
-            PeerMsg::VpCall { .. } => "VpCall",
-            PeerMsg::VpReturn { .. } => "VpReturn",
-            PeerMsg::Movable { .. } => "Movable",
-            PeerMsg::LeaseAsk { .. } => "LeaseAsk",
-            PeerMsg::LeaseGrant { .. } => "LeaseGrant",
-            PeerMsg::Fenced { .. } => "Fenced",
-            PeerMsg::Consensus { .. } => "Consensus",
-            PeerMsg::Voter { .. } => "Voter",
-            PeerMsg::Voters(_) => "Voters",
-            PeerMsg::NewMaster { .. } => "NewMaster",
-            PeerMsg::Attach { .. } => "Attach",
-            PeerMsg::Redirect { .. } => "Redirect",
+            PeerMsg::Handshake(m) => m.name(),
+            PeerMsg::ToMaster(m) => m.name(),
+            PeerMsg::ToHost(m) => m.name(),
+            PeerMsg::Data(m) => m.name(),
+            PeerMsg::Quorum(m) => m.name(),
             PeerMsg::Part { .. } => "Part",
-            PeerMsg::ImageKept { .. } => "ImageKept",
-            PeerMsg::ImageFailed { .. } => "ImageFailed",
-            PeerMsg::CopyImage { .. } => "CopyImage",
-            PeerMsg::ImagePart { .. } => "ImagePart",
-            PeerMsg::ImageAck { .. } => "ImageAck",
-            PeerMsg::CheckImage { .. } => "CheckImage",
-            PeerMsg::ImageChecked { .. } => "ImageChecked",
-            PeerMsg::PruneImages { .. } => "PruneImages",
-            PeerMsg::RestoreOff { .. } => "RestoreOff",
-            PeerMsg::Checkpoint { .. } => "Checkpoint",
-            PeerMsg::MigrateFailed { .. } => "MigrateFailed",
-            PeerMsg::RestorePart { .. } => "RestorePart",
-            PeerMsg::Owner(_) => "Owner",
-            PeerMsg::OwnerCommand { .. } => "OwnerCommand",
-            PeerMsg::OwnerDone { .. } => "OwnerDone",
-            PeerMsg::Parked { .. } => "Parked",
-            PeerMsg::SlotTable(_) => "SlotTable",
-            PeerMsg::Snap { .. } => "Snap",
-            PeerMsg::Slicing(_) => "Slicing",
-            PeerMsg::Unpark { .. } => "Unpark",
-            PeerMsg::JobFile(_) => "JobFile",
+        }
+    }
+}
+
+impl Handshake {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Handshake::Hello { .. } => "Hello",
+            Handshake::Challenge { .. } => "Challenge",
+            Handshake::Proof { .. } => "Proof",
+            Handshake::Welcome => "Welcome",
+            Handshake::Refused { .. } => "Refused",
+            Handshake::JoinWithToken { .. } => "JoinWithToken",
+            Handshake::JoinAnswer { .. } => "JoinAnswer",
+            Handshake::ClusterKeyIs { .. } => "ClusterKeyIs",
+            Handshake::Register { .. } => "Register",
+            Handshake::Attach { .. } => "Attach",
+            Handshake::Registered { .. } => "Registered",
+            Handshake::Redirect { .. } => "Redirect",
+            Handshake::Hi { .. } => "Hi",
+        }
+    }
+}
+
+impl ToMaster {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToMaster::Heartbeat => "Heartbeat",
+            ToMaster::LeaseAsk { .. } => "LeaseAsk",
+            ToMaster::Started { .. } => "Started",
+            ToMaster::Exited { .. } => "Exited",
+            ToMaster::Output { .. } => "Output",
+            ToMaster::Control { .. } => "Control",
+            ToMaster::VpCall { .. } => "VpCall",
+            ToMaster::Locate { .. } => "Locate",
+            ToMaster::Owner(_) => "Owner",
+            ToMaster::OwnerDone { .. } => "OwnerDone",
+            ToMaster::Slicing(_) => "Slicing",
+            ToMaster::Usage(_) => "Usage",
+            ToMaster::Parked { .. } => "Parked",
+            ToMaster::Movable { .. } => "Movable",
+            ToMaster::MigrateFailed { .. } => "MigrateFailed",
+            ToMaster::Missing { .. } => "Missing",
+            ToMaster::Snap { .. } => "Snap",
+            ToMaster::ImageKept { .. } => "ImageKept",
+            ToMaster::ImageFailed { .. } => "ImageFailed",
+            ToMaster::ImageChecked { .. } => "ImageChecked",
+        }
+    }
+}
+
+impl ToHost {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToHost::Heartbeat => "Heartbeat",
+            ToHost::LeaseGrant { .. } => "LeaseGrant",
+            ToHost::Reply { .. } => "Reply",
+            ToHost::VpReturn { .. } => "VpReturn",
+            ToHost::Peers(_) => "Peers",
+            ToHost::Directory(_) => "Directory",
+            ToHost::Voters(_) => "Voters",
+            ToHost::Fence { .. } => "Fence",
+            ToHost::Start(_) => "Start",
+            ToHost::Kill { .. } => "Kill",
+            ToHost::Input { .. } => "Input",
+            ToHost::Signal { .. } => "Signal",
+            ToHost::Hold { .. } => "Hold",
+            ToHost::SlotTable(_) => "SlotTable",
+            ToHost::Checkpoint { .. } => "Checkpoint",
+            ToHost::Unpark { .. } => "Unpark",
+            ToHost::Recall { .. } => "Recall",
+            ToHost::OwnerCommand { .. } => "OwnerCommand",
+            ToHost::Snap { .. } => "Snap",
+            ToHost::CopyImage { .. } => "CopyImage",
+            ToHost::CheckImage { .. } => "CheckImage",
+            ToHost::PruneImages { .. } => "PruneImages",
+            ToHost::Fenced { .. } => "Fenced",
+            ToHost::Halt => "Halt",
+        }
+    }
+}
+
+impl DataLink {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DataLink::Deliver(_) => "Deliver",
+            DataLink::Undeliverable { .. } => "Undeliverable",
+            DataLink::RestorePart { .. } => "RestorePart",
+            DataLink::RestoreOff { .. } => "RestoreOff",
+            DataLink::ImagePart { .. } => "ImagePart",
+            DataLink::ImageAck { .. } => "ImageAck",
+        }
+    }
+}
+
+impl Quorum {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Quorum::Consensus { .. } => "Consensus",
+            Quorum::Voter { .. } => "Voter",
+            Quorum::JobFile(_) => "JobFile",
+            Quorum::NewMaster { .. } => "NewMaster",
         }
     }
 }
