@@ -84,8 +84,10 @@ pub fn handshake(data: &[u8]) {
         return;
     };
     while let Ok(Some(msg)) = d.next_frame::<PeerMsg>() {
-        let _ = server.on(&key, &msg);
-        let _ = client.on(&key, &msg);
+        if let Ok(msg) = msg.into_handshake() {
+            let _ = server.on(&key, &msg);
+            let _ = client.on(&key, &msg);
+        }
     }
 }
 

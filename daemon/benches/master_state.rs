@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use libmig::msg::{HostFacts, PeerMsg, Request, SpawnSpec};
+use libmig::msg::{HostFacts, Request, SpawnSpec, ToHost, ToMaster};
 use migd::consensus::{Consensus, Said};
 use migd::master::{join_directories, Master, Out, Requester};
 
@@ -55,10 +55,10 @@ fn spec(n: u32, wait: bool) -> SpawnSpec {
 fn with_vps(m: &mut Master, n: u32) {
     let out = m.control(Requester::Local(7), "h0", Request::Spawn(spec(n, false)));
     for o in out {
-        if let Out::ToHost(host, PeerMsg::Start(s)) = o {
+        if let Out::ToHost(host, ToHost::Start(s)) = o {
             m.from_host(
                 &host,
-                PeerMsg::Started {
+                ToMaster::Started {
                     tid: s.tid,
                     pid: 1000,
                 },
@@ -146,7 +146,7 @@ fn spawn_burst() {
     let took = t.elapsed();
     let dirs = |o: &[Out]| {
         o.iter()
-            .filter(|o| matches!(o, Out::Broadcast(PeerMsg::Directory(_))))
+            .filter(|o| matches!(o, Out::Broadcast(ToHost::Directory(_))))
             .count()
     };
     let before = dirs(&out);

@@ -2,7 +2,7 @@
 //! fences the daemon's VPs when the daemon can no longer vouch for them.
 //!
 //! A worker holds its VPs under a lease the master grants (see
-//! `PeerMsg::LeaseAsk`); the daemon passes each new deadline down a pipe.
+//! `ToMaster::LeaseAsk`); the daemon passes each new deadline down a pipe.
 //! The guardian is a process of its own (migd started again with a hidden
 //! first argument), so it runs when the daemon does not: stopped, paging,
 //! starved. When the deadline passes without a newer one, it freezes every

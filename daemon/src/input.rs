@@ -1,4 +1,4 @@
-//! A VP's standard input as its host feeds it (`PeerMsg::Input`): the
+//! A VP's standard input as its host feeds it (`ToHost::Input`): the
 //! write end of its stdin pipe, the bytes waiting for room in it, and its
 //! end. Where the bytes come from (`mig spawn --wait`, through the master)
 //! and which VP has such a pipe are decided elsewhere.

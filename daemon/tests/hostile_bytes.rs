@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use libmig::auth::ClusterKey;
 use libmig::frame;
 use libmig::handshake::Client;
-use libmig::msg::{Envelope, PeerMsg, Request, Response, VpMsg};
+use libmig::msg::{DataLink, Envelope, Handshake, PeerMsg, Request, Response, ToMaster, VpMsg};
 use proptest::prelude::*;
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -52,13 +52,13 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
         "frames" => {
             let peer = framed(&[
-                PeerMsg::Heartbeat,
-                PeerMsg::Deliver(env),
-                PeerMsg::Hello {
+                PeerMsg::from(ToMaster::Heartbeat),
+                PeerMsg::from(DataLink::Deliver(env)),
+                PeerMsg::from(Handshake::Hello {
                     nonce: [1; 32],
                     suite: 0,
                     noise: vec![2; 48],
-                },
+                }),
             ]);
             let vp = framed(&[VpMsg::Deliver(env), VpMsg::Movable, VpMsg::Quiesced]);
             let req = framed(&[Request::Hosts, Request::Halt]);
@@ -79,7 +79,10 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
         "handshake" => {
             let key = ClusterKey::from_bytes([7; 32]);
             let (_, hello) = Client::start(&key).expect("a client");
-            vec![framed(&[hello, PeerMsg::Proof { proof: [3; 32] }])]
+            vec![framed(&[
+                PeerMsg::from(hello),
+                PeerMsg::from(Handshake::Proof { proof: [3; 32] }),
+            ])]
         }
         "sealed" => vec![
             vec![0, 5, 1, 2, 3, 4, 5],

@@ -8,7 +8,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use libmig::frame;
-use libmig::msg::{PeerMsg, Request, Response};
+use libmig::msg::{Handshake, PeerMsg, Request, Response, ToMaster};
 use mig_tests::{alive, command, job_lines, wait_until, Vm};
 use nix::sys::signal::Signal;
 
@@ -226,17 +226,17 @@ fn bad_peers_are_refused_while_others_are_served() {
     // A message before authentication.
     assert!(closed_after(
         &vm.addr,
-        &frame::encode(&PeerMsg::Heartbeat).unwrap()
+        &frame::encode(&PeerMsg::from(ToMaster::Heartbeat)).unwrap()
     ));
     // A handshake under another key: refused at its first message.
     {
         let other = libmig::auth::ClusterKey::from_bytes([5; 32]);
         let (_, hello) = libmig::handshake::Client::start(&other).unwrap();
         let mut s = TcpStream::connect(&vm.addr).unwrap();
-        frame::write_frame(&mut s, &hello).unwrap();
+        frame::write_frame(&mut s, &PeerMsg::from(hello)).unwrap();
         let m: Option<PeerMsg> = frame::read_frame(&mut s).unwrap();
         assert!(
-            matches!(m, Some(PeerMsg::Refused { reason }) if reason.contains("authentication failed"))
+            matches!(m, Some(PeerMsg::Handshake(Handshake::Refused { reason })) if reason.contains("authentication failed"))
         );
     }
     // A truncated frame, then the peer hangs up.
@@ -737,11 +737,11 @@ fn another_users_planted_state_directory_and_key_are_refused_and_nothing_is_over
 
 /// A `Hello` as a stranger might send it (its Noise message empty).
 fn hello(n: u8) -> PeerMsg {
-    PeerMsg::Hello {
+    PeerMsg::from(Handshake::Hello {
         nonce: [n; 32],
         suite: 0,
         noise: Vec::new(),
-    }
+    })
 }
 
 #[test]

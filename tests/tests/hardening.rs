@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libmig::frame;
-use libmig::msg::PeerMsg;
+use libmig::msg::{PeerMsg, ToMaster};
 use mig_tests::{wait_until, Vm};
 
 const T: Duration = Duration::from_secs(20);
@@ -78,7 +78,7 @@ fn carry(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, born: Instant)
             }
             REPLAY => to.write_all(chunk).and_then(|_| to.write_all(chunk)),
             PLAIN => {
-                let plain = frame::encode(&PeerMsg::Heartbeat).expect("a frame");
+                let plain = frame::encode(&PeerMsg::from(ToMaster::Heartbeat)).expect("a frame");
                 to.write_all(chunk).and_then(|_| to.write_all(&plain))
             }
             _ => to.write_all(chunk),

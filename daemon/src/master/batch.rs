@@ -22,18 +22,18 @@ pub fn join_directories(outs: Vec<Out>) -> Vec<Out> {
     let mut run: Option<usize> = None;
     for o in outs {
         match o {
-            Out::Broadcast(PeerMsg::Directory(entries)) => match run {
+            Out::Broadcast(ToHost::Directory(entries)) => match run {
                 Some(i) => {
-                    if let Some(Out::Broadcast(PeerMsg::Directory(first))) = joined.get_mut(i) {
+                    if let Some(Out::Broadcast(ToHost::Directory(first))) = joined.get_mut(i) {
                         first.extend(entries);
                     }
                 }
                 None => {
                     run = Some(joined.len());
-                    joined.push(Out::Broadcast(PeerMsg::Directory(entries)));
+                    joined.push(Out::Broadcast(ToHost::Directory(entries)));
                 }
             },
-            o @ (Out::ToHost(_, PeerMsg::Start(_))
+            o @ (Out::ToHost(_, ToHost::Start(_))
             | Out::Log(_)
             | Out::Reply(..)
             | Out::JobOutput { .. }
@@ -53,7 +53,7 @@ mod tests {
     use super::*;
 
     fn dir(tids: &[Tid], at: &str) -> Out {
-        Out::Broadcast(PeerMsg::Directory(
+        Out::Broadcast(ToHost::Directory(
             tids.iter().map(|&t| (t, Loc::At(at.into()))).collect(),
         ))
     }
@@ -61,7 +61,7 @@ mod tests {
     fn start(tid: Tid, host: &str) -> Out {
         Out::ToHost(
             host.into(),
-            PeerMsg::Start(StartVp {
+            ToHost::Start(StartVp {
                 tid,
                 job: "j1".into(),
                 vp: 0,
@@ -89,7 +89,7 @@ mod tests {
             dir(&[3], "h1"),
             start(3, "h1"),
             // A move depends on where its VP is: no change goes past it.
-            Out::ToHost("h1".into(), PeerMsg::Kill { tid: 1 }),
+            Out::ToHost("h1".into(), ToHost::Kill { tid: 1 }),
             dir(&[4], "h3"),
             dir(&[5], "h3"),
         ];
@@ -98,7 +98,7 @@ mod tests {
             joined,
             vec![
                 Out::Log("job j1: 3 VPs".into()),
-                Out::Broadcast(PeerMsg::Directory(vec![
+                Out::Broadcast(ToHost::Directory(vec![
                     (1, Loc::At("h1".into())),
                     (2, Loc::At("h2".into())),
                     (3, Loc::At("h1".into())),
@@ -107,8 +107,8 @@ mod tests {
                 start(2, "h2"),
                 Out::Reply(Requester::Local(3), Response::Ok { message: "".into() }),
                 start(3, "h1"),
-                Out::ToHost("h1".into(), PeerMsg::Kill { tid: 1 }),
-                Out::Broadcast(PeerMsg::Directory(vec![
+                Out::ToHost("h1".into(), ToHost::Kill { tid: 1 }),
+                Out::Broadcast(ToHost::Directory(vec![
                     (4, Loc::At("h3".into())),
                     (5, Loc::At("h3".into())),
                 ])),
@@ -119,7 +119,7 @@ mod tests {
         let entries = |o: &[Out]| -> Vec<(Tid, Loc)> {
             o.iter()
                 .filter_map(|o| match o {
-                    Out::Broadcast(PeerMsg::Directory(e)) => Some(e.clone()),
+                    Out::Broadcast(ToHost::Directory(e)) => Some(e.clone()),
                     _ => None,
                 })
                 .flatten()
@@ -127,7 +127,7 @@ mod tests {
         };
         let others = |o: &[Out]| -> Vec<Out> {
             o.iter()
-                .filter(|o| !matches!(o, Out::Broadcast(PeerMsg::Directory(_))))
+                .filter(|o| !matches!(o, Out::Broadcast(ToHost::Directory(_))))
                 .cloned()
                 .collect()
         };

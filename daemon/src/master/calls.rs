@@ -10,7 +10,7 @@ impl Master {
         let reply = |ret: VpRet| {
             vec![Out::ToHost(
                 host.to_string(),
-                PeerMsg::VpReturn { tid, id, ret },
+                ToHost::VpReturn { tid, id, ret },
             )]
         };
         let Some((job, _)) = self.tids.get(&tid).cloned() else {
@@ -35,7 +35,7 @@ impl Master {
                                 Response::Error { message } => VpRet::Error(message.clone()),
                                 _ => VpRet::Done,
                             };
-                            *o = Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
+                            *o = Out::ToHost(host.to_string(), ToHost::VpReturn { tid, id, ret });
                         }
                     }
                     return out;
@@ -64,7 +64,7 @@ impl Master {
                     Some(h) => {
                         let mut out = vec![Out::ToHost(
                             h,
-                            PeerMsg::Signal {
+                            ToHost::Signal {
                                 tid: victim,
                                 signal,
                             },
@@ -86,7 +86,7 @@ impl Master {
             ),
             VpCall::Kill { tid: victim } => match self.host_of(victim) {
                 Some(h) => {
-                    let mut out = vec![Out::ToHost(h.clone(), PeerMsg::Kill { tid: victim })];
+                    let mut out = vec![Out::ToHost(h.clone(), ToHost::Kill { tid: victim })];
                     out.extend(reply(VpRet::Done));
                     out.extend(self.killed_by_its_job(&job, &h, victim, tid));
                     out
@@ -226,7 +226,7 @@ impl Master {
         let error = |e: String| {
             vec![Out::ToHost(
                 host.to_string(),
-                PeerMsg::VpReturn {
+                ToHost::VpReturn {
                     tid,
                     id,
                     ret: VpRet::Error(e),
@@ -276,7 +276,7 @@ impl Master {
 
     pub(super) fn vp_return(&self, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {
         match self.host_of(tid) {
-            Some(h) => vec![Out::ToHost(h, PeerMsg::VpReturn { tid, id, ret })],
+            Some(h) => vec![Out::ToHost(h, ToHost::VpReturn { tid, id, ret })],
             None => Vec::new(),
         }
     }
@@ -293,7 +293,7 @@ impl Master {
         };
         vec![Out::ToHost(
             host.to_string(),
-            PeerMsg::Directory(vec![(tid, loc)]),
+            ToHost::Directory(vec![(tid, loc)]),
         )]
     }
 

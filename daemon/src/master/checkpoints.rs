@@ -36,7 +36,7 @@ impl Master {
     }
 
     /// `mig checkpoint JOB` (or the periodic one): every VP stops at a safe
-    /// point and reports what it sent; see `SnapStep`.
+    /// point and reports what it sent; see `SnapOrder` and `SnapReport`.
     pub(super) fn checkpoint_job(&mut self, job: &str, from: Option<Requester>) -> Vec<Out> {
         let err = |m: String| match &from {
             Some(r) => vec![Out::Reply(r.clone(), Response::Error { message: m })],
@@ -89,12 +89,9 @@ impl Master {
         for (tid, host) in hosts {
             out.push(Out::ToHost(
                 host,
-                PeerMsg::Snap {
+                ToHost::Snap {
                     tid,
-                    step: SnapStep::Begin {
-                        id,
-                        path: String::new(),
-                    },
+                    step: SnapOrder::Begin { id },
                 },
             ));
         }
@@ -124,7 +121,7 @@ impl Master {
         }
         let paused = r.paused.clone();
         let members = r.members.clone();
-        to_every_vp(j, &members, |tid| SnapStep::Now {
+        to_every_vp(j, &members, |tid| SnapOrder::Now {
             id,
             expect: paused
                 .iter()
@@ -157,7 +154,7 @@ impl Master {
             "job {job}: every VP wrote its image of generation {id}; they go on while the images \
              are copied"
         ))];
-        out.extend(to_every_vp(j, &members, |_| SnapStep::Resume { id }));
+        out.extend(to_every_vp(j, &members, |_| SnapOrder::Resume { id }));
         out.extend(self.copy_images(&job));
         out
     }
@@ -326,7 +323,7 @@ impl Master {
             Out::Log(format!(
                 "job {job}: generation {id} of its checkpoint lost its last copy of {image}"
             )),
-            Out::Broadcast(PeerMsg::PruneImages {
+            Out::Broadcast(ToHost::PruneImages {
                 job: job.to_string(),
                 keep,
             }),
@@ -463,7 +460,7 @@ impl Master {
             out.push(Out::Log(format!("{image}: copying it from {from} to {to}")));
             out.push(Out::ToHost(
                 from,
-                PeerMsg::CopyImage {
+                ToHost::CopyImage {
                     image,
                     to,
                     start: None,
@@ -557,7 +554,7 @@ impl Master {
         );
         let mut out = vec![
             Out::Log(format!("{message}, in about {} ms", took.as_millis())),
-            Out::Broadcast(PeerMsg::PruneImages {
+            Out::Broadcast(ToHost::PruneImages {
                 job: job.to_string(),
                 keep: j.ckpt.good.iter().map(|g| g.id).collect(),
             }),
@@ -594,9 +591,11 @@ impl Master {
             r.id
         ))];
         if !r.resumed {
-            out.extend(to_every_vp(j, &r.members, |_| SnapStep::Abort { id: r.id }));
+            out.extend(to_every_vp(j, &r.members, |_| SnapOrder::Abort {
+                id: r.id,
+            }));
         }
-        out.push(Out::Broadcast(PeerMsg::PruneImages {
+        out.push(Out::Broadcast(ToHost::PruneImages {
             job: job.to_string(),
             keep: j.ckpt.good.iter().map(|g| g.id).collect(),
         }));
@@ -862,7 +861,7 @@ impl Master {
             h.asked.insert(tid, holder.clone());
             out.push(Out::ToHost(
                 holder.clone(),
-                PeerMsg::CheckImage {
+                ToHost::CheckImage {
                     image: ImageId {
                         job: job.to_string(),
                         gen: id,
@@ -1084,14 +1083,14 @@ impl Master {
         // Whatever the job's VPs sent after the checkpoint is not part of
         // the run that goes on: every host drops it from now on.
         j.incarnation += 1;
-        out.push(Out::Broadcast(PeerMsg::Fence {
+        out.push(Out::Broadcast(ToHost::Fence {
             tids: fenced,
             incarnation: j.incarnation,
         }));
         let mut restores = Vec::new();
         let mut dir = Vec::new();
         for (vp, tid, host) in placed {
-            let Some(PeerMsg::Start(start)) = self.start_msg(job, vp, &host) else {
+            let Some(start) = self.start_of(job, vp, &host) else {
                 continue;
             };
             // (Its process there is ended by the start from the image,
@@ -1102,7 +1101,7 @@ impl Master {
             let moving = self.jobs.get(job).and_then(|j| j.vps.get(&vp));
             if let Some(VpState::Moving(to)) = moving.map(|v| &v.state) {
                 if *to != host {
-                    out.push(Out::ToHost(to.clone(), PeerMsg::Kill { tid }));
+                    out.push(Out::ToHost(to.clone(), ToHost::Kill { tid }));
                 }
             }
             if let Some(holder) = sources.get(&tid) {
@@ -1116,7 +1115,7 @@ impl Master {
                 };
                 restores.push(Out::ToHost(
                     holder.clone(),
-                    PeerMsg::CopyImage {
+                    ToHost::CopyImage {
                         image,
                         to: host.clone(),
                         start: Some(start),
@@ -1133,7 +1132,7 @@ impl Master {
                 v.wants = None;
             }
         }
-        out.push(Out::Broadcast(PeerMsg::Directory(dir)));
+        out.push(Out::Broadcast(ToHost::Directory(dir)));
         out.push(Out::Log(format!(
             "job {job}: restoring from generation {id}"
         )));
@@ -1230,7 +1229,7 @@ impl Master {
                 .host
                 .filter(|h| !exited && self.hosts.get(h).is_some_and(|h| h.alive))
             {
-                out.push(Out::ToHost(h, PeerMsg::Kill { tid: v.tid }));
+                out.push(Out::ToHost(h, ToHost::Kill { tid: v.tid }));
             }
             if !exited {
                 events.push(Event::VpExit {
@@ -1261,7 +1260,7 @@ impl Master {
                 "job {job}: {} spawned after its checkpoint dropped",
                 libmig::words::count(gone.len() as u64, "VP", "VPs")
             )));
-            out.push(Out::Broadcast(PeerMsg::Directory(gone)));
+            out.push(Out::Broadcast(ToHost::Directory(gone)));
         }
         events.into_iter().flat_map(|e| self.event(e)).collect()
     }
@@ -1285,7 +1284,7 @@ fn forget_holder(rec: &mut ImageRec, host: &str) {
 fn prune_at(host: &str, job: &str, keep: Vec<u64>) -> Out {
     Out::ToHost(
         host.to_string(),
-        PeerMsg::PruneImages {
+        ToHost::PruneImages {
             job: job.to_string(),
             keep,
         },
@@ -1297,7 +1296,7 @@ fn prune_at(host: &str, job: &str, keep: Vec<u64>) -> Out {
 pub(super) fn to_every_vp(
     j: &JobRec,
     members: &BTreeSet<Tid>,
-    step: impl Fn(Tid) -> SnapStep,
+    step: impl Fn(Tid) -> SnapOrder,
 ) -> Vec<Out> {
     j.vps
         .values()
@@ -1306,7 +1305,7 @@ pub(super) fn to_every_vp(
             let h = v.host.clone()?;
             Some(Out::ToHost(
                 h,
-                PeerMsg::Snap {
+                ToHost::Snap {
                     tid: v.tid,
                     step: step(v.tid),
                 },

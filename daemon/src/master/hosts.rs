@@ -49,22 +49,17 @@ impl Master {
         out
     }
 
-    pub(super) fn peers(&self) -> PeerMsg {
-        PeerMsg::Peers(
-            self.hosts
-                .iter()
-                .filter(|(_, h)| h.alive)
-                .map(|(n, h)| (n.clone(), h.facts.addr.clone()))
-                .collect(),
-        )
+    pub(super) fn peers(&self) -> ToHost {
+        ToHost::Peers(self.peer_list())
     }
 
     /// Live hosts and their addresses.
     pub fn peer_list(&self) -> Vec<(String, String)> {
-        match self.peers() {
-            PeerMsg::Peers(list) => list,
-            _ => Vec::new(),
-        }
+        self.hosts
+            .iter()
+            .filter(|(_, h)| h.alive)
+            .map(|(n, h)| (n.clone(), h.facts.addr.clone()))
+            .collect()
     }
 
     /// A worker attaches after a change of master, as host `facts.name`:
@@ -94,14 +89,14 @@ impl Master {
     }
 
     /// Everything a host that (re)joins must know: where every VP is.
-    pub fn directory(&self) -> PeerMsg {
+    pub fn directory(&self) -> ToHost {
         let mut d: Vec<(Tid, Loc)> = self.gone.keys().map(|&t| (t, Loc::Gone)).collect();
         for j in self.jobs.values() {
             for v in j.vps.values() {
                 d.push((v.tid, loc_of(v)));
             }
         }
-        PeerMsg::Directory(d)
+        ToHost::Directory(d)
     }
 
     pub(super) fn host_notices(&self, joined: bool, host: &str) -> Vec<Out> {
@@ -178,7 +173,7 @@ impl Master {
         }
         vec![Out::ToHost(
             host.to_string(),
-            PeerMsg::Fenced {
+            ToHost::Fenced {
                 why: "it was declared dead while it did not answer (its VPs are started \
                       elsewhere)"
                     .into(),
@@ -194,7 +189,7 @@ impl Master {
         match self.hosts.get_mut(host).filter(|h| h.alive) {
             Some(h) => {
                 h.granted = Some(now);
-                vec![Out::ToHost(host.to_string(), PeerMsg::LeaseGrant { n, ms })]
+                vec![Out::ToHost(host.to_string(), ToHost::LeaseGrant { n, ms })]
             }
             None => Vec::new(),
         }
@@ -366,10 +361,7 @@ impl Master {
                 "VP t{:x} was moving from {from} to {to} and {host} is gone: recalled to {survivor}",
                 v.tid
             )));
-            out.push(Out::ToHost(
-                survivor.clone(),
-                PeerMsg::Recall { tid: v.tid },
-            ));
+            out.push(Out::ToHost(survivor.clone(), ToHost::Recall { tid: v.tid }));
             v.host = Some(survivor.clone());
             v.state = VpState::Moving(survivor);
         }
@@ -417,7 +409,7 @@ impl Master {
             },
         )];
         if alive {
-            out.push(Out::ToHost(host.to_string(), PeerMsg::Halt));
+            out.push(Out::ToHost(host.to_string(), ToHost::Halt));
         }
         out.extend(self.leave_pool(host));
         self.hosts.remove(host);

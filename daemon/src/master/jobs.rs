@@ -99,7 +99,7 @@ impl Master {
             },
         );
         let mut out = vec![
-            Out::Broadcast(PeerMsg::Directory(
+            Out::Broadcast(ToHost::Directory(
                 tids.iter().map(|&t| (t, Loc::Waiting)).collect(),
             )),
             Out::Reply(
@@ -205,7 +205,7 @@ impl Master {
             (VpState::Running | VpState::Starting, Some(host)) => vec![
                 Out::ToHost(
                     host.clone(),
-                    PeerMsg::Input {
+                    ToHost::Input {
                         tid: v.tid,
                         data,
                         eof,
@@ -247,7 +247,7 @@ impl Master {
                 .collect();
             for vp in never {
                 if let Some(v) = self.jobs.get_mut(target).and_then(|j| j.vps.get_mut(&vp)) {
-                    out.push(Out::Broadcast(PeerMsg::Directory(vec![(v.tid, Loc::Gone)])));
+                    out.push(Out::Broadcast(ToHost::Directory(vec![(v.tid, Loc::Gone)])));
                     v.state = VpState::Exited;
                     v.exit = Some(ExitInfo {
                         code: None,
@@ -286,7 +286,7 @@ impl Master {
                     .and_then(|v| v.host.clone())
                 {
                     return vec![
-                        Out::ToHost(host, PeerMsg::Kill { tid }),
+                        Out::ToHost(host, ToHost::Kill { tid }),
                         Out::Reply(
                             from,
                             Response::Ok {
@@ -357,7 +357,7 @@ impl Master {
         let stopped: usize = by_host.values().map(Vec::len).sum();
         let hosts: Vec<String> = by_host.keys().cloned().collect();
         for (h, tids) in by_host {
-            out.push(Out::ToHost(h, PeerMsg::Hold { tids, hold: true }));
+            out.push(Out::ToHost(h, ToHost::Hold { tids, hold: true }));
         }
         out.push(Out::Log(format!("job {job} suspended")));
         out.push(Out::Reply(
@@ -425,7 +425,7 @@ impl Master {
         match &v.host {
             Some(h) => vec![Out::ToHost(
                 h.clone(),
-                PeerMsg::Hold {
+                ToHost::Hold {
                     tids: vec![v.tid],
                     hold: false,
                 },
@@ -573,7 +573,7 @@ impl Master {
             out.push(Out::Log(format!(
                 "VP t{tid:x} ({job}/{vp}) on {host}: {status}"
             )));
-            out.push(Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Gone)])));
+            out.push(Out::Broadcast(ToHost::Directory(vec![(tid, Loc::Gone)])));
             for w in &j.waiters {
                 out.push(Out::Reply(
                     w.clone(),
@@ -615,7 +615,7 @@ impl Master {
             for (&vp, v) in j.vps.iter_mut().filter(|(_, v)| !v.state.ended()) {
                 v.state = VpState::Exited;
                 v.exit = Some(status.clone());
-                out.push(Out::Broadcast(PeerMsg::Directory(vec![(v.tid, Loc::Gone)])));
+                out.push(Out::Broadcast(ToHost::Directory(vec![(v.tid, Loc::Gone)])));
                 for w in &j.waiters {
                     out.push(Out::Reply(
                         w.clone(),
@@ -664,7 +664,7 @@ impl Master {
         let mut out = vec![Out::Log(format!("job {job} finished with status {status}"))];
         if !j.ckpt.good.is_empty() || j.ckpt.round.is_some() {
             // Its checkpoints' copies go, wherever they are.
-            out.push(Out::Broadcast(PeerMsg::PruneImages {
+            out.push(Out::Broadcast(ToHost::PruneImages {
                 job: job.to_string(),
                 keep: Vec::new(),
             }));
@@ -726,7 +726,7 @@ impl Master {
             arch: want_arch,
             host: want_host,
         } = want;
-        let reply = |ret: VpRet| Out::ToHost(host.to_string(), PeerMsg::VpReturn { tid, id, ret });
+        let reply = |ret: VpRet| Out::ToHost(host.to_string(), ToHost::VpReturn { tid, id, ret });
         if spec.n == 0 || spec.n > 65536 {
             return vec![reply(VpRet::Error(format!(
                 "cannot start {} VPs: ask for between 1 and 65536",
@@ -766,7 +766,7 @@ impl Master {
             }
         }
         let mut out = vec![
-            Out::Broadcast(PeerMsg::Directory(
+            Out::Broadcast(ToHost::Directory(
                 tids.iter().map(|&t| (t, Loc::Waiting)).collect(),
             )),
             reply(VpRet::Tids(tids)),

@@ -41,9 +41,10 @@ use std::time::{Duration, Instant};
 
 use libmig::msg::{
     Envelope, ExitInfo, HostFacts, HostInfo, HostTimeline, HostTurns, HostUsage, JobInfo, Loc,
-    LoopTurns, MapCell, MboxReply, Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, PeerMsg,
-    Request, Response, SliceReport, SliceStats, SlotCell, SnapStep, SpawnSpec, StartVp, StatsInfo,
-    Stream, Switch, Tid, TimelineSwitch, VpCall, VpInfo, VpRet, SYSTEM,
+    LoopTurns, MapCell, MboxReply, Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, Request,
+    Response, SliceReport, SliceStats, SlotCell, SnapOrder, SnapReport, SpawnSpec, StartVp,
+    StatsInfo, Stream, Switch, Tid, TimelineSwitch, ToHost, ToMaster, VpCall, VpInfo, VpRet,
+    SYSTEM,
 };
 
 use crate::groups::Groups;
@@ -75,7 +76,7 @@ pub enum Requester {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Out {
     /// A message to a host (possibly the master itself).
-    ToHost(String, PeerMsg),
+    ToHost(String, ToHost),
     /// Close the link to a host given up for dead: if it lives, it dials
     /// again and hears on the fresh link that it is fenced (the old one
     /// may be what failed).
@@ -96,7 +97,7 @@ pub enum Out {
     /// A job left the history: its kept output may go.
     ForgetOutput(String),
     /// A message to every live host, the master's own included.
-    Broadcast(PeerMsg),
+    Broadcast(ToHost),
     /// A message for a VP (a notice from `SYSTEM`), routed like any other.
     Deliver(Envelope, Vec<u8>),
     /// New slot tables for these hosts (the server sets when they take
@@ -273,49 +274,47 @@ impl Master {
         self.hosts.get(host).is_some_and(|h| h.alive)
     }
 
-    /// A report from host `host` (a worker, or the master's own host);
-    /// `None` for a message hosts do not send.
-    pub fn from_host(&mut self, host: &str, msg: PeerMsg) -> Option<Vec<Out>> {
-        Some(match msg {
-            PeerMsg::Heartbeat => Vec::new(),
-            PeerMsg::LeaseAsk { n } => self.lease_ask(host, n),
-            PeerMsg::Started { tid, pid } => self.started(host, tid, pid),
-            PeerMsg::Exited { tid, status } => self.exited(host, tid, status),
-            PeerMsg::MigrateFailed { tid, reason } => self.migrate_failed(tid, &reason),
-            PeerMsg::Missing { tid, reason } => self.missing(host, tid, &reason),
-            PeerMsg::Output { tid, stream, line } => self.output(host, tid, stream, line),
-            PeerMsg::VpCall { tid, id, call } => self.vp_call(host, tid, id, call),
-            PeerMsg::Locate { tid } => self.locate(host, tid),
-            PeerMsg::Owner(report) => self.owner_report(host, report),
-            PeerMsg::OwnerDone { id, message } => self.owner_done(id, message),
-            PeerMsg::Parked { tid } => self.parked(host, tid),
-            PeerMsg::Movable { tid } => self.movable(host, tid),
-            PeerMsg::Slicing(r) => self.slicing_report(host, r),
-            PeerMsg::Usage(used) => {
+    /// A report from host `host` (a worker, or the master's own host).
+    pub fn from_host(&mut self, host: &str, msg: ToMaster) -> Vec<Out> {
+        match msg {
+            ToMaster::Heartbeat => Vec::new(),
+            ToMaster::LeaseAsk { n } => self.lease_ask(host, n),
+            ToMaster::Started { tid, pid } => self.started(host, tid, pid),
+            ToMaster::Exited { tid, status } => self.exited(host, tid, status),
+            ToMaster::Output { tid, stream, line } => self.output(host, tid, stream, line),
+            ToMaster::Control { id, req, uid } => {
+                let from = Requester::Remote {
+                    host: host.to_string(),
+                    id,
+                };
+                self.control_by(uid, from, host, req)
+            }
+            ToMaster::VpCall { tid, id, call } => self.vp_call(host, tid, id, call),
+            ToMaster::Locate { tid } => self.locate(host, tid),
+            ToMaster::Owner(report) => self.owner_report(host, report),
+            ToMaster::OwnerDone { id, message } => self.owner_done(id, message),
+            ToMaster::Slicing(r) => self.slicing_report(host, r),
+            ToMaster::Usage(used) => {
                 self.usage(host, used);
                 Vec::new()
             }
-            PeerMsg::Snap {
-                tid,
-                step: SnapStep::Paused { id, sent },
-            } => self.snap_paused(tid, id, sent),
-            PeerMsg::Snap {
-                tid,
-                step: SnapStep::Taken { id, .. },
-            } => self.snap_taken(tid, id),
-            PeerMsg::Snap {
-                tid,
-                step: SnapStep::Failed { id, reason, .. },
-            } => self.snap_failed(host, tid, id, &reason),
-            PeerMsg::ImageKept { image, size, crc } => self.image_kept(host, image, size, crc),
-            PeerMsg::ImageFailed {
+            ToMaster::Parked { tid } => self.parked(host, tid),
+            ToMaster::Movable { tid } => self.movable(host, tid),
+            ToMaster::MigrateFailed { tid, reason } => self.migrate_failed(tid, &reason),
+            ToMaster::Missing { tid, reason } => self.missing(host, tid, &reason),
+            ToMaster::Snap { tid, step } => match step {
+                SnapReport::Paused { id, sent } => self.snap_paused(tid, id, sent),
+                SnapReport::Taken { id } => self.snap_taken(tid, id),
+                SnapReport::Failed { id, reason } => self.snap_failed(host, tid, id, &reason),
+            },
+            ToMaster::ImageKept { image, size, crc } => self.image_kept(host, image, size, crc),
+            ToMaster::ImageFailed {
                 image,
                 host: without,
                 reason,
             } => self.image_failed(host, image, &without, &reason),
-            PeerMsg::ImageChecked { image, result } => self.image_checked(host, image, result),
-            _ => return None,
-        })
+            ToMaster::ImageChecked { image, result } => self.image_checked(host, image, result),
+        }
     }
 
     /// A control request from `from`, made on host `from_host`.
@@ -398,7 +397,7 @@ impl Master {
                     .hosts
                     .iter()
                     .filter(|(_, h)| h.alive)
-                    .map(|(n, _)| Out::ToHost(n.clone(), PeerMsg::Halt))
+                    .map(|(n, _)| Out::ToHost(n.clone(), ToHost::Halt))
                     .collect();
                 out.insert(
                     0,
@@ -429,11 +428,11 @@ impl Master {
 
     /// How host `host` starts VP `vp` of `job` (with the job's program for
     /// that host's architecture).
-    fn start_msg(&self, job: &str, vp: u32, host: &str) -> Option<PeerMsg> {
+    fn start_of(&self, job: &str, vp: u32, host: &str) -> Option<StartVp> {
         let j = self.jobs.get(job)?;
         let v = j.vps.get(&vp)?;
         let arch = &self.hosts.get(host)?.facts.arch;
-        Some(PeerMsg::Start(StartVp {
+        Some(StartVp {
             tid: v.tid,
             job: job.to_string(),
             vp,
@@ -445,7 +444,7 @@ impl Master {
             parent: v.parent,
             incarnation: j.incarnation,
             stdin: vp == 0 && j.spec.wait && j.spec.parent.is_none(),
-        }))
+        })
     }
 
     fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) -> Vec<Out> {
@@ -457,7 +456,7 @@ impl Master {
                 v.host = host;
                 v.state = state;
                 v.pid = None;
-                vec![Out::Broadcast(PeerMsg::Directory(vec![(v.tid, loc_of(v))]))]
+                vec![Out::Broadcast(ToHost::Directory(vec![(v.tid, loc_of(v))]))]
             }
             None => Vec::new(),
         }

@@ -98,10 +98,7 @@ impl Master {
                         at.push(host.to_string());
                     }
                     at.dedup();
-                    out.extend(
-                        at.into_iter()
-                            .map(|h| Out::ToHost(h, PeerMsg::Kill { tid })),
-                    );
+                    out.extend(at.into_iter().map(|h| Out::ToHost(h, ToHost::Kill { tid })));
                 }
                 Action::SlotTables {
                     generation,
@@ -158,17 +155,17 @@ impl Master {
         let tid = v.tid;
         match (&v.state, v.host.clone()) {
             (VpState::Waiting, _) | (_, None) => {
-                let Some(msg) = self.start_msg(job, vp, host) else {
+                let Some(start) = self.start_of(job, vp, host) else {
                     return Vec::new();
                 };
                 let mut out = self.set_vp(job, vp, Some(host.to_string()), VpState::Starting);
-                out.push(Out::ToHost(host.to_string(), msg));
+                out.push(Out::ToHost(host.to_string(), ToHost::Start(start)));
                 out
             }
             (VpState::Exited | VpState::Restoring, _) => Vec::new(),
             (VpState::Parked, Some(at)) if at == host => {
                 v.state = VpState::Starting;
-                vec![Out::ToHost(host.to_string(), PeerMsg::Unpark { tid })]
+                vec![Out::ToHost(host.to_string(), ToHost::Unpark { tid })]
             }
             (VpState::Moving(to), _) => {
                 v.wants = (to != host).then(|| Wanted {
@@ -212,7 +209,7 @@ impl Master {
             .filter(|h| h.alive)
             .map(|h| h.facts.arch.clone())
             .ok_or_else(|| format!("no live host {to:?}; `mig hosts` lists them"))?;
-        let Some(PeerMsg::Start(start)) = self.start_msg(job, vp, to) else {
+        let Some(start) = self.start_of(job, vp, to) else {
             return Err(format!(
                 "{to} is {to_arch} and the job names no program for it: spawn it with a path \
                  template (./prog-{{arch}}) or ARCH=PATH,... to let it move there"
@@ -254,10 +251,10 @@ impl Master {
         };
         v.state = VpState::Moving(to.to_string());
         Ok(vec![
-            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::Waiting)])),
+            Out::Broadcast(ToHost::Directory(vec![(tid, Loc::Waiting)])),
             Out::ToHost(
                 src.to_string(),
-                PeerMsg::Checkpoint {
+                ToHost::Checkpoint {
                     to: to.to_string(),
                     start,
                 },
@@ -325,14 +322,14 @@ impl Master {
         start: StartVp,
     ) -> Vec<Out> {
         let mut out = vec![
-            Out::ToHost(src.to_string(), PeerMsg::Kill { tid }),
+            Out::ToHost(src.to_string(), ToHost::Kill { tid }),
             Out::Log(format!(
                 "vacating VP t{tid:x} from {src}, whose owner stays (it cannot be moved; its job \
                  is restartable): starting it again from the beginning on {to}"
             )),
         ];
         out.extend(self.set_vp(job, vp, Some(to.to_string()), VpState::Starting));
-        out.push(Out::ToHost(to.to_string(), PeerMsg::Start(start)));
+        out.push(Out::ToHost(to.to_string(), ToHost::Start(start)));
         out
     }
 
@@ -361,14 +358,14 @@ impl Master {
                 ),
             );
         }
-        let Some(msg) = self.start_msg(job, vp, to) else {
+        let Some(start) = self.start_of(job, vp, to) else {
             return Vec::new();
         };
         let mut out = vec![Out::Log(format!(
             "restarting VP {vp} of {job} on {to} (it was lost {how})"
         ))];
         out.extend(self.set_vp(job, vp, Some(to.to_string()), VpState::Starting));
-        out.push(Out::ToHost(to.to_string(), msg));
+        out.push(Out::ToHost(to.to_string(), ToHost::Start(start)));
         out
     }
 
@@ -428,7 +425,7 @@ impl Master {
                 Out::Log(format!(
                     "VP t{tid:x}'s image did not reach {host} ({reason}): recalled to {src}"
                 )),
-                Out::ToHost(src, PeerMsg::Recall { tid }),
+                Out::ToHost(src, ToHost::Recall { tid }),
             ];
         }
         let mut out = self.lost_on_its_way(&job, vp, host);
@@ -570,14 +567,14 @@ impl Master {
                      ending that process",
                     v.host.as_deref().unwrap_or("no host")
                 )),
-                Out::ToHost(host.to_string(), PeerMsg::Kill { tid }),
+                Out::ToHost(host.to_string(), ToHost::Kill { tid }),
             ];
         }
         v.pid = Some(pid);
         v.started_ms.get_or_insert(self.wall_ns / 1_000_000);
         if self.jobs.get(&job).is_some_and(|j| j.killed) {
             // Its job was killed while it moved or restored: it ends here.
-            return vec![Out::ToHost(host.to_string(), PeerMsg::Kill { tid })];
+            return vec![Out::ToHost(host.to_string(), ToHost::Kill { tid })];
         }
         let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
@@ -593,7 +590,7 @@ impl Master {
                     return Vec::new();
                 };
                 v.host = Some(host.to_string());
-                vec![Out::Broadcast(PeerMsg::Directory(vec![(
+                vec![Out::Broadcast(ToHost::Directory(vec![(
                     tid,
                     Loc::At(host.to_string()),
                 )]))]
@@ -615,7 +612,7 @@ impl Master {
                 };
                 let mut out = vec![
                     Out::Log(what),
-                    Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(host.to_string()))])),
+                    Out::Broadcast(ToHost::Directory(vec![(tid, Loc::At(host.to_string()))])),
                 ];
                 // (One recalled that the scheduler wants elsewhere goes
                 // there next: the map already has it there.)
@@ -757,7 +754,7 @@ impl Master {
         v.move_failed = Some(reason.clone());
         vec![
             Out::Log(format!("VP t{tid:x} stays on {at}: {reason}")),
-            Out::Broadcast(PeerMsg::Directory(vec![(tid, Loc::At(at))])),
+            Out::Broadcast(ToHost::Directory(vec![(tid, Loc::At(at))])),
         ]
     }
 }

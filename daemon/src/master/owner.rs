@@ -84,7 +84,7 @@ impl Master {
                 self.owner_waiting.insert(id, from);
                 vec![Out::ToHost(
                     target,
-                    PeerMsg::OwnerCommand {
+                    ToHost::OwnerCommand {
                         id,
                         reclaim: action == OwnerAction::Reclaim,
                     },

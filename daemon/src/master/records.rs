@@ -33,7 +33,7 @@ pub(super) struct HostRec {
     /// Its state directory is full (an image could not be written there).
     #[serde(default)]
     pub(super) state_full: bool,
-    /// When it was last granted a lease on its VPs (see `PeerMsg::LeaseAsk`).
+    /// When it was last granted a lease on its VPs (see `ToMaster::LeaseAsk`).
     #[serde(skip)]
     pub(super) granted: Option<Instant>,
     /// Its connection was lost: it is taken for dead once its lease has
@@ -256,7 +256,7 @@ pub(super) struct PendingRestart {
 
 /// Looking for an intact copy of every image of one of a job's
 /// generations, newest first: each image's holders are asked in turn to
-/// read their copy through (`PeerMsg::CheckImage`).
+/// read their copy through (`ToHost::CheckImage`).
 #[derive(Debug)]
 pub(super) struct Hunt {
     /// Generations still to try, the one being tried first: its id, and

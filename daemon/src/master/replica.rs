@@ -83,7 +83,7 @@ impl Master {
                     r.id
                 )));
                 out.extend(checkpoints::to_every_vp(j, &r.members, |_| {
-                    SnapStep::Abort { id: r.id }
+                    SnapOrder::Abort { id: r.id }
                 }));
             }
             for v in j.vps.values_mut() {

@@ -62,7 +62,7 @@ pub(super) fn spec(n: u32) -> SpawnSpec {
 fn starts(out: &[Out]) -> Vec<(String, Tid)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, PeerMsg::Start(s)) => Some((h.clone(), s.tid)),
+            Out::ToHost(h, ToHost::Start(s)) => Some((h.clone(), s.tid)),
             _ => None,
         })
         .collect()
@@ -121,15 +121,12 @@ fn a_dead_host_leaves_the_map_and_its_vps_restart_elsewhere() {
     let out = m.heard_from("h1", now + Duration::from_secs(11));
     assert!(
         out.iter()
-            .any(|o| matches!(o, Out::ToHost(h, PeerMsg::Fenced { .. }) if h == "h1")),
+            .any(|o| matches!(o, Out::ToHost(h, ToHost::Fenced { .. }) if h == "h1")),
         "{out:?}"
     );
     assert!(!m.is_alive("h1"));
     assert_eq!(m.sched.map().processors().count(), 1);
-    assert!(m
-        .from_host("h1", PeerMsg::LeaseAsk { n: 9 })
-        .unwrap_or_default()
-        .is_empty());
+    assert!(m.from_host("h1", ToMaster::LeaseAsk { n: 9 }).is_empty());
     // It comes back under the same name, started again.
     let (name, _) = m.register(facts("h1", 1), now);
     assert_eq!(name, "h1");
@@ -189,7 +186,7 @@ impl Cluster {
     fn running_job(&mut self, n: u32) -> Vec<(String, Tid)> {
         let placed = self.running_plain_job(n);
         for (h, tid) in &placed {
-            self.m.from_host(h, PeerMsg::Movable { tid: *tid });
+            self.m.from_host(h, ToMaster::Movable { tid: *tid });
         }
         placed
     }
@@ -225,7 +222,7 @@ impl Cluster {
 fn checkpoint_asks(out: &[Out]) -> Vec<(String, Tid, String)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, PeerMsg::Checkpoint { to, start }) => {
+            Out::ToHost(h, ToHost::Checkpoint { to, start }) => {
                 Some((h.clone(), start.tid, to.clone()))
             }
             _ => None,
@@ -233,10 +230,10 @@ fn checkpoint_asks(out: &[Out]) -> Vec<(String, Tid, String)> {
         .collect()
 }
 
-fn snaps(out: &[Out]) -> Vec<(String, Tid, SnapStep)> {
+fn snaps(out: &[Out]) -> Vec<(String, Tid, SnapOrder)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, PeerMsg::Snap { tid, step }) => Some((h.clone(), *tid, step.clone())),
+            Out::ToHost(h, ToHost::Snap { tid, step }) => Some((h.clone(), *tid, step.clone())),
             _ => None,
         })
         .collect()
@@ -260,7 +257,7 @@ fn error_says(out: &[Out], words: &str) -> bool {
 fn dir_entries(out: &[Out]) -> Vec<(Tid, Loc)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::Broadcast(PeerMsg::Directory(d)) => Some(d.clone()),
+            Out::Broadcast(ToHost::Directory(d)) => Some(d.clone()),
             _ => None,
         })
         .flatten()
@@ -375,7 +372,7 @@ fn a_host_takes_vps_only_while_its_memory_holds_them_in_all_slots() {
         let placed = starts(&out);
         for (h, tid) in &placed {
             c.m.started(h, *tid, 100 + *tid as u32);
-            c.m.from_host(h, PeerMsg::Movable { tid: *tid });
+            c.m.from_host(h, ToMaster::Movable { tid: *tid });
         }
         placed
     };
@@ -432,7 +429,7 @@ fn an_owner_back_with_nowhere_to_go_keeps_the_vp_stopped_where_it_is() {
     assert_eq!(c.state(tid).1, "parked on disk (owner back)");
     let out = c.m.owner_report(&h, report(OwnerState::Offered));
     assert!(
-        out.contains(&Out::ToHost(h.clone(), PeerMsg::Unpark { tid })),
+        out.contains(&Out::ToHost(h.clone(), ToHost::Unpark { tid })),
         "{out:?}"
     );
 }
@@ -493,7 +490,7 @@ fn tick_through(m: &mut Master, from: Instant, secs: u64) -> Vec<Out> {
 fn checks(out: &[Out]) -> Vec<(String, ImageId)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, PeerMsg::CheckImage { image }) => Some((h.clone(), image.clone())),
+            Out::ToHost(h, ToHost::CheckImage { image }) => Some((h.clone(), image.clone())),
             _ => None,
         })
         .collect()
@@ -504,10 +501,7 @@ fn all_intact(c: &mut Cluster, out: &[Out]) -> Vec<Out> {
     let mut next = Vec::new();
     for (h, image) in checks(out) {
         let result = Ok(());
-        next.extend(
-            c.m.from_host(&h, PeerMsg::ImageChecked { image, result })
-                .unwrap_or_default(),
-        );
+        next.extend(c.m.from_host(&h, ToMaster::ImageChecked { image, result }));
     }
     next
 }
@@ -521,10 +515,7 @@ fn none_intact(c: &mut Cluster, out: &[Out]) -> Vec<Out> {
         let mut next = Vec::new();
         for (h, image) in asks {
             let result = Err("checkpoint is corrupted".to_string());
-            next.extend(
-                c.m.from_host(&h, PeerMsg::ImageChecked { image, result })
-                    .unwrap_or_default(),
-            );
+            next.extend(c.m.from_host(&h, ToMaster::ImageChecked { image, result }));
         }
         asks = checks(&next);
         all.extend(next);
@@ -536,7 +527,7 @@ fn none_intact(c: &mut Cluster, out: &[Out]) -> Vec<Out> {
 fn copies(out: &[Out]) -> Vec<(String, ImageId, String, bool)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, PeerMsg::CopyImage { image, to, start }) => {
+            Out::ToHost(h, ToHost::CopyImage { image, to, start }) => {
                 Some((h.clone(), image.clone(), to.clone(), start.is_some()))
             }
             _ => None,
@@ -557,13 +548,12 @@ fn restores(out: &[Out]) -> Vec<(String, Tid, String)> {
 fn kept(c: &mut Cluster, host: &str, image: &ImageId) -> Vec<Out> {
     c.m.from_host(
         host,
-        PeerMsg::ImageKept {
+        ToMaster::ImageKept {
             image: image.clone(),
             size: 8,
             crc: 7,
         },
     )
-    .unwrap_or_default()
 }
 
 fn image_of(id: u64, tid: Tid) -> ImageId {
@@ -584,7 +574,7 @@ fn pause_all(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
     );
     let begins = snaps(&out);
     assert_eq!(begins.len(), placed.len(), "{out:?}");
-    let SnapStep::Begin { id, .. } = begins[0].2 else {
+    let SnapOrder::Begin { id, .. } = begins[0].2 else {
         panic!("{begins:?}")
     };
     for (i, (_, tid)) in placed.iter().enumerate() {
@@ -602,7 +592,7 @@ fn pause_all(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
             assert_eq!(now.len(), placed.len());
             for (_, _, step) in &now {
                 assert!(
-                    matches!(step, SnapStep::Now { expect, .. } if expect.len() == placed.len() - 1)
+                    matches!(step, SnapOrder::Now { expect, .. } if expect.len() == placed.len() - 1)
                 );
             }
         }
@@ -614,13 +604,8 @@ fn pause_all(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
 /// once all have.
 fn all_taken(c: &mut Cluster, placed: &[(String, Tid)], id: u64) {
     for (i, (h, tid)) in placed.iter().enumerate() {
-        let step = SnapStep::Taken {
-            id,
-            path: String::new(),
-        };
-        let out =
-            c.m.from_host(h, PeerMsg::Snap { tid: *tid, step })
-                .unwrap_or_default();
+        let step = SnapReport::Taken { id };
+        let out = c.m.from_host(h, ToMaster::Snap { tid: *tid, step });
         let resumed = snaps(&out);
         if i + 1 < placed.len() {
             assert!(resumed.is_empty(), "{out:?}");
@@ -628,7 +613,7 @@ fn all_taken(c: &mut Cluster, placed: &[(String, Tid)], id: u64) {
             assert_eq!(resumed.len(), placed.len(), "{out:?}");
             assert!(resumed
                 .iter()
-                .all(|(_, _, s)| matches!(s, SnapStep::Resume { .. })));
+                .all(|(_, _, s)| matches!(s, SnapOrder::Resume { .. })));
         }
     }
 }
@@ -664,7 +649,7 @@ fn take_checkpoint_copies(
             assert!(replies(&out).is_empty(), "{out:?}");
         } else {
             assert!(out.iter().any(
-                |o| matches!(o, Out::Broadcast(PeerMsg::PruneImages { keep, .. }) if keep.contains(&id))
+                |o| matches!(o, Out::Broadcast(ToHost::PruneImages { keep, .. }) if keep.contains(&id))
             ));
             assert!(
                 matches!(replies(&out)[..], [Response::Ok { message }] if message.contains("2 copies each")),
@@ -729,7 +714,7 @@ fn a_checkpoint_is_refused_unless_every_vp_runs_and_given_up_when_too_slow() {
     assert_eq!(aborts.len(), 2, "{out:?}");
     assert!(aborts
         .iter()
-        .all(|(_, _, s)| matches!(s, SnapStep::Abort { .. })));
+        .all(|(_, _, s)| matches!(s, SnapOrder::Abort { .. })));
     assert!(error_says(
         &out,
         "failed: not every VP reached a safe point"
@@ -785,12 +770,11 @@ fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_o
         let result = Err("checkpoint is corrupted".to_string());
         c.m.from_host(
             h,
-            PeerMsg::ImageChecked {
+            ToMaster::ImageChecked {
                 image: image.clone(),
                 result,
             },
         )
-        .unwrap_or_default()
     };
     let out = damaged(&mut c, &h, &bad);
     let second = checks(&out);
@@ -806,7 +790,7 @@ fn a_restart_ends_every_vp_and_restores_from_the_newest_generation_or_an_older_o
     let out = all_intact(&mut c, &out);
     assert!(out.iter().any(|o| matches!(
         o,
-        Out::Broadcast(PeerMsg::Fence { incarnation: 1, tids }) if tids.len() == 2
+        Out::Broadcast(ToHost::Fence { incarnation: 1, tids }) if tids.len() == 2
     )));
     // Each image goes from where it was found intact to the VP's host.
     let r = restores(&out);
@@ -851,7 +835,7 @@ fn a_restart_without_a_checkpoint_is_a_clear_error_and_changes_nothing() {
     assert!(error_says(&out, "has no checkpoint yet"));
     assert!(!out
         .iter()
-        .any(|o| matches!(o, Out::ToHost(_, PeerMsg::Kill { .. }))));
+        .any(|o| matches!(o, Out::ToHost(_, ToHost::Kill { .. }))));
     for (h, tid) in &placed {
         assert_eq!(c.state(*tid), (Some(h.clone()), "running".into()));
     }
@@ -902,7 +886,7 @@ fn a_copy_no_other_host_can_keep_fails_the_checkpoint_and_the_job_goes_on() {
     // no other host can.
     c.m.from_host(
         "h1",
-        PeerMsg::Usage(HostUsage {
+        ToMaster::Usage(HostUsage {
             vps: vec![],
             free_memory_mb: None,
             io_busy: None,
@@ -911,16 +895,14 @@ fn a_copy_no_other_host_can_keep_fails_the_checkpoint_and_the_job_goes_on() {
             turns: Default::default(),
         }),
     );
-    let out =
-        c.m.from_host(
-            "h1",
-            PeerMsg::ImageFailed {
-                image: image_of(id, h0_vp),
-                host: "h1".into(),
-                reason: "No space left on device (os error 28)".into(),
-            },
-        )
-        .unwrap_or_default();
+    let out = c.m.from_host(
+        "h1",
+        ToMaster::ImageFailed {
+            image: image_of(id, h0_vp),
+            host: "h1".into(),
+            reason: "No space left on device (os error 28)".into(),
+        },
+    );
     assert!(
         error_says(&out, "No space left on device")
             && error_says(&out, "goes on as it was")
@@ -930,7 +912,7 @@ fn a_copy_no_other_host_can_keep_fails_the_checkpoint_and_the_job_goes_on() {
     // Every copy of that generation goes, wherever it is.
     assert!(
         out.iter().any(
-            |o| matches!(o, Out::Broadcast(PeerMsg::PruneImages { keep, .. }) if keep.is_empty())
+            |o| matches!(o, Out::Broadcast(ToHost::PruneImages { keep, .. }) if keep.is_empty())
         ),
         "{out:?}"
     );
@@ -944,19 +926,16 @@ fn a_copy_no_other_host_can_keep_fails_the_checkpoint_and_the_job_goes_on() {
         .any(|h| h.facts.name == "h1" && h.state_full));
     // A VP that cannot write its image fails the next one: every VP goes on.
     let id = pause_all(&mut c, &placed);
-    let step = SnapStep::Failed {
+    let step = SnapReport::Failed {
         id,
         reason: "checkpoint /s/t40002.snap: No space left on device (os error 28)".into(),
-        no_space: true,
     };
-    let out =
-        c.m.from_host("h1", PeerMsg::Snap { tid: h1_vp, step })
-            .unwrap_or_default();
+    let out = c.m.from_host("h1", ToMaster::Snap { tid: h1_vp, step });
     let aborts = snaps(&out);
     assert_eq!(aborts.len(), 2, "{out:?}");
     assert!(aborts
         .iter()
-        .all(|(_, _, s)| matches!(s, SnapStep::Abort { .. })));
+        .all(|(_, _, s)| matches!(s, SnapOrder::Abort { .. })));
     assert!(
         error_says(&out, "could not write its image on h1"),
         "{out:?}"
@@ -1025,16 +1004,14 @@ fn a_restored_vp_whose_copy_cannot_be_sent_is_looked_for_again_elsewhere() {
         .expect("its image");
     // The copy it was to come from cannot be read any more: the images
     // are looked for again, that copy left out.
-    let out =
-        c.m.from_host(
-            &holder,
-            PeerMsg::ImageFailed {
-                image: image.clone(),
-                host: holder.clone(),
-                reason: "Input/output error (os error 5)".into(),
-            },
-        )
-        .unwrap_or_default();
+    let out = c.m.from_host(
+        &holder,
+        ToMaster::ImageFailed {
+            image: image.clone(),
+            host: holder.clone(),
+            reason: "Input/output error (os error 5)".into(),
+        },
+    );
     let asked = checks(&out);
     assert!(!asked.is_empty(), "{out:?}");
     assert!(!asked.contains(&(holder, image)), "{asked:?}");
@@ -1062,7 +1039,7 @@ fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
     // Its target is asked for what arrived of it; nothing did.
     let out = c.m.host_gone(&src, "stopped answering heartbeats");
     assert!(
-        out.contains(&Out::ToHost(to.to_string(), PeerMsg::Recall { tid })),
+        out.contains(&Out::ToHost(to.to_string(), ToHost::Recall { tid })),
         "{out:?}"
     );
     assert!(starts(&out).is_empty(), "{out:?}");
@@ -1071,22 +1048,19 @@ fn a_source_lost_mid_move_starts_its_vp_again_elsewhere() {
         .m
         .from_host(
             "h0",
-            PeerMsg::Missing {
+            ToMaster::Missing {
                 tid,
                 reason: "gone".into(),
             },
         )
-        .unwrap_or_default()
         .is_empty());
-    let out =
-        c.m.from_host(
-            to,
-            PeerMsg::Missing {
-                tid,
-                reason: "its image stopped coming".into(),
-            },
-        )
-        .unwrap_or_default();
+    let out = c.m.from_host(
+        to,
+        ToMaster::Missing {
+            tid,
+            reason: "its image stopped coming".into(),
+        },
+    );
     let again = starts(&out);
     assert_eq!(again.len(), 1, "{out:?}");
     assert_eq!(again[0].1, tid);
@@ -1101,17 +1075,15 @@ fn an_image_that_stops_coming_sends_the_vp_back_to_its_source_and_on_if_that_die
     let to = to.as_str();
     // The target's link to the source broke mid-image: the source, alive,
     // is asked to run the VP from the image it kept.
-    let out =
-        c.m.from_host(
-            to,
-            PeerMsg::Missing {
-                tid,
-                reason: "its image stopped coming".into(),
-            },
-        )
-        .unwrap_or_default();
+    let out = c.m.from_host(
+        to,
+        ToMaster::Missing {
+            tid,
+            reason: "its image stopped coming".into(),
+        },
+    );
     assert!(
-        out.contains(&Out::ToHost(src.clone(), PeerMsg::Recall { tid })),
+        out.contains(&Out::ToHost(src.clone(), ToHost::Recall { tid })),
         "{out:?}"
     );
     assert!(starts(&out).is_empty(), "{out:?}");
@@ -1177,7 +1149,7 @@ fn a_target_lost_mid_move_leaves_its_vp_where_it_was_or_starts_it_again() {
     migrate(&mut c, tid, to);
     let out = c.m.host_gone(to, "stopped answering heartbeats");
     assert!(
-        out.contains(&Out::ToHost(src.clone(), PeerMsg::Recall { tid })),
+        out.contains(&Out::ToHost(src.clone(), ToHost::Recall { tid })),
         "{out:?}"
     );
     assert!(starts(&out).is_empty(), "{out:?}");
@@ -1195,7 +1167,7 @@ fn a_target_lost_mid_move_leaves_its_vp_where_it_was_or_starts_it_again() {
     if third != "h0" {
         let out = c.m.host_gone(third, "stopped answering heartbeats");
         assert!(
-            out.contains(&Out::ToHost(src.clone(), PeerMsg::Recall { tid })),
+            out.contains(&Out::ToHost(src.clone(), ToHost::Recall { tid })),
             "{out:?}"
         );
         c.m.started(&src, tid, 11);
@@ -1216,7 +1188,7 @@ fn killing_a_job_ends_its_vps_and_a_second_kill_finds_nothing() {
     );
     for (h, tid) in &placed {
         assert!(
-            out.contains(&Out::ToHost(h.clone(), PeerMsg::Kill { tid: *tid })),
+            out.contains(&Out::ToHost(h.clone(), ToHost::Kill { tid: *tid })),
             "{out:?}"
         );
     }
@@ -1397,7 +1369,7 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
     let placed = c.running_plain_job(2);
     let (busy, tid) = placed[0].clone();
     // Another host's word for it counts for nothing.
-    c.m.from_host(&other(&busy), PeerMsg::Movable { tid });
+    c.m.from_host(&other(&busy), ToMaster::Movable { tid });
     let out = migrate(&mut c, tid, &other(&busy));
     assert!(error_says(&out, "cannot be moved"), "{out:?}");
     assert!(checkpoint_asks(&out).is_empty());
@@ -1431,7 +1403,7 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
 fn kills(out: &[Out]) -> Vec<(String, Tid)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, PeerMsg::Kill { tid }) => Some((h.clone(), *tid)),
+            Out::ToHost(h, ToHost::Kill { tid }) => Some((h.clone(), *tid)),
             _ => None,
         })
         .collect()
@@ -1494,7 +1466,7 @@ fn a_job_killed_while_it_restores_ends_with_its_processes_ends() {
         },
     );
     for (h, tid) in &placed {
-        assert!(out.contains(&Out::ToHost(h.clone(), PeerMsg::Kill { tid: *tid })));
+        assert!(out.contains(&Out::ToHost(h.clone(), ToHost::Kill { tid: *tid })));
     }
     let mut answer = Vec::new();
     for (h, tid) in &placed {
@@ -1519,7 +1491,7 @@ fn a_job_killed_while_it_restores_ends_with_its_processes_ends() {
 fn grants(out: &[Out]) -> Vec<(String, u64, u64)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, PeerMsg::LeaseGrant { n, ms }) => Some((h.clone(), *n, *ms)),
+            Out::ToHost(h, ToHost::LeaseGrant { n, ms }) => Some((h.clone(), *n, *ms)),
             _ => None,
         })
         .collect()
@@ -1535,9 +1507,7 @@ fn a_worker_whose_connection_is_lost_is_taken_for_dead_only_once_its_lease_has_l
     assert_eq!(starts(&out).len(), 2);
     let at = |ms: u64| now + Duration::from_millis(ms);
     m.heard_from("h1", at(100));
-    let out = m
-        .from_host("h1", PeerMsg::LeaseAsk { n: 1 })
-        .unwrap_or_default();
+    let out = m.from_host("h1", ToMaster::LeaseAsk { n: 1 });
     assert_eq!(grants(&out), vec![("h1".to_string(), 1, 2500)]);
     // Cut off at 200 ms: its VP may run until 2600 ms; not started
     // elsewhere before.
@@ -1775,7 +1745,7 @@ fn a_daemon_registering_again_keeps_its_name_and_another_gets_a_new_one() {
 fn a_master_cut_off_from_its_voters_counts_no_silence_and_lets_no_lease_lapse() {
     let mut c = Cluster::new(3);
     c.m.tick(c.at(1), Duration::from_secs(3));
-    c.m.from_host("h2", PeerMsg::LeaseAsk { n: 1 });
+    c.m.from_host("h2", ToMaster::LeaseAsk { n: 1 });
     let out = c.m.host_lost("h2", "connection reset", c.at(1));
     assert!(c.m.is_alive("h2"), "{out:?}");
     // Cut off from second 2 to second 10: nothing is given up, the host
@@ -1802,7 +1772,7 @@ fn a_silent_host_is_not_given_up_while_the_lease_the_master_granted_runs() {
     // h1 last heard at second 0; a lease ask of it granted at second 2.
     c.m.tick(c.at(1), Duration::from_secs(3));
     c.m.tick(c.at(2), Duration::from_secs(3));
-    c.m.from_host("h1", PeerMsg::LeaseAsk { n: 1 });
+    c.m.from_host("h1", ToMaster::LeaseAsk { n: 1 });
     let out =
         c.m.tick(c.t0 + Duration::from_millis(3500), Duration::from_secs(3));
     assert!(c.m.is_alive("h1"), "{out:?}");
@@ -1874,7 +1844,7 @@ fn a_host_is_deleted_only_once_drained_and_is_then_forgotten() {
         .expect("an idle worker");
     let out = delete(&mut c, idle);
     assert!(
-        out.contains(&Out::ToHost(idle.to_string(), PeerMsg::Halt)),
+        out.contains(&Out::ToHost(idle.to_string(), ToHost::Halt)),
         "{out:?}"
     );
     assert!(replies(&out)
@@ -1974,7 +1944,7 @@ fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
     assert_eq!(hosts_of(&placed), BTreeSet::from(["h0".to_string()]));
     for (h, tid) in &placed {
         c.m.started(h, *tid, 100 + *tid as u32);
-        c.m.from_host(h, PeerMsg::Movable { tid: *tid });
+        c.m.from_host(h, ToMaster::Movable { tid: *tid });
     }
     // The fourth has used the most CPU time.
     let used: Vec<(Tid, u64)> = placed
@@ -1984,7 +1954,7 @@ fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
         .collect();
     c.m.from_host(
         "h0",
-        PeerMsg::Usage(HostUsage {
+        ToMaster::Usage(HostUsage {
             vps: used,
             free_memory_mb: None,
             io_busy: None,
@@ -2062,15 +2032,13 @@ fn a_restore_whose_image_does_not_arrive_is_tried_again_then_ends_its_job_saying
         let restored = all_intact(&mut c, &out);
         let (_, tid, to) = restores(&restored)[0].clone();
         // The image stopped coming, or could not be written there.
-        out =
-            c.m.from_host(
-                &to,
-                PeerMsg::Missing {
-                    tid,
-                    reason: "No space left on device (os error 28)".into(),
-                },
-            )
-            .unwrap_or_default();
+        out = c.m.from_host(
+            &to,
+            ToMaster::Missing {
+                tid,
+                reason: "No space left on device (os error 28)".into(),
+            },
+        );
         if round <= 3 {
             assert!(!checks(&out).is_empty(), "round {round}: {out:?}");
         } else {

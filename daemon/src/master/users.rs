@@ -190,7 +190,7 @@ mod tests {
             out.iter().find_map(|o| match o {
                 Out::ToHost(
                     _,
-                    PeerMsg::VpReturn {
+                    ToHost::VpReturn {
                         ret: VpRet::Error(e),
                         ..
                     },
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(error(&out), None, "{out:?}");
         assert!(
             out.iter()
-                .any(|o| matches!(o, Out::ToHost(_, PeerMsg::Signal { tid, .. }) if *tid == other)),
+                .any(|o| matches!(o, Out::ToHost(_, ToHost::Signal { tid, .. }) if *tid == other)),
             "{out:?}"
         );
         let out = c.m.vp_call(

@@ -88,9 +88,9 @@ impl Master {
         (!change.add.is_empty() || !change.remove.is_empty()).then_some(change)
     }
 
-    /// Every host's word of who votes (`PeerMsg::Voters`).
-    pub fn voters_msg(&self) -> PeerMsg {
-        PeerMsg::Voters(self.voters.iter().map(|(i, h)| (*i, h.clone())).collect())
+    /// Every host's word of who votes (`ToHost::Voters`).
+    pub fn voters_msg(&self) -> ToHost {
+        ToHost::Voters(self.voters.iter().map(|(i, h)| (*i, h.clone())).collect())
     }
 
     /// This master's voter id.

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Instant;
 
-use libmig::msg::{ImageId, PeerMsg, StartVp, Tid};
+use libmig::msg::{DataLink, ImageId, StartVp, Tid};
 use libmig::Payload;
 use mio::Token;
 
@@ -51,7 +51,7 @@ pub struct Outbound {
     pub link: Option<Token>,
     /// When it was set going.
     pub since: Instant,
-    parts: VecDeque<(PeerMsg, Payload)>,
+    parts: VecDeque<(DataLink, Payload)>,
     /// Every part is in `parts` (an image still being written gets more).
     whole: bool,
     /// Of a copy: bytes sent, and written at the other end (it says).
@@ -118,7 +118,7 @@ impl Outbound {
     pub fn add_read(&mut self, at: u64, part: Vec<u8>, total: u64) {
         if let Sending::Copy(image) = &self.what {
             let last = at + part.len() as u64 >= total;
-            let msg = PeerMsg::ImagePart {
+            let msg = DataLink::ImagePart {
                 image: image.clone(),
                 at,
                 total,
@@ -147,7 +147,7 @@ impl Outbound {
     /// (its size is not known yet); the first says how to start the VP.
     pub fn add_written(&mut self, at: u64, part: Payload, start: Option<StartVp>) {
         if let Sending::Restore(tid) = self.what {
-            let msg = PeerMsg::RestorePart {
+            let msg = DataLink::RestorePart {
                 tid,
                 at,
                 total: 0,
@@ -169,7 +169,7 @@ impl Outbound {
         let ranges: Vec<Range<usize>> = remaining_ranges(len, from);
         let n = ranges.len();
         for (i, (part, r)) in image.pieces(&ranges).into_iter().zip(ranges).enumerate() {
-            let msg = PeerMsg::RestorePart {
+            let msg = DataLink::RestorePart {
                 tid,
                 at: r.start as u64,
                 total: len as u64,
@@ -182,7 +182,7 @@ impl Outbound {
     }
 
     /// The next part to send, if one is ready.
-    pub fn next_part(&mut self) -> Option<(PeerMsg, Payload)> {
+    pub fn next_part(&mut self) -> Option<(DataLink, Payload)> {
         let next = self.parts.pop_front();
         if let Some((_, p)) = &next {
             self.sent += p.len() as u64;
@@ -247,7 +247,7 @@ mod tests {
         }
         let mut got = Vec::new();
         while let Some((msg, part)) = o.next_part() {
-            let PeerMsg::ImagePart {
+            let DataLink::ImagePart {
                 at, total, last, ..
             } = msg
             else {
@@ -282,7 +282,7 @@ mod tests {
         o.add_rest(mapped(len), IMAGE_PART, None);
         let mut seen = Vec::new();
         while let Some((msg, _)) = o.next_part() {
-            let PeerMsg::RestorePart {
+            let DataLink::RestorePart {
                 at, last, start, ..
             } = msg
             else {

@@ -162,7 +162,7 @@ impl Daemon {
         match dialled {
             Ok((t, hello)) => {
                 self.attach.conn = Some(t);
-                self.send_peer(t, &hello);
+                self.send_peer(t, hello);
             }
             Err(why) => self.attach_failed(&why),
         }
@@ -177,6 +177,10 @@ impl Daemon {
         if sent {
             return self.attached(t, msg);
         }
+        let msg = match msg.into_handshake() {
+            Ok(m) => m,
+            Err(what) => return self.refuse(t, &format!("unexpected {what} in the handshake")),
+        };
         let Some(crate::conn::Handshake::Dial(mut client)) =
             self.conns.get_mut(&t).and_then(|c| c.hs.take())
         else {
@@ -187,10 +191,10 @@ impl Daemon {
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.hs = Some(crate::conn::Handshake::Dial(client));
                 }
-                self.send_peer(t, &reply);
+                self.send_peer(t, reply);
             }
             Answer::SendThenSeal(proof, sealer) => {
-                self.send_peer(t, &proof);
+                self.send_peer(t, proof);
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.hs = Some(crate::conn::Handshake::Dial(client));
                     c.seal_with(sealer);
@@ -205,7 +209,7 @@ impl Daemon {
                     c.dec.limit(libmig::frame::MAX_BODY);
                 }
                 let facts = self.facts.clone();
-                self.send_peer(t, &PeerMsg::Attach { facts });
+                self.send_peer(t, Handshake::Attach { facts });
             }
             Answer::Refuse(reason) => self.refuse(t, &reason),
         }
@@ -214,9 +218,9 @@ impl Daemon {
     /// The master's answer to `Attach` on `t`: the link to it, or why not.
     fn attached(&mut self, t: Token, first: PeerMsg) {
         let fenced = match first {
-            PeerMsg::Registered { .. } => None,
-            PeerMsg::Fenced { why } => Some(why),
-            PeerMsg::Refused { reason } => {
+            PeerMsg::Handshake(Handshake::Registered { .. }) => None,
+            PeerMsg::ToHost(ToHost::Fenced { why }) => Some(why),
+            PeerMsg::Handshake(Handshake::Refused { reason }) => {
                 // (Not the master (yet): tried again.)
                 return self.quiet_close(t, &reason);
             }
@@ -253,10 +257,10 @@ impl Daemon {
             self.recent_exits.clear();
         }
         for msg in self.failover.take_unsent() {
-            self.send_peer(t, &msg);
+            self.send_peer(t, msg);
         }
         for msg in self.said_again() {
-            self.send_peer(t, &msg);
+            self.send_peer(t, msg);
         }
     }
 

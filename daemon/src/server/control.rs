@@ -17,7 +17,7 @@ impl Daemon {
             self.deliver(out);
         } else if let Some(link) = self.role.link() {
             let id = self.proxied.forward(t);
-            self.send_peer(link, &PeerMsg::Control { id, req, uid });
+            self.send_peer(link, ToMaster::Control { id, req, uid });
         } else if self.awaiting_master()
             && matches!(req, Request::Halt)
             && (uid == self.uid || uid == 0)
@@ -37,7 +37,7 @@ impl Daemon {
         } else if self.awaiting_master() {
             // Forwarded to whoever is elected.
             let id = self.proxied.forward(t);
-            self.report(PeerMsg::Control { id, req, uid });
+            self.report(ToMaster::Control { id, req, uid });
         } else {
             self.send_resp(
                 t,

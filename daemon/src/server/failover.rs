@@ -49,7 +49,7 @@ pub(super) struct Failover {
     /// A worker whose master is gone: since when, and what it would have
     /// told it.
     masterless: Option<Instant>,
-    unsent: VecDeque<PeerMsg>,
+    unsent: VecDeque<ToMaster>,
     /// A worker's master's address (a daemon joining this one is sent
     /// there).
     pub(super) master_addr: Option<SocketAddr>,
@@ -156,7 +156,7 @@ impl Failover {
     }
 
     /// What a worker kept for its next master.
-    pub(super) fn take_unsent(&mut self) -> VecDeque<PeerMsg> {
+    pub(super) fn take_unsent(&mut self) -> VecDeque<ToMaster> {
         std::mem::take(&mut self.unsent)
     }
 
@@ -260,7 +260,7 @@ impl Daemon {
             };
             for host in others {
                 if !self.failover.unreachable.contains_key(&host) {
-                    self.send_to_host(&host, PeerMsg::JobFile(changes.clone()));
+                    self.send_to_host(&host, Quorum::JobFile(changes.clone()));
                 }
             }
         }
@@ -314,21 +314,31 @@ impl Daemon {
                 continue;
             };
             if !self.failover.unreachable.contains_key(&host) {
-                self.send_to_host(&host, PeerMsg::Consensus { from: me, msg });
+                self.send_to_host(&host, Quorum::Consensus { from: me, msg });
             }
         }
     }
 
     /// A message for another daemon over the data link to it (dialled if
     /// need be; the message waits for the handshake).
-    pub(super) fn send_to_host(&mut self, host: &str, msg: PeerMsg) {
+    pub(super) fn send_to_host(&mut self, host: &str, msg: Quorum) {
         let Some(t) = self.link_to(host) else { return };
         match self.conns.get(&t).map(|c| &c.kind) {
-            Some(Kind::Data { .. }) => self.send_peer(t, &msg),
+            Some(Kind::Data { .. }) => self.send_peer(t, msg),
             Some(Kind::Dialling { .. }) => {
                 self.dialling.entry(t).or_default().push(Pending::Peer(msg))
             }
             _ => {}
+        }
+    }
+
+    /// A message of the quorum from `host`, on the data link to it.
+    pub(super) fn quorum_msg(&mut self, host: &str, msg: Quorum) {
+        match msg {
+            Quorum::Consensus { from, msg } => self.on_consensus(host, from, &msg),
+            Quorum::Voter { id } => self.on_voter(id),
+            Quorum::JobFile(changes) => self.on_job_file(host, changes),
+            Quorum::NewMaster { term, name, addr } => self.on_new_master(term, &name, &addr),
         }
     }
 
@@ -490,7 +500,7 @@ impl Daemon {
         for (host, _) in peers.iter().filter(|(n, _)| *n != me) {
             self.send_to_host(
                 host,
-                PeerMsg::NewMaster {
+                Quorum::NewMaster {
                     term,
                     name: me.clone(),
                     addr: addr.clone(),
@@ -504,32 +514,20 @@ impl Daemon {
         for msg in self.said_again() {
             self.report(msg);
         }
-        // What this host told no one while there was no master.
+        // What this host told no one while there was no master (a
+        // request for logs is answered from the job files here).
         for msg in std::mem::take(&mut self.failover.unsent) {
-            match msg {
-                PeerMsg::Control { id, req, uid } => {
-                    if let Some(resp) = self.answer_logs(uid, &req) {
-                        self.carry_out(vec![Out::Reply(
-                            Requester::Remote {
-                                host: me.clone(),
-                                id,
-                            },
-                            resp,
-                        )]);
-                        continue;
-                    }
-                    let from = Requester::Remote {
+            if let ToMaster::Control { id, req, uid } = &msg {
+                if let Some(resp) = self.answer_logs(*uid, req) {
+                    let to = Requester::Remote {
                         host: me.clone(),
-                        id,
+                        id: *id,
                     };
-                    let out = match self.role.master() {
-                        Some(m) => m.with_wall(wall_ns()).control_by(uid, from, &me, req),
-                        None => Vec::new(),
-                    };
-                    self.deliver(out);
+                    self.carry_out(vec![Out::Reply(to, resp)]);
+                    continue;
                 }
-                msg => self.report(msg),
             }
+            self.report(msg);
         }
     }
 
@@ -609,7 +607,7 @@ impl Daemon {
             if host != me && !attached.contains(&host) {
                 self.send_to_host(
                     &host,
-                    PeerMsg::NewMaster {
+                    Quorum::NewMaster {
                         term,
                         name: me.clone(),
                         addr: addr.clone(),
@@ -652,13 +650,13 @@ impl Daemon {
     /// VP that ended here lately that it ended (one the master has heard
     /// of already changes nothing, and one of a VP that runs here again
     /// is not said).
-    pub(super) fn said_again(&self) -> Vec<PeerMsg> {
+    pub(super) fn said_again(&self) -> Vec<ToMaster> {
         let running = self
             .vps
             .by_tid
             .iter()
             .filter(|(&tid, v)| v.exit.is_none() && self.moves.get(tid).is_none())
-            .map(|(&tid, v)| PeerMsg::Started {
+            .map(|(&tid, v)| ToMaster::Started {
                 tid,
                 pid: v.pid as u32,
             });
@@ -666,7 +664,7 @@ impl Daemon {
             .recent_exits
             .iter()
             .filter(|(tid, _)| !self.vps.by_tid.contains_key(tid))
-            .map(|(tid, status)| PeerMsg::Exited {
+            .map(|(tid, status)| ToMaster::Exited {
                 tid: *tid,
                 status: status.clone(),
             });
@@ -723,15 +721,8 @@ impl Daemon {
 
     /// Keep `msg` for the next master. Heartbeats and periodic reports are
     /// not kept: the next ones say the same.
-    pub(super) fn keep_unsent(&mut self, msg: PeerMsg) {
-        if matches!(
-            msg,
-            PeerMsg::Heartbeat
-                | PeerMsg::LeaseAsk { .. }
-                | PeerMsg::Owner(_)
-                | PeerMsg::Slicing(_)
-                | PeerMsg::Usage(_)
-        ) {
+    pub(super) fn keep_unsent(&mut self, msg: ToMaster) {
+        if msg.is_periodic() {
             return;
         }
         if self.failover.unsent.len() >= UNSENT_MAX {
@@ -931,7 +922,7 @@ impl Daemon {
             self.failover.hosts.insert(*id, host.clone());
             // (Heard from as it joins: it has had no chance to speak yet.)
             self.failover.heard.insert(*id, Instant::now());
-            self.send_to_host(host, PeerMsg::Voter { id: *id });
+            self.send_to_host(host, Quorum::Voter { id: *id });
             what.push(format!("host {host} becomes voter {id}"));
         }
         log!("voters change: {}", what.join("; "));

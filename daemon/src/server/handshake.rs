@@ -3,26 +3,29 @@
 //! is up used for what waited for it.
 
 use super::*;
-use crate::conn::Handshake;
+use crate::conn::Handshake as Machine;
 use libmig::handshake::Answer;
 
 impl Daemon {
     /// A message from a daemon that connected to us and is not yet
     /// authenticated.
-    pub(super) fn accepting(&mut self, t: Token, msg: &PeerMsg) {
-        if let PeerMsg::JoinWithToken { id, suite, noise } = msg {
-            return self.join_with_token(t, id, *suite, noise);
-        }
-        let Some(Handshake::Accept(mut hs)) = self.conns.get_mut(&t).and_then(|c| c.hs.take())
-        else {
+    pub(super) fn accepting(&mut self, t: Token, msg: PeerMsg) {
+        let msg = match msg.into_handshake() {
+            Ok(Handshake::JoinWithToken { id, suite, noise }) => {
+                return self.join_with_token(t, &id, suite, &noise);
+            }
+            Ok(m) => m,
+            Err(what) => return self.refuse(t, &format!("{what} before authentication")),
+        };
+        let Some(Machine::Accept(mut hs)) = self.conns.get_mut(&t).and_then(|c| c.hs.take()) else {
             return self.refuse(t, "handshake out of turn");
         };
-        match hs.on(&self.key, msg) {
+        match hs.on(&self.key, &msg) {
             Answer::Send(reply) => {
                 if let Some(c) = self.conns.get_mut(&t) {
-                    c.hs = Some(Handshake::Accept(hs));
+                    c.hs = Some(Machine::Accept(hs));
                 }
-                self.send_peer(t, &reply);
+                self.send_peer(t, reply);
             }
             Answer::Done(sealer, welcome) => {
                 if let Some(c) = self.conns.get_mut(&t) {
@@ -33,7 +36,7 @@ impl Daemon {
                     }
                 }
                 if let Some(w) = welcome {
-                    self.send_peer(t, &w);
+                    self.send_peer(t, w);
                 }
             }
             Answer::SendThenSeal(..) => self.refuse(t, "handshake out of turn"),
@@ -42,27 +45,33 @@ impl Daemon {
     }
 
     /// A message from `host`, to which we are opening a data link.
-    pub(super) fn dialling(&mut self, t: Token, host: String, msg: &PeerMsg) {
-        let Some(Handshake::Dial(mut client)) = self.conns.get_mut(&t).and_then(|c| c.hs.take())
+    pub(super) fn dialling(&mut self, t: Token, host: String, msg: PeerMsg) {
+        let msg = match msg.into_handshake() {
+            Ok(m) => m,
+            Err(what) => {
+                return self.refuse(t, &format!("{host}: unexpected {what} in the handshake"));
+            }
+        };
+        let Some(Machine::Dial(mut client)) = self.conns.get_mut(&t).and_then(|c| c.hs.take())
         else {
             return self.refuse(t, "handshake out of turn");
         };
-        match client.on(&self.key, msg) {
+        match client.on(&self.key, &msg) {
             Answer::Send(reply) => {
                 if let Some(c) = self.conns.get_mut(&t) {
-                    c.hs = Some(Handshake::Dial(client));
+                    c.hs = Some(Machine::Dial(client));
                 }
-                self.send_peer(t, &reply);
+                self.send_peer(t, reply);
             }
             Answer::SendThenSeal(proof, sealer) => {
-                self.send_peer(t, &proof);
+                self.send_peer(t, proof);
                 if let Some(c) = self.conns.get_mut(&t) {
-                    c.hs = Some(Handshake::Dial(client));
+                    c.hs = Some(Machine::Dial(client));
                     c.seal_with(sealer);
                 }
             }
             Answer::Done(..) => self.data_link_up(t, host),
-            Answer::Refuse(reason) if matches!(msg, PeerMsg::Refused { .. }) => {
+            Answer::Refuse(reason) if matches!(msg, Handshake::Refused { .. }) => {
                 log!("{host} refused a data link: {reason}");
                 self.close(t, &reason);
             }
@@ -78,11 +87,11 @@ impl Daemon {
         }
         debug!("data link to {host}");
         let name = self.facts.name.clone();
-        self.send_peer(t, &PeerMsg::Hi { name });
+        self.send_peer(t, Handshake::Hi { name });
         for p in self.dialling.remove(&t).unwrap_or_default() {
             match p {
                 Pending::Msg(env, body) => self.route(env, body, None),
-                Pending::Peer(msg) => self.send_peer(t, &msg),
+                Pending::Peer(msg) => self.send_peer(t, msg),
             }
         }
     }

@@ -48,12 +48,9 @@ impl Daemon {
             let bytes = std::fs::metadata(&expected).map_or(0, |m| m.len());
             self.metrics.checkpoint(bytes, since.elapsed());
         }
-        self.report(PeerMsg::Snap {
+        self.report(ToMaster::Snap {
             tid,
-            step: SnapStep::Taken {
-                id,
-                path: String::new(),
-            },
+            step: libmig::msg::SnapReport::Taken { id },
         });
         let image = ImageId { job, gen: id, tid };
         match self.store.path(&image) {
@@ -65,7 +62,7 @@ impl Daemon {
             Err(reason) => {
                 crate::discard::remove_later(&expected);
                 let host = self.facts.name.clone();
-                self.report(PeerMsg::ImageFailed {
+                self.report(ToMaster::ImageFailed {
                     image,
                     host,
                     reason,
@@ -95,12 +92,12 @@ impl Daemon {
                 self.copies_in.remove(&image);
                 self.disk.wrote();
                 debug!("{image}: kept here ({size} bytes)");
-                self.report(PeerMsg::ImageKept { image, size, crc });
+                self.report(ToMaster::ImageKept { image, size, crc });
             }
             Done::Wrote { image, upto } => {
                 // The sender sends on as far as this.
                 if let Some(&(t, _)) = self.copies_in.get(&image) {
-                    self.send_peer(t, &PeerMsg::ImageAck { image, upto });
+                    self.send_peer(t, DataLink::ImageAck { image, upto });
                 }
             }
             Done::Read { .. } => self.pump_outbound(),
@@ -120,14 +117,14 @@ impl Daemon {
                     reason
                 };
                 warn!("{image}: cannot keep it here: {reason}");
-                self.report(PeerMsg::ImageFailed {
+                self.report(ToMaster::ImageFailed {
                     image,
                     host,
                     reason,
                 });
             }
             Done::Checked { image, result } => {
-                self.report(PeerMsg::ImageChecked { image, result });
+                self.report(ToMaster::ImageChecked { image, result });
             }
         }
     }
@@ -136,7 +133,7 @@ impl Daemon {
     pub(super) fn check_image(&mut self, image: ImageId) {
         match self.store.path(&image) {
             Ok(path) => self.keep(Task::Check { image, path }),
-            Err(e) => self.report(PeerMsg::ImageChecked {
+            Err(e) => self.report(ToMaster::ImageChecked {
                 image,
                 result: Err(e),
             }),
@@ -150,7 +147,7 @@ impl Daemon {
         let me = self.facts.name.clone();
         let fail = |d: &mut Daemon, image: ImageId, reason: String| {
             warn!("{image}: cannot send it to {to}: {reason}");
-            d.report(PeerMsg::ImageFailed {
+            d.report(ToMaster::ImageFailed {
                 image,
                 host: me.clone(),
                 reason,
@@ -232,7 +229,7 @@ impl Daemon {
     fn copy_refused(&mut self, image: ImageId, reason: String) {
         warn!("{image}: cannot keep a copy here: {reason}");
         let host = self.facts.name.clone();
-        self.report(PeerMsg::ImageFailed {
+        self.report(ToMaster::ImageFailed {
             image,
             host,
             reason,
@@ -303,7 +300,7 @@ impl Daemon {
                             self.outbound.remove(i);
                             self.copies_out.remove(&image);
                             warn!("{image}: cannot send it to {to}: {e}");
-                            self.report(PeerMsg::ImageFailed {
+                            self.report(ToMaster::ImageFailed {
                                 image,
                                 host: me,
                                 reason: e,
@@ -323,7 +320,7 @@ impl Daemon {
                 self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW) && o.unacked() < ACK_WINDOW;
             if room {
                 if let Some((msg, part)) = self.outbound[i].next_part() {
-                    broke = !self.send_image_part(d, &msg, part);
+                    broke = !self.send_image_part(d, msg, part);
                 }
             }
             if broke {
@@ -359,7 +356,7 @@ impl Daemon {
             Sending::Copy(image) => {
                 self.copies_out.remove(&image);
                 warn!("{image}: not sent: {why}");
-                self.report(PeerMsg::ImageFailed {
+                self.report(ToMaster::ImageFailed {
                     image,
                     host: o.to,
                     reason: why.to_string(),
@@ -382,8 +379,8 @@ impl Daemon {
             !it
         });
         for d in links {
-            let msg = PeerMsg::RestoreOff { tid };
-            self.send_image_part(d, &msg, Payload::from(Vec::new()));
+            let msg = DataLink::RestoreOff { tid };
+            self.send_image_part(d, msg, Payload::from(Vec::new()));
         }
     }
 
@@ -414,6 +411,6 @@ impl Daemon {
             state_full,
             turns: self.turns.report(Instant::now()),
         };
-        self.report(PeerMsg::Usage(usage));
+        self.report(ToMaster::Usage(usage));
     }
 }

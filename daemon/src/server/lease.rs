@@ -91,7 +91,7 @@ impl Daemon {
         }
         // The master asks itself: its own VPs are frozen too if its daemon
         // stalls (another master may start them elsewhere meanwhile).
-        self.report(PeerMsg::LeaseAsk { n });
+        self.report(ToMaster::LeaseAsk { n });
     }
 
     /// Ask `n` is granted for `ms` from when it was sent.
@@ -155,7 +155,7 @@ impl Daemon {
         self.lease.rejoining = true;
         self.lease.asked.clear();
         let facts = self.facts.clone();
-        self.send_peer(link, &PeerMsg::Register { facts });
+        self.send_peer(link, Handshake::Register { facts });
     }
 
     /// The master took this host back after it was fenced.

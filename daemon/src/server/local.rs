@@ -49,7 +49,7 @@ impl Daemon {
                     error: Some(format!("{}: {e}", s.program)),
                     cpu_ms: None,
                 };
-                self.report(PeerMsg::Exited { tid, status });
+                self.report(ToMaster::Exited { tid, status });
             }
         }
     }
@@ -204,7 +204,7 @@ impl Daemon {
             .get(&tid)
             .and_then(|v| v.restored.as_ref())
             .map_or(pid, crate::transparent::Restored::program);
-        self.report(PeerMsg::Started {
+        self.report(ToMaster::Started {
             tid,
             pid: shown as u32,
         });
@@ -258,7 +258,7 @@ impl Daemon {
         self.pipe_budget -= taken.min(self.pipe_budget);
         let (tid, pid, stream) = (p.tid, p.pid, p.stream);
         for line in lines {
-            self.report(PeerMsg::Output { tid, stream, line });
+            self.report(ToMaster::Output { tid, stream, line });
         }
         if drained == host::Drained::More {
             self.pipes_again.insert(t);
@@ -358,7 +358,7 @@ impl Daemon {
                     }
                     (moving, Some(status)) => {
                         if moving.is_some_and(|m| m.under_way()) {
-                            self.report(PeerMsg::MigrateFailed {
+                            self.report(ToMaster::MigrateFailed {
                                 tid,
                                 reason: format!("it ended before its checkpoint ({status})"),
                             });
@@ -368,7 +368,7 @@ impl Daemon {
                             self.recent_exits.pop_front();
                         }
                         self.recent_exits.push_back((tid, status.clone()));
-                        self.report(PeerMsg::Exited { tid, status });
+                        self.report(ToMaster::Exited { tid, status });
                     }
                     (_, None) => {}
                 }

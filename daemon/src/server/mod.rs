@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 use libmig::auth::{self, ClusterKey};
 use libmig::frame::{self, FrameError};
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, JobFileCopy, Loc, PeerMsg, Request, Response, StartVp, Stream,
-    Tid, VpMsg, SYSTEM,
+    DataLink, Envelope, ExitInfo, Handshake, HostFacts, JobFileCopy, Loc, PeerMsg, Quorum, Request,
+    Response, StartVp, Stream, Tid, ToHost, ToMaster, VpMsg, SYSTEM,
 };
 use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::unix::SourceFd;
@@ -251,7 +251,7 @@ pub struct Daemon {
     proxied: role::Proxied,
     /// On the master: what it said to live hosts whose link is down,
     /// sent when they attach again (dropped if they join afresh).
-    unsent_to: HashMap<String, Vec<PeerMsg>>,
+    unsent_to: HashMap<String, Vec<ToHost>>,
     /// Large messages arriving in pieces, by connection.
     parts: HashMap<Token, Vec<u8>>,
     /// Log lines about connections from unknown peers.
@@ -537,7 +537,7 @@ impl Daemon {
             }
         }
         let report = d.owner_report(Instant::now());
-        d.report(PeerMsg::Owner(report));
+        d.report(ToMaster::Owner(report));
         d.serve_metrics()?;
         std::fs::write(d.state.addr_file(), format!("{addr}\n"))
             .map_err(io_err("writing the address file"))?;
@@ -798,12 +798,12 @@ impl Daemon {
         // The owner's state rides with the heartbeat, for `mig owner status`,
         // and so do the slicer's switches, for `mig stats`.
         let report = self.owner_report(Instant::now());
-        self.report(PeerMsg::Owner(report));
+        self.report(ToMaster::Owner(report));
         for s in self.switcher.done() {
             self.slicer.record(s);
         }
         if let Some(r) = self.slicer.report() {
-            self.report(PeerMsg::Slicing(r));
+            self.report(ToMaster::Slicing(r));
         }
         // So do, every couple of seconds, the CPU time of each VP (`mig
         // ps`) and the memory, I/O and space this host has free (for
@@ -813,7 +813,7 @@ impl Daemon {
         }
         self.announce_silent_vps();
         if let Some(link) = self.role.link() {
-            self.send_peer(link, &PeerMsg::Heartbeat);
+            self.send_peer(link, ToMaster::Heartbeat);
         }
         self.ask_lease();
         self.attach_tick();

@@ -183,16 +183,16 @@ impl Daemon {
         let (mut s, mut seal) = connect(&self.key, local, addr, HANDSHAKE_TIMEOUT)?;
         seal.write_frame(
             &mut s,
-            &PeerMsg::Register {
+            &PeerMsg::from(Handshake::Register {
                 facts: self.facts.clone(),
-            },
+            }),
         )
         .map_err(DialError::of)?;
         match seal
             .read_frame::<PeerMsg, _>(&mut s)
             .map_err(DialError::of)?
         {
-            Some(PeerMsg::Registered { name }) => {
+            Some(PeerMsg::Handshake(Handshake::Registered { name })) => {
                 if name != self.facts.name {
                     log!(
                         "registered as {name} (the name {} was taken)",
@@ -202,14 +202,14 @@ impl Daemon {
                 self.router.rename(&name);
                 self.facts.name = name;
             }
-            Some(PeerMsg::Redirect { addr: to }) if redirects > 0 => {
+            Some(PeerMsg::Handshake(Handshake::Redirect { addr: to })) if redirects > 0 => {
                 let to: SocketAddr = to.parse().map_err(|_| {
                     DialError::Refused(format!("{addr} named a bad master address {to:?}"))
                 })?;
                 log!("{addr} is a worker: joining its master at {to}");
                 return self.join_at(to, redirects - 1);
             }
-            Some(PeerMsg::Refused { reason })
+            Some(PeerMsg::Handshake(Handshake::Refused { reason }))
                 if reason == NO_MASTER_NOW || reason == NOT_THE_MASTER =>
             {
                 return Err(DialError::Unreachable(format!("{addr}: {reason}")))
@@ -303,7 +303,7 @@ impl Daemon {
         match dialled {
             Ok((t, hello)) => {
                 self.links.insert(host.to_string(), t);
-                self.send_peer(t, &hello);
+                self.send_peer(t, hello);
                 Some(t)
             }
             Err(e) => {
@@ -430,7 +430,7 @@ impl Daemon {
             inc.discard();
             let reason = format!("its image stopped coming after {got} bytes ({why})");
             warn!("cannot restore VP t{tid:x}: {reason}");
-            self.report(PeerMsg::Missing { tid, reason });
+            self.report(ToMaster::Missing { tid, reason });
         }
         self.copies_cut_off(t);
         let dialling = matches!(c.kind, Kind::Dialling { .. });
@@ -659,7 +659,7 @@ impl Daemon {
         if kind != Some(Kind::Control) {
             self.send_peer(
                 t,
-                &PeerMsg::Refused {
+                Handshake::Refused {
                     reason: reason.to_string(),
                 },
             );
@@ -708,10 +708,11 @@ impl Daemon {
         }
     }
 
-    pub(super) fn send_peer(&mut self, t: Token, msg: &PeerMsg) {
-        match frame::encode(msg) {
+    pub(super) fn send_peer(&mut self, t: Token, msg: impl Into<PeerMsg>) {
+        let msg = msg.into();
+        match frame::encode(&msg) {
             Ok(b) => self.send_bytes(t, &b),
-            Err(FrameError::TooLarge(_)) => self.send_in_parts(t, msg),
+            Err(FrameError::TooLarge(_)) => self.send_in_parts(t, &msg),
             Err(e) => warn!("cannot encode a message: {e}"),
         }
     }
@@ -818,8 +819,8 @@ impl Daemon {
 pub(super) enum Pending {
     /// A message between VPs.
     Msg(Envelope, Body),
-    /// A message between daemons (consensus, a new master's announcement).
-    Peer(PeerMsg),
+    /// A message of the quorum (consensus, a new master's announcement).
+    Peer(Quorum),
 }
 
 /// Connect to a daemon (from `local`'s address, see `dial`) and
@@ -835,7 +836,7 @@ pub(super) fn connect(
     let mut s = dial(local, addr, Some(within)).map_err(unreachable)?;
     s.set_read_timeout(Some(within)).map_err(unreachable)?;
     let (mut client, hello) = Client::start(key).map_err(|e| DialError::Refused(e.to_string()))?;
-    frame::write_frame(&mut s, &hello).map_err(DialError::of)?;
+    frame::write_frame(&mut s, &PeerMsg::from(hello)).map_err(DialError::of)?;
     let mut sealer: Option<Box<Sealer>> = None;
     loop {
         let got = match &mut sealer {
@@ -847,10 +848,15 @@ pub(super) fn connect(
                 "{addr} closed the connection in the handshake"
             )));
         };
+        let msg = msg.into_handshake().map_err(|what| {
+            DialError::Refused(format!("{addr}: unexpected {what} in the handshake"))
+        })?;
         match client.on(key, &msg) {
-            Answer::Send(reply) => frame::write_frame(&mut s, &reply).map_err(DialError::of)?,
+            Answer::Send(reply) => {
+                frame::write_frame(&mut s, &PeerMsg::from(reply)).map_err(DialError::of)?
+            }
             Answer::SendThenSeal(proof, seal) => {
-                frame::write_frame(&mut s, &proof).map_err(DialError::of)?;
+                frame::write_frame(&mut s, &PeerMsg::from(proof)).map_err(DialError::of)?;
                 sealer = Some(seal);
             }
             Answer::Done(..) => {

@@ -7,6 +7,7 @@
 use super::*;
 use crate::migrate::Dest;
 use crate::transparent::{Done, Restored, Task};
+use libmig::msg::{SnapOrder, SnapReport};
 
 impl Daemon {
     /// May VP `tid` be moved from outside? Only a VP that never spoke to
@@ -196,7 +197,7 @@ impl Daemon {
     fn not_restored(&mut self, tid: Tid, reason: String) {
         warn!("cannot take in VP t{tid:x}: {reason}");
         crate::discard::remove_later(&self.state.restore(tid));
-        self.report(PeerMsg::Missing { tid, reason });
+        self.report(ToMaster::Missing { tid, reason });
     }
 
     /// VPs that have run a while without a word to their daemon are
@@ -222,7 +223,7 @@ impl Daemon {
             // Stopped at the end of its probation, not run in the idle
             // class: it is moved as it is.
             self.end_probation(|t| t == tid);
-            self.report(PeerMsg::Movable { tid });
+            self.report(ToMaster::Movable { tid });
         }
     }
 
@@ -230,9 +231,9 @@ impl Daemon {
     /// is stopped and answers at once (it sent no message to account
     /// for), is saved when every VP of the job is paused, and runs on
     /// when told.
-    pub(super) fn snap_from_outside(&mut self, tid: Tid, step: SnapStep) {
+    pub(super) fn snap_from_outside(&mut self, tid: Tid, step: SnapOrder) {
         match step {
-            SnapStep::Begin { id, .. } => {
+            SnapOrder::Begin { id } => {
                 if !self.movable_from_outside(tid) {
                     return self.snap_failed(
                         tid,
@@ -245,15 +246,15 @@ impl Daemon {
                     v.signal(Signal::SIGSTOP);
                     v.snapping_since = Some(Instant::now());
                 }
-                self.report(PeerMsg::Snap {
+                self.report(ToMaster::Snap {
                     tid,
-                    step: SnapStep::Paused {
+                    step: SnapReport::Paused {
                         id,
                         sent: Vec::new(),
                     },
                 });
             }
-            SnapStep::Now { id, expect } => {
+            SnapOrder::Now { id, expect } => {
                 if !expect.is_empty() {
                     return self.snap_failed(
                         tid,
@@ -273,14 +274,11 @@ impl Daemon {
                     all,
                 });
             }
-            SnapStep::Resume { .. } | SnapStep::Abort { .. } => {
+            SnapOrder::Resume { .. } | SnapOrder::Abort { .. } => {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
                     v.snapping_since = None;
                 }
                 self.run_if_it_may(tid);
-            }
-            SnapStep::Paused { .. } | SnapStep::Taken { .. } | SnapStep::Failed { .. } => {
-                warn!("VP t{tid:x}: a checkpoint step only a VP says came from the master")
             }
         }
     }

@@ -107,10 +107,10 @@ impl Daemon {
         );
         if !changes.is_empty() {
             log!("owner: {said}");
-            self.report(PeerMsg::Owner(report));
+            self.report(ToMaster::Owner(report));
         }
         if let Some(id) = command {
-            self.report(PeerMsg::OwnerDone { id, message: said });
+            self.report(ToMaster::OwnerDone { id, message: said });
         }
         if self.owner.park_due(now) {
             self.park_waiting();
@@ -248,7 +248,7 @@ impl Daemon {
                     error: Some(format!("its parked image {}: {e}", path.display())),
                     cpu_ms: None,
                 };
-                self.report(PeerMsg::Exited { tid, status });
+                self.report(ToMaster::Exited { tid, status });
             }
         }
     }

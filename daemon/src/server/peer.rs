@@ -1,129 +1,194 @@
-//! Messages between daemons once authenticated: the master's side of its
-//! workers, a worker's side of its master, and delivering the master's `Out`s.
+//! Messages between daemons once authenticated: which link carries which
+//! conversation (`peer_msg`), the master's side of its workers (`Register`,
+//! `Attach`, their `ToMaster` news), a host's side of its master (`ToHost`),
+//! what comes on a data link (`DataLink`), and delivering the master's
+//! `Out`s. What does not live here: setting links up (`handshake`,
+//! `attach`, `token`), the quorum's messages (`quorum_msg` in `failover`).
 
 use super::*;
 
 impl Daemon {
-    /// A message from another daemon on connection `t` of kind `kind`.
+    /// A message from another daemon on connection `t` of kind `kind`. A
+    /// link being set up takes only the handshake; once it is up, each kind
+    /// of link carries its conversations, and one on a link that does not
+    /// carry it is refused (ignored from the master).
     pub(super) fn peer_msg(&mut self, t: Token, kind: Kind, msg: PeerMsg, payload: Vec<u8>) {
         match (kind, msg) {
-            (Kind::Accepting, msg) => self.accepting(t, &msg),
+            (Kind::Accepting, msg) => self.accepting(t, msg),
+            (Kind::Dialling { host }, msg) => self.dialling(t, host, msg),
+            (Kind::Attaching { sent, .. }, msg) => self.attaching(t, sent, msg),
+            (kind @ (Kind::Control | Kind::Vp { .. }), msg) => {
+                self.off_its_link(t, &kind, msg.name(), "links between daemons")
+            }
+            (kind, PeerMsg::Handshake(m)) => self.handshake_msg(t, &kind, m),
+            (Kind::Peer { host: Some(h) }, PeerMsg::ToMaster(m)) => self.on_worker_msg(&h, t, m),
+            (Kind::Master, PeerMsg::ToHost(m)) => self.on_master_msg(m),
+            (Kind::Data { .. }, PeerMsg::Data(m)) => self.data_msg(t, m, payload),
+            (Kind::Data { host }, PeerMsg::Quorum(m)) => self.quorum_msg(&host, m),
             (
                 kind @ (Kind::Peer { host: Some(_) } | Kind::Master | Kind::Data { .. }),
                 PeerMsg::Part { last },
             ) => self.part(t, kind, last, payload),
-            (Kind::Dialling { host }, msg) => self.dialling(t, host, &msg),
-            (Kind::Attaching { sent, .. }, msg) => self.attaching(t, sent, msg),
-            (Kind::Peer { host: None }, PeerMsg::Register { .. }) if !self.role.is_master() => {
-                match self.failover_master_addr() {
-                    Some(addr) => self.send_peer(t, &PeerMsg::Redirect { addr }),
-                    None => self.refuse(t, net::NO_MASTER_NOW),
-                }
+            (kind, PeerMsg::ToMaster(m)) => {
+                self.off_its_link(t, &kind, m.name(), "a host's link to its master")
             }
-            (Kind::Peer { host: None }, PeerMsg::Attach { facts }) => {
-                let Some(m) = self.role.master() else {
-                    return self.refuse(t, net::NOT_THE_MASTER);
-                };
-                let (name, out, fenced) = m.attach(facts, Instant::now());
-                let dir = m.directory();
-                let voters = m.voters_msg();
-                self.retire_links_of(&name, t);
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.kind = Kind::Peer {
-                        host: Some(name.clone()),
-                    };
-                }
-                if fenced {
-                    self.unsent_to.remove(&name);
-                    self.send_peer(
-                        t,
-                        &PeerMsg::Fenced {
-                            why: "it was declared dead while it could not be reached".into(),
-                        },
-                    );
-                } else {
-                    self.send_peer(t, &PeerMsg::Registered { name: name.clone() });
-                    self.send_peer(t, &dir);
-                    self.send_peer(t, &voters);
-                    for msg in self.unsent_to.remove(&name).unwrap_or_default() {
-                        self.send_peer(t, &msg);
-                    }
-                }
-                self.deliver(out);
+            (kind, PeerMsg::ToHost(m)) => {
+                self.off_its_link(t, &kind, m.name(), "the master's link to a host")
             }
-            (Kind::Data { host }, PeerMsg::Consensus { from, msg }) => {
-                self.on_consensus(&host, from, &msg)
+            (kind, PeerMsg::Data(m)) => self.off_its_link(t, &kind, m.name(), "data links"),
+            (kind, PeerMsg::Quorum(m)) => self.off_its_link(t, &kind, m.name(), "data links"),
+            (kind, PeerMsg::Part { .. }) => {
+                self.off_its_link(t, &kind, "Part", "a link that says what it is")
             }
-            (Kind::Data { .. }, PeerMsg::NewMaster { term, name, addr }) => {
-                self.on_new_master(term, &name, &addr)
+        }
+    }
+
+    /// Message `what` came on `t`, a link of kind `kind` that does not
+    /// carry it (it travels on `travels`): refused, but from the master,
+    /// whose link is not given up for it.
+    fn off_its_link(&mut self, t: Token, kind: &Kind, what: &str, travels: &str) {
+        match kind {
+            Kind::Master => warn!("ignoring unexpected {what} from the master"),
+            Kind::Peer { host: Some(h) } => {
+                self.refuse(t, &format!("unexpected {what} from worker {h}"))
             }
-            (Kind::Data { .. }, PeerMsg::Voter { id }) => self.on_voter(id),
-            (Kind::Data { host }, PeerMsg::JobFile(copy)) => self.on_job_file(&host, copy),
-            (Kind::Peer { host: None }, PeerMsg::Register { facts }) => {
-                let Some(m) = self.role.master() else {
-                    return self.refuse(t, net::NOT_THE_MASTER);
-                };
-                let (name, out) = m.register(facts, Instant::now());
-                let dir = m.directory();
-                let voters = m.voters_msg();
-                self.unsent_to.remove(&name);
-                self.retire_links_of(&name, t);
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.kind = Kind::Peer {
-                        host: Some(name.clone()),
-                    };
-                }
-                self.send_peer(t, &PeerMsg::Registered { name });
-                self.send_peer(t, &dir);
-                self.send_peer(t, &voters);
-                self.deliver(out);
+            kind => self.refuse(
+                t,
+                &format!("unexpected {what} on {kind} (it travels on {travels})"),
+            ),
+        }
+    }
+
+    /// A message of the handshake on authenticated link `t` of kind
+    /// `kind`: a worker that registers or attaches, a data link's dialler
+    /// saying who it is, the master taking back a host it had fenced.
+    fn handshake_msg(&mut self, t: Token, kind: &Kind, msg: Handshake) {
+        match (kind, msg) {
+            (Kind::Peer { host: None }, Handshake::Register { facts }) => self.registers(t, facts),
+            (Kind::Peer { host: Some(h) }, Handshake::Register { facts }) => {
+                let h = h.clone();
+                self.registers_again(&h, t, facts)
             }
-            (Kind::Peer { host: None }, PeerMsg::Hi { name }) => {
+            (Kind::Peer { host: None }, Handshake::Attach { facts }) => self.attaches(t, facts),
+            (Kind::Peer { host: None }, Handshake::Hi { name }) => {
                 if let Some(c) = self.conns.get_mut(&t) {
                     c.kind = Kind::Data { host: name };
                 }
             }
-            (Kind::Data { .. }, PeerMsg::Deliver(env)) => {
-                self.route(env, Body::Bytes(payload), Some(t))
+            (Kind::Master, Handshake::Registered { .. }) => {
+                self.attach.heard = Instant::now();
+                self.rejoined()
             }
             (
-                Kind::Data { .. },
-                PeerMsg::RestorePart {
-                    tid,
-                    at,
-                    total,
-                    last,
-                    start,
-                },
-            ) => {
-                let part = ImagePart {
-                    tid,
-                    at,
-                    total,
-                    last,
-                };
-                self.image_part(t, part, start, &payload);
-                if let Some(c) = self.conns.get_mut(&t) {
-                    c.dec.recycle(payload);
-                }
-            }
-            (Kind::Data { .. }, PeerMsg::Undeliverable { env, reason }) => {
-                self.undeliverable(env, &reason)
-            }
+                kind,
+                m @ (Handshake::Register { .. }
+                | Handshake::Attach { .. }
+                | Handshake::Hi { .. }
+                | Handshake::Registered { .. }),
+            ) => self.off_its_link(t, kind, m.name(), "a link being set up"),
             (
-                Kind::Data { .. },
-                PeerMsg::ImagePart {
-                    image, at, total, ..
-                },
-            ) => self.image_copy_part(t, image, (at, total), payload),
-            (Kind::Data { .. }, PeerMsg::ImageAck { image, upto }) => {
-                self.image_acked(&image, upto)
-            }
-            (Kind::Data { .. }, PeerMsg::RestoreOff { tid }) => self.restore_off(tid),
-            (Kind::Peer { host: Some(h) }, msg) => self.on_worker_msg(&h, t, msg),
-            (Kind::Master, msg) => self.on_master_msg(msg),
-            (_, other) => self.refuse(t, &format!("unexpected {}", other.name())),
+                kind,
+                m @ (Handshake::Hello { .. }
+                | Handshake::Challenge { .. }
+                | Handshake::Proof { .. }
+                | Handshake::Welcome
+                | Handshake::Refused { .. }
+                | Handshake::JoinWithToken { .. }
+                | Handshake::JoinAnswer { .. }
+                | Handshake::ClusterKeyIs { .. }
+                | Handshake::Redirect { .. }),
+            ) => self.off_its_link(t, kind, m.name(), "a link being authenticated"),
         }
+    }
+
+    /// A daemon that authenticated on `t` joins afresh (`Register`): on
+    /// the master, it is a worker now; a worker tells it where the master
+    /// is.
+    fn registers(&mut self, t: Token, facts: HostFacts) {
+        if !self.role.is_master() {
+            return match self.failover_master_addr() {
+                Some(addr) => self.send_peer(t, Handshake::Redirect { addr }),
+                None => self.refuse(t, net::NO_MASTER_NOW),
+            };
+        }
+        let Some(m) = self.role.master() else {
+            return self.refuse(t, net::NOT_THE_MASTER);
+        };
+        let (name, out) = m.register(facts, Instant::now());
+        let dir = m.directory();
+        let voters = m.voters_msg();
+        self.unsent_to.remove(&name);
+        self.retire_links_of(&name, t);
+        if let Some(c) = self.conns.get_mut(&t) {
+            c.kind = Kind::Peer {
+                host: Some(name.clone()),
+            };
+        }
+        self.send_peer(t, Handshake::Registered { name });
+        self.send_peer(t, dir);
+        self.send_peer(t, voters);
+        self.deliver(out);
+    }
+
+    /// A worker that authenticated on `t` attaches (after a change of
+    /// master, or its link broke): it goes on as it was, or hears it was
+    /// fenced.
+    fn attaches(&mut self, t: Token, facts: HostFacts) {
+        let Some(m) = self.role.master() else {
+            return self.refuse(t, net::NOT_THE_MASTER);
+        };
+        let (name, out, fenced) = m.attach(facts, Instant::now());
+        let dir = m.directory();
+        let voters = m.voters_msg();
+        self.retire_links_of(&name, t);
+        if let Some(c) = self.conns.get_mut(&t) {
+            c.kind = Kind::Peer {
+                host: Some(name.clone()),
+            };
+        }
+        if fenced {
+            self.unsent_to.remove(&name);
+            self.send_peer(
+                t,
+                ToHost::Fenced {
+                    why: "it was declared dead while it could not be reached".into(),
+                },
+            );
+        } else {
+            self.send_peer(t, Handshake::Registered { name: name.clone() });
+            self.send_peer(t, dir);
+            self.send_peer(t, voters);
+            for msg in self.unsent_to.remove(&name).unwrap_or_default() {
+                self.send_peer(t, msg);
+            }
+        }
+        self.deliver(out);
+    }
+
+    /// Worker `h` registers again on its link `t`: fenced, it ended its
+    /// VPs and joins again, under its name. (One held alive may not.)
+    fn registers_again(&mut self, h: &str, t: Token, facts: HostFacts) {
+        let Some(m) = self.role.master() else { return };
+        if m.is_alive(h) {
+            return self.off_its_link(
+                t,
+                &Kind::Peer {
+                    host: Some(h.to_string()),
+                },
+                "Register",
+                "a link being set up",
+            );
+        }
+        let facts = HostFacts {
+            name: h.to_string(),
+            ..facts
+        };
+        let (name, out) = m.register(facts, Instant::now());
+        let dir = m.directory();
+        self.unsent_to.remove(&name);
+        self.send_peer(t, Handshake::Registered { name });
+        self.send_peer(t, dir);
+        self.deliver(out);
     }
 
     /// On the master: host `name` attached or registered on `t`; an older
@@ -148,64 +213,63 @@ impl Daemon {
         }
     }
 
-    /// On the master: a message from worker `h`.
-    pub(super) fn on_worker_msg(&mut self, h: &str, t: Token, msg: PeerMsg) {
+    /// On the master: news from worker `h` on its link `t`.
+    pub(super) fn on_worker_msg(&mut self, h: &str, t: Token, msg: ToMaster) {
         // Answered at once, whatever the consensus: the worker knows by the
         // answers that its link carries both ways (see `attach`).
-        if matches!(msg, PeerMsg::Heartbeat) {
-            self.send_peer(t, &PeerMsg::Heartbeat);
+        if matches!(msg, ToMaster::Heartbeat) {
+            self.send_peer(t, ToHost::Heartbeat);
         }
         let Some(m) = self.role.master() else { return };
-        if let (false, PeerMsg::Register { facts }) = (m.is_alive(h), &msg) {
-            // Fenced, it ended its VPs and registers again, under its name.
-            let facts = HostFacts {
-                name: h.to_string(),
-                ..facts.clone()
-            };
-            let (name, out) = m.register(facts, Instant::now());
-            let dir = m.directory();
-            self.unsent_to.remove(&name);
-            self.send_peer(t, &PeerMsg::Registered { name });
-            self.send_peer(t, &dir);
-            return self.deliver(out);
-        }
         let mut out = m.heard_from(h, Instant::now());
         if !m.is_alive(h) {
             // Declared dead: it hears it is fenced, and nothing it says
             // counts any more.
             return self.deliver(out);
         }
-        if let PeerMsg::Control { id, req, uid } = &msg {
+        if let ToMaster::Control { id, req, uid } = &msg {
             let (id, uid) = (*id, *uid);
             if let Some(resp) = self.answer_logs(uid, req) {
                 self.deliver(out);
-                return self.send_peer(t, &PeerMsg::Reply { id, resp });
+                return self.send_peer(t, ToHost::Reply { id, resp });
             }
         }
-        let Some(m) = self.role.master() else {
-            return self.deliver(out);
-        };
-        out.extend(match msg {
-            PeerMsg::Control { id, req, uid } => m.with_wall(wall_ns()).control_by(
-                uid,
-                Requester::Remote {
-                    host: h.to_string(),
-                    id,
-                },
-                h,
-                req,
-            ),
-            msg => {
-                let what = msg.name();
-                match m.with_wall(wall_ns()).from_host(h, msg) {
-                    Some(out) => out,
-                    None => {
-                        return self.refuse(t, &format!("unexpected {what} from a worker"));
-                    }
+        if let Some(m) = self.role.master() {
+            out.extend(m.with_wall(wall_ns()).from_host(h, msg));
+        }
+        self.deliver(out);
+    }
+
+    /// A message from the host at the other end of data link `t` (with
+    /// its payload).
+    fn data_msg(&mut self, t: Token, msg: DataLink, payload: Vec<u8>) {
+        match msg {
+            DataLink::Deliver(env) => self.route(env, Body::Bytes(payload), Some(t)),
+            DataLink::Undeliverable { env, reason } => self.undeliverable(env, &reason),
+            DataLink::RestorePart {
+                tid,
+                at,
+                total,
+                last,
+                start,
+            } => {
+                let part = ImagePart {
+                    tid,
+                    at,
+                    total,
+                    last,
+                };
+                self.image_part(t, part, start, &payload);
+                if let Some(c) = self.conns.get_mut(&t) {
+                    c.dec.recycle(payload);
                 }
             }
-        });
-        self.deliver(out);
+            DataLink::RestoreOff { tid } => self.restore_off(tid),
+            DataLink::ImagePart {
+                image, at, total, ..
+            } => self.image_copy_part(t, image, (at, total), payload),
+            DataLink::ImageAck { image, upto } => self.image_acked(&image, upto),
+        }
     }
 
     /// On the master, each heartbeat: a worker whose messages it has not
@@ -229,33 +293,23 @@ impl Daemon {
             .map(|(t, _)| *t)
             .collect();
         for t in behind {
-            self.send_peer(t, &PeerMsg::Heartbeat);
+            self.send_peer(t, ToHost::Heartbeat);
         }
     }
 
     /// On a worker: a message from the master.
-    pub(super) fn on_master_msg(&mut self, msg: PeerMsg) {
+    pub(super) fn on_master_msg(&mut self, msg: ToHost) {
         self.attach.heard = Instant::now();
-        match msg {
-            PeerMsg::Reply { id, resp } => {
-                // Spawned, Output and VpDone may be followed by more replies.
-                let more = matches!(
-                    resp,
-                    Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
-                );
-                if let Some(t) = self.proxied.answered(id, more) {
-                    self.send_resp(t, &resp);
-                }
-            }
-            other => self.host_msg(other),
-        }
+        self.host_msg(msg);
     }
 
     /// A message for this host (from the master, possibly itself).
-    pub(super) fn host_msg(&mut self, msg: PeerMsg) {
+    pub(super) fn host_msg(&mut self, msg: ToHost) {
         match msg {
-            PeerMsg::Start(s) => self.start_vp(s),
-            PeerMsg::Kill { tid } => {
+            ToHost::Heartbeat => {}
+            ToHost::Reply { id, resp } => self.answered(id, resp),
+            ToHost::Start(s) => self.start_vp(s),
+            ToHost::Kill { tid } => {
                 self.drop_sent(tid);
                 if let Some(vp) = self.vps.by_tid.get(&tid) {
                     vp.kill();
@@ -274,32 +328,35 @@ impl Daemon {
                         error: None,
                         cpu_ms: None,
                     };
-                    self.report(PeerMsg::Exited { tid, status });
+                    self.report(ToMaster::Exited { tid, status });
                 }
             }
-            PeerMsg::Unpark { tid } => self.unpark(tid),
-            PeerMsg::Recall { tid } => self.recall(tid),
-            PeerMsg::Input { tid, data, eof } => self.feed_input(tid, &data, eof),
-            PeerMsg::Signal { tid, signal } if libmig::msg::signal_ok(signal) => {
+            ToHost::Unpark { tid } => self.unpark(tid),
+            ToHost::Recall { tid } => self.recall(tid),
+            ToHost::Input { tid, data, eof } => self.feed_input(tid, &data, eof),
+            ToHost::Signal { tid, signal } if libmig::msg::signal_ok(signal) => {
                 if let Some(vp) = self.vps.by_tid.get(&tid) {
                     host::signal_number(vp.pid, signal);
                 }
             }
-            PeerMsg::Snap { tid, step } => self.snap_step(tid, step),
-            PeerMsg::CopyImage { image, to, start } => self.copy_image(image, to, start),
-            PeerMsg::CheckImage { image } => self.check_image(image),
-            PeerMsg::PruneImages { job, keep } => self.prune_images(&job, &keep),
-            PeerMsg::SlotTable(t) => {
+            ToHost::Signal { tid, signal } => {
+                warn!("ignoring signal {signal} for VP t{tid:x}: not one a VP may be sent")
+            }
+            ToHost::Snap { tid, step } => self.snap_step(tid, step),
+            ToHost::CopyImage { image, to, start } => self.copy_image(image, to, start),
+            ToHost::CheckImage { image } => self.check_image(image),
+            ToHost::PruneImages { job, keep } => self.prune_images(&job, &keep),
+            ToHost::SlotTable(t) => {
                 self.slicer.install(t);
                 self.drive_slicer();
             }
-            PeerMsg::Hold { tids, hold } => self.hold_vps(&tids, hold),
-            PeerMsg::Halt => {
+            ToHost::Hold { tids, hold } => self.hold_vps(&tids, hold),
+            ToHost::Halt => {
                 log!("halt requested");
                 self.begin_halt();
             }
-            PeerMsg::LeaseGrant { n, ms } => self.lease_granted(n, ms),
-            PeerMsg::Fenced { why } => {
+            ToHost::LeaseGrant { n, ms } => self.lease_granted(n, ms),
+            ToHost::Fenced { why } => {
                 // The master counts none of the images kept here any more.
                 self.copies_in.clear();
                 self.copies_out.clear();
@@ -308,45 +365,51 @@ impl Daemon {
                 self.store.clear();
                 self.fenced(&why)
             }
-            PeerMsg::Checkpoint { to, start } => self.checkpoint(to, start),
-            PeerMsg::OwnerCommand { id, reclaim } => {
+            ToHost::Checkpoint { to, start } => self.checkpoint(to, start),
+            ToHost::OwnerCommand { id, reclaim } => {
                 self.owner.request(reclaim, Instant::now());
                 self.owner_poll(Some(id));
             }
-            PeerMsg::Peers(list) => {
+            ToHost::Peers(list) => {
                 self.peers = list
                     .into_iter()
                     .filter_map(|(n, a)| a.parse().ok().map(|a| (n, a)))
                     .collect();
             }
-            PeerMsg::Directory(entries) => self.directory(entries),
-            PeerMsg::Fence { tids, incarnation } => self.router.fence(&tids, incarnation),
-            PeerMsg::VpReturn { tid, id, ret } => {
+            ToHost::Directory(entries) => self.directory(entries),
+            ToHost::Fence { tids, incarnation } => self.router.fence(&tids, incarnation),
+            ToHost::VpReturn { tid, id, ret } => {
                 if let Some(&t) = self.vp_conns.get(&tid) {
                     self.send_vp(t, &VpMsg::Return { id, ret });
                 }
             }
-            PeerMsg::Registered { .. } => self.rejoined(),
-            PeerMsg::Voters(list) => self.on_voters(list),
-            PeerMsg::Voter { id } => self.on_voter(id),
-            PeerMsg::Heartbeat => {}
-            other => warn!("ignoring unexpected {} from the master", other.name()),
+            ToHost::Voters(list) => self.on_voters(list),
+        }
+    }
+
+    /// Reply `resp` to request `id` this host passed on to the master, for
+    /// the local `mig` that made it.
+    fn answered(&mut self, id: u64, resp: Response) {
+        // Spawned, Output and VpDone may be followed by more replies.
+        let more = matches!(
+            resp,
+            Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
+        );
+        if let Some(t) = self.proxied.answered(id, more) {
+            self.send_resp(t, &resp);
         }
     }
 
     /// Report to the master (handled in place when this is the master).
-    pub(super) fn report(&mut self, msg: PeerMsg) {
-        if matches!(msg, PeerMsg::MigrateFailed { .. }) {
+    pub(super) fn report(&mut self, msg: ToMaster) {
+        if matches!(msg, ToMaster::MigrateFailed { .. }) {
             self.metrics.move_failed();
         }
         if let Some(m) = self.role.master() {
-            let out = m
-                .with_wall(wall_ns())
-                .from_host(&self.facts.name, msg)
-                .unwrap_or_default();
+            let out = m.with_wall(wall_ns()).from_host(&self.facts.name, msg);
             self.deliver(out);
         } else if let Some(link) = self.role.link() {
-            self.send_peer(link, &msg);
+            self.send_peer(link, msg);
         } else if self.awaiting_master() {
             self.keep_unsent(msg);
         }
@@ -425,17 +488,11 @@ impl Daemon {
             Out::Reply(Requester::Local(t), resp) => self.send_resp(Token(t), &resp),
             Out::Reply(Requester::Remote { host, id }, resp) if host == self.facts.name => {
                 // Forwarded by this daemon before it was elected.
-                let more = matches!(
-                    resp,
-                    Response::Spawned { .. } | Response::Output { .. } | Response::VpDone { .. }
-                );
-                if let Some(t) = self.proxied.answered(id, more) {
-                    self.send_resp(t, &resp);
-                }
+                self.answered(id, resp)
             }
             Out::Reply(Requester::Remote { host, id }, resp) => {
                 if let Some(t) = self.host_token(&host) {
-                    self.send_peer(t, &PeerMsg::Reply { id, resp });
+                    self.send_peer(t, ToHost::Reply { id, resp });
                 }
             }
             Out::Reply(Requester::Vp { tid, id }, _) => {
@@ -449,7 +506,8 @@ impl Daemon {
                     .map(|(t, _)| *t)
                     .collect();
                 // Encoded once for all.
-                match frame::encode(&msg) {
+                let wire = PeerMsg::ToHost(msg.clone());
+                match frame::encode(&wire) {
                     Ok(bytes) => {
                         for t in workers {
                             self.send_bytes(t, &bytes);
@@ -457,7 +515,7 @@ impl Daemon {
                     }
                     Err(_) => {
                         for t in workers {
-                            self.send_peer(t, &msg);
+                            self.send_peer(t, wire.clone());
                         }
                     }
                 }
@@ -488,7 +546,7 @@ impl Daemon {
                 if host == self.facts.name {
                     self.host_msg(msg);
                 } else if let Some(t) = self.host_token(&host) {
-                    self.send_peer(t, &msg);
+                    self.send_peer(t, msg);
                 } else {
                     self.unsent(host, msg);
                 }
@@ -499,7 +557,7 @@ impl Daemon {
     /// A message for a host with no link: kept while the master holds it
     /// alive (only the link may have broken; it attaches again), up to a
     /// bound; else dropped.
-    fn unsent(&mut self, host: String, msg: PeerMsg) {
+    fn unsent(&mut self, host: String, msg: ToHost) {
         const MAX: usize = 4096;
         let alive = self.role.master().is_some_and(|m| m.is_alive(&host));
         let room = self.unsent_to.get(&host).map_or(0, Vec::len) < MAX;

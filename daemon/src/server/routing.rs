@@ -44,7 +44,7 @@ impl Daemon {
                 let to = env.to;
                 self.hold(env, body, src);
                 if self.router.ask(to) {
-                    self.report(PeerMsg::Locate { tid: to });
+                    self.report(ToMaster::Locate { tid: to });
                 }
                 return;
             }
@@ -108,7 +108,11 @@ impl Daemon {
                         }
                     },
                 };
-                (frame::encode_head(&PeerMsg::Deliver(env), p.len()), p, None)
+                (
+                    frame::encode_head(&PeerMsg::Data(DataLink::Deliver(env)), p.len()),
+                    p,
+                    None,
+                )
             }
         };
         let head = match head {
@@ -155,7 +159,7 @@ impl Daemon {
             Way::Remote(h) => match self.data_link(&h) {
                 Some(t) => self.send_peer(
                     t,
-                    &PeerMsg::Undeliverable {
+                    DataLink::Undeliverable {
                         env,
                         reason: reason.to_string(),
                     },

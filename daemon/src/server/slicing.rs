@@ -36,7 +36,7 @@ impl Daemon {
             .map(|(host, cells)| {
                 Out::ToHost(
                     host,
-                    PeerMsg::SlotTable(libmig::msg::SlotTable {
+                    ToHost::SlotTable(libmig::msg::SlotTable {
                         generation,
                         epoch_ns: epoch,
                         from_ns: from,

@@ -3,24 +3,19 @@
 //! `images`).
 
 use super::*;
+use libmig::msg::{SnapOrder, SnapReport};
 
 impl Daemon {
     /// A job checkpoint's step from the master for local VP `tid`.
-    pub(super) fn snap_step(&mut self, tid: Tid, step: SnapStep) {
+    pub(super) fn snap_step(&mut self, tid: Tid, step: SnapOrder) {
         if self.vps.by_tid.get(&tid).is_some_and(|v| v.outside) {
             return self.snap_from_outside(tid, step);
         }
         let Some(&t) = self.vp_conns.get(&tid) else {
             return;
         };
-        let begins = matches!(step, SnapStep::Begin { .. });
-        let step = match step {
-            SnapStep::Begin { id, .. } => SnapStep::Begin {
-                id,
-                path: self.state.snap_image(tid).display().to_string(),
-            },
-            other => other,
-        };
+        let begins = matches!(step, SnapOrder::Begin { .. });
+        let step = step.to_vp(|| self.state.snap_image(tid).display().to_string());
         self.send_vp(t, &VpMsg::Snap(step));
         if begins {
             self.flush_now(t);
@@ -50,13 +45,9 @@ impl Daemon {
             reason
         };
         warn!("VP t{tid:x}: its image of checkpoint {id}: {reason}");
-        self.report(PeerMsg::Snap {
+        self.report(ToMaster::Snap {
             tid,
-            step: SnapStep::Failed {
-                id,
-                reason,
-                no_space,
-            },
+            step: SnapReport::Failed { id, reason },
         });
     }
 }

@@ -27,14 +27,14 @@ impl Daemon {
                     debug!("sending parked VP t{tid:x} to {to}");
                     self.send_image(&to, start, image, None)
                 }
-                Err(e) => self.report(PeerMsg::MigrateFailed {
+                Err(e) => self.report(ToMaster::MigrateFailed {
                     tid,
                     reason: format!("its parked image {}: {e}", parked.path.display()),
                 }),
             };
         }
         let (Some(&t), Some(vp)) = (self.vp_conns.get(&tid), self.vps.by_tid.get(&tid)) else {
-            return self.report(PeerMsg::MigrateFailed {
+            return self.report(ToMaster::MigrateFailed {
                 tid,
                 reason: format!("it is not running on {}", self.facts.name),
             });
@@ -46,7 +46,7 @@ impl Daemon {
         if !vp.movable {
             // Never resumed for a move it cannot make: while the owner is
             // back it stays stopped.
-            return self.report(PeerMsg::MigrateFailed {
+            return self.report(ToMaster::MigrateFailed {
                 tid,
                 reason: "it cannot be moved: its program does not keep its state through \
                          libmig (init_or_restore), so it stays where it is"
@@ -182,7 +182,7 @@ impl Daemon {
                         log!("VP t{tid:x} parked on disk ({} bytes)", image.len());
                         self.moved_out(tid);
                         self.moves.park(tid, start, parked);
-                        self.report(PeerMsg::Parked { tid });
+                        self.report(ToMaster::Parked { tid });
                     }
                     Err(e) => warn!("VP t{tid:x}: keeping its image: {e}"),
                 }
@@ -196,7 +196,7 @@ impl Daemon {
             }
             (Err(e), _) => {
                 warn!("VP t{tid:x}: its checkpoint is unusable: {e}");
-                self.report(PeerMsg::MigrateFailed {
+                self.report(ToMaster::MigrateFailed {
                     tid,
                     reason: format!("its checkpoint is unusable: {e}"),
                 });
@@ -280,7 +280,7 @@ impl Daemon {
                         let reason = format!("its kept image {}: {e}", kept.path.display());
                         warn!("VP t{tid:x}: {reason}");
                         crate::discard::remove_later(&kept.path);
-                        self.report(PeerMsg::Missing { tid, reason });
+                        self.report(ToMaster::Missing { tid, reason });
                     }
                 }
             }
@@ -288,7 +288,7 @@ impl Daemon {
                 // It arrived here whole and runs: the master hears it again.
                 Some(v) if self.moves.get(tid).is_none() && v.exit.is_none() => {
                     let pid = v.pid as u32;
-                    self.report(PeerMsg::Started { tid, pid });
+                    self.report(ToMaster::Started { tid, pid });
                 }
                 _ => {
                     // Part of it arrived here, from a host now gone: it
@@ -297,7 +297,7 @@ impl Daemon {
                         inc.discard();
                     }
                     log!("VP t{tid:x}: recalled, but nothing of it is left here");
-                    self.report(PeerMsg::Missing {
+                    self.report(ToMaster::Missing {
                         tid,
                         reason: format!("nothing of it is left on {}", self.facts.name),
                     });
@@ -322,7 +322,7 @@ impl Daemon {
             }
             host::vp_class(&v.pids(), &self.treatment());
         }
-        self.report(PeerMsg::MigrateFailed { tid, reason });
+        self.report(ToMaster::MigrateFailed { tid, reason });
     }
 
     /// VP `tid` wrote its image after its move was called off: it goes on
@@ -430,8 +430,8 @@ impl Daemon {
     }
 
     /// One part of an image on data link `d`; false if the link failed.
-    pub(super) fn send_image_part(&mut self, d: Token, msg: &PeerMsg, part: Payload) -> bool {
-        let head = match frame::encode_head(msg, part.len()) {
+    pub(super) fn send_image_part(&mut self, d: Token, msg: DataLink, part: Payload) -> bool {
+        let head = match frame::encode_head(&PeerMsg::Data(msg), part.len()) {
             Ok(h) => h,
             Err(e) => {
                 warn!("cannot encode an image part: {e}");

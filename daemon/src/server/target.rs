@@ -88,7 +88,7 @@ impl Daemon {
             why.to_string()
         };
         warn!("cannot take in VP t{tid:x}: {reason}");
-        self.report(PeerMsg::Missing { tid, reason });
+        self.report(ToMaster::Missing { tid, reason });
     }
 
     /// The image of VP `tid` arriving will not come whole (its source

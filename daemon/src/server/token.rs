@@ -20,7 +20,7 @@ impl Daemon {
         if !self.role.is_master() {
             return match self.failover_master_addr() {
                 Some(addr) => {
-                    self.send_peer(t, &PeerMsg::Redirect { addr });
+                    self.send_peer(t, Handshake::Redirect { addr });
                     if let Some(c) = self.conns.get_mut(&t) {
                         c.closing = true;
                     }
@@ -55,13 +55,13 @@ impl Daemon {
                 crate::conn::Sock::Unix(_) => None,
             })
             .map_or_else(|| "a daemon".to_string(), |a| a.to_string());
-        self.send_peer(t, &PeerMsg::JoinAnswer { noise: answer });
+        self.send_peer(t, Handshake::JoinAnswer { noise: answer });
         if let Some(c) = self.conns.get_mut(&t) {
             c.seal_with(Box::new(sealer));
         }
         self.send_peer(
             t,
-            &PeerMsg::ClusterKeyIs {
+            Handshake::ClusterKeyIs {
                 key: *self.key.psk(),
             },
         );
@@ -126,37 +126,41 @@ pub fn redeem(
             Opening::dial(suite, &psk).map_err(|e| RedeemError::Refused(e.to_string()))?;
         libmig::frame::write_frame(
             &mut s,
-            &PeerMsg::JoinWithToken {
+            &PeerMsg::from(Handshake::JoinWithToken {
                 id: token.id.clone(),
                 suite: suite as u8,
                 noise,
-            },
+            }),
         )
         .map_err(frame_err)?;
         match libmig::frame::read_frame::<PeerMsg, _>(&mut s).map_err(frame_err)? {
-            Some(PeerMsg::JoinAnswer { noise }) => {
+            Some(PeerMsg::Handshake(Handshake::JoinAnswer { noise })) => {
                 let mut sealer = opening.finish(&noise).map_err(|_| {
                     RedeemError::Refused("the master's answer does not match the token".into())
                 })?;
                 return match sealer.read_frame::<PeerMsg, _>(&mut s).map_err(frame_err)? {
-                    Some(PeerMsg::ClusterKeyIs { key }) => Ok(ClusterKey::from_bytes(key)),
+                    Some(PeerMsg::Handshake(Handshake::ClusterKeyIs { key })) => {
+                        Ok(ClusterKey::from_bytes(key))
+                    }
                     other => Err(RedeemError::Refused(format!(
                         "unexpected answer {:?}",
                         other.map(|m| m.name())
                     ))),
                 };
             }
-            Some(PeerMsg::Redirect { addr: to }) => {
+            Some(PeerMsg::Handshake(Handshake::Redirect { addr: to })) => {
                 addr = to
                     .parse()
                     .map_err(|_| RedeemError::Refused(format!("a bad master address {to:?}")))?;
             }
-            Some(PeerMsg::Refused { reason })
+            Some(PeerMsg::Handshake(Handshake::Refused { reason }))
                 if reason == net::NO_MASTER_NOW || reason == net::NOT_THE_MASTER =>
             {
                 return Err(RedeemError::NotNow(format!("{addr}: {reason}")));
             }
-            Some(PeerMsg::Refused { reason }) => return Err(RedeemError::Refused(reason)),
+            Some(PeerMsg::Handshake(Handshake::Refused { reason })) => {
+                return Err(RedeemError::Refused(reason))
+            }
             None => return Err(RedeemError::NotNow(format!("{addr} closed the connection"))),
             Some(other) => {
                 return Err(RedeemError::Refused(format!(

@@ -64,9 +64,9 @@ impl Daemon {
             VpMsg::CheckpointFailed { reason, no_space } => {
                 self.checkpoint_failed(tid, &reason, no_space)
             }
-            VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(PeerMsg::Snap {
+            VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(ToMaster::Snap {
                 tid,
-                step: SnapStep::Paused { id, sent },
+                step: libmig::msg::SnapReport::Paused { id, sent },
             }),
             VpMsg::Snap(SnapStep::Taken { id, path }) => self.snap_taken(tid, id, &path),
             VpMsg::Snap(SnapStep::Failed {
@@ -74,7 +74,7 @@ impl Daemon {
                 reason,
                 no_space,
             }) => self.snap_failed(tid, id, reason, no_space),
-            VpMsg::Call { id, call } => self.report(PeerMsg::VpCall { tid, id, call }),
+            VpMsg::Call { id, call } => self.report(ToMaster::VpCall { tid, id, call }),
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
             VpMsg::Movable => {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
@@ -82,7 +82,7 @@ impl Daemon {
                 }
                 // Said in time: it waits, stopped, to be moved.
                 self.end_probation(|t| t == tid);
-                self.report(PeerMsg::Movable { tid });
+                self.report(ToMaster::Movable { tid });
             }
             VpMsg::PauseNotice { signal } if libmig::msg::pause_signal_ok(signal) => {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {

@@ -673,6 +673,19 @@ impl PeerMsg {
             PeerMsg::Part { .. } => "Part",
         }
     }
+
+    /// A message of the handshake, or (`Err`) the name of one of another
+    /// conversation, which has no business on a link being set up.
+    pub fn into_handshake(self) -> Result<Handshake, &'static str> {
+        match self {
+            PeerMsg::Handshake(m) => Ok(m),
+            other @ (PeerMsg::ToMaster(_)
+            | PeerMsg::ToHost(_)
+            | PeerMsg::Data(_)
+            | PeerMsg::Quorum(_)
+            | PeerMsg::Part { .. }) => Err(other.name()),
+        }
+    }
 }
 
 impl Handshake {
@@ -720,6 +733,33 @@ impl ToMaster {
             ToMaster::ImageKept { .. } => "ImageKept",
             ToMaster::ImageFailed { .. } => "ImageFailed",
             ToMaster::ImageChecked { .. } => "ImageChecked",
+        }
+    }
+
+    /// Is it said again soon whatever happens (a heartbeat, a periodic
+    /// report), so that one not sent may be dropped?
+    pub fn is_periodic(&self) -> bool {
+        match self {
+            ToMaster::Heartbeat
+            | ToMaster::LeaseAsk { .. }
+            | ToMaster::Owner(_)
+            | ToMaster::Slicing(_)
+            | ToMaster::Usage(_) => true,
+            ToMaster::Started { .. }
+            | ToMaster::Exited { .. }
+            | ToMaster::Output { .. }
+            | ToMaster::Control { .. }
+            | ToMaster::VpCall { .. }
+            | ToMaster::Locate { .. }
+            | ToMaster::OwnerDone { .. }
+            | ToMaster::Parked { .. }
+            | ToMaster::Movable { .. }
+            | ToMaster::MigrateFailed { .. }
+            | ToMaster::Missing { .. }
+            | ToMaster::Snap { .. }
+            | ToMaster::ImageKept { .. }
+            | ToMaster::ImageFailed { .. }
+            | ToMaster::ImageChecked { .. } => false,
         }
     }
 }
