@@ -1,9 +1,9 @@
 //! The daemon's part in surviving its master: the consensus between voters
-//! carried over data links, the master's state proposed as it changes and
-//! what the master decided held back until that state is committed (a new
-//! master never lacks a decision the old one acted on), taking over when
-//! elected, stepping down when another is, and a worker following a new
-//! master without stopping its VPs.
+//! carried over data links (the `Quorum` messages), the master's state
+//! proposed as it changes and what the master decided held back until that
+//! state is committed (a new master never lacks a decision the old one
+//! acted on), taking over when elected, stepping down when another is, and
+//! a worker following a new master without stopping its VPs.
 //!
 //! What does not live here: raft (`crate::consensus`), what the state holds
 //! and how a master is rebuilt from it (`Master::export/import`), which hosts
