@@ -113,7 +113,22 @@ impl Server {
                     )
                 }
             }
-            (_, other) => Answer::Refuse(format!("{} before authentication", other.name())),
+            (
+                _,
+                m @ (Handshake::Hello { .. }
+                | Handshake::Proof { .. }
+                | Handshake::Challenge { .. }
+                | Handshake::Welcome
+                | Handshake::Refused { .. }
+                | Handshake::JoinWithToken { .. }
+                | Handshake::JoinAnswer { .. }
+                | Handshake::ClusterKeyIs { .. }
+                | Handshake::Register { .. }
+                | Handshake::Attach { .. }
+                | Handshake::Registered { .. }
+                | Handshake::Redirect { .. }
+                | Handshake::Hi { .. }),
+            ) => Answer::Refuse(format!("{} before authentication", m.name())),
         }
     }
 }
@@ -184,7 +199,21 @@ impl Client {
                 Answer::Done(None, None)
             }
             (_, Handshake::Refused { reason }) => Answer::Refuse(format!("refused: {reason}")),
-            (_, other) => Answer::Refuse(format!("unexpected {} in the handshake", other.name())),
+            (
+                _,
+                m @ (Handshake::Challenge { .. }
+                | Handshake::Welcome
+                | Handshake::Hello { .. }
+                | Handshake::Proof { .. }
+                | Handshake::JoinWithToken { .. }
+                | Handshake::JoinAnswer { .. }
+                | Handshake::ClusterKeyIs { .. }
+                | Handshake::Register { .. }
+                | Handshake::Attach { .. }
+                | Handshake::Registered { .. }
+                | Handshake::Redirect { .. }
+                | Handshake::Hi { .. }),
+            ) => Answer::Refuse(format!("unexpected {} in the handshake", m.name())),
         }
     }
 }

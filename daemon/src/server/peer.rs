@@ -45,10 +45,13 @@ impl Daemon {
 
     /// Message `what` came on `t`, a link of kind `kind` that does not
     /// carry it (it travels on `travels`): refused, but from the master,
-    /// whose link is not given up for it.
+    /// whose link is not given up for it (it says the master is there).
     fn off_its_link(&mut self, t: Token, kind: &Kind, what: &str, travels: &str) {
         match kind {
-            Kind::Master => warn!("ignoring unexpected {what} from the master"),
+            Kind::Master => {
+                self.attach.heard = Instant::now();
+                warn!("ignoring unexpected {what} from the master")
+            }
             Kind::Peer { host: Some(h) } => {
                 self.refuse(t, &format!("unexpected {what} from worker {h}"))
             }
