@@ -7,8 +7,11 @@ use std::net::TcpStream;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use libmig::auth::ClusterKey;
 use libmig::frame;
-use libmig::msg::{Handshake, PeerMsg, Request, Response, ToMaster};
+use libmig::handshake::{Answer, Client};
+use libmig::msg::{Handshake, PeerMsg, Request, Response, ToHost, ToMaster};
+use libmig::seal::Sealer;
 use mig_tests::{alive, command, job_lines, wait_until, Vm};
 use nix::sys::signal::Signal;
 
@@ -296,6 +299,81 @@ fn bad_peers_are_refused_while_others_are_served() {
     ] {
         assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
     }
+}
+
+/// Authenticate to the daemon at `addr` as a daemon does: the stream and
+/// its sealer, ready for the first message after `Welcome`.
+fn authenticated(addr: &str, key: &ClusterKey) -> (TcpStream, Box<Sealer>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(T)).unwrap();
+    let (mut client, hello) = Client::start(key).expect("a client");
+    frame::write_frame(&mut s, &PeerMsg::from(hello)).unwrap();
+    let mut sealer: Option<Box<Sealer>> = None;
+    loop {
+        let got: Option<PeerMsg> = match &mut sealer {
+            Some(seal) => seal.read_frame(&mut s),
+            None => frame::read_frame(&mut s),
+        }
+        .expect("a frame");
+        let msg = got
+            .expect("an answer")
+            .into_handshake()
+            .expect("the handshake");
+        match client.on(key, &msg) {
+            Answer::Send(reply) => frame::write_frame(&mut s, &PeerMsg::from(reply)).unwrap(),
+            Answer::SendThenSeal(proof, seal) => {
+                frame::write_frame(&mut s, &PeerMsg::from(proof)).unwrap();
+                sealer = Some(seal);
+            }
+            Answer::Done(..) => return (s, sealer.expect("a sealed link")),
+            Answer::Refuse(why) => panic!("refused: {why}"),
+        }
+    }
+}
+
+/// Why the daemon refused what was said on `s`.
+fn refusal(s: &mut TcpStream, seal: &mut Sealer) -> String {
+    match seal.read_frame::<PeerMsg, _>(s) {
+        Ok(Some(PeerMsg::Handshake(Handshake::Refused { reason }))) => reason,
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn a_message_on_a_link_that_does_not_carry_it_is_refused_and_does_nothing() {
+    let vm = Vm::start(2);
+    let key = ClusterKey::load(&vm.key()).expect("the cluster key");
+    // The master's order to a host, from a daemon that has not said what
+    // it is.
+    let (mut s, mut seal) = authenticated(&vm.addr, &key);
+    seal.write_frame(&mut s, &PeerMsg::from(ToHost::Halt))
+        .unwrap();
+    let why = refusal(&mut s, &mut seal);
+    assert!(
+        why.contains("unexpected Halt") && why.contains("the master's link to a host"),
+        "{why}"
+    );
+    // A worker's news (a request in root's name) on a data link.
+    let (mut s, mut seal) = authenticated(&vm.addr, &key);
+    let hi = Handshake::Hi { name: "h9".into() };
+    seal.write_frame(&mut s, &PeerMsg::from(hi)).unwrap();
+    let halt = ToMaster::Control {
+        id: 1,
+        req: Request::Halt,
+        uid: 0,
+    };
+    seal.write_frame(&mut s, &PeerMsg::from(halt)).unwrap();
+    let why = refusal(&mut s, &mut seal);
+    assert!(
+        why.contains("unexpected Control on the data link to h9")
+            && why.contains("a host's link to its master"),
+        "{why}"
+    );
+    // Neither halted anything: both hosts serve on.
+    assert!(master_serves(&vm));
+    let hosts = vm.json(&["hosts"]);
+    assert_eq!(hosts.as_array().map(Vec::len), Some(2), "{hosts}");
+    assert!(vm.log(0).contains("unexpected Halt"));
 }
 
 fn vp_pids(vm: &Vm) -> Vec<u32> {
