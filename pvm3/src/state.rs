@@ -236,7 +236,18 @@ pub fn with<R>(f: impl FnOnce(&mut Task) -> R) -> R {
     let mut g = task();
     // (`task` fills it.)
     let t = g.as_mut().unwrap_or_else(|| unreachable!());
+    #[cfg(test)]
+    if PANIC_IN_NEXT_CALL.with(|p| p.replace(false)) {
+        panic!("a bug inside the call, made by a test");
+    }
     f(t)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Set by a test: the next `with` on this thread panics while it holds
+    /// the task, as a bug of ours inside a C entry would.
+    pub static PANIC_IN_NEXT_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// A Tid as PVM shows it (mig's Tids are small: `0x40001`).
