@@ -2,7 +2,7 @@
 //! through scheduling policies with a virtual clock and compare them.
 
 use std::io::{IsTerminal, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -241,9 +241,37 @@ fn read_trace(path: &PathBuf) -> Result<String> {
     Ok(text)
 }
 
-/// Run it.
+/// Run it: the flags and the trace checked, what is assumed said, each
+/// policy replayed, then the charts and the table (or JSON).
 pub fn run(a: Args) -> Result<()> {
-    for p in &a.policy {
+    check_policies(&a.policy)?;
+    let (mut w, usable) = read_jobs(&a)?;
+    if a.node_memory == Some(0) {
+        bail!("--node-memory must be at least 1 MB");
+    }
+    check_some_left(&a, &w)?;
+    let procs = match a.processors.or(w.max_procs) {
+        Some(p) if p > 0 => p,
+        _ => bail!("the trace has no MaxProcs/MaxNodes header: give --processors"),
+    };
+    let caps = capacities(a.capacities.as_deref(), procs as usize)?;
+    let cond = conditions(&a, &mut w.jobs, procs)?;
+    let memory = say_what_is_replayed(&a, &w, usable, procs, &cond);
+    let replays = replay_each(&a, &w.jobs, &caps, &cond)?;
+    if let Some(dir) = &a.plot {
+        write_charts(dir, &a.trace, &replays)?;
+    }
+    if a.json {
+        print_json(&a, procs, w.jobs.len(), &memory, &replays.results);
+    } else {
+        print_table(&replays.results);
+    }
+    Ok(())
+}
+
+/// `--policy`: every name one the simulator knows.
+fn check_policies(policies: &[String]) -> Result<()> {
+    for p in policies {
         if !sim::POLICIES.contains(&p.as_str()) {
             bail!(
                 "unknown policy {p:?}; choose from {}",
@@ -251,6 +279,12 @@ pub fn run(a: Args) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The trace's jobs, the first `--limit` of them, with their arrivals
+/// spread by `--interarrival`; and how many the whole file has.
+fn read_jobs(a: &Args) -> Result<(swf::Workload, usize)> {
     let text = read_trace(&a.trace)?;
     let mut w = swf::parse_swf(&text, a.lenient).with_context(|| a.trace.display().to_string())?;
     let usable = w.jobs.len();
@@ -268,9 +302,11 @@ pub fn run(a: Args) -> Result<()> {
             j.submit = first + (j.submit - first) * a.interarrival;
         }
     }
-    if a.node_memory == Some(0) {
-        bail!("--node-memory must be at least 1 MB");
-    }
+    Ok((w, usable))
+}
+
+/// A clear error when no job is left to replay, saying why.
+fn check_some_left(a: &Args, w: &swf::Workload) -> Result<()> {
     if w.jobs.is_empty() {
         bail!(
             "{}: no job to replay ({} malformed, {} without processors, {} without run time){}",
@@ -285,13 +321,15 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
     }
-    let procs = match a.processors.or(w.max_procs) {
-        Some(p) if p > 0 => p,
-        _ => bail!("the trace has no MaxProcs/MaxNodes header: give --processors"),
-    };
-    let caps = capacities(a.capacities.as_deref(), procs as usize)?;
+    Ok(())
+}
+
+/// The machine and costs the replays share, from the flags: the
+/// architectures (each job's set on it too), the owners, the costs, node
+/// memory.
+fn conditions(a: &Args, jobs: &mut [swf::Job], procs: u32) -> Result<sim::Conditions> {
     let (arch_names, arches) = architectures(a.arches.as_deref(), procs as usize)?;
-    for j in &mut w.jobs {
+    for j in jobs.iter_mut() {
         j.arch = match (j.partition, arch_names.len()) {
             (p, n) if p >= 1 && n > 0 => ((p - 1) as usize % n) as u32,
             _ => 0,
@@ -320,7 +358,7 @@ pub fn run(a: Args) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
         None => sim::owners::Model::parse(&a.owners).map_err(|e| anyhow::anyhow!(e))?,
     };
-    let cond = sim::Conditions {
+    Ok(sim::Conditions {
         arches,
         arch_names,
         owners,
@@ -329,7 +367,18 @@ pub fn run(a: Args) -> Result<()> {
         quantum: a.quantum,
         switch_cost: a.switch_cost,
         node_memory_mb: a.node_memory,
-    };
+    })
+}
+
+/// Say on stderr which jobs are replayed on what, what memory is and what
+/// things cost; the memory line, which `--json` repeats.
+fn say_what_is_replayed(
+    a: &Args,
+    w: &swf::Workload,
+    usable: usize,
+    procs: u32,
+    cond: &sim::Conditions,
+) -> String {
     let wide = w.jobs.iter().filter(|j| j.procs > procs).count();
     let which = if w.jobs.len() < usable {
         format!("the first {} of {usable} jobs", w.jobs.len())
@@ -344,7 +393,7 @@ pub fn run(a: Args) -> Result<()> {
         w.skipped_malformed,
         w.raised_estimates
     );
-    let memory = memory_line(&w.jobs, &cond);
+    let memory = memory_line(&w.jobs, cond);
     eprintln!("mig: {memory}");
     eprintln!(
         "mig: costs: a slot switch {} ms, a VP's move {} ms + {} ms a MB of its state",
@@ -358,49 +407,46 @@ pub fn run(a: Args) -> Result<()> {
             a.interarrival
         );
     }
+    memory
+}
+
+/// A series per policy: its name and its points.
+type Series<T> = Vec<(String, Vec<T>)>;
+
+/// What the replays gave, a policy at a time in `--policy`'s order.
+#[derive(Default)]
+struct Replays {
+    /// Each policy, its figures and the seconds its replay took.
+    results: Vec<(String, sim::metrics::Metrics, f64)>,
+    /// With `--plot`: each policy's response times.
+    responses: Series<f64>,
+    /// With `--plot`: utilisation over time.
+    utilisation: Series<(f64, f64)>,
+    /// With `--plot`: slots per round over time.
+    slots: Series<(f64, f64)>,
+}
+
+/// Replay the jobs under each policy, writing `--jobs-out` as they end.
+fn replay_each(
+    a: &Args,
+    jobs: &[swf::Job],
+    caps: &[f64],
+    cond: &sim::Conditions,
+) -> Result<Replays> {
     let mut jobs_out = match &a.jobs_out {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
         )),
         None => None,
     };
-    let mut results = Vec::new();
-    let mut responses: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut utilisation: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    let mut slots: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut r = Replays::default();
     for p in &a.policy {
         let t = Instant::now();
-        let done = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let total = w.jobs.len();
-        let show = std::io::stderr().is_terminal();
-        let replayed = std::thread::scope(|scope| {
-            let bar = scope.spawn(|| {
-                // A progress line on a terminal only; redraw every 200 ms.
-                while show && !stop.load(Ordering::Relaxed) {
-                    let n = done.load(Ordering::Relaxed);
-                    let filled = (n * 30).checked_div(total).unwrap_or(30).min(30);
-                    eprint!(
-                        "\rmig: {p:<14} [{}{}] {n}/{total} jobs",
-                        "#".repeat(filled),
-                        " ".repeat(30 - filled.min(30))
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(200));
-                }
-                if show {
-                    eprint!("\r{}\r", " ".repeat(80));
-                }
-            });
-            let r = sim::replay_with(&w.jobs, &caps, p, a.max_slots.max(1), &cond, &done);
-            stop.store(true, Ordering::Relaxed);
-            let _ = bar.join();
-            r
-        });
         let Some(sim::Replay {
             outcomes,
             metrics: m,
             timeline,
-        }) = replayed
+        }) = replay_showing_progress(p, jobs, caps, a.max_slots.max(1), cond)
         else {
             continue;
         };
@@ -416,79 +462,131 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         if a.plot.is_some() {
-            responses.push((
+            r.responses.push((
                 p.clone(),
                 outcomes.iter().map(|o| o.end - o.submit).collect(),
             ));
-            utilisation.push((
+            r.utilisation.push((
                 p.clone(),
                 timeline.iter().map(|s| (s.t, s.utilization)).collect(),
             ));
-            slots.push((
+            r.slots.push((
                 p.clone(),
                 timeline.iter().map(|s| (s.t, s.slots as f64)).collect(),
             ));
         }
-        results.push((p.clone(), m, secs));
+        r.results.push((p.clone(), m, secs));
     }
     if let Some(mut f) = jobs_out {
         f.flush()?;
     }
-    if let Some(dir) = &a.plot {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let name = a
-            .trace
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let charts = [
-            (
-                "response_cdf.svg",
-                crate::plot::response_cdf(&format!("response time, {name}"), &responses),
+    Ok(r)
+}
+
+/// One policy's replay (`None`: the policy cannot run these jobs), with a
+/// progress line on stderr while it runs when stderr is a terminal.
+fn replay_showing_progress(
+    p: &str,
+    jobs: &[swf::Job],
+    caps: &[f64],
+    max_slots: usize,
+    cond: &sim::Conditions,
+) -> Option<sim::Replay> {
+    let done = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let total = jobs.len();
+    let show = std::io::stderr().is_terminal();
+    std::thread::scope(|scope| {
+        let bar = scope.spawn(|| {
+            // A progress line on a terminal only; redraw every 200 ms.
+            while show && !stop.load(Ordering::Relaxed) {
+                let n = done.load(Ordering::Relaxed);
+                let filled = (n * 30).checked_div(total).unwrap_or(30).min(30);
+                eprint!(
+                    "\rmig: {p:<14} [{}{}] {n}/{total} jobs",
+                    "#".repeat(filled),
+                    " ".repeat(30 - filled.min(30))
+                );
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            if show {
+                eprint!("\r{}\r", " ".repeat(80));
+            }
+        });
+        let r = sim::replay_with(jobs, caps, p, max_slots, cond, &done);
+        stop.store(true, Ordering::Relaxed);
+        let _ = bar.join();
+        r
+    })
+}
+
+/// `--plot DIR`: the response-time CDF, utilisation and slots per round
+/// over time, an SVG each.
+fn write_charts(dir: &Path, trace: &Path, r: &Replays) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let name = trace
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let charts = [
+        (
+            "response_cdf.svg",
+            crate::plot::response_cdf(&format!("response time, {name}"), &r.responses),
+        ),
+        (
+            "utilisation.svg",
+            crate::plot::over_time(
+                &format!("utilisation, {name} (mean over 5% of the time)"),
+                "utilisation",
+                &r.utilisation,
+                15,
             ),
-            (
-                "utilisation.svg",
-                crate::plot::over_time(
-                    &format!("utilisation, {name} (mean over 5% of the time)"),
-                    "utilisation",
-                    &utilisation,
-                    15,
-                ),
-            ),
-            (
-                "slots.svg",
-                crate::plot::over_time(&format!("slots per round, {name}"), "slots", &slots, 1),
-            ),
-        ];
-        for (file, svg) in charts {
-            let path = dir.join(file);
-            std::fs::write(&path, svg)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-        let path = dir.join("*.svg");
-        eprintln!("mig: wrote {}", path.display());
+        ),
+        (
+            "slots.svg",
+            crate::plot::over_time(&format!("slots per round, {name}"), "slots", &r.slots, 1),
+        ),
+    ];
+    for (file, svg) in charts {
+        let path = dir.join(file);
+        std::fs::write(&path, svg).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if a.json {
-        let policies: serde_json::Map<String, serde_json::Value> = results
-            .iter()
-            .map(|(p, m, secs)| {
-                let mut v = serde_json::to_value(m).unwrap_or_default();
-                v["replay_seconds"] = json!(secs);
-                (p.clone(), v)
-            })
-            .collect();
-        println!(
-            "{}",
-            json!({"trace": a.trace.display().to_string(), "processors": procs, "jobs": w.jobs.len(),
-                "node_memory_mb": a.node_memory, "memory": memory, "interarrival": a.interarrival,
-                "switch_cost": a.switch_cost, "migration_cost": a.migration_cost,
-                "migration_cost_per_mb": a.migration_cost_per_mb,
-                "policies": policies})
-        );
-        return Ok(());
-    }
+    let path = dir.join("*.svg");
+    eprintln!("mig: wrote {}", path.display());
+    Ok(())
+}
+
+/// `--json`: the replay's assumptions and each policy's figures, one
+/// object.
+fn print_json(
+    a: &Args,
+    procs: u32,
+    jobs: usize,
+    memory: &str,
+    results: &[(String, sim::metrics::Metrics, f64)],
+) {
+    let policies: serde_json::Map<String, serde_json::Value> = results
+        .iter()
+        .map(|(p, m, secs)| {
+            let mut v = serde_json::to_value(m).unwrap_or_default();
+            v["replay_seconds"] = json!(secs);
+            (p.clone(), v)
+        })
+        .collect();
+    println!(
+        "{}",
+        json!({"trace": a.trace.display().to_string(), "processors": procs, "jobs": jobs,
+            "node_memory_mb": a.node_memory, "memory": memory, "interarrival": a.interarrival,
+            "switch_cost": a.switch_cost, "migration_cost": a.migration_cost,
+            "migration_cost_per_mb": a.migration_cost_per_mb,
+            "policies": policies})
+    );
+}
+
+/// The table: a row per metric (see `METRICS`), a column per policy.
+fn print_table(results: &[(String, sim::metrics::Metrics, f64)]) {
     print!("{:<26}", "metric");
-    for (p, _, _) in &results {
+    for (p, _, _) in results {
         print!("{p:>14}");
     }
     println!();
@@ -519,10 +617,9 @@ pub fn run(a: Args) -> Result<()> {
     ];
     for (name, f) in rows {
         print!("{name:<26}");
-        for (_, m, _) in &results {
+        for (_, m, _) in results {
             print!("{:>14}", f(m));
         }
         println!();
     }
-    Ok(())
 }
