@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use libmig::control::Client;
-use libmig::msg::{IoClass, JobClass, Request, Response, SpawnSpec, Stream};
+use libmig::msg::{ExitInfo, IoClass, JobClass, Request, Response, SpawnSpec, Stream};
+use libmig::Tid;
 
 /// Flags of `mig spawn`.
 #[derive(Debug, clap::Args)]
@@ -119,10 +120,53 @@ const PASSED_ENV: &[&str] = &[
     "MIG_SPIN_US",
 ];
 
-/// Run it.
+/// Run it: start the job; with `--wait`, follow it to its end.
 pub fn run(daemon: &Path, a: Args) -> Result<()> {
+    let spec = spawn_spec(&a)?;
+    let started = Instant::now();
+    let mut c = Client::connect(daemon)?;
+    let (job, tids) = match c.call(&Request::Spawn(spec))? {
+        Response::Spawned { job, tids } => (job, tids),
+        Response::Error { message } => bail!("{message}"),
+        other => bail!("unexpected reply {other:?}"),
+    };
+    say_spawned(&a, &job, &tids);
+    if !a.wait {
+        return Ok(());
+    }
+    forward_input(daemon, &job, a.no_input || in_background());
+    watch_ctrl_c(daemon, &job, a.bare);
+    follow(&mut c, &a, &job, tids.len(), started)
+}
+
+/// The job asked for: the program, this directory, the environment and
+/// the flags.
+fn spawn_spec(a: &Args) -> Result<SpawnSpec> {
     let (program, args) = a.command.split_first().context("no program given")?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
+    Ok(SpawnSpec::new(program.clone(), args.to_vec())
+        .n(a.n)
+        .cwd(cwd.display().to_string())
+        .env(environment(a)?)
+        .wait(a.wait)
+        .independent(a.independent)
+        .restartable(a.restartable)
+        .memory_mb(a.mem)
+        .class(a.class.map(|c| match c {
+            Class::Simple => JobClass::Simple,
+            Class::Cluster => JobClass::Cluster,
+            Class::Group => JobClass::Group,
+        }))
+        .io(match a.io {
+            Io::None => None,
+            Io::Light => Some(IoClass::Light),
+            Io::Heavy => Some(IoClass::Heavy),
+        }))
+}
+
+/// Every VP's environment: `PASSED_ENV` from this shell, then `--env`
+/// and `--pause-signal`, a later value of a variable replacing the earlier.
+fn environment(a: &Args) -> Result<Vec<(String, String)>> {
     let mut env: Vec<(String, String)> = PASSED_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
@@ -140,31 +184,13 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         env.retain(|(k, _)| k != libmig::vp::env::PAUSE_SIGNAL);
         env.push((libmig::vp::env::PAUSE_SIGNAL.to_string(), sig.to_string()));
     }
-    let spec = SpawnSpec::new(program.clone(), args.to_vec())
-        .n(a.n)
-        .cwd(cwd.display().to_string())
-        .env(env)
-        .wait(a.wait)
-        .independent(a.independent)
-        .restartable(a.restartable)
-        .memory_mb(a.mem)
-        .class(a.class.map(|c| match c {
-            Class::Simple => JobClass::Simple,
-            Class::Cluster => JobClass::Cluster,
-            Class::Group => JobClass::Group,
-        }))
-        .io(match a.io {
-            Io::None => None,
-            Io::Light => Some(IoClass::Light),
-            Io::Heavy => Some(IoClass::Heavy),
-        });
-    let started = Instant::now();
-    let mut c = Client::connect(daemon)?;
-    let (job, tids) = match c.call(&Request::Spawn(spec))? {
-        Response::Spawned { job, tids } => (job, tids),
-        Response::Error { message } => bail!("{message}"),
-        other => bail!("unexpected reply {other:?}"),
-    };
+    Ok(env)
+}
+
+/// Say the job started: a JSON line, its size on stderr (`--wait`), or
+/// its name alone (for scripts: `job=$(mig spawn ...)`); nothing with
+/// `--wait --bare`.
+fn say_spawned(a: &Args, job: &str, tids: &[Tid]) {
     if a.json {
         let tids: Vec<String> = tids.iter().map(|t| format!("t{t:x}")).collect();
         println!(
@@ -179,15 +205,13 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
     } else if !a.wait {
         println!("{job}");
     }
-    if !a.wait {
-        return Ok(());
-    }
-    forward_input(daemon, &job, a.no_input || in_background());
-    watch_ctrl_c(daemon, &job, a.bare);
+}
+
+/// Follow a `--wait` job: show its output and its VPs' ends as they come,
+/// then exit with its status (this returns only on an error).
+fn follow(c: &mut Client, a: &Args, job: &str, vps: usize, started: Instant) -> Result<()> {
     // VPs the job spawns itself join the count as they are heard of.
-    let mut total = tids.len();
-    let mut done = 0;
-    let stdout = std::io::stdout();
+    let (mut total, mut done) = (vps, 0);
     loop {
         match c.recv(None)? {
             Response::Output {
@@ -198,42 +222,9 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                 line,
             } => {
                 total = total.max(vp as usize + 1);
-                if a.json {
-                    let s = if stream == Stream::Stdout {
-                        "stdout"
-                    } else {
-                        "stderr"
-                    };
-                    println!(
-                        "{}",
-                        serde_json::json!({"event": "output", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "stream": s, "line": line})
-                    );
-                } else {
-                    let prefix = match (a.bare, vp) {
-                        (true, 0) => String::new(),
-                        (true, _) => format!("[t{tid:x}] "),
-                        (false, _) => format!("[t{tid:x} {host}] "),
-                    };
-                    if stream == Stream::Stdout {
-                        let _ = writeln!(stdout.lock(), "{prefix}{line}");
-                    } else {
-                        eprintln!("{prefix}{line}");
-                    }
-                }
+                show_line(a, tid, vp, &host, stream, &line);
             }
-            Response::Skipped { lines } => {
-                if a.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"event": "skipped", "lines": lines})
-                    );
-                } else {
-                    eprintln!(
-                        "mig: {} of output not shown here (read too slowly); `mig logs {job}` has them (of a job's output it keeps the first 16 MiB)",
-                        libmig::words::count(lines, "line", "lines")
-                    );
-                }
-            }
+            Response::Skipped { lines } => say_skipped(a, job, lines),
             Response::VpDone {
                 tid,
                 vp,
@@ -242,16 +233,7 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             } => {
                 done += 1;
                 total = total.max(vp as usize + 1).max(done);
-                if a.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({"event": "vp_done", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "status": status.status(), "how": status.to_string()})
-                    );
-                } else if status.status() != 0 && !(a.bare && vp == 0) {
-                    eprintln!("mig: VP {vp} (t{tid:x} on {host}): {status} [{done}/{total} done]");
-                } else if !a.bare && (done == total || done % 8 == 0) {
-                    eprintln!("mig: {done}/{total} VPs done");
-                }
+                say_vp_done(a, (tid, vp, &host), &status, done, total);
             }
             Response::JobDone { job, status } => {
                 let secs = started.elapsed().as_secs_f64();
@@ -268,6 +250,70 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             Response::Error { message } => bail!("{message}"),
             _ => {}
         }
+    }
+}
+
+/// One line a VP wrote: on this command's stream of the same name, after
+/// `[tTID HOST] ` (with `--bare`: `[tTID] `, none for VP 0), or as JSON.
+fn show_line(a: &Args, tid: Tid, vp: u32, host: &str, stream: Stream, line: &str) {
+    if a.json {
+        let s = if stream == Stream::Stdout {
+            "stdout"
+        } else {
+            "stderr"
+        };
+        println!(
+            "{}",
+            serde_json::json!({"event": "output", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "stream": s, "line": line})
+        );
+        return;
+    }
+    let prefix = match (a.bare, vp) {
+        (true, 0) => String::new(),
+        (true, _) => format!("[t{tid:x}] "),
+        (false, _) => format!("[t{tid:x} {host}] "),
+    };
+    if stream == Stream::Stdout {
+        let _ = writeln!(std::io::stdout().lock(), "{prefix}{line}");
+    } else {
+        eprintln!("{prefix}{line}");
+    }
+}
+
+/// Lines this waiter read too slowly to be sent: how many, and where they
+/// are.
+fn say_skipped(a: &Args, job: &str, lines: u64) {
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "skipped", "lines": lines})
+        );
+    } else {
+        eprintln!(
+            "mig: {} of output not shown here (read too slowly); `mig logs {job}` has them (of a job's output it keeps the first 16 MiB)",
+            libmig::words::count(lines, "line", "lines")
+        );
+    }
+}
+
+/// A VP ended: a failure always (but VP 0's with `--bare`, whose status
+/// is the command's), else progress every 8 VPs and at the last.
+fn say_vp_done(
+    a: &Args,
+    (tid, vp, host): (Tid, u32, &str),
+    status: &ExitInfo,
+    done: usize,
+    total: usize,
+) {
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "vp_done", "tid": format!("t{tid:x}"), "vp": vp, "host": host, "status": status.status(), "how": status.to_string()})
+        );
+    } else if status.status() != 0 && !(a.bare && vp == 0) {
+        eprintln!("mig: VP {vp} (t{tid:x} on {host}): {status} [{done}/{total} done]");
+    } else if !a.bare && (done == total || done.is_multiple_of(8)) {
+        eprintln!("mig: {done}/{total} VPs done");
     }
 }
 
