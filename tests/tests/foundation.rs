@@ -149,7 +149,7 @@ fn master_serves(vm: &Vm) -> bool {
 /// Send bytes on a fresh TCP connection; true if the daemon then closes it.
 fn closed_after(addr: &str, bytes: &[u8]) -> bool {
     let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(T)).unwrap();
+    s.set_read_timeout(Some(T)).expect("a read timeout");
     let _ = s.write_all(bytes);
     let mut buf = [0u8; 4096];
     loop {
@@ -252,7 +252,7 @@ fn bad_peers_are_refused_while_others_are_served() {
     {
         let mut s = std::os::unix::net::UnixStream::connect(vm.sock()).unwrap();
         s.write_all(b"\x00\x01garbage, not a frame at all").unwrap();
-        s.set_read_timeout(Some(T)).unwrap();
+        s.set_read_timeout(Some(T)).expect("a read timeout");
         let mut buf = Vec::new();
         let _ = s.read_to_end(&mut buf);
     }
@@ -379,7 +379,7 @@ fn a_message_on_a_link_that_does_not_carry_it_is_refused_and_does_nothing() {
 fn vp_pids(vm: &Vm) -> Vec<u32> {
     vm.json(&["ps"])
         .as_array()
-        .unwrap()
+        .expect("mig ps --json: an array")
         .iter()
         .filter_map(|v| v["pid"].as_u64())
         .map(|p| p as u32)

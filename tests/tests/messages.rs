@@ -11,7 +11,8 @@ use mig_tests::{bin, job_lines, peak_rss_mib, Vm};
 fn job(vm: &Vm, n: u32, prog: &str, args: &[&str]) -> (bool, Vec<String>) {
     let n = n.to_string();
     let path = bin(prog);
-    let mut a = vec!["spawn", "-n", &n, "--wait", "--", path.to_str().unwrap()];
+    let path = path.to_str().expect("a UTF-8 path");
+    let mut a = vec!["spawn", "-n", &n, "--wait", "--", path];
     a.extend_from_slice(args);
     let out = vm.mig(&a);
     let lines = job_lines(&out);
