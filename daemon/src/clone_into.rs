@@ -45,6 +45,8 @@ pub unsafe fn clone_into(
     if REFUSED.load(Ordering::Relaxed) {
         return Err(libc::ENOSYS);
     }
+    // SAFETY: the caller upholds `raw`'s contract, which is this
+    // function's (see its `# Safety`).
     let r = unsafe { raw(cgroup, stack, child, arg) };
     if let Err(e) = r {
         if matches!(e, libc::ENOSYS | libc::E2BIG | libc::EINVAL) {

@@ -400,9 +400,12 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: Join, piped_stdin: bool) -> io:
     // stopping a VP that has just forked, then a move resuming it). So the
     // child ignores it (which discards one pending) before it unblocks
     // signals; an ignored signal stays ignored across exec.
-    // SAFETY: sigset operations on local values.
+    // SAFETY: a sigset_t is plain data, valid all zero.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigset operations on local values; the mask is put back
+    // once the clone returns.
     unsafe {
         libc::sigfillset(&mut all);
         libc::sigprocmask(libc::SIG_BLOCK, &all, &mut old_mask);
@@ -430,6 +433,7 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: Join, piped_stdin: bool) -> io:
     // async-signal-safe calls; every signal is blocked meanwhile.
     let born_in = join.into.and_then(|cg| {
         let arg = (&args as *const ChildArgs).cast_mut().cast();
+        // SAFETY: see above (both).
         unsafe { crate::clone_into::clone_into(cg, &mut stack, vp_child, arg) }.ok()
     });
     let pid = match born_in {
@@ -438,6 +442,7 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: Join, piped_stdin: bool) -> io:
             args.join = join.fds;
             // The stack grows down from its 16-byte aligned top.
             let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+            // SAFETY: see above (both).
             unsafe {
                 libc::clone(
                     vp_child,

@@ -305,9 +305,9 @@ fn bad_peers_are_refused_while_others_are_served() {
 /// its sealer, ready for the first message after `Welcome`.
 fn authenticated(addr: &str, key: &ClusterKey) -> (TcpStream, Box<Sealer>) {
     let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(T)).unwrap();
+    s.set_read_timeout(Some(T)).expect("read timeout");
     let (mut client, hello) = Client::start(key).expect("a client");
-    frame::write_frame(&mut s, &PeerMsg::from(hello)).unwrap();
+    frame::write_frame(&mut s, &PeerMsg::from(hello)).expect("send hello");
     let mut sealer: Option<Box<Sealer>> = None;
     loop {
         let got: Option<PeerMsg> = match &mut sealer {
@@ -320,9 +320,11 @@ fn authenticated(addr: &str, key: &ClusterKey) -> (TcpStream, Box<Sealer>) {
             .into_handshake()
             .expect("the handshake");
         match client.on(key, &msg) {
-            Answer::Send(reply) => frame::write_frame(&mut s, &PeerMsg::from(reply)).unwrap(),
+            Answer::Send(reply) => {
+                frame::write_frame(&mut s, &PeerMsg::from(reply)).expect("send reply")
+            }
             Answer::SendThenSeal(proof, seal) => {
-                frame::write_frame(&mut s, &PeerMsg::from(proof)).unwrap();
+                frame::write_frame(&mut s, &PeerMsg::from(proof)).expect("send proof");
                 sealer = Some(seal);
             }
             Answer::Done(..) => return (s, sealer.expect("a sealed link")),

@@ -153,6 +153,7 @@ fn machine_busy() -> Option<u64> {
 fn rusage_s(who: libc::c_int) -> f64 {
     // SAFETY: getrusage fills the struct it is given and nothing else.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `ru` is ours.
     if unsafe { libc::getrusage(who, &mut ru) } != 0 {
         return 0.0;
     }
