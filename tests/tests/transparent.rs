@@ -211,3 +211,53 @@ fn a_program_with_a_socket_to_outside_says_why_it_stays() {
     assert!(out.status.success(), "{out:?}");
     let _ = job.wait_with_output();
 }
+
+#[test]
+fn a_job_of_shell_loops_is_checkpointed_and_goes_on_from_it_when_a_host_dies() {
+    let mut vm = Vm::start_config(3, "[daemon]\ncheckpoint_interval_s = 0.5\n");
+    let job = vm.start_job(
+        2,
+        std::path::Path::new("/bin/sh"),
+        &[
+            "-c",
+            "i=0; while [ $i -lt 2500 ]; do i=$((i+1)); sleep 0.002; done; echo done $i",
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 2)));
+    let tids: Vec<String> = vps(&vm).into_iter().map(|v| v.0).collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || tids
+            .iter()
+            .all(|t| movable(&vm, t))),
+        "{}",
+        vm.all_logs()
+    );
+    // Saved from outside, each VP with the `sleep` it is waiting for.
+    assert!(
+        wait_until(Duration::from_secs(30), || vm
+            .log(0)
+            .contains("checkpointed (generation 2)")),
+        "{}",
+        vm.all_logs()
+    );
+    let victim = vps(&vm)
+        .into_iter()
+        .map(|v| v.1)
+        .find(|h| h != "h0")
+        .expect("a VP off the master's host");
+    let i: usize = victim[1..].parse().expect("host index");
+    vm.signal(i, nix::sys::signal::Signal::SIGKILL);
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert_eq!(
+        lines.iter().filter(|l| l.ends_with("done 2500")).count(),
+        2,
+        "{lines:?}"
+    );
+    assert!(
+        vm.log(0).contains("from its checkpoint"),
+        "not restarted from its checkpoint:\n{}",
+        vm.log(0)
+    );
+}
