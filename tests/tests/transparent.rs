@@ -261,3 +261,86 @@ fn a_job_of_shell_loops_is_checkpointed_and_goes_on_from_it_when_a_host_dies() {
         vm.log(0)
     );
 }
+
+/// Move VP `tid` to another host `n` times, each once it runs where it
+/// went; fewer if its job ends first. How many were made.
+fn move_around(vm: &Vm, tid: &str, n: usize) -> usize {
+    let mut moved = 0;
+    for _ in 0..n {
+        let Some((_, from, state, _)) = vps(vm).into_iter().find(|v| v.0 == tid) else {
+            break;
+        };
+        if state == "exited" {
+            break;
+        }
+        let to = ["h0", "h1", "h2"]
+            .into_iter()
+            .find(|h| *h != from)
+            .expect("another host");
+        if !vm.migrate(tid, to).status.success() {
+            break;
+        }
+        let landed = wait_until(Duration::from_secs(30), || {
+            vps(vm)
+                .iter()
+                .any(|(t, h, s, _)| t == tid && (h == to && s == "running" || s == "exited"))
+        });
+        assert!(landed, "{:?}\n{}", vps(vm), vm.all_logs());
+        moved += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    moved
+}
+
+/// Start a one-VP job of `/bin/sh -c script` (or another program) and
+/// wait until its host says it can be moved.
+fn one_vp(vm: &Vm, program: &str, args: &[&str]) -> (std::process::Child, String) {
+    let job = vm.start_job(1, std::path::Path::new(program), args);
+    assert!(wait_until(Duration::from_secs(20), || all_running(vm, 1)));
+    let tid = vps(vm)[0].0.clone();
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(vm, &tid)),
+        "{}",
+        vm.all_logs()
+    );
+    (job, tid)
+}
+
+#[test]
+fn a_python_program_with_two_threads_moved_mid_run_gets_its_sum_right() {
+    let vm = Vm::start(3);
+    let script = "import threading,time\nc=[0,0]\n\
+                  def w(k):\n    for i in range(1500):\n        c[k]+=1\n        time.sleep(0.002)\n\
+                  ts=[threading.Thread(target=w,args=(k,)) for k in (0,1)]\n\
+                  [t.start() for t in ts]\n[t.join() for t in ts]\nprint('sum', c[0]+c[1])\n";
+    let (job, tid) = one_vp(&vm, "/usr/bin/python3", &["-c", script]);
+    let moved = move_around(&vm, &tid, 3);
+    assert!(moved >= 1, "not moved:\n{}", vm.all_logs());
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert!(lines.iter().any(|l| l.ends_with("sum 3000")), "{lines:?}");
+}
+
+#[test]
+fn a_shell_pipeline_moved_mid_run_sums_right() {
+    let vm = Vm::start(3);
+    let (job, tid) = one_vp(
+        &vm,
+        "/bin/sh",
+        &[
+            "-c",
+            "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo $i; sleep 0.002; done \
+             | awk '{s+=$1} END {print \"total\", s}'",
+        ],
+    );
+    let moved = move_around(&vm, &tid, 3);
+    assert!(moved >= 1, "not moved:\n{}", vm.all_logs());
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert!(
+        lines.iter().any(|l| l.ends_with("total 2001000")),
+        "{lines:?}"
+    );
+}
