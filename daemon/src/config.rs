@@ -124,8 +124,10 @@ pub struct FileConfig {
     /// about a quarter of the time.
     pub vp_huge_pages: Option<bool>,
     /// On the master: checkpoint every job whose VPs can all be moved this
-    /// often (s), the first one this long after it starts (default 60);
-    /// 0: only on `mig checkpoint`.
+    /// often (s; default 60, stretched to 50 times what the job's last
+    /// checkpoint took, so that they cost it at most about 2%), the first
+    /// one 3 s after it starts (or this long, if shorter); 0: only on
+    /// `mig checkpoint`.
     pub checkpoint_interval_s: Option<f64>,
     /// On the master: at most this many voters keep its replicated state
     /// (1, 3 or 5; default 5). 1: nothing is replicated, and the master's

@@ -17,6 +17,11 @@ use records::{Hunt, ImageRec};
 /// duration.
 const CKPT_SHARE: u32 = 50;
 
+/// A job's first periodic checkpoint comes this long after it starts (or
+/// one interval, if that is shorter): a host that dies in a job's first
+/// minute then costs it seconds of work, not the job.
+pub(super) const FIRST_CHECKPOINT: Duration = Duration::from_secs(3);
+
 /// How long the holders of a generation's images may take to read them
 /// through before a restart gives that generation up.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -664,9 +669,10 @@ impl Master {
             }
             // At most about 2% of the job's time: the interval stretches to
             // 50 times what the last checkpoint took.
-            let every = self
-                .checkpoint_every
-                .map(|e| e.max(j.ckpt.took.unwrap_or_default() * CKPT_SHARE));
+            let every = self.checkpoint_every.map(|e| match j.ckpt.took {
+                None if j.ckpt.good.is_empty() => e.min(FIRST_CHECKPOINT),
+                took => e.max(took.unwrap_or_default() * CKPT_SHARE),
+            });
             // (Only jobs whose every VP keeps its state through libmig: the
             // others never reach a safe point.)
             let running =

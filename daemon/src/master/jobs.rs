@@ -84,7 +84,8 @@ impl Master {
                 waiters,
                 killed: false,
                 kill_waiters: Vec::new(),
-                // The first periodic checkpoint one interval after the start.
+                // The first periodic checkpoint `FIRST_CHECKPOINT` after
+                // the start.
                 ckpt: Ckpt {
                     last: Some(self.now),
                     ..Ckpt::default()

@@ -726,13 +726,25 @@ fn periodic_checkpoints_begin_by_themselves() {
     let mut c = Cluster::new(2);
     c.running_job(2);
     c.m.set_checkpointing(Some(Duration::from_secs(60)), Duration::from_secs(30));
-    assert!(snaps(&c.m.tick(c.at(30), Duration::from_secs(3600))).is_empty());
-    let first = c.m.tick(c.at(61), Duration::from_secs(3600));
+    assert!(snaps(&c.m.tick(c.at(2), Duration::from_secs(3600))).is_empty());
+    let first = c.m.tick(c.at(4), Duration::from_secs(3600));
     assert_eq!(
         snaps(&first).len(),
         2,
-        "the first one interval after the start"
+        "the first one FIRST_CHECKPOINT after the start"
     );
+}
+
+#[test]
+fn later_periodic_checkpoints_come_one_interval_apart() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    c.m.set_checkpointing(Some(Duration::from_secs(60)), Duration::from_secs(30));
+    // A generation taken by hand counts as the first.
+    take_checkpoint(&mut c, &placed);
+    assert!(snaps(&c.m.tick(c.at(30), Duration::from_secs(3600))).is_empty());
+    let next = c.m.tick(c.at(62), Duration::from_secs(3600));
+    assert_eq!(snaps(&next).len(), 2, "one interval after the last");
 }
 
 #[test]
