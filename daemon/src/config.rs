@@ -124,10 +124,10 @@ pub struct FileConfig {
     /// about a quarter of the time.
     pub vp_huge_pages: Option<bool>,
     /// On the master: checkpoint every job whose VPs can all be moved this
-    /// often (s; default 60, stretched to 50 times what the job's last
-    /// checkpoint took, so that they cost it at most about 2%), the first
-    /// one 3 s after it starts (or this long, if shorter); 0: only on
-    /// `mig checkpoint`.
+    /// often (s; default 3), stretched to 50 times what the job's last
+    /// checkpoint took, so that they cost it at most about 2% of its time;
+    /// the first 3 s after it starts (or this long, if shorter); 0: only
+    /// on `mig checkpoint`.
     pub checkpoint_interval_s: Option<f64>,
     /// On the master: at most this many voters keep its replicated state
     /// (1, 3 or 5; default 5). 1: nothing is replicated, and the master's
@@ -229,9 +229,11 @@ pub struct Config {
     pub owner: OwnerConfig,
 }
 
-/// Periodic job checkpoints by default: a host that dies costs a job at
-/// most this much work, and the checkpoints cost it little (see README).
-pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+/// Periodic job checkpoints by default: this long apart, stretched to 50
+/// times what a job's last one took, so that they cost it about 2% of its
+/// time; a host that dies then costs a job seconds of work (see
+/// docs/failover-and-checkpoints.md).
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(3);
 
 impl Config {
     /// Defaults for a daemon with state in `state_dir`.

@@ -344,3 +344,67 @@ fn a_shell_pipeline_moved_mid_run_sums_right() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn with_default_settings_a_job_of_plain_programs_survives_its_masters_host_and_a_worker_dying() {
+    // Six hosts, each with one VP of the job; h5 never votes (five voters
+    // at most), so it is never the master and the job is waited for
+    // through it. No settings: the first checkpoint comes by itself.
+    let mut vm = Vm::start(6);
+    let steady = 5;
+    let mut job = mig_tests::command("mig")
+        .env("MIG_DAEMON", vm.sock_of(steady))
+        .args(["spawn", "-n", "6", "--wait", "--", "/bin/sh", "-c"])
+        .arg("i=0; while [ $i -lt 300 ]; do i=$((i+1)); sleep 0.05; done; echo done $i")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    let checkpointed = |vm: &Vm, m: usize| vm.log(m).contains("checkpointed (generation");
+    assert!(
+        wait_until(Duration::from_secs(30), || checkpointed(&vm, 0)),
+        "{}",
+        vm.all_logs()
+    );
+    assert!(
+        job.try_wait().ok().flatten().is_none(),
+        "the job ended early"
+    );
+    vm.signal(0, nix::sys::signal::Signal::SIGKILL);
+    let mut master = None;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            master = vm.master_seen_by(steady).filter(|&m| m != 0);
+            master.is_some()
+        }),
+        "no new master:\n{}",
+        vm.all_logs()
+    );
+    let m = master.expect("a master");
+    // A checkpoint under the new master, then a worker with a VP dies too.
+    assert!(
+        wait_until(Duration::from_secs(30), || vm
+            .log(m)
+            .matches("checkpointed (generation")
+            .count()
+            >= 1),
+        "{}",
+        vm.all_logs()
+    );
+    let worker = (1..5).find(|&i| i != m).expect("a worker");
+    vm.signal(worker, nix::sys::signal::Signal::SIGKILL);
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert_eq!(
+        lines.iter().filter(|l| l.ends_with("done 300")).count(),
+        6,
+        "{lines:?}\n{}",
+        vm.all_logs()
+    );
+    assert!(
+        vm.all_logs().contains("from its checkpoint"),
+        "{}",
+        vm.all_logs()
+    );
+}
