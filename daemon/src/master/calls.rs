@@ -306,7 +306,7 @@ impl Master {
                     self.jobs
                         .get(j)
                         .and_then(|j| j.vps.get(v))
-                        .is_some_and(|v| !v.state.ended())
+                        .is_some_and(|v| !v.state().ended())
                 });
                 if running {
                     self.exit_watch.entry(watched).or_default().push((tid, tag));
@@ -339,7 +339,7 @@ impl Master {
             return Some(e.clone());
         }
         let (j, v) = self.tids.get(&tid)?;
-        self.jobs.get(j)?.vps.get(v)?.exit.clone()
+        self.jobs.get(j)?.vps.get(v)?.state().exit().cloned()
     }
 }
 

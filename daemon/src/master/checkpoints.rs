@@ -64,9 +64,14 @@ impl Master {
         let hosts: Option<Vec<(Tid, String)>> = j
             .vps
             .values()
-            .map(|v| match (&v.state, &v.host) {
-                (VpState::Running, Some(h)) => Some((v.tid, h.clone())),
-                _ => None,
+            .map(|v| match v.state() {
+                VpState::Running { host, .. } => Some((v.tid, host.clone())),
+                VpState::Waiting
+                | VpState::Starting { .. }
+                | VpState::Moving { .. }
+                | VpState::Restoring { .. }
+                | VpState::Parked { .. }
+                | VpState::Exited { .. } => None,
             })
             .collect();
         let Some(hosts) = hosts else {
@@ -675,8 +680,10 @@ impl Master {
             });
             // (Only jobs whose every VP keeps its state through libmig: the
             // others never reach a safe point.)
-            let running =
-                !j.suspended && j.vps.values().all(|v| v.state.can_migrate() && v.movable);
+            let running = !j.suspended
+                && j.vps
+                    .values()
+                    .all(|v| v.state().can_migrate() && v.movable());
             if every.is_some_and(|e| j.ckpt.last.is_none_or(|l| now.duration_since(l) >= e))
                 && j.ckpt.round.is_none()
                 && running
@@ -1043,7 +1050,7 @@ impl Master {
         else {
             return err(format!("job {job}: its checkpoint generation {id} is gone"));
         };
-        let (added, mut out_back) = self.bring_back(job, &gen);
+        let (added, placement, mut out_back) = self.bring_back(job, &gen);
         let Some(j) = self.jobs.get(job) else {
             return err(format!("no job {job:?}; `mig ps` lists them"));
         };
@@ -1052,7 +1059,8 @@ impl Master {
             .iter()
             .filter(|(vp, _)| gen.vps.contains(vp))
             .map(|(&vp, v)| {
-                let h = v.host.clone().filter(|h| self.is_alive(h))?;
+                let h = placement.get(&vp).map(String::as_str).or(v.host());
+                let h = h.filter(|h| self.is_alive(h))?.to_string();
                 Some((vp, v.tid, h))
             })
             .collect();
@@ -1095,7 +1103,9 @@ impl Master {
         }));
         let mut restores = Vec::new();
         let mut dir = Vec::new();
+        let mut restoring = BTreeMap::new();
         for (vp, tid, host) in placed {
+            restoring.insert(vp, host.clone());
             let Some(start) = self.start_of(job, vp, &host) else {
                 continue;
             };
@@ -1105,7 +1115,7 @@ impl Master {
             // A move under way is called off: its target ends what it has
             // of the VP (a process started from the moved image included).
             let moving = self.jobs.get(job).and_then(|j| j.vps.get(&vp));
-            if let Some(VpState::Moving(to)) = moving.map(|v| &v.state) {
+            if let Some(to) = moving.and_then(|v| v.state().moving_to().map(String::from)) {
                 if *to != host {
                     out.push(Out::ToHost(to.clone(), ToHost::Kill { tid }));
                 }
@@ -1131,11 +1141,11 @@ impl Master {
             dir.push((tid, Loc::Waiting));
         }
         if let Some(j) = self.jobs.get_mut(job) {
-            for v in j.vps.values_mut() {
-                v.state = VpState::Restoring;
-                v.pid = None;
-                v.exit = None;
-                v.wants = None;
+            for (vp, v) in j.vps.iter_mut() {
+                let Some(host) = restoring.remove(vp) else {
+                    continue;
+                };
+                out.extend(v.go(VpState::Restoring { host }).err().map(Out::from));
             }
         }
         out.push(Out::Broadcast(ToHost::Directory(dir)));
@@ -1158,19 +1168,25 @@ impl Master {
 
     /// VPs of `job` that ended after checkpoint `gen` come back with it:
     /// the scheduler places them again (`VpBack`), so they are gang-sliced
-    /// like the others, and the job's VPs are recorded where the scheduler
-    /// now has them. What the scheduler asks of other jobs is carried out.
-    /// The VPs brought back, and what to deliver.
-    fn bring_back(&mut self, job: &str, gen: &Generation) -> (Vec<u32>, Vec<Out>) {
+    /// like the others, and the job's VPs restart where the scheduler now
+    /// has them. What the scheduler asks of other jobs is carried out.
+    /// The VPs brought back, the host of each of the job's VPs (if some
+    /// came back), and what to deliver.
+    fn bring_back(
+        &mut self,
+        job: &str,
+        gen: &Generation,
+    ) -> (Vec<u32>, BTreeMap<u32, String>, Vec<Out>) {
+        let mut hosts = BTreeMap::new();
         let Some(j) = self.jobs.get(job) else {
-            return (Vec::new(), Vec::new());
+            return (Vec::new(), hosts, Vec::new());
         };
         let back: Vec<(u32, String)> = j
             .vps
             .iter()
-            .filter(|(vp, v)| gen.vps.contains(vp) && v.state.ended())
+            .filter(|(vp, v)| gen.vps.contains(vp) && v.state().ended())
             .filter_map(|(&vp, v)| {
-                let arch = self.hosts.get(v.host.as_ref()?)?.facts.arch.clone();
+                let arch = self.hosts.get(v.host()?)?.facts.arch.clone();
                 Some((vp, arch))
             })
             .collect();
@@ -1199,16 +1215,13 @@ impl Master {
                 .job_view(job)
                 .map(|v| v.placement)
                 .unwrap_or_default();
-            if let Some(j) = self.jobs.get_mut(job) {
-                for (vp, v) in j.vps.iter_mut() {
-                    if let Some((host, _)) = placement.get(vp).and_then(|p| p.rsplit_once('/')) {
-                        v.host = Some(host.to_string());
-                    }
-                }
-            }
+            hosts = placement
+                .into_iter()
+                .filter_map(|(vp, p)| Some((vp, p.rsplit_once('/')?.0.to_string())))
+                .collect();
         }
         out.extend(self.carry_out(actions));
-        (added, out)
+        (added, hosts, out)
     }
 
     /// A restart goes back to a checkpoint taken before the VPs of `job`
@@ -1230,9 +1243,10 @@ impl Master {
         let mut gone = Vec::new();
         let mut events = Vec::new();
         for (vp, v) in dropped {
-            let exited = v.state.ended();
+            let exited = v.state().ended();
             if let Some(h) = v
-                .host
+                .host()
+                .map(String::from)
                 .filter(|h| !exited && self.hosts.get(h).is_some_and(|h| h.alive))
             {
                 out.push(Out::ToHost(h, ToHost::Kill { tid: v.tid }));
@@ -1308,7 +1322,7 @@ pub(super) fn to_every_vp(
         .values()
         .filter(|v| members.contains(&v.tid))
         .filter_map(|v| {
-            let h = v.host.clone()?;
+            let h = v.host()?.to_string();
             Some(Out::ToHost(
                 h,
                 ToHost::Snap {

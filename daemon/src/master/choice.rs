@@ -46,10 +46,8 @@ impl Master {
         for j in self.jobs.values() {
             let each = j.spec.memory_mb.unwrap_or(0);
             let io = j.spec.io.map_or(0.0, |c| c.share());
-            for v in j.vps.values().filter(|v| !v.state.ended()) {
-                let there = v.host.as_deref() == Some(host)
-                    || matches!(&v.state, VpState::Moving(to) if to == host);
-                if there {
+            for v in j.vps.values().filter(|v| !v.state().ended()) {
+                if v.state().at_or_bound_for(host) {
                     r.memory_mb = r.memory_mb.saturating_add(each);
                     r.io += io;
                 }
@@ -157,8 +155,8 @@ impl Master {
         for (name, j) in &self.jobs {
             let next = programs.len() as u32;
             programs.entry(name).or_insert(next);
-            for v in j.vps.values().filter(|v| !v.state.ended()) {
-                if let Some(h) = &v.host {
+            for v in j.vps.values().filter(|v| !v.state().ended()) {
+                if let Some(h) = v.host() {
                     holding.insert(h);
                 }
             }
@@ -249,9 +247,11 @@ impl Master {
                 .tids
                 .get(&tid)
                 .and_then(|(job, vp)| self.jobs.get(job)?.vps.get(vp));
-            match v.map(|v| (&v.state, v.host.as_deref())) {
-                Some((VpState::Moving(_), _)) => {}
-                Some((VpState::Running | VpState::Starting, Some(h))) if h == to => {
+            match v.map(VpRec::state) {
+                Some(VpState::Moving { .. }) => {}
+                Some(VpState::Running { host, .. } | VpState::Starting { host, .. })
+                    if host == to =>
+                {
                     settled.push((tid, to.clone(), true))
                 }
                 _ => settled.push((tid, to.clone(), false)),
@@ -292,24 +292,23 @@ impl Master {
         let mut incoming: BTreeMap<&str, u32> = BTreeMap::new();
         for j in self.jobs.values() {
             for v in j.vps.values() {
-                if let VpState::Moving(to) = &v.state {
+                if let Some(to) = v.state().moving_to() {
                     *incoming.entry(to).or_default() += 1;
                 }
             }
         }
         for j in self.jobs.values().filter(|j| !j.suspended) {
-            let live = j.vps.values().filter(|v| !v.state.ended()).count();
+            let live = j.vps.values().filter(|v| !v.state().ended()).count();
             let bidding = self.balance == Some(Policy::Bidding);
             if !(j.spec.independent || live == 1 || bidding) {
                 continue;
             }
-            for v in j.vps.values() {
-                if v.state != VpState::Running || !v.movable || v.wants.is_some() || v.held {
-                    continue;
-                }
-                if let Some(h) = &v.host {
-                    let cpu = v.cpu_ms.unwrap_or(0) as f64 / 1000.0;
-                    tasks.entry(h).or_default().push((v.tid, cpu));
+            for v in j.vps.values().filter(|v| v.movable()) {
+                if let VpState::Running { host, plan, .. } = v.state() {
+                    if plan.wants.is_none() && !plan.held {
+                        let cpu = v.cpu_ms.unwrap_or(0) as f64 / 1000.0;
+                        tasks.entry(host).or_default().push((v.tid, cpu));
+                    }
                 }
             }
         }

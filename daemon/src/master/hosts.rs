@@ -295,16 +295,15 @@ impl Master {
         // moved, they may now be started again elsewhere. Those recalled to
         // it (the other end of their move had died, or their image never
         // reached their target) are lost on their way.
-        let recalled = VpState::Moving(host.to_string());
-        let recalled_ref = &recalled;
+        let recalled = |v: &VpRec| v.state().moving_to() == Some(host);
         let (stranded, lost): (Vec<_>, Vec<_>) = self
             .jobs
             .iter()
             .flat_map(|(job, j)| {
                 j.vps
                     .iter()
-                    .filter(|(_, v)| v.host.as_deref() == Some(host) && !v.state.ended())
-                    .map(move |(&vp, v)| ((job.clone(), vp), v.state == *recalled_ref))
+                    .filter(|(_, v)| v.host() == Some(host) && !v.state().ended())
+                    .map(move |(&vp, v)| ((job.clone(), vp), recalled(v)))
             })
             .partition(|(_, r)| *r);
         let stranded: Vec<(String, u32)> = stranded.into_iter().map(|(k, _)| k).collect();
@@ -320,7 +319,7 @@ impl Master {
                 .jobs
                 .get(&job)
                 .and_then(|j| j.vps.get(&vp))
-                .is_some_and(|v| v.state == recalled);
+                .is_some_and(recalled);
             if still {
                 out.extend(self.lost_on_its_way(&job, vp, &me));
             }
@@ -344,7 +343,13 @@ impl Master {
             .collect();
         let mut out = Vec::new();
         for v in self.jobs.values_mut().flat_map(|j| j.vps.values_mut()) {
-            let (VpState::Moving(to), Some(from)) = (&v.state, &v.host) else {
+            let VpState::Moving {
+                from,
+                to,
+                pid,
+                plan,
+            } = v.state()
+            else {
                 continue;
             };
             let survivor = if to == host && from != host {
@@ -362,8 +367,13 @@ impl Master {
                 v.tid
             )));
             out.push(Out::ToHost(survivor.clone(), ToHost::Recall { tid: v.tid }));
-            v.host = Some(survivor.clone());
-            v.state = VpState::Moving(survivor);
+            let recalled = VpState::Moving {
+                from: survivor.clone(),
+                to: survivor,
+                pid: *pid,
+                plan: plan.clone(),
+            };
+            out.extend(v.go(recalled).err().map(Out::from));
         }
         out
     }
@@ -387,7 +397,7 @@ impl Master {
             .jobs
             .values()
             .flat_map(|j| j.vps.values())
-            .filter(|v| v.host.as_deref() == Some(host) && !v.state.ended())
+            .filter(|v| v.host() == Some(host) && !v.state().ended())
             .map(|v| format!("t{:x}", v.tid))
             .collect();
         if !on.is_empty() {
@@ -467,12 +477,12 @@ impl Master {
         let mut waiting: HashMap<&str, Vec<(Tid, String)>> = HashMap::new();
         for j in self.jobs.values() {
             for v in j.vps.values() {
-                if let (Some(h), true) = (&v.host, v.state.on_a_processor()) {
-                    *counts.entry(h.as_str()).or_default() += 1;
+                if let (Some(h), true) = (v.host(), v.state().on_a_processor()) {
+                    *counts.entry(h).or_default() += 1;
                 }
                 let state = self.vp_state(v);
-                if let (Some(h), false) = (&v.host, state == "running" || v.state.ended()) {
-                    waiting.entry(h.as_str()).or_default().push((v.tid, state));
+                if let (Some(h), false) = (v.host(), state == "running" || v.state().ended()) {
+                    waiting.entry(h).or_default().push((v.tid, state));
                 }
             }
         }

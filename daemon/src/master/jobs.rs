@@ -202,8 +202,8 @@ impl Master {
         let Some(v) = j.vps.get(&0) else {
             return error(format!("job {job} has no VP 0"));
         };
-        match (&v.state, &v.host) {
-            (VpState::Running | VpState::Starting, Some(host)) => vec![
+        match v.state() {
+            VpState::Running { host, .. } | VpState::Starting { host, .. } => vec![
                 Out::ToHost(
                     host.clone(),
                     ToHost::Input {
@@ -219,8 +219,11 @@ impl Master {
                     },
                 ),
             ],
-            (VpState::Exited, _) => error(format!("VP 0 of job {job} has ended")),
-            _ => error(format!(
+            VpState::Exited { .. } => error(format!("VP 0 of job {job} has ended")),
+            VpState::Waiting
+            | VpState::Moving { .. }
+            | VpState::Restoring { .. }
+            | VpState::Parked { .. } => error(format!(
                 "VP 0 of job {job} is not running now; {}",
                 libmig::msg::INPUT_LATER
             )),
@@ -243,19 +246,23 @@ impl Master {
             let never: Vec<u32> = self.jobs[target]
                 .vps
                 .iter()
-                .filter(|(_, v)| v.host.is_none() && !v.state.ended())
+                .filter(|(_, v)| v.host().is_none() && !v.state().ended())
                 .map(|(&i, _)| i)
                 .collect();
             for vp in never {
                 if let Some(v) = self.jobs.get_mut(target).and_then(|j| j.vps.get_mut(&vp)) {
                     out.push(Out::Broadcast(ToHost::Directory(vec![(v.tid, Loc::Gone)])));
-                    v.state = VpState::Exited;
-                    v.exit = Some(ExitInfo {
-                        code: None,
-                        signal: Some(9),
-                        error: None,
-                        cpu_ms: None,
-                    });
+                    let killed = VpState::Exited {
+                        host: None,
+                        pid: None,
+                        exit: ExitInfo {
+                            code: None,
+                            signal: Some(9),
+                            error: None,
+                            cpu_ms: None,
+                        },
+                    };
+                    out.extend(v.go(killed).err().map(Out::from));
                 }
             }
             out.extend(self.finish_if_done(target));
@@ -284,7 +291,7 @@ impl Master {
                     .jobs
                     .get(&job)
                     .and_then(|j| j.vps.get(&vp))
-                    .and_then(|v| v.host.clone())
+                    .and_then(|v| v.host().map(String::from))
                 {
                     return vec![
                         Out::ToHost(host, ToHost::Kill { tid }),
@@ -330,11 +337,12 @@ impl Master {
                 "job {job} is being checkpointed or restarted; try again when it is done"
             ));
         }
-        if let Some(v) = j
-            .vps
-            .values()
-            .find(|v| matches!(v.state, VpState::Moving(_) | VpState::Restoring))
-        {
+        if let Some(v) = j.vps.values().find(|v| {
+            matches!(
+                v.state(),
+                VpState::Moving { .. } | VpState::Restoring { .. }
+            )
+        }) {
             return err(format!(
                 "VP t{:x} of job {job} is moving; try again when it has moved",
                 v.tid
@@ -349,10 +357,11 @@ impl Master {
         };
         let mut by_host: BTreeMap<String, Vec<Tid>> = BTreeMap::new();
         for v in j.vps.values_mut() {
-            if let (false, Some(h)) = (v.state.ended(), &v.host) {
-                v.held = true;
-                v.wants = None;
-                by_host.entry(h.clone()).or_default().push(v.tid);
+            let (tid, host) = (v.tid, v.host().map(String::from));
+            if let (Some(p), Some(h)) = (v.plan_mut(), host) {
+                p.held = true;
+                p.wants = None;
+                by_host.entry(h).or_default().push(tid);
             }
         }
         let stopped: usize = by_host.values().map(Vec::len).sum();
@@ -395,7 +404,7 @@ impl Master {
         let waiting = self
             .jobs
             .get(job)
-            .map_or(0, |j| j.vps.values().filter(|v| v.held).count());
+            .map_or(0, |j| j.vps.values().filter(|v| v.state().held()).count());
         out.push(Out::Log(format!("job {job} resumed")));
         out.push(Out::Reply(
             from,
@@ -420,10 +429,13 @@ impl Master {
         let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
-        if !std::mem::replace(&mut v.held, false) {
+        if !v
+            .plan_mut()
+            .is_some_and(|p| std::mem::replace(&mut p.held, false))
+        {
             return Vec::new();
         }
-        match &v.host {
+        match v.host().map(String::from) {
             Some(h) => vec![Out::ToHost(
                 h.clone(),
                 ToHost::Hold {
@@ -453,7 +465,7 @@ impl Master {
                 continue;
             };
             if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(vp)) {
-                if v.host.as_deref() == Some(host) && !v.state.ended() {
+                if v.host() == Some(host) && !v.state().ended() {
                     v.cpu_ms = Some(ms);
                 }
             }
@@ -488,9 +500,9 @@ impl Master {
             let left: Vec<String> = j
                 .vps
                 .values()
-                .filter(|v| !v.state.ended())
+                .filter(|v| !v.state().ended())
                 .map(|v| {
-                    let at = v.host.as_deref().unwrap_or("no host");
+                    let at = v.host().unwrap_or("no host");
                     format!("t{:x} ({} on {at})", v.tid, self.vp_state(v))
                 })
                 .collect();
@@ -558,17 +570,19 @@ impl Master {
             // The end of a process the job's restart replaces is no exit;
             // once the job is killed, any end of it is its end (the kill
             // went where it is being restored, after its image).
-            if v.state == VpState::Restoring && !j.killed {
+            let restoring = matches!(v.state(), VpState::Restoring { .. });
+            if restoring && !j.killed {
                 return out;
             }
             // A report from a host the VP already left (restarted elsewhere) is stale.
-            let restoring_there = matches!(&v.state, VpState::Moving(to) if to == host)
-                || v.state == VpState::Restoring;
-            if (v.host.as_deref() != Some(host) && !restoring_there) || v.state.ended() {
+            let restoring_there = v.state().moving_to() == Some(host) || restoring;
+            if (v.host() != Some(host) && !restoring_there) || v.state().ended() {
                 return out;
             }
-            v.state = VpState::Exited;
-            v.exit = Some(status.clone());
+            if let Err(e) = v.go(v.state().ended_as(status.clone())) {
+                out.push(e.into());
+                return out;
+            }
             v.cpu_ms = status.cpu_ms.or(v.cpu_ms);
             j.cpu_ms += status.cpu_ms.unwrap_or(0);
             out.push(Out::Log(format!(
@@ -613,9 +627,11 @@ impl Master {
         let status = ExitInfo::ended_by_mig(libmig::msg::STATUS_LOST, why.to_string());
         let mut ended = Vec::new();
         if let Some(j) = self.jobs.get_mut(job) {
-            for (&vp, v) in j.vps.iter_mut().filter(|(_, v)| !v.state.ended()) {
-                v.state = VpState::Exited;
-                v.exit = Some(status.clone());
+            for (&vp, v) in j.vps.iter_mut().filter(|(_, v)| !v.state().ended()) {
+                if let Err(e) = v.go(v.state().ended_as(status.clone())) {
+                    out.push(e.into());
+                    continue;
+                }
                 out.push(Out::Broadcast(ToHost::Directory(vec![(v.tid, Loc::Gone)])));
                 for w in &j.waiters {
                     out.push(Out::Reply(
@@ -623,7 +639,7 @@ impl Master {
                         Response::VpDone {
                             tid: v.tid,
                             vp,
-                            host: v.host.clone().unwrap_or_default(),
+                            host: v.host().unwrap_or_default().to_string(),
                             status: status.clone(),
                         },
                     ));
@@ -642,7 +658,7 @@ impl Master {
         let done = self
             .jobs
             .get(job)
-            .is_some_and(|j| j.vps.values().all(|v| v.state.ended()));
+            .is_some_and(|j| j.vps.values().all(|v| v.state().ended()));
         if !done {
             return Vec::new();
         }
@@ -651,14 +667,14 @@ impl Master {
         };
         for v in j.vps.values() {
             self.tids.remove(&v.tid);
-            if let Some(e) = &v.exit {
+            if let Some(e) = v.state().exit() {
                 self.gone.insert(v.tid, e.clone());
             }
         }
         let status = j
             .vps
             .values()
-            .filter_map(|v| v.exit.as_ref())
+            .filter_map(|v| v.state().exit())
             .map(ExitInfo::status)
             .find(|&s| s != 0)
             .unwrap_or(0);
@@ -786,10 +802,10 @@ impl Master {
                     tid: v.tid,
                     job: job.clone(),
                     vp,
-                    host: v.host.clone(),
-                    pid: v.pid,
+                    host: v.host().map(String::from),
+                    pid: v.state().pid(),
                     state: self.vp_state(v),
-                    movable: v.movable,
+                    movable: v.movable(),
                     command: std::iter::once(v.program.as_str())
                         .chain(v.args.iter().map(String::as_str))
                         .collect::<Vec<_>>()
@@ -806,25 +822,24 @@ impl Master {
     /// A VP's state as `mig ps` says it.
     pub(super) fn vp_state(&self, v: &VpRec) -> String {
         let owner_back = v
-            .host
-            .as_ref()
+            .host()
             .and_then(|h| self.hosts.get(h))
             .is_some_and(|h| h.alive && !h.facts.offered);
-        let mut s = match &v.state {
-            _ if v.held => "suspended".to_string(),
+        let mut s = match v.state() {
+            state if state.held() => "suspended".to_string(),
             VpState::Waiting => "waiting".to_string(),
-            VpState::Starting => "starting".to_string(),
-            VpState::Moving(to) => format!("moving to {to}"),
-            VpState::Running if owner_back && !v.movable => {
+            VpState::Starting { .. } => "starting".to_string(),
+            VpState::Moving { to, .. } => format!("moving to {to}"),
+            VpState::Running { .. } if owner_back && !v.movable() => {
                 "stopped (owner back; its program cannot be moved)".to_string()
             }
-            VpState::Running if owner_back => "stopped (owner back)".to_string(),
-            VpState::Parked => "parked on disk (owner back)".to_string(),
-            VpState::Restoring => "restoring from the job's checkpoint".to_string(),
-            VpState::Running => "running".to_string(),
-            VpState::Exited => "exited".to_string(),
+            VpState::Running { .. } if owner_back => "stopped (owner back)".to_string(),
+            VpState::Parked { .. } => "parked on disk (owner back)".to_string(),
+            VpState::Restoring { .. } => "restoring from the job's checkpoint".to_string(),
+            VpState::Running { .. } => "running".to_string(),
+            VpState::Exited { .. } => "exited".to_string(),
         };
-        if let Some(w) = v.wants.as_ref().filter(|w| w.failures > 0) {
+        if let Some(w) = v.state().wants().filter(|w| w.failures > 0) {
             s.push_str(&format!(
                 ", to move to {} ({} failed attempt{})",
                 w.to,

@@ -25,16 +25,15 @@ mod tests;
 mod tokens;
 mod users;
 mod voters;
+mod vp;
 
 pub use batch::join_directories;
 use calls::notice_to;
-use records::{
-    not_replicated, Ckpt, Generation, HostRec, JobRec, PendingRestart, Round, VpRec, VpState,
-    Wanted,
-};
+use records::{not_replicated, Ckpt, Generation, HostRec, JobRec, PendingRestart, Round};
 pub use replica::ImportError;
 use slicing::HostSlicing;
 pub use voters::{voters_wanted, VoterChange};
+use vp::{Mobility, Plan, VpRec, VpState, Wanted};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -447,15 +446,19 @@ impl Master {
         })
     }
 
-    fn set_vp(&mut self, job: &str, vp: u32, host: Option<String>, state: VpState) -> Vec<Out> {
-        if let (Some(j), Some(h)) = (self.jobs.get_mut(job), &host) {
-            j.hosts.insert(h.clone());
-        }
-        match self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
+    /// VP `vp` of `job` goes to `state` (placed on a host, or back to
+    /// waiting), and every host hears where it is now.
+    fn set_vp(&mut self, job: &str, vp: u32, state: VpState) -> Vec<Out> {
+        let Some(j) = self.jobs.get_mut(job) else {
+            return Vec::new();
+        };
+        let host = state.host().map(String::from);
+        match j.vps.get_mut(&vp) {
             Some(v) => {
-                v.host = host;
-                v.state = state;
-                v.pid = None;
+                if let Err(refused) = v.go(state) {
+                    return vec![refused.into()];
+                }
+                j.hosts.extend(host);
                 vec![Out::Broadcast(ToHost::Directory(vec![(v.tid, loc_of(v))]))]
             }
             None => Vec::new(),
@@ -465,16 +468,12 @@ impl Master {
     /// The host a VP is on, if placed.
     fn host_of(&self, tid: Tid) -> Option<String> {
         let (job, vp) = self.tids.get(&tid)?;
-        self.jobs.get(job)?.vps.get(vp)?.host.clone()
+        self.jobs.get(job)?.vps.get(vp)?.host().map(String::from)
     }
 }
 
 fn loc_of(v: &VpRec) -> Loc {
-    match (&v.state, &v.host) {
-        (VpState::Exited, _) => Loc::Gone,
-        (_, Some(h)) => Loc::At(h.clone()),
-        (_, None) => Loc::Waiting,
-    }
+    v.state().loc()
 }
 
 /// The job an action is about, if one.

@@ -30,7 +30,7 @@ impl Master {
                         .jobs
                         .get(&*job)
                         .and_then(|j| j.vps.get(&vp))
-                        .and_then(|v| v.host.clone())
+                        .and_then(|v| v.host().map(String::from))
                         .unwrap_or_else(|| from_host.to_string());
                     if self.is_alive(&from_host) || self.is_alive(&at) {
                         // (Its process goes on to its safe point, then ends.)
@@ -58,18 +58,13 @@ impl Master {
                         .jobs
                         .get_mut(&*job)
                         .and_then(|j| j.vps.get_mut(&vp))
-                        .filter(|v| {
-                            let alive = v
-                                .host
-                                .as_ref()
-                                .and_then(|h| hosts.get(h))
-                                .is_some_and(|h| h.alive);
-                            alive && v.state != VpState::Waiting
-                        });
+                        .filter(|v| v.host().and_then(|h| hosts.get(h)).is_some_and(|h| h.alive));
                     match parked {
                         Some(v) => {
-                            v.wants = None;
-                            let why = if v.movable {
+                            if let Some(p) = v.plan_mut() {
+                                p.wants = None;
+                            }
+                            let why = if v.movable() {
                                 "for a free processor"
                             } else {
                                 "until its owner leaves (its program cannot be moved)"
@@ -77,10 +72,10 @@ impl Master {
                             out.push(Out::Log(format!(
                                 "VP t{:x} waits on {} {why}",
                                 v.tid,
-                                v.host.as_deref().unwrap_or("?")
+                                v.host().unwrap_or("?")
                             )));
                         }
-                        None => out.extend(self.set_vp(&job, vp, None, VpState::Waiting)),
+                        None => out.extend(self.set_vp(&job, vp, VpState::Waiting)),
                     }
                 }
                 Action::Kill { job, vp, host, .. } => {
@@ -90,10 +85,8 @@ impl Master {
                         continue;
                     };
                     let tid = v.tid;
-                    let mut at: Vec<String> = v.host.iter().cloned().collect();
-                    if let VpState::Moving(to) = &v.state {
-                        at.push(to.clone());
-                    }
+                    let mut at: Vec<String> = v.host().into_iter().map(String::from).collect();
+                    at.extend(v.state().moving_to().map(String::from));
                     if at.is_empty() {
                         at.push(host.to_string());
                     }
@@ -153,38 +146,47 @@ impl Master {
             return Vec::new();
         };
         let tid = v.tid;
-        match (&v.state, v.host.clone()) {
-            (VpState::Waiting, _) | (_, None) => {
+        let wanted = Wanted {
+            to: host.to_string(),
+            failures: 0,
+            retry_at: None,
+        };
+        match v.state().clone() {
+            VpState::Waiting => {
                 let Some(start) = self.start_of(job, vp, host) else {
                     return Vec::new();
                 };
-                let mut out = self.set_vp(job, vp, Some(host.to_string()), VpState::Starting);
+                let mut out = self.set_vp(job, vp, starting(host));
                 out.push(Out::ToHost(host.to_string(), ToHost::Start(start)));
                 out
             }
-            (VpState::Exited | VpState::Restoring, _) => Vec::new(),
-            (VpState::Parked, Some(at)) if at == host => {
-                v.state = VpState::Starting;
+            VpState::Exited { .. } | VpState::Restoring { .. } => Vec::new(),
+            VpState::Parked { host: at, plan } if at == host => {
+                if let Err(refused) = v.go(VpState::Starting { host: at, plan }) {
+                    return vec![refused.into()];
+                }
                 vec![Out::ToHost(host.to_string(), ToHost::Unpark { tid })]
             }
-            (VpState::Moving(to), _) => {
-                v.wants = (to != host).then(|| Wanted {
-                    to: host.to_string(),
-                    failures: 0,
-                    retry_at: None,
-                });
+            VpState::Moving { to, .. } => {
+                if let Some(p) = v.plan_mut() {
+                    p.wants = (to != host).then_some(wanted);
+                }
                 Vec::new()
             }
-            (VpState::Running | VpState::Starting, Some(at)) if at == host => {
-                v.wants = None;
+            VpState::Running { host: at, .. } | VpState::Starting { host: at, .. }
+                if at == host =>
+            {
+                if let Some(p) = v.plan_mut() {
+                    p.wants = None;
+                }
                 Vec::new()
             }
-            (VpState::Running | VpState::Starting | VpState::Parked, Some(at)) => {
-                v.wants = Some(Wanted {
-                    to: host.to_string(),
-                    failures: 0,
-                    retry_at: None,
-                });
+            VpState::Running { host: at, .. }
+            | VpState::Starting { host: at, .. }
+            | VpState::Parked { host: at, .. } => {
+                if let Some(p) = v.plan_mut() {
+                    p.wants = Some(wanted);
+                }
                 match self.begin_move(tid, job, vp, &at, host) {
                     Ok(out) => out,
                     Err(e) => vec![Out::Log(format!("cannot move VP t{tid:x} to {host}: {e}"))],
@@ -227,11 +229,13 @@ impl Master {
             .get_mut(job)
             .and_then(|j| j.vps.get_mut(&vp))
             .ok_or_else(|| format!("no VP t{tid:x}"))?;
-        if !v.movable && vacate {
-            v.wants = None;
+        if !v.movable() && vacate {
+            if let Some(p) = v.plan_mut() {
+                p.wants = None;
+            }
             return Ok(self.vacate(tid, job, vp, src, to, start));
         }
-        if !v.movable {
+        if !v.movable() {
             return Err(format!(
                 "VP t{tid:x} cannot be moved: it has not said it can (a program that keeps \
                  its state through libmig says so as it starts, in init_or_restore; one that \
@@ -249,7 +253,13 @@ impl Master {
         let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Err(format!("no VP t{tid:x}"));
         };
-        v.state = VpState::Moving(to.to_string());
+        let moving = VpState::Moving {
+            from: src.to_string(),
+            to: to.to_string(),
+            pid: v.state().pid(),
+            plan: v.state().plan().cloned().unwrap_or_default(),
+        };
+        v.go(moving).map_err(|e| e.to_string())?;
         Ok(vec![
             Out::Broadcast(ToHost::Directory(vec![(tid, Loc::Waiting)])),
             Out::ToHost(
@@ -275,8 +285,12 @@ impl Master {
             .flat_map(|(job, j)| {
                 j.vps
                     .iter()
-                    .filter(|(_, v)| !v.movable && !v.released && v.state == VpState::Running)
-                    .filter_map(move |(&vp, v)| Some((job.clone(), vp, v.host.clone()?)))
+                    .filter_map(move |(&vp, v)| match (v.mobility, v.state()) {
+                        (Mobility::Pinned, VpState::Running { host, .. }) => {
+                            Some((job.clone(), vp, host.clone()))
+                        }
+                        _ => None,
+                    })
             })
             .filter(|(job, _, host)| self.vacate_due(job, host))
             .map(|(job, vp, _)| (job, vp))
@@ -284,7 +298,7 @@ impl Master {
         let mut out = Vec::new();
         for (job, vp) in due {
             if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
-                v.released = true;
+                v.mobility = Mobility::Released;
             }
             out.extend(self.event(Event::VpMovable { job, vp }));
         }
@@ -328,7 +342,7 @@ impl Master {
                  is restartable): starting it again from the beginning on {to}"
             )),
         ];
-        out.extend(self.set_vp(job, vp, Some(to.to_string()), VpState::Starting));
+        out.extend(self.set_vp(job, vp, starting(to)));
         out.push(Out::ToHost(to.to_string(), ToHost::Start(start)));
         out
     }
@@ -340,11 +354,18 @@ impl Master {
     /// beginning on `to`; else the job ends.
     pub(super) fn start_lost_again(&mut self, job: &str, vp: u32, to: &str, how: &str) -> Vec<Out> {
         if let Some(j) = self.jobs.get_mut(job).filter(|j| !j.ckpt.good.is_empty()) {
+            // Restored on `to` once its job's images are found.
+            let mut out = Vec::new();
             if let Some(v) = j.vps.get_mut(&vp) {
-                v.host = Some(to.to_string());
+                match v.state().on(to) {
+                    Some(there) => out.extend(v.go(there).err().map(Out::from)),
+                    None => out.push(Out::Log(format!(
+                        "VP {vp} of {job}, lost {how}, has no host to be restored on"
+                    ))),
+                }
             }
             self.to_restart.insert(job.to_string());
-            return Vec::new();
+            return out;
         }
         // A VP that keeps its state through libmig, in a job of several
         // that may talk: starting it again from the beginning while its
@@ -364,7 +385,7 @@ impl Master {
         let mut out = vec![Out::Log(format!(
             "restarting VP {vp} of {job} on {to} (it was lost {how})"
         ))];
-        out.extend(self.set_vp(job, vp, Some(to.to_string()), VpState::Starting));
+        out.extend(self.set_vp(job, vp, starting(to)));
         out.push(Out::ToHost(to.to_string(), ToHost::Start(start)));
         out
     }
@@ -383,7 +404,7 @@ impl Master {
         let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
-        if v.state == VpState::Restoring && v.host.as_deref() == Some(host) {
+        if matches!(v.state(), VpState::Restoring { host: h } if h == host) {
             // Its image stopped coming (the host sending it died, say):
             // the images are looked for again, a few times; a host that
             // cannot take it in still then leaves the job unable to go on.
@@ -406,20 +427,33 @@ impl Master {
                 ),
             );
         }
-        if v.state != VpState::Moving(host.to_string()) {
+        let VpState::Moving {
+            from: src,
+            to,
+            pid,
+            plan,
+        } = v.state().clone()
+        else {
+            return Vec::new();
+        };
+        if to != host {
             return Vec::new();
         }
-        if v.host.as_deref() != Some(host) {
+        if src != host {
             v.move_failed = Some(format!("{host} could not take it in: {reason}"));
-        }
-        if let Some(src) = v.host.clone().filter(|h| h != host) {
-            if !self.is_alive(&src) {
+            if !self.hosts.get(&src).is_some_and(|h| h.alive) {
                 // When its source is declared dead, the VP is recalled to
                 // this host, which then says again that it has nothing.
                 return Vec::new();
             }
-            if let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
-                v.state = VpState::Moving(src.clone());
+            let recalled = VpState::Moving {
+                from: src.clone(),
+                to: src.clone(),
+                pid,
+                plan,
+            };
+            if let Err(refused) = v.go(recalled) {
+                return vec![refused.into()];
             }
             return vec![
                 Out::Log(format!(
@@ -457,9 +491,9 @@ impl Master {
     fn restart_inconsistent(&self, job: &str, vp: u32) -> Option<String> {
         let j = self.jobs.get(job)?;
         let v = j.vps.get(&vp)?;
-        let alone = j.vps.values().filter(|o| !o.state.ended()).count() <= 1;
+        let alone = j.vps.values().filter(|o| !o.state().ended()).count() <= 1;
         // (One that had not yet said so is taken to be like its peers.)
-        let libmig = v.movable || j.vps.values().any(|o| o.movable);
+        let libmig = v.movable() || j.vps.values().any(VpRec::movable);
         if alone || !libmig || j.spec.independent || j.spec.restartable {
             return None;
         }
@@ -479,9 +513,9 @@ impl Master {
             .iter()
             .flat_map(|(job, j)| j.vps.iter().map(move |(&vp, v)| (job, vp, v)))
             .filter_map(|(job, vp, v)| {
-                let w = v.wants.as_ref()?;
-                let due = w.retry_at.is_none_or(|t| now >= t) && v.state.can_begin_move();
-                let at = v.host.clone().filter(|_| due)?;
+                let w = v.state().wants()?;
+                let due = w.retry_at.is_none_or(|t| now >= t) && v.state().can_begin_move();
+                let at = v.host().filter(|_| due)?.to_string();
                 Some((v.tid, job.clone(), vp, at, w.to.clone()))
             })
             .collect();
@@ -499,7 +533,7 @@ impl Master {
                             .jobs
                             .get(&job)
                             .and_then(|j| j.vps.get(&vp))
-                            .is_some_and(|v| !v.movable) =>
+                            .is_some_and(|v| !v.movable()) =>
                 {
                     // It cannot be moved: vacated once the owner has stayed
                     // long enough.
@@ -507,7 +541,7 @@ impl Master {
                         .jobs
                         .get_mut(&job)
                         .and_then(|j| j.vps.get_mut(&vp))
-                        .and_then(|v| v.wants.as_mut())
+                        .and_then(VpRec::wants_mut)
                     {
                         w.retry_at = Some(now + Duration::from_secs(1));
                     }
@@ -520,8 +554,8 @@ impl Master {
                         .jobs
                         .get_mut(&job)
                         .and_then(|j| j.vps.get_mut(&vp))
-                        .filter(|v| !v.movable)
-                        .and_then(|v| v.wants.as_mut())
+                        .filter(|v| !v.movable())
+                        .and_then(VpRec::wants_mut)
                         .filter(|w| w.failures < SILENT_TRIES);
                     match silent {
                         Some(w) => {
@@ -540,8 +574,13 @@ impl Master {
     }
 
     pub(super) fn clear_wants(&mut self, job: &str, vp: u32) {
-        if let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) {
-            v.wants = None;
+        if let Some(p) = self
+            .jobs
+            .get_mut(job)
+            .and_then(|j| j.vps.get_mut(&vp))
+            .and_then(VpRec::plan_mut)
+        {
+            p.wants = None;
         }
     }
 
@@ -556,21 +595,25 @@ impl Master {
         // Only the host the master records starts a VP: one that raced a
         // restart or a move (the target of a move called off, say) has a
         // second process of the Tid, ended at once.
-        let recorded = match &v.state {
-            VpState::Moving(to) => to == host || v.host.as_deref() == Some(host),
-            _ => v.host.as_deref().is_none_or(|h| h == host),
+        let recorded = match v.state() {
+            VpState::Moving { from, to, .. } => to == host || from == host,
+            VpState::Starting { host: at, .. }
+            | VpState::Running { host: at, .. }
+            | VpState::Restoring { host: at }
+            | VpState::Parked { host: at, .. } => at == host,
+            // Not placed, or ended: no process of it belongs anywhere.
+            VpState::Waiting | VpState::Exited { .. } => false,
         };
         if !recorded {
             return vec![
                 Out::Log(format!(
                     "VP t{tid:x} started on {host}, where it does not belong (it is on {}): \
                      ending that process",
-                    v.host.as_deref().unwrap_or("no host")
+                    v.host().unwrap_or("no host")
                 )),
                 Out::ToHost(host.to_string(), ToHost::Kill { tid }),
             ];
         }
-        v.pid = Some(pid);
         v.started_ms.get_or_insert(self.wall_ns / 1_000_000);
         if self.jobs.get(&job).is_some_and(|j| j.killed) {
             // Its job was killed while it moved or restored: it ends here.
@@ -579,32 +622,38 @@ impl Master {
         let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
-        match &v.state {
-            VpState::Restoring => {
-                v.state = VpState::Running;
+        let running = |plan| VpState::Running {
+            host: host.to_string(),
+            pid: Some(pid),
+            plan,
+        };
+        match v.state().clone() {
+            VpState::Restoring { .. } => {
+                if let Err(e) = v.go(running(Plan::default())) {
+                    return vec![e.into()];
+                }
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.ckpt.restoring_from.remove(&tid);
                     j.ckpt.restore_failures = 0;
                 }
-                let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
-                    return Vec::new();
-                };
-                v.host = Some(host.to_string());
                 vec![Out::Broadcast(ToHost::Directory(vec![(
                     tid,
                     Loc::At(host.to_string()),
                 )]))]
             }
-            VpState::Moving(to) if to == host => {
-                let from = v.host.replace(host.to_string()).unwrap_or_default();
-                v.state = VpState::Running;
+            VpState::Moving {
+                from, to, mut plan, ..
+            } if to == host => {
+                if plan.wants.as_ref().is_some_and(|w| w.to == host) {
+                    plan.wants = None;
+                }
+                let wanted = plan.wants.is_some();
+                if let Err(refused) = v.go(running(plan)) {
+                    return vec![refused.into()];
+                }
                 if from != host {
                     v.move_failed = None;
                 }
-                if v.wants.as_ref().is_some_and(|w| w.to == host) {
-                    v.wants = None;
-                }
-                let wanted = v.wants.is_some();
                 let what = if from == host {
                     format!("VP t{tid:x} runs on {host} again (its move was recalled)")
                 } else {
@@ -621,10 +670,19 @@ impl Master {
                 }
                 out
             }
-            _ => {
-                v.state = VpState::Running;
-                Vec::new()
-            }
+            // (A move's source that runs it still: the move came to
+            // nothing.)
+            VpState::Starting { plan, .. }
+            | VpState::Running { plan, .. }
+            | VpState::Moving { plan, .. }
+            | VpState::Parked { plan, .. } => v
+                .go(running(plan))
+                .err()
+                .map(Out::from)
+                .into_iter()
+                .collect(),
+            // (Answered above: not where it belongs.)
+            VpState::Waiting | VpState::Exited { .. } => Vec::new(),
         }
     }
 
@@ -663,13 +721,17 @@ impl Master {
         let found = Tid::from_str_radix(hex, 16).ok().and_then(|tid| {
             let (job, vp) = self.tids.get(&tid)?.clone();
             let v = self.jobs.get(&job)?.vps.get(&vp)?;
-            Some((tid, job, vp, v.host.clone(), v.state.clone()))
+            let src = v
+                .host()
+                .filter(|_| v.state().can_migrate())
+                .map(String::from);
+            Some((tid, job, vp, src, self.vp_state(v)))
         });
-        let Some((tid, job, vp, host, state)) = found else {
+        let Some((tid, job, vp, src, state)) = found else {
             return err(format!("no VP {target:?}; `mig ps` lists them (as t40001)"));
         };
-        let Some(src) = host.filter(|_| state.can_migrate()) else {
-            return err(format!("VP t{tid:x} is not running (it is {state:?})"));
+        let Some(src) = src else {
+            return err(format!("VP t{tid:x} is not running (it is {state})"));
         };
         if src == to {
             return err(format!("VP t{tid:x} already runs on {to}"));
@@ -714,11 +776,10 @@ impl Master {
         let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
-        let there = v.host.as_deref() == Some(host)
-            || matches!(&v.state, VpState::Moving(to) if to == host);
-        if !there || std::mem::replace(&mut v.movable, true) {
+        if !v.state().at_or_bound_for(host) || v.movable() {
             return Vec::new();
         }
+        v.mobility = Mobility::Movable;
         // From now on the scheduler may move it.
         self.event(Event::VpMovable { job, vp })
     }
@@ -731,24 +792,36 @@ impl Master {
         let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
         };
-        let VpState::Moving(to) = v.state.clone() else {
+        let VpState::Moving {
+            from: at,
+            to,
+            pid,
+            mut plan,
+        } = v.state().clone()
+        else {
             return Vec::new();
         };
-        v.state = VpState::Running;
-        let at = v.host.clone().unwrap_or_default();
         let mut also = String::new();
-        if let Some(w) = &mut v.wants {
+        if let Some(w) = &mut plan.wants {
             if w.to == to {
                 w.failures += 1;
                 if w.failures >= MAX_MOVE_ATTEMPTS {
                     also = format!("; gave up moving it to {to} after {} attempts", w.failures);
-                    v.wants = None;
+                    plan.wants = None;
                 } else {
                     let wait = Duration::from_secs(5) * 2u32.pow(w.failures - 1);
                     w.retry_at = Some(self.now + wait);
                     also = format!("; trying again in {} s", wait.as_secs());
                 }
             }
+        }
+        let stays = VpState::Running {
+            host: at.clone(),
+            pid,
+            plan,
+        };
+        if let Err(refused) = v.go(stays) {
+            return vec![refused.into()];
         }
         let reason = format!("{reason}{also}");
         v.move_failed = Some(reason.clone());
@@ -766,3 +839,11 @@ const RESTORE_TRIES: u32 = 3;
 /// A scheduler move that failed this many times is given up (the VP runs,
 /// or stays stopped, where it is) and reported.
 pub(super) const MAX_MOVE_ATTEMPTS: u32 = 5;
+
+/// Told to start on `host` from the beginning: not held, no move wanted.
+fn starting(host: &str) -> VpState {
+    VpState::Starting {
+        host: host.to_string(),
+        plan: Plan::default(),
+    }
+}

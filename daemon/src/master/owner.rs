@@ -34,16 +34,25 @@ impl Master {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return Vec::new();
         };
-        match self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) {
-            Some(v) if v.host.as_deref() == Some(host) && v.state == VpState::Running => {
-                v.state = VpState::Parked;
-                v.pid = None;
-                vec![Out::Log(format!(
-                    "VP t{tid:x} parked on {host}'s disk until a processor is free"
-                ))]
-            }
-            _ => Vec::new(),
+        let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+            return Vec::new();
+        };
+        let VpState::Running { host: at, plan, .. } = v.state() else {
+            return Vec::new();
+        };
+        if at != host {
+            return Vec::new();
         }
+        let parked = VpState::Parked {
+            host: at.clone(),
+            plan: plan.clone(),
+        };
+        if let Err(refused) = v.go(parked) {
+            return vec![refused.into()];
+        }
+        vec![Out::Log(format!(
+            "VP t{tid:x} parked on {host}'s disk until a processor is free"
+        ))]
     }
 
     /// The host carried out `mig owner reclaim|release`.

@@ -1,4 +1,5 @@
-//! What the master keeps per host, job and VP, and per checkpoint of a job.
+//! What the master keeps per host and job, and per checkpoint of a job (per
+//! VP: `vp`).
 
 use super::*;
 use serde::{Deserialize, Serialize};
@@ -40,116 +41,6 @@ pub(super) struct HostRec {
     /// surely lapsed (then, and why).
     #[serde(skip)]
     pub(super) lost: Option<(Instant, String)>,
-}
-
-/// Where a VP is in its life, as the master sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) enum VpState {
-    /// Not placed: waiting for a processor.
-    Waiting,
-    /// Its host was told to start it.
-    Starting,
-    /// Its process runs (or is stopped by its host's owner or slicer).
-    Running,
-    /// Being checkpointed on its host and restarted on this one.
-    Moving(String),
-    /// Being started again from the job's checkpoint.
-    Restoring,
-    /// Checkpointed to its host's disk while the owner has it; no process.
-    Parked,
-    /// Ended for good.
-    Exited,
-}
-
-impl VpState {
-    /// May it be moved now by hand (`mig migrate`) or be part of a
-    /// job checkpoint? Only with a process that runs where the master
-    /// thinks it does.
-    pub(super) fn can_migrate(&self) -> bool {
-        *self == VpState::Running
-    }
-
-    /// May a move the scheduler wants begin now (a parked VP ships its
-    /// image from disk)?
-    pub(super) fn can_begin_move(&self) -> bool {
-        matches!(self, VpState::Running | VpState::Parked)
-    }
-
-    /// Does it hold a processor of its host (for `mig hosts`)?
-    pub(super) fn on_a_processor(&self) -> bool {
-        matches!(self, VpState::Running | VpState::Starting)
-    }
-
-    /// Has it ended for good?
-    pub(super) fn ended(&self) -> bool {
-        *self == VpState::Exited
-    }
-}
-
-/// A VP as the master knows it.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct VpRec {
-    pub(super) tid: Tid,
-    pub(super) program: String,
-    pub(super) args: Vec<String>,
-    pub(super) parent: Option<Tid>,
-    pub(super) host: Option<String>,
-    pub(super) pid: Option<u32>,
-    pub(super) state: VpState,
-    pub(super) exit: Option<ExitInfo>,
-    /// Where the scheduler wants it, when a move there is still to be made:
-    /// after the move under way, or after one that failed (with the number
-    /// of failed attempts and when to try again).
-    pub(super) wants: Option<Wanted>,
-    /// Its program said it can be moved (see `VpMsg::Movable`).
-    pub(super) movable: bool,
-    /// It cannot be moved, but the scheduler was told it may be started
-    /// again elsewhere (vacated: see `Master::release_vacated`).
-    pub(super) released: bool,
-    /// When its process first started (ms since the Unix epoch).
-    pub(super) started_ms: Option<u64>,
-    /// Its host holds it stopped (its job was suspended) until the
-    /// scheduler places it again.
-    pub(super) held: bool,
-    /// CPU time (ms) its process has used, as its host last said (final
-    /// once it has ended).
-    pub(super) cpu_ms: Option<u64>,
-    /// Why its last move failed, if it did (`mig ps`, `mig migrate`).
-    #[serde(default)]
-    pub(super) move_failed: Option<String>,
-}
-
-impl VpRec {
-    /// A new VP `tid` of `spec`'s program, spawned by `parent`, waiting for
-    /// a processor.
-    pub(super) fn waiting(tid: Tid, spec: &SpawnSpec, parent: Option<Tid>) -> VpRec {
-        VpRec {
-            tid,
-            program: spec.program.clone(),
-            args: spec.args.clone(),
-            parent,
-            host: None,
-            pid: None,
-            state: VpState::Waiting,
-            exit: None,
-            wants: None,
-            movable: false,
-            released: false,
-            started_ms: None,
-            held: false,
-            cpu_ms: None,
-            move_failed: None,
-        }
-    }
-}
-
-/// A move the scheduler asked for that has not happened yet.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Wanted {
-    pub(super) to: String,
-    pub(super) failures: u32,
-    #[serde(skip)]
-    pub(super) retry_at: Option<Instant>,
 }
 
 /// A job as the master knows it.
@@ -206,7 +97,7 @@ impl JobRec {
                 + self
                     .vps
                     .values()
-                    .filter(|v| !v.state.ended())
+                    .filter(|v| !v.state().ended())
                     .filter_map(|v| v.cpu_ms)
                     .sum::<u64>(),
         }

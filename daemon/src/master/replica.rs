@@ -86,10 +86,8 @@ impl Master {
                     SnapOrder::Abort { id: r.id }
                 }));
             }
-            for v in j.vps.values_mut() {
-                if let Some(w) = &mut v.wants {
-                    w.retry_at = None;
-                }
+            for w in j.vps.values_mut().filter_map(VpRec::wants_mut) {
+                w.retry_at = None;
             }
             // The search for its images died with the old master: begin
             // it again.
@@ -100,7 +98,9 @@ impl Master {
         // A restore the old master set going may not have reached the
         // hosts: it begins again.
         for (job, j) in &m.jobs {
-            if j.vps.values().any(|v| v.state == VpState::Restoring)
+            if j.vps
+                .values()
+                .any(|v| matches!(v.state(), VpState::Restoring { .. }))
                 && !restart.iter().any(|(r, _)| r == job)
             {
                 restart.push((job.clone(), PendingRestart::default()));

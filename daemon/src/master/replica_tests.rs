@@ -39,7 +39,7 @@ fn pick(m: &Master, k: u8, want: impl Fn(&VpRec) -> bool) -> Option<(String, Tid
         .values()
         .flat_map(|j| j.vps.values())
         .filter(|v| want(v))
-        .filter_map(|v| Some((v.host.clone()?, v.tid)))
+        .filter_map(|v| Some((v.host()?.to_string(), v.tid)))
         .collect();
     (!vps.is_empty()).then(|| vps[k as usize % vps.len()].clone())
 }
@@ -52,11 +52,11 @@ fn apply(m: &mut Master, s: &Step, now: Instant) -> Vec<Out> {
     match *s {
         Step::Join(h, p) => m.register(facts(&format!("h{h}"), p), now).1,
         Step::Spawn(n) => m.control(from, "h0", Request::Spawn(spec(n))),
-        Step::Start(k) => match pick(m, k, |v| v.state == VpState::Starting) {
+        Step::Start(k) => match pick(m, k, |v| matches!(v.state(), VpState::Starting { .. })) {
             Some((h, t)) => m.started(&h, t, 100 + (t as u32 & 0xffff)),
             None => Vec::new(),
         },
-        Step::Exit(k, code) => match pick(m, k, |v| v.state == VpState::Running) {
+        Step::Exit(k, code) => match pick(m, k, |v| v.state().can_migrate()) {
             Some((h, t)) => m.exited(
                 &h,
                 t,
@@ -69,7 +69,7 @@ fn apply(m: &mut Master, s: &Step, now: Instant) -> Vec<Out> {
             ),
             None => Vec::new(),
         },
-        Step::Movable(k) => match pick(m, k, |v| v.state == VpState::Running) {
+        Step::Movable(k) => match pick(m, k, |v| v.state().can_migrate()) {
             Some((h, t)) => m.movable(&h, t),
             None => Vec::new(),
         },
