@@ -395,6 +395,38 @@ fn a_host_takes_vps_only_while_its_memory_holds_them_in_all_slots() {
 }
 
 #[test]
+fn a_start_reported_for_a_vp_not_placed_or_ended_ends_that_process() {
+    let mut c = Cluster::new(2);
+    let kill = |h: &str, tid| Out::ToHost(h.to_string(), PeerMsg::Kill { tid });
+    // A job of two VPs of 600 MB on hosts of 1024; another of 600 MB waits
+    // for memory.
+    let mut s = spec(2);
+    s.memory_mb = Some(600);
+    let out =
+        c.m.control(Requester::Local(1), "h0", Request::Spawn(s.clone()));
+    let placed = starts(&out);
+    for (h, tid) in &placed {
+        c.m.started(h, *tid, 100);
+    }
+    s.n = 1;
+    let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
+    assert!(starts(&out).is_empty(), "{out:?}");
+    let waiting = c.m.ps().into_iter().find(|v| v.job == "j2").expect("j2");
+    assert_eq!(c.state(waiting.tid), (None, "waiting".into()));
+    // A host says it started it (a report of an older run, say): no
+    // process of it belongs anywhere yet.
+    let out = c.m.started("h1", waiting.tid, 5);
+    assert!(out.contains(&kill("h1", waiting.tid)), "{out:?}");
+    assert_eq!(c.state(waiting.tid), (None, "waiting".into()));
+    // Nor is one that ended brought back by a start.
+    let (h, tid) = placed[0].clone();
+    c.m.exited(&h, tid, ExitInfo::ended_by_mig(0, "done".into()));
+    let out = c.m.started(&h, tid, 6);
+    assert!(out.contains(&kill(&h, tid)), "{out:?}");
+    assert_eq!(c.state(tid), (Some(h), "exited".into()));
+}
+
+#[test]
 fn an_owner_back_moves_its_vps_where_there_is_room() {
     let mut c = Cluster::new(3);
     let placed = c.running_job(2);
