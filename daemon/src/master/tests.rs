@@ -397,7 +397,7 @@ fn a_host_takes_vps_only_while_its_memory_holds_them_in_all_slots() {
 #[test]
 fn a_start_reported_for_a_vp_not_placed_or_ended_ends_that_process() {
     let mut c = Cluster::new(2);
-    let kill = |h: &str, tid| Out::ToHost(h.to_string(), PeerMsg::Kill { tid });
+    let kill = |h: &str, tid| Out::ToHost(h.to_string(), ToHost::Kill { tid });
     // A job of two VPs of 600 MB on hosts of 1024; another of 600 MB waits
     // for memory.
     let mut s = spec(2);
