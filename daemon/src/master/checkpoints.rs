@@ -596,6 +596,9 @@ impl Master {
         let Some(r) = j.ckpt.round.take() else {
             return Vec::new();
         };
+        // The next periodic one comes an interval after this failure, not
+        // at once.
+        j.ckpt.last = Some(self.now);
         let mut out = vec![Out::Log(format!(
             "checkpoint {} of job {job} failed: {why}; the job goes on as it was",
             r.id
@@ -638,6 +641,7 @@ impl Master {
         let timeout = self.checkpoint_timeout;
         let mut due = Vec::new();
         let mut late = Vec::new();
+        let hosts = &self.hosts;
         for (job, j) in &mut self.jobs {
             if let Some(r) = &j.ckpt.round {
                 let list = |done: &dyn Fn(&Tid) -> bool| {
@@ -684,9 +688,19 @@ impl Master {
                 && j.vps
                     .values()
                     .all(|v| v.state().can_migrate() && v.movable());
+            // Nor while one of its VPs waits to move, or sits on a host its
+            // owner took back (stopped there, it reaches no safe point): the
+            // round would hold the move back and wait for that VP in vain.
+            let settled = j.vps.values().all(|v| {
+                v.state().plan().is_none_or(|p| p.wants.is_none())
+                    && v.host()
+                        .and_then(|h| hosts.get(h))
+                        .is_some_and(|h| h.in_pool)
+            });
             if every.is_some_and(|e| j.ckpt.last.is_none_or(|l| now.duration_since(l) >= e))
                 && j.ckpt.round.is_none()
                 && running
+                && settled
                 && !j.killed
             {
                 due.push(job.clone());

@@ -768,6 +768,48 @@ fn periodic_checkpoints_begin_by_themselves() {
 }
 
 #[test]
+fn no_periodic_checkpoint_waits_for_a_vp_stopped_by_its_owner() {
+    // One host, nowhere to move: the VP waits there, stopped, and reaches
+    // no safe point. A round would wait for it in vain (and hold its move
+    // back): none begins until the owner leaves.
+    let mut c = Cluster::new(1);
+    let (h, _) = c.running_job(1)[0].clone();
+    c.m.set_checkpointing(Some(Duration::from_secs(3)), Duration::from_secs(30));
+    c.m.owner_report(&h, report(OwnerState::Reclaimed));
+    assert!(snaps(&c.m.tick(c.at(10), Duration::from_secs(3600))).is_empty());
+    c.m.owner_report(&h, report(OwnerState::Offered));
+    let out = c.m.tick(c.at(20), Duration::from_secs(3600));
+    assert_eq!(snaps(&out).len(), 1, "{out:?}");
+}
+
+#[test]
+fn after_a_failed_round_the_next_comes_an_interval_later() {
+    let mut c = Cluster::new(2);
+    c.running_job(2);
+    c.m.set_checkpointing(Some(Duration::from_secs(3)), Duration::from_secs(10));
+    assert_eq!(
+        snaps(&c.m.tick(c.at(4), Duration::from_secs(3600))).len(),
+        2
+    );
+    // Nobody answers: the round is given up at 15 s ...
+    let out = c.m.tick(c.at(15), Duration::from_secs(3600));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Out::Log(l) if l.contains("failed"))),
+        "{out:?}"
+    );
+    // ... and the next is not begun at once.
+    let begins = |out: &[Out]| {
+        snaps(out)
+            .iter()
+            .filter(|(_, _, s)| matches!(s, SnapOrder::Begin { .. }))
+            .count()
+    };
+    assert_eq!(begins(&c.m.tick(c.at(16), Duration::from_secs(3600))), 0);
+    assert_eq!(begins(&c.m.tick(c.at(19), Duration::from_secs(3600))), 2);
+}
+
+#[test]
 fn later_periodic_checkpoints_come_one_interval_apart() {
     let mut c = Cluster::new(2);
     let placed = c.running_job(2);
