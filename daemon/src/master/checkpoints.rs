@@ -92,6 +92,7 @@ impl Master {
             resumed: false,
             images: BTreeMap::new(),
             waiters: from.into_iter().collect(),
+            moves: Vec::new(),
         });
         let mut out = vec![Out::Log(format!(
             "checkpointing job {job} (generation {id})"
@@ -160,12 +161,14 @@ impl Master {
         }
         r.resumed = true;
         let members = r.members.clone();
+        let moves = std::mem::take(&mut r.moves);
         let mut out = vec![Out::Log(format!(
             "job {job}: every VP wrote its image of generation {id}; they go on while the images \
              are copied"
         ))];
         out.extend(to_every_vp(j, &members, |_| SnapOrder::Resume { id }));
         out.extend(self.copy_images(&job));
+        out.extend(self.moves_asked_meanwhile(moves));
         out
     }
 
@@ -593,9 +596,10 @@ impl Master {
         let Some(j) = self.jobs.get_mut(job) else {
             return Vec::new();
         };
-        let Some(r) = j.ckpt.round.take() else {
+        let Some(mut r) = j.ckpt.round.take() else {
             return Vec::new();
         };
+        let moves = std::mem::take(&mut r.moves);
         // The next periodic one comes an interval after this failure, not
         // at once.
         j.ckpt.last = Some(self.now);
@@ -630,6 +634,17 @@ impl Master {
                     ),
                 },
             ));
+        }
+        out.extend(self.moves_asked_meanwhile(moves));
+        out
+    }
+
+    /// Moves asked by hand while a job's VPs paused for its checkpoint,
+    /// made now that they go on.
+    fn moves_asked_meanwhile(&mut self, moves: Vec<(Requester, Tid, String)>) -> Vec<Out> {
+        let mut out = Vec::new();
+        for (from, tid, to) in moves {
+            out.extend(self.migrate(from, &format!("t{tid:x}"), &to));
         }
         out
     }

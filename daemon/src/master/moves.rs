@@ -243,8 +243,9 @@ impl Master {
             ));
         }
         // A VP stopped for a checkpoint of its job cannot also stop for a
-        // move: each would wait for the other's safe point.
-        if self.jobs.get(job).is_some_and(|j| j.ckpt.round.is_some()) {
+        // move: each would wait for the other's safe point. (Once they go
+        // on, only copies of the images are being made: it may move.)
+        if self.pausing_for_checkpoint(job) {
             return Err(format!(
                 "job {job} is being checkpointed: VP t{tid:x} can move once that is done (in a \
                  moment; try again)"
@@ -753,6 +754,15 @@ impl Master {
                 ));
             }
         }
+        if self.pausing_for_checkpoint(&job) {
+            // Made once the VPs go on (in a moment).
+            if let Some(r) = self.jobs.get_mut(&job).and_then(|j| j.ckpt.round.as_mut()) {
+                r.moves.push((from, tid, to.to_string()));
+            }
+            return vec![Out::Log(format!(
+                "VP t{tid:x} moves to {to} once job {job}'s checkpoint under way lets it go on"
+            ))];
+        }
         match self.begin_move(tid, &job, vp, &src, to) {
             Ok(mut out) => {
                 out.push(Out::Reply(
@@ -765,6 +775,15 @@ impl Master {
             }
             Err(e) => err(e),
         }
+    }
+
+    /// Are `job`'s VPs pausing for a checkpoint of it (not yet told to go
+    /// on)?
+    fn pausing_for_checkpoint(&self, job: &str) -> bool {
+        self.jobs
+            .get(job)
+            .and_then(|j| j.ckpt.round.as_ref())
+            .is_some_and(|r| !r.resumed)
     }
 
     /// VP `tid`'s program, on `host`, says it can be moved (believed only

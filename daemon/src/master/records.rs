@@ -216,4 +216,8 @@ pub(super) struct Round {
     /// Each image kept so far, and where its copies are.
     pub(super) images: BTreeMap<Tid, ImageRec>,
     pub(super) waiters: Vec<Requester>,
+    /// Moves asked by hand (`mig migrate`: who asked, the VP, where to)
+    /// while the VPs pause for it: made once they go on.
+    #[serde(skip)]
+    pub(super) moves: Vec<(Requester, Tid, String)>,
 }

@@ -697,6 +697,43 @@ fn take_checkpoint(c: &mut Cluster, placed: &[(String, Tid)]) -> u64 {
 }
 
 #[test]
+fn a_move_asked_by_hand_while_the_vps_pause_for_a_checkpoint_is_made_once_they_go_on() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    let id = pause_all(&mut c, &placed);
+    let (src, tid) = placed[0].clone();
+    let to = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| placed.iter().all(|(p, _)| p != h))
+        .expect("a free host");
+    // No refusal, no move yet: the VPs wait for their images to be taken.
+    let out = migrate(&mut c, tid, to);
+    assert!(replies(&out).is_empty(), "{out:?}");
+    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    // The last image taken: the VPs go on, and the move begins.
+    let step = SnapReport::Taken { id };
+    let (h1, t1) = placed[1].clone();
+    let out = c.m.from_host(
+        &placed[0].0,
+        ToMaster::Snap {
+            tid,
+            step: step.clone(),
+        },
+    );
+    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    let out = c.m.from_host(&h1, ToMaster::Snap { tid: t1, step });
+    assert_eq!(
+        checkpoint_asks(&out),
+        vec![(src, tid, to.to_string())],
+        "{out:?}"
+    );
+    assert!(
+        matches!(&replies(&out)[..], [Response::Ok { message }] if message.contains("moving")),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn a_checkpoint_round_pauses_every_vp_then_keeps_every_image() {
     let mut c = Cluster::new(2);
     let placed = c.running_job(2);
@@ -1888,7 +1925,7 @@ fn moves_leave_nothing_behind_in_the_masters_state() {
 }
 
 #[test]
-fn a_vp_is_not_moved_while_its_job_is_being_checkpointed() {
+fn a_vp_is_not_moved_while_its_job_pauses_for_a_checkpoint() {
     let mut c = Cluster::new(2);
     let (src, tid) = c.running_job(1)[0].clone();
     c.m.control(
@@ -1896,8 +1933,10 @@ fn a_vp_is_not_moved_while_its_job_is_being_checkpointed() {
         "h0",
         Request::Checkpoint { job: "j1".into() },
     );
+    // Neither refused nor begun: it waits for the round (see
+    // `a_move_asked_by_hand_while_the_vps_pause_...`).
     let out = migrate(&mut c, tid, &other(&src));
-    assert!(error_says(&out, "is being checkpointed"), "{out:?}");
+    assert!(replies(&out).is_empty(), "{out:?}");
     assert!(checkpoint_asks(&out).is_empty());
     assert_eq!(c.state(tid), (Some(src), "running".into()));
 }
