@@ -10,77 +10,12 @@
 //! Needs release binaries: `cargo build --release --workspace --bins`, then
 //! `cargo bench -p mig-tests --bench migrate -- --bench`.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
-use libmig::auth::ClusterKey;
 use libmig::control::Client;
 use libmig::msg::{Request, Response, SpawnSpec};
-use libmig::seal::{Opening, Suite};
+use mig_tests::floor::{copy_ms, Copy};
 use mig_tests::{bin, Vm};
-
-/// How an anchor copy is made.
-#[derive(Clone, Copy)]
-enum Copy {
-    /// Raw bytes, read into one reused 1 MiB buffer: the anchor.
-    Raw,
-    /// Sealed as daemons seal their links (256 KiB at a time) and opened
-    /// into memory of its own not touched before, as a VP restored on
-    /// another host must hold its state: a move's two unavoidable costs,
-    /// paid by one writer and one reader.
-    SealedFresh,
-}
-
-/// Time to copy `bytes` over loopback TCP (one writer thread, one reader).
-fn tcp_copy(bytes: usize, how: Copy) -> f64 {
-    let bytes = bytes.max(1);
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    let data = vec![7u8; bytes];
-    let (mut tx_seal, mut rx_seal) = match how {
-        Copy::Raw => (None, None),
-        Copy::SealedFresh => {
-            let key = ClusterKey::from_bytes([5; 32]);
-            let (open, first) = Opening::dial(Suite::best(), &key).expect("dial");
-            let (rx, answer) = Opening::accept(Suite::best(), &key, &first).expect("accept");
-            (Some(open.finish(&answer).expect("finish")), Some(rx))
-        }
-    };
-    let t = Instant::now();
-    let w = std::thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).expect("connect");
-        match tx_seal.as_mut() {
-            None => s.write_all(&data).expect("write"),
-            Some(seal) => {
-                let mut out = Vec::new();
-                for piece in data.chunks(256 * 1024) {
-                    out.clear();
-                    seal.seal(piece, &mut out).expect("seal");
-                    s.write_all(&out).expect("write");
-                }
-            }
-        }
-    });
-    let (mut r, _) = l.accept().expect("accept");
-    let mut got = 0;
-    match rx_seal.as_mut() {
-        None => {
-            let mut buf = vec![0u8; 1 << 20];
-            while got < bytes {
-                got += r.read(&mut buf).expect("read");
-            }
-        }
-        Some(seal) => {
-            let mut buf = vec![0u8; bytes];
-            while got < bytes {
-                got += seal.read_into(&mut r, &mut buf[got..]).expect("open");
-            }
-        }
-    }
-    let _ = w.join();
-    t.elapsed().as_secs_f64() * 1e3
-}
 
 fn wait_line(c: &mut Client, want: &str) {
     loop {
@@ -143,8 +78,8 @@ fn main() {
                 if std::env::var_os("MIG_BENCH_SAMPLES").is_some() {
                     eprintln!("{at} -> {to}: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
                 }
-                tcp.push(tcp_copy(mib << 20, Copy::Raw));
-                floor.push(tcp_copy(mib << 20, Copy::SealedFresh));
+                tcp.push(copy_ms(mib << 20, Copy::Raw));
+                floor.push(copy_ms(mib << 20, Copy::SealedFresh));
             }
             at = to;
         }

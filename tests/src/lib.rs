@@ -13,6 +13,8 @@
 //! deadline ([`deadline`]) prints its daemons' logs and kills them, so the
 //! test fails with the logs instead of hanging.
 
+pub mod floor;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
