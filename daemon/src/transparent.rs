@@ -241,7 +241,7 @@ fn run(task: Task) -> Done {
             tid,
             pid,
             snap,
-            result: whole(pid, &all).and_then(|()| dump(pid, &to)),
+            result: dump(pid, &all, &to),
             took: began.elapsed(),
         },
         Task::Restore {
@@ -259,12 +259,15 @@ fn run(task: Task) -> Done {
     }
 }
 
-/// Is every process of `all` in `pid`'s tree? One that left it (a
-/// double fork and `setsid`) would not be saved, and would be lost.
+/// Is every process of `all` still there in `pid`'s tree? One that left
+/// it (a double fork and `setsid`) would not be saved, and would be lost.
+/// (One that ended since `all` was read, a `sleep` the shell waited for,
+/// is no loss.)
 fn whole(pid: i32, all: &[i32]) -> Result<(), String> {
     let mut tree = mig_ckpt::descendants(pid).map_err(|e| format!("its processes: {e}"))?;
     tree.push(pid);
-    match all.iter().find(|p| !tree.contains(p)) {
+    let alive = |p: &i32| std::path::Path::new(&format!("/proc/{p}")).exists();
+    match all.iter().find(|p| !tree.contains(p) && alive(p)) {
         None => Ok(()),
         Some(p) => Err(format!(
             "process {p} of it left its process tree (a double fork, setsid): it cannot be \
@@ -273,13 +276,15 @@ fn whole(pid: i32, all: &[i32]) -> Result<(), String> {
     }
 }
 
-/// Save `pid` (and, with the privileges, its tree) to `to`.
-fn dump(pid: i32, to: &std::path::Path) -> Result<DumpStats, String> {
+/// Save `pid` (and, with the privileges, its tree) to `to`, once every
+/// process of it is stopped and none of `all` is outside the tree.
+fn dump(pid: i32, all: &[i32], to: &std::path::Path) -> Result<DumpStats, String> {
     let trees = trees();
     if trees {
         mig_ckpt::stop_tree(pid, STOP_LIMIT)
             .map_err(|e| format!("its processes did not all stop: {e}"))?;
     }
+    whole(pid, all)?;
     let tmp = to.with_extension("dumping");
     let file = {
         use std::os::unix::fs::OpenOptionsExt;

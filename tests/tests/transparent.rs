@@ -164,6 +164,19 @@ fn a_counting_shell_moved_five_times_prints_every_line_once() {
     );
     // Its own exit status, through every move.
     assert_eq!(out.status.code(), Some(3), "{}", vm.all_logs());
+    // No host keeps an image of it behind.
+    let left: Vec<String> = (0..3)
+        .flat_map(|i| {
+            std::fs::read_dir(vm.dir.path().join(format!("h{i}")))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('t') && (n.contains(".restore") || n.contains(".ckpt")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
@@ -236,7 +249,7 @@ fn a_job_of_shell_loops_is_checkpointed_and_goes_on_from_it_when_a_host_dies() {
     assert!(
         wait_until(Duration::from_secs(30), || vm
             .log(0)
-            .contains("checkpointed (generation 2)")),
+            .contains("checkpointed (generation")),
         "{}",
         vm.all_logs()
     );
@@ -250,9 +263,10 @@ fn a_job_of_shell_loops_is_checkpointed_and_goes_on_from_it_when_a_host_dies() {
     let out = job.wait_with_output().expect("the job ends");
     let lines = job_lines(&out);
     assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
-    assert_eq!(
-        lines.iter().filter(|l| l.ends_with("done 2500")).count(),
-        2,
+    // (A VP that ended after the checkpoint the job goes back to runs
+    // its end again: its line may come twice.)
+    assert!(
+        lines.iter().filter(|l| l.ends_with("done 2500")).count() >= 2,
         "{lines:?}"
     );
     assert!(
@@ -396,9 +410,10 @@ fn with_default_settings_a_job_of_plain_programs_survives_its_masters_host_and_a
     let out = job.wait_with_output().expect("the job ends");
     let lines = job_lines(&out);
     assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
-    assert_eq!(
-        lines.iter().filter(|l| l.ends_with("done 300")).count(),
-        6,
+    // (A VP that ended after the checkpoint the job goes back to runs
+    // its end again: its line may come twice.)
+    assert!(
+        lines.iter().filter(|l| l.ends_with("done 300")).count() >= 6,
         "{lines:?}\n{}",
         vm.all_logs()
     );

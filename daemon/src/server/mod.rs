@@ -99,6 +99,15 @@ const SWITCH_THREADS: usize = 4;
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
 const SIGNALS: Token = Token(2);
+/// A VP being rebuilt from outside: how it starts, the daemon's ends of
+/// its descriptors, its cell, its image.
+type Rebuilding = (
+    StartVp,
+    host::Ours,
+    Option<crate::contain::Cell>,
+    std::path::PathBuf,
+);
+
 /// The keeper thread has results (`keeper`).
 const WAKE: Token = Token(3);
 const FIRST: usize = 16;
@@ -281,8 +290,8 @@ pub struct Daemon {
     /// Saves and rebuilds VPs whose programs do not help, off the loop.
     checkpointer: crate::transparent::Checkpointer,
     /// VPs being rebuilt from outside: how each starts, the daemon's ends
-    /// of its descriptors, its cell.
-    restoring: HashMap<Tid, (StartVp, host::Ours, Option<crate::contain::Cell>)>,
+    /// of its descriptors, its cell, its image.
+    restoring: HashMap<Tid, Rebuilding>,
     turn_began: Option<Instant>,
     /// When a long turn was last logged.
     long_turn_logged: Option<Instant>,

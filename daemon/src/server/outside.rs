@@ -152,7 +152,8 @@ impl Daemon {
                 return self.not_restored(tid, format!("making its descriptors: {e}"));
             }
         };
-        self.restoring.insert(tid, (start, given.ours, cell));
+        self.restoring
+            .insert(tid, (start, given.ours, cell, path.to_path_buf()));
         self.checkpointer.submit(Task::Restore {
             tid,
             image: path.to_path_buf(),
@@ -169,7 +170,7 @@ impl Daemon {
         result: Result<Restored, String>,
         took: Duration,
     ) {
-        let Some((start, ours, cell)) = self.restoring.remove(&tid) else {
+        let Some((start, ours, cell, image)) = self.restoring.remove(&tid) else {
             return;
         };
         match result {
@@ -179,6 +180,12 @@ impl Daemon {
                     took.as_millis(),
                     r.pid
                 );
+                // Its pages are mapped from the image: its name can go now
+                // (its disk space goes with the process), and a VP that
+                // comes back later does not replace a file still in use.
+                if image == self.state.restore(tid) {
+                    let _ = std::fs::remove_file(&image);
+                }
                 let started = host::Started::of(r.pid, ours);
                 self.take_in_vp(start, started, cell, Some(r));
             }
