@@ -21,8 +21,17 @@
 //! What does not live here: who the master is (announcements and the
 //! voters, `failover`), the master's side of an attach (`peer`).
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
 use libmig::handshake::{Answer, Client};
+use libmig::msg::{Handshake, PeerMsg, ToHost};
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+
+use super::{net, Daemon, HANDSHAKE_TIMEOUT};
+use crate::conn::{Conn, Kind, Sock};
+use crate::{log, warn};
 
 /// The longest wait between two tries.
 const MOST_BETWEEN: Duration = Duration::from_secs(1);

@@ -1,7 +1,12 @@
 //! Requests from `mig` on the local control socket: answered by the master,
 //! forwarded to it by a worker.
 
-use super::*;
+use libmig::msg::{Request, Response, ToMaster};
+use mio::Token;
+
+use super::Daemon;
+use crate::master::Requester;
+use crate::switcher::wall_ns;
 
 impl Daemon {
     /// A request on local control connection `t`.

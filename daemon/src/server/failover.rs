@@ -9,11 +9,20 @@
 //! and how a master is rebuilt from it (`Master::export/import`), which hosts
 //! vote (`master::voters`).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-use super::*;
+use libmig::msg::{JobFileCopy, Quorum, Response, ToMaster};
+use mio::Token;
+
+use super::net::Pending;
+use super::role::Role;
+use super::Daemon;
+use crate::conn::Kind;
 use crate::consensus::{Consensus, Said, TICK};
-use crate::master::VoterChange;
+use crate::master::{Master, Out, Requester, VoterChange};
+use crate::{debug, log, warn};
 
 /// A loop turn this much later than the last one means the daemon was
 /// stopped (or starved): a master then steps down before doing anything,

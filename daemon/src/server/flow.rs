@@ -1,8 +1,13 @@
 //! Flow control on the loop's connections: pausing and resuming senders
 //! as the `Flow` bookkeeping (`crate::flow`) says.
 
-use super::*;
+use libmig::msg::{Envelope, Tid, VpMsg};
+use mio::Token;
+
+use super::Daemon;
+use crate::conn::Conn;
 use crate::flow::Flow;
+use crate::route::Body;
 
 impl Daemon {
     /// `src` sent to `dest`, which has too much queued: stop reading `src`

@@ -2,9 +2,14 @@
 //! machines fed with what arrives, their answers sent, and a data link that
 //! is up used for what waited for it.
 
-use super::*;
-use crate::conn::Handshake as Machine;
 use libmig::handshake::Answer;
+use libmig::msg::{Handshake, PeerMsg};
+use mio::Token;
+
+use super::net::Pending;
+use super::Daemon;
+use crate::conn::{Handshake as Machine, Kind};
+use crate::{debug, log};
 
 impl Daemon {
     /// A message from a daemon that connected to us and is not yet

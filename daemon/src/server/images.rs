@@ -11,10 +11,16 @@
 //! What does not live here: where copies go (the master), the other steps
 //! of a move (`source`, `target`).
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{DataLink, ImageId, StartVp, Tid, ToMaster};
+use libmig::Payload;
+use mio::Token;
+
+use super::Daemon;
 use crate::keeper::{Done, Task};
 use crate::migrate::{map_image, Outbound, Sending, ACK_WINDOW, COPY_PART, WINDOW};
-use libmig::msg::ImageId;
+use crate::{debug, log, warn};
 
 /// How long an image waits for its data link before it is given up.
 const LINK_WAIT: Duration = Duration::from_secs(10);

@@ -7,9 +7,13 @@
 //! master's side (it grants while it holds the host alive).
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
-use super::*;
+use libmig::msg::{Handshake, StartVp, Tid, ToMaster};
+
+use super::Daemon;
 use crate::guardian::Guardian;
+use crate::{log, warn};
 
 /// Asks remembered until granted (a grant older than these is of no use:
 /// its lease has long lapsed).

@@ -1,8 +1,19 @@
 //! VPs on this host: starting their processes, their output, reaping them,
 //! and reporting each exit once its output is drained.
 
-use super::*;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use libmig::msg::{ExitInfo, StartVp, Stream, Tid, ToMaster};
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
+use nix::sys::signal::Signal;
+
+use super::{Daemon, PIPE_TURN};
+use crate::conn::{Conn, Kind, Sock};
+use crate::host::{LocalVp, Pipe};
 use crate::migrate::Move;
+use crate::{host, log, warn};
 
 impl Daemon {
     /// How VPs run here.

@@ -34,50 +34,38 @@ mod vp;
 
 use net::Pending;
 use role::Role;
-use routing::gone;
-use target::ImagePart;
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use libmig::auth::{self, ClusterKey};
-use libmig::frame::{self, FrameError};
-use libmig::msg::{
-    DataLink, Envelope, ExitInfo, Handshake, HostFacts, JobFileCopy, Loc, PeerMsg, Quorum, Request,
-    Response, StartVp, Stream, Tid, ToHost, ToMaster, VpMsg, SYSTEM,
-};
-use mio::net::{TcpListener, TcpStream, UnixListener};
-use mio::unix::SourceFd;
+use libmig::msg::{ExitInfo, HostFacts, StartVp, Tid, ToHost, ToMaster};
+use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::conn::{Conn, Kind, ReadOutcome, Sock};
+use crate::conn::{Conn, Kind};
 use crate::contain::Containment;
 use crate::flow::Flow;
 use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
-use crate::master::{Master, Out, Requester};
+use crate::master::Master;
 use crate::migrate::MoveTable;
-use crate::owner::{Change, Monitor};
-use crate::route::{Body, Router, Way};
+use crate::owner::Monitor;
+use crate::route::Router;
 use crate::slicer::{Plan, Slicer};
 use crate::state_dir::StateDir;
 use crate::store::Store;
-use crate::switcher::{wall_ns, Armed, Switcher};
+use crate::switcher::{Armed, Switcher};
 use crate::turns::{self, Turns};
-use crate::{debug, warn};
-use libmig::msg::SnapStep;
-use libmig::payload::FD_PAYLOAD;
-use libmig::Payload;
-use nix::sys::signal::Signal;
+use crate::warn;
 
 /// How far ahead of a slot switch the loop arms it for the switcher's
 /// threads (so a loop held up for a few milliseconds does not make it late).

@@ -5,9 +5,27 @@
 //! means once decoded (`peer`, `vp`, `control`), attaching to a new master
 //! (`attach`).
 
-use super::*;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use libmig::auth::ClusterKey;
+use libmig::frame::FrameError;
 use libmig::handshake::{Answer, Client};
+use libmig::msg::{Envelope, Handshake, PeerMsg, Quorum, Request, Response, ToMaster, VpMsg};
 use libmig::seal::Sealer;
+use libmig::{frame, Payload};
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use signal_hook::consts::SIGINT;
+
+use super::{
+    Daemon, DaemonError, HANDSHAKE_TIMEOUT, READ_BUDGET, READ_TIME, WAITER_BACKLOG, WAITER_MAX,
+    WAITER_STALL,
+};
+use crate::conn::{Conn, Kind, ReadOutcome, Sock};
+use crate::route::Body;
+use crate::{debug, log, warn};
 
 /// A share of a turn never used up: frames handled to the end.
 const NO_LIMIT: Duration = Duration::from_secs(3600);

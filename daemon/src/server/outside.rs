@@ -4,10 +4,15 @@
 //! the target its processes rebuilt from the image and adopted as a VP
 //! started here is (`local`).
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{SnapOrder, SnapReport, StartVp, Tid, ToMaster};
+use nix::sys::signal::Signal;
+
+use super::Daemon;
 use crate::migrate::Dest;
 use crate::transparent::{Done, Restored, Task};
-use libmig::msg::{SnapOrder, SnapReport};
+use crate::{debug, host, log, warn};
 
 impl Daemon {
     /// May VP `tid` be moved from outside? Only a VP that never spoke to

@@ -1,8 +1,15 @@
 //! The owner of this workstation: carrying out what the owner monitor says
 //! (stop or resume every VP), and parking VPs on disk while the owner stays.
 
-use super::*;
+use std::time::Instant;
+
+use libmig::msg::{ExitInfo, StartVp, Tid, ToMaster};
+use nix::sys::signal::Signal;
+
+use super::Daemon;
 use crate::migrate::Parked;
+use crate::owner::Change;
+use crate::{host, log, warn};
 
 impl Daemon {
     /// Read the owner's activity sources and carry out what the policy

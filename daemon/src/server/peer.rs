@@ -5,7 +5,22 @@
 //! `Out`s. What does not live here: setting links up (`handshake`,
 //! `attach`, `token`), the quorum's messages (`quorum_msg` in `failover`).
 
-use super::*;
+use std::time::Instant;
+
+use libmig::frame;
+use libmig::msg::{
+    DataLink, ExitInfo, Handshake, HostFacts, JobFileCopy, PeerMsg, Response, ToHost, ToMaster,
+    VpMsg,
+};
+use mio::Token;
+
+use super::target::ImagePart;
+use super::{net, Daemon};
+use crate::conn::Kind;
+use crate::master::{Out, Requester};
+use crate::route::Body;
+use crate::switcher::wall_ns;
+use crate::{host, log, warn};
 
 impl Daemon {
     /// A message from another daemon on connection `t` of kind `kind`. A

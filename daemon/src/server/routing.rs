@@ -2,7 +2,16 @@
 //! hold; telling a sender what could not be delivered; the directory of
 //! where VPs are.
 
-use super::*;
+use libmig::msg::{DataLink, Envelope, Loc, PeerMsg, Tid, ToMaster, VpMsg, SYSTEM};
+use libmig::payload::FD_PAYLOAD;
+use libmig::{frame, Payload};
+use mio::Token;
+
+use super::net::Pending;
+use super::Daemon;
+use crate::conn::Kind;
+use crate::route::{Body, Way};
+use crate::warn;
 
 impl Daemon {
     /// Move a message one step on: to a local VP, to another host, or into

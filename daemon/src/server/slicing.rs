@@ -1,7 +1,15 @@
 //! Gang slicing on this host: timing the master's slot tables, and arming
 //! each slot switch for the switch threads.
 
-use super::*;
+use std::time::Duration;
+
+use libmig::msg::{Tid, ToHost};
+use nix::sys::signal::Signal;
+
+use super::{Daemon, ARM_AHEAD};
+use crate::host;
+use crate::master::Out;
+use crate::switcher::{wall_ns, Armed};
 
 impl Daemon {
     /// On the master: time new slot tables. They take effect at the first

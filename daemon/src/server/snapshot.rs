@@ -2,8 +2,13 @@
 //! VP, and the VP's answers to the master (its image kept here: see
 //! `images`).
 
-use super::*;
-use libmig::msg::{SnapOrder, SnapReport};
+use std::time::Instant;
+
+use libmig::msg::{SnapOrder, SnapReport, Tid, ToMaster, VpMsg};
+use nix::sys::signal::Signal;
+
+use super::Daemon;
+use crate::{host, warn};
 
 impl Daemon {
     /// A job checkpoint's step from the master for local VP `tid`.

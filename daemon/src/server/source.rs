@@ -3,8 +3,16 @@
 //! and sending the image on (while it is written, then the rest) to the
 //! target host. Where each move is lives in the `MoveTable` (`migrate`).
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{DataLink, PeerMsg, StartVp, Tid, ToMaster, VpMsg};
+use libmig::{frame, Payload};
+use mio::Token;
+use nix::sys::signal::Signal;
+
+use super::Daemon;
 use crate::migrate::{map_image, Dest, Outbound, Outgoing, Recalled, Written};
+use crate::{debug, host, log, warn};
 
 impl Daemon {
     /// The master moves local VP `start.tid` to `to` (this host: park it on

@@ -1,8 +1,12 @@
 //! The target end of a move: an image arriving in parts, checked on the way
 //! into its restore file, and the VP started from it.
 
-use super::*;
+use libmig::msg::{StartVp, Tid, ToMaster};
+use mio::Token;
+
+use super::Daemon;
 use crate::migrate::Incoming;
+use crate::{debug, warn};
 
 impl Daemon {
     /// Part of a checkpoint image from the VP's previous host: written

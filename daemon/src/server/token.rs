@@ -10,9 +10,15 @@
 //! token is spent by the exchange. What lives here: both sides. What does
 //! not: the tokens themselves (`master::tokens`), the key file (`auth`).
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::Duration;
+
 use libmig::auth::{ClusterKey, JoinToken};
+use libmig::msg::{Handshake, PeerMsg};
 use libmig::seal::{Opening, Suite};
+use mio::Token;
+
+use super::{net, Daemon};
 
 impl Daemon {
     /// A stranger offers join token `id` (before authentication).

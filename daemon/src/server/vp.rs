@@ -1,7 +1,12 @@
 //! Frames from local VPs: messages to route, calls for the master, steps of
 //! checkpoints and moves, requests for direct links.
 
-use super::*;
+use libmig::msg::{SnapStep, Tid, ToMaster, VpMsg};
+use mio::Token;
+
+use super::routing::gone;
+use super::Daemon;
+use crate::route::{Body, Way};
 
 impl Daemon {
     /// A frame from local VP `tid` on connection `t`.
