@@ -9,7 +9,9 @@
 //! What does not live here: deciding (the rest of `master`), writing (the
 //! server).
 
-use super::*;
+use libmig::msg::ToHost;
+
+use super::Out;
 
 /// `outs` with runs of `Broadcast(Directory)` joined into the first of
 /// each run, entries in order. A directory change moves ahead of only
@@ -50,7 +52,10 @@ pub fn join_directories(outs: Vec<Out>) -> Vec<Out> {
 
 #[cfg(test)]
 mod tests {
+    use libmig::msg::{Loc, Response, StartVp, Tid};
+
     use super::*;
+    use crate::master::Requester;
 
     fn dir(tids: &[Tid], at: &str) -> Out {
         Out::Broadcast(ToHost::Directory(

@@ -1,8 +1,13 @@
 //! Calls from VPs: spawning, killing, tasks, notices (exits, hosts), groups
 //! and barriers, and answering them.
 
+use libmig::msg::{
+    Envelope, ExitInfo, Loc, MboxReply, Notice, NotifyOn, Response, SpawnSpec, Tid, ToHost, VpCall,
+    VpRet, SYSTEM,
+};
+
 use super::jobs::Narrowed;
-use super::*;
+use super::{loc_of, Master, Out, Requester};
 
 impl Master {
     /// A request of VP `tid` (on `host`).

@@ -9,9 +9,15 @@
 //! What does not live here: reading, writing or sending images (the
 //! server, `store`, `keeper`).
 
-use super::*;
-use libmig::msg::ImageId;
-use records::{Hunt, ImageRec};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use libmig::msg::{ExitInfo, ImageId, Loc, Response, SnapOrder, Tid, ToHost};
+
+use super::records::{Generation, Hunt, ImageRec, JobRec, PendingRestart, Round};
+use super::vp::{VpRec, VpState};
+use super::{action_job, Master, Out, Requester};
+use crate::sched::Event;
 
 /// A periodic checkpoint comes at most once per this many times its
 /// duration.

@@ -6,8 +6,13 @@
 //! turned into moves. What does not live here: the decisions themselves
 //! (`crate::balance`), carrying a move out (`moves`).
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
+use libmig::msg::{SpawnSpec, Tid};
+
+use super::vp::{VpRec, VpState};
+use super::{Master, Out};
 use crate::balance::choice::{self, HostView, Need, Policy, SiteTasks};
 use crate::balance::spread::{HostLoad, Move};
 

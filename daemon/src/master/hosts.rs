@@ -2,7 +2,16 @@
 //! (a lost connection or silence), their processors entering and leaving
 //! the scheduler's pool, and what every host must know (peers, directory).
 
-use super::*;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{HostFacts, HostInfo, Loc, Notice, Response, Tid, ToHost};
+
+use super::calls::notice_to;
+use super::records::HostRec;
+use super::vp::{VpRec, VpState};
+use super::{loc_of, Master, Out, Requester};
+use crate::sched::Event;
 
 impl Master {
     pub(super) fn add_host(&mut self, facts: HostFacts, now: Instant, master: bool) -> Vec<Out> {

@@ -1,7 +1,17 @@
 //! Jobs: spawning them, killing them, their output and their VPs' ends, a
 //! job growing (`new_VP`), and `mig ps`.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use libmig::msg::{
+    ExitInfo, HostUsage, JobInfo, Loc, Response, SpawnSpec, Stream, Tid, ToHost, VpInfo, VpRet,
+};
+
+use super::records::{Ckpt, JobRec};
+use super::vp::{VpRec, VpState};
+use super::{check_program, Master, Out, Requester};
+use crate::sched::Event;
 
 /// Where new VPs are narrowed to: an architecture (else the caller's), and
 /// a host of it the scheduler should use if it may.

@@ -28,27 +28,23 @@ mod voters;
 mod vp;
 
 pub use batch::join_directories;
-use calls::notice_to;
-use records::{not_replicated, Ckpt, Generation, HostRec, JobRec, PendingRestart, Round};
+use records::{not_replicated, HostRec, JobRec};
 pub use replica::ImportError;
 use slicing::HostSlicing;
 pub use voters::{voters_wanted, VoterChange};
-use vp::{Mobility, Plan, VpRec, VpState, Wanted};
+use vp::{VpRec, VpState};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use libmig::msg::{
-    Envelope, ExitInfo, HostFacts, HostInfo, HostTimeline, HostTurns, HostUsage, JobInfo, Loc,
-    LoopTurns, MapCell, MboxReply, Notice, NotifyOn, OwnerAction, OwnerReport, OwnerState, Request,
-    Response, SliceReport, SliceStats, SlotCell, SnapOrder, SnapReport, SpawnSpec, StartVp,
-    StatsInfo, Stream, Switch, Tid, TimelineSwitch, ToHost, ToMaster, VpCall, VpInfo, VpRet,
-    SYSTEM,
+    Envelope, ExitInfo, HostFacts, JobInfo, Loc, LoopTurns, MapCell, Request, Response, SlotCell,
+    SnapReport, SpawnSpec, StartVp, Tid, ToHost, ToMaster,
 };
 
 use crate::groups::Groups;
 use crate::mailbox::Mailbox;
-use crate::sched::{Action, Event, Placement, SchedConfig, Scheduler};
+use crate::sched::{Action, Event, Placement, Scheduler};
 
 /// Who asked: a local control connection, or a worker forwarding for one.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

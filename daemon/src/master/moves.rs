@@ -2,7 +2,13 @@
 //! host for its image and starting it on the target, retrying a move that
 //! failed, `mig migrate`.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{Loc, OwnerState, Response, SlotCell, StartVp, Tid, ToHost};
+
+use super::vp::{Mobility, Plan, VpRec, VpState, Wanted};
+use super::{Master, Out, Requester};
+use crate::sched::{Action, Event};
 
 /// How many times (a second apart) the scheduler's move of a VP that has
 /// not said it can be moved is tried before it is given up.

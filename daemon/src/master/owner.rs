@@ -1,7 +1,10 @@
 //! Owners: a host's owner monitor reports taken back or offered (its
 //! processors leave or join the pool), `mig owner`, and VPs parked on disk.
 
-use super::*;
+use libmig::msg::{OwnerAction, OwnerReport, OwnerState, Response, Tid, ToHost};
+
+use super::vp::VpState;
+use super::{Master, Out, Requester};
 
 impl Master {
     /// A host's owner monitor reports: its processors leave the pool when

@@ -1,8 +1,14 @@
 //! What the master keeps per host and job, and per checkpoint of a job (per
 //! VP: `vp`).
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use libmig::msg::{HostFacts, JobInfo, OwnerReport, SpawnSpec, Tid};
 use serde::{Deserialize, Serialize};
+
+use super::vp::VpRec;
+use super::Requester;
 
 /// Stands for an instant that is not replicated (it means nothing on
 /// another machine): `Master::import` sets every such field to its own `now`.

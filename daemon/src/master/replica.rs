@@ -9,7 +9,14 @@
 //! the consensus that carries the bytes (`crate::consensus`), and telling
 //! the hosts who the master is now (the server).
 
-use super::*;
+use std::time::Instant;
+
+use libmig::msg::SnapOrder;
+
+use super::records::PendingRestart;
+use super::vp::{VpRec, VpState};
+use super::{checkpoints, Master, Out, Requester, LOCAL_ID};
+use crate::sched::{Placement, SchedConfig};
 
 /// Why bytes could not be taken for a master's state.
 #[derive(Debug, thiserror::Error)]

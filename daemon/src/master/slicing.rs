@@ -2,7 +2,14 @@
 //! scheduler's map, the round in force, and `mig stats` from what hosts
 //! report of their switches and of their daemon loop's turns.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use libmig::msg::{
+    HostTimeline, HostTurns, LoopTurns, SliceReport, SliceStats, SlotCell, StatsInfo, Switch,
+    TimelineSwitch,
+};
+
+use super::{Master, Out};
 
 impl Master {
     /// Host `host`'s slot table from the scheduler's map: per slot, per

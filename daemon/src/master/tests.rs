@@ -1,9 +1,10 @@
 //! The master as a pure function of events: what it answers (`Out`s) to
 //! hosts, users and VPs.
 
+use libmig::msg::{HostUsage, ImageId, OwnerReport, OwnerState, SnapOrder, VpCall};
+
 use super::*;
 use crate::master::moves::MAX_MOVE_ATTEMPTS;
-use libmig::msg::ImageId;
 
 #[test]
 fn a_job_names_its_program_per_architecture() {

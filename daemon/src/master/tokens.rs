@@ -7,10 +7,11 @@
 //! What lives here: making, listing, revoking and spending tokens. What
 //! does not: the sealed exchange that spends one (the server's `token`).
 
-use super::*;
 use libmig::auth::{ClusterKey, JoinToken};
-use libmig::msg::TokenInfo;
+use libmig::msg::{Request, Response, TokenInfo};
 use serde::{Deserialize, Serialize};
+
+use super::{Master, Out, Requester};
 
 /// The longest a token may live: a week.
 pub const MAX_TTL_S: u64 = 7 * 86_400;
@@ -169,6 +170,8 @@ impl Master {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
     use super::super::tests::facts;
     use super::*;
 

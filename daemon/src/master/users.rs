@@ -8,7 +8,9 @@
 //! What lives here: the rule, and noting who started a job. What does not:
 //! learning a caller's uid (the server, from the socket's credentials).
 
-use super::*;
+use libmig::msg::{OwnerAction, Request, Response, Tid};
+
+use super::{Master, Out, Requester};
 
 impl Master {
     /// The user the virtual machine runs as (its daemons' uid).
@@ -117,6 +119,8 @@ impl Master {
 
 #[cfg(test)]
 mod tests {
+    use libmig::msg::{ToHost, VpCall, VpRet};
+
     use super::super::tests::{spec, Cluster};
     use super::*;
 

@@ -12,7 +12,11 @@
 //!
 //! What does not live here: the consensus itself (`crate::consensus`).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use libmig::msg::ToHost;
+
+use super::Master;
 
 /// A change to the voters that the consensus must make, all at once.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
