@@ -12,7 +12,12 @@
 //! the paper's own order (held jobs in fairness order, Expansion, then
 //! re-packing: `placing`), or the searches themselves (`expand`, `mtat`).
 
-use super::*;
+use std::collections::HashMap;
+
+use super::{Ctx, Reservation, Scheduler};
+use crate::sched::expand::Demand;
+use crate::sched::map::{BitSet, JobKey, Row};
+use crate::sched::mtat::slots_at;
 
 impl Scheduler {
     /// The end of every event in backfill mode. A job's slots beyond its
@@ -627,11 +632,13 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use crate::sched::mtat::mtat_pools;
     use crate::sched::random::{Generator, Shape};
+    use crate::sched::scheduler::SchedConfig;
     use crate::sched::Placement;
-    use proptest::prelude::*;
 
     /// Could job `k`'s VPs all run on `rows` by `bound`? MTAT's minimum
     /// (itself tested against every assignment) decides; an architecture

@@ -7,7 +7,8 @@
 //! What lives here: choosing such a move and making it. What does not:
 //! lending the slots (`admission`), deleting slots (`columns::compact`).
 
-use super::*;
+use super::{Ctx, Scheduler};
+use crate::sched::map::{BitSet, JobKey, Row};
 
 /// Alignment runs on maps of at most this many slots: there a slot lent
 /// is a large share of the round, and the search is cheap.

@@ -3,7 +3,11 @@
 //! between slots (seed 001), and compaction (a slot emptied by moving its
 //! jobs into other slots' free cells, on other processors if need be).
 
-use super::*;
+use std::collections::HashMap;
+
+use super::{Ctx, Scheduler};
+use crate::sched::map::{BitSet, JobKey, Row};
+use crate::sched::repack::{repack, Piece};
 
 /// Slots (the emptiest) compaction tries to empty per round of its loop.
 const COMPACT_TRIES: usize = 2;

@@ -2,7 +2,12 @@
 //! `processor_exit`, `new_VP`, `VP_exit`), submission and job exit, and a VP
 //! moved by hand.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{Ctx, Job, Scheduler, Vp};
+use crate::sched::event::{Action, SchedError, MAX_VPS};
+use crate::sched::map::{BitSet, JobKey, Processor, Row};
+use crate::sched::mtat::finish_time;
 
 impl Scheduler {
     pub(super) fn new_processor(

@@ -13,7 +13,12 @@
 //! offers less than one VP needs (`planning::allowed_rows`), or the
 //! projection of memory for a promised start (`admission`).
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::Scheduler;
+use crate::sched::map::{BitSet, JobKey, Row};
+use crate::sched::mtat::{finish_time, slots_at};
 
 /// VPs of one job each host (by its number in `Hosts`) still holds;
 /// `u32::MAX` where the host says nothing of its memory.
@@ -431,9 +436,14 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::sched::Placement;
+    use std::collections::BTreeMap;
+
     use proptest::prelude::*;
+
+    use super::*;
+    use crate::sched::event::Event;
+    use crate::sched::scheduler::SchedConfig;
+    use crate::sched::Placement;
 
     /// The least `max n_r / a_r` over every assignment of `x` VPs to
     /// processors of capacities `caps` (on hosts `host_of`) with no host

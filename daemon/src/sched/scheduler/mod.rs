@@ -32,11 +32,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::compress::{compress_pools, fill};
-use super::expand::{Demand, Expansion, RegularPattern};
-use super::map::{AllocationMap, BitSet, Column, JobKey, Processor, Row};
-use super::mtat::{finish_time, mtat_pools, slots_at, t_min_by_classes};
-use super::repack::{repack, Piece};
+use super::compress::fill;
+use super::expand::{Expansion, RegularPattern};
+use super::map::{AllocationMap, BitSet, JobKey, Processor, Row};
+use super::mtat::finish_time;
 
 pub use super::event::{Action, Event, SchedError, MAX_VPS};
 

@@ -2,7 +2,14 @@
 //! (Start, Migrate, Hold), placing new and held VPs, Expansion into free
 //! cells, and removing a job.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use super::{Ctx, Scheduler};
+use crate::sched::compress::compress_pools;
+use crate::sched::event::Action;
+use crate::sched::map::{BitSet, JobKey, Row};
+use crate::sched::mtat::finish_time;
 
 impl Scheduler {
     /// Put the job in `columns` with `counts[i]` VPs on `rows[i]`: frees its

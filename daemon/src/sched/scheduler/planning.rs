@@ -3,7 +3,13 @@
 //! reaches it (within what the hosts' memory holds: `memory`), and how
 //! many optional moves that costs.
 
-use super::*;
+use std::collections::HashMap;
+
+use super::{Ctx, PoolInput, Scheduler};
+use crate::sched::compress::compress_pools;
+use crate::sched::expand::Demand;
+use crate::sched::map::{BitSet, Column, JobKey, Row};
+use crate::sched::mtat::{finish_time, mtat_pools, slots_at, t_min_by_classes};
 
 /// `Scheduler::class_room`'s answer.
 pub(super) type ClassRoom = Vec<(u64, Vec<(u32, u64)>)>;
@@ -498,9 +504,13 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
     use super::*;
     use crate::sched::random::{Generator, Shape};
-    use proptest::prelude::*;
+    use crate::sched::scheduler::SchedConfig;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]

@@ -9,7 +9,11 @@
 //! Compression on the job's columns, seed 000 section 4.4.3), or the
 //! Expansion that later speeds a job up where cells are freed.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use super::{Ctx, Scheduler};
+use crate::sched::map::{BitSet, JobKey, Row};
+use crate::sched::mtat::{slots_at, t_min_by_classes};
 
 impl Scheduler {
     /// Place job `k`'s VPs that have no row (those of the processor that

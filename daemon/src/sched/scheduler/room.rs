@@ -9,7 +9,11 @@
 //! compaction's choice), the promise made when no such moves exist
 //! (`admission::reserve`), or placing the job itself (`place_fresh`).
 
-use super::*;
+use std::collections::HashMap;
+
+use super::{Ctx, Scheduler};
+use crate::sched::expand::Demand;
+use crate::sched::map::{BitSet, JobKey, Row};
 
 impl Scheduler {
     /// Move jobs out of one slot so that job `k` fits there by the
