@@ -9,17 +9,26 @@ use libmig::msg::{
 use super::jobs::Narrowed;
 use super::{loc_of, Master, Out, Requester};
 
+/// Who made a call: the host it came from, the VP and the call's id.
+type Caller<'a> = (&'a str, Tid, u64);
+
+/// The answer to `caller`'s call.
+fn reply((host, tid, id): Caller, ret: VpRet) -> Vec<Out> {
+    vec![Out::ToHost(
+        host.to_string(),
+        ToHost::VpReturn { tid, id, ret },
+    )]
+}
+
 impl Master {
     /// A request of VP `tid` (on `host`).
     pub fn vp_call(&mut self, host: &str, tid: Tid, id: u64, call: VpCall) -> Vec<Out> {
-        let reply = |ret: VpRet| {
-            vec![Out::ToHost(
-                host.to_string(),
-                ToHost::VpReturn { tid, id, ret },
-            )]
-        };
+        let caller = (host, tid, id);
         let Some((job, _)) = self.tids.get(&tid).cloned() else {
-            return reply(VpRet::Error(format!("t{tid:x} is not a running VP")));
+            return reply(
+                caller,
+                VpRet::Error(format!("t{tid:x} is not a running VP")),
+            );
         };
         match call {
             VpCall::Spawn {
@@ -27,146 +36,182 @@ impl Master {
                 args,
                 n,
                 new_job,
-            } => {
-                let Some(spec) = self.spec_for(&job, tid, program, args, n) else {
-                    return reply(VpRet::Error("the caller's job is gone".into()));
-                };
-                if new_job {
-                    let mut out = self.spawn(Requester::Vp { tid, id }, host, spec);
-                    for o in &mut out {
-                        if let Out::Reply(Requester::Vp { .. }, resp) = o {
-                            let ret = match resp {
-                                Response::Spawned { tids, .. } => VpRet::Tids(tids.clone()),
-                                Response::Error { message } => VpRet::Error(message.clone()),
-                                _ => VpRet::Done,
-                            };
-                            *o = Out::ToHost(host.to_string(), ToHost::VpReturn { tid, id, ret });
-                        }
-                    }
-                    return out;
-                }
-                self.grow_job(&job, (host, tid, id), spec, Narrowed::default())
-            }
+            } => self.spawn_call(&job, caller, (program, args, n), new_job),
             VpCall::SpawnArch {
                 program,
                 args,
                 n,
                 arch,
-            } => self.grow_narrowed(&job, (host, tid, id), (program, args, n), Some(arch), None),
-            VpCall::Signal {
-                tid: victim,
-                signal,
-            } => {
-                if !libmig::msg::signal_ok(signal) {
-                    return reply(VpRet::Error(format!(
-                        "signal {signal} may not be sent to a VP (1 to 64, not STOP or CONT)"
-                    )));
-                }
-                if let Some(why) = self.not_theirs(&job, victim) {
-                    return reply(VpRet::Error(why));
-                }
-                match self.host_of(victim) {
-                    Some(h) => {
-                        let mut out = vec![Out::ToHost(
-                            h,
-                            ToHost::Signal {
-                                tid: victim,
-                                signal,
-                            },
-                        )];
-                        out.extend(reply(VpRet::Done));
-                        out
-                    }
-                    None => reply(VpRet::Error(format!("no running VP t{victim:x}"))),
-                }
-            }
+            } => self.grow_narrowed(&job, caller, (program, args, n), Some(arch), None),
             VpCall::SpawnOn {
                 program,
                 args,
                 n,
                 host: on,
-            } => self.grow_narrowed(&job, (host, tid, id), (program, args, n), None, Some(on)),
-            VpCall::Kill { tid: victim } if self.not_theirs(&job, victim).is_some() => reply(
-                VpRet::Error(self.not_theirs(&job, victim).unwrap_or_default()),
-            ),
-            VpCall::Kill { tid: victim } => match self.host_of(victim) {
-                Some(h) => {
-                    let mut out = vec![Out::ToHost(h.clone(), ToHost::Kill { tid: victim })];
-                    out.extend(reply(VpRet::Done));
-                    out.extend(self.killed_by_its_job(&job, &h, victim, tid));
-                    out
-                }
-                None => reply(VpRet::Error(format!("no running VP t{victim:x}"))),
-            },
+            } => self.grow_narrowed(&job, caller, (program, args, n), None, Some(on)),
+            VpCall::Signal {
+                tid: victim,
+                signal,
+            } => self.signal_call(&job, caller, victim, signal),
+            VpCall::Kill { tid: victim } => self.kill_call(&job, caller, victim),
             VpCall::Tasks => {
                 let tids = self
                     .jobs
                     .get(&job)
                     .map(|j| j.vps.values().map(|v| v.tid).collect())
                     .unwrap_or_default();
-                reply(VpRet::Tids(tids))
+                reply(caller, VpRet::Tids(tids))
             }
             VpCall::Notify { on, tag } => {
-                let mut out = reply(VpRet::Done);
+                let mut out = reply(caller, VpRet::Done);
                 out.extend(self.notify(tid, on, tag));
                 out
             }
             VpCall::Join { group } => {
                 let i = self.groups.join(&group, tid);
-                reply(VpRet::Instance(i))
+                reply(caller, VpRet::Instance(i))
             }
-            VpCall::Leave { group } => {
-                let (was, released) = self.groups.leave(&group, tid);
-                let mut out = if was {
-                    reply(VpRet::Done)
-                } else {
-                    reply(VpRet::Error(format!("not a member of group {group:?}")))
-                };
-                for (w, wid) in released {
-                    out.extend(self.vp_return(w, wid, VpRet::Done));
-                }
-                out
-            }
-            VpCall::MboxPut { name, flags, data } => {
-                match self.mailbox.put(&name, flags, tid, data) {
-                    Ok((index, answered)) => {
-                        let mut out = reply(VpRet::Mbox(MboxReply::Put(index)));
-                        for (w, wid, data, owner) in answered {
-                            out.extend(self.vp_return(
-                                w,
-                                wid,
-                                VpRet::Mbox(MboxReply::Entry { data, owner }),
-                            ));
-                        }
-                        out
-                    }
-                    Err(e) => reply(VpRet::Mbox(MboxReply::Refused(e))),
-                }
-            }
-            VpCall::MboxGet { name, index, flags } => {
-                match self.mailbox.get(&name, index, flags, tid, id) {
-                    Ok(Some((data, owner))) => reply(VpRet::Mbox(MboxReply::Entry { data, owner })),
-                    Ok(None) => Vec::new(),
-                    Err(e) => reply(VpRet::Mbox(MboxReply::Refused(e))),
-                }
-            }
-            VpCall::MboxDel { name, index } => match self.mailbox.delete(&name, index, tid) {
-                Ok(()) => reply(VpRet::Mbox(MboxReply::Deleted)),
-                Err(e) => reply(VpRet::Mbox(MboxReply::Refused(e))),
-            },
-            VpCall::MboxList { pattern } => {
-                reply(VpRet::Mbox(MboxReply::Classes(self.mailbox.list(&pattern))))
-            }
-            VpCall::Hosts => reply(VpRet::Hosts(self.hosts_info())),
-            VpCall::Ps => reply(VpRet::Ps(self.ps())),
-            VpCall::Members { group } => reply(VpRet::Members(self.groups.members(&group))),
+            VpCall::Leave { group } => self.leave_call(caller, &group),
+            VpCall::Members { group } => reply(caller, VpRet::Members(self.groups.members(&group))),
             VpCall::Barrier { group, count } => match self.groups.barrier(&group, tid, id, count) {
                 Ok(released) => released
                     .into_iter()
                     .flat_map(|(w, wid)| self.vp_return(w, wid, VpRet::Done))
                     .collect(),
-                Err(e) => reply(VpRet::Error(e)),
+                Err(e) => reply(caller, VpRet::Error(e)),
             },
+            VpCall::MboxPut { name, flags, data } => self.mbox_put(caller, &name, flags, data),
+            VpCall::MboxGet { name, index, flags } => {
+                match self.mailbox.get(&name, index, flags, tid, id) {
+                    Ok(Some((data, owner))) => {
+                        reply(caller, VpRet::Mbox(MboxReply::Entry { data, owner }))
+                    }
+                    Ok(None) => Vec::new(),
+                    Err(e) => reply(caller, VpRet::Mbox(MboxReply::Refused(e))),
+                }
+            }
+            VpCall::MboxDel { name, index } => match self.mailbox.delete(&name, index, tid) {
+                Ok(()) => reply(caller, VpRet::Mbox(MboxReply::Deleted)),
+                Err(e) => reply(caller, VpRet::Mbox(MboxReply::Refused(e))),
+            },
+            VpCall::MboxList { pattern } => reply(
+                caller,
+                VpRet::Mbox(MboxReply::Classes(self.mailbox.list(&pattern))),
+            ),
+            VpCall::Hosts => reply(caller, VpRet::Hosts(self.hosts_info())),
+            VpCall::Ps => reply(caller, VpRet::Ps(self.ps())),
+        }
+    }
+
+    /// `Spawn`: VPs added to the caller's job, or (`new_job`) a job of
+    /// their own, whose answer goes back to the caller as its return.
+    fn spawn_call(
+        &mut self,
+        job: &str,
+        caller: Caller,
+        (program, args, n): (String, Vec<String>, u32),
+        new_job: bool,
+    ) -> Vec<Out> {
+        let (host, tid, id) = caller;
+        let Some(spec) = self.spec_for(job, tid, program, args, n) else {
+            return reply(caller, VpRet::Error("the caller's job is gone".into()));
+        };
+        if !new_job {
+            return self.grow_job(job, caller, spec, Narrowed::default());
+        }
+        let mut out = self.spawn(Requester::Vp { tid, id }, host, spec);
+        for o in &mut out {
+            if let Out::Reply(Requester::Vp { .. }, resp) = o {
+                let ret = match resp {
+                    Response::Spawned { tids, .. } => VpRet::Tids(tids.clone()),
+                    Response::Error { message } => VpRet::Error(message.clone()),
+                    _ => VpRet::Done,
+                };
+                *o = Out::ToHost(host.to_string(), ToHost::VpReturn { tid, id, ret });
+            }
+        }
+        out
+    }
+
+    /// `Signal`: `signal` sent to VP `victim`, if the caller of `job` may.
+    fn signal_call(&mut self, job: &str, caller: Caller, victim: Tid, signal: i32) -> Vec<Out> {
+        if !libmig::msg::signal_ok(signal) {
+            return reply(
+                caller,
+                VpRet::Error(format!(
+                    "signal {signal} may not be sent to a VP (1 to 64, not STOP or CONT)"
+                )),
+            );
+        }
+        if let Some(why) = self.not_theirs(job, victim) {
+            return reply(caller, VpRet::Error(why));
+        }
+        match self.host_of(victim) {
+            Some(h) => {
+                let mut out = vec![Out::ToHost(
+                    h,
+                    ToHost::Signal {
+                        tid: victim,
+                        signal,
+                    },
+                )];
+                out.extend(reply(caller, VpRet::Done));
+                out
+            }
+            None => reply(caller, VpRet::Error(format!("no running VP t{victim:x}"))),
+        }
+    }
+
+    /// `Kill`: VP `victim` killed, if the caller of `job` may.
+    fn kill_call(&mut self, job: &str, caller: Caller, victim: Tid) -> Vec<Out> {
+        if let Some(why) = self.not_theirs(job, victim) {
+            return reply(caller, VpRet::Error(why));
+        }
+        match self.host_of(victim) {
+            Some(h) => {
+                let mut out = vec![Out::ToHost(h.clone(), ToHost::Kill { tid: victim })];
+                out.extend(reply(caller, VpRet::Done));
+                out.extend(self.killed_by_its_job(job, &h, victim, caller.1));
+                out
+            }
+            None => reply(caller, VpRet::Error(format!("no running VP t{victim:x}"))),
+        }
+    }
+
+    /// `Leave`: the caller leaves `group`; a barrier it was the last to
+    /// reach lets the others go.
+    fn leave_call(&mut self, caller: Caller, group: &str) -> Vec<Out> {
+        let (was, released) = self.groups.leave(group, caller.1);
+        let mut out = if was {
+            reply(caller, VpRet::Done)
+        } else {
+            reply(
+                caller,
+                VpRet::Error(format!("not a member of group {group:?}")),
+            )
+        };
+        for (w, wid) in released {
+            out.extend(self.vp_return(w, wid, VpRet::Done));
+        }
+        out
+    }
+
+    /// `MboxPut`: an entry put in the mailbox, and given to those waiting
+    /// for it.
+    fn mbox_put(&mut self, caller: Caller, name: &str, flags: u32, data: Vec<u8>) -> Vec<Out> {
+        match self.mailbox.put(name, flags, caller.1, data) {
+            Ok((index, answered)) => {
+                let mut out = reply(caller, VpRet::Mbox(MboxReply::Put(index)));
+                for (w, wid, data, owner) in answered {
+                    out.extend(self.vp_return(
+                        w,
+                        wid,
+                        VpRet::Mbox(MboxReply::Entry { data, owner }),
+                    ));
+                }
+                out
+            }
+            Err(e) => reply(caller, VpRet::Mbox(MboxReply::Refused(e))),
         }
     }
 
@@ -223,21 +268,12 @@ impl Master {
     fn grow_narrowed(
         &mut self,
         job: &str,
-        (host, tid, id): (&str, Tid, u64),
+        caller: Caller,
         (program, args, n): (String, Vec<String>, u32),
         arch: Option<String>,
         on: Option<String>,
     ) -> Vec<Out> {
-        let error = |e: String| {
-            vec![Out::ToHost(
-                host.to_string(),
-                ToHost::VpReturn {
-                    tid,
-                    id,
-                    ret: VpRet::Error(e),
-                },
-            )]
-        };
+        let error = |e: String| reply(caller, VpRet::Error(e));
         let arch = match &on {
             Some(on) => match self.hosts.get(on).filter(|h| h.alive) {
                 Some(h) => Some(h.facts.arch.clone()),
@@ -245,15 +281,13 @@ impl Master {
             },
             None => arch,
         };
-        let Some(spec) = self.spec_for(job, tid, program, args, n) else {
+        let Some(spec) = self.spec_for(job, caller.1, program, args, n) else {
             return error("the caller's job is gone".into());
         };
         let want = Narrowed { arch, host: on };
-        self.grow_job(job, (host, tid, id), spec, want)
+        self.grow_job(job, caller, spec, want)
     }
 
-    /// Why a VP of `job` may not act on VP `victim` (another user's, when
-    /// the daemons are shared), if it may not.
     /// VP `victim` on `host`, killed by VP `killer` of `job` (PVM's
     /// `pvm_kill`, libmig's `Vm::kill`): when it is of the same job, the
     /// job meant it to end, so it ends here and now with status 0, not as
@@ -273,6 +307,8 @@ impl Master {
         self.exited(host, victim, status)
     }
 
+    /// Why a VP of `job` may not act on VP `victim` (another user's, when
+    /// the daemons are shared), if it may not.
     fn not_theirs(&self, job: &str, victim: Tid) -> Option<String> {
         let uid_of = |j: &str| self.jobs.get(j).and_then(|j| j.uid);
         let theirs = self.tids.get(&victim).map(|(j, _)| uid_of(j))?;
