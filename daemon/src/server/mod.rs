@@ -301,16 +301,32 @@ fn raise_open_files() {
     }
 }
 
-/// Start a daemon with `cfg` and run it until halted or signalled.
-/// When ready it prints its bound address on one line of stdout and writes
-/// it to `STATE_DIR/addr`.
-pub fn run(cfg: Config) -> Result<(), DaemonError> {
-    let mut d = Daemon::start(cfg)?;
-    d.serve()
+/// What the daemon opens before it exists: its sockets, its threads, what
+/// is known of its host, and the files an earlier daemon here left cleared.
+struct Opened {
+    poll: Poll,
+    key: ClusterKey,
+    listeners: Listeners,
+    facts: HostFacts,
+    owner: Monitor,
+    switcher: Switcher,
+    contain: Option<Containment>,
+    store: Store,
+    keeper: crate::keeper::Keeper,
+    checkpointer: crate::transparent::Checkpointer,
 }
 
-impl Daemon {
-    pub(super) fn start(cfg: Config) -> Result<Daemon, DaemonError> {
+/// The daemon's listening sockets and its signals, registered with the poll.
+struct Listeners {
+    tcp: TcpListener,
+    unix: UnixListener,
+    socket_path: PathBuf,
+    signals: Signals,
+}
+
+impl Opened {
+    /// Everything `cfg` asks for, in order; the address bound besides.
+    fn open(cfg: &Config) -> Result<(Opened, SocketAddr), DaemonError> {
         crate::state_dir::ensure_private_dir(&cfg.state_dir).map_err(|e| DaemonError::Io {
             what: "the state directory".into(),
             source: io::Error::other(e),
@@ -325,6 +341,34 @@ impl Daemon {
         raise_open_files();
         let key = ClusterKey::load_or_create(&cfg.key_file)?;
         let poll = Poll::new().map_err(io_err("creating the poll"))?;
+        let (listeners, addr) = Listeners::open(cfg, &poll)?;
+        let mut facts = host_facts(cfg, addr);
+        let owner = Monitor::new(cfg.owner.clone(), Instant::now());
+        facts.offered = owner.offered();
+        let switcher = start_switcher(raised)?;
+        let contain = open_containment(&cfg.name);
+        let store = clear_store(cfg);
+        let (keeper, checkpointer) = start_helpers(&poll)?;
+        let opened = Opened {
+            poll,
+            key,
+            listeners,
+            facts,
+            owner,
+            switcher,
+            contain,
+            store,
+            keeper,
+            checkpointer,
+        };
+        Ok((opened, addr))
+    }
+}
+
+impl Listeners {
+    /// The TCP port for daemons, the control socket (files a daemon that
+    /// ran here before left removed), and the signals the loop handles.
+    fn open(cfg: &Config, poll: &Poll) -> Result<(Listeners, SocketAddr), DaemonError> {
         let mut tcp = TcpListener::bind(cfg.listen)
             .map_err(io_err(format!("listening on {}", cfg.listen)))?;
         let addr = tcp
@@ -365,69 +409,121 @@ impl Daemon {
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)
             .map_err(io_err("registering"))?;
-        let capacity = cfg
-            .capacity
-            .unwrap_or_else(|| crate::facts::benchmark(Duration::from_millis(50)));
-        let facts = HostFacts {
-            name: cfg.name.clone(),
-            arch: cfg.arch.clone(),
-            processors: cfg.processors,
-            capacity,
-            memory_mb: cfg.memory_mb.unwrap_or_else(crate::facts::memory_mb),
-            addr: addr.to_string(),
-            pid: std::process::id(),
-            offered: false,
+        let listeners = Listeners {
+            tcp,
+            unix,
+            socket_path,
+            signals,
         };
-        let owner = Monitor::new(cfg.owner.clone(), Instant::now());
-        let mut facts = facts;
-        facts.offered = owner.offered();
-        let (switcher, realtime) =
-            Switcher::start(SWITCH_THREADS).map_err(|e| DaemonError::Io {
-                what: "starting the slot switch threads".into(),
-                source: e,
-            })?;
-        if !raised {
-            warn!("migd runs at the normal priority (no permission for nice {MIGD_NICE}): on a busy machine the owner monitor may notice the owner late");
+        Ok((listeners, addr))
+    }
+}
+
+/// What this host offers, as configured or measured (not yet whether the
+/// owner offers it: the owner monitor says).
+fn host_facts(cfg: &Config, addr: SocketAddr) -> HostFacts {
+    let capacity = cfg
+        .capacity
+        .unwrap_or_else(|| crate::facts::benchmark(Duration::from_millis(50)));
+    HostFacts {
+        name: cfg.name.clone(),
+        arch: cfg.arch.clone(),
+        processors: cfg.processors,
+        capacity,
+        memory_mb: cfg.memory_mb.unwrap_or_else(crate::facts::memory_mb),
+        addr: addr.to_string(),
+        pid: std::process::id(),
+        offered: false,
+    }
+}
+
+/// The slot switch threads; a warning for each privilege migd lacks
+/// (`raised`: its own niceness was raised).
+fn start_switcher(raised: bool) -> Result<Switcher, DaemonError> {
+    let (switcher, realtime) = Switcher::start(SWITCH_THREADS).map_err(|e| DaemonError::Io {
+        what: "starting the slot switch threads".into(),
+        source: e,
+    })?;
+    if !raised {
+        warn!("migd runs at the normal priority (no permission for nice {MIGD_NICE}): on a busy machine the owner monitor may notice the owner late");
+    }
+    if !realtime {
+        warn!("slot switches run in the normal scheduling class (no permission for SCHED_FIFO): they may be late by milliseconds on a busy host");
+    }
+    Ok(switcher)
+}
+
+/// The cgroups that will hold VPs' process trees, where this host has them.
+fn open_containment(name: &str) -> Option<Containment> {
+    match Containment::open(name, std::process::id()) {
+        Ok(c) => {
+            log!("VPs' process trees held in {}", c.describe());
+            Some(c)
         }
-        if !realtime {
-            warn!("slot switches run in the normal scheduling class (no permission for SCHED_FIFO): they may be late by milliseconds on a busy host");
+        Err(why) => {
+            warn!("VPs held by process group only (a child that calls setsid escapes): {why}");
+            None
         }
-        let contain = match Containment::open(&cfg.name, std::process::id()) {
-            Ok(c) => {
-                log!("VPs' process trees held in {}", c.describe());
-                Some(c)
-            }
-            Err(why) => {
-                warn!("VPs held by process group only (a child that calls setsid escapes): {why}");
-                None
-            }
-        };
-        // What an earlier daemon here kept of job checkpoints is no use:
-        // the master counts none of it (those copies were made again
-        // elsewhere when that daemon went).
-        let store = Store::new(StateDir::new(cfg.state_dir.clone()).checkpoints());
-        let old_layout = Store::new(cfg.state_dir.join("replicas")).clear();
-        if store.clear() || old_layout {
-            log!("removed the checkpoint images a daemon that ran here before kept");
+    }
+}
+
+/// The store of job checkpoints' images, emptied: what an earlier daemon
+/// here kept is no use, the master counts none of it (those copies were
+/// made again elsewhere when that daemon went).
+fn clear_store(cfg: &Config) -> Store {
+    let store = Store::new(StateDir::new(cfg.state_dir.clone()).checkpoints());
+    let old_layout = Store::new(cfg.state_dir.join("replicas")).clear();
+    if store.clear() || old_layout {
+        log!("removed the checkpoint images a daemon that ran here before kept");
+    }
+    store
+}
+
+/// The image keeper and the checkpointer threads, each waking the loop
+/// (token `WAKE`) when it has results.
+fn start_helpers(
+    poll: &Poll,
+) -> Result<(crate::keeper::Keeper, crate::transparent::Checkpointer), DaemonError> {
+    let waker = std::sync::Arc::new(
+        mio::Waker::new(poll.registry(), WAKE).map_err(io_err("creating a waker"))?,
+    );
+    let keeper = crate::keeper::Keeper::start(std::sync::Arc::new({
+        let waker = waker.clone();
+        move || {
+            let _ = waker.wake();
         }
-        let waker = std::sync::Arc::new(
-            mio::Waker::new(poll.registry(), WAKE).map_err(io_err("creating a waker"))?,
-        );
-        let keeper = crate::keeper::Keeper::start(std::sync::Arc::new({
-            let waker = waker.clone();
-            move || {
-                let _ = waker.wake();
-            }
-        }))
-        .map_err(io_err("starting the image keeper thread"))?;
-        let checkpointer =
-            crate::transparent::Checkpointer::start(std::sync::Arc::new(move || {
-                let _ = waker.wake();
-            }))
-            .map_err(io_err("starting the checkpointer thread"))?;
-        let mut d = Daemon {
-            poll,
-            contain,
+    }))
+    .map_err(io_err("starting the image keeper thread"))?;
+    let checkpointer = crate::transparent::Checkpointer::start(std::sync::Arc::new(move || {
+        let _ = waker.wake();
+    }))
+    .map_err(io_err("starting the checkpointer thread"))?;
+    Ok((keeper, checkpointer))
+}
+
+/// Start a daemon with `cfg` and run it until halted or signalled.
+/// When ready it prints its bound address on one line of stdout and writes
+/// it to `STATE_DIR/addr`.
+pub fn run(cfg: Config) -> Result<(), DaemonError> {
+    let mut d = Daemon::start(cfg)?;
+    d.serve()
+}
+
+impl Daemon {
+    pub(super) fn start(cfg: Config) -> Result<Daemon, DaemonError> {
+        let (opened, addr) = Opened::open(&cfg)?;
+        let mut d = Daemon::new(cfg, opened);
+        d.take_role(addr)?;
+        d.ready(addr)?;
+        Ok(d)
+    }
+
+    /// The daemon around what `Opened::open` set up, with nothing else yet:
+    /// no role, no connections, no VPs.
+    fn new(cfg: Config, o: Opened) -> Daemon {
+        Daemon {
+            poll: o.poll,
+            contain: o.contain,
             lease: lease::Lease::default(),
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
@@ -435,12 +531,12 @@ impl Daemon {
             unsent_to: HashMap::new(),
             parts: HashMap::new(),
             strangers: crate::log::Budget::default(),
-            key,
-            facts,
-            tcp,
-            unix,
-            socket_path,
-            signals,
+            key: o.key,
+            facts: o.facts,
+            tcp: o.listeners.tcp,
+            unix: o.listeners.unix,
+            socket_path: o.listeners.socket_path,
+            signals: o.listeners.signals,
             conns: HashMap::new(),
             pipes: HashMap::new(),
             job_files: crate::job_files::JobFiles::new(&cfg.state_dir),
@@ -465,7 +561,7 @@ impl Daemon {
             pipes_again: Default::default(),
             pipe_budget: PIPES_TURN,
             write_again: Default::default(),
-            owner,
+            owner: o.owner,
             outbox: Default::default(),
             inbox: Default::default(),
             pools_trimmed: Instant::now(),
@@ -477,13 +573,13 @@ impl Daemon {
                 m
             },
             slicer: Slicer::default(),
-            switcher,
+            switcher: o.switcher,
             armed: None,
             armed_as: None,
             leaving: HashMap::new(),
             recent_exits: std::collections::VecDeque::new(),
-            store,
-            keeper,
+            store: o.store,
+            keeper: o.keeper,
             outbound: Vec::new(),
             copies_in: HashMap::new(),
             copies_out: HashMap::new(),
@@ -491,57 +587,69 @@ impl Daemon {
             corked: None,
             turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
-            checkpointer,
+            checkpointer: o.checkpointer,
             restoring: HashMap::new(),
             turn_began: None,
             long_turn_logged: None,
             cfg,
-        };
-        match d.cfg.join {
+        }
+    }
+
+    /// The first daemon becomes the master (with the history of jobs kept
+    /// here); any other joins the master at `--join`.
+    fn take_role(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
+        match self.cfg.join {
             None => {
-                let (mut m, out) = Master::new(d.facts.clone(), Instant::now(), d.cfg.quantum);
-                m.set_checkpointing(d.cfg.checkpoint_interval, d.cfg.move_timeout);
-                m.set_placement(d.cfg.placement());
-                m.set_balance(d.cfg.balance());
-                m.set_lease(d.cfg.lease());
-                m.set_max_voters(d.cfg.voters as usize);
-                m.set_admin_uid(d.uid);
-                let (jobs, damage) = d.job_files.read_history();
+                let (mut m, out) =
+                    Master::new(self.facts.clone(), Instant::now(), self.cfg.quantum);
+                m.set_checkpointing(self.cfg.checkpoint_interval, self.cfg.move_timeout);
+                m.set_placement(self.cfg.placement());
+                m.set_balance(self.cfg.balance());
+                m.set_lease(self.cfg.lease());
+                m.set_max_voters(self.cfg.voters as usize);
+                m.set_admin_uid(self.uid);
+                let (jobs, damage) = self.job_files.read_history();
                 for what in damage {
                     warn!("{what}");
                 }
                 m.load_history(jobs);
-                m.number_jobs_above(d.job_files.highest_job());
-                d.role = Role::Master(Box::new(m));
-                d.failover.found(&d.facts.name);
-                d.guard_vps();
-                d.deliver(out);
-                log!("master {} listening on {addr}", d.facts.name);
+                m.number_jobs_above(self.job_files.highest_job());
+                self.role = Role::Master(Box::new(m));
+                self.failover.found(&self.facts.name);
+                self.guard_vps();
+                self.deliver(out);
+                log!("master {} listening on {addr}", self.facts.name);
             }
             Some(master) => {
-                d.join(master)?;
-                d.guard_vps();
+                self.join(master)?;
+                self.guard_vps();
                 log!(
                     "worker {} listening on {addr}, joined {master}",
-                    d.facts.name
+                    self.facts.name
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Ready: the master hears whose this host is, metrics are served, and
+    /// the bound address goes to `STATE_DIR/addr` and to stdout.
+    fn ready(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
         // The master knows from the start whose this host is.
-        if !d.owner.offered() {
-            if let Some(c) = &mut d.contain {
+        if !self.owner.offered() {
+            if let Some(c) = &mut self.contain {
                 c.mark(true);
             }
         }
-        let report = d.owner_report(Instant::now());
-        d.report(ToMaster::Owner(report));
-        d.serve_metrics()?;
-        std::fs::write(d.state.addr_file(), format!("{addr}\n"))
+        let report = self.owner_report(Instant::now());
+        self.report(ToMaster::Owner(report));
+        self.serve_metrics()?;
+        std::fs::write(self.state.addr_file(), format!("{addr}\n"))
             .map_err(io_err("writing the address file"))?;
         let mut stdout = io::stdout();
         let _ = writeln!(stdout, "{addr}");
         let _ = stdout.flush();
-        Ok(d)
+        Ok(())
     }
 
     /// `--metrics`: figures served on a thread of their own; the address
