@@ -35,7 +35,7 @@ mod vp;
 use net::Pending;
 use role::Role;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -683,60 +683,10 @@ impl Daemon {
         loop {
             // What the last turn decided goes, once its state is safe.
             self.propose_turn();
-            if let Some(since) = self.halting {
-                let flushed = self.conns.values().all(Conn::flushed);
-                if (flushed && self.vps.by_tid.is_empty())
-                    || since.elapsed() > Duration::from_secs(2)
-                {
-                    self.stop_all();
-                    log!("{} stopped", self.facts.name);
-                    // Not a socket of a daemon started since in another
-                    // directory of the same name.
-                    if self.state.still_there() {
-                        let _ = std::fs::remove_file(&self.socket_path);
-                    }
-                    return Ok(());
-                }
+            if self.halted() {
+                return Ok(());
             }
-            let timeout = self
-                .cfg
-                .heartbeat
-                .saturating_sub(self.last_beat.elapsed())
-                .min(self.owner.due().saturating_duration_since(Instant::now()))
-                // Wake to stop a VP that missed its safe point on time.
-                .min(
-                    self.moves
-                        .next_overdue(self.safe_point_limit())
-                        .map_or(Duration::MAX, |t| {
-                            t.saturating_duration_since(Instant::now()) + Duration::from_millis(1)
-                        }),
-                )
-                // Wake to stop a VP whose pause notice grace is up.
-                .min(self.next_quiesce_due().map_or(Duration::MAX, |t| {
-                    t.saturating_duration_since(Instant::now())
-                }))
-                // Wake to arm the next slot switch.
-                .min(
-                    self.slice_due_in()
-                        .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
-                )
-                .max(Duration::from_millis(1));
-            let timeout = if !self.read_again.is_empty()
-                || !self.write_again.is_empty()
-                || !self.pipes_again.is_empty()
-                || self.releasable()
-                || self.outbound_ready()
-                || self.proposable()
-            {
-                Duration::ZERO
-            } else if self.halting.is_some() {
-                timeout.min(Duration::from_millis(20))
-            } else {
-                timeout
-            };
-            let timeout = timeout
-                .min(self.failover.due_in())
-                .min(self.attach.due_in());
+            let timeout = self.poll_timeout();
             self.end_turn();
             match self.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => self.turn_began = Some(Instant::now()),
@@ -763,87 +713,175 @@ impl Daemon {
                 self.conn_ready(t, true);
             }
             for ev in events.iter() {
-                match ev.token() {
-                    TCP => self.accept(true),
-                    UNIX => self.accept(false),
-                    SIGNALS => self.signals(),
-                    WAKE => {
-                        self.keeper_done();
-                        self.checkpointer_done();
-                    }
-                    t if self.pipes.contains_key(&t) => self.pipe_ready(t),
-                    t if self.inputs.contains_key(&t) => self.input_room(t),
-                    t => {
-                        if ev.is_writable() {
-                            if let Some(c) = self.conns.get_mut(&t) {
-                                if let Err(e) = c.flush(self.poll.registry(), t) {
-                                    self.write_failed(t, &e);
-                                }
-                            }
-                            self.maybe_resume(t);
+                self.ready_event(ev);
+            }
+            self.left_over(pipes_due);
+            self.due_work();
+            self.close_and_rebudget();
+        }
+    }
+
+    /// Halting, and done: every connection flushed and every VP gone (or
+    /// 2 s on), the VPs left are stopped and the control socket removed.
+    fn halted(&mut self) -> bool {
+        let Some(since) = self.halting else {
+            return false;
+        };
+        let flushed = self.conns.values().all(Conn::flushed);
+        if !(flushed && self.vps.by_tid.is_empty()) && since.elapsed() <= Duration::from_secs(2) {
+            return false;
+        }
+        self.stop_all();
+        log!("{} stopped", self.facts.name);
+        // Not a socket of a daemon started since in another
+        // directory of the same name.
+        if self.state.still_there() {
+            let _ = std::fs::remove_file(&self.socket_path);
+        }
+        true
+    }
+
+    /// How long the poll may wait: until the next heartbeat, owner sample,
+    /// overdue safe point, pause notice or slot switch; not at all with
+    /// work left over from the last turn.
+    fn poll_timeout(&mut self) -> Duration {
+        let timeout = self
+            .cfg
+            .heartbeat
+            .saturating_sub(self.last_beat.elapsed())
+            .min(self.owner.due().saturating_duration_since(Instant::now()))
+            // Wake to stop a VP that missed its safe point on time.
+            .min(
+                self.moves
+                    .next_overdue(self.safe_point_limit())
+                    .map_or(Duration::MAX, |t| {
+                        t.saturating_duration_since(Instant::now()) + Duration::from_millis(1)
+                    }),
+            )
+            // Wake to stop a VP whose pause notice grace is up.
+            .min(self.next_quiesce_due().map_or(Duration::MAX, |t| {
+                t.saturating_duration_since(Instant::now())
+            }))
+            // Wake to arm the next slot switch.
+            .min(
+                self.slice_due_in()
+                    .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
+            )
+            .max(Duration::from_millis(1));
+        let timeout = if !self.read_again.is_empty()
+            || !self.write_again.is_empty()
+            || !self.pipes_again.is_empty()
+            || self.releasable()
+            || self.outbound_ready()
+            || self.proposable()
+        {
+            Duration::ZERO
+        } else if self.halting.is_some() {
+            timeout.min(Duration::from_millis(20))
+        } else {
+            timeout
+        };
+        timeout
+            .min(self.failover.due_in())
+            .min(self.attach.due_in())
+    }
+
+    /// One event of the poll: a connection to accept, signals, the helper
+    /// threads' results, a VP's output or stdin, a connection to write or
+    /// read.
+    fn ready_event(&mut self, ev: &mio::event::Event) {
+        match ev.token() {
+            TCP => self.accept(true),
+            UNIX => self.accept(false),
+            SIGNALS => self.signals(),
+            WAKE => {
+                self.keeper_done();
+                self.checkpointer_done();
+            }
+            t if self.pipes.contains_key(&t) => self.pipe_ready(t),
+            t if self.inputs.contains_key(&t) => self.input_room(t),
+            t => {
+                if ev.is_writable() {
+                    if let Some(c) = self.conns.get_mut(&t) {
+                        if let Err(e) = c.flush(self.poll.registry(), t) {
+                            self.write_failed(t, &e);
                         }
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.read_again.remove(&t);
-                            self.conn_ready(t, ev.is_read_closed() || ev.is_error());
-                        }
                     }
+                    self.maybe_resume(t);
+                }
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    self.read_again.remove(&t);
+                    self.conn_ready(t, ev.is_read_closed() || ev.is_error());
                 }
             }
-            // Pipes that had their share last turn go on.
-            for t in pipes_due {
-                if !self.pipes_again.contains(&t) {
-                    self.pipe_ready(t);
-                }
+        }
+    }
+
+    /// Pipes (`pipes_due`) and writes that had their share last turn go on.
+    fn left_over(&mut self, pipes_due: HashSet<Token>) {
+        for t in pipes_due {
+            if !self.pipes_again.contains(&t) {
+                self.pipe_ready(t);
             }
-            for t in std::mem::take(&mut self.write_again) {
-                let failed = match self.conns.get_mut(&t) {
-                    Some(c) => c.flush(self.poll.registry(), t).err(),
-                    None => None,
-                };
-                if let Some(e) = failed {
-                    self.write_failed(t, &e);
-                }
-                self.maybe_resume(t);
+        }
+        for t in std::mem::take(&mut self.write_again) {
+            let failed = match self.conns.get_mut(&t) {
+                Some(c) => c.flush(self.poll.registry(), t).err(),
+                None => None,
+            };
+            if let Some(e) = failed {
+                self.write_failed(t, &e);
             }
-            self.drive_slicer();
-            self.pump_outbound();
-            if Instant::now() >= self.owner.due() {
-                self.owner_poll(None);
-            }
-            if self.next_quiesce_due().is_some_and(|t| Instant::now() >= t) {
-                self.end_quiescing(|_| false);
-            }
-            if self
-                .moves
-                .next_overdue(self.safe_point_limit())
-                .is_some_and(|t| Instant::now() > t)
-            {
-                self.call_off_slow_moves();
-            }
-            if self.last_beat.elapsed() >= self.cfg.heartbeat {
-                self.last_beat = Instant::now();
-                self.tick();
-            }
-            let closing: Vec<Token> = self
-                .conns
-                .iter()
-                .filter(|(_, c)| c.closing && c.flushed())
-                .map(|(t, _)| *t)
-                .collect();
-            for t in closing {
-                self.close(t, "refused");
-            }
-            // Each connection's write budget is whole again next turn;
-            // those that used it up with more to write go on then.
-            self.write_again = self
-                .conns
-                .iter()
-                .filter(|(_, c)| c.starved())
-                .map(|(t, _)| *t)
-                .collect();
-            for c in self.conns.values_mut() {
-                c.new_turn();
-            }
+            self.maybe_resume(t);
+        }
+    }
+
+    /// What is due whether or not anything was ready: slot switches,
+    /// images going out, the owner monitor, pause notices and safe points
+    /// overdue, and the heartbeat.
+    fn due_work(&mut self) {
+        self.drive_slicer();
+        self.pump_outbound();
+        if Instant::now() >= self.owner.due() {
+            self.owner_poll(None);
+        }
+        if self.next_quiesce_due().is_some_and(|t| Instant::now() >= t) {
+            self.end_quiescing(|_| false);
+        }
+        if self
+            .moves
+            .next_overdue(self.safe_point_limit())
+            .is_some_and(|t| Instant::now() > t)
+        {
+            self.call_off_slow_moves();
+        }
+        if self.last_beat.elapsed() >= self.cfg.heartbeat {
+            self.last_beat = Instant::now();
+            self.tick();
+        }
+    }
+
+    /// The end of a turn: refused connections whose last words are out
+    /// are closed, and each connection's write budget is whole again
+    /// (those that used it up with more to write go on next turn).
+    fn close_and_rebudget(&mut self) {
+        let closing: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.closing && c.flushed())
+            .map(|(t, _)| *t)
+            .collect();
+        for t in closing {
+            self.close(t, "refused");
+        }
+        self.write_again = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.starved())
+            .map(|(t, _)| *t)
+            .collect();
+        for c in self.conns.values_mut() {
+            c.new_turn();
         }
     }
 
