@@ -1,7 +1,7 @@
 //! VPs on this host: starting their processes, their output, reaping them,
 //! and reporting each exit once its output is drained.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 
 use libmig::msg::{ExitInfo, StartVp, Stream, Tid, ToMaster};
@@ -72,17 +72,39 @@ impl Daemon {
         &mut self,
         s: StartVp,
         started: host::Started,
-        mut cell: Option<crate::contain::Cell>,
+        cell: Option<crate::contain::Cell>,
         restored: Option<crate::transparent::Restored>,
     ) {
         let tid = s.tid;
         let host::Started {
             pid,
-            stdout: out,
-            stderr: err,
+            stdout,
+            stderr,
             sock,
             stdin,
         } = started;
+        self.connect_vp(tid, sock);
+        self.moves.ended(tid);
+        self.record_vp(s, pid, stdin, cell, restored);
+        self.hold_if_it_may_not_run(tid, pid);
+        self.watch_output(tid, pid, stdout, stderr);
+        self.watch_input(tid);
+        // (`mig ps` shows a rebuilt VP's program, not the init above it.)
+        let shown = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .and_then(|v| v.restored.as_ref())
+            .map_or(pid, crate::transparent::Restored::program);
+        self.report(ToMaster::Started {
+            tid,
+            pid: shown as u32,
+        });
+    }
+
+    /// VP `tid`'s socket into the poll: what was held for it is delivered
+    /// and those it held up go on.
+    fn connect_vp(&mut self, tid: Tid, sock: OwnedFd) {
         let std_sock = std::os::unix::net::UnixStream::from(sock);
         let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
         let vt = self.token();
@@ -99,7 +121,19 @@ impl Daemon {
             }
             self.released(tid);
         }
-        self.moves.ended(tid);
+    }
+
+    /// VP `s.tid`'s record, process `pid`, in place of any earlier one of
+    /// the same VP (whose process is ended if it still runs).
+    fn record_vp(
+        &mut self,
+        s: StartVp,
+        pid: i32,
+        stdin: Option<OwnedFd>,
+        mut cell: Option<crate::contain::Cell>,
+        restored: Option<crate::transparent::Restored>,
+    ) {
+        let tid = s.tid;
         if let Some(old) = self.vps.by_tid.remove(&tid) {
             // Back before its old process here was gone (it moved
             // away, or its job restarts and it was just killed):
@@ -137,6 +171,13 @@ impl Daemon {
             },
         );
         self.vps.by_pid.insert(pid, tid);
+    }
+
+    /// VP `tid` (process `pid`) runs now only if the owner offers this host
+    /// and its slot is in force: one rebuilt stopped is let go if so; one
+    /// started as the owner came back waits on probation, one outside its
+    /// slot stopped.
+    fn hold_if_it_may_not_run(&mut self, tid: Tid, pid: i32) {
         let off_slot = self.slicer.started(tid);
         let rebuilt = self
             .vps
@@ -167,7 +208,11 @@ impl Daemon {
                 }
             }
         }
-        for (fd, stream) in [(out, Stream::Stdout), (err, Stream::Stderr)] {
+    }
+
+    /// VP `tid`'s stdout and stderr pipes into the poll.
+    fn watch_output(&mut self, tid: Tid, pid: i32, stdout: OwnedFd, stderr: OwnedFd) {
+        for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
             let t = self.token();
             let file = std::fs::File::from(fd);
             if self
@@ -191,6 +236,11 @@ impl Daemon {
                 }
             }
         }
+    }
+
+    /// VP `tid`'s stdin pipe, if it has one, into the poll (to hear when it
+    /// has room).
+    fn watch_input(&mut self, tid: Tid) {
         let input_fd = self
             .vps
             .by_tid
@@ -208,17 +258,6 @@ impl Daemon {
                 self.inputs.insert(t, tid);
             }
         }
-        // (`mig ps` shows a rebuilt VP's program, not the init above it.)
-        let shown = self
-            .vps
-            .by_tid
-            .get(&tid)
-            .and_then(|v| v.restored.as_ref())
-            .map_or(pid, crate::transparent::Restored::program);
-        self.report(ToMaster::Started {
-            tid,
-            pid: shown as u32,
-        });
     }
 
     /// `PeerMsg::Input`: bytes (and perhaps the end) for a local VP's stdin.
