@@ -188,7 +188,52 @@ pub fn place_cluster(
                 .map(move |(i, _)| (s, i))
         })
         .collect();
-    // Each team site's bid: its load with the whole cluster there.
+    let s_site = lowest_bid(sites, team, program, &cluster, load)?;
+    let moves: Vec<Move> = cluster
+        .iter()
+        .filter(|&&(s, _)| s != s_site)
+        .map(|&(s, i)| Move {
+            from: s,
+            index: i,
+            to: s_site,
+        })
+        .collect();
+    let others: Vec<usize> = team.iter().copied().filter(|&s| s != s_site).collect();
+    let mut room = Room {
+        now: with_cluster_moved(sites, program, s_site, &cluster),
+        s_site,
+        others: &others,
+        program,
+        load,
+        site_threshold,
+        moves,
+    };
+    // Phase one: nothing more to do.
+    if room.fits(&room.now[s_site]) {
+        return Some((s_site, room.moves));
+    }
+    // Phases two to four: simple tasks (shortest ETC first), partial
+    // clusters (the most bound first, to a site with the rest of theirs),
+    // group tasks (to a site without one of their group).
+    for class in [Class::Simple, Class::Cluster, Class::Group] {
+        if room.phase(class) {
+            return Some((s_site, room.moves));
+        }
+    }
+    // Nothing made it fit: what was marked moves all the same.
+    Some((s_site, room.moves))
+}
+
+/// The team site with the lowest bid for the cluster `program` (whose
+/// tasks are `cluster`, by site and index): its load with the whole
+/// cluster there. `None` if the team has no site.
+fn lowest_bid(
+    sites: &[Vec<Task>],
+    team: &[usize],
+    program: u32,
+    cluster: &[(usize, usize)],
+    load: Load,
+) -> Option<usize> {
     let with_cluster = |s: usize| -> Vec<Task> {
         let mut v: Vec<Task> = sites[s]
             .iter()
@@ -198,24 +243,29 @@ pub fn place_cluster(
         v.extend(cluster.iter().map(|&(cs, i)| sites[cs][i].clone()));
         v
     };
-    let s_site = team
-        .iter()
-        .copied()
-        .filter(|&s| s < sites.len())
-        .map(|s| (load.of(&with_cluster(s)), s))
-        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))?
-        .1;
-    let mut moves: Vec<Move> = cluster
-        .iter()
-        .filter(|&&(s, _)| s != s_site)
-        .map(|&(s, i)| Move {
-            from: s,
-            index: i,
-            to: s_site,
-        })
-        .collect();
-    // The workloads as the phases see them: the cluster already moved.
-    let mut now: Vec<Vec<(usize, usize, Task)>> = sites
+    Some(
+        team.iter()
+            .copied()
+            .filter(|&s| s < sites.len())
+            .map(|s| (load.of(&with_cluster(s)), s))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))?
+            .1,
+    )
+}
+
+/// A task as the phases see it: the site and index it came from, and
+/// itself.
+type Placed = (usize, usize, Task);
+
+/// Every site's tasks as the phases see them: the cluster `program`
+/// (`cluster`, by site and index) already moved to `s_site`.
+fn with_cluster_moved(
+    sites: &[Vec<Task>],
+    program: u32,
+    s_site: usize,
+    cluster: &[(usize, usize)],
+) -> Vec<Vec<Placed>> {
+    let mut now: Vec<Vec<Placed>> = sites
         .iter()
         .enumerate()
         .map(|(s, ts)| {
@@ -226,31 +276,80 @@ pub fn place_cluster(
                 .collect()
         })
         .collect();
-    for &(s, i) in &cluster {
+    for &(s, i) in cluster {
         if s != s_site {
             now[s_site].push((s, i, sites[s][i].clone()));
         }
     }
-    let tasks =
-        |v: &[(usize, usize, Task)]| -> Vec<Task> { v.iter().map(|(_, _, t)| t.clone()).collect() };
-    let fits = |v: &[(usize, usize, Task)]| load.of(&tasks(v)) <= site_threshold;
-    let others: Vec<usize> = team.iter().copied().filter(|&s| s != s_site).collect();
-    // Phase one: nothing more to do.
-    if fits(&now[s_site]) {
-        return Some((s_site, moves));
+    now
+}
+
+/// The tasks of `v`.
+fn tasks(v: &[Placed]) -> Vec<Task> {
+    v.iter().map(|(_, _, t)| t.clone()).collect()
+}
+
+/// `v` but its entries at the indices `taken`.
+fn without(v: &[Placed], taken: &[usize]) -> Vec<Placed> {
+    v.iter()
+        .enumerate()
+        .filter(|(x, _)| !taken.contains(x))
+        .map(|(_, p)| p.clone())
+        .collect()
+}
+
+/// The s-site making room for the cluster `program` (phases two to
+/// four): every site's tasks as they would be, and the moves so far.
+struct Room<'a> {
+    now: Vec<Vec<Placed>>,
+    s_site: usize,
+    /// The team's other sites.
+    others: &'a [usize],
+    program: u32,
+    load: Load,
+    site_threshold: f64,
+    moves: Vec<Move>,
+}
+
+impl Room<'_> {
+    /// Whether a site holding `v` is within the site threshold.
+    fn fits(&self, v: &[Placed]) -> bool {
+        self.load.of(&tasks(v)) <= self.site_threshold
     }
-    // Phases two to four: simple tasks (shortest ETC first), partial
-    // clusters (the most bound first, to a site with the rest of theirs),
-    // group tasks (to a site without one of their group).
-    for class in [Class::Simple, Class::Cluster, Class::Group] {
-        let mut candidates: Vec<usize> = (0..now[s_site].len())
+
+    /// One phase: the s-site's tasks of `class` move, one unit at a time,
+    /// to team sites that take them, until the s-site fits (true) or none
+    /// is left (false; what moved is off the s-site).
+    fn phase(&mut self, class: Class) -> bool {
+        let mut taken: Vec<usize> = Vec::new();
+        for k in self.candidates(class) {
+            if taken.contains(&k) {
+                continue;
+            }
+            let Some(unit) = self.move_off(class, k) else {
+                continue;
+            };
+            taken.extend(&unit);
+            if self.fits(&without(&self.now[self.s_site], &taken)) {
+                return true;
+            }
+        }
+        self.now[self.s_site] = without(&self.now[self.s_site], &taken);
+        false
+    }
+
+    /// The s-site's tasks of `class` (not of the cluster itself), by index
+    /// there: simple tasks shortest ETC first, the others most bound first.
+    fn candidates(&self, class: Class) -> Vec<usize> {
+        let here = &self.now[self.s_site];
+        let mut candidates: Vec<usize> = (0..here.len())
             .filter(|&k| {
-                let t = &now[s_site][k].2;
-                t.class == class && t.program != program
+                let t = &here[k].2;
+                t.class == class && t.program != self.program
             })
             .collect();
-        let work: Vec<f64> = now[s_site].iter().map(|(_, _, t)| t.work).collect();
-        let etcs = match load {
+        let work: Vec<f64> = here.iter().map(|(_, _, t)| t.work).collect();
+        let etcs = match self.load {
             Load::Stc { nu } => etc(nu, &work),
             Load::Queue => work.clone(),
         };
@@ -259,69 +358,54 @@ pub fn place_cluster(
         } else {
             candidates.sort_by(|&a, &b| etcs[b].total_cmp(&etcs[a]).then(a.cmp(&b)));
         }
-        let mut taken: Vec<usize> = Vec::new();
-        for k in candidates {
-            if taken.contains(&k) {
-                continue;
-            }
-            let t = now[s_site][k].2.clone();
-            // A partial cluster moves whole: every task of its program here.
-            let unit: Vec<usize> = if class == Class::Cluster {
-                (0..now[s_site].len())
-                    .filter(|&x| now[s_site][x].2.program == t.program)
-                    .collect()
-            } else {
-                vec![k]
+        candidates
+    }
+
+    /// The s-site's task `k` (a partial cluster whole: every task of its
+    /// program there) to the least loaded team site that may take it
+    /// (any for a simple task, one holding the rest of a cluster, one
+    /// without a task of a group) and fits with it. The indices moved, or
+    /// `None` if no site takes it.
+    fn move_off(&mut self, class: Class, k: usize) -> Option<Vec<usize>> {
+        let now = &self.now;
+        let here = &now[self.s_site];
+        let t = here[k].2.clone();
+        let unit: Vec<usize> = if class == Class::Cluster {
+            (0..here.len())
+                .filter(|&x| here[x].2.program == t.program)
+                .collect()
+        } else {
+            vec![k]
+        };
+        let holds = |s: usize| now[s].iter().any(|(_, _, o)| o.program == t.program);
+        // The team's sites, least loaded first.
+        let mut order = self.others.to_vec();
+        order.sort_by(|&a, &b| {
+            self.load
+                .of(&tasks(&now[a]))
+                .total_cmp(&self.load.of(&tasks(&now[b])))
+                .then(a.cmp(&b))
+        });
+        let to = order.into_iter().find(|&s| {
+            let allowed = match class {
+                Class::Simple => true,
+                Class::Cluster => holds(s),
+                Class::Group => !holds(s),
             };
-            let holds = |s: usize| now[s].iter().any(|(_, _, o)| o.program == t.program);
-            // The team's sites, least loaded first.
-            let mut order = others.clone();
-            order.sort_by(|&a, &b| {
-                load.of(&tasks(&now[a]))
-                    .total_cmp(&load.of(&tasks(&now[b])))
-                    .then(a.cmp(&b))
-            });
-            let target = order.into_iter().find(|&s| {
-                let allowed = match class {
-                    Class::Simple => true,
-                    Class::Cluster => holds(s),
-                    Class::Group => !holds(s),
-                };
-                let mut v = now[s].clone();
-                v.extend(unit.iter().map(|&x| now[s_site][x].clone()));
-                allowed && fits(&v)
-            });
-            let Some(to) = target else {
-                continue;
-            };
-            for &x in &unit {
-                let (from, index, task) = now[s_site][x].clone();
-                now[to].push((from, index, task));
-                moves.retain(|m| !(m.from == from && m.index == index));
-                if from != to {
-                    moves.push(Move { from, index, to });
-                }
-            }
-            taken.extend(&unit);
-            let keep: Vec<(usize, usize, Task)> = now[s_site]
-                .iter()
-                .enumerate()
-                .filter(|(x, _)| !taken.contains(x))
-                .map(|(_, v)| v.clone())
-                .collect();
-            if fits(&keep) {
-                return Some((s_site, moves));
+            let mut v = now[s].clone();
+            v.extend(unit.iter().map(|&x| here[x].clone()));
+            allowed && self.fits(&v)
+        })?;
+        for &x in &unit {
+            let (from, index, task) = self.now[self.s_site][x].clone();
+            self.now[to].push((from, index, task));
+            self.moves.retain(|m| !(m.from == from && m.index == index));
+            if from != to {
+                self.moves.push(Move { from, index, to });
             }
         }
-        now[s_site] = now[s_site]
-            .iter()
-            .enumerate()
-            .filter(|(x, _)| !taken.contains(x))
-            .map(|(_, v)| v.clone())
-            .collect();
+        Some(unit)
     }
-    // Nothing made it fit: what was marked moves all the same.
-    Some((s_site, moves))
 }
 
 /// An idle site `idle` takes work from the loaded site `busy` (`sites[s]`
