@@ -231,166 +231,241 @@ enum Msg {
 
 /// Run the task tree of `s` from `start` on `topology` under `balancer`.
 pub fn run(s: &Setup, topology: Topology, start: Start, balancer: Balancer) -> Run {
-    let n = s.pes.max(1);
-    let mut queues: Vec<VecDeque<Task>> = vec![VecDeque::new(); n];
-    let spread = match start {
-        Start::Stable => n,
-        Start::Unstable => n.div_ceil(2),
-    };
-    for (i, t) in s.roots().into_iter().enumerate() {
-        queues[i % spread].push_back(t);
-    }
-    let mut pes: Vec<Roc> = (0..n)
-        .map(|_| {
-            Roc::new(
-                s.thresholds,
-                2.0 * topology.latency(0, n - 1, s.hop_steps) as f64,
-            )
-        })
-        .collect();
-    let mut transit: Vec<(u64, Msg)> = Vec::new();
-    let mut known: Vec<f64> = queues.iter().map(|q| q.len() as f64).collect();
-    let mut out = Run {
-        steps: 0,
-        moved: 0,
-        messages: 0,
-    };
-    let lat = |a: usize, b: usize| topology.latency(a, b, s.hop_steps).max(1);
-    let mut t: u64 = 0;
+    let mut m = Machine::new(s, topology, start);
     loop {
-        // What arrives now.
-        let (now, later): (Vec<_>, Vec<_>) = transit.into_iter().partition(|(at, _)| *at <= t);
-        transit = later;
+        m.arrive();
+        if m.queues.iter().all(VecDeque::is_empty) && m.transit.is_empty() {
+            m.out.steps = m.t;
+            return m.out;
+        }
+        if m.t.is_multiple_of(s.interval.max(1)) {
+            let loads: Vec<f64> = m.queues.iter().map(|q| q.len() as f64).collect();
+            match balancer {
+                Balancer::None => {}
+                Balancer::Roc => m.roc_round(&loads),
+                Balancer::Sid => m.sid_round(&loads),
+            }
+            m.known = loads;
+        }
+        m.work_step();
+        m.t += 1;
+    }
+}
+
+/// The simulated machine: each PE's queue and Rate-of-Change balancer,
+/// the loads last sampled, the messages in transit, the step, the figures.
+struct Machine<'a> {
+    s: &'a Setup,
+    topology: Topology,
+    n: usize,
+    queues: Vec<VecDeque<Task>>,
+    pes: Vec<Roc>,
+    /// Each message and the step it arrives at.
+    transit: Vec<(u64, Msg)>,
+    /// Each PE's load as of the last sampling interval.
+    known: Vec<f64>,
+    out: Run,
+    t: u64,
+}
+
+impl<'a> Machine<'a> {
+    /// The root tasks spread over all PEs (`Start::Stable`) or half of them.
+    fn new(s: &'a Setup, topology: Topology, start: Start) -> Machine<'a> {
+        let n = s.pes.max(1);
+        let mut queues: Vec<VecDeque<Task>> = vec![VecDeque::new(); n];
+        let spread = match start {
+            Start::Stable => n,
+            Start::Unstable => n.div_ceil(2),
+        };
+        for (i, t) in s.roots().into_iter().enumerate() {
+            queues[i % spread].push_back(t);
+        }
+        let pes: Vec<Roc> = (0..n)
+            .map(|_| {
+                Roc::new(
+                    s.thresholds,
+                    2.0 * topology.latency(0, n - 1, s.hop_steps) as f64,
+                )
+            })
+            .collect();
+        let known: Vec<f64> = queues.iter().map(|q| q.len() as f64).collect();
+        Machine {
+            s,
+            topology,
+            n,
+            queues,
+            pes,
+            transit: Vec::new(),
+            known,
+            out: Run {
+                steps: 0,
+                moved: 0,
+                messages: 0,
+            },
+            t: 0,
+        }
+    }
+
+    /// Steps a message takes from PE `a` to PE `b` (at least one).
+    fn lat(&self, a: usize, b: usize) -> u64 {
+        self.topology.latency(a, b, self.s.hop_steps).max(1)
+    }
+
+    /// What arrives now: tasks join their queue, requests are answered.
+    fn arrive(&mut self) {
+        let t = self.t;
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.transit)
+            .into_iter()
+            .partition(|(at, _)| *at <= t);
+        self.transit = later;
         for (_, msg) in now {
             match msg {
                 Msg::Tasks { to, tasks, asked } => {
-                    queues[to].extend(tasks);
+                    self.queues[to].extend(tasks);
                     if let Some(at) = asked {
-                        pes[to].received((t - at) as f64);
+                        self.pes[to].received((t - at) as f64);
                     }
                 }
-                Msg::Unfulfilled { to } => pes[to].unfulfilled(),
-                Msg::Request { to, req, asked } => {
-                    let cpu: Vec<f64> = queues[to].iter().map(|x| x.cpu as f64).collect();
-                    let sources = source_table(&known, s.thresholds.high, to);
-                    match roc::answer(&cpu, s.thresholds.high, &sources, req) {
-                        Answer::Send(mut which) => {
-                            which.sort_unstable_by(|a, b| b.cmp(a));
-                            let tasks: Vec<Task> =
-                                which.iter().filter_map(|&i| queues[to].remove(i)).collect();
-                            out.moved += tasks.len() as u64;
-                            transit.push((
-                                t + lat(to, req.from),
-                                Msg::Tasks {
-                                    to: req.from,
-                                    tasks,
-                                    asked: Some(asked),
-                                },
-                            ));
-                        }
-                        Answer::Forward(next, req) => transit.push((
-                            t + lat(to, next),
-                            Msg::Request {
-                                to: next,
-                                req,
-                                asked,
-                            },
-                        )),
-                        Answer::Unfulfilled => {
-                            transit.push((t + lat(to, req.from), Msg::Unfulfilled { to: req.from }))
-                        }
-                    }
-                }
+                Msg::Unfulfilled { to } => self.pes[to].unfulfilled(),
+                Msg::Request { to, req, asked } => self.answer(to, req, asked),
             }
         }
-        if queues.iter().all(VecDeque::is_empty) && transit.is_empty() {
-            out.steps = t;
-            return out;
-        }
-        if t.is_multiple_of(s.interval.max(1)) {
-            let loads: Vec<f64> = queues.iter().map(|q| q.len() as f64).collect();
-            match balancer {
-                Balancer::None => {}
-                Balancer::Roc => {
-                    for p in 0..n {
-                        let Some(amount) = pes[p].sample(loads[p], s.interval as f64) else {
-                            continue;
-                        };
-                        out.messages += 1;
-                        let req = LoadRequest {
-                            from: p,
-                            amount,
-                            ttl: s.ttl,
-                        };
-                        match source_table(&known, s.thresholds.high, p).first() {
-                            Some(&x) => transit.push((
-                                t + lat(p, x),
-                                Msg::Request {
-                                    to: x,
-                                    req,
-                                    asked: t,
-                                },
-                            )),
-                            None => pes[p].unfulfilled(),
-                        }
-                    }
-                }
-                Balancer::Sid => {
-                    for p in 0..n {
-                        let near = topology.neighbours(p, n);
-                        let mean = (loads[p] + near.iter().map(|&q| loads[q]).sum::<f64>())
-                            / (near.len() + 1) as f64;
-                        let excess = loads[p] - mean;
-                        if excess < 1.0 {
-                            continue;
-                        }
-                        let lack: Vec<(usize, f64)> = near
-                            .iter()
-                            .map(|&q| (q, mean - loads[q]))
-                            .filter(|&(_, d)| d > 0.0)
-                            .collect();
-                        let total: f64 = lack.iter().map(|(_, d)| d).sum();
-                        let mut sent = false;
-                        for (q, d) in lack {
-                            let k = (excess * d / total).floor() as usize;
-                            // Waiting tasks, not the one at the front.
-                            let k = k.min(queues[p].len().saturating_sub(1));
-                            if k == 0 {
-                                continue;
-                            }
-                            let at = queues[p].len() - k;
-                            let tasks: Vec<Task> = queues[p].drain(at..).collect();
-                            out.moved += k as u64;
-                            sent = true;
-                            transit.push((
-                                t + lat(p, q),
-                                Msg::Tasks {
-                                    to: q,
-                                    tasks,
-                                    asked: None,
-                                },
-                            ));
-                        }
-                        out.messages += u64::from(sent);
-                    }
-                }
+    }
+
+    /// PE `to` answers a load request (first sent at step `asked`): tasks
+    /// sent, the request forwarded, or unfulfilled.
+    fn answer(&mut self, to: usize, req: LoadRequest, asked: u64) {
+        let t = self.t;
+        let high = self.s.thresholds.high;
+        let cpu: Vec<f64> = self.queues[to].iter().map(|x| x.cpu as f64).collect();
+        let sources = source_table(&self.known, high, to);
+        match roc::answer(&cpu, high, &sources, req) {
+            Answer::Send(mut which) => {
+                which.sort_unstable_by(|a, b| b.cmp(a));
+                let tasks: Vec<Task> = which
+                    .iter()
+                    .filter_map(|&i| self.queues[to].remove(i))
+                    .collect();
+                self.out.moved += tasks.len() as u64;
+                let at = t + self.lat(to, req.from);
+                self.transit.push((
+                    at,
+                    Msg::Tasks {
+                        to: req.from,
+                        tasks,
+                        asked: Some(asked),
+                    },
+                ));
             }
-            known = loads;
+            Answer::Forward(next, req) => {
+                let at = t + self.lat(to, next);
+                self.transit.push((
+                    at,
+                    Msg::Request {
+                        to: next,
+                        req,
+                        asked,
+                    },
+                ))
+            }
+            Answer::Unfulfilled => {
+                let at = t + self.lat(to, req.from);
+                self.transit.push((at, Msg::Unfulfilled { to: req.from }))
+            }
         }
-        // One step of work: each PE gives its front task a step, round-robin.
-        for q in &mut queues {
+    }
+
+    /// Rate-of-Change at a sampling interval: each PE whose load falls
+    /// fast enough asks the most loaded PE it knows of.
+    fn roc_round(&mut self, loads: &[f64]) {
+        let t = self.t;
+        for (p, &load) in loads.iter().enumerate() {
+            let Some(amount) = self.pes[p].sample(load, self.s.interval as f64) else {
+                continue;
+            };
+            self.out.messages += 1;
+            let req = LoadRequest {
+                from: p,
+                amount,
+                ttl: self.s.ttl,
+            };
+            match source_table(&self.known, self.s.thresholds.high, p).first() {
+                Some(&x) => {
+                    let at = t + self.lat(p, x);
+                    self.transit.push((
+                        at,
+                        Msg::Request {
+                            to: x,
+                            req,
+                            asked: t,
+                        },
+                    ))
+                }
+                None => self.pes[p].unfulfilled(),
+            }
+        }
+    }
+
+    /// Sender-initiated diffusion at a sampling interval: each PE above
+    /// its neighbourhood's mean sends waiting tasks to the neighbours
+    /// below it, in proportion to what each lacks.
+    fn sid_round(&mut self, loads: &[f64]) {
+        let t = self.t;
+        for p in 0..self.n {
+            let near = self.topology.neighbours(p, self.n);
+            let mean =
+                (loads[p] + near.iter().map(|&q| loads[q]).sum::<f64>()) / (near.len() + 1) as f64;
+            let excess = loads[p] - mean;
+            if excess < 1.0 {
+                continue;
+            }
+            let lack: Vec<(usize, f64)> = near
+                .iter()
+                .map(|&q| (q, mean - loads[q]))
+                .filter(|&(_, d)| d > 0.0)
+                .collect();
+            let total: f64 = lack.iter().map(|(_, d)| d).sum();
+            let mut sent = false;
+            for (q, d) in lack {
+                let k = (excess * d / total).floor() as usize;
+                // Waiting tasks, not the one at the front.
+                let k = k.min(self.queues[p].len().saturating_sub(1));
+                if k == 0 {
+                    continue;
+                }
+                let at = self.queues[p].len() - k;
+                let tasks: Vec<Task> = self.queues[p].drain(at..).collect();
+                self.out.moved += k as u64;
+                sent = true;
+                let arrives = t + self.lat(p, q);
+                self.transit.push((
+                    arrives,
+                    Msg::Tasks {
+                        to: q,
+                        tasks,
+                        asked: None,
+                    },
+                ));
+            }
+            self.out.messages += u64::from(sent);
+        }
+    }
+
+    /// One step of work: each PE gives its front task a step, round-robin;
+    /// a task that ends leaves its children in its queue.
+    fn work_step(&mut self) {
+        for q in &mut self.queues {
             let Some(mut task) = q.pop_front() else {
                 continue;
             };
             task.left -= 1;
             task.cpu += 1;
             if task.left == 0 {
-                q.extend(s.children(&task));
+                q.extend(self.s.children(&task));
             } else {
                 q.push_back(task);
             }
         }
-        t += 1;
     }
 }
 
