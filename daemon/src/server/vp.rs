@@ -95,7 +95,28 @@ impl Daemon {
                 }
             }
             VpMsg::Quiesced => self.end_quiescing(|t| t == tid),
-            other => self.refuse(t, &format!("a VP may not send {}", other.name())),
+            // A pause notice for a signal that kills, stops or continues a
+            // process outright, or for no signal.
+            VpMsg::PauseNotice { .. } => self.refuse(t, "a VP may not send PauseNotice"),
+            // What a daemon says to its VPs, and what VPs say to each other
+            // on a direct link: never a VP's to its daemon.
+            other @ (VpMsg::Deliver(_)
+            | VpMsg::DeliverFd { .. }
+            | VpMsg::Confirmed { .. }
+            | VpMsg::Undeliverable { .. }
+            | VpMsg::Return { .. }
+            | VpMsg::Credit { .. }
+            | VpMsg::Checkpoint { .. }
+            | VpMsg::StayPut
+            | VpMsg::DirectLink { .. }
+            | VpMsg::Snap(
+                SnapStep::Begin { .. }
+                | SnapStep::Now { .. }
+                | SnapStep::Resume { .. }
+                | SnapStep::Abort { .. },
+            )
+            | VpMsg::Ring { .. }
+            | VpMsg::Wake) => self.refuse(t, &format!("a VP may not send {}", other.name())),
         }
     }
 
