@@ -41,7 +41,13 @@ pub fn join_directories(outs: Vec<Out>) -> Vec<Out> {
             | Out::JobOutput { .. }
             | Out::History(_)
             | Out::ForgetOutput(_)) => joined.push(o),
-            o => {
+            // Whatever else reaches hosts or VPs may depend on the
+            // directory as it was: the run ends.
+            o @ (Out::ToHost(..)
+            | Out::Broadcast(_)
+            | Out::Disconnect(_)
+            | Out::Deliver(..)
+            | Out::SlotTables { .. }) => {
                 run = None;
                 joined.push(o);
             }
