@@ -233,7 +233,13 @@ impl Daemon {
                 // (Not the master (yet): tried again.)
                 return self.quiet_close(t, &reason);
             }
-            other => {
+            // Any other answer, of any conversation.
+            other @ (PeerMsg::Handshake(_)
+            | PeerMsg::ToHost(_)
+            | PeerMsg::ToMaster(_)
+            | PeerMsg::Data(_)
+            | PeerMsg::Quorum(_)
+            | PeerMsg::Part { .. }) => {
                 return self.refuse(t, &format!("unexpected {} to an attach", other.name()));
             }
         };

@@ -237,7 +237,15 @@ impl Daemon {
                     "{addr} closed the connection"
                 )))
             }
-            other => {
+            // Any other answer, of any conversation.
+            other @ Some(
+                PeerMsg::Handshake(_)
+                | PeerMsg::ToHost(_)
+                | PeerMsg::ToMaster(_)
+                | PeerMsg::Data(_)
+                | PeerMsg::Quorum(_)
+                | PeerMsg::Part { .. },
+            ) => {
                 return Err(DialError::Refused(format!(
                     "{addr} gave an unexpected answer {other:?}"
                 )))

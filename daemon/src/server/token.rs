@@ -148,7 +148,16 @@ pub fn redeem(
                     Some(PeerMsg::Handshake(Handshake::ClusterKeyIs { key })) => {
                         Ok(ClusterKey::from_bytes(key))
                     }
-                    other => Err(RedeemError::Refused(format!(
+                    // Any other answer, of any conversation, or none.
+                    other @ (None
+                    | Some(
+                        PeerMsg::Handshake(_)
+                        | PeerMsg::ToHost(_)
+                        | PeerMsg::ToMaster(_)
+                        | PeerMsg::Data(_)
+                        | PeerMsg::Quorum(_)
+                        | PeerMsg::Part { .. },
+                    )) => Err(RedeemError::Refused(format!(
                         "unexpected answer {:?}",
                         other.map(|m| m.name())
                     ))),
@@ -168,7 +177,15 @@ pub fn redeem(
                 return Err(RedeemError::Refused(reason))
             }
             None => return Err(RedeemError::NotNow(format!("{addr} closed the connection"))),
-            Some(other) => {
+            // Any other answer, of any conversation.
+            Some(
+                other @ (PeerMsg::Handshake(_)
+                | PeerMsg::ToHost(_)
+                | PeerMsg::ToMaster(_)
+                | PeerMsg::Data(_)
+                | PeerMsg::Quorum(_)
+                | PeerMsg::Part { .. }),
+            ) => {
                 return Err(RedeemError::Refused(format!(
                     "unexpected answer {:?}",
                     other.name()
