@@ -384,9 +384,9 @@ impl Master {
                     message: "logs are read by the master's server".into(),
                 },
             )],
-            req @ (Request::TokenCreate { .. }
-            | Request::TokenList
-            | Request::TokenRevoke { .. }) => self.token_request(from, req),
+            Request::TokenCreate { ttl_s } => self.make_token(from, ttl_s),
+            Request::TokenList => vec![Out::Reply(from, Response::Tokens(self.list_tokens()))],
+            Request::TokenRevoke { id } => self.revoke_token(from, &id),
             Request::Halt => {
                 let mut out: Vec<Out> = self
                     .hosts

@@ -8,7 +8,7 @@
 //! does not: the sealed exchange that spends one (the server's `token`).
 
 use libmig::auth::{ClusterKey, JoinToken};
-use libmig::msg::{Request, Response, TokenInfo};
+use libmig::msg::{Response, TokenInfo};
 use serde::{Deserialize, Serialize};
 
 use super::{Master, Out, Requester};
@@ -33,7 +33,8 @@ pub(super) struct TokenRec {
 const NS: u64 = 1_000_000_000;
 
 impl Master {
-    fn make_token(&mut self, from: Requester, ttl_s: u64) -> Vec<Out> {
+    /// `mig token create`: a join token that lives `ttl_s` seconds.
+    pub(super) fn make_token(&mut self, from: Requester, ttl_s: u64) -> Vec<Out> {
         if ttl_s == 0 || ttl_s > MAX_TTL_S {
             return vec![Out::Reply(
                 from,
@@ -91,7 +92,8 @@ impl Master {
         }
     }
 
-    fn list_tokens(&self) -> Vec<TokenInfo> {
+    /// `mig token list`.
+    pub(super) fn list_tokens(&self) -> Vec<TokenInfo> {
         self.tokens
             .iter()
             .map(|(id, t)| {
@@ -110,7 +112,8 @@ impl Master {
             .collect()
     }
 
-    fn revoke_token(&mut self, from: Requester, id: &str) -> Vec<Out> {
+    /// `mig token revoke`.
+    pub(super) fn revoke_token(&mut self, from: Requester, id: &str) -> Vec<Out> {
         let reply = match self.tokens.get_mut(id) {
             Some(t) if t.spent.is_none() => {
                 t.spent = Some("revoked".into());
@@ -126,16 +129,6 @@ impl Master {
             },
         };
         vec![Out::Reply(from, reply)]
-    }
-
-    /// `mig token create|list|revoke`.
-    pub(super) fn token_request(&mut self, from: Requester, req: Request) -> Vec<Out> {
-        match req {
-            Request::TokenCreate { ttl_s } => self.make_token(from, ttl_s),
-            Request::TokenList => vec![Out::Reply(from, Response::Tokens(self.list_tokens()))],
-            Request::TokenRevoke { id } => self.revoke_token(from, &id),
-            _ => Vec::new(),
-        }
     }
 
     /// The key that seals an exchange for token `id`, if it may be used
@@ -182,7 +175,7 @@ mod tests {
     }
 
     fn made(m: &mut Master, ttl_s: u64) -> JoinToken {
-        let out = m.token_request(Requester::Local(1), Request::TokenCreate { ttl_s });
+        let out = m.make_token(Requester::Local(1), ttl_s);
         let token = out.iter().find_map(|o| match o {
             Out::Reply(_, Response::Token { token, .. }) => JoinToken::parse(token),
             _ => None,
@@ -207,15 +200,12 @@ mod tests {
         assert!(m.token_key(&t.id).is_none(), "expired");
         // Revoked.
         let t = made(&mut m, 60);
-        m.token_request(
-            Requester::Local(1),
-            Request::TokenRevoke { id: t.id.clone() },
-        );
+        m.revoke_token(Requester::Local(1), &t.id);
         assert!(m.token_key(&t.id).is_none(), "revoked");
         assert!(m.token_key("00000000").is_none(), "unknown");
         // Bad lifetimes are refused.
         for ttl_s in [0, MAX_TTL_S + 1] {
-            let out = m.token_request(Requester::Local(1), Request::TokenCreate { ttl_s });
+            let out = m.make_token(Requester::Local(1), ttl_s);
             assert!(matches!(&out[0], Out::Reply(_, Response::Error { .. })));
         }
     }
