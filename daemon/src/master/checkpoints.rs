@@ -728,7 +728,21 @@ impl Master {
             }
         }
         for (job, why) in late {
+            // A round whose VPs did not all pause in time cost the job that
+            // long: it counts as a round's time, and the interval stretches
+            // to 50 times it (else a VP that reaches no safe point in time
+            // would hold its job, and moves, for a timeout every few
+            // seconds).
+            let paused_for = self
+                .jobs
+                .get(&job)
+                .and_then(|j| j.ckpt.round.as_ref())
+                .filter(|r| !r.resumed)
+                .map(|r| now.saturating_duration_since(r.started));
             out.extend(self.fail_round(&job, &why));
+            if let (Some(lost), Some(j)) = (paused_for, self.jobs.get_mut(&job)) {
+                j.ckpt.took = Some(j.ckpt.took.map_or(lost, |t| t.max(lost)));
+            }
         }
         let jobs: Vec<String> = self.jobs.keys().cloned().collect();
         for job in jobs {
