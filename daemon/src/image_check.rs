@@ -85,16 +85,11 @@ impl ImageCheck {
                 .and_then(|b| b.try_into().ok())
                 .map_or(0, u32::from_le_bytes)
         };
-        match &self.kind {
+        let (vp_sum, outside_sum) = (word(12), word(60));
+        match self.kind {
             Kind::Unknown => Err("no byte of the image arrived".into()),
-            Kind::Vp(c) => c.finish().map(|()| word(12)).map_err(|e| e.to_string()),
-            Kind::Outside(..) => {
-                let sum = word(60);
-                let Kind::Outside(c, _) = self.kind else {
-                    unreachable!("matched above")
-                };
-                c.finish().map(|_| sum).map_err(|e| e.to_string())
-            }
+            Kind::Vp(c) => c.finish().map(|()| vp_sum).map_err(|e| e.to_string()),
+            Kind::Outside(c, _) => c.finish().map(|_| outside_sum).map_err(|e| e.to_string()),
         }
     }
 }
