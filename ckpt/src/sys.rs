@@ -141,8 +141,22 @@ pub struct Stop {
     pub event: i32,
 }
 
-/// Waits for `tid` to stop; an exit is an error.
+/// Waits for `tid` to stop; an exit is an error, and is left to be
+/// collected: the tracer may be a thread of the process's own parent (a
+/// daemon saving its child), whose wait for that child must still get its
+/// end and status.
 pub fn wait_stop(tid: i32) -> Result<Stop, SysError> {
+    if let Some(end) = peek_end(tid)? {
+        if ours(tid) {
+            return Err(SysError {
+                call: format!("waitpid (the process {end})"),
+                pid: tid,
+                source: io::Error::other("no longer there"),
+            });
+        }
+        // Another's child: collecting it here only lets its parent have
+        // it (a tracer that never does holds it from its parent for good).
+    }
     let mut status = 0;
     loop {
         // SAFETY: waitpid writes one int to `status`, which we own.
@@ -176,6 +190,60 @@ pub fn wait_stop(tid: i32) -> Result<Stop, SysError> {
         pid: tid,
         source: io::Error::other("no longer there"),
     })
+}
+
+/// Is `tid` a child process of this process, its main thread (its
+/// parent's wait would be ours)? Another thread's end is the tracer's to
+/// collect, or its process's main thread is never released.
+fn ours(tid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<i32>().ok())
+    };
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    field("Tgid:") == Some(tid) && field("PPid:") == Some(me)
+}
+
+/// Waits for `tid` to change state, without collecting it: its end, if
+/// it ended (the zombie stays for its parent), else `None` (it stopped).
+fn peek_end(tid: i32) -> Result<Option<String>, SysError> {
+    loop {
+        // SAFETY: a zeroed siginfo_t is valid; waitid writes into ours.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid with WNOWAIT only reads the state; `info` is ours.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                tid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT | libc::__WALL,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(SysError {
+                call: "waitid".into(),
+                pid: tid,
+                source: e,
+            });
+        }
+        // SAFETY: waitid filled `info` for a child's state change.
+        let status = unsafe { info.si_status() };
+        return Ok(match info.si_code {
+            libc::CLD_EXITED => Some(format!("exited with status {status}")),
+            libc::CLD_KILLED | libc::CLD_DUMPED => Some(format!("killed by signal {status}")),
+            _ => None,
+        });
+    }
 }
 
 fn regset_get(tid: i32, kind: libc::c_int, buf: &mut [u8]) -> Result<usize, SysError> {
@@ -726,5 +794,39 @@ impl Injector {
             });
         }
         Ok(r as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Command;
+
+    #[test]
+    fn a_child_killed_while_its_stop_is_awaited_is_left_to_its_parents_wait() {
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = child.id() as i32;
+        super::seize(pid, 0).expect("seize");
+        // SAFETY: kill on our own child, which has not been waited for.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let e = super::wait_stop(pid).expect_err("it ended");
+        assert!(e.to_string().contains("killed by signal 9"), "{e}");
+        let status = child.wait().expect("its parent still collects it");
+        assert_eq!(status.signal(), Some(9));
+    }
+
+    #[test]
+    fn a_child_that_exits_while_its_stop_is_awaited_keeps_its_status_for_its_parent() {
+        // (No child of its own: its end would stop it with SIGCHLD.)
+        let mut child = Command::new("perl")
+            .args(["-e", "select(undef, undef, undef, 0.2); exit 7"])
+            .spawn()
+            .expect("perl");
+        let pid = child.id() as i32;
+        super::seize(pid, 0).expect("seize");
+        let e = super::wait_stop(pid).expect_err("it ended");
+        assert!(e.to_string().contains("exited with status 7"), "{e}");
+        let status = child.wait().expect("its parent still collects it");
+        assert_eq!(status.code(), Some(7));
     }
 }

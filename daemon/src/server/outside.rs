@@ -81,6 +81,9 @@ impl Daemon {
                 }
             }
         }
+        // A process that ended while it was being saved was not reaped
+        // then (its wait was the saver's): it is now.
+        self.reap();
     }
 
     fn saved_from_outside(
