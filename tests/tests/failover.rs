@@ -246,7 +246,7 @@ fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_ri
             })
         };
         assert!(
-            wait_until(Duration::from_secs(30), || {
+            wait_until(Duration::from_secs(90), || {
                 master = vm.master_seen_by(steady);
                 master.is_some_and(|m| {
                     m != steady

@@ -155,6 +155,7 @@ impl Master {
     /// says so with `ImageKept`). Once all have, they go on: the images
     /// are copied meanwhile.
     pub(super) fn snap_taken(&mut self, tid: Tid, id: u64) -> Vec<Out> {
+        let now = self.now;
         let Some((job, j)) = self.round_of(tid, id) else {
             return Vec::new();
         };
@@ -166,6 +167,9 @@ impl Master {
             return Vec::new();
         }
         r.resumed = true;
+        // What the round cost the job: the time its VPs were held (the
+        // copies are made while they run). The interval is 50 times it.
+        j.ckpt.took = Some(now.saturating_duration_since(r.started));
         let members = r.members.clone();
         let moves = std::mem::take(&mut r.moves);
         let mut out = vec![Out::Log(format!(
@@ -368,9 +372,12 @@ impl Master {
     }
 
     /// Where a new copy of `rec` goes: a live host that has none, has not
-    /// refused one and whose state directory is not full; not the master
-    /// where another will do (its loop has the whole machine to serve),
-    /// then the one with the most space.
+    /// refused one and whose state directory is not full; one whose
+    /// connection is not lost before one whose is (after a failover the
+    /// old master is alive in the records until its lease lapses, and a
+    /// copy sent there waits that long for nothing), not the master where another
+    /// will do (its loop has the whole machine to serve), then the one
+    /// with the most space.
     fn copy_target(&self, rec: &ImageRec) -> Option<String> {
         self.hosts
             .iter()
@@ -382,6 +389,7 @@ impl Master {
             })
             .min_by_key(|(n, h)| {
                 (
+                    h.lost.is_some(),
                     h.master,
                     std::cmp::Reverse(h.state_free_mb.unwrap_or(0)),
                     (*n).clone(),
@@ -562,7 +570,6 @@ impl Master {
         let extra = j.ckpt.good.len().saturating_sub(2);
         j.ckpt.good.drain(..extra);
         let took = now.saturating_duration_since(r.started);
-        j.ckpt.took = Some(took);
         let copies = match need {
             1 => "one copy each (the virtual machine has one live host)".to_string(),
             n => format!("{n} copies each, on different hosts"),
@@ -698,7 +705,7 @@ impl Master {
                 }
             }
             // At most about 2% of the job's time: the interval stretches to
-            // 50 times what the last checkpoint took.
+            // 50 times how long the last checkpoint held the job's VPs.
             let every = self.checkpoint_every.map(|e| match j.ckpt.took {
                 None if j.ckpt.good.is_empty() => e.min(FIRST_CHECKPOINT),
                 took => e.max(took.unwrap_or_default() * CKPT_SHARE),

@@ -123,7 +123,9 @@ pub(super) struct Ckpt {
     /// When the last one began.
     #[serde(skip)]
     pub(super) last: Option<Instant>,
-    /// How long the last complete one took.
+    /// How long the last one held its job (its VPs stopped from its start
+    /// until they went on; a round given up while they waited counts
+    /// the wait).
     pub(super) took: Option<Duration>,
     /// A restart waits for its images to be checked (see `Hunt`).
     pub(super) restart: Option<PendingRestart>,

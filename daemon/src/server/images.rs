@@ -191,7 +191,7 @@ impl Daemon {
                 Ok(r) => r,
                 Err(e) => return fail(self, image, e),
             };
-            self.copies_out.insert(image.clone(), reader);
+            self.copies_out.insert((image.clone(), to.clone()), reader);
             self.outbound
                 .push(Outbound::copy(to.clone(), image, Instant::now()));
         }
@@ -262,7 +262,7 @@ impl Daemon {
     pub(super) fn prune_images(&mut self, job: &str, keep: &[u64]) {
         let gone = |i: &ImageId| i.job == job && !keep.contains(&i.gen);
         self.copies_in.retain(|i, _| !gone(i));
-        self.copies_out.retain(|i, _| !gone(i));
+        self.copies_out.retain(|(i, _), _| !gone(i));
         self.outbound
             .retain(|o| !matches!(&o.what, Sending::Copy(i) if gone(i)));
         self.store.prune(job, keep);
@@ -293,18 +293,21 @@ impl Daemon {
             // A copy's next part, once read (off the loop).
             if let Sending::Copy(image) = self.outbound[i].what.clone() {
                 if !self.outbound[i].ready() {
-                    let read = self.copies_out.get_mut(&image).and_then(|r| {
-                        let total = r.total;
-                        r.next_part()
-                            .map(|p| p.map(|(at, bytes)| (at, bytes, total)))
-                    });
+                    let read = self
+                        .copies_out
+                        .get_mut(&(image.clone(), to.clone()))
+                        .and_then(|r| {
+                            let total = r.total;
+                            r.next_part()
+                                .map(|p| p.map(|(at, bytes)| (at, bytes, total)))
+                        });
                     match read {
                         Some(Ok((at, bytes, total))) => self.outbound[i].add_read(at, bytes, total),
                         Some(Err(e)) => {
                             // This host's copy cannot be read: it has none.
                             let me = self.facts.name.clone();
                             self.outbound.remove(i);
-                            self.copies_out.remove(&image);
+                            self.copies_out.remove(&(image.clone(), to.clone()));
                             warn!("{image}: cannot send it to {to}: {e}");
                             self.report(ToMaster::ImageFailed {
                                 image,
@@ -334,7 +337,7 @@ impl Daemon {
             } else if self.outbound[i].done() {
                 let o = self.outbound.remove(i);
                 if let Sending::Copy(image) = o.what {
-                    self.copies_out.remove(&image);
+                    self.copies_out.remove(&(image, o.to));
                 }
             } else {
                 i += 1;
@@ -360,7 +363,7 @@ impl Daemon {
         let o = self.outbound.remove(i);
         match o.what {
             Sending::Copy(image) => {
-                self.copies_out.remove(&image);
+                self.copies_out.remove(&(image.clone(), o.to.clone()));
                 warn!("{image}: not sent: {why}");
                 self.report(ToMaster::ImageFailed {
                     image,

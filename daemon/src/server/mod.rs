@@ -262,8 +262,11 @@ pub struct Daemon {
     /// Copies of other hosts' images arriving to be kept here: the link
     /// each comes on, and the thread writing it.
     copies_in: HashMap<libmig::msg::ImageId, (Token, crate::keeper::Writer)>,
-    /// Copies of images kept here going to other hosts, read ahead.
-    copies_out: HashMap<libmig::msg::ImageId, crate::keeper::Reader>,
+    /// Copies of images kept here going to other hosts, read ahead: one
+    /// reader a copy (an image may go to two hosts at once, when the
+    /// master gave up on the first target before its copy was given up
+    /// here).
+    copies_out: HashMap<(libmig::msg::ImageId, String), crate::keeper::Reader>,
     /// How full the state directory is.
     disk: crate::disk::DiskWatch,
     /// While the master's decisions are carried out: the connections
