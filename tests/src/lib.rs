@@ -99,7 +99,16 @@ impl Watchdog {
                 "\n=== {what}: still running after {} s: its daemons' logs, then they are killed ===",
                 limit.as_secs()
             );
-            for (name, log) in logs(&dir) {
+            // First what is unfinished and how each log ends (a report
+            // cut short keeps its beginning), then the logs whole.
+            eprintln!("--- mig ps (through h0) ---\n{}", ps_of(&dir));
+            let all = logs(&dir);
+            for (name, log) in &all {
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(12)..].join("\n");
+                eprintln!("--- {name}: its last lines ---\n{tail}");
+            }
+            for (name, log) in all {
                 eprintln!("--- {name} ---\n{log}");
             }
             kill_daemons_of(&dir);
@@ -119,6 +128,38 @@ impl Drop for Watchdog {
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
         cv.notify_all();
     }
+}
+
+/// What `mig ps` says through the daemon of `dir/h0`, within 5 s.
+fn ps_of(dir: &Path) -> String {
+    let child = command("mig")
+        .env("MIG_DAEMON", dir.join("h0").join("control.sock"))
+        .arg("ps")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        return "(mig ps did not start)".into();
+    };
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().map_or_else(
+                |e| format!("(mig ps: {e})"),
+                |o| {
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    )
+                },
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    "(mig ps did not answer within 5 s)".into()
 }
 
 /// Every `hK/migd.log` under `dir`, by host.

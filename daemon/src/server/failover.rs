@@ -445,21 +445,35 @@ impl Daemon {
                     self.proxied.adopt(crate::master::LOCAL_ID | t.0 as u64, t);
                 }
                 // What it decided but could not get replicated is undone:
-                // its own users hear so.
+                // its own users hear so. What it only passed on (a line a
+                // VP wrote, a VP's or a job's end: facts, whoever is the
+                // master) reaches them still: the next master never hears
+                // of a line again, and says an end it heard of again at
+                // most once more.
                 let this_turn = std::mem::take(&mut self.failover.this_turn);
                 let held = std::mem::take(&mut self.failover.held);
                 for outs in held.into_iter().map(|(_, o)| o).chain([this_turn.into()]) {
                     for o in outs {
-                        if let Out::Reply(Requester::Local(t), _) = o {
-                            self.send_resp(
-                                Token(t),
-                                &Response::Error {
-                                    message: "this daemon stopped being the master before its \
-                                              answer was safe; ask again"
-                                        .into(),
-                                },
-                            );
-                        }
+                        let Out::Reply(Requester::Local(t), resp) = o else {
+                            continue;
+                        };
+                        let fact = matches!(
+                            resp,
+                            Response::Output { .. }
+                                | Response::Skipped { .. }
+                                | Response::VpDone { .. }
+                                | Response::JobDone { .. }
+                        );
+                        let resp = if fact {
+                            resp
+                        } else {
+                            Response::Error {
+                                message: "this daemon stopped being the master before its \
+                                          answer was safe; ask again"
+                                    .into(),
+                            }
+                        };
+                        self.send_resp(Token(t), &resp);
                     }
                 }
                 self.failover.masterless = Some(Instant::now());
