@@ -147,6 +147,9 @@ fn the_history_outlives_a_halt_and_new_jobs_do_not_reuse_its_ids() {
     let vm = Up(dir.clone());
     let out = vm.mig(&["spawn", "--wait", "--", "/bin/echo", "before the halt"]);
     assert!(out.status.success());
+    // A job still running at the halt (j2) ends with it, in the history.
+    let out = vm.mig(&["spawn", "--", "/bin/sleep", "60"]);
+    assert!(out.status.success(), "{}", stderr(&out));
     drop(vm);
     // Damage: a line of garbage and a cut-off line are skipped.
     let hist = dir.join("h0/history.jsonl");
@@ -160,7 +163,7 @@ fn the_history_outlives_a_halt_and_new_jobs_do_not_reuse_its_ids() {
     assert!(second.status.success(), "{}", stderr(&second));
     // Said on the console, not only in the log.
     assert!(
-        stderr(&second).contains("history.jsonl: 2 lines are not a job's record (line 2, 3)"),
+        stderr(&second).contains("history.jsonl: 2 lines are not a job's record (line 3, 4)"),
         "{}",
         stderr(&second)
     );
@@ -173,6 +176,12 @@ fn the_history_outlives_a_halt_and_new_jobs_do_not_reuse_its_ids() {
         .expect("j1 kept");
     assert_eq!(j1["status"], 0);
     assert_eq!(j1["args"][0], "before the halt");
+    let j2 = all
+        .as_array()
+        .and_then(|a| a.iter().find(|j| j["job"] == "j2"))
+        .unwrap_or_else(|| panic!("j2, running at the halt, not listed: {all}"));
+    assert_eq!(j2["state"], "halted", "{j2}");
+    assert!(j2["ended_ms"].as_u64().is_some(), "{j2}");
     let logs = vm.mig(&["logs", "j1"]);
     assert!(
         stdout(&logs).contains("before the halt"),

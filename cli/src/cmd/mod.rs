@@ -155,8 +155,9 @@ enum Command {
     /// List every VP.
     Ps(ps::Args),
     /// List jobs: those running and those that ended (the master keeps the
-    /// last 10,000, across restarts), with their state, hosts, times and
-    /// exit status.
+    /// last 10,000, across restarts), with their state (running,
+    /// suspended, exited, killed, or halted: it ran at `mig halt`), hosts,
+    /// times and exit status.
     Jobs(jobs::Args),
     /// Show one job in full (and its VPs while it runs).
     Show(jobs::ShowArgs),

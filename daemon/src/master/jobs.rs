@@ -664,6 +664,28 @@ impl Master {
         out
     }
 
+    /// The virtual machine halts: every job still here ends with it (its
+    /// VPs are killed with their hosts), and the history says so (state
+    /// `halted`, status 137 as for a SIGKILL), so that `mig jobs` on the
+    /// next machine started on the same state lists it.
+    pub(super) fn halt_jobs(&mut self) -> Vec<Out> {
+        let mut out = Vec::new();
+        let now_ms = self.wall_ns / 1_000_000;
+        for (job, j) in std::mem::take(&mut self.jobs) {
+            for v in j.vps.values() {
+                self.tids.remove(&v.tid);
+            }
+            let mut info = j.info(&job, Some((now_ms, 137)));
+            info.state = "halted".into();
+            out.push(Out::Log(format!("job {job} ends with the halt")));
+            for old in self.history.record(info.clone()) {
+                out.push(Out::ForgetOutput(old));
+            }
+            out.push(Out::History(info));
+        }
+        out
+    }
+
     pub(super) fn finish_if_done(&mut self, job: &str) -> Vec<Out> {
         let done = self
             .jobs

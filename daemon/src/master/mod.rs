@@ -394,6 +394,7 @@ impl Master {
                     .filter(|(_, h)| h.alive)
                     .map(|(n, _)| Out::ToHost(n.clone(), ToHost::Halt))
                     .collect();
+                out.extend(self.halt_jobs());
                 out.insert(
                     0,
                     Out::Reply(

@@ -209,7 +209,8 @@ pub struct JobInfo {
     pub vps: u32,
     /// Hosts its VPs ran on.
     pub hosts: Vec<String>,
-    /// `running`, `suspended`, `exited` or `killed`.
+    /// `running`, `suspended`, `exited`, `killed` or `halted` (it ran
+    /// when the virtual machine was halted).
     pub state: String,
     /// When it was submitted (ms since the Unix epoch).
     pub submitted_ms: u64,
