@@ -69,12 +69,12 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         if v.state == "running" && (seen_moving || started.elapsed() > SETTLE) {
             match &v.move_failed {
                 Some(why) => bail!(
-                    "VP {} did not move to {}: {why}; it runs on {at} as before",
+                    "VP {} did not move to {}: {why}; it is still on {at}, running as before",
                     a.tid,
                     a.to
                 ),
                 None => bail!(
-                    "VP {} did not move: it runs on {at} as before (the master's log, migd.log, \
+                    "VP {} did not move: it is still on {at}, running as before (the master's log, migd.log, \
                      says why)",
                     a.tid
                 ),
