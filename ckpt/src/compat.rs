@@ -6,16 +6,21 @@
 //! fingerprint reads and hashes those files (a caller may cache it by path,
 //! size and mtime); the comparison is pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Mutex, OnceLock};
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::image::{Image, RegionKind};
 
 /// What restoring an image needs of a machine, as found on one machine.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A dump records the source's in the image (`Image::needs`); a restore
+/// compares its own with it before it starts anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fingerprint {
     /// sha256 of every file the image reopens for its program or mappings,
     /// by path (`None`: not there).
@@ -56,8 +61,8 @@ impl Fingerprint {
     pub fn here(image: &Image) -> io::Result<Fingerprint> {
         let mut files = BTreeMap::new();
         for path in needed_files(image) {
-            let h = match File::open(&path) {
-                Ok(f) => Some(hash_reader(f)?),
+            let h = match hash_file(&path) {
+                Ok(h) => Some(h),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
                 Err(e) => return Err(e),
             };
@@ -87,6 +92,35 @@ fn local_xstate_len() -> u32 {
     {
         0
     }
+}
+
+/// sha256 of the file at `path`, from a cache kept by its device, inode,
+/// size and change time (a daemon saves the same programs and libraries
+/// again and again).
+fn hash_file(path: &str) -> io::Result<Vec<u8>> {
+    type Key = (String, u64, u64, u64, i64, i64);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Vec<u8>>>> = OnceLock::new();
+    let f = File::open(path)?;
+    let m = f.metadata()?;
+    let key = (
+        path.to_string(),
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.ctime(),
+        m.ctime_nsec(),
+    );
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(h) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(h.clone());
+    }
+    let h = hash_reader(f)?;
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if c.len() >= 4096 {
+        c.clear();
+    }
+    c.insert(key, h.clone());
+    Ok(h)
 }
 
 fn hash_reader(mut f: impl Read) -> io::Result<Vec<u8>> {

@@ -312,12 +312,16 @@ fn save(
         };
         image_procs.push(Proc { state, ..place });
     }
-    let image = Image {
+    let mut image = Image {
         keep_pids,
         procs: image_procs,
         files: open.files,
         pipes,
+        needs: None,
     };
+    // What a target must have to take it (hashed once a file, then from a
+    // cache); a source that cannot tell leaves it unknown.
+    image.needs = crate::compat::Fingerprint::here(&image).ok();
     let stats = write_image(root, &image, &captured, out)?;
     for c in captured {
         c.attached.detach();

@@ -49,11 +49,12 @@ pub mod v1;
 /// The first eight bytes of every process image.
 pub const MAGIC: [u8; 8] = *b"MIGPROC\0";
 /// The format version written. Version 1 (one process, no tree) is still
-/// read, as an image of one process whose pid need not be kept; newer
-/// versions are refused.
-pub const FORMAT_VERSION: u32 = 2;
+/// read, as an image of one process whose pid need not be kept, and
+/// version 2 (no record of what the source machine had) as an image whose
+/// needs are unknown; newer versions are refused.
+pub const FORMAT_VERSION: u32 = 3;
 /// The versions this build reads.
-pub const READS: [u32; 2] = [1, 2];
+pub const READS: [u32; 3] = [1, 2, 3];
 /// The header's size.
 pub const HEADER_LEN: usize = 64;
 /// The page size the format assumes (x86-64).
@@ -291,6 +292,32 @@ pub struct Image {
     pub files: Vec<OpenFile>,
     /// The pipes between processes of the tree.
     pub pipes: Vec<Pipe>,
+    /// What the source machine had that the image relies on (its files'
+    /// content, vDSO, CPU): a restore elsewhere refuses, saying why, when
+    /// its machine differs. `None`: not known (an image of version 2 or
+    /// older, or the source could not tell).
+    pub needs: Option<crate::compat::Fingerprint>,
+}
+
+/// An image's metadata as version 2 wrote it (no `needs`).
+#[derive(Deserialize)]
+struct V2 {
+    keep_pids: bool,
+    procs: Vec<Proc>,
+    files: Vec<OpenFile>,
+    pipes: Vec<Pipe>,
+}
+
+impl From<V2> for Image {
+    fn from(v: V2) -> Image {
+        Image {
+            keep_pids: v.keep_pids,
+            procs: v.procs,
+            files: v.files,
+            pipes: v.pipes,
+            needs: None,
+        }
+    }
 }
 
 impl Image {
@@ -670,6 +697,7 @@ pub fn decode_meta(version: u32, b: &[u8]) -> Result<Image, ImageError> {
     }
     match version {
         1 => Ok(take::<v1::Meta>(b)?.into()),
+        2 => Ok(take::<V2>(b)?.into()),
         FORMAT_VERSION => take(b),
         found => Err(ImageError::Version { found }),
     }
@@ -921,6 +949,12 @@ mod tests {
         };
         Image {
             keep_pids: true,
+            needs: Some(crate::compat::Fingerprint {
+                files: [("/usr/bin/prog".to_string(), Some(vec![7; 32]))].into(),
+                vdso: vec![1; 32],
+                cpu_flags: vec!["avx2".into()],
+                xstate_len: 2696,
+            }),
             procs: vec![
                 Proc {
                     pid: 2,
@@ -1049,9 +1083,14 @@ mod tests {
         let mut bad = img.clone();
         bad[0] = b'X';
         assert!(matches!(decode(&bad, false), Err(ImageError::BadMagic(_))));
-        let mut v3 = img.clone();
-        v3[8] = 3;
-        assert_eq!(decode(&v3, false), Err(ImageError::Version { found: 3 }));
+        let mut next = img.clone();
+        next[8] = (FORMAT_VERSION + 1) as u8;
+        assert_eq!(
+            decode(&next, false),
+            Err(ImageError::Version {
+                found: FORMAT_VERSION + 1
+            })
+        );
         let mut hdr = img.clone();
         hdr[20] ^= 1;
         assert_eq!(decode(&hdr, false), Err(ImageError::HeaderChecksum));

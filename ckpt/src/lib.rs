@@ -202,9 +202,11 @@
 //! - Descriptors the caller gives anew (stdio pipes, the control socket)
 //!   are named in [`DumpOptions::external_fds`] at the dump (the root's
 //!   numbers) and given, by number, at the restore.
-//! - Before a move, compare [`Fingerprint::here`] on both machines with
-//!   [`mismatch`]; [`ImageFile::open`] validates an image, the restores
-//!   check the vDSO themselves.
+//! - A dump records the source's [`Fingerprint`] in the image
+//!   (`Image::needs`: its files' hashes, vDSO, CPU features); the
+//!   restores compare this machine's with it ([`mismatch`]) and refuse,
+//!   saying why, before they start anything. [`ImageFile::open`]
+//!   validates an image.
 //!
 //! # Where things live
 //!

@@ -125,6 +125,9 @@ pub enum RestoreError {
     /// This kernel's vDSO is not the image's.
     #[error("this kernel's vDSO differs from the image's (another kernel version)")]
     Vdso,
+    /// This machine lacks what the image relies on (see `Image::needs`).
+    #[error("this machine cannot take the image: {0}")]
+    Machine(String),
     /// The program could not be started.
     #[error("starting {exe}: {source}")]
     Spawn {
@@ -183,7 +186,7 @@ pub fn restore(
             )))
         }
     };
-    check_vdso(image)?;
+    check_machine(image)?;
     let files = open_files(image, &mut fds)?;
     let mapped = open_mapped(image)?;
     let hand = handover(meta, &files, &mapped, img.file().as_raw_fd())?;
@@ -209,6 +212,19 @@ pub fn restore(
             Err(e)
         }
     }
+}
+
+/// Checks that this machine has what the image relies on (the files it
+/// maps with the content they had, CPU features), and that this kernel's
+/// vDSO is every process's.
+pub(crate) fn check_machine(image: &Image) -> Result<(), RestoreError> {
+    if let Some(needs) = &image.needs {
+        let here = crate::compat::Fingerprint::here(image).map_err(RestoreError::Read)?;
+        if let Some(why) = crate::compat::mismatch(needs, &here) {
+            return Err(RestoreError::Machine(why));
+        }
+    }
+    check_vdso(image)
 }
 
 /// Checks that this kernel's vDSO is every process's.

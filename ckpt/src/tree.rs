@@ -255,6 +255,7 @@ mod tests {
             procs,
             files: vec![],
             pipes: vec![],
+            needs: None,
         }
     }
 

@@ -14,7 +14,7 @@ use mig_ckpt::image::{
     self, v1, Cpu, Fd, Image, Meta, MmFields, OpenFile, Pipe, Proc, ProcState, Prot, Region,
     RegionKind, Run, SigAction, SigInfo, Special, Thread, FORMAT_VERSION, PAGE, READS,
 };
-use mig_ckpt::ImageError;
+use mig_ckpt::{Fingerprint, ImageError};
 
 fn fixture(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/image-v{version}.bin"))
@@ -228,6 +228,24 @@ fn state_v2() -> Image {
             size: 65536,
             data: b"in flight\n".to_vec(),
         }],
+        needs: None,
+    }
+}
+
+/// A version 3 state: version 2's, and what the source machine had.
+fn state_v3() -> Image {
+    Image {
+        needs: Some(Fingerprint {
+            files: [
+                ("/usr/bin/prog".to_string(), Some(vec![7; 32])),
+                ("/usr/lib/gone.so".to_string(), None),
+            ]
+            .into(),
+            vdso: vec![1; 32],
+            cpu_flags: vec!["avx2".into(), "sse4_2".into()],
+            xstate_len: 2696,
+        }),
+        ..state_v2()
     }
 }
 
@@ -259,22 +277,43 @@ fn version_1_image_still_decodes() {
 #[test]
 fn version_2_image_still_decodes() {
     let path = fixture(2);
-    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 2 {
-        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
-        std::fs::write(&path, image::encode(&state_v2(), &pages()).expect("encode"))
-            .expect("write");
-    }
+    // Written by version 2 (before the source's needs were recorded):
+    // read with its needs unknown.
     let bytes = std::fs::read(&path).expect("fixture");
     match image::decode(&bytes, true) {
         Ok((h, img)) => {
             assert_eq!(h.version, 2);
             assert_eq!(img, state_v2());
+            assert_eq!(img.needs, None);
             let data = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
             assert_eq!(data, &pages()[..]);
         }
         Err(e) => {
             assert!(!READS.contains(&2), "version 2 refused: {e}");
             assert_eq!(e, ImageError::Version { found: 2 });
+        }
+    }
+}
+
+#[test]
+fn version_3_image_still_decodes() {
+    let path = fixture(3);
+    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 3 {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&path, image::encode(&state_v3(), &pages()).expect("encode"))
+            .expect("write");
+    }
+    let bytes = std::fs::read(&path).expect("fixture");
+    match image::decode(&bytes, true) {
+        Ok((h, img)) => {
+            assert_eq!(h.version, 3);
+            assert_eq!(img, state_v3());
+            let data = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
+            assert_eq!(data, &pages()[..]);
+        }
+        Err(e) => {
+            assert!(!READS.contains(&3), "version 3 refused: {e}");
+            assert_eq!(e, ImageError::Version { found: 3 });
         }
     }
 }

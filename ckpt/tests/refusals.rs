@@ -176,6 +176,15 @@ fn a_target_without_the_same_program_is_named() {
         mismatch(&source, &Fingerprint::here(img.image()).expect("again")),
         None
     );
+    // The dump recorded it: a restore checks it before it starts anything.
+    assert_eq!(img.image().needs.as_ref(), Some(&source));
+    let null_fds = || {
+        BTreeMap::from([
+            (0, File::open("/dev/null").expect("null").into()),
+            (1, File::open("/dev/null").expect("null").into()),
+            (2, File::open("/dev/null").expect("null").into()),
+        ])
+    };
 
     let mut bytes = std::fs::read(&exe).expect("read");
     bytes.push(0);
@@ -183,18 +192,16 @@ fn a_target_without_the_same_program_is_named() {
     let why =
         mismatch(&source, &Fingerprint::here(img.image()).expect("changed")).expect("differs");
     assert!(why.contains("heap-copy has other content"), "{why}");
+    let e = restore(&img, null_fds(), &RestoreOptions::default()).expect_err("other program");
+    assert!(matches!(e, RestoreError::Machine(_)), "{e}");
+    assert!(e.to_string().contains("heap-copy has other content"), "{e}");
 
     std::fs::remove_file(&exe).expect("remove");
     let why = mismatch(&source, &Fingerprint::here(img.image()).expect("gone")).expect("differs");
     assert!(why.contains("heap-copy is missing"), "{why}");
-    let fds = BTreeMap::from([
-        (0, File::open("/dev/null").expect("null").into()),
-        (1, File::open("/dev/null").expect("null").into()),
-        (2, File::open("/dev/null").expect("null").into()),
-    ]);
-    let e = restore(&img, fds, &RestoreOptions::default()).expect_err("no program");
-    assert!(matches!(e, RestoreError::MappedFile { .. }), "{e}");
-    assert!(e.to_string().contains("heap-copy"), "{e}");
+    let e = restore(&img, null_fds(), &RestoreOptions::default()).expect_err("no program");
+    assert!(matches!(e, RestoreError::Machine(_)), "{e}");
+    assert!(e.to_string().contains("heap-copy is missing"), "{e}");
 }
 
 fn in_namespace(program: &str, args: &[&str]) -> (mig_ckpt::Tree, std::io::BufReader<File>) {

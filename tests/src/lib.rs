@@ -408,9 +408,52 @@ impl Vm {
 
     /// Start daemon `i` (joining `join`) and wait until it prints its address.
     pub fn daemon(&self, i: usize, join: Option<&str>, extra: &[&str]) -> (Child, String) {
+        let cmd = self.daemon_command(i, join, extra);
+        self.spawn_daemon(i, cmd)
+    }
+
+    /// `daemon`, in a mount namespace of its own where each `(file, over)`
+    /// of `binds` is bind-mounted over `over`: a host whose files differ
+    /// from the others' (another program at the same path, say). Needs
+    /// root.
+    pub fn daemon_seeing(
+        &self,
+        i: usize,
+        join: Option<&str>,
+        extra: &[&str],
+        binds: &[(&Path, &Path)],
+    ) -> (Child, String) {
+        let inner = self.daemon_command(i, join, extra);
+        let mut script = String::new();
+        for n in 0..binds.len() {
+            script += &format!(
+                "mount --bind \"${{{}}}\" \"${{{}}}\" || exit 1; ",
+                2 * n + 1,
+                2 * n + 2
+            );
+        }
+        script += &format!("shift {}; exec \"$@\"", 2 * binds.len());
+        let mut cmd = tied(Command::new("unshare"));
+        cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(script)
+            .arg("sh");
+        for (file, over) in binds {
+            cmd.arg(file).arg(over);
+        }
+        cmd.arg(inner.get_program()).args(inner.get_args());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        self.spawn_daemon(i, cmd)
+    }
+
+    /// The command that starts daemon `i` (joining `join`).
+    fn daemon_command(&self, i: usize, join: Option<&str>, extra: &[&str]) -> Command {
         let state = self.dir.path().join(format!("h{i}"));
         std::fs::create_dir_all(&state).expect("state dir");
-        let log = std::fs::File::create(state.join("migd.log")).expect("log");
         let mut cmd = command("migd");
         // The test's settings only, not this machine's config files.
         cmd.env("MIG_CONFIG", "none");
@@ -450,13 +493,21 @@ impl Vm {
             .arg(&state)
             .arg("--key-file")
             .arg(self.key())
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log));
+            .args(extra);
         if let Some(a) = join {
             cmd.arg("--join").arg(a);
         }
+        cmd
+    }
+
+    /// Start daemon `i` by `cmd`, its log in its state directory, and wait
+    /// until it prints its address.
+    fn spawn_daemon(&self, i: usize, mut cmd: Command) -> (Child, String) {
+        let state = self.dir.path().join(format!("h{i}"));
+        let log = std::fs::File::create(state.join("migd.log")).expect("log");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
         let mut child = cmd.spawn().expect("start migd");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))

@@ -423,3 +423,66 @@ fn with_default_settings_a_job_of_plain_programs_survives_its_masters_host_and_a
         vm.all_logs()
     );
 }
+
+#[test]
+fn a_target_with_another_program_at_the_same_path_is_refused_and_the_vp_runs_on() {
+    // The VP's program is a copy of dash; on h2 (a mount namespace of its
+    // own) another program sits at that path: h2 cannot take the VP.
+    let progs = tempfile::tempdir().expect("tmp");
+    let prog = progs.path().join("prog");
+    let other = progs.path().join("other");
+    std::fs::copy("/bin/dash", &prog).expect("copy dash");
+    std::fs::copy("/bin/bash", &other).expect("copy bash");
+    let mut vm = Vm::start(2);
+    let job = vm.start_job(1, &prog, &["-c", "i=0; while :; do i=$((i+1)); done"]);
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 1)));
+    let (tid, src, _, _) = vps(&vm)[0].clone();
+    let addr = vm.addr.clone();
+    let (c, _) = vm.daemon_seeing(2, Some(&addr), &[], &[(&other, &prog)]);
+    vm.daemons.push(Some(c));
+    assert!(wait_until(Duration::from_secs(20), || vm
+        .json(&["hosts"])
+        .as_array()
+        .is_some_and(|h| h.len() == 3)));
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &tid)),
+        "{}",
+        vm.all_logs()
+    );
+    // (Waiting for the move's end.)
+    let out = vm.mig(&["migrate", &tid, "--to", "h2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "moved to h2: {err}\n{}",
+        vm.all_logs()
+    );
+    assert!(
+        err.contains("prog has other content") && err.contains("h2"),
+        "{err}\n{}",
+        vm.all_logs()
+    );
+    // It runs on where it was; nothing of it is left on h2.
+    assert!(
+        wait_until(Duration::from_secs(20), || vm.where_is(&tid)
+            == Some((src.clone(), "running".into()))),
+        "{:?}\n{}",
+        vps(&vm),
+        vm.all_logs()
+    );
+    let (_, _, _, pid) = vps(&vm).into_iter().find(|v| v.0 == tid).expect("listed");
+    assert!(alive(pid), "its process on {src} runs");
+    assert!(vm.job_processes("j1", "h2").is_empty());
+    // To a host with the same program it moves.
+    let third = if src == "h0" { "h1" } else { "h0" };
+    let out = vm.mig(&["migrate", &tid, "--to", third]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    let out = vm.mig(&["kill", "j1"]);
+    assert!(out.status.success(), "{out:?}");
+    let _ = job.wait_with_output();
+}

@@ -122,6 +122,7 @@ impl From<Meta> for Image {
                 sid: 0,
                 state: ProcState::Live(Box::new(meta)),
             }],
+            needs: None,
             files,
             pipes: Vec::new(),
         }

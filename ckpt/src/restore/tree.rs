@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::{
-    build, check_vdso, handover, open_files, open_mapped, release, unexpected, Handover,
+    build, check_machine, handover, open_files, open_mapped, release, unexpected, Handover,
     RestoreError, RestoreOptions,
 };
 use crate::image::{Meta, ProcState, PAGE};
@@ -43,7 +43,7 @@ pub fn restore_tree(
     opts: &RestoreOptions,
 ) -> Result<Tree, RestoreError> {
     let image = img.image();
-    check_vdso(image)?;
+    check_machine(image)?;
     let plan = crate::tree::plan(image)?;
     let files = open_files(image, &mut fds)?;
     let mapped = open_mapped(image)?;
