@@ -519,10 +519,9 @@ fn a_vp_that_ends_while_the_voters_are_stopped_and_the_master_is_killed_ran_once
     };
     assert!(
         wait_until(Duration::from_secs(30), || ended(&vm).is_some()),
-        "{}\n-----\n{}\n-----\n{}",
+        "{}\n-----\n{}",
         String::from_utf8_lossy(&vm.mig_at(steady, &["jobs"]).stdout),
-        vm.log(1),
-        vm.log(3)
+        vm.all_logs()
     );
     assert_eq!(ended(&vm), Some(serde_json::json!(3)));
     let lines = std::fs::read_to_string(&runs).unwrap_or_default();
