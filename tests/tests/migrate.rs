@@ -35,19 +35,35 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
             .into_iter()
             .find(|h| *h != from && (k % 2 == 0 || *h != "h0"))
             .unwrap_or("h1");
-        let out = vm.migrate(consumer, to);
+        // A move called off (no safe point in time: the machine is busy,
+        // or the master changed under it) leaves the VP running where it
+        // was, as promised; it is asked again, up to three times.
+        let mut arrived = false;
+        for _ in 0..3 {
+            let out = vm.migrate(consumer, to);
+            assert!(
+                out.status.success(),
+                "move {k} to {to}: {}\n{}\n{}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                vm.log(0),
+                vm.log(1),
+                vm.log(2)
+            );
+            arrived = wait_until(Duration::from_secs(30), || {
+                vm.where_is(consumer) == Some((to.to_string(), "running".to_string()))
+            });
+            if arrived
+                || !vm
+                    .where_is(consumer)
+                    .is_some_and(|(h, s)| h == from && s == "running")
+            {
+                break;
+            }
+        }
         assert!(
-            out.status.success(),
-            "move {k} to {to}: {}\n{}\n{}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            vm.log(0),
-            vm.log(1),
-            vm.log(2)
-        );
-        assert!(
-            wait_until(Duration::from_secs(10), || vm.where_is(consumer)
-                == Some((to.to_string(), "running".to_string()))),
-            "move {k}: the consumer did not come up on {to}\n{}\n{}\n{}",
+            arrived,
+            "move {k}: the consumer did not come up on {to}: {:?}\n{}\n{}\n{}",
+            vm.where_is(consumer),
             vm.log(0),
             vm.log(1),
             vm.log(2)
@@ -57,7 +73,8 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
     let lines = job_succeeds(job, "");
     let last = lines.last().expect("output");
     let v: serde_json::Value = serde_json::from_str(last).expect("JSON tally");
-    assert_eq!(v["restored"], 200, "{last}");
+    // Every move restored it (the scheduler may have moved it too).
+    assert!(v["restored"].as_u64().is_some_and(|n| n >= 200), "{last}");
     assert_eq!(v["lost"], 0, "{last}");
     assert_eq!(v["duplicated"], 0, "{last}");
     assert_eq!(v["out_of_order"], 0, "{last}");
