@@ -161,6 +161,7 @@ fn stdio() -> (BTreeMap<i32, OwnedFd>, BufReader<File>) {
 fn tree_round(bin: &Path, dir: &Path, shape: Shape, mib: u64, reps: usize) -> (f64, f64, u64) {
     let opts = DumpOptions {
         external_fds: [0, 1, 2].into(),
+        ..Default::default()
     };
     let ready = |out: &mut BufReader<File>| {
         let mut line = String::new();
@@ -269,6 +270,7 @@ fn main() {
     let bin = build(dir.path());
     let opts = DumpOptions {
         external_fds: [0, 1, 2].into(),
+        ..Default::default()
     };
     println!(
         "{:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",

@@ -35,8 +35,8 @@ use sha2::{Digest, Sha256};
 
 use crate::fds::{self, FdsError, Holder};
 use crate::image::{
-    self, Cpu, Header, Image, ImageError, Meta, MmFields, OpenFile, Pipe, Proc, ProcState, Prot,
-    Region, RegionKind, Run, SigAction, SigInfo, Special, Thread, PAGE,
+    self, Cpu, Header, Image, ImageError, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc,
+    ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo, Special, Thread, PAGE,
 };
 use crate::plan::{is_special, runs_to_save, Take};
 use crate::proc::{self, Ids, MapsEntry};
@@ -59,6 +59,12 @@ pub struct DumpOptions {
     /// only. A descriptor of another process of the tree that is one of
     /// these (inherited) is given the same.
     pub external_fds: BTreeSet<i32>,
+    /// Of `external_fds`, those that are the read end of a pipe the
+    /// caller writes (stdin): the bytes the caller still holds for the
+    /// process and whether it closed its end. The image keeps what the
+    /// pipe held, then these (`Image::inputs`), for the caller to write
+    /// into the new pipe first. The pipe is only looked at, not read.
+    pub inputs: BTreeMap<i32, (Vec<u8>, bool)>,
 }
 
 /// What a dump wrote.
@@ -292,6 +298,20 @@ fn save(
         let (size, data) = sys::peek_pipe(pid, fd)?;
         pipes.push(Pipe { size, data });
     }
+    let mut inputs = Vec::new();
+    for (&fd, (held, closed)) in &opts.inputs {
+        // (A descriptor that is no pipe now, the program having closed or
+        // replaced it, holds nothing of the caller's.)
+        let mut data = sys::peek_pipe(root, fd).map_or_else(|_| Vec::new(), |(_, d)| d);
+        data.extend_from_slice(held);
+        if !data.is_empty() || *closed {
+            inputs.push(PendingInput {
+                fd,
+                data,
+                closed: *closed,
+            });
+        }
+    }
 
     let mut captured: Vec<Captured> = Vec::new();
     let mut offset = 0;
@@ -318,6 +338,7 @@ fn save(
         files: open.files,
         pipes,
         needs: None,
+        inputs,
     };
     // What a target must have to take it (hashed once a file, then from a
     // cache); a source that cannot tell leaves it unknown.

@@ -297,6 +297,24 @@ pub struct Image {
     /// its machine differs. `None`: not known (an image of version 2 or
     /// older, or the source could not tell).
     pub needs: Option<crate::compat::Fingerprint>,
+    /// Input waiting for the root on descriptors the caller gives anew
+    /// (its stdin pipe): what the pipe held that it had not read, then
+    /// what the caller still held for it. The caller writes it first into
+    /// the new pipe.
+    pub inputs: Vec<PendingInput>,
+}
+
+/// Input a process had not read yet on a descriptor its caller feeds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingInput {
+    /// The root's descriptor (0 for stdin).
+    pub fd: i32,
+    /// The bytes, in order.
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
+    /// The writer had closed its end after them (the reader gets its end
+    /// of file once it has read them).
+    pub closed: bool,
 }
 
 /// An image's metadata as version 2 wrote it (no `needs`).
@@ -316,6 +334,7 @@ impl From<V2> for Image {
             files: v.files,
             pipes: v.pipes,
             needs: None,
+            inputs: Vec::new(),
         }
     }
 }
@@ -949,6 +968,11 @@ mod tests {
         };
         Image {
             keep_pids: true,
+            inputs: vec![PendingInput {
+                fd: 0,
+                data: b"typed ahead\n".to_vec(),
+                closed: true,
+            }],
             needs: Some(crate::compat::Fingerprint {
                 files: [("/usr/bin/prog".to_string(), Some(vec![7; 32]))].into(),
                 vdso: vec![1; 32],

@@ -256,6 +256,7 @@ mod tests {
             files: vec![],
             pipes: vec![],
             needs: None,
+            inputs: Vec::new(),
         }
     }
 

@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use mig_ckpt::image::{
-    self, v1, Cpu, Fd, Image, Meta, MmFields, OpenFile, Pipe, Proc, ProcState, Prot, Region,
-    RegionKind, Run, SigAction, SigInfo, Special, Thread, FORMAT_VERSION, PAGE, READS,
+    self, v1, Cpu, Fd, Image, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc, ProcState, Prot,
+    Region, RegionKind, Run, SigAction, SigInfo, Special, Thread, FORMAT_VERSION, PAGE, READS,
 };
 use mig_ckpt::{Fingerprint, ImageError};
 
@@ -229,6 +229,7 @@ fn state_v2() -> Image {
             data: b"in flight\n".to_vec(),
         }],
         needs: None,
+        inputs: vec![],
     }
 }
 
@@ -245,6 +246,11 @@ fn state_v3() -> Image {
             cpu_flags: vec!["avx2".into(), "sse4_2".into()],
             xstate_len: 2696,
         }),
+        inputs: vec![PendingInput {
+            fd: 0,
+            data: b"typed ahead\n".to_vec(),
+            closed: false,
+        }],
         ..state_v2()
     }
 }

@@ -109,6 +109,12 @@ impl LocalVp {
         pids
     }
 
+    /// Its stdin as this host feeds it, if it has a pipe: what waits for
+    /// room in it, and whether the end came (see `Input::held`).
+    pub fn held_input(&self) -> Option<(Vec<u8>, bool)> {
+        self.input.as_ref().map(crate::input::Input::held)
+    }
+
     /// Kill the VP's whole process tree.
     pub fn kill(&self) {
         if let Some(c) = &self.cell {

@@ -109,6 +109,12 @@ impl Input {
         self.fd.is_some() && !self.pending.is_empty()
     }
 
+    /// What waits for room in the pipe, and whether the end came after
+    /// it (a move carries them with the VP).
+    pub fn held(&self) -> (Vec<u8>, bool) {
+        (self.pending.clone(), self.eof)
+    }
+
     /// Is the pipe closed (the end was written, or the VP closed it)?
     pub fn closed(&self) -> bool {
         self.fd.is_none()

@@ -83,6 +83,10 @@ pub enum Task {
         /// Every process of the VP its daemon knows of (its cell's): a
         /// process outside the tree saved would be lost.
         all: Vec<i32>,
+        /// Its stdin as its daemon feeds it, if it has a pipe: the bytes
+        /// the daemon still holds for it, and whether their end came. The
+        /// image keeps them after those the pipe holds.
+        input: Option<(Vec<u8>, bool)>,
     },
     /// Rebuild VP `tid` from the image at `image`, given `fds` by number
     /// (see [`GIVEN_FDS`]), born in the cgroups whose `cgroup.procs`
@@ -112,6 +116,9 @@ pub struct Restored {
     /// Its tree, when restored in a namespace: its init passes the
     /// program's exit status on.
     tree: Option<mig_ckpt::Tree>,
+    /// Input it had not read when it was saved (its stdin's): its daemon
+    /// writes it first into its new pipe.
+    pub inputs: Vec<mig_ckpt::image::PendingInput>,
 }
 
 impl Restored {
@@ -237,11 +244,12 @@ fn run(task: Task) -> Done {
             to,
             snap,
             all,
+            input,
         } => Done::Dumped {
             tid,
             pid,
             snap,
-            result: dump(pid, &all, &to),
+            result: dump(pid, &all, &to, input),
             took: began.elapsed(),
         },
         Task::Restore {
@@ -278,7 +286,12 @@ fn whole(pid: i32, all: &[i32]) -> Result<(), String> {
 
 /// Save `pid` (and, with the privileges, its tree) to `to`, once every
 /// process of it is stopped and none of `all` is outside the tree.
-fn dump(pid: i32, all: &[i32], to: &std::path::Path) -> Result<DumpStats, String> {
+fn dump(
+    pid: i32,
+    all: &[i32],
+    to: &std::path::Path,
+    input: Option<(Vec<u8>, bool)>,
+) -> Result<DumpStats, String> {
     let trees = trees();
     if trees {
         mig_ckpt::stop_tree(pid, STOP_LIMIT)
@@ -299,6 +312,7 @@ fn dump(pid: i32, all: &[i32], to: &std::path::Path) -> Result<DumpStats, String
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let opts = DumpOptions {
         external_fds: GIVEN_FDS.into_iter().collect::<BTreeSet<i32>>(),
+        inputs: input.map(|i| (0, i)).into_iter().collect(),
     };
     let saved = if trees {
         mig_ckpt::dump_tree(pid, &opts, &mut out)
@@ -340,17 +354,20 @@ fn restore(
         die_with_caller: true,
         join: join.iter().map(AsRawFd::as_raw_fd).collect(),
     };
+    let inputs = img.image().inputs.clone();
     if trees() {
         let tree = mig_ckpt::restore_tree(&img, fds, &opts).map_err(|e| e.to_string())?;
         Ok(Restored {
             pid: tree.init(),
             tree: Some(tree),
+            inputs,
         })
     } else {
         let r = mig_ckpt::restore(&img, fds, &opts).map_err(|e| e.to_string())?;
         Ok(Restored {
             pid: r.pid,
             tree: None,
+            inputs,
         })
     }
 }
@@ -449,6 +466,7 @@ mod tests {
             to: image.clone(),
             snap: None,
             all: vec![pid],
+            input: None,
         });
         assert!(c.busy(pid));
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
@@ -537,6 +555,7 @@ mod tests {
             to: to.clone(),
             snap: None,
             all: vec![pid],
+            input: None,
         });
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
             panic!("not a dump")

@@ -486,3 +486,79 @@ fn a_target_with_another_program_at_the_same_path_is_refused_and_the_vp_runs_on(
     assert!(out.status.success(), "{out:?}");
     let _ = job.wait_with_output();
 }
+
+/// Bytes waiting unread in the stdin pipe of `pid`.
+fn unread_stdin(pid: u32) -> usize {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/fd/0")) else {
+        return 0;
+    };
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int, ours, about a descriptor we own.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if r < 0 {
+        0
+    } else {
+        n as usize
+    }
+}
+
+#[test]
+fn input_typed_ahead_of_a_moved_program_reaches_it_after_the_move() {
+    use std::io::Write;
+    let vm = Vm::start(2);
+    // It waits for a child, then reads its stdin: what was typed meanwhile
+    // sits unread in its pipe when it moves.
+    let mut job = mig_tests::command("mig")
+        .env("MIG_DAEMON", vm.sock())
+        .args([
+            "spawn",
+            "-n",
+            "1",
+            "--wait",
+            "--",
+            "/bin/sh",
+            "-c",
+            "sleep 8; cat",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mig spawn");
+    let mut stdin = job.stdin.take().expect("stdin");
+    stdin
+        .write_all(b"typed ahead 1\ntyped ahead 2\n")
+        .expect("type ahead");
+    stdin.flush().expect("flush");
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 1)));
+    let (tid, src, _, pid) = vps(&vm)[0].clone();
+    assert!(
+        wait_until(Duration::from_secs(20), || unread_stdin(pid) == 28),
+        "the typed bytes never reached its pipe: {}",
+        unread_stdin(pid)
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &tid)),
+        "{}",
+        vm.all_logs()
+    );
+    let to = if src == "h0" { "h1" } else { "h0" };
+    let out = vm.mig(&["migrate", &tid, "--to", to]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    // Typed after the move, then the end.
+    stdin.write_all(b"after the move\n").expect("type");
+    drop(stdin);
+    let lines = mig_tests::job_succeeds(job, &vm.all_logs());
+    assert_eq!(
+        lines,
+        ["typed ahead 1", "typed ahead 2", "after the move"],
+        "{}",
+        vm.all_logs()
+    );
+}

@@ -123,6 +123,7 @@ impl From<Meta> for Image {
                 state: ProcState::Live(Box::new(meta)),
             }],
             needs: None,
+            inputs: Vec::new(),
             files,
             pipes: Vec::new(),
         }

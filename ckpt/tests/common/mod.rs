@@ -160,6 +160,7 @@ pub fn state(pid: i32) -> String {
 pub fn stdio_options() -> DumpOptions {
     DumpOptions {
         external_fds: [0, 1, 2].into(),
+        ..Default::default()
     }
 }
 

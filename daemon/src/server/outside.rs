@@ -32,7 +32,12 @@ impl Daemon {
     /// is stopped and saved off the loop; `saved_from_outside` goes on.
     pub(super) fn move_from_outside(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
-        let Some((pid, all)) = self.vps.by_tid.get(&tid).map(|v| (v.pid, v.pids())) else {
+        let Some((pid, all, input)) = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .map(|v| (v.pid, v.pids(), v.held_input()))
+        else {
             return;
         };
         let dest = if to == self.facts.name {
@@ -55,6 +60,7 @@ impl Daemon {
             to: self.state.move_image(tid),
             snap: None,
             all,
+            input,
         });
     }
 
@@ -182,12 +188,13 @@ impl Daemon {
             return;
         };
         match result {
-            Ok(r) => {
+            Ok(mut r) => {
                 debug!(
                     "VP t{tid:x} rebuilt from outside in {} ms (pid {})",
                     took.as_millis(),
                     r.pid
                 );
+                let inputs = std::mem::take(&mut r.inputs);
                 // Its pages are mapped from the image: its name can go now
                 // (its disk space goes with the process), and a VP that
                 // comes back later does not replace a file still in use.
@@ -196,6 +203,10 @@ impl Daemon {
                 }
                 let started = host::Started::of(r.pid, ours);
                 self.take_in_vp(start, started, cell, Some(r));
+                // What it had not read of its stdin comes first.
+                for p in inputs.into_iter().filter(|p| p.fd == 0) {
+                    self.feed_input(tid, &p.data, p.closed);
+                }
             }
             Err(why) => {
                 if let (Some(cell), Some(c)) = (cell, &mut self.contain) {
@@ -278,7 +289,12 @@ impl Daemon {
                         false,
                     );
                 }
-                let Some((pid, all)) = self.vps.by_tid.get(&tid).map(|v| (v.pid, v.pids())) else {
+                let Some((pid, all, input)) = self
+                    .vps
+                    .by_tid
+                    .get(&tid)
+                    .map(|v| (v.pid, v.pids(), v.held_input()))
+                else {
                     return;
                 };
                 self.checkpointer.submit(Task::Dump {
@@ -287,6 +303,7 @@ impl Daemon {
                     to: self.state.snap_image(tid),
                     snap: Some(id),
                     all,
+                    input,
                 });
             }
             SnapOrder::Resume { .. } | SnapOrder::Abort { .. } => {
