@@ -162,7 +162,7 @@ fn a_full_state_directory_fails_checkpoints_and_moves_not_the_job_and_is_left_cl
         !out.status.success()
             && said.contains(&format!("VP {vp0} did not move to h1"))
             && said.contains("No space left on device")
-            && said.contains("runs on h0"),
+            && said.contains("still on h0, running as before"),
         "{said}\n{}\n{}",
         vm.log(0),
         vm.log(1)
