@@ -68,10 +68,12 @@ impl BitSet {
     }
     /// Is every bit of `self` also set in `other`?
     pub fn is_subset(&self, other: &BitSet) -> bool {
-        self.words
-            .iter()
-            .enumerate()
-            .all(|(k, &w)| w & !other.words.get(k).copied().unwrap_or(0) == 0)
+        let n = self.words.len().min(other.words.len());
+        let (head, tail) = self.words.split_at(n);
+        head.iter()
+            .zip(&other.words[..n])
+            .all(|(&a, &b)| a & !b == 0)
+            && tail.iter().all(|&w| w == 0)
     }
     /// How many bits the two sets have in common.
     pub fn intersection_len(&self, other: &BitSet) -> usize {
@@ -188,6 +190,11 @@ impl Column {
     /// Does no cell hold a job?
     pub fn is_empty(&self) -> bool {
         self.busy == 0
+    }
+    /// How many of its cells hold a job (`jobs().count()`, kept as cells
+    /// change).
+    pub fn busy(&self) -> usize {
+        self.busy
     }
     /// The jobs present in this slot (with repeats, in row order).
     pub fn jobs(&self) -> impl Iterator<Item = (Row, JobKey)> + '_ {
@@ -497,20 +504,23 @@ impl AllocationMap {
         };
         let c = &mut self.columns[i];
         for &row in rows {
-            match (c.cells[row].is_some(), job.is_some()) {
+            let cell = &mut c.cells[row];
+            match (cell.is_some(), job.is_some()) {
                 (false, true) => c.busy += 1,
                 (true, false) => c.busy -= 1,
                 _ => {}
             }
-            c.cells[row] = job;
+            *cell = job;
             let free = job.is_none() && self.live.contains(row);
+            // The free set and its counts change only where the cell's
+            // freedom does.
             if free != c.free.contains(row) {
                 c.count(self.row_class.get(row).copied().unwrap_or(u32::MAX), free);
-            }
-            if free {
-                c.free.insert(row);
-            } else {
-                c.free.remove(row);
+                if free {
+                    c.free.insert(row);
+                } else {
+                    c.free.remove(row);
+                }
             }
         }
     }

@@ -780,6 +780,9 @@ impl Scheduler {
             if c.free_count() != c.free().len() {
                 return Err(format!("slot {pos}: free count out of step"));
             }
+            if c.busy() != c.jobs().count() {
+                return Err(format!("slot {pos}: busy count out of step"));
+            }
             let counted = self.map.recount(c);
             for (class, &n) in counted.iter().enumerate() {
                 if c.free_in_class(class as u32) != n {
