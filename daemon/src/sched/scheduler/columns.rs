@@ -175,7 +175,7 @@ impl Scheduler {
                 .map
                 .columns()
                 .iter()
-                .map(|c| (c.jobs().count(), c.id))
+                .map(|c| (c.busy(), c.id))
                 .collect();
             order.sort_unstable();
             // The emptiest slots are the likeliest to go; trying every
@@ -212,26 +212,18 @@ impl Scheduler {
     /// fullest slot that holds it.
     fn empty_column_plan(&self, s: u64, budget: usize) -> Option<Vec<Relocation>> {
         let col = self.map.column(s)?;
+        // The refusals look at the other slots' free cells where they are;
+        // only a slot that passes them has its free cells copied.
+        let others = || self.map.columns().iter().filter(|c| c.id != s);
+        let other_free = || others().map(|c| c.free());
+        // Quick refusal: the other slots have too few free cells in all.
+        if others().map(|c| c.free_count()).sum::<usize>() < col.busy() {
+            return None;
+        }
         let mut jobs: Vec<JobKey> = col.jobs().map(|(_, k)| k).collect();
         jobs.sort_unstable();
         jobs.dedup();
         jobs.sort_by_key(|&k| std::cmp::Reverse(self.job(k).placed));
-        let others: Vec<u64> = self
-            .map
-            .columns()
-            .iter()
-            .map(|c| c.id)
-            .filter(|&c| c != s)
-            .collect();
-        let mut free: Vec<BitSet> = others
-            .iter()
-            .filter_map(|&c| self.map.column(c).map(|col| col.free().clone()))
-            .collect();
-        // Quick refusal: the other slots have too few free cells in all.
-        let busy = col.jobs().count();
-        if free.iter().map(BitSet::len).sum::<usize>() < busy {
-            return None;
-        }
         // Quick refusal: every job that must move needs a slot with room,
         // and has every VP placed (a held VP of a job goes back to its own
         // processor wherever that is free, which no plan here foresees).
@@ -241,10 +233,12 @@ impl Scheduler {
                 return None;
             }
             let t = self.current_t(k) * (1.0 + 1e-9);
-            if j.columns.len() == 1 && !free.iter().any(|f| self.fits_by(k, f, t)) {
+            if j.columns.len() == 1 && !other_free().any(|f| self.fits_by(k, f, t)) {
                 return None;
             }
         }
+        let others: Vec<u64> = others().map(|c| c.id).collect();
+        let mut free: Vec<BitSet> = other_free().cloned().collect();
         let mut plan = Vec::with_capacity(jobs.len());
         let mut spent = 0;
         // Memory the moves planned so far take on their new hosts.
