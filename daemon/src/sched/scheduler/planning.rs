@@ -413,11 +413,12 @@ impl Scheduler {
         };
         let j = self.job(k);
         j.arches.iter().all(|&(arch, x)| {
-            let mut room: u64 = j
-                .rows
-                .keys()
-                .filter(|&&r| self.arch_of(r) == Some(arch))
-                .map(|&r| before(self.cap(r)))
+            // Its own rows of the architecture, counted per capacity class
+            // too (a popcount each rather than a walk of its rows).
+            let mut room: u64 = self
+                .map
+                .capacity_classes(arch)
+                .map(|(a, rows)| j.row_set.intersection_len(rows) as u64 * before(a))
                 .sum();
             for (a, rows) in self.map.capacity_classes(arch) {
                 if room >= u64::from(x) {
