@@ -293,16 +293,21 @@ impl Scheduler {
         }
         // (a) no migration: the new VP where it finishes first.
         let j = self.job(k);
+        // Its VPs per row, by row (looked up once a candidate).
+        let mut own = vec![0u32; self.map.row_capacity()];
+        for (&r, &n) in &j.rows {
+            if let Some(x) = own.get_mut(r) {
+                *x = n;
+            }
+        }
+        let own_of = |r: Row| own.get(r).copied().unwrap_or(0);
         let (best_row, t_here) = cand
             .iter()
-            .map(|&r| {
-                let n = j.rows.get(&r).copied().unwrap_or(0) + 1;
-                (r, finish_time(n, self.cap(r)))
-            })
+            .map(|&r| (r, finish_time(own_of(r) + 1, self.cap(r))))
             .min_by(|a, b| {
                 a.1.partial_cmp(&b.1)
                     .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(j.rows.contains_key(&b.0).cmp(&j.rows.contains_key(&a.0)))
+                    .then((own_of(b.0) > 0).cmp(&(own_of(a.0) > 0)))
                     .then(a.0.cmp(&b.0))
             })
             .unwrap_or((cand[0], f64::INFINITY));
