@@ -113,7 +113,8 @@ impl Scheduler {
         let mut lent = Vec::new();
         for k in self.fair_order() {
             let j = self.job(k);
-            if j.columns.is_empty() || j.row_set.is_empty() {
+            // (`rows` and `row_set` hold the same rows.)
+            if j.columns.is_empty() || j.rows.is_empty() {
                 continue;
             }
             let extra: Vec<u64> = self
@@ -121,9 +122,9 @@ impl Scheduler {
                 .columns()
                 .iter()
                 .filter(|c| {
-                    !j.columns.contains(&c.id)
-                        && c.free_count() >= j.rows.len()
+                    c.free_count() >= j.rows.len()
                         && j.row_set.is_subset(c.free())
+                        && !j.columns.contains(&c.id)
                 })
                 .map(|c| c.id)
                 .collect();
