@@ -154,23 +154,30 @@ fn direct_shifts(pieces: &[Piece], slot_of: &mut [usize], slots: usize) -> usize
 fn dsatur(pieces: &[Piece], adj: &[Vec<usize>]) -> Vec<usize> {
     let n = pieces.len();
     let mut color = vec![usize::MAX; n];
+    // The colours each piece's coloured neighbours have (colours are below
+    // `n`), and how many: kept as pieces are coloured, not counted again.
+    let words = n.div_ceil(64).max(1);
+    let mut seen = vec![0u64; n * words];
+    let mut saturation = vec![0usize; n];
     for _ in 0..n {
-        let pick = (0..n).filter(|&i| color[i] == usize::MAX).max_by_key(|&i| {
-            let mut seen: Vec<usize> = adj[i]
-                .iter()
-                .map(|&j| color[j])
-                .filter(|&c| c != usize::MAX)
-                .collect();
-            seen.sort_unstable();
-            seen.dedup();
-            (seen.len(), adj[i].len(), std::cmp::Reverse(i))
-        });
+        let pick = (0..n)
+            .filter(|&i| color[i] == usize::MAX)
+            .max_by_key(|&i| (saturation[i], adj[i].len(), std::cmp::Reverse(i)));
         let Some(i) = pick else { break };
-        let mut c = 0;
-        while adj[i].iter().any(|&j| color[j] == c) {
-            c += 1;
-        }
+        // The least colour no neighbour has.
+        let mine = &seen[i * words..(i + 1) * words];
+        let c = mine
+            .iter()
+            .position(|&w| w != u64::MAX)
+            .map_or(n, |k| k * 64 + (!mine[k]).trailing_zeros() as usize);
         color[i] = c;
+        for &j in &adj[i] {
+            let (w, bit) = (j * words + c / 64, 1u64 << (c % 64));
+            if seen[w] & bit == 0 {
+                seen[w] |= bit;
+                saturation[j] += 1;
+            }
+        }
     }
     color
 }
@@ -268,6 +275,54 @@ pub fn repack(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// DSatur the long way: each step counts every uncoloured piece's
+    /// distinct neighbour colours again, and tries colours from 0 up.
+    fn dsatur_by_counting(n: usize, adj: &[Vec<usize>]) -> Vec<usize> {
+        let mut color = vec![usize::MAX; n];
+        for _ in 0..n {
+            let pick = (0..n).filter(|&i| color[i] == usize::MAX).max_by_key(|&i| {
+                let mut seen: Vec<usize> = adj[i]
+                    .iter()
+                    .map(|&j| color[j])
+                    .filter(|&c| c != usize::MAX)
+                    .collect();
+                seen.sort_unstable();
+                seen.dedup();
+                (seen.len(), adj[i].len(), std::cmp::Reverse(i))
+            });
+            let Some(i) = pick else { break };
+            let mut c = 0;
+            while adj[i].iter().any(|&j| color[j] == c) {
+                c += 1;
+            }
+            color[i] = c;
+        }
+        color
+    }
+
+    proptest! {
+        /// The colouring kept step by step is the one counted again at
+        /// every step, piece for piece (up to 130 pieces: several words of
+        /// colours).
+        #[test]
+        fn dsatur_colours_as_counting_again_does(
+            pieces in proptest::collection::vec((0u32..20, proptest::collection::vec(0usize..40, 1..5)), 0..130)
+        ) {
+            let pieces: Vec<Piece> = pieces
+                .into_iter()
+                .map(|(job, rows)| piece(job, &rows))
+                .collect();
+            let adj: Vec<Vec<usize>> = (0..pieces.len())
+                .map(|i| {
+                    (0..pieces.len())
+                        .filter(|&j| j != i && conflict(&pieces[i], &pieces[j]))
+                        .collect()
+                })
+                .collect();
+            prop_assert_eq!(dsatur(&pieces, &adj), dsatur_by_counting(pieces.len(), &adj));
+        }
+    }
 
     fn piece(job: u32, rows: &[usize]) -> Piece {
         let mut s = BitSet::default();
