@@ -538,6 +538,6 @@ impl AllocationMap {
 
     /// Is any cell free anywhere?
     pub fn has_free_cells(&self) -> bool {
-        self.columns.iter().any(|c| !c.free.is_empty())
+        self.columns.iter().any(|c| c.free_n > 0)
     }
 }

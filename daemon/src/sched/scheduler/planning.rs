@@ -168,13 +168,22 @@ impl Scheduler {
     pub(super) fn free_candidates(&self, k: JobKey) -> BitSet {
         let j = self.job(k);
         let mut set: BitSet = self.map.free_in_all(&j.columns);
-        let mut wanted = BitSet::default();
-        for &(a, _) in &j.arches {
-            if let Some(rows) = self.map.arch_rows(a) {
-                wanted.union_with(rows);
+        match j.arches[..] {
+            // One architecture (the common case): its rows as they are.
+            [(a, _)] => match self.map.arch_rows(a) {
+                Some(rows) => set.intersect_with(rows),
+                None => set.intersect_with(&BitSet::default()),
+            },
+            _ => {
+                let mut wanted = BitSet::default();
+                for &(a, _) in &j.arches {
+                    if let Some(rows) = self.map.arch_rows(a) {
+                        wanted.union_with(rows);
+                    }
+                }
+                set.intersect_with(&wanted);
             }
         }
-        set.intersect_with(&wanted);
         if let Some(m) = self.allowed_rows(k) {
             set.intersect_with(&m);
         }
