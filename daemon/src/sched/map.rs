@@ -525,6 +525,50 @@ impl AllocationMap {
         }
     }
 
+    /// `set_rows` for the rows of a set, a word of them at a time: the free
+    /// set changes by word, the cells and counts by row.
+    pub fn set_row_set(&mut self, column: u64, rows: &BitSet, job: Option<JobKey>) {
+        let Some(i) = self.position(column) else {
+            return;
+        };
+        let c = &mut self.columns[i];
+        for (k, &w) in rows.words.iter().enumerate() {
+            if w == 0 {
+                continue;
+            }
+            let mut b = w;
+            while b != 0 {
+                let cell = &mut c.cells[k * 64 + b.trailing_zeros() as usize];
+                match (cell.is_some(), job.is_some()) {
+                    (false, true) => c.busy += 1,
+                    (true, false) => c.busy -= 1,
+                    _ => {}
+                }
+                *cell = job;
+                b &= b - 1;
+            }
+            let was = c.free.words.get(k).copied().unwrap_or(0);
+            let now = match job {
+                Some(_) => 0,
+                None => w & self.live.words.get(k).copied().unwrap_or(0),
+            };
+            let mut flip = (was & w) ^ now;
+            if flip == 0 {
+                continue;
+            }
+            let up = now != 0;
+            while flip != 0 {
+                let r = k * 64 + flip.trailing_zeros() as usize;
+                c.count(self.row_class.get(r).copied().unwrap_or(u32::MAX), up);
+                flip &= flip - 1;
+            }
+            if up {
+                c.free.grow((k + 1) * 64);
+            }
+            c.free.words[k] = (was & !w) | now;
+        }
+    }
+
     /// Rows free in every one of `columns` (all live rows when empty).
     pub fn free_in_all(&self, columns: &[u64]) -> BitSet {
         let mut out = self.live.clone();
@@ -539,5 +583,66 @@ impl AllocationMap {
     /// Is any cell free anywhere?
     pub fn has_free_cells(&self) -> bool {
         self.columns.iter().any(|c| c.free_n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A map of `n` processors (capacities 1, 2 or 4), those of `gone`
+    /// removed, in 3 slots whose cells `held` gives jobs.
+    fn map(n: usize, gone: &[usize], held: &[(usize, usize, u32)]) -> AllocationMap {
+        let mut m = AllocationMap::default();
+        for i in 0..n {
+            m.add_row(Processor {
+                id: format!("p{i}").into(),
+                host: format!("h{}", i / 4).into(),
+                arch: "x86_64".into(),
+                capacity: [1.0, 2.0, 4.0][i % 3],
+                memory_mb: None,
+            });
+        }
+        let ids: Vec<u64> = (0..3).map(|_| m.push_column()).collect();
+        for &(c, r, k) in held {
+            m.set(ids[c % 3], r % n, Some(k));
+        }
+        for &r in gone {
+            m.remove_row(r % n);
+        }
+        m
+    }
+
+    proptest! {
+        /// Setting a set of rows a word at a time leaves every cell, free
+        /// set and count as setting them one by one does.
+        #[test]
+        fn set_row_set_is_set_rows(
+            n in 1usize..200,
+            gone in proptest::collection::vec(0usize..200, 0..20),
+            held in proptest::collection::vec((0usize..3, 0usize..200, 0u32..4), 0..300),
+            rows in proptest::collection::vec(0usize..200, 0..80),
+            column in 0usize..3,
+            job in proptest::option::of(0u32..4),
+        ) {
+            let mut a = map(n, &gone, &held);
+            let mut b = a.clone();
+            let mut set = BitSet::default();
+            for r in rows {
+                set.insert(r % n);
+            }
+            let id = a.columns()[column].id;
+            a.set_rows(id, &set.to_vec(), job);
+            b.set_row_set(id, &set, job);
+            for (x, y) in a.columns().iter().zip(b.columns()) {
+                prop_assert_eq!(&x.cells, &y.cells);
+                prop_assert_eq!(x.free.to_vec(), y.free.to_vec());
+                prop_assert_eq!(x.busy, y.busy);
+                prop_assert_eq!(&x.class_free, &y.class_free);
+                prop_assert_eq!(x.free_n, y.free_n);
+            }
+        }
     }
 }

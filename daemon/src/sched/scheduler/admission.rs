@@ -87,15 +87,17 @@ impl Scheduler {
     fn contract(&mut self, ctx: &mut Ctx) -> Vec<(JobKey, Vec<u64>)> {
         let mut had = Vec::new();
         for k in self.fair_order() {
-            let j = self.job(k);
+            // (The field itself, not `job`: the map changes while it is read.)
+            let j = self.jobs[k as usize]
+                .as_ref()
+                .expect("job key refers to a live job");
             if j.columns.len() < 2 {
                 continue;
             }
             had.push((k, j.columns.clone()));
-            let extra: Vec<u64> = j.columns[1..].to_vec();
-            let rows: Vec<Row> = j.rows.keys().copied().collect();
-            for &c in &extra {
-                self.map.set_rows(c, &rows, None);
+            // (`row_set` holds the keys of `rows`.)
+            for &c in &j.columns[1..] {
+                self.map.set_row_set(c, &j.row_set, None);
                 ctx.freed.push(c);
             }
             self.job_mut(k).columns.truncate(1);
@@ -112,7 +114,10 @@ impl Scheduler {
     fn fill(&mut self) -> Vec<(JobKey, Vec<u64>)> {
         let mut lent = Vec::new();
         for k in self.fair_order() {
-            let j = self.job(k);
+            // (The field itself, not `job`: the map changes while it is read.)
+            let j = self.jobs[k as usize]
+                .as_ref()
+                .expect("job key refers to a live job");
             // (`rows` and `row_set` hold the same rows.)
             if j.columns.is_empty() || j.rows.is_empty() {
                 continue;
@@ -132,9 +137,8 @@ impl Scheduler {
                 continue;
             }
             lent.push((k, j.columns.clone()));
-            let rows: Vec<Row> = j.rows.keys().copied().collect();
             for &c in &extra {
-                self.map.set_rows(c, &rows, Some(k));
+                self.map.set_row_set(c, &j.row_set, Some(k));
             }
             self.job_mut(k).columns.extend(extra);
         }
