@@ -136,6 +136,24 @@ impl BitSet {
     }
 }
 
+/// Bit `j` of `a[i]` to bit `i` of `a[j]`: quadrants swapped, then the
+/// quadrants of each, down to single bits.
+fn transpose(a: &mut [u64; 64]) {
+    let mut w = 32;
+    let mut mask: u64 = 0x0000_0000_FFFF_FFFF;
+    while w > 0 {
+        for i in (0..64).step_by(2 * w) {
+            for k in i..i + w {
+                let t = ((a[k] >> w) ^ a[k + w]) & mask;
+                a[k] ^= t << w;
+                a[k + w] ^= t;
+            }
+        }
+        w /= 2;
+        mask ^= mask << w;
+    }
+}
+
 /// One time slot of the round.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Column {
@@ -569,6 +587,28 @@ impl AllocationMap {
         }
     }
 
+    /// Per row, the slots (bit = position in the round) where it is free;
+    /// `None` beyond 64 slots. A 64 x 64 bit transpose of the free sets
+    /// per 64 rows.
+    pub fn free_slots_by_row(&self) -> Option<Vec<u64>> {
+        if self.columns.len() > 64 {
+            return None;
+        }
+        let width = self.rows.len();
+        let mut out = vec![0u64; width];
+        for k in 0..width.div_ceil(64) {
+            let mut a = [0u64; 64];
+            for (pos, c) in self.columns.iter().enumerate() {
+                a[pos] = c.free.words.get(k).copied().unwrap_or(0);
+            }
+            transpose(&mut a);
+            for (o, &w) in out[k * 64..].iter_mut().zip(&a) {
+                *o = w;
+            }
+        }
+        Some(out)
+    }
+
     /// Rows free in every one of `columns` (all live rows when empty).
     pub fn free_in_all(&self, columns: &[u64]) -> BitSet {
         let mut out = self.live.clone();
@@ -616,6 +656,24 @@ mod tests {
     }
 
     proptest! {
+        /// Each row's free slots are those whose free set holds it.
+        #[test]
+        fn free_slots_by_row_are_the_free_sets_turned(
+            n in 1usize..200,
+            gone in proptest::collection::vec(0usize..200, 0..20),
+            held in proptest::collection::vec((0usize..3, 0usize..200, 0u32..4), 0..300),
+        ) {
+            let m = map(n, &gone, &held);
+            let by_row = m.free_slots_by_row().expect("3 slots");
+            prop_assert_eq!(by_row.len(), m.row_capacity());
+            for (r, &mask) in by_row.iter().enumerate() {
+                for (pos, c) in m.columns().iter().enumerate() {
+                    prop_assert_eq!(mask >> pos & 1 == 1, c.free().contains(r));
+                }
+                prop_assert_eq!(mask >> m.columns().len(), 0);
+            }
+        }
+
         /// Setting a set of rows a word at a time leaves every cell, free
         /// set and count as setting them one by one does.
         #[test]

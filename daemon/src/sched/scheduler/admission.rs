@@ -113,6 +113,10 @@ impl Scheduler {
     /// Returns the jobs lent slots, with the slots they had before.
     fn fill(&mut self) -> Vec<(JobKey, Vec<u64>)> {
         let mut lent = Vec::new();
+        // With at most 64 slots, per row the slots where it is free (kept
+        // as cells are lent): a job's slots are those its rows have in
+        // common, a word per row rather than a look at every slot.
+        let mut free_in = self.map.free_slots_by_row();
         for k in self.fair_order() {
             // (The field itself, not `job`: the map changes while it is read.)
             let j = self.jobs[k as usize]
@@ -122,23 +126,50 @@ impl Scheduler {
             if j.columns.is_empty() || j.rows.is_empty() {
                 continue;
             }
-            let extra: Vec<u64> = self
-                .map
-                .columns()
-                .iter()
-                .filter(|c| {
-                    c.free_count() >= j.rows.len()
-                        && j.row_set.is_subset(c.free())
-                        && !j.columns.contains(&c.id)
-                })
-                .map(|c| c.id)
-                .collect();
+            let columns = self.map.columns();
+            let extra: Vec<u64> = match &free_in {
+                Some(by_row) => {
+                    let mut common = u64::MAX;
+                    for r in j.row_set.iter() {
+                        common &= by_row.get(r).copied().unwrap_or(0);
+                        if common == 0 {
+                            break;
+                        }
+                    }
+                    std::iter::from_fn(|| {
+                        (common != 0).then(|| {
+                            let pos = common.trailing_zeros() as usize;
+                            common &= common - 1;
+                            pos
+                        })
+                    })
+                    .filter_map(|pos| columns.get(pos).map(|c| c.id))
+                    .filter(|id| !j.columns.contains(id))
+                    .collect()
+                }
+                None => columns
+                    .iter()
+                    .filter(|c| {
+                        c.free_count() >= j.rows.len()
+                            && j.row_set.is_subset(c.free())
+                            && !j.columns.contains(&c.id)
+                    })
+                    .map(|c| c.id)
+                    .collect(),
+            };
             if extra.is_empty() {
                 continue;
             }
             lent.push((k, j.columns.clone()));
             for &c in &extra {
                 self.map.set_row_set(c, &j.row_set, Some(k));
+                if let (Some(by_row), Some(pos)) = (free_in.as_mut(), self.map.position(c)) {
+                    for r in j.row_set.iter() {
+                        if let Some(m) = by_row.get_mut(r) {
+                            *m &= !(1 << pos);
+                        }
+                    }
+                }
             }
             self.job_mut(k).columns.extend(extra);
         }
