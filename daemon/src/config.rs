@@ -271,7 +271,7 @@ impl Config {
     /// The settings in force, as a config file would give them
     /// (`migd --print-config`): every `[daemon]` and `[owner]` key.
     pub fn effective_toml(&self) -> String {
-        use crate::owner::input::Terminals;
+        use crate::owner::activity::Terminals;
         let ms = |d: Duration| d.as_millis();
         let secs = |d: Duration| d.as_secs_f64();
         let q = |s: &str| format!("{s:?}");

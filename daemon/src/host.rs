@@ -50,7 +50,7 @@ pub struct LocalVp {
     /// says it is ready or until this instant (`quiesce_ms`), then stops.
     pub quiescing: Option<(std::time::Instant, std::time::Instant)>,
     /// Its standard input, where the daemon feeds it (`StartVp::stdin`).
-    pub input: Option<crate::input::Input>,
+    pub input: Option<crate::stdin_feed::Input>,
     /// When it was asked for its image of a job checkpoint, until it
     /// wrote it (for `--metrics`).
     pub snapping_since: Option<std::time::Instant>,

@@ -40,7 +40,7 @@ const DAY_MS: i64 = 86_400_000;
 /// the VP's image in the middle of a trial), and the lines that say where
 /// a move's time goes.
 const CONFIG: &str = "[daemon]\ncheckpoint_interval_s = 0\n\
-    log = \"info,server::outside=debug,server::source=debug,server::target=debug\"\n";
+    log = \"info,server::outside=debug,server::move_out=debug,server::move_in=debug\"\n";
 
 fn owner(c: &mut Client, action: OwnerAction, host: &str) -> Vec<(String, OwnerState)> {
     let req = Request::Owner {

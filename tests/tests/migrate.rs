@@ -280,7 +280,7 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
 fn a_large_state_sent_on_while_it_is_written_arrives_byte_for_byte() {
     // 24 MiB: several parts go while the VP still writes, then the rest
     // and the preamble (which the move's source logs in detail).
-    let vm = Vm::start_config(2, "[daemon]\nlog = \"info,server::source=debug\"\n");
+    let vm = Vm::start_config(2, "[daemon]\nlog = \"info,server::move_out=debug\"\n");
     let job = vm.start_job(1, &bin("testvp"), &["hold", "24", "check"]);
     let tid = "t40001";
     assert!(wait_until(Duration::from_secs(20), || vm

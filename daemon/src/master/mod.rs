@@ -6,10 +6,10 @@
 //! method returns the `Out`s the server must deliver, so it is tested without
 //! sockets. What does not: sockets, processes, clocks (`now` is passed in).
 
+mod balancing;
 mod batch;
 mod calls;
 mod checkpoints;
-mod choice;
 mod history;
 mod hosts;
 mod jobs;
@@ -181,7 +181,7 @@ pub struct Master {
     balance: Option<crate::balance::choice::Policy>,
     /// Rate-of-Change's state, under `balance` `roc`.
     #[serde(skip)]
-    spreading: choice::Spreading,
+    spreading: balancing::Spreading,
 }
 
 /// How a master that stepped down knows its own clients still waiting on a

@@ -3,13 +3,13 @@
 //!
 //! What lives here: the [`MoveTable`], which owns that state, with one
 //! [`Move`] per VP whose move has begun, and the pure parts of each end
-//! (`source`: which parts of an image go when; `target`: an image taken in
-//! part by part, checked on the way). What does not: sockets, signals and
+//! (`outgoing`: which parts of an image go when; `incoming`: an image taken
+//! in part by part, checked on the way). What does not: sockets, signals and
 //! processes (the server asks the table and carries out what it answers).
 
+pub mod incoming;
 pub mod outbound;
-pub mod source;
-pub mod target;
+pub mod outgoing;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use libmig::msg::{StartVp, Tid};
 use mio::Token;
 
+pub use incoming::{Incoming, Refused};
 pub use outbound::{Outbound, Sending, ACK_WINDOW, COPY_PART, WINDOW};
-pub use source::{map_image, remaining_ranges, Outgoing, IMAGE_PART};
-pub use target::{Incoming, Refused};
+pub use outgoing::{map_image, remaining_ranges, Outgoing, IMAGE_PART};
 
 /// Where a VP asked for its image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

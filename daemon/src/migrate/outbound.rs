@@ -17,7 +17,7 @@ use libmig::msg::{DataLink, ImageId, StartVp, Tid};
 use libmig::Payload;
 use mio::Token;
 
-use super::source::{remaining_ranges, IMAGE_PART};
+use super::outgoing::{remaining_ranges, IMAGE_PART};
 
 /// Bytes a link may have queued before an image's next part goes on it.
 pub const WINDOW: usize = IMAGE_PART;

@@ -5,9 +5,9 @@
 //! returns what the daemon must do (stop or resume its VPs, leave or join
 //! the pool). What does not: signalling processes or talking to the master
 //! (the server), the rules themselves (`policy`), reading /proc and devices
-//! (`load`, `input`).
+//! (`load`, `activity`).
 
-pub mod input;
+pub mod activity;
 pub mod load;
 pub mod policy;
 
@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use libmig::msg::{OwnerReport, SourceReport};
 use serde::Deserialize;
 
-pub use input::Terminals;
+pub use activity::Terminals;
 pub use load::Scope;
 pub use policy::{Change, PolicyConfig, Seen};
 
-use input::{DeviceSource, InterruptSource, LogindSource, Status, TerminalSource};
+use activity::{DeviceSource, InterruptSource, LogindSource, Status, TerminalSource};
 use load::LoadMeter;
 use policy::Policy;
 

@@ -9,7 +9,7 @@
 //! master's (it hears only where each copy is).
 //!
 //! What does not live here: where copies go (the master), the other steps
-//! of a move (`source`, `target`).
+//! of a move (`move_out`, `move_in`).
 
 use std::time::{Duration, Instant};
 

@@ -160,7 +160,7 @@ impl Daemon {
                 outside: restored.is_some(),
                 restored,
                 input: stdin.and_then(|fd| {
-                    crate::input::Input::new(fd)
+                    crate::stdin_feed::Input::new(fd)
                         .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))
                         .ok()
                 }),
@@ -269,7 +269,7 @@ impl Daemon {
             );
             return;
         };
-        if let crate::input::Pushed::Dropped(n) = input.push(data, eof) {
+        if let crate::stdin_feed::Pushed::Dropped(n) = input.push(data, eof) {
             warn!("{n} bytes of input for VP t{tid:x} dropped: it does not read them");
         }
         if input.closed() {

@@ -6,7 +6,7 @@
 //! between daemons (opened on the first message for a host), each VP's
 //! socket, moving messages between VPs with flow control (a receiver that
 //! falls behind pauses its senders: no unbounded buffering), heartbeats,
-//! signals (SIGCHLD reaps, SIGTERM/SIGINT stop), delivering the master's
+//! signals (SIGCHLD reaps, SIGTERM/SIGINT stop), carrying out the master's
 //! `Out`s, and timing each turn of the loop (`crate::turns`). What does
 //! not: the master's decisions (`master`), where a message goes (`route`),
 //! process handling details (`host`), the scheduler (`sched`).
@@ -14,21 +14,21 @@
 mod attach;
 mod control;
 mod failover;
-mod flow;
 mod handshake;
 mod images;
 mod lease;
 mod local;
+mod move_in;
+mod move_out;
 mod net;
 mod outside;
 mod owner;
+mod pausing;
 mod peer;
 mod role;
 mod routing;
 mod slicing;
 mod snapshot;
-mod source;
-mod target;
 pub mod token;
 mod vp;
 

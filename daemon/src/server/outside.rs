@@ -1,6 +1,6 @@
 //! Moves of VPs whose programs do not help, as the loop carries them out:
 //! the VP stopped and handed to the checkpointer thread (`transparent`),
-//! its image then sent or parked as a VP's own image is (`source`), and on
+//! its image then sent or parked as a VP's own image is (`move_out`), and on
 //! the target its processes rebuilt from the image and adopted as a VP
 //! started here is (`local`).
 

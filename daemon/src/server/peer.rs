@@ -14,7 +14,7 @@ use libmig::msg::{
 };
 use mio::Token;
 
-use super::target::ImagePart;
+use super::move_in::ImagePart;
 use super::{net, Daemon};
 use crate::conn::Kind;
 use crate::master::{Out, Requester};

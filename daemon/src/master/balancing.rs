@@ -1,6 +1,6 @@
-//! The placements that choose hosts (`migd --placement bidding|nres|roc`):
-//! what the master knows of each host turned into `balance::choice`'s
-//! views when a job arrives, the memory and I/O the VPs placed on a host
+//! The master's side of `balance`, for the placements that choose hosts
+//! (`migd --placement bidding|nres|roc`): what the master knows of each
+//! host turned into `balance::choice`'s views when a job arrives, the memory and I/O the VPs placed on a host
 //! reserve there, and after arrival Rate-of-Change's samples
 //! (`balance::spread`) and bidding's idle hosts (`choice::idle_takes`)
 //! turned into moves. What does not live here: the decisions themselves

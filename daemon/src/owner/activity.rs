@@ -1,4 +1,4 @@
-//! Owner input: terminals, input devices, keyboard and mouse interrupts.
+//! The owner's activity as input: terminals, input devices, keyboard and mouse interrupts.
 //!
 //! What lives here: one type per source, each polled and each saying what it
 //! sees. What does not: CPU load (`load`) or what input means (`policy`).
