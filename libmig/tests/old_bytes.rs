@@ -236,11 +236,11 @@ fn vp_msgs() -> Vec<VpMsg> {
             env: env(),
             confirm: true,
         },
-        VpMsg::Checkpoint {
+        VpMsg::WriteImage {
             path: "/state/t40001.ckpt".into(),
         },
         VpMsg::Movable,
-        VpMsg::CheckpointFailed {
+        VpMsg::ImageNotWritten {
             reason: "No space left on device (os error 28)".into(),
             no_space: true,
         },

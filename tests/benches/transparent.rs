@@ -209,8 +209,8 @@ fn trial(vm: &Vm, c: &mut Client, tid: u64, from: &str) -> (Trial, String) {
     let line = |words: &[&str]| tail.find(words).map(|(_, l)| l.to_string());
     let saving = stamp(&[&format!("saving VP t{tid:x} from outside for")]);
     let saved = line(&[&t, "saved from outside in"]);
-    let checked = stamp(&[&t, "checkpointed (", " for "]);
-    let arrived = stamp(&[&format!("restoring VP t{tid:x} from its checkpoint")]);
+    let checked = stamp(&[&t, "wrote its image (", " for "]);
+    let arrived = stamp(&[&format!("restoring VP t{tid:x} from its image")]);
     let rebuilt = line(&[&t, "rebuilt from outside in"]);
     let mut r = Trial {
         total: since(t0, end),

@@ -251,12 +251,12 @@ fn owner_returns(vm: &Vm, tids: &[u64], desk: &mut Desk, r: &mut Report) -> Resu
     r.owner.moved_ms = Some(empty.as_secs_f64() * 1e3);
     match all_stopped {
         Some(s) => r.say(format_args!(
-            "h1's VPs stopped {:.1} ms after the owner came back; moved to other hosts (checkpoint, move, restart) {:.1} ms after, no message lost",
+            "h1's VPs stopped {:.1} ms after the owner came back; moved to other hosts (image written, sent, started again) {:.1} ms after, no message lost",
             s.as_secs_f64() * 1e3,
             empty.as_secs_f64() * 1e3
         )),
         None => r.say(format_args!(
-            "h1's VPs moved to other hosts (checkpoint, move, restart) {:.1} ms after the owner came back, no message lost",
+            "h1's VPs moved to other hosts (image written, sent, started again) {:.1} ms after the owner came back, no message lost",
             empty.as_secs_f64() * 1e3
         )),
     }

@@ -25,7 +25,7 @@ pub struct Args {
     json: bool,
 }
 
-/// Run it. The VP checkpoints at its next safe point and continues on the
+/// Run it. The VP writes its image at its next safe point and continues on the
 /// target with the same Tid; messages for it are held meanwhile. Unless
 /// `--no-wait`, this waits (up to `MOVE_WAIT`) until the VP runs there, or
 /// until it runs on where it was (the move failed: the master's log says

@@ -146,7 +146,8 @@ impl Master {
 
     /// The scheduler puts VP `vp` of `job` on `host`: start it there if it
     /// has no process yet, leave it if it is there already, else move it
-    /// (checkpoint where it is, restart there), now or after the move under way.
+    /// (its image written where it is, started there), now or after the move
+    /// under way.
     pub(super) fn place(&mut self, job: &str, vp: u32, host: &str) -> Vec<Out> {
         let Some(v) = self.jobs.get_mut(job).and_then(|j| j.vps.get_mut(&vp)) else {
             return Vec::new();
@@ -201,7 +202,7 @@ impl Master {
         }
     }
 
-    /// Ask `src` to checkpoint VP `tid` and ship it to `to`; messages for
+    /// Ask `src` to move VP `tid` out to `to` (`ToHost::MoveOut`); messages for
     /// it are held everywhere until it runs there.
     pub(super) fn begin_move(
         &mut self,
@@ -271,7 +272,7 @@ impl Master {
             Out::Broadcast(ToHost::Directory(vec![(tid, Loc::Waiting)])),
             Out::ToHost(
                 src.to_string(),
-                ToHost::Checkpoint {
+                ToHost::MoveOut {
                     to: to.to_string(),
                     start,
                 },
@@ -720,8 +721,8 @@ impl Master {
         }
     }
 
-    /// `mig migrate`: checkpoint VP `target` on its host and restart it on
-    /// `to`. Messages for it are held everywhere until it runs there.
+    /// `mig migrate`: move VP `target` from its host (its image written
+    /// there) and start it again on `to`. Messages for it are held everywhere until it runs there.
     pub(super) fn migrate(&mut self, from: Requester, target: &str, to: &str) -> Vec<Out> {
         let err = |m: String| vec![Out::Reply(from.clone(), Response::Error { message: m })];
         let hex = target.trim_start_matches('t').trim_start_matches("0x");
@@ -809,7 +810,7 @@ impl Master {
         self.event(Event::VpMovable { job, vp })
     }
 
-    /// The VP's host could not checkpoint it: it stays where it is.
+    /// The VP's host could not move it out: it stays where it is.
     pub fn migrate_failed(&mut self, tid: Tid, reason: &str) -> Vec<Out> {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return Vec::new();

@@ -32,7 +32,8 @@ impl Master {
         out
     }
 
-    /// A VP waiting on a taken-back host was checkpointed to its disk.
+    /// A VP waiting on a taken-back host was parked: its image written to
+    /// that host's disk.
     pub(super) fn parked(&mut self, host: &str, tid: Tid) -> Vec<Out> {
         let Some((job, vp)) = self.tids.get(&tid).cloned() else {
             return Vec::new();

@@ -220,10 +220,10 @@ impl Cluster {
     }
 }
 
-fn checkpoint_asks(out: &[Out]) -> Vec<(String, Tid, String)> {
+fn move_out_orders(out: &[Out]) -> Vec<(String, Tid, String)> {
     out.iter()
         .filter_map(|o| match o {
-            Out::ToHost(h, ToHost::Checkpoint { to, start }) => {
+            Out::ToHost(h, ToHost::MoveOut { to, start }) => {
                 Some((h.clone(), start.tid, to.clone()))
             }
             _ => None,
@@ -299,7 +299,7 @@ fn mig_migrate_asks_the_source_for_the_image_and_has_messages_held() {
     let (src, tid) = c.running_job(1)[0].clone();
     let to = other(&src);
     let out = migrate(&mut c, tid, &to);
-    assert_eq!(checkpoint_asks(&out), vec![(src.clone(), tid, to.clone())]);
+    assert_eq!(move_out_orders(&out), vec![(src.clone(), tid, to.clone())]);
     assert_eq!(
         dir_entries(&out),
         vec![(tid, Loc::Waiting)],
@@ -438,7 +438,7 @@ fn an_owner_back_moves_its_vps_where_there_is_room() {
     let (busy, tid) = placed[0].clone();
     let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
     assert_eq!(
-        checkpoint_asks(&out),
+        move_out_orders(&out),
         vec![(busy.clone(), tid, idle.to_string())],
         "{out:?}"
     );
@@ -450,7 +450,7 @@ fn an_owner_back_with_nowhere_to_go_keeps_the_vp_stopped_where_it_is() {
     let mut c = Cluster::new(1);
     let (h, tid) = c.running_job(1)[0].clone();
     let out = c.m.owner_report(&h, report(OwnerState::Reclaimed));
-    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
     assert!(starts(&out).is_empty());
     assert_eq!(
         c.state(tid),
@@ -473,7 +473,7 @@ fn a_scheduler_move_that_fails_is_tried_again_later_then_given_up() {
     let placed = c.running_job(2);
     let (busy, tid) = placed[0].clone();
     let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
-    let target = checkpoint_asks(&out)[0].2.clone();
+    let target = move_out_orders(&out)[0].2.clone();
     for attempt in 1..MAX_MOVE_ATTEMPTS {
         let out = c.m.migrate_failed(tid, "its checkpoint is unusable");
         assert!(
@@ -485,13 +485,13 @@ fn a_scheduler_move_that_fails_is_tried_again_later_then_given_up() {
         let early = c.m.now + Duration::from_secs(backoff - 1);
         let before = c.m.tick(early, Duration::from_secs(3600));
         assert!(
-            checkpoint_asks(&before).is_empty(),
+            move_out_orders(&before).is_empty(),
             "attempt {attempt}: too early"
         );
         let when = c.m.now + Duration::from_secs(backoff);
         let again = c.m.tick(when, Duration::from_secs(3600));
         assert_eq!(
-            checkpoint_asks(&again),
+            move_out_orders(&again),
             vec![(busy.clone(), tid, target.clone())],
             "attempt {attempt}"
         );
@@ -501,7 +501,7 @@ fn a_scheduler_move_that_fails_is_tried_again_later_then_given_up() {
         .iter()
         .any(|o| matches!(o, Out::Log(l) if l.contains("gave up"))));
     let later = c.m.tick(c.at(10_000), Duration::from_secs(100_000));
-    assert!(checkpoint_asks(&later).is_empty());
+    assert!(move_out_orders(&later).is_empty());
 }
 
 /// Take checkpoint `n` of job j1 whose VPs are `placed`, to the end; its id.
@@ -710,7 +710,7 @@ fn a_move_asked_by_hand_while_the_vps_pause_for_a_checkpoint_is_made_once_they_g
     // No refusal, no move yet: the VPs wait for their images to be taken.
     let out = migrate(&mut c, tid, to);
     assert!(replies(&out).is_empty(), "{out:?}");
-    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
     // The last image taken: the VPs go on, and the move begins.
     let step = SnapReport::Taken { id };
     let (h1, t1) = placed[1].clone();
@@ -721,10 +721,10 @@ fn a_move_asked_by_hand_while_the_vps_pause_for_a_checkpoint_is_made_once_they_g
             step: step.clone(),
         },
     );
-    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
     let out = c.m.from_host(&h1, ToMaster::Snap { tid: t1, step });
     assert_eq!(
-        checkpoint_asks(&out),
+        move_out_orders(&out),
         vec![(src, tid, to.to_string())],
         "{out:?}"
     );
@@ -1502,12 +1502,12 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
     c.m.from_host(&other(&busy), ToMaster::Movable { tid });
     let out = migrate(&mut c, tid, &other(&busy));
     assert!(error_says(&out, "cannot be moved"), "{out:?}");
-    assert!(checkpoint_asks(&out).is_empty());
+    assert!(move_out_orders(&out).is_empty());
     // Its owner is back: the scheduler holds it where it is (it is never
     // asked to move it), the master does not ask its host for an image
     // (which would resume it), and it stays stopped there.
     let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
-    assert!(checkpoint_asks(&out).is_empty(), "{out:?}");
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
     assert!(
         out.iter().any(|o| matches!(o, Out::Log(l)
             if l.contains("waits on") && l.contains("its program cannot be moved"))),
@@ -1527,7 +1527,7 @@ fn a_vp_whose_program_never_said_it_can_move_is_never_asked_to() {
     );
     // Retries find the same.
     let later = c.m.tick(c.at(60), Duration::from_secs(3600));
-    assert!(checkpoint_asks(&later).is_empty());
+    assert!(move_out_orders(&later).is_empty());
 }
 
 fn kills(out: &[Out]) -> Vec<(String, Tid)> {
@@ -1547,7 +1547,7 @@ fn killing_a_job_reaches_every_vp_where_its_process_is_moving_held_or_parked() {
     // single-host cluster the other case: held where it is, then parked.
     let (busy, moving) = placed[0].clone();
     let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
-    let target = checkpoint_asks(&out)[0].2.clone();
+    let target = move_out_orders(&out)[0].2.clone();
     let out = c.m.control(
         Requester::Local(5),
         "h0",
@@ -1944,7 +1944,7 @@ fn a_vp_is_not_moved_while_its_job_pauses_for_a_checkpoint() {
     // `a_move_asked_by_hand_while_the_vps_pause_...`).
     let out = migrate(&mut c, tid, &other(&src));
     assert!(replies(&out).is_empty(), "{out:?}");
-    assert!(checkpoint_asks(&out).is_empty());
+    assert!(move_out_orders(&out).is_empty());
     assert_eq!(c.state(tid), (Some(src), "running".into()));
 }
 
@@ -2096,7 +2096,7 @@ fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
         }),
     );
     let out = tick_through(&mut c.m, c.t0, 2);
-    let asks = checkpoint_asks(&out);
+    let asks = move_out_orders(&out);
     // h1 is idle (below CT 1.5): it asks for 2; h0 at 4 has 2 over HT.
     let moved: Vec<Tid> = asks.iter().map(|a| a.1).collect();
     assert_eq!(moved, vec![placed[3].1, placed[2].1], "{out:?}");
@@ -2117,7 +2117,7 @@ fn a_restart_cancels_a_move_in_flight_and_only_the_recorded_host_starts_the_vp()
         .find(|h| placed.iter().all(|(p, _)| p != h))
         .expect("a host without a VP");
     let out = migrate(&mut c, a, &to);
-    assert_eq!(checkpoint_asks(&out), vec![(src.clone(), a, to.clone())]);
+    assert_eq!(move_out_orders(&out), vec![(src.clone(), a, to.clone())]);
     let out = c.m.control(
         Requester::Local(4),
         "h0",

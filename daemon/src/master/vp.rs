@@ -44,8 +44,9 @@ pub(super) enum VpState {
         /// A hold on it, a move still to make.
         plan: Plan,
     },
-    /// Being checkpointed on `from` and started again on `to` (recalled:
-    /// `to` is `from`, which runs it again from what it still has).
+    /// Moving out of `from` (its image written there) to be started again
+    /// on `to` (recalled: `to` is `from`, which runs it again from what it
+    /// still has).
     Moving {
         /// The host it is on.
         from: String,
@@ -61,7 +62,7 @@ pub(super) enum VpState {
         /// Where.
         host: String,
     },
-    /// Checkpointed to `host`'s disk while the owner has it; no process.
+    /// Its image parked on `host`'s disk while the owner has it; no process.
     Parked {
         /// Where its image is.
         host: String,

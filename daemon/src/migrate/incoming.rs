@@ -9,7 +9,7 @@ use crate::image_check::ImageCheck;
 use libmig::msg::StartVp;
 use mio::Token;
 
-/// A checkpoint image arriving in parts, for `T` (how to start its VP, or
+/// A VP's image arriving in parts, for `T` (how to start its VP, or
 /// which job checkpoint's image it is).
 #[derive(Debug)]
 pub struct Incoming<T = StartVp> {

@@ -51,8 +51,8 @@ pub struct OwnerFile {
     pub interrupts: Option<bool>,
     /// Read logind's idle hints of graphical sessions.
     pub logind: Option<bool>,
-    /// VPs waiting on a taken-back host this long (s) are checkpointed to
-    /// disk and their processes ended; unset, they wait stopped.
+    /// VPs waiting on a taken-back host this long (s) are parked: their
+    /// images written to disk and their processes ended; unset, they wait stopped.
     pub park_after_s: Option<f64>,
     /// VPs of `--restartable` jobs that cannot be moved, stopped here while
     /// the owner stays this long (s), are ended and started again elsewhere
@@ -96,8 +96,8 @@ pub struct OwnerConfig {
     pub interrupts: Option<bool>,
     /// Read logind's idle hints.
     pub logind: Option<bool>,
-    /// VPs waiting on a taken-back host this long are checkpointed to disk
-    /// and their processes ended (`None`: they wait stopped).
+    /// VPs waiting on a taken-back host this long are parked (their images
+    /// written to disk) and their processes ended (`None`: they wait stopped).
     pub park_after: Option<Duration>,
     /// See `OwnerFile::vacate_after_s`.
     pub vacate_after: Option<Duration>,
@@ -303,7 +303,7 @@ impl Monitor {
     }
 
     /// Have the VPs waiting here been taken back long enough to be
-    /// checkpointed to disk (when the config says so)?
+    /// parked on disk (when the config says so)?
     pub fn park_due(&self, now: Instant) -> bool {
         self.policy.state() == libmig::msg::OwnerState::Reclaimed
             && self

@@ -410,7 +410,7 @@ impl Daemon {
                         if moving.is_some_and(|m| m.under_way()) {
                             self.report(ToMaster::MigrateFailed {
                                 tid,
-                                reason: format!("it ended before its checkpoint ({status})"),
+                                reason: format!("it ended before its image was written ({status})"),
                             });
                         }
                         self.recent_exits.retain(|(t, _)| *t != tid);

@@ -9,7 +9,7 @@ use crate::migrate::Incoming;
 use crate::{debug, warn};
 
 impl Daemon {
-    /// Part of a checkpoint image from the VP's previous host: written
+    /// Part of a VP's image from its previous host: written
     /// to a file as it arrives and checked on the way, never held whole.
     pub(super) fn image_part(
         &mut self,
@@ -125,7 +125,7 @@ impl Daemon {
             libmig::vp::env::RESTORE.to_string(),
             path.display().to_string(),
         ));
-        debug!("restoring VP t{tid:x} from its checkpoint");
+        debug!("restoring VP t{tid:x} from its image");
         // What this host still held of it (its process, ended by
         // `start_vp`; a parked image; one kept after it was sent; a start
         // waiting for the lease) is replaced by this start.

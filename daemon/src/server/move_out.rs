@@ -20,7 +20,7 @@ impl Daemon {
     /// held here (the master has told every host to hold them too); it is
     /// asked to write its image at its next safe point (woken if stopped,
     /// and signalled so that its safe point looks).
-    pub(super) fn checkpoint(&mut self, to: String, start: StartVp) {
+    pub(super) fn move_out(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
         if let Some(parked) = self.moves.unpark(tid) {
             // Parked on disk: its image goes as it is (and is kept until
@@ -62,10 +62,10 @@ impl Daemon {
             });
         }
         let dest = if to == self.facts.name {
-            log!("asking VP t{tid:x} to checkpoint to disk (parking it while the owner has the host)");
+            log!("asking VP t{tid:x} to write its image to disk (parking it while the owner has the host)");
             Dest::Disk
         } else {
-            debug!("asking VP t{tid:x} to checkpoint for {to}");
+            debug!("asking VP t{tid:x} to write its image for {to}");
             Dest::Host(to)
         };
         self.moves.ask(tid, dest, start, Instant::now());
@@ -73,7 +73,7 @@ impl Daemon {
         let path = self.state.move_image(tid);
         self.send_vp(
             t,
-            &VpMsg::Checkpoint {
+            &VpMsg::WriteImage {
                 path: path.display().to_string(),
             },
         );
@@ -144,7 +144,7 @@ impl Daemon {
 
     /// VP `tid` wrote its image (with the messages it had taken in but not
     /// yet read): check it, then send it to the target host or park it.
-    pub(super) fn checkpointed(&mut self, tid: Tid, path: &str) {
+    pub(super) fn image_written(&mut self, tid: Tid, path: &str) {
         let expected = self.state.move_image(tid);
         let (to, start, streamed) = match self.moves.written(tid) {
             Written::Send {
@@ -153,7 +153,7 @@ impl Daemon {
                 streamed,
             } => (Some(to), start, streamed),
             Written::Park { start } => (None, start, None),
-            Written::Unasked => return self.checkpointed_late(tid, &expected),
+            Written::Unasked => return self.image_written_late(tid, &expected),
         };
         // Mapped, not read, and sent from the page cache. Its writer summed
         // it as it wrote it, and the target sums it again as it arrives (a
@@ -196,17 +196,20 @@ impl Daemon {
                 }
             }
             (Ok(image), Some(to)) => {
-                debug!("VP t{tid:x} checkpointed ({} bytes) for {to}", image.len());
+                debug!(
+                    "VP t{tid:x} wrote its image ({} bytes) for {to}",
+                    image.len()
+                );
                 self.moved_out(tid);
                 self.keep_sent(tid, &start, &expected);
                 let _ = std::fs::remove_file(&expected);
                 self.send_image(&to, start, image, streamed);
             }
             (Err(e), _) => {
-                warn!("VP t{tid:x}: its checkpoint is unusable: {e}");
+                warn!("VP t{tid:x}: its image is unusable: {e}");
                 self.report(ToMaster::MigrateFailed {
                     tid,
-                    reason: format!("its checkpoint is unusable: {e}"),
+                    reason: format!("its image is unusable: {e}"),
                 });
             }
         }
@@ -336,14 +339,14 @@ impl Daemon {
     /// VP `tid` wrote its image after its move was called off: it goes on
     /// here, from that image (renamed, not read: the VP checks it as it
     /// starts) once its process has ended.
-    fn checkpointed_late(&mut self, tid: Tid, expected: &std::path::Path) {
+    fn image_written_late(&mut self, tid: Tid, expected: &std::path::Path) {
         self.cancel_outbound(tid);
         let start = self.vps.by_tid.get(&tid).and_then(|v| v.start.clone());
         let path = self.state.restore(tid);
         let renamed = std::fs::rename(expected, &path);
         match (start, renamed) {
             (Some(start), Ok(())) => {
-                log!("VP t{tid:x} checkpointed after its move was called off: it restarts here");
+                log!("VP t{tid:x} wrote its image after its move was called off: it restarts here");
                 self.moves.restart_here(tid, start, path);
             }
             (_, r) => {
@@ -360,7 +363,7 @@ impl Daemon {
     /// (`reason`; its partial file is gone): the move is called off and it
     /// runs on here; the target drops what it had of it, and the master
     /// hears why.
-    pub(super) fn checkpoint_failed(&mut self, tid: Tid, reason: &str, no_space: bool) {
+    pub(super) fn image_not_written(&mut self, tid: Tid, reason: &str, no_space: bool) {
         if no_space {
             self.no_space();
         }
@@ -459,7 +462,7 @@ impl Daemon {
         true
     }
 
-    /// Send a checkpoint image to `to` over the data link, in parts (raw
+    /// Send a VP's image to `to` over the data link, in parts (raw
     /// frame payloads, read on arrival straight into their buffers) that
     /// share the mapped image, as the link drains (`pump_outbound`). The
     /// parts already sent while the VP wrote it (`streamed`: on which link,

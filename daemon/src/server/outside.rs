@@ -111,7 +111,7 @@ impl Daemon {
                     s.processes,
                     s.threads
                 );
-                self.checkpointed(tid, &path.display().to_string());
+                self.image_written(tid, &path.display().to_string());
             }
             Ok(_) => {
                 // Called off meanwhile (or ended): the image is no use.
@@ -119,7 +119,7 @@ impl Daemon {
             }
             Err(why) if asked => {
                 let no_space = why.contains("No space left");
-                self.checkpoint_failed(tid, &format!("saved from outside: {why}"), no_space);
+                self.image_not_written(tid, &format!("saved from outside: {why}"), no_space);
                 // Stopped to be saved: it runs on if it may.
                 self.run_if_it_may(tid);
             }

@@ -232,7 +232,7 @@ impl Daemon {
         let me = self.facts.name.clone();
         for (tid, start) in waiting {
             if self.moves.try_park(tid, Instant::now()) {
-                self.checkpoint(me.clone(), start);
+                self.move_out(me.clone(), start);
             }
         }
     }

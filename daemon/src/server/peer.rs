@@ -383,7 +383,7 @@ impl Daemon {
                 self.store.clear();
                 self.fenced(&why)
             }
-            ToHost::Checkpoint { to, start } => self.checkpoint(to, start),
+            ToHost::MoveOut { to, start } => self.move_out(to, start),
             ToHost::OwnerCommand { id, reclaim } => {
                 self.owner.request(reclaim, Instant::now());
                 self.owner_poll(Some(id));

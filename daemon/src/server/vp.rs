@@ -65,9 +65,9 @@ impl Daemon {
                 self.maybe_resume(t);
             }
             VpMsg::Written { path, upto } => self.written(tid, &path, upto),
-            VpMsg::Checkpointed { path } => self.checkpointed(tid, &path),
-            VpMsg::CheckpointFailed { reason, no_space } => {
-                self.checkpoint_failed(tid, &reason, no_space)
+            VpMsg::ImageWritten { path } => self.image_written(tid, &path),
+            VpMsg::ImageNotWritten { reason, no_space } => {
+                self.image_not_written(tid, &reason, no_space)
             }
             VpMsg::Snap(SnapStep::Paused { id, sent }) => self.report(ToMaster::Snap {
                 tid,
@@ -106,7 +106,7 @@ impl Daemon {
             | VpMsg::Undeliverable { .. }
             | VpMsg::Return { .. }
             | VpMsg::Credit { .. }
-            | VpMsg::Checkpoint { .. }
+            | VpMsg::WriteImage { .. }
             | VpMsg::StayPut
             | VpMsg::DirectLink { .. }
             | VpMsg::Snap(

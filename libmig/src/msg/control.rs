@@ -106,7 +106,7 @@ pub enum Request {
         /// Job id or Tid.
         target: String,
     },
-    /// Move a VP to another host (checkpoint, restart there).
+    /// Move a VP to another host (its image written, started again there).
     Migrate {
         /// Its Tid (`t40001` or hex).
         tid: String,

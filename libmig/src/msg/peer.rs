@@ -210,7 +210,7 @@ pub enum ToMaster {
     /// Every couple of seconds: the CPU time each of its running VPs has
     /// used, and what the host has free.
     Usage(HostUsage),
-    /// A VP waiting on a taken-back host was checkpointed to its disk and
+    /// A VP waiting on a taken-back host had its image written to its disk and
     /// its process ended (the owner gets the memory back).
     Parked {
         /// Which.
@@ -354,9 +354,9 @@ pub enum ToHost {
     },
     /// Its slot table (takes effect at `from_ns`).
     SlotTable(SlotTable),
-    /// The VP's host: checkpoint it and send it to `start`'s target host
-    /// (`to`).
-    Checkpoint {
+    /// The VP's host: move it out (its image written and sent to `start`'s
+    /// target host `to`; `to` this host: parked on its disk).
+    MoveOut {
         /// The target host.
         to: String,
         /// How the target starts it (the image is added).
@@ -782,7 +782,7 @@ impl ToHost {
             ToHost::Signal { .. } => "Signal",
             ToHost::Hold { .. } => "Hold",
             ToHost::SlotTable(_) => "SlotTable",
-            ToHost::Checkpoint { .. } => "Checkpoint",
+            ToHost::MoveOut { .. } => "MoveOut",
             ToHost::Unpark { .. } => "Unpark",
             ToHost::Recall { .. } => "Recall",
             ToHost::OwnerCommand { .. } => "OwnerCommand",

@@ -309,9 +309,9 @@ pub enum VpMsg {
         /// How many bytes.
         bytes: u64,
     },
-    /// Daemon → VP: at your next safe point, write your checkpoint image
-    /// to `path`, answer `Checkpointed` and end (you are moving).
-    Checkpoint {
+    /// Daemon → VP: at your next safe point, write your image to `path`,
+    /// answer `ImageWritten` and end (you are moving).
+    WriteImage {
         /// Where to write the image.
         path: String,
     },
@@ -328,14 +328,14 @@ pub enum VpMsg {
         /// How far.
         upto: u64,
     },
-    /// VP → daemon: the image is written.
-    Checkpointed {
+    /// VP → daemon: the image it moves with is written.
+    ImageWritten {
         /// Where.
         path: String,
     },
     /// VP → daemon: the image could not be written (its partial file is
     /// removed); the VP goes on where it is.
-    CheckpointFailed {
+    ImageNotWritten {
         /// Why.
         reason: String,
         /// For lack of space (ENOSPC, EDQUOT).
@@ -404,12 +404,12 @@ impl VpMsg {
             VpMsg::Return { .. } => "Return",
             VpMsg::Credit { .. } => "Credit",
             VpMsg::Backlog { .. } => "Backlog",
-            VpMsg::Checkpoint { .. } => "Checkpoint",
+            VpMsg::WriteImage { .. } => "WriteImage",
             VpMsg::StayPut => "StayPut",
             VpMsg::Snap(_) => "Snap",
             VpMsg::Written { .. } => "Written",
-            VpMsg::Checkpointed { .. } => "Checkpointed",
-            VpMsg::CheckpointFailed { .. } => "CheckpointFailed",
+            VpMsg::ImageWritten { .. } => "ImageWritten",
+            VpMsg::ImageNotWritten { .. } => "ImageNotWritten",
             VpMsg::DirectLink { .. } => "DirectLink",
             VpMsg::Movable => "Movable",
             VpMsg::PauseNotice { .. } => "PauseNotice",

@@ -188,7 +188,7 @@ pub struct Vm {
     /// The links a wait spins on (kept: a wait allocates nothing).
     spin_links: (Vec<Tid>, Vec<Tid>),
     arrivals: u64,
-    checkpoint_to: Option<String>,
+    move_image_to: Option<String>,
     /// A job checkpoint in progress: its generation, where to write, and
     /// (once every VP has stopped) how much to take in from each peer.
     snap: Option<SnapState>,
@@ -228,8 +228,9 @@ struct SnapState {
     taken: bool,
 }
 
-/// Set by SIGUSR2, which the daemon sends with a checkpoint request so that
-/// `safe_point` only looks at the socket when there is something to see.
+/// Set by SIGUSR2, which the daemon sends with a move's or a job
+/// checkpoint's order so that `safe_point` only looks at the socket when
+/// there is something to see.
 static ASKED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigusr2(_: libc::c_int) {
@@ -286,7 +287,7 @@ impl Vm {
             spin: spin_from_env(),
             spin_links: (Vec::new(), Vec::new()),
             arrivals: 0,
-            checkpoint_to: None,
+            move_image_to: None,
             snap: None,
             restored: false,
             backlog: 0,

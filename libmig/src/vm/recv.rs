@@ -493,11 +493,11 @@ impl Vm {
                 }
             }
             VpMsg::Wake if id != LinkId::Daemon => {}
-            VpMsg::Checkpoint { path } if id == LinkId::Daemon => {
-                self.checkpoint_to = Some(path);
+            VpMsg::WriteImage { path } if id == LinkId::Daemon => {
+                self.move_image_to = Some(path);
             }
             VpMsg::StayPut if id == LinkId::Daemon => {
-                self.checkpoint_to = None;
+                self.move_image_to = None;
             }
             VpMsg::Snap(step) if id == LinkId::Daemon => self.snap_step(step)?,
             VpMsg::Credit { bytes } if id == LinkId::Daemon => {
@@ -507,13 +507,13 @@ impl Vm {
             | VpMsg::Direct { .. }
             | VpMsg::Consumed { .. }
             | VpMsg::Backlog { .. }
-            | VpMsg::Checkpoint { .. }
+            | VpMsg::WriteImage { .. }
             | VpMsg::StayPut
             | VpMsg::Snap(_)
             | VpMsg::Credit { .. }
             | VpMsg::Written { .. }
-            | VpMsg::Checkpointed { .. }
-            | VpMsg::CheckpointFailed { .. }
+            | VpMsg::ImageWritten { .. }
+            | VpMsg::ImageNotWritten { .. }
             | VpMsg::Movable
             | VpMsg::PauseNotice { .. }
             | VpMsg::Wake

@@ -95,8 +95,8 @@ impl Vm {
     }
 
     /// A safe point: cheap unless the daemon has asked this VP to move, in
-    /// which case it writes `state` and its unread messages to a checkpoint
-    /// image and ends; the VP goes on elsewhere from `init_or_restore`.
+    /// which case it writes `state` and its unread messages to its image
+    /// and ends; the VP goes on elsewhere from `init_or_restore`.
     pub fn safe_point<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
         if ASKED.swap(false, Ordering::Relaxed) {
             self.pump(LinkId::Daemon, false)?;
@@ -104,8 +104,8 @@ impl Vm {
         while self.snap.as_ref().is_some_and(|s| !s.paused) {
             self.join_snapshot(state)?;
         }
-        if self.checkpoint_to.is_some() {
-            self.checkpoint_and_end(state)?;
+        if self.move_image_to.is_some() {
+            self.write_image_and_end(state)?;
         }
         Ok(())
     }
@@ -176,8 +176,8 @@ impl Vm {
             while self.snap.as_ref().is_some_and(|s| !s.paused) {
                 self.join_snapshot(state)?;
             }
-            if self.checkpoint_to.is_some() {
-                self.checkpoint_and_end(state)?;
+            if self.move_image_to.is_some() {
+                self.write_image_and_end(state)?;
             }
             if let Some(m) = self.take(&|m: &Message| matches(m, from, tag))? {
                 return Ok(m);
@@ -259,10 +259,10 @@ impl Vm {
         )
     }
 
-    /// Write the checkpoint image and end the process; if the image cannot
+    /// Write the image this VP moves with and end the process; if the image cannot
     /// be written, say why to the daemon and go on.
-    pub(super) fn checkpoint_and_end<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
-        let Some(path) = self.checkpoint_to.clone() else {
+    pub(super) fn write_image_and_end<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
+        let Some(path) = self.move_image_to.clone() else {
             return Ok(());
         };
         // Direct links: stop peers writing (they fall back to the daemons,
@@ -286,13 +286,13 @@ impl Vm {
             // (Its partial file is gone.) The move is off: this VP goes on
             // here, its messages through the daemon until links are asked
             // for again.
-            self.checkpoint_to = None;
-            return self.tell(VpMsg::CheckpointFailed {
+            self.move_image_to = None;
+            return self.tell(VpMsg::ImageNotWritten {
                 reason: e.to_string(),
                 no_space: e.no_space(),
             });
         }
-        let head = frame::encode_head(&VpMsg::Checkpointed { path }, 0)?;
+        let head = frame::encode_head(&VpMsg::ImageWritten { path }, 0)?;
         self.write(LinkId::Daemon, &[&head], None)?;
         // The process ends here without unwinding: what it printed goes out.
         use std::io::Write as _;
