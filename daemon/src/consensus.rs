@@ -367,7 +367,8 @@ mod tests {
     }
 
     impl Net {
-        fn deliver(&mut self, said: Vec<Said>) {
+        /// Queue what a voter said, for `settle` to carry.
+        fn post(&mut self, said: Vec<Said>) {
             for Said::Send { to, msg } in said {
                 self.queue.push((to, msg));
             }
@@ -381,7 +382,7 @@ mod tests {
                     }
                     if let Some(c) = self.v.get_mut(&to) {
                         let said = c.step(&msg).expect("a raft message");
-                        self.deliver(said);
+                        self.post(said);
                     }
                 }
             }
@@ -394,7 +395,7 @@ mod tests {
                         continue;
                     }
                     let said = self.v.get_mut(&id).map(|c| c.tick()).unwrap_or_default();
-                    self.deliver(said);
+                    self.post(said);
                 }
                 self.settle();
             }
@@ -418,7 +419,7 @@ mod tests {
         net.v.insert(1, Consensus::founding(1).expect("founding"));
         assert!(net.v[&1].leads());
         let (i, said) = net.v.get_mut(&1).unwrap().propose(b"s1".to_vec()).unwrap();
-        net.deliver(said);
+        net.post(said);
         assert!(net.v[&1].committed() >= i, "a lone voter commits at once");
         // Two voters added at once: never two voters, where losing one
         // would leave no majority.
@@ -431,13 +432,13 @@ mod tests {
             .unwrap()
             .change_voters(&[2, 3], &[])
             .unwrap();
-        net.deliver(said);
+        net.post(said);
         net.settle();
         net.ticks(4);
         assert_eq!(net.v[&1].voters(), vec![1, 2, 3]);
         assert!(!net.v[&1].changing(), "the joint configuration was left");
         let (i, said) = net.v.get_mut(&1).unwrap().propose(b"s2".to_vec()).unwrap();
-        net.deliver(said);
+        net.post(said);
         net.settle();
         net.ticks(2);
         for id in [2, 3] {
@@ -462,7 +463,7 @@ mod tests {
         // It goes on with two of three; the old leader, back, follows it.
         let l = leaders[0];
         let (i, said) = net.v.get_mut(&l).unwrap().propose(b"s3".to_vec()).unwrap();
-        net.deliver(said);
+        net.post(said);
         net.settle();
         assert!(net.v[&l].committed() >= i);
         net.down.remove(&1);

@@ -1227,7 +1227,7 @@ impl Master {
     /// like the others, and the job's VPs restart where the scheduler now
     /// has them. What the scheduler asks of other jobs is carried out.
     /// The VPs brought back, the host of each of the job's VPs (if some
-    /// came back), and what to deliver.
+    /// came back), and what the server must carry out.
     fn bring_back(
         &mut self,
         job: &str,
@@ -1276,7 +1276,7 @@ impl Master {
                 .filter_map(|(vp, p)| Some((vp, p.rsplit_once('/')?.0.to_string())))
                 .collect();
         }
-        out.extend(self.carry_out(actions));
+        out.extend(self.outs_for(actions));
         (added, hosts, out)
     }
 

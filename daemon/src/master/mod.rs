@@ -3,7 +3,7 @@
 //! What lives here: turning what hosts and users say (registrations,
 //! heartbeats, VP starts and exits, output, control requests) into scheduler
 //! events, and the scheduler's actions into messages. It does no I/O: every
-//! method returns the `Out`s the server must deliver, so it is tested without
+//! method returns the `Out`s the server must carry out, so it is tested without
 //! sockets. What does not: sockets, processes, clocks (`now` is passed in).
 
 mod balancing;
@@ -67,7 +67,7 @@ pub enum Requester {
     },
 }
 
-/// Something the server must deliver.
+/// Something the server must carry out.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Out {
     /// A message to a host (possibly the master itself).
@@ -414,7 +414,7 @@ impl Master {
 
     fn event(&mut self, e: Event) -> Vec<Out> {
         match self.sched.on_event(e.clone()) {
-            Ok(actions) => self.carry_out(actions),
+            Ok(actions) => self.outs_for(actions),
             Err(err) => vec![Out::Log(format!(
                 "scheduler refused {}: {err}",
                 serde_json::to_string(&e).unwrap_or_else(|_| format!("{e:?}"))

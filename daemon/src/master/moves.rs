@@ -1,4 +1,4 @@
-//! Carrying out the scheduler's actions, and moves: placing a VP, asking its
+//! The scheduler's actions turned into `Out`s (`outs_for`), and moves: placing a VP, asking its
 //! host for its image and starting it on the target, retrying a move that
 //! failed, `mig migrate`.
 
@@ -15,7 +15,9 @@ use crate::sched::{Action, Event};
 const SILENT_TRIES: u32 = 3;
 
 impl Master {
-    pub(super) fn carry_out(&mut self, actions: Vec<Action>) -> Vec<Out> {
+    /// The `Out`s that carry out the scheduler's `actions` (the server
+    /// carries those out in turn).
+    pub(super) fn outs_for(&mut self, actions: Vec<Action>) -> Vec<Out> {
         let mut out = Vec::new();
         for a in actions {
             match a {
@@ -714,7 +716,7 @@ impl Master {
             host: host.to_string(),
         };
         match self.sched.on_event(e) {
-            Ok(actions) => self.carry_out(actions),
+            Ok(actions) => self.outs_for(actions),
             Err(e) => vec![Out::Log(format!(
                 "VP {vp} of {job} runs on {host} outside the allocation map ({e}): gang slicing there leaves it alone"
             ))],

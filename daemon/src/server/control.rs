@@ -19,7 +19,7 @@ impl Daemon {
         if let Some(m) = self.role.master() {
             m.set_wall(wall_ns());
             let out = m.control_by(uid, Requester::Local(t.0), &me, req);
-            self.deliver(out);
+            self.carry_out_when_committed(out);
         } else if let Some(link) = self.role.link() {
             let id = self.proxied.forward(t);
             self.send_peer(link, ToMaster::Control { id, req, uid });

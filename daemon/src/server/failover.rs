@@ -530,7 +530,7 @@ impl Daemon {
                 },
             );
         }
-        self.deliver(out);
+        self.carry_out_when_committed(out);
         // What this host said to the old master, which may have died
         // before passing it on (its own VPs' exits, say), it says again to
         // itself as the master now.
@@ -780,7 +780,7 @@ impl Daemon {
     /// the turn made (`propose_turn`): serializing the whole state for each of a
     /// burst of 300,000 output lines kept one turn busy for seconds, and
     /// the voters elected another master meanwhile. Elsewhere: at once.
-    pub(super) fn deliver(&mut self, outs: Vec<Out>) {
+    pub(super) fn carry_out_when_committed(&mut self, outs: Vec<Out>) {
         if outs.is_empty() {
             return;
         }
@@ -964,6 +964,6 @@ impl Daemon {
             Some(Err(e)) => warn!("the voters could not be changed: {e}"),
             None => {}
         }
-        self.deliver(vec![Out::Broadcast(list)]);
+        self.carry_out_when_committed(vec![Out::Broadcast(list)]);
     }
 }

@@ -620,7 +620,7 @@ impl Daemon {
                 self.role = Role::Master(Box::new(m));
                 self.failover.found(&self.facts.name);
                 self.guard_vps();
-                self.deliver(out);
+                self.carry_out_when_committed(out);
                 log!("master {} listening on {addr}", self.facts.name);
             }
             Some(master) => {
@@ -973,7 +973,7 @@ impl Daemon {
             // What was kept for hosts given up since is not sent.
             self.unsent_to.retain(|h, _| m.is_alive(h));
             let out = m.tick(Instant::now(), self.cfg.dead_after);
-            self.deliver(out);
+            self.carry_out_when_committed(out);
         }
         let stale: Vec<Token> = self
             .conns

@@ -467,7 +467,7 @@ impl Daemon {
                 Some(m) => {
                     log!("lost connection to {h}: {why}");
                     let out = m.host_lost(&h, why, Instant::now());
-                    self.deliver(out);
+                    self.carry_out_when_committed(out);
                 }
                 None => log!("lost connection to {h}: {why}"),
             },

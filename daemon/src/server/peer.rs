@@ -1,7 +1,7 @@
 //! Messages between daemons once authenticated: which link carries which
 //! conversation (`peer_msg`), the master's side of its workers (`Register`,
 //! `Attach`, their `ToMaster` news), a host's side of its master (`ToHost`),
-//! what comes on a data link (`DataLink`), and delivering the master's
+//! what comes on a data link (`DataLink`), and carrying out the master's
 //! `Out`s. What does not live here: setting links up (`handshake`,
 //! `attach`, `token`), the quorum's messages (`quorum_msg` in `failover`).
 
@@ -145,7 +145,7 @@ impl Daemon {
         self.send_peer(t, Handshake::Registered { name });
         self.send_peer(t, dir);
         self.send_peer(t, voters);
-        self.deliver(out);
+        self.carry_out_when_committed(out);
     }
 
     /// A worker that authenticated on `t` attaches (after a change of
@@ -180,7 +180,7 @@ impl Daemon {
                 self.send_peer(t, msg);
             }
         }
-        self.deliver(out);
+        self.carry_out_when_committed(out);
     }
 
     /// Worker `h` registers again on its link `t`: fenced, it ended its
@@ -206,7 +206,7 @@ impl Daemon {
         self.unsent_to.remove(&name);
         self.send_peer(t, Handshake::Registered { name });
         self.send_peer(t, dir);
-        self.deliver(out);
+        self.carry_out_when_committed(out);
     }
 
     /// On the master: host `name` attached or registered on `t`; an older
@@ -243,19 +243,19 @@ impl Daemon {
         if !m.is_alive(h) {
             // Declared dead: it hears it is fenced, and nothing it says
             // counts any more.
-            return self.deliver(out);
+            return self.carry_out_when_committed(out);
         }
         if let ToMaster::Control { id, req, uid } = &msg {
             let (id, uid) = (*id, *uid);
             if let Some(resp) = self.answer_logs(uid, req) {
-                self.deliver(out);
+                self.carry_out_when_committed(out);
                 return self.send_peer(t, ToHost::Reply { id, resp });
             }
         }
         if let Some(m) = self.role.master() {
             out.extend(m.with_wall(wall_ns()).from_host(h, msg));
         }
-        self.deliver(out);
+        self.carry_out_when_committed(out);
     }
 
     /// A message from the host at the other end of data link `t` (with
@@ -425,7 +425,7 @@ impl Daemon {
         }
         if let Some(m) = self.role.master() {
             let out = m.with_wall(wall_ns()).from_host(&self.facts.name, msg);
-            self.deliver(out);
+            self.carry_out_when_committed(out);
         } else if let Some(link) = self.role.link() {
             self.send_peer(link, msg);
         } else if self.awaiting_master() {
@@ -476,8 +476,8 @@ impl Daemon {
         self.maybe_resume(t);
     }
 
-    /// Carry out the master's `Out`s (see `deliver`: on the master, once
-    /// the state that decided them is committed).
+    /// Carry out the master's `Out`s (see `carry_out_when_committed`: on
+    /// the master, once the state that decided them is committed).
     pub(super) fn carry_out(&mut self, outs: Vec<Out>) {
         let corked = self.cork();
         // Changes to the job files, copied to the other voters together.

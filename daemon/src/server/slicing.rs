@@ -54,7 +54,7 @@ impl Daemon {
                 )
             })
             .collect();
-        self.deliver(outs);
+        self.carry_out_when_committed(outs);
     }
 
     /// How long until the slicer's next switch, if one is coming.

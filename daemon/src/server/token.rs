@@ -79,7 +79,7 @@ impl Daemon {
             .master()
             .map(|m| m.token_spent(id, &by))
             .unwrap_or_default();
-        self.deliver(out);
+        self.carry_out_when_committed(out);
     }
 }
 

@@ -411,7 +411,8 @@ impl World<'_> {
         }
     }
 
-    fn deliver(&mut self, now: f64) {
+    /// The messages in transit due by `now` land at their processors.
+    fn land(&mut self, now: f64) {
         let (here, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.transit)
             .into_iter()
             .partition(|(t, _)| *t <= now);
@@ -587,7 +588,7 @@ pub fn run_with(
             }
             next += 1;
         }
-        w.deliver(now);
+        w.land(now);
         if busy && now >= tick {
             if rule == Rule::Roc {
                 w.sample(now);
