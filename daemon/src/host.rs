@@ -112,7 +112,7 @@ impl LocalVp {
     /// Its stdin as this host feeds it, if it has a pipe: what waits for
     /// room in it, and whether the end came (see `Input::held`).
     pub fn held_input(&self) -> Option<(Vec<u8>, bool)> {
-        self.input.as_ref().map(crate::input::Input::held)
+        self.input.as_ref().map(crate::stdin_feed::Input::held)
     }
 
     /// Kill the VP's whole process tree.
