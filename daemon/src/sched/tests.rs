@@ -749,8 +749,8 @@ fn copy_with(s: &Scheduler, cfg: SchedConfig) -> Scheduler {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
-    /// Repair in place gives a job that lost a processor the turnaround
-    /// planning it again gives (MTAT and Compression within its columns,
+    /// Repair in place gives a job that lost a processor a turnaround at
+    /// least as good as planning it again gives (MTAT and Compression within its columns,
     /// moving only what must move: no migration budget), holds no more of
     /// its VPs and moves no more: the same map, each processor exit that
     /// touches one job applied to two copies of it. (With several jobs
@@ -795,7 +795,10 @@ proptest! {
                 prop_assert!(moves(&by_repair) <= moves(&by_planning), "{e:?}: {by_repair:?} / {by_planning:?}");
                 let (a, b) = (s.job_view(job).unwrap(), planned.job_view(job).unwrap());
                 prop_assert!(a.waiting.len() <= b.waiting.len(), "{} after {:?}", job, e);
-                prop_assert!((a.t_min - b.t_min).abs() <= 1e-9 * b.t_min.max(1.0), "{} after {:?}: {} / {}", job, e, a.t_min, b.t_min);
+                // No worse: with memory a requirement, planning anew may
+                // find a placement slower than the one repaired in place
+                // (seed 1357507654199335075: 1 against 1.5).
+                prop_assert!(a.t_min <= b.t_min + 1e-9 * b.t_min.max(1.0), "{} after {:?}: {} / {}", job, e, a.t_min, b.t_min);
             } else {
                 s.on_event(e).unwrap();
             }
