@@ -11,13 +11,17 @@ use mig_tests::{bin, job_lines, job_succeeds, wait_until, Vm};
 fn a_stream_consumer_moved_200_times_loses_nothing() {
     let vm = Vm::start(3);
     let stop = vm.dir.path().join("stop");
+    // A producer that pauses after every message: on a busy machine one
+    // that outpaces its consumer builds a backlog while the consumer
+    // moves, which it must work through before its next safe point, and
+    // each move then takes longer than the last.
     let job = vm.start_job(
         2,
         &bin("stream"),
         &[
             OsStr::new("--json"),
             OsStr::new("--pause-every"),
-            OsStr::new("20"),
+            OsStr::new("1"),
             OsStr::new("--until"),
             stop.as_os_str(),
         ],
@@ -628,4 +632,65 @@ fn a_stream_over_a_direct_link_loses_nothing_as_its_consumer_moves_away_and_back
     assert_eq!(v["duplicated"], 0, "{last}");
     assert_eq!(v["out_of_order"], 0, "{last}");
     assert!(v["direct"].as_u64().is_some_and(|n| n > 0), "{last}");
+}
+
+#[test]
+fn a_target_that_cannot_start_the_program_sends_the_vp_back_to_run_on() {
+    // The job's program is in a directory of its own; h2 (a mount
+    // namespace of its own) sees an empty directory there: the master
+    // finds the program, h2 cannot start it from the image it got.
+    let progs = tempfile::tempdir().expect("tmp");
+    let dir = progs.path().join("bin");
+    let empty = progs.path().join("empty");
+    std::fs::create_dir_all(&dir).expect("bin dir");
+    std::fs::create_dir_all(&empty).expect("empty dir");
+    let prog = dir.join("stream");
+    std::fs::copy(bin("stream"), &prog).expect("copy stream");
+    let mut vm = Vm::start(2);
+    let stop = vm.dir.path().join("stop");
+    let job = vm.start_job(
+        2,
+        &prog,
+        &[
+            OsStr::new("--json"),
+            OsStr::new("--pause-every"),
+            OsStr::new("20"),
+            OsStr::new("--until"),
+            stop.as_os_str(),
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .where_is("t40002")
+        .is_some_and(|(_, s)| s == "running")));
+    let (src, _) = vm.where_is("t40002").expect("consumer");
+    let addr = vm.addr.clone();
+    let (c, _) = vm.daemon_seeing(2, Some(&addr), &[], &[(&empty, &dir)]);
+    vm.daemons.push(Some(c));
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .json(&["hosts"])
+        .as_array()
+        .is_some_and(|h| h.len() == 3)));
+    let out = vm.mig(&["migrate", "t40002", "--to", "h2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "moved to h2: {err}");
+    assert!(
+        err.contains("h2 could not take it in") && err.contains("not found"),
+        "{err}\n{}",
+        vm.all_logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || vm.where_is("t40002")
+            == Some((src.clone(), "running".into()))),
+        "{:?}\n{}",
+        vm.where_is("t40002"),
+        vm.all_logs()
+    );
+    std::fs::write(&stop, b"").expect("stop file");
+    let lines = job_succeeds(job, &vm.all_logs());
+    let v: serde_json::Value = serde_json::from_str(lines.last().expect("tally")).expect("JSON");
+    assert_eq!(
+        (v["lost"].as_u64(), v["duplicated"].as_u64()),
+        (Some(0), Some(0)),
+        "{v}"
+    );
 }

@@ -83,9 +83,14 @@ impl Master {
                 h.lost = None;
                 h.facts.addr = facts.addr;
                 h.facts.pid = facts.pid;
+                // Where every VP is, as this master has it: what the old
+                // one said last may not have reached it (a move's end it
+                // could not get replicated), and a VP it still holds
+                // messages for would wait for them for good.
                 let out = vec![
                     Out::Log(format!("host {name} attached to this master")),
                     Out::Broadcast(self.peers()),
+                    Out::ToHost(name.clone(), self.directory()),
                 ];
                 (name, out, false)
             }

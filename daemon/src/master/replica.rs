@@ -64,6 +64,9 @@ impl Master {
         if let Some(h) = m.hosts.get_mut(me) {
             h.alive = true;
         }
+        // Its own host's idea of where every VP is, as the hosts that
+        // attach get it.
+        out.push(Out::ToHost(me.to_string(), m.directory()));
         // Only requests made through a host that is still there are answered.
         let reachable = |r: &Requester| match r {
             Requester::Local(_) => false,

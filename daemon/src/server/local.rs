@@ -52,6 +52,24 @@ impl Daemon {
             join,
         ) {
             Ok(started) => self.take_in_vp(s, started, cell, None),
+            Err(e) if s.env.iter().any(|(k, _)| k == libmig::vp::env::RESTORE) => {
+                // Its image came here (a move, a restart): its program not
+                // starting here is this host's lack, not the VP's end. The
+                // master recalls it to where its image is kept.
+                if let (Some(cell), Some(c)) = (cell, &mut self.contain) {
+                    c.retire(cell);
+                }
+                warn!(
+                    "cannot start {} for VP t{tid:x} from its image: {e}",
+                    s.program
+                );
+                let restore = self.state.restore(tid);
+                crate::discard::remove_later(&restore);
+                self.report(ToMaster::Missing {
+                    tid,
+                    reason: format!("starting {}: {e}", s.program),
+                });
+            }
             Err(e) => {
                 warn!("cannot start {} for VP t{tid:x}: {e}", s.program);
                 let status = ExitInfo {
