@@ -733,3 +733,37 @@ fn a_worker_that_waits_for_a_master_stops_when_told() {
         vm.log(2)
     );
 }
+
+#[test]
+fn a_question_the_stopped_master_never_answered_is_answered_by_the_next() {
+    // `mig hosts` through h1 and through h2 reaches the master, which is
+    // stopped for good before it answers: the others elect one of them.
+    // Neither request is left waiting for an answer that never comes (the
+    // one elected takes over, the other follows it): each fails with the
+    // master's change, and `mig` asks the next master again.
+    let mut vm = Vm::start(3);
+    three_voters(&vm, 1);
+    vm.signal(0, Signal::SIGSTOP);
+    let ask = |i: usize| {
+        mig_tests::command("mig")
+            .env("MIG_DAEMON", vm.sock_of(i))
+            .env("MIG_TIMEOUT_S", "45")
+            .args(["hosts", "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("mig hosts")
+    };
+    let asked = [ask(1), ask(2)];
+    for out in asked.map(|c| c.wait_with_output().expect("mig hosts")) {
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{said}\n{}", vm.all_logs());
+        let hosts: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert!(
+            hosts
+                .as_array()
+                .is_some_and(|a| a.iter().any(|h| h["master"] == true && h["name"] != "h0")),
+            "{hosts}"
+        );
+    }
+}

@@ -247,8 +247,9 @@ impl Daemon {
             return self.quiet_close(t, "a try given up");
         };
         self.attach.conn = None;
-        if self.drop_master_links() {
-            // (A stopped master: its link is open, its answers never come.)
+        // (A stopped master: its link is open, its answers never come; a
+        // dead one: what was sent to it is lost.)
+        if self.drop_master_links() || target.name.is_some() {
             self.fail_unanswered("a new master was elected");
         }
         if let Some(c) = self.conns.get_mut(&t) {

@@ -501,7 +501,10 @@ impl Daemon {
         m.set_admin_uid(self.uid);
         log!("elected master (term {term})");
         // The old master's link goes quietly: this daemon is the master.
+        // What was sent to the old master and never answered fails (a
+        // question that changes nothing is asked again by `mig`).
         self.drop_master_links();
+        self.fail_unanswered("a new master was elected");
         self.attach_cancel();
         let peers = m.peer_list();
         let voters: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
@@ -715,9 +718,19 @@ impl Daemon {
         }
     }
 
-    /// Requests the master went away with fail, with why.
+    /// Requests the master went away with fail, with why (those not sent
+    /// to it yet, kept for the next master, stay).
     pub(super) fn fail_unanswered(&mut self, why: &str) {
-        for t in self.proxied.unanswered() {
+        let queued: Vec<u64> = self
+            .failover
+            .unsent
+            .iter()
+            .filter_map(|m| match m {
+                ToMaster::Control { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        for t in self.proxied.unanswered(&queued) {
             self.send_resp(
                 t,
                 &Response::Error {

@@ -105,15 +105,17 @@ impl Proxied {
     }
 
     /// The master went away: the connections of requests it never
-    /// answered (they are forgotten). Streams it began (a job's output)
-    /// are kept: the next master goes on with them.
-    pub(super) fn unanswered(&mut self) -> Vec<Token> {
+    /// answered (they are forgotten), but those of `keep` (not sent yet:
+    /// the next master gets them). Streams it began (a job's output) are
+    /// kept: the next master goes on with them.
+    pub(super) fn unanswered(&mut self, keep: &[u64]) -> Vec<Token> {
         let mut out = Vec::new();
-        self.by_id.retain(|_, (t, began)| {
-            if !*began {
+        self.by_id.retain(|id, (t, began)| {
+            let stays = *began || keep.contains(id);
+            if !stays {
                 out.push(*t);
             }
-            *began
+            stays
         });
         out
     }
