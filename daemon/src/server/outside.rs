@@ -32,12 +32,7 @@ impl Daemon {
     /// is stopped and saved off the loop; `saved_from_outside` goes on.
     pub(super) fn move_from_outside(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
-        let Some((pid, all, input)) = self
-            .vps
-            .by_tid
-            .get(&tid)
-            .map(|v| (v.pid, v.pids(), v.held_input()))
-        else {
+        let Some(task) = self.dump_task(tid, self.state.move_image(tid), None) else {
             return;
         };
         let dest = if to == self.facts.name {
@@ -54,14 +49,22 @@ impl Daemon {
         if let Some(v) = self.vps.by_tid.get(&tid) {
             v.signal(Signal::SIGSTOP);
         }
-        self.checkpointer.submit(Task::Dump {
+        self.checkpointer.submit(task);
+    }
+
+    /// The checkpointer's work to save local VP `tid` to `to` (for job
+    /// checkpoint `snap`, or a move): its processes and the input its
+    /// daemon holds for it. `None`: it is not here.
+    fn dump_task(&self, tid: Tid, to: std::path::PathBuf, snap: Option<u64>) -> Option<Task> {
+        let v = self.vps.by_tid.get(&tid)?;
+        Some(Task::Dump {
             tid,
-            pid,
-            to: self.state.move_image(tid),
-            snap: None,
-            all,
-            input,
-        });
+            pid: v.pid,
+            to,
+            snap,
+            all: v.pids(),
+            input: v.held_input(),
+        })
     }
 
     /// The checkpointer thread has results.
@@ -289,22 +292,9 @@ impl Daemon {
                         false,
                     );
                 }
-                let Some((pid, all, input)) = self
-                    .vps
-                    .by_tid
-                    .get(&tid)
-                    .map(|v| (v.pid, v.pids(), v.held_input()))
-                else {
-                    return;
-                };
-                self.checkpointer.submit(Task::Dump {
-                    tid,
-                    pid,
-                    to: self.state.snap_image(tid),
-                    snap: Some(id),
-                    all,
-                    input,
-                });
+                if let Some(task) = self.dump_task(tid, self.state.snap_image(tid), Some(id)) {
+                    self.checkpointer.submit(task);
+                }
             }
             SnapOrder::Resume { .. } | SnapOrder::Abort { .. } => {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
