@@ -262,7 +262,12 @@ fn a_job_of_shell_loops_is_checkpointed_and_goes_on_from_it_when_a_host_dies() {
     vm.signal(i, nix::sys::signal::Signal::SIGKILL);
     let out = job.wait_with_output().expect("the job ends");
     let lines = job_lines(&out);
-    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
     // (A VP that ended after the checkpoint the job goes back to runs
     // its end again: its line may come twice.)
     assert!(
@@ -332,7 +337,12 @@ fn a_python_program_with_two_threads_moved_mid_run_gets_its_sum_right() {
     assert!(moved >= 1, "not moved:\n{}", vm.all_logs());
     let out = job.wait_with_output().expect("the job ends");
     let lines = job_lines(&out);
-    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
     assert!(lines.iter().any(|l| l.ends_with("sum 3000")), "{lines:?}");
 }
 
@@ -352,7 +362,12 @@ fn a_shell_pipeline_moved_mid_run_sums_right() {
     assert!(moved >= 1, "not moved:\n{}", vm.all_logs());
     let out = job.wait_with_output().expect("the job ends");
     let lines = job_lines(&out);
-    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
     assert!(
         lines.iter().any(|l| l.ends_with("total 2001000")),
         "{lines:?}"
@@ -409,7 +424,12 @@ fn with_default_settings_a_job_of_plain_programs_survives_its_masters_host_and_a
     vm.signal(worker, nix::sys::signal::Signal::SIGKILL);
     let out = job.wait_with_output().expect("the job ends");
     let lines = job_lines(&out);
-    assert!(out.status.success(), "{lines:?}\n{}", vm.all_logs());
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
     // (A VP that ended after the checkpoint the job goes back to runs
     // its end again: its line may come twice.)
     assert!(
