@@ -239,6 +239,34 @@ impl Scheduler {
             self.place_fresh(k, ctx);
             return Ok(());
         }
+        let (cand, to_host, before) = self.new_vp_candidates(k, arch_id, host);
+        if cand.is_empty() && before > 0 {
+            self.hold_unplaced(k, ctx);
+            return Ok(());
+        }
+        if cand.is_empty() {
+            if self.map.has_arch(&arch) {
+                self.place_fresh(k, ctx);
+            } else {
+                self.hold_unplaced(k, ctx);
+            }
+            return Ok(());
+        }
+        self.place_new_vp(k, &cand, to_host, ctx);
+        Ok(())
+    }
+
+    /// The rows a new VP of job `k` (of architecture `arch_id`) may go to:
+    /// its job's candidates of that architecture, only those of `host` when
+    /// it has some (then `true`: no re-planning that could put the VP
+    /// elsewhere), and only on hosts whose memory holds one more of its
+    /// VPs. With them, how many there were before memory was looked at.
+    fn new_vp_candidates(
+        &self,
+        k: JobKey,
+        arch_id: u32,
+        host: Option<&str>,
+    ) -> (Vec<Row>, bool, usize) {
         let cand: Vec<Row> = self
             .candidates(k)
             .into_iter()
@@ -257,7 +285,7 @@ impl Scheduler {
         let to_host = !on_host.is_empty();
         let cand = if to_host { on_host } else { cand };
         // Only hosts whose memory holds one more of its VPs; where none
-        // does, it is held until memory is freed.
+        // does, the caller holds it until memory is freed.
         let before = cand.len();
         let cand = match self.memory_caps(k) {
             None => cand,
@@ -279,18 +307,14 @@ impl Scheduler {
                     .collect()
             }
         };
-        if cand.is_empty() && before > 0 {
-            self.hold_unplaced(k, ctx);
-            return Ok(());
-        }
-        if cand.is_empty() {
-            if self.map.has_arch(&arch) {
-                self.place_fresh(k, ctx);
-            } else {
-                self.hold_unplaced(k, ctx);
-            }
-            return Ok(());
-        }
+        (cand, to_host, before)
+    }
+
+    /// The new VP of job `k` placed among `cand` (not empty): (a) where it
+    /// finishes first, without moving the others, or (b) the job's full
+    /// optimum if that is strictly faster and its moves are affordable
+    /// (never when `to_host`: the VP goes to the host asked for).
+    fn place_new_vp(&mut self, k: JobKey, cand: &[Row], to_host: bool, ctx: &mut Ctx) {
         // (a) no migration: the new VP where it finishes first.
         let j = self.job(k);
         // Its VPs per row, by row (looked up once a candidate).
@@ -318,7 +342,7 @@ impl Scheduler {
             if t_b < t_a * (1.0 - 1e-9) && self.optional_moves(k, &all, &counts) <= ctx.budget {
                 let cols = self.job(k).columns.clone();
                 self.apply(k, cols, &all, &counts, ctx);
-                return Ok(());
+                return;
             }
         }
         let cols = self.job(k).columns.clone();
@@ -336,7 +360,6 @@ impl Scheduler {
             .map(|r| self.job(k).rows.get(r).copied().unwrap_or(0) + u32::from(*r == best_row))
             .collect();
         self.apply(k, cols, &rows, &counts, ctx);
-        Ok(())
     }
 
     /// VP `vp` of `job` may be moved from now on; if it was held for want
