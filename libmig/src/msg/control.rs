@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::*;
+use super::peer::OwnerReport;
+use super::{ExitInfo, HostFacts, Stream, Tid};
 
 /// What `mig spawn` asks for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

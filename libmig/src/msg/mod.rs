@@ -20,7 +20,6 @@ pub use control::*;
 pub use peer::*;
 pub use vp::*;
 
-use crate::auth::Block;
 use serde::{Deserialize, Serialize};
 
 /// A VP's identity. Assigned by the master, never reused while the virtual

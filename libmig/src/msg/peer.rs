@@ -15,7 +15,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::*;
+use super::control::{JobInfo, LoopTurns, Request, Response};
+use super::vp::{SnapStep, VpCall, VpRet};
+use super::{Envelope, ExitInfo, HostFacts, Loc, StartVp, Stream, Tid};
+use crate::auth::Block;
 
 /// Daemon to daemon: what one frame on a TCP link between daemons says,
 /// by the conversation it belongs to. Each side handles a conversation in

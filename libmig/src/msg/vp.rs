@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::*;
+use super::{Envelope, ExitInfo, Tid};
 
 /// What a VP can ask to be told about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

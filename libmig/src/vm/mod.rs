@@ -51,20 +51,18 @@ mod snapshot;
 pub use pause::PAUSE_SIGNAL;
 
 use std::collections::{HashMap, VecDeque};
-use std::io;
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde::{de::DeserializeOwned, Serialize};
+use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use crate::checkpoint::{Header, LibState, Unread};
 use crate::frame::{self, FrameError, MAX_BODY};
-use crate::link::{self, Link};
-use crate::msg::{Envelope, Notice, NotifyOn, SnapStep, Tid, VpCall, VpMsg, VpRet, SYSTEM};
-use crate::payload::{Payload, FD_PAYLOAD};
+use crate::link::Link;
+use crate::msg::{Notice, NotifyOn, Tid, VpCall, VpMsg, VpRet, SYSTEM};
+use crate::payload::Payload;
 use crate::pool::{Inbox, Outbox};
 use crate::vp::{env, Identity, NotAVp};
 use peer::Peers;

@@ -4,7 +4,10 @@
 //! before stopping it. Gang slices never wait for this; moves and job
 //! checkpoints happen at safe points, inside libmig, and need no notice.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{MigError, Vm};
+use crate::msg::VpMsg;
 
 /// Set by the pause notice signal when libmig handles it (`on_pause`).
 static PAUSE_COMING: AtomicBool = AtomicBool::new(false);

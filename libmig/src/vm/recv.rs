@@ -2,7 +2,17 @@
 //! arrives (messages in order per sender, answers, notices, the daemon's
 //! requests), and taking a message that matches.
 
-use super::*;
+use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{matches, LinkId, Message, MigError, SnapState, Vm, MAX_MESSAGE};
+use crate::frame;
+use crate::link::{self, Link};
+use crate::msg::{Envelope, SnapStep, Tid, VpMsg};
+use crate::payload::Payload;
 
 /// While it spins with rings, a VP looks at them every round, at the clock
 /// one round in `CLOCK_EVERY`, at its sockets (a system call each) first

@@ -2,7 +2,15 @@
 //! link, large ones through shared buffers, the first to each receiver
 //! confirmed by the daemon.
 
-use super::*;
+use std::io;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{LinkId, MigError, Route, Vm, DIRECT_WAIT, FD_WINDOW, MAX_MESSAGE, STAGE_WAIT};
+use crate::frame;
+use crate::msg::{Envelope, Tid, VpMsg, SYSTEM};
+use crate::payload::FD_PAYLOAD;
 
 impl Vm {
     /// Send a typed value (postcard-encoded) to `to` with `tag`.

@@ -2,7 +2,16 @@
 //! where a move or a job checkpoint takes its image, and writing the image
 //! (the program's state, what libmig holds, messages taken in but not read).
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use super::{matches, LinkId, Message, MigError, Vm, ASKED};
+use crate::checkpoint::{Header, LibState, Unread};
+use crate::frame;
+use crate::msg::{SnapStep, Tid, VpMsg};
+use crate::payload::Payload;
+use crate::vp::env;
 
 impl Vm {
     /// Join the virtual machine, fresh or resumed: a VP restarted from a
