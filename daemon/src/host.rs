@@ -141,7 +141,8 @@ pub struct Pipe {
 
 /// Find a program the way `execvp` would: a path with a `/` relative to
 /// `cwd`, a bare name on `PATH` (from `env` if it sets one, else the
-/// daemon's). Shared by the master's check at spawn time and the host's exec.
+/// daemon's). Shared by the check of a spawn where it is asked for
+/// (`missing_program`) and the host's exec.
 pub fn find_program(program: &str, cwd: &str, env: &[(String, String)]) -> Option<PathBuf> {
     if program.is_empty() {
         return None;
@@ -159,6 +160,15 @@ pub fn find_program(program: &str, cwd: &str, env: &[(String, String)]) -> Optio
     path.split(':')
         .map(|d| Path::new(d).join(program))
         .find(|p| p.is_file())
+}
+
+/// Why a spawn of `program` (the job's program for this host's
+/// architecture) is refused here, where it is asked for, if it is: it is
+/// not found from `cwd` or on the `PATH` of `env`.
+pub fn missing_program(program: &str, cwd: &str, env: &[(String, String)]) -> Option<String> {
+    find_program(program, cwd, env).is_none().then(|| {
+        format!("program {program:?} not found (relative to {cwd} or on PATH); build it or give its path")
+    })
 }
 
 fn cstring(s: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -329,7 +339,7 @@ impl Exec {
         let program = find_program(&s.program, &s.cwd, &s.env).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
-                "not found (relative to the working directory or on PATH)",
+                format!("not found (relative to {} or on PATH)", s.cwd),
             )
         })?;
         let program = cstring(program.as_os_str().as_bytes())?;

@@ -329,6 +329,9 @@ int main(int argc, char **argv)
 		CHECK(n == 0 && t == PvmNoHost);
 		n = pvm_spawn(argv[0], (char **)0, PvmTaskHost, "no-such-host", 1, &t);
 		CHECK(n == 0 && t == PvmNoHost);
+		/* A program that is not there: none started. */
+		n = pvm_spawn("/no/such/program", (char **)0, PvmTaskDefault, "", 1, &t);
+		CHECK(n == 0 && t == PvmNoFile);
 		n = pvm_spawn(argv[0], plain, PvmTaskArch, arch, 1, &t);
 		CHECK(n == 1 && t > 0);
 		if (n == 1) {

@@ -206,7 +206,8 @@ pub unsafe extern "C" fn pvm_spawn(
                     got.len().min(n) as c_int
                 }
                 Err(e) => {
-                    let code = if e.to_string().contains("No such file") {
+                    let why = e.to_string();
+                    let code = if why.contains("No such file") || why.contains("not found") {
                         errors::NO_FILE
                     } else {
                         errors::SYS_ERR

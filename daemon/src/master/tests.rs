@@ -139,10 +139,16 @@ fn bad_requests_are_clear_errors() {
     let now = Instant::now();
     let (mut m, _) = Master::new(facts("h0", 1), now, Duration::ZERO);
     let mut s = spec(1);
-    s.program = "./no-such-program".into();
+    s.program = String::new();
     let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
     assert!(
-        matches!(&out[0], Out::Reply(_, Response::Error { message }) if message.contains("not found"))
+        matches!(&out[0], Out::Reply(_, Response::Error { message }) if message.contains("no program given"))
+    );
+    let mut s = spec(1);
+    s.program = "aarch64=./heat-arm".into();
+    let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
+    assert!(
+        matches!(&out[0], Out::Reply(_, Response::Error { message }) if message.contains("names no program for x86_64-linux"))
     );
     let mut s = spec(1);
     s.env.push(("MIG_TID".into(), "1".into()));

@@ -1,5 +1,7 @@
 //! Requests from `mig` on the local control socket: answered by the master,
-//! forwarded to it by a worker.
+//! forwarded to it by a worker. A spawn's program is looked for here first,
+//! on this host's disk, where the user asked for it (the master has no disk
+//! of its own to look at).
 
 use libmig::msg::{Request, Response, ToMaster};
 use mio::Token;
@@ -15,6 +17,9 @@ impl Daemon {
         let uid = self.conns.get(&t).and_then(|c| c.uid).unwrap_or(self.uid);
         if let Some(resp) = self.answer_logs(uid, &req) {
             return self.send_resp(t, &resp);
+        }
+        if let Some(message) = self.spawn_refused_here(uid, &req) {
+            return self.send_resp(t, &Response::Error { message });
         }
         if let Some(m) = self.role.master() {
             m.set_wall(wall_ns());
@@ -51,6 +56,24 @@ impl Daemon {
                 },
             );
         }
+    }
+
+    /// Why `req`, a spawn by user `uid`, is refused here, if it is: its
+    /// program (for this host's architecture) is not found from the spawn's
+    /// working directory or on its `PATH`. What the request alone shows
+    /// wrong (no program, a `MIG_*` variable, none for this architecture)
+    /// the master says, the same way from every host; a spawn the master
+    /// refuses whatever the program (another user's, on a daemon running as
+    /// root) is not looked at.
+    fn spawn_refused_here(&self, uid: u32, req: &Request) -> Option<String> {
+        let Request::Spawn(spec) = req else {
+            return None;
+        };
+        if self.uid == 0 && uid != 0 {
+            return None;
+        }
+        let program = crate::master::check_program(spec, &self.facts.arch).ok()?;
+        crate::host::missing_program(&program, &spec.cwd, &spec.env)
     }
 
     /// On the master, `Request::Logs` from user `uid`: the job's kept

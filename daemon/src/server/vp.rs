@@ -1,7 +1,8 @@
-//! Frames from local VPs: messages to route, calls for the master, steps of
-//! checkpoints and moves, requests for direct links.
+//! Frames from local VPs: messages to route, calls for the master (a spawn's
+//! program looked for here first), steps of checkpoints and moves, requests
+//! for direct links.
 
-use libmig::msg::{SnapStep, Tid, ToMaster, VpMsg};
+use libmig::msg::{SnapStep, Tid, ToMaster, VpCall, VpMsg, VpRet};
 use mio::Token;
 
 use super::routing::gone;
@@ -79,7 +80,16 @@ impl Daemon {
                 reason,
                 no_space,
             }) => self.snap_failed(tid, id, reason, no_space),
-            VpMsg::Call { id, call } => self.report(ToMaster::VpCall { tid, id, call }),
+            VpMsg::Call { id, call } => match self.spawn_call_refused_here(tid, &call) {
+                Some(why) => self.send_vp(
+                    t,
+                    &VpMsg::Return {
+                        id,
+                        ret: VpRet::Error(why),
+                    },
+                ),
+                None => self.report(ToMaster::VpCall { tid, id, call }),
+            },
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
             VpMsg::Movable => {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
@@ -118,6 +128,27 @@ impl Daemon {
             | VpMsg::Ring { .. }
             | VpMsg::Wake) => self.refuse(t, &format!("a VP may not send {}", other.name())),
         }
+    }
+
+    /// Why `call` of local VP `tid`, a spawn of VPs of this host's
+    /// architecture, is refused here, if it is: their program (the job's
+    /// for this architecture) is not found from the job's working directory
+    /// or on its `PATH`, as the caller's own start gives them. (The master,
+    /// which has no disk to look at, says what the call alone shows wrong;
+    /// a spawn on another architecture or host is looked at by the host
+    /// that starts it, which reports the VP ended if it cannot.)
+    fn spawn_call_refused_here(&self, tid: Tid, call: &VpCall) -> Option<String> {
+        let program = match call {
+            VpCall::Spawn { program, .. } => program,
+            VpCall::SpawnArch { program, arch, .. } if *arch == self.facts.arch => program,
+            _ => return None,
+        };
+        let start = self.vps.by_tid.get(&tid)?.start.as_ref()?;
+        let program = crate::master::program_for(program, &self.facts.arch)?;
+        if program.is_empty() {
+            return None;
+        }
+        crate::host::missing_program(&program, &start.cwd, &start.env)
     }
 
     /// VP `tid` (on `t`) asks for a direct link to `peer`: a socket pair,
