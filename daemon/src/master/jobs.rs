@@ -107,6 +107,7 @@ impl Master {
                 hosts: BTreeSet::new(),
                 cpu_ms: 0,
                 suspended: false,
+                refused_by: BTreeMap::new(),
             },
         );
         let mut out = vec![

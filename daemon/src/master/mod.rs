@@ -4,7 +4,9 @@
 //! heartbeats, VP starts and exits, output, control requests) into scheduler
 //! events, and the scheduler's actions into messages. It does no I/O: every
 //! method returns the `Out`s the server must carry out, so it is tested without
-//! sockets. What does not: sockets, processes, clocks (`now` is passed in).
+//! sockets. What does not: sockets, processes, clocks (`now` is passed in),
+//! disks (whether a program exists is looked at where a spawn is asked for,
+//! and by the host that starts it, which says so when it cannot).
 
 mod balancing;
 mod batch;

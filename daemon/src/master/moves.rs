@@ -19,6 +19,10 @@ impl Master {
     /// carries those out in turn).
     pub(super) fn outs_for(&mut self, actions: Vec<Action>) -> Vec<Out> {
         let mut out = Vec::new();
+        // VPs the scheduler moved to a host that refused their job before:
+        // they stay, and its map follows them back once these actions
+        // (their slot tables among them) are carried out.
+        let mut stay: Vec<(String, u32, String)> = Vec::new();
         for a in actions {
             match a {
                 Action::Start { job, vp, host, .. } => {
@@ -40,6 +44,18 @@ impl Master {
                         .and_then(|j| j.vps.get(&vp))
                         .and_then(|v| v.host().map(String::from))
                         .unwrap_or_else(|| from_host.to_string());
+                    if let Some(why) = self
+                        .refused_by(&job, &to_host)
+                        .filter(|_| self.is_alive(&at))
+                    {
+                        out.push(Out::Log(format!(
+                            "VP {vp} of {job} stays on {at}: {to_host} could not take in a VP \
+                             of it before ({why})"
+                        )));
+                        out.extend(self.release_held(&job, vp));
+                        stay.push((job.to_string(), vp, at));
+                        continue;
+                    }
                     if self.is_alive(&from_host) || self.is_alive(&at) {
                         // (Its process goes on to its safe point, then ends.)
                         out.extend(self.release_held(&job, vp));
@@ -143,7 +159,16 @@ impl Master {
                 }
             }
         }
+        for (job, vp, at) in stay {
+            out.extend(self.follow_in_map(&job, vp, &at));
+        }
         out
+    }
+
+    /// Why `host` could not take in a VP of `job` moved there, if it could
+    /// not: the scheduler's moves of the job's VPs do not go there again.
+    fn refused_by(&self, job: &str, host: &str) -> Option<String> {
+        self.jobs.get(job)?.refused_by.get(host).cloned()
     }
 
     /// The scheduler puts VP `vp` of `job` on `host`: start it there if it
@@ -226,10 +251,10 @@ impl Master {
                  template (./prog-{{arch}}) or ARCH=PATH,... to let it move there"
             ));
         };
-        if crate::host::find_program(&start.program, &start.cwd, &start.env).is_none() {
+        if let Some(why) = self.refused_by(job, to) {
             return Err(format!(
-                "the job's program for {to_arch}, {:?}, does not exist: VP t{tid:x} cannot run on {to}",
-                start.program
+                "{to} could not take in a VP of job {job} before ({why}): its VPs go there again \
+                 only when moved there by hand (mig migrate)"
             ));
         }
         let vacate = self.vacate_due(job, src);
@@ -441,7 +466,7 @@ impl Master {
             from: src,
             to,
             pid,
-            plan,
+            mut plan,
         } = v.state().clone()
         else {
             return Vec::new();
@@ -450,12 +475,25 @@ impl Master {
             return Vec::new();
         }
         if src != host {
-            v.move_failed = Some(format!("{host} could not take it in: {reason}"));
+            let arch = self.hosts.get(host).map_or("", |h| h.facts.arch.as_str());
+            v.move_failed = Some(format!("{host} ({arch}) could not take it in: {reason}"));
             if !self.hosts.get(&src).is_some_and(|h| h.alive) {
                 // When its source is declared dead, the VP is recalled to
                 // this host, which then says again that it has nothing.
                 return Vec::new();
             }
+            // The scheduler's moves of its job's VPs do not come here
+            // again (it would refuse again: each attempt a move there and
+            // back), and this one is not tried again.
+            if plan.wants.as_ref().is_some_and(|w| w.to == host) {
+                plan.wants = None;
+            }
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.refused_by.insert(host.to_string(), reason.to_string());
+            }
+            let Some(v) = self.jobs.get_mut(&job).and_then(|j| j.vps.get_mut(&vp)) else {
+                return Vec::new();
+            };
             let recalled = VpState::Moving {
                 from: src.clone(),
                 to: src.clone(),
@@ -762,6 +800,11 @@ impl Master {
                     "VP t{tid:x} needs {need} MB of memory and {to} offers {has} MB{beside}"
                 ));
             }
+        }
+        // Asked by hand, a host that refused the job before is tried again
+        // (its program may be there now).
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.refused_by.remove(to);
         }
         if self.pausing_for_checkpoint(&job) {
             // Made once the VPs go on (in a moment).

@@ -75,6 +75,12 @@ pub(super) struct JobRec {
     pub(super) cpu_ms: u64,
     /// Suspended (`mig suspend`) and not resumed since.
     pub(super) suspended: bool,
+    /// Hosts that could not take in a VP of it moved there (its program
+    /// would not start there, say), with why: its VPs are moved there
+    /// again only by hand (`mig migrate`). Not replicated (a new master
+    /// may try such a host once more, and hear it refuse again).
+    #[serde(skip)]
+    pub(super) refused_by: BTreeMap<String, String>,
 }
 
 impl JobRec {

@@ -2190,3 +2190,72 @@ fn a_restore_whose_image_does_not_arrive_is_tried_again_then_ends_its_job_saying
         }
     }
 }
+
+#[test]
+fn a_host_that_could_not_take_in_a_vp_is_not_chosen_again_for_its_jobs_moves() {
+    // Four VPs doubled up on two hosts; two more hosts join and the
+    // scheduler spreads the job, one VP to h2, whose disk lacks the
+    // program.
+    let mut c = Cluster::new(2);
+    c.running_job(4);
+    c.m.register(facts("h2", 1), c.t0);
+    let (_, out) = c.m.register(facts("h3", 1), c.t0);
+    let moves = move_out_orders(&out);
+    let (src, tid, _) = moves
+        .iter()
+        .find(|(_, _, to)| to == "h2")
+        .cloned()
+        .unwrap_or_else(|| panic!("a move to h2: {out:?}"));
+    for (_, t, to) in moves.iter().filter(|(_, t, _)| *t != tid) {
+        c.m.started(to, *t, 300);
+    }
+    let vp = c.m.tids[&tid].1;
+    let out = c.m.from_host(
+        "h2",
+        ToMaster::Missing {
+            tid,
+            reason: "starting /bin/true: not found (relative to / or on PATH)".into(),
+        },
+    );
+    assert!(
+        out.contains(&Out::ToHost(src.clone(), ToHost::Recall { tid })),
+        "{out:?}"
+    );
+    c.m.started(&src, tid, 301);
+    let ps = c.m.ps();
+    let v = ps.iter().find(|v| v.tid == tid).expect("in ps");
+    assert_eq!(
+        (v.host.as_deref(), v.state.as_str()),
+        (Some(src.as_str()), "running")
+    );
+    let failed = v.move_failed.clone().unwrap_or_default();
+    assert!(
+        failed.contains("h2 (x86_64-linux) could not take it in") && failed.contains("/bin/true"),
+        "{failed}"
+    );
+    // The map has it back where it runs.
+    let placed = |c: &Cluster| c.m.sched.job_view("j1").expect("job").placement[&vp].clone();
+    assert!(placed(&c).starts_with(&format!("{src}/")), "{}", placed(&c));
+    // It is not moved there again: not after a failed move...
+    for s in 1..=60 {
+        let out = c.m.tick(c.at(s), Duration::from_secs(3600));
+        assert!(move_out_orders(&out).is_empty(), "at {s} s: {out:?}");
+    }
+    // ...nor when the scheduler chooses h2 for it again (a host joins):
+    // it stays, and the map follows it.
+    let (_, out) = c.m.register(facts("h4", 1), c.at(61));
+    assert!(
+        !move_out_orders(&out).iter().any(|(_, _, to)| to == "h2"),
+        "{out:?}"
+    );
+    assert!(
+        out.iter().any(
+            |o| matches!(o, Out::Log(l) if l.contains("stays on") && l.contains("h2 could not take in"))
+        ),
+        "{out:?}"
+    );
+    assert!(placed(&c).starts_with(&format!("{src}/")), "{}", placed(&c));
+    // By hand, it is tried again (its program may be there now).
+    let out = migrate(&mut c, tid, "h2");
+    assert_eq!(move_out_orders(&out), vec![(src, tid, "h2".to_string())]);
+}

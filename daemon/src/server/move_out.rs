@@ -27,7 +27,7 @@ impl Daemon {
             // the VP runs there).
             let image = map_image(&parked.path);
             if image.is_ok() {
-                self.keep_sent(tid, &start, &parked.path);
+                self.keep_sent(tid, &start, Some(&parked.start.program), &parked.path);
             }
             let _ = std::fs::remove_file(&parked.path);
             return match image {
@@ -201,7 +201,13 @@ impl Daemon {
                     image.len()
                 );
                 self.moved_out(tid);
-                self.keep_sent(tid, &start, &expected);
+                let own = self
+                    .vps
+                    .by_tid
+                    .get(&tid)
+                    .and_then(|v| v.start.as_ref())
+                    .map(|s| s.program.clone());
+                self.keep_sent(tid, &start, own.as_deref(), &expected);
                 let _ = std::fs::remove_file(&expected);
                 self.send_image(&to, start, image, streamed);
             }
@@ -233,13 +239,19 @@ impl Daemon {
     /// Keep the image at `path` of VP `tid`, on its way to another host,
     /// until it runs there: linked under its own name (the mapping being
     /// sent is unaffected when `path` is removed). Without it, a target
-    /// that dies before the VP runs there would lose the VP.
-    fn keep_sent(&mut self, tid: Tid, start: &StartVp, path: &std::path::Path) {
+    /// that dies or cannot start it before the VP runs there would lose
+    /// the VP. Recalled, it starts here again with `own`, the program it
+    /// ran here (`start`'s is the target's, for its architecture).
+    fn keep_sent(&mut self, tid: Tid, start: &StartVp, own: Option<&str>, path: &std::path::Path) {
         let kept = self.state.sent(tid);
         crate::discard::remove_later(&kept);
+        let mut here = start.clone();
+        if let Some(own) = own {
+            here.program = own.to_string();
+        }
         match std::fs::hard_link(path, &kept) {
             Ok(()) => {
-                if let Some(old) = self.moves.keep_sent(tid, start.clone(), kept.clone()) {
+                if let Some(old) = self.moves.keep_sent(tid, here, kept.clone()) {
                     if old.path != kept {
                         crate::discard::remove_later(&old.path);
                     }
