@@ -5,7 +5,9 @@
 //! process under the crate's init of a pid namespace, see `ns`), their
 //! pids, parents, process groups and sessions, zombies, the open files
 //! they share and the pipes between them with the bytes in flight (read
-//! with `tee(2)`, which leaves them in the pipe).
+//! with `tee(2)`, which leaves them in the pipe), and what was on its way
+//! to the root through the stdin pipe and the socket its caller gives anew
+//! (`Image::inputs`, `Image::sockets`).
 //!
 //! The steps, with every process group-stopped (SIGSTOP) by the caller:
 //! find the processes and refuse what cannot be saved before touching any
@@ -36,7 +38,8 @@ use sha2::{Digest, Sha256};
 use crate::fds::{self, FdsError, Holder};
 use crate::image::{
     self, Cpu, Header, Image, ImageError, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc,
-    ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo, Special, Thread, PAGE,
+    ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special, Thread,
+    PAGE,
 };
 use crate::plan::{is_special, runs_to_save, Take};
 use crate::proc::{self, Ids, MapsEntry};
@@ -65,6 +68,16 @@ pub struct DumpOptions {
     /// pipe held, then these (`Image::inputs`), for the caller to write
     /// into the new pipe first. The pipe is only looked at, not read.
     pub inputs: BTreeMap<i32, (Vec<u8>, bool)>,
+    /// Of `external_fds`, those that are the root's end of a stream
+    /// socket whose other end the caller holds (a VP's socket to its
+    /// daemon), each with what the caller says of it: `unread`, the bytes
+    /// it still holds for the root, not yet written into the socket;
+    /// `unfinished` and `spoke`, as they go into the image. The image's
+    /// [`SocketState`] keeps what the socket held for the root, then
+    /// `unread`. The socket is only looked at (a duplicate of the root's
+    /// descriptor, `pidfd_getfd(2)`, read with `MSG_PEEK`), not read; one
+    /// with descriptors on their way to the root is refused.
+    pub sockets: Vec<SocketState>,
 }
 
 /// What a dump wrote.
@@ -313,6 +326,26 @@ fn save(
         }
     }
 
+    let mut sockets = Vec::new();
+    for held in &opts.sockets {
+        let (mut unread, fds) = sys::peek_socket(root, held.fd)?;
+        if fds > 0 {
+            return Err(DumpError::Unsupported {
+                pid: root,
+                what: format!(
+                    "descriptors are on their way to it through the socket on fd {} (they \
+                     cannot be saved)",
+                    held.fd
+                ),
+            });
+        }
+        unread.extend_from_slice(&held.unread);
+        sockets.push(SocketState {
+            unread,
+            ..held.clone()
+        });
+    }
+
     let mut captured: Vec<Captured> = Vec::new();
     let mut offset = 0;
     let mut image_procs = Vec::new();
@@ -339,6 +372,7 @@ fn save(
         pipes,
         needs: None,
         inputs,
+        sockets,
     };
     // What a target must have to take it (hashed once a file, then from a
     // cache); a source that cannot tell leaves it unknown.

@@ -49,12 +49,13 @@ pub mod v1;
 /// The first eight bytes of every process image.
 pub const MAGIC: [u8; 8] = *b"MIGPROC\0";
 /// The format version written. Version 1 (one process, no tree) is still
-/// read, as an image of one process whose pid need not be kept, and
-/// version 2 (no record of what the source machine had) as an image whose
-/// needs are unknown; newer versions are refused.
-pub const FORMAT_VERSION: u32 = 3;
+/// read, as an image of one process whose pid need not be kept, version 2
+/// (no record of what the source machine had) as an image whose needs are
+/// unknown, and version 3 (no sockets' bytes) as an image with none;
+/// newer versions are refused.
+pub const FORMAT_VERSION: u32 = 4;
 /// The versions this build reads.
-pub const READS: [u32; 3] = [1, 2, 3];
+pub const READS: [u32; 4] = [1, 2, 3, 4];
 /// The header's size.
 pub const HEADER_LEN: usize = 64;
 /// The page size the format assumes (x86-64).
@@ -302,6 +303,33 @@ pub struct Image {
     /// what the caller still held for it. The caller writes it first into
     /// the new pipe.
     pub inputs: Vec<PendingInput>,
+    /// Stream sockets between the root and its caller, given anew at
+    /// restore (a VP's socket to its daemon): what was on its way each
+    /// way when the processes stopped.
+    pub sockets: Vec<SocketState>,
+}
+
+/// What was on its way through a stream socket between the root and its
+/// caller (which holds the other end, and gives a new pair's end at
+/// restore) when the processes stopped. Only the bytes are kept: a socket
+/// with descriptors in flight is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketState {
+    /// The root's descriptor.
+    pub fd: i32,
+    /// Bytes for the root it had not read: those the socket held (looked
+    /// at, not taken), then those the caller had not written yet. The
+    /// caller writes them first into the new socket.
+    #[serde(with = "serde_bytes")]
+    pub unread: Vec<u8>,
+    /// The start of what the root was writing when it stopped, which the
+    /// caller had already read (a write cut short: the root writes the
+    /// rest once restored). The caller takes them as read first on its new
+    /// end, ahead of what the root writes next.
+    #[serde(with = "serde_bytes")]
+    pub unfinished: Vec<u8>,
+    /// The root had written to it before (the caller says so).
+    pub spoke: bool,
 }
 
 /// Input a process had not read yet on a descriptor its caller feeds.
@@ -335,6 +363,32 @@ impl From<V2> for Image {
             pipes: v.pipes,
             needs: None,
             inputs: Vec::new(),
+            sockets: Vec::new(),
+        }
+    }
+}
+
+/// An image's metadata as version 3 wrote it (no `sockets`).
+#[derive(Deserialize)]
+struct V3 {
+    keep_pids: bool,
+    procs: Vec<Proc>,
+    files: Vec<OpenFile>,
+    pipes: Vec<Pipe>,
+    needs: Option<crate::compat::Fingerprint>,
+    inputs: Vec<PendingInput>,
+}
+
+impl From<V3> for Image {
+    fn from(v: V3) -> Image {
+        Image {
+            keep_pids: v.keep_pids,
+            procs: v.procs,
+            files: v.files,
+            pipes: v.pipes,
+            needs: v.needs,
+            inputs: v.inputs,
+            sockets: Vec::new(),
         }
     }
 }
@@ -717,6 +771,7 @@ pub fn decode_meta(version: u32, b: &[u8]) -> Result<Image, ImageError> {
     match version {
         1 => Ok(take::<v1::Meta>(b)?.into()),
         2 => Ok(take::<V2>(b)?.into()),
+        3 => Ok(take::<V3>(b)?.into()),
         FORMAT_VERSION => take(b),
         found => Err(ImageError::Version { found }),
     }
@@ -972,6 +1027,12 @@ mod tests {
                 fd: 0,
                 data: b"typed ahead\n".to_vec(),
                 closed: true,
+            }],
+            sockets: vec![SocketState {
+                fd: 3,
+                unread: b"for it".to_vec(),
+                unfinished: b"from it".to_vec(),
+                spoke: true,
             }],
             needs: Some(crate::compat::Fingerprint {
                 files: [("/usr/bin/prog".to_string(), Some(vec![7; 32]))].into(),

@@ -109,6 +109,18 @@
 //! given anew at restore, and so is any descriptor of another process that
 //! is one of them (stdout inherited).
 //!
+//! **What was on its way to the root** through what the caller gives anew
+//! goes into the image for the caller to write first into the new
+//! descriptor: the bytes its stdin pipe held (`tee`, as above) and, for a
+//! stream socket whose other end the caller holds (`DumpOptions::sockets`:
+//! a VP's socket to its daemon), the bytes that socket held, looked at with
+//! `MSG_PEEK` through a duplicate of the root's descriptor
+//! (`pidfd_getfd(2)`), not taken; each followed by what the caller still
+//! held. The other way, the caller reads what the stopped root wrote before
+//! the dump, and hands in the start of a write the root had not finished
+//! (`SocketState::unfinished`), for its new reader to take first. A socket
+//! with descriptors on their way through it is refused.
+//!
 //! **A tree's restore** (`restore_tree`) plans the order (`tree`): every
 //! process is forked by its saved parent (only a parent can wait for its
 //! child), parents first; a session leader calls `setsid` between the
@@ -263,7 +275,7 @@ use std::os::unix::fs::FileExt;
 
 pub use compat::{mismatch, Fingerprint};
 pub use dump::{dump, dump_tree, DumpError, DumpOptions, DumpStats, GLIBC_TID_OFFSET};
-pub use image::{Image, ImageError, Meta};
+pub use image::{Image, ImageError, Meta, SocketState};
 pub use ns::{descendants, spawn_in_namespace, stop_tree, NsError, Spawn, Tree, INIT_NAME};
 pub use restore::{restore, restore_tree, RestoreError, RestoreOptions, Restored};
 pub use sys::SysError;

@@ -580,6 +580,127 @@ pub fn peek_pipe(pid: i32, fd: i32) -> Result<(u32, Vec<u8>), SysError> {
     Ok((size as u32, data))
 }
 
+/// The bytes waiting to be read in the stream socket of `pid`'s descriptor
+/// `fd`, looked at without taking them, and how many descriptors came
+/// with them (0 when none). The socket is duplicated into this process
+/// (`pidfd_getfd(2)`, which needs the right to trace `pid`) and read with
+/// `MSG_PEEK`: what `pid` reads next is unchanged. A peek stops at bytes
+/// that carry descriptors (it lends copies of them, closed here at once),
+/// so those bytes and what follows them are not all returned then.
+pub fn peek_socket(pid: i32, fd: i32) -> Result<(Vec<u8>, usize), SysError> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let call = |what: &str| err(format!("{what} (socket of fd {fd})"), pid);
+    // SAFETY: pidfd_open takes integers and returns a new descriptor,
+    // which we then own.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(call("pidfd_open"));
+    }
+    // SAFETY: just made, ours alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd takes integers and returns a new descriptor (a
+    // duplicate of the other process's), which we then own.
+    let sock = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if sock < 0 {
+        return Err(call("pidfd_getfd"));
+    }
+    // SAFETY: just made, ours alone.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock as i32) };
+    let mut kind: libc::c_int = 0;
+    let mut kind_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: getsockopt writes one int (and its length) into ours; the
+    // ioctl (FIONREAD, SIOCINQ for a socket) writes one int, ours.
+    let (r1, r2) = unsafe {
+        (
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TYPE,
+                (&mut kind as *mut libc::c_int).cast(),
+                &mut kind_len,
+            ),
+            libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut waiting),
+        )
+    };
+    if r1 < 0 {
+        return Err(call("getsockopt SO_TYPE"));
+    }
+    if kind != libc::SOCK_STREAM {
+        return Err(SysError {
+            call: format!("peek (fd {fd})"),
+            pid,
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not a stream socket"),
+        });
+    }
+    if r2 < 0 {
+        return Err(call("ioctl FIONREAD"));
+    }
+    if waiting <= 0 {
+        return Ok((Vec::new(), 0));
+    }
+    let mut data = vec![0u8; waiting as usize];
+    // Room for the most descriptors one message may carry (SCM_MAX_FD).
+    const MAX_FDS: usize = 253;
+    // SAFETY: CMSG_SPACE computes a size from an integer.
+    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) };
+    let mut control = vec![0u8; space as usize];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control.len();
+    // SAFETY: `msg` points at `data` and `control`, both alive and as
+    // long as it says, for the call.
+    let got = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut msg,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if got < 0 {
+        return Err(call("recvmsg MSG_PEEK"));
+    }
+    data.truncate(got as usize);
+    let mut fds = 0;
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled
+    // (`msg_controllen` was set by recvmsg to what it wrote); each
+    // SCM_RIGHTS header is followed by its descriptors, which are ours
+    // (lent by the peek) and closed here.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let n = bytes / std::mem::size_of::<libc::c_int>();
+                let at = libc::CMSG_DATA(c).cast::<libc::c_int>();
+                for i in 0..n {
+                    drop(OwnedFd::from_raw_fd(at.add(i).read_unaligned()));
+                }
+                fds += n;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        fds = fds.max(1);
+    }
+    if fds == 0 && data.len() < waiting as usize {
+        return Err(SysError {
+            call: format!("recvmsg MSG_PEEK (socket of fd {fd})"),
+            pid,
+            source: io::Error::other(format!("{} of {waiting} bytes", data.len())),
+        });
+    }
+    Ok((data, fds))
+}
+
 /// Reads `buf.len()` bytes at `addr` of `pid` with `process_vm_readv`
 /// (readable memory only: one copy, straight into `buf`).
 pub fn vm_read(pid: i32, addr: u64, buf: &mut [u8]) -> Result<(), SysError> {

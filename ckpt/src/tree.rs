@@ -257,6 +257,7 @@ mod tests {
             pipes: vec![],
             needs: None,
             inputs: Vec::new(),
+            sockets: Vec::new(),
         }
     }
 

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use mig_ckpt::image::{
     self, v1, Cpu, Fd, Image, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc, ProcState, Prot,
-    Region, RegionKind, Run, SigAction, SigInfo, Special, Thread, FORMAT_VERSION, PAGE, READS,
+    Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special, Thread, FORMAT_VERSION,
+    PAGE, READS,
 };
 use mig_ckpt::{Fingerprint, ImageError};
 
@@ -230,6 +231,7 @@ fn state_v2() -> Image {
         }],
         needs: None,
         inputs: vec![],
+        sockets: vec![],
     }
 }
 
@@ -252,6 +254,20 @@ fn state_v3() -> Image {
             closed: false,
         }],
         ..state_v2()
+    }
+}
+
+/// A version 4 state: version 3's, and the bytes on their way both ways
+/// through the socket to the caller.
+fn state_v4() -> Image {
+    Image {
+        sockets: vec![SocketState {
+            fd: 3,
+            unread: b"MG for it".to_vec(),
+            unfinished: b"MG half".to_vec(),
+            spoke: true,
+        }],
+        ..state_v3()
     }
 }
 
@@ -303,23 +319,43 @@ fn version_2_image_still_decodes() {
 
 #[test]
 fn version_3_image_still_decodes() {
-    let path = fixture(3);
-    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 3 {
-        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
-        std::fs::write(&path, image::encode(&state_v3(), &pages()).expect("encode"))
-            .expect("write");
-    }
-    let bytes = std::fs::read(&path).expect("fixture");
+    // Written by version 3 (before the sockets' bytes were kept): read
+    // with none.
+    let bytes = std::fs::read(fixture(3)).expect("fixture");
     match image::decode(&bytes, true) {
         Ok((h, img)) => {
             assert_eq!(h.version, 3);
             assert_eq!(img, state_v3());
+            assert!(img.sockets.is_empty());
             let data = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
             assert_eq!(data, &pages()[..]);
         }
         Err(e) => {
             assert!(!READS.contains(&3), "version 3 refused: {e}");
             assert_eq!(e, ImageError::Version { found: 3 });
+        }
+    }
+}
+
+#[test]
+fn version_4_image_still_decodes() {
+    let path = fixture(4);
+    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 4 {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&path, image::encode(&state_v4(), &pages()).expect("encode"))
+            .expect("write");
+    }
+    let bytes = std::fs::read(&path).expect("fixture");
+    match image::decode(&bytes, true) {
+        Ok((h, img)) => {
+            assert_eq!(h.version, 4);
+            assert_eq!(img, state_v4());
+            let data = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
+            assert_eq!(data, &pages()[..]);
+        }
+        Err(e) => {
+            assert!(!READS.contains(&4), "version 4 refused: {e}");
+            assert_eq!(e, ImageError::Version { found: 4 });
         }
     }
 }

@@ -313,6 +313,7 @@ fn dump(
     let opts = DumpOptions {
         external_fds: GIVEN_FDS.into_iter().collect::<BTreeSet<i32>>(),
         inputs: input.map(|i| (0, i)).into_iter().collect(),
+        ..DumpOptions::default()
     };
     let saved = if trees {
         mig_ckpt::dump_tree(pid, &opts, &mut out)

@@ -124,6 +124,7 @@ impl From<Meta> for Image {
             }],
             needs: None,
             inputs: Vec::new(),
+            sockets: Vec::new(),
             files,
             pipes: Vec::new(),
         }
