@@ -393,6 +393,25 @@ impl Decoder {
         self.end - self.start + self.big.as_ref().map_or(0, |b| b.filled + b.head.len())
     }
 
+    /// A copy of the bytes buffered but not yet decoded, as they came (a
+    /// large frame's header, which the decoder does not keep, made again
+    /// from its lengths): fed to another decoder, they decode as they would
+    /// have here once the rest arrives.
+    pub fn pending_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.pending() + HEADER);
+        if let Some(b) = &self.big {
+            out.extend_from_slice(&MAGIC);
+            out.push(MAJOR);
+            out.push(MINOR);
+            out.extend_from_slice(&(b.head.len() as u32).to_le_bytes());
+            out.extend_from_slice(&((b.head.len() + b.payload.len()) as u32).to_le_bytes());
+            out.extend_from_slice(&b.head);
+            out.extend_from_slice(&b.payload[..b.filled]);
+        }
+        out.extend_from_slice(&self.buf[self.start..self.end]);
+        out
+    }
+
     /// The next whole frame's message, if one is buffered (any payload is
     /// dropped). A bad header is an error as soon as its 12 bytes are in (no
     /// waiting for a huge body).
@@ -560,5 +579,45 @@ mod tests {
             read_frame::<String, _>(&mut &t[..50]),
             Err(FrameError::Truncated)
         ));
+    }
+
+    /// What a decoder holds of unfinished frames, fed to a new one, and then
+    /// the rest of those frames: the same frames come out (a small one and
+    /// a large one cut anywhere, as a connection moved mid-frame gives them).
+    #[test]
+    fn pending_bytes_carry_an_unfinished_frame_to_another_decoder() {
+        let big: Vec<u8> = (0..BIG_PAYLOAD * 2).map(|i| (i % 251) as u8).collect();
+        let mut stream = encode_with(&("small".to_string(), 1u32), b"abc").unwrap();
+        stream.extend(encode_with(&("large".to_string(), 2u32), &big).unwrap());
+        stream.extend(encode(&("last".to_string(), 3u32)).unwrap());
+        for cut in [
+            0,
+            5,
+            HEADER + 2,
+            30,
+            40,
+            41,
+            200,
+            BIG_PAYLOAD,
+            stream.len() - 3,
+        ] {
+            let mut a = Decoder::default();
+            a.feed(&stream[..cut]);
+            let mut got = Vec::new();
+            while let Some(f) = a.next_frame_with::<(String, u32)>().unwrap() {
+                got.push(f);
+            }
+            let mut b = Decoder::default();
+            b.feed(&a.pending_bytes());
+            b.feed(&stream[cut..]);
+            while let Some(f) = b.next_frame_with::<(String, u32)>().unwrap() {
+                got.push(f);
+            }
+            let names: Vec<&str> = got.iter().map(|(m, _)| m.0.as_str()).collect();
+            assert_eq!(names, ["small", "large", "last"], "cut at {cut}");
+            assert_eq!(got[0].1, b"abc");
+            assert_eq!(got[1].1, big, "cut at {cut}");
+            assert!(got[2].1.is_empty());
+        }
     }
 }
