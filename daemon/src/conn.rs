@@ -214,6 +214,9 @@ pub struct Conn {
     pub heard_from: bool,
     /// Where the handshake is, until it is done.
     pub hs: Option<Handshake>,
+    /// Its output is held: queued, not written (its VP is being saved
+    /// from outside, and what it has not read goes into its image).
+    held: bool,
     /// Bytes it may still write this turn of the loop (see `WRITE_BUDGET`).
     budget: usize,
 }
@@ -270,7 +273,42 @@ impl Conn {
             failed: None,
             hs,
             budget: WRITE_BUDGET,
+            held: false,
         }
+    }
+
+    /// Write nothing more until `release_output`: what is sent meanwhile
+    /// is queued.
+    pub fn hold_output(&mut self) {
+        self.held = true;
+    }
+
+    /// Is its output held?
+    pub fn output_held(&self) -> bool {
+        self.held
+    }
+
+    /// Write again, starting with what was queued while held.
+    pub fn release_output(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        self.held = false;
+        self.flush(registry, token)
+    }
+
+    /// A copy of the bytes queued and not yet written, in order; or why
+    /// they are not bytes alone (a descriptor is queued to go with them, or
+    /// the link is sealed).
+    pub fn unwritten(&self) -> Result<Vec<u8>, &'static str> {
+        if self.seal.is_some() {
+            return Err("a sealed link's output is not plain bytes");
+        }
+        if self.out.iter().any(|c| c.fd.is_some()) {
+            return Err("a descriptor is queued to go with the bytes");
+        }
+        let mut all = Vec::with_capacity(self.out_len);
+        for c in &self.out {
+            all.extend_from_slice(&c.bytes[c.off..]);
+        }
+        Ok(all)
     }
 
     /// From now on every byte both ways is sealed.
@@ -479,6 +517,9 @@ impl Conn {
     /// Write queued bytes until done or `WouldBlock`; ask for writability if
     /// some remain.
     pub fn flush(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        if self.held {
+            return Ok(());
+        }
         while self.seal.is_some() && !self.flushed() && self.budget > 0 {
             match self.write_sealed() {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

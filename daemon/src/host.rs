@@ -56,10 +56,16 @@ pub struct LocalVp {
     pub snapping_since: Option<std::time::Instant>,
     /// Rebuilt here from outside (`transparent`): how its exit is read.
     pub restored: Option<crate::transparent::Restored>,
-    /// Its program does not help (it never spoke to its daemon): it is
-    /// moved and checkpointed from outside, and the master was told it can
-    /// be moved.
+    /// Its program does not move itself (it never said it can): it is
+    /// moved from outside, and the master was told it can be moved.
     pub outside: bool,
+    /// The calls it made to the master (`VpMsg::Call` ids) still waiting
+    /// for their answers: it is not moved from outside meanwhile (the
+    /// answer would come to this host).
+    pub calls: std::collections::BTreeSet<u64>,
+    /// The VPs it was given a direct link to (shared memory between the
+    /// two, which a move from outside cannot carry).
+    pub direct: std::collections::BTreeSet<Tid>,
 }
 
 /// A VP this young when the owner comes back, that has not yet said

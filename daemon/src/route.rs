@@ -150,6 +150,14 @@ impl Router {
         self.confirm_wait.entry(to).or_default().push(from);
     }
 
+    /// A receiver local VP `from` waits to have confirmed, if any.
+    pub fn confirm_awaited_by(&self, from: Tid) -> Option<Tid> {
+        self.confirm_wait
+            .iter()
+            .find(|(_, waiting)| waiting.contains(&from))
+            .map(|(&to, _)| to)
+    }
+
     /// A directory update. Returns the held messages and waiting
     /// confirmations of VPs whose way may have changed.
     pub fn update(&mut self, entries: Vec<(Tid, Loc)>) -> (Vec<Held>, Vec<(Tid, Tid)>) {
@@ -251,10 +259,13 @@ mod tests {
         r.hold(env(7), Body::Bytes(b"a".to_vec()));
         assert_eq!(r.held_bytes(7), 1);
         r.wait_confirm(7, 1);
+        assert_eq!(r.confirm_awaited_by(1), Some(7));
+        assert_eq!(r.confirm_awaited_by(2), None);
         let (freed, confirms) = r.update(vec![(7, Loc::At("h2".into()))]);
         assert_eq!(freed.len(), 1);
         assert_eq!(r.held_bytes(7), 0);
         assert_eq!(confirms, vec![(1, 7)]);
+        assert_eq!(r.confirm_awaited_by(1), None, "answered");
         assert_eq!(r.way(7), Way::Remote("h2".into()));
         r.update(vec![(8, Loc::At("h1".into()))]);
         assert_eq!(r.way(8), Way::Hold, "placed here but not connected yet");

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libmig::msg::{ExitInfo, Tid};
-use mig_ckpt::{DumpOptions, DumpStats, ImageFile, RestoreOptions};
+use mig_ckpt::{DumpOptions, DumpStats, ImageFile, RestoreOptions, SocketState};
 
 /// Descriptors a VP is given by its daemon, made anew on its new host:
 /// stdin, stdout, stderr and its socket to the daemon.
@@ -69,6 +69,15 @@ pub fn trees() -> bool {
 /// Work for the checkpointer thread.
 #[derive(Debug)]
 pub enum Task {
+    /// Wait until every process of VP `tid` (its process `pid` and those
+    /// it started), which its daemon has sent SIGSTOP, is stopped: from
+    /// then on it writes nothing more to its socket.
+    Stop {
+        /// The VP.
+        tid: Tid,
+        /// Its process (the root of its tree).
+        pid: i32,
+    },
     /// Save VP `tid`, whose process `pid` (and those it started) its
     /// daemon has stopped, to the file `to`.
     Dump {
@@ -87,6 +96,12 @@ pub enum Task {
         /// the daemon still holds for it, and whether their end came. The
         /// image keeps them after those the pipe holds.
         input: Option<(Vec<u8>, bool)>,
+        /// Its socket to its daemon, if it has one, as the daemon holds it
+        /// (see `mig_ckpt::DumpOptions::sockets`): the bytes for the VP
+        /// still queued in the daemon, the start of a frame the VP was
+        /// writing, and whether it ever spoke. The image keeps them, and
+        /// the bytes the socket holds for the VP before the daemon's.
+        socket: Option<SocketState>,
     },
     /// Rebuild VP `tid` from the image at `image`, given `fds` by number
     /// (see [`GIVEN_FDS`]), born in the cgroups whose `cgroup.procs`
@@ -119,6 +134,10 @@ pub struct Restored {
     /// Input it had not read when it was saved (its stdin's): its daemon
     /// writes it first into its new pipe.
     pub inputs: Vec<mig_ckpt::image::PendingInput>,
+    /// What was on its way through its socket to its daemon each way when
+    /// it was saved: its new daemon writes the one first into the new
+    /// socket and takes the other as read first.
+    pub sockets: Vec<SocketState>,
 }
 
 impl Restored {
@@ -150,6 +169,15 @@ impl Restored {
 /// What came of a task.
 #[derive(Debug)]
 pub enum Done {
+    /// Every process of VP `tid` is stopped, or why not.
+    Stopped {
+        /// The VP.
+        tid: Tid,
+        /// Its process.
+        pid: i32,
+        /// Stopped, or why not.
+        result: Result<(), String>,
+    },
     /// VP `tid` is saved (its image at the task's `to`), or why not: its
     /// processes are as they were, stopped.
     Dumped {
@@ -238,6 +266,12 @@ impl Checkpointer {
 fn run(task: Task) -> Done {
     let began = Instant::now();
     match task {
+        Task::Stop { tid, pid } => Done::Stopped {
+            tid,
+            pid,
+            result: mig_ckpt::stop_tree(pid, STOP_LIMIT)
+                .map_err(|e| format!("its processes did not all stop: {e}")),
+        },
         Task::Dump {
             tid,
             pid,
@@ -245,11 +279,12 @@ fn run(task: Task) -> Done {
             snap,
             all,
             input,
+            socket,
         } => Done::Dumped {
             tid,
             pid,
             snap,
-            result: dump(pid, &all, &to, input),
+            result: dump(pid, &all, &to, input, socket),
             took: began.elapsed(),
         },
         Task::Restore {
@@ -291,6 +326,7 @@ fn dump(
     all: &[i32],
     to: &std::path::Path,
     input: Option<(Vec<u8>, bool)>,
+    socket: Option<SocketState>,
 ) -> Result<DumpStats, String> {
     let trees = trees();
     if trees {
@@ -313,7 +349,7 @@ fn dump(
     let opts = DumpOptions {
         external_fds: GIVEN_FDS.into_iter().collect::<BTreeSet<i32>>(),
         inputs: input.map(|i| (0, i)).into_iter().collect(),
-        ..DumpOptions::default()
+        sockets: socket.into_iter().collect(),
     };
     let saved = if trees {
         mig_ckpt::dump_tree(pid, &opts, &mut out)
@@ -356,12 +392,14 @@ fn restore(
         join: join.iter().map(AsRawFd::as_raw_fd).collect(),
     };
     let inputs = img.image().inputs.clone();
+    let sockets = img.image().sockets.clone();
     if trees() {
         let tree = mig_ckpt::restore_tree(&img, fds, &opts).map_err(|e| e.to_string())?;
         Ok(Restored {
             pid: tree.init(),
             tree: Some(tree),
             inputs,
+            sockets,
         })
     } else {
         let r = mig_ckpt::restore(&img, fds, &opts).map_err(|e| e.to_string())?;
@@ -369,6 +407,7 @@ fn restore(
             pid: r.pid,
             tree: None,
             inputs,
+            sockets,
         })
     }
 }
@@ -468,6 +507,7 @@ mod tests {
             snap: None,
             all: vec![pid],
             input: None,
+            socket: None,
         });
         assert!(c.busy(pid));
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
@@ -557,6 +597,7 @@ mod tests {
             snap: None,
             all: vec![pid],
             input: None,
+            socket: None,
         });
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
             panic!("not a dump")

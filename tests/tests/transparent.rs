@@ -325,6 +325,114 @@ fn one_vp(vm: &Vm, program: &str, args: &[&str]) -> (std::process::Child, String
     (job, tid)
 }
 
+/// Two VPs of a libmig program that never says it can be moved, so each is
+/// moved from outside, stopped wherever it is in its conversation with its
+/// daemon (messages it has not read in its socket, one it was writing cut
+/// short): VP 0 streams numbered messages of 16 B to 100 KiB, a window
+/// ahead, and VP 1 sends each back. Each VP is moved three times while the
+/// stream runs; every message arrives once, in order, with its bytes, both
+/// ways.
+#[test]
+fn a_libmig_stream_moved_from_outside_loses_and_doubles_nothing() {
+    let vm = Vm::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let job = vm.start_job(
+        2,
+        &mig_tests::bin("testvp"),
+        &["echo".as_ref(), stop.as_os_str()],
+    );
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 2)));
+    let tids: Vec<String> = vps(&vm).into_iter().map(|v| v.0).collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || tids
+            .iter()
+            .all(|t| movable(&vm, t))),
+        "{}",
+        vm.all_logs()
+    );
+    for round in 0..3 {
+        for tid in &tids {
+            assert_eq!(
+                move_around(&vm, tid, 1),
+                1,
+                "round {round}: t{tid} not moved: {:?}\n{}",
+                vps(&vm),
+                vm.all_logs()
+            );
+        }
+    }
+    std::fs::write(&stop, "").expect("stop");
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    let tally: serde_json::Value = lines
+        .iter()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no tally: {lines:?}"));
+    let sent = tally["sent"].as_u64().expect("sent");
+    assert!(sent > 0, "{tally}");
+    assert_eq!(tally["echoed"], sent, "{tally}");
+    assert_eq!(tally["received"], sent, "{tally}");
+}
+
+/// A message cut in two by a move: VP 0 of a libmig program writes half
+/// of a frame on its socket (as a write cut short leaves it), is moved
+/// from outside twice, then writes the rest from its new host. Its new
+/// daemon takes the first half from the image as read, and VP 1 gets the
+/// message whole.
+#[test]
+fn a_frame_half_written_when_its_sender_moves_arrives_whole() {
+    let vm = Vm::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let job = vm.start_job(
+        2,
+        &mig_tests::bin("testvp"),
+        &["halfway".as_ref(), stop.as_os_str()],
+    );
+    let half = dir.path().join("stop.half");
+    assert!(
+        wait_until(Duration::from_secs(20), || half.exists()),
+        "{}",
+        vm.all_logs()
+    );
+    let first = vm
+        .json(&["ps"])
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["vp"] == 0))
+        .and_then(|v| v["tid"].as_str())
+        .expect("VP 0")
+        .to_string();
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &first)),
+        "{}",
+        vm.all_logs()
+    );
+    assert_eq!(move_around(&vm, &first, 2), 2, "{}", vm.all_logs());
+    std::fs::write(&stop, "").expect("stop");
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "got: a message cut in two by a move"),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l == "answered: thanks"), "{lines:?}");
+}
+
 #[test]
 fn a_python_program_with_two_threads_moved_mid_run_gets_its_sum_right() {
     let vm = Vm::start(3);

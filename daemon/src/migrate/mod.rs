@@ -44,6 +44,9 @@ pub enum Move {
         start: StartVp,
         /// When it was asked.
         since: Instant,
+        /// It is saved from outside (by the checkpointer: no safe point to
+        /// wait for, so never called off as late).
+        outside: bool,
     },
     /// Past its safe point and writing its image, whose whole parts go on
     /// to `to` while it writes.
@@ -185,8 +188,30 @@ impl MoveTable {
                 dest,
                 start,
                 since: now,
+                outside: false,
             },
         );
+    }
+
+    /// `tid` is saved from outside for `dest`.
+    pub fn ask_outside(&mut self, tid: Tid, dest: Dest, start: StartVp, now: Instant) {
+        self.moves.insert(
+            tid,
+            Move::Asked {
+                dest,
+                start,
+                since: now,
+                outside: true,
+            },
+        );
+    }
+
+    /// Is `tid` being saved from outside for a move still asked for?
+    pub fn saving_outside(&self, tid: Tid) -> bool {
+        matches!(
+            self.moves.get(&tid),
+            Some(Move::Asked { outside: true, .. })
+        )
     }
 
     /// Moves asked for more than `limit` ago whose VP has not begun to
@@ -196,7 +221,7 @@ impl MoveTable {
             .moves
             .iter()
             .filter(|(_, m)| {
-                matches!(m, Move::Asked { since, .. } if now.saturating_duration_since(*since) > limit)
+                matches!(m, Move::Asked { since, outside: false, .. } if now.saturating_duration_since(*since) > limit)
             })
             .map(|(&t, _)| t)
             .collect();
@@ -217,7 +242,11 @@ impl MoveTable {
         self.moves
             .values()
             .filter_map(|m| match m {
-                Move::Asked { since, .. } => Some(*since + limit),
+                Move::Asked {
+                    since,
+                    outside: false,
+                    ..
+                } => Some(*since + limit),
                 _ => None,
             })
             .min()
@@ -246,6 +275,7 @@ impl MoveTable {
                     dest: Dest::Host(to),
                     start,
                     since,
+                    outside: false,
                 }
                 | Move::Streaming {
                     to, start, since, ..
@@ -278,7 +308,15 @@ impl MoveTable {
                 to, start, since, ..
             }) => {
                 let dest = Dest::Host(to);
-                self.moves.insert(tid, Move::Asked { dest, start, since });
+                self.moves.insert(
+                    tid,
+                    Move::Asked {
+                        dest,
+                        start,
+                        since,
+                        outside: false,
+                    },
+                );
             }
             Some(other) => {
                 self.moves.insert(tid, other);
@@ -493,11 +531,16 @@ mod tests {
         t.ask(3, Dest::Host("h2".into()), start(3), now);
         let file = tempfile::tempfile().expect("temp file");
         t.stream(3, Outgoing::new(file, PathBuf::from("x"), Token(9)));
+        // Saved from outside: no safe point to wait for.
+        t.ask_outside(4, Dest::Host("h2".into()), start(4), now);
         let limit = Duration::from_secs(1);
         assert!(t.call_off_overdue(now, limit).is_empty());
+        assert_eq!(t.next_overdue(limit), Some(now + limit));
         let mut late = t.call_off_overdue(now + Duration::from_secs(2), limit);
         late.sort();
         assert_eq!(late, vec![1, 2]);
+        assert!(t.saving_outside(4) && t.let_run(4) && !t.saving_outside(1));
+        assert_eq!(t.next_overdue(limit), None);
         assert!(matches!(t.get(1), Some(Move::CalledOff)));
         assert!(matches!(t.written(1), Written::Unasked));
         assert!(

@@ -5,6 +5,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 
 use libmig::msg::{ExitInfo, StartVp, Stream, Tid, ToMaster};
+use mig_ckpt::SocketState;
 use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use nix::sys::signal::Signal;
@@ -91,7 +92,7 @@ impl Daemon {
         s: StartVp,
         started: host::Started,
         cell: Option<crate::contain::Cell>,
-        restored: Option<crate::transparent::Restored>,
+        mut restored: Option<crate::transparent::Restored>,
     ) {
         let tid = s.tid;
         let host::Started {
@@ -101,7 +102,11 @@ impl Daemon {
             sock,
             stdin,
         } = started;
-        self.connect_vp(tid, sock);
+        let carried = restored.as_mut().and_then(|r| {
+            let i = r.sockets.iter().position(|s| s.fd == host::VP_FD)?;
+            Some(r.sockets.swap_remove(i))
+        });
+        self.connect_vp(tid, sock, carried);
         self.moves.ended(tid);
         self.record_vp(s, pid, stdin, cell, restored);
         self.hold_if_it_may_not_run(tid, pid);
@@ -121,8 +126,10 @@ impl Daemon {
     }
 
     /// VP `tid`'s socket into the poll: what was held for it is delivered
-    /// and those it held up go on.
-    fn connect_vp(&mut self, tid: Tid, sock: OwnedFd) {
+    /// and those it held up go on. A VP rebuilt from outside `carried`
+    /// what was on its way through its old socket: what it had not read
+    /// comes first, and what it had begun to write is taken as read first.
+    fn connect_vp(&mut self, tid: Tid, sock: OwnedFd, carried: Option<SocketState>) {
         let std_sock = std::os::unix::net::UnixStream::from(sock);
         let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
         let vt = self.token();
@@ -132,8 +139,18 @@ impl Daemon {
             .register(&mut vp_sock, vt, Interest::READABLE)
             .is_ok()
         {
-            self.conns.insert(vt, Conn::new(vp_sock, Kind::Vp { tid }));
+            let mut c = Conn::new(vp_sock, Kind::Vp { tid });
+            let mut unread = Vec::new();
+            if let Some(s) = carried {
+                c.dec.feed(&s.unfinished);
+                c.heard_from = s.spoke;
+                unread = s.unread;
+            }
+            self.conns.insert(vt, c);
             self.vp_conns.insert(tid, vt);
+            if !unread.is_empty() {
+                self.send_bytes(vt, &unread);
+            }
             for (env, payload) in self.router.attach(tid, vt) {
                 self.route(env, payload, None);
             }
@@ -177,6 +194,8 @@ impl Daemon {
                 snapping_since: None,
                 outside: restored.is_some(),
                 restored,
+                calls: Default::default(),
+                direct: Default::default(),
                 input: stdin.and_then(|fd| {
                     crate::stdin_feed::Input::new(fd)
                         .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))

@@ -957,7 +957,7 @@ impl Daemon {
         if self.usage_sent.elapsed() >= USAGE_EVERY {
             self.send_usage();
         }
-        self.announce_silent_vps();
+        self.announce_outside_vps();
         if let Some(link) = self.role.link() {
             self.send_peer(link, ToMaster::Heartbeat);
         }

@@ -47,19 +47,17 @@ impl Daemon {
                 reason: format!("it is not running on {}", self.facts.name),
             });
         };
-        if !vp.movable && self.movable_from_outside(tid) {
-            // A program that does not help: saved from outside.
-            return self.move_from_outside(to, start);
-        }
         if !vp.movable {
-            // Never resumed for a move it cannot make: while the owner is
-            // back it stays stopped.
-            return self.report(ToMaster::MigrateFailed {
-                tid,
-                reason: "it cannot be moved: its program does not keep its state through \
-                         libmig (init_or_restore), so it stays where it is"
-                    .into(),
-            });
+            // A program that does not move itself: saved from outside,
+            // unless that cannot be (never resumed for a move it cannot
+            // make: while the owner is back it stays stopped).
+            return match self.cannot_move_from_outside(tid) {
+                None => self.move_from_outside(to, start),
+                Some(why) => self.report(ToMaster::MigrateFailed {
+                    tid,
+                    reason: format!("it cannot be moved from outside: {why}"),
+                }),
+            };
         }
         let dest = if to == self.facts.name {
             log!("asking VP t{tid:x} to write its image to disk (parking it while the owner has the host)");
@@ -277,6 +275,8 @@ impl Daemon {
             Recalled::StaysHere => {
                 log!("VP t{tid:x}: its move's target is gone; it stays here");
                 self.stay_put(tid, "its move's target host is gone".into());
+                // (One stopped to be saved from outside runs on if it may.)
+                self.run_if_it_may(tid);
             }
             Recalled::Writing => {
                 self.cancel_outbound(tid);
@@ -333,6 +333,8 @@ impl Daemon {
     /// stay, its messages flow again, and the master hears `reason`.
     fn stay_put(&mut self, tid: Tid, reason: String) {
         if let Some(&t) = self.vp_conns.get(&tid) {
+            // (One saved from outside: what was held for it goes first.)
+            self.release_output(t);
             self.send_vp(t, &VpMsg::StayPut);
             for (env, body) in self.router.attach(tid, t) {
                 self.route(env, body, None);

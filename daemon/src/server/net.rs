@@ -609,6 +609,42 @@ impl Daemon {
         }
     }
 
+    /// Read and handle everything a stopped VP wrote on `t`, whatever its
+    /// share of the turn and even while it is paused (it writes nothing
+    /// more, so this ends): before it is saved from outside, its messages
+    /// go on from here and what is left in the decoder is the start of a
+    /// frame it had not finished writing. A connection paused before, or
+    /// by what it said, stays paused.
+    pub(super) fn drain_stopped(&mut self, t: Token) {
+        let mut paused = false;
+        loop {
+            let Some(c) = self.conns.get_mut(&t) else {
+                return;
+            };
+            paused |= c.paused;
+            c.paused = false;
+            if !self.drain_buffered(t, Instant::now() + NO_LIMIT) {
+                match self.conns.get(&t) {
+                    // Paused by a receiver that is full: read on.
+                    Some(c) if c.paused && !c.closing => continue,
+                    Some(_) => break,
+                    None => return,
+                }
+            }
+            let Some(c) = self.conns.get_mut(&t) else {
+                return;
+            };
+            match c.read_some() {
+                ReadOutcome::Full(_) | ReadOutcome::Short(_) => {}
+                ReadOutcome::Empty => break,
+                ReadOutcome::Closed => return self.closed_by_peer(t),
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&t) {
+            c.paused |= paused;
+        }
+    }
+
     /// Handle the frames a connection has buffered, without reading, until
     /// `until`: those left then wait for the next turn (a burst of a
     /// thousand VPs' starts is not all carried out in one). Were they all
@@ -715,6 +751,19 @@ impl Daemon {
     /// The data link to `host` if it is ready now (dialled if there is none).
     pub(super) fn data_link(&mut self, host: &str) -> Option<Token> {
         self.link_to(host).filter(|&d| self.is_data_link(d))
+    }
+
+    /// Write to `t` again, if its output was held (a VP whose save from
+    /// outside ended without a move): what was queued meanwhile first.
+    pub(super) fn release_output(&mut self, t: Token) {
+        let failed = match self.conns.get_mut(&t) {
+            Some(c) if c.output_held() => c.release_output(self.poll.registry(), t).err(),
+            _ => return,
+        };
+        if let Some(e) = failed {
+            self.write_failed(t, &e);
+        }
+        self.maybe_resume(t);
     }
 
     pub(super) fn send_bytes(&mut self, t: Token, bytes: &[u8]) {

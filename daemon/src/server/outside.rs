@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use libmig::msg::{SnapOrder, SnapReport, StartVp, Tid, ToMaster};
+use mig_ckpt::SocketState;
 use nix::sys::signal::Signal;
 
 use super::Daemon;
@@ -15,24 +16,46 @@ use crate::transparent::{Done, Restored, Task};
 use crate::{debug, host, log, warn};
 
 impl Daemon {
-    /// May VP `tid` be moved from outside? Only a VP that never spoke to
-    /// its daemon: its socket then holds nothing of a conversation, and a
-    /// new one on the same number is the same to it. (A program that
-    /// speaks moves itself, at its safe points.)
-    pub(super) fn movable_from_outside(&self, tid: Tid) -> bool {
-        let silent = self
-            .vp_conns
+    /// Has VP `tid` never said a word to its daemon (here, or on the host
+    /// it was moved from)? Then a job checkpoint of it from outside has no
+    /// message it sent to account for.
+    pub(super) fn silent(&self, tid: Tid) -> bool {
+        self.vp_conns
             .get(&tid)
             .and_then(|t| self.conns.get(t))
-            .is_none_or(|c| !c.heard_from);
-        silent && self.vps.by_tid.get(&tid).is_some_and(|v| v.exit.is_none())
+            .is_none_or(|c| !c.heard_from)
     }
 
-    /// Move local VP `tid` to `to` (this host: park it) from outside: it
-    /// is stopped and saved off the loop; `saved_from_outside` goes on.
+    /// Why VP `tid` cannot be moved from outside, whatever the moment
+    /// (`None`: it can be, once nothing it waits for is in the way: see
+    /// `in_the_way`).
+    pub(super) fn cannot_move_from_outside(&self, tid: Tid) -> Option<String> {
+        let Some(v) = self.vps.by_tid.get(&tid) else {
+            return Some(format!("it is not on {}", self.facts.name));
+        };
+        if v.exit.is_some() {
+            return Some("it has ended".into());
+        }
+        v.direct.first().map(|p| {
+            format!(
+                "it has a direct link to VP t{p:x} on this host (the memory they share cannot \
+                 be carried yet)"
+            )
+        })
+    }
+
+    /// May VP `tid` be moved from outside (see `cannot_move_from_outside`)?
+    pub(super) fn movable_from_outside(&self, tid: Tid) -> bool {
+        self.cannot_move_from_outside(tid).is_none()
+    }
+
+    /// Move local VP `tid` to `to` (this host: park it) from outside: its
+    /// messages are held, its socket's output too, and it is stopped; once
+    /// the checkpointer says it is (`stopped_from_outside`) it is saved off
+    /// the loop, and `saved_from_outside` goes on.
     pub(super) fn move_from_outside(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
-        let Some(task) = self.dump_task(tid, self.state.move_image(tid), None) else {
+        let Some(pid) = self.vps.by_tid.get(&tid).map(|v| v.pid) else {
             return;
         };
         let dest = if to == self.facts.name {
@@ -44,12 +67,118 @@ impl Daemon {
             debug!("saving VP t{tid:x} from outside for {to}");
             Dest::Host(to)
         };
-        self.moves.ask(tid, dest, start, Instant::now());
+        self.moves.ask_outside(tid, dest, start, Instant::now());
         self.router.detach(tid);
         if let Some(v) = self.vps.by_tid.get(&tid) {
             v.signal(Signal::SIGSTOP);
         }
-        self.checkpointer.submit(task);
+        // What is queued for it (and anything said to it from now on)
+        // waits: what it has not read goes into its image.
+        if let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.conns.get_mut(t)) {
+            c.hold_output();
+        }
+        self.checkpointer.submit(Task::Stop { tid, pid });
+    }
+
+    /// Every process of VP `tid` (process `pid`), being moved from outside,
+    /// is stopped (or did not stop): what it wrote to its socket is read
+    /// and handled as usual, then, unless something it waits for is in the
+    /// way, it is saved with what is on its way through its socket.
+    fn stopped_from_outside(&mut self, tid: Tid, pid: i32, result: Result<(), String>) {
+        let still = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.pid == pid && v.exit.is_none());
+        if !still || !self.moves.saving_outside(tid) {
+            // Ended, or its move was called off meanwhile (which let its
+            // output go again).
+            return;
+        }
+        let socket = result.and_then(|()| self.conversation(tid));
+        let task = self.dump_task(tid, self.state.move_image(tid), None);
+        match (socket, task) {
+            (Ok(socket), Some(mut task)) => {
+                if let Some(s) = &socket {
+                    debug!(
+                        "VP t{tid:x} stopped: {} bytes it has not read and {} of a frame it \
+                         was writing go with it",
+                        s.unread.len(),
+                        s.unfinished.len()
+                    );
+                }
+                if let Task::Dump { socket: s, .. } = &mut task {
+                    *s = socket;
+                }
+                self.checkpointer.submit(task);
+            }
+            (Err(why), _) => {
+                self.image_not_written(tid, &format!("saved from outside: {why}"), false);
+                self.run_if_it_may(tid);
+            }
+            (Ok(_), None) => {}
+        }
+    }
+
+    /// The conversation of stopped VP `tid` with its daemon, to carry in
+    /// its image: first everything it wrote is read and handled (its
+    /// messages go on from here, before it moves); then, unless something
+    /// it waits for is in the way (`in_the_way`), what is queued for it
+    /// here, the start of a frame it had not finished writing, and whether
+    /// it ever spoke. `None`: it has no socket (nothing to carry).
+    fn conversation(&mut self, tid: Tid) -> Result<Option<SocketState>, String> {
+        let Some(&t) = self.vp_conns.get(&tid) else {
+            return Ok(None);
+        };
+        self.drain_stopped(t);
+        if let Some(why) = self.in_the_way(tid) {
+            return Err(format!("it cannot be moved from outside now: {why}"));
+        }
+        let Some(c) = self.conns.get(&t) else {
+            return Ok(None);
+        };
+        if !c.fds.is_empty() {
+            return Err(
+                "it cannot be moved from outside now: it passed a descriptor (a large \
+                 message) its daemon has not taken yet"
+                    .into(),
+            );
+        }
+        let unread = c.unwritten().map_err(|e| {
+            format!(
+                "it cannot be moved from outside now: {e} (a large message or a direct link on \
+                 its way to it)"
+            )
+        })?;
+        Ok(Some(SocketState {
+            fd: host::VP_FD,
+            unread,
+            unfinished: c.dec.pending_bytes(),
+            spoke: c.heard_from,
+        }))
+    }
+
+    /// What VP `tid`, stopped and its words read, waits for that a move
+    /// from outside would lose: an answer its daemon would give on this
+    /// host (to a call to the master, or the confirmation of a receiver),
+    /// or a direct link. A VP that said meanwhile it can be moved moves
+    /// itself, at its safe point.
+    fn in_the_way(&self, tid: Tid) -> Option<String> {
+        if let Some(why) = self.cannot_move_from_outside(tid) {
+            return Some(why);
+        }
+        let v = self.vps.by_tid.get(&tid)?;
+        if v.movable {
+            return Some("it says it can be moved: it moves itself, at its safe point".into());
+        }
+        if let Some(id) = v.calls.first() {
+            return Some(format!(
+                "it waits for the answer to a call to the master (call {id})"
+            ));
+        }
+        self.router
+            .confirm_awaited_by(tid)
+            .map(|to| format!("it waits for its daemon to confirm that VP t{to:x} exists"))
     }
 
     /// The checkpointer's work to save local VP `tid` to `to` (for job
@@ -64,6 +193,7 @@ impl Daemon {
             snap,
             all: v.pids(),
             input: v.held_input(),
+            socket: None,
         })
     }
 
@@ -71,6 +201,7 @@ impl Daemon {
     pub(super) fn checkpointer_done(&mut self) {
         for done in self.checkpointer.results() {
             match done {
+                Done::Stopped { tid, pid, result } => self.stopped_from_outside(tid, pid, result),
                 Done::Dumped {
                     tid,
                     snap: Some(id),
@@ -229,11 +360,12 @@ impl Daemon {
         self.report(ToMaster::Missing { tid, reason });
     }
 
-    /// VPs that have run a while without a word to their daemon are
-    /// programs that do not help: the master hears they can be moved
-    /// (from outside). A program that speaks moves itself, or says it
-    /// cannot.
-    pub(super) fn announce_silent_vps(&mut self) {
+    /// VPs that have run a while without saying they can move themselves
+    /// (a program without libmig, a PVM program on libpvm3, a libmig
+    /// program that does not keep its state through it) are moved from
+    /// outside: the master hears they can be moved, unless something
+    /// stands in the way for good (`cannot_move_from_outside`).
+    pub(super) fn announce_outside_vps(&mut self) {
         let now = Instant::now();
         let due: Vec<Tid> = self
             .vps
@@ -248,7 +380,11 @@ impl Daemon {
             if let Some(v) = self.vps.by_tid.get_mut(&tid) {
                 v.outside = true;
             }
-            debug!("VP t{tid:x} never spoke to its daemon: it can be moved from outside");
+            if self.silent(tid) {
+                debug!("VP t{tid:x} never spoke to its daemon: it can be moved from outside");
+            } else {
+                debug!("VP t{tid:x} did not say it can move itself: it can be moved from outside");
+            }
             // Stopped at the end of its probation, not run in the idle
             // class: it is moved as it is.
             self.end_probation(|t| t == tid);
@@ -263,11 +399,13 @@ impl Daemon {
     pub(super) fn snap_from_outside(&mut self, tid: Tid, step: SnapOrder) {
         match step {
             SnapOrder::Begin { id } => {
-                if !self.movable_from_outside(tid) {
+                if !self.silent(tid) || !self.movable_from_outside(tid) {
                     return self.snap_failed(
                         tid,
                         id,
-                        "it spoke to its daemon: it is no longer saved from outside".into(),
+                        "it spoke to its daemon: a job checkpoint from outside cannot account \
+                         for the messages it sent (it can still be moved)"
+                            .into(),
                         false,
                     );
                 }
@@ -331,7 +469,7 @@ impl Daemon {
 
     /// Continue VP `tid` if it may run now: the owner away, its slot, its
     /// job not suspended.
-    fn run_if_it_may(&mut self, tid: Tid) {
+    pub(super) fn run_if_it_may(&mut self, tid: Tid) {
         if !self.owner.offered() || !self.slicer.may_run(tid) || self.moves.let_run(tid) {
             return;
         }

@@ -397,6 +397,9 @@ impl Daemon {
             ToHost::Directory(entries) => self.directory(entries),
             ToHost::Fence { tids, incarnation } => self.router.fence(&tids, incarnation),
             ToHost::VpReturn { tid, id, ret } => {
+                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    v.calls.remove(&id);
+                }
                 if let Some(&t) = self.vp_conns.get(&tid) {
                     self.send_vp(t, &VpMsg::Return { id, ret });
                 }

@@ -13,7 +13,12 @@ use crate::{host, warn};
 impl Daemon {
     /// A job checkpoint's step from the master for local VP `tid`.
     pub(super) fn snap_step(&mut self, tid: Tid, step: SnapOrder) {
-        if self.vps.by_tid.get(&tid).is_some_and(|v| v.outside) {
+        if self
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.outside && !v.movable)
+        {
             return self.snap_from_outside(tid, step);
         }
         let Some(&t) = self.vp_conns.get(&tid) else {

@@ -88,7 +88,12 @@ impl Daemon {
                         ret: VpRet::Error(why),
                     },
                 ),
-                None => self.report(ToMaster::VpCall { tid, id, call }),
+                None => {
+                    if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                        v.calls.insert(id);
+                    }
+                    self.report(ToMaster::VpCall { tid, id, call })
+                }
             },
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
             VpMsg::Movable => {
@@ -163,6 +168,11 @@ impl Daemon {
                     nix::sys::socket::SockFlag::SOCK_CLOEXEC,
                 ) {
                     Ok((a, b)) => {
+                        for (one, other) in [(tid, peer), (peer, tid)] {
+                            if let Some(v) = self.vps.by_tid.get_mut(&one) {
+                                v.direct.insert(other);
+                            }
+                        }
                         self.send_vp_fd(
                             t,
                             &VpMsg::DirectLink {

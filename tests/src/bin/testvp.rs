@@ -40,6 +40,18 @@
 //!   gets every number once and in order (a VP lost, or run twice, or a
 //!   message lost or doubled would show), through checkpoints and
 //!   restarts; VP 0 then says how many rounds went.
+//! * `echo FILE` — never says it can be moved (moved from outside, with
+//!   what is on its way through its socket): VP 0 streams numbered
+//!   messages of 16 B to 100 KiB, up to 800 (about 21 MiB) ahead, to VP
+//!   1, which sends each back, until FILE exists. VP 0, which checks each
+//!   echo's bytes, is the slower: the echoes fill its socket and its
+//!   daemon's queue, and flow control cuts VP 1's writes short. Each
+//!   checks that every number comes once, in order, with its bytes, and
+//!   VP 0 says how many went.
+//! * `halfway FILE` — VP 0 writes the first half of a message to VP 1 on
+//!   its socket by hand (a write cut short), says so (FILE.half), waits
+//!   for FILE, writes the rest and waits for VP 1's answer: moved from
+//!   outside in between, the halves meet in its new daemon.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -569,6 +581,117 @@ fn relay(stop: &str) {
     }
 }
 
+/// The payload of message `n` of `echo`: its number, then a pattern of
+/// its own, 16 B to 100 KiB long.
+fn echo_body(n: u64) -> Vec<u8> {
+    const SIZES: [usize; 5] = [16, 1000, 30_000, 100_000, 4000];
+    let len = SIZES[(n % SIZES.len() as u64) as usize];
+    let mut b = n.to_le_bytes().to_vec();
+    b.extend((8..len).map(|i| pattern(i + n as usize)));
+    b
+}
+
+fn echo(vm: &mut Vm, stop: &str) {
+    const WINDOW: u64 = 800;
+    const DATA: i32 = 1;
+    const END: i32 = 2;
+    let tasks = ok(vm.tasks());
+    let check = |m: &libmig::Message, want: u64, what: &str| {
+        if m.data[..] != echo_body(want)[..] {
+            let got = m.data.get(..8).map(|b| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                u64::from_le_bytes(a)
+            });
+            fail(format!(
+                "{what} {want} expected, got {got:?} ({} bytes)",
+                m.data.len()
+            ));
+        }
+    };
+    if vm.tid() == tasks[0] {
+        let (mut sent, mut back) = (0u64, 0u64);
+        loop {
+            let stopping = std::path::Path::new(stop).exists();
+            while !stopping && sent < back + WINDOW {
+                ok(vm.send_bytes(tasks[1], DATA, &echo_body(sent)));
+                sent += 1;
+            }
+            if stopping && back == sent {
+                break;
+            }
+            let m = ok(vm.recv(Some(tasks[1]), Some(DATA)));
+            check(&m, back, "echo");
+            back += 1;
+        }
+        ok(vm.send(tasks[1], END, &sent));
+        let m = ok(vm.recv(Some(tasks[1]), Some(END)));
+        let got: u64 = ok(m.decode());
+        println!(
+            "{}",
+            serde_json::json!({"sent": sent, "echoed": back, "received": got})
+        );
+        return;
+    }
+    let mut next = 0u64;
+    loop {
+        let m = ok(vm.recv(Some(tasks[0]), None));
+        if m.tag == END {
+            let sent: u64 = ok(m.decode());
+            if sent != next {
+                fail(format!("{sent} sent, {next} received"));
+            }
+            ok(vm.send(tasks[0], END, &next));
+            return;
+        }
+        check(&m, next, "message");
+        ok(vm.send_bytes(tasks[0], DATA, &m.data));
+        next += 1;
+    }
+}
+
+fn halfway(vm: &mut Vm, stop: &str) {
+    let tasks = ok(vm.tasks());
+    if vm.tid() != tasks[0] {
+        let m = ok(vm.recv(Some(tasks[0]), Some(1)));
+        println!("got: {}", String::from_utf8_lossy(&m.data));
+        ok(vm.send(tasks[0], 2, "thanks"));
+        return;
+    }
+    // Its socket to its daemon.
+    let fd = vm.fds()[0];
+    let env = libmig::msg::Envelope {
+        from: vm.tid(),
+        to: tasks[1],
+        tag: 1,
+        seq: 1,
+        incarnation: vm.identity().incarnation,
+    };
+    let body = b"a message cut in two by a move";
+    let msg = libmig::msg::VpMsg::Send {
+        env,
+        confirm: false,
+    };
+    let frame = libmig::frame::encode_with(&msg, body).unwrap_or_else(|e| fail(e.to_string()));
+    let write = |bytes: &[u8]| {
+        // SAFETY: writing a buffer we own to the descriptor we were given.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n != bytes.len() as isize {
+            fail(format!("wrote {n} of {} bytes", bytes.len()));
+        }
+    };
+    let half = frame.len() / 2;
+    write(&frame[..half]);
+    std::fs::write(format!("{stop}.half"), "").unwrap_or_else(|e| fail(e.to_string()));
+    while !std::path::Path::new(stop).exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    write(&frame[half..]);
+    let m = ok(vm.recv(Some(tasks[1]), Some(2)));
+    let answer: String = ok(m.decode());
+    println!("answered: {answer}");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map(String::as_str).unwrap_or("");
@@ -677,6 +800,8 @@ fn main() {
         "burst" => burst(&mut vm, args.get(2).is_some_and(|a| a == "direct")),
         "errors" => errors(&mut vm),
         "flood" => flood(&mut vm, num(1024) as usize),
+        "echo" => echo(&mut vm, args.get(2).map_or("", String::as_str)),
+        "halfway" => halfway(&mut vm, args.get(2).map_or("", String::as_str)),
         other => fail(format!("unknown mode {other:?}")),
     }
 }
