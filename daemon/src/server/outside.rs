@@ -101,8 +101,8 @@ impl Daemon {
             (Ok(socket), Some(mut task)) => {
                 if let Some(s) = &socket {
                     debug!(
-                        "VP t{tid:x} stopped: {} bytes it has not read and {} of a frame it \
-                         was writing go with it",
+                        "VP t{tid:x} stopped: {} bytes queued here for it (beside those its \
+                         socket holds) and {} of a frame it was writing go with it",
                         s.unread.len(),
                         s.unfinished.len()
                     );
