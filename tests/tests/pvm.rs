@@ -6,6 +6,12 @@
 //!
 //! The examples come from Debian's `pvm-examples`; as root the test installs
 //! it when missing, otherwise it fails saying what to install.
+//!
+//! Debian's programs are also moved mid-run, from outside (they never say
+//! they can move themselves), by `mig migrate` and by an owner reclaim:
+//! each worker waits behind a gate (a shell that becomes Debian's program
+//! once the test lets it), so that the moves fall in the middle of their
+//! conversations, and they print what they print unmoved.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -926,4 +932,257 @@ fn the_same_programs_print_what_they_print_under_pvm_itself() {
             dir.display()
         );
     }
+}
+
+/// `mig spawn -n N --wait` of `prog ARGS` with our library and `env`, in
+/// the background, its output piped.
+fn start(
+    vm: &Vm,
+    lib: &Path,
+    n: u32,
+    prog: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> std::process::Child {
+    let mut cmd = mig_tests::command("mig");
+    cmd.env("MIG_DAEMON", vm.sock()).args([
+        "spawn".to_string(),
+        "-n".into(),
+        n.to_string(),
+        "-e".into(),
+        format!("LD_LIBRARY_PATH={}", lib.display()),
+    ]);
+    for (k, v) in env {
+        cmd.args(["-e".to_string(), format!("{k}={}", v.display())]);
+    }
+    cmd.args(["--wait", "--"])
+        .arg(prog)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mig spawn")
+}
+
+/// A VP as `mig ps --json` shows it.
+#[derive(Debug, Clone)]
+struct Vp {
+    vp: u64,
+    tid: String,
+    host: String,
+    state: String,
+    pid: u32,
+    movable: bool,
+}
+
+/// The VPs not ended, by their number in the job.
+fn live_vps(vm: &Vm) -> Vec<Vp> {
+    let mut v: Vec<Vp> = vm
+        .json(&["ps"])
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| {
+                    Some(Vp {
+                        vp: v["vp"].as_u64()?,
+                        tid: v["tid"].as_str()?.to_string(),
+                        host: v["host"].as_str().unwrap_or("").to_string(),
+                        state: v["state"].as_str()?.to_string(),
+                        pid: v["pid"].as_u64().unwrap_or(0) as u32,
+                        movable: v["movable"].as_bool() == Some(true),
+                    })
+                })
+                .filter(|v| v.state != "exited")
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_by_key(|v| v.vp);
+    v
+}
+
+/// VP number `n` of the job.
+fn vp(vm: &Vm, n: u64) -> Vp {
+    live_vps(vm)
+        .into_iter()
+        .find(|v| v.vp == n)
+        .unwrap_or_else(|| panic!("no VP {n}: {:?}", live_vps(vm)))
+}
+
+/// Wait until the job's `n` VPs run and their hosts have said they can be
+/// moved.
+fn all_movable(vm: &Vm, n: usize) {
+    let ok = mig_tests::wait_until(std::time::Duration::from_secs(60), || {
+        let v = live_vps(vm);
+        v.len() == n && v.iter().all(|v| v.state == "running" && v.movable)
+    });
+    assert!(ok, "{:?}\n{}", live_vps(vm), vm.all_logs());
+}
+
+/// Move VP number `n` to another host with `mig migrate` (waiting for the
+/// move's end), asked again while what it waits for is in the way (a call
+/// to the master answered in a moment); where it went.
+fn move_vp(vm: &Vm, n: u64) -> String {
+    for _ in 0..20 {
+        let v = vp(vm, n);
+        let to = ["h0", "h1", "h2"]
+            .into_iter()
+            .find(|h| *h != v.host)
+            .expect("another host");
+        let out = vm.mig(&["migrate", &v.tid, "--to", to]);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() {
+            let ran = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
+                let v = vp(vm, n);
+                v.host == to && v.state == "running"
+            });
+            assert!(ran, "VP {n}: {:?}\n{}", vp(vm, n), vm.all_logs());
+            return to.to_string();
+        }
+        assert!(said.contains("now:"), "VP {n} not moved: {said}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!("VP {n} was never moved:\n{}", vm.all_logs());
+}
+
+/// The program a VP's process runs now (`/proc/PID/comm`).
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Let VP `n` past its gate (see `GATE`), and wait until its process is
+/// `program` and has had a moment to get where it waits.
+fn open_gate(vm: &Vm, gates: &Path, n: u64, program: &str) {
+    std::fs::write(gates.join(format!("go.{n}")), "").expect("gate");
+    let there = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
+        let v = vp(vm, n);
+        v.state == "exited" || comm(v.pid) == program
+    });
+    assert!(there, "VP {n}: {:?}\n{}", vp(vm, n), vm.all_logs());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+}
+
+/// A shell that waits until `$GATES/go.$MIG_VP` exists (never speaking to
+/// its daemon, while messages for the program it becomes pile up unread
+/// in its socket), then becomes Debian's program (exec).
+const GATE: &str = "while [ ! -e \"$GATES/go.$MIG_VP\" ]; do sleep 0.05; done; exec";
+
+/// The lines of a run with every number made `#` (Tids differ from run
+/// to run), sorted (workers answer in any order).
+fn comparable_lines(lines: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = lines
+        .iter()
+        .filter(|l| !l.starts_with("mig: "))
+        .map(|l| {
+            l.chars()
+                .map(|c| if c.is_ascii_digit() { '#' } else { c })
+                .collect()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Debian's master1 and its nine slave1s, on our libpvm3, each moved mid-run
+/// with `mig migrate` (from outside: they never say they can move), and
+/// in the middle of their conversations: master1 waiting for its
+/// answers, a slave waiting for its neighbour's sum, slaves not yet
+/// started with master1's data and a neighbour's sum unread in their
+/// sockets. They print what they print unmoved.
+#[test]
+fn debians_master1_and_its_slaves_moved_mid_run_print_what_they_print_unmoved() {
+    let ex = examples();
+    let lib = our_lib();
+    let vm = Vm::start(3);
+    let gates = tempfile::tempdir().expect("tempdir");
+    // master1 finds slave1 through PVM_EP: a gate in front of Debian's.
+    let slave = gates.path().join("slave1");
+    std::fs::write(
+        &slave,
+        format!("#!/bin/sh\n{GATE} {}\n", ex.join("slave1").display()),
+    )
+    .expect("slave1");
+    std::fs::set_permissions(&slave, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let env = [("PVM_EP", gates.path()), ("GATES", gates.path())];
+    let job = start(&vm, lib.path(), 1, &ex.join("master1"), &[], &env);
+    all_movable(&vm, 10);
+    // master1 has sent out its data and waits for the slaves' answers.
+    move_vp(&vm, 0);
+    // Slave 0 takes master1's data, sends its sum on to slave 1 (still at
+    // its gate: the message waits there unread) and waits for slave 8's.
+    open_gate(&vm, gates.path(), 1, "slave1");
+    move_vp(&vm, 1);
+    move_vp(&vm, 2);
+    move_vp(&vm, 0);
+    for n in 2..=5 {
+        open_gate(&vm, gates.path(), n, "slave1");
+    }
+    move_vp(&vm, 1);
+    move_vp(&vm, 6);
+    move_vp(&vm, 9);
+    for n in 6..=9 {
+        std::fs::write(gates.path().join(format!("go.{n}")), "").expect("gate");
+    }
+    let moved = mig_tests::job_succeeds(job, &vm.all_logs());
+    master1_answers_right(&moved, 9);
+    let unmoved = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("master1"), &[]));
+    master1_answers_right(&unmoved, 9);
+    assert_eq!(comparable_lines(&moved), comparable_lines(&unmoved));
+}
+
+/// Debian's spmd, four VPs passing a token round a ring on our libpvm3:
+/// VP 0 has printed the ring (still in its stdio buffer), sent the token
+/// to VP 1 (at its gate: the token waits unread in its socket) and waits
+/// for VP 3's, when the owner of its desk comes back. Every VP there moves
+/// off; the ring goes round and spmd prints what it prints unmoved, and
+/// ends as under PVM (exit 1).
+#[test]
+fn debians_spmd_moved_off_a_reclaimed_desk_mid_run_prints_what_it_prints_unmoved() {
+    let ex = examples();
+    let lib = our_lib();
+    let vm = Vm::start(3);
+    let gates = tempfile::tempdir().expect("tempdir");
+    let spmd = ex.join("spmd").display().to_string();
+    let script = format!("{GATE} {spmd}");
+    let job = start(
+        &vm,
+        lib.path(),
+        4,
+        Path::new("/bin/sh"),
+        &["-c", &script],
+        &[("GATES", gates.path())],
+    );
+    all_movable(&vm, 4);
+    open_gate(&vm, gates.path(), 0, "spmd");
+    let desk = vp(&vm, 0).host;
+    let out = vm.mig(&["owner", "reclaim", "--host", &desk]);
+    assert!(out.status.success(), "{out:?}");
+    let cleared = mig_tests::wait_until(std::time::Duration::from_secs(60), || {
+        let v = live_vps(&vm);
+        v.len() == 4 && v.iter().all(|v| v.host != desk && v.state == "running")
+    });
+    assert!(cleared, "{:?}\n{}", live_vps(&vm), vm.all_logs());
+    for n in 1..4 {
+        std::fs::write(gates.path().join(format!("go.{n}")), "").expect("gate");
+    }
+    let out = job.wait_with_output().expect("the job ends");
+    let moved = job_lines(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{moved:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    assert!(
+        moved.iter().any(|l| l.contains("token ring done")),
+        "{moved:?}"
+    );
+    let out = vm.mig(&["owner", "release", "--host", &desk]);
+    assert!(out.status.success(), "{out:?}");
+    let unmoved = job_lines(&spawn(&vm, lib.path(), 4, &ex.join("spmd"), &[]));
+    assert_eq!(comparable_lines(&moved), comparable_lines(&unmoved));
 }
