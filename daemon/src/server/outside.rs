@@ -1,8 +1,54 @@
-//! Moves of VPs whose programs do not help, as the loop carries them out:
-//! the VP stopped and handed to the checkpointer thread (`transparent`),
-//! its image then sent or parked as a VP's own image is (`move_out`), and on
-//! the target its processes rebuilt from the image and adopted as a VP
-//! started here is (`local`).
+//! Moves of VPs whose programs do not move themselves, as the loop carries
+//! them out: the VP stopped and handed to the checkpointer thread
+//! (`transparent`), its image then sent or parked as a VP's own image is
+//! (`move_out`), and on the target its processes rebuilt from the image
+//! and adopted as a VP started here is (`local`).
+//!
+//! Such a VP never said it can move itself (`VpMsg::Movable`): a program
+//! without libmig, which never speaks to its daemon, or one that speaks
+//! without keeping its state through libmig (a PVM program on libpvm3, a
+//! libmig program that uses `Vm::init` only). An aware VP keeps its
+//! safe-point path (`move_out`). Its host says it can be moved 2 s after it
+//! starts (`announce_outside_vps`).
+//!
+//! What keeps its messages whole. Outside its memory (restored exactly,
+//! libmig's buffers and per-pair sequence numbers with it), a VP's
+//! conversation with its daemon is only what is on its way through its
+//! socket (`MIG_FD`), so a move carries that:
+//!
+//! 1. `move_from_outside`: messages for it are held by the router from now
+//!    on (every host holds them once the master has said it is moving;
+//!    they follow it when the master says where it runs, as for a VP that
+//!    moves itself); what is queued for it on its socket stays queued
+//!    (`Conn::hold_output`); it is sent SIGSTOP, and the checkpointer
+//!    waits until every process of it has stopped (`Task::Stop`).
+//! 2. `stopped_from_outside`: everything it wrote is read and handled as
+//!    usual (`drain_stopped`: its messages go on from here, before it
+//!    moves); what is left in the decoder is the start of a frame whose
+//!    write the stop cut short. Then `in_the_way` says whether an answer
+//!    this daemon would give it is still due: it stays (the reason goes
+//!    to the master, shown by `mig ps`/`mig show`) if it waits for a call
+//!    to the master to return, or for its daemon to confirm a receiver.
+//! 3. The checkpointer saves it (`Task::Dump` with a `SocketState`): the
+//!    image keeps the bytes its socket holds for it (looked at through a
+//!    duplicate of its descriptor, not taken), then those queued here,
+//!    then the start of the frame it was writing, and whether it ever
+//!    spoke. A failed save leaves it as it was: its output is let go
+//!    (`stay_put`) and it runs on.
+//! 4. The target (`restored_from_outside` → `local::connect_vp`) gives it
+//!    a new socket on the same number, writes the bytes it had not read
+//!    into it first, ahead of anything held for it, and feeds the start
+//!    of the unfinished frame to the new connection's decoder, so the
+//!    rest, which the restored VP writes next, completes it.
+//!
+//! Refused for now, with the reason, the VP staying where it is: a direct
+//! link to a VP of the same host (their rings are shared memory), a
+//! descriptor on its way either way (a large message in a shared buffer,
+//! a direct link being handed over), and what the checkpointer refuses
+//! (memfds and shared memory: the shared buffers libmig keeps once the VP
+//! has sent or taken in a message of 128 KiB or more). A job checkpoint from outside takes only VPs that
+//! never spoke: one that spoke would have to account for the messages it
+//! sent (`SnapReport::Paused`), which only its memory knows.
 
 use std::time::{Duration, Instant};
 
