@@ -327,7 +327,16 @@ fn save(
     }
 
     let mut sockets = Vec::new();
-    for held in &opts.sockets {
+    // (A root that closed or replaced the socket has nothing on its way
+    // through it: what the caller held for it can never be read.)
+    let root_fds = holders.iter().find(|h| h.pid == root).map(|h| &h.fds);
+    let has_socket = |fd: i32| {
+        root_fds.is_some_and(|fds| {
+            fds.iter()
+                .any(|f| f.fd == fd && matches!(f.kind, fds::FileKind::Socket))
+        })
+    };
+    for held in opts.sockets.iter().filter(|s| has_socket(s.fd)) {
         let (mut unread, fds) = sys::peek_socket(root, held.fd)?;
         if fds > 0 {
             return Err(DumpError::Unsupported {

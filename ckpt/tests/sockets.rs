@@ -153,3 +153,26 @@ fn a_descriptor_on_its_way_through_the_socket_is_refused() {
     assert_eq!(said, "x");
     assert!(child.wait().expect("wait").success());
 }
+
+#[test]
+fn a_process_that_closed_its_socket_is_saved_without_it() {
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("30").stdin(Stdio::null()).stdout(Stdio::null());
+    // SAFETY: close_range in the child between fork and exec touches only
+    // the child's descriptors: fd 3 is not there.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("sleep");
+    let pid = child.id() as i32;
+    stop(pid);
+    let mut out = Vec::new();
+    dump(pid, &options(b"never read"), &mut out).expect("dump");
+    let (_, img) = mig_ckpt::image::decode(&out, true).expect("image");
+    assert!(img.sockets.is_empty(), "{:?}", img.sockets);
+    let _ = child.kill();
+    let _ = child.wait();
+}
