@@ -72,7 +72,7 @@ pub struct DumpOptions {
     /// socket whose other end the caller holds (a VP's socket to its
     /// daemon), each with what the caller says of it: `unread`, the bytes
     /// it still holds for the root, not yet written into the socket;
-    /// `unfinished` and `spoke`, as they go into the image. The image's
+    /// `unfinished` and `notes`, as they go into the image. The image's
     /// [`SocketState`] keeps what the socket held for the root, then
     /// `unread`. The socket is only looked at (a duplicate of the root's
     /// descriptor, `pidfd_getfd(2)`, read with `MSG_PEEK`), not read; one

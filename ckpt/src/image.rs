@@ -328,8 +328,10 @@ pub struct SocketState {
     /// end, ahead of what the root writes next.
     #[serde(with = "serde_bytes")]
     pub unfinished: Vec<u8>,
-    /// The root had written to it before (the caller says so).
-    pub spoke: bool,
+    /// The caller's own record of the conversation (what it had heard
+    /// and sent on it), kept for it as it is: this crate does not read it.
+    #[serde(with = "serde_bytes")]
+    pub notes: Vec<u8>,
 }
 
 /// Input a process had not read yet on a descriptor its caller feeds.
@@ -1032,7 +1034,7 @@ mod tests {
                 fd: 3,
                 unread: b"for it".to_vec(),
                 unfinished: b"from it".to_vec(),
-                spoke: true,
+                notes: b"the caller's".to_vec(),
             }],
             needs: Some(crate::compat::Fingerprint {
                 files: [("/usr/bin/prog".to_string(), Some(vec![7; 32]))].into(),

@@ -265,7 +265,7 @@ fn state_v4() -> Image {
             fd: 3,
             unread: b"MG for it".to_vec(),
             unfinished: b"MG half".to_vec(),
-            spoke: true,
+            notes: b"heard 7".to_vec(),
         }],
         ..state_v3()
     }

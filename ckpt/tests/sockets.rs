@@ -50,7 +50,7 @@ fn options(unread: &[u8]) -> DumpOptions {
             fd: 3,
             unread: unread.to_vec(),
             unfinished: b"MG half".to_vec(),
-            spoke: true,
+            notes: b"heard 7".to_vec(),
         }],
         ..Default::default()
     }
@@ -76,7 +76,7 @@ fn bytes_waiting_in_the_socket_go_into_the_image_and_stay_in_the_socket() {
             fd: 3,
             unread: b"hello world".to_vec(),
             unfinished: b"MG half".to_vec(),
-            spoke: true,
+            notes: b"heard 7".to_vec(),
         }]
     );
     // Not taken: continued, it reads them (and only them: the caller's

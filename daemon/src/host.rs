@@ -66,6 +66,21 @@ pub struct LocalVp {
     /// The VPs it was given a direct link to (shared memory between the
     /// two, which a move from outside cannot carry).
     pub direct: std::collections::BTreeSet<Tid>,
+    /// What it sent and was given, numbered (see `ledger`).
+    pub ledger: crate::ledger::Ledger,
+    /// The job checkpoint it is paused for, saved from outside.
+    pub snap: Option<SnapWait>,
+}
+
+/// A job checkpoint a VP saved from outside is paused for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapWait {
+    /// The checkpoint's generation.
+    pub id: u64,
+    /// What must have been handed to it before it is saved, once the
+    /// master has said (`SnapOrder::Now`); taken (`None`) when its save
+    /// is asked for.
+    pub expect: Option<Vec<(Tid, u64)>>,
 }
 
 /// A VP this young when the owner comes back, that has not yet said

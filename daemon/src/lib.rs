@@ -42,6 +42,7 @@ pub mod host;
 pub mod image_check;
 pub mod job_files;
 pub mod keeper;
+pub mod ledger;
 pub mod log;
 pub mod mailbox;
 pub mod master;

@@ -77,6 +77,8 @@ pub enum Task {
         tid: Tid,
         /// Its process (the root of its tree).
         pid: i32,
+        /// For a job checkpoint (its generation), not a move.
+        snap: Option<u64>,
     },
     /// Save VP `tid`, whose process `pid` (and those it started) its
     /// daemon has stopped, to the file `to`.
@@ -175,6 +177,8 @@ pub enum Done {
         tid: Tid,
         /// Its process.
         pid: i32,
+        /// For a job checkpoint (its generation), not a move.
+        snap: Option<u64>,
         /// Stopped, or why not.
         result: Result<(), String>,
     },
@@ -266,9 +270,10 @@ impl Checkpointer {
 fn run(task: Task) -> Done {
     let began = Instant::now();
     match task {
-        Task::Stop { tid, pid } => Done::Stopped {
+        Task::Stop { tid, pid, snap } => Done::Stopped {
             tid,
             pid,
+            snap,
             result: mig_ckpt::stop_tree(pid, STOP_LIMIT)
                 .map_err(|e| format!("its processes did not all stop: {e}")),
         },

@@ -433,6 +433,65 @@ fn a_frame_half_written_when_its_sender_moves_arrives_whole() {
     assert!(lines.iter().any(|l| l == "answered: thanks"), "{lines:?}");
 }
 
+/// Job checkpoints of VPs saved from outside that talk: the stream of
+/// `a_libmig_stream_moved_from_outside_loses_and_doubles_nothing`, whose
+/// VPs never say they can move, is checkpointed every half second, each
+/// VP with what is on its way through its socket and what it sent, as its
+/// daemon counted it. A host of one of them is killed: the job goes back to
+/// its checkpoint and the stream goes on, every message once, in order,
+/// with its bytes.
+#[test]
+fn a_libmig_stream_checkpointed_from_outside_goes_on_from_it_when_a_host_dies() {
+    let mut vm = Vm::start_config(3, "[daemon]\ncheckpoint_interval_s = 0.5\n");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let job = vm.start_job(
+        2,
+        &mig_tests::bin("testvp"),
+        &["echo".as_ref(), stop.as_os_str(), "64".as_ref()],
+    );
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 2)));
+    let generations = |vm: &Vm| vm.log(0).matches("checkpointed (generation").count();
+    assert!(
+        wait_until(Duration::from_secs(60), || generations(&vm) >= 2),
+        "{}",
+        vm.all_logs()
+    );
+    let victim = vps(&vm)
+        .into_iter()
+        .map(|v| v.1)
+        .find(|h| h != "h0")
+        .expect("a VP off the master's host");
+    let i: usize = victim[1..].parse().expect("host index");
+    vm.signal(i, nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(60), || vm
+            .log(0)
+            .contains("from its checkpoint")
+            && all_running(&vm, 2)),
+        "{}",
+        vm.all_logs()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(&stop, "").expect("stop");
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    let tally: serde_json::Value = lines
+        .iter()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no tally: {lines:?}"));
+    let sent = tally["sent"].as_u64().expect("sent");
+    assert!(sent > 0, "{tally}");
+    assert_eq!(tally["echoed"], sent, "{tally}");
+    assert_eq!(tally["received"], sent, "{tally}");
+}
+
 #[test]
 fn a_python_program_with_two_threads_moved_mid_run_gets_its_sum_right() {
     let vm = Vm::start(3);

@@ -106,9 +106,10 @@ impl Daemon {
             let i = r.sockets.iter().position(|s| s.fd == host::VP_FD)?;
             Some(r.sockets.swap_remove(i))
         });
+        // (Its record first: what is delivered to it from now on counts.)
+        self.record_vp(s, pid, stdin, cell, restored);
         self.connect_vp(tid, sock, carried);
         self.moves.ended(tid);
-        self.record_vp(s, pid, stdin, cell, restored);
         self.hold_if_it_may_not_run(tid, pid);
         self.watch_output(tid, pid, stdout, stderr);
         self.watch_input(tid);
@@ -143,7 +144,13 @@ impl Daemon {
             let mut unread = Vec::new();
             if let Some(s) = carried {
                 c.dec.feed(&s.unfinished);
-                c.heard_from = s.spoke;
+                let ledger = crate::ledger::Ledger::decode(&s.notes)
+                    .map_err(|e| warn!("VP t{tid:x}: {e}"))
+                    .unwrap_or_default();
+                c.heard_from = ledger.spoke;
+                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    v.ledger = ledger;
+                }
                 unread = s.unread;
             }
             self.conns.insert(vt, c);
@@ -196,6 +203,8 @@ impl Daemon {
                 restored,
                 calls: Default::default(),
                 direct: Default::default(),
+                ledger: Default::default(),
+                snap: None,
                 input: stdin.and_then(|fd| {
                     crate::stdin_feed::Input::new(fd)
                         .map_err(|e| warn!("VP t{tid:x}: its stdin cannot be fed: {e}"))

@@ -46,9 +46,18 @@
 //! descriptor on its way either way (a large message in a shared buffer,
 //! a direct link being handed over), and what the checkpointer refuses
 //! (memfds and shared memory: the shared buffers libmig keeps once the VP
-//! has sent or taken in a message of 128 KiB or more). A job checkpoint from outside takes only VPs that
-//! never spoke: one that spoke would have to account for the messages it
-//! sent (`SnapReport::Paused`), which only its memory knows.
+//! has sent or taken in a message of 128 KiB or more).
+//!
+//! A job checkpoint takes such a VP the same way (`snap_from_outside`):
+//! stopped, its output held and what it wrote handled, it says what it
+//! sent as its daemon counted it (`ledger`: the last number to each peer),
+//! and once everything the master expects has been handed to it (queued on
+//! its socket) it is saved with what is on its way through its socket and
+//! its record; it runs on when told. The record goes with it when it
+//! moves (`SocketState::notes`), so it is whole wherever it is. A VP
+//! rebuilt when its job goes back to a checkpoint has its old incarnation
+//! in its memory: its daemon stamps its messages with the one it started
+//! it in (`vp::sent_by`).
 
 use std::time::{Duration, Instant};
 
@@ -123,7 +132,11 @@ impl Daemon {
         if let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.conns.get_mut(t)) {
             c.hold_output();
         }
-        self.checkpointer.submit(Task::Stop { tid, pid });
+        self.checkpointer.submit(Task::Stop {
+            tid,
+            pid,
+            snap: None,
+        });
     }
 
     /// Every process of VP `tid` (process `pid`), being moved from outside,
@@ -169,38 +182,47 @@ impl Daemon {
     /// The conversation of stopped VP `tid` with its daemon, to carry in
     /// its image: first everything it wrote is read and handled (its
     /// messages go on from here, before it moves); then, unless something
-    /// it waits for is in the way (`in_the_way`), what is queued for it
-    /// here, the start of a frame it had not finished writing, and whether
-    /// it ever spoke. `None`: it has no socket (nothing to carry).
+    /// it waits for is in the way (`in_the_way`), what `socket_state` says.
     fn conversation(&mut self, tid: Tid) -> Result<Option<SocketState>, String> {
-        let Some(&t) = self.vp_conns.get(&tid) else {
-            return Ok(None);
-        };
-        self.drain_stopped(t);
+        if let Some(&t) = self.vp_conns.get(&tid) {
+            self.drain_stopped(t);
+        }
         if let Some(why) = self.in_the_way(tid) {
             return Err(format!("it cannot be moved from outside now: {why}"));
         }
-        let Some(c) = self.conns.get(&t) else {
+        self.socket_state(tid)
+            .map_err(|why| format!("it cannot be moved from outside now: {why}"))
+    }
+
+    /// What is on its way through the socket of stopped VP `tid`, its
+    /// words read: what is queued for it here (the image keeps what the
+    /// socket holds before that), the start of a frame it had not finished
+    /// writing, and its record of messages (whether it ever spoke, what it
+    /// sent and was given). `None`: it has no socket (nothing to carry).
+    fn socket_state(&self, tid: Tid) -> Result<Option<SocketState>, String> {
+        let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.conns.get(t)) else {
             return Ok(None);
         };
         if !c.fds.is_empty() {
             return Err(
-                "it cannot be moved from outside now: it passed a descriptor (a large \
-                 message) its daemon has not taken yet"
-                    .into(),
+                "it passed a descriptor (a large message) its daemon has not taken yet".into(),
             );
         }
-        let unread = c.unwritten().map_err(|e| {
-            format!(
-                "it cannot be moved from outside now: {e} (a large message or a direct link on \
-                 its way to it)"
-            )
-        })?;
+        let unread = c
+            .unwritten()
+            .map_err(|e| format!("{e} (a large message or a direct link on its way to it)"))?;
+        let mut ledger = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .map(|v| v.ledger.clone())
+            .unwrap_or_default();
+        ledger.spoke = c.heard_from;
         Ok(Some(SocketState {
             fd: host::VP_FD,
             unread,
             unfinished: c.dec.pending_bytes(),
-            spoke: c.heard_from,
+            notes: ledger.encode(),
         }))
     }
 
@@ -247,7 +269,18 @@ impl Daemon {
     pub(super) fn checkpointer_done(&mut self) {
         for done in self.checkpointer.results() {
             match done {
-                Done::Stopped { tid, pid, result } => self.stopped_from_outside(tid, pid, result),
+                Done::Stopped {
+                    tid,
+                    pid,
+                    snap: None,
+                    result,
+                } => self.stopped_from_outside(tid, pid, result),
+                Done::Stopped {
+                    tid,
+                    pid,
+                    snap: Some(id),
+                    result,
+                } => self.paused_from_outside(tid, pid, id, result),
                 Done::Dumped {
                     tid,
                     snap: Some(id),
@@ -438,54 +471,136 @@ impl Daemon {
         }
     }
 
-    /// A job checkpoint's step for local VP `tid`, moved from outside: it
-    /// is stopped and answers at once (it sent no message to account
-    /// for), is saved when every VP of the job is paused, and runs on
-    /// when told.
+    /// A job checkpoint's step for local VP `tid`, saved from outside:
+    /// `Begin` stops it and holds its socket's output; once it has stopped
+    /// and what it wrote is handled (`paused_from_outside`) it says what
+    /// it sent, as its daemon counted it (`ledger`); `Now` says what must
+    /// have been handed to it, and once it has (`snap_when_given`) it is
+    /// saved with what is on its way through its socket; it runs on when
+    /// told.
     pub(super) fn snap_from_outside(&mut self, tid: Tid, step: SnapOrder) {
         match step {
             SnapOrder::Begin { id } => {
-                if !self.silent(tid) || !self.movable_from_outside(tid) {
+                if let Some(why) = self.cannot_move_from_outside(tid) {
                     return self.snap_failed(
                         tid,
                         id,
-                        "it spoke to its daemon: a job checkpoint from outside cannot account \
-                         for the messages it sent (it can still be moved)"
-                            .into(),
+                        format!("it cannot be saved from outside: {why}"),
                         false,
                     );
                 }
-                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-                    v.signal(Signal::SIGSTOP);
-                    v.snapping_since = Some(Instant::now());
+                let Some(v) = self.vps.by_tid.get_mut(&tid) else {
+                    return;
+                };
+                v.signal(Signal::SIGSTOP);
+                v.snapping_since = Some(Instant::now());
+                v.snap = Some(host::SnapWait { id, expect: None });
+                let pid = v.pid;
+                if let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.conns.get_mut(t)) {
+                    c.hold_output();
                 }
-                self.report(ToMaster::Snap {
+                self.checkpointer.submit(Task::Stop {
                     tid,
-                    step: SnapReport::Paused {
-                        id,
-                        sent: Vec::new(),
-                    },
+                    pid,
+                    snap: Some(id),
                 });
             }
             SnapOrder::Now { id, expect } => {
-                if !expect.is_empty() {
-                    return self.snap_failed(
-                        tid,
-                        id,
-                        "messages to it are expected, but it takes none".into(),
-                        false,
-                    );
+                if let Some(s) = self
+                    .vps
+                    .by_tid
+                    .get_mut(&tid)
+                    .and_then(|v| v.snap.as_mut())
+                    .filter(|s| s.id == id)
+                {
+                    s.expect = Some(expect);
                 }
-                if let Some(task) = self.dump_task(tid, self.state.snap_image(tid), Some(id)) {
-                    self.checkpointer.submit(task);
-                }
+                self.snap_when_given(tid);
             }
             SnapOrder::Resume { .. } | SnapOrder::Abort { .. } => {
                 if let Some(v) = self.vps.by_tid.get_mut(&tid) {
                     v.snapping_since = None;
+                    v.snap = None;
+                }
+                if let Some(&t) = self.vp_conns.get(&tid) {
+                    self.release_output(t);
                 }
                 self.run_if_it_may(tid);
             }
+        }
+    }
+
+    /// VP `tid` (process `pid`), paused for job checkpoint `id`, has
+    /// stopped (or did not): what it wrote is handled, and it says what it
+    /// sent, unless an answer due to it here is in the way.
+    fn paused_from_outside(&mut self, tid: Tid, pid: i32, id: u64, result: Result<(), String>) {
+        let current = self.vps.by_tid.get(&tid).is_some_and(|v| {
+            v.pid == pid && v.exit.is_none() && v.snap.as_ref().is_some_and(|s| s.id == id)
+        });
+        if !current {
+            // Given up meanwhile (which let its output go), or ended.
+            return;
+        }
+        if let Err(why) = result {
+            return self.snap_failed(tid, id, why, false);
+        }
+        if let Some(&t) = self.vp_conns.get(&tid) {
+            self.drain_stopped(t);
+        }
+        if let Some(why) = self.in_the_way(tid) {
+            return self.snap_failed(
+                tid,
+                id,
+                format!("it cannot be saved from outside now: {why}"),
+                false,
+            );
+        }
+        let sent = self
+            .vps
+            .by_tid
+            .get(&tid)
+            .map(|v| v.ledger.sent_to())
+            .unwrap_or_default();
+        self.report(ToMaster::Snap {
+            tid,
+            step: SnapReport::Paused { id, sent },
+        });
+    }
+
+    /// VP `tid`, paused for a job checkpoint: saved once everything the
+    /// master expects has been handed to it (what is still on its way
+    /// through its socket goes into its image).
+    pub(super) fn snap_when_given(&mut self, tid: Tid) {
+        let Some(v) = self.vps.by_tid.get(&tid) else {
+            return;
+        };
+        let ready = v
+            .snap
+            .as_ref()
+            .and_then(|s| s.expect.as_ref())
+            .is_some_and(|e| v.ledger.has(e));
+        let Some(id) = v.snap.as_ref().filter(|_| ready).map(|s| s.id) else {
+            return;
+        };
+        if let Some(s) = self.vps.by_tid.get_mut(&tid).and_then(|v| v.snap.as_mut()) {
+            s.expect = None;
+        }
+        let socket = match self.socket_state(tid) {
+            Ok(s) => s,
+            Err(why) => {
+                return self.snap_failed(
+                    tid,
+                    id,
+                    format!("it cannot be saved from outside now: {why}"),
+                    false,
+                )
+            }
+        };
+        if let Some(mut task) = self.dump_task(tid, self.state.snap_image(tid), Some(id)) {
+            if let Task::Dump { socket: s, .. } = &mut task {
+                *s = socket;
+            }
+            self.checkpointer.submit(task);
         }
     }
 

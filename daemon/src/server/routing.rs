@@ -137,6 +137,17 @@ impl Daemon {
         if let Some(e) = failed {
             return self.write_failed(dest, &e);
         }
+        if local {
+            // Handed to it: counted, and a VP paused for a job checkpoint
+            // may now have all it waits for.
+            let to = env.to;
+            if let Some(v) = self.vps.by_tid.get_mut(&to) {
+                v.ledger.given(&env);
+                if v.snap.is_some() {
+                    self.snap_when_given(to);
+                }
+            }
+        }
         if let Some(src) = src {
             if self.full(dest) {
                 self.pause(src, dest);

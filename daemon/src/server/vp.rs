@@ -13,10 +13,11 @@ impl Daemon {
     /// A frame from local VP `tid` on connection `t`.
     pub(super) fn vp_msg(&mut self, t: Token, tid: Tid, msg: VpMsg, payload: Vec<u8>) {
         match msg {
-            VpMsg::Send { env, confirm } => {
+            VpMsg::Send { mut env, confirm } => {
                 if env.from != tid {
                     return self.refuse(t, &format!("VP t{tid:x} sent as t{:x}", env.from));
                 }
+                self.sent_by(t, tid, &mut env);
                 if confirm {
                     match self.router.way(env.to) {
                         Way::Gone => {
@@ -28,7 +29,11 @@ impl Daemon {
                 }
                 self.route(env, Body::Bytes(payload), Some(t));
             }
-            VpMsg::SendFd { env, confirm, len } => {
+            VpMsg::SendFd {
+                mut env,
+                confirm,
+                len,
+            } => {
                 let fd = self.conns.get_mut(&t).and_then(|c| c.fds.pop_front());
                 let checked = fd
                     .ok_or_else(|| "a message without its descriptor".to_string())
@@ -45,6 +50,7 @@ impl Daemon {
                     }
                     Err(e) => return self.refuse(t, &format!("VP t{tid:x}: {e}")),
                 };
+                self.sent_by(t, tid, &mut env);
                 if confirm {
                     match self.router.way(env.to) {
                         Way::Gone => {
@@ -154,6 +160,24 @@ impl Daemon {
             return None;
         }
         crate::host::missing_program(&program, &start.cwd, &start.env)
+    }
+
+    /// Local VP `tid` sends `env` on `t`: counted in its record (see
+    /// `ledger`), and stamped with the incarnation its daemon started it
+    /// in. A VP rebuilt from outside when its job went back to a
+    /// checkpoint still has the old one in its memory, and its messages
+    /// would be dropped as a past run's; a process of that past run still
+    /// talking on its old connection here keeps its own.
+    fn sent_by(&mut self, t: Token, tid: Tid, env: &mut libmig::msg::Envelope) {
+        if self.vp_conns.get(&tid) != Some(&t) {
+            return;
+        }
+        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+            if let Some(s) = &v.start {
+                env.incarnation = s.incarnation;
+            }
+            v.ledger.sent(env);
+        }
     }
 
     /// VP `tid` (on `t`) asks for a direct link to `peer`: a socket pair,

@@ -40,14 +40,14 @@
 //!   gets every number once and in order (a VP lost, or run twice, or a
 //!   message lost or doubled would show), through checkpoints and
 //!   restarts; VP 0 then says how many rounds went.
-//! * `echo FILE` — never says it can be moved (moved from outside, with
-//!   what is on its way through its socket): VP 0 streams numbered
-//!   messages of 16 B to 100 KiB, up to 800 (about 21 MiB) ahead, to VP
-//!   1, which sends each back, until FILE exists. VP 0, which checks each
-//!   echo's bytes, is the slower: the echoes fill its socket and its
-//!   daemon's queue, and flow control cuts VP 1's writes short. Each
-//!   checks that every number comes once, in order, with its bytes, and
-//!   VP 0 says how many went.
+//! * `echo FILE [WINDOW]` — never says it can be moved (moved from
+//!   outside, with what is on its way through its socket): VP 0 streams
+//!   numbered messages of 16 B to 100 KiB, up to WINDOW (800, about 21
+//!   MiB) ahead, to VP 1, which sends each back, until FILE exists. VP 0,
+//!   which checks each echo's bytes, is the slower: the echoes fill its
+//!   socket and its daemon's queue (flow control holds VP 1 back). Each
+//!   checks that every number comes once, in order, with its bytes, and VP
+//!   0 says how many went.
 //! * `halfway FILE` — VP 0 writes the first half of a message to VP 1 on
 //!   its socket by hand (a write cut short), says so (FILE.half), waits
 //!   for FILE, writes the rest and waits for VP 1's answer: moved from
@@ -591,8 +591,7 @@ fn echo_body(n: u64) -> Vec<u8> {
     b
 }
 
-fn echo(vm: &mut Vm, stop: &str) {
-    const WINDOW: u64 = 800;
+fn echo(vm: &mut Vm, stop: &str, window: u64) {
     const DATA: i32 = 1;
     const END: i32 = 2;
     let tasks = ok(vm.tasks());
@@ -613,7 +612,7 @@ fn echo(vm: &mut Vm, stop: &str) {
         let (mut sent, mut back) = (0u64, 0u64);
         loop {
             let stopping = std::path::Path::new(stop).exists();
-            while !stopping && sent < back + WINDOW {
+            while !stopping && sent < back + window {
                 ok(vm.send_bytes(tasks[1], DATA, &echo_body(sent)));
                 sent += 1;
             }
@@ -800,7 +799,11 @@ fn main() {
         "burst" => burst(&mut vm, args.get(2).is_some_and(|a| a == "direct")),
         "errors" => errors(&mut vm),
         "flood" => flood(&mut vm, num(1024) as usize),
-        "echo" => echo(&mut vm, args.get(2).map_or("", String::as_str)),
+        "echo" => echo(
+            &mut vm,
+            args.get(2).map_or("", String::as_str),
+            args.get(3).and_then(|w| w.parse().ok()).unwrap_or(800),
+        ),
         "halfway" => halfway(&mut vm, args.get(2).map_or("", String::as_str)),
         other => fail(format!("unknown mode {other:?}")),
     }
