@@ -492,6 +492,78 @@ fn a_libmig_stream_checkpointed_from_outside_goes_on_from_it_when_a_host_dies() 
     assert_eq!(tally["received"], sent, "{tally}");
 }
 
+/// A VP waiting for the answer to a call to the master (a group's barrier
+/// that its peer has not reached) is not moved from outside: the answer
+/// would come to its old host. The move fails with the reason, shown by
+/// `mig ps`, and the VP runs on where it was; once the barrier is passed
+/// it moves.
+#[test]
+fn a_vp_waiting_for_the_master_stays_saying_why_and_moves_once_answered() {
+    let vm = Vm::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("go");
+    let job = vm.start_job(
+        2,
+        &mig_tests::bin("testvp"),
+        &["barrier".as_ref(), file.as_os_str()],
+    );
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 2)));
+    let ps = vm.json(&["ps"]);
+    let first = ps
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["vp"] == 0))
+        .expect("VP 0")
+        .clone();
+    let tid = first["tid"].as_str().expect("tid").to_string();
+    let from = first["host"].as_str().expect("host").to_string();
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &tid)),
+        "{}",
+        vm.all_logs()
+    );
+    let to = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| *h != from)
+        .expect("another host");
+    let out = vm.mig(&["migrate", &tid, "--to", to]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "moved while in its barrier: {said}");
+    assert!(
+        said.contains("waits for the answer to a call to the master"),
+        "{said}"
+    );
+    let failed = vm
+        .json(&["ps"])
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["tid"] == tid.as_str()).cloned())
+        .expect("listed");
+    assert_eq!(failed["host"], from.as_str(), "{failed}");
+    assert_eq!(failed["state"], "running", "{failed}");
+    assert!(
+        failed["move_failed"]
+            .as_str()
+            .is_some_and(|m| m.contains("a call to the master")),
+        "{failed}"
+    );
+    // Its peer reaches the barrier: both pass it, and it moves.
+    std::fs::write(&file, "").expect("go");
+    let passed = |vm: &Vm| vm.output("j1").matches("through the barrier").count() == 2;
+    assert!(
+        wait_until(Duration::from_secs(20), || passed(&vm)),
+        "{}",
+        vm.all_logs()
+    );
+    assert_eq!(move_around(&vm, &tid, 1), 1, "{}", vm.all_logs());
+    std::fs::write(dir.path().join("go.end"), "").expect("end");
+    let out = job.wait_with_output().expect("the job ends");
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        job_lines(&out),
+        vm.all_logs()
+    );
+}
+
 #[test]
 fn a_python_program_with_two_threads_moved_mid_run_gets_its_sum_right() {
     let vm = Vm::start(3);

@@ -48,6 +48,9 @@
 //!   socket and its daemon's queue (flow control holds VP 1 back). Each
 //!   checks that every number comes once, in order, with its bytes, and VP
 //!   0 says how many went.
+//! * `barrier FILE` — both VPs join a group; VP 0 goes into its barrier
+//!   at once (a call the master answers once VP 1 is there too), VP 1 once
+//!   FILE exists; each then says so and waits for FILE.end.
 //! * `halfway FILE` — VP 0 writes the first half of a message to VP 1 on
 //!   its socket by hand (a write cut short), says so (FILE.half), waits
 //!   for FILE, writes the rest and waits for VP 1's answer: moved from
@@ -649,6 +652,22 @@ fn echo(vm: &mut Vm, stop: &str, window: u64) {
     }
 }
 
+fn barrier(vm: &mut Vm, file: &str) {
+    let tasks = ok(vm.tasks());
+    ok(vm.join_group("g"));
+    let wait_for = |f: &str| {
+        while !std::path::Path::new(f).exists() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    if vm.tid() != tasks[0] {
+        wait_for(file);
+    }
+    ok(vm.barrier("g", 2));
+    println!("through the barrier");
+    wait_for(&format!("{file}.end"));
+}
+
 fn halfway(vm: &mut Vm, stop: &str) {
     let tasks = ok(vm.tasks());
     if vm.tid() != tasks[0] {
@@ -805,6 +824,7 @@ fn main() {
             args.get(3).and_then(|w| w.parse().ok()).unwrap_or(800),
         ),
         "halfway" => halfway(&mut vm, args.get(2).map_or("", String::as_str)),
+        "barrier" => barrier(&mut vm, args.get(2).map_or("", String::as_str)),
         other => fail(format!("unknown mode {other:?}")),
     }
 }
