@@ -32,9 +32,9 @@
 //! 3. The checkpointer saves it (`Task::Dump` with a `SocketState`): the
 //!    image keeps the bytes its socket holds for it (looked at through a
 //!    duplicate of its descriptor, not taken), then those queued here,
-//!    then the start of the frame it was writing, and whether it ever
-//!    spoke. A failed save leaves it as it was: its output is let go
-//!    (`stay_put`) and it runs on.
+//!    then the start of the frame it was writing, and its daemon's record
+//!    of what it said and was given (`ledger`). A failed save leaves it
+//!    as it was: its output is let go (`stay_put`) and it runs on.
 //! 4. The target (`restored_from_outside` → `local::connect_vp`) gives it
 //!    a new socket on the same number, writes the bytes it had not read
 //!    into it first, ahead of anything held for it, and feeds the start
@@ -46,7 +46,10 @@
 //! descriptor on its way either way (a large message in a shared buffer,
 //! a direct link being handed over), and what the checkpointer refuses
 //! (memfds and shared memory: the shared buffers libmig keeps once the VP
-//! has sent or taken in a message of 128 KiB or more).
+//! has sent or taken in a message of 128 KiB or more). Not carried: a
+//! notice its old daemon would give it after its image was taken (that a
+//! message it sent could not be delivered), as for a VP that moves
+//! itself.
 //!
 //! A job checkpoint takes such a VP the same way (`snap_from_outside`):
 //! stopped, its output held and what it wrote handled, it says what it
