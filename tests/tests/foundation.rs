@@ -474,7 +474,8 @@ fn with_the_daemon_it_aims_at_gone_mig_asks_another_of_the_same_machine_and_says
                         .is_some_and(|a| a.iter().any(|h| h["master"] == true))
                 })
         }),
-        "{said}"
+        "{said}\n{}",
+        vm.all_logs()
     );
     assert!(
         said.contains("no daemon listens at") && said.contains("asking h1"),
