@@ -91,6 +91,31 @@ pub const YOUNG: std::time::Duration = std::time::Duration::from_secs(2);
 pub const PROBATION: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl LocalVp {
+    /// A process rebuilt for a restore that a later one superseded: killed,
+    /// kept only until it is reaped.
+    pub fn superseded(pid: i32, restored: crate::transparent::Restored) -> LocalVp {
+        LocalVp {
+            pid,
+            open_pipes: 0,
+            exit: None,
+            start: None,
+            movable: false,
+            cell: None,
+            started: std::time::Instant::now(),
+            probation: None,
+            pause_signal: None,
+            quiescing: None,
+            input: None,
+            snapping_since: None,
+            restored: Some(restored),
+            outside: true,
+            calls: Default::default(),
+            direct: Default::default(),
+            ledger: Default::default(),
+            snap: None,
+        }
+    }
+
     /// Its exit, from its process's raw wait status.
     pub fn exit_from(&self, status: i32, cpu_ms: Option<u64>) -> ExitInfo {
         match &self.restored {

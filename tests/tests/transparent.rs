@@ -821,3 +821,53 @@ fn input_typed_ahead_of_a_moved_program_reaches_it_after_the_move() {
         vm.all_logs()
     );
 }
+
+#[test]
+fn restarts_asked_back_to_back_leave_each_vp_one_process_and_the_job_right() {
+    // Eight `mig restart`s a few ms apart: a host is asked to rebuild a
+    // VP again while it still rebuilds it from the last request. The later
+    // one wins; the earlier process goes, and its end is nobody's exit
+    // (each restore was adopted once, or the VP ended with 1 or 137).
+    let vm = Vm::start(2);
+    let job = vm.start_job(
+        2,
+        std::path::Path::new("/bin/sh"),
+        &[
+            "-c",
+            "i=0; while [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done; echo done $i",
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 2)));
+    assert!(
+        wait_until(Duration::from_secs(30), || vm
+            .log(0)
+            .contains("checkpointed (generation")),
+        "{}",
+        vm.all_logs()
+    );
+    let restarted: Vec<bool> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..8u64)
+            .map(|k| {
+                let vm = &vm;
+                sc.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(k * 12));
+                    vm.mig(&["restart", "j1"]).status.success()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or(false)).collect()
+    });
+    assert!(restarted.iter().any(|&r| r), "no restart was made");
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    assert!(
+        lines.iter().filter(|l| l.ends_with("done 200")).count() >= 2,
+        "{lines:?}"
+    );
+}

@@ -282,7 +282,7 @@ pub struct Daemon {
     checkpointer: crate::transparent::Checkpointer,
     /// VPs being rebuilt from outside: how each starts, the daemon's ends
     /// of its descriptors, its cell, its image.
-    restoring: HashMap<Tid, Rebuilding>,
+    restoring: HashMap<Tid, std::collections::VecDeque<Rebuilding>>,
     turn_began: Option<Instant>,
     /// When a long turn was last logged.
     long_turn_logged: Option<Instant>,

@@ -382,8 +382,16 @@ impl Daemon {
                 return self.not_restored(tid, format!("making its descriptors: {e}"));
             }
         };
-        self.restoring
-            .insert(tid, (start, given.ours, cell, path.to_path_buf()));
+        // (A restore asked while an earlier one of the same VP is still
+        // being rebuilt supersedes it: the checkpointer answers in order,
+        // each result is paired with its own request, and only the last
+        // is adopted.)
+        self.restoring.entry(tid).or_default().push_back((
+            start,
+            given.ours,
+            cell,
+            path.to_path_buf(),
+        ));
         self.checkpointer.submit(Task::Restore {
             tid,
             image: path.to_path_buf(),
@@ -400,9 +408,36 @@ impl Daemon {
         result: Result<Restored, String>,
         took: Duration,
     ) {
-        let Some((start, ours, cell, image)) = self.restoring.remove(&tid) else {
+        let Some(queue) = self.restoring.get_mut(&tid) else {
             return;
         };
+        let Some((start, ours, cell, image)) = queue.pop_front() else {
+            return;
+        };
+        let superseded = !queue.is_empty();
+        if queue.is_empty() {
+            self.restoring.remove(&tid);
+        }
+        if superseded {
+            // A later restore of it is under way: this one goes, its
+            // processes and its cell with it (its file is the later's now).
+            debug!("VP t{tid:x}: an earlier restore, superseded, is ended");
+            drop(ours);
+            if let Ok(r) = &result {
+                host::kill(r.pid);
+            }
+            if let (Some(cell), Some(c)) = (cell, &mut self.contain) {
+                c.retire(cell);
+            }
+            if let Ok(r) = result {
+                // Reaped as any process that left (see `reap`).
+                let pid = r.pid;
+                let gone = host::LocalVp::superseded(pid, r);
+                self.vps.by_pid.insert(pid, tid);
+                self.leaving.insert(pid, gone);
+            }
+            return;
+        }
         match result {
             Ok(mut r) => {
                 debug!(
