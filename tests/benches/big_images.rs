@@ -16,20 +16,10 @@ use std::time::{Duration, Instant};
 
 use mig_tests::{bin, wait_until, Vm};
 
-/// The longest loop turn (ms) of the master and of any host now (each
-/// figure covers the last 5-10 s).
+/// The longest loop turn (ms) of the master and of any host now.
 fn longest_turns(vm: &Vm) -> (f64, f64) {
     let out = vm.mig(&["stats", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let mut got = (0.0f64, 0.0f64);
-    for h in v["loop_turns"].as_array().into_iter().flatten() {
-        let ms = h["turns"]["window_longest_us"].as_f64().unwrap_or(0.0) / 1e3;
-        if h["master"] == true {
-            got.0 = got.0.max(ms);
-        }
-        got.1 = got.1.max(ms);
-    }
-    got
+    mig_tests::longest_turns(&serde_json::from_slice(&out.stdout).unwrap_or_default())
 }
 
 /// How often `what` is in the daemons' logs.

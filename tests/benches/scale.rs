@@ -99,16 +99,7 @@ fn stamp_ms(line: &str) -> Option<u64> {
 /// stats --json` through daemon `i`.
 fn longest_turns(dir: &Path, i: usize) -> (f64, f64) {
     let out = mig(dir, i, &["stats", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let mut got = (0.0f64, 0.0f64);
-    for h in v["loop_turns"].as_array().into_iter().flatten() {
-        let ms = h["turns"]["window_longest_us"].as_f64().unwrap_or(0.0) / 1e3;
-        if h["master"] == true {
-            got.0 = got.0.max(ms);
-        }
-        got.1 = got.1.max(ms);
-    }
-    got
+    mig_tests::longest_turns(&serde_json::from_slice(&out.stdout).unwrap_or_default())
 }
 
 /// `work`'s result, its time (s), and the longest loop turns (ms) of the

@@ -1024,3 +1024,17 @@ pub fn pvm_library() -> PathBuf {
     });
     bin("libpvm3.so")
 }
+
+/// The longest loop turn (ms) of the master and of any host in `mig stats
+/// --json`'s answer (each host's figure covers its last 5-10 s).
+pub fn longest_turns(stats: &serde_json::Value) -> (f64, f64) {
+    let mut got = (0.0f64, 0.0f64);
+    for h in stats["loop_turns"].as_array().into_iter().flatten() {
+        let ms = h["turns"]["window_longest_us"].as_f64().unwrap_or(0.0) / 1e3;
+        if h["master"] == true {
+            got.0 = got.0.max(ms);
+        }
+        got.1 = got.1.max(ms);
+    }
+    got
+}

@@ -7,6 +7,20 @@ use std::time::Duration;
 
 use mig_tests::{bin, job_lines, job_succeeds, wait_until, Vm};
 
+/// `stream` (at `program`) on 2 VPs as a `--wait` job, with `--json`,
+/// `flags`, and `--until stop`.
+fn stream_job(
+    vm: &Vm,
+    program: &std::path::Path,
+    flags: &[&str],
+    stop: &std::path::Path,
+) -> std::process::Child {
+    let mut args: Vec<&OsStr> = vec![OsStr::new("--json")];
+    args.extend(flags.iter().map(OsStr::new));
+    args.extend([OsStr::new("--until"), stop.as_os_str()]);
+    vm.start_job(2, program, &args)
+}
+
 #[test]
 fn a_stream_consumer_moved_200_times_loses_nothing() {
     let vm = Vm::start(3);
@@ -15,17 +29,7 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
     // that outpaces its consumer builds a backlog while the consumer
     // moves, which it must work through before its next safe point, and
     // each move then takes longer than the last.
-    let job = vm.start_job(
-        2,
-        &bin("stream"),
-        &[
-            OsStr::new("--json"),
-            OsStr::new("--pause-every"),
-            OsStr::new("1"),
-            OsStr::new("--until"),
-            stop.as_os_str(),
-        ],
-    );
+    let job = stream_job(&vm, &bin("stream"), &["--pause-every", "1"], &stop);
     let consumer = "t40002";
     assert!(
         wait_until(Duration::from_secs(10), || vm
@@ -235,17 +239,7 @@ fn a_vp_moves_to_another_architecture_where_its_program_exists_and_nowhere_else(
     }
     let template = progs.path().join("stream-{arch}");
     let stop = vm.dir.path().join("stop");
-    let job = vm.start_job(
-        2,
-        &template,
-        &[
-            OsStr::new("--json"),
-            OsStr::new("--pause-every"),
-            OsStr::new("20"),
-            OsStr::new("--until"),
-            stop.as_os_str(),
-        ],
-    );
+    let job = stream_job(&vm, &template, &["--pause-every", "20"], &stop);
     assert!(wait_until(Duration::from_secs(10), || vm
         .where_is("t40002")
         == Some(("h0".into(), "running".into()))));
@@ -606,17 +600,11 @@ fn a_stream_over_a_direct_link_loses_nothing_as_its_consumer_moves_away_and_back
     // the other (through the daemons), 40 times, while the stream runs.
     let vm = Vm::start_procs(2, 2, &[]);
     let stop = vm.dir.path().join("stop");
-    let job = vm.start_job(
-        2,
+    let job = stream_job(
+        &vm,
         &bin("stream"),
-        &[
-            OsStr::new("--json"),
-            OsStr::new("--direct"),
-            OsStr::new("--pause-every"),
-            OsStr::new("20"),
-            OsStr::new("--until"),
-            stop.as_os_str(),
-        ],
+        &["--direct", "--pause-every", "20"],
+        &stop,
     );
     let logs = || format!("{}\n{}", vm.log(0), vm.log(1));
     let running = |tid: &str| {
@@ -672,17 +660,7 @@ fn a_target_that_cannot_start_the_program_sends_the_vp_back_to_run_on() {
     std::fs::copy(bin("stream"), &prog).expect("copy stream");
     let mut vm = Vm::start(2);
     let stop = vm.dir.path().join("stop");
-    let job = vm.start_job(
-        2,
-        &prog,
-        &[
-            OsStr::new("--json"),
-            OsStr::new("--pause-every"),
-            OsStr::new("20"),
-            OsStr::new("--until"),
-            stop.as_os_str(),
-        ],
-    );
+    let job = stream_job(&vm, &prog, &["--pause-every", "20"], &stop);
     assert!(wait_until(Duration::from_secs(10), || vm
         .where_is("t40002")
         .is_some_and(|(_, s)| s == "running")));

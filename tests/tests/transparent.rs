@@ -27,6 +27,34 @@ fn vps(vm: &Vm) -> Vec<(String, String, String, u32)> {
         .unwrap_or_default()
 }
 
+/// Wait for a `mig spawn --wait` job: it must succeed (else the panic
+/// shows its lines, what `mig spawn` said and the daemons' logs, read once
+/// it ended); the lines it printed.
+fn ends_well(vm: &Vm, job: std::process::Child) -> Vec<String> {
+    let out = job.wait_with_output().expect("the job ends");
+    let lines = job_lines(&out);
+    assert!(
+        out.status.success(),
+        "{lines:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.all_logs()
+    );
+    lines
+}
+
+/// The echo stream's tally (its JSON line): every message it sent was
+/// echoed and received, and it sent some.
+fn every_message_once(lines: &[String]) {
+    let tally: serde_json::Value = lines
+        .iter()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no tally: {lines:?}"));
+    let sent = tally["sent"].as_u64().expect("sent");
+    assert!(sent > 0, "{tally}");
+    assert_eq!(tally["echoed"], sent, "{tally}");
+    assert_eq!(tally["received"], sent, "{tally}");
+}
+
 fn all_running(vm: &Vm, n: usize) -> bool {
     let v = vps(vm);
     v.len() == n && v.iter().all(|(_, _, s, _)| s == "running")
@@ -260,14 +288,7 @@ fn a_job_of_shell_loops_is_checkpointed_and_goes_on_from_it_when_a_host_dies() {
         .expect("a VP off the master's host");
     let i: usize = victim[1..].parse().expect("host index");
     vm.signal(i, nix::sys::signal::Signal::SIGKILL);
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
+    let lines = ends_well(&vm, job);
     // (A VP that ended after the checkpoint the job goes back to runs
     // its end again: its line may come twice.)
     assert!(
@@ -363,22 +384,8 @@ fn a_libmig_stream_moved_from_outside_loses_and_doubles_nothing() {
         }
     }
     std::fs::write(&stop, "").expect("stop");
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
-    let tally: serde_json::Value = lines
-        .iter()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no tally: {lines:?}"));
-    let sent = tally["sent"].as_u64().expect("sent");
-    assert!(sent > 0, "{tally}");
-    assert_eq!(tally["echoed"], sent, "{tally}");
-    assert_eq!(tally["received"], sent, "{tally}");
+    let lines = ends_well(&vm, job);
+    every_message_once(&lines);
 }
 
 /// A message cut in two by a move: VP 0 of a libmig program writes half
@@ -416,14 +423,7 @@ fn a_frame_half_written_when_its_sender_moves_arrives_whole() {
     );
     assert_eq!(move_around(&vm, &first, 2), 2, "{}", vm.all_logs());
     std::fs::write(&stop, "").expect("stop");
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
+    let lines = ends_well(&vm, job);
     assert!(
         lines
             .iter()
@@ -474,22 +474,8 @@ fn a_libmig_stream_checkpointed_from_outside_goes_on_from_it_when_a_host_dies() 
     );
     std::thread::sleep(Duration::from_secs(1));
     std::fs::write(&stop, "").expect("stop");
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
-    let tally: serde_json::Value = lines
-        .iter()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no tally: {lines:?}"));
-    let sent = tally["sent"].as_u64().expect("sent");
-    assert!(sent > 0, "{tally}");
-    assert_eq!(tally["echoed"], sent, "{tally}");
-    assert_eq!(tally["received"], sent, "{tally}");
+    let lines = ends_well(&vm, job);
+    every_message_once(&lines);
 }
 
 /// A VP waiting for the answer to a call to the master (a group's barrier
@@ -555,13 +541,7 @@ fn a_vp_waiting_for_the_master_stays_saying_why_and_moves_once_answered() {
     );
     assert_eq!(move_around(&vm, &tid, 1), 1, "{}", vm.all_logs());
     std::fs::write(dir.path().join("go.end"), "").expect("end");
-    let out = job.wait_with_output().expect("the job ends");
-    assert!(
-        out.status.success(),
-        "{:?}\n{}",
-        job_lines(&out),
-        vm.all_logs()
-    );
+    ends_well(&vm, job);
 }
 
 #[test]
@@ -574,14 +554,7 @@ fn a_python_program_with_two_threads_moved_mid_run_gets_its_sum_right() {
     let (job, tid) = one_vp(&vm, "/usr/bin/python3", &["-c", script]);
     let moved = move_around(&vm, &tid, 3);
     assert!(moved >= 1, "not moved:\n{}", vm.all_logs());
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
+    let lines = ends_well(&vm, job);
     assert!(lines.iter().any(|l| l.ends_with("sum 3000")), "{lines:?}");
 }
 
@@ -599,14 +572,7 @@ fn a_shell_pipeline_moved_mid_run_sums_right() {
     );
     let moved = move_around(&vm, &tid, 3);
     assert!(moved >= 1, "not moved:\n{}", vm.all_logs());
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
+    let lines = ends_well(&vm, job);
     assert!(
         lines.iter().any(|l| l.ends_with("total 2001000")),
         "{lines:?}"
@@ -661,14 +627,7 @@ fn with_default_settings_a_job_of_plain_programs_survives_its_masters_host_and_a
     );
     let worker = (1..5).find(|&i| i != m).expect("a worker");
     vm.signal(worker, nix::sys::signal::Signal::SIGKILL);
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
+    let lines = ends_well(&vm, job);
     // (A VP that ended after the checkpoint the job goes back to runs
     // its end again: its line may come twice.)
     assert!(
@@ -858,14 +817,7 @@ fn restarts_asked_back_to_back_leave_each_vp_one_process_and_the_job_right() {
         hs.into_iter().map(|h| h.join().unwrap_or(false)).collect()
     });
     assert!(restarted.iter().any(|&r| r), "no restart was made");
-    let out = job.wait_with_output().expect("the job ends");
-    let lines = job_lines(&out);
-    assert!(
-        out.status.success(),
-        "{lines:?}\n{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        vm.all_logs()
-    );
+    let lines = ends_well(&vm, job);
     assert!(
         lines.iter().filter(|l| l.ends_with("done 200")).count() >= 2,
         "{lines:?}"

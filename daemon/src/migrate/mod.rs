@@ -182,26 +182,22 @@ impl MoveTable {
 
     /// `tid` is asked for its image, for `dest`.
     pub fn ask(&mut self, tid: Tid, dest: Dest, start: StartVp, now: Instant) {
-        self.moves.insert(
-            tid,
-            Move::Asked {
-                dest,
-                start,
-                since: now,
-                outside: false,
-            },
-        );
+        self.asked(tid, dest, start, now, false);
     }
 
     /// `tid` is saved from outside for `dest`.
     pub fn ask_outside(&mut self, tid: Tid, dest: Dest, start: StartVp, now: Instant) {
+        self.asked(tid, dest, start, now, true);
+    }
+
+    fn asked(&mut self, tid: Tid, dest: Dest, start: StartVp, since: Instant, outside: bool) {
         self.moves.insert(
             tid,
             Move::Asked {
                 dest,
                 start,
-                since: now,
-                outside: true,
+                since,
+                outside,
             },
         );
     }
