@@ -548,11 +548,56 @@ impl Vm {
 
     /// Run `mig` against this machine.
     pub fn mig(&self, args: &[&str]) -> Output {
-        command("mig")
+        let out = command("mig")
             .env("MIG_DAEMON", self.sock())
             .args(args)
             .output()
-            .expect("run mig")
+            .expect("run mig");
+        if String::from_utf8_lossy(&out.stderr).contains("did not answer within") {
+            // A daemon whose loop stops answering is a hang, not load: what
+            // each daemon was doing is printed with the test's output.
+            eprintln!(
+                "mig {}: a daemon did not answer\n{}",
+                args.join(" "),
+                self.hang_report()
+            );
+        }
+        out
+    }
+
+    /// Each live daemon's threads' stacks (when gdb is installed) and its
+    /// log: what a test prints when a daemon stops answering.
+    pub fn hang_report(&self) -> String {
+        let mut out = String::new();
+        for (i, d) in self.daemons.iter().enumerate() {
+            let Some(child) = d else { continue };
+            let pid = child.id().to_string();
+            let stacks = Command::new("timeout")
+                .args([
+                    "20",
+                    "gdb",
+                    "-p",
+                    &pid,
+                    "-batch",
+                    "-ex",
+                    "thread apply all bt",
+                ])
+                .stdin(Stdio::null())
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_else(|e| format!("(no stacks: gdb: {e})"));
+            let state = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with("State:"))
+                .unwrap_or("State: gone")
+                .to_string();
+            out += &format!(
+                "===== h{i} (pid {pid}, {state})\n{stacks}\n{}\n",
+                self.log(i)
+            );
+        }
+        out
     }
 
     /// Spawn `n` VPs of `/bin/true` through the master and wait for the

@@ -1106,7 +1106,19 @@ impl Master {
         else {
             return err(format!("job {job}: its checkpoint generation {id} is gone"));
         };
-        let (added, placement, mut out_back) = self.bring_back(job, &gen);
+        let (added, mut out_back) = self.bring_back(job, &gen);
+        // Each VP restarts where the scheduler's map has it, else on its
+        // host; not on the target of a move under way, which may still
+        // start it from the moved image (the move is called off and ends
+        // there what arrives of it: the map follows the VP instead).
+        let mapped: BTreeMap<u32, String> = self
+            .sched
+            .job_view(job)
+            .map(|v| v.placement)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(vp, p)| Some((vp, p.rsplit_once('/')?.0.to_string())))
+            .collect();
         let Some(j) = self.jobs.get(job) else {
             return err(format!("no job {job:?}; `mig ps` lists them"));
         };
@@ -1115,8 +1127,11 @@ impl Master {
             .iter()
             .filter(|(vp, _)| gen.vps.contains(vp))
             .map(|(&vp, v)| {
-                let h = placement.get(&vp).map(String::as_str).or(v.host());
-                let h = h.filter(|h| self.is_alive(h))?.to_string();
+                let alive = |h: &&str| self.is_alive(h);
+                let moving_to = v.state().moving_to();
+                let h = mapped.get(&vp).map(String::as_str);
+                let h = h.filter(|h| alive(h) && Some(*h) != moving_to);
+                let h = h.or(v.host().filter(alive))?.to_string();
                 Some((vp, v.tid, h))
             })
             .collect();
@@ -1170,10 +1185,14 @@ impl Master {
             // it comes from the host keeping the image.)
             // A move under way is called off: its target ends what it has
             // of the VP (a process started from the moved image included).
-            let moving = self.jobs.get(job).and_then(|j| j.vps.get(&vp));
-            if let Some(to) = moving.and_then(|v| v.state().moving_to().map(String::from)) {
-                if *to != host {
-                    out.push(Out::ToHost(to.clone(), ToHost::Kill { tid }));
+            // Restored elsewhere than it ran, its process there ends too.
+            let v = self.jobs.get(job).and_then(|j| j.vps.get(&vp));
+            let ran = v.filter(|v| !v.state().ended());
+            let moving_to = ran.and_then(|v| v.state().moving_to());
+            let ran_on = ran.and_then(|v| v.host());
+            for old in BTreeSet::from_iter(moving_to.into_iter().chain(ran_on)) {
+                if old != host && self.is_alive(old) {
+                    out.push(Out::ToHost(old.to_string(), ToHost::Kill { tid }));
                 }
             }
             if let Some(holder) = sources.get(&tid) {
@@ -1196,13 +1215,19 @@ impl Master {
             }
             dir.push((tid, Loc::Waiting));
         }
+        let mut follow = Vec::new();
         if let Some(j) = self.jobs.get_mut(job) {
             for (vp, v) in j.vps.iter_mut() {
                 let Some(host) = restoring.remove(vp) else {
                     continue;
                 };
+                follow.push((*vp, host.clone()));
                 out.extend(v.go(VpState::Restoring { host }).err().map(Out::from));
             }
+        }
+        // The scheduler's map has every VP where it is restored.
+        for (vp, host) in follow {
+            out_after.extend(self.follow_in_map(job, vp, &host));
         }
         out.push(Out::Broadcast(ToHost::Directory(dir)));
         out.push(Out::Log(format!(
@@ -1224,18 +1249,11 @@ impl Master {
 
     /// VPs of `job` that ended after checkpoint `gen` come back with it:
     /// the scheduler places them again (`VpBack`), so they are gang-sliced
-    /// like the others, and the job's VPs restart where the scheduler now
-    /// has them. What the scheduler asks of other jobs is carried out.
-    /// The VPs brought back, the host of each of the job's VPs (if some
-    /// came back), and what the server must carry out.
-    fn bring_back(
-        &mut self,
-        job: &str,
-        gen: &Generation,
-    ) -> (Vec<u32>, BTreeMap<u32, String>, Vec<Out>) {
-        let mut hosts = BTreeMap::new();
+    /// like the others. What the scheduler asks of other jobs is carried
+    /// out. The VPs brought back, and what the server must carry out.
+    fn bring_back(&mut self, job: &str, gen: &Generation) -> (Vec<u32>, Vec<Out>) {
         let Some(j) = self.jobs.get(job) else {
-            return (Vec::new(), hosts, Vec::new());
+            return (Vec::new(), Vec::new());
         };
         let back: Vec<(u32, String)> = j
             .vps
@@ -1266,18 +1284,9 @@ impl Master {
             }
             // This job restarts where the scheduler now has its VPs.
             actions.retain(|a| action_job(a) != Some(job));
-            let placement = self
-                .sched
-                .job_view(job)
-                .map(|v| v.placement)
-                .unwrap_or_default();
-            hosts = placement
-                .into_iter()
-                .filter_map(|(vp, p)| Some((vp, p.rsplit_once('/')?.0.to_string())))
-                .collect();
         }
         out.extend(self.outs_for(actions));
-        (added, hosts, out)
+        (added, out)
     }
 
     /// A restart goes back to a checkpoint taken before the VPs of `job`

@@ -894,12 +894,18 @@ impl Master {
         if let Err(refused) = v.go(stays) {
             return vec![refused.into()];
         }
+        let gave_up = v.state().plan().is_some_and(|p| p.wants.is_none());
         let reason = format!("{reason}{also}");
         v.move_failed = Some(reason.clone());
-        vec![
+        let mut out = vec![
             Out::Log(format!("VP t{tid:x} stays on {at}: {reason}")),
-            Out::Broadcast(ToHost::Directory(vec![(tid, Loc::At(at))])),
-        ]
+            Out::Broadcast(ToHost::Directory(vec![(tid, Loc::At(at.clone()))])),
+        ];
+        // A move no longer wanted leaves the map where the VP is.
+        if gave_up {
+            out.extend(self.follow_in_map(&job, vp, &at));
+        }
+        out
     }
 }
 

@@ -1554,6 +1554,7 @@ fn killing_a_job_reaches_every_vp_where_its_process_is_moving_held_or_parked() {
     let (busy, moving) = placed[0].clone();
     let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
     let target = move_out_orders(&out)[0].2.clone();
+    c.m.owner_report(&busy, report(OwnerState::Offered));
     let out = c.m.control(
         Requester::Local(5),
         "h0",
@@ -2258,4 +2259,106 @@ fn a_host_that_could_not_take_in_a_vp_is_not_chosen_again_for_its_jobs_moves() {
     // By hand, it is tried again (its program may be there now).
     let out = migrate(&mut c, tid, "h2");
     assert_eq!(move_out_orders(&out), vec![(src, tid, "h2".to_string())]);
+}
+
+/// Where the scheduler's map has VP `tid` of job j1.
+fn mapped(c: &Cluster, tid: Tid) -> Option<String> {
+    let (_, vp) = c.m.tids.get(&tid)?.clone();
+    let place = c.m.sched.job_view("j1")?.placement.get(&vp)?.clone();
+    Some(place.rsplit_once('/')?.0.to_string())
+}
+
+/// A scheduler move of VP `tid` off `busy`, whose owner came back, failed
+/// once: the VP runs on `busy` and the map has it at the move's target.
+fn scheduler_move_failed_once(c: &mut Cluster, busy: &str, tid: Tid) -> String {
+    let out = c.m.owner_report(busy, report(OwnerState::Reclaimed));
+    let orders = move_out_orders(&out);
+    assert_eq!(orders.len(), 1, "{out:?}");
+    let target = orders[0].2.clone();
+    assert_eq!(mapped(c, tid).as_deref(), Some(target.as_str()));
+    // (Its owner leaves again at once: its host's processor is back in
+    // the map, and the move stands.)
+    c.m.owner_report(busy, report(OwnerState::Offered));
+    c.m.migrate_failed(tid, "its checkpoint is unusable");
+    assert_eq!(c.state(tid).0.as_deref(), Some(busy));
+    target
+}
+
+#[test]
+fn a_scheduler_move_given_up_leaves_the_map_where_the_vp_runs() {
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    let (busy, tid) = placed[0].clone();
+    let target = scheduler_move_failed_once(&mut c, &busy, tid);
+    // Tried again until given up: the map has it where it runs.
+    for attempt in 1..MAX_MOVE_ATTEMPTS {
+        let when = c.m.now + Duration::from_secs(5u64 << (attempt - 1));
+        let again = c.m.tick(when, Duration::from_secs(3600));
+        assert_eq!(
+            move_out_orders(&again),
+            vec![(busy.clone(), tid, target.clone())]
+        );
+        c.m.migrate_failed(tid, "its checkpoint is unusable");
+    }
+    assert_eq!(mapped(&c, tid).as_deref(), Some(busy.as_str()));
+    assert_eq!(c.state(tid), (Some(busy), "running".into()));
+}
+
+#[test]
+fn a_restart_while_a_scheduler_move_waits_to_be_tried_again_restores_the_vp_where_the_map_has_it() {
+    // The map has VP A on the move's target, its process runs on its old
+    // host: the restart starts A from its image on the target and ends
+    // the process on the old host; map and master agree after.
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let (busy, a) = placed[0].clone();
+    let target = scheduler_move_failed_once(&mut c, &busy, a);
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let out = all_intact(&mut c, &out);
+    let restored = restores(&out);
+    assert!(
+        restored.iter().any(|(_, t, h)| *t == a && *h == target),
+        "{out:?}"
+    );
+    assert!(kills(&out).contains(&(busy.clone(), a)), "{out:?}");
+    for (_, tid, host) in &restored {
+        assert_eq!(mapped(&c, *tid).as_ref(), Some(host), "{out:?}");
+        assert_eq!(c.state(*tid).0.as_ref(), Some(host));
+    }
+    let out = c.m.started(&target, a, 77);
+    assert!(kills(&out).is_empty(), "{out:?}");
+    assert_eq!(c.state(a), (Some(target.clone()), "running".into()));
+    assert_eq!(mapped(&c, a), Some(target));
+}
+
+#[test]
+fn a_restart_during_a_scheduler_move_restores_the_vp_at_its_source_and_the_map_follows() {
+    // The move's target may still start A from the image its source sent:
+    // A is restored on its source, the target ends what it has of A, and
+    // the map (which had A on the target) has it on the source.
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let (busy, a) = placed[0].clone();
+    let out = c.m.owner_report(&busy, report(OwnerState::Reclaimed));
+    let target = move_out_orders(&out)[0].2.clone();
+    c.m.owner_report(&busy, report(OwnerState::Offered));
+    let out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let out = all_intact(&mut c, &out);
+    assert!(
+        restores(&out).iter().any(|(_, t, h)| *t == a && *h == busy),
+        "{out:?}"
+    );
+    assert!(kills(&out).contains(&(target.clone(), a)), "{out:?}");
+    assert_eq!(mapped(&c, a), Some(busy.clone()), "{out:?}");
+    assert_eq!(c.state(a).0, Some(busy));
 }
