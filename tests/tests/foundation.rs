@@ -448,19 +448,50 @@ fn halt_with_nothing_running_says_so_and_succeeds() {
     );
 }
 
+/// Three voters, their change made (`mig hosts` says so only then).
+fn three_voters(vm: &Vm) -> bool {
+    wait_until(T, || {
+        vm.json(&["hosts"])
+            .as_array()
+            .is_some_and(|a| a.iter().filter(|h| h["voter"] == true).count() == 3)
+    })
+}
+
+#[test]
+fn a_daemon_left_without_a_majority_of_voters_says_so_instead_of_keeping_mig_waiting() {
+    // Two of the three voters die: no master can be elected. The third
+    // keeps a request for a while, then says why it cannot be answered.
+    let mut vm = Vm::start(3);
+    assert!(three_voters(&vm), "{}", vm.all_logs());
+    vm.signal(0, Signal::SIGKILL);
+    vm.signal(2, Signal::SIGKILL);
+    let out = command("mig")
+        .env("MIG_DAEMON", vm.sock_of(1))
+        .args(["hosts"])
+        .output()
+        .expect("mig hosts");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("h1 has had no master for") && err.contains("ask again"),
+        "{err}\n{}",
+        vm.log(1)
+    );
+    // Asked again, it says so at once; and it still serves.
+    let out = command("mig")
+        .env("MIG_DAEMON", vm.sock_of(1))
+        .args(["ps"])
+        .output()
+        .expect("mig ps");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no master for"));
+}
+
 #[test]
 fn with_the_daemon_it_aims_at_gone_mig_asks_another_of_the_same_machine_and_says_so() {
     // The master's host dies (once three voters keep its state);
     // MIG_DAEMON still names its socket.
     let mut vm = Vm::start(3);
-    assert!(wait_until(T, || vm
-        .json(&["hosts"])
-        .as_array()
-        .is_some_and(|a| a
-            .iter()
-            .filter(|h| h["voter"] == true)
-            .count()
-            == 3)));
+    assert!(three_voters(&vm), "{}", vm.all_logs());
     vm.signal(0, Signal::SIGKILL);
     assert!(vm.wait(0, T).is_some());
     let mut said = String::new();

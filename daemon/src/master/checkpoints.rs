@@ -841,6 +841,20 @@ impl Master {
             p.from.extend(from);
             return Vec::new();
         }
+        // A job of independent VPs that lost some (or whose restore of
+        // them failed) restores only those.
+        let only = if from.is_none() && (j.spec.independent || j.spec.restartable) {
+            let restoring = j
+                .vps
+                .iter()
+                .filter(|(_, v)| matches!(v.state(), VpState::Restoring { .. }))
+                .map(|(&vp, _)| vp);
+            let lost = self.lost_alone.remove(job).unwrap_or_default();
+            Some(lost.into_iter().chain(restoring).collect::<BTreeSet<u32>>())
+                .filter(|o| !o.is_empty())
+        } else {
+            None
+        };
         let mut missing = Vec::new();
         let gens = j
             .ckpt
@@ -849,7 +863,14 @@ impl Master {
             .rev()
             .filter_map(|g| {
                 let mut images = BTreeMap::new();
-                for vp in &g.vps {
+                if only.as_ref().is_some_and(|o| !o.is_subset(&g.vps)) {
+                    return None;
+                }
+                let vps = g
+                    .vps
+                    .iter()
+                    .filter(|vp| only.as_ref().is_none_or(|o| o.contains(vp)));
+                for vp in vps {
                     let Some(v) = j.vps.get(vp) else { continue };
                     let holders: Vec<String> = g
                         .images
@@ -883,6 +904,7 @@ impl Master {
                 asked: BTreeMap::new(),
                 deadline: now + CHECK_TIMEOUT,
                 missing,
+                only,
             }),
         });
         let mut out = vec![Out::Log(format!(
@@ -1039,6 +1061,7 @@ impl Master {
         let Some(pending) = j.ckpt.restart.take() else {
             return Vec::new();
         };
+        let only = pending.hunt.as_ref().and_then(|h| h.only.clone());
         if j.killed {
             // Killed while its images were looked for: nothing comes back.
             return pending
@@ -1054,9 +1077,23 @@ impl Master {
                 })
                 .collect();
         }
-        match found {
-            Ok((id, sources)) => self.restart_from(job, id, sources, pending.from),
-            Err(why) => {
+        match (found, only) {
+            (Ok((id, sources)), only) => self.restart_from(job, id, sources, pending.from, only),
+            // Independent VPs with no image left start again from the
+            // beginning where they are placed; the others go on.
+            (Err(why), Some(only)) => {
+                let mut out = vec![Out::Log(format!(
+                    "job {job}: no checkpoint to restore its lost VPs from ({why})"
+                ))];
+                for vp in only {
+                    let at = self.jobs.get(job).and_then(|j| j.vps.get(&vp));
+                    if let Some(to) = at.and_then(|v| v.host()).map(String::from) {
+                        out.extend(self.start_from_beginning(job, vp, &to, "with its host"));
+                    }
+                }
+                out
+            }
+            (Err(why), None) => {
                 let why = format!("job {job} cannot restart from its checkpoint: {why}");
                 let mut out: Vec<Out> = pending
                     .from
@@ -1081,15 +1118,17 @@ impl Master {
     }
 
     /// Restart `job` from generation `id`, whose images were found intact
-    /// on `sources`: every VP is started again from its image (on its host,
-    /// or where the scheduler put it if its host is gone), which the host
-    /// keeping it sends there; the host ends the VP's process it replaces.
+    /// on `sources`: every VP (or `only` those, lost in a job of
+    /// independent VPs: the others go on) is started again from its image
+    /// (see `restore_places`), which the host keeping it sends there; the
+    /// host ends the VP's process it replaces.
     fn restart_from(
         &mut self,
         job: &str,
         id: u64,
         sources: BTreeMap<Tid, String>,
         from: Vec<Requester>,
+        only: Option<BTreeSet<u32>>,
     ) -> Vec<Out> {
         let err = |m: String| -> Vec<Out> {
             let mut out: Vec<Out> = from
@@ -1106,36 +1145,11 @@ impl Master {
         else {
             return err(format!("job {job}: its checkpoint generation {id} is gone"));
         };
-        let (added, mut out_back) = self.bring_back(job, &gen);
-        // Each VP restarts where the scheduler's map has it, else on its
-        // host; not on the target of a move under way, which may still
-        // start it from the moved image (the move is called off and ends
-        // there what arrives of it: the map follows the VP instead).
-        let mapped: BTreeMap<u32, String> = self
-            .sched
-            .job_view(job)
-            .map(|v| v.placement)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(vp, p)| Some((vp, p.rsplit_once('/')?.0.to_string())))
-            .collect();
-        let Some(j) = self.jobs.get(job) else {
-            return err(format!("no job {job:?}; `mig ps` lists them"));
+        let (added, mut out_back) = match only {
+            Some(_) => (Vec::new(), Vec::new()),
+            None => self.bring_back(job, &gen),
         };
-        let placed: Option<Vec<(u32, Tid, String)>> = j
-            .vps
-            .iter()
-            .filter(|(vp, _)| gen.vps.contains(vp))
-            .map(|(&vp, v)| {
-                let alive = |h: &&str| self.is_alive(h);
-                let moving_to = v.state().moving_to();
-                let h = mapped.get(&vp).map(String::as_str);
-                let h = h.filter(|h| alive(h) && Some(*h) != moving_to);
-                let h = h.or(v.host().filter(alive))?.to_string();
-                Some((vp, v.tid, h))
-            })
-            .collect();
-        let Some(placed) = placed else {
+        let Some(placed) = self.restore_places(job, &gen, only.as_ref()) else {
             let mut out = err(format!(
                 "job {job} waits for processors before it can restart from its checkpoint"
             ));
@@ -1149,29 +1163,21 @@ impl Master {
             out.extend(out_back);
             return out;
         };
-        // A round under way is given up: the job goes back before it.
-        let mut out = self.fail_round(job, "the job restarts from an earlier checkpoint");
-        // Every VP the job has had since, dropped or not.
-        let Some(j) = self.jobs.get(job) else {
-            return out;
+        let (mut out, mut out_after) = match &only {
+            None => self.roll_back(job, &gen),
+            Some(only) => {
+                let mut out = self.fail_round(job, "VPs lost with their host are restored alone");
+                let tids: Vec<Tid> = placed.iter().map(|p| p.1).collect();
+                self.groups.restarted(&tids);
+                out.push(Out::Log(format!(
+                    "job {job}: its VPs are independent: restoring {} alone from generation {} \
+                     (the others go on)",
+                    libmig::words::count(only.len() as u64, "VP", "VPs"),
+                    gen.id
+                )));
+                (out, Vec::new())
+            }
         };
-        let fenced: Vec<Tid> = j.vps.values().map(|v| v.tid).collect();
-        self.groups.restarted(&fenced);
-        out.push(Out::Log(format!(
-            "restarting job {job} from its checkpoint (generation {})",
-            gen.id
-        )));
-        let mut out_after = self.drop_unsaved(job, &gen.vps, &mut out);
-        let Some(j) = self.jobs.get_mut(job) else {
-            return out;
-        };
-        // Whatever the job's VPs sent after the checkpoint is not part of
-        // the run that goes on: every host drops it from now on.
-        j.incarnation += 1;
-        out.push(Out::Broadcast(ToHost::Fence {
-            tids: fenced,
-            incarnation: j.incarnation,
-        }));
         let mut restores = Vec::new();
         let mut dir = Vec::new();
         let mut restoring = BTreeMap::new();
@@ -1244,7 +1250,76 @@ impl Master {
         }
         out.append(&mut out_after);
         out.append(&mut out_back);
+        // VPs lost while these images were looked for are restored next.
+        if self.lost_alone.contains_key(job) {
+            out.extend(self.restart_job(job, None));
+        }
         out
+    }
+
+    /// Where each VP of `job` in `gen` (`only` those, if given) is
+    /// restored: where the scheduler's map has it, else on its host; not
+    /// on the target of a move under way, which may still start it from
+    /// the moved image (the move is called off and ends there what arrives
+    /// of it: the map follows the VP instead). None while one has no live
+    /// host.
+    fn restore_places(
+        &self,
+        job: &str,
+        gen: &Generation,
+        only: Option<&BTreeSet<u32>>,
+    ) -> Option<Vec<(u32, Tid, String)>> {
+        let mapped: BTreeMap<u32, String> = self
+            .sched
+            .job_view(job)
+            .map(|v| v.placement)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(vp, p)| Some((vp, p.rsplit_once('/')?.0.to_string())))
+            .collect();
+        let j = self.jobs.get(job)?;
+        j.vps
+            .iter()
+            .filter(|(vp, _)| gen.vps.contains(vp) && only.is_none_or(|o| o.contains(vp)))
+            .map(|(&vp, v)| {
+                let alive = |h: &&str| self.is_alive(h);
+                let moving_to = v.state().moving_to();
+                let h = mapped.get(&vp).map(String::as_str);
+                let h = h.filter(|h| alive(h) && Some(*h) != moving_to);
+                let h = h.or(v.host().filter(alive))?.to_string();
+                Some((vp, v.tid, h))
+            })
+            .collect()
+    }
+
+    /// The whole of `job` goes back to checkpoint `gen`: a round under way
+    /// is given up, VPs spawned since are dropped, and what its VPs sent
+    /// since is fenced off everywhere. What to carry out now, and after
+    /// the restores.
+    fn roll_back(&mut self, job: &str, gen: &Generation) -> (Vec<Out>, Vec<Out>) {
+        let mut out = self.fail_round(job, "the job restarts from an earlier checkpoint");
+        // Every VP the job has had since, dropped or not.
+        let Some(j) = self.jobs.get(job) else {
+            return (out, Vec::new());
+        };
+        let fenced: Vec<Tid> = j.vps.values().map(|v| v.tid).collect();
+        self.groups.restarted(&fenced);
+        out.push(Out::Log(format!(
+            "restarting job {job} from its checkpoint (generation {})",
+            gen.id
+        )));
+        let out_after = self.drop_unsaved(job, &gen.vps, &mut out);
+        let Some(j) = self.jobs.get_mut(job) else {
+            return (out, out_after);
+        };
+        // Whatever the job's VPs sent after the checkpoint is not part of
+        // the run that goes on: every host drops it from now on.
+        j.incarnation += 1;
+        out.push(Out::Broadcast(ToHost::Fence {
+            tids: fenced,
+            incarnation: j.incarnation,
+        }));
+        (out, out_after)
     }
 
     /// VPs of `job` that ended after checkpoint `gen` come back with it:

@@ -509,7 +509,7 @@ impl Master {
                 vps: counts.get(n.as_str()).copied().unwrap_or(0),
                 owner: h.owner.clone(),
                 waiting: waiting.remove(n.as_str()).unwrap_or_default(),
-                voter: self.voters.values().any(|v| v == n),
+                voter: self.votes(n),
                 free_memory_mb: h.free_memory_mb,
                 reserved_memory_mb: self.reserved_on(n).memory_mb,
                 io_busy: h.io_busy,

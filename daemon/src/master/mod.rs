@@ -163,12 +163,22 @@ pub struct Master {
     checkpoint_timeout: Duration,
     /// Jobs to restart from their checkpoint once the events at hand are done.
     to_restart: BTreeSet<String>,
+    /// Of those, jobs whose VPs are independent: the VPs lost with their
+    /// host, restored alone (the job's other VPs go on). Not replicated: a
+    /// new master restarts such a job whole.
+    #[serde(skip)]
+    lost_alone: BTreeMap<String, BTreeSet<u32>>,
     /// How long a worker's lease on its VPs lasts from its ask.
     lease: Duration,
     /// The voters (see `voters`), by id, and the next id.
     voters: BTreeMap<u64, String>,
     next_voter: u64,
     max_voters: usize,
+    /// The voters the consensus has made so (a change is made when the
+    /// voters commit it): `mig hosts` calls only these voters. None: not
+    /// said yet (all of `voters`).
+    #[serde(skip)]
+    voting: Option<std::collections::BTreeSet<u64>>,
     /// Join tokens, by id.
     tokens: BTreeMap<String, tokens::TokenRec>,
     /// The user the virtual machine runs as (see `users`).
@@ -231,10 +241,12 @@ impl Master {
             last_tick: Some(now),
             voters: BTreeMap::from([(1, facts.name.clone())]),
             next_voter: 2,
+            voting: None,
             max_voters: 5,
             tokens: BTreeMap::new(),
             admin_uid: 0,
             to_restart: BTreeSet::new(),
+            lost_alone: BTreeMap::new(),
             balance: None,
             spreading: Default::default(),
         };

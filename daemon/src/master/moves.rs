@@ -389,6 +389,23 @@ impl Master {
     /// beginning on `to`; else the job ends.
     pub(super) fn start_lost_again(&mut self, job: &str, vp: u32, to: &str, how: &str) -> Vec<Out> {
         if let Some(j) = self.jobs.get_mut(job).filter(|j| !j.ckpt.good.is_empty()) {
+            let alone = j.spec.independent || j.spec.restartable;
+            let saved = j.ckpt.good.iter().any(|g| g.vps.contains(&vp));
+            if alone && !saved {
+                // Independent, and spawned after the last checkpoint: it
+                // starts again from the beginning, the others go on.
+                return self.start_from_beginning(job, vp, to, how);
+            }
+            if alone {
+                // Restored alone from its image: the others go on.
+                self.lost_alone
+                    .entry(job.to_string())
+                    .or_default()
+                    .insert(vp);
+            }
+            let Some(j) = self.jobs.get_mut(job) else {
+                return Vec::new();
+            };
             // Restored on `to` once its job's images are found.
             let mut out = Vec::new();
             if let Some(v) = j.vps.get_mut(&vp) {
@@ -414,6 +431,18 @@ impl Master {
                 ),
             );
         }
+        self.start_from_beginning(job, vp, to, how)
+    }
+
+    /// VP `vp` of `job`, lost `how`, starts again from the beginning on
+    /// `to` (where that is consistent: the caller knows).
+    pub(super) fn start_from_beginning(
+        &mut self,
+        job: &str,
+        vp: u32,
+        to: &str,
+        how: &str,
+    ) -> Vec<Out> {
         let Some(start) = self.start_of(job, vp, to) else {
             return Vec::new();
         };

@@ -175,6 +175,9 @@ pub(super) struct Hunt {
     pub(super) deadline: Instant,
     /// What was missing, for the answer.
     pub(super) missing: Vec<String>,
+    /// Only these VPs are restored (lost with their host, in a job whose
+    /// VPs are independent: the others go on); none: the whole job.
+    pub(super) only: Option<BTreeSet<u32>>,
 }
 
 /// Where a job checkpoint's image is kept, and what it is.

@@ -2362,3 +2362,75 @@ fn a_restart_during_a_scheduler_move_restores_the_vp_at_its_source_and_the_map_f
     assert_eq!(mapped(&c, a), Some(busy.clone()), "{out:?}");
     assert_eq!(c.state(a).0, Some(busy));
 }
+
+#[test]
+fn a_host_lost_under_a_job_of_independent_vps_restores_only_its_vps_and_the_others_go_on() {
+    let mut c = Cluster::new(3);
+    let mut s = spec(3);
+    s.independent = true;
+    let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
+    let placed = starts(&out);
+    assert_eq!(placed.len(), 3, "{out:?}");
+    for (h, tid) in &placed {
+        c.m.started(h, *tid, 100 + *tid as u32);
+        c.m.from_host(h, ToMaster::Movable { tid: *tid });
+    }
+    take_checkpoint(&mut c, &placed);
+    let (lost, gone) = placed
+        .iter()
+        .find(|(h, _)| h != "h0")
+        .cloned()
+        .expect("a VP on a worker");
+    let out = c.m.host_gone(&lost, "connection lost");
+    // Only the lost VP's image is looked for, and only it is restored.
+    let asked = checks(&out);
+    assert_eq!(asked.len(), 1, "{out:?}");
+    assert_eq!(asked[0].1.tid, gone);
+    let out = all_intact(&mut c, &out);
+    let r = restores(&out);
+    assert_eq!(r.len(), 1, "{out:?}");
+    assert_eq!(r[0].1, gone);
+    assert_ne!(r[0].2, lost);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Out::Broadcast(ToHost::Fence { .. }))),
+        "nothing the others sent is fenced off: {out:?}"
+    );
+    for (h, tid) in placed.iter().filter(|(_, t)| *t != gone) {
+        assert_eq!(c.state(*tid), (Some(h.clone()), "running".into()));
+    }
+    let out = c.m.started(&r[0].2, gone, 500);
+    assert!(kills(&out).is_empty(), "{out:?}");
+    assert_eq!(c.state(gone), (Some(r[0].2.clone()), "running".into()));
+}
+
+#[test]
+fn an_independent_vp_lost_with_no_image_left_starts_again_from_the_beginning_alone() {
+    let mut c = Cluster::new(3);
+    let mut s = spec(2);
+    s.independent = true;
+    let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
+    let placed = starts(&out);
+    for (h, tid) in &placed {
+        c.m.started(h, *tid, 100 + *tid as u32);
+        c.m.from_host(h, ToMaster::Movable { tid: *tid });
+    }
+    take_checkpoint(&mut c, &placed);
+    let (lost, gone) = placed
+        .iter()
+        .find(|(h, _)| h != "h0")
+        .cloned()
+        .expect("a VP on a worker");
+    let out = c.m.host_gone(&lost, "connection lost");
+    let out = none_intact(&mut c, &out);
+    let again = starts(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    assert_eq!(again[0].1, gone);
+    assert!(ended_with(&out).is_none(), "the job goes on: {out:?}");
+    let (h, other) = placed
+        .iter()
+        .find(|(_, t)| *t != gone)
+        .cloned()
+        .expect("other");
+    assert_eq!(c.state(other), (Some(h), "running".into()));
+}

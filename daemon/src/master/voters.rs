@@ -48,6 +48,18 @@ impl Master {
         &self.voters
     }
 
+    /// The consensus made these voters so (its configuration now).
+    pub fn voting(&mut self, ids: impl IntoIterator<Item = u64>) {
+        self.voting = Some(ids.into_iter().collect());
+    }
+
+    /// Does `host` vote, its change made?
+    pub(super) fn votes(&self, host: &str) -> bool {
+        self.voters
+            .iter()
+            .any(|(id, h)| h == host && self.voting.as_ref().is_none_or(|v| v.contains(id)))
+    }
+
     /// The next change to the voters, if one is due (recorded as made: call
     /// only when the consensus can take it).
     pub fn voter_change(&mut self) -> Option<VoterChange> {

@@ -44,8 +44,10 @@ impl Daemon {
                 },
             );
             self.begin_halt();
+        } else if let Some(message) = self.no_master_for_long() {
+            self.send_resp(t, &Response::Error { message });
         } else if self.awaiting_master() {
-            // Forwarded to whoever is elected.
+            // Forwarded to whoever is elected (see `give_up_kept_requests`).
             let id = self.proxied.forward(t);
             self.report(ToMaster::Control { id, req, uid });
         } else {

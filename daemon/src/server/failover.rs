@@ -33,6 +33,11 @@ const STALL: Duration = Duration::from_secs(1);
 /// a log line).
 const UNSENT_MAX: usize = 100_000;
 
+/// How long a user's request waits for the next master while the voters
+/// elect one: beyond, it fails saying why (no majority of the voters may be
+/// up to elect one), rather than leave `mig` waiting for nothing.
+const KEPT_REQUEST_MAX: Duration = Duration::from_secs(20);
+
 /// What a daemon keeps for failover.
 pub(super) struct Failover {
     /// Its vote and copy of the log, if it is a voter.
@@ -499,6 +504,7 @@ impl Daemon {
             Err(e) => return warn!("elected (term {term}) but {e}"),
         };
         m.set_admin_uid(self.uid);
+        m.voting(c.voters());
         log!("elected master (term {term})");
         // The old master's link goes quietly: this daemon is the master.
         // What was sent to the old master and never answered fails (a
@@ -743,6 +749,47 @@ impl Daemon {
         }
     }
 
+    /// Without a master for longer than `KEPT_REQUEST_MAX`: why a user's
+    /// request is not kept for the next one.
+    pub(super) fn no_master_for_long(&self) -> Option<String> {
+        let since = self
+            .failover
+            .masterless
+            .filter(|_| !self.role.is_master())?;
+        let waited = since.elapsed();
+        (waited >= KEPT_REQUEST_MAX).then(|| {
+            format!(
+                "{} has had no master for {} s: its voters have not elected another (a \
+                 majority of them must be up and reach each other; `mig hosts` through another \
+                 daemon shows them); ask again once one is elected",
+                self.facts.name,
+                waited.as_secs()
+            )
+        })
+    }
+
+    /// Users' requests kept for the next master fail once none has come
+    /// for `KEPT_REQUEST_MAX` (what hosts report is kept on).
+    pub(super) fn give_up_kept_requests(&mut self) {
+        let Some(why) = self.no_master_for_long() else {
+            return;
+        };
+        let (given_up, kept): (VecDeque<ToMaster>, VecDeque<ToMaster>) =
+            std::mem::take(&mut self.failover.unsent)
+                .into_iter()
+                .partition(|m| matches!(m, ToMaster::Control { .. }));
+        self.failover.unsent = kept;
+        for msg in given_up {
+            let ToMaster::Control { id, .. } = msg else {
+                continue;
+            };
+            if let Some(t) = self.proxied.answered(id, false) {
+                let message = why.clone();
+                self.send_resp(t, &Response::Error { message });
+            }
+        }
+    }
+
     /// Where this worker's master is, for a daemon that asks to join.
     pub(super) fn failover_master_addr(&self) -> Option<String> {
         self.role.link()?;
@@ -921,6 +968,9 @@ impl Daemon {
             return;
         }
         self.failover.voters_changing = false;
+        if let Some(m) = self.role.master() {
+            m.voting(c.voters());
+        }
         let hosts: Vec<String> = c
             .voters()
             .iter()

@@ -611,6 +611,8 @@ impl Daemon {
                 m.set_lease(self.cfg.lease());
                 m.set_max_voters(self.cfg.voters as usize);
                 m.set_admin_uid(self.uid);
+                // (The founding master is the only voter, its own.)
+                m.voting([1]);
                 let (jobs, damage) = self.job_files.read_history();
                 for what in damage {
                     warn!("{what}");
@@ -726,12 +728,17 @@ impl Daemon {
 
     /// Halting, and done: every connection flushed and every VP gone (or
     /// 2 s on), the VPs left are stopped and the control socket removed.
+    /// A master waits longer (6 s) for hosts that have not attached to it
+    /// yet (following it after a failover) to attach and hear the halt:
+    /// with it gone, they would wait for a master for ever.
     fn halted(&mut self) -> bool {
         let Some(since) = self.halting else {
             return false;
         };
         let flushed = self.conns.values().all(Conn::flushed);
-        if !(flushed && self.vps.by_tid.is_empty()) && since.elapsed() <= Duration::from_secs(2) {
+        let told = self.unsent_to.is_empty();
+        let limit = Duration::from_secs(if told { 2 } else { 6 });
+        if !(flushed && told && self.vps.by_tid.is_empty()) && since.elapsed() <= limit {
             return false;
         }
         self.stop_all();
@@ -964,6 +971,7 @@ impl Daemon {
         self.ask_lease();
         self.attach_tick();
         self.masterless_too_long();
+        self.give_up_kept_requests();
         self.excuse_silence_if_cut_off();
         self.announce_again();
         self.behind_but_alive();
