@@ -17,10 +17,12 @@ pub enum BalanceCmd {
     /// and spawning tasks as they end; normalised performance NP =
     /// (T_noLB - T_bal) / (T_noLB - T_opt), 1 the ideal, 0 no gain.
     Roc(RocArgs),
-    /// Seed 002's Figure 6: mean response time of simple programs,
-    /// clusters, distributed groups and all, against cluster size (1-15
-    /// tasks, 150 s a cluster), five processor-sharing sites 60% busy: no
-    /// balancing (nlb), shortest queue first (sqf) and the paper's bidding.
+    /// Seed 002's Figures 6-8: mean response time of simple programs,
+    /// clusters, distributed groups and all, five processor-sharing sites,
+    /// against cluster size (1-15 tasks, 150 s a cluster, 60% busy), under
+    /// workloads at their extremes, or against utilisation: no balancing
+    /// (nlb), shortest queue first (sqf, sqf' paying for transfers) and the
+    /// paper's bidding, whose requests for bids and bids take time.
     Rommel(RommelArgs),
     /// Seed 004's Figures 7 and 8: eta = (T_no - T_my) / (T_no - T_lb)
     /// against the nodes' mean capacity and against the network's mean
@@ -46,7 +48,11 @@ pub struct NresArgs {
 /// Flags of `mig balance rommel`.
 #[derive(Debug, clap::Args)]
 pub struct RommelArgs {
-    /// Subruns per cluster size (seeds SEED.. SEED+N-1).
+    /// Which figure: 6 (against cluster size), 7 (workloads at their
+    /// extremes) or 8 (against utilisation).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(6..=8))]
+    figure: u8,
+    /// Subruns per point (seeds SEED.. SEED+N-1).
     #[arg(long, default_value_t = 10)]
     subruns: u64,
     /// Seconds each subrun lasts.
@@ -55,11 +61,15 @@ pub struct RommelArgs {
     /// The first seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Extra work per remote task of a cluster (psi_C; the paper gives
-    /// none: at 0.1 spreading a cluster still pays).
-    #[arg(long, default_value_t = 0.3)]
+    /// Extra work per remote task of a cluster (psi_C; 0.2 as the paper's
+    /// section 3.2 uses).
+    #[arg(long, default_value_t = 0.2)]
     psi: f64,
-    /// Print JSON: {"setup", "rows": [...]}.
+    /// Seconds a request for bids or a bid takes to arrive; decisions wait
+    /// for the round trip.
+    #[arg(long, default_value_t = 0.01)]
+    latency: f64,
+    /// Print JSON: {"figure", "setup", "rows": [...]}.
     #[arg(long)]
     json: bool,
 }
@@ -151,24 +161,41 @@ fn rommel_figure(a: RommelArgs) -> Result<()> {
     if !(a.psi.is_finite() && (0.0..=10.0).contains(&a.psi)) {
         bail!("--psi must be between 0 and 10");
     }
+    if !(a.latency.is_finite() && (0.0..=1000.0).contains(&a.latency)) {
+        bail!("--latency must be between 0 and 1000 seconds");
+    }
     let setup = rommel::Setup {
         duration: a.duration,
         seed: a.seed,
         psi: a.psi,
+        latency: a.latency,
         ..rommel::Setup::default()
     };
-    let rows = rommel::reproduce(&setup, a.subruns);
+    let (rows, what) = match a.figure {
+        6 => (rommel::figure6(&setup, a.subruns), "CLUSTER"),
+        7 => (rommel::figure7(&setup, a.subruns), "WORKLOAD"),
+        _ => (rommel::figure8(&setup, a.subruns), "RHO"),
+    };
     if a.json {
-        println!("{}", serde_json::json!({"setup": setup, "rows": rows}));
+        println!(
+            "{}",
+            serde_json::json!({"figure": a.figure, "setup": setup, "rows": rows})
+        );
         return Ok(());
     }
     println!(
-        "mean response time (s), {} sites 60% busy, {} subruns of {} s, psi_C {}",
-        setup.sites, a.subruns, setup.duration, setup.psi
+        "Figure {}: mean response time (s), {} sites{}, {} subruns of {} s, psi_C {}, messages {} s",
+        a.figure,
+        setup.sites,
+        if a.figure == 8 { String::new() } else { format!(" {}% busy", setup.utilisation * 100.0) },
+        a.subruns,
+        setup.duration,
+        setup.psi,
+        setup.latency
     );
     println!(
-        "{:>7}  {:>23}  {:>23}  {:>23}  {:>23}",
-        "CLUSTER", "ALL nlb/sqf/bidding", "CLUSTERS", "GROUPS", "SIMPLE"
+        "{:>8}  {:>23}  {:>23}  {:>23}  {:>23}  {:>7}",
+        what, "ALL nlb/sqf/bidding", "CLUSTERS", "GROUPS", "SIMPLE", "ALL sqf'"
     );
     let three = |f: &dyn Fn(&rommel::Responses) -> f64, r: &rommel::Row| {
         format!(
@@ -180,12 +207,13 @@ fn rommel_figure(a: RommelArgs) -> Result<()> {
     };
     for r in &rows {
         println!(
-            "{:>7}  {}  {}  {}  {}",
-            r.cluster_size,
+            "{:>8}  {}  {}  {}  {}  {:>7.0}",
+            r.setting,
             three(&|x| x.all, r),
             three(&|x| x.cluster, r),
             three(&|x| x.group, r),
-            three(&|x| x.simple, r)
+            three(&|x| x.simple, r),
+            r.sqf_prime.all
         );
     }
     Ok(())
