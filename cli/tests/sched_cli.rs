@@ -602,23 +602,42 @@ fn balance_rommel_reproduces_seed_002s_figure_6_rows() {
 }
 
 #[test]
-fn balance_nres_reports_eta_against_capacity_and_latency_for_three_trigger_lines() {
+fn balance_nres_reports_figures_7_to_9_for_three_trigger_lines_and_1_to_3_resources() {
     let v = json(&mig(&["balance", "nres", "--seeds", "1", "--json"]));
     for trend in ["capacity", "latency"] {
-        let rows = v[trend].as_array().expect("rows");
-        assert_eq!(rows.len(), 5, "{v}");
-        for r in rows {
-            let etas = r["eta"].as_array().expect("three lines");
-            assert_eq!(etas.len(), 3);
-            let none = r["eta_none"].as_f64().expect("eta none");
-            for e in etas {
-                let e = e.as_f64().expect("eta");
-                assert!(e > 0.0 && e <= 1.0, "{r}");
-                assert!(e >= none - 0.02, "balancing does not lose: {r}");
+        let curves = v[trend].as_array().expect("curves");
+        let resources: Vec<u64> = curves
+            .iter()
+            .filter_map(|c| c["resources"].as_u64())
+            .collect();
+        assert_eq!(resources, [1, 2, 3], "{v}");
+        for c in curves {
+            let rows = c["rows"].as_array().expect("rows");
+            assert_eq!(rows.len(), 5, "{v}");
+            for r in rows {
+                let etas = r["eta"].as_array().expect("three lines");
+                assert_eq!(etas.len(), 3);
+                let none = r["eta_none"].as_f64().expect("eta none");
+                for e in etas {
+                    let e = e.as_f64().expect("eta");
+                    assert!(e > 0.0 && e <= 1.0, "{r}");
+                    assert!(e >= none - 0.02, "balancing does not lose: {r}");
+                }
             }
         }
     }
+    let load = v["load"].as_array().expect("figure 9");
+    assert_eq!(load.len(), 5, "{v}");
+    for r in load {
+        let t_lb = r["t_lb"].as_f64().expect("t_lb");
+        for t in r["t_my"].as_array().expect("three") {
+            assert!(t.as_f64().is_some_and(|t| t >= t_lb), "{r}");
+        }
+    }
+    let only9 = json(&mig(&["balance", "nres", "--figure", "9", "--seeds", "1", "--json"]));
+    assert!(only9["capacity"].is_null() && only9["load"].is_array(), "{only9}");
     assert!(!mig(&["balance", "nres", "--seeds", "0"]).status.success());
+    assert!(!mig(&["balance", "nres", "--figure", "6"]).status.success());
 }
 
 #[test]

@@ -102,7 +102,7 @@ fn under_bidding_a_group_spreads_one_vp_a_host_and_a_cluster_shares_one() {
 }
 
 #[test]
-fn under_nres_the_papers_three_jobs_take_hosts_fewest_choices_first() {
+fn under_nres_three_jobs_with_nested_choices_take_hosts_fewest_choices_first() {
     let _one = serial();
     let mut vm = Vm::start_with(1, &["--placement", "nres", "--memory-mb", "4000"]);
     for (i, mb) in [(1, "1000"), (2, "2000")] {
@@ -111,8 +111,10 @@ fn under_nres_the_papers_three_jobs_take_hosts_fewest_choices_first() {
     }
     assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 3)));
     let stop = vm.dir.path().join("stop");
-    // Seed 004's example as memory: 500 MB fits every host, 1500 two of
-    // them, 3000 only h0; each takes the tightest host that holds it.
+    // Nested choices, the case seed 004's section 2.2 orders Balance for
+    // (the numbers are ours; the paper gives none): 500 MB fits every
+    // host, 1500 two of them, 3000 only h0; each takes the tightest host
+    // that holds it.
     let mut jobs = Vec::new();
     let mut went = Vec::new();
     for (k, mb) in ["500M", "1500M", "3000M"].into_iter().enumerate() {

@@ -24,23 +24,37 @@ pub enum BalanceCmd {
     /// (nlb), shortest queue first (sqf, sqf' paying for transfers) and the
     /// paper's bidding, whose requests for bids and bids take time.
     Rommel(RommelArgs),
-    /// Seed 004's Figures 7 and 8: eta = (T_no - T_my) / (T_no - T_lb)
+    /// Seed 004's Figures 7-9: eta = (T_no - T_my) / (T_no - T_lb)
     /// against the nodes' mean capacity and against the network's mean
     /// latency, for three trigger lines (Max 25, 20, 15: the steepest
-    /// slope first), 32 three-resource nodes, jobs in bursts.
+    /// slope first) and 1-, 2- and 3-resource nodes; T_my against the load
+    /// for jobs declaring 1, 2 or 3 needs. 32 nodes, jobs in bursts; status
+    /// requests and jobs take the links' latency, and a node maps its
+    /// burst when its own queue has drained (Time_IQ).
     Nres(NresArgs),
 }
 
 /// Flags of `mig balance nres`.
 #[derive(Debug, clap::Args)]
 pub struct NresArgs {
+    /// Which figure: 7 (eta against capacity), 8 (against latency) or 9
+    /// (T_my against load, 1-3 needs declared); all three without it.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(7..=9))]
+    figure: Option<u8>,
     /// Grids to average over (seeds SEED.. SEED+N-1).
     #[arg(long, default_value_t = 5)]
     seeds: u64,
     /// The first seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Print JSON: {"setup", "capacity": [...], "latency": [...]}.
+    /// Work offered over what the grid can do while jobs arrive (Figures
+    /// 7 and 8).
+    #[arg(long, default_value_t = 0.8)]
+    load: f64,
+    /// Mean jobs a burst (bursts of 1 to twice it).
+    #[arg(long, default_value_t = 10)]
+    burst: usize,
+    /// Print JSON: {"setup", "capacity": [...], "latency": [...], "load": [...]}.
     #[arg(long)]
     json: bool,
 }
@@ -219,55 +233,87 @@ fn rommel_figure(a: RommelArgs) -> Result<()> {
     Ok(())
 }
 
+/// Figure 7's capacities, 8's latencies (steps; a job's mean work is 40)
+/// and 9's loads.
+const CAPACITIES: [f64; 5] = [2.0, 4.0, 8.0, 12.0, 16.0];
+const LATENCIES: [f64; 5] = [2.0, 8.0, 32.0, 128.0, 512.0];
+const LOADS: [f64; 5] = [0.2, 0.4, 0.6, 0.8, 1.0];
+
 fn nres_figures(a: NresArgs) -> Result<()> {
     if a.seeds == 0 || a.seeds > 100 {
         bail!("--seeds must be between 1 and 100");
     }
+    if !(a.load.is_finite() && (0.05..=4.0).contains(&a.load)) {
+        bail!("--load must be between 0.05 and 4");
+    }
+    if a.burst == 0 || a.burst > 1000 {
+        bail!("--burst must be between 1 and 1000");
+    }
     let setup = nres::Setup {
         seed: a.seed,
+        load: a.load,
+        burst: a.burst,
         ..nres::Setup::default()
     };
-    let capacity = nres::trend(&setup, "capacity", &[4.0, 6.0, 8.0, 12.0, 16.0], a.seeds);
-    let latency = nres::trend(
-        &setup,
-        "latency",
-        &[2.0, 16.0, 64.0, 256.0, 1024.0],
-        a.seeds,
-    );
+    let want = |f: u8| a.figure.is_none_or(|x| x == f);
+    let capacity = want(7).then(|| nres::figure(&setup, nres::Vary::Capacity, &CAPACITIES, a.seeds));
+    let latency = want(8).then(|| nres::figure(&setup, nres::Vary::Latency, &LATENCIES, a.seeds));
+    let load = want(9).then(|| nres::figure9(&setup, &LOADS, a.seeds));
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"setup": setup, "capacity": capacity, "latency": latency})
+            serde_json::json!({"setup": setup, "capacity": capacity, "latency": latency, "load": load})
         );
         return Ok(());
     }
     println!(
-        "eta, {} nodes of {} resources, {} jobs in bursts of {}, mean of {} grids",
-        setup.nodes,
-        nres::RESOURCES,
-        setup.jobs,
-        setup.burst,
-        a.seeds
+        "{} nodes, {} neighbours each, {} jobs (mean work {} steps) in bursts of {} on average, mean of {} grids",
+        setup.nodes, setup.degree, setup.jobs, setup.work, setup.burst, a.seeds
     );
-    for (title, rows) in [
+    for (title, curves) in [
         (
-            format!("mean node capacity (latency {})", setup.latency),
+            format!(
+                "Figure 7: eta against mean node capacity (latency {}, load {})",
+                setup.latency, setup.load
+            ),
             &capacity,
         ),
         (
-            format!("mean latency, steps (capacity {})", setup.capacity),
+            format!(
+                "Figure 8: eta against mean latency, steps (capacity {}, load {})",
+                setup.capacity, setup.load
+            ),
             &latency,
         ),
     ] {
+        let Some(curves) = curves else { continue };
         println!("{title}");
         println!(
-            "  {:>8} {:>9} {:>9} {:>9} {:>9}",
-            "VALUE", "Max 25", "Max 20", "Max 15", "none"
+            "  {:>9} {:>8} {:>9} {:>9} {:>9} {:>9}",
+            "RESOURCES", "VALUE", "Max 25", "Max 20", "Max 15", "none"
+        );
+        for c in curves {
+            for r in &c.rows {
+                println!(
+                    "  {:>9} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                    c.resources, r.value, r.eta[0], r.eta[1], r.eta[2], r.eta_none
+                );
+            }
+        }
+    }
+    if let Some(rows) = load {
+        println!(
+            "Figure 9: T_my (steps) against load, 3-resource nodes, jobs declaring 1, 2 or 3 needs (Max {})",
+            setup.max
+        );
+        println!(
+            "  {:>6} {:>9} {:>9} {:>9} {:>9}",
+            "LOAD", "1 need", "2 needs", "3 needs", "T_lb"
         );
         for r in rows {
             println!(
-                "  {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-                r.value, r.eta[0], r.eta[1], r.eta[2], r.eta_none
+                "  {:>6} {:>9.0} {:>9.0} {:>9.0} {:>9.0}",
+                r.load, r.t_my[0], r.t_my[1], r.t_my[2], r.t_lb
             );
         }
     }

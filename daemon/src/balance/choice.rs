@@ -448,9 +448,11 @@ mod tests {
     }
 
     #[test]
-    fn nres_maps_the_papers_three_jobs_fewest_choices_first() {
-        // Seed 004's example: jobs fitting {A}, {A, B}, {A, B, C} -> A, B,
-        // C, here as memory: A offers 4000, B 2000, C 1000.
+    fn nres_maps_three_jobs_with_nested_choices_fewest_choices_first() {
+        // Nested choices, the case seed 004's section 2.2 orders Balance
+        // for (our numbers; the paper gives none): jobs fitting {A},
+        // {A, B}, {A, B, C} -> A, B, C, here as memory: A offers 4000, B
+        // 2000, C 1000.
         let hosts = [
             host("c", &[0], Some(1000)),
             host("a", &[0], Some(4000)),

@@ -14,7 +14,8 @@
 //!   simple programs, clusters and distributed groups, bidding against no
 //!   balancing and shortest-queue-first;
 //! * `nres` — seed 004's experiments: N-resource nodes, bursts of jobs,
-//!   fewest-choices-first mapping, eta against capacity and latency;
+//!   status requests that take the links' latency, fewest-choices-first
+//!   mapping at `Time_IQ`, eta against capacity and latency;
 //! * `tasks` — `roc`, `nres` and `bidding` on a trace: jobs as bags of
 //!   tasks on processors, placed and moved by seeds 002-004;
 //! * `rng` — the seeded generator they share.

@@ -1,30 +1,41 @@
 //! Seed 004's experiments, reproduced: a grid of N-resource nodes (CPU,
-//! memory, I/O), each with a few neighbours at a network latency, jobs
-//! arriving at random nodes in bursts. A node whose burst is more than its
-//! load admits (`balance::nres::needs_triggering`) asks the nodes whose
-//! replies come back before its own queue drains for their free capacity,
-//! then maps its waiting jobs fewest-choices-first
-//! (`balance::nres::balance`); a job mapped elsewhere travels there. The
-//! figure is `eta = (T_no - T_my) / (T_no - T_lb)`.
+//! memory, I/O: the first 1, 2 or 3 of them), each with a few neighbours
+//! at a network latency, jobs submitted at random nodes in bursts. A node
+//! whose burst is more than its resource usage admits
+//! (`balance::nres::needs_triggering`, the line from (0, Max) to (100, 0))
+//! sends a status request to the neighbours whose reply can come back
+//! before its Internal Queue drains (`Time_IQ`), and they pass it on to
+//! theirs while the round trip still fits (`balance::nres::asked`); each
+//! reports its free capacity when the request reaches it. The node keeps
+//! running its Internal Queue while it waits; at `Time_IQ` it maps the
+//! burst (its External Queue) fewest-choices-first over the replies
+//! (`balance::nres::balance`) and sends each job mapped elsewhere, which
+//! travels the route's latency; the rest join its own queue. The figure is
+//! `eta = (T_no - T_my) / (T_no - T_lb)`.
 //!
 //! The model (the paper gives its figures' trends, not its simulator):
-//! jobs are submitted at a quarter of the nodes (every fourth);
 //! time in steps; a node runs its queue one job at a time; a job's time is
 //! its work over the node's speed (its CPU capacity over the mean: more
 //! capacity all round means room for more jobs, "a smaller granularity",
-//! not faster jobs), doubled where a node lacks one of its resources
-//! (memory or I/O); bursts are of 1 to twice their mean size; a node's
-//! free capacity is its capacity less what its running job uses (each
-//! resource in 0..=1 of the largest node's); capacities and needs are uniform around their means,
-//! latencies around theirs; `T_no` is the work on one node of mean
-//! capacity. Pure: no clock, no I/O.
+//! not faster jobs), doubled where the node lacks memory or I/O that the
+//! job needs (whether the job declared it or not: Figure 9's jobs declare
+//! 1, 2 or 3 of their needs); a node's resource usage is what its running
+//! job uses of its capacity (mean over its resources), and its free
+//! capacity its capacity less that (each resource in 0..=1 of the largest
+//! node's); an idle node struck by a burst starts its first job at once,
+//! so `Time_IQ` is never zero; bursts are of 1 to twice their mean size at
+//! nodes drawn at random, their gaps drawn for the load asked; a burst
+//! reaching a node while its search is out joins that search's External
+//! Queue. Capacities and needs are uniform around their means, latencies
+//! around theirs; `T_no` is the work on one node of mean capacity. Pure:
+//! no clock, no I/O.
 
 use serde::Serialize;
 
 use super::rng::SplitMix;
 use crate::balance::nres;
 
-/// Resources per node and job: CPU, memory, I/O.
+/// Resources a node may have: CPU, memory, I/O.
 pub const RESOURCES: usize = 3;
 
 /// One experiment's settings.
@@ -34,6 +45,10 @@ pub struct Setup {
     pub nodes: usize,
     /// Neighbours of each node (at least; links are both ways).
     pub degree: usize,
+    /// Resources of a node (1-3: CPU, then memory, then I/O).
+    pub resources: usize,
+    /// Of a job's needs, how many it declares (1 to `resources`).
+    pub declared: usize,
     /// Mean capacity of a node's resources (units, 2-16 in the paper).
     pub capacity: f64,
     /// Mean need of a job per resource (units).
@@ -44,12 +59,12 @@ pub struct Setup {
     pub max: f64,
     /// Jobs arriving.
     pub jobs: usize,
-    /// Mean work of a job (steps on a node of capacity 1).
+    /// Mean work of a job (steps on a node of mean capacity).
     pub work: f64,
-    /// Jobs come in bursts of this many at one node.
+    /// Mean jobs a burst.
     pub burst: usize,
-    /// Mean steps between bursts.
-    pub gap: f64,
+    /// Work offered over what the grid can do while jobs arrive.
+    pub load: f64,
     /// The seed.
     pub seed: u64,
 }
@@ -59,14 +74,16 @@ impl Default for Setup {
         Setup {
             nodes: 32,
             degree: 5,
+            resources: 3,
+            declared: 3,
             capacity: 8.0,
             need: 4.0,
             latency: 8.0,
             max: 15.0,
             jobs: 2000,
             work: 40.0,
-            burst: 20,
-            gap: 12.0,
+            burst: 10,
+            load: 0.8,
             seed: 1,
         }
     }
@@ -80,10 +97,9 @@ struct Job {
 
 struct Node {
     cap: [f64; RESOURCES],
-    /// Its speed: its CPU capacity over the mean capacity (more capacity
-    /// means room for more jobs, not faster jobs on average).
+    /// Its speed: its CPU capacity over the mean capacity.
     speed: f64,
-    /// Jobs committed here, the first running.
+    /// Its Internal Queue, the first job running.
     queue: Vec<Job>,
     /// Work left of the running job, steps.
     left: f64,
@@ -92,32 +108,54 @@ struct Node {
 }
 
 impl Node {
-    fn time_of(&self, j: &Job) -> f64 {
-        let lacks = (1..RESOURCES).any(|r| j.need[r] > self.cap[r]);
+    fn time_of(&self, j: &Job, resources: usize) -> f64 {
+        let lacks = (1..resources).any(|r| j.need[r] > self.cap[r]);
         j.work / self.speed * if lacks { 2.0 } else { 1.0 }
     }
 
-    /// Steps to drain its queue.
-    fn drain(&self) -> f64 {
+    /// `Time_IQ`: steps to drain its Internal Queue.
+    fn drain(&self, resources: usize) -> f64 {
         self.left
             + self
                 .queue
                 .iter()
                 .skip(1)
-                .map(|j| self.time_of(j))
+                .map(|j| self.time_of(j, resources))
                 .sum::<f64>()
+    }
+
+    /// Its resource usage, percent: what the running job uses.
+    fn usage(&self, resources: usize) -> f64 {
+        let Some(j) = self.queue.first() else {
+            return 0.0;
+        };
+        let used: f64 = (0..resources)
+            .map(|r| (j.need[r] / self.cap[r]).min(1.0))
+            .sum();
+        100.0 * used / resources as f64
     }
 
     /// What it reports: its capacity less what the job running now uses
     /// ("the current usage of its resources").
-    fn free(&self, scale: f64) -> Vec<f64> {
-        (0..RESOURCES)
+    fn free(&self, resources: usize, scale: f64) -> Vec<f64> {
+        (0..resources)
             .map(|r| {
                 let used = self.queue.first().map_or(0.0, |j| j.need[r]);
                 ((self.cap[r] - used) / scale).max(0.0)
             })
             .collect()
     }
+}
+
+/// A node's search: its External Queue, the nodes asked and their
+/// replies, and when it maps.
+struct Search {
+    node: usize,
+    jobs: Vec<Job>,
+    sent: f64,
+    asked: Vec<(usize, f64)>,
+    replies: Vec<Option<Vec<f64>>>,
+    due: f64,
 }
 
 /// What one run did.
@@ -133,12 +171,16 @@ pub struct Run {
     pub moved: u64,
     /// Bursts that triggered balancing.
     pub triggered: u64,
+    /// Status requests and replies sent.
+    pub messages: u64,
 }
 
 /// Run the grid of `s`, balancing when `balance` (else every job stays).
 pub fn run(s: &Setup, balance: bool) -> Run {
     let mut rng = SplitMix::new(s.seed);
     let n = s.nodes.max(2);
+    let k = s.resources.clamp(1, RESOURCES);
+    let declared = s.declared.clamp(1, k);
     let around = |rng: &mut SplitMix, mean: f64| mean * (0.5 + rng.unit());
     let mut nodes: Vec<Node> = (0..n)
         .map(|_| Node {
@@ -174,24 +216,25 @@ pub fn run(s: &Setup, balance: bool) -> Run {
         .iter()
         .flat_map(|x| x.cap)
         .fold(f64::MIN_POSITIVE, f64::max);
-    // The arrivals: bursts of jobs at random nodes.
+    // The arrivals: bursts of jobs at random nodes, as far apart as the
+    // load asks.
+    let mean_burst = (2 * s.burst.max(1) + 1) as f64 / 2.0;
+    let gap = mean_burst * s.work / (n as f64 * s.load.max(0.01));
     let mut arrivals: Vec<(f64, usize, Vec<Job>)> = Vec::new();
     let mut t = 0.0;
     let mut made = 0;
     while made < s.jobs {
-        t += rng.exp(s.gap);
-        // Users submit at a quarter of the nodes.
-        let at = 4 * (rng.next_u64() % n.div_ceil(4) as u64) as usize % n;
-        // Bursts of 1 to twice the mean.
-        let k = (1 + (rng.next_u64() % (2 * s.burst.max(1)) as u64) as usize).min(s.jobs - made);
-        let jobs = (0..k)
+        t += rng.exp(gap);
+        let at = (rng.next_u64() % n as u64) as usize;
+        let b = (1 + (rng.next_u64() % (2 * s.burst.max(1)) as u64) as usize).min(s.jobs - made);
+        let jobs = (0..b)
             .map(|_| Job {
                 need: [0.0; RESOURCES].map(|_| around(&mut rng, s.need)),
                 work: rng.exp(s.work).max(1.0),
             })
             .collect();
         arrivals.push((t, at, jobs));
-        made += k;
+        made += b;
     }
     let mean_cpu = nodes.iter().map(|x| x.speed).sum::<f64>() / n as f64;
     let t_no: f64 = arrivals
@@ -202,42 +245,75 @@ pub fn run(s: &Setup, balance: bool) -> Run {
     let latencies: Vec<Vec<(usize, f64)>> = nodes.iter().map(|x| x.links.clone()).collect();
     // Jobs on their way: (arrival step, node, job).
     let mut transit: Vec<(f64, usize, Job)> = Vec::new();
-    let mut moved = 0;
-    let mut triggered = 0;
+    let mut searches: Vec<Search> = Vec::new();
+    let (mut moved, mut triggered, mut messages) = (0, 0, 0);
     let mut next = 0;
     let mut now = 0.0;
     let step = 1.0;
     loop {
         while next < arrivals.len() && arrivals[next].0 <= now {
-            let (_, at, jobs) = arrivals[next].clone();
+            let (_, at, mut jobs) = arrivals[next].clone();
             next += 1;
-            let busy = nodes[at].drain();
-            // Utilisation: how full its queue is, as a share of a burst's work.
-            let u = (100.0 * busy / (busy + s.work * s.burst as f64 / nodes[at].speed)).min(100.0);
-            if balance && nres::needs_triggering(jobs.len() as u32, u, s.max) {
-                triggered += 1;
-                let time_iq = busy.max(1.0);
-                let asked = nres::asked(&latencies, at, time_iq);
-                let nodes_asked: Vec<usize> = asked.iter().map(|&(b, _)| b).collect();
-                let free: Vec<Vec<f64>> =
-                    nodes_asked.iter().map(|&b| nodes[b].free(scale)).collect();
-                let needs: Vec<Vec<f64>> = jobs
-                    .iter()
-                    .map(|j| j.need.iter().map(|x| x / scale).collect())
-                    .collect();
-                let mapped = nres::balance(&needs, &free);
-                for (j, to) in jobs.into_iter().zip(mapped) {
-                    match to {
-                        Some(k) => {
-                            let (b, gamma) = asked[k];
-                            moved += 1;
-                            transit.push((now + gamma.max(step), b, j));
-                        }
-                        None => nodes[at].queue.push(j),
-                    }
-                }
-            } else {
+            if let Some(out) = searches.iter_mut().find(|x| x.node == at) {
+                out.jobs.extend(jobs);
+                continue;
+            }
+            if !(balance
+                && nres::needs_triggering(jobs.len() as u32, nodes[at].usage(k), s.max))
+            {
                 nodes[at].queue.extend(jobs);
+                continue;
+            }
+            triggered += 1;
+            if nodes[at].queue.is_empty() {
+                nodes[at].queue.push(jobs.remove(0));
+            }
+            let time_iq = nodes[at].drain(k).max(step);
+            let asked = nres::asked(&latencies, at, time_iq);
+            messages += 2 * asked.len() as u64;
+            searches.push(Search {
+                node: at,
+                jobs,
+                sent: now,
+                replies: vec![None; asked.len()],
+                asked,
+                due: now + time_iq,
+            });
+        }
+        // Requests reaching nodes: each replies with its status now.
+        for x in &mut searches {
+            for (reply, &(b, gamma)) in x.replies.iter_mut().zip(&x.asked) {
+                if reply.is_none() && x.sent + gamma <= now {
+                    *reply = Some(nodes[b].free(k, scale));
+                }
+            }
+        }
+        // Searches whose Time_IQ is up: Balance over the replies.
+        let (due, out): (Vec<Search>, Vec<Search>) =
+            searches.into_iter().partition(|x| x.due <= now);
+        searches = out;
+        for x in due {
+            let (asked, free): (Vec<(usize, f64)>, Vec<Vec<f64>>) = x
+                .asked
+                .iter()
+                .zip(x.replies)
+                .filter_map(|(&a, r)| Some((a, r?)))
+                .unzip();
+            let needs: Vec<Vec<f64>> = x
+                .jobs
+                .iter()
+                .map(|j| j.need[..declared].iter().map(|v| v / scale).collect())
+                .collect();
+            let mapped = nres::balance(&needs, &free);
+            for (j, to) in x.jobs.into_iter().zip(mapped) {
+                match to {
+                    Some(m) => {
+                        let (b, gamma) = asked[m];
+                        moved += 1;
+                        transit.push((now + gamma.max(step), b, j));
+                    }
+                    None => nodes[x.node].queue.push(j),
+                }
             }
         }
         let (here, later): (Vec<_>, Vec<_>) = transit.into_iter().partition(|(t, _, _)| *t <= now);
@@ -246,7 +322,7 @@ pub fn run(s: &Setup, balance: bool) -> Run {
             nodes[b].queue.push(j);
         }
         let idle = nodes.iter().all(|x| x.queue.is_empty());
-        if idle && transit.is_empty() && next >= arrivals.len() {
+        if idle && transit.is_empty() && searches.is_empty() && next >= arrivals.len() {
             let eta = nres::eta(t_no, now, n as u32);
             return Run {
                 makespan: now,
@@ -254,6 +330,7 @@ pub fn run(s: &Setup, balance: bool) -> Run {
                 eta,
                 moved,
                 triggered,
+                messages,
             };
         }
         for x in &mut nodes {
@@ -261,7 +338,7 @@ pub fn run(s: &Setup, balance: bool) -> Run {
                 continue;
             }
             if x.left <= 0.0 {
-                x.left = x.time_of(&x.queue[0]);
+                x.left = x.time_of(&x.queue[0], k);
             }
             x.left -= step;
             if x.left <= 0.0 {
@@ -273,7 +350,7 @@ pub fn run(s: &Setup, balance: bool) -> Run {
     }
 }
 
-/// One row of a trend: the setting varied and eta for each trigger line
+/// One point of a trend: the setting varied and eta for each trigger line
 /// (`Max` 25, 20 and 15: the steepest slope first), means over seeds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
@@ -285,9 +362,19 @@ pub struct Row {
     pub eta_none: f64,
 }
 
-/// Eta against `vary` (capacity or latency) over `values`, for each trigger
-/// line, the mean of `seeds` grids.
-pub fn trend(s: &Setup, vary: &str, values: &[f64], seeds: u64) -> Vec<Row> {
+/// The setting a trend varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Vary {
+    /// The nodes' mean capacity (Figure 7).
+    Capacity,
+    /// The links' mean latency (Figure 8).
+    Latency,
+}
+
+/// Eta against `vary` over `values`, for each trigger line, the mean of
+/// `seeds` grids.
+pub fn trend(s: &Setup, vary: Vary, values: &[f64], seeds: u64) -> Vec<Row> {
     values
         .iter()
         .map(|&v| {
@@ -299,8 +386,8 @@ pub fn trend(s: &Setup, vary: &str, values: &[f64], seeds: u64) -> Vec<Row> {
                     ..s.clone()
                 };
                 match vary {
-                    "latency" => base.latency = v,
-                    _ => base.capacity = v,
+                    Vary::Latency => base.latency = v,
+                    Vary::Capacity => base.capacity = v,
                 }
                 none += run(&base, false).eta;
                 for (e, max) in eta.iter_mut().zip([25.0, 20.0, 15.0]) {
@@ -324,6 +411,85 @@ pub fn trend(s: &Setup, vary: &str, values: &[f64], seeds: u64) -> Vec<Row> {
         .collect()
 }
 
+/// Figures 7 and 8's curves: one trend per number of resources (1-3).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Curves {
+    /// Resources of a node (and of a job).
+    pub resources: usize,
+    /// The points.
+    pub rows: Vec<Row>,
+}
+
+/// Figure 7 (`Vary::Capacity`) or 8 (`Vary::Latency`) for 1-, 2- and
+/// 3-resource nodes.
+pub fn figure(s: &Setup, vary: Vary, values: &[f64], seeds: u64) -> Vec<Curves> {
+    (1..=RESOURCES)
+        .map(|r| Curves {
+            resources: r,
+            rows: trend(
+                &Setup {
+                    resources: r,
+                    declared: r,
+                    ..s.clone()
+                },
+                vary,
+                values,
+                seeds,
+            ),
+        })
+        .collect()
+}
+
+/// One point of Figure 9: the load and `T_my` for jobs declaring 1, 2 and
+/// 3 of their needs on 3-resource nodes, `T_lb` beside them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadRow {
+    /// Work offered over what the grid can do.
+    pub load: f64,
+    /// `T_my`, steps, with 1, 2 and 3 needs declared.
+    pub t_my: [f64; 3],
+    /// `T_lb`: all the work spread evenly.
+    pub t_lb: f64,
+}
+
+/// Figure 9: `T_my` against the load, means over `seeds` grids.
+pub fn figure9(s: &Setup, loads: &[f64], seeds: u64) -> Vec<LoadRow> {
+    loads
+        .iter()
+        .map(|&load| {
+            let mut t_my = [0.0; 3];
+            let mut t_lb = 0.0;
+            for k in 0..seeds.max(1) {
+                for (d, t) in t_my.iter_mut().enumerate() {
+                    // The load by the work each job brings, the
+                    // arrivals as they are.
+                    let r = run(
+                        &Setup {
+                            load,
+                            work: s.work * load / s.load.max(0.01),
+                            resources: RESOURCES,
+                            declared: d + 1,
+                            seed: s.seed + k,
+                            ..s.clone()
+                        },
+                        true,
+                    );
+                    *t += r.makespan;
+                    if d == 0 {
+                        t_lb += r.t_no / s.nodes.max(2) as f64;
+                    }
+                }
+            }
+            let m = seeds.max(1) as f64;
+            LoadRow {
+                load,
+                t_my: t_my.map(|t| t / m),
+                t_lb: t_lb / m,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +507,87 @@ mod tests {
         assert!(bal.makespan < none.makespan, "{bal:?} vs {none:?}");
         assert!(bal.eta > none.eta && bal.eta <= 1.0, "{bal:?} vs {none:?}");
         assert_eq!(run(&s, true), bal, "the same seed, the same run");
+    }
+
+    /// Mean eta of balanced grids (Max 15 unless `s` says) over `seeds`.
+    fn eta(s: &Setup, seeds: u64) -> f64 {
+        (0..seeds)
+            .map(|k| {
+                run(
+                    &Setup {
+                        seed: s.seed + k,
+                        jobs: 1000,
+                        ..s.clone()
+                    },
+                    true,
+                )
+                .eta
+            })
+            .sum::<f64>()
+            / seeds as f64
+    }
+
+    #[test]
+    fn eta_rises_with_the_nodes_capacity() {
+        // Figure 7: more capacity, more nodes a job fits.
+        let at = |capacity| {
+            eta(
+                &Setup {
+                    capacity,
+                    ..Setup::default()
+                },
+                8,
+            )
+        };
+        let (low, mid, high) = (at(2.0), at(4.0), at(8.0));
+        assert!(low < mid && mid < high, "{low} {mid} {high}");
+    }
+
+    #[test]
+    fn eta_falls_as_latency_grows() {
+        // Figure 8: fewer nodes answer before the queue drains, and jobs
+        // sent take longer on the way.
+        let at = |latency| {
+            eta(
+                &Setup {
+                    latency,
+                    ..Setup::default()
+                },
+                8,
+            )
+        };
+        let (near, far, farther) = (at(2.0), at(128.0), at(512.0));
+        assert!(near > far && far > farther, "{near} {far} {farther}");
+    }
+
+    #[test]
+    fn eta_falls_as_the_trigger_line_steepens() {
+        // Figures 7-8: a steeper line (a higher Max) triggers less often.
+        let at = |max| {
+            eta(
+                &Setup {
+                    max,
+                    ..Setup::default()
+                },
+                8,
+            )
+        };
+        let (steep, gentle) = (at(25.0), at(15.0));
+        assert!(steep < gentle, "{steep} {gentle}");
+    }
+
+    #[test]
+    fn a_node_asks_only_as_far_as_replies_come_back_before_its_queue_drains() {
+        // Links far slower than any queue drains: nobody is asked, no job
+        // moves, and balancing is no balancing.
+        let s = Setup {
+            latency: 1e6,
+            jobs: 300,
+            ..Setup::default()
+        };
+        let (bal, none) = (run(&s, true), run(&s, false));
+        assert!(bal.triggered > 0, "{bal:?}");
+        assert_eq!((bal.moved, bal.messages), (0, 0), "{bal:?}");
+        assert_eq!(bal.makespan, none.makespan);
     }
 }
