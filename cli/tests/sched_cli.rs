@@ -634,8 +634,13 @@ fn balance_nres_reports_figures_7_to_9_for_three_trigger_lines_and_1_to_3_resour
             assert!(t.as_f64().is_some_and(|t| t >= t_lb), "{r}");
         }
     }
-    let only9 = json(&mig(&["balance", "nres", "--figure", "9", "--seeds", "1", "--json"]));
-    assert!(only9["capacity"].is_null() && only9["load"].is_array(), "{only9}");
+    let only9 = json(&mig(&[
+        "balance", "nres", "--figure", "9", "--seeds", "1", "--json",
+    ]));
+    assert!(
+        only9["capacity"].is_null() && only9["load"].is_array(),
+        "{only9}"
+    );
     assert!(!mig(&["balance", "nres", "--seeds", "0"]).status.success());
     assert!(!mig(&["balance", "nres", "--figure", "6"]).status.success());
 }

@@ -256,7 +256,8 @@ fn nres_figures(a: NresArgs) -> Result<()> {
         ..nres::Setup::default()
     };
     let want = |f: u8| a.figure.is_none_or(|x| x == f);
-    let capacity = want(7).then(|| nres::figure(&setup, nres::Vary::Capacity, &CAPACITIES, a.seeds));
+    let capacity =
+        want(7).then(|| nres::figure(&setup, nres::Vary::Capacity, &CAPACITIES, a.seeds));
     let latency = want(8).then(|| nres::figure(&setup, nres::Vary::Latency, &LATENCIES, a.seeds));
     let load = want(9).then(|| nres::figure9(&setup, &LOADS, a.seeds));
     if a.json {

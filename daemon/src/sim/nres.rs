@@ -258,9 +258,7 @@ pub fn run(s: &Setup, balance: bool) -> Run {
                 out.jobs.extend(jobs);
                 continue;
             }
-            if !(balance
-                && nres::needs_triggering(jobs.len() as u32, nodes[at].usage(k), s.max))
-            {
+            if !(balance && nres::needs_triggering(jobs.len() as u32, nodes[at].usage(k), s.max)) {
                 nodes[at].queue.extend(jobs);
                 continue;
             }
