@@ -2044,7 +2044,8 @@ fn under_nres_each_vp_takes_the_tightest_host_with_its_memory() {
         let out = m.control(Requester::Local(1), "h0", Request::Spawn(s));
         placed.push(starts(&out)[0].clone());
     }
-    // Seed 004's example: one fits {h0, h1, h2}, one {h0, h2}, one {h0}.
+    // Our example of seed 004's nested choices (§2.2): one fits {h0, h1,
+    // h2}, one {h0, h2}, one {h0}.
     let hosts: Vec<&str> = placed.iter().map(|(h, _)| h.as_str()).collect();
     assert_eq!(hosts, ["h1", "h2", "h0"]);
     // What they asked for is reserved: a fourth of 1500 fits nowhere now
