@@ -1186,3 +1186,45 @@ fn debians_spmd_moved_off_a_reclaimed_desk_mid_run_prints_what_it_prints_unmoved
     let unmoved = job_lines(&spawn(&vm, lib.path(), 4, &ex.join("spmd"), &[]));
     assert_eq!(comparable_lines(&moved), comparable_lines(&unmoved));
 }
+
+/// Debian's Fortran fmaster1 and its nine fslave1s (PVM's Fortran wrappers
+/// over our C library, gfortran's runtime and its buffers in each
+/// process), moved mid-run with `mig migrate` as master1's are: they print
+/// what they print unmoved.
+#[test]
+fn debians_fortran_master_and_slaves_moved_mid_run_print_what_they_print_unmoved() {
+    let ex = examples();
+    let lib = our_lib();
+    let vm = Vm::start(3);
+    let gates = tempfile::tempdir().expect("tempdir");
+    let slave = gates.path().join("fslave1");
+    std::fs::write(
+        &slave,
+        format!("#!/bin/sh\n{GATE} {}\n", ex.join("fslave1").display()),
+    )
+    .expect("fslave1");
+    std::fs::set_permissions(&slave, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let env = [("PVM_EP", gates.path()), ("GATES", gates.path())];
+    let job = start(&vm, lib.path(), 1, &ex.join("fmaster1"), &[], &env);
+    all_movable(&vm, 10);
+    // fmaster1 has sent out its data and waits for the answers.
+    move_vp(&vm, 0);
+    // fslave1 1 takes fmaster1's data and waits for its neighbour's.
+    open_gate(&vm, gates.path(), 1, "fslave1");
+    move_vp(&vm, 1);
+    move_vp(&vm, 0);
+    move_vp(&vm, 1);
+    for n in 2..=9 {
+        std::fs::write(gates.path().join(format!("go.{n}")), "").expect("gate");
+    }
+    let moved = mig_tests::job_succeeds(job, &vm.all_logs());
+    let got: Vec<&String> = moved.iter().filter(|l| l.contains("I got")).collect();
+    assert_eq!(got.len(), 9, "{moved:?}");
+    for l in got {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(w[2], w[6], "{l}");
+    }
+    let unmoved = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("fmaster1"), &[]));
+    assert_eq!(comparable_lines(&moved), comparable_lines(&unmoved));
+}
