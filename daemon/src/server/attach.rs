@@ -145,15 +145,16 @@ impl Daemon {
         if self.halting.is_some() || self.role.is_master() {
             return self.attach_cancel();
         }
-        let local = self.tcp.local_addr().ok();
-        let dialled = Client::start(&self.key)
+        let local = self.net.listeners.tcp.local_addr().ok();
+        let dialled = Client::start(&self.net.key)
             .map_err(|e| e.to_string())
             .and_then(|(client, hello)| {
                 let mut s = net::dial(local, target.addr, None)
                     .map(TcpStream::from_std)
                     .map_err(|e| e.to_string())?;
-                let t = self.token();
-                self.poll
+                let t = self.net.token();
+                self.net
+                    .poll
                     .registry()
                     .register(&mut s, t, Interest::READABLE)
                     .map_err(|e| e.to_string())?;
@@ -165,7 +166,7 @@ impl Daemon {
                     },
                 );
                 c.hs = Some(crate::conn::Handshake::Dial(client));
-                self.conns.insert(t, c);
+                self.net.conns.insert(t, c);
                 Ok((t, hello))
             });
         match dialled {
@@ -191,20 +192,20 @@ impl Daemon {
             Err(what) => return self.refuse(t, &format!("unexpected {what} in the handshake")),
         };
         let Some(crate::conn::Handshake::Dial(mut client)) =
-            self.conns.get_mut(&t).and_then(|c| c.hs.take())
+            self.net.conns.get_mut(&t).and_then(|c| c.hs.take())
         else {
             return self.refuse(t, "handshake out of turn");
         };
-        match client.on(&self.key, &msg) {
+        match client.on(&self.net.key, &msg) {
             Answer::Send(reply) => {
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.hs = Some(crate::conn::Handshake::Dial(client));
                 }
                 self.send_peer(t, reply);
             }
             Answer::SendThenSeal(proof, sealer) => {
                 self.send_peer(t, proof);
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.hs = Some(crate::conn::Handshake::Dial(client));
                     c.seal_with(sealer);
                 }
@@ -213,7 +214,7 @@ impl Daemon {
                 // A live daemon answered: the master is there, or soon.
                 self.failover.still_hoping();
                 let addr = self.attach.target_addr();
-                if let (Some(c), Some(addr)) = (self.conns.get_mut(&t), addr) {
+                if let (Some(c), Some(addr)) = (self.net.conns.get_mut(&t), addr) {
                     c.kind = Kind::Attaching { addr, sent: true };
                     c.dec.limit(libmig::frame::MAX_BODY);
                 }
@@ -252,7 +253,7 @@ impl Daemon {
         if self.drop_master_links() || target.name.is_some() {
             self.fail_unanswered("a new master was elected");
         }
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.kind = Kind::Master;
         }
         self.role.joined(t);
@@ -309,7 +310,7 @@ impl Daemon {
     /// Close `t` without the consequences of losing what it was (a try, a
     /// link replaced by a newer one).
     pub(super) fn quiet_close(&mut self, t: Token, why: &str) {
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.kind = Kind::Control;
         }
         self.close(t, why);
@@ -320,6 +321,7 @@ impl Daemon {
     pub(super) fn attach_tick(&mut self) {
         if let Some(t) = self.attach.conn {
             if self
+                .net
                 .conns
                 .get(&t)
                 .is_none_or(|c| c.since.elapsed() > TRY_WITHIN)
@@ -336,6 +338,7 @@ impl Daemon {
         // but takes its bytes.)
         let limit = self.cfg.dead_after;
         let taking = self
+            .net
             .conns
             .get(&link)
             .is_some_and(|c| !c.flushed() && c.stalled_for() < limit);

@@ -14,7 +14,12 @@ impl Daemon {
     /// A request on local control connection `t`.
     pub(super) fn control(&mut self, t: Token, req: Request) {
         let me = self.facts.name.clone();
-        let uid = self.conns.get(&t).and_then(|c| c.uid).unwrap_or(self.uid);
+        let uid = self
+            .net
+            .conns
+            .get(&t)
+            .and_then(|c| c.uid)
+            .unwrap_or(self.uid);
         if let Some(resp) = self.answer_logs(uid, &req) {
             return self.send_resp(t, &resp);
         }

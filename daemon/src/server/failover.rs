@@ -337,11 +337,14 @@ impl Daemon {
     /// need be; the message waits for the handshake).
     pub(super) fn send_to_host(&mut self, host: &str, msg: Quorum) {
         let Some(t) = self.link_to(host) else { return };
-        match self.conns.get(&t).map(|c| &c.kind) {
+        match self.net.conns.get(&t).map(|c| &c.kind) {
             Some(Kind::Data { .. }) => self.send_peer(t, msg),
-            Some(Kind::Dialling { .. }) => {
-                self.dialling.entry(t).or_default().push(Pending::Peer(msg))
-            }
+            Some(Kind::Dialling { .. }) => self
+                .net
+                .dialling
+                .entry(t)
+                .or_default()
+                .push(Pending::Peer(msg)),
             _ => {}
         }
     }
@@ -389,7 +392,7 @@ impl Daemon {
         let Some(host) = self.failover.hosts.get(&leader).cloned() else {
             return;
         };
-        let Some(&addr) = self.peers.get(&host) else {
+        let Some(&addr) = self.net.peers.get(&host) else {
             return;
         };
         if self.attach.target_addr() != Some(addr) && term >= self.failover.term {
@@ -441,6 +444,7 @@ impl Daemon {
                 // Its own clients waiting on a job hear the rest of it from
                 // the new master, through this daemon (`master::LOCAL_ID`).
                 let local: Vec<Token> = self
+                    .net
                     .conns
                     .iter()
                     .filter(|(_, c)| c.kind == Kind::Control)
@@ -520,11 +524,13 @@ impl Daemon {
         self.failover.masterless = None;
         self.failover.hosts.extend(voters.iter().cloned());
         self.role = Role::Master(Box::new(m));
-        self.peers = peers
+        self.net.peers = peers
             .iter()
             .filter_map(|(n, a)| a.parse().ok().map(|a| (n.clone(), a)))
             .collect();
         let addr = self
+            .net
+            .listeners
             .tcp
             .local_addr()
             .map(|a| a.to_string())
@@ -567,13 +573,14 @@ impl Daemon {
     /// Were there any?
     pub(super) fn drop_master_links(&mut self) -> bool {
         let old: Vec<Token> = self
+            .net
             .conns
             .iter()
             .filter(|(_, c)| c.kind == Kind::Master)
             .map(|(t, _)| *t)
             .collect();
         for &t in &old {
-            if let Some(c) = self.conns.get_mut(&t) {
+            if let Some(c) = self.net.conns.get_mut(&t) {
                 c.kind = Kind::Control;
             }
             self.close(t, "a new master was elected");
@@ -604,8 +611,8 @@ impl Daemon {
         }
         self.failover.term = term;
         self.failover.still_hoping();
-        let spread =
-            (Duration::from_millis(2) * self.peers.len() as u32).min(Duration::from_millis(200));
+        let spread = (Duration::from_millis(2) * self.net.peers.len() as u32)
+            .min(Duration::from_millis(200));
         self.attach_to(addr, Some(name), term, spread);
     }
 
@@ -622,6 +629,7 @@ impl Daemon {
         let Some(m) = self.role.master() else { return };
         let peers = m.peer_list();
         let attached: std::collections::HashSet<String> = self
+            .net
             .conns
             .values()
             .filter_map(|c| match &c.kind {
@@ -630,6 +638,8 @@ impl Daemon {
             })
             .collect();
         let addr = self
+            .net
+            .listeners
             .tcp
             .local_addr()
             .map(|a| a.to_string())

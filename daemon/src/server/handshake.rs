@@ -22,18 +22,19 @@ impl Daemon {
             Ok(m) => m,
             Err(what) => return self.refuse(t, &format!("{what} before authentication")),
         };
-        let Some(Machine::Accept(mut hs)) = self.conns.get_mut(&t).and_then(|c| c.hs.take()) else {
+        let Some(Machine::Accept(mut hs)) = self.net.conns.get_mut(&t).and_then(|c| c.hs.take())
+        else {
             return self.refuse(t, "handshake out of turn");
         };
-        match hs.on(&self.key, &msg) {
+        match hs.on(&self.net.key, &msg) {
             Answer::Send(reply) => {
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.hs = Some(Machine::Accept(hs));
                 }
                 self.send_peer(t, reply);
             }
             Answer::Done(sealer, welcome) => {
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.kind = Kind::Peer { host: None };
                     c.dec.limit(libmig::frame::MAX_BODY);
                     if let Some(s) = sealer {
@@ -57,20 +58,20 @@ impl Daemon {
                 return self.refuse(t, &format!("{host}: unexpected {what} in the handshake"));
             }
         };
-        let Some(Machine::Dial(mut client)) = self.conns.get_mut(&t).and_then(|c| c.hs.take())
+        let Some(Machine::Dial(mut client)) = self.net.conns.get_mut(&t).and_then(|c| c.hs.take())
         else {
             return self.refuse(t, "handshake out of turn");
         };
-        match client.on(&self.key, &msg) {
+        match client.on(&self.net.key, &msg) {
             Answer::Send(reply) => {
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.hs = Some(Machine::Dial(client));
                 }
                 self.send_peer(t, reply);
             }
             Answer::SendThenSeal(proof, sealer) => {
                 self.send_peer(t, proof);
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.hs = Some(Machine::Dial(client));
                     c.seal_with(sealer);
                 }
@@ -86,14 +87,14 @@ impl Daemon {
 
     /// The data link `t` to `host` is up: what waited for it goes.
     fn data_link_up(&mut self, t: Token, host: String) {
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.kind = Kind::Data { host: host.clone() };
             c.dec.limit(libmig::frame::MAX_BODY);
         }
         debug!("data link to {host}");
         let name = self.facts.name.clone();
         self.send_peer(t, Handshake::Hi { name });
-        for p in self.dialling.remove(&t).unwrap_or_default() {
+        for p in self.net.dialling.remove(&t).unwrap_or_default() {
             match p {
                 Pending::Msg(env, body) => self.route(env, body, None),
                 Pending::Peer(msg) => self.send_peer(t, msg),

@@ -278,7 +278,7 @@ impl Daemon {
             let to = self.outbound[i].to.clone();
             let Some(d) = self.data_link(&to) else {
                 let waited = now.saturating_duration_since(self.outbound[i].since);
-                if waited > LINK_WAIT || !self.peers.contains_key(&to) {
+                if waited > LINK_WAIT || !self.net.peers.contains_key(&to) {
                     self.outbound_failed(i, &format!("no data link to {to}"));
                 } else {
                     i += 1;
@@ -325,8 +325,8 @@ impl Daemon {
             // a copy's other end keeps up with what it is sent.
             let mut broke = false;
             let o = &self.outbound[i];
-            let room =
-                self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW) && o.unacked() < ACK_WINDOW;
+            let room = self.net.conns.get(&d).is_some_and(|c| c.queued() < WINDOW)
+                && o.unacked() < ACK_WINDOW;
             if room {
                 if let Some((msg, part)) = self.outbound[i].next_part() {
                     broke = !self.send_image_part(d, msg, part);
@@ -349,11 +349,12 @@ impl Daemon {
     /// then does not wait for an event: a link that drained says nothing)?
     pub(super) fn outbound_ready(&self) -> bool {
         self.outbound.iter().any(|o| {
-            let link = o.link.or_else(|| self.links.get(&o.to).copied());
+            let link = o.link.or_else(|| self.net.links.get(&o.to).copied());
             o.ready()
                 && o.unacked() < ACK_WINDOW
                 && link.is_some_and(|d| {
-                    self.is_data_link(d) && self.conns.get(&d).is_some_and(|c| c.queued() < WINDOW)
+                    self.net.is_data_link(d)
+                        && self.net.conns.get(&d).is_some_and(|c| c.queued() < WINDOW)
                 })
         })
     }

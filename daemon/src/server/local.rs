@@ -48,7 +48,7 @@ impl Daemon {
         match host::spawn(
             &s,
             &self.facts.name,
-            &self.socket_path.display().to_string(),
+            &self.net.listeners.socket_path.display().to_string(),
             &self.treatment(),
             join,
         ) {
@@ -133,8 +133,9 @@ impl Daemon {
     fn connect_vp(&mut self, tid: Tid, sock: OwnedFd, carried: Option<SocketState>) {
         let std_sock = std::os::unix::net::UnixStream::from(sock);
         let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
-        let vt = self.token();
+        let vt = self.net.token();
         if self
+            .net
             .poll
             .registry()
             .register(&mut vp_sock, vt, Interest::READABLE)
@@ -153,7 +154,7 @@ impl Daemon {
                 }
                 unread = s.unread;
             }
-            self.conns.insert(vt, c);
+            self.net.conns.insert(vt, c);
             self.vp_conns.insert(tid, vt);
             if !unread.is_empty() {
                 self.send_bytes(vt, &unread);
@@ -259,9 +260,10 @@ impl Daemon {
     /// VP `tid`'s stdout and stderr pipes into the poll.
     fn watch_output(&mut self, tid: Tid, pid: i32, stdout: OwnedFd, stderr: OwnedFd) {
         for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
-            let t = self.token();
+            let t = self.net.token();
             let file = std::fs::File::from(fd);
             if self
+                .net
                 .poll
                 .registry()
                 .register(&mut SourceFd(&file.as_raw_fd()), t, Interest::READABLE)
@@ -294,8 +296,9 @@ impl Daemon {
             .and_then(|v| v.input.as_ref())
             .and_then(|i| i.fd());
         if let Some(fd) = input_fd {
-            let t = self.token();
+            let t = self.net.token();
             if self
+                .net
                 .poll
                 .registry()
                 .register(&mut SourceFd(&fd), t, Interest::WRITABLE)
@@ -362,6 +365,7 @@ impl Daemon {
         if drained == host::Drained::Eof {
             if let Some(p) = self.pipes.remove(&t) {
                 let _ = self
+                    .net
                     .poll
                     .registry()
                     .deregister(&mut SourceFd(&p.file.as_raw_fd()));

@@ -32,7 +32,7 @@ mod snapshot;
 pub mod token;
 mod vp;
 
-use net::Pending;
+use net::Net;
 use role::Role;
 
 use std::collections::{HashMap, HashSet};
@@ -162,21 +162,15 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
 
 /// The daemon: everything the loop owns.
 pub struct Daemon {
-    poll: Poll,
+    /// The poll, the listening sockets and every connection.
+    net: Net,
     cfg: Config,
-    key: ClusterKey,
     facts: HostFacts,
-    tcp: TcpListener,
-    unix: UnixListener,
-    socket_path: PathBuf,
-    signals: Signals,
-    conns: HashMap<Token, Conn>,
     pipes: HashMap<Token, Pipe>,
     /// On the master: jobs' kept output and the history of ended jobs.
     job_files: crate::job_files::JobFiles,
     /// Local VPs' stdin pipes, by the token that says one has room.
     inputs: HashMap<Token, Tid>,
-    next_token: usize,
     /// The master, or a worker and its link to the master.
     role: Role,
     vps: Vps,
@@ -184,13 +178,6 @@ pub struct Daemon {
     halting: Option<Instant>,
     uid: u32,
     router: Router,
-    peers: HashMap<String, SocketAddr>,
-    links: HashMap<String, Token>,
-    /// Hosts whose last data link closed before it was opened, and when:
-    /// VPs' messages do not dial it again before `DIAL_AGAIN_AFTER` (a sender whose host
-    /// just died would otherwise dial it once a message).
-    dial_failed: HashMap<String, Instant>,
-    dialling: HashMap<Token, Vec<Pending>>,
     /// Where each local VP is in its move, and the images this host holds
     /// for moves: on their way out, parked, arriving.
     moves: MoveTable,
@@ -201,24 +188,12 @@ pub struct Daemon {
     vp_conns: HashMap<Tid, Token>,
     /// Who waits for whom (flow control).
     flow: Flow,
-    /// Connections that had their share of a turn with more to read.
-    read_again: std::collections::HashSet<Token>,
-    /// Until when this turn reads connections (`READS_TURN`).
-    reads_until: Instant,
     /// VP output pipes that had their share of a turn with more to read.
     pipes_again: std::collections::HashSet<Token>,
     /// What is left this turn of `PIPES_TURN`.
     pipe_budget: usize,
-    /// Connections that wrote their share this turn with more to write.
-    write_again: std::collections::HashSet<Token>,
     /// Is this workstation its owner's right now?
     owner: Monitor,
-    /// Buffers for large messages from other hosts to local VPs, and
-    /// mappings of local VPs' buffers whose bytes go to other hosts.
-    outbox: libmig::pool::Outbox,
-    inbox: libmig::pool::Inbox,
-    /// When buffers and mappings unused for a while were last let go.
-    pools_trimmed: Instant,
     /// When the VPs' CPU times were last sent to the master.
     usage_sent: Instant,
     io_meter: crate::facts::IoMeter,
@@ -249,10 +224,6 @@ pub struct Daemon {
     /// On the master: what it said to live hosts whose link is down,
     /// sent when they attach again (dropped if they join afresh).
     unsent_to: HashMap<String, Vec<ToHost>>,
-    /// Large messages arriving in pieces, by connection.
-    parts: HashMap<Token, Vec<u8>>,
-    /// Log lines about connections from unknown peers.
-    strangers: crate::log::Budget,
     /// Job checkpoints' images kept here.
     store: Store,
     /// The thread that checks, syncs and keeps images off the loop.
@@ -269,10 +240,6 @@ pub struct Daemon {
     copies_out: HashMap<(libmig::msg::ImageId, String), crate::keeper::Reader>,
     /// How full the state directory is.
     disk: crate::disk::DiskWatch,
-    /// While the master's decisions are carried out: the connections
-    /// written to, whose bytes are queued and written once at the end
-    /// (`Daemon::cork`), not a system call per message.
-    corked: Option<std::collections::HashSet<Token>>,
     /// How long the loop's turns take, and when this one began (its poll
     /// returned).
     turns: Turns,
@@ -320,11 +287,11 @@ struct Opened {
 }
 
 /// The daemon's listening sockets and its signals, registered with the poll.
-struct Listeners {
-    tcp: TcpListener,
-    unix: UnixListener,
-    socket_path: PathBuf,
-    signals: Signals,
+pub(super) struct Listeners {
+    pub(super) tcp: TcpListener,
+    pub(super) unix: UnixListener,
+    pub(super) socket_path: PathBuf,
+    pub(super) signals: Signals,
 }
 
 impl Opened {
@@ -525,49 +492,30 @@ impl Daemon {
     /// no role, no connections, no VPs.
     fn new(cfg: Config, o: Opened) -> Daemon {
         Daemon {
-            poll: o.poll,
+            net: Net::new(o.poll, o.key, o.listeners),
             contain: o.contain,
             lease: lease::Lease::default(),
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
             unsent_to: HashMap::new(),
-            parts: HashMap::new(),
-            strangers: crate::log::Budget::default(),
-            key: o.key,
             facts: o.facts,
-            tcp: o.listeners.tcp,
-            unix: o.listeners.unix,
-            socket_path: o.listeners.socket_path,
-            signals: o.listeners.signals,
-            conns: HashMap::new(),
             pipes: HashMap::new(),
             job_files: crate::job_files::JobFiles::new(&cfg.state_dir),
             inputs: HashMap::new(),
-            next_token: FIRST,
             role: Role::worker(),
             vps: Vps::default(),
             last_beat: Instant::now(),
             halting: None,
             uid: nix::unistd::geteuid().as_raw(),
             router: Router::new(&cfg.name, cfg.join.is_none()),
-            peers: HashMap::new(),
-            links: HashMap::new(),
-            dial_failed: HashMap::new(),
-            dialling: HashMap::new(),
             moves: MoveTable::default(),
             state: StateDir::new(cfg.state_dir.clone()),
             vp_conns: HashMap::new(),
             flow: Flow::default(),
-            read_again: Default::default(),
-            reads_until: Instant::now(),
             pipes_again: Default::default(),
             pipe_budget: PIPES_TURN,
-            write_again: Default::default(),
             owner: o.owner,
-            outbox: Default::default(),
-            inbox: Default::default(),
-            pools_trimmed: Instant::now(),
             usage_sent: Instant::now(),
             io_meter: {
                 // A first reading now: the first report has a figure.
@@ -587,7 +535,6 @@ impl Daemon {
             copies_in: HashMap::new(),
             copies_out: HashMap::new(),
             disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
-            corked: None,
             turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
             checkpointer: o.checkpointer,
@@ -668,19 +615,13 @@ impl Daemon {
         let source = crate::metrics::Source {
             name: self.facts.name.clone(),
             counters: self.metrics.clone(),
-            control: self.socket_path.clone(),
+            control: self.net.listeners.socket_path.clone(),
         };
         let bound = crate::metrics::start(&serve, source)
             .map_err(io_err(format!("serving metrics on {}", serve.addr)))?;
         log!("metrics at http://{bound}/metrics");
         std::fs::write(self.state.metrics_addr_file(), format!("{bound}\n"))
             .map_err(io_err("writing the metrics address file"))
-    }
-
-    pub(super) fn token(&mut self) -> Token {
-        let t = Token(self.next_token);
-        self.next_token += 1;
-        t
     }
 
     pub(super) fn serve(&mut self) -> Result<(), DaemonError> {
@@ -693,7 +634,7 @@ impl Daemon {
             }
             let timeout = self.poll_timeout();
             self.end_turn();
-            match self.poll.poll(&mut events, Some(timeout)) {
+            match self.net.poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => self.turn_began = Some(Instant::now()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -713,8 +654,8 @@ impl Daemon {
             // Connections that had their share last turn go on first: a
             // turn with more to read than `READS_TURN` leaves the rest for
             // the next, and none waits for ever behind new ones.
-            self.reads_until = Instant::now() + READS_TURN;
-            for t in std::mem::take(&mut self.read_again) {
+            self.net.reads_until = Instant::now() + READS_TURN;
+            for t in std::mem::take(&mut self.net.read_again) {
                 self.conn_ready(t, true);
             }
             for ev in events.iter() {
@@ -735,7 +676,7 @@ impl Daemon {
         let Some(since) = self.halting else {
             return false;
         };
-        let flushed = self.conns.values().all(Conn::flushed);
+        let flushed = self.net.conns.values().all(Conn::flushed);
         let told = self.unsent_to.is_empty();
         let limit = Duration::from_secs(if told { 2 } else { 6 });
         if !(flushed && told && self.vps.by_tid.is_empty()) && since.elapsed() <= limit {
@@ -746,7 +687,7 @@ impl Daemon {
         // Not a socket of a daemon started since in another
         // directory of the same name.
         if self.state.still_there() {
-            let _ = std::fs::remove_file(&self.socket_path);
+            let _ = std::fs::remove_file(&self.net.listeners.socket_path);
         }
         true
     }
@@ -778,8 +719,8 @@ impl Daemon {
                     .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
             )
             .max(Duration::from_millis(1));
-        let timeout = if !self.read_again.is_empty()
-            || !self.write_again.is_empty()
+        let timeout = if !self.net.read_again.is_empty()
+            || !self.net.write_again.is_empty()
             || !self.pipes_again.is_empty()
             || self.releasable()
             || self.outbound_ready()
@@ -812,15 +753,15 @@ impl Daemon {
             t if self.inputs.contains_key(&t) => self.input_room(t),
             t => {
                 if ev.is_writable() {
-                    if let Some(c) = self.conns.get_mut(&t) {
-                        if let Err(e) = c.flush(self.poll.registry(), t) {
+                    if let Some(c) = self.net.conns.get_mut(&t) {
+                        if let Err(e) = c.flush(self.net.poll.registry(), t) {
                             self.write_failed(t, &e);
                         }
                     }
                     self.maybe_resume(t);
                 }
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                    self.read_again.remove(&t);
+                    self.net.read_again.remove(&t);
                     self.conn_ready(t, ev.is_read_closed() || ev.is_error());
                 }
             }
@@ -834,9 +775,9 @@ impl Daemon {
                 self.pipe_ready(t);
             }
         }
-        for t in std::mem::take(&mut self.write_again) {
-            let failed = match self.conns.get_mut(&t) {
-                Some(c) => c.flush(self.poll.registry(), t).err(),
+        for t in std::mem::take(&mut self.net.write_again) {
+            let failed = match self.net.conns.get_mut(&t) {
+                Some(c) => c.flush(self.net.poll.registry(), t).err(),
                 None => None,
             };
             if let Some(e) = failed {
@@ -876,6 +817,7 @@ impl Daemon {
     /// (those that used it up with more to write go on next turn).
     fn close_and_rebudget(&mut self) {
         let closing: Vec<Token> = self
+            .net
             .conns
             .iter()
             .filter(|(_, c)| c.closing && c.flushed())
@@ -884,13 +826,14 @@ impl Daemon {
         for t in closing {
             self.close(t, "refused");
         }
-        self.write_again = self
+        self.net.write_again = self
+            .net
             .conns
             .iter()
             .filter(|(_, c)| c.starved())
             .map(|(t, _)| *t)
             .collect();
-        for c in self.conns.values_mut() {
+        for c in self.net.conns.values_mut() {
             c.new_turn();
         }
     }
@@ -943,10 +886,10 @@ impl Daemon {
                 .and_then(|v| v.input.as_ref())
                 .is_some_and(|i| !i.closed())
         });
-        if self.pools_trimmed.elapsed() >= POOL_IDLE {
-            self.pools_trimmed = Instant::now();
-            self.outbox.trim_idle();
-            self.inbox.trim_idle();
+        if self.net.pools_trimmed.elapsed() >= POOL_IDLE {
+            self.net.pools_trimmed = Instant::now();
+            self.net.outbox.trim_idle();
+            self.net.inbox.trim_idle();
         }
         // The owner's state rides with the heartbeat, for `mig owner status`,
         // and so do the slicer's switches, for `mig stats`.
@@ -984,6 +927,7 @@ impl Daemon {
             self.carry_out_when_committed(out);
         }
         let stale: Vec<Token> = self
+            .net
             .conns
             .iter()
             .filter(|(_, c)| {
@@ -998,7 +942,7 @@ impl Daemon {
     }
 
     pub(super) fn signals(&mut self) {
-        let pending: Vec<i32> = self.signals.pending().collect();
+        let pending: Vec<i32> = self.net.listeners.signals.pending().collect();
         for sig in pending {
             match sig {
                 SIGCHLD => self.reap(),

@@ -463,9 +463,9 @@ impl Daemon {
                 return false;
             }
         };
-        let failed = match self.conns.get_mut(&d) {
+        let failed = match self.net.conns.get_mut(&d) {
             Some(c) => c
-                .send_parts(head, part, None, self.poll.registry(), d)
+                .send_parts(head, part, None, self.net.poll.registry(), d)
                 .err(),
             None => return false,
         };

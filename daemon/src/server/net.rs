@@ -4,7 +4,14 @@
 //! back-off while it cannot answer. What does not live here: what a frame
 //! means once decoded (`peer`, `vp`, `control`), attaching to a new master
 //! (`attach`).
+//!
+//! The state all this works on is the daemon's `Net` part, defined here:
+//! the poll, the listening sockets and signals, every connection by token,
+//! the data links and what waits for them, each turn's read and write
+//! shares, and the pools of large messages' buffers. Handlers elsewhere
+//! reach it as `self.net`; what touches nothing else is a method of `Net`.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -16,12 +23,12 @@ use libmig::msg::{Envelope, Handshake, PeerMsg, Quorum, Request, Response, ToMas
 use libmig::seal::Sealer;
 use libmig::{frame, Payload};
 use mio::net::TcpStream;
-use mio::{Interest, Token};
+use mio::{Interest, Poll, Token};
 use signal_hook::consts::SIGINT;
 
 use super::{
-    Daemon, DaemonError, HANDSHAKE_TIMEOUT, READ_BUDGET, READ_TIME, WAITER_BACKLOG, WAITER_MAX,
-    WAITER_STALL,
+    Daemon, DaemonError, Listeners, FIRST, HANDSHAKE_TIMEOUT, READ_BUDGET, READ_TIME,
+    WAITER_BACKLOG, WAITER_MAX, WAITER_STALL,
 };
 use crate::conn::{Conn, Kind, ReadOutcome, Sock};
 use crate::route::Body;
@@ -139,6 +146,154 @@ pub(super) fn dial(
     Ok(s.into())
 }
 
+/// The network: the poll and everything registered with it for daemons
+/// and users (the listening sockets, the signals, every connection), the
+/// data links to other hosts and what waits for them, and each turn's
+/// shares of reading and writing. Owned by the `Daemon`; its handlers
+/// reach it as `self.net`.
+pub(super) struct Net {
+    /// The poll every socket, pipe and signal is registered with.
+    pub(super) poll: Poll,
+    /// The cluster key both ends of a link between daemons prove.
+    pub(super) key: ClusterKey,
+    /// The TCP port, the control socket and the signals.
+    pub(super) listeners: Listeners,
+    /// Every connection by its token; its `Kind` says what is at the
+    /// other end.
+    pub(super) conns: HashMap<Token, Conn>,
+    /// The next token to give (`token`).
+    pub(super) next_token: usize,
+    /// Each host's address, as the master last said.
+    pub(super) peers: HashMap<String, SocketAddr>,
+    /// The data link to each host.
+    pub(super) links: HashMap<String, Token>,
+    /// Hosts whose last data link closed before it was opened, and when:
+    /// VPs' messages do not dial it again before `DIAL_AGAIN_AFTER` (a sender whose host
+    /// just died would otherwise dial it once a message).
+    pub(super) dial_failed: HashMap<String, Instant>,
+    pub(super) dialling: HashMap<Token, Vec<Pending>>,
+    /// Connections that had their share of a turn with more to read.
+    pub(super) read_again: HashSet<Token>,
+    /// Until when this turn reads connections (`READS_TURN`).
+    pub(super) reads_until: Instant,
+    /// Connections that wrote their share this turn with more to write.
+    pub(super) write_again: HashSet<Token>,
+    /// Buffers for large messages from other hosts to local VPs, and
+    /// mappings of local VPs' buffers whose bytes go to other hosts.
+    pub(super) outbox: libmig::pool::Outbox,
+    pub(super) inbox: libmig::pool::Inbox,
+    /// When buffers and mappings unused for a while were last let go.
+    pub(super) pools_trimmed: Instant,
+    /// Large messages arriving in pieces, by connection.
+    pub(super) parts: HashMap<Token, Vec<u8>>,
+    /// Log lines about connections from unknown peers.
+    pub(super) strangers: crate::log::Budget,
+    /// While the master's decisions are carried out: the connections
+    /// written to, whose bytes are queued and written once at the end
+    /// (`Daemon::cork`), not a system call per message.
+    pub(super) corked: Option<HashSet<Token>>,
+}
+
+impl Net {
+    /// The network around the poll and the listening sockets, with no
+    /// connection yet.
+    pub(super) fn new(poll: Poll, key: ClusterKey, listeners: Listeners) -> Net {
+        Net {
+            poll,
+            key,
+            listeners,
+            conns: HashMap::new(),
+            next_token: FIRST,
+            peers: HashMap::new(),
+            links: HashMap::new(),
+            dial_failed: HashMap::new(),
+            dialling: HashMap::new(),
+            read_again: HashSet::new(),
+            reads_until: Instant::now(),
+            write_again: HashSet::new(),
+            outbox: Default::default(),
+            inbox: Default::default(),
+            pools_trimmed: Instant::now(),
+            parts: HashMap::new(),
+            strangers: crate::log::Budget::default(),
+            corked: None,
+        }
+    }
+
+    /// A token no connection, pipe or stdin has had.
+    pub(super) fn token(&mut self) -> Token {
+        let t = Token(self.next_token);
+        self.next_token += 1;
+        t
+    }
+
+    /// Wait `d`, unless SIGTERM or SIGINT comes first (true then).
+    fn stop_asked_within(&mut self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        loop {
+            if self
+                .listeners
+                .signals
+                .pending()
+                .any(|s| s == signal_hook::consts::SIGTERM || s == SIGINT)
+            {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+    }
+
+    /// Register an authenticated blocking stream, sealed by `seal`, with
+    /// the loop.
+    pub(super) fn adopt(
+        &mut self,
+        s: std::net::TcpStream,
+        kind: Kind,
+        seal: Box<Sealer>,
+    ) -> io::Result<Token> {
+        s.set_nonblocking(true)?;
+        let mut sock = Sock::Tcp(TcpStream::from_std(s));
+        let t = self.token();
+        self.poll
+            .registry()
+            .register(&mut sock, t, Interest::READABLE)?;
+        let mut c = Conn::new(sock, kind);
+        c.seal_with(seal);
+        // Frames already opened (they came in one record with the answer
+        // read above) are taken on the next turn, without waiting for the
+        // socket.
+        if c.has_plain() {
+            self.read_again.insert(t);
+        }
+        self.conns.insert(t, c);
+        Ok(t)
+    }
+
+    /// The data link to `host`; dialled if there is none. Dialling does not
+    /// block the loop: the handshake runs as messages arrive (`dialling`),
+    /// and messages wait in `dialling` until it is done.
+    /// Did a data link to `host` close before it opened, lately (VPs'
+    /// messages to it are then undeliverable without a dial each)?
+    pub(super) fn dial_failed_lately(&self, host: &str) -> bool {
+        !self.links.contains_key(host)
+            && self
+                .dial_failed
+                .get(host)
+                .is_some_and(|at| at.elapsed() < DIAL_AGAIN_AFTER)
+    }
+
+    /// Is `t` a data link whose handshake is done?
+    pub(super) fn is_data_link(&self, t: Token) -> bool {
+        self.conns
+            .get(&t)
+            .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
+    }
+}
+
 impl Daemon {
     /// Connect to the master and authenticate (blocking, with timeouts),
     /// then hand the socket to the loop. A master that cannot answer now
@@ -166,7 +321,7 @@ impl Daemon {
                     wait.as_millis()
                 );
             }
-            if self.stop_asked_within(wait) {
+            if self.net.stop_asked_within(wait) {
                 return Err(DaemonError::Join {
                     addr,
                     why: format!("stopped while trying again ({why})"),
@@ -175,30 +330,11 @@ impl Daemon {
         }
     }
 
-    /// Wait `d`, unless SIGTERM or SIGINT comes first (true then).
-    fn stop_asked_within(&mut self, d: Duration) -> bool {
-        let until = Instant::now() + d;
-        loop {
-            if self
-                .signals
-                .pending()
-                .any(|s| s == signal_hook::consts::SIGTERM || s == SIGINT)
-            {
-                return true;
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            std::thread::sleep(left.min(Duration::from_millis(20)));
-        }
-    }
-
     /// `join` at `addr`, following up to `redirects` workers' word of where
     /// the master is.
     fn join_at(&mut self, addr: SocketAddr, redirects: u32) -> Result<(), DialError> {
-        let local = self.tcp.local_addr().ok();
-        let (mut s, mut seal) = connect(&self.key, local, addr, HANDSHAKE_TIMEOUT)?;
+        let local = self.net.listeners.tcp.local_addr().ok();
+        let (mut s, mut seal) = connect(&self.net.key, local, addr, HANDSHAKE_TIMEOUT)?;
         seal.write_frame(
             &mut s,
             &PeerMsg::from(Handshake::Register {
@@ -252,6 +388,7 @@ impl Daemon {
             }
         }
         let t = self
+            .net
             .adopt(s, Kind::Master, seal)
             .map_err(|e| DialError::Unreachable(e.to_string()))?;
         self.role.joined(t);
@@ -260,61 +397,23 @@ impl Daemon {
         Ok(())
     }
 
-    /// Register an authenticated blocking stream, sealed by `seal`, with
-    /// the loop.
-    pub(super) fn adopt(
-        &mut self,
-        s: std::net::TcpStream,
-        kind: Kind,
-        seal: Box<Sealer>,
-    ) -> io::Result<Token> {
-        s.set_nonblocking(true)?;
-        let mut sock = Sock::Tcp(TcpStream::from_std(s));
-        let t = self.token();
-        self.poll
-            .registry()
-            .register(&mut sock, t, Interest::READABLE)?;
-        let mut c = Conn::new(sock, kind);
-        c.seal_with(seal);
-        // Frames already opened (they came in one record with the answer
-        // read above) are taken on the next turn, without waiting for the
-        // socket.
-        if c.has_plain() {
-            self.read_again.insert(t);
-        }
-        self.conns.insert(t, c);
-        Ok(t)
-    }
-
-    /// The data link to `host`; dialled if there is none. Dialling does not
-    /// block the loop: the handshake runs as messages arrive (`dialling`),
-    /// and messages wait in `dialling` until it is done.
-    /// Did a data link to `host` close before it opened, lately (VPs'
-    /// messages to it are then undeliverable without a dial each)?
-    pub(super) fn dial_failed_lately(&self, host: &str) -> bool {
-        !self.links.contains_key(host)
-            && self
-                .dial_failed
-                .get(host)
-                .is_some_and(|at| at.elapsed() < DIAL_AGAIN_AFTER)
-    }
-
     pub(super) fn link_to(&mut self, host: &str) -> Option<Token> {
-        if let Some(&t) = self.links.get(host) {
-            if self.conns.contains_key(&t) {
+        if let Some(&t) = self.net.links.get(host) {
+            if self.net.conns.contains_key(&t) {
                 return Some(t);
             }
         }
-        let addr = *self.peers.get(host)?;
-        let dialled = Client::start(&self.key)
+        let addr = *self.net.peers.get(host)?;
+        let dialled = Client::start(&self.net.key)
             .map_err(|e| e.to_string())
             .and_then(|(client, hello)| {
-                let local = self.tcp.local_addr().ok();
+                let local = self.net.listeners.tcp.local_addr().ok();
                 let mut s = dial(local, addr, None)
                     .map(TcpStream::from_std)
                     .map_err(|e| e.to_string())?;
-                let t = self.token();
-                self.poll
+                let t = self.net.token();
+                self.net
+                    .poll
                     .registry()
                     .register(&mut s, t, Interest::READABLE)
                     .map_err(|e| e.to_string())?;
@@ -323,12 +422,12 @@ impl Daemon {
                 };
                 let mut c = Conn::new(Sock::Tcp(s), kind);
                 c.hs = Some(crate::conn::Handshake::Dial(client));
-                self.conns.insert(t, c);
+                self.net.conns.insert(t, c);
                 Ok((t, hello))
             });
         match dialled {
             Ok((t, hello)) => {
-                self.links.insert(host.to_string(), t);
+                self.net.links.insert(host.to_string(), t);
                 self.send_peer(t, hello);
                 Some(t)
             }
@@ -345,12 +444,14 @@ impl Daemon {
     pub(super) fn accept(&mut self, tcp: bool) {
         loop {
             let accepted = if tcp {
-                self.tcp.accept().map(|(s, peer)| {
+                self.net.listeners.tcp.accept().map(|(s, peer)| {
                     let _ = s.set_nodelay(true);
                     (Sock::Tcp(s), Kind::Accepting, Some(peer))
                 })
             } else {
-                self.unix
+                self.net
+                    .listeners
+                    .unix
                     .accept()
                     .map(|(s, _)| (Sock::Unix(s), Kind::Control, None))
             };
@@ -390,7 +491,7 @@ impl Daemon {
                 ) {
                     let _ = s.write(&b);
                 }
-                if self.strangers.allow(Instant::now()) {
+                if self.net.strangers.allow(Instant::now()) {
                     warn!("control connection refused: {why}");
                 }
                 return;
@@ -398,6 +499,7 @@ impl Daemon {
         }
         if let Some(peer) = peer {
             let strangers: Vec<Option<std::net::IpAddr>> = self
+                .net
                 .conns
                 .values()
                 .filter(|c| c.kind == Kind::Accepting)
@@ -407,12 +509,17 @@ impl Daemon {
                 })
                 .collect();
             let same = strangers.iter().filter(|a| **a == Some(peer.ip())).count();
-            let members = self.peers.len();
-            let members_there = self.peers.values().filter(|a| a.ip() == peer.ip()).count();
+            let members = self.net.peers.len();
+            let members_there = self
+                .net
+                .peers
+                .values()
+                .filter(|a| a.ip() == peer.ip())
+                .count();
             if strangers.len() >= MAX_STRANGERS + PER_MEMBER * members
                 || same >= MAX_STRANGERS_PER_ADDR + PER_MEMBER * members_there
             {
-                if self.strangers.allow(Instant::now()) {
+                if self.net.strangers.allow(Instant::now()) {
                     warn!(
                         "refusing connection from {peer}: {} connections not yet authenticated \
                          ({same} from that address)",
@@ -422,8 +529,9 @@ impl Daemon {
                 return;
             }
         }
-        let t = self.token();
+        let t = self.net.token();
         if self
+            .net
             .poll
             .registry()
             .register(&mut sock, t, Interest::READABLE)
@@ -432,21 +540,21 @@ impl Daemon {
             // (The budget of lines about strangers is spent only on lines
             // written.)
             let noted = crate::log::enabled(log::Level::Debug, module_path!());
-            if let Some(peer) = peer.filter(|_| noted && self.strangers.allow(Instant::now())) {
+            if let Some(peer) = peer.filter(|_| noted && self.net.strangers.allow(Instant::now())) {
                 debug!("connection from {peer}");
             }
             let mut c = Conn::new(sock, kind);
             c.uid = local_uid;
-            self.conns.insert(t, c);
+            self.net.conns.insert(t, c);
         }
     }
 
     pub(super) fn close(&mut self, t: Token, why: &str) {
-        self.parts.remove(&t);
-        let Some(mut c) = self.conns.remove(&t) else {
+        self.net.parts.remove(&t);
+        let Some(mut c) = self.net.conns.remove(&t) else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut c.sock);
+        let _ = self.net.poll.registry().deregister(&mut c.sock);
         // Images that were arriving on it never will: their files go, and
         // the master hears that nothing of those VPs is here (their source
         // may still have them: it starts them again from what it kept).
@@ -473,7 +581,7 @@ impl Daemon {
             },
             Kind::Master => self.master_lost(why),
             Kind::Attaching { .. } => self.attach_closed(t, why),
-            Kind::Accepting if self.strangers.allow(Instant::now()) => {
+            Kind::Accepting if self.net.strangers.allow(Instant::now()) => {
                 warn!("dropped unauthenticated connection: {why}")
             }
             Kind::Accepting => {}
@@ -487,16 +595,16 @@ impl Daemon {
                 }
             }
             Kind::Data { host } | Kind::Dialling { host, .. }
-                if self.links.get(&host) == Some(&t) =>
+                if self.net.links.get(&host) == Some(&t) =>
             {
-                self.links.remove(&host);
+                self.net.links.remove(&host);
                 if dialling {
-                    self.dial_failed.insert(host.clone(), Instant::now());
+                    self.net.dial_failed.insert(host.clone(), Instant::now());
                 } else {
-                    self.dial_failed.remove(&host);
+                    self.net.dial_failed.remove(&host);
                 }
                 self.failover.cut_off(&host);
-                for p in self.dialling.remove(&t).unwrap_or_default() {
+                for p in self.net.dialling.remove(&t).unwrap_or_default() {
                     match p {
                         Pending::Msg(env, _) => self
                             .undeliverable(env, &format!("host {host} cannot be reached: {why}")),
@@ -528,21 +636,22 @@ impl Daemon {
         if !hup
             && self.backlogged()
             && self
+                .net
                 .conns
                 .get(&t)
                 .is_some_and(|c| matches!(c.kind, Kind::Peer { host: Some(_) }))
         {
-            self.read_again.insert(t);
+            self.net.read_again.insert(t);
             return;
         }
         let mut budget = READ_BUDGET;
         // Its share of the turn, within what the turn has left for all.
-        let until = (Instant::now() + READ_TIME).min(self.reads_until);
+        let until = (Instant::now() + READ_TIME).min(self.net.reads_until);
         loop {
             if !self.drain_buffered(t, until) {
                 return;
             }
-            let Some(c) = self.conns.get_mut(&t) else {
+            let Some(c) = self.net.conns.get_mut(&t) else {
                 return;
             };
             if c.paused || c.closing {
@@ -552,7 +661,7 @@ impl Daemon {
                 return self.refuse(t, "descriptors passed without their messages");
             }
             if budget == 0 || Instant::now() >= until {
-                self.read_again.insert(t);
+                self.net.read_again.insert(t);
                 return;
             }
             match c.read_some() {
@@ -572,6 +681,7 @@ impl Daemon {
     fn closed_by_peer(&mut self, t: Token) {
         self.drain_buffered(t, Instant::now() + NO_LIMIT);
         let why = self
+            .net
             .conns
             .get_mut(&t)
             .and_then(|c| c.failed.take())
@@ -589,14 +699,14 @@ impl Daemon {
             if !self.drain_buffered(t, Instant::now() + NO_LIMIT) {
                 return;
             }
-            let Some(c) = self.conns.get_mut(&t) else {
+            let Some(c) = self.net.conns.get_mut(&t) else {
                 return;
             };
             if c.paused || c.closing {
                 return;
             }
             if budget == 0 {
-                self.read_again.insert(t);
+                self.net.read_again.insert(t);
                 return;
             }
             match c.read_some() {
@@ -618,20 +728,20 @@ impl Daemon {
     pub(super) fn drain_stopped(&mut self, t: Token) {
         let mut paused = false;
         loop {
-            let Some(c) = self.conns.get_mut(&t) else {
+            let Some(c) = self.net.conns.get_mut(&t) else {
                 return;
             };
             paused |= c.paused;
             c.paused = false;
             if !self.drain_buffered(t, Instant::now() + NO_LIMIT) {
-                match self.conns.get(&t) {
+                match self.net.conns.get(&t) {
                     // Paused by a receiver that is full: read on.
                     Some(c) if c.paused && !c.closing => continue,
                     Some(_) => break,
                     None => return,
                 }
             }
-            let Some(c) = self.conns.get_mut(&t) else {
+            let Some(c) = self.net.conns.get_mut(&t) else {
                 return;
             };
             match c.read_some() {
@@ -640,7 +750,7 @@ impl Daemon {
                 ReadOutcome::Closed => return self.closed_by_peer(t),
             }
         }
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.paused |= paused;
         }
     }
@@ -651,7 +761,7 @@ impl Daemon {
     /// handled?
     pub(super) fn drain_buffered(&mut self, t: Token, until: Instant) -> bool {
         loop {
-            let Some(c) = self.conns.get_mut(&t) else {
+            let Some(c) = self.net.conns.get_mut(&t) else {
                 return false;
             };
             if c.paused || c.closing {
@@ -677,7 +787,7 @@ impl Daemon {
             };
             match res {
                 Ok(Some(())) if Instant::now() >= until => {
-                    self.read_again.insert(t);
+                    self.net.read_again.insert(t);
                     return false;
                 }
                 Ok(Some(())) => {}
@@ -694,14 +804,14 @@ impl Daemon {
     /// `broken`), but it is read to its end, so nothing its peer sent before
     /// closing is lost; whoever waited for it to drain goes on.
     pub(super) fn write_failed(&mut self, t: Token, e: &io::Error) {
-        let kind = self.conns.get(&t).map(|c| c.kind.clone());
+        let kind = self.net.conns.get(&t).map(|c| c.kind.clone());
         if !matches!(kind, Some(Kind::Vp { .. })) {
             let who = kind.map_or_else(|| "a closed connection".to_string(), |k| k.to_string());
             warn!("cannot write to {who}: {e}");
         }
         let senders = self.flow.gave_up(t);
         self.resume_all(senders);
-        if let Some(c) = self.conns.get(&t) {
+        if let Some(c) = self.net.conns.get(&t) {
             if c.closing {
                 self.close(t, "write failed");
             }
@@ -710,9 +820,9 @@ impl Daemon {
 
     /// Tell the peer why (best effort) and close.
     pub(super) fn refuse(&mut self, t: Token, reason: &str) {
-        let kind = self.conns.get(&t).map(|c| c.kind.clone());
+        let kind = self.net.conns.get(&t).map(|c| c.kind.clone());
         let stranger = matches!(kind, Some(Kind::Accepting));
-        if !stranger || self.strangers.allow(Instant::now()) {
+        if !stranger || self.net.strangers.allow(Instant::now()) {
             warn!("refusing connection: {reason}");
         }
         if let Some(Kind::Vp { .. }) = kind {
@@ -733,31 +843,24 @@ impl Daemon {
                 },
             );
         }
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.closing = true;
         }
-        if self.conns.get(&t).is_some_and(Conn::flushed) {
+        if self.net.conns.get(&t).is_some_and(Conn::flushed) {
             self.close(t, reason);
         }
     }
 
-    /// Is `t` a data link whose handshake is done?
-    pub(super) fn is_data_link(&self, t: Token) -> bool {
-        self.conns
-            .get(&t)
-            .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
-    }
-
     /// The data link to `host` if it is ready now (dialled if there is none).
     pub(super) fn data_link(&mut self, host: &str) -> Option<Token> {
-        self.link_to(host).filter(|&d| self.is_data_link(d))
+        self.link_to(host).filter(|&d| self.net.is_data_link(d))
     }
 
     /// Write to `t` again, if its output was held (a VP whose save from
     /// outside ended without a move): what was queued meanwhile first.
     pub(super) fn release_output(&mut self, t: Token) {
-        let failed = match self.conns.get_mut(&t) {
-            Some(c) if c.output_held() => c.release_output(self.poll.registry(), t).err(),
+        let failed = match self.net.conns.get_mut(&t) {
+            Some(c) if c.output_held() => c.release_output(self.net.poll.registry(), t).err(),
             _ => return,
         };
         if let Some(e) = failed {
@@ -767,15 +870,15 @@ impl Daemon {
     }
 
     pub(super) fn send_bytes(&mut self, t: Token, bytes: &[u8]) {
-        if let Some(corked) = &mut self.corked {
-            if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(corked) = &mut self.net.corked {
+            if let Some(c) = self.net.conns.get_mut(&t) {
                 c.queue(bytes);
                 corked.insert(t);
             }
             return;
         }
-        let failed = match self.conns.get_mut(&t) {
-            Some(c) => c.send(bytes, self.poll.registry(), t).err(),
+        let failed = match self.net.conns.get_mut(&t) {
+            Some(c) => c.send(bytes, self.net.poll.registry(), t).err(),
             None => None,
         };
         if let Some(e) = failed {
@@ -812,9 +915,9 @@ impl Daemon {
     /// A piece of a large message arrived on `t`; the last one completes
     /// it, and it is taken as if it had come whole.
     pub(super) fn part(&mut self, t: Token, kind: Kind, last: bool, piece: Vec<u8>) {
-        let buf = self.parts.entry(t).or_default();
+        let buf = self.net.parts.entry(t).or_default();
         if buf.len() + piece.len() > MAX_PARTS {
-            self.parts.remove(&t);
+            self.net.parts.remove(&t);
             return self.refuse(
                 t,
                 "a message in pieces larger than any checkpoint image may be",
@@ -824,7 +927,7 @@ impl Daemon {
         if !last {
             return;
         }
-        let Some(whole) = self.parts.remove(&t) else {
+        let Some(whole) = self.net.parts.remove(&t) else {
             return;
         };
         match postcard::from_bytes::<PeerMsg>(&whole) {
@@ -842,7 +945,7 @@ impl Daemon {
     /// however slowly, misses nothing below `WAITER_MAX`.
     pub(super) fn send_resp(&mut self, t: Token, resp: &Response) {
         let output = matches!(resp, Response::Output { .. });
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             let full = (c.queued() >= WAITER_BACKLOG && c.stalled_for() >= WAITER_STALL)
                 || c.queued() >= WAITER_MAX;
             if output && full {
@@ -872,13 +975,13 @@ impl Daemon {
     }
 
     pub(super) fn send_vp_fd(&mut self, t: Token, msg: &VpMsg, fd: std::os::fd::OwnedFd) {
-        let failed = match (frame::encode(msg), self.conns.get_mut(&t)) {
+        let failed = match (frame::encode(msg), self.net.conns.get_mut(&t)) {
             (Ok(b), Some(c)) => c
                 .send_parts(
                     b,
                     Payload::from(Vec::new()),
                     Some(fd),
-                    self.poll.registry(),
+                    self.net.poll.registry(),
                     t,
                 )
                 .err(),

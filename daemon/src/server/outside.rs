@@ -80,7 +80,7 @@ impl Daemon {
     pub(super) fn silent(&self, tid: Tid) -> bool {
         self.vp_conns
             .get(&tid)
-            .and_then(|t| self.conns.get(t))
+            .and_then(|t| self.net.conns.get(t))
             .is_none_or(|c| !c.heard_from)
     }
 
@@ -132,7 +132,11 @@ impl Daemon {
         }
         // What is queued for it (and anything said to it from now on)
         // waits: what it has not read goes into its image.
-        if let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.conns.get_mut(t)) {
+        if let Some(c) = self
+            .vp_conns
+            .get(&tid)
+            .and_then(|t| self.net.conns.get_mut(t))
+        {
             c.hold_output();
         }
         self.checkpointer.submit(Task::Stop {
@@ -203,7 +207,7 @@ impl Daemon {
     /// writing, and its record of messages (whether it ever spoke, what it
     /// sent and was given). `None`: it has no socket (nothing to carry).
     fn socket_state(&self, tid: Tid) -> Result<Option<SocketState>, String> {
-        let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.conns.get(t)) else {
+        let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.net.conns.get(t)) else {
             return Ok(None);
         };
         if !c.fds.is_empty() {
@@ -534,7 +538,11 @@ impl Daemon {
                 v.snapping_since = Some(Instant::now());
                 v.snap = Some(host::SnapWait { id, expect: None });
                 let pid = v.pid;
-                if let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.conns.get_mut(t)) {
+                if let Some(c) = self
+                    .vp_conns
+                    .get(&tid)
+                    .and_then(|t| self.net.conns.get_mut(t))
+                {
                     c.hold_output();
                 }
                 self.checkpointer.submit(Task::Stop {

@@ -16,7 +16,7 @@ impl Daemon {
         if src == dest {
             return;
         }
-        if let Some(c) = self.conns.get_mut(&src).filter(|c| !c.paused) {
+        if let Some(c) = self.net.conns.get_mut(&src).filter(|c| !c.paused) {
             c.paused = true;
             self.flow.wait_on(dest, src);
         }
@@ -24,7 +24,7 @@ impl Daemon {
 
     /// Read `src` again.
     pub(super) fn resume(&mut self, src: Token) {
-        if let Some(c) = self.conns.get_mut(&src).filter(|c| c.paused) {
+        if let Some(c) = self.net.conns.get_mut(&src).filter(|c| c.paused) {
             c.paused = false;
             // A close while it was paused raised no event it will see again.
             self.conn_ready(src, true);
@@ -40,7 +40,7 @@ impl Daemon {
 
     /// After `t` wrote: if it is down to the low mark, its senders go on.
     pub(super) fn maybe_resume(&mut self, t: Token) {
-        let queued = self.conns.get(&t).map_or(0, Conn::queued);
+        let queued = self.net.conns.get(&t).map_or(0, Conn::queued);
         let senders = self.flow.drained(t, queued);
         self.resume_all(senders);
     }
@@ -63,7 +63,7 @@ impl Daemon {
         let Some(src) = src.filter(|_| Flow::held_too_much(self.router.held_bytes(to))) else {
             return;
         };
-        if let Some(c) = self.conns.get_mut(&src).filter(|c| !c.paused) {
+        if let Some(c) = self.net.conns.get_mut(&src).filter(|c| !c.paused) {
             c.paused = true;
             self.flow.wait_on_held(to, src);
         }
@@ -78,6 +78,6 @@ impl Daemon {
     /// Has `t` so much waiting for it that its senders must wait?
     pub(super) fn full(&self, t: Token) -> bool {
         self.flow
-            .full(t, self.conns.get(&t).map_or(0, Conn::queued))
+            .full(t, self.net.conns.get(&t).map_or(0, Conn::queued))
     }
 }

@@ -89,7 +89,7 @@ impl Daemon {
             }
             (Kind::Peer { host: None }, Handshake::Attach { facts }) => self.attaches(t, facts),
             (Kind::Peer { host: None }, Handshake::Hi { name }) => {
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.kind = Kind::Data { host: name };
                 }
             }
@@ -137,7 +137,7 @@ impl Daemon {
         let voters = m.voters_msg();
         self.unsent_to.remove(&name);
         self.retire_links_of(&name, t);
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.kind = Kind::Peer {
                 host: Some(name.clone()),
             };
@@ -159,7 +159,7 @@ impl Daemon {
         let dir = m.directory();
         let voters = m.voters_msg();
         self.retire_links_of(&name, t);
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.kind = Kind::Peer {
                 host: Some(name.clone()),
             };
@@ -215,6 +215,7 @@ impl Daemon {
     /// lost.
     fn retire_links_of(&mut self, name: &str, t: Token) {
         let old: Vec<Token> = self
+            .net
             .conns
             .iter()
             .filter(|(k, c)| {
@@ -278,7 +279,7 @@ impl Daemon {
                     last,
                 };
                 self.image_part(t, part, start, &payload);
-                if let Some(c) = self.conns.get_mut(&t) {
+                if let Some(c) = self.net.conns.get_mut(&t) {
                     c.dec.recycle(payload);
                 }
             }
@@ -302,11 +303,12 @@ impl Daemon {
             return;
         }
         let behind: Vec<Token> = self
+            .net
             .conns
             .iter()
             .filter(|(t, c)| {
                 matches!(c.kind, Kind::Peer { host: Some(_) })
-                    && (c.paused || self.read_again.contains(t))
+                    && (c.paused || self.net.read_again.contains(t))
             })
             .map(|(t, _)| *t)
             .collect();
@@ -389,7 +391,7 @@ impl Daemon {
                 self.owner_poll(Some(id));
             }
             ToHost::Peers(list) => {
-                self.peers = list
+                self.net.peers = list
                     .into_iter()
                     .filter_map(|(n, a)| a.parse().ok().map(|a| (n, a)))
                     .collect();
@@ -442,18 +444,18 @@ impl Daemon {
     /// connection, not a system call (and a wake-up of its reader) per
     /// message. Was it not corked already (the caller then uncorks)?
     pub(super) fn cork(&mut self) -> bool {
-        if self.corked.is_some() {
+        if self.net.corked.is_some() {
             return false;
         }
-        self.corked = Some(Default::default());
+        self.net.corked = Some(Default::default());
         true
     }
 
     /// Write what was queued since `cork`, on each connection once.
     pub(super) fn uncork(&mut self) {
-        for t in self.corked.take().unwrap_or_default() {
-            let failed = match self.conns.get_mut(&t) {
-                Some(c) => c.flush(self.poll.registry(), t).err(),
+        for t in self.net.corked.take().unwrap_or_default() {
+            let failed = match self.net.conns.get_mut(&t) {
+                Some(c) => c.flush(self.net.poll.registry(), t).err(),
                 None => continue,
             };
             if let Some(e) = failed {
@@ -466,11 +468,11 @@ impl Daemon {
     /// Write now what was queued for `t` since `cork` (a message a signal
     /// tells its reader to look for must be there when it looks).
     pub(super) fn flush_now(&mut self, t: Token) {
-        if !self.corked.as_mut().is_some_and(|c| c.remove(&t)) {
+        if !self.net.corked.as_mut().is_some_and(|c| c.remove(&t)) {
             return;
         }
-        let failed = match self.conns.get_mut(&t) {
-            Some(c) => c.flush(self.poll.registry(), t).err(),
+        let failed = match self.net.conns.get_mut(&t) {
+            Some(c) => c.flush(self.net.poll.registry(), t).err(),
             None => return,
         };
         if let Some(e) = failed {
@@ -521,6 +523,7 @@ impl Daemon {
             }
             Out::Broadcast(msg) => {
                 let workers: Vec<Token> = self
+                    .net
                     .conns
                     .iter()
                     .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
@@ -553,8 +556,8 @@ impl Daemon {
                 if let Some(t) = self.host_token(&host) {
                     // What was queued for it goes first, as it would
                     // have uncorked.
-                    if let Some(c) = self.conns.get_mut(&t) {
-                        let _ = c.flush(self.poll.registry(), t);
+                    if let Some(c) = self.net.conns.get_mut(&t) {
+                        let _ = c.flush(self.net.poll.registry(), t);
                     }
                     self.close(t, "given up for dead");
                 }
@@ -590,7 +593,8 @@ impl Daemon {
     }
 
     pub(super) fn host_token(&self, host: &str) -> Option<Token> {
-        self.conns
+        self.net
+            .conns
             .iter()
             .find(|(_, c)| matches!(&c.kind, Kind::Peer { host: Some(h) } if h == host))
             .map(|(t, _)| *t)

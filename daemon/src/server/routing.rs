@@ -24,20 +24,21 @@ impl Daemon {
         }
         let dest = match self.router.way(env.to) {
             // A VP whose socket broke is ending: its exit decides.
-            Way::Local(d) if self.conns.get(&d).is_none_or(|c| c.broken) => {
+            Way::Local(d) if self.net.conns.get(&d).is_none_or(|c| c.broken) => {
                 return self.hold(env, body, src)
             }
             Way::Local(d) => d,
             // (A host whose last dial just failed is not dialled again
             // for each message: see `DIAL_AGAIN_AFTER`.)
-            Way::Remote(h) if self.dial_failed_lately(&h) => {
+            Way::Remote(h) if self.net.dial_failed_lately(&h) => {
                 self.credit(&env, &body);
                 return self.undeliverable(env, &format!("host {h} cannot be reached"));
             }
             Way::Remote(h) => match self.link_to(&h) {
-                Some(d) if self.is_data_link(d) => d,
+                Some(d) if self.net.is_data_link(d) => d,
                 Some(d) => {
                     return self
+                        .net
                         .dialling
                         .entry(d)
                         .or_default()
@@ -63,6 +64,7 @@ impl Daemon {
             }
         };
         let local = self
+            .net
             .conns
             .get(&dest)
             .is_some_and(|c| matches!(c.kind, Kind::Vp { .. }));
@@ -71,11 +73,11 @@ impl Daemon {
             // this daemon's pooled buffers: one copy here instead of one
             // into the socket and one out of it.
             Body::Bytes(b) if local && b.len() >= FD_PAYLOAD => {
-                match self.outbox.stage(env.to, &[&b]) {
+                match self.net.outbox.stage(env.to, &[&b]) {
                     Ok(fd) => {
                         let len = b.len();
                         // Its buffer takes in the next large message of that link.
-                        if let Some(c) = src.and_then(|s| self.conns.get_mut(&s)) {
+                        if let Some(c) = src.and_then(|s| self.net.conns.get_mut(&s)) {
                             c.dec.recycle(b);
                         }
                         (Body::Fd(fd, len), true)
@@ -110,7 +112,7 @@ impl Daemon {
                 // from the memfd's mapping if they came as one.
                 let p = match body {
                     Body::Bytes(b) => Payload::from(b),
-                    Body::Fd(fd, len) => match self.inbox.read_in_place(fd, len) {
+                    Body::Fd(fd, len) => match self.net.inbox.read_in_place(fd, len) {
                         Ok(p) => p,
                         Err(e) => {
                             return self.undeliverable(env, &format!("reading its payload: {e}"))
@@ -128,9 +130,9 @@ impl Daemon {
             Ok(h) => h,
             Err(e) => return warn!("cannot encode a message: {e}"),
         };
-        let failed = match self.conns.get_mut(&dest) {
+        let failed = match self.net.conns.get_mut(&dest) {
             Some(c) => c
-                .send_parts(head, payload, fd, self.poll.registry(), dest)
+                .send_parts(head, payload, fd, self.net.poll.registry(), dest)
                 .err(),
             None => return,
         };

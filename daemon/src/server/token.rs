@@ -27,7 +27,7 @@ impl Daemon {
             return match self.failover_master_addr() {
                 Some(addr) => {
                     self.send_peer(t, Handshake::Redirect { addr });
-                    if let Some(c) = self.conns.get_mut(&t) {
+                    if let Some(c) = self.net.conns.get_mut(&t) {
                         c.closing = true;
                     }
                 }
@@ -54,6 +54,7 @@ impl Daemon {
             return self.refuse(t, &format!("join token {id}: the secret does not match"));
         };
         let by = self
+            .net
             .conns
             .get(&t)
             .and_then(|c| match &c.sock {
@@ -62,16 +63,16 @@ impl Daemon {
             })
             .map_or_else(|| "a daemon".to_string(), |a| a.to_string());
         self.send_peer(t, Handshake::JoinAnswer { noise: answer });
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.seal_with(Box::new(sealer));
         }
         self.send_peer(
             t,
             Handshake::ClusterKeyIs {
-                key: *self.key.psk(),
+                key: *self.net.key.psk(),
             },
         );
-        if let Some(c) = self.conns.get_mut(&t) {
+        if let Some(c) = self.net.conns.get_mut(&t) {
             c.closing = true;
         }
         let out = self

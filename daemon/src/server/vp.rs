@@ -34,7 +34,7 @@ impl Daemon {
                 confirm,
                 len,
             } => {
-                let fd = self.conns.get_mut(&t).and_then(|c| c.fds.pop_front());
+                let fd = self.net.conns.get_mut(&t).and_then(|c| c.fds.pop_front());
                 let checked = fd
                     .ok_or_else(|| "a message without its descriptor".to_string())
                     .and_then(|fd| {
