@@ -271,7 +271,7 @@ impl Daemon {
         }
         if let Some(why) = fenced {
             self.fenced(&why);
-            self.recent_exits.clear();
+            self.local.recent_exits.clear();
         }
         for msg in self.failover.take_unsent() {
             self.send_peer(t, msg);

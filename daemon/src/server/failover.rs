@@ -694,6 +694,7 @@ impl Daemon {
     /// is not said).
     pub(super) fn said_again(&self) -> Vec<ToMaster> {
         let running = self
+            .local
             .vps
             .by_tid
             .iter()
@@ -703,9 +704,10 @@ impl Daemon {
                 pid: v.pid as u32,
             });
         let exits = self
+            .local
             .recent_exits
             .iter()
-            .filter(|(tid, _)| !self.vps.by_tid.contains_key(tid))
+            .filter(|(tid, _)| !self.local.vps.by_tid.contains_key(tid))
             .map(|(tid, status)| ToMaster::Exited {
                 tid: *tid,
                 status: status.clone(),

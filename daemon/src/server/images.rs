@@ -39,6 +39,7 @@ impl Daemon {
             );
         }
         let job = self
+            .local
             .vps
             .by_tid
             .get(&tid)
@@ -46,6 +47,7 @@ impl Daemon {
             .map(|s| s.job.clone())
             .unwrap_or_default();
         if let Some(since) = self
+            .local
             .vps
             .by_tid
             .get_mut(&tid)
@@ -406,6 +408,7 @@ impl Daemon {
     pub(super) fn send_usage(&mut self) {
         self.usage_sent = Instant::now();
         let vps: Vec<(Tid, u64)> = self
+            .local
             .vps
             .by_tid
             .iter()

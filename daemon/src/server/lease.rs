@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use libmig::msg::{Handshake, StartVp, Tid, ToMaster};
 
+use super::local::Local;
 use super::Daemon;
 use crate::guardian::Guardian;
 use crate::{log, warn};
@@ -64,7 +65,7 @@ impl Lease {
     }
 }
 
-impl Daemon {
+impl Local {
     /// On a worker with cgroups: start the guardian of its VPs.
     pub(super) fn guard_vps(&mut self) {
         let Some(c) = &self.contain else {
@@ -82,16 +83,25 @@ impl Daemon {
         }
     }
 
+    /// The master took this host back after it was fenced.
+    pub(super) fn rejoined(&mut self) {
+        if std::mem::replace(&mut self.lease.rejoining, false) {
+            log!("back in the virtual machine");
+        }
+    }
+}
+
+impl Daemon {
     /// With each heartbeat: ask the master for a lease.
     pub(super) fn ask_lease(&mut self) {
         if self.role.link().is_none() && !self.role.is_master() {
             return;
         }
-        self.lease.next += 1;
-        let n = self.lease.next;
-        self.lease.asked.push_back((n, Instant::now()));
-        while self.lease.asked.len() > ASKS_KEPT {
-            self.lease.asked.pop_front();
+        self.local.lease.next += 1;
+        let n = self.local.lease.next;
+        self.local.lease.asked.push_back((n, Instant::now()));
+        while self.local.lease.asked.len() > ASKS_KEPT {
+            self.local.lease.asked.pop_front();
         }
         // The master asks itself: its own VPs are frozen too if its daemon
         // stalls (another master may start them elsewhere meanwhile).
@@ -100,20 +110,20 @@ impl Daemon {
 
     /// Ask `n` is granted for `ms` from when it was sent.
     pub(super) fn lease_granted(&mut self, n: u64, ms: u64) {
-        let Some(&(_, sent)) = self.lease.asked.iter().find(|(k, _)| *k == n) else {
+        let Some(&(_, sent)) = self.local.lease.asked.iter().find(|(k, _)| *k == n) else {
             return;
         };
-        self.lease.asked.retain(|(k, _)| *k > n);
+        self.local.lease.asked.retain(|(k, _)| *k > n);
         let until = sent + Duration::from_millis(ms);
-        if self.lease.until.is_some_and(|u| u >= until) {
+        if self.local.lease.until.is_some_and(|u| u >= until) {
             return;
         }
-        self.lease.until = Some(until);
-        if let Some(g) = &mut self.lease.guardian {
+        self.local.lease.until = Some(until);
+        if let Some(g) = &mut self.local.lease.guardian {
             g.renew(until);
         }
-        if self.lease.may_start() && !self.lease.deferred.is_empty() {
-            let starts = std::mem::take(&mut self.lease.deferred);
+        if self.local.lease.may_start() && !self.local.lease.deferred.is_empty() {
+            let starts = std::mem::take(&mut self.local.lease.deferred);
             log!(
                 "the lease runs again: starting {} held meanwhile",
                 libmig::words::count(starts.len() as u64, "VP", "VPs")
@@ -128,10 +138,11 @@ impl Daemon {
     /// run elsewhere now. End every one of them (and drop those parked
     /// here) before anything else, then register again, empty.
     pub(super) fn fenced(&mut self, why: &str) {
-        if self.halting.is_some() || self.lease.rejoining {
+        if self.halting.is_some() || self.local.lease.rejoining {
             return;
         }
         let n = self
+            .local
             .vps
             .by_tid
             .values()
@@ -139,33 +150,26 @@ impl Daemon {
             .count();
         // Their ends are nobody's exits (the VPs go on elsewhere): kept
         // with the processes that left, not reported.
-        for (tid, v) in std::mem::take(&mut self.vps.by_tid) {
+        for (tid, v) in std::mem::take(&mut self.local.vps.by_tid) {
             v.kill();
             self.slicer.gone(tid);
             if v.exit.is_none() || v.open_pipes > 0 {
-                self.leaving.insert(v.pid, v);
+                self.local.leaving.insert(v.pid, v);
             }
         }
         for p in self.moves.unpark_all() {
             crate::discard::remove_later(&p.path);
         }
         // (So do those it had not started: they start elsewhere.)
-        self.lease.deferred.clear();
+        self.local.lease.deferred.clear();
         log!(
             "fenced by the master: {why}; ended its {} here; joining again",
             libmig::words::count(n as u64, "VP", "VPs")
         );
         let Some(link) = self.role.link() else { return };
-        self.lease.rejoining = true;
-        self.lease.asked.clear();
+        self.local.lease.rejoining = true;
+        self.local.lease.asked.clear();
         let facts = self.facts.clone();
         self.send_peer(link, Handshake::Register { facts });
-    }
-
-    /// The master took this host back after it was fenced.
-    pub(super) fn rejoined(&mut self) {
-        if std::mem::replace(&mut self.lease.rejoining, false) {
-            log!("back in the virtual machine");
-        }
     }
 }

@@ -1,8 +1,18 @@
 //! VPs on this host: starting their processes, their output, reaping them,
 //! and reporting each exit once its output is drained.
+//!
+//! The state of the VPs here is the daemon's `Local` part, defined here:
+//! the VPs by Tid and pid, their sockets, output and stdin pipes, processes
+//! still leaving, exits lately reported, the cells and the lease they run
+//! under, and the checkpointer with the VPs it is rebuilding. Handlers
+//! elsewhere reach it as `self.local`; what touches nothing else is a
+//! method of `Local` (in this file, or beside its handlers: `lease`,
+//! `owner`, `vp`, `outside`).
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::time::Instant;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use libmig::msg::{ExitInfo, StartVp, Stream, Tid, ToMaster};
 use mig_ckpt::SocketState;
@@ -10,159 +20,71 @@ use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use nix::sys::signal::Signal;
 
-use super::{Daemon, PIPE_TURN};
+use super::lease::Lease;
+use super::{Daemon, PIPES_TURN, PIPE_TURN};
 use crate::conn::{Conn, Kind, Sock};
-use crate::host::{LocalVp, Pipe};
+use crate::contain::Containment;
+use crate::host::{LocalVp, Pipe, Vps};
 use crate::migrate::Move;
+use crate::transparent::Checkpointer;
 use crate::{host, log, warn};
 
-impl Daemon {
-    /// How VPs run here.
-    pub(super) fn treatment(&self) -> host::Treatment {
-        host::Treatment {
-            nice: self.cfg.vp_nice,
-            idle: self.cfg.vp_idle_class,
-            huge_pages: self.cfg.vp_huge_pages,
-        }
-    }
+/// A VP being rebuilt from outside: how it starts, the daemon's ends of
+/// its descriptors, its cell, its image.
+pub(super) type Rebuilding = (StartVp, host::Ours, Option<crate::contain::Cell>, PathBuf);
 
-    pub(super) fn start_vp(&mut self, s: StartVp) {
-        let tid = s.tid;
-        // With the lease lapsed the guardian freezes the cells: a VP
-        // started now would be frozen before its exec, with the daemon
-        // waiting for it. It starts once the lease runs again.
-        if !self.lease.may_start() {
-            log!("VP t{tid:x} starts once this host's lease runs again");
-            return self.lease.defer(s);
-        }
-        let cell = self.contain.as_mut().and_then(|c| {
-            c.cell(&format!("t{tid:x}"))
-                .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
-                .ok()
-        });
-        let fds = cell.as_ref().map(|c| c.join_fds()).unwrap_or_default();
-        let join = host::Join {
-            into: cell.as_ref().and_then(|c| c.into_fd()),
-            fds: &fds,
-        };
-        match host::spawn(
-            &s,
-            &self.facts.name,
-            &self.net.listeners.socket_path.display().to_string(),
-            &self.treatment(),
-            join,
-        ) {
-            Ok(started) => self.take_in_vp(s, started, cell, None),
-            Err(e) if s.env.iter().any(|(k, _)| k == libmig::vp::env::RESTORE) => {
-                // Its image came here (a move, a restart): its program not
-                // starting here is this host's lack, not the VP's end. The
-                // master recalls it to where its image is kept.
-                if let (Some(cell), Some(c)) = (cell, &mut self.contain) {
-                    c.retire(cell);
-                }
-                warn!(
-                    "cannot start {} for VP t{tid:x} from its image: {e}",
-                    s.program
-                );
-                let restore = self.state.restore(tid);
-                crate::discard::remove_later(&restore);
-                self.report(ToMaster::Missing {
-                    tid,
-                    reason: format!("starting {}: {e}", s.program),
-                });
-            }
-            Err(e) => {
-                warn!("cannot start {} for VP t{tid:x}: {e}", s.program);
-                let status = ExitInfo {
-                    code: None,
-                    signal: None,
-                    error: Some(format!("{}: {e}", s.program)),
-                    cpu_ms: None,
-                };
-                self.report(ToMaster::Exited { tid, status });
-            }
-        }
-    }
+/// The VPs on this host: their processes, sockets, output and stdin pipes,
+/// the cells that hold them, the lease they run under, and the
+/// checkpointer that saves and rebuilds those that do not move
+/// themselves. Owned by the `Daemon`; its handlers reach it as
+/// `self.local`.
+pub(super) struct Local {
+    /// Each local VP by Tid and by pid.
+    pub(super) vps: Vps,
+    /// Each local VP's socket, for answers to it (also while it moves, when
+    /// the router no longer delivers messages to it).
+    pub(super) vp_conns: HashMap<Tid, Token>,
+    /// Local VPs' output pipes, by token.
+    pub(super) pipes: HashMap<Token, Pipe>,
+    /// VP output pipes that had their share of a turn with more to read.
+    pub(super) pipes_again: HashSet<Token>,
+    /// What is left this turn of `PIPES_TURN`.
+    pub(super) pipe_budget: usize,
+    /// Local VPs' stdin pipes, by the token that says one has room.
+    pub(super) inputs: HashMap<Token, Tid>,
+    /// By pid: processes of VPs that moved away and have come back here
+    /// before the old process was gone.
+    pub(super) leaving: HashMap<i32, LocalVp>,
+    /// VPs' exits reported lately (the last `RECENT_EXITS`): said again to
+    /// a master this host attaches to, which may not have heard them.
+    pub(super) recent_exits: VecDeque<(Tid, ExitInfo)>,
+    /// The cgroups holding each VP's process tree (none: process groups).
+    pub(super) contain: Option<Containment>,
+    /// A worker's lease on its VPs.
+    pub(super) lease: Lease,
+    /// Saves and rebuilds VPs whose programs do not help, off the loop.
+    pub(super) checkpointer: Checkpointer,
+    /// VPs being rebuilt from outside: how each starts, the daemon's ends
+    /// of its descriptors, its cell, its image.
+    pub(super) restoring: HashMap<Tid, VecDeque<Rebuilding>>,
+}
 
-    /// Take in VP `s.tid`'s process, `started` here (or `restored` from
-    /// outside, stopped): its socket, pipes and input, its cell, its
-    /// record; stopped if it may not run now; the master told.
-    pub(super) fn take_in_vp(
-        &mut self,
-        s: StartVp,
-        started: host::Started,
-        cell: Option<crate::contain::Cell>,
-        mut restored: Option<crate::transparent::Restored>,
-    ) {
-        let tid = s.tid;
-        let host::Started {
-            pid,
-            stdout,
-            stderr,
-            sock,
-            stdin,
-        } = started;
-        let carried = restored.as_mut().and_then(|r| {
-            let i = r.sockets.iter().position(|s| s.fd == host::VP_FD)?;
-            Some(r.sockets.swap_remove(i))
-        });
-        // (Its record first: what is delivered to it from now on counts.)
-        self.record_vp(s, pid, stdin, cell, restored);
-        self.connect_vp(tid, sock, carried);
-        self.moves.ended(tid);
-        self.hold_if_it_may_not_run(tid, pid);
-        self.watch_output(tid, pid, stdout, stderr);
-        self.watch_input(tid);
-        // (`mig ps` shows a rebuilt VP's program, not the init above it.)
-        let shown = self
-            .vps
-            .by_tid
-            .get(&tid)
-            .and_then(|v| v.restored.as_ref())
-            .map_or(pid, crate::transparent::Restored::program);
-        self.report(ToMaster::Started {
-            tid,
-            pid: shown as u32,
-        });
-    }
-
-    /// VP `tid`'s socket into the poll: what was held for it is delivered
-    /// and those it held up go on. A VP rebuilt from outside `carried`
-    /// what was on its way through its old socket: what it had not read
-    /// comes first, and what it had begun to write is taken as read first.
-    fn connect_vp(&mut self, tid: Tid, sock: OwnedFd, carried: Option<SocketState>) {
-        let std_sock = std::os::unix::net::UnixStream::from(sock);
-        let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
-        let vt = self.net.token();
-        if self
-            .net
-            .poll
-            .registry()
-            .register(&mut vp_sock, vt, Interest::READABLE)
-            .is_ok()
-        {
-            let mut c = Conn::new(vp_sock, Kind::Vp { tid });
-            let mut unread = Vec::new();
-            if let Some(s) = carried {
-                c.dec.feed(&s.unfinished);
-                let ledger = crate::ledger::Ledger::decode(&s.notes)
-                    .map_err(|e| warn!("VP t{tid:x}: {e}"))
-                    .unwrap_or_default();
-                c.heard_from = ledger.spoke;
-                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-                    v.ledger = ledger;
-                }
-                unread = s.unread;
-            }
-            self.net.conns.insert(vt, c);
-            self.vp_conns.insert(tid, vt);
-            if !unread.is_empty() {
-                self.send_bytes(vt, &unread);
-            }
-            for (env, payload) in self.router.attach(tid, vt) {
-                self.route(env, payload, None);
-            }
-            self.released(tid);
+impl Local {
+    /// No VP yet, in `contain`'s cells (if any).
+    pub(super) fn new(contain: Option<Containment>, checkpointer: Checkpointer) -> Local {
+        Local {
+            vps: Vps::default(),
+            vp_conns: HashMap::new(),
+            pipes: HashMap::new(),
+            pipes_again: HashSet::new(),
+            pipe_budget: PIPES_TURN,
+            inputs: HashMap::new(),
+            leaving: HashMap::new(),
+            recent_exits: VecDeque::new(),
+            contain,
+            lease: Lease::default(),
+            checkpointer,
+            restoring: HashMap::new(),
         }
     }
 
@@ -220,95 +142,6 @@ impl Daemon {
         self.vps.by_pid.insert(pid, tid);
     }
 
-    /// VP `tid` (process `pid`) runs now only if the owner offers this host
-    /// and its slot is in force: one rebuilt stopped is let go if so; one
-    /// started as the owner came back waits on probation, one outside its
-    /// slot stopped.
-    fn hold_if_it_may_not_run(&mut self, tid: Tid, pid: i32) {
-        let off_slot = self.slicer.started(tid);
-        let rebuilt = self
-            .vps
-            .by_tid
-            .get(&tid)
-            .is_some_and(|v| v.restored.is_some());
-        if rebuilt {
-            // Rebuilt stopped: it runs if it may now; else it waits, as
-            // one started now would (it is moved from outside again).
-            if self.owner.offered() && !off_slot {
-                if let Some(v) = self.vps.by_tid.get(&tid) {
-                    v.signal(Signal::SIGCONT);
-                }
-            }
-        } else if !self.owner.offered() || off_slot {
-            // Started as the owner came back (it waits, stopped, for
-            // the scheduler to move it or the owner to leave), or
-            // outside its slot (it waits for its turn).
-            let owner_back = !self.owner.offered();
-            let limit = self.cfg.safe_point_timeout.min(host::PROBATION);
-            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-                if owner_back && !off_slot {
-                    // Until it says whether it can be moved.
-                    v.probation = Some(Instant::now() + limit);
-                    host::idle_class(&[pid]);
-                } else {
-                    v.signal(Signal::SIGSTOP);
-                }
-            }
-        }
-    }
-
-    /// VP `tid`'s stdout and stderr pipes into the poll.
-    fn watch_output(&mut self, tid: Tid, pid: i32, stdout: OwnedFd, stderr: OwnedFd) {
-        for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
-            let t = self.net.token();
-            let file = std::fs::File::from(fd);
-            if self
-                .net
-                .poll
-                .registry()
-                .register(&mut SourceFd(&file.as_raw_fd()), t, Interest::READABLE)
-                .is_ok()
-            {
-                self.pipes.insert(
-                    t,
-                    Pipe {
-                        file,
-                        tid,
-                        pid,
-                        stream,
-                        partial: Vec::new(),
-                    },
-                );
-                if let Some(vp) = self.vps.by_tid.get_mut(&tid) {
-                    vp.open_pipes += 1;
-                }
-            }
-        }
-    }
-
-    /// VP `tid`'s stdin pipe, if it has one, into the poll (to hear when it
-    /// has room).
-    fn watch_input(&mut self, tid: Tid) {
-        let input_fd = self
-            .vps
-            .by_tid
-            .get(&tid)
-            .and_then(|v| v.input.as_ref())
-            .and_then(|i| i.fd());
-        if let Some(fd) = input_fd {
-            let t = self.net.token();
-            if self
-                .net
-                .poll
-                .registry()
-                .register(&mut SourceFd(&fd), t, Interest::WRITABLE)
-                .is_ok()
-            {
-                self.inputs.insert(t, tid);
-            }
-        }
-    }
-
     /// `PeerMsg::Input`: bytes (and perhaps the end) for a local VP's stdin.
     pub(super) fn feed_input(&mut self, tid: Tid, data: &[u8], eof: bool) {
         let Some(input) = self.vps.by_tid.get_mut(&tid).and_then(|v| v.input.as_mut()) else {
@@ -341,85 +174,6 @@ impl Daemon {
         }
     }
 
-    pub(super) fn pipe_ready(&mut self, t: Token) {
-        // Its share of what this turn reads of all pipes; none while the
-        // master has committed decisions still to carry out (its lines
-        // would pile up in memory faster than they go).
-        let limit = PIPE_TURN.min(self.pipe_budget);
-        if self.pipes.contains_key(&t) && (limit == 0 || self.releasable()) {
-            self.pipes_again.insert(t);
-            return;
-        }
-        let Some(p) = self.pipes.get_mut(&t) else {
-            return;
-        };
-        let (lines, drained, taken) = host::read_lines(p, limit);
-        self.pipe_budget -= taken.min(self.pipe_budget);
-        let (tid, pid, stream) = (p.tid, p.pid, p.stream);
-        for line in lines {
-            self.report(ToMaster::Output { tid, stream, line });
-        }
-        if drained == host::Drained::More {
-            self.pipes_again.insert(t);
-        }
-        if drained == host::Drained::Eof {
-            if let Some(p) = self.pipes.remove(&t) {
-                let _ = self
-                    .net
-                    .poll
-                    .registry()
-                    .deregister(&mut SourceFd(&p.file.as_raw_fd()));
-            }
-            match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
-                Some(vp) => {
-                    vp.open_pipes = vp.open_pipes.saturating_sub(1);
-                    self.report_if_done(tid);
-                }
-                None => self.old_process_done(pid, None),
-            }
-        }
-    }
-
-    /// The processes of VPs here that ended (not those being saved).
-    pub(super) fn reap(&mut self) {
-        let pids: Vec<i32> = self
-            .vps
-            .by_pid
-            .keys()
-            .chain(self.leaving.keys())
-            .copied()
-            .filter(|&p| !self.checkpointer.busy(p))
-            .collect();
-        for (pid, raw, cpu_ms) in host::reap(pids) {
-            let Some(tid) = self.vps.by_pid.remove(&pid) else {
-                continue;
-            };
-            match self.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
-                Some(vp) => {
-                    vp.exit = Some(vp.exit_from(raw, cpu_ms));
-                    // What it started goes with it (and its pipes close).
-                    if let (Some(cell), Some(c)) = (vp.cell.take(), &mut self.contain) {
-                        c.retire(cell);
-                    }
-                    // What it said before it ended counts first (its image
-                    // written: its end is then no exit), even when its
-                    // socket had had its share of the turn.
-                    if let Some(&t) = self.vp_conns.get(&tid) {
-                        self.read_out(t);
-                    }
-                    self.report_if_done(tid);
-                }
-                None => {
-                    let status = self.leaving.get(&pid).map(|o| o.exit_from(raw, cpu_ms));
-                    self.old_process_done(
-                        pid,
-                        Some(status.unwrap_or_else(|| host::exit_info(raw, cpu_ms))),
-                    )
-                }
-            }
-        }
-    }
-
     /// A process of a VP that has since come back to this host ended (or
     /// closed a pipe): it went on elsewhere, so its end is nobody's exit.
     pub(super) fn old_process_done(&mut self, pid: i32, exit: Option<ExitInfo>) {
@@ -440,15 +194,361 @@ impl Daemon {
         }
     }
 
+    /// Kill every VP left and reap them.
+    pub(super) fn stop_all(&mut self) {
+        for vp in self.vps.by_tid.values().chain(self.leaving.values()) {
+            vp.kill();
+        }
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while !self.vps.by_pid.is_empty() && Instant::now() < deadline {
+            let pids: Vec<i32> = self.vps.by_pid.keys().copied().collect();
+            for (pid, ..) in host::reap(pids) {
+                self.vps.by_pid.remove(&pid);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(c) = &mut self.contain {
+            c.close();
+        }
+    }
+}
+
+impl Daemon {
+    /// How VPs run here.
+    pub(super) fn treatment(&self) -> host::Treatment {
+        host::Treatment {
+            nice: self.cfg.vp_nice,
+            idle: self.cfg.vp_idle_class,
+            huge_pages: self.cfg.vp_huge_pages,
+        }
+    }
+
+    pub(super) fn start_vp(&mut self, s: StartVp) {
+        let tid = s.tid;
+        // With the lease lapsed the guardian freezes the cells: a VP
+        // started now would be frozen before its exec, with the daemon
+        // waiting for it. It starts once the lease runs again.
+        if !self.local.lease.may_start() {
+            log!("VP t{tid:x} starts once this host's lease runs again");
+            return self.local.lease.defer(s);
+        }
+        let cell = self.local.contain.as_mut().and_then(|c| {
+            c.cell(&format!("t{tid:x}"))
+                .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
+                .ok()
+        });
+        let fds = cell.as_ref().map(|c| c.join_fds()).unwrap_or_default();
+        let join = host::Join {
+            into: cell.as_ref().and_then(|c| c.into_fd()),
+            fds: &fds,
+        };
+        match host::spawn(
+            &s,
+            &self.facts.name,
+            &self.net.listeners.socket_path.display().to_string(),
+            &self.treatment(),
+            join,
+        ) {
+            Ok(started) => self.take_in_vp(s, started, cell, None),
+            Err(e) if s.env.iter().any(|(k, _)| k == libmig::vp::env::RESTORE) => {
+                // Its image came here (a move, a restart): its program not
+                // starting here is this host's lack, not the VP's end. The
+                // master recalls it to where its image is kept.
+                if let (Some(cell), Some(c)) = (cell, &mut self.local.contain) {
+                    c.retire(cell);
+                }
+                warn!(
+                    "cannot start {} for VP t{tid:x} from its image: {e}",
+                    s.program
+                );
+                let restore = self.state.restore(tid);
+                crate::discard::remove_later(&restore);
+                self.report(ToMaster::Missing {
+                    tid,
+                    reason: format!("starting {}: {e}", s.program),
+                });
+            }
+            Err(e) => {
+                warn!("cannot start {} for VP t{tid:x}: {e}", s.program);
+                let status = ExitInfo {
+                    code: None,
+                    signal: None,
+                    error: Some(format!("{}: {e}", s.program)),
+                    cpu_ms: None,
+                };
+                self.report(ToMaster::Exited { tid, status });
+            }
+        }
+    }
+
+    /// Take in VP `s.tid`'s process, `started` here (or `restored` from
+    /// outside, stopped): its socket, pipes and input, its cell, its
+    /// record; stopped if it may not run now; the master told.
+    pub(super) fn take_in_vp(
+        &mut self,
+        s: StartVp,
+        started: host::Started,
+        cell: Option<crate::contain::Cell>,
+        mut restored: Option<crate::transparent::Restored>,
+    ) {
+        let tid = s.tid;
+        let host::Started {
+            pid,
+            stdout,
+            stderr,
+            sock,
+            stdin,
+        } = started;
+        let carried = restored.as_mut().and_then(|r| {
+            let i = r.sockets.iter().position(|s| s.fd == host::VP_FD)?;
+            Some(r.sockets.swap_remove(i))
+        });
+        // (Its record first: what is delivered to it from now on counts.)
+        self.local.record_vp(s, pid, stdin, cell, restored);
+        self.connect_vp(tid, sock, carried);
+        self.moves.ended(tid);
+        self.hold_if_it_may_not_run(tid, pid);
+        self.watch_output(tid, pid, stdout, stderr);
+        self.watch_input(tid);
+        // (`mig ps` shows a rebuilt VP's program, not the init above it.)
+        let shown = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .and_then(|v| v.restored.as_ref())
+            .map_or(pid, crate::transparent::Restored::program);
+        self.report(ToMaster::Started {
+            tid,
+            pid: shown as u32,
+        });
+    }
+
+    /// VP `tid`'s socket into the poll: what was held for it is delivered
+    /// and those it held up go on. A VP rebuilt from outside `carried`
+    /// what was on its way through its old socket: what it had not read
+    /// comes first, and what it had begun to write is taken as read first.
+    fn connect_vp(&mut self, tid: Tid, sock: OwnedFd, carried: Option<SocketState>) {
+        let std_sock = std::os::unix::net::UnixStream::from(sock);
+        let mut vp_sock = Sock::Unix(mio::net::UnixStream::from_std(std_sock));
+        let vt = self.net.token();
+        if self
+            .net
+            .poll
+            .registry()
+            .register(&mut vp_sock, vt, Interest::READABLE)
+            .is_ok()
+        {
+            let mut c = Conn::new(vp_sock, Kind::Vp { tid });
+            let mut unread = Vec::new();
+            if let Some(s) = carried {
+                c.dec.feed(&s.unfinished);
+                let ledger = crate::ledger::Ledger::decode(&s.notes)
+                    .map_err(|e| warn!("VP t{tid:x}: {e}"))
+                    .unwrap_or_default();
+                c.heard_from = ledger.spoke;
+                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
+                    v.ledger = ledger;
+                }
+                unread = s.unread;
+            }
+            self.net.conns.insert(vt, c);
+            self.local.vp_conns.insert(tid, vt);
+            if !unread.is_empty() {
+                self.send_bytes(vt, &unread);
+            }
+            for (env, payload) in self.router.attach(tid, vt) {
+                self.route(env, payload, None);
+            }
+            self.released(tid);
+        }
+    }
+
+    /// VP `tid` (process `pid`) runs now only if the owner offers this host
+    /// and its slot is in force: one rebuilt stopped is let go if so; one
+    /// started as the owner came back waits on probation, one outside its
+    /// slot stopped.
+    fn hold_if_it_may_not_run(&mut self, tid: Tid, pid: i32) {
+        let off_slot = self.slicer.started(tid);
+        let rebuilt = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.restored.is_some());
+        if rebuilt {
+            // Rebuilt stopped: it runs if it may now; else it waits, as
+            // one started now would (it is moved from outside again).
+            if self.owner.offered() && !off_slot {
+                if let Some(v) = self.local.vps.by_tid.get(&tid) {
+                    v.signal(Signal::SIGCONT);
+                }
+            }
+        } else if !self.owner.offered() || off_slot {
+            // Started as the owner came back (it waits, stopped, for
+            // the scheduler to move it or the owner to leave), or
+            // outside its slot (it waits for its turn).
+            let owner_back = !self.owner.offered();
+            let limit = self.cfg.safe_point_timeout.min(host::PROBATION);
+            if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
+                if owner_back && !off_slot {
+                    // Until it says whether it can be moved.
+                    v.probation = Some(Instant::now() + limit);
+                    host::idle_class(&[pid]);
+                } else {
+                    v.signal(Signal::SIGSTOP);
+                }
+            }
+        }
+    }
+
+    /// VP `tid`'s stdout and stderr pipes into the poll.
+    fn watch_output(&mut self, tid: Tid, pid: i32, stdout: OwnedFd, stderr: OwnedFd) {
+        for (fd, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
+            let t = self.net.token();
+            let file = std::fs::File::from(fd);
+            if self
+                .net
+                .poll
+                .registry()
+                .register(&mut SourceFd(&file.as_raw_fd()), t, Interest::READABLE)
+                .is_ok()
+            {
+                self.local.pipes.insert(
+                    t,
+                    Pipe {
+                        file,
+                        tid,
+                        pid,
+                        stream,
+                        partial: Vec::new(),
+                    },
+                );
+                if let Some(vp) = self.local.vps.by_tid.get_mut(&tid) {
+                    vp.open_pipes += 1;
+                }
+            }
+        }
+    }
+
+    /// VP `tid`'s stdin pipe, if it has one, into the poll (to hear when it
+    /// has room).
+    fn watch_input(&mut self, tid: Tid) {
+        let input_fd = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .and_then(|v| v.input.as_ref())
+            .and_then(|i| i.fd());
+        if let Some(fd) = input_fd {
+            let t = self.net.token();
+            if self
+                .net
+                .poll
+                .registry()
+                .register(&mut SourceFd(&fd), t, Interest::WRITABLE)
+                .is_ok()
+            {
+                self.local.inputs.insert(t, tid);
+            }
+        }
+    }
+
+    pub(super) fn pipe_ready(&mut self, t: Token) {
+        // Its share of what this turn reads of all pipes; none while the
+        // master has committed decisions still to carry out (its lines
+        // would pile up in memory faster than they go).
+        let limit = PIPE_TURN.min(self.local.pipe_budget);
+        if self.local.pipes.contains_key(&t) && (limit == 0 || self.releasable()) {
+            self.local.pipes_again.insert(t);
+            return;
+        }
+        let Some(p) = self.local.pipes.get_mut(&t) else {
+            return;
+        };
+        let (lines, drained, taken) = host::read_lines(p, limit);
+        self.local.pipe_budget -= taken.min(self.local.pipe_budget);
+        let (tid, pid, stream) = (p.tid, p.pid, p.stream);
+        for line in lines {
+            self.report(ToMaster::Output { tid, stream, line });
+        }
+        if drained == host::Drained::More {
+            self.local.pipes_again.insert(t);
+        }
+        if drained == host::Drained::Eof {
+            if let Some(p) = self.local.pipes.remove(&t) {
+                let _ = self
+                    .net
+                    .poll
+                    .registry()
+                    .deregister(&mut SourceFd(&p.file.as_raw_fd()));
+            }
+            match self.local.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
+                Some(vp) => {
+                    vp.open_pipes = vp.open_pipes.saturating_sub(1);
+                    self.report_if_done(tid);
+                }
+                None => self.local.old_process_done(pid, None),
+            }
+        }
+    }
+
+    /// The processes of VPs here that ended (not those being saved).
+    pub(super) fn reap(&mut self) {
+        let pids: Vec<i32> = self
+            .local
+            .vps
+            .by_pid
+            .keys()
+            .chain(self.local.leaving.keys())
+            .copied()
+            .filter(|&p| !self.local.checkpointer.busy(p))
+            .collect();
+        for (pid, raw, cpu_ms) in host::reap(pids) {
+            let Some(tid) = self.local.vps.by_pid.remove(&pid) else {
+                continue;
+            };
+            match self.local.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
+                Some(vp) => {
+                    vp.exit = Some(vp.exit_from(raw, cpu_ms));
+                    // What it started goes with it (and its pipes close).
+                    if let (Some(cell), Some(c)) = (vp.cell.take(), &mut self.local.contain) {
+                        c.retire(cell);
+                    }
+                    // What it said before it ended counts first (its image
+                    // written: its end is then no exit), even when its
+                    // socket had had its share of the turn.
+                    if let Some(&t) = self.local.vp_conns.get(&tid) {
+                        self.read_out(t);
+                    }
+                    self.report_if_done(tid);
+                }
+                None => {
+                    let status = self
+                        .local
+                        .leaving
+                        .get(&pid)
+                        .map(|o| o.exit_from(raw, cpu_ms));
+                    self.local.old_process_done(
+                        pid,
+                        Some(status.unwrap_or_else(|| host::exit_info(raw, cpu_ms))),
+                    )
+                }
+            }
+        }
+    }
+
     /// Report an exit once the process is reaped and its output drained.
     pub(super) fn report_if_done(&mut self, tid: Tid) {
         let done = self
+            .local
             .vps
             .by_tid
             .get(&tid)
             .is_some_and(|v| v.exit.is_some() && v.open_pipes == 0);
         if done {
-            if let Some(vp) = self.vps.by_tid.remove(&tid) {
+            if let Some(vp) = self.local.vps.by_tid.remove(&tid) {
                 self.slicer.gone(tid);
                 match (self.moves.ended(tid), vp.exit) {
                     // It went on elsewhere, or goes on here from its image.
@@ -463,11 +563,11 @@ impl Daemon {
                                 reason: format!("it ended before its image was written ({status})"),
                             });
                         }
-                        self.recent_exits.retain(|(t, _)| *t != tid);
-                        if self.recent_exits.len() >= RECENT_EXITS {
-                            self.recent_exits.pop_front();
+                        self.local.recent_exits.retain(|(t, _)| *t != tid);
+                        if self.local.recent_exits.len() >= RECENT_EXITS {
+                            self.local.recent_exits.pop_front();
                         }
-                        self.recent_exits.push_back((tid, status.clone()));
+                        self.local.recent_exits.push_back((tid, status.clone()));
                         self.report(ToMaster::Exited { tid, status });
                     }
                     (_, None) => {}

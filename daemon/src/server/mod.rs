@@ -32,6 +32,7 @@ mod snapshot;
 pub mod token;
 mod vp;
 
+use local::Local;
 use net::Net;
 use role::Role;
 
@@ -43,7 +44,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use libmig::auth::{self, ClusterKey};
-use libmig::msg::{ExitInfo, HostFacts, StartVp, Tid, ToHost, ToMaster};
+use libmig::msg::{HostFacts, ToHost, ToMaster};
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
@@ -54,7 +55,6 @@ use crate::config::Config;
 use crate::conn::{Conn, Kind};
 use crate::contain::Containment;
 use crate::flow::Flow;
-use crate::host::{self, LocalVp, Pipe, Vps};
 use crate::log;
 use crate::master::Master;
 use crate::migrate::MoveTable;
@@ -87,14 +87,6 @@ const SWITCH_THREADS: usize = 4;
 const TCP: Token = Token(0);
 const UNIX: Token = Token(1);
 const SIGNALS: Token = Token(2);
-/// A VP being rebuilt from outside: how it starts, the daemon's ends of
-/// its descriptors, its cell, its image.
-type Rebuilding = (
-    StartVp,
-    host::Ours,
-    Option<crate::contain::Cell>,
-    std::path::PathBuf,
-);
 
 /// The keeper thread has results (`keeper`).
 const WAKE: Token = Token(3);
@@ -164,16 +156,14 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DaemonError {
 pub struct Daemon {
     /// The poll, the listening sockets and every connection.
     net: Net,
+    /// The VPs on this host, their sockets and pipes.
+    local: Local,
     cfg: Config,
     facts: HostFacts,
-    pipes: HashMap<Token, Pipe>,
     /// On the master: jobs' kept output and the history of ended jobs.
     job_files: crate::job_files::JobFiles,
-    /// Local VPs' stdin pipes, by the token that says one has room.
-    inputs: HashMap<Token, Tid>,
     /// The master, or a worker and its link to the master.
     role: Role,
-    vps: Vps,
     last_beat: Instant,
     halting: Option<Instant>,
     uid: u32,
@@ -183,15 +173,8 @@ pub struct Daemon {
     moves: MoveTable,
     /// The files this daemon keeps.
     state: StateDir,
-    /// Each local VP's socket, for answers to it (also while it moves, when
-    /// the router no longer delivers messages to it).
-    vp_conns: HashMap<Tid, Token>,
     /// Who waits for whom (flow control).
     flow: Flow,
-    /// VP output pipes that had their share of a turn with more to read.
-    pipes_again: std::collections::HashSet<Token>,
-    /// What is left this turn of `PIPES_TURN`.
-    pipe_budget: usize,
     /// Is this workstation its owner's right now?
     owner: Monitor,
     /// When the VPs' CPU times were last sent to the master.
@@ -204,16 +187,6 @@ pub struct Daemon {
     armed: Option<Plan>,
     /// What was last armed for it.
     armed_as: Option<Armed>,
-    /// By pid: processes of VPs that moved away and have come back here
-    /// before the old process was gone.
-    leaving: HashMap<i32, LocalVp>,
-    /// VPs' exits reported lately (the last `RECENT_EXITS`): said again to
-    /// a master this host attaches to, which may not have heard them.
-    recent_exits: std::collections::VecDeque<(Tid, ExitInfo)>,
-    /// The cgroups holding each VP's process tree (none: process groups).
-    contain: Option<Containment>,
-    /// A worker's lease on its VPs.
-    lease: lease::Lease,
     /// The consensus that keeps the master's state, and following a new
     /// master.
     failover: failover::Failover,
@@ -245,11 +218,6 @@ pub struct Daemon {
     turns: Turns,
     /// What this daemon counts for `--metrics`.
     metrics: crate::metrics::Counters,
-    /// Saves and rebuilds VPs whose programs do not help, off the loop.
-    checkpointer: crate::transparent::Checkpointer,
-    /// VPs being rebuilt from outside: how each starts, the daemon's ends
-    /// of its descriptors, its cell, its image.
-    restoring: HashMap<Tid, std::collections::VecDeque<Rebuilding>>,
     turn_began: Option<Instant>,
     /// When a long turn was last logged.
     long_turn_logged: Option<Instant>,
@@ -493,28 +461,21 @@ impl Daemon {
     fn new(cfg: Config, o: Opened) -> Daemon {
         Daemon {
             net: Net::new(o.poll, o.key, o.listeners),
-            contain: o.contain,
-            lease: lease::Lease::default(),
+            local: Local::new(o.contain, o.checkpointer),
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
             unsent_to: HashMap::new(),
             facts: o.facts,
-            pipes: HashMap::new(),
             job_files: crate::job_files::JobFiles::new(&cfg.state_dir),
-            inputs: HashMap::new(),
             role: Role::worker(),
-            vps: Vps::default(),
             last_beat: Instant::now(),
             halting: None,
             uid: nix::unistd::geteuid().as_raw(),
             router: Router::new(&cfg.name, cfg.join.is_none()),
             moves: MoveTable::default(),
             state: StateDir::new(cfg.state_dir.clone()),
-            vp_conns: HashMap::new(),
             flow: Flow::default(),
-            pipes_again: Default::default(),
-            pipe_budget: PIPES_TURN,
             owner: o.owner,
             usage_sent: Instant::now(),
             io_meter: {
@@ -527,8 +488,6 @@ impl Daemon {
             switcher: o.switcher,
             armed: None,
             armed_as: None,
-            leaving: HashMap::new(),
-            recent_exits: std::collections::VecDeque::new(),
             store: o.store,
             keeper: o.keeper,
             outbound: Vec::new(),
@@ -537,8 +496,6 @@ impl Daemon {
             disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
             turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
-            checkpointer: o.checkpointer,
-            restoring: HashMap::new(),
             turn_began: None,
             long_turn_logged: None,
             cfg,
@@ -568,13 +525,13 @@ impl Daemon {
                 m.number_jobs_above(self.job_files.highest_job());
                 self.role = Role::Master(Box::new(m));
                 self.failover.found(&self.facts.name);
-                self.guard_vps();
+                self.local.guard_vps();
                 self.carry_out_when_committed(out);
                 log!("master {} listening on {addr}", self.facts.name);
             }
             Some(master) => {
                 self.join(master)?;
-                self.guard_vps();
+                self.local.guard_vps();
                 log!(
                     "worker {} listening on {addr}, joined {master}",
                     self.facts.name
@@ -589,7 +546,7 @@ impl Daemon {
     fn ready(&mut self, addr: SocketAddr) -> Result<(), DaemonError> {
         // The master knows from the start whose this host is.
         if !self.owner.offered() {
-            if let Some(c) = &mut self.contain {
+            if let Some(c) = &mut self.local.contain {
                 c.mark(true);
             }
         }
@@ -649,8 +606,8 @@ impl Daemon {
             self.attach_turn();
             // Pipes with more to read after last turn's share, read once
             // more this turn (after any that are ready anyway).
-            let pipes_due = std::mem::take(&mut self.pipes_again);
-            self.pipe_budget = PIPES_TURN;
+            let pipes_due = std::mem::take(&mut self.local.pipes_again);
+            self.local.pipe_budget = PIPES_TURN;
             // Connections that had their share last turn go on first: a
             // turn with more to read than `READS_TURN` leaves the rest for
             // the next, and none waits for ever behind new ones.
@@ -679,10 +636,10 @@ impl Daemon {
         let flushed = self.net.conns.values().all(Conn::flushed);
         let told = self.unsent_to.is_empty();
         let limit = Duration::from_secs(if told { 2 } else { 6 });
-        if !(flushed && told && self.vps.by_tid.is_empty()) && since.elapsed() <= limit {
+        if !(flushed && told && self.local.vps.by_tid.is_empty()) && since.elapsed() <= limit {
             return false;
         }
-        self.stop_all();
+        self.local.stop_all();
         log!("{} stopped", self.facts.name);
         // Not a socket of a daemon started since in another
         // directory of the same name.
@@ -710,7 +667,7 @@ impl Daemon {
                     }),
             )
             // Wake to stop a VP whose pause notice grace is up.
-            .min(self.next_quiesce_due().map_or(Duration::MAX, |t| {
+            .min(self.local.next_quiesce_due().map_or(Duration::MAX, |t| {
                 t.saturating_duration_since(Instant::now())
             }))
             // Wake to arm the next slot switch.
@@ -721,7 +678,7 @@ impl Daemon {
             .max(Duration::from_millis(1));
         let timeout = if !self.net.read_again.is_empty()
             || !self.net.write_again.is_empty()
-            || !self.pipes_again.is_empty()
+            || !self.local.pipes_again.is_empty()
             || self.releasable()
             || self.outbound_ready()
             || self.proposable()
@@ -749,8 +706,8 @@ impl Daemon {
                 self.keeper_done();
                 self.checkpointer_done();
             }
-            t if self.pipes.contains_key(&t) => self.pipe_ready(t),
-            t if self.inputs.contains_key(&t) => self.input_room(t),
+            t if self.local.pipes.contains_key(&t) => self.pipe_ready(t),
+            t if self.local.inputs.contains_key(&t) => self.local.input_room(t),
             t => {
                 if ev.is_writable() {
                     if let Some(c) = self.net.conns.get_mut(&t) {
@@ -771,7 +728,7 @@ impl Daemon {
     /// Pipes (`pipes_due`) and writes that had their share last turn go on.
     fn left_over(&mut self, pipes_due: HashSet<Token>) {
         for t in pipes_due {
-            if !self.pipes_again.contains(&t) {
+            if !self.local.pipes_again.contains(&t) {
                 self.pipe_ready(t);
             }
         }
@@ -796,7 +753,11 @@ impl Daemon {
         if Instant::now() >= self.owner.due() {
             self.owner_poll(None);
         }
-        if self.next_quiesce_due().is_some_and(|t| Instant::now() >= t) {
+        if self
+            .local
+            .next_quiesce_due()
+            .is_some_and(|t| Instant::now() >= t)
+        {
             self.end_quiescing(|_| false);
         }
         if self
@@ -877,11 +838,11 @@ impl Daemon {
             Ok(false) => {}
             Err(e) => warn!("could not rotate the log: {e}"),
         }
-        if let Some(c) = &mut self.contain {
+        if let Some(c) = &mut self.local.contain {
             c.sweep();
         }
-        let vps = &self.vps.by_tid;
-        self.inputs.retain(|_, tid| {
+        let vps = &self.local.vps.by_tid;
+        self.local.inputs.retain(|_, tid| {
             vps.get(tid)
                 .and_then(|v| v.input.as_ref())
                 .is_some_and(|i| !i.closed())
@@ -957,27 +918,9 @@ impl Daemon {
     pub(super) fn begin_halt(&mut self) {
         if self.halting.is_none() {
             self.halting = Some(Instant::now());
-            for vp in self.vps.by_tid.values() {
+            for vp in self.local.vps.by_tid.values() {
                 vp.kill();
             }
-        }
-    }
-
-    /// Kill every VP left and reap them.
-    pub(super) fn stop_all(&mut self) {
-        for vp in self.vps.by_tid.values().chain(self.leaving.values()) {
-            vp.kill();
-        }
-        let deadline = Instant::now() + Duration::from_millis(500);
-        while !self.vps.by_pid.is_empty() && Instant::now() < deadline {
-            let pids: Vec<i32> = self.vps.by_pid.keys().copied().collect();
-            for (pid, ..) in host::reap(pids) {
-                self.vps.by_pid.remove(&pid);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if let Some(c) = &mut self.contain {
-            c.close();
         }
     }
 }

@@ -133,7 +133,7 @@ impl Daemon {
         if let Some(p) = self.moves.unpark(tid) {
             crate::discard::remove_later(&p.path);
         }
-        self.lease.undefer(tid);
+        self.local.lease.undefer(tid);
         if crate::transparent::is_image_file(path) {
             // Saved from outside: rebuilt the same way.
             return self.restore_from_outside(start, path, summed);
@@ -141,7 +141,7 @@ impl Daemon {
         self.start_vp(start);
         // It wrote an image: it can be moved again, even before its new
         // process says so (it may be stopped at once, the owner being back).
-        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+        if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
             v.movable = true;
         }
     }

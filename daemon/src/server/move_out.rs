@@ -41,7 +41,10 @@ impl Daemon {
                 }),
             };
         }
-        let (Some(&t), Some(vp)) = (self.vp_conns.get(&tid), self.vps.by_tid.get(&tid)) else {
+        let (Some(&t), Some(vp)) = (
+            self.local.vp_conns.get(&tid),
+            self.local.vps.by_tid.get(&tid),
+        ) else {
             return self.report(ToMaster::MigrateFailed {
                 tid,
                 reason: format!("it is not running on {}", self.facts.name),
@@ -78,7 +81,7 @@ impl Daemon {
         // (Written before the signal: at its safe point the VP reads its
         // socket once, and a word still queued would be missed.)
         self.flush_now(t);
-        if let Some(v) = self.vps.by_tid.get(&tid) {
+        if let Some(v) = self.local.vps.by_tid.get(&tid) {
             if !self.owner.offered() {
                 // The owner is back: it runs on only what they leave idle,
                 // and for at most `safe_point_limit`. SCHED_IDLE can starve
@@ -200,6 +203,7 @@ impl Daemon {
                 );
                 self.moved_out(tid);
                 let own = self
+                    .local
                     .vps
                     .by_tid
                     .get(&tid)
@@ -227,7 +231,7 @@ impl Daemon {
         if let Some(since) = self.moves.left(tid) {
             self.metrics.moved_out(since.elapsed());
         }
-        if let Some(v) = self.vps.by_tid.get(&tid) {
+        if let Some(v) = self.local.vps.by_tid.get(&tid) {
             if !v.movable {
                 v.kill();
             }
@@ -292,7 +296,7 @@ impl Daemon {
                             "VP t{tid:x}: its move's target is gone; it starts again here from \
                              the image it sent"
                         );
-                        if self.vps.by_tid.contains_key(&tid) {
+                        if self.local.vps.by_tid.contains_key(&tid) {
                             // Its process is still ending: then.
                             self.moves.restart_here(tid, kept.start, path);
                         } else {
@@ -307,7 +311,7 @@ impl Daemon {
                     }
                 }
             }
-            Recalled::Nothing => match self.vps.by_tid.get(&tid) {
+            Recalled::Nothing => match self.local.vps.by_tid.get(&tid) {
                 // It arrived here whole and runs: the master hears it again.
                 Some(v) if self.moves.get(tid).is_none() && v.exit.is_none() => {
                     let pid = v.pid as u32;
@@ -332,7 +336,7 @@ impl Daemon {
     /// VP `tid`'s move is called off before its safe point: it is told to
     /// stay, its messages flow again, and the master hears `reason`.
     fn stay_put(&mut self, tid: Tid, reason: String) {
-        if let Some(&t) = self.vp_conns.get(&tid) {
+        if let Some(&t) = self.local.vp_conns.get(&tid) {
             // (One saved from outside: what was held for it goes first.)
             self.release_output(t);
             self.send_vp(t, &VpMsg::StayPut);
@@ -341,7 +345,7 @@ impl Daemon {
             }
             self.released(tid);
         }
-        if let Some(v) = self.vps.by_tid.get(&tid) {
+        if let Some(v) = self.local.vps.by_tid.get(&tid) {
             if !self.owner.offered() {
                 v.signal(Signal::SIGSTOP);
             }
@@ -355,7 +359,12 @@ impl Daemon {
     /// starts) once its process has ended.
     fn image_written_late(&mut self, tid: Tid, expected: &std::path::Path) {
         self.cancel_outbound(tid);
-        let start = self.vps.by_tid.get(&tid).and_then(|v| v.start.clone());
+        let start = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .and_then(|v| v.start.clone());
         let path = self.state.restore(tid);
         let renamed = std::fs::rename(expected, &path);
         match (start, renamed) {

@@ -590,8 +590,8 @@ impl Daemon {
                     log!("disconnected VP t{tid:x}: {why}");
                 }
                 self.router.closed(tid, t);
-                if self.vp_conns.get(&tid) == Some(&t) {
-                    self.vp_conns.remove(&tid);
+                if self.local.vp_conns.get(&tid) == Some(&t) {
+                    self.local.vp_conns.remove(&tid);
                 }
             }
             Kind::Data { host } | Kind::Dialling { host, .. }

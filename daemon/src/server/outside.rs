@@ -68,17 +68,37 @@ use libmig::msg::{SnapOrder, SnapReport, StartVp, Tid, ToMaster};
 use mig_ckpt::SocketState;
 use nix::sys::signal::Signal;
 
+use super::local::Local;
 use super::Daemon;
 use crate::migrate::Dest;
 use crate::transparent::{Done, Restored, Task};
 use crate::{debug, host, log, warn};
+
+impl Local {
+    /// The checkpointer's work to save local VP `tid` to `to` (for job
+    /// checkpoint `snap`, or a move): its processes and the input its
+    /// daemon holds for it. `None`: it is not here.
+    fn dump_task(&self, tid: Tid, to: std::path::PathBuf, snap: Option<u64>) -> Option<Task> {
+        let v = self.vps.by_tid.get(&tid)?;
+        Some(Task::Dump {
+            tid,
+            pid: v.pid,
+            to,
+            snap,
+            all: v.pids(),
+            input: v.held_input(),
+            socket: None,
+        })
+    }
+}
 
 impl Daemon {
     /// Has VP `tid` never said a word to its daemon (here, or on the host
     /// it was moved from)? Then a job checkpoint of it from outside has no
     /// message it sent to account for.
     pub(super) fn silent(&self, tid: Tid) -> bool {
-        self.vp_conns
+        self.local
+            .vp_conns
             .get(&tid)
             .and_then(|t| self.net.conns.get(t))
             .is_none_or(|c| !c.heard_from)
@@ -88,7 +108,7 @@ impl Daemon {
     /// (`None`: it can be, once nothing it waits for is in the way: see
     /// `in_the_way`).
     pub(super) fn cannot_move_from_outside(&self, tid: Tid) -> Option<String> {
-        let Some(v) = self.vps.by_tid.get(&tid) else {
+        let Some(v) = self.local.vps.by_tid.get(&tid) else {
             return Some(format!("it is not on {}", self.facts.name));
         };
         if v.exit.is_some() {
@@ -113,7 +133,7 @@ impl Daemon {
     /// the loop, and `saved_from_outside` goes on.
     pub(super) fn move_from_outside(&mut self, to: String, start: StartVp) {
         let tid = start.tid;
-        let Some(pid) = self.vps.by_tid.get(&tid).map(|v| v.pid) else {
+        let Some(pid) = self.local.vps.by_tid.get(&tid).map(|v| v.pid) else {
             return;
         };
         let dest = if to == self.facts.name {
@@ -127,19 +147,20 @@ impl Daemon {
         };
         self.moves.ask_outside(tid, dest, start, Instant::now());
         self.router.detach(tid);
-        if let Some(v) = self.vps.by_tid.get(&tid) {
+        if let Some(v) = self.local.vps.by_tid.get(&tid) {
             v.signal(Signal::SIGSTOP);
         }
         // What is queued for it (and anything said to it from now on)
         // waits: what it has not read goes into its image.
         if let Some(c) = self
+            .local
             .vp_conns
             .get(&tid)
             .and_then(|t| self.net.conns.get_mut(t))
         {
             c.hold_output();
         }
-        self.checkpointer.submit(Task::Stop {
+        self.local.checkpointer.submit(Task::Stop {
             tid,
             pid,
             snap: None,
@@ -152,6 +173,7 @@ impl Daemon {
     /// way, it is saved with what is on its way through its socket.
     fn stopped_from_outside(&mut self, tid: Tid, pid: i32, result: Result<(), String>) {
         let still = self
+            .local
             .vps
             .by_tid
             .get(&tid)
@@ -162,7 +184,7 @@ impl Daemon {
             return;
         }
         let socket = result.and_then(|()| self.conversation(tid));
-        let task = self.dump_task(tid, self.state.move_image(tid), None);
+        let task = self.local.dump_task(tid, self.state.move_image(tid), None);
         match (socket, task) {
             (Ok(socket), Some(mut task)) => {
                 if let Some(s) = &socket {
@@ -176,7 +198,7 @@ impl Daemon {
                 if let Task::Dump { socket: s, .. } = &mut task {
                     *s = socket;
                 }
-                self.checkpointer.submit(task);
+                self.local.checkpointer.submit(task);
             }
             (Err(why), _) => {
                 self.image_not_written(tid, &format!("saved from outside: {why}"), false);
@@ -191,7 +213,7 @@ impl Daemon {
     /// messages go on from here, before it moves); then, unless something
     /// it waits for is in the way (`in_the_way`), what `socket_state` says.
     fn conversation(&mut self, tid: Tid) -> Result<Option<SocketState>, String> {
-        if let Some(&t) = self.vp_conns.get(&tid) {
+        if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.drain_stopped(t);
         }
         if let Some(why) = self.in_the_way(tid) {
@@ -207,7 +229,12 @@ impl Daemon {
     /// writing, and its record of messages (whether it ever spoke, what it
     /// sent and was given). `None`: it has no socket (nothing to carry).
     fn socket_state(&self, tid: Tid) -> Result<Option<SocketState>, String> {
-        let Some(c) = self.vp_conns.get(&tid).and_then(|t| self.net.conns.get(t)) else {
+        let Some(c) = self
+            .local
+            .vp_conns
+            .get(&tid)
+            .and_then(|t| self.net.conns.get(t))
+        else {
             return Ok(None);
         };
         if !c.fds.is_empty() {
@@ -219,6 +246,7 @@ impl Daemon {
             .unwritten()
             .map_err(|e| format!("{e} (a large message or a direct link on its way to it)"))?;
         let mut ledger = self
+            .local
             .vps
             .by_tid
             .get(&tid)
@@ -242,7 +270,7 @@ impl Daemon {
         if let Some(why) = self.cannot_move_from_outside(tid) {
             return Some(why);
         }
-        let v = self.vps.by_tid.get(&tid)?;
+        let v = self.local.vps.by_tid.get(&tid)?;
         if v.movable {
             return Some("it says it can be moved: it moves itself, at its safe point".into());
         }
@@ -256,25 +284,9 @@ impl Daemon {
             .map(|to| format!("it waits for its daemon to confirm that VP t{to:x} exists"))
     }
 
-    /// The checkpointer's work to save local VP `tid` to `to` (for job
-    /// checkpoint `snap`, or a move): its processes and the input its
-    /// daemon holds for it. `None`: it is not here.
-    fn dump_task(&self, tid: Tid, to: std::path::PathBuf, snap: Option<u64>) -> Option<Task> {
-        let v = self.vps.by_tid.get(&tid)?;
-        Some(Task::Dump {
-            tid,
-            pid: v.pid,
-            to,
-            snap,
-            all: v.pids(),
-            input: v.held_input(),
-            socket: None,
-        })
-    }
-
     /// The checkpointer thread has results.
     pub(super) fn checkpointer_done(&mut self) {
-        for done in self.checkpointer.results() {
+        for done in self.local.checkpointer.results() {
             match done {
                 Done::Stopped {
                     tid,
@@ -320,7 +332,12 @@ impl Daemon {
         took: Duration,
     ) {
         let path = self.state.move_image(tid);
-        let still = self.vps.by_tid.get(&tid).is_some_and(|v| v.pid == pid);
+        let still = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.pid == pid);
         let asked = !matches!(self.moves.written(tid), crate::migrate::Written::Unasked);
         match result {
             Ok(s) if still && asked => {
@@ -359,11 +376,11 @@ impl Daemon {
         summed: bool,
     ) {
         let tid = start.tid;
-        if !self.lease.may_start() {
+        if !self.local.lease.may_start() {
             log!("VP t{tid:x} starts once this host's lease runs again");
-            return self.lease.defer(start);
+            return self.local.lease.defer(start);
         }
-        let cell = self.contain.as_mut().and_then(|c| {
+        let cell = self.local.contain.as_mut().and_then(|c| {
             c.cell(&format!("t{tid:x}"))
                 .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
                 .ok()
@@ -390,13 +407,13 @@ impl Daemon {
         // being rebuilt supersedes it: the checkpointer answers in order,
         // each result is paired with its own request, and only the last
         // is adopted.)
-        self.restoring.entry(tid).or_default().push_back((
+        self.local.restoring.entry(tid).or_default().push_back((
             start,
             given.ours,
             cell,
             path.to_path_buf(),
         ));
-        self.checkpointer.submit(Task::Restore {
+        self.local.checkpointer.submit(Task::Restore {
             tid,
             image: path.to_path_buf(),
             verify: !summed,
@@ -412,7 +429,7 @@ impl Daemon {
         result: Result<Restored, String>,
         took: Duration,
     ) {
-        let Some(queue) = self.restoring.get_mut(&tid) else {
+        let Some(queue) = self.local.restoring.get_mut(&tid) else {
             return;
         };
         let Some((start, ours, cell, image)) = queue.pop_front() else {
@@ -420,7 +437,7 @@ impl Daemon {
         };
         let superseded = !queue.is_empty();
         if queue.is_empty() {
-            self.restoring.remove(&tid);
+            self.local.restoring.remove(&tid);
         }
         if superseded {
             // A later restore of it is under way: this one goes, its
@@ -430,15 +447,15 @@ impl Daemon {
             if let Ok(r) = &result {
                 host::kill(r.pid);
             }
-            if let (Some(cell), Some(c)) = (cell, &mut self.contain) {
+            if let (Some(cell), Some(c)) = (cell, &mut self.local.contain) {
                 c.retire(cell);
             }
             if let Ok(r) = result {
                 // Reaped as any process that left (see `reap`).
                 let pid = r.pid;
                 let gone = host::LocalVp::superseded(pid, r);
-                self.vps.by_pid.insert(pid, tid);
-                self.leaving.insert(pid, gone);
+                self.local.vps.by_pid.insert(pid, tid);
+                self.local.leaving.insert(pid, gone);
             }
             return;
         }
@@ -460,11 +477,11 @@ impl Daemon {
                 self.take_in_vp(start, started, cell, Some(r));
                 // What it had not read of its stdin comes first.
                 for p in inputs.into_iter().filter(|p| p.fd == 0) {
-                    self.feed_input(tid, &p.data, p.closed);
+                    self.local.feed_input(tid, &p.data, p.closed);
                 }
             }
             Err(why) => {
-                if let (Some(cell), Some(c)) = (cell, &mut self.contain) {
+                if let (Some(cell), Some(c)) = (cell, &mut self.local.contain) {
                     c.retire(cell);
                 }
                 self.not_restored(tid, format!("rebuilding it from its image: {why}"));
@@ -489,6 +506,7 @@ impl Daemon {
     pub(super) fn announce_outside_vps(&mut self) {
         let now = Instant::now();
         let due: Vec<Tid> = self
+            .local
             .vps
             .by_tid
             .iter()
@@ -498,7 +516,7 @@ impl Daemon {
             .filter(|&tid| self.movable_from_outside(tid))
             .collect();
         for tid in due {
-            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+            if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                 v.outside = true;
             }
             if self.silent(tid) {
@@ -531,7 +549,7 @@ impl Daemon {
                         false,
                     );
                 }
-                let Some(v) = self.vps.by_tid.get_mut(&tid) else {
+                let Some(v) = self.local.vps.by_tid.get_mut(&tid) else {
                     return;
                 };
                 v.signal(Signal::SIGSTOP);
@@ -539,13 +557,14 @@ impl Daemon {
                 v.snap = Some(host::SnapWait { id, expect: None });
                 let pid = v.pid;
                 if let Some(c) = self
+                    .local
                     .vp_conns
                     .get(&tid)
                     .and_then(|t| self.net.conns.get_mut(t))
                 {
                     c.hold_output();
                 }
-                self.checkpointer.submit(Task::Stop {
+                self.local.checkpointer.submit(Task::Stop {
                     tid,
                     pid,
                     snap: Some(id),
@@ -553,6 +572,7 @@ impl Daemon {
             }
             SnapOrder::Now { id, expect } => {
                 if let Some(s) = self
+                    .local
                     .vps
                     .by_tid
                     .get_mut(&tid)
@@ -564,11 +584,11 @@ impl Daemon {
                 self.snap_when_given(tid);
             }
             SnapOrder::Resume { .. } | SnapOrder::Abort { .. } => {
-                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                     v.snapping_since = None;
                     v.snap = None;
                 }
-                if let Some(&t) = self.vp_conns.get(&tid) {
+                if let Some(&t) = self.local.vp_conns.get(&tid) {
                     self.release_output(t);
                 }
                 self.run_if_it_may(tid);
@@ -580,7 +600,7 @@ impl Daemon {
     /// stopped (or did not): what it wrote is handled, and it says what it
     /// sent, unless an answer due to it here is in the way.
     fn paused_from_outside(&mut self, tid: Tid, pid: i32, id: u64, result: Result<(), String>) {
-        let current = self.vps.by_tid.get(&tid).is_some_and(|v| {
+        let current = self.local.vps.by_tid.get(&tid).is_some_and(|v| {
             v.pid == pid && v.exit.is_none() && v.snap.as_ref().is_some_and(|s| s.id == id)
         });
         if !current {
@@ -590,7 +610,7 @@ impl Daemon {
         if let Err(why) = result {
             return self.snap_failed(tid, id, why, false);
         }
-        if let Some(&t) = self.vp_conns.get(&tid) {
+        if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.drain_stopped(t);
         }
         if let Some(why) = self.in_the_way(tid) {
@@ -602,6 +622,7 @@ impl Daemon {
             );
         }
         let sent = self
+            .local
             .vps
             .by_tid
             .get(&tid)
@@ -617,7 +638,7 @@ impl Daemon {
     /// master expects has been handed to it (what is still on its way
     /// through its socket goes into its image).
     pub(super) fn snap_when_given(&mut self, tid: Tid) {
-        let Some(v) = self.vps.by_tid.get(&tid) else {
+        let Some(v) = self.local.vps.by_tid.get(&tid) else {
             return;
         };
         let ready = v
@@ -628,7 +649,13 @@ impl Daemon {
         let Some(id) = v.snap.as_ref().filter(|_| ready).map(|s| s.id) else {
             return;
         };
-        if let Some(s) = self.vps.by_tid.get_mut(&tid).and_then(|v| v.snap.as_mut()) {
+        if let Some(s) = self
+            .local
+            .vps
+            .by_tid
+            .get_mut(&tid)
+            .and_then(|v| v.snap.as_mut())
+        {
             s.expect = None;
         }
         let socket = match self.socket_state(tid) {
@@ -642,11 +669,14 @@ impl Daemon {
                 )
             }
         };
-        if let Some(mut task) = self.dump_task(tid, self.state.snap_image(tid), Some(id)) {
+        if let Some(mut task) = self
+            .local
+            .dump_task(tid, self.state.snap_image(tid), Some(id))
+        {
             if let Task::Dump { socket: s, .. } = &mut task {
                 *s = socket;
             }
-            self.checkpointer.submit(task);
+            self.local.checkpointer.submit(task);
         }
     }
 
@@ -680,7 +710,7 @@ impl Daemon {
         if !self.owner.offered() || !self.slicer.may_run(tid) || self.moves.let_run(tid) {
             return;
         }
-        if let Some(v) = self.vps.by_tid.get(&tid).filter(|v| v.exit.is_none()) {
+        if let Some(v) = self.local.vps.by_tid.get(&tid).filter(|v| v.exit.is_none()) {
             v.signal(Signal::SIGCONT);
         }
     }

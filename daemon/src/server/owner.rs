@@ -6,10 +6,39 @@ use std::time::Instant;
 use libmig::msg::{ExitInfo, StartVp, Tid, ToMaster};
 use nix::sys::signal::Signal;
 
+use super::local::Local;
 use super::Daemon;
 use crate::migrate::Parked;
 use crate::owner::Change;
 use crate::{host, log, warn};
+
+impl Local {
+    /// When the next VP told of a pause must be stopped, if any is.
+    pub(super) fn next_quiesce_due(&self) -> Option<Instant> {
+        self.vps
+            .by_tid
+            .values()
+            .filter_map(|v| v.quiescing.map(|q| q.1))
+            .min()
+    }
+
+    /// Send `sig` to the process group of every live local VP that `which`
+    /// picks; how many.
+    pub(super) fn signal_vps(
+        &self,
+        sig: Signal,
+        which: impl Fn(Tid, &host::LocalVp) -> bool,
+    ) -> usize {
+        let mut n = 0;
+        for (&tid, v) in &self.vps.by_tid {
+            if v.exit.is_none() && which(tid, v) {
+                v.signal(sig);
+                n += 1;
+            }
+        }
+        n
+    }
+}
 
 impl Daemon {
     /// Read the owner's activity sources and carry out what the policy
@@ -22,6 +51,7 @@ impl Daemon {
         // processes costs a few file reads a VP.)
         let counts = self.owner.counts_load();
         let pids: Vec<u32> = self
+            .local
             .vps
             .by_tid
             .values()
@@ -50,7 +80,7 @@ impl Daemon {
                     // (its grace covers saying that too).
                     let noticed = self.give_pause_notices(now);
                     let by = now + self.cfg.safe_point_timeout.min(host::PROBATION);
-                    for v in self.vps.by_tid.values_mut() {
+                    for v in self.local.vps.by_tid.values_mut() {
                         if v.exit.is_none()
                             && !v.movable
                             && v.quiescing.is_none()
@@ -60,7 +90,7 @@ impl Daemon {
                             host::idle_class(&v.pids());
                         }
                     }
-                    let n = self.signal_vps(Signal::SIGSTOP, |t, v| {
+                    let n = self.local.signal_vps(Signal::SIGSTOP, |t, v| {
                         !self.moves.let_run(t) && v.probation.is_none() && v.quiescing.is_none()
                     });
                     if noticed > 0 {
@@ -70,7 +100,7 @@ impl Daemon {
                             self.owner.quiesce().as_millis()
                         ));
                     }
-                    if let Some(c) = &mut self.contain {
+                    if let Some(c) = &mut self.local.contain {
                         c.mark(true);
                     }
                     done.push(format!(
@@ -82,16 +112,18 @@ impl Daemon {
                     // Those whose slot is not running stay stopped.
                     // Any resumed for a move in the idle class runs as VPs do.
                     let how = self.treatment();
-                    for v in self.vps.by_tid.values().filter(|v| v.exit.is_none()) {
+                    for v in self.local.vps.by_tid.values().filter(|v| v.exit.is_none()) {
                         host::vp_class(&v.pids(), &how);
                     }
-                    for v in self.vps.by_tid.values_mut() {
+                    for v in self.local.vps.by_tid.values_mut() {
                         v.probation = None;
                         v.quiescing = None;
                     }
-                    let n = self.signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
+                    let n = self
+                        .local
+                        .signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
                     self.moves.owner_left();
-                    if let Some(c) = &mut self.contain {
+                    if let Some(c) = &mut self.local.contain {
                         c.mark(false);
                     }
                     done.push(format!(
@@ -130,7 +162,7 @@ impl Daemon {
     pub(super) fn end_probation(&mut self, said: impl Fn(Tid) -> bool) {
         let now = Instant::now();
         let how = self.treatment();
-        for (&tid, v) in self.vps.by_tid.iter_mut() {
+        for (&tid, v) in self.local.vps.by_tid.iter_mut() {
             let Some(by) = v.probation else { continue };
             if !said(tid) && now < by {
                 continue;
@@ -153,7 +185,7 @@ impl Daemon {
             return 0;
         }
         let mut n = 0;
-        for (&tid, v) in self.vps.by_tid.iter_mut() {
+        for (&tid, v) in self.local.vps.by_tid.iter_mut() {
             let Some(sig) = v.pause_signal else { continue };
             if v.exit.is_some() || self.moves.let_run(tid) || !self.slicer.may_run(tid) {
                 continue;
@@ -169,7 +201,7 @@ impl Daemon {
     /// or whose grace is up, are stopped.
     pub(super) fn end_quiescing(&mut self, ready: impl Fn(Tid) -> bool) {
         let now = Instant::now();
-        for (&tid, v) in self.vps.by_tid.iter_mut() {
+        for (&tid, v) in self.local.vps.by_tid.iter_mut() {
             let Some((since, by)) = v.quiescing else {
                 continue;
             };
@@ -194,20 +226,12 @@ impl Daemon {
         }
     }
 
-    /// When the next VP told of a pause must be stopped, if any is.
-    pub(super) fn next_quiesce_due(&self) -> Option<Instant> {
-        self.vps
-            .by_tid
-            .values()
-            .filter_map(|v| v.quiescing.map(|q| q.1))
-            .min()
-    }
-
     /// The owner monitor's report, with the CPU VPs used since the owner
     /// came back.
     pub(super) fn owner_report(&self, now: Instant) -> libmig::msg::OwnerReport {
         let mut r = self.owner.report(now);
         r.vp_cpu_ms = self
+            .local
             .contain
             .as_ref()
             .and_then(|c| c.used_since_mark())
@@ -221,6 +245,7 @@ impl Daemon {
     /// placed again (`Unpark`, or a move that ships it).
     pub(super) fn park_waiting(&mut self) {
         let waiting: Vec<(Tid, StartVp)> = self
+            .local
             .vps
             .by_tid
             .iter()
@@ -258,22 +283,5 @@ impl Daemon {
                 self.report(ToMaster::Exited { tid, status });
             }
         }
-    }
-
-    /// Send `sig` to the process group of every live local VP that `which`
-    /// picks; how many.
-    pub(super) fn signal_vps(
-        &self,
-        sig: Signal,
-        which: impl Fn(Tid, &host::LocalVp) -> bool,
-    ) -> usize {
-        let mut n = 0;
-        for (&tid, v) in &self.vps.by_tid {
-            if v.exit.is_none() && which(tid, v) {
-                v.signal(sig);
-                n += 1;
-            }
-        }
-        n
     }
 }

@@ -48,7 +48,7 @@ impl Daemon {
     /// A memfd payload of a local sender leaves this daemon (passed on or
     /// dropped): the sender may send that much more.
     pub(super) fn credit(&mut self, env: &Envelope, body: &Body) {
-        if let (Body::Fd(_, len), Some(&t)) = (body, self.vp_conns.get(&env.from)) {
+        if let (Body::Fd(_, len), Some(&t)) = (body, self.local.vp_conns.get(&env.from)) {
             let bytes = *len as u64;
             self.send_vp(t, &VpMsg::Credit { bytes });
         }

@@ -95,7 +95,7 @@ impl Daemon {
             }
             (Kind::Master, Handshake::Registered { .. }) => {
                 self.attach.heard = Instant::now();
-                self.rejoined()
+                self.local.rejoined()
             }
             (
                 kind,
@@ -331,13 +331,13 @@ impl Daemon {
             ToHost::Start(s) => self.start_vp(s),
             ToHost::Kill { tid } => {
                 self.drop_sent(tid);
-                if let Some(vp) = self.vps.by_tid.get(&tid) {
+                if let Some(vp) = self.local.vps.by_tid.get(&tid) {
                     vp.kill();
                 }
                 // Parked, or not started yet (its lease lapsed): it ends
                 // here and now.
                 let parked = self.moves.unpark(tid);
-                let held = self.lease.undefer(tid);
+                let held = self.local.lease.undefer(tid);
                 if let Some(p) = &parked {
                     crate::discard::remove_later(&p.path);
                 }
@@ -353,9 +353,9 @@ impl Daemon {
             }
             ToHost::Unpark { tid } => self.unpark(tid),
             ToHost::Recall { tid } => self.recall(tid),
-            ToHost::Input { tid, data, eof } => self.feed_input(tid, &data, eof),
+            ToHost::Input { tid, data, eof } => self.local.feed_input(tid, &data, eof),
             ToHost::Signal { tid, signal } if libmig::msg::signal_ok(signal) => {
-                if let Some(vp) = self.vps.by_tid.get(&tid) {
+                if let Some(vp) = self.local.vps.by_tid.get(&tid) {
                     host::signal_number(vp.pid, signal);
                 }
             }
@@ -399,10 +399,10 @@ impl Daemon {
             ToHost::Directory(entries) => self.directory(entries),
             ToHost::Fence { tids, incarnation } => self.router.fence(&tids, incarnation),
             ToHost::VpReturn { tid, id, ret } => {
-                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                     v.calls.remove(&id);
                 }
-                if let Some(&t) = self.vp_conns.get(&tid) {
+                if let Some(&t) = self.local.vp_conns.get(&tid) {
                     self.send_vp(t, &VpMsg::Return { id, ret });
                 }
             }

@@ -143,7 +143,7 @@ impl Daemon {
             // Handed to it: counted, and a VP paused for a job checkpoint
             // may now have all it waits for.
             let to = env.to;
-            if let Some(v) = self.vps.by_tid.get_mut(&to) {
+            if let Some(v) = self.local.vps.by_tid.get_mut(&to) {
                 v.ledger.given(&env);
                 if v.snap.is_some() {
                     self.snap_when_given(to);
@@ -165,7 +165,7 @@ impl Daemon {
         if env.from == SYSTEM || self.router.is_stale(&env) {
             return;
         }
-        let way = match self.vp_conns.get(&env.from) {
+        let way = match self.local.vp_conns.get(&env.from) {
             Some(&t) => Way::Local(t),
             None => self.router.way(env.from),
         };
@@ -207,7 +207,7 @@ impl Daemon {
         let (freed, confirms) = self.router.update(entries);
         for (from, to) in confirms {
             if self.router.way(to) != Way::Gone {
-                if let Some(&t) = self.vp_conns.get(&from) {
+                if let Some(&t) = self.local.vp_conns.get(&from) {
                     self.send_vp(t, &VpMsg::Confirmed { to });
                 }
             }

@@ -103,7 +103,7 @@ impl Daemon {
                 tids.iter()
                     // A VP on its way to a safe point is not held up.
                     .filter(|&&t| !self.moves.let_run(t))
-                    .filter_map(|t| self.vps.by_tid.get(t))
+                    .filter_map(|t| self.local.vps.by_tid.get(t))
                     .filter(|v| v.exit.is_none())
                     .map(|v| v.pid)
                     .collect()
@@ -130,8 +130,8 @@ impl Daemon {
                 let escaped = |groups: &[i32]| -> Vec<i32> {
                     groups
                         .iter()
-                        .filter_map(|p| self.vps.by_pid.get(p))
-                        .filter_map(|t| self.vps.by_tid.get(t))
+                        .filter_map(|p| self.local.vps.by_pid.get(p))
+                        .filter_map(|t| self.local.vps.by_tid.get(t))
                         .flat_map(|v| {
                             v.pids().into_iter().filter(move |&p| {
                                 p != v.pid && host::process_group(p).is_none_or(|g| g != v.pid)
@@ -172,7 +172,7 @@ impl Daemon {
     fn signal_tids(&self, tids: &[Tid], sig: Signal) {
         for t in tids {
             // (A VP on its way to a safe point is left to reach it.)
-            if let Some(v) = self.vps.by_tid.get(t).filter(|v| v.exit.is_none()) {
+            if let Some(v) = self.local.vps.by_tid.get(t).filter(|v| v.exit.is_none()) {
                 if !self.moves.let_run(*t) {
                     v.signal(sig);
                 }

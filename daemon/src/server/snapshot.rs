@@ -14,6 +14,7 @@ impl Daemon {
     /// A job checkpoint's step from the master for local VP `tid`.
     pub(super) fn snap_step(&mut self, tid: Tid, step: SnapOrder) {
         if self
+            .local
             .vps
             .by_tid
             .get(&tid)
@@ -21,7 +22,7 @@ impl Daemon {
         {
             return self.snap_from_outside(tid, step);
         }
-        let Some(&t) = self.vp_conns.get(&tid) else {
+        let Some(&t) = self.local.vp_conns.get(&tid) else {
             return;
         };
         let begins = matches!(step, SnapOrder::Begin { .. });
@@ -32,7 +33,7 @@ impl Daemon {
             // Looked at by the VP at its next safe point. The step goes
             // first: a VP that looked on the signal before the step was in
             // its socket would never look again.
-            if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+            if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                 v.snapping_since = Some(Instant::now());
                 host::signal(v.pid, Signal::SIGUSR2);
             }
@@ -42,7 +43,7 @@ impl Daemon {
     /// VP `tid` could not write its image of job checkpoint `id`: the
     /// master hears why (the checkpoint fails; the VP goes on when told).
     pub(super) fn snap_failed(&mut self, tid: Tid, id: u64, reason: String, no_space: bool) {
-        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+        if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
             v.snapping_since = None;
         }
         let reason = if no_space {

@@ -5,9 +5,30 @@
 use libmig::msg::{SnapStep, Tid, ToMaster, VpCall, VpMsg, VpRet};
 use mio::Token;
 
+use super::local::Local;
 use super::routing::gone;
 use super::Daemon;
 use crate::route::{Body, Way};
+
+impl Local {
+    /// Local VP `tid` sends `env` on `t`: counted in its record (see
+    /// `ledger`), and stamped with the incarnation its daemon started it
+    /// in. A VP rebuilt from outside when its job went back to a
+    /// checkpoint still has the old one in its memory, and its messages
+    /// would be dropped as a past run's; a process of that past run still
+    /// talking on its old connection here keeps its own.
+    fn sent_by(&mut self, t: Token, tid: Tid, env: &mut libmig::msg::Envelope) {
+        if self.vp_conns.get(&tid) != Some(&t) {
+            return;
+        }
+        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+            if let Some(s) = &v.start {
+                env.incarnation = s.incarnation;
+            }
+            v.ledger.sent(env);
+        }
+    }
+}
 
 impl Daemon {
     /// A frame from local VP `tid` on connection `t`.
@@ -17,7 +38,7 @@ impl Daemon {
                 if env.from != tid {
                     return self.refuse(t, &format!("VP t{tid:x} sent as t{:x}", env.from));
                 }
-                self.sent_by(t, tid, &mut env);
+                self.local.sent_by(t, tid, &mut env);
                 if confirm {
                     match self.router.way(env.to) {
                         Way::Gone => {
@@ -50,7 +71,7 @@ impl Daemon {
                     }
                     Err(e) => return self.refuse(t, &format!("VP t{tid:x}: {e}")),
                 };
-                self.sent_by(t, tid, &mut env);
+                self.local.sent_by(t, tid, &mut env);
                 if confirm {
                     match self.router.way(env.to) {
                         Way::Gone => {
@@ -95,7 +116,7 @@ impl Daemon {
                     },
                 ),
                 None => {
-                    if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                    if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                         v.calls.insert(id);
                     }
                     self.report(ToMaster::VpCall { tid, id, call })
@@ -103,7 +124,7 @@ impl Daemon {
             },
             VpMsg::Direct { peer } => self.direct_link(t, tid, peer),
             VpMsg::Movable => {
-                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                     v.movable = true;
                 }
                 // Said in time: it waits, stopped, to be moved.
@@ -111,7 +132,7 @@ impl Daemon {
                 self.report(ToMaster::Movable { tid });
             }
             VpMsg::PauseNotice { signal } if libmig::msg::pause_signal_ok(signal) => {
-                if let Some(v) = self.vps.by_tid.get_mut(&tid) {
+                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                     v.pause_signal = Some(signal);
                 }
             }
@@ -154,30 +175,12 @@ impl Daemon {
             VpCall::SpawnArch { program, arch, .. } if *arch == self.facts.arch => program,
             _ => return None,
         };
-        let start = self.vps.by_tid.get(&tid)?.start.as_ref()?;
+        let start = self.local.vps.by_tid.get(&tid)?.start.as_ref()?;
         let program = crate::master::program_for(program, &self.facts.arch)?;
         if program.is_empty() {
             return None;
         }
         crate::host::missing_program(&program, &start.cwd, &start.env)
-    }
-
-    /// Local VP `tid` sends `env` on `t`: counted in its record (see
-    /// `ledger`), and stamped with the incarnation its daemon started it
-    /// in. A VP rebuilt from outside when its job went back to a
-    /// checkpoint still has the old one in its memory, and its messages
-    /// would be dropped as a past run's; a process of that past run still
-    /// talking on its old connection here keeps its own.
-    fn sent_by(&mut self, t: Token, tid: Tid, env: &mut libmig::msg::Envelope) {
-        if self.vp_conns.get(&tid) != Some(&t) {
-            return;
-        }
-        if let Some(v) = self.vps.by_tid.get_mut(&tid) {
-            if let Some(s) = &v.start {
-                env.incarnation = s.incarnation;
-            }
-            v.ledger.sent(env);
-        }
     }
 
     /// VP `tid` (on `t`) asks for a direct link to `peer`: a socket pair,
@@ -193,7 +196,7 @@ impl Daemon {
                 ) {
                     Ok((a, b)) => {
                         for (one, other) in [(tid, peer), (peer, tid)] {
-                            if let Some(v) = self.vps.by_tid.get_mut(&one) {
+                            if let Some(v) = self.local.vps.by_tid.get_mut(&one) {
                                 v.direct.insert(other);
                             }
                         }
