@@ -10,7 +10,14 @@
 //!
 //! What does not live here: where copies go (the master), the other steps
 //! of a move (`move_out`, `move_in`).
+//!
+//! Their state is the daemon's `Images` part, defined here: the store and
+//! its keeper thread, the copies coming in and going out, the images going
+//! out (a move's too: `move_out` queues them here) and how full the disk
+//! is. Handlers elsewhere reach it as `self.images`.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use libmig::msg::{DataLink, ImageId, StartVp, Tid, ToMaster};
@@ -18,12 +25,77 @@ use libmig::Payload;
 use mio::Token;
 
 use super::Daemon;
-use crate::keeper::{Done, Task};
+use crate::disk::DiskWatch;
+use crate::keeper::{Done, Keeper, Reader, Task, Writer};
 use crate::migrate::{map_image, Outbound, Sending, ACK_WINDOW, COPY_PART, WINDOW};
+use crate::store::Store;
 use crate::{debug, log, warn};
 
 /// How long an image waits for its data link before it is given up.
 const LINK_WAIT: Duration = Duration::from_secs(10);
+
+/// Job checkpoints' images kept here and the thread that keeps them,
+/// copies of images coming in and going out, and every image going out to
+/// another host (a move's too), a few parts at a time. Owned by the
+/// `Daemon`; its handlers reach it as `self.images`.
+pub(super) struct Images {
+    /// Job checkpoints' images kept here.
+    pub(super) store: Store,
+    /// The thread that checks, syncs and keeps images off the loop.
+    pub(super) keeper: Keeper,
+    /// Images going out to other hosts, a few parts at a time.
+    pub(super) outbound: Vec<Outbound>,
+    /// Copies of other hosts' images arriving to be kept here: the link
+    /// each comes on, and the thread writing it.
+    pub(super) copies_in: HashMap<ImageId, (Token, Writer)>,
+    /// Copies of images kept here going to other hosts, read ahead: one
+    /// reader a copy (an image may go to two hosts at once, when the
+    /// master gave up on the first target before its copy was given up
+    /// here).
+    pub(super) copies_out: HashMap<(ImageId, String), Reader>,
+    /// How full the state directory is.
+    pub(super) disk: DiskWatch,
+}
+
+impl Images {
+    /// Nothing going in or out yet.
+    pub(super) fn new(store: Store, keeper: Keeper, state_dir: PathBuf) -> Images {
+        Images {
+            store,
+            keeper,
+            outbound: Vec::new(),
+            copies_in: HashMap::new(),
+            copies_out: HashMap::new(),
+            disk: DiskWatch::new(state_dir),
+        }
+    }
+
+    /// The master counts none of the images kept here any more (this host
+    /// was fenced): none is kept, copied in or sent on.
+    pub(super) fn forget_copies(&mut self) {
+        self.copies_in.clear();
+        self.copies_out.clear();
+        self.outbound
+            .retain(|o| !matches!(o.what, crate::migrate::Sending::Copy(_)));
+        self.store.clear();
+    }
+
+    /// Link `t` closed: the copies arriving on it never will (their
+    /// threads say so as they end).
+    pub(super) fn copies_cut_off(&mut self, t: Token) {
+        self.copies_in.retain(|_, (from, _)| *from != t);
+    }
+
+    /// `PruneImages`: of `job`'s images, only generations `keep` stay here.
+    pub(super) fn prune_images(&mut self, job: &str, keep: &[u64]) {
+        let gone = |i: &ImageId| i.job == job && !keep.contains(&i.gen);
+        self.copies_in.retain(|i, _| !gone(i));
+        self.copies_out.retain(|(i, _), _| !gone(i));
+        self.outbound
+            .retain(|o| !matches!(&o.what, Sending::Copy(i) if gone(i)));
+        self.store.prune(job, keep);
+    }
+}
 
 impl Daemon {
     /// VP `tid` wrote its image of job checkpoint `id` at `path`: the
@@ -61,7 +133,7 @@ impl Daemon {
             step: libmig::msg::SnapReport::Taken { id },
         });
         let image = ImageId { job, gen: id, tid };
-        match self.store.path(&image) {
+        match self.images.store.path(&image) {
             Ok(to) => self.keep(Task::Keep {
                 image,
                 from: expected,
@@ -81,14 +153,14 @@ impl Daemon {
 
     /// Hand `task` to the keeper thread.
     fn keep(&mut self, task: Task) {
-        if let Some(done) = self.keeper.send(task) {
+        if let Some(done) = self.images.keeper.send(task) {
             self.kept(done);
         }
     }
 
     /// The keeper thread's results.
     pub(super) fn keeper_done(&mut self) {
-        for done in self.keeper.done() {
+        for done in self.images.keeper.done() {
             self.kept(done);
         }
     }
@@ -97,14 +169,14 @@ impl Daemon {
         let host = self.facts.name.clone();
         match done {
             Done::Kept { image, size, crc } => {
-                self.copies_in.remove(&image);
-                self.disk.wrote();
+                self.images.copies_in.remove(&image);
+                self.images.disk.wrote();
                 debug!("{image}: kept here ({size} bytes)");
                 self.report(ToMaster::ImageKept { image, size, crc });
             }
             Done::Wrote { image, upto } => {
                 // The sender sends on as far as this.
-                if let Some(&(t, _)) = self.copies_in.get(&image) {
+                if let Some(&(t, _)) = self.images.copies_in.get(&image) {
                     self.send_peer(t, DataLink::ImageAck { image, upto });
                 }
             }
@@ -114,7 +186,7 @@ impl Daemon {
                 reason,
                 no_space,
             } => {
-                self.copies_in.remove(&image);
+                self.images.copies_in.remove(&image);
                 let reason = if no_space {
                     self.no_space();
                     format!(
@@ -139,7 +211,7 @@ impl Daemon {
 
     /// The master asks for this host's copy of `image` to be read through.
     pub(super) fn check_image(&mut self, image: ImageId) {
-        match self.store.path(&image) {
+        match self.images.store.path(&image) {
             Ok(path) => self.keep(Task::Check { image, path }),
             Err(e) => self.report(ToMaster::ImageChecked {
                 image,
@@ -161,7 +233,7 @@ impl Daemon {
                 reason,
             })
         };
-        let path = match self.store.path(&image) {
+        let path = match self.images.store.path(&image) {
             Ok(p) => p,
             Err(e) => return fail(self, image, e),
         };
@@ -186,15 +258,18 @@ impl Daemon {
             };
             let tid = image.tid;
             let out = Outbound::whole(to.clone(), tid, mapped, Some(start), Instant::now());
-            self.outbound.push(out);
+            self.images.outbound.push(out);
         } else {
             // A copy to keep: read ahead off the loop as it goes.
-            let reader = match self.keeper.read(image.clone(), &path, COPY_PART) {
+            let reader = match self.images.keeper.read(image.clone(), &path, COPY_PART) {
                 Ok(r) => r,
                 Err(e) => return fail(self, image, e),
             };
-            self.copies_out.insert((image.clone(), to.clone()), reader);
-            self.outbound
+            self.images
+                .copies_out
+                .insert((image.clone(), to.clone()), reader);
+            self.images
+                .outbound
                 .push(Outbound::copy(to.clone(), image, Instant::now()));
         }
         self.pump_outbound();
@@ -214,20 +289,21 @@ impl Daemon {
     ) {
         if at == 0 {
             // (Whatever arrived of an earlier copy of it goes.)
-            self.copies_in.remove(&image);
+            self.images.copies_in.remove(&image);
             let paths = self
+                .images
                 .store
                 .part_path(&image)
-                .and_then(|tmp| Ok((tmp, self.store.path(&image)?)));
+                .and_then(|tmp| Ok((tmp, self.images.store.path(&image)?)));
             match paths {
                 Ok((tmp, to)) => {
-                    let w = self.keeper.write(image.clone(), tmp, to);
-                    self.copies_in.insert(image.clone(), (t, w));
+                    let w = self.images.keeper.write(image.clone(), tmp, to);
+                    self.images.copies_in.insert(image.clone(), (t, w));
                 }
                 Err(reason) => return self.copy_refused(image, reason),
             }
         }
-        match self.copies_in.get(&image) {
+        match self.images.copies_in.get(&image) {
             Some((from, w)) if *from == t => w.take(at, total, part),
             // (The rest of a copy refused, or one that came another way.)
             _ => {}
@@ -244,30 +320,14 @@ impl Daemon {
         });
     }
 
-    /// Link `t` closed: the copies arriving on it never will (their
-    /// threads say so as they end).
-    pub(super) fn copies_cut_off(&mut self, t: Token) {
-        self.copies_in.retain(|_, (from, _)| *from != t);
-    }
-
     /// The other end of a copy of `image` wrote it up to `upto`.
     pub(super) fn image_acked(&mut self, image: &ImageId, upto: u64) {
-        for o in &mut self.outbound {
+        for o in &mut self.images.outbound {
             if matches!(&o.what, Sending::Copy(i) if i == image) {
                 o.acked(upto);
             }
         }
         self.pump_outbound();
-    }
-
-    /// `PruneImages`: of `job`'s images, only generations `keep` stay here.
-    pub(super) fn prune_images(&mut self, job: &str, keep: &[u64]) {
-        let gone = |i: &ImageId| i.job == job && !keep.contains(&i.gen);
-        self.copies_in.retain(|i, _| !gone(i));
-        self.copies_out.retain(|(i, _), _| !gone(i));
-        self.outbound
-            .retain(|o| !matches!(&o.what, Sending::Copy(i) if gone(i)));
-        self.store.prune(job, keep);
     }
 
     /// Send on the images going out, each as far as its link has room
@@ -276,10 +336,10 @@ impl Daemon {
     pub(super) fn pump_outbound(&mut self) {
         let now = Instant::now();
         let mut i = 0;
-        while i < self.outbound.len() {
-            let to = self.outbound[i].to.clone();
+        while i < self.images.outbound.len() {
+            let to = self.images.outbound[i].to.clone();
             let Some(d) = self.data_link(&to) else {
-                let waited = now.saturating_duration_since(self.outbound[i].since);
+                let waited = now.saturating_duration_since(self.images.outbound[i].since);
                 if waited > LINK_WAIT || !self.net.peers.contains_key(&to) {
                     self.outbound_failed(i, &format!("no data link to {to}"));
                 } else {
@@ -287,15 +347,16 @@ impl Daemon {
                 }
                 continue;
             };
-            if self.outbound[i].link.is_some_and(|l| l != d) {
+            if self.images.outbound[i].link.is_some_and(|l| l != d) {
                 self.outbound_failed(i, &format!("its link to {to} broke"));
                 continue;
             }
-            self.outbound[i].link = Some(d);
+            self.images.outbound[i].link = Some(d);
             // A copy's next part, once read (off the loop).
-            if let Sending::Copy(image) = self.outbound[i].what.clone() {
-                if !self.outbound[i].ready() {
+            if let Sending::Copy(image) = self.images.outbound[i].what.clone() {
+                if !self.images.outbound[i].ready() {
                     let read = self
+                        .images
                         .copies_out
                         .get_mut(&(image.clone(), to.clone()))
                         .and_then(|r| {
@@ -304,12 +365,14 @@ impl Daemon {
                                 .map(|p| p.map(|(at, bytes)| (at, bytes, total)))
                         });
                     match read {
-                        Some(Ok((at, bytes, total))) => self.outbound[i].add_read(at, bytes, total),
+                        Some(Ok((at, bytes, total))) => {
+                            self.images.outbound[i].add_read(at, bytes, total)
+                        }
                         Some(Err(e)) => {
                             // This host's copy cannot be read: it has none.
                             let me = self.facts.name.clone();
-                            self.outbound.remove(i);
-                            self.copies_out.remove(&(image.clone(), to.clone()));
+                            self.images.outbound.remove(i);
+                            self.images.copies_out.remove(&(image.clone(), to.clone()));
                             warn!("{image}: cannot send it to {to}: {e}");
                             self.report(ToMaster::ImageFailed {
                                 image,
@@ -326,20 +389,20 @@ impl Daemon {
             // loop's, and a turn owes the rest of the machine its share;
             // a copy's other end keeps up with what it is sent.
             let mut broke = false;
-            let o = &self.outbound[i];
+            let o = &self.images.outbound[i];
             let room = self.net.conns.get(&d).is_some_and(|c| c.queued() < WINDOW)
                 && o.unacked() < ACK_WINDOW;
             if room {
-                if let Some((msg, part)) = self.outbound[i].next_part() {
+                if let Some((msg, part)) = self.images.outbound[i].next_part() {
                     broke = !self.send_image_part(d, msg, part);
                 }
             }
             if broke {
                 self.outbound_failed(i, &format!("lost the link to {to}"));
-            } else if self.outbound[i].done() {
-                let o = self.outbound.remove(i);
+            } else if self.images.outbound[i].done() {
+                let o = self.images.outbound.remove(i);
                 if let Sending::Copy(image) = o.what {
-                    self.copies_out.remove(&(image, o.to));
+                    self.images.copies_out.remove(&(image, o.to));
                 }
             } else {
                 i += 1;
@@ -350,7 +413,7 @@ impl Daemon {
     /// Has an image going out a part ready for a link with room (the loop
     /// then does not wait for an event: a link that drained says nothing)?
     pub(super) fn outbound_ready(&self) -> bool {
-        self.outbound.iter().any(|o| {
+        self.images.outbound.iter().any(|o| {
             let link = o.link.or_else(|| self.net.links.get(&o.to).copied());
             o.ready()
                 && o.unacked() < ACK_WINDOW
@@ -363,10 +426,12 @@ impl Daemon {
 
     /// Image `i` going out is given up (`why`).
     fn outbound_failed(&mut self, i: usize, why: &str) {
-        let o = self.outbound.remove(i);
+        let o = self.images.outbound.remove(i);
         match o.what {
             Sending::Copy(image) => {
-                self.copies_out.remove(&(image.clone(), o.to.clone()));
+                self.images
+                    .copies_out
+                    .remove(&(image.clone(), o.to.clone()));
                 warn!("{image}: not sent: {why}");
                 self.report(ToMaster::ImageFailed {
                     image,
@@ -383,7 +448,7 @@ impl Daemon {
     /// target drops what arrived of it.
     pub(super) fn cancel_outbound(&mut self, tid: Tid) {
         let mut links = Vec::new();
-        self.outbound.retain(|o| {
+        self.images.outbound.retain(|o| {
             let it = o.restores(tid);
             if it {
                 links.extend(o.link);
@@ -399,7 +464,7 @@ impl Daemon {
     /// An image could not be written here for lack of space: `mig hosts`
     /// says so from now on (the master hears it at once).
     pub(super) fn no_space(&mut self) {
-        self.disk.no_space(Instant::now());
+        self.images.disk.no_space(Instant::now());
         self.send_usage();
     }
 
@@ -415,7 +480,7 @@ impl Daemon {
             .filter(|(_, v)| v.exit.is_none())
             .filter_map(|(&t, v)| Some((t, v.cpu_ms()?)))
             .collect();
-        let (state_free_mb, state_full) = self.disk.report(Instant::now());
+        let (state_free_mb, state_full) = self.images.disk.report(Instant::now());
         let usage = libmig::msg::HostUsage {
             vps,
             free_memory_mb: crate::facts::free_memory_mb(),

@@ -32,6 +32,7 @@ mod snapshot;
 pub mod token;
 mod vp;
 
+use images::Images;
 use local::Local;
 use net::Net;
 use role::Role;
@@ -158,6 +159,8 @@ pub struct Daemon {
     net: Net,
     /// The VPs on this host, their sockets and pipes.
     local: Local,
+    /// Job checkpoints' images kept here, and images going out.
+    images: Images,
     cfg: Config,
     facts: HostFacts,
     /// On the master: jobs' kept output and the history of ended jobs.
@@ -197,22 +200,6 @@ pub struct Daemon {
     /// On the master: what it said to live hosts whose link is down,
     /// sent when they attach again (dropped if they join afresh).
     unsent_to: HashMap<String, Vec<ToHost>>,
-    /// Job checkpoints' images kept here.
-    store: Store,
-    /// The thread that checks, syncs and keeps images off the loop.
-    keeper: crate::keeper::Keeper,
-    /// Images going out to other hosts, a few parts at a time.
-    outbound: Vec<crate::migrate::Outbound>,
-    /// Copies of other hosts' images arriving to be kept here: the link
-    /// each comes on, and the thread writing it.
-    copies_in: HashMap<libmig::msg::ImageId, (Token, crate::keeper::Writer)>,
-    /// Copies of images kept here going to other hosts, read ahead: one
-    /// reader a copy (an image may go to two hosts at once, when the
-    /// master gave up on the first target before its copy was given up
-    /// here).
-    copies_out: HashMap<(libmig::msg::ImageId, String), crate::keeper::Reader>,
-    /// How full the state directory is.
-    disk: crate::disk::DiskWatch,
     /// How long the loop's turns take, and when this one began (its poll
     /// returned).
     turns: Turns,
@@ -462,6 +449,7 @@ impl Daemon {
         Daemon {
             net: Net::new(o.poll, o.key, o.listeners),
             local: Local::new(o.contain, o.checkpointer),
+            images: Images::new(o.store, o.keeper, cfg.state_dir.clone()),
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
@@ -488,12 +476,6 @@ impl Daemon {
             switcher: o.switcher,
             armed: None,
             armed_as: None,
-            store: o.store,
-            keeper: o.keeper,
-            outbound: Vec::new(),
-            copies_in: HashMap::new(),
-            copies_out: HashMap::new(),
-            disk: crate::disk::DiskWatch::new(cfg.state_dir.clone()),
             turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
             turn_began: None,

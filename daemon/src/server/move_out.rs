@@ -448,17 +448,19 @@ impl Daemon {
         // They go as the link drains, with the rest once it is written.
         let now = Instant::now();
         let at = self
+            .images
             .outbound
             .iter()
             .position(|o| o.restores(tid) && o.link == Some(d));
         let i = at.unwrap_or_else(|| {
-            self.outbound
+            self.images
+                .outbound
                 .push(Outbound::streaming(to.clone(), tid, d, now));
-            self.outbound.len() - 1
+            self.images.outbound.len() - 1
         });
         for (at, part) in parts {
             let first = (at == 0).then(|| start.clone());
-            self.outbound[i].add_written(at, part, first);
+            self.images.outbound[i].add_written(at, part, first);
         }
         self.pump_outbound();
     }
@@ -500,13 +502,16 @@ impl Daemon {
     ) {
         let tid = start.tid;
         let going = streamed.and_then(|(link, _)| {
-            self.outbound
+            self.images
+                .outbound
                 .iter()
                 .position(|o| o.restores(tid) && o.link == Some(link))
         });
         match (going, streamed) {
-            (Some(i), Some((_, sent))) => self.outbound[i].add_rest(image, sent as usize, None),
-            _ => self.outbound.push(Outbound::whole(
+            (Some(i), Some((_, sent))) => {
+                self.images.outbound[i].add_rest(image, sent as usize, None)
+            }
+            _ => self.images.outbound.push(Outbound::whole(
                 to.to_string(),
                 tid,
                 image,

@@ -566,7 +566,7 @@ impl Daemon {
             warn!("cannot restore VP t{tid:x}: {reason}");
             self.report(ToMaster::Missing { tid, reason });
         }
-        self.copies_cut_off(t);
+        self.images.copies_cut_off(t);
         let dialling = matches!(c.kind, Kind::Dialling { .. });
         match c.kind {
             Kind::Peer { host: Some(h) } => match self.role.master() {

@@ -365,7 +365,7 @@ impl Daemon {
             ToHost::Snap { tid, step } => self.snap_step(tid, step),
             ToHost::CopyImage { image, to, start } => self.copy_image(image, to, start),
             ToHost::CheckImage { image } => self.check_image(image),
-            ToHost::PruneImages { job, keep } => self.prune_images(&job, &keep),
+            ToHost::PruneImages { job, keep } => self.images.prune_images(&job, &keep),
             ToHost::SlotTable(t) => {
                 self.slicer.install(t);
                 self.drive_slicer();
@@ -377,12 +377,7 @@ impl Daemon {
             }
             ToHost::LeaseGrant { n, ms } => self.lease_granted(n, ms),
             ToHost::Fenced { why } => {
-                // The master counts none of the images kept here any more.
-                self.copies_in.clear();
-                self.copies_out.clear();
-                self.outbound
-                    .retain(|o| !matches!(o.what, crate::migrate::Sending::Copy(_)));
-                self.store.clear();
+                self.images.forget_copies();
                 self.fenced(&why)
             }
             ToHost::MoveOut { to, start } => self.move_out(to, start),
