@@ -152,7 +152,7 @@ impl Daemon {
         // with the processes that left, not reported.
         for (tid, v) in std::mem::take(&mut self.local.vps.by_tid) {
             v.kill();
-            self.slicer.gone(tid);
+            self.slicing.slicer.gone(tid);
             if v.exit.is_none() || v.open_pipes > 0 {
                 self.local.leaving.insert(v.pid, v);
             }

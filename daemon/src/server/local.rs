@@ -369,7 +369,7 @@ impl Daemon {
     /// started as the owner came back waits on probation, one outside its
     /// slot stopped.
     fn hold_if_it_may_not_run(&mut self, tid: Tid, pid: i32) {
-        let off_slot = self.slicer.started(tid);
+        let off_slot = self.slicing.slicer.started(tid);
         let rebuilt = self
             .local
             .vps
@@ -549,7 +549,7 @@ impl Daemon {
             .is_some_and(|v| v.exit.is_some() && v.open_pipes == 0);
         if done {
             if let Some(vp) = self.local.vps.by_tid.remove(&tid) {
-                self.slicer.gone(tid);
+                self.slicing.slicer.gone(tid);
                 match (self.moves.ended(tid), vp.exit) {
                     // It went on elsewhere, or goes on here from its image.
                     (Some(Move::Left), _) => {}

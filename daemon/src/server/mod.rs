@@ -36,6 +36,7 @@ use images::Images;
 use local::Local;
 use net::Net;
 use role::Role;
+use slicing::Slicing;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
@@ -61,10 +62,9 @@ use crate::master::Master;
 use crate::migrate::MoveTable;
 use crate::owner::Monitor;
 use crate::route::Router;
-use crate::slicer::{Plan, Slicer};
 use crate::state_dir::StateDir;
 use crate::store::Store;
-use crate::switcher::{Armed, Switcher};
+use crate::switcher::Switcher;
 use crate::turns::{self, Turns};
 use crate::warn;
 
@@ -161,6 +161,8 @@ pub struct Daemon {
     local: Local,
     /// Job checkpoints' images kept here, and images going out.
     images: Images,
+    /// Which local VPs run in each slot, and the switch threads.
+    slicing: Slicing,
     cfg: Config,
     facts: HostFacts,
     /// On the master: jobs' kept output and the history of ended jobs.
@@ -183,13 +185,6 @@ pub struct Daemon {
     /// When the VPs' CPU times were last sent to the master.
     usage_sent: Instant,
     io_meter: crate::facts::IoMeter,
-    /// Which local VPs run in the slot in force.
-    slicer: Slicer,
-    /// Carries out slot switches at their instants, and the switch armed.
-    switcher: Switcher,
-    armed: Option<Plan>,
-    /// What was last armed for it.
-    armed_as: Option<Armed>,
     /// The consensus that keeps the master's state, and following a new
     /// master.
     failover: failover::Failover,
@@ -450,6 +445,7 @@ impl Daemon {
             net: Net::new(o.poll, o.key, o.listeners),
             local: Local::new(o.contain, o.checkpointer),
             images: Images::new(o.store, o.keeper, cfg.state_dir.clone()),
+            slicing: Slicing::new(o.switcher),
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
@@ -472,10 +468,6 @@ impl Daemon {
                 let _ = m.read();
                 m
             },
-            slicer: Slicer::default(),
-            switcher: o.switcher,
-            armed: None,
-            armed_as: None,
             turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
             turn_began: None,
@@ -654,7 +646,8 @@ impl Daemon {
             }))
             // Wake to arm the next slot switch.
             .min(
-                self.slice_due_in()
+                self.slicing
+                    .slice_due_in()
                     .map_or(Duration::MAX, |d| d.saturating_sub(ARM_AHEAD)),
             )
             .max(Duration::from_millis(1));
@@ -838,10 +831,10 @@ impl Daemon {
         // and so do the slicer's switches, for `mig stats`.
         let report = self.owner_report(Instant::now());
         self.report(ToMaster::Owner(report));
-        for s in self.switcher.done() {
-            self.slicer.record(s);
+        for s in self.slicing.switcher.done() {
+            self.slicing.slicer.record(s);
         }
-        if let Some(r) = self.slicer.report() {
+        if let Some(r) = self.slicing.slicer.report() {
             self.report(ToMaster::Slicing(r));
         }
         // So do, every couple of seconds, the CPU time of each VP (`mig

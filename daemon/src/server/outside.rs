@@ -707,7 +707,7 @@ impl Daemon {
     /// Continue VP `tid` if it may run now: the owner away, its slot, its
     /// job not suspended.
     pub(super) fn run_if_it_may(&mut self, tid: Tid) {
-        if !self.owner.offered() || !self.slicer.may_run(tid) || self.moves.let_run(tid) {
+        if !self.owner.offered() || !self.slicing.slicer.may_run(tid) || self.moves.let_run(tid) {
             return;
         }
         if let Some(v) = self.local.vps.by_tid.get(&tid).filter(|v| v.exit.is_none()) {

@@ -71,7 +71,7 @@ impl Daemon {
             match c {
                 Change::StopVps => {
                     // A switch not yet carried out never continues anyone now.
-                    self.disarm_switch();
+                    self.slicing.disarm_switch();
                     // VPs checkpointing for a move go on to their safe point.
                     // A VP that started a moment ago and has not yet said
                     // whether it can be moved runs on in the idle class
@@ -121,7 +121,7 @@ impl Daemon {
                     }
                     let n = self
                         .local
-                        .signal_vps(Signal::SIGCONT, |t, _| self.slicer.may_run(t));
+                        .signal_vps(Signal::SIGCONT, |t, _| self.slicing.slicer.may_run(t));
                     self.moves.owner_left();
                     if let Some(c) = &mut self.local.contain {
                         c.mark(false);
@@ -187,7 +187,7 @@ impl Daemon {
         let mut n = 0;
         for (&tid, v) in self.local.vps.by_tid.iter_mut() {
             let Some(sig) = v.pause_signal else { continue };
-            if v.exit.is_some() || self.moves.let_run(tid) || !self.slicer.may_run(tid) {
+            if v.exit.is_some() || self.moves.let_run(tid) || !self.slicing.slicer.may_run(tid) {
                 continue;
             }
             host::signal_number(v.pid, sig);

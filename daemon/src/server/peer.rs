@@ -367,7 +367,7 @@ impl Daemon {
             ToHost::CheckImage { image } => self.check_image(image),
             ToHost::PruneImages { job, keep } => self.images.prune_images(&job, &keep),
             ToHost::SlotTable(t) => {
-                self.slicer.install(t);
+                self.slicing.slicer.install(t);
                 self.drive_slicer();
             }
             ToHost::Hold { tids, hold } => self.hold_vps(&tids, hold),

@@ -1,5 +1,9 @@
 //! Gang slicing on this host: timing the master's slot tables, and arming
 //! each slot switch for the switch threads.
+//!
+//! Their state is the daemon's `Slicing` part, defined here (the slicer,
+//! the switcher and the switch armed); handlers elsewhere reach it as
+//! `self.slicing`.
 
 use std::time::Duration;
 
@@ -9,7 +13,47 @@ use nix::sys::signal::Signal;
 use super::{Daemon, ARM_AHEAD};
 use crate::host;
 use crate::master::Out;
-use crate::switcher::{wall_ns, Armed};
+use crate::slicer::{Plan, Slicer};
+use crate::switcher::{wall_ns, Armed, Switcher};
+
+/// Gang slicing on this host: which local VPs run in the slot in force,
+/// the threads that carry out each switch, and the switch armed for them.
+/// Owned by the `Daemon`; its handlers reach it as `self.slicing`.
+pub(super) struct Slicing {
+    /// Which local VPs run in the slot in force.
+    pub(super) slicer: Slicer,
+    /// Carries out slot switches at their instants, and the switch armed.
+    pub(super) switcher: Switcher,
+    pub(super) armed: Option<Plan>,
+    /// What was last armed for it.
+    pub(super) armed_as: Option<Armed>,
+}
+
+impl Slicing {
+    /// No slot table yet, nothing armed.
+    pub(super) fn new(switcher: Switcher) -> Slicing {
+        Slicing {
+            slicer: Slicer::default(),
+            switcher,
+            armed: None,
+            armed_as: None,
+        }
+    }
+
+    /// How long until the slicer's next switch, if one is coming.
+    pub(super) fn slice_due_in(&self) -> Option<Duration> {
+        let due = self.slicer.next_due()?;
+        Some(Duration::from_nanos(due.saturating_sub(wall_ns())))
+    }
+
+    /// Take back the slot switch armed and not yet carried out, if any.
+    pub(super) fn disarm_switch(&mut self) {
+        if self.armed.take().is_some() {
+            self.switcher.disarm();
+        }
+        self.armed_as = None;
+    }
+}
 
 impl Daemon {
     /// On the master: time new slot tables. They take effect at the first
@@ -57,48 +101,34 @@ impl Daemon {
         self.carry_out_when_committed(outs);
     }
 
-    /// How long until the slicer's next switch, if one is coming.
-    pub(super) fn slice_due_in(&self) -> Option<Duration> {
-        let due = self.slicer.next_due()?;
-        Some(Duration::from_nanos(due.saturating_sub(wall_ns())))
-    }
-
-    /// Take back the slot switch armed and not yet carried out, if any.
-    pub(super) fn disarm_switch(&mut self) {
-        if self.armed.take().is_some() {
-            self.switcher.disarm();
-        }
-        self.armed_as = None;
-    }
-
     /// Keep the slicer going: arm the next slot switch for the switcher
     /// when it is `ARM_AHEAD` away, and re-arm it with the VPs' processes as
     /// they are now (one that ended or is moving is not signalled). While
     /// the owner has the host the slicer keeps time but signals nobody.
     pub(super) fn drive_slicer(&mut self) {
         if !self.owner.offered() {
-            self.disarm_switch();
+            self.slicing.disarm_switch();
             let now = wall_ns();
-            while self.slicer.next_due().is_some_and(|d| d <= now) {
-                if self.slicer.at(now).is_none() {
+            while self.slicing.slicer.next_due().is_some_and(|d| d <= now) {
+                if self.slicing.slicer.at(now).is_none() {
                     break;
                 }
             }
             return;
         }
-        if self.armed.is_some() && self.switcher.armed().is_none() {
+        if self.slicing.armed.is_some() && self.slicing.switcher.armed().is_none() {
             // Carried out.
-            self.armed = None;
-            self.armed_as = None;
+            self.slicing.armed = None;
+            self.slicing.armed_as = None;
         }
-        if self.armed.is_none() {
+        if self.slicing.armed.is_none() {
             let horizon = wall_ns() + ARM_AHEAD.as_nanos() as u64;
-            let Some(due) = self.slicer.next_due().filter(|&d| d <= horizon) else {
+            let Some(due) = self.slicing.slicer.next_due().filter(|&d| d <= horizon) else {
                 return;
             };
-            self.armed = self.slicer.at(due.max(wall_ns()));
+            self.slicing.armed = self.slicing.slicer.at(due.max(wall_ns()));
         }
-        if let Some(plan) = &self.armed {
+        if let Some(plan) = &self.slicing.armed {
             let pids = |tids: &[Tid]| -> Vec<i32> {
                 tids.iter()
                     // A VP on its way to a safe point is not held up.
@@ -113,7 +143,7 @@ impl Daemon {
                 .cont
                 .iter()
                 .copied()
-                .filter(|&t| !self.slicer.held(t))
+                .filter(|&t| !self.slicing.slicer.held(t))
                 .collect();
             let a = Armed {
                 ideal_ns: plan.ideal_ns,
@@ -125,8 +155,8 @@ impl Daemon {
             };
             // (The loop comes here on every event: the lock, and the look
             // into the VPs' cgroups, only when the switch changed.)
-            if self.armed_as.as_ref() != Some(&a) {
-                self.armed_as = Some(a.clone());
+            if self.slicing.armed_as.as_ref() != Some(&a) {
+                self.slicing.armed_as = Some(a.clone());
                 let escaped = |groups: &[i32]| -> Vec<i32> {
                     groups
                         .iter()
@@ -144,10 +174,10 @@ impl Daemon {
                     cont_one: escaped(&a.cont),
                     ..a
                 };
-                self.switcher.arm(full);
+                self.slicing.switcher.arm(full);
             }
         } else {
-            self.armed_as = None;
+            self.slicing.armed_as = None;
         }
     }
 
@@ -156,10 +186,10 @@ impl Daemon {
     /// their slot runs (and the owner has not the host), else at their slot.
     pub(super) fn hold_vps(&mut self, tids: &[Tid], hold: bool) {
         if hold {
-            self.slicer.hold(tids);
+            self.slicing.slicer.hold(tids);
             self.signal_tids(tids, Signal::SIGSTOP);
         } else {
-            let cont = self.slicer.release(tids);
+            let cont = self.slicing.slicer.release(tids);
             // While the owner has the host nobody runs: its release
             // continues whoever may run then.
             if self.owner.offered() {
