@@ -471,7 +471,7 @@ impl Daemon {
     /// Tell the master the CPU time of each local VP, and what this host
     /// has free (memory, disk time, space in its state directory).
     pub(super) fn send_usage(&mut self) {
-        self.usage_sent = Instant::now();
+        self.pace.usage_sent = Instant::now();
         let vps: Vec<(Tid, u64)> = self
             .local
             .vps
@@ -484,10 +484,10 @@ impl Daemon {
         let usage = libmig::msg::HostUsage {
             vps,
             free_memory_mb: crate::facts::free_memory_mb(),
-            io_busy: self.io_meter.read(),
+            io_busy: self.pace.io_meter.read(),
             state_free_mb,
             state_full,
-            turns: self.turns.report(Instant::now()),
+            turns: self.pace.turns.report(Instant::now()),
         };
         self.report(ToMaster::Usage(usage));
     }

@@ -163,13 +163,14 @@ pub struct Daemon {
     images: Images,
     /// Which local VPs run in each slot, and the switch threads.
     slicing: Slicing,
+    /// The loop's pace: its heartbeats, usage reports and turns.
+    pace: Pace,
     cfg: Config,
     facts: HostFacts,
     /// On the master: jobs' kept output and the history of ended jobs.
     job_files: crate::job_files::JobFiles,
     /// The master, or a worker and its link to the master.
     role: Role,
-    last_beat: Instant,
     halting: Option<Instant>,
     uid: u32,
     router: Router,
@@ -182,9 +183,6 @@ pub struct Daemon {
     flow: Flow,
     /// Is this workstation its owner's right now?
     owner: Monitor,
-    /// When the VPs' CPU times were last sent to the master.
-    usage_sent: Instant,
-    io_meter: crate::facts::IoMeter,
     /// The consensus that keeps the master's state, and following a new
     /// master.
     failover: failover::Failover,
@@ -195,14 +193,69 @@ pub struct Daemon {
     /// On the master: what it said to live hosts whose link is down,
     /// sent when they attach again (dropped if they join afresh).
     unsent_to: HashMap<String, Vec<ToHost>>,
+    /// What this daemon counts for `--metrics`.
+    metrics: crate::metrics::Counters,
+}
+
+/// The loop's pace and its own figures: when the last heartbeat and the
+/// last usage report went, this host's I/O meter, and how long its turns
+/// take. Owned by the `Daemon`; its handlers reach it as `self.pace`.
+struct Pace {
+    /// When the last heartbeat went (`tick`).
+    last_beat: Instant,
+    /// When the VPs' CPU times were last sent to the master.
+    usage_sent: Instant,
+    /// How busy this host's disks are, read at each usage report.
+    io_meter: crate::facts::IoMeter,
     /// How long the loop's turns take, and when this one began (its poll
     /// returned).
     turns: Turns,
-    /// What this daemon counts for `--metrics`.
-    metrics: crate::metrics::Counters,
     turn_began: Option<Instant>,
     /// When a long turn was last logged.
     long_turn_logged: Option<Instant>,
+}
+
+impl Pace {
+    /// A heartbeat and a usage report just went; the I/O meter's first
+    /// reading taken.
+    fn new() -> Pace {
+        Pace {
+            last_beat: Instant::now(),
+            usage_sent: Instant::now(),
+            io_meter: {
+                // A first reading now: the first report has a figure.
+                let mut m = crate::facts::IoMeter::default();
+                let _ = m.read();
+                m
+            },
+            turns: Turns::default(),
+            turn_began: None,
+            long_turn_logged: None,
+        }
+    }
+
+    /// The loop is about to wait: the turn since its last wait is counted,
+    /// and one long enough to matter is logged (at most every `WINDOW`).
+    fn end_turn(&mut self) {
+        let Some(began) = self.turn_began.take() else {
+            return;
+        };
+        let now = Instant::now();
+        let took = now.saturating_duration_since(began);
+        self.turns.record(took, now);
+        if took >= LONG_TURN
+            && self
+                .long_turn_logged
+                .is_none_or(|t| now.saturating_duration_since(t) >= turns::WINDOW)
+        {
+            self.long_turn_logged = Some(now);
+            warn!(
+                "a turn of the loop took {} ms (the longest since start: {} ms)",
+                took.as_millis(),
+                self.turns.report(now).longest_us / 1000
+            );
+        }
+    }
 }
 
 /// Raise this process's soft limit of open files to its hard limit.
@@ -446,6 +499,7 @@ impl Daemon {
             local: Local::new(o.contain, o.checkpointer),
             images: Images::new(o.store, o.keeper, cfg.state_dir.clone()),
             slicing: Slicing::new(o.switcher),
+            pace: Pace::new(),
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
@@ -453,7 +507,6 @@ impl Daemon {
             facts: o.facts,
             job_files: crate::job_files::JobFiles::new(&cfg.state_dir),
             role: Role::worker(),
-            last_beat: Instant::now(),
             halting: None,
             uid: nix::unistd::geteuid().as_raw(),
             router: Router::new(&cfg.name, cfg.join.is_none()),
@@ -461,17 +514,7 @@ impl Daemon {
             state: StateDir::new(cfg.state_dir.clone()),
             flow: Flow::default(),
             owner: o.owner,
-            usage_sent: Instant::now(),
-            io_meter: {
-                // A first reading now: the first report has a figure.
-                let mut m = crate::facts::IoMeter::default();
-                let _ = m.read();
-                m
-            },
-            turns: Turns::default(),
             metrics: crate::metrics::Counters::default(),
-            turn_began: None,
-            long_turn_logged: None,
             cfg,
         }
     }
@@ -564,9 +607,9 @@ impl Daemon {
                 return Ok(());
             }
             let timeout = self.poll_timeout();
-            self.end_turn();
+            self.pace.end_turn();
             match self.net.poll.poll(&mut events, Some(timeout)) {
-                Ok(()) => self.turn_began = Some(Instant::now()),
+                Ok(()) => self.pace.turn_began = Some(Instant::now()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     return Err(DaemonError::Io {
@@ -630,7 +673,7 @@ impl Daemon {
         let timeout = self
             .cfg
             .heartbeat
-            .saturating_sub(self.last_beat.elapsed())
+            .saturating_sub(self.pace.last_beat.elapsed())
             .min(self.owner.due().saturating_duration_since(Instant::now()))
             // Wake to stop a VP that missed its safe point on time.
             .min(
@@ -742,8 +785,8 @@ impl Daemon {
         {
             self.call_off_slow_moves();
         }
-        if self.last_beat.elapsed() >= self.cfg.heartbeat {
-            self.last_beat = Instant::now();
+        if self.pace.last_beat.elapsed() >= self.cfg.heartbeat {
+            self.pace.last_beat = Instant::now();
             self.tick();
         }
     }
@@ -771,29 +814,6 @@ impl Daemon {
             .collect();
         for c in self.net.conns.values_mut() {
             c.new_turn();
-        }
-    }
-
-    /// The loop is about to wait: the turn since its last wait is counted,
-    /// and one long enough to matter is logged (at most every `WINDOW`).
-    fn end_turn(&mut self) {
-        let Some(began) = self.turn_began.take() else {
-            return;
-        };
-        let now = Instant::now();
-        let took = now.saturating_duration_since(began);
-        self.turns.record(took, now);
-        if took >= LONG_TURN
-            && self
-                .long_turn_logged
-                .is_none_or(|t| now.saturating_duration_since(t) >= turns::WINDOW)
-        {
-            self.long_turn_logged = Some(now);
-            warn!(
-                "a turn of the loop took {} ms (the longest since start: {} ms)",
-                took.as_millis(),
-                self.turns.report(now).longest_us / 1000
-            );
         }
     }
 
@@ -840,7 +860,7 @@ impl Daemon {
         // So do, every couple of seconds, the CPU time of each VP (`mig
         // ps`) and the memory, I/O and space this host has free (for
         // placement, and where copies of images go).
-        if self.usage_sent.elapsed() >= USAGE_EVERY {
+        if self.pace.usage_sent.elapsed() >= USAGE_EVERY {
             self.send_usage();
         }
         self.announce_outside_vps();
@@ -856,7 +876,7 @@ impl Daemon {
         self.behind_but_alive();
         if let Some(m) = self.role.master() {
             // The master's own turns, as they are now.
-            m.note_turns(&self.facts.name, self.turns.report(Instant::now()));
+            m.note_turns(&self.facts.name, self.pace.turns.report(Instant::now()));
             // What was kept for hosts given up since is not sent.
             self.unsent_to.retain(|h, _| m.is_alive(h));
             let out = m.tick(Instant::now(), self.cfg.dead_after);
