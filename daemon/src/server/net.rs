@@ -292,6 +292,14 @@ impl Net {
             .get(&t)
             .is_some_and(|c| matches!(c.kind, Kind::Data { .. }))
     }
+
+    /// On the master: worker `host`'s link to it, if it has one.
+    pub(super) fn host_token(&self, host: &str) -> Option<Token> {
+        self.conns
+            .iter()
+            .find(|(_, c)| matches!(&c.kind, Kind::Peer { host: Some(h) } if h == host))
+            .map(|(t, _)| *t)
+    }
 }
 
 impl Daemon {

@@ -509,7 +509,7 @@ impl Daemon {
                 self.answered(id, resp)
             }
             Out::Reply(Requester::Remote { host, id }, resp) => {
-                if let Some(t) = self.host_token(&host) {
+                if let Some(t) = self.net.host_token(&host) {
                     self.send_peer(t, ToHost::Reply { id, resp });
                 }
             }
@@ -548,7 +548,7 @@ impl Daemon {
                 tables,
             } => self.send_tables(generation, slots, all, tables),
             Out::Disconnect(host) => {
-                if let Some(t) = self.host_token(&host) {
+                if let Some(t) = self.net.host_token(&host) {
                     // What was queued for it goes first, as it would
                     // have uncorked.
                     if let Some(c) = self.net.conns.get_mut(&t) {
@@ -564,7 +564,7 @@ impl Daemon {
             Out::ToHost(host, msg) => {
                 if host == self.facts.name {
                     self.host_msg(msg);
-                } else if let Some(t) = self.host_token(&host) {
+                } else if let Some(t) = self.net.host_token(&host) {
                     self.send_peer(t, msg);
                 } else {
                     self.unsent(host, msg);
@@ -585,13 +585,5 @@ impl Daemon {
         } else {
             warn!("no connection to {host}; dropping {}", msg.name());
         }
-    }
-
-    pub(super) fn host_token(&self, host: &str) -> Option<Token> {
-        self.net
-            .conns
-            .iter()
-            .find(|(_, c)| matches!(&c.kind, Kind::Peer { host: Some(h) } if h == host))
-            .map(|(t, _)| *t)
     }
 }
