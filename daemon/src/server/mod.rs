@@ -10,6 +10,17 @@
 //! `Out`s, and timing each turn of the loop (`crate::turns`). What does
 //! not: the master's decisions (`master`), where a message goes (`route`),
 //! process handling details (`host`), the scheduler (`sched`).
+//!
+//! The `Daemon` is made of parts that own their own state, each defined
+//! beside the handlers that use it most: `Net` (`net`: the poll,
+//! listeners, connections, data links), `Local` (`local`: the VPs here,
+//! their sockets and pipes, cells, lease and checkpointer), `Images`
+//! (`images`: images kept here and going out), `Slicing` (`slicing`) and
+//! `Pace` (here: heartbeats, usage reports, turns); beside them the types
+//! that already owned theirs (`MoveTable`, `Router`, `Flow`, `Monitor`,
+//! `Failover`, `Attach`, `Role`). A handler reaches a part through its
+//! field (`self.net.conns`); what touches one part only is that part's
+//! method. docs/ARCHITECTURE.md draws the picture.
 
 mod attach;
 mod control;
