@@ -325,6 +325,7 @@ impl Master {
         out.extend(self.copy_images(&image.job));
         // It looks for the images again (another copy).
         if restoring {
+            self.restore_again_alone(image.tid);
             out.extend(self.restart_job(&image.job, None));
         }
         out
@@ -838,22 +839,21 @@ impl Master {
             ));
         }
         if let Some(p) = &mut j.ckpt.restart {
+            let partial = p.hunt.as_ref().is_some_and(|h| h.only.is_some());
+            if partial && from.is_some() {
+                return err(format!(
+                    "job {job} is restoring the VPs it lost with their host from its \
+                     checkpoint; ask again once they run (`mig ps`)"
+                ));
+            }
             p.from.extend(from);
             return Vec::new();
         }
         // A job of independent VPs that lost some (or whose restore of
-        // them failed) restores only those.
-        let only = if from.is_none() && (j.spec.independent || j.spec.restartable) {
-            let restoring = j
-                .vps
-                .iter()
-                .filter(|(_, v)| matches!(v.state(), VpState::Restoring { .. }))
-                .map(|(&vp, _)| vp);
-            let lost = self.lost_alone.remove(job).unwrap_or_default();
-            Some(lost.into_iter().chain(restoring).collect::<BTreeSet<u32>>())
-                .filter(|o| !o.is_empty())
-        } else {
-            None
+        // some failed) restores only those.
+        let only = match from {
+            None => self.lost_alone.remove(job),
+            Some(_) => None,
         };
         let mut missing = Vec::new();
         let gens = j
@@ -1063,6 +1063,7 @@ impl Master {
         };
         let only = pending.hunt.as_ref().and_then(|h| h.only.clone());
         if j.killed {
+            self.lost_alone.remove(job);
             // Killed while its images were looked for: nothing comes back.
             return pending
                 .from
@@ -1077,7 +1078,7 @@ impl Master {
                 })
                 .collect();
         }
-        match (found, only) {
+        let mut out = match (found, only) {
             (Ok((id, sources)), only) => self.restart_from(job, id, sources, pending.from, only),
             // Independent VPs with no image left start again from the
             // beginning where they are placed; the others go on.
@@ -1108,13 +1109,20 @@ impl Master {
                     })
                     .collect();
                 if pending.lost {
+                    self.lost_alone.remove(job);
                     out.extend(self.end_job(job, &format!("{why}, and a host died under it")));
                 } else {
                     out.push(Out::Log(why));
                 }
                 out
             }
+        };
+        // VPs lost while these images were looked for (a second host died)
+        // are restored next.
+        if self.lost_alone.contains_key(job) {
+            out.extend(self.restart_job(job, None));
         }
+        out
     }
 
     /// Restart `job` from generation `id`, whose images were found intact
@@ -1250,10 +1258,6 @@ impl Master {
         }
         out.append(&mut out_after);
         out.append(&mut out_back);
-        // VPs lost while these images were looked for are restored next.
-        if self.lost_alone.contains_key(job) {
-            out.extend(self.restart_job(job, None));
-        }
         out
     }
 
@@ -1297,6 +1301,8 @@ impl Master {
     /// since is fenced off everywhere. What to carry out now, and after
     /// the restores.
     fn roll_back(&mut self, job: &str, gen: &Generation) -> (Vec<Out>, Vec<Out>) {
+        // (VPs lost meanwhile are restored with the others.)
+        self.lost_alone.remove(job);
         let mut out = self.fail_round(job, "the job restarts from an earlier checkpoint");
         // Every VP the job has had since, dropped or not.
         let Some(j) = self.jobs.get(job) else {

@@ -434,6 +434,21 @@ impl Master {
         self.start_from_beginning(job, vp, to, how)
     }
 
+    /// VP `tid`'s restore failed: in a job of independent VPs, it alone is
+    /// restored again (the others' restores go on).
+    pub(super) fn restore_again_alone(&mut self, tid: Tid) {
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return;
+        };
+        if self
+            .jobs
+            .get(&job)
+            .is_some_and(|j| j.spec.independent || j.spec.restartable)
+        {
+            self.lost_alone.entry(job).or_default().insert(vp);
+        }
+    }
+
     /// VP `vp` of `job`, lost `how`, starts again from the beginning on
     /// `to` (where that is consistent: the caller knows).
     pub(super) fn start_from_beginning(
@@ -481,6 +496,7 @@ impl Master {
                     "VP t{tid:x} was not restored on {host} ({reason}): looking for the \
                      images again"
                 ))];
+                self.restore_again_alone(tid);
                 out.extend(self.restart_job(&job, None));
                 return out;
             }

@@ -2435,3 +2435,182 @@ fn an_independent_vp_lost_with_no_image_left_starts_again_from_the_beginning_alo
         .expect("other");
     assert_eq!(c.state(other), (Some(h), "running".into()));
 }
+
+// ----- review: independent restores -----------------------------------------
+
+/// A running job j1 of `n` independent VPs with a checkpoint: (placed,
+/// each image's copy host).
+fn independent_job(c: &mut Cluster, n: u32) -> (Vec<(String, Tid)>, Vec<(ImageId, String)>) {
+    let mut s = spec(n);
+    s.independent = true;
+    let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
+    let placed = starts(&out);
+    assert_eq!(placed.len(), n as usize, "{out:?}");
+    for (h, tid) in &placed {
+        c.m.started(h, *tid, 100 + *tid as u32);
+        c.m.from_host(h, ToMaster::Movable { tid: *tid });
+    }
+    let (_, copies) = take_checkpoint_copies(c, &placed);
+    (placed, copies)
+}
+
+/// Two workers whose loss leaves every image a copy.
+fn two_losable(
+    placed: &[(String, Tid)],
+    copies: &[(ImageId, String)],
+) -> ((String, Tid), (String, Tid)) {
+    let workers: Vec<_> = placed.iter().filter(|(h, _)| h != "h0").cloned().collect();
+    for a in &workers {
+        for b in &workers {
+            if a == b {
+                continue;
+            }
+            let ok = placed.iter().zip(copies).all(|((h, _), (_, copy))| {
+                !([a.0.as_str(), b.0.as_str()].contains(&h.as_str())
+                    && [a.0.as_str(), b.0.as_str()].contains(&copy.as_str()))
+            });
+            if ok {
+                return (a.clone(), b.clone());
+            }
+        }
+    }
+    panic!("no two workers to lose: {placed:?} {copies:?}");
+}
+
+#[test]
+fn a_second_host_lost_while_a_partial_restore_finds_no_image_has_its_vp_restored_too() {
+    let mut c = Cluster::new(5);
+    let (placed, copies) = independent_job(&mut c, 4);
+    let ((l1, g1), (l2, g2)) = two_losable(&placed, &copies);
+    let out1 = c.m.host_gone(&l1, "connection lost");
+    assert_eq!(checks(&out1).len(), 1, "{out1:?}");
+    let out2 = c.m.host_gone(&l2, "connection lost");
+    // The first hunt finds nothing (its holders do not answer).
+    let out3 = c.m.tick(c.at(40), Duration::from_secs(3600));
+    let all: Vec<Out> = out2.iter().chain(&out3).cloned().collect();
+    assert!(starts(&all).iter().any(|(_, t)| *t == g1), "{all:?}");
+    // Nothing restores or starts g2 anywhere, and no hunt is under way.
+    let g2_back = starts(&all).iter().any(|(_, t)| *t == g2)
+        || restores(&all).iter().any(|(_, t, _)| *t == g2)
+        || checks(&all).iter().any(|(_, i)| i.tid == g2);
+    assert!(
+        g2_back,
+        "VP {g2:x} lost with {l2} has no process and nobody restores it: state {:?}; {all:?}",
+        c.state(g2)
+    );
+}
+
+#[test]
+fn a_second_host_lost_during_a_partial_restore_restores_each_lost_vp_once() {
+    let mut c = Cluster::new(5);
+    let (placed, copies) = independent_job(&mut c, 4);
+    let ((l1, g1), (l2, g2)) = two_losable(&placed, &copies);
+    let out1 = c.m.host_gone(&l1, "connection lost");
+    let _ = c.m.host_gone(&l2, "connection lost");
+    let out3 = all_intact(&mut c, &out1);
+    assert!(restores(&out3).iter().any(|(_, t, _)| *t == g1), "{out3:?}");
+    let again: Vec<Tid> = checks(&out3).iter().map(|(_, i)| i.tid).collect();
+    assert!(again.contains(&g2), "{out3:?}");
+    assert!(
+        !again.contains(&g1),
+        "VP {g1:x}, just restored, is looked for and restored again: {again:x?}"
+    );
+}
+
+#[test]
+fn a_mig_restart_during_a_partial_restore_is_refused_at_once_saying_why() {
+    let mut c = Cluster::new(4);
+    let (placed, _) = independent_job(&mut c, 3);
+    let (l1, _) = placed
+        .iter()
+        .find(|(h, _)| h != "h0")
+        .cloned()
+        .expect("worker");
+    let out1 = c.m.host_gone(&l1, "connection lost");
+    let asked = c.m.control(
+        Requester::Local(9),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    assert!(error_says(&asked, "restoring the VPs it lost"), "{asked:?}");
+    // The partial restore goes on, whatever it finds.
+    let out = none_intact(&mut c, &out1);
+    assert!(!out
+        .iter()
+        .any(|o| matches!(o, Out::Reply(Requester::Local(9), _))));
+}
+
+#[test]
+fn a_mig_restart_during_a_partial_restore_is_never_told_ok_for_a_part() {
+    let mut c = Cluster::new(4);
+    let (placed, _) = independent_job(&mut c, 3);
+    let (l1, _) = placed
+        .iter()
+        .find(|(h, _)| h != "h0")
+        .cloned()
+        .expect("worker");
+    let out1 = c.m.host_gone(&l1, "connection lost");
+    let _ = c.m.control(
+        Requester::Local(9),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let out = all_intact(&mut c, &out1);
+    let ok = out
+        .iter()
+        .any(|o| matches!(o, Out::Reply(Requester::Local(9), Response::Ok { .. })));
+    let n = restores(&out).len();
+    assert!(
+        !(ok && n < 3),
+        "told Ok (restarting job) but {n} of 3 VPs restored: {out:?}"
+    );
+}
+
+#[test]
+fn a_host_lost_during_a_whole_restart_of_an_independent_job_restores_each_vp_once() {
+    let mut c = Cluster::new(5);
+    let (placed, copies) = independent_job(&mut c, 4);
+    let ((l1, _), _) = two_losable(&placed, &copies);
+    let asked = c.m.control(
+        Requester::Local(9),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let _ = c.m.host_gone(&l1, "connection lost");
+    // The hunt's holders on l1 do not answer; the others do.
+    let live: Vec<(String, ImageId)> = checks(&asked)
+        .into_iter()
+        .filter(|(h, _)| *h != l1)
+        .collect();
+    let mut out = Vec::new();
+    for (h, image) in live {
+        out.extend(c.m.from_host(
+            &h,
+            ToMaster::ImageChecked {
+                image,
+                result: Ok(()),
+            },
+        ));
+    }
+    let mut all = out.clone();
+    // Drive any further hunt to the end.
+    for _ in 0..4 {
+        let next = all_intact(&mut c, &out);
+        if next.is_empty() {
+            break;
+        }
+        all.extend(next.clone());
+        out = next;
+    }
+    let over = c.m.tick(c.at(40), Duration::from_secs(3600));
+    all.extend(over.clone());
+    all.extend(all_intact(&mut c, &over));
+    let r: Vec<Tid> = restores(&all).iter().map(|r| r.1).collect();
+    eprintln!("restores: {r:x?}");
+    for (_, t) in &placed {
+        assert!(
+            r.iter().filter(|x| *x == t).count() <= 1,
+            "VP {t:x} restored more than once: {r:x?}"
+        );
+    }
+}

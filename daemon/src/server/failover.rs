@@ -63,6 +63,9 @@ pub(super) struct Failover {
     /// A worker whose master is gone: since when, and what it would have
     /// told it.
     masterless: Option<Instant>,
+    /// Since when this worker has had no master, however often one
+    /// answered its attach meanwhile (see `no_master_for_long`).
+    no_master_since: Option<Instant>,
     unsent: VecDeque<ToMaster>,
     /// A worker's master's address (a daemon joining this one is sent
     /// there).
@@ -125,6 +128,7 @@ impl Failover {
             this_turn: Vec::new(),
             term: 0,
             masterless: None,
+            no_master_since: None,
             unsent: VecDeque::new(),
             master_addr: None,
             unreachable: HashMap::new(),
@@ -165,6 +169,7 @@ impl Failover {
     /// A worker attached to the master at `addr`, elected in `term`.
     pub(super) fn attached(&mut self, addr: SocketAddr, term: u64) {
         self.masterless = None;
+        self.no_master_since = None;
         self.master_addr = Some(addr);
         self.term = self.term.max(term);
     }
@@ -486,6 +491,7 @@ impl Daemon {
                     }
                 }
                 self.failover.masterless = Some(Instant::now());
+                self.failover.no_master_since.get_or_insert(Instant::now());
                 self.follow_leader();
             }
             _ => {}
@@ -522,6 +528,7 @@ impl Daemon {
         self.failover.proposed = committed;
         self.failover.term = term;
         self.failover.masterless = None;
+        self.failover.no_master_since = None;
         self.failover.hosts.extend(voters.iter().cloned());
         self.role = Role::Master(Box::new(m));
         self.net.peers = peers
@@ -730,6 +737,7 @@ impl Daemon {
             log!("lost the master: {why}; attaching to it again (it was the only voter)");
         }
         self.failover.masterless.get_or_insert(Instant::now());
+        self.failover.no_master_since.get_or_insert(Instant::now());
         if let (Some(addr), None) = (self.failover.master_addr, self.attach.target_addr()) {
             let term = self.failover.term;
             self.attach_to(addr, None, term, Duration::ZERO);
@@ -764,10 +772,8 @@ impl Daemon {
     /// Without a master for longer than `KEPT_REQUEST_MAX`: why a user's
     /// request is not kept for the next one.
     pub(super) fn no_master_for_long(&self) -> Option<String> {
-        let since = self
-            .failover
-            .masterless
-            .filter(|_| !self.role.is_master())?;
+        let since = self.failover.no_master_since;
+        let since = since.filter(|_| self.awaiting_master())?;
         let waited = since.elapsed();
         (waited >= KEPT_REQUEST_MAX).then(|| {
             format!(
