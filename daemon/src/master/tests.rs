@@ -2438,9 +2438,12 @@ fn an_independent_vp_lost_with_no_image_left_starts_again_from_the_beginning_alo
 
 // ----- review: independent restores -----------------------------------------
 
+/// Where each VP runs, and where each image's copy is.
+type Placed = (Vec<(String, Tid)>, Vec<(ImageId, String)>);
+
 /// A running job j1 of `n` independent VPs with a checkpoint: (placed,
 /// each image's copy host).
-fn independent_job(c: &mut Cluster, n: u32) -> (Vec<(String, Tid)>, Vec<(ImageId, String)>) {
+fn independent_job(c: &mut Cluster, n: u32) -> Placed {
     let mut s = spec(n);
     s.independent = true;
     let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
