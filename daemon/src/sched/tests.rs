@@ -792,13 +792,21 @@ proptest! {
                 let by_repair = s.on_event(e.clone()).unwrap();
                 let by_planning = planned.on_event(e.clone()).unwrap();
                 let moves = |acts: &[Action]| acts.iter().filter(|a| matches!(a, Action::Migrate { .. })).count();
-                prop_assert!(moves(&by_repair) <= moves(&by_planning), "{e:?}: {by_repair:?} / {by_planning:?}");
+                let holds = |acts: &[Action]| acts.iter().filter(|a| matches!(a, Action::Hold { .. })).count();
+                prop_assert!(holds(&by_repair) <= holds(&by_planning), "{e:?}: {by_repair:?} / {by_planning:?}");
                 let (a, b) = (s.job_view(job).unwrap(), planned.job_view(job).unwrap());
                 prop_assert!(a.waiting.len() <= b.waiting.len(), "{} after {:?}", job, e);
-                // No worse: with memory a requirement, planning anew may
-                // find a placement slower than the one repaired in place
-                // (seed 1357507654199335075: 1 against 1.5).
-                prop_assert!(a.t_min <= b.t_min + 1e-9 * b.t_min.max(1.0), "{} after {:?}: {} / {}", job, e, a.t_min, b.t_min);
+                // Holding fewer VPs is better whatever it takes: a move
+                // more (seed 1629465759769313363, with memory: repair moves
+                // one VP where planning again holds three, whose job then
+                // has no turnaround to compare).
+                if holds(&by_repair) == holds(&by_planning) {
+                    prop_assert!(moves(&by_repair) <= moves(&by_planning), "{e:?}: {by_repair:?} / {by_planning:?}");
+                    // No worse: with memory a requirement, planning anew may
+                    // find a placement slower than the one repaired in place
+                    // (seed 1357507654199335075: 1 against 1.5).
+                    prop_assert!(a.t_min <= b.t_min + 1e-9 * b.t_min.max(1.0), "{} after {:?}: {} / {}", job, e, a.t_min, b.t_min);
+                }
             } else {
                 s.on_event(e).unwrap();
             }
