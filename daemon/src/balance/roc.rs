@@ -7,10 +7,24 @@
 //! move); a request goes to the first entry of the source table and is
 //! passed on while its TTL lasts.
 //!
+//! Each PE keeps its own source and sink tables (`Tables`, the paper's
+//! Fig. 5), filled from what the messages it sees say of their senders'
+//! loads (at or above `HT` a source, at or below `LT` a sink; whoever asks
+//! for load is a sink whatever its load), and its own sampling interval
+//! (`Sampling`), which adapts.
+//!
 //! Open points, and what is done here: below the critical threshold a PE
 //! asks for enough to reach it (at least one task) when the rate does not
 //! call for more; `ND` is learnt as the mean of the last estimate and the
-//! delay just measured; amounts are whole tasks (`|PL|` rounded up).
+//! delay just measured; amounts are whole tasks (`|PL|` rounded up); the
+//! source table is ordered by the load last heard, busiest first (its
+//! first entry is the one asked); the paper names what adapts the interval
+//! ("the number of load requests received or network traffic") but not
+//! how: here a PE whose load is not falling samples half as often each
+//! time, up to a longest interval, and one whose load falls samples again
+//! no later than it would have to ask to get work before it runs dry
+//! (predicted time to idle less `ND`, so a slower network makes it sample
+//! sooner), never more often than a shortest interval.
 
 /// The thresholds of a PE, in tasks: critical (below it, always ask), low
 /// (a sink at or below it) and high (a source at or above it; never ask).
@@ -22,6 +36,132 @@ pub struct Thresholds {
     pub low: f64,
     /// High threshold `HT`.
     pub high: f64,
+}
+
+/// Where a PE's load puts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// At or above `HT`: may give work.
+    Source,
+    /// Between the thresholds.
+    Neutral,
+    /// At or below `LT`.
+    Sink,
+}
+
+impl Thresholds {
+    /// Where `load` puts a PE: a source at or above `HT`, a sink at or
+    /// below `LT`, neutral between.
+    pub fn state(&self, load: f64) -> State {
+        if load >= self.high {
+            State::Source
+        } else if load <= self.low {
+            State::Sink
+        } else {
+            State::Neutral
+        }
+    }
+
+    /// Are they usable: finite, `0 <= CT <= LT < HT`?
+    pub fn check(&self) -> Result<(), String> {
+        let ok = [self.critical, self.low, self.high]
+            .iter()
+            .all(|x| x.is_finite())
+            && 0.0 <= self.critical
+            && self.critical <= self.low
+            && self.low < self.high;
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "thresholds must be finite with 0 <= critical <= low < high (got {}, {}, {})",
+                self.critical, self.low, self.high
+            ))
+        }
+    }
+}
+
+/// One PE's source and sink tables (the paper's Fig. 5), as the messages
+/// it saw left them: each PE in at most one, the source table busiest
+/// first (as last heard; ties: the latest heard first).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tables {
+    sources: Vec<(usize, f64)>,
+    sinks: Vec<usize>,
+}
+
+impl Tables {
+    /// A message (or the static allocator's mapping) said `pe` holds
+    /// `load`: it goes to the table its load puts it in, or out of both.
+    pub fn heard(&mut self, pe: usize, load: f64, t: &Thresholds) {
+        self.forget(pe);
+        match t.state(load) {
+            State::Source => {
+                let at = self
+                    .sources
+                    .iter()
+                    .position(|&(_, l)| l <= load)
+                    .unwrap_or(self.sources.len());
+                self.sources.insert(at, (pe, load));
+            }
+            State::Sink => self.sinks.push(pe),
+            State::Neutral => {}
+        }
+    }
+
+    /// `pe` asked for load: a sink, whatever its load.
+    pub fn asked_by(&mut self, pe: usize) {
+        self.forget(pe);
+        self.sinks.push(pe);
+    }
+
+    fn forget(&mut self, pe: usize) {
+        self.sources.retain(|&(p, _)| p != pe);
+        self.sinks.retain(|&p| p != pe);
+    }
+
+    /// The source table, its first entry first.
+    pub fn sources(&self) -> Vec<usize> {
+        self.sources.iter().map(|&(p, _)| p).collect()
+    }
+
+    /// The sink table, the earliest heard first.
+    pub fn sinks(&self) -> &[usize] {
+        &self.sinks
+    }
+}
+
+/// How a PE's sampling interval adapts, within `[shortest, longest]`
+/// seconds (or time slices).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Sampling {
+    /// The shortest interval.
+    pub shortest: f64,
+    /// The longest interval.
+    pub longest: f64,
+}
+
+impl Sampling {
+    /// The interval after a sample that found `load`, changed by `dl` over
+    /// the last interval `dt`, with network delay `nd`: below `CT` the
+    /// shortest (it is asking); falling, no longer than it may wait and
+    /// still ask in time (`load / |dl| * dt - nd`); otherwise twice the
+    /// last. Always within the bounds.
+    pub fn next(&self, load: f64, dl: f64, dt: f64, nd: f64, t: &Thresholds) -> f64 {
+        let (lo, hi) = (self.shortest.max(f64::MIN_POSITIVE), self.longest);
+        let hi = hi.max(lo);
+        let want = if load < t.critical {
+            lo
+        } else if dl < 0.0 {
+            (load / -dl * dt - nd).min(2.0 * dt)
+        } else {
+            2.0 * dt
+        };
+        if want.is_nan() {
+            return lo;
+        }
+        want.clamp(lo, hi)
+    }
 }
 
 /// One PE's side of Rate-of-Change: the load it saw last, its estimate of
@@ -49,6 +189,11 @@ impl Roc {
     /// The network delay it now assumes.
     pub fn network_delay(&self) -> f64 {
         self.network_delay
+    }
+
+    /// The load it saw at its last sample, if any.
+    pub fn last_load(&self) -> Option<f64> {
+        self.previous
     }
 
     /// Is a request of its own still out?
@@ -245,5 +390,62 @@ mod tests {
         assert!((np(100.0, 55.0, 40.0) - 0.75).abs() < 1e-12);
         assert!((np(100.0, 40.0, 40.0) - 1.0).abs() < 1e-12);
         assert_eq!(np(40.0, 40.0, 40.0), 0.0);
+    }
+
+    #[test]
+    fn the_low_threshold_makes_a_sink_and_the_high_one_a_source() {
+        assert_eq!(T.state(5.0), State::Source);
+        assert_eq!(T.state(3.0), State::Neutral);
+        assert_eq!(T.state(2.0), State::Sink);
+        assert_eq!(T.state(0.0), State::Sink);
+        assert!(T.check().is_ok());
+        let bad = Thresholds { low: 6.0, ..T };
+        assert!(bad.check().is_err());
+        let nan = Thresholds {
+            critical: f64::NAN,
+            ..T
+        };
+        assert!(nan.check().is_err());
+    }
+
+    #[test]
+    fn each_pe_s_tables_follow_the_loads_its_messages_report() {
+        let mut t = Tables::default();
+        t.heard(3, 6.0, &T);
+        t.heard(7, 9.0, &T);
+        t.heard(1, 6.0, &T);
+        // Busiest first; of equal loads the latest heard first.
+        assert_eq!(t.sources(), [7, 1, 3]);
+        t.heard(2, 1.0, &T);
+        assert_eq!(t.sinks(), [2]);
+        // 7 drained to neutral: out of both tables.
+        t.heard(7, 3.0, &T);
+        assert_eq!(t.sources(), [1, 3]);
+        // 3 asked for load: a sink, whatever its load.
+        t.asked_by(3);
+        assert_eq!(t.sources(), [1]);
+        assert_eq!(t.sinks(), [2, 3]);
+        // Another PE's tables are its own.
+        assert!(Tables::default().sources().is_empty());
+    }
+
+    #[test]
+    fn the_sampling_interval_stretches_while_the_load_holds_and_shrinks_as_it_falls() {
+        let s = Sampling {
+            shortest: 1.0,
+            longest: 16.0,
+        };
+        // Steady or rising: twice as long, up to the longest.
+        assert_eq!(s.next(4.0, 0.0, 2.0, 3.0, &T), 4.0);
+        assert_eq!(s.next(4.0, 1.0, 16.0, 3.0, &T), 16.0);
+        // Falling 1 an interval of 2 from 4: dry in 8, ND 3: again at 5 at
+        // the latest, but at most twice the last interval.
+        assert_eq!(s.next(4.0, -1.0, 4.0, 3.0, &T), 8.0);
+        assert_eq!(s.next(4.0, -1.0, 2.0, 3.0, &T), 4.0);
+        assert_eq!(s.next(4.0, -2.0, 2.0, 3.0, &T), 1.0);
+        // A slower network: sooner.
+        assert_eq!(s.next(4.0, -1.0, 4.0, 12.0, &T), 4.0);
+        // Below CT: the shortest.
+        assert_eq!(s.next(0.0, 0.0, 8.0, 3.0, &T), 1.0);
     }
 }
