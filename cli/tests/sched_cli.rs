@@ -549,16 +549,21 @@ fn the_readmes_scheduler_examples_run_on_the_files_that_ship() {
 }
 
 #[test]
-fn balance_roc_reproduces_seed_003s_tables_for_every_network_and_start() {
+fn balance_roc_reproduces_seed_003s_tables_2_to_4_for_every_network() {
     let v = json(&mig(&["balance", "roc", "--seeds", "2", "--json"]));
     let rows = v["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 6, "{v}");
+    assert_eq!(rows.len(), 9, "{v}");
     for r in rows {
-        for np in ["np_sid", "np_roc"] {
+        for np in ["np_sid", "np_roc", "np_roc_fixed"] {
             let x = r[np].as_f64().expect("NP");
             assert!(x > 0.0 && x <= 1.0, "{np} {r}");
         }
         assert!(r["t_no_lb"].as_f64() > r["t_opt"].as_f64(), "{r}");
+        // On demand: a fraction of diffusion's messages.
+        assert!(
+            r["messages_roc"].as_f64() < r["messages_sid"].as_f64(),
+            "{r}"
+        );
     }
     // Half the machine idle at the start costs more without balancing.
     let t = |start: &str| {
@@ -568,6 +573,12 @@ fn balance_roc_reproduces_seed_003s_tables_for_every_network_and_start() {
             .expect("row")
     };
     assert!(t("unstable") > t("stable"));
+    let only4 = json(&mig(&[
+        "balance", "roc", "--table", "4", "--seeds", "1", "--json",
+    ]));
+    let rows = only4["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{only4}");
+    assert!(rows.iter().all(|r| r["start"] == "arrivals"), "{only4}");
     let text =
         String::from_utf8_lossy(&mig(&["balance", "roc", "--seeds", "1"]).stdout).into_owned();
     assert!(
@@ -575,6 +586,13 @@ fn balance_roc_reproduces_seed_003s_tables_for_every_network_and_start() {
         "{text}"
     );
     assert!(!mig(&["balance", "roc", "--seeds", "0"]).status.success());
+    let bad = mig(&["balance", "roc", "--thresholds", "3,2,4"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("critical <= low < high"));
+    assert!(!mig(&["balance", "roc", "--thresholds", "1,2"])
+        .status
+        .success());
+    assert!(!mig(&["balance", "roc", "--table", "5"]).status.success());
 }
 
 #[test]

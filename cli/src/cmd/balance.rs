@@ -5,17 +5,22 @@
 //! policies' decisions (`migd::balance`).
 
 use anyhow::{bail, Result};
+use migd::balance::roc::Thresholds;
 use migd::sim::roc::{self, Setup, Start};
 use migd::sim::{nres, rommel};
 
 /// `mig balance` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum BalanceCmd {
-    /// Seed 003's Tables 2 and 3: Rate-of-Change against sender-initiated
+    /// Seed 003's Tables 2-4: Rate-of-Change against sender-initiated
     /// diffusion on 16 PEs (hypercube, fully connected, workstations), the
-    /// tasks starting on every PE (stable) or on half of them (unstable)
-    /// and spawning tasks as they end; normalised performance NP =
-    /// (T_noLB - T_bal) / (T_noLB - T_opt), 1 the ideal, 0 no gain.
+    /// tasks starting on every PE (Table 2, stable), on half of them
+    /// (Table 3, unstable) or arriving as jobs on random PEs (Table 4) and
+    /// spawning tasks as they end. Each PE samples its own load at its own
+    /// adaptive interval, keeps its own source and sink tables from the
+    /// messages it sees, and every message takes the network's delay;
+    /// normalised performance NP = (T_noLB - T_bal) / (T_noLB - T_opt), 1
+    /// the ideal, 0 no gain.
     Roc(RocArgs),
     /// Seed 002's Figures 6-8: mean response time of simple programs,
     /// clusters, distributed groups and all, five processor-sharing sites,
@@ -91,18 +96,34 @@ pub struct RommelArgs {
 /// Flags of `mig balance roc`.
 #[derive(Debug, clap::Args)]
 pub struct RocArgs {
+    /// Which table: 2 (stable start), 3 (unstable) or 4 (arrivals); all
+    /// three without it.
+    #[arg(long, alias = "figure", value_parser = clap::value_parser!(u8).range(2..=4))]
+    table: Option<u8>,
     /// Task trees to average over (seeds SEED.. SEED+N-1).
     #[arg(long, default_value_t = 10)]
     seeds: u64,
     /// The first seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Tasks at the start per PE.
+    /// Tasks per PE (at the start, or arriving).
     #[arg(long, default_value_t = 16)]
     tasks_per_pe: usize,
-    /// Steps one network hop takes (a task's mean work is 20 steps).
+    /// Slices one network hop takes (a task's mean work is 20 slices):
+    /// every message and task takes it.
     #[arg(long, default_value_t = 2)]
     hop_steps: u64,
+    /// Slices between samples: SID's, fixed Rate-of-Change's, adaptive
+    /// Rate-of-Change's first.
+    #[arg(long, default_value_t = 2)]
+    interval: u64,
+    /// Rate-of-Change's thresholds in tasks: critical, low, high.
+    #[arg(long, value_delimiter = ',', default_values_t = [1.0, 2.0, 4.0])]
+    thresholds: Vec<f64>,
+    /// Of a slice, what handling a message costs its receiver (a sample
+    /// costs as much).
+    #[arg(long, default_value_t = 0.01)]
+    msg_cost: f64,
     /// Print JSON: {"setup", "rows": [...]}.
     #[arg(long)]
     json: bool,
@@ -127,41 +148,83 @@ fn roc_tables(a: RocArgs) -> Result<()> {
     if a.hop_steps > 1000 {
         bail!("--hop-steps must be at most 1000");
     }
+    if a.interval == 0 || a.interval > 1000 {
+        bail!("--interval must be between 1 and 1000");
+    }
+    if !(a.msg_cost.is_finite() && (0.0..=1.0).contains(&a.msg_cost)) {
+        bail!("--msg-cost must be between 0 and 1");
+    }
+    let [critical, low, high] = a.thresholds[..] else {
+        bail!("--thresholds takes three numbers: critical,low,high");
+    };
+    let thresholds = Thresholds {
+        critical,
+        low,
+        high,
+    };
+    if let Err(e) = thresholds.check() {
+        bail!("--thresholds: {e}");
+    }
     let setup = Setup {
         seed: a.seed,
         tasks_per_pe: a.tasks_per_pe,
         hop_steps: a.hop_steps,
+        interval: a.interval,
+        thresholds,
+        msg_cost: a.msg_cost,
+        sample_cost: a.msg_cost,
         ..Setup::default()
     };
-    let rows = roc::reproduce(&setup, a.seeds);
+    let rows: Vec<roc::Row> = Start::ALL
+        .iter()
+        .filter(|s| a.table.is_none_or(|t| t == s.table()))
+        .flat_map(|&start| roc::table(&setup, start, a.seeds))
+        .collect();
     if a.json {
         println!("{}", serde_json::json!({"setup": setup, "rows": rows}));
         return Ok(());
     }
     println!(
-        "Rate-of-Change (RoC) against sender-initiated diffusion (SID), {} PEs, {} task trees",
-        setup.pes, a.seeds
+        "Rate-of-Change (RoC) against sender-initiated diffusion (SID), {} PEs, {} task trees, hop {} slices, thresholds {critical}/{low}/{high}",
+        setup.pes, a.seeds, setup.hop_steps
     );
     println!(
-        "{:<9} {:<16} {:>8} {:>8} {:>7} {:>7} {:>10} {:>10}",
-        "START", "NETWORK", "T_noLB", "T_opt", "NP SID", "NP RoC", "MOVED SID", "MOVED RoC"
+        "{:<5} {:<9} {:<16} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6}",
+        "TABLE",
+        "START",
+        "NETWORK",
+        "T_noLB",
+        "T_opt",
+        "NP SID",
+        "NP RoC",
+        "fixed",
+        "MOVED",
+        "RoC",
+        "MSGS",
+        "RoC",
+        "SAMPL",
+        "fixed"
     );
     for r in rows {
         println!(
-            "{:<9} {:<16} {:>8.0} {:>8.0} {:>7.3} {:>7.3} {:>10.0} {:>10.0}",
-            match r.start {
-                Start::Stable => "stable",
-                Start::Unstable => "unstable",
-            },
+            "{:<5} {:<9} {:<16} {:>7.0} {:>6.0} {:>6.3} {:>6.3} {:>6.3} {:>6.0} {:>6.0} {:>7.0} {:>6.0} {:>6.0} {:>6.0}",
+            r.start.table(),
+            r.start.name(),
             r.topology.name(),
             r.t_no_lb,
             r.t_opt,
             r.np_sid,
             r.np_roc,
+            r.np_roc_fixed,
             r.moved_sid,
-            r.moved_roc
+            r.moved_roc,
+            r.messages_sid,
+            r.messages_roc,
+            r.samples_roc / setup.pes as f64,
+            r.samples_roc_fixed / setup.pes as f64
         );
     }
+    println!("MOVED, MSGS: SID / RoC; SAMPL: samples a PE, adaptive / fixed interval");
     Ok(())
 }
 

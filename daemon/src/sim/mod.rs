@@ -7,9 +7,10 @@
 //! * `gang` — `mig`, `mtat` and `mtat+repack`: the embedded scheduler itself;
 //! * `metrics` — response time, bounded slowdown, utilisation, η;
 //! * `owners` — owners taking processors back and leaving them;
-//! * `roc` — seed 003's load-balancing experiments (no trace: tasks that
-//!   spawn tasks on 16 PEs), Rate-of-Change against sender-initiated
-//!   diffusion;
+//! * `roc` — seed 003's load-balancing experiments, Tables 2-4 (no trace:
+//!   tasks that spawn tasks on 16 PEs), Rate-of-Change with each PE's own
+//!   tables and interval and messages that take the network's delay,
+//!   against sender-initiated diffusion;
 //! * `rommel` — seed 002's experiment: five processor-sharing sites,
 //!   simple programs, clusters and distributed groups, bidding against no
 //!   balancing and shortest-queue-first;
