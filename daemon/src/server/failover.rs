@@ -446,6 +446,10 @@ impl Daemon {
                     who.as_deref().unwrap_or("no one yet")
                 );
                 self.role = Role::worker();
+                // What it decided for hosts that had not attached yet is
+                // not sent if it is elected again: the next master decides
+                // from the replicated state.
+                self.unsent_to.clear();
                 // Its own clients waiting on a job hear the rest of it from
                 // the new master, through this daemon (`master::LOCAL_ID`).
                 let local: Vec<Token> = self
