@@ -175,16 +175,14 @@ pub struct Run {
     pub messages: u64,
 }
 
-/// Run the grid of `s`, balancing when `balance` (else every job stays).
-pub fn run(s: &Setup, balance: bool) -> Run {
-    let mut rng = SplitMix::new(s.seed);
-    let n = s.nodes.max(2);
-    let k = s.resources.clamp(1, RESOURCES);
-    let declared = s.declared.clamp(1, k);
+/// The grid: `n` nodes of random capacities around the setting's, joined
+/// in a ring and by random links up to the degree; and the largest
+/// capacity of any resource (what needs and free room are scaled by).
+fn grid(s: &Setup, rng: &mut SplitMix, n: usize) -> (Vec<Node>, f64) {
     let around = |rng: &mut SplitMix, mean: f64| mean * (0.5 + rng.unit());
     let mut nodes: Vec<Node> = (0..n)
         .map(|_| Node {
-            cap: [0.0; RESOURCES].map(|_| around(&mut rng, s.capacity).max(0.1)),
+            cap: [0.0; RESOURCES].map(|_| around(rng, s.capacity).max(0.1)),
             speed: 1.0,
             queue: Vec::new(),
             left: 0.0,
@@ -194,7 +192,7 @@ pub fn run(s: &Setup, balance: bool) -> Run {
     // A ring (so the grid is connected) and random links up to the degree.
     for a in 0..n {
         let b = (a + 1) % n;
-        let l = around(&mut rng, s.latency).max(0.0);
+        let l = around(rng, s.latency).max(0.0);
         nodes[a].links.push((b, l));
         nodes[b].links.push((a, l));
     }
@@ -204,7 +202,7 @@ pub fn run(s: &Setup, balance: bool) -> Run {
             if b == a || nodes[a].links.iter().any(|&(x, _)| x == b) {
                 continue;
             }
-            let l = around(&mut rng, s.latency).max(0.0);
+            let l = around(rng, s.latency).max(0.0);
             nodes[a].links.push((b, l));
             nodes[b].links.push((a, l));
         }
@@ -216,8 +214,13 @@ pub fn run(s: &Setup, balance: bool) -> Run {
         .iter()
         .flat_map(|x| x.cap)
         .fold(f64::MIN_POSITIVE, f64::max);
-    // The arrivals: bursts of jobs at random nodes, as far apart as the
-    // load asks.
+    (nodes, scale)
+}
+
+/// The arrivals: bursts of jobs at random nodes of `n`, as far apart as
+/// the load asks (time, node, jobs).
+fn bursts(s: &Setup, rng: &mut SplitMix, n: usize) -> Vec<(f64, usize, Vec<Job>)> {
+    let around = |rng: &mut SplitMix, mean: f64| mean * (0.5 + rng.unit());
     let mean_burst = (2 * s.burst.max(1) + 1) as f64 / 2.0;
     let gap = mean_burst * s.work / (n as f64 * s.load.max(0.01));
     let mut arrivals: Vec<(f64, usize, Vec<Job>)> = Vec::new();
@@ -229,13 +232,24 @@ pub fn run(s: &Setup, balance: bool) -> Run {
         let b = (1 + (rng.next_u64() % (2 * s.burst.max(1)) as u64) as usize).min(s.jobs - made);
         let jobs = (0..b)
             .map(|_| Job {
-                need: [0.0; RESOURCES].map(|_| around(&mut rng, s.need)),
+                need: [0.0; RESOURCES].map(|_| around(rng, s.need)),
                 work: rng.exp(s.work).max(1.0),
             })
             .collect();
         arrivals.push((t, at, jobs));
         made += b;
     }
+    arrivals
+}
+
+/// Run the grid of `s`, balancing when `balance` (else every job stays).
+pub fn run(s: &Setup, balance: bool) -> Run {
+    let mut rng = SplitMix::new(s.seed);
+    let n = s.nodes.max(2);
+    let k = s.resources.clamp(1, RESOURCES);
+    let declared = s.declared.clamp(1, k);
+    let (mut nodes, scale) = grid(s, &mut rng, n);
+    let arrivals = bursts(s, &mut rng, n);
     let mean_cpu = nodes.iter().map(|x| x.speed).sum::<f64>() / n as f64;
     let t_no: f64 = arrivals
         .iter()

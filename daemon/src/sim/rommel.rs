@@ -276,6 +276,47 @@ struct World<'a> {
 }
 
 impl World<'_> {
+    /// A step of processor sharing at every site: a cluster's task slowed
+    /// by its communication with its cluster's tasks elsewhere; programs
+    /// whose last task ends go into `done` with their response time.
+    fn share_processors(&mut self, done: &mut Vec<(Class, f64)>) {
+        for site in 0..self.sites.len() {
+            let running: Vec<usize> = (0..self.sites[site].len())
+                .filter(|&i| self.sites[site][i].until <= self.now)
+                .collect();
+            if running.is_empty() {
+                continue;
+            }
+            let share = DT / running.len() as f64;
+            for &i in &running {
+                let t = &self.sites[site][i];
+                let slow = if t.class == Class::Cluster {
+                    1.0 + self.s.psi * f64::from(self.remote(t.program, site))
+                } else {
+                    1.0
+                };
+                self.sites[site][i].left -= share / slow;
+            }
+            let mut i = 0;
+            while i < self.sites[site].len() {
+                if self.sites[site][i].left <= 0.0 {
+                    let t = self.take(site, i);
+                    let p = &mut self.programs[t.program as usize];
+                    p.tasks_left -= 1;
+                    if p.tasks_left == 0 {
+                        done.push((p.class, self.now + DT - p.arrived));
+                    }
+                    if self.sites[site].is_empty() {
+                        // Gone idle: it asks at once.
+                        self.next_idle[site] = self.now;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+
     /// The tasks of `program` on sites other than `site`.
     fn remote(&self, program: u32, site: usize) -> u32 {
         self.spread.get(&program).map_or(0, |per| {
@@ -650,42 +691,7 @@ pub fn run(s: &Setup, policy: Policy) -> Responses {
                 }
             }
         }
-        // A step of processor sharing at every site.
-        for site in 0..n {
-            let running: Vec<usize> = (0..w.sites[site].len())
-                .filter(|&i| w.sites[site][i].until <= w.now)
-                .collect();
-            if running.is_empty() {
-                continue;
-            }
-            let share = DT / running.len() as f64;
-            for &i in &running {
-                let t = &w.sites[site][i];
-                let slow = if t.class == Class::Cluster {
-                    1.0 + s.psi * f64::from(w.remote(t.program, site))
-                } else {
-                    1.0
-                };
-                w.sites[site][i].left -= share / slow;
-            }
-            let mut i = 0;
-            while i < w.sites[site].len() {
-                if w.sites[site][i].left <= 0.0 {
-                    let t = w.take(site, i);
-                    let p = &mut w.programs[t.program as usize];
-                    p.tasks_left -= 1;
-                    if p.tasks_left == 0 {
-                        done.push((p.class, w.now + DT - p.arrived));
-                    }
-                    if w.sites[site].is_empty() {
-                        // Gone idle: it asks at once.
-                        w.next_idle[site] = w.now;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        }
+        w.share_processors(&mut done);
     }
     let mean = |c: Option<Class>| {
         let v: Vec<f64> = done
