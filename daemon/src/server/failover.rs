@@ -446,10 +446,6 @@ impl Daemon {
                     who.as_deref().unwrap_or("no one yet")
                 );
                 self.role = Role::worker();
-                // What it decided for hosts that had not attached yet is
-                // not sent if it is elected again: the next master decides
-                // from the replicated state.
-                self.unsent_to.clear();
                 // Its own clients waiting on a job hear the rest of it from
                 // the new master, through this daemon (`master::LOCAL_ID`).
                 let local: Vec<Token> = self
@@ -534,7 +530,7 @@ impl Daemon {
         self.failover.masterless = None;
         self.failover.no_master_since = None;
         self.failover.hosts.extend(voters.iter().cloned());
-        self.role = Role::Master(Box::new(m));
+        self.role = Role::master_with(m);
         self.net.peers = peers
             .iter()
             .filter_map(|(n, a)| a.parse().ok().map(|a| (n.clone(), a)))

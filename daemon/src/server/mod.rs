@@ -49,7 +49,7 @@ use net::Net;
 use role::Role;
 use slicing::Slicing;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -57,7 +57,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use libmig::auth::{self, ClusterKey};
-use libmig::msg::{HostFacts, ToHost, ToMaster};
+use libmig::msg::{HostFacts, ToMaster};
 use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
@@ -201,9 +201,6 @@ pub struct Daemon {
     attach: attach::Attach,
     /// Control requests of local users forwarded to the master.
     proxied: role::Proxied,
-    /// On the master: what it said to live hosts whose link is down,
-    /// sent when they attach again (dropped if they join afresh).
-    unsent_to: HashMap<String, Vec<ToHost>>,
     /// What this daemon counts for `--metrics`.
     metrics: crate::metrics::Counters,
 }
@@ -514,7 +511,6 @@ impl Daemon {
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
             proxied: role::Proxied::default(),
-            unsent_to: HashMap::new(),
             facts: o.facts,
             job_files: crate::job_files::JobFiles::new(&cfg.state_dir),
             role: Role::worker(),
@@ -551,7 +547,7 @@ impl Daemon {
                 }
                 m.load_history(jobs);
                 m.number_jobs_above(self.job_files.highest_job());
-                self.role = Role::Master(Box::new(m));
+                self.role = Role::master_with(m);
                 self.failover.found(&self.facts.name);
                 self.local.guard_vps();
                 self.carry_out_when_committed(out);
@@ -662,7 +658,7 @@ impl Daemon {
             return false;
         };
         let flushed = self.net.conns.values().all(Conn::flushed);
-        let told = self.unsent_to.is_empty();
+        let told = self.role.all_sent();
         let limit = Duration::from_secs(if told { 2 } else { 6 });
         if !(flushed && told && self.local.vps.by_tid.is_empty()) && since.elapsed() <= limit {
             return false;
@@ -888,9 +884,8 @@ impl Daemon {
         if let Some(m) = self.role.master() {
             // The master's own turns, as they are now.
             m.note_turns(&self.facts.name, self.pace.turns.report(Instant::now()));
-            // What was kept for hosts given up since is not sent.
-            self.unsent_to.retain(|h, _| m.is_alive(h));
             let out = m.tick(Instant::now(), self.cfg.dead_after);
+            self.role.forget_unsent_to_dead();
             self.carry_out_when_committed(out);
         }
         let stale: Vec<Token> = self

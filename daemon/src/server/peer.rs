@@ -135,7 +135,9 @@ impl Daemon {
         let (name, out) = m.register(facts, Instant::now());
         let dir = m.directory();
         let voters = m.voters_msg();
-        self.unsent_to.remove(&name);
+        if let Some(u) = self.role.unsent_to() {
+            u.remove(&name);
+        }
         self.retire_links_of(&name, t);
         if let Some(c) = self.net.conns.get_mut(&t) {
             c.kind = Kind::Peer {
@@ -165,7 +167,9 @@ impl Daemon {
             };
         }
         if fenced {
-            self.unsent_to.remove(&name);
+            if let Some(u) = self.role.unsent_to() {
+                u.remove(&name);
+            }
             self.send_peer(
                 t,
                 ToHost::Fenced {
@@ -176,7 +180,8 @@ impl Daemon {
             self.send_peer(t, Handshake::Registered { name: name.clone() });
             self.send_peer(t, dir);
             self.send_peer(t, voters);
-            for msg in self.unsent_to.remove(&name).unwrap_or_default() {
+            let kept = self.role.unsent_to().and_then(|u| u.remove(&name));
+            for msg in kept.unwrap_or_default() {
                 self.send_peer(t, msg);
             }
         }
@@ -203,7 +208,9 @@ impl Daemon {
         };
         let (name, out) = m.register(facts, Instant::now());
         let dir = m.directory();
-        self.unsent_to.remove(&name);
+        if let Some(u) = self.role.unsent_to() {
+            u.remove(&name);
+        }
         self.send_peer(t, Handshake::Registered { name });
         self.send_peer(t, dir);
         self.carry_out_when_committed(out);
@@ -579,9 +586,9 @@ impl Daemon {
     fn unsent(&mut self, host: String, msg: ToHost) {
         const MAX: usize = 4096;
         let alive = self.role.master().is_some_and(|m| m.is_alive(&host));
-        let room = self.unsent_to.get(&host).map_or(0, Vec::len) < MAX;
-        if alive && room {
-            self.unsent_to.entry(host).or_default().push(msg);
+        let kept = self.role.unsent_to().filter(|_| alive);
+        if let Some(u) = kept.filter(|u| u.get(&host).map_or(0, Vec::len) < MAX) {
+            u.entry(host).or_default().push(msg);
         } else {
             warn!("no connection to {host}; dropping {}", msg.name());
         }

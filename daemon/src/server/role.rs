@@ -5,14 +5,21 @@
 
 use std::collections::HashMap;
 
+use libmig::msg::ToHost;
 use mio::Token;
 
 use crate::master::Master;
 
 /// The master, or a worker.
 pub(super) enum Role {
-    /// The master: its `Master` answers every event with `Out`s.
-    Master(Box<Master>),
+    /// The master: its `Master` answers every event with `Out`s; what it
+    /// decided for hosts with no link yet (kept while it holds them alive:
+    /// they attach again) goes with the role, so a master that steps down
+    /// sends none of it later.
+    Master {
+        m: Box<Master>,
+        unsent_to: HashMap<String, Vec<ToHost>>,
+    },
     /// A worker.
     Worker {
         /// The link to the master (none while there is none: lost, and
@@ -27,24 +34,55 @@ impl Role {
         Role::Worker { link: None }
     }
 
+    /// The master, deciding with `m`.
+    pub(super) fn master_with(m: Master) -> Role {
+        Role::Master {
+            m: Box::new(m),
+            unsent_to: HashMap::new(),
+        }
+    }
+
     /// The master's state, if this is the master.
     pub(super) fn master(&mut self) -> Option<&mut Master> {
         match self {
-            Role::Master(m) => Some(m),
+            Role::Master { m, .. } => Some(m),
             Role::Worker { .. } => None,
+        }
+    }
+
+    /// What the master keeps for hosts with no link (none on a worker).
+    pub(super) fn unsent_to(&mut self) -> Option<&mut HashMap<String, Vec<ToHost>>> {
+        match self {
+            Role::Master { unsent_to, .. } => Some(unsent_to),
+            Role::Worker { .. } => None,
+        }
+    }
+
+    /// Has the master nothing kept for hosts with no link?
+    pub(super) fn all_sent(&self) -> bool {
+        match self {
+            Role::Master { unsent_to, .. } => unsent_to.is_empty(),
+            Role::Worker { .. } => true,
+        }
+    }
+
+    /// What was kept for hosts given up since is not sent.
+    pub(super) fn forget_unsent_to_dead(&mut self) {
+        if let Role::Master { m, unsent_to } = self {
+            unsent_to.retain(|h, _| m.is_alive(h));
         }
     }
 
     /// Is this the master?
     pub(super) fn is_master(&self) -> bool {
-        matches!(self, Role::Master(_))
+        matches!(self, Role::Master { .. })
     }
 
     /// A worker's link to its master.
     pub(super) fn link(&self) -> Option<Token> {
         match self {
             Role::Worker { link } => *link,
-            Role::Master(_) => None,
+            Role::Master { .. } => None,
         }
     }
 
