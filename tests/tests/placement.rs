@@ -173,20 +173,21 @@ fn under_roc_a_bag_of_tasks_spreads_and_spreads_again_as_a_host_runs_dry() {
         placed = running(&vm, "j1");
         placed.len() == 6
     }));
-    // h1 is idle, under the critical threshold: it asks for two tasks, and
-    // h0, four over its high threshold of two, sends its two oldest.
+    // h1 is idle, under the critical threshold (a task a processor): it
+    // asks for one task, and h0, four over its high threshold of two,
+    // sends its oldest. Then h1's processor is busy: it asks no more.
     let count = |p: &BTreeMap<u64, String>, h: &str| p.values().filter(|x| *x == h).count();
     assert!(
         wait_until(Duration::from_secs(60), || {
             placed = running(&vm, "j1");
-            placed.len() == 6 && count(&placed, "h1") == 2
+            placed.len() == 6 && count(&placed, "h1") == 1
         }),
         "{placed:?}\n{}",
         vm.log(0)
     );
     assert!(vm.log(0).contains("rate-of-change: moving VP"));
-    // h1's two end: its load falls to nothing, it asks again and takes two
-    // of h0's four.
+    // h1's one ends: its load falls to nothing, it asks again and takes one
+    // of h0's five.
     for (vp, h) in &placed {
         if h == "h1" {
             std::fs::write(format!("{}.{vp}", stop.display()), "").expect("stop one");
@@ -195,24 +196,24 @@ fn under_roc_a_bag_of_tasks_spreads_and_spreads_again_as_a_host_runs_dry() {
     assert!(
         wait_until(Duration::from_secs(60), || {
             placed = running(&vm, "j1");
-            placed.len() == 4 && count(&placed, "h1") == 2 && count(&placed, "h0") == 2
+            placed.len() == 5 && count(&placed, "h1") == 1 && count(&placed, "h0") == 4
         }),
         "{placed:?}\n{}",
         vm.log(0)
     );
     std::fs::write(&stop, "").expect("stop");
     let lines = job_succeeds(bag, "bag");
-    // Nothing lost: all six ended their work; four of them ran on both hosts.
+    // Nothing lost: all six ended their work; two of them ran on both hosts.
     let done: Vec<&String> = lines.iter().filter(|l| l.contains("spin done")).collect();
     assert_eq!(done.len(), 6, "{lines:?}");
     let moved = done.iter().filter(|l| l.contains("on 2 hosts")).count();
-    assert_eq!(moved, 4, "{lines:?}");
+    assert_eq!(moved, 2, "{lines:?}");
     // Every move was Rate-of-Change's: the gang scheduler leaves a chosen
     // job's started VPs where they are. (On a loaded machine a VP may miss
     // its safe point and a request be made again: counted as begun.)
     let log = vm.log(0);
     let ours = log.matches("rate-of-change: moving VP").count();
-    assert!(ours >= 4, "{log}");
+    assert!(ours >= 2, "{log}");
     assert_eq!(log.matches("] moving VP").count(), ours, "{log}");
 }
 
@@ -225,10 +226,11 @@ fn under_roc_an_owner_coming_back_sends_the_tasks_away_and_none_is_lost() {
     let bag = spin(&vm, &["-n", "4", "--independent"], &stop);
     let count = |p: &BTreeMap<u64, String>, h: &str| p.values().filter(|x| *x == h).count();
     let mut placed = BTreeMap::new();
+    // Idle h1 takes one (a task a processor keeps it busy).
     assert!(
         wait_until(Duration::from_secs(60), || {
             placed = running(&vm, "j1");
-            placed.len() == 4 && count(&placed, "h1") == 2
+            placed.len() == 4 && count(&placed, "h1") == 1
         }),
         "{placed:?}\n{}",
         vm.log(0)
