@@ -1056,11 +1056,14 @@ fn comm(pid: u32) -> String {
 /// `program` and has had a moment to get where it waits.
 fn open_gate(vm: &Vm, gates: &Path, n: u64, program: &str) {
     std::fs::write(gates.join(format!("go.{n}")), "").expect("gate");
+    // (It may have done its part and ended already.)
     let there = mig_tests::wait_until(std::time::Duration::from_secs(30), || {
-        let v = vp(vm, n);
-        v.state == "exited" || comm(v.pid) == program
+        live_vps(vm)
+            .into_iter()
+            .find(|v| v.vp == n)
+            .is_none_or(|v| v.state == "exited" || comm(v.pid) == program)
     });
-    assert!(there, "VP {n}: {:?}\n{}", vp(vm, n), vm.all_logs());
+    assert!(there, "VP {n}: {:?}\n{}", live_vps(vm), vm.all_logs());
     std::thread::sleep(std::time::Duration::from_millis(500));
 }
 
