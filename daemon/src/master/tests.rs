@@ -2368,21 +2368,8 @@ fn a_restart_during_a_scheduler_move_restores_the_vp_at_its_source_and_the_map_f
 #[test]
 fn a_host_lost_under_a_job_of_independent_vps_restores_only_its_vps_and_the_others_go_on() {
     let mut c = Cluster::new(3);
-    let mut s = spec(3);
-    s.independent = true;
-    let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
-    let placed = starts(&out);
-    assert_eq!(placed.len(), 3, "{out:?}");
-    for (h, tid) in &placed {
-        c.m.started(h, *tid, 100 + *tid as u32);
-        c.m.from_host(h, ToMaster::Movable { tid: *tid });
-    }
-    take_checkpoint(&mut c, &placed);
-    let (lost, gone) = placed
-        .iter()
-        .find(|(h, _)| h != "h0")
-        .cloned()
-        .expect("a VP on a worker");
+    let (placed, _) = independent_job(&mut c, 3);
+    let (lost, gone) = on_a_worker(&placed);
     let out = c.m.host_gone(&lost, "connection lost");
     // Only the lost VP's image is looked for, and only it is restored.
     let asked = checks(&out);
@@ -2409,20 +2396,8 @@ fn a_host_lost_under_a_job_of_independent_vps_restores_only_its_vps_and_the_othe
 #[test]
 fn an_independent_vp_lost_with_no_image_left_starts_again_from_the_beginning_alone() {
     let mut c = Cluster::new(3);
-    let mut s = spec(2);
-    s.independent = true;
-    let out = c.m.control(Requester::Local(1), "h0", Request::Spawn(s));
-    let placed = starts(&out);
-    for (h, tid) in &placed {
-        c.m.started(h, *tid, 100 + *tid as u32);
-        c.m.from_host(h, ToMaster::Movable { tid: *tid });
-    }
-    take_checkpoint(&mut c, &placed);
-    let (lost, gone) = placed
-        .iter()
-        .find(|(h, _)| h != "h0")
-        .cloned()
-        .expect("a VP on a worker");
+    let (placed, _) = independent_job(&mut c, 2);
+    let (lost, gone) = on_a_worker(&placed);
     let out = c.m.host_gone(&lost, "connection lost");
     let out = none_intact(&mut c, &out);
     let again = starts(&out);
@@ -2438,6 +2413,15 @@ fn an_independent_vp_lost_with_no_image_left_starts_again_from_the_beginning_alo
 }
 
 // ----- review: independent restores -----------------------------------------
+
+/// A VP on a worker (not the master's host): its host and Tid.
+fn on_a_worker(placed: &[(String, Tid)]) -> (String, Tid) {
+    placed
+        .iter()
+        .find(|(h, _)| h != "h0")
+        .cloned()
+        .expect("a VP on a worker")
+}
 
 /// Where each VP runs, and where each image's copy is.
 type Placed = (Vec<(String, Tid)>, Vec<(ImageId, String)>);
@@ -2525,11 +2509,7 @@ fn a_second_host_lost_during_a_partial_restore_restores_each_lost_vp_once() {
 fn a_mig_restart_during_a_partial_restore_is_refused_at_once_saying_why() {
     let mut c = Cluster::new(4);
     let (placed, _) = independent_job(&mut c, 3);
-    let (l1, _) = placed
-        .iter()
-        .find(|(h, _)| h != "h0")
-        .cloned()
-        .expect("worker");
+    let (l1, _) = on_a_worker(&placed);
     let out1 = c.m.host_gone(&l1, "connection lost");
     let asked = c.m.control(
         Requester::Local(9),
@@ -2548,11 +2528,7 @@ fn a_mig_restart_during_a_partial_restore_is_refused_at_once_saying_why() {
 fn a_mig_restart_during_a_partial_restore_is_never_told_ok_for_a_part() {
     let mut c = Cluster::new(4);
     let (placed, _) = independent_job(&mut c, 3);
-    let (l1, _) = placed
-        .iter()
-        .find(|(h, _)| h != "h0")
-        .cloned()
-        .expect("worker");
+    let (l1, _) = on_a_worker(&placed);
     let out1 = c.m.host_gone(&l1, "connection lost");
     let _ = c.m.control(
         Requester::Local(9),
