@@ -571,31 +571,7 @@ impl Vm {
         let mut out = String::new();
         for (i, d) in self.daemons.iter().enumerate() {
             let Some(child) = d else { continue };
-            let pid = child.id().to_string();
-            let stacks = Command::new("timeout")
-                .args([
-                    "20",
-                    "gdb",
-                    "-p",
-                    &pid,
-                    "-batch",
-                    "-ex",
-                    "thread apply all bt",
-                ])
-                .stdin(Stdio::null())
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_else(|e| format!("(no stacks: gdb: {e})"));
-            let state = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .unwrap_or_default()
-                .lines()
-                .find(|l| l.starts_with("State:"))
-                .unwrap_or("State: gone")
-                .to_string();
-            out += &format!(
-                "===== h{i} (pid {pid}, {state})\n{stacks}\n{}\n",
-                self.log(i)
-            );
+            out += &daemon_report(&format!("h{i}"), child.id(), &self.log(i));
         }
         out
     }
@@ -927,6 +903,33 @@ pub fn ran(dir: &Path, tid: u64, before: &mut std::collections::HashMap<u32, u64
     out
 }
 
+/// What a daemon was doing: its threads' stacks (when gdb is installed),
+/// its process state and its log.
+fn daemon_report(name: &str, pid: u32, log: &str) -> String {
+    let pid = pid.to_string();
+    let stacks = Command::new("timeout")
+        .args([
+            "20",
+            "gdb",
+            "-p",
+            &pid,
+            "-batch",
+            "-ex",
+            "thread apply all bt",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("(no stacks: gdb: {e})"));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("State:"))
+        .unwrap_or("State: gone")
+        .to_string();
+    format!("===== {name} (pid {pid}, {state})\n{stacks}\n{log}\n")
+}
+
 /// Is process `pid` stopped (state T in /proc)?
 pub fn stopped(pid: u32) -> bool {
     migd::host::is_stopped(pid)
@@ -939,11 +942,51 @@ pub struct Up(pub PathBuf);
 impl Up {
     /// `mig ARGS` against it.
     pub fn mig(&self, args: &[&str]) -> Output {
-        command("mig")
+        let out = command("mig")
             .env("MIG_DAEMON", self.0.join("h0/control.sock"))
             .args(args)
             .output()
-            .expect("mig")
+            .expect("mig");
+        if String::from_utf8_lossy(&out.stderr).contains("did not answer within") {
+            eprintln!(
+                "mig {}: a daemon did not answer\n{}",
+                args.join(" "),
+                self.hang_report()
+            );
+        }
+        out
+    }
+
+    /// What each of its daemons (found by their state directories) was
+    /// doing, and their logs.
+    pub fn hang_report(&self) -> String {
+        let mut out = String::new();
+        let procs: Vec<(u32, String)> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_str()?.parse().ok()?;
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                Some((pid, String::from_utf8_lossy(&cmd).replace('\0', " ")))
+            })
+            .collect();
+        for i in 0.. {
+            let state = self.0.join(format!("h{i}"));
+            if !state.is_dir() {
+                break;
+            }
+            let log = std::fs::read_to_string(state.join("migd.log")).unwrap_or_default();
+            let needle = format!("--state-dir {} ", state.display());
+            match procs
+                .iter()
+                .find(|(_, c)| c.contains("migd") && c.contains(&needle))
+            {
+                Some((pid, _)) => out += &daemon_report(&format!("h{i}"), *pid, &log),
+                None => out += &format!("===== h{i} (no process)\n{log}\n"),
+            }
+        }
+        out
     }
 }
 
