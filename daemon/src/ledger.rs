@@ -27,6 +27,17 @@ pub struct Ledger {
     sent: BTreeMap<Tid, u64>,
     /// Per sender, what was handed to it.
     given: BTreeMap<Tid, Given>,
+    /// It said it moves itself at its safe points (`VpMsg::Movable`): the
+    /// daemon it is restored under asks it so again.
+    pub movable: bool,
+}
+
+/// A record as images written before `movable` was kept have it.
+#[derive(Deserialize)]
+struct Before {
+    spoke: bool,
+    sent: BTreeMap<Tid, u64>,
+    given: BTreeMap<Tid, Given>,
 }
 
 /// The messages of one sender handed to a VP: all up to `upto`, and
@@ -88,7 +99,18 @@ impl Ledger {
         if bytes.is_empty() {
             return Ok(Ledger::default());
         }
-        postcard::from_bytes(bytes).map_err(|e| format!("its record of messages: {e}"))
+        postcard::from_bytes(bytes)
+            .or_else(|e| {
+                postcard::from_bytes::<Before>(bytes)
+                    .map(|b| Ledger {
+                        spoke: b.spoke,
+                        sent: b.sent,
+                        given: b.given,
+                        movable: false,
+                    })
+                    .map_err(|_| e)
+            })
+            .map_err(|e| format!("its record of messages: {e}"))
     }
 }
 
@@ -142,5 +164,24 @@ mod tests {
         assert_eq!(Ledger::decode(&l.encode()), Ok(l));
         assert_eq!(Ledger::decode(&[]), Ok(Ledger::default()));
         assert!(Ledger::decode(&[0xff; 3]).is_err());
+    }
+
+    #[test]
+    fn a_record_from_before_movable_was_kept_reads_as_not_movable() {
+        let mut l = Ledger {
+            spoke: true,
+            movable: true,
+            ..Ledger::default()
+        };
+        l.sent(&env(1, 2, 4));
+        let before = postcard::to_stdvec(&(true, &l.sent, &l.given)).expect("bytes");
+        let read = Ledger::decode(&before).expect("read");
+        assert_eq!(
+            read,
+            Ledger {
+                movable: false,
+                ..l
+            }
+        );
     }
 }

@@ -171,7 +171,11 @@ fn a_heat_stencil_moved_mid_run_gives_the_serial_answer_bit_for_bit() {
 }
 
 #[test]
-fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
+fn a_vp_that_reaches_no_safe_point_is_saved_from_outside_instead_and_finishes_there() {
+    // It links libmig and says it moves itself, then computes (sleeps)
+    // for 5 s without a safe point: past the 300 ms it is given, it is
+    // saved from outside as a plain program is, and the request it never
+    // read is withdrawn inside it (it reads both at its end, and ends).
     let vm = Vm::start_config(2, "[daemon]\nmove_timeout_ms = 300\n");
     let job = vm.start_job(1, &bin("testvp"), &["stubborn", "5000"]);
     assert!(wait_until(Duration::from_secs(10), || vm
@@ -179,39 +183,25 @@ fn a_vp_that_reaches_no_safe_point_stays_and_runs_on() {
         .is_some_and(|(_, s)| s == "running")));
     let (at, _) = vm.where_is("t40001").expect("running");
     let to = if at == "h0" { "h1" } else { "h0" };
-    let out = vm.migrate("t40001", to);
+    let out = vm.mig(&["migrate", "t40001", "--to", to]);
+    let logs = || format!("{}\n{}", vm.log(0), vm.log(1));
     assert!(
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        logs()
     );
     assert_eq!(
-        vm.where_is("t40001").map(|(_, s)| s),
-        Some(format!("moving to {to}"))
-    );
-    assert!(
-        wait_until(Duration::from_secs(5), || vm.where_is("t40001")
-            == Some((at.clone(), "running".into()))),
-        "it did not stay: {:?}\n{}",
         vm.where_is("t40001"),
-        vm.log(0)
+        Some((to.to_string(), "running".into()))
     );
     assert!(
-        vm.log(0).contains("no safe point within 300 ms"),
+        logs().contains("no safe point within 300 ms: it is saved from outside instead"),
         "{}",
-        vm.log(0)
+        logs()
     );
-    // Asked without --no-wait, mig migrate says the move did not happen.
-    let out = vm.mig(&["migrate", "t40001", "--to", to]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("did not move"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = job.wait_with_output().expect("job");
-    assert!(out.status.success(), "the VP was not left to finish");
-    assert!(job_lines(&out).iter().any(|l| l == "stubborn done"));
+    let lines = job_succeeds(job, &logs());
+    assert!(lines.iter().any(|l| l == "stubborn done"), "{lines:?}");
 }
 
 #[test]

@@ -211,8 +211,9 @@ impl MoveTable {
     }
 
     /// Moves asked for more than `limit` ago whose VP has not begun to
-    /// write: called off. Their VPs.
-    pub fn call_off_overdue(&mut self, now: Instant, limit: Duration) -> Vec<Tid> {
+    /// write: called off. Their VPs, with where each was to go and how it
+    /// starts there (for a move from outside instead).
+    pub fn call_off_overdue(&mut self, now: Instant, limit: Duration) -> Vec<(Tid, Dest, StartVp)> {
         let late: Vec<Tid> = self
             .moves
             .iter()
@@ -221,11 +222,24 @@ impl MoveTable {
             })
             .map(|(&t, _)| t)
             .collect();
-        for t in &late {
-            self.moves.insert(*t, Move::CalledOff);
-            *self.missed.entry(*t).or_default() += 1;
+        let mut off = Vec::new();
+        for t in late {
+            if let Some(Move::Asked { dest, start, .. }) = self.moves.insert(t, Move::CalledOff) {
+                off.push((t, dest, start));
+            }
+            *self.missed.entry(t).or_default() += 1;
         }
-        late
+        off
+    }
+
+    /// `tid`, being saved from outside instead of at the safe point it
+    /// missed, was found writing its own image after all: its move waits
+    /// for that image again, from `now`.
+    pub fn back_to_safe_point(&mut self, tid: Tid, now: Instant) {
+        if let Some(Move::Asked { since, outside, .. }) = self.moves.get_mut(&tid) {
+            *since = now;
+            *outside = false;
+        }
     }
 
     /// How many tries to move `tid` missed their safe point.
@@ -532,9 +546,16 @@ mod tests {
         let limit = Duration::from_secs(1);
         assert!(t.call_off_overdue(now, limit).is_empty());
         assert_eq!(t.next_overdue(limit), Some(now + limit));
-        let mut late = t.call_off_overdue(now + Duration::from_secs(2), limit);
-        late.sort();
-        assert_eq!(late, vec![1, 2]);
+        let mut late: Vec<(Tid, Dest)> = t
+            .call_off_overdue(now + Duration::from_secs(2), limit)
+            .into_iter()
+            .map(|(tid, dest, start)| {
+                assert_eq!(start.tid, tid, "each with how it starts");
+                (tid, dest)
+            })
+            .collect();
+        late.sort_by_key(|(tid, _)| *tid);
+        assert_eq!(late, vec![(1, Dest::Host("h2".into())), (2, Dest::Disk)]);
         assert!(t.saving_outside(4) && t.let_run(4) && !t.saving_outside(1));
         assert_eq!(t.next_overdue(limit), None);
         assert!(matches!(t.get(1), Some(Move::CalledOff)));

@@ -348,6 +348,7 @@ impl Daemon {
                     .unwrap_or_default();
                 c.heard_from = ledger.spoke;
                 if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
+                    v.movable = ledger.movable;
                     v.ledger = ledger;
                 }
                 unread = s.unread;

@@ -11,7 +11,7 @@ use mio::Token;
 use nix::sys::signal::Signal;
 
 use super::Daemon;
-use crate::migrate::{map_image, Dest, Outbound, Outgoing, Recalled, Written};
+use crate::migrate::{map_image, Dest, Move, Outbound, Outgoing, Recalled, Written};
 use crate::{debug, host, log, warn};
 
 impl Daemon {
@@ -106,13 +106,33 @@ impl Daemon {
         }
     }
 
-    /// A VP asked to move that has not reached a safe point in time stays
-    /// where it is and runs on: it is told so, its messages flow again, and
-    /// the master hears why (`mig ps` shows it running here again). One
-    /// writing its image (sent on as it goes) is past its safe point.
+    /// A VP asked to move that has not reached a safe point in time is
+    /// saved from outside instead, as a program that does not move itself
+    /// is: the request is withdrawn inside it (`VpMsg::StayPut`, queued
+    /// behind the request, so both travel in its image and it reads them
+    /// together at its next safe point, wherever that is). Where it cannot
+    /// be saved from outside it stays where it is: it is told so, its
+    /// messages flow again, and the master hears why (`mig ps` shows it
+    /// here again). One writing its image (sent on as it goes) is past its
+    /// safe point.
     pub(super) fn call_off_slow_moves(&mut self) {
         let limit = self.safe_point_limit();
-        for tid in self.moves.call_off_overdue(Instant::now(), limit) {
+        for (tid, dest, start) in self.moves.call_off_overdue(Instant::now(), limit) {
+            if self.movable_from_outside(tid) {
+                if let Some(&t) = self.local.vp_conns.get(&tid) {
+                    self.send_vp(t, &VpMsg::StayPut);
+                }
+                log!(
+                    "VP t{tid:x}: no safe point within {} ms: it is saved from outside instead",
+                    limit.as_millis()
+                );
+                let to = match dest {
+                    Dest::Host(to) => to,
+                    Dest::Disk => self.facts.name.clone(),
+                };
+                self.move_from_outside(to, start);
+                continue;
+            }
             let reason = if self.owner.offered() {
                 format!(
                     "no safe point within {} ms: it stays on {} and runs on",
@@ -228,11 +248,14 @@ impl Daemon {
     /// A VP saved from outside does not end by itself: its processes are
     /// killed (its end, like a VP's that wrote its own image, is no exit).
     fn moved_out(&mut self, tid: Tid) {
+        let outside = matches!(self.moves.get(tid), Some(Move::Asked { outside: true, .. }));
         if let Some(since) = self.moves.left(tid) {
             self.metrics.moved_out(since.elapsed());
         }
         if let Some(v) = self.local.vps.by_tid.get(&tid) {
-            if !v.movable {
+            // One saved from outside (a program that moves itself too, when
+            // it missed its safe point) does not end by itself.
+            if !v.movable || outside {
                 v.kill();
             }
         }

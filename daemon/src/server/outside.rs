@@ -8,8 +8,9 @@
 //! without libmig, which never speaks to its daemon, or one that speaks
 //! without keeping its state through libmig (a PVM program on libpvm3, a
 //! libmig program that uses `Vm::init` only). An aware VP keeps its
-//! safe-point path (`move_out`). Its host says it can be moved 2 s after it
-//! starts (`announce_outside_vps`).
+//! safe-point path (`move_out`), and comes here only when it misses its
+//! safe point (`call_off_slow_moves`). Its host says it can be moved 2 s
+//! after it starts (`announce_outside_vps`).
 //!
 //! What keeps its messages whole. Outside its memory (restored exactly,
 //! libmig's buffers and per-pair sequence numbers with it), a VP's
@@ -70,7 +71,7 @@ use nix::sys::signal::Signal;
 
 use super::local::Local;
 use super::Daemon;
-use crate::migrate::Dest;
+use crate::migrate::{Dest, Move};
 use crate::transparent::{Done, Restored, Task};
 use crate::{debug, host, log, warn};
 
@@ -184,6 +185,9 @@ impl Daemon {
             return;
         }
         let socket = result.and_then(|()| self.conversation(tid));
+        if self.reached_its_safe_point(tid, pid) {
+            return;
+        }
         let task = self.local.dump_task(tid, self.state.move_image(tid), None);
         match (socket, task) {
             (Ok(socket), Some(mut task)) => {
@@ -208,6 +212,49 @@ impl Daemon {
         }
     }
 
+    /// VP `tid` (process `pid`), saved from outside instead of at the safe
+    /// point it missed, may have reached that safe point just before it
+    /// was stopped. Then its own image goes as it was asked to: it went
+    /// already (what it wrote was just read), or it has begun to write it
+    /// (its file is there) and the move waits for it again; either way it
+    /// runs on, to end or to finish the image. True if so.
+    fn reached_its_safe_point(&mut self, tid: Tid, pid: i32) -> bool {
+        if self.moves.missed(tid) == 0 {
+            return false;
+        }
+        let resume = |d: &Daemon| {
+            if let Some(v) = d.local.vps.by_tid.get(&tid) {
+                v.signal(Signal::SIGCONT);
+            }
+        };
+        match self.moves.get(tid) {
+            Some(Move::Left) => {
+                resume(self);
+                return true;
+            }
+            Some(Move::Asked { outside: true, .. }) => {}
+            // Called off meanwhile (it could not write its image): as any
+            // VP whose move was called off.
+            _ => {
+                self.run_if_it_may(tid);
+                return true;
+            }
+        }
+        let own = self.state.move_image(tid);
+        let begun = own.exists()
+            || u32::try_from(pid).is_ok_and(|p| libmig::checkpoint::temp_path(&own, p).exists());
+        if !begun {
+            return false;
+        }
+        log!("VP t{tid:x} reached its safe point as it was stopped: its own image goes");
+        self.moves.back_to_safe_point(tid, Instant::now());
+        if let Some(&t) = self.local.vp_conns.get(&tid) {
+            self.release_output(t);
+        }
+        resume(self);
+        true
+    }
+
     /// The conversation of stopped VP `tid` with its daemon, to carry in
     /// its image: first everything it wrote is read and handled (its
     /// messages go on from here, before it moves); then, unless something
@@ -216,7 +263,7 @@ impl Daemon {
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.drain_stopped(t);
         }
-        if let Some(why) = self.in_the_way(tid) {
+        if let Some(why) = self.in_the_way(tid, self.moves.missed(tid) > 0) {
             return Err(format!("it cannot be moved from outside now: {why}"));
         }
         self.socket_state(tid)
@@ -245,14 +292,15 @@ impl Daemon {
         let unread = c
             .unwritten()
             .map_err(|e| format!("{e} (a large message or a direct link on its way to it)"))?;
-        let mut ledger = self
+        let (mut ledger, movable) = self
             .local
             .vps
             .by_tid
             .get(&tid)
-            .map(|v| v.ledger.clone())
+            .map(|v| (v.ledger.clone(), v.movable))
             .unwrap_or_default();
         ledger.spoke = c.heard_from;
+        ledger.movable = movable;
         Ok(Some(SocketState {
             fd: host::VP_FD,
             unread,
@@ -265,13 +313,14 @@ impl Daemon {
     /// from outside would lose: an answer its daemon would give on this
     /// host (to a call to the master, or the confirmation of a receiver),
     /// or a direct link. A VP that said meanwhile it can be moved moves
-    /// itself, at its safe point.
-    fn in_the_way(&self, tid: Tid) -> Option<String> {
+    /// itself, at its safe point, unless it is moved from outside
+    /// `instead`, having missed one.
+    fn in_the_way(&self, tid: Tid, instead: bool) -> Option<String> {
         if let Some(why) = self.cannot_move_from_outside(tid) {
             return Some(why);
         }
         let v = self.local.vps.by_tid.get(&tid)?;
-        if v.movable {
+        if v.movable && !instead {
             return Some("it says it can be moved: it moves itself, at its safe point".into());
         }
         if let Some(id) = v.calls.first() {
@@ -613,7 +662,7 @@ impl Daemon {
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.drain_stopped(t);
         }
-        if let Some(why) = self.in_the_way(tid) {
+        if let Some(why) = self.in_the_way(tid, false) {
             return self.snap_failed(
                 tid,
                 id,
