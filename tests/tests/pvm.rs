@@ -1231,3 +1231,53 @@ fn debians_fortran_master_and_slaves_moved_mid_run_print_what_they_print_unmoved
     let unmoved = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("fmaster1"), &[]));
     assert_eq!(comparable_lines(&moved), comparable_lines(&unmoved));
 }
+
+/// Debian's Fortran fgexample: six members of a group, instance 0 waiting
+/// for the others to join (`pvmffreezegroup`, calls to the master) as it
+/// is moved, twice, and a member moved as it waits too; then a broadcast,
+/// two reductions and a barrier. The answers are PVM's, as unmoved.
+#[test]
+fn debians_fortran_group_example_moved_mid_run_gets_the_answers_unmoved() {
+    let ex = examples();
+    let lib = our_lib();
+    let vm = Vm::start(3);
+    let gates = tempfile::tempdir().expect("tempdir");
+    // Instance 0 spawns the others by name through PVM_EP: gates.
+    let gated = gates.path().join("fgexample");
+    std::fs::write(
+        &gated,
+        format!("#!/bin/sh\n{GATE} {}\n", ex.join("fgexample").display()),
+    )
+    .expect("fgexample");
+    std::fs::set_permissions(&gated, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let env = [("PVM_EP", gates.path()), ("GATES", gates.path())];
+    let job = start(&vm, lib.path(), 1, &ex.join("fgexample"), &[], &env);
+    all_movable(&vm, 6);
+    move_vp(&vm, 0);
+    for n in 1..=2 {
+        open_gate(&vm, gates.path(), n, "fgexample");
+    }
+    move_vp(&vm, 1);
+    move_vp(&vm, 0);
+    for n in 3..=5 {
+        std::fs::write(gates.path().join(format!("go.{n}")), "").expect("gate");
+    }
+    let moved = mig_tests::job_succeeds(job, &vm.all_logs());
+    let unmoved = ok_lines(&spawn(&vm, lib.path(), 1, &ex.join("fgexample"), &[]));
+    for lines in [&moved, &unmoved] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("The 1-Norm is         5050")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("The product of column 1 is   9.33262154439")),
+            "{lines:?}"
+        );
+    }
+    assert_eq!(comparable_lines(&moved), comparable_lines(&unmoved));
+}

@@ -227,7 +227,10 @@ impl Master {
                     (until - now).as_millis()
                 ))]
             }
-            None => self.host_gone(host, why),
+            None => {
+                let out = self.host_gone(host, why);
+                self.hold_answers(out)
+            }
         }
     }
 
@@ -282,7 +285,7 @@ impl Master {
         for h in silent {
             out.extend(self.host_gone(&h, "stopped answering heartbeats"));
         }
-        out
+        self.hold_answers(out)
     }
 
     /// A host is gone (connection lost or silent): its processors leave the

@@ -2594,3 +2594,121 @@ fn a_host_lost_during_a_whole_restart_of_an_independent_job_restores_each_vp_onc
         );
     }
 }
+
+/// The answers to `tid`'s calls in `out`: (host, call id).
+fn answers(out: &[Out], tid: Tid) -> Vec<(String, u64)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::ToHost(h, ToHost::VpReturn { tid: t, id, .. }) if *t == tid => {
+                Some((h.clone(), *id))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_answer_to_a_vp_moving_from_outside_waits_for_it_where_it_lands() {
+    // Two plain VPs join a group; one waits at its barrier (call 7) as it
+    // is moved from outside; the other's arrival releases the barrier.
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    let (src, a) = placed[0].clone();
+    let (b_host, b) = placed[1].clone();
+    for (h, t) in [(&src, a), (&b_host, b)] {
+        let join = VpCall::Join { group: "g".into() };
+        c.m.from_host(
+            h,
+            ToMaster::VpCall {
+                tid: t,
+                id: 1,
+                call: join,
+            },
+        );
+    }
+    let barrier = |n| VpCall::Barrier {
+        group: "g".into(),
+        count: n,
+    };
+    let out = c.m.from_host(
+        &src,
+        ToMaster::VpCall {
+            tid: a,
+            id: 7,
+            call: barrier(2),
+        },
+    );
+    assert!(answers(&out, a).is_empty(), "it waits for the other");
+    let to = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| *h != src && *h != b_host)
+        .unwrap_or(if src == "h1" { "h2" } else { "h1" })
+        .to_string();
+    migrate(&mut c, a, &to);
+    let out = c.m.from_host(
+        &b_host,
+        ToMaster::VpCall {
+            tid: b,
+            id: 3,
+            call: barrier(2),
+        },
+    );
+    assert_eq!(answers(&out, b), vec![(b_host.clone(), 3)]);
+    assert!(answers(&out, a).is_empty(), "kept while it moves: {out:?}");
+    // It lands: its answer goes there, once.
+    let out = c.m.from_host(&to, ToMaster::Started { tid: a, pid: 77 });
+    assert_eq!(answers(&out, a), vec![(to.clone(), 7)]);
+    let out = c.m.from_host(&to, ToMaster::Heartbeat);
+    assert!(answers(&out, a).is_empty());
+}
+
+#[test]
+fn an_answer_kept_for_a_move_that_fails_goes_where_the_vp_stays_and_one_that_ends_is_dropped() {
+    let mut c = Cluster::new(2);
+    let placed = c.running_job(2);
+    let (src, a) = placed[0].clone();
+    migrate(&mut c, a, &other(&src));
+    let out = c.m.from_host(
+        &src,
+        ToMaster::VpCall {
+            tid: a,
+            id: 5,
+            call: VpCall::Tasks,
+        },
+    );
+    assert!(answers(&out, a).is_empty(), "{out:?}");
+    let out = c.m.from_host(
+        &src,
+        ToMaster::MigrateFailed {
+            tid: a,
+            reason: "its target is gone".into(),
+        },
+    );
+    assert_eq!(answers(&out, a), vec![(src.clone(), 5)]);
+    // One whose VP ends before it lands goes nowhere.
+    migrate(&mut c, a, &other(&src));
+    c.m.from_host(
+        &src,
+        ToMaster::VpCall {
+            tid: a,
+            id: 6,
+            call: VpCall::Tasks,
+        },
+    );
+    let end = ExitInfo {
+        code: Some(0),
+        signal: None,
+        error: None,
+        cpu_ms: None,
+    };
+    c.m.from_host(
+        &src,
+        ToMaster::Exited {
+            tid: a,
+            status: end,
+        },
+    );
+    let out =
+        c.m.from_host(&other(&src), ToMaster::Started { tid: a, pid: 9 });
+    assert!(answers(&out, a).is_empty(), "{out:?}");
+}
