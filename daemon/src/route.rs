@@ -209,7 +209,7 @@ impl Router {
     pub fn host_of(&self, tid: Tid) -> Option<&str> {
         match self.dir.get(&tid) {
             Some(Loc::At(h)) => Some(h),
-            _ => None,
+            Some(Loc::Waiting | Loc::Gone) | None => None,
         }
     }
 

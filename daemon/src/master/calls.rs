@@ -125,7 +125,21 @@ impl Master {
                 let ret = match resp {
                     Response::Spawned { tids, .. } => VpRet::Tids(tids.clone()),
                     Response::Error { message } => VpRet::Error(message.clone()),
-                    _ => VpRet::Done,
+                    Response::Hosts(_)
+                    | Response::Ps(_)
+                    | Response::Stats(_)
+                    | Response::Owner(_)
+                    | Response::Map { .. }
+                    | Response::Output { .. }
+                    | Response::Skipped { .. }
+                    | Response::VpDone { .. }
+                    | Response::JobDone { .. }
+                    | Response::Ok { .. }
+                    | Response::Token { .. }
+                    | Response::Tokens(_)
+                    | Response::Jobs(_)
+                    | Response::Log { .. }
+                    | Response::Timeline { .. } => VpRet::Done,
                 };
                 *o = Out::ToHost(host.to_string(), ToHost::VpReturn { tid, id, ret });
             }

@@ -165,12 +165,14 @@ impl Policy {
                     self.take_back(now, why, &mut out);
                 }
             }
-            (_, Some(true)) => {
+            (OwnerState::Suspended | OwnerState::Reclaimed, Some(true)) => {
                 self.held = true;
                 self.decided_by = "mig owner reclaim".into();
             }
-            (state, Some(false)) => self.offer(state, now, "mig owner release".into(), &mut out),
-            (state, None) => {
+            (state @ (OwnerState::Suspended | OwnerState::Reclaimed), Some(false)) => {
+                self.offer(state, now, "mig owner release".into(), &mut out)
+            }
+            (state @ (OwnerState::Suspended | OwnerState::Reclaimed), None) => {
                 if state == OwnerState::Suspended
                     && now.duration_since(self.since) >= self.cfg.move_after
                 {

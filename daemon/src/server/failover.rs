@@ -753,7 +753,26 @@ impl Daemon {
             .iter()
             .filter_map(|m| match m {
                 ToMaster::Control { id, .. } => Some(*id),
-                _ => None,
+                // No user's `mig` waits on an answer to these.
+                ToMaster::Heartbeat
+                | ToMaster::LeaseAsk { .. }
+                | ToMaster::Started { .. }
+                | ToMaster::Exited { .. }
+                | ToMaster::Output { .. }
+                | ToMaster::VpCall { .. }
+                | ToMaster::Locate { .. }
+                | ToMaster::Owner(_)
+                | ToMaster::OwnerDone { .. }
+                | ToMaster::Slicing(_)
+                | ToMaster::Usage(_)
+                | ToMaster::Parked { .. }
+                | ToMaster::Movable { .. }
+                | ToMaster::MigrateFailed { .. }
+                | ToMaster::Missing { .. }
+                | ToMaster::Snap { .. }
+                | ToMaster::ImageKept { .. }
+                | ToMaster::ImageFailed { .. }
+                | ToMaster::ImageChecked { .. } => None,
             })
             .collect();
         for t in self.proxied.unanswered(&queued) {

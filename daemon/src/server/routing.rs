@@ -85,7 +85,7 @@ impl Daemon {
                     Err(_) => (Body::Bytes(b), false),
                 }
             }
-            other => (other, false),
+            body @ (Body::Bytes(_) | Body::Fd(..)) => (body, false),
         };
         self.credit(&env, &body);
         self.metrics.routed(local, body.len());
@@ -191,7 +191,8 @@ impl Daemon {
                     env.from
                 ),
             },
-            _ => {}
+            // Moving, unknown here, or gone: nobody to tell.
+            Way::Hold | Way::Locate | Way::Gone => {}
         }
     }
 

@@ -45,7 +45,9 @@ impl Daemon {
                             return self.undeliverable(env, &gone(env.to));
                         }
                         Way::Locate => self.router.wait_confirm(env.to, tid),
-                        _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
+                        Way::Local(_) | Way::Remote(_) | Way::Hold => {
+                            self.send_vp(t, &VpMsg::Confirmed { to: env.to })
+                        }
                     }
                 }
                 self.route(env, Body::Bytes(payload), Some(t));
@@ -79,7 +81,9 @@ impl Daemon {
                             return self.undeliverable(env, &gone(env.to));
                         }
                         Way::Locate => self.router.wait_confirm(env.to, tid),
-                        _ => self.send_vp(t, &VpMsg::Confirmed { to: env.to }),
+                        Way::Local(_) | Way::Remote(_) | Way::Hold => {
+                            self.send_vp(t, &VpMsg::Confirmed { to: env.to })
+                        }
                     }
                 }
                 self.route(env, Body::Fd(fd, len as usize), Some(t));
@@ -173,7 +177,21 @@ impl Daemon {
         let program = match call {
             VpCall::Spawn { program, .. } => program,
             VpCall::SpawnArch { program, arch, .. } if *arch == self.facts.arch => program,
-            _ => return None,
+            VpCall::SpawnArch { .. } | VpCall::SpawnOn { .. } => return None,
+            VpCall::Kill { .. }
+            | VpCall::Tasks
+            | VpCall::Notify { .. }
+            | VpCall::Join { .. }
+            | VpCall::Leave { .. }
+            | VpCall::Members { .. }
+            | VpCall::Barrier { .. }
+            | VpCall::Hosts
+            | VpCall::Ps
+            | VpCall::MboxPut { .. }
+            | VpCall::MboxGet { .. }
+            | VpCall::MboxDel { .. }
+            | VpCall::MboxList { .. }
+            | VpCall::Signal { .. } => return None,
         };
         let start = self.local.vps.by_tid.get(&tid)?.start.as_ref()?;
         let program = crate::master::program_for(program, &self.facts.arch)?;
@@ -222,7 +240,9 @@ impl Daemon {
                 }
             }
             Way::Local(_) => "a VP needs no link to itself".to_string(),
-            _ => format!("t{peer:x} is not on this host: messages go through the daemons"),
+            Way::Remote(_) | Way::Hold | Way::Locate | Way::Gone => {
+                format!("t{peer:x} is not on this host: messages go through the daemons")
+            }
         };
         self.send_vp(
             t,
