@@ -493,17 +493,20 @@ impl Source {
         if !hosts.iter().any(|h| h.master && h.facts.name == self.name) {
             return None;
         }
-        let vps = match ask(Request::Ps) {
-            Some(Response::Ps(v)) => v,
-            _ => Vec::new(),
+        let vps = if let Some(Response::Ps(v)) = ask(Request::Ps) {
+            v
+        } else {
+            Vec::new()
         };
-        let jobs = match ask(Request::Jobs) {
-            Some(Response::Jobs(j)) => j,
-            _ => Vec::new(),
+        let jobs = if let Some(Response::Jobs(j)) = ask(Request::Jobs) {
+            j
+        } else {
+            Vec::new()
         };
-        let stats = match ask(Request::Stats) {
-            Some(Response::Stats(s)) => Some(s),
-            _ => None,
+        let stats = if let Some(Response::Stats(s)) = ask(Request::Stats) {
+            Some(s)
+        } else {
+            None
         };
         Some(Cluster {
             hosts,

@@ -126,9 +126,12 @@ impl Client {
                 ) =>
             {
                 let _ = self.stream.set_read_timeout(Some(Duration::from_secs(1)));
-                match frame::read_frame::<Response, _>(&mut self.stream) {
-                    Ok(Some(Response::Error { message })) => Err(ControlError::Refused(message)),
-                    _ => Err(FrameError::Io(e).into()),
+                if let Ok(Some(Response::Error { message })) =
+                    frame::read_frame::<Response, _>(&mut self.stream)
+                {
+                    Err(ControlError::Refused(message))
+                } else {
+                    Err(FrameError::Io(e).into())
                 }
             }
             Err(e) => Err(e.into()),
