@@ -27,7 +27,7 @@ pub fn to_buffer(m: Message) -> Option<Buffer> {
     if m.from == SYSTEM {
         let who = match m.notice()? {
             Notice::VpExited { tid, .. } => state::to_c(tid),
-            _ => 0x40000,
+            Notice::HostLeft { .. } | Notice::HostJoined { .. } => 0x40000,
         };
         let mut b = Buffer::new(Encoding::Xdr);
         b.pack([who]);
