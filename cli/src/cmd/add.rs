@@ -213,7 +213,7 @@ fn vps_on(daemon: &Path, host: &str) -> Result<Vec<(Tid, String)>> {
 fn ps(daemon: &Path) -> Result<Vec<VpInfo>> {
     match super::call(daemon, &Request::Ps)? {
         Response::Ps(p) => Ok(p),
-        _ => bail!("unexpected reply"),
+        other => bail!("unexpected reply {}", other.name()),
     }
 }
 
@@ -281,7 +281,7 @@ fn drain(daemon: &Path, host: &str, timeout: Duration, quiet: bool) -> Result<()
 fn hosts(daemon: &Path) -> Result<Vec<HostInfo>> {
     match super::call(daemon, &Request::Hosts)? {
         Response::Hosts(h) => Ok(h),
-        _ => bail!("unexpected reply"),
+        other => bail!("unexpected reply {}", other.name()),
     }
 }
 

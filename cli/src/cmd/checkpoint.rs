@@ -33,7 +33,7 @@ pub fn checkpoint(daemon: &Path, a: Args) -> Result<()> {
                 super::done(&message, a.json);
                 return Ok(());
             }
-            Ok(_) => bail!("unexpected reply"),
+            Ok(other) => bail!("unexpected reply {}", other.name()),
             Err(e)
                 if e.to_string().contains("not all of its VPs are running")
                     && since.elapsed() < NOT_YET =>

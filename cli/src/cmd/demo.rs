@@ -327,7 +327,20 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk, r: &mut Rep
             Response::VpDone { host, .. } => *per_host.entry(host).or_default() += 1,
             Response::JobDone { status, .. } => break status,
             Response::Error { message } => bail!("{message}"),
-            _ => {}
+            Response::Output { .. } | Response::Skipped { .. } => {}
+            // Replies to other requests: none comes on a wait.
+            Response::Hosts(_)
+            | Response::Ps(_)
+            | Response::Stats(_)
+            | Response::Owner(_)
+            | Response::Map { .. }
+            | Response::Spawned { .. }
+            | Response::Ok { .. }
+            | Response::Token { .. }
+            | Response::Tokens(_)
+            | Response::Jobs(_)
+            | Response::Log { .. }
+            | Response::Timeline { .. } => {}
         }
     };
     let elapsed = t.elapsed();

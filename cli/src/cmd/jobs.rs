@@ -193,7 +193,7 @@ pub fn show(daemon: &Path, a: ShowArgs) -> Result<()> {
     let vps: Vec<VpInfo> = if j.ended_ms.is_none() {
         match super::call(daemon, &Request::Ps)? {
             Response::Ps(v) => v.into_iter().filter(|v| v.job == j.job).collect(),
-            _ => bail!("unexpected reply"),
+            other => bail!("unexpected reply {}", other.name()),
         }
     } else {
         Vec::new()

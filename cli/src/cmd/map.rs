@@ -32,9 +32,10 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
         );
         return Ok(());
     }
-    let hosts = match super::call(daemon, &Request::Hosts)? {
-        Response::Hosts(h) => h,
-        _ => Vec::new(),
+    let hosts = if let Response::Hosts(h) = super::call(daemon, &Request::Hosts)? {
+        h
+    } else {
+        Vec::new()
     };
     print!(
         "{}",

@@ -79,7 +79,7 @@ pub fn run(daemon: &Path, c: OwnerCmd) -> Result<()> {
                 print!("{}", describe(&h, &r));
             }
         }
-        _ => bail!("unexpected reply"),
+        other => bail!("unexpected reply {}", other.name()),
     }
     Ok(())
 }

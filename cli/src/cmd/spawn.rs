@@ -248,7 +248,19 @@ fn follow(c: &mut Client, a: &Args, job: &str, vps: usize, started: Instant) -> 
                 std::process::exit(status);
             }
             Response::Error { message } => bail!("{message}"),
-            _ => {}
+            // Replies to other requests: none comes on a wait.
+            Response::Hosts(_)
+            | Response::Ps(_)
+            | Response::Stats(_)
+            | Response::Owner(_)
+            | Response::Map { .. }
+            | Response::Spawned { .. }
+            | Response::Ok { .. }
+            | Response::Token { .. }
+            | Response::Tokens(_)
+            | Response::Jobs(_)
+            | Response::Log { .. }
+            | Response::Timeline { .. } => {}
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use libmig::msg::{Request, Response};
 
 /// Flags of `mig suspend` and `mig resume`.
@@ -40,7 +40,7 @@ fn ask(daemon: &Path, req: Request, json: bool) -> Result<()> {
                 super::done(&message, json);
                 return Ok(());
             }
-            Ok(_) => return Ok(()),
+            Ok(other) => bail!("unexpected reply {}", other.name()),
             Err(e) if busy(&e.to_string()) && since.elapsed() < BUSY => {
                 std::thread::sleep(Duration::from_millis(100));
             }

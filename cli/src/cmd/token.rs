@@ -121,7 +121,7 @@ pub fn run(daemon: &Path, c: TokenCmd) -> Result<()> {
                          migd --join {master} --token {token}"
                     );
                 }
-                _ => bail!("unexpected reply"),
+                other => bail!("unexpected reply {}", other.name()),
             }
         }
         TokenCmd::List(a) => match super::call(daemon, &Request::TokenList)? {
@@ -140,7 +140,7 @@ pub fn run(daemon: &Path, c: TokenCmd) -> Result<()> {
                     println!("{:<10} {:>10}  {}", t.id, left, t.state);
                 }
             }
-            _ => bail!("unexpected reply"),
+            other => bail!("unexpected reply {}", other.name()),
         },
         TokenCmd::Revoke(a) => {
             // The whole token given: its id.
@@ -150,7 +150,7 @@ pub fn run(daemon: &Path, c: TokenCmd) -> Result<()> {
                     println!("{}", serde_json::json!({ "message": message }))
                 }
                 Response::Ok { message } => println!("{message}"),
-                _ => bail!("unexpected reply"),
+                other => bail!("unexpected reply {}", other.name()),
             }
         }
     }

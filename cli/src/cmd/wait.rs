@@ -53,7 +53,20 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
             }
             Response::Error { message } => bail!("{message}"),
             // Its output and VP ends, as to `spawn --wait`: `mig logs` shows them.
-            _ => {}
+            Response::Output { .. } | Response::Skipped { .. } | Response::VpDone { .. } => {}
+            // Replies to other requests: none comes on a wait.
+            Response::Hosts(_)
+            | Response::Ps(_)
+            | Response::Stats(_)
+            | Response::Owner(_)
+            | Response::Map { .. }
+            | Response::Spawned { .. }
+            | Response::Ok { .. }
+            | Response::Token { .. }
+            | Response::Tokens(_)
+            | Response::Jobs(_)
+            | Response::Log { .. }
+            | Response::Timeline { .. } => {}
         }
     }
 }

@@ -547,3 +547,28 @@ pub enum Response {
         hosts: Vec<HostTimeline>,
     },
 }
+
+impl Response {
+    /// The reply's name, for errors and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Response::Hosts(_) => "Hosts",
+            Response::Ps(_) => "Ps",
+            Response::Stats(_) => "Stats",
+            Response::Owner(_) => "Owner",
+            Response::Map { .. } => "Map",
+            Response::Spawned { .. } => "Spawned",
+            Response::Output { .. } => "Output",
+            Response::Skipped { .. } => "Skipped",
+            Response::VpDone { .. } => "VpDone",
+            Response::JobDone { .. } => "JobDone",
+            Response::Ok { .. } => "Ok",
+            Response::Error { .. } => "Error",
+            Response::Token { .. } => "Token",
+            Response::Tokens(_) => "Tokens",
+            Response::Jobs(_) => "Jobs",
+            Response::Log { .. } => "Log",
+            Response::Timeline { .. } => "Timeline",
+        }
+    }
+}
