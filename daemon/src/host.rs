@@ -137,6 +137,16 @@ impl LocalVp {
         }
     }
 
+    /// Tell its program to look at its socket at its next safe point
+    /// (SIGUSR2, which libmig catches): to its program itself, which a VP
+    /// rebuilt from outside runs under an init that would drop it.
+    pub fn nudge(&self) {
+        match &self.restored {
+            Some(r) => signal_one(r.program(), Signal::SIGUSR2),
+            None => signal_one(self.pid, Signal::SIGUSR2),
+        }
+    }
+
     /// CPU time (ms) its whole process tree has used: its cell's, else
     /// its own process's (and the children it waited for).
     pub fn cpu_ms(&self) -> Option<u64> {

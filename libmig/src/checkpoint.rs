@@ -606,7 +606,7 @@ pub fn write_bytes(path: &Path, bytes: &[u8], durable: bool) -> Result<(), Check
 }
 
 /// Create (or truncate) `path` readable and writable by its owner only.
-fn private_file(path: &Path) -> std::io::Result<File> {
+pub(crate) fn private_file(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)

@@ -201,7 +201,75 @@ fn a_vp_that_reaches_no_safe_point_is_saved_from_outside_instead_and_finishes_th
         logs()
     );
     let lines = job_succeeds(job, &logs());
-    assert!(lines.iter().any(|l| l == "stubborn done"), "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|l| *l == "stubborn done").count(),
+        1,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_vp_saved_from_outside_instead_moves_itself_again_where_it_lands() {
+    // It sleeps 3 s without a safe point, and is moved meanwhile: saved
+    // from outside instead (the request withdrawn inside it). Awake, with
+    // a safe point every 5 ms, it moves itself the next time, and a job
+    // checkpoint finds it at its safe point too, on the host it landed on.
+    let vm = Vm::start_config(3, "[daemon]\nmove_timeout_ms = 1000\n");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let job = vm.start_job(
+        1,
+        &bin("testvp"),
+        &[OsStr::new("late"), OsStr::new("3000"), stop.as_os_str()],
+    );
+    let logs = || (0..3).map(|i| vm.log(i)).collect::<Vec<_>>().join("\n");
+    let running = |vm: &Vm| {
+        wait_until(Duration::from_secs(30), || {
+            vm.where_is("t40001").is_some_and(|(_, s)| s == "running")
+        })
+    };
+    assert!(running(&vm), "{}", logs());
+    let move_on = |vm: &Vm| {
+        let (at, _) = vm.where_is("t40001").expect("placed");
+        let to = ["h0", "h1", "h2"]
+            .into_iter()
+            .find(|h| *h != at)
+            .expect("another host");
+        let out = vm.mig(&["migrate", "t40001", "--to", to]);
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            logs()
+        );
+        assert!(running(vm), "{}", logs());
+        assert_eq!(vm.where_is("t40001").map(|(h, _)| h), Some(to.to_string()));
+    };
+    move_on(&vm);
+    assert!(
+        wait_until(Duration::from_secs(30), || vm
+            .output("j1")
+            .contains("awake")),
+        "{}",
+        logs()
+    );
+    move_on(&vm);
+    let saved = logs()
+        .matches("no safe point within 1000 ms: it is saved from outside instead")
+        .count();
+    assert_eq!(saved, 1, "{}", logs());
+    vm.mig_ok(&["checkpoint", "j1"]);
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(job, &logs());
+    // Started, and restored once from its own image.
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| *l == "late done: started 2 times")
+            .count(),
+        1,
+        "{lines:?}"
+    );
 }
 
 #[test]

@@ -102,7 +102,7 @@ impl Daemon {
                 }
             }
             v.signal(Signal::SIGCONT);
-            host::signal_one(v.pid, Signal::SIGUSR2);
+            v.nudge();
         }
     }
 

@@ -68,7 +68,7 @@
 
 use std::time::{Duration, Instant};
 
-use libmig::msg::{SnapOrder, SnapReport, StartVp, Tid, ToMaster};
+use libmig::msg::{SnapOrder, SnapReport, StartVp, Tid, ToMaster, VpMsg};
 use mig_ckpt::SocketState;
 use nix::sys::signal::Signal;
 
@@ -193,11 +193,14 @@ impl Daemon {
             .is_some_and(|v| v.pid == pid && v.exit.is_none());
         if !still || !self.moves.saving_outside(tid) {
             // Ended, or its move was called off meanwhile (which let its
-            // output go again).
+            // output go again): stopped for nothing, it runs on if it may.
+            if still && !matches!(self.moves.get(tid), Some(Move::Left)) {
+                self.run_if_it_may(tid);
+            }
             return;
         }
         let socket = result.and_then(|()| self.conversation(tid));
-        if self.reached_its_safe_point(tid, pid) {
+        if self.reached_its_safe_point(tid) {
             return;
         }
         let task = self.local.dump_task(tid, self.state.move_image(tid), None);
@@ -224,13 +227,13 @@ impl Daemon {
         }
     }
 
-    /// VP `tid` (process `pid`), saved from outside instead of at the safe
+    /// VP `tid`, saved from outside instead of at the safe
     /// point it missed, may have reached that safe point just before it
     /// was stopped. Then its own image goes as it was asked to: it went
     /// already (what it wrote was just read), or it has begun to write it
     /// (its file is there) and the move waits for it again; either way it
     /// runs on, to end or to finish the image. True if so.
-    fn reached_its_safe_point(&mut self, tid: Tid, pid: i32) -> bool {
+    fn reached_its_safe_point(&mut self, tid: Tid) -> bool {
         if self.moves.missed(tid) == 0 {
             return false;
         }
@@ -253,8 +256,14 @@ impl Daemon {
             }
         }
         let own = self.state.move_image(tid);
+        // (Its file is named by its pid as it sees it, which in a pid
+        // namespace is not `pid`.)
         let begun = own.exists()
-            || u32::try_from(pid).is_ok_and(|p| libmig::checkpoint::temp_path(&own, p).exists());
+            || std::fs::read_dir(self.state.root())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| libmig::checkpoint::is_temp_of(&e.path(), &own));
         if !begun {
             return false;
         }
@@ -262,6 +271,13 @@ impl Daemon {
         self.moves.back_to_safe_point(tid, Instant::now());
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.release_output(t);
+            // Asked again, behind the withdrawal it may not have read yet.
+            self.send_vp(
+                t,
+                &VpMsg::WriteImage {
+                    path: own.display().to_string(),
+                },
+            );
         }
         resume(self);
         true

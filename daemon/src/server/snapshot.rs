@@ -5,10 +5,9 @@
 use std::time::Instant;
 
 use libmig::msg::{SnapOrder, SnapReport, Tid, ToMaster, VpMsg};
-use nix::sys::signal::Signal;
 
 use super::Daemon;
-use crate::{host, warn};
+use crate::warn;
 
 impl Daemon {
     /// A job checkpoint's step from the master for local VP `tid`.
@@ -35,7 +34,7 @@ impl Daemon {
             // its socket would never look again.
             if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                 v.snapping_since = Some(Instant::now());
-                host::signal(v.pid, Signal::SIGUSR2);
+                v.nudge();
             }
         }
     }

@@ -107,7 +107,9 @@ impl Vm {
     /// which case it writes `state` and its unread messages to its image
     /// and ends; the VP goes on elsewhere from `init_or_restore`.
     pub fn safe_point<S: Serialize>(&mut self, state: &S) -> Result<(), MigError> {
-        if ASKED.swap(false, Ordering::Relaxed) {
+        // (Asked to move: its daemon may have withdrawn the request since,
+        // and a VP moved from outside meanwhile is nudged by no one.)
+        if ASKED.swap(false, Ordering::Relaxed) || self.move_image_to.is_some() {
             self.pump(LinkId::Daemon, false)?;
         }
         while self.snap.as_ref().is_some_and(|s| !s.paused) {
@@ -274,6 +276,21 @@ impl Vm {
         let Some(path) = self.move_image_to.clone() else {
             return Ok(());
         };
+        // Its file first, then a last look at what its daemon said: one
+        // that missed this safe point's deadline withdrew the request
+        // (`StayPut`) as it saved this VP from outside, and it looks for
+        // this file, once the VP is stopped, to know whether the VP had
+        // begun its own image (then it asks again, and the image goes).
+        let tmp = crate::checkpoint::temp_path(std::path::Path::new(&path), std::process::id());
+        let begun = crate::checkpoint::private_file(&tmp).is_ok();
+        self.pump(LinkId::Daemon, false)?;
+        if self.move_image_to.is_none() {
+            if begun {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            return Ok(());
+        }
+        let path = self.move_image_to.clone().unwrap_or(path);
         // Direct links: stop peers writing (they fall back to the daemons,
         // which hold messages for a moving VP), then take in what is queued.
         let peers = self.peers.linked().to_vec();

@@ -48,6 +48,9 @@
 //!   socket and its daemon's queue (flow control holds VP 1 back). Each
 //!   checks that every number comes once, in order, with its bytes, and VP
 //!   0 says how many went.
+//! * `late MS FILE` — sleeps MS ms without a safe point, says `awake`,
+//!   then spins with a safe point every 5 ms until FILE exists, and says
+//!   how many times it started (from its own image).
 //! * `barrier FILE` — both VPs join a group; VP 0 goes into its barrier
 //!   at once (a call the master answers once VP 1 is there too), VP 1 once
 //!   FILE exists; each then says so and waits for FILE.end.
@@ -423,6 +426,35 @@ fn spin(stop: &str) {
     println!("spin done: {} rounds on {} hosts", w.rounds, w.hosts);
 }
 
+/// Sleep MS ms first, reaching no safe point (once: not again when it is
+/// restored from its own image), say `awake`, then spin as `spin` does,
+/// with a safe point every 5 ms, until FILE exists.
+fn late(ms: u64, stop: &str) {
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct Work {
+        rounds: u64,
+        starts: u32,
+        awake: bool,
+    }
+    let (mut vm, mut w) = ok(Vm::init_or_restore(Work::default));
+    w.starts += 1;
+    if !w.awake {
+        std::thread::sleep(Duration::from_millis(ms));
+        w.awake = true;
+        println!("awake");
+    }
+    while !std::path::Path::new(stop).exists() {
+        let t = std::time::Instant::now();
+        let mut x = w.rounds;
+        while t.elapsed() < Duration::from_millis(5) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        w.rounds += 1;
+        ok(vm.safe_point(&w));
+    }
+    println!("late done: started {} times", w.starts);
+}
+
 /// Once `FILE.spawn` exists, spawn one `spin FILE` child (remembered in
 /// the state, so a VP rolled back to before it spawns it again); end once
 /// FILE exists.
@@ -722,6 +754,9 @@ fn main() {
     }
     if mode == "spin" {
         return spin(args.get(2).map_or("", String::as_str));
+    }
+    if mode == "late" {
+        return late(u64::from(num(3000)), args.get(3).map_or("", String::as_str));
     }
     if mode == "ballast" {
         return ballast(num(1) as usize, args.get(3).map_or("", String::as_str));
