@@ -608,6 +608,22 @@ extern "C" fn vp_child(arg: *mut libc::c_void) -> libc::c_int {
         } else {
             libc::dup2(a.vp_sock, VP_FD);
         }
+        // Nothing else of the daemon's goes with it: descriptors it was
+        // started with open and without close-on-exec (a shell's, a
+        // service manager's) would leak to the VP, and a move from outside
+        // would have to refuse them.
+        let first = (VP_FD + 1) as libc::c_uint;
+        if libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) != 0
+        {
+            for fd in VP_FD + 1..4096 {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
         let (what, path) = if libc::chdir(a.cwd) == 0 {
             libc::execve(a.prog, a.argv, a.envp);
             (&b"mig: cannot run "[..], a.prog)

@@ -68,6 +68,29 @@ fn a_job_of_8_vps_runs_to_completion_with_every_status_and_its_output() {
 }
 
 #[test]
+fn a_vp_gets_its_stdio_and_its_socket_and_none_of_the_daemons_descriptors() {
+    // A descriptor the daemon was started with, open across exec (as a
+    // shell or a service manager may leave one), at a number of its own.
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes the two descriptors it makes into `fds`.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: dup2 onto a number this test owns; the originals are closed.
+    unsafe {
+        assert_eq!(libc::dup2(fds[0], 213), 213);
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    let vm = Vm::start(1);
+    // SAFETY: the test's own descriptor, the daemon has its copy.
+    unsafe { libc::close(213) };
+    assert!(alive(vm.daemons[0].as_ref().expect("h0").id()));
+    let out = vm.mig_ok(&["spawn", "--wait", "--", "/bin/sh", "-c", "ls /proc/$$/fd"]);
+    let mut lines = job_lines(&out);
+    lines.sort();
+    assert_eq!(lines, ["0", "1", "2", "3"], "{}", vm.log(0));
+}
+
+#[test]
 fn spawning_a_missing_program_is_one_clear_sentence() {
     let vm = Vm::start(2);
     // Looked for where it is asked for: on the master's host, or a
