@@ -158,7 +158,9 @@ mod tests {
     #[test]
     fn a_child_is_born_in_its_cell_or_nothing_starts() {
         let mut c = Containment::open("clone", std::process::id()).expect("no cgroup here");
-        let cell = c.cell("t1").expect("cell");
+        let cell = c
+            .cell("t1", crate::contain::Limits::default())
+            .expect("cell");
         let mut stack = vec![0u8; 64 * 1024];
         // A descriptor that is no cgroup: refused, nothing started.
         // SAFETY: `sleeper` only execs.
@@ -191,7 +193,9 @@ mod tests {
             // (v1's freezer lets no kill through until it thaws.)
             return c.close();
         }
-        let cell = c.cell("t1").expect("cell");
+        let cell = c
+            .cell("t1", crate::contain::Limits::default())
+            .expect("cell");
         let dir = cell.into_fd().expect("a v2 cell's directory");
         crate::contain::freeze_tree(Flavour::V2, c.base(), true).expect("freeze");
         // The clone returns only once its child has exec'd or ended: a

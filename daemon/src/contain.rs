@@ -7,8 +7,11 @@
 //! with the v1 cpuacct beside it), one directory per daemon under the
 //! daemon's own cgroup and one per VP process under it, signalling every
 //! process of a cell, killing a cell at once (v2 `cgroup.kill`; v1: frozen,
-//! killed, thawed), CPU counters, and clearing what a daemon that died left
-//! behind. What does not: which VPs to stop or kill (the server), starting
+//! killed, thawed), CPU counters, a cell's limits (`Limits`: its memory
+//! and its I/O weight, through v2's controllers where the daemon's
+//! directory has them, else v1's `memory` and `blkio` hierarchies beside
+//! it, where mounted; without either a limit is not enforced and the log
+//! says so once), and clearing what a daemon that died left behind. What does not: which VPs to stop or kill (the server), starting
 //! processes (`host`, whose child joins its cell through the descriptors
 //! opened here). Without cgroups (no permission, none mounted) the daemon
 //! falls back to process groups, and says so in its log.
@@ -31,6 +34,43 @@ pub enum Flavour {
     V1,
 }
 
+/// What a cell holds its VP to (from `StartVp`'s `memory_mb` and `io`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// The most memory its processes may use together, in MB (swap
+    /// included where the kernel counts it).
+    pub memory_mb: Option<u64>,
+    /// Its share of the host's disks, as a weight from 1 to 1000 (100 is
+    /// the kernel's default for every cgroup).
+    pub io_weight: Option<u16>,
+}
+
+impl Limits {
+    /// A VP's, as it was started (`mig spawn --mem`, `--io`): its I/O
+    /// class's share of the host's disks as a weight, below the 100 the
+    /// owner's own processes have.
+    pub fn of(start: &libmig::msg::StartVp) -> Limits {
+        use libmig::msg::IoClass;
+        Limits {
+            memory_mb: start.memory_mb,
+            io_weight: start.io.map(|c| match c {
+                IoClass::Light => 25,
+                IoClass::Heavy => 75,
+            }),
+        }
+    }
+}
+
+/// Where a controller's files for the cells are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Knob {
+    /// In each cell's own (v2) directory.
+    V2,
+    /// In a twin of each cell under the daemon's directory of a v1
+    /// hierarchy.
+    V1(PathBuf),
+}
+
 /// The cgroups this daemon keeps its VPs in.
 #[derive(Debug)]
 pub struct Containment {
@@ -39,6 +79,10 @@ pub struct Containment {
     base: PathBuf,
     /// The daemon's directory in the v1 cpuacct hierarchy.
     acct: Option<PathBuf>,
+    /// The memory controller, if the host gives one.
+    memory: Option<Knob>,
+    /// The I/O controller, if the host gives one.
+    io: Option<Knob>,
     /// Cells whose processes have not all gone yet, removed when they have.
     retired: Vec<Cell>,
     /// Cells made so far (each cell's name ends with its number).
@@ -53,7 +97,13 @@ pub struct Cell {
     flavour: Flavour,
     dir: PathBuf,
     acct: Option<PathBuf>,
-    /// `cgroup.procs` of each, open for the child to write itself into.
+    /// Its twins in v1's memory and blkio hierarchies, when it has limits
+    /// there.
+    twins: Vec<PathBuf>,
+    /// Where its memory counters are, if it has a memory limit.
+    memory: Option<PathBuf>,
+    /// `cgroup.procs` of each, open for the child to write itself into
+    /// (the cell's, its cpuacct twin's, then its limits' twins').
     join: Vec<OwnedFd>,
     /// The (v2) directory, open for a child to be started in it.
     into: Option<OwnedFd>,
@@ -295,9 +345,34 @@ impl Containment {
             Some(mount.join(path.trim_start_matches('/')))
         };
         let mut why = Vec::new();
+        // A controller in the daemon's v2 directory, given to the cells;
+        // else the daemon's directory in the v1 hierarchy of `v1`.
+        let knob = |base: Option<&Path>, v2: &str, v1: &str, file: &str| -> Option<Knob> {
+            if let Some(b) = base {
+                let offered = fs::read_to_string(b.join("cgroup.controllers"))
+                    .is_ok_and(|c| c.split_whitespace().any(|x| x == v2));
+                if offered
+                    && write_file(&b.join("cgroup.subtree_control"), &format!("+{v2}")).is_ok()
+                {
+                    return Some(Knob::V2);
+                }
+            }
+            let dir = place(Some(v1)).and_then(|p| Self::make(Flavour::V1, &p, &leaf).ok())?;
+            if dir.join(file).exists() {
+                Some(Knob::V1(dir))
+            } else {
+                let _ = fs::remove_dir(&dir);
+                None
+            }
+        };
         if let Some(parent) = place(None) {
             match Self::make(Flavour::V2, &parent, &leaf) {
-                Ok(base) => return Ok(Containment::new(Flavour::V2, base, None)),
+                Ok(base) => {
+                    let mut c = Containment::new(Flavour::V2, base, None);
+                    c.memory = knob(Some(&c.base), "memory", "memory", "memory.limit_in_bytes");
+                    c.io = knob(Some(&c.base), "io", "blkio", "blkio.weight");
+                    return Ok(c);
+                }
                 Err(e) => why.push(format!("cgroup v2 at {}: {e}", parent.display())),
             }
         } else {
@@ -308,7 +383,10 @@ impl Containment {
                 Ok(base) => {
                     let acct = place(Some("cpuacct"))
                         .and_then(|p| Self::make(Flavour::V1, &p, &leaf).ok());
-                    return Ok(Containment::new(Flavour::V1, base, acct));
+                    let mut c = Containment::new(Flavour::V1, base, acct);
+                    c.memory = knob(None, "memory", "memory", "memory.limit_in_bytes");
+                    c.io = knob(None, "io", "blkio", "blkio.weight");
+                    return Ok(c);
                 }
                 Err(e) => why.push(format!("cgroup v1 freezer at {}: {e}", parent.display())),
             }
@@ -323,6 +401,8 @@ impl Containment {
             flavour,
             base,
             acct,
+            memory: None,
+            io: None,
             retired: Vec::new(),
             made: 0,
             mark: None,
@@ -378,7 +458,7 @@ impl Containment {
 
     /// What holds the VPs, for the log.
     pub fn describe(&self) -> String {
-        match self.flavour {
+        let held = match self.flavour {
             Flavour::V2 => format!("cgroup v2 {}", self.base.display()),
             Flavour::V1 => format!(
                 "cgroup v1 freezer {}{}",
@@ -387,7 +467,17 @@ impl Containment {
                     .as_ref()
                     .map_or(String::new(), |a| format!(", cpuacct {}", a.display()))
             ),
-        }
+        };
+        let knob = |k: &Option<Knob>, what: &str| match k {
+            Some(Knob::V2) => format!("{what} limits in v2"),
+            Some(Knob::V1(d)) => format!("{what} limits in {}", d.display()),
+            None => format!("no {what} controller: `mig spawn --{what}` is not enforced here"),
+        };
+        format!(
+            "{held}; {}; {}",
+            knob(&self.memory, "mem"),
+            knob(&self.io, "io")
+        )
     }
 
     /// The interface in use.
@@ -400,8 +490,9 @@ impl Containment {
         &self.base
     }
 
-    /// A new cell for a process of VP `label` (e.g. `t40001`).
-    pub fn cell(&mut self, label: &str) -> io::Result<Cell> {
+    /// A new cell for a process of VP `label` (e.g. `t40001`), held to
+    /// `limits` where this host has the controllers.
+    pub fn cell(&mut self, label: &str, limits: Limits) -> io::Result<Cell> {
         self.made += 1;
         let name = format!("{}-{}", safe(label), self.made);
         let dir = self.base.join(&name);
@@ -414,8 +505,48 @@ impl Containment {
             }
             None => None,
         };
+        // The limits' files: in the cell, or in a twin of it.
+        let mut twins = Vec::new();
+        let mut at = |knob: &Option<Knob>| -> io::Result<Option<PathBuf>> {
+            match knob {
+                None => Ok(None),
+                Some(Knob::V2) => Ok(Some(dir.clone())),
+                Some(Knob::V1(base)) => {
+                    let d = base.join(&name);
+                    fs::create_dir_all(&d)?;
+                    twins.push(d.clone());
+                    Ok(Some(d))
+                }
+            }
+        };
+        let mut memory = None;
+        if let Some(mb) = limits.memory_mb {
+            if let Some(d) = at(&self.memory)? {
+                let bytes = (mb << 20).to_string();
+                match self.memory {
+                    Some(Knob::V2) => {
+                        write_file(&d.join("memory.max"), &bytes)?;
+                        // Swapped out, it would hold no less of the host.
+                        let _ = write_file(&d.join("memory.swap.max"), "0");
+                    }
+                    _ => {
+                        write_file(&d.join("memory.limit_in_bytes"), &bytes)?;
+                        let _ = write_file(&d.join("memory.memsw.limit_in_bytes"), &bytes);
+                    }
+                }
+                memory = Some(d);
+            }
+        }
+        if let Some(w) = limits.io_weight {
+            if let Some(d) = at(&self.io)? {
+                match self.io {
+                    Some(Knob::V2) => write_file(&d.join("io.weight"), &format!("default {w}"))?,
+                    _ => write_file(&d.join("blkio.weight"), &w.clamp(10, 1000).to_string())?,
+                }
+            }
+        }
         let mut join = Vec::new();
-        for d in std::iter::once(&dir).chain(acct.iter()) {
+        for d in std::iter::once(&dir).chain(acct.iter()).chain(twins.iter()) {
             let f = fs::OpenOptions::new()
                 .write(true)
                 .open(d.join("cgroup.procs"))?;
@@ -429,6 +560,8 @@ impl Containment {
             flavour: self.flavour,
             dir,
             acct,
+            twins,
+            memory,
             join,
             into,
         })
@@ -469,6 +602,11 @@ impl Containment {
         if let Some(a) = &self.acct {
             Self::clear(Flavour::V1, a);
         }
+        for k in [&self.memory, &self.io] {
+            if let Some(Knob::V1(d)) = k {
+                Self::clear(Flavour::V1, d);
+            }
+        }
         self.retired.clear();
     }
 }
@@ -477,6 +615,16 @@ impl Cell {
     /// Descriptors the child writes "0" into to join the cell (close-on-exec).
     pub fn join_fds(&self) -> Vec<RawFd> {
         self.join.iter().map(|f| f.as_raw_fd()).collect()
+    }
+
+    /// Of those, its limits' twins' (written even by a child born in the
+    /// cell, which the twins' hierarchies know nothing of).
+    pub fn twin_fds(&self) -> Vec<RawFd> {
+        let n = self.twins.len().min(self.join.len());
+        self.join[self.join.len() - n..]
+            .iter()
+            .map(|f| f.as_raw_fd())
+            .collect()
     }
 
     /// Its directory, open for a child to be started in it
@@ -511,11 +659,31 @@ impl Cell {
         cpu_us(self.flavour, &self.dir, self.acct.as_deref()).map(Duration::from_micros)
     }
 
+    /// Did the kernel end a process of it for taking more memory than its
+    /// limit?
+    pub fn out_of_memory(&self) -> bool {
+        let Some(d) = &self.memory else {
+            return false;
+        };
+        let count = |file: &str| {
+            fs::read_to_string(d.join(file)).ok().and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("oom_kill ")
+                        .and_then(|n| n.trim().parse::<u64>().ok())
+                })
+            })
+        };
+        count("memory.events")
+            .or_else(|| count("memory.oom_control"))
+            .is_some_and(|n| n > 0)
+    }
+
     /// Remove its directories; false while a process is still in it.
     fn remove(&self) -> bool {
         let main = remove_tree(&self.dir);
         let acct = self.acct.as_deref().is_none_or(remove_tree);
-        main && acct
+        let twins = self.twins.iter().all(|t| remove_tree(t));
+        main && acct && twins
     }
 }
 
@@ -630,7 +798,7 @@ mod tests {
             }
         }
         for mut c in tried {
-            let mut cell = c.cell("t1").expect("cell");
+            let mut cell = c.cell("t1", Limits::default()).expect("cell");
             let (mut sh, kid) = tree_in(&mut cell);
             assert!(wait_for(|| state(kid) == 'R'), "{}", c.describe());
             assert_eq!(cell.signal(Signal::SIGSTOP), 2, "{}", c.describe());

@@ -377,6 +377,9 @@ pub struct Join<'a> {
     /// Else (or where it cannot) `cgroup.procs` files the child writes
     /// itself into first.
     pub fds: &'a [std::os::fd::RawFd],
+    /// Of those, the ones it writes itself into even when born in its
+    /// cell: its twins in v1 hierarchies (its limits').
+    pub twins: &'a [std::os::fd::RawFd],
 }
 
 /// Everything a VP's `execve` needs, made before `fork` (the child may not
@@ -487,7 +490,7 @@ fn fork_exec(exec: &Exec, how: &Treatment, join: Join, piped_stdin: bool) -> io:
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
         cwd: cwd.as_ptr(),
-        join: &[],
+        join: join.twins,
         stdin: stdin_r.as_raw_fd(),
         stdout: out_w.as_raw_fd(),
         stderr: err_w.as_raw_fd(),

@@ -75,6 +75,8 @@ fn peer_msgs() -> Vec<PeerMsg> {
             parent: Some(0x40001),
             incarnation: 0,
             stdin: true,
+            memory_mb: Some(512),
+            io: Some(IoClass::Heavy),
         }),
         ToHost::Snap {
             tid: 0x40001,

@@ -551,6 +551,45 @@ fn mig_top_draws_hosts_map_jobs_and_events_live_in_a_plain_terminal_and_quits_on
 }
 
 #[test]
+fn a_vp_that_takes_more_memory_than_its_job_asked_for_is_ended_saying_so() {
+    let vm = Vm::start(1);
+    let testvp = mig_tests::bin("testvp").display().to_string();
+    // Within what it asked for, it runs to its end.
+    let out = vm.mig(&[
+        "spawn",
+        "--mem",
+        "64",
+        "--wait",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo fine",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("fine"));
+    if vm.log(0).contains("no mem controller") {
+        // A host without the memory controller says it does not hold VPs
+        // to what they asked for (and runs them all the same, above).
+        assert!(vm.log(0).contains("`mig spawn --mem` is not enforced here"));
+        return;
+    }
+    // 200 MiB in a VP whose job asked for 64 MB.
+    let out = vm.mig(&[
+        "spawn", "--mem", "64", "--wait", "--", &testvp, "hold", "200",
+    ]);
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "killed by signal 9: it used more than the 64 MB of memory its job asked for \
+             (mig spawn --mem)"
+        ),
+        "{}\n{}",
+        stderr(&out),
+        vm.log(0)
+    );
+}
+
+#[test]
 fn a_job_that_asks_for_memory_runs_only_where_a_host_offers_it() {
     let mut vm = Vm::start_with(1, &["--memory-mb", "1000"]);
     let addr = vm.addr.clone();

@@ -46,7 +46,9 @@ pub struct Args {
     /// host whose memory holds it beside what the VPs already placed there
     /// need, in every time slot (a stopped VP keeps its memory), else it
     /// waits (`mig hosts` shows what each offers; `migd --memory-mb` sets
-    /// it); a job no host can hold is refused.
+    /// it); a job no host can hold is refused. Where the host has a memory
+    /// controller (cgroup v2's, or v1's), its processes are held to it
+    /// together, and a VP that takes more is ended, saying so.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     mem: Option<u64>,
     /// How the VPs gain from where they run, for a virtual machine whose
@@ -60,7 +62,9 @@ pub struct Args {
     /// How much I/O each VP does, for `migd --placement nres`: none (too
     /// little to count), light (a quarter of a host's disk time) or heavy
     /// (three quarters: two never share a host while hosts with room
-    /// remain). Other placements ignore it.
+    /// remain). Other placements ignore it. Where the host has an I/O
+    /// controller, light and heavy VPs get a quarter and three quarters of
+    /// the disk weight the owner's own processes have.
     #[arg(long, value_enum, value_name = "CLASS", default_value = "none")]
     io: Io,
     /// Before a long pause (the owner of a VP's host comes back), send each

@@ -84,6 +84,8 @@ mod tests {
                 parent: None,
                 incarnation: 0,
                 stdin: false,
+                memory_mb: None,
+                io: None,
             }),
         )
     }

@@ -471,6 +471,8 @@ impl Master {
             parent: v.parent,
             incarnation: j.incarnation,
             stdin: vp == 0 && j.spec.wait && j.spec.parent.is_none(),
+            memory_mb: j.spec.memory_mb,
+            io: j.spec.io,
         })
     }
 

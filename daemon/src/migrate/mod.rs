@@ -515,6 +515,8 @@ mod tests {
             parent: None,
             incarnation: 0,
             stdin: false,
+            memory_mb: None,
+            io: None,
         }
     }
 

@@ -230,6 +230,8 @@ mod tests {
             parent: None,
             incarnation: 0,
             stdin: false,
+            memory_mb: None,
+            io: None,
         }
     }
 

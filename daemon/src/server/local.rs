@@ -232,15 +232,18 @@ impl Daemon {
             log!("VP t{tid:x} starts once this host's lease runs again");
             return self.local.lease.defer(s);
         }
+        let limits = crate::contain::Limits::of(&s);
         let cell = self.local.contain.as_mut().and_then(|c| {
-            c.cell(&format!("t{tid:x}"))
+            c.cell(&format!("t{tid:x}"), limits)
                 .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
                 .ok()
         });
         let fds = cell.as_ref().map(|c| c.join_fds()).unwrap_or_default();
+        let twins = cell.as_ref().map(|c| c.twin_fds()).unwrap_or_default();
         let join = host::Join {
             into: cell.as_ref().and_then(|c| c.into_fd()),
             fds: &fds,
+            twins: &twins,
         };
         match host::spawn(
             &s,
@@ -513,7 +516,20 @@ impl Daemon {
             };
             match self.local.vps.by_tid.get_mut(&tid).filter(|v| v.pid == pid) {
                 Some(vp) => {
-                    vp.exit = Some(vp.exit_from(raw, cpu_ms));
+                    let mut exit = vp.exit_from(raw, cpu_ms);
+                    if exit.signal == Some(libc::SIGKILL)
+                        && vp
+                            .cell
+                            .as_ref()
+                            .is_some_and(crate::contain::Cell::out_of_memory)
+                    {
+                        let mb = vp.start.as_ref().and_then(|s| s.memory_mb).unwrap_or(0);
+                        exit.error = Some(format!(
+                            "it used more than the {mb} MB of memory its job asked for \
+                             (mig spawn --mem)"
+                        ));
+                    }
+                    vp.exit = Some(exit);
                     // What it started goes with it (and its pipes close).
                     if let (Some(cell), Some(c)) = (vp.cell.take(), &mut self.local.contain) {
                         c.retire(cell);

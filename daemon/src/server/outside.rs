@@ -461,8 +461,9 @@ impl Daemon {
             log!("VP t{tid:x} starts once this host's lease runs again");
             return self.local.lease.defer(start);
         }
+        let limits = crate::contain::Limits::of(&start);
         let cell = self.local.contain.as_mut().and_then(|c| {
-            c.cell(&format!("t{tid:x}"))
+            c.cell(&format!("t{tid:x}"), limits)
                 .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
                 .ok()
         });

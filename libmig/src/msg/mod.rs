@@ -87,7 +87,8 @@ pub struct ExitInfo {
     pub code: Option<i32>,
     /// Signal, if killed by one.
     pub signal: Option<i32>,
-    /// Why it could not run at all (e.g. program not found).
+    /// Why it could not run at all (e.g. program not found), or, beside
+    /// `signal`, why its host ended it.
     pub error: Option<String>,
     /// The CPU time its process used (user and system, with the children
     /// it waited for), when its host reaped it.
@@ -129,6 +130,7 @@ impl std::fmt::Display for ExitInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.code, self.signal, &self.error) {
             (Some(_), _, Some(e)) => write!(f, "{e}"),
+            (None, Some(s), Some(e)) => write!(f, "killed by signal {s}: {e}"),
             (_, _, Some(e)) => write!(f, "failed to start: {e}"),
             (Some(c), _, _) => write!(f, "exit {c}"),
             (None, Some(s), _) => write!(f, "killed by signal {s}"),
@@ -172,4 +174,11 @@ pub struct StartVp {
     /// Its standard input is a pipe fed by `PeerMsg::Input` (VP 0 of a job
     /// a `mig spawn --wait` started), not `/dev/null`.
     pub stdin: bool,
+    /// The most memory (MB) its processes may use together (`mig spawn
+    /// --mem`): its host holds it to that (a cgroup's limit, where the
+    /// host has the memory controller), and ends it if it takes more.
+    pub memory_mb: Option<u64>,
+    /// How much I/O it does (`mig spawn --io`): its share of its host's
+    /// disks (a cgroup's I/O weight, where the host has the controller).
+    pub io: Option<IoClass>,
 }
