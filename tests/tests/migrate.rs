@@ -81,8 +81,20 @@ fn a_stream_consumer_moved_200_times_loses_nothing() {
     let lines = job_succeeds(job, "");
     let last = lines.last().expect("output");
     let v: serde_json::Value = serde_json::from_str(last).expect("JSON tally");
-    // Every move restored it (the scheduler may have moved it too).
-    assert!(v["restored"].as_u64().is_some_and(|n| n >= 200), "{last}");
+    // Every move restored it from its own image (the scheduler may have
+    // moved it too), but one that missed its safe point on a busy machine
+    // and was saved from outside instead (its memory goes on as it was).
+    let instead: u64 = (0..3)
+        .map(|i| {
+            vm.log(i)
+                .matches("it is saved from outside instead")
+                .count() as u64
+        })
+        .sum();
+    assert!(
+        v["restored"].as_u64().is_some_and(|n| n + instead >= 200),
+        "{last}, {instead} saved from outside instead"
+    );
     assert_eq!(v["lost"], 0, "{last}");
     assert_eq!(v["duplicated"], 0, "{last}");
     assert_eq!(v["out_of_order"], 0, "{last}");

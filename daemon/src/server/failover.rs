@@ -76,6 +76,9 @@ pub(super) struct Failover {
     unreachable: HashMap<String, Instant>,
     /// When each other voter was last heard from (by its id).
     heard: HashMap<u64, Instant>,
+    /// On the master: when each voter not heard from lately was last told
+    /// again that it is one (see `remind_voters`).
+    reminded: HashMap<u64, Instant>,
     /// On the master: when hosts that have not attached were last told
     /// again who the master is.
     announced: Instant,
@@ -92,6 +95,9 @@ const REDIAL_AFTER: Duration = Duration::from_secs(1);
 /// How often a master tells again the hosts that have not attached to it
 /// who the master is (an announcement can be lost with its link).
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
+/// A voter silent this long (a live one answers every heartbeat) is told
+/// again that it is one, at most this often (`remind_voters`).
+const REMIND: Duration = Duration::from_millis(500);
 
 /// Most time one turn of the loop spends carrying out committed decisions,
 /// and how many it takes at a time between looks at the clock (few: one
@@ -133,6 +139,7 @@ impl Failover {
             master_addr: None,
             unreachable: HashMap::new(),
             heard: HashMap::new(),
+            reminded: HashMap::new(),
             announced: Instant::now(),
             excusing: false,
             voters_changing: false,
@@ -254,6 +261,7 @@ impl Daemon {
             self.release_held();
             self.voters_changed();
             self.change_voters();
+            self.remind_voters();
         }
         let term = self
             .failover
@@ -1020,6 +1028,45 @@ impl Daemon {
             "voters changed: the master's state is kept on {}",
             hosts.join(", ")
         );
+    }
+
+    /// On the master: a voter not heard from for `REMIND` is told again
+    /// that it is one, at most every `REMIND`. The word goes on the data
+    /// link to its host, which may not have been up (or may have been
+    /// still in its handshake) when the voter was made: a host that never
+    /// heard it never votes, though the consensus counts it, and with the
+    /// master gone the others may then be too few to elect another.
+    fn remind_voters(&mut self) {
+        let Some(c) = &self.failover.consensus else {
+            return;
+        };
+        if !c.leads() {
+            return;
+        }
+        let me = c.id();
+        let quiet: Vec<(u64, String)> = c
+            .voters()
+            .into_iter()
+            .filter(|&v| v != me)
+            .filter(|v| {
+                self.failover
+                    .heard
+                    .get(v)
+                    .is_none_or(|t| t.elapsed() >= REMIND)
+            })
+            .filter(|v| {
+                self.failover
+                    .reminded
+                    .get(v)
+                    .is_none_or(|t| t.elapsed() >= REMIND)
+            })
+            .filter_map(|v| self.failover.hosts.get(&v).map(|h| (v, h.clone())))
+            .collect();
+        for (id, host) in quiet {
+            self.failover.reminded.insert(id, Instant::now());
+            debug!("telling voter {id} on {host} again that it votes (not heard from lately)");
+            self.send_to_host(&host, Quorum::Voter { id });
+        }
     }
 
     /// On the master: the next change to the voters, when the consensus

@@ -235,6 +235,15 @@ impl Daemon {
             }
             (Err(e), _) => {
                 warn!("VP t{tid:x}: its image is unusable: {e}");
+                crate::discard::remove_later(&expected);
+                if matches!(self.moves.get(tid), Some(Move::Asked { outside: true, .. })) {
+                    // Saved from outside, it is still here, stopped: it
+                    // runs on where it is.
+                    self.cancel_outbound(tid);
+                    self.moves.call_off(tid);
+                    self.stay_put(tid, format!("its image is unusable: {e}"));
+                    return self.run_if_it_may(tid);
+                }
                 self.report(ToMaster::MigrateFailed {
                     tid,
                     reason: format!("its image is unusable: {e}"),
