@@ -767,3 +767,46 @@ fn a_question_the_stopped_master_never_answered_is_answered_by_the_next() {
         );
     }
 }
+
+#[test]
+fn every_host_the_consensus_counts_as_a_voter_knows_it_votes_and_the_master_is_replaced() {
+    // Six hosts joining at once: five voters, two changes made in a
+    // moment, the later voters made while their links to the master may
+    // not be up yet. Each must hear that it votes; then, with the master
+    // killed, the four left elect another.
+    for round in 0..3 {
+        let mut vm = Vm::start(6);
+        let made = |vm: &Vm| {
+            vm.log(0)
+                .lines()
+                .any(|l| l.contains("voters changed") && l.matches(" (").count() == 5)
+        };
+        assert!(
+            wait_until(Duration::from_secs(20), || made(&vm)),
+            "round {round}: five voters were never made\n{}",
+            vm.all_logs()
+        );
+        let knows = |vm: &Vm| {
+            (1..6)
+                .filter(|&i| {
+                    vm.log(i)
+                        .contains("this host keeps a copy of the master's state")
+                })
+                .count()
+        };
+        assert!(
+            wait_until(Duration::from_secs(10), || knows(&vm) == 4),
+            "round {round}: {} of the 4 other voters know they vote\n{}",
+            knows(&vm),
+            vm.all_logs()
+        );
+        vm.signal(0, nix::sys::signal::Signal::SIGKILL);
+        assert!(
+            wait_until(Duration::from_secs(30), || vm
+                .master_seen_by(5)
+                .is_some_and(|m| m != 0)),
+            "round {round}: no new master\n{}",
+            vm.all_logs()
+        );
+    }
+}

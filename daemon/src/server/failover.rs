@@ -1065,8 +1065,27 @@ impl Daemon {
         for (id, host) in quiet {
             self.failover.reminded.insert(id, Instant::now());
             debug!("telling voter {id} on {host} again that it votes (not heard from lately)");
-            self.send_to_host(&host, Quorum::Voter { id });
+            self.tell_voter(&host, id);
         }
+    }
+
+    /// On the master: tell `host` it is voter `id`. (A host that joined a
+    /// moment ago may be missing from this daemon's address book, whose
+    /// word from the master waits, with its other decisions, until the
+    /// voters have it: its address is taken from the master's table.)
+    fn tell_voter(&mut self, host: &str, id: u64) {
+        if !self.net.peers.contains_key(host) {
+            let addr = self.role.master().and_then(|m| {
+                m.peer_list()
+                    .into_iter()
+                    .find(|(n, _)| n == host)
+                    .and_then(|(_, a)| a.parse().ok())
+            });
+            if let Some(a) = addr {
+                self.net.peers.insert(host.to_string(), a);
+            }
+        }
+        self.send_to_host(host, Quorum::Voter { id });
     }
 
     /// On the master: the next change to the voters, when the consensus
@@ -1092,7 +1111,7 @@ impl Daemon {
             self.failover.hosts.insert(*id, host.clone());
             // (Heard from as it joins: it has had no chance to speak yet.)
             self.failover.heard.insert(*id, Instant::now());
-            self.send_to_host(host, Quorum::Voter { id: *id });
+            self.tell_voter(host, *id);
             what.push(format!("host {host} becomes voter {id}"));
         }
         log!("voters change: {}", what.join("; "));
