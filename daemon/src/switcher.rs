@@ -87,6 +87,10 @@ fn processors(n: usize) -> Vec<usize> {
     all.into_iter().step_by(step).take(n).collect()
 }
 
+/// How close to its instant a crew member stops waiting for a new switch
+/// and sleeps to the instant itself.
+const COARSE_NS: u64 = 2_000_000;
+
 /// Sleep until `ideal_ns` on the real-time clock.
 fn sleep_until(ideal_ns: u64) {
     let ts = libc::timespec {
@@ -128,10 +132,23 @@ fn crew_member(shared: Arc<Shared>, cpu: Option<usize>, ready: std::sync::mpsc::
                 if s.quit {
                     return;
                 }
-                if let Some(a) = &s.armed {
-                    break a.ideal_ns;
+                let Some(ideal) = s.armed.as_ref().map(|a| a.ideal_ns) else {
+                    s = shared.wake.wait(s).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                };
+                // Until shortly before the instant, a switch armed anew
+                // (earlier, say) wakes the crew; the last stretch is slept
+                // on the real-time clock, to the instant.
+                let ahead = ideal.saturating_sub(wall_ns());
+                if ahead <= COARSE_NS {
+                    break ideal;
                 }
-                s = shared.wake.wait(s).unwrap_or_else(|p| p.into_inner());
+                let wait = std::time::Duration::from_nanos(ahead - COARSE_NS);
+                s = shared
+                    .wake
+                    .wait_timeout(s, wait)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
             }
         };
         sleep_until(ideal);
