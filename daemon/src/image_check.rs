@@ -1,9 +1,10 @@
 //! Checking a checkpoint image as its bytes arrive, whichever kind it is:
 //! a VP's own (libmig's `MIGCKPT`, whose preamble may come last: it is
 //! sent while the VP writes it) or one saved from outside (`mig_ckpt`'s
-//! `MIGPROC`, sent in order once whole), known by the magic of its first
-//! bytes. Used where images arrive (a move's target, a copy of a job
-//! checkpoint's image) and where a kept image is read through.
+//! `MIGPROC`, sent in order, while it is written or once whole), known by
+//! the magic of its first bytes. Used where images arrive (a move's
+//! target, a copy of a job checkpoint's image) and where a kept image is
+//! read through.
 //!
 //! What lives here: the verdict and the image's sum. What does not:
 //! reading or writing files (the callers).

@@ -23,6 +23,11 @@
 //! VP of one process is saved alone and restored with a new pid; one with
 //! children is refused, and says why.
 //!
+//! A dump for a move says how far its file is written every
+//! [`PROGRESS_STEP`] bytes ([`Done::Progress`]), so that its daemon sends
+//! the image on as it is written (the file is written in order, each byte
+//! once: see `mig_ckpt::image`).
+//!
 //! What lives here: the thread, its tasks and what comes of them. What
 //! does not: which VP moves where, its messages, telling the master (the
 //! server), the mechanism itself (`mig_ckpt`).
@@ -46,6 +51,15 @@ pub const GIVEN_FDS: [i32; 4] = [0, 1, 2, crate::host::VP_FD];
 
 /// How long the processes of a VP being saved may take to stop.
 const STOP_LIMIT: Duration = Duration::from_secs(5);
+
+/// How often, in bytes written, a dump for a move says how far it is: an
+/// image's part (`migrate::IMAGE_PART`), which is what its daemon sends on.
+pub const PROGRESS_STEP: u64 = crate::migrate::IMAGE_PART as u64;
+
+/// The file an image for `to` is written into before it is renamed there.
+pub fn dumping_path(to: &std::path::Path) -> PathBuf {
+    to.with_extension("dumping")
+}
 
 /// The first bytes of an image this module writes (and `mig_ckpt` reads).
 pub fn is_image(first: &[u8]) -> bool {
@@ -171,6 +185,17 @@ impl Restored {
 /// What came of a task.
 #[derive(Debug)]
 pub enum Done {
+    /// A dump of VP `tid` for a move (not yet done) has written the first
+    /// `upto` bytes of its image into its file (`dumping_path` of the
+    /// task's `to`), and will not write them again.
+    Progress {
+        /// The VP.
+        tid: Tid,
+        /// Its process.
+        pid: i32,
+        /// Bytes written so far.
+        upto: u64,
+    },
     /// Every process of VP `tid` is stopped, or why not.
     Stopped {
         /// The VP.
@@ -226,7 +251,12 @@ impl Checkpointer {
             .name("checkpointer".into())
             .spawn(move || {
                 for task in todo {
-                    let d = run(task);
+                    let progress = |tid, pid, upto| {
+                        if tell.send(Done::Progress { tid, pid, upto }).is_ok() {
+                            wake();
+                        }
+                    };
+                    let d = run(task, &progress);
                     if tell.send(d).is_err() {
                         return;
                     }
@@ -267,7 +297,9 @@ impl Checkpointer {
     }
 }
 
-fn run(task: Task) -> Done {
+/// Carry out `task`; a dump for a move says how far it is through
+/// `progress` (VP, process, bytes written).
+fn run(task: Task, progress: &dyn Fn(Tid, i32, u64)) -> Done {
     let began = Instant::now();
     match task {
         Task::Stop { tid, pid, snap } => Done::Stopped {
@@ -285,13 +317,17 @@ fn run(task: Task) -> Done {
             all,
             input,
             socket,
-        } => Done::Dumped {
-            tid,
-            pid,
-            snap,
-            result: dump(pid, &all, &to, input, socket),
-            took: began.elapsed(),
-        },
+        } => {
+            let told = |upto| progress(tid, pid, upto);
+            let tell: Option<&dyn Fn(u64)> = snap.is_none().then_some(&told);
+            Done::Dumped {
+                tid,
+                pid,
+                snap,
+                result: dump(pid, &all, &to, input, socket, tell),
+                took: began.elapsed(),
+            }
+        }
         Task::Restore {
             tid,
             image,
@@ -324,14 +360,41 @@ fn whole(pid: i32, all: &[i32]) -> Result<(), String> {
     }
 }
 
+/// A file being written that says how far it is, every [`PROGRESS_STEP`]
+/// bytes, once they are in it.
+struct Told<'a> {
+    file: File,
+    written: u64,
+    next: u64,
+    tell: Option<&'a dyn Fn(u64)>,
+}
+
+impl Write for Told<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        if let Some(tell) = self.tell.filter(|_| self.written >= self.next) {
+            tell(self.written);
+            self.next = (self.written / PROGRESS_STEP + 1) * PROGRESS_STEP;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
 /// Save `pid` (and, with the privileges, its tree) to `to`, once every
-/// process of it is stopped and none of `all` is outside the tree.
+/// process of it is stopped and none of `all` is outside the tree; `tell`
+/// hears how far its file is written.
 fn dump(
     pid: i32,
     all: &[i32],
     to: &std::path::Path,
     input: Option<(Vec<u8>, bool)>,
     socket: Option<SocketState>,
+    tell: Option<&dyn Fn(u64)>,
 ) -> Result<DumpStats, String> {
     let trees = trees();
     if trees {
@@ -339,7 +402,7 @@ fn dump(
             .map_err(|e| format!("its processes did not all stop: {e}"))?;
     }
     whole(pid, all)?;
-    let tmp = to.with_extension("dumping");
+    let tmp = dumping_path(to);
     let file = {
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
@@ -350,7 +413,15 @@ fn dump(
             .open(&tmp)
             .map_err(|e| format!("{}: {e}", tmp.display()))?
     };
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut out = BufWriter::with_capacity(
+        1 << 20,
+        Told {
+            file,
+            written: 0,
+            next: PROGRESS_STEP,
+            tell,
+        },
+    );
     let opts = DumpOptions {
         external_fds: GIVEN_FDS.into_iter().collect::<BTreeSet<i32>>(),
         inputs: input.map(|i| (0, i)).into_iter().collect(),
@@ -423,15 +494,24 @@ mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    fn wait_for(done: &mut Checkpointer) -> Done {
+    /// The next result but progress, and the progress before it.
+    fn wait_with_progress(done: &mut Checkpointer) -> (Done, Vec<u64>) {
         let until = Instant::now() + Duration::from_secs(60);
+        let mut told = Vec::new();
         loop {
-            if let Some(d) = done.results().pop() {
-                return d;
+            for d in done.results() {
+                match d {
+                    Done::Progress { upto, .. } => told.push(upto),
+                    d => return (d, told),
+                }
             }
             assert!(Instant::now() < until, "no result");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    fn wait_for(done: &mut Checkpointer) -> Done {
+        wait_with_progress(done).0
     }
 
     fn given(out: OwnedFd) -> BTreeMap<i32, OwnedFd> {
@@ -561,6 +641,77 @@ mod tests {
         let got = unsafe { libc::waitpid(restored.pid, &mut status, 0) };
         assert_eq!(got, restored.pid);
         assert_eq!(restored.exit(status, None).code, Some(7));
+    }
+
+    /// A dump for a move says how far its file is written, in whole steps
+    /// (the parts its daemon sends on while the rest is written), each
+    /// already in the file; one for a job checkpoint says nothing.
+    #[test]
+    fn a_dump_for_a_move_says_how_far_it_is_and_one_for_a_checkpoint_does_not() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut cmd = Command::new("python3");
+        // SAFETY: close_range in the child between fork and exec touches
+        // only the child's descriptors (what the test harness left open).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .args([
+                "-c",
+                "import sys,time\nb=bytearray(b'x'*(20<<20))\nprint('ready',flush=True)\n\
+                 time.sleep(60)",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("python3");
+        let mut ready = String::new();
+        use std::io::BufRead;
+        io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut ready)
+            .expect("ready");
+        assert_eq!(ready.trim(), "ready");
+        let pid = child.id() as i32;
+        // SAFETY: kill takes integers only.
+        unsafe { libc::kill(-pid, libc::SIGSTOP) };
+        let mut c = Checkpointer::start(Arc::new(|| {})).expect("thread");
+        let to = dir.path().join("t3.ckpt");
+        let task = |snap| Task::Dump {
+            tid: 3,
+            pid,
+            to: to.clone(),
+            snap,
+            all: vec![pid],
+            input: None,
+            socket: None,
+        };
+        c.submit(task(None));
+        let (Done::Dumped { result, .. }, told) = wait_with_progress(&mut c) else {
+            panic!("not a dump")
+        };
+        let bytes = result.expect("dumped").bytes;
+        assert!(bytes > 20 << 20, "{bytes}");
+        assert!(
+            told.len() as u64 >= bytes / PROGRESS_STEP,
+            "{told:?} of {bytes}"
+        );
+        for (i, upto) in told.iter().enumerate() {
+            assert!(*upto >= (i as u64 + 1) * PROGRESS_STEP, "{told:?}");
+            assert!(*upto <= bytes, "{told:?} of {bytes}");
+        }
+        c.submit(task(Some(1)));
+        let (Done::Dumped { result, .. }, told) = wait_with_progress(&mut c) else {
+            panic!("not a dump")
+        };
+        assert_eq!(result.expect("dumped").bytes, bytes);
+        assert!(told.is_empty(), "{told:?}");
+        // SAFETY: as above.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = child.wait();
     }
 
     #[test]

@@ -48,8 +48,8 @@ pub enum Move {
         /// wait for, so never called off as late).
         outside: bool,
     },
-    /// Past its safe point and writing its image, whose whole parts go on
-    /// to `to` while it writes.
+    /// Past its safe point and writing its image (or being saved from
+    /// outside), whose whole parts go on to `to` as they are written.
     Streaming {
         /// The target host.
         to: String,
@@ -59,6 +59,9 @@ pub enum Move {
         since: Instant,
         /// What went so far, and on which link.
         out: Outgoing,
+        /// It is saved from outside (by the checkpointer), not writing its
+        /// own image.
+        outside: bool,
     },
     /// It reached no safe point in time: it stays here (running, or stopped
     /// while the owner has the host).
@@ -202,11 +205,12 @@ impl MoveTable {
         );
     }
 
-    /// Is `tid` being saved from outside for a move still asked for?
+    /// Is `tid` being saved from outside for a move still asked for
+    /// (its image perhaps streaming)?
     pub fn saving_outside(&self, tid: Tid) -> bool {
         matches!(
             self.moves.get(&tid),
-            Some(Move::Asked { outside: true, .. })
+            Some(Move::Asked { outside: true, .. } | Move::Streaming { outside: true, .. })
         )
     }
 
@@ -276,8 +280,9 @@ impl MoveTable {
         }
     }
 
-    /// `tid`, asked for its image for another host, has begun to write it:
-    /// the parts go on over `out`'s link from now on.
+    /// `tid`, asked for its image for another host, has begun to write it
+    /// (or its daemon to save it from outside): the parts go on over
+    /// `out`'s link from now on.
     pub fn stream(&mut self, tid: Tid, out: Outgoing) {
         let next = match self.moves.remove(&tid) {
             Some(
@@ -285,16 +290,21 @@ impl MoveTable {
                     dest: Dest::Host(to),
                     start,
                     since,
-                    outside: false,
+                    outside,
                 }
                 | Move::Streaming {
-                    to, start, since, ..
+                    to,
+                    start,
+                    since,
+                    outside,
+                    ..
                 },
             ) => Move::Streaming {
                 to,
                 start,
                 since,
                 out,
+                outside,
             },
             Some(other) => other,
             None => return,
@@ -315,7 +325,11 @@ impl MoveTable {
     pub fn stop_streaming(&mut self, tid: Tid) {
         match self.moves.remove(&tid) {
             Some(Move::Streaming {
-                to, start, since, ..
+                to,
+                start,
+                since,
+                outside,
+                ..
             }) => {
                 let dest = Dest::Host(to);
                 self.moves.insert(
@@ -324,7 +338,7 @@ impl MoveTable {
                         dest,
                         start,
                         since,
-                        outside: false,
+                        outside,
                     },
                 );
             }
@@ -425,11 +439,12 @@ impl MoveTable {
     }
 
     /// The other end of `tid`'s move died: what this host still has of it.
-    /// A move short of its safe point or writing its image is called off;
-    /// a kept image is taken out of the table.
+    /// A move short of its safe point or writing its image is called off
+    /// (one being saved from outside stays here whole: its processes are
+    /// still there, stopped); a kept image is taken out of the table.
     pub fn recall(&mut self, tid: Tid) -> Recalled {
         match self.moves.get(&tid) {
-            Some(Move::Asked { .. }) => {
+            Some(Move::Asked { .. } | Move::Streaming { outside: true, .. }) => {
                 self.moves.insert(tid, Move::CalledOff);
                 return Recalled::StaysHere;
             }
@@ -641,5 +656,28 @@ mod tests {
         // A failed link: the image goes whole once written.
         t.stop_streaming(5);
         assert!(matches!(t.written(5), Written::Send { streamed: None, .. }));
+    }
+
+    #[test]
+    fn an_image_saved_from_outside_streams_and_its_vp_stays_whole_when_recalled() {
+        let mut t = MoveTable::default();
+        t.ask_outside(6, Dest::Host("h1".into()), start(6), Instant::now());
+        let file = tempfile::tempfile().expect("temp file");
+        t.stream(
+            6,
+            Outgoing::new(file, PathBuf::from("t6.dumping"), Token(4)),
+        );
+        assert!(t.outgoing(6).is_some() && t.saving_outside(6));
+        assert_eq!(t.target(6).map(|(h, _)| h), Some("h1"));
+        t.stop_streaming(6);
+        assert!(t.saving_outside(6), "still saved from outside");
+        let file = tempfile::tempfile().expect("temp file");
+        t.stream(
+            6,
+            Outgoing::new(file, PathBuf::from("t6.dumping"), Token(4)),
+        );
+        // Its target died: its processes, stopped here, are the VP.
+        assert!(matches!(t.recall(6), Recalled::StaysHere));
+        assert!(matches!(t.written(6), Written::Unasked));
     }
 }

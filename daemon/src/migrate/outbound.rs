@@ -17,7 +17,7 @@ use libmig::msg::{DataLink, ImageId, StartVp, Tid};
 use libmig::Payload;
 use mio::Token;
 
-use super::outgoing::{remaining_ranges, IMAGE_PART};
+use super::outgoing::{remaining_ranges, written_last, IMAGE_PART};
 
 /// Bytes a link may have queued before an image's next part goes on it.
 pub const WINDOW: usize = IMAGE_PART;
@@ -159,14 +159,18 @@ impl Outbound {
     }
 
     /// The rest of `image` once it is written, from `from` on (the parts
-    /// before went while it was written), then its preamble if any part
-    /// went early; the last part completes it.
+    /// before went while it was written), then what its writer wrote over
+    /// at its start (a VP's preamble) if any part went early; the last
+    /// part completes it.
     pub fn add_rest(&mut self, image: Payload, from: usize, mut start: Option<StartVp>) {
         let Sending::Restore(tid) = self.what else {
             return;
         };
         let len = image.len();
-        let ranges: Vec<Range<usize>> = remaining_ranges(len, from);
+        // (Copied, not read from the mapping: a VP that cut its file short
+        // must not crash this daemon.)
+        let first = image.copy_checked(0..8.min(len)).unwrap_or_default();
+        let ranges: Vec<Range<usize>> = remaining_ranges(len, from, written_last(&first));
         let n = ranges.len();
         for (i, (part, r)) in image.pieces(&ranges).into_iter().zip(ranges).enumerate() {
             let msg = DataLink::RestorePart {
@@ -212,8 +216,15 @@ mod tests {
     use std::io::Write;
 
     fn mapped(len: usize) -> Payload {
+        mapped_from(&[], len)
+    }
+
+    /// `len` bytes beginning with `first`.
+    fn mapped_from(first: &[u8], len: usize) -> Payload {
         let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&vec![3u8; len]).unwrap();
+        let mut bytes = vec![3u8; len];
+        bytes[..first.len()].copy_from_slice(first);
+        f.write_all(&bytes).unwrap();
         Payload::map_file(&f, len, false).unwrap()
     }
 
@@ -305,6 +316,48 @@ mod tests {
                 (0, true, false)
             ]
         );
+        assert!(o.done());
+    }
+
+    #[test]
+    fn an_image_saved_from_outside_sent_while_written_goes_in_order_each_byte_once() {
+        let magic = mig_ckpt::image::MAGIC;
+        let mut o = Outbound::streaming("h1".into(), 7, Token(5), Instant::now());
+        o.add_written(0, mapped_from(&magic, IMAGE_PART), Some(start()));
+        o.add_written(IMAGE_PART as u64, mapped_from(&[], IMAGE_PART), None);
+        let len = 2 * IMAGE_PART + 100;
+        o.add_rest(mapped_from(&magic, len), 2 * IMAGE_PART, None);
+        let mut seen = Vec::new();
+        while let Some((msg, part)) = o.next_part() {
+            let DataLink::RestorePart { at, last, .. } = msg else {
+                panic!()
+            };
+            seen.push((at, part.len(), last));
+        }
+        let p = IMAGE_PART;
+        assert_eq!(
+            seen,
+            vec![
+                (0, p, false),
+                (p as u64, p, false),
+                (2 * p as u64, 100, true)
+            ]
+        );
+        // All of it went while written: an empty last part says it is whole.
+        let mut o = Outbound::streaming("h1".into(), 7, Token(5), Instant::now());
+        o.add_written(0, mapped_from(&magic, IMAGE_PART), Some(start()));
+        o.add_rest(mapped_from(&magic, IMAGE_PART), IMAGE_PART, None);
+        o.next_part();
+        let Some((
+            DataLink::RestorePart {
+                at, total, last, ..
+            },
+            part,
+        )) = o.next_part()
+        else {
+            panic!()
+        };
+        assert_eq!((at, total, last, part.len()), (p as u64, p as u64, true, 0));
         assert!(o.done());
     }
 }

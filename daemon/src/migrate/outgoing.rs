@@ -1,7 +1,9 @@
 //! The source end of a move, without I/O on sockets: which parts of an
-//! image go when. A VP's image is sent on in whole parts while the VP
-//! writes it ([`Outgoing`]); once written, the rest goes and then the
-//! preamble, which the VP writes last ([`remaining_ranges`]).
+//! image go when. An image is sent on in whole parts while it is written
+//! (by its VP, or by its daemon saving it from outside: [`Outgoing`]);
+//! once written, the rest goes and then what was written over at the end
+//! ([`written_last`]: a VP's preamble; nothing of an image saved from
+//! outside, written in order), see [`remaining_ranges`].
 
 use std::fs::File;
 use std::ops::Range;
@@ -55,17 +57,36 @@ impl Outgoing {
     }
 }
 
+/// The bytes at the start of an image beginning with `first` that its
+/// writer writes over once the rest is written: a VP's preamble (libmig
+/// writes it last, its sum and size known only then); none of an image
+/// saved from outside (`mig_ckpt` writes its header, metadata, pages and
+/// trailer in order, each once).
+pub fn written_last(first: &[u8]) -> usize {
+    if crate::transparent::is_image(first) {
+        0
+    } else {
+        libmig::checkpoint::PREAMBLE
+    }
+}
+
 /// The parts of an image of `len` bytes still to send once it is written,
 /// when `from` bytes of it went while it was written: the rest in parts,
-/// then the preamble (written last, so never sent early) if anything went.
-pub fn remaining_ranges(len: usize, from: usize) -> Vec<Range<usize>> {
+/// then its first `last` bytes (written over at the end, so never right
+/// when sent early: see [`written_last`]) if anything went. One part at
+/// least, the last of which says the image is whole: an empty one at its
+/// end when all of it went already.
+pub fn remaining_ranges(len: usize, from: usize, last: usize) -> Vec<Range<usize>> {
     let from = from.min(len);
     let mut ranges: Vec<Range<usize>> = (from..len)
         .step_by(IMAGE_PART)
         .map(|at| at..(at + IMAGE_PART).min(len))
         .collect();
-    if from > 0 {
-        ranges.push(0..libmig::checkpoint::PREAMBLE.min(len));
+    if from > 0 && last > 0 {
+        ranges.push(0..last.min(len));
+    }
+    if ranges.is_empty() {
+        ranges.push(len..len);
     }
     ranges
 }
@@ -96,18 +117,35 @@ mod tests {
     #[test]
     fn an_image_sent_whole_goes_in_parts_and_a_streamed_one_ends_with_its_preamble() {
         let p = IMAGE_PART;
-        assert_eq!(remaining_ranges(10, 0), vec![0..10]);
+        let pre = libmig::checkpoint::PREAMBLE;
+        assert_eq!(remaining_ranges(10, 0, pre), vec![0..10]);
         assert_eq!(
-            remaining_ranges(2 * p + 5, 0),
+            remaining_ranges(2 * p + 5, 0, pre),
             vec![0..p, p..2 * p, 2 * p..2 * p + 5]
         );
-        let pre = libmig::checkpoint::PREAMBLE;
         assert_eq!(
-            remaining_ranges(2 * p + 5, p),
+            remaining_ranges(2 * p + 5, p, pre),
             vec![p..2 * p, 2 * p..2 * p + 5, 0..pre]
         );
         // All of it went while written but the preamble.
-        assert_eq!(remaining_ranges(p, p), vec![0..pre]);
+        assert_eq!(remaining_ranges(p, p, pre), vec![0..pre]);
+        // Saved from outside, written in order: nothing goes twice.
+        assert_eq!(
+            remaining_ranges(2 * p + 5, p, 0),
+            vec![p..2 * p, 2 * p..2 * p + 5]
+        );
+        assert_eq!(remaining_ranges(p, p, 0), vec![p..p], "it is whole");
+    }
+
+    #[test]
+    fn only_a_vps_own_image_is_written_over_at_its_start() {
+        assert_eq!(written_last(&mig_ckpt::image::MAGIC), 0);
+        assert_eq!(
+            written_last(&libmig::checkpoint::MAGIC),
+            libmig::checkpoint::PREAMBLE,
+            "libmig's"
+        );
+        assert_eq!(written_last(&[0; 8]), libmig::checkpoint::PREAMBLE);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use mio::Token;
 use nix::sys::signal::Signal;
 
 use super::Daemon;
-use crate::migrate::{map_image, Dest, Move, Outbound, Outgoing, Recalled, Written};
+use crate::migrate::{map_image, Dest, Outbound, Outgoing, Recalled, Written};
 use crate::{debug, host, log, warn};
 
 impl Daemon {
@@ -257,7 +257,7 @@ impl Daemon {
     /// A VP saved from outside does not end by itself: its processes are
     /// killed (its end, like a VP's that wrote its own image, is no exit).
     fn moved_out(&mut self, tid: Tid) {
-        let outside = matches!(self.moves.get(tid), Some(Move::Asked { outside: true, .. }));
+        let outside = self.moves.saving_outside(tid);
         if let Some(since) = self.moves.left(tid) {
             self.metrics.moved_out(since.elapsed());
         }
@@ -309,6 +309,9 @@ impl Daemon {
     pub(super) fn recall(&mut self, tid: Tid) {
         match self.moves.recall(tid) {
             Recalled::StaysHere => {
+                // (What went of an image being saved from outside is
+                // dropped there, if the target is still up to hear it.)
+                self.cancel_outbound(tid);
                 log!("VP t{tid:x}: its move's target is gone; it stays here");
                 self.stay_put(tid, "its move's target host is gone".into());
                 // (One stopped to be saved from outside runs on if it may.)
@@ -445,6 +448,18 @@ impl Daemon {
     /// the rest (see `send_image` for the end). Only with a data link up;
     /// otherwise the image goes whole once written.
     pub(super) fn written(&mut self, tid: Tid, path: &str, upto: u64) {
+        // Its own temporary file in the state directory, nothing else.
+        let path = std::path::Path::new(path);
+        if self.state.is_move_image_being_written(tid, path) {
+            self.stream_written(tid, path, upto);
+        }
+    }
+
+    /// The image of VP `tid`, moving to another host, is written up to
+    /// `upto` in `path` (by the VP, or by the checkpointer saving it from
+    /// outside): the whole parts of it not sent yet go now, on the data
+    /// link, while the rest is written. Only with a data link up.
+    pub(super) fn stream_written(&mut self, tid: Tid, path: &std::path::Path, upto: u64) {
         let Some((to, start)) = self
             .moves
             .target(tid)
@@ -452,18 +467,13 @@ impl Daemon {
         else {
             return;
         };
-        // Its own temporary file in the state directory, nothing else.
-        let path = std::path::Path::new(path);
-        if !self.state.is_move_image_being_written(tid, path) {
-            return;
-        }
         let Some(d) = self.data_link(&to) else {
             return;
         };
         if self.moves.outgoing(tid).is_none_or(|o| o.path != path) {
             match std::fs::File::open(path) {
                 Ok(file) => {
-                    debug!("sending on the image of VP t{tid:x} while it writes it");
+                    debug!("sending on the image of VP t{tid:x} while it is written");
                     self.moves
                         .stream(tid, Outgoing::new(file, path.to_path_buf(), d));
                 }

@@ -38,7 +38,11 @@
 //!    duplicate of its descriptor, not taken), then those queued here,
 //!    then the start of the frame it was writing, and its daemon's record
 //!    of what it said and was given (`ledger`). A failed save leaves it
-//!    as it was: its output is let go (`stay_put`) and it runs on.
+//!    as it was: its output is let go (`stay_put`) and it runs on. For a
+//!    move to another host with a data link up, the image's whole parts
+//!    go on as the checkpointer writes them (`saved_so_far`), as a VP's
+//!    own image does; a save that fails or a move called off meanwhile
+//!    drops what went at the target (`cancel_outbound`).
 //! 4. The target (`restored_from_outside` → `local::connect_vp`) gives it
 //!    a new socket on the same number, writes the bytes it had not read
 //!    into it first, ahead of anything held for it, and feeds the start
@@ -369,6 +373,7 @@ impl Daemon {
     pub(super) fn checkpointer_done(&mut self) {
         for done in self.local.checkpointer.results() {
             match done {
+                Done::Progress { tid, pid, upto } => self.saved_so_far(tid, pid, upto),
                 Done::Stopped {
                     tid,
                     pid,
@@ -405,6 +410,22 @@ impl Daemon {
         self.reap();
     }
 
+    /// VP `tid` (process `pid`), being saved from outside, is written up
+    /// to `upto`: for a move to another host, the whole parts of its image
+    /// not sent yet go now, while the rest is written (`stream_written`).
+    fn saved_so_far(&mut self, tid: Tid, pid: i32, upto: u64) {
+        let still = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.pid == pid);
+        if still && self.moves.saving_outside(tid) {
+            let path = crate::transparent::dumping_path(&self.state.move_image(tid));
+            self.stream_written(tid, &path, upto);
+        }
+    }
+
     fn saved_from_outside(
         &mut self,
         tid: Tid,
@@ -432,7 +453,11 @@ impl Daemon {
                 self.image_written(tid, &path.display().to_string());
             }
             Ok(_) => {
-                // Called off meanwhile (or ended): the image is no use.
+                // Called off meanwhile (or ended): the image is no use,
+                // nor what went of it.
+                if !asked {
+                    self.cancel_outbound(tid);
+                }
                 crate::discard::remove_later(&path);
             }
             Err(why) if asked => {
@@ -441,9 +466,13 @@ impl Daemon {
                 // Stopped to be saved: it runs on if it may.
                 self.run_if_it_may(tid);
             }
-            Err(why) => debug!(
-                "VP t{tid:x}: saving it from outside failed after its move was called off: {why}"
-            ),
+            Err(why) => {
+                self.cancel_outbound(tid);
+                debug!(
+                    "VP t{tid:x}: saving it from outside failed after its move was called off: \
+                     {why}"
+                )
+            }
         }
     }
 
