@@ -868,3 +868,178 @@ fn a_worker_dying_under_a_job_of_independent_programs_restores_its_vp_alone_and_
     );
     assert!(!vm.log(0).contains("restarting job j1"), "{}", vm.log(0));
 }
+
+/// The daemons' settings for the streamed moves below: no periodic
+/// checkpoints, and the line that says an image goes while it is written.
+const STREAMED: &str = "[daemon]\ncheckpoint_interval_s = 0\n\
+    log = \"info,server::move_out=debug\"\n";
+
+/// `ballast` (a plain program holding `mib` MiB it wrote) as a job of `n`
+/// VPs, stopped by `stop`; each has said it holds its memory.
+fn ballast_job(vm: &Vm, n: u32, mib: u32, stop: &std::path::Path) -> std::process::Child {
+    let mib = mib.to_string();
+    let args = [
+        "--mib".as_ref(),
+        mib.as_ref(),
+        "--until".as_ref(),
+        stop.as_os_str(),
+    ];
+    let job = vm.start_job(n, &mig_tests::bin("ballast"), &args);
+    let touched = format!("ballast: {mib} MiB touched");
+    assert!(
+        wait_until(Duration::from_secs(60), || all_running(vm, n as usize)
+            && vm.output("j1").matches(&touched).count() == n as usize),
+        "{}",
+        vm.all_logs()
+    );
+    job
+}
+
+/// The job ends well and each of its VPs found every byte it wrote, through
+/// everything that was done to it.
+fn every_byte_kept(vm: &Vm, job: std::process::Child, n: usize) {
+    let lines = ends_well(vm, job);
+    let ok = lines
+        .iter()
+        .filter(|l| l.contains("MiB checked") && l.ends_with(": ok"))
+        .count();
+    assert_eq!(ok, n, "{lines:?}");
+}
+
+/// The VP's files (images, parts of them) in host `h`'s state directory.
+fn vp_files(vm: &Vm, h: usize) -> Vec<String> {
+    std::fs::read_dir(vm.dir.path().join(format!("h{h}")))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| migd::state_dir::is_vp_file(n) || n.ends_with(".dumping"))
+        .collect()
+}
+
+/// A plain program saved from outside for a move, its image sent on as it
+/// is written, whose save fails half way (its host's state directory, a
+/// 10 MB tmpfs, fills up under its 48 MiB): the move fails saying why, the
+/// target drops what arrived, nothing of the image is left on either host,
+/// and the VP runs on where it was with every byte it wrote. The same when
+/// the target cannot take in the image streamed to it.
+#[test]
+fn a_vp_whose_save_fails_while_its_image_streams_runs_on_where_it_was() {
+    let vm = Vm::start_small_disks(2, STREAMED, &[(1, "10m")]);
+    let stop = vm.dir.path().join("stop");
+    let job = ballast_job(&vm, 2, 48, &stop);
+    let on_h1 = vps(&vm)
+        .into_iter()
+        .find(|v| v.1 == "h1")
+        .map(|v| v.0)
+        .unwrap_or_else(|| panic!("no VP on h1: {:?}", vps(&vm)));
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &on_h1)),
+        "{}",
+        vm.all_logs()
+    );
+    let out = vm.mig(&["migrate", &on_h1, "--to", "h0"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success()
+            && said.contains("could not write its image on h1")
+            && said.contains("No space left on device"),
+        "{said}\n{}",
+        vm.all_logs()
+    );
+    assert!(
+        vm.log(1).contains(&format!(
+            "sending on the image of VP {on_h1} while it is written"
+        )),
+        "no part went while it was written:\n{}",
+        vm.log(1)
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || vp_files(&vm, 0).is_empty()
+            && vp_files(&vm, 1).is_empty()),
+        "left: h0 {:?}, h1 {:?}\n{}",
+        vp_files(&vm, 0),
+        vp_files(&vm, 1),
+        vm.all_logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || vm.where_is(&on_h1)
+            == Some(("h1".into(), "running".into()))),
+        "{:?}\n{}",
+        vps(&vm),
+        vm.all_logs()
+    );
+    // Onto h1: it cannot take the image in.
+    let on_h0 = vps(&vm)
+        .into_iter()
+        .find(|v| v.1 == "h0")
+        .map(|v| v.0)
+        .unwrap_or_else(|| panic!("no VP on h0: {:?}", vps(&vm)));
+    let out = vm.mig(&["migrate", &on_h0, "--to", "h1"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("No space left on device"),
+        "{said}\n{}",
+        vm.all_logs()
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || vm.where_is(&on_h0)
+            == Some(("h0".into(), "running".into()))
+            && vp_files(&vm, 1).is_empty()),
+        "{:?} {:?}\n{}",
+        vps(&vm),
+        vp_files(&vm, 1),
+        vm.all_logs()
+    );
+    std::fs::write(&stop, "").expect("stop");
+    every_byte_kept(&vm, job, 2);
+}
+
+/// A plain program saved from outside for a move whose target dies while
+/// the image streams to it: the VP runs on where it was, with every byte
+/// it wrote.
+#[test]
+fn a_vp_whose_target_dies_while_its_image_streams_runs_on_where_it_was() {
+    let mut vm = Vm::start_config(3, STREAMED);
+    let stop = vm.dir.path().join("stop");
+    let job = ballast_job(&vm, 1, 160, &stop);
+    let (tid, from, _, _) = vps(&vm)[0].clone();
+    assert!(
+        wait_until(Duration::from_secs(20), || movable(&vm, &tid)),
+        "{}",
+        vm.all_logs()
+    );
+    // Not the master's host (h0): its death would be another story.
+    let to = if from == "h1" { "h2" } else { "h1" };
+    let (src, dst) = (host_index(&from), host_index(to));
+    let out = vm.migrate(&tid, to);
+    assert!(out.status.success(), "{out:?}");
+    let streaming = format!("sending on the image of VP {tid} while it is written");
+    assert!(
+        wait_until(Duration::from_secs(30), || vm.log(src).contains(&streaming)),
+        "{}",
+        vm.all_logs()
+    );
+    vm.signal(dst, nix::sys::signal::Signal::SIGKILL);
+    let _ = vm.wait(dst, Duration::from_secs(10));
+    assert!(
+        wait_until(Duration::from_secs(60), || vm.where_is(&tid)
+            == Some((from.clone(), "running".into()))),
+        "{:?}\n{}",
+        vps(&vm),
+        vm.all_logs()
+    );
+    std::fs::write(&stop, "").expect("stop");
+    every_byte_kept(&vm, job, 1);
+}
+
+/// `hK` -> K.
+fn host_index(name: &str) -> usize {
+    name.trim_start_matches('h')
+        .parse()
+        .expect("a host name hK")
+}
