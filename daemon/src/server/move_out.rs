@@ -236,7 +236,7 @@ impl Daemon {
             (Err(e), _) => {
                 warn!("VP t{tid:x}: its image is unusable: {e}");
                 crate::discard::remove_later(&expected);
-                if matches!(self.moves.get(tid), Some(Move::Asked { outside: true, .. })) {
+                if self.moves.saving_outside(tid) {
                     // Saved from outside, it is still here, stopped: it
                     // runs on where it is.
                     self.cancel_outbound(tid);
