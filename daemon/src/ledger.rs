@@ -30,9 +30,6 @@ pub struct Ledger {
     /// It said it moves itself at its safe points (`VpMsg::Movable`): the
     /// daemon it is restored under asks it so again.
     pub movable: bool,
-    /// Its calls to the master not answered yet (their answers follow it:
-    /// the master keeps them while it moves).
-    pub calls: BTreeSet<u64>,
 }
 
 /// A record as images written before `movable` was kept have it.
@@ -110,7 +107,6 @@ impl Ledger {
                         sent: b.sent,
                         given: b.given,
                         movable: false,
-                        calls: BTreeSet::new(),
                     })
                     .map_err(|_| e)
             })
@@ -171,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_from_before_movable_and_calls_were_kept_reads_with_neither() {
+    fn a_record_from_before_movable_was_kept_reads_as_not_movable() {
         let mut l = Ledger {
             spoke: true,
             movable: true,

@@ -491,11 +491,12 @@ fn a_libmig_stream_checkpointed_from_outside_goes_on_from_it_when_a_host_dies() 
 }
 
 /// A VP waiting for the answer to a call to the master (a group's barrier
-/// that its peer has not reached) is moved from outside, twice: the
-/// master keeps the answer while it is on its way and sends it where it
-/// runs, so it passes the barrier on its third host.
+/// that its peer has not reached) is not moved from outside: the answer
+/// would come to its old host. The move fails with the reason, shown by
+/// `mig ps`, and the VP runs on where it was; once the barrier is passed
+/// it moves.
 #[test]
-fn a_vp_waiting_for_the_master_moves_and_gets_its_answer_where_it_lands() {
+fn a_vp_waiting_for_the_master_stays_saying_why_and_moves_once_answered() {
     let vm = Vm::start(3);
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("go");
@@ -512,18 +513,37 @@ fn a_vp_waiting_for_the_master_moves_and_gets_its_answer_where_it_lands() {
         .expect("VP 0")
         .clone();
     let tid = first["tid"].as_str().expect("tid").to_string();
+    let from = first["host"].as_str().expect("host").to_string();
     assert!(
         wait_until(Duration::from_secs(20), || movable(&vm, &tid)),
         "{}",
         vm.all_logs()
     );
-    // In its barrier (its peer waits for the file): moved, and moved on.
-    assert_eq!(move_around(&vm, &tid, 2), 2, "{}", vm.all_logs());
-    let at = |vm: &Vm| vps(vm).into_iter().find(|v| v.0 == tid).map(|v| v.1);
-    let landed = at(&vm);
-    assert_eq!(vm.output("j1").matches("through the barrier").count(), 0);
-    // Its peer reaches the barrier: both pass it, the moved one where it
-    // landed.
+    let to = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| *h != from)
+        .expect("another host");
+    let out = vm.mig(&["migrate", &tid, "--to", to]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "moved while in its barrier: {said}");
+    assert!(
+        said.contains("waits for the answer to a call to the master"),
+        "{said}"
+    );
+    let failed = vm
+        .json(&["ps"])
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["tid"] == tid.as_str()).cloned())
+        .expect("listed");
+    assert_eq!(failed["host"], from.as_str(), "{failed}");
+    assert_eq!(failed["state"], "running", "{failed}");
+    assert!(
+        failed["move_failed"]
+            .as_str()
+            .is_some_and(|m| m.contains("a call to the master")),
+        "{failed}"
+    );
+    // Its peer reaches the barrier: both pass it, and it moves.
     std::fs::write(&file, "").expect("go");
     let passed = |vm: &Vm| vm.output("j1").matches("through the barrier").count() == 2;
     assert!(
@@ -531,7 +551,7 @@ fn a_vp_waiting_for_the_master_moves_and_gets_its_answer_where_it_lands() {
         "{}",
         vm.all_logs()
     );
-    assert_eq!(at(&vm), landed);
+    assert_eq!(move_around(&vm, &tid, 1), 1, "{}", vm.all_logs());
     std::fs::write(dir.path().join("go.end"), "").expect("end");
     ends_well(&vm, job);
 }

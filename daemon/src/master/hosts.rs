@@ -227,10 +227,7 @@ impl Master {
                     (until - now).as_millis()
                 ))]
             }
-            None => {
-                let out = self.host_gone(host, why);
-                self.hold_answers(out)
-            }
+            None => self.host_gone(host, why),
         }
     }
 
@@ -285,7 +282,7 @@ impl Master {
         for h in silent {
             out.extend(self.host_gone(&h, "stopped answering heartbeats"));
         }
-        self.hold_answers(out)
+        out
     }
 
     /// A host is gone (connection lost or silent): its processors leave the

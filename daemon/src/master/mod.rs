@@ -12,7 +12,6 @@ mod balancing;
 mod batch;
 mod calls;
 mod checkpoints;
-mod held;
 mod history;
 mod hosts;
 mod jobs;
@@ -195,11 +194,6 @@ pub struct Master {
     /// Rate-of-Change's state, under `balance` `roc`.
     #[serde(skip)]
     spreading: balancing::Spreading,
-    /// Answers to calls of VPs between hosts, kept until they run (see
-    /// `held`). Not replicated: a new master has none (a VP moved from
-    /// outside in the middle of a call, as its master fails, asks in vain).
-    #[serde(skip)]
-    held_answers: BTreeMap<Tid, Vec<(u64, libmig::msg::VpRet)>>,
 }
 
 /// How a master that stepped down knows its own clients still waiting on a
@@ -254,7 +248,6 @@ impl Master {
             to_restart: BTreeSet::new(),
             lost_alone: BTreeMap::new(),
             balance: None,
-            held_answers: BTreeMap::new(),
             spreading: Default::default(),
         };
         let out = m.add_host(facts, now, true);
@@ -292,11 +285,6 @@ impl Master {
 
     /// A report from host `host` (a worker, or the master's own host).
     pub fn from_host(&mut self, host: &str, msg: ToMaster) -> Vec<Out> {
-        let out = self.heard(host, msg);
-        self.hold_answers(out)
-    }
-
-    fn heard(&mut self, host: &str, msg: ToMaster) -> Vec<Out> {
         match msg {
             ToMaster::Heartbeat => Vec::new(),
             ToMaster::LeaseAsk { n } => self.lease_ask(host, n),
@@ -340,11 +328,6 @@ impl Master {
 
     /// A control request from `from`, made on host `from_host`.
     pub fn control(&mut self, from: Requester, from_host: &str, req: Request) -> Vec<Out> {
-        let out = self.asked(from, from_host, req);
-        self.hold_answers(out)
-    }
-
-    fn asked(&mut self, from: Requester, from_host: &str, req: Request) -> Vec<Out> {
         match req {
             Request::Hosts => vec![Out::Reply(from, Response::Hosts(self.hosts_info()))],
             Request::Ps => vec![Out::Reply(from, Response::Ps(self.ps()))],

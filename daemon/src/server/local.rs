@@ -352,7 +352,6 @@ impl Daemon {
                 c.heard_from = ledger.spoke;
                 if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
                     v.movable = ledger.movable;
-                    v.calls.extend(ledger.calls.iter().copied());
                     v.ledger = ledger;
                 }
                 unread = s.unread;

@@ -28,11 +28,8 @@
 //!    moves); what is left in the decoder is the start of a frame whose
 //!    write the stop cut short. Then `in_the_way` says whether an answer
 //!    this daemon would give it is still due: it stays (the reason goes
-//!    to the master, shown by `mig ps`/`mig show`) if it waits for its
-//!    daemon to confirm a receiver. One waiting for the answer to a call
-//!    to the master moves: the master keeps the answer while it is on its
-//!    way and sends it where it lands (`master/held.rs`); its calls not
-//!    answered go with it in its record (`Ledger::calls`).
+//!    to the master, shown by `mig ps`/`mig show`) if it waits for a call
+//!    to the master to return, or for its daemon to confirm a receiver.
 //! 3. The checkpointer saves it (`Task::Dump` with a `SocketState`): the
 //!    image keeps the bytes its socket holds for it (looked at through a
 //!    duplicate of its descriptor, not taken), then those queued here,
@@ -98,15 +95,6 @@ impl Local {
             socket: None,
         })
     }
-}
-
-/// What a VP is saved from outside for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Saving {
-    /// A move; `instead` of one at the safe point it missed.
-    Move { instead: bool },
-    /// A checkpoint of its job.
-    Snap,
 }
 
 impl Daemon {
@@ -295,8 +283,7 @@ impl Daemon {
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.drain_stopped(t);
         }
-        let instead = self.moves.missed(tid) > 0;
-        if let Some(why) = self.in_the_way(tid, Saving::Move { instead }) {
+        if let Some(why) = self.in_the_way(tid, self.moves.missed(tid) > 0) {
             return Err(format!("it cannot be moved from outside now: {why}"));
         }
         self.socket_state(tid)
@@ -325,16 +312,15 @@ impl Daemon {
         let unread = c
             .unwritten()
             .map_err(|e| format!("{e} (a large message or a direct link on its way to it)"))?;
-        let (mut ledger, movable, calls) = self
+        let (mut ledger, movable) = self
             .local
             .vps
             .by_tid
             .get(&tid)
-            .map(|v| (v.ledger.clone(), v.movable, v.calls.clone()))
+            .map(|v| (v.ledger.clone(), v.movable))
             .unwrap_or_default();
         ledger.spoke = c.heard_from;
         ledger.movable = movable;
-        ledger.calls = calls;
         Ok(Some(SocketState {
             fd: host::VP_FD,
             unread,
@@ -343,23 +329,21 @@ impl Daemon {
         }))
     }
 
-    /// What VP `tid`, stopped and its words read, waits for that saving
-    /// it from outside (`for`) would lose: an answer its daemon would give
-    /// on this host (the confirmation of a receiver; for a job checkpoint,
-    /// the answer to a call to the master, which its image would lack: a
-    /// moving VP's answers wait at the master and follow it), or a direct
-    /// link. A VP that said meanwhile it can be moved moves itself, at its
-    /// safe point, unless it is moved from outside instead, having missed
-    /// one.
-    fn in_the_way(&self, tid: Tid, saving: Saving) -> Option<String> {
+    /// What VP `tid`, stopped and its words read, waits for that a move
+    /// from outside would lose: an answer its daemon would give on this
+    /// host (to a call to the master, or the confirmation of a receiver),
+    /// or a direct link. A VP that said meanwhile it can be moved moves
+    /// itself, at its safe point, unless it is moved from outside
+    /// `instead`, having missed one.
+    fn in_the_way(&self, tid: Tid, instead: bool) -> Option<String> {
         if let Some(why) = self.cannot_move_from_outside(tid) {
             return Some(why);
         }
         let v = self.local.vps.by_tid.get(&tid)?;
-        if v.movable && saving != (Saving::Move { instead: true }) {
+        if v.movable && !instead {
             return Some("it says it can be moved: it moves itself, at its safe point".into());
         }
-        if let (Some(id), Saving::Snap) = (v.calls.first(), saving) {
+        if let Some(id) = v.calls.first() {
             return Some(format!(
                 "it waits for the answer to a call to the master (call {id})"
             ));
@@ -724,7 +708,7 @@ impl Daemon {
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.drain_stopped(t);
         }
-        if let Some(why) = self.in_the_way(tid, Saving::Snap) {
+        if let Some(why) = self.in_the_way(tid, false) {
             return self.snap_failed(
                 tid,
                 id,
