@@ -408,13 +408,14 @@ impl Master {
                     .filter(|(_, h)| h.alive)
                     .map(|(n, _)| Out::ToHost(n.clone(), ToHost::Halt))
                     .collect();
+                let hosts = out.len();
                 out.extend(self.halt_jobs());
                 out.insert(
                     0,
                     Out::Reply(
                         from,
                         Response::Ok {
-                            message: match out.len() {
+                            message: match hosts {
                                 1 => "halting 1 host".to_string(),
                                 n => format!("halting {n} hosts"),
                             },

@@ -2594,3 +2594,15 @@ fn a_host_lost_during_a_whole_restart_of_an_independent_job_restores_each_vp_onc
         );
     }
 }
+
+#[test]
+fn halt_says_how_many_hosts_it_halts_whatever_runs_on_them() {
+    let mut c = Cluster::new(1);
+    c.running_job(1);
+    c.running_plain_job(1);
+    let out = c.m.control(Requester::Local(1), "h0", Request::Halt);
+    assert!(
+        matches!(&replies(&out)[..], [Response::Ok { message }] if message == "halting 1 host"),
+        "{out:?}"
+    );
+}
