@@ -140,12 +140,19 @@ fn a_cpu_hog_on_the_desk_takes_the_host_back_and_its_end_gives_it_back() {
         vm.log(0)
     );
     assert_eq!(owner(&vm, "h1")["state"], "offered");
-    let lines = finish(&vm, job);
+    // One VP went from h1 to h0 and back, at its safe points or, where it
+    // missed one on a busy machine, saved from outside (which its own
+    // count of hosts does not see).
+    let log = vm.log(0);
     assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("spin done") && l.contains("on 3 hosts")),
-        "one VP ran on h1, h0, h1: {lines:?}"
+        log.contains(" moved from h1 to h0") && log.contains(" moved from h0 to h1"),
+        "{log}"
+    );
+    let lines = finish(&vm, job);
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        2,
+        "{lines:?}"
     );
 }
 
@@ -478,8 +485,10 @@ fn a_parked_image_damaged_on_disk_is_a_clear_failure_when_it_starts_again() {
                 .find(|p| p.to_string_lossy().ends_with(".parked"))
         })
     };
+    // (On a machine busy with other work the VP, resumed in the idle
+    // class, may take its whole 5 s and be saved from outside instead.)
     assert!(
-        wait_until(Duration::from_secs(10), || parked().is_some()
+        wait_until(Duration::from_secs(60), || parked().is_some()
             && hosts_of(&vm)
                 .iter()
                 .all(|(_, s, _)| s == "parked on disk (owner back)")),
