@@ -553,15 +553,7 @@ impl Vm {
             .args(args)
             .output()
             .expect("run mig");
-        if String::from_utf8_lossy(&out.stderr).contains("did not answer within") {
-            // A daemon whose loop stops answering is a hang, not load: what
-            // each daemon was doing is printed with the test's output.
-            eprintln!(
-                "mig {}: a daemon did not answer\n{}",
-                args.join(" "),
-                self.hang_report()
-            );
-        }
+        say_if_unanswered(args, &out, || self.hang_report());
         out
     }
 
@@ -903,6 +895,18 @@ pub fn ran(dir: &Path, tid: u64, before: &mut std::collections::HashMap<u32, u64
     out
 }
 
+/// A `mig` call `args` that got no answer is a hang, not load: what each
+/// daemon was doing (`report`) is printed with the test's output.
+fn say_if_unanswered(args: &[&str], out: &Output, report: impl FnOnce() -> String) {
+    if String::from_utf8_lossy(&out.stderr).contains("did not answer within") {
+        eprintln!(
+            "mig {}: a daemon did not answer\n{}",
+            args.join(" "),
+            report()
+        );
+    }
+}
+
 /// What a daemon was doing: its threads' stacks (when gdb is installed),
 /// its process state and its log.
 fn daemon_report(name: &str, pid: u32, log: &str) -> String {
@@ -947,13 +951,7 @@ impl Up {
             .args(args)
             .output()
             .expect("mig");
-        if String::from_utf8_lossy(&out.stderr).contains("did not answer within") {
-            eprintln!(
-                "mig {}: a daemon did not answer\n{}",
-                args.join(" "),
-                self.hang_report()
-            );
-        }
+        say_if_unanswered(args, &out, || self.hang_report());
         out
     }
 

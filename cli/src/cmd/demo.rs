@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libmig::control::Client;
-use libmig::msg::{Request, Response, SpawnSpec};
+use libmig::msg::{JobEvent, Request, Response, SpawnSpec};
 
 use super::up::{Args as UpArgs, Vm};
 
@@ -322,25 +322,14 @@ fn run_job(vm: &Vm, pi: &std::path::Path, a: &Args, desk: &mut Desk, r: &mut Rep
             ),
             other => other?,
         };
-        match heard {
-            Response::Output { line, .. } if line.starts_with("pi = ") => verdict = Some(line),
-            Response::VpDone { host, .. } => *per_host.entry(host).or_default() += 1,
-            Response::JobDone { status, .. } => break status,
-            Response::Error { message } => bail!("{message}"),
-            Response::Output { .. } | Response::Skipped { .. } => {}
+        match heard.on_a_wait() {
+            JobEvent::Output { line, .. } if line.starts_with("pi = ") => verdict = Some(line),
+            JobEvent::VpDone { host, .. } => *per_host.entry(host).or_default() += 1,
+            JobEvent::JobDone { status, .. } => break status,
+            JobEvent::Error { message } => bail!("{message}"),
+            JobEvent::Output { .. } | JobEvent::Skipped { .. } => {}
             // Replies to other requests: none comes on a wait.
-            Response::Hosts(_)
-            | Response::Ps(_)
-            | Response::Stats(_)
-            | Response::Owner(_)
-            | Response::Map { .. }
-            | Response::Spawned { .. }
-            | Response::Ok { .. }
-            | Response::Token { .. }
-            | Response::Tokens(_)
-            | Response::Jobs(_)
-            | Response::Log { .. }
-            | Response::Timeline { .. } => {}
+            JobEvent::Other(_) => {}
         }
     };
     let elapsed = t.elapsed();

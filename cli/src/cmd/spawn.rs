@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use libmig::control::Client;
-use libmig::msg::{ExitInfo, IoClass, JobClass, Request, Response, SpawnSpec, Stream};
+use libmig::msg::{ExitInfo, IoClass, JobClass, JobEvent, Request, Response, SpawnSpec, Stream};
 use libmig::Tid;
 
 /// Flags of `mig spawn`.
@@ -217,8 +217,8 @@ fn follow(c: &mut Client, a: &Args, job: &str, vps: usize, started: Instant) -> 
     // VPs the job spawns itself join the count as they are heard of.
     let (mut total, mut done) = (vps, 0);
     loop {
-        match c.recv(None)? {
-            Response::Output {
+        match c.recv(None)?.on_a_wait() {
+            JobEvent::Output {
                 tid,
                 vp,
                 host,
@@ -228,8 +228,8 @@ fn follow(c: &mut Client, a: &Args, job: &str, vps: usize, started: Instant) -> 
                 total = total.max(vp as usize + 1);
                 show_line(a, tid, vp, &host, stream, &line);
             }
-            Response::Skipped { lines } => say_skipped(a, job, lines),
-            Response::VpDone {
+            JobEvent::Skipped { lines } => say_skipped(a, job, lines),
+            JobEvent::VpDone {
                 tid,
                 vp,
                 host,
@@ -239,7 +239,7 @@ fn follow(c: &mut Client, a: &Args, job: &str, vps: usize, started: Instant) -> 
                 total = total.max(vp as usize + 1).max(done);
                 say_vp_done(a, (tid, vp, &host), &status, done, total);
             }
-            Response::JobDone { job, status } => {
+            JobEvent::JobDone { job, status } => {
                 let secs = started.elapsed().as_secs_f64();
                 if a.json {
                     println!(
@@ -251,20 +251,9 @@ fn follow(c: &mut Client, a: &Args, job: &str, vps: usize, started: Instant) -> 
                 }
                 std::process::exit(status);
             }
-            Response::Error { message } => bail!("{message}"),
+            JobEvent::Error { message } => bail!("{message}"),
             // Replies to other requests: none comes on a wait.
-            Response::Hosts(_)
-            | Response::Ps(_)
-            | Response::Stats(_)
-            | Response::Owner(_)
-            | Response::Map { .. }
-            | Response::Spawned { .. }
-            | Response::Ok { .. }
-            | Response::Token { .. }
-            | Response::Tokens(_)
-            | Response::Jobs(_)
-            | Response::Log { .. }
-            | Response::Timeline { .. } => {}
+            JobEvent::Other(_) => {}
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use libmig::control::Client;
-use libmig::msg::{Request, Response};
+use libmig::msg::{JobEvent, Request, Response};
 
 /// Flags of `mig wait`.
 #[derive(Debug, clap::Args)]
@@ -42,8 +42,8 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
     let mut c = Client::connect(daemon)?;
     c.send(&Request::Wait { job: a.job.clone() })?;
     loop {
-        match c.recv(None)? {
-            Response::JobDone { job, status } => {
+        match c.recv(None)?.on_a_wait() {
+            JobEvent::JobDone { job, status } => {
                 if a.json {
                     println!("{}", serde_json::json!({"job": job, "status": status}));
                 } else {
@@ -51,22 +51,11 @@ pub fn run(daemon: &Path, a: Args) -> Result<()> {
                 }
                 std::process::exit(status);
             }
-            Response::Error { message } => bail!("{message}"),
+            JobEvent::Error { message } => bail!("{message}"),
             // Its output and VP ends, as to `spawn --wait`: `mig logs` shows them.
-            Response::Output { .. } | Response::Skipped { .. } | Response::VpDone { .. } => {}
+            JobEvent::Output { .. } | JobEvent::Skipped { .. } | JobEvent::VpDone { .. } => {}
             // Replies to other requests: none comes on a wait.
-            Response::Hosts(_)
-            | Response::Ps(_)
-            | Response::Stats(_)
-            | Response::Owner(_)
-            | Response::Map { .. }
-            | Response::Spawned { .. }
-            | Response::Ok { .. }
-            | Response::Token { .. }
-            | Response::Tokens(_)
-            | Response::Jobs(_)
-            | Response::Log { .. }
-            | Response::Timeline { .. } => {}
+            JobEvent::Other(_) => {}
         }
     }
 }

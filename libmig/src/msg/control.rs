@@ -548,7 +548,102 @@ pub enum Response {
     },
 }
 
+/// What a wait on a job hears (`mig spawn --wait`, `mig wait`): the replies
+/// that come on one, by kind, and any other reply as it is (none comes on
+/// a wait).
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEvent {
+    /// A line a VP wrote (see `Response::Output`).
+    Output {
+        /// The VP.
+        tid: Tid,
+        /// Its number in the job.
+        vp: u32,
+        /// Its host.
+        host: String,
+        /// Which stream.
+        stream: Stream,
+        /// The line.
+        line: String,
+    },
+    /// Lines left out (see `Response::Skipped`).
+    Skipped {
+        /// How many.
+        lines: u64,
+    },
+    /// A VP ended (see `Response::VpDone`).
+    VpDone {
+        /// The VP.
+        tid: Tid,
+        /// Its number in the job.
+        vp: u32,
+        /// Its host.
+        host: String,
+        /// How it ended.
+        status: ExitInfo,
+    },
+    /// The job ended (see `Response::JobDone`).
+    JobDone {
+        /// The job.
+        job: String,
+        /// Its status.
+        status: i32,
+    },
+    /// The wait failed.
+    Error {
+        /// Why.
+        message: String,
+    },
+    /// A reply to another request.
+    Other(Response),
+}
+
 impl Response {
+    /// This reply as a wait on a job hears it.
+    pub fn on_a_wait(self) -> JobEvent {
+        match self {
+            Response::Output {
+                tid,
+                vp,
+                host,
+                stream,
+                line,
+            } => JobEvent::Output {
+                tid,
+                vp,
+                host,
+                stream,
+                line,
+            },
+            Response::Skipped { lines } => JobEvent::Skipped { lines },
+            Response::VpDone {
+                tid,
+                vp,
+                host,
+                status,
+            } => JobEvent::VpDone {
+                tid,
+                vp,
+                host,
+                status,
+            },
+            Response::JobDone { job, status } => JobEvent::JobDone { job, status },
+            Response::Error { message } => JobEvent::Error { message },
+            other @ (Response::Hosts(_)
+            | Response::Ps(_)
+            | Response::Stats(_)
+            | Response::Owner(_)
+            | Response::Map { .. }
+            | Response::Spawned { .. }
+            | Response::Ok { .. }
+            | Response::Token { .. }
+            | Response::Tokens(_)
+            | Response::Jobs(_)
+            | Response::Log { .. }
+            | Response::Timeline { .. }) => JobEvent::Other(other),
+        }
+    }
+
     /// The reply's name, for errors and logs.
     pub fn name(&self) -> &'static str {
         match self {

@@ -403,6 +403,15 @@ fn ballast(mib: usize, stop: &str) {
 
 /// Burn CPU (migration-aware: a safe point every few milliseconds) until
 /// `stop` exists; then say how much work was done and on how many hosts.
+/// Compute for 5 ms (from `seed`, so the work is not optimised away).
+fn busy_5ms(seed: u64) {
+    let t = std::time::Instant::now();
+    let mut x = seed;
+    while t.elapsed() < Duration::from_millis(5) {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
 fn spin(stop: &str) {
     #[derive(Default, serde::Serialize, serde::Deserialize)]
     struct Work {
@@ -415,11 +424,7 @@ fn spin(stop: &str) {
     // FILE ends every VP of the job; FILE.K ends VP K alone.
     let mine = format!("{stop}.{}", std::env::var("MIG_VP").unwrap_or_default());
     while !std::path::Path::new(stop).exists() && !std::path::Path::new(&mine).exists() {
-        let t = std::time::Instant::now();
-        let mut x = w.rounds;
-        while t.elapsed() < Duration::from_millis(5) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
+        busy_5ms(w.rounds);
         w.rounds += 1;
         ok(vm.safe_point(&w));
     }
@@ -444,11 +449,7 @@ fn late(ms: u64, stop: &str) {
         println!("awake");
     }
     while !std::path::Path::new(stop).exists() {
-        let t = std::time::Instant::now();
-        let mut x = w.rounds;
-        while t.elapsed() < Duration::from_millis(5) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
+        busy_5ms(w.rounds);
         w.rounds += 1;
         ok(vm.safe_point(&w));
     }
