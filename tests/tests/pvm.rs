@@ -1072,6 +1072,20 @@ fn open_gate(vm: &Vm, gates: &Path, n: u64, program: &str) {
 /// in its socket), then becomes Debian's program (exec).
 const GATE: &str = "while [ ! -e \"$GATES/go.$MIG_VP\" ]; do sleep 0.05; done; exec";
 
+/// In `gates`, a script named `program` that waits behind its gate (see
+/// `GATE`) and then becomes Debian's `program` from `ex`: found first
+/// through `PVM_EP` when a PVM program spawns it by name.
+fn gate(gates: &Path, ex: &Path, program: &str) {
+    let script = gates.join(program);
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\n{GATE} {}\n", ex.join(program).display()),
+    )
+    .expect(program);
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+}
+
 /// The lines of a run with every number made `#` (Tids differ from run
 /// to run), sorted (workers answer in any order).
 fn comparable_lines(lines: &[String]) -> Vec<String> {
@@ -1101,14 +1115,7 @@ fn debians_master1_and_its_slaves_moved_mid_run_print_what_they_print_unmoved() 
     let vm = Vm::start(3);
     let gates = tempfile::tempdir().expect("tempdir");
     // master1 finds slave1 through PVM_EP: a gate in front of Debian's.
-    let slave = gates.path().join("slave1");
-    std::fs::write(
-        &slave,
-        format!("#!/bin/sh\n{GATE} {}\n", ex.join("slave1").display()),
-    )
-    .expect("slave1");
-    std::fs::set_permissions(&slave, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    gate(gates.path(), &ex, "slave1");
     let env = [("PVM_EP", gates.path()), ("GATES", gates.path())];
     let job = start(&vm, lib.path(), 1, &ex.join("master1"), &[], &env);
     all_movable(&vm, 10);
@@ -1200,14 +1207,7 @@ fn debians_fortran_master_and_slaves_moved_mid_run_print_what_they_print_unmoved
     let lib = our_lib();
     let vm = Vm::start(3);
     let gates = tempfile::tempdir().expect("tempdir");
-    let slave = gates.path().join("fslave1");
-    std::fs::write(
-        &slave,
-        format!("#!/bin/sh\n{GATE} {}\n", ex.join("fslave1").display()),
-    )
-    .expect("fslave1");
-    std::fs::set_permissions(&slave, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    gate(gates.path(), &ex, "fslave1");
     let env = [("PVM_EP", gates.path()), ("GATES", gates.path())];
     let job = start(&vm, lib.path(), 1, &ex.join("fmaster1"), &[], &env);
     all_movable(&vm, 10);
@@ -1243,14 +1243,7 @@ fn debians_fortran_group_example_moved_mid_run_gets_the_answers_unmoved() {
     let vm = Vm::start(3);
     let gates = tempfile::tempdir().expect("tempdir");
     // Instance 0 spawns the others by name through PVM_EP: gates.
-    let gated = gates.path().join("fgexample");
-    std::fs::write(
-        &gated,
-        format!("#!/bin/sh\n{GATE} {}\n", ex.join("fgexample").display()),
-    )
-    .expect("fgexample");
-    std::fs::set_permissions(&gated, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    gate(gates.path(), &ex, "fgexample");
     let env = [("PVM_EP", gates.path()), ("GATES", gates.path())];
     let job = start(&vm, lib.path(), 1, &ex.join("fgexample"), &[], &env);
     all_movable(&vm, 6);
