@@ -388,6 +388,8 @@ impl Master {
                 plan: plan.clone(),
             };
             out.extend(v.go(recalled).err().map(Out::from));
+            // (Why an earlier move failed is not why this one does.)
+            v.move_failed = None;
         }
         out
     }

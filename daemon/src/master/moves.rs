@@ -14,6 +14,10 @@ use crate::sched::{Action, Event};
 /// not said it can be moved is tried before it is given up.
 const SILENT_TRIES: u32 = 3;
 
+/// How a move's target says it could not take a VP in (the reason a
+/// recall then fails the move with).
+const TOOK_NOT_IN: &str = "could not take it in";
+
 impl Master {
     /// The `Out`s that carry out the scheduler's `actions` (the server
     /// carries those out in turn).
@@ -521,7 +525,7 @@ impl Master {
         }
         if src != host {
             let arch = self.hosts.get(host).map_or("", |h| h.facts.arch.as_str());
-            v.move_failed = Some(format!("{host} ({arch}) could not take it in: {reason}"));
+            v.move_failed = Some(format!("{host} ({arch}) {TOOK_NOT_IN}: {reason}"));
             if !self.hosts.get(&src).is_some_and(|h| h.alive) {
                 // When its source is declared dead, the VP is recalled to
                 // this host, which then says again that it has nothing.
@@ -940,7 +944,12 @@ impl Master {
             return vec![refused.into()];
         }
         let gave_up = v.state().plan().is_some_and(|p| p.wants.is_none());
-        let reason = format!("{reason}{also}");
+        // Recalled because its target could not take it in (`missing`):
+        // that is why, not what its source says of the recall.
+        let reason = match &v.move_failed {
+            Some(why) if to == at && why.contains(TOOK_NOT_IN) => format!("{why}{also}"),
+            _ => format!("{reason}{also}"),
+        };
         v.move_failed = Some(reason.clone());
         let mut out = vec![
             Out::Log(format!("VP t{tid:x} stays on {at}: {reason}")),
