@@ -48,6 +48,7 @@ fn spec(n: u32, wait: bool) -> SpawnSpec {
         memory_mb: None,
         class: None,
         io: None,
+        bid_hosts: Vec::new(),
     }
 }
 

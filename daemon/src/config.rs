@@ -148,6 +148,10 @@ pub struct FileConfig {
     /// where asked and Rate-of-Change balancing, seed 003). `mig sim
     /// --policy` compares them on a trace.
     pub placement: Option<String>,
+    /// Under `placement = "bidding"`, how long (ms) the daemon where a
+    /// spawn arrives waits for the other hosts' bids before it chooses
+    /// among those in (default 300).
+    pub bid_wait_ms: Option<u64>,
     /// Serve every local user, not only this daemon's (default false): the
     /// control socket is open to all, each user controls only the jobs they
     /// started, and this daemon's user and root control everything. A
@@ -225,6 +229,8 @@ pub struct Config {
     /// chooses hosts (a `balance::choice::Policy` name), checked by
     /// `validate`.
     pub placement: String,
+    /// Under the bidding placement, how long a spawn waits for bids.
+    pub bid_wait: Duration,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -264,6 +270,7 @@ impl Config {
             metrics: None,
             metrics_token_file: None,
             placement: crate::sched::Placement::default().name().to_string(),
+            bid_wait: Duration::from_millis(300),
             owner: OwnerConfig::default(),
         }
     }
@@ -320,6 +327,7 @@ impl Config {
             kv("metrics_token_file", q(&p.display().to_string()));
         }
         kv("placement", q(&self.placement));
+        kv("bid_wait_ms", ms(self.bid_wait).to_string());
         let o = &self.owner;
         t.push_str("\n[owner]\n");
         let mut kv = |k: &str, v: String| t.push_str(&format!("{k} = {v}\n"));
@@ -468,6 +476,9 @@ impl Config {
         if let Some(v) = f.shared {
             self.shared = v;
         }
+        if let Some(v) = f.bid_wait_ms {
+            self.bid_wait = Duration::from_millis(v);
+        }
         if let Some(v) = f.placement {
             self.placement = v;
         }
@@ -535,6 +546,9 @@ impl Config {
         }
         if self.arch.is_empty() {
             return bad("architecture must not be empty".into());
+        }
+        if self.bid_wait < Duration::from_millis(1) || self.bid_wait > Duration::from_secs(10) {
+            return bad("bid_wait_ms must be between 1 and 10000".into());
         }
         if self.heartbeat < Duration::from_millis(10) || self.heartbeat > Duration::from_secs(60) {
             return bad("heartbeat_ms must be between 10 and 60000".into());

@@ -37,7 +37,18 @@ impl SpawnSpec {
             memory_mb: None,
             class: None,
             io: None,
+            bid_hosts: Vec::new(),
         }
+    }
+
+    /// Its class for the bidding placement: as `class` says, else simple
+    /// for one VP and a group for more.
+    pub fn job_class(&self) -> JobClass {
+        self.class.unwrap_or(if self.n == 1 {
+            JobClass::Simple
+        } else {
+            JobClass::Group
+        })
     }
 
     /// `n` VPs.
@@ -133,6 +144,7 @@ mod tests {
             memory_mb: Some(4096),
             class: Some(JobClass::Cluster),
             io: Some(IoClass::Heavy),
+            bid_hosts: Vec::new(),
         };
         assert_eq!(spec, literal);
         let plain = SpawnSpec::new("pi", Vec::new());

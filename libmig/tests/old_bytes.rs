@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSION};
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
-    DataLink, Envelope, Handshake, HostFacts, HostUsage, ImageId, IoClass, JobClass, JobFileCopy,
-    LoopTurns, OwnerReport, OwnerState, PeerMsg, Quorum, Request, SliceReport, SnapOrder,
-    SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg,
+    Bid, Bidding, DataLink, Envelope, Handshake, HostFacts, HostUsage, ImageId, IoClass, JobClass,
+    JobFileCopy, LoopTurns, OwnerReport, OwnerState, PeerMsg, Quorum, Request, SliceReport,
+    SnapOrder, SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg, Work,
 };
 
 fn fixtures() -> PathBuf {
@@ -58,6 +58,26 @@ fn peer_msgs() -> Vec<PeerMsg> {
             },
         },
         DataLink::Deliver(env()),
+        Bidding::Ask {
+            id: 3,
+            work: Work {
+                vps: 4,
+                class: JobClass::Group,
+                memory_mb: Some(512),
+                io: 0.25,
+            },
+        },
+        Bidding::Bid {
+            id: 3,
+            bid: Bid {
+                processors: 2,
+                capacity: 1.5,
+                vps: 3,
+                free_memory_mb: None,
+                free_io: 0.75,
+                etc: 2.5,
+            },
+        },
         ToMaster::Control {
             id: 7,
             req: Request::Hosts,
@@ -269,6 +289,7 @@ fn requests() -> Vec<Request> {
             memory_mb: Some(4096),
             class: Some(JobClass::Cluster),
             io: Some(IoClass::Heavy),
+            bid_hosts: Vec::new(),
         }),
         Request::Input {
             job: "j1".into(),

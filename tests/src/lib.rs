@@ -1124,3 +1124,43 @@ pub fn longest_turns(stats: &serde_json::Value) -> (f64, f64) {
     }
     got
 }
+
+/// Authenticate to the daemon at `addr` as a daemon does: the stream and
+/// its sealer, ready for the first message after `Welcome`.
+pub fn authenticated(
+    addr: &str,
+    key: &libmig::auth::ClusterKey,
+) -> (std::net::TcpStream, Box<libmig::seal::Sealer>) {
+    use libmig::frame;
+    use libmig::handshake::{Answer, Client};
+    use libmig::msg::PeerMsg;
+    use libmig::seal::Sealer;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let (mut client, hello) = Client::start(key).expect("a client");
+    frame::write_frame(&mut s, &PeerMsg::from(hello)).expect("send hello");
+    let mut sealer: Option<Box<Sealer>> = None;
+    loop {
+        let got: Option<PeerMsg> = match &mut sealer {
+            Some(seal) => seal.read_frame(&mut s),
+            None => frame::read_frame(&mut s),
+        }
+        .expect("a frame");
+        let msg = got
+            .expect("an answer")
+            .into_handshake()
+            .expect("the handshake");
+        match client.on(key, &msg) {
+            Answer::Send(reply) => {
+                frame::write_frame(&mut s, &PeerMsg::from(reply)).expect("send reply")
+            }
+            Answer::SendThenSeal(proof, seal) => {
+                frame::write_frame(&mut s, &PeerMsg::from(proof)).expect("send proof");
+                sealer = Some(seal);
+            }
+            Answer::Done(..) => return (s, sealer.expect("a sealed link")),
+            Answer::Refuse(why) => panic!("refused: {why}"),
+        }
+    }
+}

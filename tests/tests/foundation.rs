@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use libmig::auth::ClusterKey;
 use libmig::frame;
-use libmig::handshake::{Answer, Client};
 use libmig::msg::{Handshake, PeerMsg, Request, Response, ToHost, ToMaster};
 use libmig::seal::Sealer;
-use mig_tests::{alive, command, job_lines, wait_until, Vm};
+use mig_tests::{alive, authenticated, command, job_lines, wait_until, Vm};
 use nix::sys::signal::Signal;
 
 const T: Duration = Duration::from_secs(10);
@@ -329,38 +328,6 @@ fn bad_peers_are_refused_while_others_are_served() {
         "authentication failed",
     ] {
         assert!(log.contains(reason), "log lacks {reason:?}:\n{log}");
-    }
-}
-
-/// Authenticate to the daemon at `addr` as a daemon does: the stream and
-/// its sealer, ready for the first message after `Welcome`.
-fn authenticated(addr: &str, key: &ClusterKey) -> (TcpStream, Box<Sealer>) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(T)).expect("read timeout");
-    let (mut client, hello) = Client::start(key).expect("a client");
-    frame::write_frame(&mut s, &PeerMsg::from(hello)).expect("send hello");
-    let mut sealer: Option<Box<Sealer>> = None;
-    loop {
-        let got: Option<PeerMsg> = match &mut sealer {
-            Some(seal) => seal.read_frame(&mut s),
-            None => frame::read_frame(&mut s),
-        }
-        .expect("a frame");
-        let msg = got
-            .expect("an answer")
-            .into_handshake()
-            .expect("the handshake");
-        match client.on(key, &msg) {
-            Answer::Send(reply) => {
-                frame::write_frame(&mut s, &PeerMsg::from(reply)).expect("send reply")
-            }
-            Answer::SendThenSeal(proof, seal) => {
-                frame::write_frame(&mut s, &PeerMsg::from(proof)).expect("send proof");
-                sealer = Some(seal);
-            }
-            Answer::Done(..) => return (s, sealer.expect("a sealed link")),
-            Answer::Refuse(why) => panic!("refused: {why}"),
-        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! bidding|nres|roc`, seeds 002-004): a small job of each class under
 //! bidding, the N-resource paper's example with memory, and a bag of
 //! independent tasks that Rate-of-Change spreads, and spreads again when a
-//! host runs dry.
+//! host runs dry; bids that travel between the daemons, a silent host left
+//! out and forged bids refused.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -91,9 +92,16 @@ fn under_bidding_a_group_spreads_one_vp_a_host_and_a_cluster_shares_one() {
     let cluster = spin(&vm, &["-n", "3", "--class", "cluster"], &stop);
     let together = placed(&vm, "j2", 3);
     assert_eq!(on_hosts(&together), vec!["h0".to_string()], "{together:?}");
+    // Both were chosen by the bids the daemon they arrived at asked every
+    // other host for, and every host bid.
     let log = vm.log(0);
-    assert!(log.contains("bidding placement, group job"), "{log}");
-    assert!(log.contains("bidding placement, cluster job"), "{log}");
+    assert_eq!(
+        log.matches("bidding: 3 of 3 hosts bid for").count(),
+        2,
+        "{log}"
+    );
+    assert!(log.contains("by the bids at h0, group job"), "{log}");
+    assert!(log.contains("by the bids at h0, cluster job"), "{log}");
     std::fs::write(&stop, "").expect("stop");
     for (job, what) in [(group, "group"), (cluster, "cluster")] {
         let lines = job_succeeds(job, what);
@@ -311,7 +319,14 @@ fn under_bidding_simple_programs_stay_until_too_slow_and_an_idle_host_takes_work
         assert!(lines.iter().any(|l| l.contains("spin done")), "{lines:?}");
         moved += lines.iter().filter(|l| l.contains("on 2 hosts")).count();
     }
-    assert_eq!(moved, taken);
+    // Each move that arrived is a job's VP that ran on both hosts; one
+    // that missed its safe point (a crowded machine) was saved from outside
+    // and does not know it moved.
+    let outside = vm.log(0).matches("saved from outside instead").count();
+    assert!(
+        moved <= taken && taken <= moved + outside,
+        "{moved} jobs say they moved, {taken} moves arrived, {outside} saved from outside"
+    );
 }
 
 #[test]
@@ -352,4 +367,67 @@ fn under_roc_a_host_killed_as_tasks_move_to_it_loses_none_of_them() {
     let lines = job_succeeds(bag, "bag");
     let done = lines.iter().filter(|l| l.contains("spin done")).count();
     assert_eq!(done, 6, "{lines:?}\n{}", vm.log(0));
+}
+
+#[test]
+fn bids_travel_between_daemons_a_silent_host_is_left_out_and_forged_bids_refused() {
+    use libmig::msg::{Bid, Bidding, Handshake, PeerMsg};
+    use nix::sys::signal::Signal;
+
+    let _one = serial();
+    let mut vm = Vm::start_with(3, &["--placement", "bidding"]);
+    assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 3)));
+    let stop = vm.dir.path().join("stop");
+    // h2's daemon stops answering: the spawn at h0 waits for its bid no
+    // longer than the wait, and goes to the hosts that bid.
+    vm.signal(2, Signal::SIGSTOP);
+    let group = spin(&vm, &["-n", "2", "--class", "group"], &stop);
+    let placed_on = placed(&vm, "j1", 2);
+    vm.signal(2, Signal::SIGCONT);
+    assert!(
+        !on_hosts(&placed_on).contains(&"h2".to_string()),
+        "{placed_on:?}"
+    );
+    let log = vm.log(0);
+    assert!(log.contains("bidding: asking 2 hosts for bids"), "{log}");
+    assert!(
+        log.contains("bidding: 1 of 2 hosts bid for") && log.contains("(no bid in time from h2)"),
+        "{log}"
+    );
+    assert!(log.contains("by the bids at h0, group job"), "{log}");
+    // A bid from a daemon that holds the key but was not asked (a name no
+    // member has), and one for a request that is not open: refused, and
+    // the daemons serve on.
+    let key = libmig::auth::ClusterKey::load(&vm.key()).expect("the cluster key");
+    let (mut s, mut seal) = mig_tests::authenticated(&vm.addr, &key);
+    let hi = Handshake::Hi {
+        name: "ghost".into(),
+    };
+    seal.write_frame(&mut s, &PeerMsg::from(hi)).expect("hi");
+    let forged = Bid {
+        processors: 4096,
+        capacity: f64::NAN,
+        vps: 0,
+        free_memory_mb: None,
+        free_io: 1.0,
+        etc: 0.0,
+    };
+    for id in [1, 99] {
+        let msg = PeerMsg::from(Bidding::Bid { id, bid: forged });
+        seal.write_frame(&mut s, &msg).expect("bid");
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            vm.log(0)
+                .matches("bidding: a bid from ghost refused: no request for bids")
+                .count()
+                == 2
+        }),
+        "{}",
+        vm.log(0)
+    );
+    std::fs::write(&stop, "").expect("stop");
+    let lines = job_succeeds(group, "group");
+    assert!(lines.iter().any(|l| l.contains("spin done")), "{lines:?}");
+    assert!(hosts_up(&vm, 3));
 }

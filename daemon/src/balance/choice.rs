@@ -117,9 +117,15 @@ impl HostView {
         }
     }
 
+    /// Can it take `vps` more VPs of `memory_mb` each (processors in the
+    /// pool, and the memory)?
+    pub fn can_take(&self, vps: u32, memory_mb: Option<u64>) -> bool {
+        !self.processors.is_empty() && self.holds(vps, memory_mb)
+    }
+
     /// Its `n` least busy processors (fewest VPs, then in order), round
     /// and round again when `n` is more than it has.
-    fn least_busy(&self, n: usize) -> Vec<String> {
+    pub fn least_busy(&self, n: usize) -> Vec<String> {
         let mut order: Vec<usize> = (0..self.processors.len()).collect();
         order.sort_by_key(|&i| (self.processors[i].1, i));
         order

@@ -9,6 +9,8 @@
 //!   neighbours for room, and the fewest-choices-first mapping (seed 004);
 //! * `roc` — IPG-SaLaD's Rate-of-Change load balancing, receiver-initiated
 //!   (seed 003);
+//! * `auction` — seed 002's request for bids as the daemon where a job
+//!   arrives runs it: who was asked, the bids in, the decision;
 //! * `choice` — which processors a new job may use when the daemons run
 //!   one of these (`migd --placement bidding|nres|roc`);
 //! * `spread` — Rate-of-Change between the daemons' hosts: the moves its
@@ -17,6 +19,7 @@
 //! What does not live here: the gang scheduler (`crate::sched`), the
 //! simulator's replay of traces (`crate::sim`).
 
+pub mod auction;
 pub mod bidding;
 pub mod choice;
 pub mod nres;

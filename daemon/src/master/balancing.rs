@@ -16,6 +16,30 @@ use super::{Master, Out};
 use crate::balance::choice::{self, HostView, Need, Policy, SiteTasks};
 use crate::balance::spread::{HostLoad, Move};
 
+/// The processors the hosts the bids chose (`SpawnSpec::bid_hosts`) give
+/// a job, the least busy of each; `Err` names a host that is not in the
+/// pool, or cannot hold the job's share (a bid is a moment's state).
+fn by_the_bids(
+    views: &[(String, HostView)],
+    need: &Need,
+    chosen: &[(String, u32)],
+) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (host, n) in chosen {
+        let view = views
+            .iter()
+            .find(|(name, _)| name == host)
+            .map(|(_, v)| v)
+            .filter(|v| v.can_take(*n, need.memory_mb))
+            .ok_or_else(|| host.clone())?;
+        out.extend(view.least_busy(*n as usize));
+    }
+    if out.is_empty() {
+        return Err("no host".into());
+    }
+    Ok(out)
+}
+
 /// How often Rate-of-Change samples the hosts' loads.
 pub(super) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
@@ -119,16 +143,36 @@ impl Master {
             .unwrap_or(usize::MAX);
         let need = Need {
             vps: spec.n,
-            class: class_of(spec),
+            class: spec.job_class(),
             memory_mb: spec.memory_mb,
             io: spec.io.map_or(0.0, |c| c.share()),
         };
+        let mut why_not_the_bids = String::new();
+        if policy == Policy::Bidding && !spec.bid_hosts.is_empty() {
+            match by_the_bids(&views, &need, &spec.bid_hosts) {
+                Ok(chosen) => {
+                    let line = format!(
+                        "bidding placement by the bids at {from_host}, {} job: {}",
+                        need.class.name(),
+                        chosen.join(" ")
+                    );
+                    return Some((chosen, line));
+                }
+                Err(host) => {
+                    why_not_the_bids = format!(
+                        "the bids at {from_host} chose {host}, which cannot take the job now; "
+                    )
+                }
+            }
+        }
         let hosts: Vec<HostView> = views.into_iter().map(|(_, v)| v).collect();
         let chosen = choice::choose(policy, &need, local, &hosts)?;
-        let line = match policy {
-            Policy::Bidding => format!("bidding placement, {} job: ", need.class.name()),
-            _ => format!("{} placement: ", policy.name()),
-        } + &chosen.join(" ");
+        let line = why_not_the_bids
+            + &match policy {
+                Policy::Bidding => format!("bidding placement, {} job: ", need.class.name()),
+                _ => format!("{} placement: ", policy.name()),
+            }
+            + &chosen.join(" ");
         Some((chosen, line))
     }
 
@@ -177,7 +221,7 @@ impl Master {
                     .filter_map(|&(tid, _)| {
                         let (job, _) = self.tids.get(&tid)?;
                         let j = self.jobs.get(job)?;
-                        Some((tid, *programs.get(job.as_str())?, class_of(&j.spec)))
+                        Some((tid, *programs.get(job.as_str())?, j.spec.job_class()))
                     })
                     .collect(),
             })
@@ -334,13 +378,4 @@ impl Master {
             })
             .collect()
     }
-}
-
-/// A job's class: as spawned, else simple for one VP and a group for more.
-pub(super) fn class_of(spec: &SpawnSpec) -> libmig::msg::JobClass {
-    spec.class.unwrap_or(if spec.n == 1 {
-        libmig::msg::JobClass::Simple
-    } else {
-        libmig::msg::JobClass::Group
-    })
 }

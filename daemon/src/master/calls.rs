@@ -253,6 +253,7 @@ impl Master {
             memory_mb: None,
             class: None,
             io: None,
+            bid_hosts: Vec::new(),
         })
     }
 

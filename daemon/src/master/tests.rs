@@ -57,6 +57,7 @@ pub(super) fn spec(n: u32) -> SpawnSpec {
         memory_mb: None,
         class: None,
         io: None,
+        bid_hosts: Vec::new(),
     }
 }
 

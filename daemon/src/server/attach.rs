@@ -240,6 +240,7 @@ impl Daemon {
             | PeerMsg::ToMaster(_)
             | PeerMsg::Data(_)
             | PeerMsg::Quorum(_)
+            | PeerMsg::Bidding(_)
             | PeerMsg::Part { .. }) => {
                 return self.refuse(t, &format!("unexpected {} to an attach", other.name()));
             }

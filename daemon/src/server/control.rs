@@ -13,7 +13,6 @@ use crate::switcher::wall_ns;
 impl Daemon {
     /// A request on local control connection `t`.
     pub(super) fn control(&mut self, t: Token, req: Request) {
-        let me = self.facts.name.clone();
         let uid = self
             .net
             .conns
@@ -26,6 +25,15 @@ impl Daemon {
         if let Some(message) = self.spawn_refused_here(uid, &req) {
             return self.send_resp(t, &Response::Error { message });
         }
+        if let Some(req) = self.ask_for_bids(t, uid, req) {
+            self.pass_on(t, uid, req);
+        }
+    }
+
+    /// Request `req` of `uid` on control connection `t`, ready for the
+    /// master: answered by it here, or forwarded to it.
+    pub(super) fn pass_on(&mut self, t: Token, uid: u32, req: Request) {
+        let me = self.facts.name.clone();
         if let Some(m) = self.role.master() {
             m.set_wall(wall_ns());
             let out = m.control_by(uid, Requester::Local(t.0), &me, req);

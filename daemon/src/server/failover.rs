@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use libmig::msg::{JobFileCopy, Quorum, Response, ToMaster};
+use libmig::msg::{JobFileCopy, PeerMsg, Quorum, Response, ToMaster};
 use mio::Token;
 
 use super::net::Pending;
@@ -348,7 +348,8 @@ impl Daemon {
 
     /// A message for another daemon over the data link to it (dialled if
     /// need be; the message waits for the handshake).
-    pub(super) fn send_to_host(&mut self, host: &str, msg: Quorum) {
+    pub(super) fn send_to_host(&mut self, host: &str, msg: impl Into<PeerMsg>) {
+        let msg = msg.into();
         let Some(t) = self.link_to(host) else { return };
         match self.net.conns.get(&t).map(|c| &c.kind) {
             Some(Kind::Data { .. }) => self.send_peer(t, msg),

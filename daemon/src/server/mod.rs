@@ -23,6 +23,7 @@
 //! method. docs/ARCHITECTURE.md draws the picture.
 
 mod attach;
+mod bids;
 mod control;
 mod failover;
 mod handshake;
@@ -203,6 +204,8 @@ pub struct Daemon {
     proxied: role::Proxied,
     /// What this daemon counts for `--metrics`.
     metrics: crate::metrics::Counters,
+    /// Spawns waiting for the other hosts' bids (the bidding placement).
+    bids: bids::Bids,
 }
 
 /// The loop's pace and its own figures: when the last heartbeat and the
@@ -522,6 +525,7 @@ impl Daemon {
             flow: Flow::default(),
             owner: o.owner,
             metrics: crate::metrics::Counters::default(),
+            bids: bids::Bids::default(),
             cfg,
         }
     }
@@ -694,6 +698,10 @@ impl Daemon {
             .min(self.local.next_quiesce_due().map_or(Duration::MAX, |t| {
                 t.saturating_duration_since(Instant::now())
             }))
+            // Wake to decide on the bids in when their wait is over.
+            .min(self.bids.due().map_or(Duration::MAX, |t| {
+                t.saturating_duration_since(Instant::now())
+            }))
             // Wake to arm the next slot switch.
             .min(
                 self.slicing
@@ -775,6 +783,7 @@ impl Daemon {
     fn due_work(&mut self) {
         self.drive_slicer();
         self.pump_outbound();
+        self.bids_due();
         if Instant::now() >= self.owner.due() {
             self.owner_poll(None);
         }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use libmig::auth::ClusterKey;
 use libmig::frame::FrameError;
 use libmig::handshake::{Answer, Client};
-use libmig::msg::{Envelope, Handshake, PeerMsg, Quorum, Request, Response, ToMaster, VpMsg};
+use libmig::msg::{Envelope, Handshake, PeerMsg, Request, Response, ToMaster, VpMsg};
 use libmig::seal::Sealer;
 use libmig::{frame, Payload};
 use mio::net::TcpStream;
@@ -388,6 +388,7 @@ impl Daemon {
                 | PeerMsg::ToMaster(_)
                 | PeerMsg::Data(_)
                 | PeerMsg::Quorum(_)
+                | PeerMsg::Bidding(_)
                 | PeerMsg::Part { .. },
             ) => {
                 return Err(DialError::Refused(format!(
@@ -617,7 +618,8 @@ impl Daemon {
                         Pending::Msg(env, _) => self
                             .undeliverable(env, &format!("host {host} cannot be reached: {why}")),
                         // The consensus sends again; an announcement is
-                        // made again by whoever leads.
+                        // made again by whoever leads; an asker for bids
+                        // decides without this one's.
                         Pending::Peer(_) => {}
                     }
                 }
@@ -1005,8 +1007,9 @@ impl Daemon {
 pub(super) enum Pending {
     /// A message between VPs.
     Msg(Envelope, Body),
-    /// A message of the quorum (consensus, a new master's announcement).
-    Peer(Quorum),
+    /// A message of the quorum (consensus, a new master's announcement),
+    /// or a request for bids or a bid.
+    Peer(PeerMsg),
 }
 
 /// Connect to a daemon (from `local`'s address, see `dial`) and

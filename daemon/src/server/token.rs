@@ -157,6 +157,7 @@ pub fn redeem(
                         | PeerMsg::ToMaster(_)
                         | PeerMsg::Data(_)
                         | PeerMsg::Quorum(_)
+                        | PeerMsg::Bidding(_)
                         | PeerMsg::Part { .. },
                     )) => Err(RedeemError::Refused(format!(
                         "unexpected answer {:?}",
@@ -185,6 +186,7 @@ pub fn redeem(
                 | PeerMsg::ToMaster(_)
                 | PeerMsg::Data(_)
                 | PeerMsg::Quorum(_)
+                | PeerMsg::Bidding(_)
                 | PeerMsg::Part { .. }),
             ) => {
                 return Err(RedeemError::Refused(format!(

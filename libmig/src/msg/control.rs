@@ -39,6 +39,11 @@ pub struct SpawnSpec {
     /// How much I/O each VP does (`mig spawn --io`), for the N-resource
     /// placement; none: little.
     pub io: Option<IoClass>,
+    /// The hosts the bids chose, and how many of each one's processors
+    /// the job may use, under the bidding placement: set by the daemon the
+    /// job arrived at, from the bids it asked for (`Bidding`); empty, the
+    /// master chooses.
+    pub bid_hosts: Vec<(String, u32)>,
 }
 
 /// A program's class (seed 002): how its VPs gain from where they run.

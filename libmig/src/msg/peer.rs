@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::control::{JobInfo, LoopTurns, Request, Response};
+use super::control::{JobClass, JobInfo, LoopTurns, Request, Response};
 use super::vp::{SnapStep, VpCall, VpRet};
 use super::{Envelope, ExitInfo, HostFacts, Loc, StartVp, Stream, Tid};
 use crate::auth::Block;
@@ -44,6 +44,8 @@ pub enum PeerMsg {
         /// This piece completes the message.
         last: bool,
     },
+    /// Seed 002's negotiation between daemons, on data links.
+    Bidding(Bidding),
 }
 
 /// Setting up a link between two daemons: the dialler is the side that
@@ -664,11 +666,81 @@ impl From<Quorum> for PeerMsg {
     }
 }
 
+impl From<Bidding> for PeerMsg {
+    fn from(m: Bidding) -> PeerMsg {
+        PeerMsg::Bidding(m)
+    }
+}
+
+/// Seed 002's negotiation (`migd --placement bidding`): the daemon where a
+/// job arrives asks every other host for a bid and chooses among the bids
+/// by the paper's rules; each host bids from its own state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Bidding {
+    /// The daemon where a job arrived, to every other host: bid for it.
+    Ask {
+        /// The asker's number for this request (the bid quotes it).
+        id: u64,
+        /// What the job needs.
+        work: Work,
+    },
+    /// A host's answer to `Ask`, from what it runs now.
+    Bid {
+        /// The request's number.
+        id: u64,
+        /// The bid.
+        bid: Bid,
+    },
+}
+
+/// What a job asking for bids needs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Work {
+    /// Its VPs.
+    pub vps: u32,
+    /// Its class.
+    pub class: JobClass,
+    /// Memory each VP needs (MB).
+    pub memory_mb: Option<u64>,
+    /// The share of a host's I/O each VP needs (0..1).
+    pub io: f64,
+}
+
+/// A host's bid: its state as it sees it, and the completion time it
+/// estimates for one unit of the work under processor sharing (seed 002's
+/// ETC), with the work's VPs added to those it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bid {
+    /// Processors it offers now (0 while its owner is back).
+    pub processors: u32,
+    /// One processor's relative speed.
+    pub capacity: f64,
+    /// The VPs it runs or is taking in.
+    pub vps: u32,
+    /// Memory a new VP may still have there (MB), if known.
+    pub free_memory_mb: Option<u64>,
+    /// The share of its I/O still free (0..1).
+    pub free_io: f64,
+    /// Its estimate of the completion time of one unit of the work.
+    pub etc: f64,
+}
+
+impl Bidding {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Bidding::Ask { .. } => "Ask",
+            Bidding::Bid { .. } => "Bid",
+        }
+    }
+}
+
 impl PeerMsg {
     /// The message's name, for logs.
     pub fn name(&self) -> &'static str {
         match self {
             PeerMsg::Handshake(m) => m.name(),
+            PeerMsg::Bidding(m) => m.name(),
             PeerMsg::ToMaster(m) => m.name(),
             PeerMsg::ToHost(m) => m.name(),
             PeerMsg::Data(m) => m.name(),
@@ -686,6 +758,7 @@ impl PeerMsg {
             | PeerMsg::ToHost(_)
             | PeerMsg::Data(_)
             | PeerMsg::Quorum(_)
+            | PeerMsg::Bidding(_)
             | PeerMsg::Part { .. }) => Err(other.name()),
         }
     }

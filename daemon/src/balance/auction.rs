@@ -1,0 +1,416 @@
+//! Seed 002's negotiation as the daemon where a job arrives runs it
+//! (`migd --placement bidding`): it asks every other host for a bid
+//! (`Bidding::Ask`), each host bids from what it runs itself (`own_bid`),
+//! and once every host asked has bid, or the wait is over, the paper's rules
+//! (`choice`) choose among the bids it has; a host that did not answer in
+//! time is left out, and the job is placed all the same.
+//!
+//! A bid is taken only from a host that was asked, once, for a request
+//! still open; a figure that is not a number is refused, one out of range
+//! clamped: a host can move only its own bid.
+//!
+//! Pure: no I/O, no clock (the caller says what time it is). What does not
+//! live here: the messages' travel (`server::bids`), the rules themselves
+//! (`choice`, `bidding`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use libmig::msg::{Bid, Work};
+
+use super::choice::{self, HostView, Need, Policy};
+
+/// Most processors a bid may say a host has.
+const MOST_PROCESSORS: u32 = 4096;
+/// Most VPs a bid may say a host runs.
+const MOST_VPS: u32 = 1 << 20;
+/// The range of a processor's relative speed in a bid.
+const CAPACITY: (f64, f64) = (1e-3, 1e3);
+
+/// Why a bid was not taken.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refused {
+    /// No request of that number is open (never asked, or already decided).
+    #[error("no request for bids {0} is open")]
+    NotOpen(u64),
+    /// The host was not asked (not a member when the request went out).
+    #[error("{0} was not asked for a bid")]
+    NotAsked(String),
+    /// The host has bid already.
+    #[error("{0} has bid already")]
+    Twice(String),
+    /// A figure is not a number.
+    #[error("its {0} is not a number")]
+    NotANumber(&'static str),
+}
+
+/// What one host bid (or, for the asker, its own state).
+pub fn sane(bid: Bid) -> Result<Bid, Refused> {
+    for (name, x) in [
+        ("capacity", bid.capacity),
+        ("I/O share", bid.free_io),
+        ("estimate", bid.etc),
+    ] {
+        if !x.is_finite() {
+            return Err(Refused::NotANumber(name));
+        }
+    }
+    Ok(Bid {
+        processors: bid.processors.min(MOST_PROCESSORS),
+        capacity: bid.capacity.clamp(CAPACITY.0, CAPACITY.1),
+        vps: bid.vps.min(MOST_VPS),
+        free_io: bid.free_io.clamp(0.0, 1.0),
+        etc: bid.etc.max(0.0),
+        ..bid
+    })
+}
+
+/// A host's bid for `work`, from what it runs: `processors` offered now,
+/// each of speed `capacity`, `vps` live there, memory and I/O still free.
+pub fn own_bid(
+    work: &Work,
+    processors: u32,
+    capacity: f64,
+    vps: u32,
+    free_memory_mb: Option<u64>,
+    free_io: f64,
+) -> Bid {
+    let width = f64::from(processors.max(1));
+    let etc = (f64::from(vps.saturating_add(work.vps)) / width).max(1.0) / capacity.max(1e-9);
+    Bid {
+        processors,
+        capacity,
+        vps,
+        free_memory_mb,
+        free_io,
+        etc,
+    }
+}
+
+/// The decision on one request: the hosts chosen and how many of each
+/// one's processors the job may use
+/// (`None`: no host could take it, the master chooses), who was asked and
+/// who stayed silent, and what the caller kept with the request.
+#[derive(Debug)]
+pub struct Decided<T> {
+    /// Hosts and processors each, in host order.
+    pub chosen: Option<Vec<(String, u32)>>,
+    /// Hosts asked (not counting the asker).
+    pub asked: usize,
+    /// Hosts asked that did not bid in time.
+    pub silent: Vec<String>,
+    /// What the caller kept (the request it answers).
+    pub kept: T,
+}
+
+#[derive(Debug)]
+struct Open<T> {
+    work: Work,
+    /// The asker's name and its own bid.
+    local: (String, Bid),
+    /// Every host asked, with its bid once it came.
+    bids: BTreeMap<String, Option<Bid>>,
+    deadline: Instant,
+    kept: T,
+}
+
+/// The requests for bids this daemon has open.
+#[derive(Debug)]
+pub struct Auctions<T> {
+    next: u64,
+    open: BTreeMap<u64, Open<T>>,
+}
+
+impl<T> Default for Auctions<T> {
+    fn default() -> Self {
+        Auctions {
+            next: 1,
+            open: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T> Auctions<T> {
+    /// A request for bids for `work`, arrived at host `local` (whose own
+    /// bid is `own`), asking `hosts` (the asker left out) to answer within
+    /// `wait`. Its number, to send with `Ask`; or, when there is no one to
+    /// ask, the decision at once.
+    pub fn open(
+        &mut self,
+        work: Work,
+        local: (String, Bid),
+        hosts: Vec<String>,
+        now: Instant,
+        wait: Duration,
+        kept: T,
+    ) -> Result<u64, Decided<T>> {
+        let bids: BTreeMap<String, Option<Bid>> = hosts
+            .into_iter()
+            .filter(|h| *h != local.0)
+            .map(|h| (h, None))
+            .collect();
+        let open = Open {
+            work,
+            local,
+            bids,
+            deadline: now + wait,
+            kept,
+        };
+        if open.bids.is_empty() {
+            return Err(decide(open));
+        }
+        let id = self.next;
+        self.next += 1;
+        self.open.insert(id, open);
+        Ok(id)
+    }
+
+    /// Host `from`'s bid on request `id`: the decision, once it was the
+    /// last one awaited.
+    pub fn bid(&mut self, from: &str, id: u64, bid: Bid) -> Result<Option<Decided<T>>, Refused> {
+        let open = self.open.get_mut(&id).ok_or(Refused::NotOpen(id))?;
+        let slot = open
+            .bids
+            .get_mut(from)
+            .ok_or_else(|| Refused::NotAsked(from.to_string()))?;
+        if slot.is_some() {
+            return Err(Refused::Twice(from.to_string()));
+        }
+        *slot = Some(sane(bid)?);
+        if open.bids.values().any(Option::is_none) {
+            return Ok(None);
+        }
+        Ok(self.open.remove(&id).map(decide))
+    }
+
+    /// The requests whose wait is over at `now`, decided on the bids they
+    /// have.
+    pub fn expire(&mut self, now: Instant) -> Vec<Decided<T>> {
+        let due: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(_, o)| o.deadline <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        due.into_iter()
+            .filter_map(|id| self.open.remove(&id))
+            .map(decide)
+            .collect()
+    }
+
+    /// When the next wait is over.
+    pub fn due(&self) -> Option<Instant> {
+        self.open.values().map(|o| o.deadline).min()
+    }
+}
+
+/// The paper's rules over the bids in: the asker first, then every host
+/// that bid, in name order.
+fn decide<T>(open: Open<T>) -> Decided<T> {
+    let mut names = vec![open.local.0.clone()];
+    let mut views = vec![view(0, &open.local.1)];
+    let mut silent = Vec::new();
+    for (host, bid) in &open.bids {
+        match bid {
+            Some(b) => {
+                views.push(view(names.len(), b));
+                names.push(host.clone());
+            }
+            None => silent.push(host.clone()),
+        }
+    }
+    let need = Need {
+        vps: open.work.vps,
+        class: open.work.class,
+        memory_mb: open.work.memory_mb,
+        io: open.work.io,
+    };
+    let chosen = choice::choose(Policy::Bidding, &need, 0, &views).map(|procs| {
+        let mut per_host: BTreeMap<usize, u32> = BTreeMap::new();
+        for p in procs {
+            if let Some(i) = p.split_once(':').and_then(|(i, _)| i.parse().ok()) {
+                *per_host.entry(i).or_default() += 1;
+            }
+        }
+        per_host
+            .into_iter()
+            .filter_map(|(i, n)| Some((names.get(i)?.clone(), n)))
+            .collect()
+    });
+    Decided {
+        chosen,
+        asked: open.bids.len(),
+        silent,
+        kept: open.kept,
+    }
+}
+
+/// A bid as `choice` sees host number `i`: its VPs spread over its
+/// processors, named `i:p`.
+fn view(i: usize, bid: &Bid) -> HostView {
+    let n = bid.processors;
+    HostView {
+        processors: (0..n)
+            .map(|p| (format!("{i}:{p}"), bid.vps / n + u32::from(p < bid.vps % n)))
+            .collect(),
+        capacity: bid.capacity,
+        free_memory_mb: bid.free_memory_mb,
+        free_io: bid.free_io,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libmig::msg::JobClass;
+
+    fn work(vps: u32, class: JobClass) -> Work {
+        Work {
+            vps,
+            class,
+            memory_mb: None,
+            io: 0.0,
+        }
+    }
+
+    fn bid(processors: u32, vps: u32) -> Bid {
+        own_bid(&work(1, JobClass::Simple), processors, 1.0, vps, None, 1.0)
+    }
+
+    fn open(a: &mut Auctions<()>, w: Work, local: Bid, hosts: &[&str], now: Instant) -> u64 {
+        let hosts = hosts.iter().map(|h| h.to_string()).collect();
+        a.open(
+            w,
+            ("h0".into(), local),
+            hosts,
+            now,
+            Duration::from_millis(300),
+            (),
+        )
+        .expect("open")
+    }
+
+    #[test]
+    fn a_simple_program_goes_to_the_lowest_bid_once_every_host_bid() {
+        let now = Instant::now();
+        let mut a = Auctions::default();
+        // h0 runs four VPs on one processor: over the task threshold.
+        let id = open(
+            &mut a,
+            work(1, JobClass::Simple),
+            bid(1, 4),
+            &["h1", "h2"],
+            now,
+        );
+        assert!(a.bid("h1", id, bid(1, 2)).expect("h1").is_none());
+        let d = a.bid("h2", id, bid(1, 0)).expect("h2").expect("decided");
+        assert_eq!(d.chosen, Some(vec![("h2".to_string(), 1)]));
+        assert_eq!((d.asked, d.silent.len()), (2, 0));
+        assert!(a.due().is_none());
+    }
+
+    #[test]
+    fn a_host_silent_past_the_wait_is_left_out_and_the_job_placed_all_the_same() {
+        let now = Instant::now();
+        let mut a = Auctions::default();
+        let id = open(
+            &mut a,
+            work(3, JobClass::Group),
+            bid(1, 1),
+            &["h1", "h2"],
+            now,
+        );
+        assert!(a.bid("h1", id, bid(1, 0)).expect("h1").is_none());
+        assert!(a.expire(now + Duration::from_millis(299)).is_empty());
+        let d = a
+            .expire(now + Duration::from_millis(300))
+            .pop()
+            .expect("decided");
+        assert_eq!(d.silent, ["h2"]);
+        let chosen = d.chosen.expect("chosen");
+        assert!(chosen.iter().all(|(h, _)| h != "h2"), "{chosen:?}");
+        // Its late bid finds nothing open.
+        assert!(matches!(a.bid("h2", id, bid(1, 0)), Err(Refused::NotOpen(n)) if n == id));
+    }
+
+    #[test]
+    fn a_bid_from_a_host_not_asked_twice_or_not_a_number_is_refused() {
+        let now = Instant::now();
+        let mut a = Auctions::default();
+        let id = open(
+            &mut a,
+            work(1, JobClass::Simple),
+            bid(1, 9),
+            &["h1", "h2"],
+            now,
+        );
+        assert!(matches!(
+            a.bid("ghost", id, bid(64, 0)),
+            Err(Refused::NotAsked(_))
+        ));
+        assert!(matches!(
+            a.bid("h0", id, bid(64, 0)),
+            Err(Refused::NotAsked(_))
+        ));
+        let nan = Bid {
+            capacity: f64::NAN,
+            ..bid(1, 0)
+        };
+        assert!(matches!(a.bid("h1", id, nan), Err(Refused::NotANumber(_))));
+        assert!(a.bid("h1", id, bid(1, 3)).expect("h1").is_none());
+        assert!(matches!(
+            a.bid("h1", id, bid(64, 0)),
+            Err(Refused::Twice(_))
+        ));
+        let d = a.bid("h2", id, bid(1, 5)).expect("h2").expect("decided");
+        // The ghost's offer of 64 idle processors counted for nothing.
+        assert_eq!(d.chosen, Some(vec![("h1".to_string(), 1)]));
+    }
+
+    #[test]
+    fn a_host_lying_about_its_load_moves_only_its_own_bid() {
+        let now = Instant::now();
+        let mut a = Auctions::default();
+        let group = work(3, JobClass::Group);
+        // Honest: h1 and h2 idle, h0 busy: the group spreads over h1 and h2
+        // (and h0 for the third).
+        let id = open(&mut a, group, bid(1, 4), &["h1", "h2"], now);
+        a.bid("h1", id, bid(1, 0)).expect("h1");
+        let honest = a.bid("h2", id, bid(1, 0)).expect("h2").expect("decided");
+        // h2 says it has a million processors, none busy, of speed 1e9:
+        // clamped, it is only the best bid, and h1's place is unchanged.
+        let id = open(&mut a, group, bid(1, 4), &["h1", "h2"], now);
+        a.bid("h1", id, bid(1, 0)).expect("h1");
+        let lie = Bid {
+            processors: u32::MAX,
+            capacity: 1e9,
+            ..bid(1, 0)
+        };
+        let lied = a.bid("h2", id, lie).expect("h2").expect("decided");
+        let on = |d: &Decided<()>, h: &str| {
+            d.chosen
+                .as_ref()
+                .and_then(|c| c.iter().find(|(x, _)| x == h).map(|(_, n)| *n))
+        };
+        assert_eq!(on(&honest, "h1"), on(&lied, "h1"), "{honest:?} {lied:?}");
+        assert!(on(&lied, "h2").is_some());
+        assert!(sane(lie).expect("sane").processors <= MOST_PROCESSORS);
+    }
+
+    #[test]
+    fn with_no_other_host_the_asker_decides_at_once() {
+        let mut a: Auctions<&str> = Auctions::default();
+        let d = a
+            .open(
+                work(2, JobClass::Cluster),
+                ("h0".into(), bid(2, 0)),
+                vec!["h0".into()],
+                Instant::now(),
+                Duration::from_millis(300),
+                "kept",
+            )
+            .expect_err("decided at once");
+        assert_eq!(d.chosen, Some(vec![("h0".to_string(), 2)]));
+        assert_eq!((d.asked, d.kept), (0, "kept"));
+    }
+}
