@@ -65,14 +65,15 @@ pub struct Flags {
     /// they run fastest, waiting jobs oldest first, slots merged by moving
     /// jobs, free slots lent), mtat (seed 000 as the paper gives it) or
     /// mtat+repack; or how new work chooses its hosts before mig places it
-    /// there: bidding (by program class, `mig spawn --class`: a cluster
-    /// whole to the lowest bid, a group one VP to a host, a simple program
-    /// stays unless 3x slower than alone; an idle host takes work from the
-    /// busiest), nres (each VP to the host with
-    /// the least room that has an idle processor, its `--mem` and its
-    /// `--io`, fewest choices first) or roc (work starts where asked; a
-    /// host running dry asks for the oldest tasks of a busy one, which
-    /// move) [default: mig; config placement].
+    /// there: bidding (the daemon where a spawn arrives asks every host for
+    /// a bid, by program class, `mig spawn --class`: a cluster whole to the
+    /// lowest bid, a group one VP to a host, a simple program stays unless
+    /// 3x slower than alone; an idle host takes work from the busiest),
+    /// nres (each VP to the host with the least room that has an idle
+    /// processor, its `--mem` and its `--io`, fewest choices first) or roc
+    /// (work starts where asked; a daemon whose host runs dry asks a busy
+    /// one for its oldest tasks, which move) [default: mig; config
+    /// placement].
     #[arg(long, value_name = "POLICY")]
     pub placement: Option<String>,
     /// TOML config file with [daemon] and [owner] sections; flags override

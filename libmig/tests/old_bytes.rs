@@ -14,7 +14,7 @@ use libmig::checkpoint::{CheckpointError, Header, Image, LibState, Unread, VERSI
 use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
     Bid, Bidding, DataLink, Envelope, Handshake, HostFacts, HostUsage, ImageId, IoClass, JobClass,
-    JobFileCopy, LoopTurns, OwnerReport, OwnerState, PeerMsg, Quorum, Request, SliceReport,
+    JobFileCopy, LoopTurns, OwnerReport, OwnerState, PeerMsg, Quorum, Rate, Request, SliceReport,
     SnapOrder, SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg, Work,
 };
 
@@ -78,6 +78,22 @@ fn peer_msgs() -> Vec<PeerMsg> {
                 etc: 2.5,
             },
         },
+        Rate::Ask {
+            id: 5,
+            asker: "h2".into(),
+            amount: 1,
+            ttl: 4,
+            load: 0.5,
+        },
+        Rate::Answer {
+            id: 5,
+            sent: 1,
+            load: 3.0,
+        },
+        ToMaster::GiveAway {
+            tid: 0x40003,
+            to: "h2".into(),
+        },
         ToMaster::Control {
             id: 7,
             req: Request::Hosts,
@@ -97,6 +113,7 @@ fn peer_msgs() -> Vec<PeerMsg> {
             stdin: true,
             memory_mb: Some(512),
             io: Some(IoClass::Heavy),
+            independent: false,
         }),
         ToHost::Snap {
             tid: 0x40001,

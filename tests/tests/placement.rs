@@ -193,6 +193,16 @@ fn under_roc_a_bag_of_tasks_spreads_and_spreads_again_as_a_host_runs_dry() {
         "{placed:?}\n{}",
         vm.log(0)
     );
+    // The request travelled between the daemons: h1 asked (its own
+    // decision, from its own load), h0 gave from its own tasks, and the
+    // master moved what h0 gave.
+    assert!(
+        vm.log(1)
+            .contains("rate-of-change: load 0.00 a processor, asking h0 for 1 task(s)"),
+        "{}",
+        vm.log(1)
+    );
+    assert!(vm.log(0).contains("rate-of-change: giving VP"));
     assert!(vm.log(0).contains("rate-of-change: moving VP"));
     // h1's one ends: its load falls to nothing, it asks again and takes one
     // of h0's five.

@@ -23,7 +23,7 @@
 //!   those that need them. A job that does not fit whole is left to the
 //!   gang scheduler (the paper's "unmatched jobs stay local").
 //! * `roc` (seed 003): work starts where it was asked for; Rate-of-Change
-//!   (`spread`) moves it on as hosts run dry.
+//!   (each daemon's own, `rate`) moves it on as hosts run dry.
 //!
 //! And after arrival, under `bidding`, seed 002's idle sites (`idle_takes`):
 //! a host with no VP takes work from the most loaded one, largest

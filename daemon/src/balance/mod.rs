@@ -7,14 +7,14 @@
 //!   idle sites taking work (seed 002);
 //! * `nres` — Arora, Das and Biswas: N-resource nodes, when a node asks its
 //!   neighbours for room, and the fewest-choices-first mapping (seed 004);
+//! * `rate` — Rate-of-Change as one daemon runs it: its samples, its
+//!   requests, its tables, its answers;
 //! * `roc` — IPG-SaLaD's Rate-of-Change load balancing, receiver-initiated
 //!   (seed 003);
 //! * `auction` — seed 002's request for bids as the daemon where a job
 //!   arrives runs it: who was asked, the bids in, the decision;
 //! * `choice` — which processors a new job may use when the daemons run
 //!   one of these (`migd --placement bidding|nres|roc`);
-//! * `spread` — Rate-of-Change between the daemons' hosts: the moves its
-//!   requests call for.
 //!
 //! What does not live here: the gang scheduler (`crate::sched`), the
 //! simulator's replay of traces (`crate::sim`).
@@ -23,5 +23,5 @@ pub mod auction;
 pub mod bidding;
 pub mod choice;
 pub mod nres;
+pub mod rate;
 pub mod roc;
-pub mod spread;

@@ -1,10 +1,11 @@
 //! The master's side of `balance`, for the placements that choose hosts
 //! (`migd --placement bidding|nres|roc`): what the master knows of each
 //! host turned into `balance::choice`'s views when a job arrives, the memory and I/O the VPs placed on a host
-//! reserve there, and after arrival Rate-of-Change's samples
-//! (`balance::spread`) and bidding's idle hosts (`choice::idle_takes`)
-//! turned into moves. What does not live here: the decisions themselves
-//! (`crate::balance`), carrying a move out (`moves`).
+//! reserve there, the hosts the bids chose (`SpawnSpec::bid_hosts`),
+//! and after arrival bidding's idle hosts (`choice::idle_takes`) turned
+//! into moves and the VPs a host gives away under Rate-of-Change (its own
+//! decision, `balance::rate`) moved. What does not live here: the
+//! decisions themselves (`crate::balance`), carrying a move out (`moves`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -14,7 +15,6 @@ use libmig::msg::{SpawnSpec, Tid};
 use super::vp::{VpRec, VpState};
 use super::{Master, Out};
 use crate::balance::choice::{self, HostView, Need, Policy, SiteTasks};
-use crate::balance::spread::{HostLoad, Move};
 
 /// The processors the hosts the bids chose (`SpawnSpec::bid_hosts`) give
 /// a job, the least busy of each; `Err` names a host that is not in the
@@ -52,12 +52,23 @@ pub(super) struct Reserved {
     pub(super) io: f64,
 }
 
-/// Rate-of-Change's state on the master: the PEs, when it last sampled,
-/// and the moves its requests started (VP, the host that asked).
+/// A host at a sample: its processors and its movable tasks.
+#[derive(Debug, Clone, PartialEq)]
+struct HostLoad {
+    /// The host.
+    name: String,
+    /// Its processors in the pool.
+    processors: u32,
+    /// Its movable tasks: an id and the CPU time (s) each has used.
+    tasks: Vec<(u64, f64)>,
+    /// Tasks on their way to it (counted in its load, not sent on).
+    incoming: u32,
+}
+
+/// Bidding's idle hosts on the master: when it last looked, and the moves
+/// their takes began (VP, the host taking it).
 #[derive(Debug, Default)]
 pub(super) struct Spreading {
-    pes: crate::balance::spread::Spreader,
-    epoch: Option<Instant>,
     last: Option<Instant>,
     moving: BTreeMap<Tid, String>,
 }
@@ -180,7 +191,6 @@ impl Master {
     /// `roc`, the idle hosts' takes under `bidding`.
     pub(super) fn balance_tick(&mut self, now: Instant) -> Vec<Out> {
         match self.balance {
-            Some(Policy::Roc) => self.spread_tick(now),
             Some(Policy::Bidding) => self.idle_tick(now),
             _ => Vec::new(),
         }
@@ -248,88 +258,62 @@ impl Master {
         out
     }
 
-    /// Rate-of-Change: every `SAMPLE_EVERY`, the moves the hosts' requests
-    /// call for, begun; and what came of those begun before.
-    fn spread_tick(&mut self, now: Instant) -> Vec<Out> {
-        let epoch = *self.spreading.epoch.get_or_insert(now);
-        let t = now.saturating_duration_since(epoch).as_secs_f64();
-        self.spread_settled(t);
-        let mut out = Vec::new();
-        let dt = match self.spreading.last {
-            Some(last) if now.saturating_duration_since(last) < SAMPLE_EVERY => return out,
-            Some(last) => now.saturating_duration_since(last).as_secs_f64(),
-            None => SAMPLE_EVERY.as_secs_f64(),
+    /// Rate-of-Change: `host` gives its VP `tid` to host `to`, which asked
+    /// it for work (the decision was theirs): moved, if it is `host`'s to
+    /// give (running there, movable, of an independent or one-VP job not
+    /// suspended, not already being moved).
+    pub(super) fn give_away(&mut self, host: &str, tid: Tid, to: &str) -> Vec<Out> {
+        let refuse = |why: &str| {
+            vec![Out::Log(format!(
+                "rate-of-change: {host} gives VP t{tid:x} to {to}, which is refused: {why}"
+            ))]
         };
-        self.spreading.last = Some(now);
-        let loads = self.host_loads();
-        for Move { task, from, to } in self.spreading.pes.sample(&loads, t, dt) {
-            let tid: Tid = task;
-            let Some((job, vp)) = self.tids.get(&tid).cloned() else {
-                continue;
-            };
-            match self.begin_move(tid, &job, vp, &from, &to) {
-                Ok(o) => {
-                    out.push(Out::Log(format!(
-                        "rate-of-change: moving VP t{tid:x} from {from} to {to}, which asked \
-                         for work"
-                    )));
-                    out.extend(o);
-                    self.spreading.moving.insert(tid, to);
-                }
-                Err(e) => {
-                    self.spreading.pes.failed(&to);
-                    out.push(Out::Log(format!(
-                        "rate-of-change: VP t{tid:x} stays on {from}: {e}"
-                    )));
-                }
-            }
+        if self.balance != Some(Policy::Roc) {
+            return refuse("the placement is not roc");
         }
-        out
+        let Some((job, vp)) = self.tids.get(&tid).cloned() else {
+            return refuse("no such VP");
+        };
+        let Some(j) = self.jobs.get(&job) else {
+            return refuse("no such job");
+        };
+        let live = j.vps.values().filter(|v| !v.state().ended()).count();
+        let Some(v) = j.vps.get(&vp) else {
+            return refuse("no such VP");
+        };
+        let givable = match v.state() {
+            VpState::Running { host: on, plan, .. } => {
+                on == host && plan.wants.is_none() && !plan.held
+            }
+            _ => false,
+        };
+        if !givable || !v.movable() {
+            return refuse("it is not running there, movable and left alone");
+        }
+        if j.suspended || !(j.spec.independent || live == 1) {
+            return refuse("its job is suspended, or its VPs are not independent");
+        }
+        match self.begin_move(tid, &job, vp, host, to) {
+            Ok(o) => {
+                let mut out = vec![Out::Log(format!(
+                    "rate-of-change: moving VP t{tid:x} from {host} to {to}, which asked for work"
+                ))];
+                out.extend(o);
+                out
+            }
+            Err(e) => refuse(&e),
+        }
     }
 
-    /// Moves begun by a balancing rule that have ended, forgotten: each
-    /// with the host it was for and whether it arrived there.
-    fn moves_ended(&mut self) -> Vec<(Tid, String, bool)> {
-        let mut settled: Vec<(Tid, String, bool)> = Vec::new();
-        for (&tid, to) in &self.spreading.moving {
-            let v = self
-                .tids
-                .get(&tid)
-                .and_then(|(job, vp)| self.jobs.get(job)?.vps.get(vp));
-            match v.map(VpRec::state) {
-                Some(VpState::Moving { .. }) => {}
-                Some(VpState::Running { host, .. } | VpState::Starting { host, .. })
-                    if host == to =>
-                {
-                    settled.push((tid, to.clone(), true))
-                }
-                _ => settled.push((tid, to.clone(), false)),
-            }
-        }
-        for (tid, _, _) in &settled {
-            self.spreading.moving.remove(tid);
-        }
-        settled
-    }
-
-    /// Rate-of-Change's requests whose moves have all ended: the work came
-    /// (if any of it did; the delay is learnt) or it failed.
-    fn spread_settled(&mut self, t: f64) {
-        let settled = self.moves_ended();
-        // A request is over once every move it made has ended: it came (if
-        // any did) or failed.
-        let over: BTreeSet<&String> = settled
-            .iter()
-            .map(|s| &s.1)
-            .filter(|to| !self.spreading.moving.values().any(|m| m == *to))
-            .collect();
-        for to in over {
-            if settled.iter().any(|s| &s.1 == to && s.2) {
-                self.spreading.pes.arrived(to, t);
-            } else {
-                self.spreading.pes.failed(to);
-            }
-        }
+    /// Moves begun by the idle hosts' rule that have ended, forgotten.
+    fn moves_ended(&mut self) {
+        let (tids, jobs) = (&self.tids, &self.jobs);
+        self.spreading.moving.retain(|tid, _| {
+            let v = tids
+                .get(tid)
+                .and_then(|(job, vp)| jobs.get(job)?.vps.get(vp));
+            matches!(v.map(VpRec::state), Some(VpState::Moving { .. }))
+        });
     }
 
     /// Each host in the pool with its movable tasks: running VPs that said

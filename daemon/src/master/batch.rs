@@ -86,6 +86,7 @@ mod tests {
                 stdin: false,
                 memory_mb: None,
                 io: None,
+                independent: false,
             }),
         )
     }

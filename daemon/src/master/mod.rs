@@ -309,6 +309,7 @@ impl Master {
             }
             ToMaster::Parked { tid } => self.parked(host, tid),
             ToMaster::Movable { tid } => self.movable(host, tid),
+            ToMaster::GiveAway { tid, to } => self.give_away(host, tid, &to),
             ToMaster::MigrateFailed { tid, reason } => self.migrate_failed(tid, &reason),
             ToMaster::Missing { tid, reason } => self.missing(host, tid, &reason),
             ToMaster::Snap { tid, step } => match step {
@@ -457,6 +458,7 @@ impl Master {
             stdin: vp == 0 && j.spec.wait && j.spec.parent.is_none(),
             memory_mb: j.spec.memory_mb,
             io: j.spec.io,
+            independent: j.spec.independent,
         })
     }
 

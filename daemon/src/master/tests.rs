@@ -2075,7 +2075,7 @@ fn under_nres_each_vp_takes_the_tightest_host_with_its_memory() {
 }
 
 #[test]
-fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
+fn under_roc_work_starts_where_asked_and_a_vp_a_host_gives_away_moves() {
     let mut c = Cluster::new(2);
     c.m.set_balance(Some(crate::balance::choice::Policy::Roc));
     let mut bag = spec(4);
@@ -2087,30 +2087,67 @@ fn under_roc_work_starts_where_asked_and_an_idle_host_takes_the_oldest() {
         c.m.started(h, *tid, 100 + *tid as u32);
         c.m.from_host(h, ToMaster::Movable { tid: *tid });
     }
-    // The fourth has used the most CPU time.
-    let used: Vec<(Tid, u64)> = placed
-        .iter()
-        .enumerate()
-        .map(|(i, (_, t))| (*t, 100 * i as u64))
-        .collect();
-    c.m.from_host(
-        "h0",
-        ToMaster::Usage(HostUsage {
-            vps: used,
-            free_memory_mb: None,
-            io_busy: None,
-            state_free_mb: None,
-            state_full: false,
-            turns: Default::default(),
-        }),
+    // The master decides nothing itself: ticks move nothing.
+    let out = tick_through(&mut c.m, c.t0, 3);
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
+    // A host gives away only its own VPs: h1 cannot give h0's.
+    let tid = placed[3].1;
+    let out = c.m.from_host(
+        "h1",
+        ToMaster::GiveAway {
+            tid,
+            to: "h1".into(),
+        },
     );
-    let out = tick_through(&mut c.m, c.t0, 2);
-    let asks = move_out_orders(&out);
-    // h1 is idle (below CT 1): it asks for 1; h0 at 4 has 2 over HT and
-    // gives its oldest by CPU time.
-    let moved: Vec<Tid> = asks.iter().map(|a| a.1).collect();
-    assert_eq!(moved, vec![placed[3].1], "{out:?}");
-    assert!(asks.iter().all(|a| a.0 == "h0" && a.2 == "h1"));
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Out::Log(l) if l.contains("refused"))),
+        "{out:?}"
+    );
+    // h0 gives it to h1, which asked: moved.
+    let out = c.m.from_host(
+        "h0",
+        ToMaster::GiveAway {
+            tid,
+            to: "h1".into(),
+        },
+    );
+    assert_eq!(
+        move_out_orders(&out),
+        vec![("h0".to_string(), tid, "h1".to_string())]
+    );
+    // Given again while it moves: refused, nothing more.
+    let out = c.m.from_host(
+        "h0",
+        ToMaster::GiveAway {
+            tid,
+            to: "h1".into(),
+        },
+    );
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_vp_of_a_job_that_is_not_independent_is_not_given_away() {
+    let mut c = Cluster::new(2);
+    c.m.set_balance(Some(crate::balance::choice::Policy::Roc));
+    let out =
+        c.m.control(Requester::Local(1), "h0", Request::Spawn(spec(2)));
+    let placed = starts(&out);
+    for (h, tid) in &placed {
+        c.m.started(h, *tid, 100 + *tid as u32);
+        c.m.from_host(h, ToMaster::Movable { tid: *tid });
+    }
+    let (h, tid) = placed[0].clone();
+    let out = c.m.from_host(
+        &h,
+        ToMaster::GiveAway {
+            tid,
+            to: "h9".into(),
+        },
+    );
+    assert!(move_out_orders(&out).is_empty(), "{out:?}");
 }
 
 #[test]

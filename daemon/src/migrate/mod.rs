@@ -532,6 +532,7 @@ mod tests {
             stdin: false,
             memory_mb: None,
             io: None,
+            independent: false,
         }
     }
 

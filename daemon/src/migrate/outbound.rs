@@ -243,6 +243,7 @@ mod tests {
             stdin: false,
             memory_mb: None,
             io: None,
+            independent: false,
         }
     }
 

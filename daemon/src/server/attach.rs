@@ -241,6 +241,7 @@ impl Daemon {
             | PeerMsg::Data(_)
             | PeerMsg::Quorum(_)
             | PeerMsg::Bidding(_)
+            | PeerMsg::Rate(_)
             | PeerMsg::Part { .. }) => {
                 return self.refuse(t, &format!("unexpected {} to an attach", other.name()));
             }

@@ -776,6 +776,7 @@ impl Daemon {
                 | ToMaster::Usage(_)
                 | ToMaster::Parked { .. }
                 | ToMaster::Movable { .. }
+                | ToMaster::GiveAway { .. }
                 | ToMaster::MigrateFailed { .. }
                 | ToMaster::Missing { .. }
                 | ToMaster::Snap { .. }

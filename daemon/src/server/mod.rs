@@ -37,6 +37,7 @@ mod outside;
 mod owner;
 mod pausing;
 mod peer;
+mod rate;
 mod role;
 mod routing;
 mod slicing;
@@ -206,6 +207,8 @@ pub struct Daemon {
     metrics: crate::metrics::Counters,
     /// Spawns waiting for the other hosts' bids (the bidding placement).
     bids: bids::Bids,
+    /// This host's Rate-of-Change (the roc placement).
+    rating: rate::Rating,
 }
 
 /// The loop's pace and its own figures: when the last heartbeat and the
@@ -526,6 +529,7 @@ impl Daemon {
             owner: o.owner,
             metrics: crate::metrics::Counters::default(),
             bids: bids::Bids::default(),
+            rating: rate::Rating::default(),
             cfg,
         }
     }
@@ -698,6 +702,14 @@ impl Daemon {
             .min(self.local.next_quiesce_due().map_or(Duration::MAX, |t| {
                 t.saturating_duration_since(Instant::now())
             }))
+            // Wake to sample this host's load (the roc placement).
+            .min(
+                if self.cfg.balance() == Some(crate::balance::choice::Policy::Roc) {
+                    self.rating.due().saturating_duration_since(Instant::now())
+                } else {
+                    Duration::MAX
+                },
+            )
             // Wake to decide on the bids in when their wait is over.
             .min(self.bids.due().map_or(Duration::MAX, |t| {
                 t.saturating_duration_since(Instant::now())
@@ -784,6 +796,7 @@ impl Daemon {
         self.drive_slicer();
         self.pump_outbound();
         self.bids_due();
+        self.rate_due();
         if Instant::now() >= self.owner.due() {
             self.owner_poll(None);
         }

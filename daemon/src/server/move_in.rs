@@ -134,6 +134,7 @@ impl Daemon {
             crate::discard::remove_later(&p.path);
         }
         self.local.lease.undefer(tid);
+        self.work_arrived();
         if crate::transparent::is_image_file(path) {
             // Saved from outside: rebuilt the same way.
             return self.restore_from_outside(start, path, summed);

@@ -389,6 +389,7 @@ impl Daemon {
                 | PeerMsg::Data(_)
                 | PeerMsg::Quorum(_)
                 | PeerMsg::Bidding(_)
+                | PeerMsg::Rate(_)
                 | PeerMsg::Part { .. },
             ) => {
                 return Err(DialError::Refused(format!(

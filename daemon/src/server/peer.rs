@@ -41,6 +41,7 @@ impl Daemon {
             (Kind::Data { .. }, PeerMsg::Data(m)) => self.data_msg(t, m, payload),
             (Kind::Data { host }, PeerMsg::Quorum(m)) => self.quorum_msg(&host, m),
             (Kind::Data { host }, PeerMsg::Bidding(m)) => self.bidding_msg(t, &host, m),
+            (Kind::Data { host }, PeerMsg::Rate(m)) => self.rate_msg(&host, m),
             (
                 kind @ (Kind::Peer { host: Some(_) } | Kind::Master | Kind::Data { .. }),
                 PeerMsg::Part { last },
@@ -54,6 +55,7 @@ impl Daemon {
             (kind, PeerMsg::Data(m)) => self.off_its_link(t, &kind, m.name(), "data links"),
             (kind, PeerMsg::Quorum(m)) => self.off_its_link(t, &kind, m.name(), "data links"),
             (kind, PeerMsg::Bidding(m)) => self.off_its_link(t, &kind, m.name(), "data links"),
+            (kind, PeerMsg::Rate(m)) => self.off_its_link(t, &kind, m.name(), "data links"),
             (kind, PeerMsg::Part { .. }) => {
                 self.off_its_link(t, &kind, "Part", "a link that says what it is")
             }

@@ -158,6 +158,7 @@ pub fn redeem(
                         | PeerMsg::Data(_)
                         | PeerMsg::Quorum(_)
                         | PeerMsg::Bidding(_)
+                        | PeerMsg::Rate(_)
                         | PeerMsg::Part { .. },
                     )) => Err(RedeemError::Refused(format!(
                         "unexpected answer {:?}",
@@ -187,6 +188,7 @@ pub fn redeem(
                 | PeerMsg::Data(_)
                 | PeerMsg::Quorum(_)
                 | PeerMsg::Bidding(_)
+                | PeerMsg::Rate(_)
                 | PeerMsg::Part { .. }),
             ) => {
                 return Err(RedeemError::Refused(format!(

@@ -181,4 +181,7 @@ pub struct StartVp {
     /// How much I/O it does (`mig spawn --io`): its share of its host's
     /// disks (a cgroup's I/O weight, where the host has the controller).
     pub io: Option<IoClass>,
+    /// Its job's VPs need no coordination (`mig spawn --independent`):
+    /// under Rate-of-Change its host may give it away.
+    pub independent: bool,
 }

@@ -46,6 +46,8 @@ pub enum PeerMsg {
     },
     /// Seed 002's negotiation between daemons, on data links.
     Bidding(Bidding),
+    /// Seed 003's requests for work between daemons, on data links.
+    Rate(Rate),
 }
 
 /// Setting up a link between two daemons: the dialler is the side that
@@ -225,6 +227,14 @@ pub enum ToMaster {
     Movable {
         /// The VP.
         tid: Tid,
+    },
+    /// Rate-of-Change (`migd --placement roc`): this host gives its VP
+    /// `tid` to host `to`, which asked it for work: move it there.
+    GiveAway {
+        /// The VP.
+        tid: Tid,
+        /// The host that asked.
+        to: String,
     },
     /// A move's source: the VP did not move.
     MigrateFailed {
@@ -725,6 +735,53 @@ pub struct Bid {
     pub etc: f64,
 }
 
+impl From<Rate> for PeerMsg {
+    fn from(m: Rate) -> PeerMsg {
+        PeerMsg::Rate(m)
+    }
+}
+
+/// Seed 003's Rate-of-Change between daemons (`migd --placement roc`): a
+/// host about to run dry asks a source for work; a source gives its oldest
+/// tasks, any other host passes the request on to the source it knows of.
+/// Every message says its sender's load, which is how each host keeps its
+/// own tables of sources and sinks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Rate {
+    /// Send `amount` tasks to `asker`.
+    Ask {
+        /// The asker's number for the request (the answer quotes it).
+        id: u64,
+        /// The host that asked (a sink, whatever its load).
+        asker: String,
+        /// Tasks asked for.
+        amount: u32,
+        /// How many more hosts may pass it on.
+        ttl: u32,
+        /// The sender's load (tasks a processor).
+        load: f64,
+    },
+    /// To the asker: `sent` tasks are on their way (0: nobody could help).
+    Answer {
+        /// The request's number.
+        id: u64,
+        /// Tasks given.
+        sent: u32,
+        /// The sender's load (tasks a processor).
+        load: f64,
+    },
+}
+
+impl Rate {
+    /// The message's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Rate::Ask { .. } => "Ask",
+            Rate::Answer { .. } => "Answer",
+        }
+    }
+}
+
 impl Bidding {
     /// The message's name, for logs.
     pub fn name(&self) -> &'static str {
@@ -741,6 +798,7 @@ impl PeerMsg {
         match self {
             PeerMsg::Handshake(m) => m.name(),
             PeerMsg::Bidding(m) => m.name(),
+            PeerMsg::Rate(m) => m.name(),
             PeerMsg::ToMaster(m) => m.name(),
             PeerMsg::ToHost(m) => m.name(),
             PeerMsg::Data(m) => m.name(),
@@ -759,6 +817,7 @@ impl PeerMsg {
             | PeerMsg::Data(_)
             | PeerMsg::Quorum(_)
             | PeerMsg::Bidding(_)
+            | PeerMsg::Rate(_)
             | PeerMsg::Part { .. }) => Err(other.name()),
         }
     }
@@ -803,6 +862,7 @@ impl ToMaster {
             ToMaster::Usage(_) => "Usage",
             ToMaster::Parked { .. } => "Parked",
             ToMaster::Movable { .. } => "Movable",
+            ToMaster::GiveAway { .. } => "GiveAway",
             ToMaster::MigrateFailed { .. } => "MigrateFailed",
             ToMaster::Missing { .. } => "Missing",
             ToMaster::Snap { .. } => "Snap",
@@ -822,6 +882,7 @@ impl ToMaster {
             | ToMaster::Slicing(_)
             | ToMaster::Usage(_) => true,
             ToMaster::Started { .. }
+            | ToMaster::GiveAway { .. }
             | ToMaster::Exited { .. }
             | ToMaster::Output { .. }
             | ToMaster::Control { .. }
