@@ -152,6 +152,10 @@ pub struct FileConfig {
     /// spawn arrives waits for the other hosts' bids before it chooses
     /// among those in (default 300).
     pub bid_wait_ms: Option<u64>,
+    /// Under `placement = "nres"`, how many neighbours each host asks for
+    /// room (the next hosts by name, round the ring; they ask theirs once
+    /// more); default 2.
+    pub neighbours: Option<u32>,
     /// Serve every local user, not only this daemon's (default false): the
     /// control socket is open to all, each user controls only the jobs they
     /// started, and this daemon's user and root control everything. A
@@ -231,6 +235,8 @@ pub struct Config {
     pub placement: String,
     /// Under the bidding placement, how long a spawn waits for bids.
     pub bid_wait: Duration,
+    /// Under the nres placement, each host's neighbours.
+    pub neighbours: u32,
     /// The owner monitor.
     pub owner: OwnerConfig,
 }
@@ -271,6 +277,7 @@ impl Config {
             metrics_token_file: None,
             placement: crate::sched::Placement::default().name().to_string(),
             bid_wait: Duration::from_millis(300),
+            neighbours: 2,
             owner: OwnerConfig::default(),
         }
     }
@@ -328,6 +335,7 @@ impl Config {
         }
         kv("placement", q(&self.placement));
         kv("bid_wait_ms", ms(self.bid_wait).to_string());
+        kv("neighbours", self.neighbours.to_string());
         let o = &self.owner;
         t.push_str("\n[owner]\n");
         let mut kv = |k: &str, v: String| t.push_str(&format!("{k} = {v}\n"));
@@ -479,6 +487,9 @@ impl Config {
         if let Some(v) = f.bid_wait_ms {
             self.bid_wait = Duration::from_millis(v);
         }
+        if let Some(v) = f.neighbours {
+            self.neighbours = v;
+        }
         if let Some(v) = f.placement {
             self.placement = v;
         }
@@ -549,6 +560,9 @@ impl Config {
         }
         if self.bid_wait < Duration::from_millis(1) || self.bid_wait > Duration::from_secs(10) {
             return bad("bid_wait_ms must be between 1 and 10000".into());
+        }
+        if !(1..=64).contains(&self.neighbours) {
+            return bad("neighbours must be between 1 and 64".into());
         }
         if self.heartbeat < Duration::from_millis(10) || self.heartbeat > Duration::from_secs(60) {
             return bad("heartbeat_ms must be between 10 and 60000".into());

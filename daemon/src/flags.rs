@@ -69,8 +69,10 @@ pub struct Flags {
     /// a bid, by program class, `mig spawn --class`: a cluster whole to the
     /// lowest bid, a group one VP to a host, a simple program stays unless
     /// 3x slower than alone; an idle host takes work from the busiest),
-    /// nres (each VP to the host with the least room that has an idle
-    /// processor, its `--mem` and its `--io`, fewest choices first) or roc
+    /// nres (a job that fits where it arrived stays; else the host asks its
+    /// neighbours, and they theirs, and each VP goes to the host with the
+    /// least room that has an idle processor, its `--mem` and its `--io`,
+    /// fewest choices first) or roc
     /// (work starts where asked; a daemon whose host runs dry asks a busy
     /// one for its oldest tasks, which move) [default: mig; config
     /// placement].

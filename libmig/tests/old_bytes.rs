@@ -60,6 +60,8 @@ fn peer_msgs() -> Vec<PeerMsg> {
         DataLink::Deliver(env()),
         Bidding::Ask {
             id: 3,
+            origin: "h1".into(),
+            hops: 1,
             work: Work {
                 vps: 4,
                 class: JobClass::Group,
@@ -77,6 +79,7 @@ fn peer_msgs() -> Vec<PeerMsg> {
                 free_io: 0.75,
                 etc: 2.5,
             },
+            forwarded: vec!["h4".into()],
         },
         Rate::Ask {
             id: 5,

@@ -1,6 +1,6 @@
 //! The placements that choose hosts, on real daemons (`migd --placement
 //! bidding|nres|roc`, seeds 002-004): a small job of each class under
-//! bidding, the N-resource paper's example with memory, and a bag of
+//! bidding, N-resource jobs that stay or search their neighbours, and a bag of
 //! independent tasks that Rate-of-Change spreads, and spreads again when a
 //! host runs dry; bids that travel between the daemons, a silent host left
 //! out and forged bids refused.
@@ -110,26 +110,41 @@ fn under_bidding_a_group_spreads_one_vp_a_host_and_a_cluster_shares_one() {
 }
 
 #[test]
-fn under_nres_three_jobs_with_nested_choices_take_hosts_fewest_choices_first() {
+fn under_nres_a_job_that_fits_stays_and_the_others_search_the_neighbours_and_theirs() {
     let _one = serial();
-    let mut vm = Vm::start_with(1, &["--placement", "nres", "--memory-mb", "4000"]);
+    // One neighbour each, round the ring h0 -> h1 -> h2 -> h0: h0 asks h1,
+    // which passes the request on to h2.
+    let conf = tempfile::tempdir().expect("a directory");
+    let file = conf.path().join("migd.toml");
+    std::fs::write(&file, "[daemon]\nplacement = \"nres\"\nneighbours = 1\n").expect("config");
+    let file = file.display().to_string();
+    let mut vm = Vm::start_with(1, &["--config", &file, "--memory-mb", "4000"]);
     for (i, mb) in [(1, "1000"), (2, "2000")] {
-        let (c, _) = vm.daemon(i, Some(&vm.addr.clone()), &["--memory-mb", mb]);
+        let extra = ["--config", file.as_str(), "--memory-mb", mb];
+        let (c, _) = vm.daemon(i, Some(&vm.addr.clone()), &extra);
         vm.daemons.push(Some(c));
     }
     assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 3)));
     let stop = vm.dir.path().join("stop");
-    // Nested choices, the case seed 004's section 2.2 orders Balance for
-    // (the numbers are ours; the paper gives none): 500 MB fits every
-    // host, 1500 two of them, 3000 only h0; each takes the tightest host
-    // that holds it.
+    // 1500 MB fits h0, idle: a burst of one is within its trigger line, it
+    // stays. Then h0's processor is busy: 500 MB and 1500 MB each look
+    // for room, and Balance gives each the tightest host that holds it.
     let mut jobs = Vec::new();
     let mut went = Vec::new();
-    for (k, mb) in ["500M", "1500M", "3000M"].into_iter().enumerate() {
+    for (k, mb) in ["1500M", "500M", "1500M"].into_iter().enumerate() {
         jobs.push(spin(&vm, &["--mem", mb], &stop));
         went.extend(placed(&vm, &format!("j{}", k + 1), 1).into_values());
     }
-    assert_eq!(went, ["h1", "h2", "h0"], "{}", vm.log(0));
+    assert_eq!(went, ["h0", "h1", "h2"], "{}", vm.log(0));
+    let log = vm.log(0);
+    assert!(
+        log.contains("fits here within the trigger line: it stays"),
+        "{log}"
+    );
+    // Asked: h1 only; heard: h1, and h2 through it.
+    assert_eq!(log.matches("nres: asking h1 for").count(), 2, "{log}");
+    assert_eq!(log.matches("nres: 2 of 2 hosts bid").count(), 2, "{log}");
+    assert!(log.contains("nres placement by h0's search"), "{log}");
     // What each host has free and what the VPs there reserve, as the
     // hosts report it every couple of seconds.
     let mut hosts = serde_json::Value::Null;
@@ -155,7 +170,7 @@ fn under_nres_three_jobs_with_nested_choices_take_hosts_fewest_choices_first() {
     assert_eq!(
         reserved,
         BTreeMap::from([
-            ("h0".to_string(), 3000),
+            ("h0".to_string(), 1500),
             ("h1".to_string(), 500),
             ("h2".to_string(), 1500)
         ])
@@ -399,7 +414,7 @@ fn bids_travel_between_daemons_a_silent_host_is_left_out_and_forged_bids_refused
         "{placed_on:?}"
     );
     let log = vm.log(0);
-    assert!(log.contains("bidding: asking 2 hosts for bids"), "{log}");
+    assert!(log.contains("bidding: asking h1 h2 for a spawn"), "{log}");
     assert!(
         log.contains("bidding: 1 of 2 hosts bid for") && log.contains("(no bid in time from h2)"),
         "{log}"
@@ -423,7 +438,11 @@ fn bids_travel_between_daemons_a_silent_host_is_left_out_and_forged_bids_refused
         etc: 0.0,
     };
     for id in [1, 99] {
-        let msg = PeerMsg::from(Bidding::Bid { id, bid: forged });
+        let msg = PeerMsg::from(Bidding::Bid {
+            id,
+            bid: forged,
+            forwarded: Vec::new(),
+        });
         seal.write_frame(&mut s, &msg).expect("bid");
     }
     assert!(

@@ -1,9 +1,13 @@
-//! Seed 002's negotiation as the daemon where a job arrives runs it
-//! (`migd --placement bidding`): it asks every other host for a bid
-//! (`Bidding::Ask`), each host bids from what it runs itself (`own_bid`),
-//! and once every host asked has bid, or the wait is over, the paper's rules
-//! (`choice`) choose among the bids it has; a host that did not answer in
-//! time is left out, and the job is placed all the same.
+//! A new job's placement as the daemon where it arrives asks for it: seed
+//! 002's negotiation (`migd --placement bidding`: every other host is
+//! asked for a bid) and seed 004's search for room (`nres`: its neighbours
+//! are asked, and pass the request on to theirs, each saying whom). Each
+//! host bids from what it runs itself (`own_bid`); once every host asked
+//! (or named as reached) has bid, or the wait is over, the paper's rules
+//! (`choice`) choose among the bids it has. A host that did not answer in
+//! time is left out, and the job is placed all the same. Seed 004's
+//! trigger (`triggers`) says whether a job that fits where it arrived
+//! looks for room at all.
 //!
 //! A bid is taken only from a host that was asked, once, for a request
 //! still open; a figure that is not a number is refused, one out of range
@@ -19,6 +23,7 @@ use std::time::{Duration, Instant};
 use libmig::msg::{Bid, Work};
 
 use super::choice::{self, HostView, Need, Policy};
+use super::nres;
 
 /// Most processors a bid may say a host has.
 const MOST_PROCESSORS: u32 = 4096;
@@ -93,6 +98,8 @@ pub fn own_bid(
 /// who stayed silent, and what the caller kept with the request.
 #[derive(Debug)]
 pub struct Decided<T> {
+    /// The policy that decided.
+    pub policy: Policy,
     /// Hosts and processors each, in host order.
     pub chosen: Option<Vec<(String, u32)>>,
     /// Hosts asked (not counting the asker).
@@ -105,6 +112,7 @@ pub struct Decided<T> {
 
 #[derive(Debug)]
 struct Open<T> {
+    policy: Policy,
     work: Work,
     /// The asker's name and its own bid.
     local: (String, Bid),
@@ -131,12 +139,14 @@ impl<T> Default for Auctions<T> {
 }
 
 impl<T> Auctions<T> {
-    /// A request for bids for `work`, arrived at host `local` (whose own
-    /// bid is `own`), asking `hosts` (the asker left out) to answer within
-    /// `wait`. Its number, to send with `Ask`; or, when there is no one to
-    /// ask, the decision at once.
+    /// A request for bids for `work` under `policy`, arrived at host
+    /// `local` (whose own bid is `own`), asking `hosts` (the asker left
+    /// out) to answer within `wait`. Its number, to send with `Ask`; or,
+    /// when there is no one to ask, the decision at once.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
+        policy: Policy,
         work: Work,
         local: (String, Bid),
         hosts: Vec<String>,
@@ -150,6 +160,7 @@ impl<T> Auctions<T> {
             .map(|h| (h, None))
             .collect();
         let open = Open {
+            policy,
             work,
             local,
             bids,
@@ -165,9 +176,16 @@ impl<T> Auctions<T> {
         Ok(id)
     }
 
-    /// Host `from`'s bid on request `id`: the decision, once it was the
-    /// last one awaited.
-    pub fn bid(&mut self, from: &str, id: u64, bid: Bid) -> Result<Option<Decided<T>>, Refused> {
+    /// Host `from`'s bid on request `id`, which it passed on to
+    /// `forwarded` (members, whose bids are awaited too): the decision,
+    /// once it was the last one awaited.
+    pub fn bid(
+        &mut self,
+        from: &str,
+        id: u64,
+        bid: Bid,
+        forwarded: &[String],
+    ) -> Result<Option<Decided<T>>, Refused> {
         let open = self.open.get_mut(&id).ok_or(Refused::NotOpen(id))?;
         let slot = open
             .bids
@@ -177,6 +195,11 @@ impl<T> Auctions<T> {
             return Err(Refused::Twice(from.to_string()));
         }
         *slot = Some(sane(bid)?);
+        for h in forwarded {
+            if *h != open.local.0 {
+                open.bids.entry(h.clone()).or_insert(None);
+            }
+        }
         if open.bids.values().any(Option::is_none) {
             return Ok(None);
         }
@@ -225,7 +248,7 @@ fn decide<T>(open: Open<T>) -> Decided<T> {
         memory_mb: open.work.memory_mb,
         io: open.work.io,
     };
-    let chosen = choice::choose(Policy::Bidding, &need, 0, &views).map(|procs| {
+    let chosen = choice::choose(open.policy, &need, 0, &views).map(|procs| {
         let mut per_host: BTreeMap<usize, u32> = BTreeMap::new();
         for p in procs {
             if let Some(i) = p.split_once(':').and_then(|(i, _)| i.parse().ok()) {
@@ -238,11 +261,32 @@ fn decide<T>(open: Open<T>) -> Decided<T> {
             .collect()
     });
     Decided {
+        policy: open.policy,
         chosen,
         asked: open.bids.len(),
         silent,
         kept: open.kept,
     }
+}
+
+/// Seed 004's trigger at the host where a job arrived, from its own bid:
+/// it looks for room elsewhere when it cannot hold the job itself (too few
+/// processors idle, or too little memory or I/O), or when the burst is
+/// over the trigger line, whose height is its processors (the busier it
+/// is, the smaller the burst it keeps).
+pub fn triggers(work: &Work, own: &Bid) -> bool {
+    let idle = own.processors.saturating_sub(own.vps);
+    let memory_short = match (work.memory_mb, own.free_memory_mb) {
+        (Some(need), Some(free)) => need.saturating_mul(u64::from(work.vps)) > free,
+        _ => false,
+    };
+    let io_short = work.io * f64::from(work.vps) > own.free_io + 1e-9;
+    let busy = f64::from(own.vps.min(own.processors));
+    let utilisation = 100.0 * busy / f64::from(own.processors.max(1));
+    idle < work.vps
+        || memory_short
+        || io_short
+        || nres::needs_triggering(work.vps, utilisation, f64::from(own.processors))
 }
 
 /// A bid as `choice` sees host number `i`: its VPs spread over its
@@ -278,8 +322,20 @@ mod tests {
     }
 
     fn open(a: &mut Auctions<()>, w: Work, local: Bid, hosts: &[&str], now: Instant) -> u64 {
+        open_as(a, Policy::Bidding, w, local, hosts, now)
+    }
+
+    fn open_as(
+        a: &mut Auctions<()>,
+        policy: Policy,
+        w: Work,
+        local: Bid,
+        hosts: &[&str],
+        now: Instant,
+    ) -> u64 {
         let hosts = hosts.iter().map(|h| h.to_string()).collect();
         a.open(
+            policy,
             w,
             ("h0".into(), local),
             hosts,
@@ -302,8 +358,11 @@ mod tests {
             &["h1", "h2"],
             now,
         );
-        assert!(a.bid("h1", id, bid(1, 2)).expect("h1").is_none());
-        let d = a.bid("h2", id, bid(1, 0)).expect("h2").expect("decided");
+        assert!(a.bid("h1", id, bid(1, 2), &[]).expect("h1").is_none());
+        let d = a
+            .bid("h2", id, bid(1, 0), &[])
+            .expect("h2")
+            .expect("decided");
         assert_eq!(d.chosen, Some(vec![("h2".to_string(), 1)]));
         assert_eq!((d.asked, d.silent.len()), (2, 0));
         assert!(a.due().is_none());
@@ -320,7 +379,7 @@ mod tests {
             &["h1", "h2"],
             now,
         );
-        assert!(a.bid("h1", id, bid(1, 0)).expect("h1").is_none());
+        assert!(a.bid("h1", id, bid(1, 0), &[]).expect("h1").is_none());
         assert!(a.expire(now + Duration::from_millis(299)).is_empty());
         let d = a
             .expire(now + Duration::from_millis(300))
@@ -330,7 +389,7 @@ mod tests {
         let chosen = d.chosen.expect("chosen");
         assert!(chosen.iter().all(|(h, _)| h != "h2"), "{chosen:?}");
         // Its late bid finds nothing open.
-        assert!(matches!(a.bid("h2", id, bid(1, 0)), Err(Refused::NotOpen(n)) if n == id));
+        assert!(matches!(a.bid("h2", id, bid(1, 0), &[]), Err(Refused::NotOpen(n)) if n == id));
     }
 
     #[test]
@@ -345,24 +404,30 @@ mod tests {
             now,
         );
         assert!(matches!(
-            a.bid("ghost", id, bid(64, 0)),
+            a.bid("ghost", id, bid(64, 0), &[]),
             Err(Refused::NotAsked(_))
         ));
         assert!(matches!(
-            a.bid("h0", id, bid(64, 0)),
+            a.bid("h0", id, bid(64, 0), &[]),
             Err(Refused::NotAsked(_))
         ));
         let nan = Bid {
             capacity: f64::NAN,
             ..bid(1, 0)
         };
-        assert!(matches!(a.bid("h1", id, nan), Err(Refused::NotANumber(_))));
-        assert!(a.bid("h1", id, bid(1, 3)).expect("h1").is_none());
         assert!(matches!(
-            a.bid("h1", id, bid(64, 0)),
+            a.bid("h1", id, nan, &[]),
+            Err(Refused::NotANumber(_))
+        ));
+        assert!(a.bid("h1", id, bid(1, 3), &[]).expect("h1").is_none());
+        assert!(matches!(
+            a.bid("h1", id, bid(64, 0), &[]),
             Err(Refused::Twice(_))
         ));
-        let d = a.bid("h2", id, bid(1, 5)).expect("h2").expect("decided");
+        let d = a
+            .bid("h2", id, bid(1, 5), &[])
+            .expect("h2")
+            .expect("decided");
         // The ghost's offer of 64 idle processors counted for nothing.
         assert_eq!(d.chosen, Some(vec![("h1".to_string(), 1)]));
     }
@@ -375,18 +440,21 @@ mod tests {
         // Honest: h1 and h2 idle, h0 busy: the group spreads over h1 and h2
         // (and h0 for the third).
         let id = open(&mut a, group, bid(1, 4), &["h1", "h2"], now);
-        a.bid("h1", id, bid(1, 0)).expect("h1");
-        let honest = a.bid("h2", id, bid(1, 0)).expect("h2").expect("decided");
+        a.bid("h1", id, bid(1, 0), &[]).expect("h1");
+        let honest = a
+            .bid("h2", id, bid(1, 0), &[])
+            .expect("h2")
+            .expect("decided");
         // h2 says it has a million processors, none busy, of speed 1e9:
         // clamped, it is only the best bid, and h1's place is unchanged.
         let id = open(&mut a, group, bid(1, 4), &["h1", "h2"], now);
-        a.bid("h1", id, bid(1, 0)).expect("h1");
+        a.bid("h1", id, bid(1, 0), &[]).expect("h1");
         let lie = Bid {
             processors: u32::MAX,
             capacity: 1e9,
             ..bid(1, 0)
         };
-        let lied = a.bid("h2", id, lie).expect("h2").expect("decided");
+        let lied = a.bid("h2", id, lie, &[]).expect("h2").expect("decided");
         let on = |d: &Decided<()>, h: &str| {
             d.chosen
                 .as_ref()
@@ -402,6 +470,7 @@ mod tests {
         let mut a: Auctions<&str> = Auctions::default();
         let d = a
             .open(
+                Policy::Bidding,
                 work(2, JobClass::Cluster),
                 ("h0".into(), bid(2, 0)),
                 vec!["h0".into()],
@@ -412,5 +481,54 @@ mod tests {
             .expect_err("decided at once");
         assert_eq!(d.chosen, Some(vec![("h0".to_string(), 2)]));
         assert_eq!((d.asked, d.kept), (0, "kept"));
+    }
+
+    fn room(processors: u32, vps: u32, free_memory_mb: u64) -> Bid {
+        Bid {
+            free_memory_mb: Some(free_memory_mb),
+            ..bid(processors, vps)
+        }
+    }
+
+    #[test]
+    fn under_nres_the_hosts_a_neighbour_passed_the_request_to_are_awaited_and_balance_takes_the_tightest(
+    ) {
+        let now = Instant::now();
+        let mut a = Auctions::default();
+        let w = Work {
+            memory_mb: Some(500),
+            ..work(1, JobClass::Simple)
+        };
+        let id = open_as(&mut a, Policy::Nres, w, room(1, 1, 3000), &["h1"], now);
+        // h1 passed it on to h2: h2 is awaited too.
+        let forwarded = ["h2".to_string()];
+        assert!(a
+            .bid("h1", id, room(1, 0, 2000), &forwarded)
+            .expect("h1")
+            .is_none());
+        let d = a
+            .bid("h2", id, room(1, 0, 1000), &[])
+            .expect("h2")
+            .expect("decided");
+        assert_eq!(d.asked, 2);
+        // h0 has no idle processor; h2 is the tightest that holds 500 MB.
+        assert_eq!(d.chosen, Some(vec![("h2".to_string(), 1)]));
+    }
+
+    #[test]
+    fn seed_004s_trigger_keeps_a_job_that_fits_an_idle_host_and_looks_further_when_busy_or_short() {
+        let w = |vps, mb| Work {
+            memory_mb: Some(mb),
+            ..work(vps, JobClass::Group)
+        };
+        // Two idle processors, 4000 MB: a burst of two stays, three look.
+        assert!(!triggers(&w(2, 1000), &room(2, 0, 4000)));
+        assert!(triggers(&w(3, 1000), &room(2, 0, 4000)));
+        // Half busy: the line is at one.
+        assert!(!triggers(&w(1, 1000), &room(2, 1, 4000)));
+        // Too little memory: it looks whatever the burst.
+        assert!(triggers(&w(1, 5000), &room(2, 0, 4000)));
+        // Every processor busy: it looks.
+        assert!(triggers(&w(1, 10), &room(2, 2, 4000)));
     }
 }

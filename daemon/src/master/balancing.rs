@@ -159,14 +159,16 @@ impl Master {
             io: spec.io.map_or(0.0, |c| c.share()),
         };
         let mut why_not_the_bids = String::new();
-        if policy == Policy::Bidding && !spec.bid_hosts.is_empty() {
+        if policy != Policy::Roc && !spec.bid_hosts.is_empty() {
             match by_the_bids(&views, &need, &spec.bid_hosts) {
                 Ok(chosen) => {
-                    let line = format!(
-                        "bidding placement by the bids at {from_host}, {} job: {}",
-                        need.class.name(),
-                        chosen.join(" ")
-                    );
+                    let line = match policy {
+                        Policy::Bidding => format!(
+                            "bidding placement by the bids at {from_host}, {} job: ",
+                            need.class.name()
+                        ),
+                        _ => format!("nres placement by {from_host}'s search: "),
+                    } + &chosen.join(" ");
                     return Some((chosen, line));
                 }
                 Err(host) => {

@@ -1,13 +1,17 @@
-//! Seed 002's negotiation on the wire (`migd --placement bidding`): a
-//! `mig spawn` arriving here waits while this daemon asks every other host
-//! for a bid (`Bidding::Ask` on the data links), answers other daemons'
-//! requests with its own bid, made from the VPs it runs, and, once every
-//! bid is in or the wait (`bid_wait_ms`) is over, passes the spawn on to
-//! the master with the hosts the bids chose (`SpawnSpec::bid_hosts`). The
-//! master stays the directory of where VPs are and the gang scheduler's
-//! home: it places the job on those hosts' processors, or chooses itself
-//! when they cannot take it any more. What does not live here: the
-//! decision (`balance::auction`).
+//! A new job's placement asked of the daemons, on the wire: under
+//! `migd --placement bidding` (seed 002) a `mig spawn` arriving here waits
+//! while this daemon asks every other host for a bid (`Bidding::Ask` on
+//! the data links); under `nres` (seed 004) it stays here when it fits
+//! within the trigger line, else this daemon asks its neighbours
+//! (`neighbours` of them, the next hosts by name, round the ring), which
+//! pass the request on to theirs once and say so. Every daemon answers
+//! requests with its own bid, made from the VPs it runs. Once every bid
+//! awaited is in, or the wait (`bid_wait_ms`) is over, the spawn goes on to
+//! the master with the hosts chosen (`SpawnSpec::bid_hosts`). The master
+//! stays the directory of where VPs are and the gang scheduler's home: it
+//! places the job on those hosts' processors, or chooses itself when they
+//! cannot take it any more. What does not live here: the decisions
+//! (`balance::auction`).
 
 use std::time::Instant;
 
@@ -41,9 +45,10 @@ impl Daemon {
         };
         // The hosts are the bids' to choose, never the request's.
         spec.bid_hosts.clear();
-        if self.cfg.balance() != Some(Policy::Bidding) || self.halting.is_some() {
-            return Some(Request::Spawn(spec));
-        }
+        let policy = match self.cfg.balance() {
+            Some(p @ (Policy::Bidding | Policy::Nres)) if self.halting.is_none() => p,
+            _ => return Some(Request::Spawn(spec)),
+        };
         let work = Work {
             vps: spec.n,
             class: spec.job_class(),
@@ -52,37 +57,56 @@ impl Daemon {
         };
         let me = self.facts.name.clone();
         let own = self.own_bid(&work);
-        let mut hosts: Vec<String> = self.net.peers.keys().cloned().collect();
-        hosts.sort();
         let what = format!(
             "a spawn of {} ({} VPs, {})",
             spec.program,
             spec.n,
             work.class.name()
         );
-        let waiting = Waiting { t, uid, spec };
-        match self.bids.open(
-            work,
-            (me, own),
-            hosts,
-            Instant::now(),
-            self.cfg.bid_wait,
-            waiting,
-        ) {
-            Ok(id) => {
-                let asked: Vec<String> = self
+        let (asked, hops) = match policy {
+            Policy::Nres if !auction::triggers(&work, &own) => {
+                log!("nres: {what} fits here within the trigger line: it stays");
+                spec.bid_hosts = vec![(me, own.processors.max(1))];
+                return Some(Request::Spawn(spec));
+            }
+            Policy::Nres => (self.neighbours(), 1),
+            _ => {
+                let mut all: Vec<String> = self
                     .net
                     .peers
                     .keys()
-                    .filter(|h| **h != self.facts.name)
+                    .filter(|h| **h != me)
                     .cloned()
                     .collect();
+                all.sort();
+                (all, 0)
+            }
+        };
+        let waiting = Waiting { t, uid, spec };
+        let opened = self.bids.open(
+            policy,
+            work,
+            (me.clone(), own),
+            asked.clone(),
+            Instant::now(),
+            self.cfg.bid_wait,
+            waiting,
+        );
+        match opened {
+            Ok(id) => {
                 log!(
-                    "bidding: asking {} hosts for bids for {what} (request {id})",
-                    asked.len()
+                    "{}: asking {} for {what} (request {id})",
+                    policy.name(),
+                    asked.join(" ")
                 );
                 for host in asked {
-                    self.send_to_host(&host, Bidding::Ask { id, work });
+                    let ask = Bidding::Ask {
+                        id,
+                        origin: me.clone(),
+                        hops,
+                        work,
+                    };
+                    self.send_to_host(&host, ask);
                 }
             }
             Err(decided) => self.bids_decided(decided),
@@ -90,21 +114,69 @@ impl Daemon {
         None
     }
 
-    /// A message of the negotiation from `host`, on the data link `t` to it.
-    pub(super) fn bidding_msg(&mut self, t: Token, host: &str, msg: Bidding) {
+    /// This host's neighbours for seed 004's search: the next
+    /// `neighbours` hosts after it by name, round the ring.
+    fn neighbours(&self) -> Vec<String> {
+        let mut ring: Vec<&String> = self.net.peers.keys().collect();
+        if !ring.contains(&&self.facts.name) {
+            ring.push(&self.facts.name);
+        }
+        ring.sort();
+        let at = ring
+            .iter()
+            .position(|h| **h == self.facts.name)
+            .unwrap_or(0);
+        (1..ring.len())
+            .map(|k| ring[(at + k) % ring.len()].clone())
+            .take(self.cfg.neighbours as usize)
+            .collect()
+    }
+
+    /// A message of the negotiation from `host`.
+    pub(super) fn bidding_msg(&mut self, host: &str, msg: Bidding) {
         match msg {
-            Bidding::Ask { id, work } => {
-                if !work.io.is_finite() {
-                    return log!("bidding: {host} asked for a bid with an I/O share not a number");
+            Bidding::Ask {
+                id,
+                origin,
+                hops,
+                work,
+            } => {
+                if !work.io.is_finite() || !self.net.peers.contains_key(&origin) {
+                    return log!(
+                        "bidding: a request from {host} for {origin} refused: not a member, \
+                         or its I/O share not a number"
+                    );
+                }
+                // Passed on once more to this host's neighbours (not back).
+                let mut forwarded = Vec::new();
+                if hops > 0 {
+                    for n in self.neighbours() {
+                        if n != origin && n != host {
+                            let ask = Bidding::Ask {
+                                id,
+                                origin: origin.clone(),
+                                hops: hops - 1,
+                                work,
+                            };
+                            self.send_to_host(&n, ask);
+                            forwarded.push(n);
+                        }
+                    }
                 }
                 let bid = self.own_bid(&work);
-                self.send_peer(t, Bidding::Bid { id, bid });
+                self.send_to_host(&origin, Bidding::Bid { id, bid, forwarded });
             }
-            Bidding::Bid { id, bid } => match self.bids.bid(host, id, bid) {
-                Ok(Some(decided)) => self.bids_decided(decided),
-                Ok(None) => {}
-                Err(e) => log!("bidding: a bid from {host} refused: {e}"),
-            },
+            Bidding::Bid { id, bid, forwarded } => {
+                let members: Vec<String> = forwarded
+                    .into_iter()
+                    .filter(|h| self.net.peers.contains_key(h))
+                    .collect();
+                match self.bids.bid(host, id, bid, &members) {
+                    Ok(Some(decided)) => self.bids_decided(decided),
+                    Ok(None) => {}
+                    Err(e) => log!("bidding: a bid from {host} refused: {e}"),
+                }
+            }
         }
     }
 
@@ -136,7 +208,8 @@ impl Daemon {
             None => "no host (the master chooses)".into(),
         };
         log!(
-            "bidding: {heard} of {} hosts bid for {}{silent}: chose {chose}",
+            "{}: {heard} of {} hosts bid for {}{silent}: chose {chose}",
+            d.policy.name(),
             d.asked,
             spec.program
         );

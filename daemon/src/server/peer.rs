@@ -40,7 +40,7 @@ impl Daemon {
             (Kind::Master, PeerMsg::ToHost(m)) => self.on_master_msg(m),
             (Kind::Data { .. }, PeerMsg::Data(m)) => self.data_msg(t, m, payload),
             (Kind::Data { host }, PeerMsg::Quorum(m)) => self.quorum_msg(&host, m),
-            (Kind::Data { host }, PeerMsg::Bidding(m)) => self.bidding_msg(t, &host, m),
+            (Kind::Data { host }, PeerMsg::Bidding(m)) => self.bidding_msg(&host, m),
             (Kind::Data { host }, PeerMsg::Rate(m)) => self.rate_msg(&host, m),
             (
                 kind @ (Kind::Peer { host: Some(_) } | Kind::Master | Kind::Data { .. }),

@@ -682,24 +682,34 @@ impl From<Bidding> for PeerMsg {
     }
 }
 
-/// Seed 002's negotiation (`migd --placement bidding`): the daemon where a
-/// job arrives asks every other host for a bid and chooses among the bids
-/// by the paper's rules; each host bids from its own state.
+/// A new job's placement asked of the daemons: seed 002's negotiation
+/// (`migd --placement bidding`: the daemon where a job arrives asks every
+/// other host for a bid and chooses among the bids by the paper's rules)
+/// and seed 004's search for room (`nres`: it asks its neighbours, and they
+/// theirs, for their free capacity, and maps the job by procedure Balance).
+/// Each host answers from its own state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Bidding {
-    /// The daemon where a job arrived, to every other host: bid for it.
+    /// Bid for this job (or say your room for it).
     Ask {
         /// The asker's number for this request (the bid quotes it).
         id: u64,
+        /// The host where the job arrived (the bid goes there).
+        origin: String,
+        /// How many more times it is passed on to the neighbours of the
+        /// host it reaches (0 under bidding, which asks every host).
+        hops: u32,
         /// What the job needs.
         work: Work,
     },
-    /// A host's answer to `Ask`, from what it runs now.
+    /// A host's answer to `Ask`, to its origin, from what it runs now.
     Bid {
         /// The request's number.
         id: u64,
         /// The bid.
         bid: Bid,
+        /// The hosts it passed the request on to (their bids will come).
+        forwarded: Vec<String>,
     },
 }
 
