@@ -82,6 +82,15 @@ impl Daemon {
                 (all, 0)
             }
         };
+        if asked.is_empty() {
+            // No other host known yet (this one just joined): the master,
+            // which knows them all, chooses.
+            log!(
+                "{}: no other host known here for {what}: the master chooses",
+                policy.name()
+            );
+            return Some(Request::Spawn(spec));
+        }
         let waiting = Waiting { t, uid, spec };
         let opened = self.bids.open(
             policy,
