@@ -56,6 +56,7 @@ struct Inner {
     checkpoint_seconds: Histogram,
     term: AtomicU64,
     leader: AtomicI64,
+    placement: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Counters {
@@ -76,6 +77,7 @@ impl Default for Counters {
             checkpoint_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             term: AtomicU64::new(0),
             leader: AtomicI64::new(0),
+            placement: Family::default(),
         }))
     }
 }
@@ -115,6 +117,16 @@ impl Counters {
         self.0.checkpoints.inc();
         self.0.checkpoint_bytes.observe(bytes as f64);
         self.0.checkpoint_seconds.observe(took.as_secs_f64());
+    }
+
+    /// A message of the placements that travel between daemons went out:
+    /// `kind` is `ask` or `bid` (bidding, nres), `rate_ask`,
+    /// `rate_answer` or `give_away` (roc).
+    pub fn placement_sent(&self, kind: &str) {
+        self.0
+            .placement
+            .get_or_create(&labels(&[("kind", kind)]))
+            .inc();
     }
 
     /// The consensus term this daemon follows, and whether it leads it.
@@ -178,6 +190,12 @@ impl Counters {
             "mig_checkpoint_seconds",
             "How long VPs of this host took to write a job checkpoint image",
             c.checkpoint_seconds.clone(),
+        );
+        r.register(
+            "mig_placement_messages",
+            "Messages of the placements that travel between daemons this daemon sent \
+             (ask, bid: bidding and nres; rate_ask, rate_answer, give_away: roc)",
+            c.placement.clone(),
         );
         let term = Gauge::<i64, AtomicI64>::default();
         term.set(i64::try_from(c.term.load(Ordering::Relaxed)).unwrap_or(i64::MAX));

@@ -1164,3 +1164,64 @@ pub fn authenticated(
         }
     }
 }
+
+/// A daemon's `--metrics` page, scraped as a monitoring stack would.
+pub mod metrics {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use super::{wait_until, Vm};
+
+    /// Daemon `i`'s metrics address, once it has written it.
+    pub fn metrics_addr(vm: &Vm, i: usize) -> String {
+        let file = vm.dir.path().join(format!("h{i}")).join("metrics-addr");
+        let mut addr = String::new();
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                addr = std::fs::read_to_string(&file).unwrap_or_default();
+                !addr.trim().is_empty()
+            }),
+            "no {}:\n{}",
+            file.display(),
+            vm.log(i)
+        );
+        addr.trim().to_string()
+    }
+
+    /// Send `request` as it is; the status line and the body.
+    pub fn http(addr: &str, request: &[u8]) -> (String, String) {
+        let mut s = TcpStream::connect(addr).expect("connect to the metrics port");
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        s.write_all(request).expect("send");
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).expect("read the answer");
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head.lines().next().unwrap_or("").to_string();
+        (status, body.to_string())
+    }
+
+    /// `GET /metrics`, which must answer 200: the page.
+    pub fn scrape(addr: &str) -> String {
+        let (status, body) = http(addr, b"GET /metrics HTTP/1.1\r\nHost: mig\r\n\r\n");
+        assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        body
+    }
+
+    /// The value of the sample `name` (with its labels, as printed), if any.
+    pub fn value(page: &str, name: &str) -> Option<f64> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The sum of sample `name` over every daemon of `vm`.
+    pub fn total(vm: &Vm, n: usize, name: &str) -> f64 {
+        (0..n)
+            .map(|i| value(&scrape(&metrics_addr(vm, i)), name).unwrap_or(0.0))
+            .sum()
+    }
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use mig_tests::{bin, command, job_succeeds, wait_until, Vm};
+use mig_tests::{bin, command, job_succeeds, metrics, wait_until, Vm};
 
 /// The CPU-bound tests of this file share 2 cores: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -400,35 +400,30 @@ fn bids_travel_between_daemons_a_silent_host_is_left_out_and_forged_bids_refused
     use nix::sys::signal::Signal;
 
     let _one = serial();
-    let mut vm = Vm::start_with(3, &["--placement", "bidding"]);
+    // A long wait for bids, so that forged ones arrive while it is open.
+    let conf = tempfile::tempdir().expect("a directory");
+    let file = conf.path().join("migd.toml");
+    let toml = "[daemon]\nplacement = \"bidding\"\nbid_wait_ms = 4000\nmetrics = \"127.0.0.1:0\"\n";
+    std::fs::write(&file, toml).expect("config");
+    let mut vm = Vm::start_with(3, &["--config", &file.display().to_string()]);
     assert!(wait_until(Duration::from_secs(20), || hosts_up(&vm, 3)));
     let stop = vm.dir.path().join("stop");
-    // h2's daemon stops answering: the spawn at h0 waits for its bid no
+    // h2's daemon stops answering: the spawn at h0 (four VPs on its one
+    // processor, over the task threshold: it asks) waits for h2's bid no
     // longer than the wait, and goes to the hosts that bid.
     vm.signal(2, Signal::SIGSTOP);
-    let group = spin(&vm, &["-n", "2", "--class", "group"], &stop);
-    let placed_on = placed(&vm, "j1", 2);
-    vm.signal(2, Signal::SIGCONT);
+    let group = spin(&vm, &["-n", "4", "--class", "group"], &stop);
     assert!(
-        !on_hosts(&placed_on).contains(&"h2".to_string()),
-        "{placed_on:?}"
+        wait_until(Duration::from_secs(20), || vm
+            .log(0)
+            .contains("bidding: asking h1 h2 for a spawn")),
+        "{}",
+        vm.log(0)
     );
-    let log = vm.log(0);
-    assert!(log.contains("bidding: asking h1 h2 for a spawn"), "{log}");
-    assert!(
-        log.contains("bidding: 1 of 2 hosts bid for") && log.contains("(no bid in time from h2)"),
-        "{log}"
-    );
-    assert!(log.contains("by the bids at h0, group job"), "{log}");
-    // A bid from a daemon that holds the key but was not asked (a name no
-    // member has), and one for a request that is not open: refused, and
-    // the daemons serve on.
+    // Meanwhile, forged bids for the open request (1): one from a daemon
+    // that holds the key under a name no member has, one under h2's name
+    // with a speed that is not a number.
     let key = libmig::auth::ClusterKey::load(&vm.key()).expect("the cluster key");
-    let (mut s, mut seal) = mig_tests::authenticated(&vm.addr, &key);
-    let hi = Handshake::Hi {
-        name: "ghost".into(),
-    };
-    seal.write_frame(&mut s, &PeerMsg::from(hi)).expect("hi");
     let forged = Bid {
         processors: 4096,
         capacity: f64::NAN,
@@ -437,26 +432,52 @@ fn bids_travel_between_daemons_a_silent_host_is_left_out_and_forged_bids_refused
         free_io: 1.0,
         etc: 0.0,
     };
-    for id in [1, 99] {
+    let mut links = Vec::new();
+    for name in ["ghost", "h2"] {
+        let (mut s, mut seal) = mig_tests::authenticated(&vm.addr, &key);
+        let hi = Handshake::Hi { name: name.into() };
+        seal.write_frame(&mut s, &PeerMsg::from(hi)).expect("hi");
         let msg = PeerMsg::from(Bidding::Bid {
-            id,
+            id: 1,
             bid: forged,
             forwarded: Vec::new(),
         });
         seal.write_frame(&mut s, &msg).expect("bid");
+        links.push(s);
     }
+    let placed_on = placed(&vm, "j1", 4);
+    vm.signal(2, Signal::SIGCONT);
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            vm.log(0)
-                .matches("bidding: a bid from ghost refused: no request for bids")
-                .count()
-                == 2
-        }),
-        "{}",
-        vm.log(0)
+        !on_hosts(&placed_on).contains(&"h2".to_string()),
+        "{placed_on:?}"
     );
+    let log = vm.log(0);
+    assert!(
+        log.contains("bidding: a bid from ghost refused: not a member"),
+        "{log}"
+    );
+    assert!(
+        log.contains("bidding: a bid from h2 refused: its capacity is not a number"),
+        "{log}"
+    );
+    assert!(
+        log.contains("bidding: 1 of 2 hosts bid for") && log.contains("(no bid in time from h2)"),
+        "{log}"
+    );
+    assert!(log.contains("by the bids at h0, group job"), "{log}");
+    // Each daemon counts what it sent: h0 two requests, h1 one bid.
+    let sent = |i: usize, kind: &str| {
+        let page = metrics::scrape(&metrics::metrics_addr(&vm, i));
+        let name = format!("mig_placement_messages_total{{kind=\"{kind}\"}}");
+        metrics::value(&page, &name).unwrap_or(0.0)
+    };
+    assert_eq!((sent(0, "ask"), sent(1, "bid")), (2.0, 1.0));
     std::fs::write(&stop, "").expect("stop");
     let lines = job_succeeds(group, "group");
-    assert!(lines.iter().any(|l| l.contains("spin done")), "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("spin done")).count(),
+        4,
+        "{lines:?}"
+    );
     assert!(hosts_up(&vm, 3));
 }

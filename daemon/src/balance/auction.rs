@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use libmig::msg::{Bid, Work};
+use libmig::msg::{Bid, JobClass, Work};
 
 use super::choice::{self, HostView, Need, Policy};
 use super::nres;
@@ -118,6 +118,10 @@ struct Open<T> {
     local: (String, Bid),
     /// Every host asked, with its bid once it came.
     bids: BTreeMap<String, Option<Bid>>,
+    /// Bids of hosts not yet known to be asked: under nres a host reached
+    /// through a neighbour may bid before the neighbour says it passed the
+    /// request on.
+    early: BTreeMap<String, Bid>,
     deadline: Instant,
     kept: T,
 }
@@ -164,6 +168,7 @@ impl<T> Auctions<T> {
             work,
             local,
             bids,
+            early: BTreeMap::new(),
             deadline: now + wait,
             kept,
         };
@@ -187,17 +192,24 @@ impl<T> Auctions<T> {
         forwarded: &[String],
     ) -> Result<Option<Decided<T>>, Refused> {
         let open = self.open.get_mut(&id).ok_or(Refused::NotOpen(id))?;
-        let slot = open
-            .bids
-            .get_mut(from)
-            .ok_or_else(|| Refused::NotAsked(from.to_string()))?;
-        if slot.is_some() {
-            return Err(Refused::Twice(from.to_string()));
+        let bid = sane(bid)?;
+        match open.bids.get_mut(from) {
+            Some(Some(_)) => return Err(Refused::Twice(from.to_string())),
+            Some(slot) => *slot = Some(bid),
+            // Reached through a neighbour that has not said so yet: kept
+            // until it does (the caller takes bids of members only).
+            None if open.policy == Policy::Nres && from != open.local.0 => {
+                if open.early.insert(from.to_string(), bid).is_some() {
+                    return Err(Refused::Twice(from.to_string()));
+                }
+                return Ok(None);
+            }
+            None => return Err(Refused::NotAsked(from.to_string())),
         }
-        *slot = Some(sane(bid)?);
         for h in forwarded {
-            if *h != open.local.0 {
-                open.bids.entry(h.clone()).or_insert(None);
+            if *h != open.local.0 && !open.bids.contains_key(h) {
+                let early = open.early.remove(h);
+                open.bids.insert(h.clone(), early);
             }
         }
         if open.bids.values().any(Option::is_none) {
@@ -269,6 +281,24 @@ fn decide<T>(open: Open<T>) -> Decided<T> {
     }
 }
 
+/// Seed 002's test at the host where a job arrived, from its own bid: a
+/// simple program, or a group all of whose VPs are, within the task
+/// threshold there stays without a request for bids; a cluster always asks
+/// (it goes whole to the lowest bid).
+pub fn stays_without_bids(work: &Work, own: &Bid) -> bool {
+    let holds = own.processors > 0
+        && match (work.memory_mb, own.free_memory_mb) {
+            (Some(need), Some(free)) => need.saturating_mul(u64::from(work.vps)) <= free,
+            _ => true,
+        };
+    let slowdown = own.etc * own.capacity;
+    holds
+        && match work.class {
+            JobClass::Cluster => false,
+            JobClass::Simple | JobClass::Group => slowdown <= choice::DELTA_TASK,
+        }
+}
+
 /// Seed 004's trigger at the host where a job arrived, from its own bid:
 /// it looks for room elsewhere when it cannot hold the job itself (too few
 /// processors idle, or too little memory or I/O), or when the burst is
@@ -306,7 +336,6 @@ fn view(i: usize, bid: &Bid) -> HostView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use libmig::msg::JobClass;
 
     fn work(vps: u32, class: JobClass) -> Work {
         Work {
@@ -530,5 +559,58 @@ mod tests {
         assert!(triggers(&w(1, 5000), &room(2, 0, 4000)));
         // Every processor busy: it looks.
         assert!(triggers(&w(1, 10), &room(2, 2, 4000)));
+    }
+
+    #[test]
+    fn under_nres_a_bid_that_comes_before_the_neighbour_names_its_host_is_kept() {
+        let now = Instant::now();
+        let mut a = Auctions::default();
+        let w = work(1, JobClass::Simple);
+        let id = open_as(&mut a, Policy::Nres, w, room(1, 1, 3000), &["h1"], now);
+        // h2, reached through h1, answers first.
+        assert!(a
+            .bid("h2", id, room(1, 0, 1000), &[])
+            .expect("h2")
+            .is_none());
+        let forwarded = ["h2".to_string()];
+        let d = a
+            .bid("h1", id, room(1, 0, 2000), &forwarded)
+            .expect("h1")
+            .expect("decided: h2's bid was in already");
+        assert!(d.silent.is_empty(), "{d:?}");
+        assert_eq!(d.chosen, Some(vec![("h2".to_string(), 1)]));
+    }
+
+    #[test]
+    fn seed_002s_simple_programs_and_groups_within_the_task_threshold_ask_for_no_bids() {
+        let simple = work(1, JobClass::Simple);
+        // One processor: three VPs with the new one is 3x, within; four is not.
+        assert!(stays_without_bids(
+            &simple,
+            &own_bid(&simple, 1, 1.0, 2, None, 1.0)
+        ));
+        assert!(!stays_without_bids(
+            &simple,
+            &own_bid(&simple, 1, 1.0, 3, None, 1.0)
+        ));
+        let group = work(4, JobClass::Group);
+        assert!(!stays_without_bids(
+            &group,
+            &own_bid(&group, 1, 1.0, 0, None, 1.0)
+        ));
+        assert!(stays_without_bids(
+            &group,
+            &own_bid(&group, 2, 1.0, 0, None, 1.0)
+        ));
+        let cluster = work(2, JobClass::Cluster);
+        assert!(!stays_without_bids(
+            &cluster,
+            &own_bid(&cluster, 8, 1.0, 0, None, 1.0)
+        ));
+        // No processor offered (the owner is back): it asks.
+        assert!(!stays_without_bids(
+            &simple,
+            &own_bid(&simple, 0, 1.0, 0, None, 1.0)
+        ));
     }
 }

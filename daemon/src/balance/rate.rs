@@ -161,7 +161,9 @@ impl Pe {
         self.last_sample = Some(now);
         self.next_sample = now + self.interval;
         let amount = self.roc.sample(load, dt)?;
-        let to = self.sources().into_iter().next().or_else(|| {
+        // The first source still a member (one gone is never asked again).
+        let known = self.sources().into_iter().find(|s| others.contains(s));
+        let to = known.or_else(|| {
             let n = others.len();
             (n > 0).then(|| {
                 self.turn = (self.turn + 1) % n;

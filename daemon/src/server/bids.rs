@@ -70,6 +70,11 @@ impl Daemon {
                 return Some(Request::Spawn(spec));
             }
             Policy::Nres => (self.neighbours(), 1),
+            _ if auction::stays_without_bids(&work, &own) => {
+                log!("bidding: {what} is within the task threshold here: it stays");
+                spec.bid_hosts = vec![(me, own.processors.max(1))];
+                return Some(Request::Spawn(spec));
+            }
             _ => {
                 let mut all: Vec<String> = self
                     .net
@@ -115,12 +120,21 @@ impl Daemon {
                         hops,
                         work,
                     };
-                    self.send_to_host(&host, ask);
+                    self.send_bidding(&host, ask);
                 }
             }
             Err(decided) => self.bids_decided(decided),
         }
         None
+    }
+
+    /// A request for bids or a bid, to `host`, counted for `--metrics`.
+    fn send_bidding(&mut self, host: &str, msg: Bidding) {
+        self.metrics.placement_sent(match msg {
+            Bidding::Ask { .. } => "ask",
+            Bidding::Bid { .. } => "bid",
+        });
+        self.send_to_host(host, msg);
     }
 
     /// This host's neighbours for seed 004's search: the next
@@ -150,12 +164,16 @@ impl Daemon {
                 hops,
                 work,
             } => {
-                if !work.io.is_finite() || !self.net.peers.contains_key(&origin) {
+                let members =
+                    self.net.peers.contains_key(host) && self.net.peers.contains_key(&origin);
+                if !work.io.is_finite() || !members {
                     return log!(
                         "bidding: a request from {host} for {origin} refused: not a member, \
                          or its I/O share not a number"
                     );
                 }
+                // An honest asker passes it on once at most.
+                let hops = hops.min(1);
                 // Passed on once more to this host's neighbours (not back).
                 let mut forwarded = Vec::new();
                 if hops > 0 {
@@ -167,15 +185,18 @@ impl Daemon {
                                 hops: hops - 1,
                                 work,
                             };
-                            self.send_to_host(&n, ask);
+                            self.send_bidding(&n, ask);
                             forwarded.push(n);
                         }
                     }
                 }
                 let bid = self.own_bid(&work);
-                self.send_to_host(&origin, Bidding::Bid { id, bid, forwarded });
+                self.send_bidding(&origin, Bidding::Bid { id, bid, forwarded });
             }
             Bidding::Bid { id, bid, forwarded } => {
+                if !self.net.peers.contains_key(host) {
+                    return log!("bidding: a bid from {host} refused: not a member");
+                }
                 let members: Vec<String> = forwarded
                     .into_iter()
                     .filter(|h| self.net.peers.contains_key(h))
@@ -202,6 +223,13 @@ impl Daemon {
     /// (none: the master chooses), unless its `mig` went away meanwhile.
     fn bids_decided(&mut self, d: Decided<Waiting>) {
         let Waiting { t, uid, mut spec } = d.kept;
+        if self.halting.is_some() {
+            let message = format!(
+                "{} is halting: {} not started",
+                self.facts.name, spec.program
+            );
+            return self.send_resp(t, &libmig::msg::Response::Error { message });
+        }
         let silent = if d.silent.is_empty() {
             String::new()
         } else {
@@ -245,7 +273,7 @@ impl Daemon {
                 io += s.io.map_or(0.0, |c| c.share());
             }
         }
-        let processors = if self.owner.offered() {
+        let processors = if self.owner.offered() && self.halting.is_none() {
             self.facts.processors
         } else {
             0

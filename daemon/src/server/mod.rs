@@ -704,7 +704,9 @@ impl Daemon {
             }))
             // Wake to sample this host's load (the roc placement).
             .min(
-                if self.cfg.balance() == Some(crate::balance::choice::Policy::Roc) {
+                if self.cfg.balance() == Some(crate::balance::choice::Policy::Roc)
+                    && self.owner.offered()
+                {
                     self.rating.due().saturating_duration_since(Instant::now())
                 } else {
                     Duration::MAX

@@ -116,7 +116,7 @@ impl Daemon {
             ttl: ask.ttl,
             load,
         };
-        self.send_to_host(&ask.to, msg);
+        self.send_rate(&ask.to, msg);
     }
 
     /// A message of Rate-of-Change from `host`.
@@ -164,6 +164,7 @@ impl Daemon {
                 for i in picked {
                     if let Some(&(tid, _)) = tasks.get(i) {
                         log!("rate-of-change: giving VP t{tid:x} to {asker}, which asked for work");
+                        self.metrics.placement_sent("give_away");
                         self.report(ToMaster::GiveAway {
                             tid,
                             to: asker.to_string(),
@@ -171,7 +172,7 @@ impl Daemon {
                     }
                 }
                 let load = (tasks.len() as f64 - f64::from(sent)) / f64::from(processors.max(1));
-                self.send_to_host(asker, Rate::Answer { id, sent, load });
+                self.send_rate(asker, Rate::Answer { id, sent, load });
             }
             Reply::PassOn(next, ttl) => {
                 let msg = Rate::Ask {
@@ -181,10 +182,19 @@ impl Daemon {
                     ttl,
                     load,
                 };
-                self.send_to_host(&next, msg);
+                self.send_rate(&next, msg);
             }
-            Reply::Nothing => self.send_to_host(asker, Rate::Answer { id, sent: 0, load }),
+            Reply::Nothing => self.send_rate(asker, Rate::Answer { id, sent: 0, load }),
         }
+    }
+
+    /// A message of Rate-of-Change, to `host`, counted for `--metrics`.
+    fn send_rate(&mut self, host: &str, msg: Rate) {
+        self.metrics.placement_sent(match msg {
+            Rate::Ask { .. } => "rate_ask",
+            Rate::Answer { .. } => "rate_answer",
+        });
+        self.send_to_host(host, msg);
     }
 
     /// A VP moved in: the work this host asked for came.
