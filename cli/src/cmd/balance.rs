@@ -32,10 +32,11 @@ pub enum BalanceCmd {
     /// Seed 004's Figures 7-9: eta = (T_no - T_my) / (T_no - T_lb)
     /// against the nodes' mean capacity and against the network's mean
     /// latency, for three trigger lines (Max 25, 20, 15: the steepest
-    /// slope first) and 1-, 2- and 3-resource nodes; T_my against the load
-    /// for jobs declaring 1, 2 or 3 needs. 32 nodes, jobs in bursts; status
-    /// requests and jobs take the links' latency, and a node maps its
-    /// burst when its own queue has drained (Time_IQ).
+    /// slope first) and 1-, 2- and 3-resource nodes (4 with --network);
+    /// T_my against the load for jobs declaring 1, 2 or 3 needs. 32
+    /// nodes, jobs in bursts; status requests and jobs take the links'
+    /// latency, and a node maps its burst when its own queue has drained
+    /// (Time_IQ).
     Nres(NresArgs),
 }
 
@@ -59,6 +60,11 @@ pub struct NresArgs {
     /// Mean jobs a burst (bursts of 1 to twice it).
     #[arg(long, default_value_t = 10)]
     burst: usize,
+    /// Figures 7 and 8 for 4-resource nodes too: the network as a fourth
+    /// resource (each node's link throughput, each job's data rate; not
+    /// in the paper).
+    #[arg(long)]
+    network: bool,
     /// Print JSON: {"setup", "capacity": [...], "latency": [...], "load": [...]}.
     #[arg(long)]
     json: bool,
@@ -319,9 +325,9 @@ fn nres_figures(a: NresArgs) -> Result<()> {
         ..nres::Setup::default()
     };
     let want = |f: u8| a.figure.is_none_or(|x| x == f);
-    let capacity =
-        want(7).then(|| nres::figure(&setup, nres::Vary::Capacity, &CAPACITIES, a.seeds));
-    let latency = want(8).then(|| nres::figure(&setup, nres::Vary::Latency, &LATENCIES, a.seeds));
+    let figure = |vary, values: &[f64]| nres::figure(&setup, vary, values, a.seeds, a.network);
+    let capacity = want(7).then(|| figure(nres::Vary::Capacity, &CAPACITIES));
+    let latency = want(8).then(|| figure(nres::Vary::Latency, &LATENCIES));
     let load = want(9).then(|| nres::figure9(&setup, &LOADS, a.seeds));
     if a.json {
         println!(

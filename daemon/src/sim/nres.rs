@@ -1,5 +1,6 @@
 //! Seed 004's experiments, reproduced: a grid of N-resource nodes (CPU,
-//! memory, I/O: the first 1, 2 or 3 of them), each with a few neighbours
+//! memory, I/O: the first 1, 2 or 3 of them as in the paper; the network
+//! as a fourth), each with a few neighbours
 //! at a network latency, jobs submitted at random nodes in bursts. A node
 //! whose burst is more than its resource usage admits
 //! (`balance::nres::needs_triggering`, the line from (0, Max) to (100, 0))
@@ -27,16 +28,27 @@
 //! nodes drawn at random, their gaps drawn for the load asked; a burst
 //! reaching a node while its search is out joins that search's External
 //! Queue. Capacities and needs are uniform around their means, latencies
-//! around theirs; `T_no` is the work on one node of mean capacity. Pure:
-//! no clock, no I/O.
+//! around theirs; `T_no` is the work on one node of mean capacity. The
+//! network as a fourth resource (not the paper's: its resources are a
+//! node's own) is a node's link throughput and the rate a job moves data
+//! at, drawn as the others but from a stream of their own, so the 1- to
+//! 3-resource runs are what they are without it; a job on a node whose
+//! link is slower than its data runs twice as long, as for memory and I/O.
+//! Pure: no clock, no I/O.
 
 use serde::Serialize;
 
 use super::rng::SplitMix;
 use crate::balance::nres;
 
-/// Resources a node may have: CPU, memory, I/O.
-pub const RESOURCES: usize = 3;
+/// Resources a node may have: CPU, memory, I/O, network.
+pub const RESOURCES: usize = 4;
+
+/// The paper's resources: CPU, memory, I/O.
+pub const PAPER_RESOURCES: usize = 3;
+
+/// The seed of the network's draws is the run's with these bits flipped.
+const NETWORK_STREAM: u64 = 0x6e65_7477_6f72_6b00;
 
 /// One experiment's settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,7 +57,7 @@ pub struct Setup {
     pub nodes: usize,
     /// Neighbours of each node (at least; links are both ways).
     pub degree: usize,
-    /// Resources of a node (1-3: CPU, then memory, then I/O).
+    /// Resources of a node (1-4: CPU, then memory, I/O, network).
     pub resources: usize,
     /// Of a job's needs, how many it declares (1 to `resources`).
     pub declared: usize,
@@ -178,11 +190,11 @@ pub struct Run {
 /// The grid: `n` nodes of random capacities around the setting's, joined
 /// in a ring and by random links up to the degree; and the largest
 /// capacity of any resource (what needs and free room are scaled by).
-fn grid(s: &Setup, rng: &mut SplitMix, n: usize) -> (Vec<Node>, f64) {
+fn grid(s: &Setup, rng: &mut SplitMix, net: &mut SplitMix, n: usize) -> (Vec<Node>, f64) {
     let around = |rng: &mut SplitMix, mean: f64| mean * (0.5 + rng.unit());
     let mut nodes: Vec<Node> = (0..n)
         .map(|_| Node {
-            cap: [0.0; RESOURCES].map(|_| around(rng, s.capacity).max(0.1)),
+            cap: draw(rng, net, |r| around(r, s.capacity).max(0.1)),
             speed: 1.0,
             queue: Vec::new(),
             left: 0.0,
@@ -210,16 +222,23 @@ fn grid(s: &Setup, rng: &mut SplitMix, n: usize) -> (Vec<Node>, f64) {
     for x in &mut nodes {
         x.speed = x.cap[0] / s.capacity.max(0.1);
     }
+    // The paper's resources, and the network where it is one.
+    let counted = s.resources.clamp(PAPER_RESOURCES, RESOURCES);
     let scale = nodes
         .iter()
-        .flat_map(|x| x.cap)
+        .flat_map(|x| x.cap[..counted].to_vec())
         .fold(f64::MIN_POSITIVE, f64::max);
     (nodes, scale)
 }
 
 /// The arrivals: bursts of jobs at random nodes of `n`, as far apart as
 /// the load asks (time, node, jobs).
-fn bursts(s: &Setup, rng: &mut SplitMix, n: usize) -> Vec<(f64, usize, Vec<Job>)> {
+fn bursts(
+    s: &Setup,
+    rng: &mut SplitMix,
+    net: &mut SplitMix,
+    n: usize,
+) -> Vec<(f64, usize, Vec<Job>)> {
     let around = |rng: &mut SplitMix, mean: f64| mean * (0.5 + rng.unit());
     let mean_burst = (2 * s.burst.max(1) + 1) as f64 / 2.0;
     let gap = mean_burst * s.work / (n as f64 * s.load.max(0.01));
@@ -232,7 +251,7 @@ fn bursts(s: &Setup, rng: &mut SplitMix, n: usize) -> Vec<(f64, usize, Vec<Job>)
         let b = (1 + (rng.next_u64() % (2 * s.burst.max(1)) as u64) as usize).min(s.jobs - made);
         let jobs = (0..b)
             .map(|_| Job {
-                need: [0.0; RESOURCES].map(|_| around(rng, s.need)),
+                need: draw(rng, net, |r| around(r, s.need)),
                 work: rng.exp(s.work).max(1.0),
             })
             .collect();
@@ -242,14 +261,32 @@ fn bursts(s: &Setup, rng: &mut SplitMix, n: usize) -> Vec<(f64, usize, Vec<Job>)
     arrivals
 }
 
+/// One figure per resource: the paper's three from `rng` in their order,
+/// the network's from `net`.
+fn draw(
+    rng: &mut SplitMix,
+    net: &mut SplitMix,
+    mut f: impl FnMut(&mut SplitMix) -> f64,
+) -> [f64; RESOURCES] {
+    let mut v = [0.0; RESOURCES];
+    for x in &mut v[..PAPER_RESOURCES] {
+        *x = f(rng);
+    }
+    for x in &mut v[PAPER_RESOURCES..] {
+        *x = f(net);
+    }
+    v
+}
+
 /// Run the grid of `s`, balancing when `balance` (else every job stays).
 pub fn run(s: &Setup, balance: bool) -> Run {
     let mut rng = SplitMix::new(s.seed);
+    let mut net = SplitMix::new(s.seed ^ NETWORK_STREAM);
     let n = s.nodes.max(2);
     let k = s.resources.clamp(1, RESOURCES);
     let declared = s.declared.clamp(1, k);
-    let (mut nodes, scale) = grid(s, &mut rng, n);
-    let arrivals = bursts(s, &mut rng, n);
+    let (mut nodes, scale) = grid(s, &mut rng, &mut net, n);
+    let arrivals = bursts(s, &mut rng, &mut net, n);
     let mean_cpu = nodes.iter().map(|x| x.speed).sum::<f64>() / n as f64;
     let t_no: f64 = arrivals
         .iter()
@@ -433,9 +470,10 @@ pub struct Curves {
 }
 
 /// Figure 7 (`Vary::Capacity`) or 8 (`Vary::Latency`) for 1-, 2- and
-/// 3-resource nodes.
-pub fn figure(s: &Setup, vary: Vary, values: &[f64], seeds: u64) -> Vec<Curves> {
-    (1..=RESOURCES)
+/// 3-resource nodes, and 4 (the network too) when `network`.
+pub fn figure(s: &Setup, vary: Vary, values: &[f64], seeds: u64, network: bool) -> Vec<Curves> {
+    let most = if network { RESOURCES } else { PAPER_RESOURCES };
+    (1..=most)
         .map(|r| Curves {
             resources: r,
             rows: trend(
@@ -479,7 +517,7 @@ pub fn figure9(s: &Setup, loads: &[f64], seeds: u64) -> Vec<LoadRow> {
                         &Setup {
                             load,
                             work: s.work * load / s.load.max(0.01),
-                            resources: RESOURCES,
+                            resources: PAPER_RESOURCES,
                             declared: d + 1,
                             seed: s.seed + k,
                             ..s.clone()
@@ -586,6 +624,48 @@ mod tests {
         };
         let (steep, gentle) = (at(25.0), at(15.0));
         assert!(steep < gentle, "{steep} {gentle}");
+    }
+
+    #[test]
+    fn a_job_runs_twice_as_long_on_a_node_whose_link_is_slower_than_its_data() {
+        let node = Node {
+            cap: [1.0, 1.0, 1.0, 0.5],
+            speed: 1.0,
+            queue: Vec::new(),
+            left: 0.0,
+            links: Vec::new(),
+        };
+        let job = Job {
+            need: [0.5, 0.5, 0.5, 1.0],
+            work: 10.0,
+        };
+        // The paper's three resources do not see the network; a fourth does.
+        assert_eq!(node.time_of(&job, PAPER_RESOURCES), 10.0);
+        assert_eq!(node.time_of(&job, RESOURCES), 20.0);
+    }
+
+    #[test]
+    fn with_the_network_a_fourth_resource_balancing_still_beats_none_and_the_paper_s_runs_stay() {
+        let s = Setup {
+            jobs: 400,
+            resources: RESOURCES,
+            declared: RESOURCES,
+            ..Setup::default()
+        };
+        let (bal, none) = (run(&s, true), run(&s, false));
+        assert!(bal.moved > 0 && bal.eta > none.eta, "{bal:?} vs {none:?}");
+        // The network's draws come from a stream of their own: the same
+        // jobs and grid for three resources whether a fourth is drawn or
+        // not, so the work (T_no) is the same.
+        let three = run(
+            &Setup {
+                resources: PAPER_RESOURCES,
+                declared: PAPER_RESOURCES,
+                ..s.clone()
+            },
+            false,
+        );
+        assert_eq!(three.t_no, none.t_no);
     }
 
     #[test]

@@ -913,6 +913,29 @@ mod tests {
     }
 
     #[test]
+    fn no_balancing_is_the_textbook_processor_sharing_queue_the_paper_itself_reports() {
+        // Why no balancing is not "nearly equal" to the others at cluster
+        // size 1: a site nobody balances is an M/M/1-PS queue, where a
+        // program of mean work x at utilisation rho takes x / (1 - rho),
+        // whatever the other programs: 30 s simple programs take 75 s at
+        // 0.6 (the paper's own Figure 7 text: about 75 s) and a one-task
+        // cluster of 150 s 375 s. Bidding, placing each by its ETC, takes
+        // the simple ones in about half.
+        let s = Setup {
+            cluster_size: 1,
+            duration: 60_000.0,
+            ..Setup::default()
+        };
+        let nlb = run(&s, Policy::Nlb);
+        let simple = nlb.simple / (30.0 / (1.0 - 0.6));
+        let cluster = nlb.cluster / (150.0 / (1.0 - 0.6));
+        assert!((0.85..1.15).contains(&simple), "{nlb:?}");
+        assert!((0.8..1.2).contains(&cluster), "{nlb:?}");
+        let bid = run(&s, Policy::Bidding);
+        assert!(bid.simple < 0.6 * nlb.simple, "{bid:?} {nlb:?}");
+    }
+
+    #[test]
     fn at_utilisation_0_8_bidding_answers_first_then_sqf_then_nlb_as_the_text_says() {
         // The text at rho = 0.8: 98 s, 165 s and 218 s.
         let s = Setup {
