@@ -94,6 +94,11 @@ pub struct RommelArgs {
     /// for the round trip.
     #[arg(long, default_value_t = 0.01)]
     latency: f64,
+    /// CPU seconds a request for bids costs each site, bidding or deciding
+    /// (the paper's delta_alg: 0 in its figures, 0.01 in its second
+    /// experiment).
+    #[arg(long, default_value_t = 0.0)]
+    alg_cost: f64,
     /// Print JSON: {"figure", "setup", "rows": [...]}.
     #[arg(long)]
     json: bool,
@@ -247,7 +252,11 @@ fn rommel_figure(a: RommelArgs) -> Result<()> {
     if !(a.latency.is_finite() && (0.0..=1000.0).contains(&a.latency)) {
         bail!("--latency must be between 0 and 1000 seconds");
     }
+    if !(a.alg_cost.is_finite() && (0.0..=10.0).contains(&a.alg_cost)) {
+        bail!("--alg-cost must be between 0 and 10 seconds");
+    }
     let setup = rommel::Setup {
+        alg_cost: a.alg_cost,
         duration: a.duration,
         seed: a.seed,
         psi: a.psi,
@@ -267,14 +276,15 @@ fn rommel_figure(a: RommelArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "Figure {}: mean response time (s), {} sites{}, {} subruns of {} s, psi_C {}, messages {} s",
+        "Figure {}: mean response time (s), {} sites{}, {} subruns of {} s, psi_C {}, messages {} s, delta_alg {} s",
         a.figure,
         setup.sites,
         if a.figure == 8 { String::new() } else { format!(" {}% busy", setup.utilisation * 100.0) },
         a.subruns,
         setup.duration,
         setup.psi,
-        setup.latency
+        setup.latency,
+        setup.alg_cost
     );
     println!(
         "{:>8}  {:>23}  {:>23}  {:>23}  {:>23}  {:>7}",
