@@ -28,11 +28,14 @@
 //! experiment it summarises (`alg_cost`: every site pays it of its CPU
 //! for each request for bids, bidding or deciding, before its tasks run).
 //! What it leaves open, and is chosen here: a message takes 0.01 s (the
-//! paper gives the bids' messages no time of their own); loads are known
-//! as of the bids (the paper updates STCs every 10 s); an idle site asks
-//! for bids when it goes idle and every 10 s while it stays idle;
-//! transfers take a fixed 0.3 s (Figure 7's are exponential of that mean).
-//! Time advances in steps of 0.1 s. Pure: no clock, no I/O.
+//! paper gives the bids' messages no time of their own); each site bids
+//! on its load as the request reaches it, and the requester weighs the
+//! bids against its own load as they come in (the paper updates STCs
+//! every 10 s), the team's phases then running on its sites' loads as
+//! they are; an idle site asks for bids when it goes idle and every 10 s
+//! while it stays idle; transfers take a fixed 0.3 s (Figure 7's are
+//! exponential of that mean). Time advances in steps of 0.1 s. Pure: no
+//! clock, no I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -252,7 +255,7 @@ struct Program {
     tasks_left: u32,
 }
 
-/// A decision waiting for its bids.
+/// What a request for bids is about.
 #[derive(Debug, Clone, Copy)]
 enum Waiting {
     /// A task (by id) placed by its class's rule.
@@ -263,6 +266,29 @@ enum Waiting {
     Idle(usize),
 }
 
+/// The bids as the sites made them when the request reached them.
+#[derive(Debug, Clone)]
+enum Bids {
+    /// Each other site's bid for a task (ETC there with it, plus the
+    /// transfer); none from a site holding a task of its group.
+    Task(Vec<(usize, f64)>),
+    /// The sites not holding the cluster that bid under the site
+    /// threshold.
+    Cluster(Vec<usize>),
+    /// The sites over the site threshold.
+    Idle(Vec<usize>),
+}
+
+/// A request for bids on its way.
+#[derive(Debug, Clone)]
+enum Event {
+    /// The request reaches the sites, which bid; the bids are in at
+    /// `decide_at`.
+    Bid { what: Waiting, decide_at: f64 },
+    /// The bids are in.
+    Decide(Waiting, Option<Bids>),
+}
+
 struct World<'a> {
     s: &'a Setup,
     sites: Vec<Vec<SimTask>>,
@@ -270,8 +296,8 @@ struct World<'a> {
     now: f64,
     moved: u64,
     requests: u64,
-    /// Decisions by the time their bids are in.
-    waiting: Vec<(f64, Waiting)>,
+    /// Requests for bids by the time of their next step.
+    waiting: Vec<(f64, Event)>,
     /// Tasks and clusters with a decision waiting (not asked about twice).
     asked_tasks: BTreeSet<u64>,
     asked_clusters: BTreeSet<u32>,
@@ -286,7 +312,27 @@ struct World<'a> {
     debt: Vec<f64>,
 }
 
-impl World<'_> {
+impl<'a> World<'a> {
+    /// `s.sites` idle sites, nothing asked yet.
+    fn new(s: &'a Setup) -> World<'a> {
+        let n = s.sites.max(1);
+        World {
+            s,
+            sites: vec![Vec::new(); n],
+            programs: Vec::new(),
+            now: 0.0,
+            moved: 0,
+            requests: 0,
+            waiting: Vec::new(),
+            asked_tasks: BTreeSet::new(),
+            asked_clusters: BTreeSet::new(),
+            choose: SplitMix::new(s.seed ^ 0x5eed_0002),
+            spread: BTreeMap::new(),
+            next_idle: vec![0.0; n],
+            debt: vec![0.0; n],
+        }
+    }
+
     /// A step of processor sharing at every site: a cluster's task slowed
     /// by its communication with its cluster's tasks elsewhere; programs
     /// whose last task ends go into `done` with their response time.
@@ -459,7 +505,64 @@ impl World<'_> {
         for d in &mut self.debt {
             *d += self.s.alg_cost;
         }
-        self.waiting.push((self.now + 2.0 * self.s.latency, what));
+        let decide_at = self.now + 2.0 * self.s.latency;
+        self.waiting
+            .push((self.now + self.s.latency, Event::Bid { what, decide_at }));
+    }
+
+    /// The requests whose time has come: bids are made as each reaches
+    /// the sites, decisions when the bids are in (at once when both fall
+    /// in this step).
+    fn deliver(&mut self) {
+        let now = self.now;
+        let (due, later): (Vec<_>, Vec<_>) = self.waiting.drain(..).partition(|(t, _)| *t <= now);
+        self.waiting = later;
+        for (_, e) in due {
+            match e {
+                Event::Bid { what, decide_at } => {
+                    let bids = self.bids(what);
+                    if decide_at <= now {
+                        self.decide(what, bids);
+                    } else {
+                        self.waiting.push((decide_at, Event::Decide(what, bids)));
+                    }
+                }
+                Event::Decide(what, bids) => self.decide(what, bids),
+            }
+        }
+    }
+
+    /// The bids the sites make for `what` now (`None`: what it is about
+    /// is gone).
+    fn bids(&self, what: Waiting) -> Option<Bids> {
+        let n = self.sites.len();
+        match what {
+            Waiting::Task(id) => {
+                let (site, i) = self.find(id)?;
+                let t = &self.sites[site][i];
+                Some(Bids::Task(
+                    (0..n)
+                        .filter(|&x| x != site)
+                        .filter(|&x| {
+                            t.class == Class::Simple
+                                || !self.sites[x].iter().any(|o| o.program == t.program)
+                        })
+                        .map(|x| (x, self.etc_with(x, t.left) + self.s.transfer))
+                        .collect(),
+                ))
+            }
+            Waiting::Cluster(program) => Some(Bids::Cluster(
+                (0..n)
+                    .filter(|&x| !self.sites[x].iter().any(|o| o.program == program))
+                    .filter(|&x| self.stc(x) < self.s.site_threshold)
+                    .collect(),
+            )),
+            Waiting::Idle(idle) => Some(Bids::Idle(
+                (0..n)
+                    .filter(|&x| x != idle && self.stc(x) > self.s.site_threshold)
+                    .collect(),
+            )),
+        }
     }
 
     /// A task at `site` (index `i`), new or running poorly: over the task
@@ -495,43 +598,40 @@ impl World<'_> {
     }
 
     /// The bids for `what` are in: decide on them.
-    fn decide(&mut self, what: Waiting) {
-        match what {
-            Waiting::Task(id) => {
+    fn decide(&mut self, what: Waiting, bids: Option<Bids>) {
+        match (what, bids) {
+            (Waiting::Task(id), bids) => {
                 self.asked_tasks.remove(&id);
-                if let Some((site, i)) = self.find(id) {
-                    self.place_task(site, i);
+                if let (Some((site, i)), Some(Bids::Task(bids))) = (self.find(id), bids) {
+                    self.place_task(site, i, &bids);
                 }
             }
-            Waiting::Cluster(p) => {
+            (Waiting::Cluster(p), bids) => {
                 self.asked_clusters.remove(&p);
-                self.place_cluster(p);
+                if let Some(Bids::Cluster(light)) = bids {
+                    self.place_cluster(p, &light);
+                }
             }
-            Waiting::Idle(site) => self.idle_site(site),
+            (Waiting::Idle(site), Some(Bids::Idle(loaded))) => self.idle_site(site, &loaded),
+            (Waiting::Idle(_), _) => {}
         }
     }
 
-    /// A simple program's or a group's task to the lowest bid (ETC there
-    /// plus the transfer; staying bids its ETC here); a group's task never
-    /// joins one of its own group.
-    fn place_task(&mut self, site: usize, i: usize) {
-        let t = self.sites[site][i].clone();
+    /// A simple program's or a group's task to the lowest of the bids
+    /// (ETC there plus the transfer, as each site made it; staying bids
+    /// its ETC here now); a group's task never joins one of its own group.
+    fn place_task(&mut self, site: usize, i: usize, bids: &[(usize, f64)]) {
         let here = self.etcs(site)[i];
-        let bids: Vec<(usize, f64)> = (0..self.sites.len())
-            .filter(|&x| x != site)
-            .filter(|&x| {
-                t.class == Class::Simple || !self.sites[x].iter().any(|o| o.program == t.program)
-            })
-            .map(|x| (x, self.etc_with(x, t.left) + self.s.transfer))
-            .collect();
+        let bids: Vec<(usize, f64)> = bids.iter().copied().filter(|&(x, _)| x != site).collect();
         let to = bidding::place_simple(site, here, 0.0, &bids);
         self.transfer(site, i, to);
     }
 
     /// The coordinator's team: the sites holding the cluster and one
-    /// random other site bidding under the site threshold; then the
-    /// s-site and the four phases.
-    fn place_cluster(&mut self, program: u32) {
+    /// random other site of those that bid under the site threshold
+    /// (`light`); then the s-site and the four phases, which the team
+    /// negotiates on its sites' loads as they are now.
+    fn place_cluster(&mut self, program: u32, light: &[usize]) {
         let members: Vec<usize> = (0..self.sites.len())
             .filter(|&x| self.sites[x].iter().any(|o| o.program == program))
             .collect();
@@ -539,9 +639,10 @@ impl World<'_> {
             return;
         }
         let mut team = members.clone();
-        let light: Vec<usize> = (0..self.sites.len())
+        let light: Vec<usize> = light
+            .iter()
+            .copied()
             .filter(|x| !members.contains(x))
-            .filter(|&x| self.stc(x) < self.s.site_threshold)
             .collect();
         if !light.is_empty() {
             team.push(light[(self.choose.next_u64() % light.len() as u64) as usize]);
@@ -576,15 +677,14 @@ impl World<'_> {
         }
     }
 
-    /// An idle site with its bids in: from one random site over the site
-    /// threshold, take what fits.
-    fn idle_site(&mut self, idle: usize) {
+    /// An idle site with its bids in: from one random site of those that
+    /// bid over the site threshold (`loaded`), take what fits as that
+    /// site holds it now.
+    fn idle_site(&mut self, idle: usize, loaded: &[usize]) {
         if !self.sites[idle].is_empty() {
             return;
         }
-        let loaded: Vec<usize> = (0..self.sites.len())
-            .filter(|&s| s != idle && self.stc(s) > self.s.site_threshold)
-            .collect();
+        let loaded: Vec<usize> = loaded.iter().copied().filter(|&s| s != idle).collect();
         if loaded.is_empty() {
             return;
         }
@@ -605,21 +705,7 @@ impl World<'_> {
 pub fn run(s: &Setup, policy: Policy) -> Responses {
     let mut rng = SplitMix::new(s.seed);
     let n = s.sites.max(1);
-    let mut w = World {
-        s,
-        sites: vec![Vec::new(); n],
-        programs: Vec::new(),
-        now: 0.0,
-        moved: 0,
-        requests: 0,
-        waiting: Vec::new(),
-        asked_tasks: BTreeSet::new(),
-        asked_clusters: BTreeSet::new(),
-        choose: SplitMix::new(s.seed ^ 0x5eed_0002),
-        spread: BTreeMap::new(),
-        next_idle: vec![0.0; n],
-        debt: vec![0.0; n],
-    };
+    let mut w = World::new(s);
     let p = s.probabilities();
     let interarrival = s.interarrival();
     let mut next_arrival = rng.exp(interarrival);
@@ -688,16 +774,7 @@ pub fn run(s: &Setup, policy: Policy) -> Responses {
             next_arrival += rng.exp(interarrival);
         }
         if policy == Policy::Bidding {
-            let due: Vec<Waiting> = {
-                let now = w.now;
-                let (due, later): (Vec<_>, Vec<_>) =
-                    w.waiting.drain(..).partition(|(t, _)| *t <= now);
-                w.waiting = later;
-                due.into_iter().map(|(_, what)| what).collect()
-            };
-            for what in due {
-                w.decide(what);
-            }
+            w.deliver();
             for (x, next) in next_period.iter_mut().enumerate() {
                 if w.now >= *next {
                     w.periodic(x);
@@ -862,6 +939,58 @@ mod tests {
         assert_eq!(sqf.moved, 0);
         assert!(bid.moved > 0 && bid.requests >= bid.moved / 5, "{bid:?}");
         assert_eq!(run(&s, Policy::Bidding), bid, "the same seed, the same run");
+    }
+
+    /// Site `site` of `w` given `k` simple tasks of `work` s, ids from
+    /// `first`.
+    fn load(w: &mut World, site: usize, first: u64, k: u64, work: f64) {
+        for id in first..first + k {
+            w.push(
+                site,
+                SimTask {
+                    id,
+                    program: id as u32,
+                    class: Class::Simple,
+                    left: work,
+                    until: 0.0,
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn a_site_bids_as_the_request_reaches_it_and_is_weighed_a_latency_later() {
+        // Two sites, messages 10 s on their way; site 0 holds three 100 s
+        // tasks and asks where the first should go; site 1 is idle when
+        // the request reaches it (t = 10) and fills with ten 1000 s tasks
+        // before its bid is back (t = 20): the task goes on the bid.
+        let s = Setup {
+            sites: 2,
+            latency: 10.0,
+            ..Setup::default()
+        };
+        let mut w = World::new(&s);
+        load(&mut w, 0, 0, 3, 100.0);
+        w.ask(Waiting::Task(0));
+        w.now = 10.0;
+        w.deliver();
+        load(&mut w, 1, 3, 10, 1000.0);
+        w.now = 20.0;
+        w.deliver();
+        assert_eq!(w.find(0).map(|(site, _)| site), Some(1));
+        // Filled before the request reaches it, site 1 bids high and the
+        // task stays.
+        let mut w = World::new(&s);
+        load(&mut w, 0, 0, 3, 100.0);
+        w.ask(Waiting::Task(0));
+        w.now = 5.0;
+        load(&mut w, 1, 3, 10, 1000.0);
+        w.now = 10.0;
+        w.deliver();
+        w.now = 20.0;
+        w.deliver();
+        assert_eq!(w.find(0).map(|(site, _)| site), Some(0));
+        assert_eq!(w.requests, 1);
     }
 
     #[test]
