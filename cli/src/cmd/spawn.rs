@@ -412,8 +412,13 @@ fn pump_input(daemon: &Path, job: &str, none: bool) -> Result<()> {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(std::time::Duration::from_secs(1));
                 }
-                // VP 0 has ended: nobody reads any more.
-                Response::Error { message } if message.ends_with("has ended") => return Ok(()),
+                // VP 0 has ended, or the whole job has and is gone (this
+                // job began a moment ago): nobody reads any more.
+                Response::Error { message }
+                    if message.ends_with("has ended") || message == format!("no job {job}") =>
+                {
+                    return Ok(())
+                }
                 Response::Error { message } => bail!("{message}"),
                 other => bail!("unexpected reply {other:?}"),
             }
