@@ -1129,8 +1129,11 @@ fn a_waiter_that_stops_reading_costs_the_master_no_more_than_its_backlog() {
             .is_some_and(|j| j["state"] != "running")
     };
     assert!(wait_until(Duration::from_secs(120), ended), "{}", vm.log(0));
+    // The job's kept output and the allocator's pools come to 35-40 MiB on
+    // a quiet machine and up to 70 on a crowded one; answers queued without
+    // a bound would add some 60 MiB to that.
     let grew = mig_tests::peak_rss_mib(master).expect("rss") - before;
-    assert!(grew < 64, "the master grew {grew} MiB for a stopped waiter");
+    assert!(grew < 85, "the master grew {grew} MiB for a stopped waiter");
     nix::sys::signal::kill(pid, Signal::SIGCONT).expect("wake the waiter");
     let mut out = String::new();
     let mut err = String::new();
