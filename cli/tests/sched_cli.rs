@@ -354,12 +354,37 @@ fn sim_holds_each_nodes_memory_and_says_what_it_assumed() {
     ]));
     let lines = std::fs::read_to_string(out_file.path()).unwrap();
     assert!(lines.contains("\"submit\":50.0"), "{lines}");
+    // An offered load asked for: 2 x 10 s of 2 processors over 100 s on 2
+    // is 0.2; 0.4 halves the time between the arrivals.
+    let v = json(&mig(&[
+        "sim",
+        "--trace",
+        spaced.path().to_str().unwrap(),
+        "--policy",
+        "easy",
+        "--json",
+        "--load",
+        "0.4",
+        "--jobs-out",
+        out_file.path().to_str().unwrap(),
+    ]));
+    assert!(
+        (v["offered_load"].as_f64().unwrap() - 0.4).abs() < 1e-9,
+        "{v}"
+    );
+    assert!(
+        (v["interarrival"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+        "{v}"
+    );
+    let lines = std::fs::read_to_string(out_file.path()).unwrap();
+    assert!(lines.contains("\"submit\":50.0"), "{lines}");
     for (flag, says) in [
         ("--node-memory=0", "--node-memory must be at least 1 MB"),
         (
             "--interarrival=0",
             "--interarrival must be a positive factor",
         ),
+        ("--load=-1", "--load must be a positive offered load"),
     ] {
         let out = mig(&["sim", "--trace", path, flag]);
         assert!(!out.status.success(), "{flag}");

@@ -26,6 +26,8 @@ The table, one column per policy:
                              (1 without time sharing)
   normalized perf. eta       mean over jobs of dedicated run time / response time, in
                              (0, 1]; 1 means every job ran as if alone
+  digest                     a digest of every job's submit, start and end, processors and
+                             moves: two replays agree on it only when they agree on every job
 --json gives the same figures per policy, and --jobs-out each job's.";
 
 /// Flags of `mig sim`.
@@ -113,6 +115,12 @@ pub struct Args {
     /// sooner, arrivals 10% closer together, a busier machine).
     #[arg(long, value_name = "F", default_value_t = 1.0)]
     interarrival: f64,
+    /// Scale the times between arrivals so that the offered load (the
+    /// jobs' work over the machine's capacity between the first and the
+    /// last submission) is L: 0.9 and 1.0 make busy logs of quiet ones,
+    /// and a log offered more than L quieter. Replaces --interarrival.
+    #[arg(long, value_name = "L", conflicts_with = "interarrival")]
+    load: Option<f64>,
     /// Replay only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
@@ -255,14 +263,22 @@ pub fn run(a: Args) -> Result<()> {
         _ => bail!("the trace has no MaxProcs/MaxNodes header: give --processors"),
     };
     let caps = capacities(a.capacities.as_deref(), procs as usize)?;
+    let arrivals = spread_arrivals(&a, &mut w.jobs, procs)?;
     let cond = conditions(&a, &mut w.jobs, procs)?;
-    let memory = say_what_is_replayed(&a, &w, usable, procs, &cond);
+    let memory = say_what_is_replayed(&a, &w, usable, procs, &cond, &arrivals);
     let replays = replay_each(&a, &w.jobs, &caps, &cond)?;
     if let Some(dir) = &a.plot {
         write_charts(dir, &a.trace, &replays)?;
     }
     if a.json {
-        print_json(&a, procs, w.jobs.len(), &memory, &replays.results);
+        print_json(
+            &a,
+            procs,
+            w.jobs.len(),
+            &memory,
+            &arrivals,
+            &replays.results,
+        );
     } else {
         print_table(&replays.results);
     }
@@ -297,12 +313,39 @@ fn read_jobs(a: &Args) -> Result<(swf::Workload, usize)> {
             a.interarrival
         );
     }
-    if let Some(first) = w.jobs.first().map(|j| j.submit) {
-        for j in &mut w.jobs {
-            j.submit = first + (j.submit - first) * a.interarrival;
+    if let Some(l) = a.load {
+        if !(l.is_finite() && l > 0.0) {
+            bail!("--load must be a positive offered load (got {l})");
         }
     }
     Ok((w, usable))
+}
+
+/// The factor `--interarrival` or `--load` multiplies the times between
+/// arrivals by, applied to `jobs`; and the offered load it leaves.
+fn spread_arrivals(a: &Args, jobs: &mut [swf::Job], procs: u32) -> Result<Arrivals> {
+    let factor = match a.load {
+        None => a.interarrival,
+        Some(l) => {
+            let Some(now) = sim::offered_load(jobs, procs) else {
+                bail!("--load: the jobs are all submitted at once, so their load cannot be scaled");
+            };
+            now / l
+        }
+    };
+    sim::spread_arrivals(jobs, factor);
+    Ok(Arrivals {
+        factor,
+        load: sim::offered_load(jobs, procs),
+    })
+}
+
+/// How arrivals were spread, and the offered load that made.
+struct Arrivals {
+    /// The times between arrivals multiplied by this.
+    factor: f64,
+    /// The offered load after (`None`: every job submitted at once).
+    load: Option<f64>,
 }
 
 /// A clear error when no job is left to replay, saying why.
@@ -378,6 +421,7 @@ fn say_what_is_replayed(
     usable: usize,
     procs: u32,
     cond: &sim::Conditions,
+    arrivals: &Arrivals,
 ) -> String {
     let wide = w.jobs.iter().filter(|j| j.procs > procs).count();
     let which = if w.jobs.len() < usable {
@@ -401,10 +445,15 @@ fn say_what_is_replayed(
         a.migration_cost * 1e3,
         a.migration_cost_per_mb * 1e3
     );
-    if a.interarrival != 1.0 {
+    let load = arrivals
+        .load
+        .map_or("none (one submit time)".into(), |l| format!("{l:.3}"));
+    if arrivals.factor == 1.0 {
+        eprintln!("mig: offered load {load}");
+    } else {
         eprintln!(
-            "mig: times between arrivals multiplied by {}",
-            a.interarrival
+            "mig: times between arrivals multiplied by {:.4}: offered load {load}",
+            arrivals.factor
         );
     }
     memory
@@ -417,7 +466,7 @@ type Series<T> = Vec<(String, Vec<T>)>;
 #[derive(Default)]
 struct Replays {
     /// Each policy, its figures and the seconds its replay took.
-    results: Vec<(String, sim::metrics::Metrics, f64)>,
+    results: Vec<(String, sim::metrics::Metrics, String, f64)>,
     /// With `--plot`: each policy's response times.
     responses: Series<f64>,
     /// With `--plot`: utilisation over time.
@@ -475,7 +524,8 @@ fn replay_each(
                 timeline.iter().map(|s| (s.t, s.slots as f64)).collect(),
             ));
         }
-        r.results.push((p.clone(), m, secs));
+        r.results
+            .push((p.clone(), m, sim::metrics::digest(&outcomes), secs));
     }
     if let Some(mut f) = jobs_out {
         f.flush()?;
@@ -563,12 +613,14 @@ fn print_json(
     procs: u32,
     jobs: usize,
     memory: &str,
-    results: &[(String, sim::metrics::Metrics, f64)],
+    arrivals: &Arrivals,
+    results: &[(String, sim::metrics::Metrics, String, f64)],
 ) {
     let policies: serde_json::Map<String, serde_json::Value> = results
         .iter()
-        .map(|(p, m, secs)| {
+        .map(|(p, m, digest, secs)| {
             let mut v = serde_json::to_value(m).unwrap_or_default();
+            v["digest"] = json!(digest);
             v["replay_seconds"] = json!(secs);
             (p.clone(), v)
         })
@@ -576,7 +628,8 @@ fn print_json(
     println!(
         "{}",
         json!({"trace": a.trace.display().to_string(), "processors": procs, "jobs": jobs,
-            "node_memory_mb": a.node_memory, "memory": memory, "interarrival": a.interarrival,
+            "node_memory_mb": a.node_memory, "memory": memory, "interarrival": arrivals.factor,
+            "offered_load": arrivals.load,
             "switch_cost": a.switch_cost, "migration_cost": a.migration_cost,
             "migration_cost_per_mb": a.migration_cost_per_mb,
             "policies": policies})
@@ -584,9 +637,9 @@ fn print_json(
 }
 
 /// The table: a row per metric (see `METRICS`), a column per policy.
-fn print_table(results: &[(String, sim::metrics::Metrics, f64)]) {
+fn print_table(results: &[(String, sim::metrics::Metrics, String, f64)]) {
     print!("{:<26}", "metric");
-    for (p, _, _) in results {
+    for (p, _, _, _) in results {
         print!("{p:>14}");
     }
     println!();
@@ -617,9 +670,14 @@ fn print_table(results: &[(String, sim::metrics::Metrics, f64)]) {
     ];
     for (name, f) in rows {
         print!("{name:<26}");
-        for (_, m, _) in results {
+        for (_, m, _, _) in results {
             print!("{:>14}", f(m));
         }
         println!();
+    }
+    // The digest of every job's outcome (16 hex digits, too wide for a
+    // column): two runs agree on it only when they agree on every job.
+    for (p, _, digest, _) in results {
+        println!("{:<26}{p} {digest}", "digest");
     }
 }

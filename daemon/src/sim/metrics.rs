@@ -125,3 +125,27 @@ fn median(v: &[f64]) -> f64 {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
+
+/// A digest of a replay's outcomes (FNV-1a, 64 bits, in hex): every job's
+/// id, submit, start and end time (their exact bits), processors and
+/// moves, in the order the replay gave them. Two replays agree on it only
+/// when they agree on every job.
+pub fn digest(outcomes: &[Outcome]) -> String {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+    };
+    for o in outcomes {
+        eat(o.id.as_bytes());
+        eat(&[0]);
+        for t in [o.submit, o.start, o.end] {
+            eat(&t.to_bits().to_le_bytes());
+        }
+        eat(&o.procs.to_le_bytes());
+        eat(&o.migrations.to_le_bytes());
+    }
+    format!("{h:016x}")
+}

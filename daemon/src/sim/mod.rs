@@ -154,6 +154,28 @@ pub(crate) fn last_submit(jobs: &[swf::Job]) -> f64 {
         .fold(f64::NEG_INFINITY, f64::max)
 }
 
+/// The offered load of `jobs` on `procs` processors: their work
+/// (run time times processors) over the machine's capacity between the
+/// first and the last submission, as the Parallel Workloads Archive
+/// computes it. `None` when there is no such span (fewer than two distinct
+/// submit times) or no processor.
+pub fn offered_load(jobs: &[swf::Job], procs: u32) -> Option<f64> {
+    let first = jobs.iter().map(|j| j.submit).fold(f64::INFINITY, f64::min);
+    let span = last_submit(jobs) - first;
+    let work: f64 = jobs.iter().map(|j| j.run * f64::from(j.procs)).sum();
+    (span > 0.0 && procs > 0).then(|| work / (f64::from(procs) * span))
+}
+
+/// Multiply every time between arrivals by `factor` (below 1: a busier
+/// machine), the first arrival kept where it is.
+pub fn spread_arrivals(jobs: &mut [swf::Job], factor: f64) {
+    if let Some(first) = jobs.first().map(|j| j.submit) {
+        for j in jobs {
+            j.submit = first + (j.submit - first) * factor;
+        }
+    }
+}
+
 /// The policies `replay` knows.
 pub const POLICIES: &[&str] = &[
     "fcfs",

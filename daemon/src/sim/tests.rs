@@ -380,3 +380,50 @@ fn with_memory_a_limit_jobs_that_would_oversubscribe_a_node_wait_instead_of_shar
         assert!(r.outcomes.is_empty(), "{policy}");
     }
 }
+
+#[test]
+fn offered_load_and_arrivals_scaled_to_it() {
+    // 2 x 10 s of 2 processors, submitted 100 s apart, on 4: 40 / 400.
+    let mut jobs = vec![Job::new("a", 5.0, 10.0, 2), Job::new("b", 105.0, 10.0, 2)];
+    assert_eq!(offered_load(&jobs, 4), Some(0.1));
+    spread_arrivals(&mut jobs, 0.25);
+    assert_eq!((jobs[0].submit, jobs[1].submit), (5.0, 30.0));
+    assert_eq!(offered_load(&jobs, 4), Some(0.4));
+    // No span to scale.
+    assert_eq!(offered_load(&jobs[..1], 4), None);
+}
+
+#[test]
+fn replays_are_deterministic_and_the_digest_sees_every_job() {
+    // Busy random jobs with memory a limit and the measured costs: every
+    // policy gives the same digest twice; a job ending later changes it.
+    let mut jobs = random_jobs(41, 300, 16);
+    for (i, j) in jobs.iter_mut().enumerate() {
+        j.need_kb = (64 * (1 + i % 8)) as f64 * 1024.0;
+        j.memory_kb = j.need_kb;
+        j.estimate = j.run * (1.0 + (i % 3) as f64);
+    }
+    let load = offered_load(&jobs, 16).unwrap();
+    spread_arrivals(&mut jobs, load / 1.0);
+    let cond = Conditions {
+        node_memory_mb: Some(512),
+        switch_cost: MEASURED_SWITCH_COST,
+        migration_cost: MEASURED_MIGRATION_COST,
+        migration_cost_per_mb: MEASURED_MIGRATION_COST_PER_MB,
+        ..Conditions::default()
+    };
+    for policy in POLICIES {
+        let run = || {
+            super::replay_with(&jobs, &[1.0; 16], policy, 4, &cond, &AtomicUsize::new(0))
+                .unwrap()
+                .outcomes
+        };
+        let (first, second) = (run(), run());
+        assert_eq!(first.len(), jobs.len(), "{policy}");
+        let digest = metrics::digest(&first);
+        assert_eq!(digest, metrics::digest(&second), "{policy}");
+        let mut later = first.clone();
+        later[150].end += 1e-6;
+        assert_ne!(digest, metrics::digest(&later), "{policy}");
+    }
+}
