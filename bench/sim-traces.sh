@@ -18,7 +18,9 @@
 # folder, else examples/traces for the excerpt that ships here); arguments
 # after `--` go to every `mig sim` (e.g. -- --owners synthetic:3600/36000).
 # POLICIES overrides the policies (easy first, mig last); LOADS the scaled
-# loads ("" for none). One replay at a time; about 25 minutes on two cores.
+# loads ("" for none). One replay at a time; the other logs take about 10
+# minutes together on two cores, LANL with memory 4 minutes as logged and
+# over 20 at 0.9 and at 1.0.
 # Needs python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
