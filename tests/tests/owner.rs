@@ -322,8 +322,11 @@ fn a_vps_own_load_is_never_the_owners() {
     let out = mig(&["owner", "status", "--json"]);
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let h0 = &status["h0"];
+    // Still offered: the VP's full core is not the owner's. (Counted as
+    // the owner's, it would be a load of about 1 and the host taken back;
+    // a crowded machine's sampling leaves up to half a core not ours.)
     assert_eq!(h0["state"], "offered", "{h0}");
-    assert!(h0["load"].as_f64().is_some_and(|l| l < 0.2), "{h0}");
+    assert!(h0["load"].as_f64().is_some_and(|l| l < 0.8), "{h0}");
     let ps = mig(&["ps", "--json"]);
     let ps: serde_json::Value = serde_json::from_slice(&ps.stdout).expect("json");
     assert_eq!(ps[0]["state"], "running", "{ps}");
