@@ -137,20 +137,24 @@ impl Daemon {
         self.send_to_host(host, msg);
     }
 
-    /// This host's neighbours for seed 004's search: the next
-    /// `neighbours` hosts after it by name, round the ring.
+    /// This host's neighbours for seed 004's search.
     fn neighbours(&self) -> Vec<String> {
-        let mut ring: Vec<&String> = self.net.peers.keys().collect();
-        if !ring.contains(&&self.facts.name) {
-            ring.push(&self.facts.name);
+        self.neighbours_of(&self.facts.name)
+    }
+
+    /// Host `host`'s neighbours: the next `neighbours` hosts after it by
+    /// name, round the ring (every daemon draws the same ring).
+    fn neighbours_of(&self, host: &str) -> Vec<String> {
+        let mut ring: Vec<&str> = self.net.peers.keys().map(String::as_str).collect();
+        for h in [self.facts.name.as_str(), host] {
+            if !ring.contains(&h) {
+                ring.push(h);
+            }
         }
-        ring.sort();
-        let at = ring
-            .iter()
-            .position(|h| **h == self.facts.name)
-            .unwrap_or(0);
+        ring.sort_unstable();
+        let at = ring.iter().position(|h| *h == host).unwrap_or(0);
         (1..ring.len())
-            .map(|k| ring[(at + k) % ring.len()].clone())
+            .map(|k| ring[(at + k) % ring.len()].to_string())
             .take(self.cfg.neighbours as usize)
             .collect()
     }
@@ -174,11 +178,18 @@ impl Daemon {
                 }
                 // An honest asker passes it on once at most.
                 let hops = hops.min(1);
-                // Passed on once more to this host's neighbours (not back).
+                // Passed on once more to this host's neighbours: not back,
+                // nor to those the origin asked itself or another of its
+                // neighbours before this one in the ring passes it to.
                 let mut forwarded = Vec::new();
                 if hops > 0 {
+                    let asked = self.neighbours_of(&origin);
+                    let me = self.facts.name.clone();
+                    let before = asked.iter().take_while(|h| **h != me);
+                    let reached: Vec<String> = before.flat_map(|h| self.neighbours_of(h)).collect();
                     for n in self.neighbours() {
-                        if n != origin && n != host {
+                        let new = !asked.contains(&n) && !reached.contains(&n);
+                        if n != origin && n != host && new {
                             let ask = Bidding::Ask {
                                 id,
                                 origin: origin.clone(),
