@@ -413,7 +413,7 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
         let v = hosts_of(vm);
         v.len() == 2 && v.iter().all(|(h, s, _)| h == host && s == state)
     };
-    assert!(wait_until(Duration::from_secs(10), || running_movable(
+    assert!(wait_until(Duration::from_secs(60), || running_movable(
         &vm, 2
     )));
     for host in ["h1", "h0"] {
@@ -431,7 +431,7 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     };
     // Both wait on h0, then go to its disk: no process left.
     assert!(
-        wait_until(Duration::from_secs(10), || all_on(
+        wait_until(Duration::from_secs(60), || all_on(
             &vm,
             "h0",
             "parked on disk (owner back)"
@@ -444,7 +444,7 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     // h0's owner leaves: they start again there from their images.
     mig_ok(&vm, &["owner", "release", "--host", "h0"]);
     assert!(
-        wait_until(Duration::from_secs(10), || all_on(&vm, "h0", "running")),
+        wait_until(Duration::from_secs(60), || all_on(&vm, "h0", "running")),
         "{:?}\n{}",
         hosts_of(&vm),
         vm.log(0)
@@ -452,14 +452,14 @@ fn vps_with_nowhere_to_go_are_parked_on_disk_and_come_back_from_it() {
     assert_eq!(parked_files(), 0);
     // Parked again, then h1 is free: the images go there.
     mig_ok(&vm, &["owner", "reclaim", "--host", "h0"]);
-    assert!(wait_until(Duration::from_secs(10), || all_on(
+    assert!(wait_until(Duration::from_secs(60), || all_on(
         &vm,
         "h0",
         "parked on disk (owner back)"
     )));
     mig_ok(&vm, &["owner", "release", "--host", "h1"]);
     assert!(
-        wait_until(Duration::from_secs(10), || all_on(&vm, "h1", "running")),
+        wait_until(Duration::from_secs(60), || all_on(&vm, "h1", "running")),
         "{:?}\n{}",
         hosts_of(&vm),
         vm.log(0)
