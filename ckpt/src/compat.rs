@@ -44,7 +44,7 @@ pub fn needed_files(image: &Image) -> Vec<String> {
                 RegionKind::FilePrivate { path, .. } | RegionKind::FileShared { path, .. } => {
                     v.push(path.clone())
                 }
-                RegionKind::Anon | RegionKind::Stack => {}
+                RegionKind::Anon | RegionKind::Stack | RegionKind::Memfd { .. } => {}
             }
         }
     }

@@ -12,8 +12,9 @@
 //! The steps, with every process group-stopped (SIGSTOP) by the caller:
 //! find the processes and refuse what cannot be saved before touching any
 //! (processes sharing memory, descriptor table, cwd or signal handlers,
-//! POSIX timers, descriptors that are not files or pipes of the tree,
-//! shared memory, a process traced by another); decide the open files of
+//! POSIX timers, descriptors that are not files, memfds, pipes of the tree
+//! or sockets the caller names, shared memory that is neither a file nor a
+//! memfd, a process traced by another); decide the open files of
 //! all of them at once (which descriptors share one, `kcmp`); then for each
 //! process in turn: seize every thread (`PTRACE_SEIZE` +
 //! `PTRACE_INTERRUPT`), read registers, vector state, masks, pending
@@ -37,9 +38,9 @@ use sha2::{Digest, Sha256};
 
 use crate::fds::{self, FdsError, Holder};
 use crate::image::{
-    self, Cpu, Header, Image, ImageError, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc,
-    ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special, Thread,
-    PAGE,
+    self, Cpu, Header, Image, ImageError, Memfd, Meta, MmFields, OpenFile, PendingInput, Pipe,
+    Proc, ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special,
+    Thread, PAGE,
 };
 use crate::plan::{is_special, runs_to_save, Take};
 use crate::proc::{self, Ids, MapsEntry};
@@ -78,6 +79,17 @@ pub struct DumpOptions {
     /// descriptor, `pidfd_getfd(2)`, read with `MSG_PEEK`), not read; one
     /// with descriptors on their way to the root is refused.
     pub sockets: Vec<SocketState>,
+    /// The inodes of stream sockets that may be cut from their other end
+    /// (which stays behind): saved with the bytes they held, restored as
+    /// sockets whose other end is closed (`OpenFile::Cut`). Any other
+    /// socket is refused. One with descriptors on their way is refused.
+    pub cut: BTreeSet<u64>,
+    /// Bits to set in the root's memory before it is saved, each (address
+    /// of an aligned 32-bit word, bit 0-31), atomically against any other
+    /// process that shares the page, as if the root did it itself: the
+    /// caller's word to whoever shares memory with it (a flag saying it
+    /// has gone).
+    pub set_bits: Vec<(u64, u32)>,
 }
 
 /// What a dump wrote.
@@ -283,11 +295,12 @@ fn save(
     let same = |a: (i32, i32), b: (i32, i32)| {
         a == b || sys::kcmp(a.0, b.0, Kcmp::File(a.1, b.1)).unwrap_or(false)
     };
-    let mut open =
-        fds::open_files(&holders, &opts.external_fds, true, same).map_err(|e| match e {
+    let mut open = fds::open_files(&holders, &opts.external_fds, &opts.cut, true, same).map_err(
+        |e| match e {
             FdsError::Proc(d) => proc_err(root, "fd", d),
             FdsError::Refused(what) => DumpError::Unsupported { pid: root, what },
-        })?;
+        },
+    )?;
     if !keep_pids {
         // One process: its pipes must have both ends in it.
         let ends = |pipe: u32, write: bool| {
@@ -355,6 +368,41 @@ fn save(
         });
     }
 
+    for &(at, pid, fd) in &open.cuts {
+        let (data, fds) = sys::peek_socket(pid, fd)?;
+        if fds > 0 {
+            return Err(DumpError::Unsupported {
+                pid,
+                what: format!(
+                    "descriptors are on their way to it through the socket on fd {fd} (they \
+                     cannot be saved)"
+                ),
+            });
+        }
+        if let Some(OpenFile::Cut { unread, .. }) = open.files.get_mut(at) {
+            *unread = data;
+        }
+    }
+    // The memfds held (their bytes are read once the bits are set, below),
+    // then those only mapped, as each process is taken.
+    let mut memfds: Vec<Memfd> = open
+        .memfds
+        .iter()
+        .map(|&(_, pid, fd)| Memfd {
+            name: fds::memfd_name(
+                &holders
+                    .iter()
+                    .find(|h| h.pid == pid)
+                    .and_then(|h| h.fds.iter().find(|f| f.fd == fd))
+                    .map_or(String::new(), |f| f.link.clone()),
+            ),
+            size: 0,
+            seals: 0,
+            data: Vec::new(),
+        })
+        .collect();
+    let mut memfd_inodes: Vec<u64> = open.memfds.iter().map(|m| m.0).collect();
+
     let mut captured: Vec<Captured> = Vec::new();
     let mut offset = 0;
     let mut image_procs = Vec::new();
@@ -366,13 +414,18 @@ fn save(
             }
         } else {
             let fds = fds_of.next().unwrap_or_default();
-            let c = Captured::take(f, fds, offset)?;
+            let bits: &[(u64, u32)] = if f.outer == root { &opts.set_bits } else { &[] };
+            let mut c = Captured::take(f, fds, offset, bits)?;
             offset += c.data_len();
+            c.memfds(&mut memfd_inodes, &mut memfds)?;
             let meta = c.meta.clone();
             captured.push(c);
             ProcState::Live(Box::new(meta))
         };
         image_procs.push(Proc { state, ..place });
+    }
+    for (m, &(_, pid, fd)) in memfds.iter_mut().zip(&open.memfds) {
+        (m.size, m.seals, m.data) = sys::memfd_content(pid, fd)?;
     }
     let mut image = Image {
         keep_pids,
@@ -382,6 +435,7 @@ fn save(
         needs: None,
         inputs,
         sockets,
+        memfds,
     };
     // What a target must have to take it (hashed once a file, then from a
     // cache); a source that cannot tell leaves it unknown.
@@ -521,7 +575,12 @@ struct Captured {
 impl Captured {
     /// Takes the state of the stopped process `f` whose descriptors are
     /// `fds`; its page runs start at `offset` in the image's data.
-    fn take(f: &Found, fds: Vec<image::Fd>, offset: u64) -> Result<Captured, DumpError> {
+    fn take(
+        f: &Found,
+        fds: Vec<image::Fd>,
+        offset: u64,
+        bits: &[(u64, u32)],
+    ) -> Result<Captured, DumpError> {
         let pid = f.outer;
         let stat =
             proc::parse_stat(&read_proc(pid, "stat")?).map_err(|e| proc_err(pid, "stat", e))?;
@@ -533,7 +592,7 @@ impl Captured {
         let mut attached = Attached::seize(&tids)?;
         let mem = Mem::open(pid)?;
         let mut meta = collect(pid, &stat, &attached, &mem, &layout, fds)?;
-        inject_queries(pid, &mut attached, &mem, &layout, &mut meta)?;
+        inject_queries(pid, &mut attached, &mem, &layout, &mut meta, bits)?;
         attached.put_back()?;
         meta.regions = take_runs(pid, &layout, offset)?;
         Ok(Captured {
@@ -543,6 +602,63 @@ impl Captured {
             layout,
             attached,
         })
+    }
+
+    /// Its shared mappings of memfds given their memfd's index in the
+    /// image: one of `inodes` (the memfds known so far, each with its
+    /// bytes in `memfds`), or a new one whose bytes are read from this
+    /// process's mappings of it (no descriptor of it was found).
+    fn memfds(&mut self, inodes: &mut Vec<u64>, memfds: &mut Vec<Memfd>) -> Result<(), DumpError> {
+        let pid = self.pid;
+        let mut fresh: Vec<usize> = Vec::new();
+        for (p, r) in self.layout.regions.iter().zip(self.meta.regions.iter_mut()) {
+            let RegionKind::Memfd { memfd, offset, .. } = &mut r.kind else {
+                continue;
+            };
+            let i = match inodes.iter().position(|&n| n == p.inode) {
+                Some(i) => i,
+                None => {
+                    inodes.push(p.inode);
+                    memfds.push(Memfd {
+                        name: p.name.clone(),
+                        size: 0,
+                        seals: 0,
+                        data: Vec::new(),
+                    });
+                    fresh.push(memfds.len() - 1);
+                    memfds.len() - 1
+                }
+            };
+            *memfd = i as u32;
+            if fresh.contains(&i) {
+                // Only mapped: its bytes are what the mappings show.
+                let len = r.end - r.start;
+                let m = &mut memfds[i];
+                let end = *offset + len;
+                m.size = m.size.max(end);
+                if !r.prot.r {
+                    return Err(DumpError::Unsupported {
+                        pid,
+                        what: format!(
+                            "memfd {} is mapped at {:#x}-{:#x} without read access",
+                            m.name, r.start, r.end
+                        ),
+                    });
+                }
+                let want = usize::try_from(end).map_err(|e| proc_err(pid, "maps", e))?;
+                if m.data.len() < want {
+                    m.data.resize(want, 0);
+                }
+                let from = *offset as usize;
+                self.mem.read(r.start, &mut m.data[from..want])?;
+            }
+        }
+        for &i in &fresh {
+            let m = &mut memfds[i];
+            let used = m.data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            m.data.truncate(used);
+        }
+        Ok(())
     }
 
     /// Bytes of page data.
@@ -578,6 +694,10 @@ fn threads(pid: i32) -> Result<Vec<(i32, i32)>, DumpError> {
 struct Planned {
     region: Region,
     take: Take,
+    /// The inode of the file mapped (0 when anonymous).
+    inode: u64,
+    /// The name of a memfd mapped (empty otherwise).
+    name: String,
 }
 
 /// The process's memory split into what is saved, moved or left.
@@ -614,7 +734,16 @@ fn classify(
             && !m.name.ends_with(" (deleted)")
             && !m.name.starts_with("/memfd:")
             && fs::metadata(&m.name).is_ok_and(|md| md.is_file());
-        let (kind, take) = if m.shared {
+        let memfd = m.name.starts_with("/memfd:");
+        let (kind, take) = if m.shared && memfd {
+            // Its index is given once every process is read.
+            let kind = RegionKind::Memfd {
+                memfd: u32::MAX,
+                offset: m.offset,
+                may_write: flags.iter().any(|f| f == "mw"),
+            };
+            (kind, None)
+        } else if m.shared {
             if !reopenable {
                 refused.push(format!(
                     "shared memory {:#x}-{:#x} ({}) may be shared with another process",
@@ -679,6 +808,12 @@ fn classify(
             },
             // Nothing of a shared file mapping is in the image.
             take: take.unwrap_or(Take::Changed),
+            inode: m.inode,
+            name: if memfd {
+                fds::memfd_name(&m.name)
+            } else {
+                String::new()
+            },
         });
     }
     if !refused.is_empty() {
@@ -957,6 +1092,7 @@ fn inject_queries(
     mem: &Mem,
     layout: &Layout,
     meta: &mut Meta,
+    bits: &[(u64, u32)],
 ) -> Result<(), DumpError> {
     let vdso = layout
         .specials
@@ -977,6 +1113,10 @@ fn inject_queries(
         syscall_at,
         base: attached.found[0].0,
     };
+    // Before anything of its memory is read.
+    for &(addr, bit) in bits {
+        sys::set_bit(&main, addr, bit)?;
+    }
     let scratch = main.ok(
         "mmap (scratch page)",
         libc::SYS_mmap,
@@ -1070,7 +1210,10 @@ fn take_runs(pid: i32, layout: &Layout, mut offset: u64) -> Result<Vec<Region>, 
     let mut out = Vec::new();
     for p in &layout.regions {
         let mut region = p.region.clone();
-        if !matches!(region.kind, RegionKind::FileShared { .. }) {
+        if !matches!(
+            region.kind,
+            RegionKind::FileShared { .. } | RegionKind::Memfd { .. }
+        ) {
             // A chunk of pagemap at a time: reserved regions can be huge.
             const CHUNK: u64 = 1 << 16;
             let pages = (region.end - region.start) / PAGE;

@@ -83,12 +83,33 @@ pub enum Saved {
         /// `O_*` status flags, access mode and `O_CLOEXEC` left out.
         flags: i32,
     },
+    /// A memfd, made anew with its bytes.
+    Memfd {
+        /// Its inode (its identity: descriptors and mappings of one memfd
+        /// share the new one).
+        inode: u64,
+        /// `O_*` status flags, `O_CLOEXEC` left out.
+        flags: i32,
+        /// File offset.
+        pos: u64,
+    },
+    /// A stream socket the caller said may be cut from its other end.
+    Cut {
+        /// `O_*` status flags, access mode and `O_CLOEXEC` left out.
+        flags: i32,
+    },
 }
 
 /// How descriptor `f`, which the caller does not give anew, is saved, or
 /// in words why it cannot be; `pipes` says whether pipes are saved (a tree
-/// or a process holding both ends) or refused.
-pub fn decide(f: &FdFacts, pipes: bool, net: &NetTables) -> Result<Saved, String> {
+/// or a process holding both ends) or refused; `cut`, the inodes of the
+/// sockets that may be cut from their other end.
+pub fn decide(
+    f: &FdFacts,
+    pipes: bool,
+    net: &NetTables,
+    cut: &BTreeSet<u64>,
+) -> Result<Saved, String> {
     let no = |what: String| Err(format!("fd {} is {what}", f.fd));
     let path = || {
         Ok(Saved::Path {
@@ -99,6 +120,11 @@ pub fn decide(f: &FdFacts, pipes: bool, net: &NetTables) -> Result<Saved, String
     };
     if let Some(rest) = f.link.strip_prefix("socket:[") {
         let inode = rest.trim_end_matches(']').parse().unwrap_or(0);
+        if cut.contains(&inode) {
+            return Ok(Saved::Cut {
+                flags: f.flags & !libc::O_CLOEXEC & !libc::O_ACCMODE,
+            });
+        }
         return no(describe_socket(net, inode));
     }
     if f.link.starts_with("pipe:") {
@@ -123,11 +149,15 @@ pub fn decide(f: &FdFacts, pipes: bool, net: &NetTables) -> Result<Saved, String
         let what = rest.trim_matches(|c| c == '[' || c == ']');
         return no(format!("an {what} descriptor"));
     }
+    if f.link.starts_with("/memfd:") && f.kind == FileKind::Regular {
+        return Ok(Saved::Memfd {
+            inode: f.inode,
+            flags: f.flags & !libc::O_CLOEXEC,
+            pos: f.pos,
+        });
+    }
     if f.link.ends_with(" (deleted)") {
         return no(format!("a deleted file ({})", f.link));
-    }
-    if f.link.starts_with("/memfd:") {
-        return no(format!("a memfd ({})", f.link));
     }
     if !f.link.starts_with('/') {
         return no(format!("{} (not a file)", f.link));
@@ -146,6 +176,13 @@ pub fn decide(f: &FdFacts, pipes: bool, net: &NetTables) -> Result<Saved, String
         FileKind::Socket => no(format!("a socket ({})", f.link)),
         FileKind::Other => no(format!("{} (not a regular file)", f.link)),
     }
+}
+
+/// The name a memfd was made with, from what `/proc` shows of it
+/// (`/memfd:NAME (deleted)`).
+pub fn memfd_name(shown: &str) -> String {
+    let name = shown.strip_prefix("/memfd:").unwrap_or(shown);
+    name.strip_suffix(" (deleted)").unwrap_or(name).to_string()
 }
 
 /// The descriptors of `pid`, in order.
@@ -238,7 +275,8 @@ pub struct Holder {
 }
 
 /// The saved descriptors of some processes: each one's list, the open
-/// files they refer to, and for each pipe (by index) where to read it.
+/// files they refer to, and for each pipe, memfd and cut socket where to
+/// read it.
 #[derive(Debug, Clone, Default)]
 pub struct OpenFiles {
     /// Each holder's descriptors, in the holders' order.
@@ -247,16 +285,23 @@ pub struct OpenFiles {
     pub files: Vec<OpenFile>,
     /// Each pipe: (pid, fd) of a descriptor of it in the caller's view.
     pub pipes: Vec<(i32, i32)>,
+    /// Each memfd, by the index `OpenFile::Memfd` gives it: (inode, pid,
+    /// fd) of a descriptor of it.
+    pub memfds: Vec<(u64, i32, i32)>,
+    /// Each cut socket: (index in `files`, pid, fd) of a descriptor of it.
+    pub cuts: Vec<(usize, i32, i32)>,
 }
 
 /// Decides every descriptor of `holders` (the first is the root, whose
-/// `external` descriptors the caller gives anew) and which share an open
-/// file, by `same` ((pid, fd), (pid, fd): one open file). A descriptor of
-/// another process that is one of the root's external ones is external
-/// too. Every refusal is named.
+/// `external` descriptors the caller gives anew; `cut`, the inodes of
+/// sockets that may be cut) and which share an open file, by `same`
+/// ((pid, fd), (pid, fd): one open file). A descriptor of another process
+/// that is one of the root's external ones is external too. Every refusal
+/// is named.
 pub fn open_files(
     holders: &[Holder],
     external: &BTreeSet<i32>,
+    cut: &BTreeSet<u64>,
     pipes: bool,
     same: impl Fn((i32, i32), (i32, i32)) -> bool,
 ) -> Result<OpenFiles, FdsError> {
@@ -315,7 +360,7 @@ pub fn open_files(
             if f.link.starts_with("socket:") && net.is_none() {
                 net = Some(NetTables::read(holder.pid));
             }
-            match decide(f, pipes, net.as_ref().unwrap_or(&NetTables::default())) {
+            match decide(f, pipes, net.as_ref().unwrap_or(&NetTables::default()), cut) {
                 Ok(s) => items.push(item(Err(s))),
                 Err(why) if h == 0 => refused.push(why),
                 Err(why) => refused.push(format!("{why} in pid {}", holder.pid)),
@@ -367,6 +412,27 @@ pub fn open_files(
                         flags: *flags,
                     }
                 }
+                Err(Saved::Memfd { inode, flags, pos }) => {
+                    let memfd = match out.memfds.iter().position(|m| m.0 == *inode) {
+                        Some(i) => i,
+                        None => {
+                            out.memfds.push((*inode, holders[it.h].pid, it.fd));
+                            out.memfds.len() - 1
+                        }
+                    } as u32;
+                    OpenFile::Memfd {
+                        memfd,
+                        flags: *flags,
+                        pos: *pos,
+                    }
+                }
+                Err(Saved::Cut { flags }) => {
+                    out.cuts.push((out.files.len(), holders[it.h].pid, it.fd));
+                    OpenFile::Cut {
+                        unread: Vec::new(),
+                        flags: *flags,
+                    }
+                }
             });
         }
         out.fds[it.h].push(Fd {
@@ -409,7 +475,13 @@ mod tests {
     #[test]
     fn files_are_reopened_by_path() {
         let net = NetTables::default();
-        let f = decide(&facts("/tmp/x", FileKind::Regular, (0, 0)), false, &net).expect("ok");
+        let f = decide(
+            &facts("/tmp/x", FileKind::Regular, (0, 0)),
+            false,
+            &net,
+            &BTreeSet::new(),
+        )
+        .expect("ok");
         assert_eq!(
             f,
             Saved::Path {
@@ -418,7 +490,13 @@ mod tests {
                 pos: 7
             }
         );
-        assert!(decide(&facts("/dev/null", FileKind::Char, (1, 3)), false, &net).is_ok());
+        assert!(decide(
+            &facts("/dev/null", FileKind::Char, (1, 3)),
+            false,
+            &net,
+            &BTreeSet::new()
+        )
+        .is_ok());
     }
 
     #[test]
@@ -434,19 +512,19 @@ mod tests {
             facts("/dev/null", FileKind::Char, (136, 0)),
         ];
         for c in &cases {
-            let e = decide(c, false, &net).expect_err("refused");
+            let e = decide(c, false, &net, &BTreeSet::new()).expect_err("refused");
             assert!(e.starts_with("fd 5 is "), "{e}");
         }
-        assert!(decide(&cases[3], false, &net)
+        assert!(decide(&cases[3], false, &net, &BTreeSet::new())
             .expect_err("io_uring")
             .contains("io_uring"));
         // Pipes of a tree are saved, but not one opened read-write.
-        let e = decide(&cases[0], true, &net).expect_err("O_RDWR pipe");
+        let e = decide(&cases[0], true, &net, &BTreeSet::new()).expect_err("O_RDWR pipe");
         assert!(e.contains("reading and writing"), "{e}");
         let mut end = cases[0].clone();
         end.flags = libc::O_WRONLY | libc::O_NONBLOCK;
         assert_eq!(
-            decide(&end, true, &net),
+            decide(&end, true, &net, &BTreeSet::new()),
             Ok(Saved::Pipe {
                 inode: 3,
                 write: true,
@@ -454,7 +532,7 @@ mod tests {
             })
         );
         end.flags |= libc::O_DIRECT;
-        assert!(decide(&end, true, &net).is_err());
+        assert!(decide(&end, true, &net, &BTreeSet::new()).is_err());
     }
 
     fn fd(fd: i32, link: &str, inode: u64, flags: i32) -> FdFacts {
@@ -512,7 +590,7 @@ mod tests {
             desc(a) == desc(b)
         };
         let ext = BTreeSet::from([0, 1, 2]);
-        let o = open_files(&holders, &ext, true, same).expect("saved");
+        let o = open_files(&holders, &ext, &BTreeSet::new(), true, same).expect("saved");
         assert_eq!(
             o.files,
             vec![
@@ -540,7 +618,14 @@ mod tests {
         assert_eq!(files(2), [(0, 3), (1, 0)]);
         assert_eq!(o.pipes, [(11, 1)]);
         // The same pipes, not given anew: refused in a single process.
-        let e = open_files(&holders[2..], &BTreeSet::new(), false, same).expect_err("pipes");
+        let e = open_files(
+            &holders[2..],
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            false,
+            same,
+        )
+        .expect_err("pipes");
         assert!(e.to_string().contains("fd 0 is a pipe"), "{e}");
     }
 
@@ -556,8 +641,14 @@ mod tests {
                 fds: vec![fd(0, "pipe:[100]", 100, libc::O_RDONLY)],
             },
         ];
-        let e =
-            open_files(&holders, &BTreeSet::from([1]), true, |a, b| a == b).expect_err("refused");
+        let e = open_files(
+            &holders,
+            &BTreeSet::from([1]),
+            &BTreeSet::new(),
+            true,
+            |a, b| a == b,
+        )
+        .expect_err("refused");
         assert!(e.to_string().contains("fd 0 of pid 11"), "{e}");
     }
 

@@ -51,11 +51,12 @@ pub const MAGIC: [u8; 8] = *b"MIGPROC\0";
 /// The format version written. Version 1 (one process, no tree) is still
 /// read, as an image of one process whose pid need not be kept, version 2
 /// (no record of what the source machine had) as an image whose needs are
-/// unknown, and version 3 (no sockets' bytes) as an image with none;
-/// newer versions are refused.
-pub const FORMAT_VERSION: u32 = 4;
+/// unknown, version 3 (no sockets' bytes) as an image with none, and
+/// version 4 (no memfds) as an image with none; newer versions are
+/// refused.
+pub const FORMAT_VERSION: u32 = 5;
 /// The versions this build reads.
-pub const READS: [u32; 4] = [1, 2, 3, 4];
+pub const READS: [u32; 5] = [1, 2, 3, 4, 5];
 /// The header's size.
 pub const HEADER_LEN: usize = 64;
 /// The page size the format assumes (x86-64).
@@ -307,6 +308,27 @@ pub struct Image {
     /// restore (a VP's socket to its daemon): what was on its way each
     /// way when the processes stopped.
     pub sockets: Vec<SocketState>,
+    /// The memfds the processes held or had mapped shared, each made anew
+    /// at restore with its bytes (descriptors and mappings of one memfd
+    /// share the new one, as they shared the old).
+    pub memfds: Vec<Memfd>,
+}
+
+/// A memfd (`memfd_create(2)`): a file in memory, known only to the
+/// processes that hold it. Whoever else held it (another process, the
+/// caller) keeps the old one: from the restore on, the two are apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Memfd {
+    /// Its name, as `memfd_create` was given it.
+    pub name: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its seals (`F_GET_SEALS`), put back once it is filled; 0 when
+    /// unknown (no descriptor of it was held: only mapped).
+    pub seals: i32,
+    /// Its bytes from offset 0 (the rest, up to `size`, zero).
+    #[serde(with = "serde_bytes")]
+    pub data: Vec<u8>,
 }
 
 /// What was on its way through a stream socket between the root and its
@@ -366,6 +388,7 @@ impl From<V2> for Image {
             needs: None,
             inputs: Vec::new(),
             sockets: Vec::new(),
+            memfds: Vec::new(),
         }
     }
 }
@@ -391,6 +414,34 @@ impl From<V3> for Image {
             needs: v.needs,
             inputs: v.inputs,
             sockets: Vec::new(),
+            memfds: Vec::new(),
+        }
+    }
+}
+
+/// An image's metadata as version 4 wrote it (no `memfds`).
+#[derive(Deserialize)]
+struct V4 {
+    keep_pids: bool,
+    procs: Vec<Proc>,
+    files: Vec<OpenFile>,
+    pipes: Vec<Pipe>,
+    needs: Option<crate::compat::Fingerprint>,
+    inputs: Vec<PendingInput>,
+    sockets: Vec<SocketState>,
+}
+
+impl From<V4> for Image {
+    fn from(v: V4) -> Image {
+        Image {
+            keep_pids: v.keep_pids,
+            procs: v.procs,
+            files: v.files,
+            pipes: v.pipes,
+            needs: v.needs,
+            inputs: v.inputs,
+            sockets: v.sockets,
+            memfds: Vec::new(),
         }
     }
 }
@@ -459,14 +510,52 @@ impl Image {
             }
         }
         for f in &self.files {
-            if let OpenFile::Pipe { pipe, .. } = f {
-                if *pipe as usize >= self.pipes.len() {
+            match f {
+                OpenFile::Pipe { pipe, .. } if *pipe as usize >= self.pipes.len() => {
                     return Err(ImageError::Meta(format!(
                         "a pipe end names pipe {pipe} of {}",
                         self.pipes.len()
                     )));
                 }
+                OpenFile::Memfd { memfd, .. } => self.check_memfd(*memfd)?,
+                OpenFile::Pipe { .. }
+                | OpenFile::External { .. }
+                | OpenFile::Path { .. }
+                | OpenFile::Cut { .. } => {}
             }
+        }
+        for r in self.live().flat_map(|m| m.regions.iter()) {
+            if let RegionKind::Memfd { memfd, offset, .. } = r.kind {
+                self.check_memfd(memfd)?;
+                let end = offset.checked_add(r.end - r.start);
+                if end.is_none_or(|e| e > self.memfds[memfd as usize].size) {
+                    return Err(ImageError::Meta(format!(
+                        "region {:#x}-{:#x} maps past the end of memfd {memfd}",
+                        r.start, r.end
+                    )));
+                }
+            }
+        }
+        for m in &self.memfds {
+            if m.data.len() as u64 > m.size {
+                return Err(ImageError::Meta(format!(
+                    "memfd {:?} holds {} bytes in {}",
+                    m.name,
+                    m.data.len(),
+                    m.size
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Does memfd `i` exist?
+    fn check_memfd(&self, i: u32) -> Result<(), ImageError> {
+        if i as usize >= self.memfds.len() {
+            return Err(ImageError::Meta(format!(
+                "memfd {i} of {}",
+                self.memfds.len()
+            )));
         }
         Ok(())
     }
@@ -529,6 +618,27 @@ pub enum OpenFile {
         pipe: u32,
         /// The write end (else the read end).
         write: bool,
+        /// `O_*` status flags (`O_NONBLOCK`).
+        flags: i32,
+    },
+    // (Variants are appended: the image's encoding numbers them.)
+    /// A memfd (by its index in [`Image::memfds`]).
+    Memfd {
+        /// Index in [`Image::memfds`].
+        memfd: u32,
+        /// `O_*` status flags (access mode, `O_APPEND`, `O_NONBLOCK`...).
+        flags: i32,
+        /// File offset.
+        pos: u64,
+    },
+    /// A stream socket whose other end stays behind (the caller names
+    /// which may be cut: a link between two programs of which one moves):
+    /// at restore the socket's other end is closed, so it reads what it
+    /// had not read, then the end of the stream, and its writes fail.
+    Cut {
+        /// The bytes it had not read.
+        #[serde(with = "serde_bytes")]
+        unread: Vec<u8>,
         /// `O_*` status flags (`O_NONBLOCK`).
         flags: i32,
     },
@@ -633,6 +743,15 @@ pub enum RegionKind {
         offset: u64,
         /// Whether the process may make it writable (needs the file opened
         /// for writing).
+        may_write: bool,
+    },
+    /// A shared mapping of a memfd of the image (its data is the memfd's).
+    Memfd {
+        /// Index in [`Image::memfds`].
+        memfd: u32,
+        /// Offset of `start` in the memfd.
+        offset: u64,
+        /// Whether the process may make it writable.
         may_write: bool,
     },
 }
@@ -774,6 +893,7 @@ pub fn decode_meta(version: u32, b: &[u8]) -> Result<Image, ImageError> {
         1 => Ok(take::<v1::Meta>(b)?.into()),
         2 => Ok(take::<V2>(b)?.into()),
         3 => Ok(take::<V3>(b)?.into()),
+        4 => Ok(take::<V4>(b)?.into()),
         FORMAT_VERSION => take(b),
         found => Err(ImageError::Version { found }),
     }
@@ -983,18 +1103,36 @@ mod tests {
             .collect();
         let meta = Meta {
             exe: "/bin/true".into(),
-            regions: vec![Region {
-                start: 0x10000,
-                end: 0x100000,
-                prot: Prot {
-                    r: true,
-                    w: true,
-                    x: false,
+            regions: vec![
+                Region {
+                    start: 0x10000,
+                    end: 0x100000,
+                    prot: Prot {
+                        r: true,
+                        w: true,
+                        x: false,
+                    },
+                    kind: RegionKind::Anon,
+                    advice: vec![],
+                    runs: rs,
                 },
-                kind: RegionKind::Anon,
-                advice: vec![],
-                runs: rs,
-            }],
+                Region {
+                    start: 0x200000,
+                    end: 0x202000,
+                    prot: Prot {
+                        r: true,
+                        w: true,
+                        x: false,
+                    },
+                    kind: RegionKind::Memfd {
+                        memfd: 0,
+                        offset: 0x1000,
+                        may_write: true,
+                    },
+                    advice: vec![],
+                    runs: vec![],
+                },
+            ],
             specials: vec![],
             vdso_hash: vec![1; 32],
             threads: vec![],
@@ -1065,10 +1203,25 @@ mod tests {
                     write: false,
                     flags: 0,
                 },
+                OpenFile::Memfd {
+                    memfd: 0,
+                    flags: libc::O_RDWR,
+                    pos: 12,
+                },
+                OpenFile::Cut {
+                    unread: b"half a fr".to_vec(),
+                    flags: 0,
+                },
             ],
             pipes: vec![Pipe {
                 size: 65536,
                 data: b"in flight".to_vec(),
+            }],
+            memfds: vec![Memfd {
+                name: "mig-ring".into(),
+                size: 0x3000,
+                seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK,
+                data: b"ring".to_vec(),
             }],
         }
     }
@@ -1091,7 +1244,8 @@ mod tests {
         let old = v1::Meta {
             pid: 77,
             exe: m.exe.clone(),
-            regions: m.regions.clone(),
+            // (Version 1 had no memfds.)
+            regions: m.regions[..1].to_vec(),
             specials: vec![],
             vdso_hash: m.vdso_hash.clone(),
             threads: vec![],
@@ -1144,9 +1298,61 @@ mod tests {
     }
 
     #[test]
+    fn a_version_4_image_has_no_memfds() {
+        let mut img = sample(&[(0x10000, 1)]);
+        img.memfds.clear();
+        img.files.truncate(2);
+        for p in &mut img.procs {
+            if let ProcState::Live(m) = &mut p.state {
+                m.regions.truncate(1);
+            }
+        }
+        #[derive(Serialize)]
+        struct Old<'a> {
+            keep_pids: bool,
+            procs: &'a Vec<Proc>,
+            files: &'a Vec<OpenFile>,
+            pipes: &'a Vec<Pipe>,
+            needs: &'a Option<crate::compat::Fingerprint>,
+            inputs: &'a Vec<PendingInput>,
+            sockets: &'a Vec<SocketState>,
+        }
+        let mb = postcard::to_stdvec(&Old {
+            keep_pids: img.keep_pids,
+            procs: &img.procs,
+            files: &img.files,
+            pipes: &img.pipes,
+            needs: &img.needs,
+            inputs: &img.inputs,
+            sockets: &img.sockets,
+        })
+        .expect("encode v4");
+        let data = vec![5u8; PAGE as usize];
+        let bytes = encode_parts(4, &mb, &img, &data).expect("v4 image");
+        let (h, got) = decode(&bytes, true).expect("v4 decodes");
+        assert_eq!(h.version, 4);
+        assert_eq!(got, img);
+    }
+
+    #[test]
+    fn a_memfd_the_image_lacks_or_mapped_past_its_end_is_refused() {
+        let mut img = sample(&[(0x10000, 1)]);
+        img.memfds[0].size = 0x2000;
+        let e = encode(&img, &vec![0; PAGE as usize]).expect_err("past its end");
+        assert!(e.to_string().contains("past the end of memfd 0"), "{e}");
+        let mut img = sample(&[(0x10000, 1)]);
+        img.memfds.clear();
+        let e = encode(&img, &vec![0; PAGE as usize]).expect_err("no memfd");
+        assert!(e.to_string().contains("memfd 0 of 0"), "{e}");
+        let mut img = sample(&[(0x10000, 1)]);
+        img.memfds[0].data = vec![1; 0x4000];
+        assert!(encode(&img, &vec![0; PAGE as usize]).is_err());
+    }
+
+    #[test]
     fn an_fd_naming_no_open_file_is_refused() {
         let mut img = sample(&[(0x10000, 1)]);
-        img.files.pop();
+        img.files.truncate(1);
         let e = encode(&img, &vec![0; PAGE as usize]).expect_err("refused");
         assert!(matches!(e, ImageError::Meta(_)), "{e}");
         let mut img = sample(&[(0x10000, 1)]);

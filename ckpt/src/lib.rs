@@ -151,12 +151,26 @@
 //! since Linux 6.13, `[vvar_vclock]`) to the saved addresses with `mremap`,
 //! through a free range when targets and current places overlap.
 //!
+//! **Memfds and links to peers that stay.** A memfd the processes hold or
+//! map shared (`memfd_create`: libmig's rings and pooled buffers) is saved
+//! with its bytes, name, size and seals (`Image::memfds`) and made anew at
+//! restore: its descriptors and mappings share the new one, as they shared
+//! the old; whoever else held it keeps the old one, and from then on the
+//! two are apart. A stream socket the caller names (`DumpOptions::cut`: a
+//! direct link to a VP that stays) is saved with the bytes it held and
+//! restored with its other end closed: the process reads them, then the
+//! end of the stream, and its writes fail (`EPIPE`). So that whoever stays
+//! stops writing into memory the process no longer reads, the caller may
+//! have bits set in it first (`DumpOptions::set_bits`), atomically against
+//! the other processes that map it: a futex operation injected into the
+//! process (`FUTEX_WAKE_OP`, the kernel's atomic OR, waking no one).
+//!
 //! **Refusals** name what cannot be saved and leave the processes as they
-//! were: sockets (with their addresses), pipes to outside the tree not
-//! given anew by the caller, FIFOs, epoll, timerfd, signalfd, eventfd,
-//! inotify, io_uring, devices other than `/dev/null`, `zero`, `random`,
-//! `urandom`, deleted files, POSIX timers, shared memory that is not a
-//! file.
+//! were: sockets the caller does not name (with their addresses), pipes to
+//! outside the tree not given anew by the caller, FIFOs, epoll, timerfd,
+//! signalfd, eventfd, inotify, io_uring, devices other than `/dev/null`,
+//! `zero`, `random`, `urandom`, deleted files, POSIX timers, shared memory
+//! that is neither a file nor a memfd.
 //!
 //! **Threads**: every thread is seized and saved; at restore the main
 //! thread `clone`s the others (with `PTRACE_O_TRACECLONE` they are born

@@ -94,6 +94,13 @@ pub enum Source {
         /// Opened for writing (shared and may become writable).
         write: bool,
     },
+    /// A memfd of the image made anew, shared.
+    Memfd {
+        /// Index in the image's memfds.
+        memfd: u32,
+        /// Offset in the memfd.
+        offset: u64,
+    },
     /// The image's page data, privately (copy on write).
     Image {
         /// Offset from the start of the page data.
@@ -308,8 +315,15 @@ fn region_steps(r: &Region, min_map: u64, maps: &mut Vec<MapStep>, copies: &mut 
             shared: true,
             write: *may_write,
         },
+        RegionKind::Memfd { memfd, offset, .. } => Source::Memfd {
+            memfd: *memfd,
+            offset: offset + (addr - r.start),
+        },
     };
-    let mappable = !matches!(r.kind, RegionKind::Stack | RegionKind::FileShared { .. });
+    let mappable = !matches!(
+        r.kind,
+        RegionKind::Stack | RegionKind::FileShared { .. } | RegionKind::Memfd { .. }
+    );
     // Image segments: (addr, len, offset).
     let mut image: Vec<(u64, u64, u64)> = Vec::new();
     for run in &r.runs {

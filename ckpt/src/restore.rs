@@ -101,6 +101,18 @@ pub enum RestoreError {
         #[source]
         source: io::Error,
     },
+    /// A memfd could not be made again.
+    #[error("making memfd {index} again: {source}")]
+    Memfd {
+        /// Its index in the image.
+        index: u32,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A socket whose other end stayed behind could not be made again.
+    #[error("making a socket cut from its other end: {0}")]
+    Cut(#[source] io::Error),
     /// A pipe could not be made again.
     #[error("making pipe {index} again: {source}")]
     Pipe {
@@ -187,8 +199,9 @@ pub fn restore(
         }
     };
     check_machine(image)?;
-    let files = open_files(image, &mut fds)?;
-    let mapped = open_mapped(image)?;
+    let memfds = make_memfds(image)?;
+    let files = open_files(image, &mut fds, &memfds)?;
+    let mapped = open_mapped(image, &memfds)?;
     let hand = handover(meta, &files, &mapped, img.file().as_raw_fd())?;
     let mut child = spawn_traced(&meta.exe, &hand)?;
     let pid = child.id() as i32;
@@ -264,10 +277,12 @@ pub fn local_vdso_hash() -> io::Result<Vec<u8>> {
 fn open_files(
     image: &Image,
     given: &mut BTreeMap<i32, OwnedFd>,
+    memfds: &[OwnedFd],
 ) -> Result<Vec<OwnedFd>, RestoreError> {
     // The descriptors that refer to each external file, for the error.
     let mut pipes: BTreeMap<u32, (OwnedFd, OwnedFd)> = BTreeMap::new();
     let mut taken: BTreeMap<(u32, bool), ()> = BTreeMap::new();
+    let mut memfds_taken = std::collections::BTreeSet::new();
     let mut out = Vec::with_capacity(image.files.len());
     for f in &image.files {
         let owned: OwnedFd = match f {
@@ -328,6 +343,39 @@ fn open_files(
                 }
                 fd
             }
+            OpenFile::Memfd { memfd, flags, pos } => {
+                let err = |source| RestoreError::Memfd {
+                    index: *memfd,
+                    source,
+                };
+                let of = memfds
+                    .get(*memfd as usize)
+                    .ok_or_else(|| err(io::Error::other("not in the image")))?;
+                // A second open file of it: a description of its own.
+                let fd: OwnedFd = if memfds_taken.insert(*memfd) {
+                    of.try_clone().map_err(err)?
+                } else {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_CLOEXEC)
+                        .open(format!("/proc/self/fd/{}", of.as_raw_fd()))
+                        .map_err(err)?
+                        .into()
+                };
+                // SAFETY: lseek and fcntl on our descriptor.
+                let ok = unsafe {
+                    libc::lseek(fd.as_raw_fd(), *pos as libc::off_t, libc::SEEK_SET) >= 0
+                        && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, *flags) >= 0
+                };
+                if !ok {
+                    return Err(err(io::Error::last_os_error()));
+                }
+                fd
+            }
+            OpenFile::Cut { unread, flags } => {
+                cut_socket(unread, *flags).map_err(RestoreError::Cut)?
+            }
         };
         out.push(owned);
     }
@@ -361,21 +409,155 @@ fn make_pipe(size: u32, data: &[u8]) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((r, w))
 }
 
+/// A stream socket holding `unread`, whose other end is closed (see
+/// `OpenFile::Cut`), with status flags `flags`.
+fn cut_socket(unread: &[u8], flags: i32) -> io::Result<OwnedFd> {
+    let mut ends = [0; 2];
+    // SAFETY: socketpair writes two descriptors, which we then own.
+    let (keep, other) = unsafe {
+        if libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            ends.as_mut_ptr(),
+        ) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]))
+    };
+    if !unread.is_empty() {
+        // Room for them all (they were in a socket of the same kind).
+        let room = (unread.len() * 2).min(i32::MAX as usize) as libc::c_int;
+        for (fd, opt) in [(&other, libc::SO_SNDBUF), (&keep, libc::SO_RCVBUF)] {
+            // SAFETY: setsockopt reads one int of ours. (A smaller buffer
+            // than asked shows below, as bytes that do not go in.)
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&room as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
+        let mut done = 0;
+        while done < unread.len() {
+            let rest = &unread[done..];
+            // SAFETY: send reads `rest`, ours, for its length.
+            let n = unsafe {
+                libc::send(
+                    other.as_raw_fd(),
+                    rest.as_ptr().cast(),
+                    rest.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(io::Error::other(format!(
+                    "{done} of its {} unread bytes went in: {e}",
+                    unread.len()
+                )));
+            }
+            done += n as usize;
+        }
+    }
+    drop(other);
+    // SAFETY: fcntl on our descriptor.
+    if unsafe { libc::fcntl(keep.as_raw_fd(), libc::F_SETFL, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(keep)
+}
+
+/// Each memfd of the image made anew: its name, size and bytes, then its
+/// seals.
+fn make_memfds(image: &Image) -> Result<Vec<OwnedFd>, RestoreError> {
+    let mut out = Vec::with_capacity(image.memfds.len());
+    for (i, m) in image.memfds.iter().enumerate() {
+        let err = |source| RestoreError::Memfd {
+            index: i as u32,
+            source,
+        };
+        let name = std::ffi::CString::new(m.name.replace('\0', ""))
+            .map_err(|e| err(io::Error::other(e)))?;
+        // SAFETY: memfd_create reads the name (ours, NUL-terminated) and
+        // returns a new descriptor, which we then own.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            return Err(err(io::Error::last_os_error()));
+        }
+        // SAFETY: just made, ours alone.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.set_len(m.size).map_err(err)?;
+        file.write_all_at(&m.data, 0).map_err(err)?;
+        let seals = m.seals & !libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our descriptor. F_SEAL_SEAL goes last, alone.
+        let ok = unsafe {
+            (seals == 0 || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) == 0)
+                && (m.seals & libc::F_SEAL_SEAL == 0
+                    || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SEAL) == 0)
+        };
+        if !ok {
+            return Err(err(io::Error::last_os_error()));
+        }
+        out.push(file.into());
+    }
+    Ok(out)
+}
+
+/// What a region is mapped from, as `open_mapped` keys it: (path, opened
+/// for writing), a memfd as `memfd:N` (no path looks so).
+fn mapped_key(kind: &RegionKind) -> Option<(String, bool)> {
+    match kind {
+        RegionKind::FilePrivate { path, .. } => Some((path.clone(), false)),
+        RegionKind::FileShared {
+            path, may_write, ..
+        } => Some((path.clone(), *may_write)),
+        RegionKind::Memfd { memfd, .. } => Some((memfd_key(*memfd), true)),
+        RegionKind::Anon | RegionKind::Stack => None,
+    }
+}
+
+fn memfd_key(i: u32) -> String {
+    format!("memfd:{i}")
+}
+
 /// Every file the image's processes had mapped, opened once by (path,
-/// write).
-fn open_mapped(image: &Image) -> Result<BTreeMap<(String, bool), OwnedFd>, RestoreError> {
+/// write), and the memfds they had mapped.
+fn open_mapped(
+    image: &Image,
+    memfds: &[OwnedFd],
+) -> Result<BTreeMap<(String, bool), OwnedFd>, RestoreError> {
     let mut out = BTreeMap::new();
     for r in image.live().flat_map(|m| m.regions.iter()) {
-        let (path, write) = match &r.kind {
-            RegionKind::FilePrivate { path, .. } => (path, false),
-            RegionKind::FileShared {
-                path, may_write, ..
-            } => (path, *may_write),
-            _ => continue,
+        let Some((path, write)) = mapped_key(&r.kind) else {
+            continue;
         };
         if out.contains_key(&(path.clone(), write)) {
             continue;
         }
+        if let RegionKind::Memfd { memfd, .. } = r.kind {
+            let err = |source| RestoreError::Memfd {
+                index: memfd,
+                source,
+            };
+            let fd = memfds
+                .get(memfd as usize)
+                .ok_or_else(|| err(io::Error::other("not in the image")))?
+                .try_clone()
+                .map_err(err)?;
+            out.insert((path, write), fd);
+            continue;
+        }
+        let path = &path;
         let file = OpenOptions::new()
             .read(true)
             .write(write)
@@ -413,12 +595,8 @@ fn handover(
     let mut temporary = vec![image_at];
     let mut map_fds = BTreeMap::new();
     for r in &meta.regions {
-        let key = match &r.kind {
-            RegionKind::FilePrivate { path, .. } => (path.clone(), false),
-            RegionKind::FileShared {
-                path, may_write, ..
-            } => (path.clone(), *may_write),
-            _ => continue,
+        let Some(key) = mapped_key(&r.kind) else {
+            continue;
         };
         if map_fds.contains_key(&key) {
             continue;
@@ -609,6 +787,14 @@ fn build(
                     libc::MAP_PRIVATE
                 };
                 (flags, fd, *offset)
+            }
+            Source::Memfd { memfd, offset } => {
+                let fd = hand
+                    .map_fds
+                    .get(&(memfd_key(*memfd), true))
+                    .copied()
+                    .ok_or_else(|| unexpected(pid, format!("memfd {memfd} not made")))?;
+                (libc::MAP_SHARED, fd, *offset)
             }
             Source::Image { offset } => {
                 (libc::MAP_PRIVATE, hand.image_fd, img.data_offset() + offset)

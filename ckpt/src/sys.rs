@@ -590,22 +590,7 @@ pub fn peek_pipe(pid: i32, fd: i32) -> Result<(u32, Vec<u8>), SysError> {
 pub fn peek_socket(pid: i32, fd: i32) -> Result<(Vec<u8>, usize), SysError> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let call = |what: &str| err(format!("{what} (socket of fd {fd})"), pid);
-    // SAFETY: pidfd_open takes integers and returns a new descriptor,
-    // which we then own.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        return Err(call("pidfd_open"));
-    }
-    // SAFETY: just made, ours alone.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-    // SAFETY: pidfd_getfd takes integers and returns a new descriptor (a
-    // duplicate of the other process's), which we then own.
-    let sock = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if sock < 0 {
-        return Err(call("pidfd_getfd"));
-    }
-    // SAFETY: just made, ours alone.
-    let sock = unsafe { OwnedFd::from_raw_fd(sock as i32) };
+    let sock = borrow_fd(pid, fd)?;
     let mut kind: libc::c_int = 0;
     let mut kind_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     let mut waiting: libc::c_int = 0;
@@ -699,6 +684,78 @@ pub fn peek_socket(pid: i32, fd: i32) -> Result<(Vec<u8>, usize), SysError> {
         });
     }
     Ok((data, fds))
+}
+
+/// A duplicate of `pid`'s descriptor `fd` in this process
+/// (`pidfd_getfd(2)`, which needs the right to trace `pid`).
+pub fn borrow_fd(pid: i32, fd: i32) -> Result<std::os::fd::OwnedFd, SysError> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let call = |what: &str| err(format!("{what} (fd {fd})"), pid);
+    // SAFETY: pidfd_open takes integers and returns a new descriptor,
+    // which we then own.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(call("pidfd_open"));
+    }
+    // SAFETY: just made, ours alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd takes integers and returns a new descriptor (a
+    // duplicate of the other process's), which we then own.
+    let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if dup < 0 {
+        return Err(call("pidfd_getfd"));
+    }
+    // SAFETY: just made, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup as i32) })
+}
+
+/// The size, seals (`F_GET_SEALS`) and bytes of the memfd on `pid`'s
+/// descriptor `fd`, read through a duplicate (`borrow_fd`); trailing
+/// zeros left out.
+pub fn memfd_content(pid: i32, fd: i32) -> Result<(u64, i32, Vec<u8>), SysError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let call = |what: &str, source: io::Error| SysError {
+        call: format!("{what} (memfd of fd {fd})"),
+        pid,
+        source,
+    };
+    let file = std::fs::File::from(borrow_fd(pid, fd)?);
+    let size = file.metadata().map_err(|e| call("fstat", e))?.len();
+    // SAFETY: fcntl on our descriptor.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) }.max(0);
+    let len = usize::try_from(size).map_err(|e| call("size", io::Error::other(e)))?;
+    let mut data = vec![0u8; len];
+    file.read_exact_at(&mut data, 0)
+        .map_err(|e| call("pread", e))?;
+    let used = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    data.truncate(used);
+    Ok((size, seals, data))
+}
+
+/// Sets bit `bit` (0-31) of the aligned 32-bit word at `addr` in the
+/// memory of the thread `inj` runs in, atomically against every other
+/// process that maps it (a futex operation, `FUTEX_WAKE_OP` waking no one:
+/// the kernel's own atomic OR on the word).
+pub fn set_bit(inj: &Injector, addr: u64, bit: u32) -> Result<(), SysError> {
+    const FUTEX_WAKE_OP: u64 = 5;
+    const FUTEX_OP_OR: u32 = 2;
+    const FUTEX_OP_OPARG_SHIFT: u32 = 8;
+    if bit > 31 || !addr.is_multiple_of(4) {
+        return Err(SysError {
+            call: format!("set bit {bit} at {addr:#x}"),
+            pid: inj.tid,
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not an aligned 32-bit word"),
+        });
+    }
+    // FUTEX_OP(op, oparg, cmp = EQ, cmparg = 0): *addr |= 1 << bit.
+    let op = ((FUTEX_OP_OR | FUTEX_OP_OPARG_SHIFT) << 28) | ((bit & 0xfff) << 12);
+    inj.ok(
+        &format!("futex FUTEX_WAKE_OP (set bit {bit} at {addr:#x})"),
+        libc::SYS_futex,
+        &[addr, FUTEX_WAKE_OP, 0, 0, addr, op as u64],
+    )?;
+    Ok(())
 }
 
 /// Reads `buf.len()` bytes at `addr` of `pid` with `process_vm_readv`

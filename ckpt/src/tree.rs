@@ -258,6 +258,7 @@ mod tests {
             needs: None,
             inputs: Vec::new(),
             sockets: Vec::new(),
+            memfds: Vec::new(),
         }
     }
 

@@ -11,9 +11,9 @@
 use std::path::{Path, PathBuf};
 
 use mig_ckpt::image::{
-    self, v1, Cpu, Fd, Image, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc, ProcState, Prot,
-    Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special, Thread, FORMAT_VERSION,
-    PAGE, READS,
+    self, v1, Cpu, Fd, Image, Memfd, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc, ProcState,
+    Prot, Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special, Thread,
+    FORMAT_VERSION, PAGE, READS,
 };
 use mig_ckpt::{Fingerprint, ImageError};
 
@@ -232,6 +232,7 @@ fn state_v2() -> Image {
         needs: None,
         inputs: vec![],
         sockets: vec![],
+        memfds: vec![],
     }
 }
 
@@ -269,6 +270,56 @@ fn state_v4() -> Image {
         }],
         ..state_v3()
     }
+}
+
+/// A version 5 state: version 4's, and a memfd held and mapped shared,
+/// and a socket cut from its other end.
+fn state_v5() -> Image {
+    let mut img = state_v4();
+    if let ProcState::Live(m) = &mut img.procs[0].state {
+        m.regions.push(Region {
+            start: 0x70_0000,
+            end: 0x70_2000,
+            prot: Prot {
+                r: true,
+                w: true,
+                x: false,
+            },
+            kind: RegionKind::Memfd {
+                memfd: 0,
+                offset: 0,
+                may_write: true,
+            },
+            advice: vec![],
+            runs: vec![],
+        });
+        m.fds.push(Fd {
+            fd: 7,
+            file: 3,
+            cloexec: true,
+        });
+        m.fds.push(Fd {
+            fd: 8,
+            file: 4,
+            cloexec: true,
+        });
+    }
+    img.files.push(OpenFile::Memfd {
+        memfd: 0,
+        flags: libc::O_RDWR,
+        pos: 5,
+    });
+    img.files.push(OpenFile::Cut {
+        unread: b"MG from a peer".to_vec(),
+        flags: libc::O_NONBLOCK,
+    });
+    img.memfds.push(Memfd {
+        name: "mig-ring".into(),
+        size: 0x2000,
+        seals: libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        data: b"tail".to_vec(),
+    });
+    img
 }
 
 fn pages() -> Vec<u8> {
@@ -356,6 +407,29 @@ fn version_4_image_still_decodes() {
         Err(e) => {
             assert!(!READS.contains(&4), "version 4 refused: {e}");
             assert_eq!(e, ImageError::Version { found: 4 });
+        }
+    }
+}
+
+#[test]
+fn version_5_image_still_decodes() {
+    let path = fixture(5);
+    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 5 {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&path, image::encode(&state_v5(), &pages()).expect("encode"))
+            .expect("write");
+    }
+    let bytes = std::fs::read(&path).expect("fixture");
+    match image::decode(&bytes, true) {
+        Ok((h, img)) => {
+            assert_eq!(h.version, 5);
+            assert_eq!(img, state_v5());
+            let data = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
+            assert_eq!(data, &pages()[..]);
+        }
+        Err(e) => {
+            assert!(!READS.contains(&5), "version 5 refused: {e}");
+            assert_eq!(e, ImageError::Version { found: 5 });
         }
     }
 }

@@ -125,6 +125,7 @@ impl From<Meta> for Image {
             needs: None,
             inputs: Vec::new(),
             sockets: Vec::new(),
+            memfds: Vec::new(),
             files,
             pipes: Vec::new(),
         }

@@ -45,8 +45,9 @@ pub fn restore_tree(
     let image = img.image();
     check_machine(image)?;
     let plan = crate::tree::plan(image)?;
-    let files = open_files(image, &mut fds)?;
-    let mapped = open_mapped(image)?;
+    let memfds = super::make_memfds(image)?;
+    let files = open_files(image, &mut fds, &memfds)?;
+    let mapped = open_mapped(image, &memfds)?;
     // What init keeps for the bare processes it forks, and each process's
     // handover with its sources renumbered as init has them.
     let mut keep: Vec<RawFd> = Vec::new();
