@@ -84,12 +84,19 @@ pub struct DumpOptions {
     /// sockets whose other end is closed (`OpenFile::Cut`). Any other
     /// socket is refused. One with descriptors on their way is refused.
     pub cut: BTreeSet<u64>,
-    /// Bits to set in the root's memory before it is saved, each (address
-    /// of an aligned 32-bit word, bit 0-31), atomically against any other
-    /// process that shares the page, as if the root did it itself: the
-    /// caller's word to whoever shares memory with it (a flag saying it
-    /// has gone).
-    pub set_bits: Vec<(u64, u32)>,
+    /// Bits to set in the memory of processes (by pid, as the caller sees
+    /// them) before they are saved, each (address of an aligned 32-bit
+    /// word, bit 0-31), atomically against any other process that shares
+    /// the page, as if the process did it itself: the caller's word to
+    /// whoever shares memory with it (a flag saying it has gone).
+    pub set_bits: BTreeMap<i32, Vec<(u64, u32)>>,
+    /// A checkpoint, not a move: the processes run on, sharing what they
+    /// shared, so `set_bits` are set in the image only (each must then lie
+    /// in a shared mapping of a memfd) and `cut` sockets are cut in the
+    /// image only. For a move, a cut socket is first shut for reading
+    /// (its peer's writes fail from then on, and it sends by other means
+    /// what it would have written), then looked at.
+    pub checkpoint_only: bool,
 }
 
 /// What a dump wrote.
@@ -351,36 +358,25 @@ fn save(
     };
     for held in opts.sockets.iter().filter(|s| has_socket(s.fd)) {
         let (mut unread, fds) = sys::peek_socket(root, held.fd)?;
-        if fds > 0 {
-            return Err(DumpError::Unsupported {
-                pid: root,
-                what: format!(
-                    "descriptors are on their way to it through the socket on fd {} (they \
-                     cannot be saved)",
-                    held.fd
-                ),
-            });
-        }
+        let mut passed = passed_memfds(root, held.fd, fds)?;
         unread.extend_from_slice(&held.unread);
+        passed.extend(held.passed.iter().cloned());
         sockets.push(SocketState {
             unread,
+            passed,
             ..held.clone()
         });
     }
 
     for &(at, pid, fd) in &open.cuts {
-        let (data, fds) = sys::peek_socket(pid, fd)?;
-        if fds > 0 {
-            return Err(DumpError::Unsupported {
-                pid,
-                what: format!(
-                    "descriptors are on their way to it through the socket on fd {fd} (they \
-                     cannot be saved)"
-                ),
-            });
+        if !opts.checkpoint_only {
+            sys::shut_reading(pid, fd)?;
         }
-        if let Some(OpenFile::Cut { unread, .. }) = open.files.get_mut(at) {
+        let (data, fds) = sys::peek_socket(pid, fd)?;
+        let memfds = passed_memfds(pid, fd, fds)?;
+        if let Some(OpenFile::Cut { unread, passed, .. }) = open.files.get_mut(at) {
             *unread = data;
+            *passed = memfds;
         }
     }
     // The memfds held (their bytes are read once the bits are set, below),
@@ -414,7 +410,11 @@ fn save(
             }
         } else {
             let fds = fds_of.next().unwrap_or_default();
-            let bits: &[(u64, u32)] = if f.outer == root { &opts.set_bits } else { &[] };
+            let bits = opts
+                .set_bits
+                .get(&f.outer)
+                .filter(|_| !opts.checkpoint_only)
+                .map_or(&[][..], |b| &b[..]);
             let mut c = Captured::take(f, fds, offset, bits)?;
             offset += c.data_len();
             c.memfds(&mut memfd_inodes, &mut memfds)?;
@@ -425,7 +425,21 @@ fn save(
         image_procs.push(Proc { state, ..place });
     }
     for (m, &(_, pid, fd)) in memfds.iter_mut().zip(&open.memfds) {
-        (m.size, m.seals, m.data) = sys::memfd_content(pid, fd)?;
+        let dup = sys::borrow_fd(pid, fd)?;
+        let got = crate::memfd::read(std::os::fd::AsFd::as_fd(&dup)).map_err(|e| {
+            DumpError::Unsupported {
+                pid,
+                what: format!("fd {fd}: {e}"),
+            }
+        })?;
+        (m.size, m.seals, m.data) = (got.size, got.seals, got.data);
+    }
+    if opts.checkpoint_only {
+        for c in &captured {
+            for &(addr, bit) in opts.set_bits.get(&c.pid).into_iter().flatten() {
+                set_bit_in_image(c.pid, &c.meta, &mut memfds, addr, bit)?;
+            }
+        }
     }
     let mut image = Image {
         keep_pids,
@@ -445,6 +459,71 @@ fn save(
         c.attached.detach();
     }
     Ok(stats)
+}
+
+/// The memfds `fds`, lent by a peek at `pid`'s socket on `fd`: each read
+/// (bytes, size, seals); any other descriptor is refused, named.
+fn passed_memfds(
+    pid: i32,
+    fd: i32,
+    fds: Vec<std::os::fd::OwnedFd>,
+) -> Result<Vec<Memfd>, DumpError> {
+    use std::os::fd::AsFd;
+    fds.iter()
+        .map(|d| {
+            crate::memfd::read(d.as_fd()).map_err(|e| DumpError::Unsupported {
+                pid,
+                what: format!(
+                    "a descriptor on its way to it through the socket on fd {fd} cannot be \
+                     saved: {e}"
+                ),
+            })
+        })
+        .collect()
+}
+
+/// Sets bit `bit` of the 32-bit word at `addr` of process `pid` (whose
+/// state is `meta`) in the saved bytes of the memfd mapped there.
+fn set_bit_in_image(
+    pid: i32,
+    meta: &Meta,
+    memfds: &mut [Memfd],
+    addr: u64,
+    bit: u32,
+) -> Result<(), DumpError> {
+    let refuse = |what: String| DumpError::Unsupported { pid, what };
+    let found = meta
+        .regions
+        .iter()
+        .find(|r| r.start <= addr && addr + 4 <= r.end);
+    let Some((memfd, at)) = found.and_then(|r| match r.kind {
+        RegionKind::Memfd { memfd, offset, .. } => Some((memfd, offset + (addr - r.start))),
+        RegionKind::Anon
+        | RegionKind::Stack
+        | RegionKind::FilePrivate { .. }
+        | RegionKind::FileShared { .. } => None,
+    }) else {
+        return Err(refuse(format!(
+            "the word at {addr:#x} to mark is not in a shared mapping of a memfd"
+        )));
+    };
+    let m = memfds
+        .get_mut(memfd as usize)
+        .ok_or_else(|| refuse(format!("memfd {memfd} is not saved")))?;
+    let at = at as usize;
+    if bit > 31 || !at.is_multiple_of(4) || at as u64 + 4 > m.size {
+        return Err(refuse(format!(
+            "bit {bit} of the word at {addr:#x} cannot be set"
+        )));
+    }
+    if m.data.len() < at + 4 {
+        m.data.resize(at + 4, 0);
+    }
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&m.data[at..at + 4]);
+    let word = u32::from_le_bytes(word) | (1 << bit);
+    m.data[at..at + 4].copy_from_slice(&word.to_le_bytes());
+    Ok(())
 }
 
 /// Each process's place in the tree (pids as the processes see them), or

@@ -431,6 +431,7 @@ pub fn open_files(
                     OpenFile::Cut {
                         unread: Vec::new(),
                         flags: *flags,
+                        passed: Vec::new(),
                     }
                 }
             });

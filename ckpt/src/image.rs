@@ -354,6 +354,33 @@ pub struct SocketState {
     /// and sent on it), kept for it as it is: this crate does not read it.
     #[serde(with = "serde_bytes")]
     pub notes: Vec<u8>,
+    /// The memfds passed with `unread` (`SCM_RIGHTS`), in order: the
+    /// caller passes new ones with the first bytes it writes.
+    pub passed: Vec<Memfd>,
+}
+
+/// A [`SocketState`] as version 4 wrote it (no `passed`).
+#[derive(Deserialize)]
+struct SocketStateV4 {
+    fd: i32,
+    #[serde(with = "serde_bytes")]
+    unread: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    unfinished: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    notes: Vec<u8>,
+}
+
+impl From<SocketStateV4> for SocketState {
+    fn from(v: SocketStateV4) -> SocketState {
+        SocketState {
+            fd: v.fd,
+            unread: v.unread,
+            unfinished: v.unfinished,
+            notes: v.notes,
+            passed: Vec::new(),
+        }
+    }
 }
 
 /// Input a process had not read yet on a descriptor its caller feeds.
@@ -428,7 +455,7 @@ struct V4 {
     pipes: Vec<Pipe>,
     needs: Option<crate::compat::Fingerprint>,
     inputs: Vec<PendingInput>,
-    sockets: Vec<SocketState>,
+    sockets: Vec<SocketStateV4>,
 }
 
 impl From<V4> for Image {
@@ -440,7 +467,7 @@ impl From<V4> for Image {
             pipes: v.pipes,
             needs: v.needs,
             inputs: v.inputs,
-            sockets: v.sockets,
+            sockets: v.sockets.into_iter().map(SocketState::from).collect(),
             memfds: Vec::new(),
         }
     }
@@ -641,6 +668,9 @@ pub enum OpenFile {
         unread: Vec<u8>,
         /// `O_*` status flags (`O_NONBLOCK`).
         flags: i32,
+        /// The memfds passed with `unread`, in order (passed anew with its
+        /// first bytes).
+        passed: Vec<Memfd>,
     },
 }
 
@@ -1173,6 +1203,7 @@ mod tests {
                 unread: b"for it".to_vec(),
                 unfinished: b"from it".to_vec(),
                 notes: b"the caller's".to_vec(),
+                passed: vec![],
             }],
             needs: Some(crate::compat::Fingerprint {
                 files: [("/usr/bin/prog".to_string(), Some(vec![7; 32]))].into(),
@@ -1211,6 +1242,12 @@ mod tests {
                 OpenFile::Cut {
                     unread: b"half a fr".to_vec(),
                     flags: 0,
+                    passed: vec![Memfd {
+                        name: "mig-pooled".into(),
+                        size: 8192,
+                        seals: libc::F_SEAL_GROW,
+                        data: vec![1; 10],
+                    }],
                 },
             ],
             pipes: vec![Pipe {
@@ -1301,6 +1338,7 @@ mod tests {
     fn a_version_4_image_has_no_memfds() {
         let mut img = sample(&[(0x10000, 1)]);
         img.memfds.clear();
+        img.sockets.clear();
         img.files.truncate(2);
         for p in &mut img.procs {
             if let ProcState::Live(m) = &mut p.state {

@@ -277,6 +277,7 @@ pub mod compat;
 mod dump;
 pub mod fds;
 pub mod image;
+pub mod memfd;
 mod ns;
 pub mod plan;
 pub mod proc;

@@ -373,9 +373,11 @@ fn open_files(
                 }
                 fd
             }
-            OpenFile::Cut { unread, flags } => {
-                cut_socket(unread, *flags).map_err(RestoreError::Cut)?
-            }
+            OpenFile::Cut {
+                unread,
+                flags,
+                passed,
+            } => cut_socket(unread, *flags, passed).map_err(RestoreError::Cut)?,
         };
         out.push(owned);
     }
@@ -411,7 +413,7 @@ fn make_pipe(size: u32, data: &[u8]) -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// A stream socket holding `unread`, whose other end is closed (see
 /// `OpenFile::Cut`), with status flags `flags`.
-fn cut_socket(unread: &[u8], flags: i32) -> io::Result<OwnedFd> {
+fn cut_socket(unread: &[u8], flags: i32, passed: &[crate::image::Memfd]) -> io::Result<OwnedFd> {
     let mut ends = [0; 2];
     // SAFETY: socketpair writes two descriptors, which we then own.
     let (keep, other) = unsafe {
@@ -427,22 +429,44 @@ fn cut_socket(unread: &[u8], flags: i32) -> io::Result<OwnedFd> {
         (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]))
     };
     if !unread.is_empty() {
-        // Room for them all (they were in a socket of the same kind).
-        let room = (unread.len() * 2).min(i32::MAX as usize) as libc::c_int;
-        for (fd, opt) in [(&other, libc::SO_SNDBUF), (&keep, libc::SO_RCVBUF)] {
-            // SAFETY: setsockopt reads one int of ours. (A smaller buffer
-            // than asked shows below, as bytes that do not go in.)
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&room as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
+        // Room for them all (they were in a socket of the same kind),
+        // each descriptor in a message of its own: never less than a
+        // socket's own room. Forced where the caller may (a daemon run as
+        // root), asked for otherwise.
+        let room = (unread.len() * 2 + passed.len() * 4096 + (256 << 10)).min(i32::MAX as usize)
+            as libc::c_int;
+        for (fd, force, ask) in [
+            (&other, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+            (&keep, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        ] {
+            let set = |opt| {
+                // SAFETY: setsockopt reads one int of ours. (A smaller
+                // buffer than asked shows below, as bytes that do not go
+                // in.)
+                unsafe {
+                    libc::setsockopt(
+                        fd.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        opt,
+                        (&room as *const libc::c_int).cast(),
+                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                }
             };
+            if set(force) < 0 {
+                set(ask);
+            }
         }
+        // Each memfd with a byte of its own, in order (a reader may take
+        // only a few descriptors a message: libmig takes four).
         let mut done = 0;
+        for m in passed {
+            let fd = crate::memfd::make(m)?;
+            let Some(byte) = unread.get(done..done + 1) else {
+                return Err(io::Error::other("more descriptors passed than bytes"));
+            };
+            done += send_fds(&other, byte, std::slice::from_ref(&fd))?;
+        }
         while done < unread.len() {
             let rest = &unread[done..];
             // SAFETY: send reads `rest`, ours, for its length.
@@ -475,40 +499,53 @@ fn cut_socket(unread: &[u8], flags: i32) -> io::Result<OwnedFd> {
     Ok(keep)
 }
 
+/// Sends `bytes` on `sock` with `fds` (`SCM_RIGHTS`, at most 253); how
+/// many bytes went.
+fn send_fds(sock: &OwnedFd, bytes: &[u8], fds: &[OwnedFd]) -> io::Result<usize> {
+    let raw: Vec<libc::c_int> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let len = std::mem::size_of_val(&raw[..]) as u32;
+    // SAFETY: CMSG_SPACE computes a size from an integer.
+    let space = unsafe { libc::CMSG_SPACE(len) } as usize;
+    let mut control = vec![0u8; space];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set below, to
+    // `bytes` (only read) and `control`, which the CMSG_* macros fill
+    // with one SCM_RIGHTS header and the descriptors, inside its length.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(len) as usize;
+        std::ptr::copy_nonoverlapping(raw.as_ptr(), libc::CMSG_DATA(c).cast(), raw.len());
+        libc::sendmsg(
+            sock.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Each memfd of the image made anew: its name, size and bytes, then its
 /// seals.
 fn make_memfds(image: &Image) -> Result<Vec<OwnedFd>, RestoreError> {
     let mut out = Vec::with_capacity(image.memfds.len());
     for (i, m) in image.memfds.iter().enumerate() {
-        let err = |source| RestoreError::Memfd {
+        out.push(crate::memfd::make(m).map_err(|source| RestoreError::Memfd {
             index: i as u32,
             source,
-        };
-        let name = std::ffi::CString::new(m.name.replace('\0', ""))
-            .map_err(|e| err(io::Error::other(e)))?;
-        // SAFETY: memfd_create reads the name (ours, NUL-terminated) and
-        // returns a new descriptor, which we then own.
-        let fd = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if fd < 0 {
-            return Err(err(io::Error::last_os_error()));
-        }
-        // SAFETY: just made, ours alone.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.set_len(m.size).map_err(err)?;
-        file.write_all_at(&m.data, 0).map_err(err)?;
-        let seals = m.seals & !libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on our descriptor. F_SEAL_SEAL goes last, alone.
-        let ok = unsafe {
-            (seals == 0 || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) == 0)
-                && (m.seals & libc::F_SEAL_SEAL == 0
-                    || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SEAL) == 0)
-        };
-        if !ok {
-            return Err(err(io::Error::last_os_error()));
-        }
-        out.push(file.into());
+        })?);
     }
     Ok(out)
 }

@@ -581,13 +581,14 @@ pub fn peek_pipe(pid: i32, fd: i32) -> Result<(u32, Vec<u8>), SysError> {
 }
 
 /// The bytes waiting to be read in the stream socket of `pid`'s descriptor
-/// `fd`, looked at without taking them, and how many descriptors came
-/// with them (0 when none). The socket is duplicated into this process
-/// (`pidfd_getfd(2)`, which needs the right to trace `pid`) and read with
-/// `MSG_PEEK`: what `pid` reads next is unchanged. A peek stops at bytes
-/// that carry descriptors (it lends copies of them, closed here at once),
-/// so those bytes and what follows them are not all returned then.
-pub fn peek_socket(pid: i32, fd: i32) -> Result<(Vec<u8>, usize), SysError> {
+/// `fd`, looked at without taking them, and the descriptors that came with
+/// them, in order (copies lent by the peek). The socket is duplicated into
+/// this process (`pidfd_getfd(2)`, which needs the right to trace `pid`)
+/// and read with `MSG_PEEK` from a peek offset (`SO_PEEK_OFF`, put back
+/// after): a peek stops where bytes carrying descriptors begin, and the
+/// offset lets the next go on from there. What `pid` reads next is
+/// unchanged.
+pub fn peek_socket(pid: i32, fd: i32) -> Result<(Vec<u8>, Vec<std::os::fd::OwnedFd>), SysError> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let call = |what: &str| err(format!("{what} (socket of fd {fd})"), pid);
     let sock = borrow_fd(pid, fd)?;
@@ -622,68 +623,106 @@ pub fn peek_socket(pid: i32, fd: i32) -> Result<(Vec<u8>, usize), SysError> {
         return Err(call("ioctl FIONREAD"));
     }
     if waiting <= 0 {
-        return Ok((Vec::new(), 0));
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let peek_off = |off: libc::c_int| {
+        // SAFETY: setsockopt reads one int of ours.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEEK_OFF,
+                (&off as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    if peek_off(0) < 0 {
+        return Err(call("setsockopt SO_PEEK_OFF"));
     }
     let mut data = vec![0u8; waiting as usize];
+    let mut got = 0;
+    let mut fds = Vec::new();
     // Room for the most descriptors one message may carry (SCM_MAX_FD).
     const MAX_FDS: usize = 253;
     // SAFETY: CMSG_SPACE computes a size from an integer.
     let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) };
     let mut control = vec![0u8; space as usize];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: a zeroed msghdr is valid; its pointers are set below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control.len();
-    // SAFETY: `msg` points at `data` and `control`, both alive and as
-    // long as it says, for the call.
-    let got = unsafe {
-        libc::recvmsg(
-            sock.as_raw_fd(),
-            &mut msg,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
-        )
-    };
-    if got < 0 {
-        return Err(call("recvmsg MSG_PEEK"));
-    }
-    data.truncate(got as usize);
-    let mut fds = 0;
-    // SAFETY: the CMSG_* macros walk the control buffer the kernel filled
-    // (`msg_controllen` was set by recvmsg to what it wrote); each
-    // SCM_RIGHTS header is followed by its descriptors, which are ours
-    // (lent by the peek) and closed here.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let n = bytes / std::mem::size_of::<libc::c_int>();
-                let at = libc::CMSG_DATA(c).cast::<libc::c_int>();
-                for i in 0..n {
-                    drop(OwnedFd::from_raw_fd(at.add(i).read_unaligned()));
-                }
-                fds += n;
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
+    let result = loop {
+        if got == data.len() {
+            break Ok(());
         }
+        let mut iov = libc::iovec {
+            iov_base: data[got..].as_mut_ptr().cast(),
+            iov_len: data.len() - got,
+        };
+        // SAFETY: a zeroed msghdr is valid; its pointers are set below.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = control.len();
+        // SAFETY: `msg` points at the rest of `data` and at `control`,
+        // both alive and as long as it says, for the call.
+        let n = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+            )
+        };
+        if n < 0 {
+            break Err(call("recvmsg MSG_PEEK"));
+        }
+        // SAFETY: the CMSG_* macros walk the control buffer the kernel
+        // filled (`msg_controllen` was set by recvmsg to what it wrote);
+        // each SCM_RIGHTS header is followed by its descriptors, which are
+        // ours (lent by the peek).
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                    let k = bytes / std::mem::size_of::<libc::c_int>();
+                    let at = libc::CMSG_DATA(c).cast::<libc::c_int>();
+                    for i in 0..k {
+                        fds.push(OwnedFd::from_raw_fd(at.add(i).read_unaligned()));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            break Err(SysError {
+                call: format!("recvmsg MSG_PEEK (socket of fd {fd})"),
+                pid,
+                source: io::Error::other("more descriptors than one message carries"),
+            });
+        }
+        if n == 0 {
+            break Err(SysError {
+                call: format!("recvmsg MSG_PEEK (socket of fd {fd})"),
+                pid,
+                source: io::Error::other(format!("{got} of {waiting} bytes")),
+            });
+        }
+        got += n as usize;
+    };
+    peek_off(-1);
+    result.map(|()| (data, fds))
+}
+
+/// Shuts the socket on `pid`'s descriptor `fd` for reading (`shutdown(2)`
+/// through a duplicate): its peer's writes fail from then on (`EPIPE`);
+/// what it holds can still be read.
+pub fn shut_reading(pid: i32, fd: i32) -> Result<(), SysError> {
+    use std::os::fd::AsRawFd;
+    let sock = borrow_fd(pid, fd)?;
+    // SAFETY: shutdown on our duplicate of the socket.
+    if unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RD) } < 0 {
+        return Err(err(format!("shutdown (socket of fd {fd})"), pid));
     }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
-        fds = fds.max(1);
-    }
-    if fds == 0 && data.len() < waiting as usize {
-        return Err(SysError {
-            call: format!("recvmsg MSG_PEEK (socket of fd {fd})"),
-            pid,
-            source: io::Error::other(format!("{} of {waiting} bytes", data.len())),
-        });
-    }
-    Ok((data, fds))
+    Ok(())
 }
 
 /// A duplicate of `pid`'s descriptor `fd` in this process
@@ -707,30 +746,6 @@ pub fn borrow_fd(pid: i32, fd: i32) -> Result<std::os::fd::OwnedFd, SysError> {
     }
     // SAFETY: just made, ours alone.
     Ok(unsafe { OwnedFd::from_raw_fd(dup as i32) })
-}
-
-/// The size, seals (`F_GET_SEALS`) and bytes of the memfd on `pid`'s
-/// descriptor `fd`, read through a duplicate (`borrow_fd`); trailing
-/// zeros left out.
-pub fn memfd_content(pid: i32, fd: i32) -> Result<(u64, i32, Vec<u8>), SysError> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::FileExt;
-    let call = |what: &str, source: io::Error| SysError {
-        call: format!("{what} (memfd of fd {fd})"),
-        pid,
-        source,
-    };
-    let file = std::fs::File::from(borrow_fd(pid, fd)?);
-    let size = file.metadata().map_err(|e| call("fstat", e))?.len();
-    // SAFETY: fcntl on our descriptor.
-    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) }.max(0);
-    let len = usize::try_from(size).map_err(|e| call("size", io::Error::other(e)))?;
-    let mut data = vec![0u8; len];
-    file.read_exact_at(&mut data, 0)
-        .map_err(|e| call("pread", e))?;
-    let used = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    data.truncate(used);
-    Ok((size, seals, data))
 }
 
 /// Sets bit `bit` (0-31) of the aligned 32-bit word at `addr` in the

@@ -117,7 +117,7 @@ fn memfds_and_a_cut_socket_are_carried_and_the_flag_reaches_whoever_stays() {
     let opts = DumpOptions {
         external_fds: [0, 1, 2].into(),
         cut: [sock].into(),
-        set_bits: vec![(addr + 4, 31)],
+        set_bits: [(pid, vec![(addr + 4, 31)])].into(),
         ..Default::default()
     };
     dump(pid, &opts, &mut f).expect("dump");
@@ -175,4 +175,39 @@ fn a_socket_to_a_peer_not_named_is_refused_and_the_process_left_as_it_was() {
     out.read_line(&mut line).expect("line");
     assert_eq!(line, "read \"\" then the end\n");
     let _ = child.wait();
+}
+
+#[test]
+fn a_bit_for_the_image_only_leaves_the_running_process_and_its_peers_alone() {
+    let (ours, theirs) = UnixStream::pair().expect("pair");
+    let (mut child, mut out, fd, addr) = start(&theirs);
+    let pid = child.id() as i32;
+    let _reap = Reap(pid);
+    let sock = std::fs::metadata(format!("/proc/{pid}/fd/3"))
+        .expect("fd 3")
+        .ino();
+    drop(theirs);
+    let path = scratch().join("snap.img");
+    let mut f = File::create(&path).expect("create");
+    let opts = DumpOptions {
+        external_fds: [0, 1, 2].into(),
+        cut: [sock].into(),
+        set_bits: [(pid, vec![(addr + 4, 31)])].into(),
+        checkpoint_only: true,
+        ..Default::default()
+    };
+    dump(pid, &opts, &mut f).expect("dump");
+    drop(f);
+    // In the image: set.
+    let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    let kept = &img.image().memfds[0];
+    assert_eq!(kept.name, "kept");
+    assert_eq!(kept.data[7] >> 7, 1, "the top bit of the word at 4");
+    // In the process: clear, and it runs on with its peer.
+    drop(ours);
+    nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).expect("CONT");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut out, &mut said).expect("read");
+    assert!(said.contains("top bit clear"), "{said}");
+    let _ = (child.wait(), fd);
 }

@@ -267,6 +267,7 @@ fn state_v4() -> Image {
             unread: b"MG for it".to_vec(),
             unfinished: b"MG half".to_vec(),
             notes: b"heard 7".to_vec(),
+            passed: vec![],
         }],
         ..state_v3()
     }
@@ -312,6 +313,18 @@ fn state_v5() -> Image {
     img.files.push(OpenFile::Cut {
         unread: b"MG from a peer".to_vec(),
         flags: libc::O_NONBLOCK,
+        passed: vec![Memfd {
+            name: "mig-pooled".into(),
+            size: 0x3000,
+            seals: libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+            data: b"200 KiB".to_vec(),
+        }],
+    });
+    img.sockets[0].passed.push(Memfd {
+        name: "mig-message".into(),
+        size: 7,
+        seals: libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL,
+        data: b"message".to_vec(),
     });
     img.memfds.push(Memfd {
         name: "mig-ring".into(),

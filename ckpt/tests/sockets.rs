@@ -51,6 +51,7 @@ fn options(unread: &[u8]) -> DumpOptions {
             unread: unread.to_vec(),
             unfinished: b"MG half".to_vec(),
             notes: b"heard 7".to_vec(),
+            passed: vec![],
         }],
         ..Default::default()
     }
@@ -77,6 +78,7 @@ fn bytes_waiting_in_the_socket_go_into_the_image_and_stay_in_the_socket() {
             unread: b"hello world".to_vec(),
             unfinished: b"MG half".to_vec(),
             notes: b"heard 7".to_vec(),
+            passed: vec![],
         }]
     );
     // Not taken: continued, it reads them (and only them: the caller's
@@ -116,7 +118,7 @@ fn bytes_waiting_in_the_socket_go_into_the_image_and_stay_in_the_socket() {
 }
 
 #[test]
-fn a_descriptor_on_its_way_through_the_socket_is_refused() {
+fn a_descriptor_other_than_a_memfd_on_its_way_through_the_socket_is_refused() {
     let (ours, theirs) = UnixStream::pair().expect("pair");
     let (mut child, mut out) = start(&theirs);
     drop(theirs);
@@ -138,7 +140,9 @@ fn a_descriptor_on_its_way_through_the_socket_is_refused() {
     match dump(pid, &options(b""), &mut sink) {
         Err(DumpError::Unsupported { what, .. }) => {
             assert!(
-                what.contains("descriptors") && what.contains("fd 3"),
+                what.contains("descriptor")
+                    && what.contains("fd 3")
+                    && what.contains("not a memfd"),
                 "{what}"
             )
         }
@@ -175,4 +179,63 @@ fn a_process_that_closed_its_socket_is_saved_without_it() {
     assert!(img.sockets.is_empty(), "{:?}", img.sockets);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn a_memfd_on_its_way_through_the_socket_goes_into_the_image_with_its_bytes() {
+    let (ours, theirs) = UnixStream::pair().expect("pair");
+    let (mut child, mut out) = start(&theirs);
+    drop(theirs);
+    let pid = child.id() as i32;
+    stop(pid);
+    let memfd = mig_ckpt::memfd::make(&mig_ckpt::image::Memfd {
+        name: "mig-message".into(),
+        size: 4096,
+        seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK,
+        data: b"a large message".to_vec(),
+    })
+    .expect("memfd");
+    for (bytes, fd) in [
+        (&b"ab"[..], Some(&memfd)),
+        (b"cd", None),
+        (b"e", Some(&memfd)),
+    ] {
+        let fds: Vec<i32> = fd.iter().map(|f| f.as_raw_fd()).collect();
+        let cmsg: Vec<_> = fd
+            .iter()
+            .map(|_| nix::sys::socket::ControlMessage::ScmRights(&fds))
+            .collect();
+        let iov = [std::io::IoSlice::new(bytes)];
+        nix::sys::socket::sendmsg::<()>(
+            ours.as_raw_fd(),
+            &iov,
+            &cmsg,
+            nix::sys::socket::MsgFlags::empty(),
+            None,
+        )
+        .expect("sendmsg");
+    }
+    let mut held = options(b"");
+    held.sockets[0].passed.push(mig_ckpt::image::Memfd {
+        name: "held".into(),
+        size: 1,
+        seals: 0,
+        data: vec![],
+    });
+    let mut sink = Vec::new();
+    dump(pid, &held, &mut sink).expect("dump");
+    let img = mig_ckpt::image::decode(&sink, true).expect("image").1;
+    let s = &img.sockets[0];
+    assert_eq!(s.unread, b"abcde");
+    let names: Vec<&str> = s.passed.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["mig-message", "mig-message", "held"]);
+    assert_eq!(s.passed[0].data, b"a large message");
+    assert_eq!(s.passed[0].size, 4096);
+    // Only looked at: continued, it reads all five bytes.
+    kill(Pid::from_raw(pid), Signal::SIGCONT).expect("SIGCONT");
+    drop(ours);
+    let mut said = String::new();
+    out.read_to_string(&mut said).expect("read");
+    assert_eq!(said, "abcde");
+    assert!(child.wait().expect("wait").success());
 }

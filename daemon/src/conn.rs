@@ -294,21 +294,20 @@ impl Conn {
         self.flush(registry, token)
     }
 
-    /// A copy of the bytes queued and not yet written, in order; or why
-    /// they are not bytes alone (a descriptor is queued to go with them, or
-    /// the link is sealed).
-    pub fn unwritten(&self) -> Result<Vec<u8>, &'static str> {
+    /// A copy of the bytes queued and not yet written, in order, and the
+    /// descriptors queued to go with them, in order; or why they are not
+    /// plain bytes (the link is sealed).
+    pub fn unwritten(&self) -> Result<(Vec<u8>, Vec<std::os::fd::BorrowedFd<'_>>), &'static str> {
         if self.seal.is_some() {
             return Err("a sealed link's output is not plain bytes");
         }
-        if self.out.iter().any(|c| c.fd.is_some()) {
-            return Err("a descriptor is queued to go with the bytes");
-        }
         let mut all = Vec::with_capacity(self.out_len);
+        let mut fds = Vec::new();
         for c in &self.out {
             all.extend_from_slice(&c.bytes[c.off..]);
+            fds.extend(c.fd.as_ref().map(std::os::fd::AsFd::as_fd));
         }
-        Ok(all)
+        Ok((all, fds))
     }
 
     /// From now on every byte both ways is sealed.

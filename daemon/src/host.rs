@@ -63,11 +63,17 @@ pub struct LocalVp {
     /// for their answers: it is not moved from outside meanwhile (the
     /// answer would come to this host).
     pub calls: std::collections::BTreeSet<u64>,
-    /// The VPs it was given a direct link to (shared memory between the
-    /// two, which a move from outside cannot carry).
-    pub direct: std::collections::BTreeSet<Tid>,
+    /// The VPs it was given a direct link to, each with the inodes of its
+    /// ends of the links' sockets (two, when both asked at once and it
+    /// kept one): a move from outside cuts them (the sockets' other ends
+    /// and the rings stay with the peer).
+    pub direct: std::collections::BTreeMap<Tid, std::collections::BTreeSet<u64>>,
     /// What it sent and was given, numbered (see `ledger`).
     pub ledger: crate::ledger::Ledger,
+    /// Bytes of its large messages (memfds) this daemon holds and has not
+    /// yet credited back to it (`VpMsg::Credit`): a move from outside
+    /// credits them at once, since their credit would not find it.
+    pub uncredited: u64,
     /// The job checkpoint it is paused for, saved from outside.
     pub snap: Option<SnapWait>,
 }
@@ -112,6 +118,7 @@ impl LocalVp {
             calls: Default::default(),
             direct: Default::default(),
             ledger: Default::default(),
+            uncredited: 0,
             snap: None,
         }
     }

@@ -118,6 +118,14 @@ pub enum Task {
         /// writing, and whether it ever spoke. The image keeps them, and
         /// the bytes the socket holds for the VP before the daemon's.
         socket: Option<SocketState>,
+        /// The inodes of its ends of its direct links to VPs of this host:
+        /// cut (see `mig_ckpt::DumpOptions::cut`), and every ring of
+        /// libmig in its memory marked closed (`libmig::ring`): for a move
+        /// in its memory too, so that peers stop writing into it (they go
+        /// through the daemons, which hold messages for a moving VP); for
+        /// a job checkpoint in the image only (it runs on, its links with
+        /// it, and when restored from the image its rings are closed).
+        links: BTreeSet<u64>,
     },
     /// Rebuild VP `tid` from the image at `image`, given `fds` by number
     /// (see [`GIVEN_FDS`]), born in the cgroups whose `cgroup.procs`
@@ -317,14 +325,21 @@ fn run(task: Task, progress: &dyn Fn(Tid, i32, u64)) -> Done {
             all,
             input,
             socket,
+            links,
         } => {
             let told = |upto| progress(tid, pid, upto);
             let tell: Option<&dyn Fn(u64)> = snap.is_none().then_some(&told);
+            let saved = Saved {
+                input,
+                socket,
+                links,
+                moving: snap.is_none(),
+            };
             Done::Dumped {
                 tid,
                 pid,
                 snap,
-                result: dump(pid, &all, &to, input, socket, tell),
+                result: dump(pid, &all, &to, saved, tell),
                 took: began.elapsed(),
             }
         }
@@ -388,14 +403,56 @@ impl Write for Told<'_> {
 /// Save `pid` (and, with the privileges, its tree) to `to`, once every
 /// process of it is stopped and none of `all` is outside the tree; `tell`
 /// hears how far its file is written.
+/// What a dump keeps besides the processes (see `Task::Dump`).
+struct Saved {
+    input: Option<(Vec<u8>, bool)>,
+    socket: Option<SocketState>,
+    links: BTreeSet<u64>,
+    /// A move (else a job checkpoint).
+    moving: bool,
+}
+
+/// The closed flag of every ring of libmig mapped in the processes of the
+/// tree of `pid` (stopped), by process: their rings are shared memory
+/// with a peer on this host (see `libmig::ring`).
+fn ring_flags(pid: i32) -> BTreeMap<i32, Vec<(u64, u32)>> {
+    let mut pids = mig_ckpt::descendants(pid).unwrap_or_default();
+    pids.push(pid);
+    let (at, bit) = libmig::ring::CLOSED_FLAG;
+    let name = format!("/memfd:{}", libmig::ring::MEMFD_NAME);
+    let mut out = BTreeMap::new();
+    for p in pids {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{p}/maps")) else {
+            continue;
+        };
+        let Ok(maps) = mig_ckpt::proc::parse_maps(&text) else {
+            continue;
+        };
+        let flags: Vec<(u64, u32)> = maps
+            .iter()
+            .filter(|m| m.shared && m.offset == 0 && m.name.starts_with(&name))
+            .map(|m| (m.start + at, bit))
+            .collect();
+        if !flags.is_empty() {
+            out.insert(p, flags);
+        }
+    }
+    out
+}
+
 fn dump(
     pid: i32,
     all: &[i32],
     to: &std::path::Path,
-    input: Option<(Vec<u8>, bool)>,
-    socket: Option<SocketState>,
+    saved: Saved,
     tell: Option<&dyn Fn(u64)>,
 ) -> Result<DumpStats, String> {
+    let Saved {
+        input,
+        socket,
+        links,
+        moving,
+    } = saved;
     let trees = trees();
     if trees {
         mig_ckpt::stop_tree(pid, STOP_LIMIT)
@@ -426,6 +483,9 @@ fn dump(
         external_fds: GIVEN_FDS.into_iter().collect::<BTreeSet<i32>>(),
         inputs: input.map(|i| (0, i)).into_iter().collect(),
         sockets: socket.into_iter().collect(),
+        set_bits: ring_flags(pid),
+        checkpoint_only: !moving,
+        cut: links,
     };
     let saved = if trees {
         mig_ckpt::dump_tree(pid, &opts, &mut out)
@@ -593,6 +653,7 @@ mod tests {
             all: vec![pid],
             input: None,
             socket: None,
+            links: Default::default(),
         });
         assert!(c.busy(pid));
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
@@ -688,6 +749,7 @@ mod tests {
             all: vec![pid],
             input: None,
             socket: None,
+            links: Default::default(),
         };
         c.submit(task(None));
         let (Done::Dumped { result, .. }, told) = wait_with_progress(&mut c) else {
@@ -754,6 +816,7 @@ mod tests {
             all: vec![pid],
             input: None,
             socket: None,
+            links: Default::default(),
         });
         let Done::Dumped { result, .. } = wait_for(&mut c) else {
             panic!("not a dump")

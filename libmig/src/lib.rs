@@ -41,7 +41,7 @@ mod link;
 pub mod msg;
 pub mod payload;
 pub mod pool;
-mod ring;
+pub mod ring;
 pub mod seal;
 mod spawn_spec;
 pub mod vm;

@@ -366,7 +366,18 @@ impl Inbox {
             return Payload::map(fd, len).map(Ok);
         }
         let hit = self.maps.iter().position(|(k, _, _)| *k == (dev, ino));
-        let (key, map) = match hit.and_then(|i| self.maps.remove(i)) {
+        // A buffer comes marked in use (its sender marks it before passing
+        // it). A mapping of it that reads free is not of it any more: this
+        // process was moved from outside, and its mappings are copies made
+        // anew, while the sender's buffer, reused, keeps its identity.
+        let hit = hit.and_then(|i| self.maps.remove(i)).filter(|(_, m, _)| {
+            let mine = m.flag().load(Ordering::Acquire) != 0;
+            if !mine {
+                self.bytes -= m.size;
+            }
+            mine
+        });
+        let (key, map) = match hit {
             Some((k, m, _)) => (k, m),
             None => {
                 let map = Arc::new(Mapping::of_peer(&fd, size)?);
@@ -423,6 +434,31 @@ mod tests {
         assert_eq!(out.buffers(), 2);
         assert_eq!(&*inbox.read_in_place(fd3, c.len()).unwrap(), &c[..]);
         assert_eq!(&*inbox.read_in_place(fd2, b.len()).unwrap(), &b[..]);
+    }
+
+    #[test]
+    fn a_mapping_that_is_no_longer_of_the_senders_buffer_is_made_again() {
+        let mut out = Outbox::default();
+        let mut inbox = Inbox::default();
+        let a = bytes(FD_PAYLOAD, 1);
+        let fd = out.stage(1, &[&a]).unwrap();
+        let (_, (dev, ino, _)) = check_fd(&fd, a.len()).unwrap();
+        drop(inbox.read_in_place(fd, a.len()).unwrap());
+        // As a move from outside leaves it: the receiver's mapping is a
+        // copy, apart from the sender's buffer (here: a mapping of another
+        // buffer under the first one's name, read free).
+        let other = Buffer::new(FD_PAYLOAD, 2).unwrap();
+        other.map.flag().store(0, Ordering::Release);
+        let copy = Arc::new(Mapping::of_peer(&other.fd, (HEADER + FD_PAYLOAD) as u64).unwrap());
+        inbox.maps[0].1 = copy;
+        // The sender fills its buffer again: the receiver reads its bytes,
+        // not the copy's.
+        let b = bytes(FD_PAYLOAD, 9);
+        let fd = out.stage(1, &[&b]).unwrap();
+        assert_eq!(check_fd(&fd, b.len()).unwrap().1 .1, ino);
+        assert_eq!(&*inbox.read_in_place(fd, b.len()).unwrap(), &b[..]);
+        assert_eq!(inbox.maps.len(), 1);
+        assert_eq!(inbox.maps[0].0, (dev, ino));
     }
 
     #[test]

@@ -30,6 +30,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bytes a ring holds.
 pub const RING_BYTES: usize = 1 << 19;
+/// The name of a ring's memfd (`/memfd:mig-ring` in `/proc/PID/maps`).
+pub const MEMFD_NAME: &str = "mig-ring";
+/// Where `CLOSED` lies for whoever closes a ring from outside (a daemon
+/// moving its receiver or its sender): the byte offset of a 32-bit word
+/// in the mapping, and its bit (the tail's top bit, little-endian). Set
+/// atomically, it makes every later push fail, as the receiver's own
+/// close does; frames pushed before stay to be read.
+pub const CLOSED_FLAG: (u64, u32) = ((TAIL + 4) as u64, 31);
 /// Its header: one page.
 const HEADER: usize = 4096;
 const CLOSED: u64 = 1 << 63;
@@ -84,6 +92,7 @@ impl Ring {
             ));
         }
         let fd = crate::payload::sealable_memfd(c"mig-ring")?;
+        debug_assert_eq!(MEMFD_NAME, "mig-ring");
         let size = (HEADER + cap) as libc::off_t;
         // SAFETY: sizing and sealing a memfd we own.
         let ok = unsafe {

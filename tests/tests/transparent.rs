@@ -1071,3 +1071,100 @@ fn host_index(name: &str) -> usize {
         .parse()
         .expect("a host name hK")
 }
+
+/// Move VP `tid` to host `to` from outside, asking again (up to ten times)
+/// when a move is refused for the moment or called off; whether it runs
+/// there.
+fn move_to(vm: &Vm, tid: &str, to: &str) -> bool {
+    for _ in 0..10 {
+        let out = vm.migrate(tid, to);
+        if !out.status.success() {
+            std::thread::sleep(Duration::from_millis(300));
+            continue;
+        }
+        let settled = wait_until(Duration::from_secs(30), || {
+            vps(vm).iter().any(|(t, h, s, _)| {
+                t == tid && (s == "running" || s == "exited") && (h == to || s == "exited")
+            }) || vps(vm)
+                .iter()
+                .any(|(t, h, s, _)| t == tid && h != to && s == "running")
+        });
+        assert!(settled, "{:?}\n{}", vps(vm), vm.all_logs());
+        if vps(vm)
+            .iter()
+            .any(|(t, h, s, _)| t == tid && h == to && s == "running")
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    false
+}
+
+/// Two VPs of a libmig program that never says it can be moved, on one
+/// host, talking over a direct link (a ring each way in shared memory) and
+/// sending messages of 200 KiB (shared buffers, passed as descriptors):
+/// moved from outside at any moment of their stream, again and again. The
+/// first move cuts their link (what the rings and its socket held arrives,
+/// later messages go through the daemons), the shared buffers go with each
+/// move; every message arrives once, in order, with its bytes, both ways.
+#[test]
+fn vps_talking_through_shared_memory_are_moved_from_outside_and_lose_nothing() {
+    let vm = Vm::start_procs(2, 2, &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let job = vm.start_job(
+        2,
+        &mig_tests::bin("testvp"),
+        &[
+            "echo".as_ref(),
+            stop.as_os_str(),
+            "200".as_ref(),
+            "direct".as_ref(),
+            "big".as_ref(),
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(20), || all_running(&vm, 2)));
+    let v = vps(&vm);
+    let tids: Vec<String> = v.iter().map(|v| v.0.clone()).collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || tids
+            .iter()
+            .all(|t| movable(&vm, t))),
+        "{}",
+        vm.all_logs()
+    );
+    // On one host, where they link.
+    if v[0].1 != v[1].1 {
+        assert!(move_to(&vm, &tids[1], &v[0].1), "{}", vm.all_logs());
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let mut moves = 0;
+    for round in 0..3 {
+        for tid in &tids {
+            let from = vps(&vm)
+                .into_iter()
+                .find(|v| v.0 == *tid && v.2 == "running")
+                .map(|v| v.1)
+                .unwrap_or_else(|| panic!("t{tid} not running: {:?}\n{}", vps(&vm), vm.all_logs()));
+            let to = if from == "h0" { "h1" } else { "h0" };
+            assert!(
+                move_to(&vm, tid, to),
+                "round {round}: t{tid} not moved: {:?}\n{}",
+                vps(&vm),
+                vm.all_logs()
+            );
+            moves += 1;
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    assert_eq!(moves, 6);
+    std::fs::write(&stop, "").expect("stop");
+    let lines = ends_well(&vm, job);
+    every_message_once(&lines);
+    assert!(
+        vm.all_logs().contains("are cut for its move"),
+        "no direct link was cut:\n{}",
+        vm.all_logs()
+    );
+}

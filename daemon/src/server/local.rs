@@ -127,6 +127,7 @@ impl Local {
                 calls: Default::default(),
                 direct: Default::default(),
                 ledger: Default::default(),
+                uncredited: 0,
                 snap: None,
                 input: stdin.and_then(|fd| {
                     crate::stdin_feed::Input::new(fd)
@@ -344,6 +345,7 @@ impl Daemon {
         {
             let mut c = Conn::new(vp_sock, Kind::Vp { tid });
             let mut unread = Vec::new();
+            let mut passed = Vec::new();
             if let Some(s) = carried {
                 c.dec.feed(&s.unfinished);
                 let ledger = crate::ledger::Ledger::decode(&s.notes)
@@ -355,11 +357,31 @@ impl Daemon {
                     v.ledger = ledger;
                 }
                 unread = s.unread;
+                passed = s.passed;
             }
             self.net.conns.insert(vt, c);
             self.local.vp_conns.insert(tid, vt);
-            if !unread.is_empty() {
-                self.send_bytes(vt, &unread);
+            // The large messages that were on their way to it, made anew,
+            // each passed with a byte of what it had not read (in order:
+            // it takes them in order, a frame's before the frame's end).
+            let mut at = 0;
+            for m in &passed {
+                let fd = match mig_ckpt::memfd::make(m) {
+                    Ok(fd) => fd,
+                    Err(e) => {
+                        warn!("VP t{tid:x}: a large message on its way to it could not be made again: {e}");
+                        continue;
+                    }
+                };
+                let Some(byte) = unread.get(at) else {
+                    warn!("VP t{tid:x}: a large message on its way to it came with no bytes");
+                    break;
+                };
+                self.send_bytes_with_fd(vt, vec![*byte], fd);
+                at += 1;
+            }
+            if unread.len() > at {
+                self.send_bytes(vt, &unread[at..]);
             }
             for (env, payload) in self.router.attach(tid, vt) {
                 self.route(env, payload, None);

@@ -986,18 +986,24 @@ impl Daemon {
     }
 
     pub(super) fn send_vp_fd(&mut self, t: Token, msg: &VpMsg, fd: std::os::fd::OwnedFd) {
-        let failed = match (frame::encode(msg), self.net.conns.get_mut(&t)) {
-            (Ok(b), Some(c)) => c
-                .send_parts(
-                    b,
-                    Payload::from(Vec::new()),
-                    Some(fd),
-                    self.net.poll.registry(),
-                    t,
-                )
-                .err(),
-            _ => None,
-        };
+        match frame::encode(msg) {
+            Ok(b) => self.send_bytes_with_fd(t, b, fd),
+            Err(e) => warn!("cannot encode a message: {e}"),
+        }
+    }
+
+    /// Send `bytes` on `t` with `fd` passed with their first.
+    pub(super) fn send_bytes_with_fd(
+        &mut self,
+        t: Token,
+        bytes: Vec<u8>,
+        fd: std::os::fd::OwnedFd,
+    ) {
+        let registry = self.net.poll.registry();
+        let failed = self.net.conns.get_mut(&t).and_then(|c| {
+            c.send_parts(bytes, Payload::from(Vec::new()), Some(fd), registry, t)
+                .err()
+        });
         if let Some(e) = failed {
             self.write_failed(t, &e);
         }

@@ -93,6 +93,7 @@ impl Local {
             all: v.pids(),
             input: v.held_input(),
             socket: None,
+            links: v.direct.values().flatten().copied().collect(),
         })
     }
 }
@@ -116,15 +117,7 @@ impl Daemon {
         let Some(v) = self.local.vps.by_tid.get(&tid) else {
             return Some(format!("it is not on {}", self.facts.name));
         };
-        if v.exit.is_some() {
-            return Some("it has ended".into());
-        }
-        v.direct.first().map(|p| {
-            format!(
-                "it has a direct link to VP t{p:x} on this host (the memory they share cannot \
-                 be carried yet)"
-            )
-        })
+        v.exit.is_some().then(|| "it has ended".into())
     }
 
     /// May VP `tid` be moved from outside (see `cannot_move_from_outside`)?
@@ -196,6 +189,19 @@ impl Daemon {
             return;
         }
         let task = self.local.dump_task(tid, self.state.move_image(tid), None);
+        let linked = self.local.vps.by_tid.get(&tid).map(|v| {
+            v.direct
+                .keys()
+                .map(|p| format!("t{p:x}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        if let (Ok(_), Some(peers)) = (&socket, linked.filter(|l| !l.is_empty())) {
+            log!(
+                "VP t{tid:x}: its direct links (to {peers}), where still open, are cut for its \
+                 move: their messages go through the daemons"
+            );
+        }
         match (socket, task) {
             (Ok(socket), Some(mut task)) => {
                 if let Some(s) = &socket {
@@ -309,9 +315,22 @@ impl Daemon {
                 "it passed a descriptor (a large message) its daemon has not taken yet".into(),
             );
         }
-        let unread = c
-            .unwritten()
-            .map_err(|e| format!("{e} (a large message or a direct link on its way to it)"))?;
+        let (mut unread, fds) = c.unwritten().map_err(|e| e.to_string())?;
+        // Its large messages still held here are credited in its image,
+        // after what it has not read (whole frames): restored elsewhere,
+        // their credit from here would never find it.
+        let owed = self.local.vps.by_tid.get(&tid).map_or(0, |v| v.uncredited);
+        if owed > 0 {
+            let credit =
+                libmig::frame::encode(&VpMsg::Credit { bytes: owed }).map_err(|e| e.to_string())?;
+            unread.extend_from_slice(&credit);
+        }
+        // Large messages queued for it here go with it, made anew.
+        let passed = fds
+            .into_iter()
+            .map(mig_ckpt::memfd::read)
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| format!("a descriptor queued for it here cannot be carried: {e}"))?;
         let (mut ledger, movable) = self
             .local
             .vps
@@ -326,6 +345,7 @@ impl Daemon {
             unread,
             unfinished: c.dec.pending_bytes(),
             notes: ledger.encode(),
+            passed,
         }))
     }
 

@@ -50,6 +50,9 @@ impl Daemon {
     pub(super) fn credit(&mut self, env: &Envelope, body: &Body) {
         if let (Body::Fd(_, len), Some(&t)) = (body, self.local.vp_conns.get(&env.from)) {
             let bytes = *len as u64;
+            if let Some(v) = self.local.vps.by_tid.get_mut(&env.from) {
+                v.uncredited = v.uncredited.saturating_sub(bytes);
+            }
             self.send_vp(t, &VpMsg::Credit { bytes });
         }
     }

@@ -74,6 +74,9 @@ impl Daemon {
                     Err(e) => return self.refuse(t, &format!("VP t{tid:x}: {e}")),
                 };
                 self.local.sent_by(t, tid, &mut env);
+                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
+                    v.uncredited += len;
+                }
                 if confirm {
                     match self.router.way(env.to) {
                         Way::Gone => {
@@ -213,9 +216,13 @@ impl Daemon {
                     nix::sys::socket::SockFlag::SOCK_CLOEXEC,
                 ) {
                     Ok((a, b)) => {
-                        for (one, other) in [(tid, peer), (peer, tid)] {
+                        let inode = |fd: &std::os::fd::OwnedFd| {
+                            nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(fd))
+                                .map_or(0, |s| s.st_ino)
+                        };
+                        for (one, other, end) in [(tid, peer, inode(&a)), (peer, tid, inode(&b))] {
                             if let Some(v) = self.local.vps.by_tid.get_mut(&one) {
-                                v.direct.insert(other);
+                                v.direct.entry(other).or_default().insert(end);
                             }
                         }
                         self.send_vp_fd(

@@ -134,7 +134,10 @@ impl Vm {
             if via == LinkId::Daemon {
                 return Err(e);
             }
-            // The direct link broke (the peer ended?): the daemons decide.
+            // The direct link broke (the peer ended, or moved): the daemons
+            // decide. What the peer put in it before (its ring, its
+            // socket) is taken in first: closing drops it.
+            let _ = self.pump(LinkId::Direct(to), false);
             self.peers.close_direct(to);
             let head = match &memfd {
                 Some(_) => {

@@ -618,18 +618,30 @@ fn relay(stop: &str) {
 }
 
 /// The payload of message `n` of `echo`: its number, then a pattern of
-/// its own, 16 B to 100 KiB long.
-fn echo_body(n: u64) -> Vec<u8> {
+/// its own, 16 B to 100 KiB long (to 200 KiB when `big`: those travel as
+/// shared memory between processes of a host).
+fn echo_body(n: u64, big: bool) -> Vec<u8> {
     const SIZES: [usize; 5] = [16, 1000, 30_000, 100_000, 4000];
-    let len = SIZES[(n % SIZES.len() as u64) as usize];
+    let mut len = SIZES[(n % SIZES.len() as u64) as usize];
+    if big && len == 100_000 {
+        len = 200_000;
+    }
     let mut b = n.to_le_bytes().to_vec();
     b.extend((8..len).map(|i| pattern(i + n as usize)));
     b
 }
 
-fn echo(vm: &mut Vm, stop: &str, window: u64) {
+/// `echo STOP WINDOW [direct] [big]`: VP 0 streams numbered messages to
+/// VP 1 (`window` ahead) until the file STOP exists, VP 1 sends each back,
+/// both check every one; `direct`, over a direct link when they share a
+/// host; `big`, some of 200 KiB.
+fn echo(vm: &mut Vm, stop: &str, window: u64, direct: bool, big: bool) {
     const DATA: i32 = 1;
     const END: i32 = 2;
+    if direct {
+        vm.set_route(Route::Direct);
+    }
+    let echo_body = |n| echo_body(n, big);
     let tasks = ok(vm.tasks());
     let check = |m: &libmig::Message, want: u64, what: &str| {
         if m.data[..] != echo_body(want)[..] {
@@ -858,6 +870,8 @@ fn main() {
             &mut vm,
             args.get(2).map_or("", String::as_str),
             args.get(3).and_then(|w| w.parse().ok()).unwrap_or(800),
+            args.iter().any(|a| a == "direct"),
+            args.iter().any(|a| a == "big"),
         ),
         "halfway" => halfway(&mut vm, args.get(2).map_or("", String::as_str)),
         "barrier" => barrier(&mut vm, args.get(2).map_or("", String::as_str)),

@@ -1,0 +1,90 @@
+//! Memfds saved and made anew: reading one's bytes, name, size and seals
+//! through a descriptor, and making a new one from what was read. What
+//! does not live here: which memfds a process holds or maps (`dump`,
+//! `fds`), where they go at restore (`restore`).
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+
+use crate::image::Memfd;
+
+/// The memfd on `fd` (named `name`): its size, seals and bytes, trailing
+/// zeros left out. Refused when `fd` is not a memfd (a regular file of
+/// the kernel's memory whose `/proc` name is `/memfd:...`).
+pub fn read(fd: BorrowedFd<'_>) -> io::Result<Memfd> {
+    let shown = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    let shown = shown.to_string_lossy();
+    if !shown.starts_with("/memfd:") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{shown} is not a memfd"),
+        ));
+    }
+    let file = File::from(fd.try_clone_to_owned()?);
+    let size = file.metadata()?.len();
+    // SAFETY: fcntl on our descriptor.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) }.max(0);
+    let len = usize::try_from(size).map_err(io::Error::other)?;
+    let mut data = vec![0u8; len];
+    file.read_exact_at(&mut data, 0)?;
+    let used = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    data.truncate(used);
+    Ok(Memfd {
+        name: crate::fds::memfd_name(&shown),
+        size,
+        seals,
+        data,
+    })
+}
+
+/// A new memfd as `m` says: its name, size and bytes, then its seals.
+pub fn make(m: &Memfd) -> io::Result<OwnedFd> {
+    let name = CString::new(m.name.replace('\0', "")).map_err(io::Error::other)?;
+    // SAFETY: memfd_create reads the name (ours, NUL-terminated) and
+    // returns a new descriptor, which we then own.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just made, ours alone.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.set_len(m.size)?;
+    file.write_all_at(&m.data, 0)?;
+    let seals = m.seals & !libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our descriptor. F_SEAL_SEAL goes last, alone.
+    let ok = unsafe {
+        (seals == 0 || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) == 0)
+            && (m.seals & libc::F_SEAL_SEAL == 0
+                || libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SEAL) == 0)
+    };
+    if !ok {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_memfd_read_and_made_again_has_its_bytes_size_and_seals() {
+        let m = Memfd {
+            name: "pooled".into(),
+            size: 3 * 4096,
+            seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_WRITE,
+            data: b"bytes".to_vec(),
+        };
+        let fd = make(&m).expect("made");
+        let back = read(fd.as_fd()).expect("read");
+        assert_eq!(back, m);
+        // Not a memfd: refused.
+        let f = File::open("/dev/null").expect("null");
+        assert!(read(f.as_fd()).is_err());
+    }
+}
