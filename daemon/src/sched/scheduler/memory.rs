@@ -13,7 +13,7 @@
 //! offers less than one VP needs (`planning::allowed_rows`), or the
 //! projection of memory for a promised start (`admission`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::Scheduler;
@@ -23,6 +23,20 @@ use crate::sched::mtat::{finish_time, slots_at};
 /// VPs of one job each host (by its number in `Hosts`) still holds;
 /// `u32::MAX` where the host says nothing of its memory.
 pub(super) type Caps = Vec<u32>;
+
+/// What the hosts have left, from `Scheduler::resident`: MB per host
+/// (`u64::MAX` where a host says nothing), and the `Caps` of a job with
+/// no VP placed per MB its VPs ask for, made when first asked.
+#[derive(Debug, Default)]
+pub(super) struct Left {
+    room: Vec<u64>,
+    caps: HashMap<u64, Arc<Caps>>,
+}
+
+/// How many VPs of `m` MB each fit in `mb` MB.
+fn per_vp(mb: u64, m: u64) -> u32 {
+    (mb / m).min(u64::from(u32::MAX)) as u32
+}
 
 /// The pool's hosts, numbered: the host of each row, and the memory each
 /// offers (the least any of its processors says; `None`: none says).
@@ -90,6 +104,7 @@ impl Scheduler {
     pub(super) fn forget_hosts(&mut self) {
         self.hosts.get_mut().take();
         self.resident.get_mut().take();
+        self.left.get_mut().take();
     }
 
     /// The memory (MB) the placed VPs of every job that asked for some
@@ -124,6 +139,86 @@ impl Scheduler {
     /// again when next asked.
     pub(super) fn forget_resident(&self) {
         self.resident.borrow_mut().take();
+        self.left.borrow_mut().take();
+    }
+
+    /// Job `k`'s VPs, `m` MB each (`memory_mb`), moved from `old` rows
+    /// (VPs per row) to `new` ones: what the hosts hold (`resident`) and
+    /// have left (`left`), where kept, changed on those hosts alone, to
+    /// what counting them again gives (`check_memory` compares). Jobs
+    /// that ask for no memory change neither.
+    pub(super) fn resident_moved(
+        &self,
+        m: Option<u64>,
+        old: &BTreeMap<Row, u32>,
+        new: &BTreeMap<Row, u32>,
+    ) {
+        let Some(m) = m.filter(|&m| m > 0) else {
+            return;
+        };
+        let hosts = self.hosts();
+        let mut resident = self.resident.borrow_mut();
+        let mut left = self.left.borrow_mut();
+        let Some(used) = resident.as_mut() else {
+            left.take();
+            return;
+        };
+        // Exact sums; where `count_resident` would saturate, counted again.
+        let mut delta: BTreeMap<u32, i128> = BTreeMap::new();
+        let mut exact = true;
+        for (rows, sign) in [(old, -1i128), (new, 1)] {
+            for (&r, &n) in rows {
+                exact &= m.checked_mul(u64::from(n)).is_some();
+                if let Some(h) = hosts.of(r) {
+                    *delta.entry(h).or_default() += sign * i128::from(m) * i128::from(n);
+                }
+            }
+        }
+        let after: Option<Vec<(u32, u64)>> = delta
+            .into_iter()
+            .filter(|&(_, d)| d != 0)
+            .map(|(h, d)| {
+                let v = i128::from(*used.get(h as usize)?) + d;
+                u64::try_from(v).ok().map(|v| (h, v))
+            })
+            .collect();
+        let Some(after) = after.filter(|_| exact) else {
+            resident.take();
+            left.take();
+            return;
+        };
+        for (h, v) in after {
+            used[h as usize] = v;
+            if let Some(l) = left.as_mut() {
+                let room = hosts.offer(h).map_or(u64::MAX, |o| o.saturating_sub(v));
+                l.room[h as usize] = room;
+                for (&need, caps) in l.caps.iter_mut() {
+                    Arc::make_mut(caps)[h as usize] = per_vp(room, need);
+                }
+            }
+        }
+    }
+
+    /// The memory (MB) each host has left (`u64::MAX` where it says
+    /// nothing of its memory), kept until `resident` is forgotten.
+    fn left(&self) -> std::cell::RefMut<'_, Left> {
+        if self.left.borrow().is_none() {
+            let hosts = self.hosts();
+            let resident = self.resident();
+            let room = (0..hosts.len())
+                .map(|h| match hosts.offer[h] {
+                    Some(offer) => offer.saturating_sub(resident[h]),
+                    None => u64::MAX,
+                })
+                .collect();
+            *self.left.borrow_mut() = Some(Left {
+                room,
+                caps: HashMap::new(),
+            });
+        }
+        std::cell::RefMut::map(self.left.borrow_mut(), |l| {
+            l.as_mut().expect("just computed")
+        })
     }
 
     /// Does any host in the pool say what memory it offers?
@@ -133,38 +228,61 @@ impl Scheduler {
 
     /// How many VPs of job `k` each host holds, counting its own VPs as
     /// not yet placed: `None` when the job needs no memory or no host
-    /// says what it offers.
-    pub(super) fn memory_caps(&self, k: JobKey) -> Option<Caps> {
-        let m = self.job(k).memory_mb.filter(|&m| m > 0)?;
-        let room = self.memory_room(k)?;
-        Some(
-            room.into_iter()
-                .map(|mb| (mb / m).min(u64::from(u32::MAX)) as u32)
-                .collect(),
-        )
+    /// says what it offers. For a job with no VP placed, the same for
+    /// every job asking as much a VP, made once until VPs are placed,
+    /// moved or removed.
+    pub(super) fn memory_caps(&self, k: JobKey) -> Option<Arc<Caps>> {
+        let j = self.job(k);
+        let m = j.memory_mb.filter(|&m| m > 0)?;
+        if !self.any_memory_limit() {
+            return None;
+        }
+        let base = {
+            let mut left = self.left();
+            let Left { room, caps } = &mut *left;
+            caps.entry(m)
+                .or_insert_with(|| Arc::new(room.iter().map(|&mb| per_vp(mb, m)).collect()))
+                .clone()
+        };
+        if j.rows.is_empty() {
+            return Some(base);
+        }
+        // Its own VPs given back to the hosts they are on.
+        let own = self.own_memory(k, m);
+        let left = self.left();
+        let mut caps = Arc::unwrap_or_clone(base);
+        for (h, mb) in own {
+            caps[h as usize] = per_vp(left.room[h as usize].saturating_add(mb), m);
+        }
+        Some(Arc::new(caps))
+    }
+
+    /// The memory (MB) job `k`'s placed VPs, `m` MB each, take on each
+    /// host that says what it offers.
+    fn own_memory(&self, k: JobKey, m: u64) -> HashMap<u32, u64> {
+        let hosts = self.hosts();
+        let mut own: HashMap<u32, u64> = HashMap::new();
+        for (&r, &n) in &self.job(k).rows {
+            if let Some(h) = hosts.of(r).filter(|&h| hosts.offer(h).is_some()) {
+                let e = own.entry(h).or_default();
+                *e = e.saturating_add(m.saturating_mul(u64::from(n)));
+            }
+        }
+        own
     }
 
     /// The memory (MB) each host has left for job `k`, its own VPs
     /// counted as gone (`u64::MAX` where a host says nothing): `None` when
     /// the job needs no memory or no host says.
     pub(super) fn memory_room(&self, k: JobKey) -> Option<Vec<u64>> {
-        let j = self.job(k);
-        let m = j.memory_mb.filter(|&m| m > 0)?;
-        let hosts = self.hosts();
-        if !hosts.offer.iter().any(Option::is_some) {
+        let m = self.job(k).memory_mb.filter(|&m| m > 0)?;
+        if !self.any_memory_limit() {
             return None;
         }
-        let resident = self.resident();
-        let mut room: Vec<u64> = (0..hosts.len())
-            .map(|h| match hosts.offer[h] {
-                Some(offer) => offer.saturating_sub(resident[h]),
-                None => u64::MAX,
-            })
-            .collect();
-        for (&r, &n) in &j.rows {
-            if let Some(h) = hosts.of(r).filter(|&h| hosts.offer(h).is_some()) {
-                room[h as usize] = room[h as usize].saturating_add(m.saturating_mul(u64::from(n)));
-            }
+        let own = self.own_memory(k, m);
+        let mut room = self.left().room.clone();
+        for (h, mb) in own {
+            room[h as usize] = room[h as usize].saturating_add(mb);
         }
         Some(room)
     }
@@ -272,6 +390,32 @@ impl Scheduler {
         })
     }
 
+    /// Can the hosts hold `counts` (VPs per architecture) on no rows at
+    /// all, `caps` saying how many each holds? True when, for some
+    /// architecture, its rows counted each for all its host holds (an
+    /// upper bound of what any of its rows hold together) come short of
+    /// its VPs. Then every slot is refused by `fits_in_memory`, and every
+    /// plan on its rows placing them all oversteps `caps` somewhere, as
+    /// `capped_plan` finds no plan within them.
+    pub(super) fn memory_holds_none(&self, caps: &Caps, counts: &[(u32, u32)]) -> bool {
+        let hosts = self.hosts();
+        counts.iter().any(|&(arch, x)| {
+            let Some(rows) = self.map.arch_rows(arch) else {
+                return false;
+            };
+            let mut got: u64 = 0;
+            for r in rows.iter() {
+                got += hosts.of(r).map_or(u64::from(u32::MAX), |h| {
+                    u64::from(caps.get(h as usize).copied().unwrap_or(0))
+                });
+                if got >= u64::from(x) {
+                    return false;
+                }
+            }
+            true
+        })
+    }
+
     /// Do `counts[i]` VPs on `rows[i]` stay within `caps`?
     pub(super) fn within(&self, caps: &Caps, rows: &[Row], counts: &[u32]) -> bool {
         let hosts = self.hosts();
@@ -359,12 +503,27 @@ impl Scheduler {
         };
         // One pool on hosts of one processor each: whether `T` will do is
         // a sum, with no assignment made.
+        // The rows counted once per capacity and cap (thousands of rows,
+        // a few kinds): the same sum.
         let simple = inp.counts.len() == 1 && hosts.single;
-        let enough = |t: f64| -> bool {
-            let mut got: u64 = 0;
+        let kinds: Vec<(f64, u32, u64)> = if simple {
+            let mut by: HashMap<(u64, u32), u64> = HashMap::new();
             for (i, h) in host.iter().enumerate() {
                 let cap = h.map_or(u32::MAX, |h| caps.get(h as usize).copied().unwrap_or(0));
-                got += u64::from(slots_at(t, inp.caps[i]).min(cap));
+                if cap > 0 {
+                    *by.entry((inp.caps[i].to_bits(), cap)).or_default() += 1;
+                }
+            }
+            by.into_iter()
+                .map(|((a, cap), n)| (f64::from_bits(a), cap, n))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let enough = |t: f64| -> bool {
+            let mut got: u64 = 0;
+            for &(a, cap, n) in &kinds {
+                got += u64::from(slots_at(t, a).min(cap)) * n;
             }
             got >= u64::from(inp.counts[0])
         };
@@ -414,6 +573,28 @@ impl Scheduler {
             .is_some_and(|kept| *kept != used)
         {
             return Err("resident memory out of step".into());
+        }
+        if let Some(left) = self.left.borrow().as_ref() {
+            let room: Vec<u64> = (0..hosts.len())
+                .map(|h| {
+                    hosts
+                        .offer(h as u32)
+                        .map_or(u64::MAX, |o| o.saturating_sub(used[h]))
+                })
+                .collect();
+            if left.room != room {
+                return Err("memory left out of step".into());
+            }
+            for (&m, caps) in &left.caps {
+                if room
+                    .iter()
+                    .zip(caps.iter())
+                    .any(|(&mb, &n)| per_vp(mb, m) != n)
+                    || caps.len() != room.len()
+                {
+                    return Err(format!("VPs of {m} MB each hosts hold out of step"));
+                }
+            }
         }
         for (h, &need) in used.iter().enumerate() {
             if let Some(offer) = hosts.offer(h as u32) {

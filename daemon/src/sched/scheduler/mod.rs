@@ -364,6 +364,11 @@ pub struct Scheduler {
     /// when asked, forgotten when VPs are placed, moved or removed.
     #[serde(skip)]
     resident: std::cell::RefCell<Option<Vec<u64>>>,
+    /// From `resident`: the memory (MB) each host has left, and per amount
+    /// a VP asks for how many such VPs each holds (`memory_caps` of a job
+    /// with none placed), forgotten with it.
+    #[serde(skip)]
+    left: std::cell::RefCell<Option<memory::Left>>,
 }
 
 impl Default for Scheduler {
@@ -392,6 +397,7 @@ impl Scheduler {
             memory_masks: Default::default(),
             hosts: Default::default(),
             resident: Default::default(),
+            left: Default::default(),
         }
     }
 

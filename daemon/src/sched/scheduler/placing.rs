@@ -299,6 +299,7 @@ impl Scheduler {
         for &c in &columns {
             self.map.set_rows(c, &rows, Some(k));
         }
+        self.resident_moved(self.job(k).memory_mb, &self.job(k).rows, &new_rows);
         let j = self.job_mut(k);
         j.row_set = BitSet::default();
         for &r in new_rows.keys() {
@@ -308,7 +309,6 @@ impl Scheduler {
         j.rows = new_rows;
         j.t_cur.set(None);
         j.columns = columns;
-        self.forget_resident();
         self.drop_empty_columns(ctx);
     }
 
@@ -352,6 +352,15 @@ impl Scheduler {
             return;
         }
         if !t_new.is_finite() {
+            self.apply(k, Vec::new(), &[], &[], ctx);
+            return;
+        }
+        // Where the hosts' memory holds its VPs on no rows, no slot and no
+        // plan below places it: it waits, as it would once all were tried.
+        if self
+            .memory_caps(k)
+            .is_some_and(|caps| self.memory_holds_none(&caps, &demand.counts))
+        {
             self.apply(k, Vec::new(), &[], &[], ctx);
             return;
         }
@@ -588,9 +597,9 @@ impl Scheduler {
     }
 
     /// Empty every cell of job `k` (its rows in its columns), marking the
-    /// rows and columns changed; its records stay as they are.
+    /// rows and columns changed; its records stay as they are (and so
+    /// does what its hosts hold: its VPs keep their rows).
     fn release_cells(&mut self, k: JobKey, ctx: &mut Ctx) {
-        self.forget_resident();
         let (cols, rows): (Vec<u64>, Vec<Row>) = {
             let j = self.job(k);
             (j.columns.clone(), j.rows.keys().copied().collect())
@@ -608,6 +617,7 @@ impl Scheduler {
     pub(super) fn remove_job(&mut self, k: JobKey, ctx: &mut Ctx) {
         self.release_cells(k, ctx);
         if let Some(j) = self.jobs[k as usize].take() {
+            self.resident_moved(j.memory_mb, &j.rows, &BTreeMap::new());
             self.job_of.remove(&*j.id);
         }
         self.queue.retain(|&x| x != k);
