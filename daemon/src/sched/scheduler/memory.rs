@@ -623,6 +623,7 @@ mod tests {
 
     use super::*;
     use crate::sched::event::Event;
+    use crate::sched::random::{Generator, Shape};
     use crate::sched::scheduler::SchedConfig;
     use crate::sched::Placement;
 
@@ -656,6 +657,92 @@ mod tests {
             }
         }
         best
+    }
+
+    /// `memory_caps` as it was first written: every host's room counted
+    /// from the jobs, the job's own VPs given back, divided by its need.
+    fn plain_caps(s: &Scheduler, k: JobKey) -> Option<Caps> {
+        let j = s.job(k);
+        let m = j.memory_mb.filter(|&m| m > 0)?;
+        let hosts = s.hosts();
+        if !hosts.offer.iter().any(Option::is_some) {
+            return None;
+        }
+        let used = s.count_resident(&hosts);
+        let mut room: Vec<u64> = (0..hosts.len())
+            .map(|h| match hosts.offer[h] {
+                Some(offer) => offer.saturating_sub(used[h]),
+                None => u64::MAX,
+            })
+            .collect();
+        for (&r, &n) in &j.rows {
+            if let Some(h) = hosts.of(r).filter(|&h| hosts.offer(h).is_some()) {
+                room[h as usize] = room[h as usize].saturating_add(m.saturating_mul(u64::from(n)));
+            }
+        }
+        Some(
+            room.into_iter()
+                .map(|mb| (mb / m).min(u64::from(u32::MAX)) as u32)
+                .collect(),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// What the hosts hold and have left, kept from event to event and
+        /// changed where jobs move, is what counting them again gives: every
+        /// job's `memory_caps` and `memory_room` agree with the plain count
+        /// after every event; and where `memory_holds_none` says no host set
+        /// holds a job, no plan on its rows does and no slot's count.
+        #[test]
+        fn kept_memory_agrees_with_a_count(seed in any::<u64>(), per_host in 1usize..4, backfill in any::<bool>()) {
+            let mut g = Generator::new(seed, Shape {
+                processors: 12,
+                per_host,
+                arches: vec!["x86_64".into(), "aarch64".into()],
+                max_job: 10,
+                target_jobs: 6,
+                memory: true,
+                estimates: true,
+                ..Shape::default()
+            });
+            let config = if backfill { Placement::Mig.config() } else { SchedConfig::default() };
+            let mut s = Scheduler::new(config);
+            for e in g.pool() {
+                s.on_event(e).unwrap();
+            }
+            for _ in 0..60 {
+                let e = g.event();
+                s.on_event(e).unwrap();
+                prop_assert_eq!(s.check_invariants(), Ok(()));
+                for k in 0..s.jobs.len() as JobKey {
+                    if s.jobs[k as usize].is_none() {
+                        continue;
+                    }
+                    let want = plain_caps(&s, k);
+                    let got = s.memory_caps(k).map(|c| c.to_vec());
+                    prop_assert_eq!(&got, &want);
+                    if let Some(want) = want {
+                        let m = s.job(k).memory_mb.unwrap_or(1);
+                        let room = s.memory_room(k).unwrap();
+                        prop_assert!(room.iter().zip(&want).all(|(&mb, &n)| per_vp(mb, m) == n));
+                        // Where it says no host set holds the job, no plan
+                        // on its rows and no slot's count does.
+                        let (demand, _) = s.demand_of(k);
+                        if !demand.counts.is_empty() && s.memory_holds_none(&want, &demand.counts) {
+                            let rows = demand.rows.to_vec();
+                            prop_assert!(s.plan(k, &rows, true, 0.0).is_none());
+                            prop_assert!(s.plan(k, &rows, false, s.current_t(k)).is_none());
+                            prop_assert!(s.plan_both(k, &rows, s.current_t(k)).is_none());
+                            for c in s.map.columns() {
+                                prop_assert!(!s.fits_in_memory(&want, c.free(), &demand.counts, 1e12));
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     proptest! {
