@@ -419,6 +419,15 @@ impl Scheduler {
     /// Do `counts[i]` VPs on `rows[i]` stay within `caps`?
     pub(super) fn within(&self, caps: &Caps, rows: &[Row], counts: &[u32]) -> bool {
         let hosts = self.hosts();
+        // Hosts of one processor each and rows each once: each row alone.
+        if hosts.single && rows.windows(2).all(|w| w[0] < w[1]) {
+            return rows.iter().zip(counts).all(|(&r, &n)| {
+                n == 0
+                    || hosts
+                        .of(r)
+                        .is_none_or(|h| n <= caps.get(h as usize).copied().unwrap_or(0))
+            });
+        }
         let mut on: HashMap<u32, u64> = HashMap::new();
         for (&r, &n) in rows.iter().zip(counts) {
             if n == 0 {
@@ -506,20 +515,23 @@ impl Scheduler {
         // The rows counted once per capacity and cap (thousands of rows,
         // a few kinds): the same sum.
         let simple = inp.counts.len() == 1 && hosts.single;
-        let kinds: Vec<(f64, u32, u64)> = if simple {
-            let mut by: HashMap<(u64, u32), u64> = HashMap::new();
+        let mut kinds: Vec<(f64, u32, u64)> = Vec::new();
+        if simple {
             for (i, h) in host.iter().enumerate() {
                 let cap = h.map_or(u32::MAX, |h| caps.get(h as usize).copied().unwrap_or(0));
-                if cap > 0 {
-                    *by.entry((inp.caps[i].to_bits(), cap)).or_default() += 1;
+                if cap == 0 {
+                    continue;
+                }
+                let a = inp.caps[i];
+                match kinds
+                    .iter_mut()
+                    .find(|(b, c, _)| b.to_bits() == a.to_bits() && *c == cap)
+                {
+                    Some(kind) => kind.2 += 1,
+                    None => kinds.push((a, cap, 1)),
                 }
             }
-            by.into_iter()
-                .map(|((a, cap), n)| (f64::from_bits(a), cap, n))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        }
         let enough = |t: f64| -> bool {
             let mut got: u64 = 0;
             for &(a, cap, n) in &kinds {
