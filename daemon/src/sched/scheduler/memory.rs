@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::Scheduler;
+use super::{PoolInput, Scheduler};
 use crate::sched::map::{BitSet, JobKey, Row};
 use crate::sched::mtat::{finish_time, slots_at};
 
@@ -259,15 +259,26 @@ impl Scheduler {
 
     /// The memory (MB) job `k`'s placed VPs, `m` MB each, take on each
     /// host that says what it offers.
-    fn own_memory(&self, k: JobKey, m: u64) -> HashMap<u32, u64> {
+    fn own_memory(&self, k: JobKey, m: u64) -> Vec<(u32, u64)> {
         let hosts = self.hosts();
-        let mut own: HashMap<u32, u64> = HashMap::new();
-        for (&r, &n) in &self.job(k).rows {
-            if let Some(h) = hosts.of(r).filter(|&h| hosts.offer(h).is_some()) {
-                let e = own.entry(h).or_default();
-                *e = e.saturating_add(m.saturating_mul(u64::from(n)));
+        let mut own: Vec<(u32, u64)> = self
+            .job(k)
+            .rows
+            .iter()
+            .filter_map(|(&r, &n)| {
+                let h = hosts.of(r).filter(|&h| hosts.offer(h).is_some())?;
+                Some((h, m.saturating_mul(u64::from(n))))
+            })
+            .collect();
+        // One entry a host, its rows' memory summed.
+        own.sort_unstable_by_key(|&(h, _)| h);
+        own.dedup_by(|next, kept| {
+            let same = next.0 == kept.0;
+            if same {
+                kept.1 = kept.1.saturating_add(next.1);
             }
-        }
+            same
+        });
         own
     }
 
@@ -444,23 +455,23 @@ impl Scheduler {
         true
     }
 
-    /// MTAT and Compression for job `k` on `rows` with no host holding
-    /// more of its VPs than `caps` says: the least `T = max n_r / a_r`
-    /// any such assignment reaches (found by bisection on `T`, every
-    /// architecture's VPs placed fastest processor first), and then either
-    /// the fewest processors reaching it (`compressed`, fastest first) or
-    /// the VPs kept where they are by `max(T, keep_t)` and the rest placed
-    /// fastest first. `None` where the hosts cannot hold them all.
-    /// (Architectures are served in order where they share a host.)
-    pub(super) fn capped_plan(
+    /// MTAT and Compression for a job on `rows` (`inp`, its MTAT input
+    /// there) with no host holding more of its VPs than `caps` says: the
+    /// least `T = max n_r / a_r` any such assignment reaches (found by
+    /// bisection on `T`, every architecture's VPs placed fastest
+    /// processor first), and then, for each of `wants` (`compressed`,
+    /// `keep_t`), either the fewest processors reaching it (`compressed`,
+    /// fastest first) or the VPs kept where they are by `max(T, keep_t)`
+    /// and the rest placed fastest first. `None` where the hosts cannot
+    /// hold them all. (Architectures are served in order where they share
+    /// a host.) The bisection does not depend on `wants`: made once.
+    pub(super) fn capped_plan<const N: usize>(
         &self,
-        k: JobKey,
+        inp: &PoolInput,
         rows: &[Row],
         caps: &Caps,
-        compressed: bool,
-        keep_t: f64,
-    ) -> Option<(f64, Vec<u32>)> {
-        let inp = self.pool_input(k, rows)?;
+        wants: [(bool, f64); N],
+    ) -> [Option<(f64, Vec<u32>)>; N] {
         let hosts = self.hosts();
         let host: Vec<Option<u32>> = rows.iter().map(|&r| hosts.of(r)).collect();
         // Fastest first, the job's own processors first among equals.
@@ -511,9 +522,8 @@ impl Scheduler {
             Some(out)
         };
         // One pool on hosts of one processor each: whether `T` will do is
-        // a sum, with no assignment made.
-        // The rows counted once per capacity and cap (thousands of rows,
-        // a few kinds): the same sum.
+        // a sum, with no assignment made; the rows counted once per
+        // capacity and cap (thousands of rows, a few kinds): the same sum.
         let simple = inp.counts.len() == 1 && hosts.single;
         let mut kinds: Vec<(f64, u32, u64)> = Vec::new();
         if simple {
@@ -544,7 +554,9 @@ impl Scheduler {
         let slowest = inp.caps.iter().copied().fold(f64::INFINITY, f64::min);
         let most = inp.counts.iter().copied().max().unwrap_or(0);
         let mut hi = f64::from(most.max(1)) / slowest;
-        assign(hi, None)?;
+        if assign(hi, None).is_none() {
+            return std::array::from_fn(|_| None);
+        }
         let mut lo = 0.0;
         for _ in 0..64 {
             let mid = (lo + hi) / 2.0;
@@ -562,14 +574,16 @@ impl Scheduler {
                 break;
             }
         }
-        let out = assign(hi, (!compressed).then_some(keep_t))?;
-        let t = rows
-            .iter()
-            .zip(&out)
-            .filter(|(_, &n)| n > 0)
-            .map(|(&r, &n)| finish_time(n, self.cap(r)))
-            .fold(0.0, f64::max);
-        Some((t, out))
+        wants.map(|(compressed, keep_t)| {
+            let out = assign(hi, (!compressed).then_some(keep_t))?;
+            let t = rows
+                .iter()
+                .zip(&out)
+                .filter(|(_, &n)| n > 0)
+                .map(|(&r, &n)| finish_time(n, self.cap(r)))
+                .fold(0.0, f64::max);
+            Some((t, out))
+        })
     }
 
     /// Every host's memory holds what its placed VPs need; `Err` names
@@ -798,7 +812,8 @@ mod tests {
             let capf: Vec<f64> = caps.iter().map(|&c| f64::from(c)).collect();
             let want = brute(x, &capf, &host_of, &limit);
             for compressed in [true, false] {
-                let got = s.capped_plan(k, &rows, &cap_map, compressed, 0.0);
+                let inp = s.pool_input(k, &rows).unwrap();
+                let [got] = s.capped_plan(&inp, &rows, &cap_map, [(compressed, 0.0)]);
                 match (got, want) {
                     (None, None) => {}
                     (Some((t, counts)), Some(w)) => {

@@ -438,14 +438,16 @@ impl Scheduler {
                 let all: Vec<Row> = demand.rows.to_vec();
                 // MTAT on `all` gave `t_new` (cached or just now): compress to
                 // it, within what the hosts' memory holds.
-                let counts = self.pool_input(k, &all).and_then(|inp| {
+                let inp = self.pool_input(k, &all);
+                let counts = inp.as_ref().and_then(|inp| {
                     compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
                 });
-                let counts = match (counts, self.memory_caps(k)) {
-                    (Some(c), Some(caps)) if !self.within(&caps, &all, &c) => {
-                        self.capped_plan(k, &all, &caps, true, 0.0).map(|(_, c)| c)
+                let counts = match (counts, self.memory_caps(k), &inp) {
+                    (Some(c), Some(caps), Some(inp)) if !self.within(&caps, &all, &c) => {
+                        let [plan] = self.capped_plan(inp, &all, &caps, [(true, 0.0)]);
+                        plan.map(|(_, c)| c)
                     }
-                    (c, _) => c,
+                    (c, _, _) => c,
                 };
                 // (Nor may it take memory a promised job waits for.)
                 let counts = counts.filter(|c| {

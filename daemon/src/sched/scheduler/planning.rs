@@ -344,8 +344,9 @@ impl Scheduler {
         // within what they hold.
         if let Some(caps) = self.memory_caps(k) {
             if !self.within(&caps, rows, &compressed) || !self.within(&caps, rows, &minimal) {
-                let (t, compressed) = self.capped_plan(k, rows, &caps, true, 0.0)?;
-                let (_, minimal) = self.capped_plan(k, rows, &caps, false, keep_t)?;
+                let [c, m] = self.capped_plan(&inp, rows, &caps, [(true, 0.0), (false, keep_t)]);
+                let (t, compressed) = c?;
+                let (_, minimal) = m?;
                 return Some((t, compressed, minimal));
             }
         }
@@ -373,7 +374,8 @@ impl Scheduler {
         };
         if let Some(caps) = self.memory_caps(k) {
             if !self.within(&caps, rows, &out) {
-                return self.capped_plan(k, rows, &caps, compressed, keep_t);
+                let [plan] = self.capped_plan(&inp, rows, &caps, [(compressed, keep_t)]);
+                return plan;
             }
         }
         Some((m.t_min, out))
