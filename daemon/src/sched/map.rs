@@ -36,7 +36,7 @@ pub struct Processor {
 }
 
 /// A set of rows, one bit each.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BitSet {
     words: Vec<u64>,
 }

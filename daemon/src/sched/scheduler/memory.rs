@@ -31,6 +31,10 @@ pub(super) type Caps = Vec<u32>;
 pub(super) struct Left {
     room: Vec<u64>,
     caps: HashMap<u64, Arc<Caps>>,
+    /// Per MB a VP asks for and architecture, the VPs of that size the
+    /// hosts of its rows hold, each row counted for all its host holds
+    /// (`arch_room`): forgotten when any host's memory changes.
+    totals: HashMap<(u64, u32), u64>,
 }
 
 /// How many VPs of `m` MB each fit in `mb` MB.
@@ -105,6 +109,7 @@ impl Scheduler {
         self.hosts.get_mut().take();
         self.resident.get_mut().take();
         self.left.get_mut().take();
+        self.fresh_plans.get_mut().clear();
     }
 
     /// The memory (MB) the placed VPs of every job that asked for some
@@ -187,6 +192,9 @@ impl Scheduler {
             left.take();
             return;
         };
+        if let Some(l) = left.as_mut().filter(|_| !after.is_empty()) {
+            l.totals.clear();
+        }
         for (h, v) in after {
             used[h as usize] = v;
             if let Some(l) = left.as_mut() {
@@ -214,6 +222,7 @@ impl Scheduler {
             *self.left.borrow_mut() = Some(Left {
                 room,
                 caps: HashMap::new(),
+                totals: HashMap::new(),
             });
         }
         std::cell::RefMut::map(self.left.borrow_mut(), |l| {
@@ -239,7 +248,7 @@ impl Scheduler {
         }
         let base = {
             let mut left = self.left();
-            let Left { room, caps } = &mut *left;
+            let Left { room, caps, .. } = &mut *left;
             caps.entry(m)
                 .or_insert_with(|| Arc::new(room.iter().map(|&mb| per_vp(mb, m)).collect()))
                 .clone()
@@ -404,27 +413,56 @@ impl Scheduler {
     /// Can the hosts hold `counts` (VPs per architecture) on no rows at
     /// all, `caps` saying how many each holds? True when, for some
     /// architecture, its rows counted each for all its host holds (an
-    /// upper bound of what any of its rows hold together) come short of
-    /// its VPs. Then every slot is refused by `fits_in_memory`, and every
-    /// plan on its rows placing them all oversteps `caps` somewhere, as
-    /// `capped_plan` finds no plan within them.
+    /// upper bound of what any of its rows hold together: `arch_room`)
+    /// come short of its VPs. Then every slot is refused by
+    /// `fits_in_memory`, and every plan on its rows placing them all
+    /// oversteps `caps` somewhere, as `capped_plan` finds no plan within
+    /// them.
     pub(super) fn memory_holds_none(&self, caps: &Caps, counts: &[(u32, u32)]) -> bool {
-        let hosts = self.hosts();
+        counts
+            .iter()
+            .any(|&(arch, x)| self.arch_room(caps, arch).is_some_and(|n| n < u64::from(x)))
+    }
+
+    /// `memory_holds_none` for job `k` with its own `memory_caps`: false
+    /// where it needs no memory. For a job with no VP placed, whose caps
+    /// are those of every job asking as much a VP, each architecture's
+    /// count is kept until a host's memory changes.
+    pub(super) fn memory_holds_job_nowhere(&self, k: JobKey, counts: &[(u32, u32)]) -> bool {
+        let Some(caps) = self.memory_caps(k) else {
+            return false;
+        };
+        let j = self.job(k);
+        let m = j.memory_mb.unwrap_or(0);
+        if !j.rows.is_empty() {
+            return self.memory_holds_none(&caps, counts);
+        }
         counts.iter().any(|&(arch, x)| {
-            let Some(rows) = self.map.arch_rows(arch) else {
-                return false;
-            };
-            let mut got: u64 = 0;
-            for r in rows.iter() {
-                got += hosts.of(r).map_or(u64::from(u32::MAX), |h| {
-                    u64::from(caps.get(h as usize).copied().unwrap_or(0))
-                });
-                if got >= u64::from(x) {
-                    return false;
-                }
-            }
-            true
+            let kept = self.left().totals.get(&(m, arch)).copied();
+            let room = kept.or_else(|| {
+                let n = self.arch_room(&caps, arch)?;
+                self.left().totals.insert((m, arch), n);
+                Some(n)
+            });
+            room.is_some_and(|n| n < u64::from(x))
         })
+    }
+
+    /// The VPs architecture `arch`'s rows hold, each counted for all its
+    /// host holds by `caps` (a row without a host for any number):
+    /// `None` where the architecture has no rows.
+    fn arch_room(&self, caps: &Caps, arch: u32) -> Option<u64> {
+        let hosts = self.hosts();
+        let rows = self.map.arch_rows(arch)?;
+        Some(
+            rows.iter()
+                .map(|r| {
+                    hosts.of(r).map_or(u64::from(u32::MAX), |h| {
+                        u64::from(caps.get(h as usize).copied().unwrap_or(0))
+                    })
+                })
+                .sum(),
+        )
     }
 
     /// Do `counts[i]` VPs on `rows[i]` stay within `caps`?
@@ -648,6 +686,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::sched::compress::compress_pools;
     use crate::sched::event::Event;
     use crate::sched::random::{Generator, Shape};
     use crate::sched::scheduler::SchedConfig;
@@ -719,8 +758,11 @@ mod tests {
         /// What the hosts hold and have left, kept from event to event and
         /// changed where jobs move, is what counting them again gives: every
         /// job's `memory_caps` and `memory_room` agree with the plain count
-        /// after every event; and where `memory_holds_none` says no host set
-        /// holds a job, no plan on its rows does and no slot's count.
+        /// after every event, and so do `memory_holds_job_nowhere` and
+        /// `fresh_plan` (kept for jobs with no VP placed) with what
+        /// computing them again gives; and where `memory_holds_none` says
+        /// no host set holds a job, no plan on its rows does and no slot's
+        /// count.
         #[test]
         fn kept_memory_agrees_with_a_count(seed in any::<u64>(), per_host in 1usize..4, backfill in any::<bool>()) {
             let mut g = Generator::new(seed, Shape {
@@ -753,9 +795,36 @@ mod tests {
                         let m = s.job(k).memory_mb.unwrap_or(1);
                         let room = s.memory_room(k).unwrap();
                         prop_assert!(room.iter().zip(&want).all(|(&mb, &n)| per_vp(mb, m) == n));
+                        // Kept per size of VP for jobs with none placed: the
+                        // same answer as counting every row now.
+                        let (demand, t_new) = s.demand_of(k);
+                        for _ in 0..2 {
+                            prop_assert_eq!(
+                                s.memory_holds_job_nowhere(k, &demand.counts),
+                                s.memory_holds_none(&want, &demand.counts)
+                            );
+                        }
+                        // A slot of its own's plan, kept for jobs with none
+                        // placed: what planning it again gives.
+                        if !demand.counts.is_empty() && t_new.is_finite() {
+                            let all = demand.rows.to_vec();
+                            let inp = s.pool_input(k, &all);
+                            let counts = inp.as_ref().and_then(|inp| {
+                                compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
+                            });
+                            for _ in 0..2 {
+                                let kept = s.fresh_plan(k, &demand, t_new);
+                                let (all_kept, inp_kept, counts_kept) = kept.parts();
+                                prop_assert_eq!(all_kept, &all[..]);
+                                prop_assert_eq!(counts_kept, counts.as_ref());
+                                prop_assert_eq!(
+                                    inp_kept.map(|i| (&i.counts, &i.pool_of, &i.caps, &i.current, &i.preferred)),
+                                    inp.as_ref().map(|i| (&i.counts, &i.pool_of, &i.caps, &i.current, &i.preferred))
+                                );
+                            }
+                        }
                         // Where it says no host set holds the job, no plan
                         // on its rows and no slot's count does.
-                        let (demand, _) = s.demand_of(k);
                         if !demand.counts.is_empty() && s.memory_holds_none(&want, &demand.counts) {
                             let rows = demand.rows.to_vec();
                             prop_assert!(s.plan(k, &rows, true, 0.0).is_none());

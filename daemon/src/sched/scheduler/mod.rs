@@ -369,6 +369,11 @@ pub struct Scheduler {
     /// with none placed), forgotten with it.
     #[serde(skip)]
     left: std::cell::RefCell<Option<memory::Left>>,
+    /// A slot of its own's plan for jobs with no VP placed, per what
+    /// decides it (`fresh_plan`): forgotten when a processor joins or
+    /// leaves.
+    #[serde(skip)]
+    fresh_plans: std::cell::RefCell<HashMap<placing::FreshKey, Arc<placing::FreshPlan>>>,
 }
 
 impl Default for Scheduler {
@@ -398,6 +403,7 @@ impl Scheduler {
             hosts: Default::default(),
             resident: Default::default(),
             left: Default::default(),
+            fresh_plans: Default::default(),
         }
     }
 

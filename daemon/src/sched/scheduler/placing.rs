@@ -5,13 +5,68 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use super::{Ctx, Scheduler};
+use super::{Ctx, PoolInput, Scheduler};
 use crate::sched::compress::compress_pools;
 use crate::sched::event::Action;
+use crate::sched::expand::Demand;
 use crate::sched::map::{BitSet, JobKey, Row};
 use crate::sched::mtat::finish_time;
 
+/// What decides a slot of its own's plan for a job with no VP placed:
+/// its VPs per architecture, the rows it may use, and the turnaround
+/// (bits) it is compressed to.
+pub(super) type FreshKey = (Vec<(u32, u32)>, BitSet, u64);
+
+/// A slot of its own's plan (`Scheduler::fresh_plan`): the rows it may
+/// use, the MTAT input there, and Compression's VPs per row.
+pub(super) struct FreshPlan {
+    all: Vec<Row>,
+    inp: Option<PoolInput>,
+    counts: Option<Vec<u32>>,
+}
+
+#[cfg(test)]
+impl FreshPlan {
+    /// Its rows, MTAT input and Compression's VPs per row.
+    pub(super) fn parts(&self) -> (&[Row], Option<&PoolInput>, Option<&Vec<u32>>) {
+        (&self.all, self.inp.as_ref(), self.counts.as_ref())
+    }
+}
+
 impl Scheduler {
+    /// MTAT's input for job `k` on `demand`'s rows and Compression there
+    /// to `t_new`, its turnaround in a slot of its own. For a job with no
+    /// VP placed these depend only on its VPs per architecture, those rows
+    /// and `t_new` (and the processors' capacities): kept per those until
+    /// a processor joins or leaves, and shared by the waiting jobs alike
+    /// in them.
+    pub(super) fn fresh_plan(&self, k: JobKey, demand: &Demand, t_new: f64) -> Arc<FreshPlan> {
+        let compute = || {
+            let all = demand.rows.to_vec();
+            let inp = self.pool_input(k, &all);
+            let counts = inp.as_ref().and_then(|inp| {
+                compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
+            });
+            Arc::new(FreshPlan { all, inp, counts })
+        };
+        let j = self.job(k);
+        if !j.rows.is_empty() || !j.row_set.is_empty() {
+            return compute();
+        }
+        let key: FreshKey = (j.arches.clone(), demand.rows.clone(), t_new.to_bits());
+        if let Some(plan) = self.fresh_plans.borrow().get(&key) {
+            return plan.clone();
+        }
+        let plan = compute();
+        let mut plans = self.fresh_plans.borrow_mut();
+        // (Bounded: sizes of job seldom run to many.)
+        if plans.len() >= 64 {
+            plans.clear();
+        }
+        plans.insert(key, plan.clone());
+        plan
+    }
+
     /// Put the job in `columns` with `counts[i]` VPs on `rows[i]`: frees its
     /// old cells, moves as few VPs as it can, and emits Start/Migrate/Hold.
     pub(super) fn apply(
@@ -357,10 +412,7 @@ impl Scheduler {
         }
         // Where the hosts' memory holds its VPs on no rows, no slot and no
         // plan below places it: it waits, as it would once all were tried.
-        if self
-            .memory_caps(k)
-            .is_some_and(|caps| self.memory_holds_none(&caps, &demand.counts))
-        {
+        if self.memory_holds_job_nowhere(k, &demand.counts) {
             self.apply(k, Vec::new(), &[], &[], ctx);
             return;
         }
@@ -435,16 +487,13 @@ impl Scheduler {
                 return;
             }
             None => {
-                let all: Vec<Row> = demand.rows.to_vec();
                 // MTAT on `all` gave `t_new` (cached or just now): compress to
                 // it, within what the hosts' memory holds.
-                let inp = self.pool_input(k, &all);
-                let counts = inp.as_ref().and_then(|inp| {
-                    compress_pools(&inp.counts, &inp.pool_of, &inp.caps, t_new, &inp.current)
-                });
-                let counts = match (counts, self.memory_caps(k), &inp) {
-                    (Some(c), Some(caps), Some(inp)) if !self.within(&caps, &all, &c) => {
-                        let [plan] = self.capped_plan(inp, &all, &caps, [(true, 0.0)]);
+                let fresh = self.fresh_plan(k, &demand, t_new);
+                let all = &fresh.all;
+                let counts = match (fresh.counts.clone(), self.memory_caps(k), &fresh.inp) {
+                    (Some(c), Some(caps), Some(inp)) if !self.within(&caps, all, &c) => {
+                        let [plan] = self.capped_plan(inp, all, &caps, [(true, 0.0)]);
                         plan.map(|(_, c)| c)
                     }
                     (c, _, _) => c,
@@ -457,7 +506,7 @@ impl Scheduler {
                         .filter(|(_, &n)| n > 0)
                         .map(|(&r, &n)| finish_time(n, self.cap(r)))
                         .fold(0.0, f64::max);
-                    self.admissible(k, u64::MAX, &all, c, t)
+                    self.admissible(k, u64::MAX, all, c, t)
                 });
                 let Some(counts) = counts else {
                     // The hosts' memory holds it nowhere now: it waits.
@@ -466,7 +515,7 @@ impl Scheduler {
                 };
                 let id = self.map.push_column();
                 ctx.all_dirty = true;
-                (vec![id], all, counts)
+                (vec![id], fresh.all.clone(), counts)
             }
         };
         self.apply(k, columns, &rows, &counts, ctx);
