@@ -19,8 +19,8 @@
 # after `--` go to every `mig sim` (e.g. -- --owners synthetic:3600/36000).
 # POLICIES overrides the policies (easy first, mig last); LOADS the scaled
 # loads ("" for none). One replay at a time; the other logs take about 10
-# minutes together on two cores, LANL with memory 4 minutes as logged and
-# over 20 at 0.9 and at 1.0.
+# minutes together on two cores, LANL with memory 2 minutes as logged, 6
+# at 0.9 and 20 at 1.0 (mig's replay 1.5, 3.5 and 17 of those).
 # Needs python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
