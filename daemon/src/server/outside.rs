@@ -46,12 +46,23 @@
 //!    of the unfinished frame to the new connection's decoder, so the
 //!    rest, which the restored VP writes next, completes it.
 //!
-//! Refused for now, with the reason, the VP staying where it is: a direct
-//! link to a VP of the same host (their rings are shared memory), a
-//! descriptor on its way either way (a large message in a shared buffer,
-//! a direct link being handed over), and what the checkpointer refuses
-//! (memfds and shared memory: the shared buffers libmig keeps once the VP
-//! has sent or taken in a message of 128 KiB or more). Not carried: a
+//! Shared memory. A direct link to a VP of the same host is cut by a move
+//! (`Task::Dump::links`): the checkpointer marks both rings closed in the
+//! memory the peer shares (atomically: libmig's `CLOSED` flag, as the
+//! receiver's own close), so the peer's next push fails and goes by the
+//! daemons, and shuts the link's socket for reading, so its next write
+//! fails likewise; what the rings and the socket held goes with the image,
+//! and libmig takes it in before it drops the link. The memfds (rings,
+//! pooled buffers of messages of 128 KiB or more, such a message on its
+//! way through a socket or queued here) are carried with their bytes and
+//! made anew on the target. A job checkpoint cuts its links in the image
+//! only. Large messages of it that this daemon still holds are credited in
+//! its image (`LocalVp::uncredited`): their credit from here would not
+//! find it.
+//!
+//! Refused for now, with the reason, the VP staying where it is: a
+//! descriptor on its way from it (a large message whose frame it had not
+//! finished writing), and what the checkpointer refuses. Not carried: a
 //! notice its old daemon would give it after its image was taken (that a
 //! message it sent could not be delivered), as for a VP that moves
 //! itself.
