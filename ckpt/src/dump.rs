@@ -97,6 +97,13 @@ pub struct DumpOptions {
     /// (its peer's writes fail from then on, and it sends by other means
     /// what it would have written), then looked at.
     pub checkpoint_only: bool,
+    /// Bits to set in every memfd of a name the processes hold, or that is
+    /// on its way to them through a socket whose bytes are saved (not yet
+    /// mapped: `set_bits` cannot name it), or that they map: (name, byte
+    /// offset of an aligned 32-bit word, bit). As `set_bits`: in the
+    /// memfd itself, atomically, before its bytes are read, unless
+    /// `checkpoint_only`; in the image always.
+    pub mark_memfds: Vec<(String, u64, u32)>,
 }
 
 /// What a dump wrote.
@@ -358,7 +365,7 @@ fn save(
     };
     for held in opts.sockets.iter().filter(|s| has_socket(s.fd)) {
         let (mut unread, fds) = sys::peek_socket(root, held.fd)?;
-        let mut passed = passed_memfds(root, held.fd, fds)?;
+        let mut passed = passed_memfds(root, held.fd, fds, opts)?;
         unread.extend_from_slice(&held.unread);
         passed.extend(held.passed.iter().cloned());
         sockets.push(SocketState {
@@ -373,7 +380,7 @@ fn save(
             sys::shut_reading(pid, fd)?;
         }
         let (data, fds) = sys::peek_socket(pid, fd)?;
-        let memfds = passed_memfds(pid, fd, fds)?;
+        let memfds = passed_memfds(pid, fd, fds, opts)?;
         if let Some(OpenFile::Cut { unread, passed, .. }) = open.files.get_mut(at) {
             *unread = data;
             *passed = memfds;
@@ -424,9 +431,20 @@ fn save(
         };
         image_procs.push(Proc { state, ..place });
     }
+    // Those only mapped were read from the memory, after `set_bits`: the
+    // image has their marks too.
+    for m in memfds.iter_mut().skip(open.memfds.len()) {
+        let name = m.name.clone();
+        for (_, at, bit) in opts.mark_memfds.iter().filter(|(n, _, _)| *n == name) {
+            crate::memfd::set_bit_in(m, *at, *bit).map_err(|e| DumpError::Unsupported {
+                pid: root,
+                what: e.to_string(),
+            })?;
+        }
+    }
     for (m, &(_, pid, fd)) in memfds.iter_mut().zip(&open.memfds) {
         let dup = sys::borrow_fd(pid, fd)?;
-        let got = crate::memfd::read(std::os::fd::AsFd::as_fd(&dup)).map_err(|e| {
+        let got = read_marked(std::os::fd::AsFd::as_fd(&dup), opts).map_err(|e| {
             DumpError::Unsupported {
                 pid,
                 what: format!("fd {fd}: {e}"),
@@ -467,11 +485,12 @@ fn passed_memfds(
     pid: i32,
     fd: i32,
     fds: Vec<std::os::fd::OwnedFd>,
+    opts: &DumpOptions,
 ) -> Result<Vec<Memfd>, DumpError> {
     use std::os::fd::AsFd;
     fds.iter()
         .map(|d| {
-            crate::memfd::read(d.as_fd()).map_err(|e| DumpError::Unsupported {
+            read_marked(d.as_fd(), opts).map_err(|e| DumpError::Unsupported {
                 pid,
                 what: format!(
                     "a descriptor on its way to it through the socket on fd {fd} cannot be \
@@ -480,6 +499,32 @@ fn passed_memfds(
             })
         })
         .collect()
+}
+
+/// The memfd on `fd`, read, with the bits `opts.mark_memfds` names for it
+/// set (in it first, unless a checkpoint only, then in what was read).
+fn read_marked(fd: std::os::fd::BorrowedFd<'_>, opts: &DumpOptions) -> io::Result<Memfd> {
+    let shown = fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))?;
+    let name = fds::memfd_name(&shown.to_string_lossy());
+    let marks: Vec<(u64, u32)> = opts
+        .mark_memfds
+        .iter()
+        .filter(|(n, _, _)| *n == name)
+        .map(|&(_, at, bit)| (at, bit))
+        .collect();
+    if !opts.checkpoint_only {
+        for &(at, bit) in &marks {
+            crate::memfd::set_bit(fd, at, bit)?;
+        }
+    }
+    let mut m = crate::memfd::read(fd)?;
+    for &(at, bit) in &marks {
+        crate::memfd::set_bit_in(&mut m, at, bit)?;
+    }
+    Ok(m)
 }
 
 /// Sets bit `bit` of the 32-bit word at `addr` of process `pid` (whose

@@ -67,6 +67,63 @@ pub fn make(m: &Memfd) -> io::Result<OwnedFd> {
     Ok(file.into())
 }
 
+/// Sets bit `bit` (0-31) of the aligned 32-bit word at byte `at` of the
+/// memfd on `fd`, atomically against every process that maps it: through
+/// a shared mapping of its page here.
+pub fn set_bit(fd: BorrowedFd<'_>, at: u64, bit: u32) -> io::Result<()> {
+    let size = File::from(fd.try_clone_to_owned()?).metadata()?.len();
+    if bit > 31 || !at.is_multiple_of(4) || at + 4 > size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("no word at byte {at} of a memfd of {size} bytes"),
+        ));
+    }
+    let page = at & !4095;
+    // SAFETY: a new shared mapping of one page of the file (inside it:
+    // `at + 4 <= size`), unmapped below; only the aligned word at `at` is
+    // touched, atomically.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            page as libc::off_t,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let word =
+            &*(p.cast::<u8>().add((at - page) as usize) as *const std::sync::atomic::AtomicU32);
+        word.fetch_or(1 << bit, std::sync::atomic::Ordering::SeqCst);
+        libc::munmap(p, 4096);
+    }
+    Ok(())
+}
+
+/// Sets bit `bit` of the 32-bit word at byte `at` of the saved bytes `m`.
+pub fn set_bit_in(m: &mut Memfd, at: u64, bit: u32) -> io::Result<()> {
+    if bit > 31 || !at.is_multiple_of(4) || at + 4 > m.size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "no word at byte {at} of memfd {:?} of {} bytes",
+                m.name, m.size
+            ),
+        ));
+    }
+    let at = at as usize;
+    if m.data.len() < at + 4 {
+        m.data.resize(at + 4, 0);
+    }
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&m.data[at..at + 4]);
+    let w = u32::from_le_bytes(w) | (1 << bit);
+    m.data[at..at + 4].copy_from_slice(&w.to_le_bytes());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +143,23 @@ mod tests {
         // Not a memfd: refused.
         let f = File::open("/dev/null").expect("null");
         assert!(read(f.as_fd()).is_err());
+    }
+
+    #[test]
+    fn a_bit_set_through_the_descriptor_or_in_the_bytes_reads_back() {
+        let mut m = Memfd {
+            name: "mig-ring".into(),
+            size: 8192,
+            seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK,
+            data: vec![],
+        };
+        let fd = make(&m).expect("made");
+        set_bit(fd.as_fd(), 4100, 31).expect("set");
+        let back = read(fd.as_fd()).expect("read");
+        assert_eq!(back.data[4103], 0x80);
+        set_bit_in(&mut m, 4100, 31).expect("set in bytes");
+        assert_eq!(back, m);
+        assert!(set_bit(fd.as_fd(), 8190, 0).is_err());
+        assert!(set_bit_in(&mut m, 8192, 0).is_err());
     }
 }

@@ -211,3 +211,60 @@ fn a_bit_for_the_image_only_leaves_the_running_process_and_its_peers_alone() {
     assert!(said.contains("top bit clear"), "{said}");
     let _ = (child.wait(), fd);
 }
+
+#[test]
+fn a_memfd_on_its_way_through_a_cut_socket_is_marked_for_whoever_sent_it() {
+    let (ours, theirs) = UnixStream::pair().expect("pair");
+    let (mut child, _out, _, _) = start(&theirs);
+    let pid = child.id() as i32;
+    let _reap = Reap(pid);
+    let sock = std::fs::metadata(format!("/proc/{pid}/fd/3"))
+        .expect("fd 3")
+        .ino();
+    drop(theirs);
+    // A ring offered and not yet taken: its memfd waits in the socket.
+    let ring = mig_ckpt::memfd::make(&mig_ckpt::image::Memfd {
+        name: "mig-ring".into(),
+        size: 8192,
+        seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK,
+        data: vec![],
+    })
+    .expect("memfd");
+    let fds = [ring.as_raw_fd()];
+    let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+    let iov = [std::io::IoSlice::new(b"offer")];
+    nix::sys::socket::sendmsg::<()>(
+        ours.as_raw_fd(),
+        &iov,
+        &cmsg,
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )
+    .expect("sendmsg");
+    let opts = DumpOptions {
+        external_fds: [0, 1, 2].into(),
+        cut: [sock].into(),
+        mark_memfds: vec![("mig-ring".into(), 4, 31)],
+        ..Default::default()
+    };
+    let mut sink = Vec::new();
+    dump(pid, &opts, &mut sink).expect("dump");
+    // Marked where its sender sees it...
+    let mut word = [0u8; 4];
+    std::os::unix::fs::FileExt::read_exact_at(&File::from(ring), &mut word, 4).expect("read");
+    assert_eq!(u32::from_le_bytes(word) >> 31, 1);
+    // ...and in the image.
+    let img = mig_ckpt::image::decode(&sink, true).expect("image").1;
+    let passed = img
+        .files
+        .iter()
+        .find_map(|f| match f {
+            OpenFile::Cut { unread, passed, .. } if unread == b"offer" => Some(passed.clone()),
+            _ => None,
+        })
+        .expect("the cut socket");
+    assert_eq!(passed.len(), 1);
+    assert_eq!(passed[0].data.get(7), Some(&0x80));
+    let _ = child.kill();
+    let _ = child.wait();
+}

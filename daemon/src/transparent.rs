@@ -486,6 +486,13 @@ fn dump(
         set_bits: ring_flags(pid),
         checkpoint_only: !moving,
         cut: links,
+        // Rings offered to it and not yet mapped (on their way through a
+        // link, or taken in and not yet looked at) are closed too.
+        mark_memfds: vec![(
+            libmig::ring::MEMFD_NAME.to_string(),
+            libmig::ring::CLOSED_FLAG.0,
+            libmig::ring::CLOSED_FLAG.1,
+        )],
     };
     let saved = if trees {
         mig_ckpt::dump_tree(pid, &opts, &mut out)

@@ -364,20 +364,30 @@ impl Daemon {
             // The large messages that were on their way to it, made anew,
             // each passed with a byte of what it had not read (in order:
             // it takes them in order, a frame's before the frame's end).
+            // One that cannot be made again would leave its frame without
+            // it (and the next frames with the wrong ones): the VP ends
+            // instead, as lost, rather than reading a wrong message.
+            let made = passed
+                .iter()
+                .map(mig_ckpt::memfd::make)
+                .collect::<std::io::Result<Vec<_>>>()
+                .and_then(|fds| match fds.len() <= unread.len() {
+                    true => Ok(fds),
+                    false => Err(std::io::Error::other("more descriptors than bytes")),
+                });
+            let fds = made.unwrap_or_else(|e| {
+                warn!(
+                    "VP t{tid:x}: the large messages on their way to it could not be made \
+                     again ({e}): it ends"
+                );
+                if let Some(v) = self.local.vps.by_tid.get(&tid) {
+                    v.signal(nix::sys::signal::Signal::SIGKILL);
+                }
+                Vec::new()
+            });
             let mut at = 0;
-            for m in &passed {
-                let fd = match mig_ckpt::memfd::make(m) {
-                    Ok(fd) => fd,
-                    Err(e) => {
-                        warn!("VP t{tid:x}: a large message on its way to it could not be made again: {e}");
-                        continue;
-                    }
-                };
-                let Some(byte) = unread.get(at) else {
-                    warn!("VP t{tid:x}: a large message on its way to it came with no bytes");
-                    break;
-                };
-                self.send_bytes_with_fd(vt, vec![*byte], fd);
+            for fd in fds {
+                self.send_bytes_with_fd(vt, vec![unread[at]], fd);
                 at += 1;
             }
             if unread.len() > at {

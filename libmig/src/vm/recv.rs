@@ -321,7 +321,7 @@ impl Vm {
 
     /// Read what a socket has and file every frame; with `wait`, the first
     /// read waits for data.
-    pub(super) fn pump(&mut self, id: LinkId, mut wait: bool) -> Result<(), MigError> {
+    pub(super) fn pump(&mut self, id: LinkId, wait: bool) -> Result<(), MigError> {
         if let LinkId::Direct(t) = id {
             match self.ring_pump(t) {
                 // Nothing on the socket: no system call.
@@ -330,6 +330,22 @@ impl Vm {
                 Err(e) => return self.link_lost(id, e.to_string()),
             }
         }
+        self.pump_socket(id, wait)
+    }
+
+    /// Take in everything direct link `to` holds, its ring and its socket
+    /// (whatever the peer said of its socket), without waiting: before the
+    /// link is dropped.
+    pub(super) fn drain_direct(&mut self, to: Tid) -> Result<(), MigError> {
+        let id = LinkId::Direct(to);
+        if let Err(e) = self.ring_pump(to) {
+            return self.link_lost(id, e.to_string());
+        }
+        self.pump_socket(id, false)
+    }
+
+    /// `pump`'s reading of the socket itself.
+    fn pump_socket(&mut self, id: LinkId, mut wait: bool) -> Result<(), MigError> {
         loop {
             let link = match id {
                 LinkId::Daemon => &mut self.daemon,

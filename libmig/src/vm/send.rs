@@ -137,7 +137,7 @@ impl Vm {
             // The direct link broke (the peer ended, or moved): the daemons
             // decide. What the peer put in it before (its ring, its
             // socket) is taken in first: closing drops it.
-            let _ = self.pump(LinkId::Direct(to), false);
+            let _ = self.drain_direct(to);
             self.peers.close_direct(to);
             let head = match &memfd {
                 Some(_) => {

@@ -304,6 +304,12 @@ impl Vm {
                 }
             }
             self.pump(LinkId::Direct(t), false)?;
+            // A ring offered on the socket and only now taken is closed
+            // too, and what went into it meanwhile taken in.
+            if let Some(rx) = self.peers.link(t).and_then(|l| l.rx.as_ref()) {
+                rx.close();
+                self.pump(LinkId::Direct(t), false)?;
+            }
         }
         self.peers.close_all_direct();
         self.pump(LinkId::Daemon, false)?;
