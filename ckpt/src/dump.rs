@@ -555,20 +555,8 @@ fn set_bit_in_image(
     let m = memfds
         .get_mut(memfd as usize)
         .ok_or_else(|| refuse(format!("memfd {memfd} is not saved")))?;
-    let at = at as usize;
-    if bit > 31 || !at.is_multiple_of(4) || at as u64 + 4 > m.size {
-        return Err(refuse(format!(
-            "bit {bit} of the word at {addr:#x} cannot be set"
-        )));
-    }
-    if m.data.len() < at + 4 {
-        m.data.resize(at + 4, 0);
-    }
-    let mut word = [0u8; 4];
-    word.copy_from_slice(&m.data[at..at + 4]);
-    let word = u32::from_le_bytes(word) | (1 << bit);
-    m.data[at..at + 4].copy_from_slice(&word.to_le_bytes());
-    Ok(())
+    crate::memfd::set_bit_in(m, at, bit)
+        .map_err(|e| refuse(format!("the word at {addr:#x} cannot be marked: {e}")))
 }
 
 /// Each process's place in the tree (pids as the processes see them), or
@@ -769,6 +757,10 @@ impl Captured {
                         ),
                     });
                 }
+                crate::memfd::check_size(&m.name, end).map_err(|e| DumpError::Unsupported {
+                    pid,
+                    what: e.to_string(),
+                })?;
                 let want = usize::try_from(end).map_err(|e| proc_err(pid, "maps", e))?;
                 if m.data.len() < want {
                     m.data.resize(want, 0);

@@ -11,6 +11,22 @@ use std::os::unix::fs::FileExt;
 
 use crate::image::Memfd;
 
+/// The largest memfd saved (its bytes travel in the image's metadata,
+/// which holds at most `image::MAX_META`): a larger one is refused, named,
+/// rather than read into memory.
+pub const MAX_SIZE: u64 = 64 << 20;
+
+/// Refuses a memfd of `size` bytes larger than [`MAX_SIZE`].
+pub fn check_size(name: &str, size: u64) -> io::Result<()> {
+    if size > MAX_SIZE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("memfd {name:?} of {size} bytes is larger than a move carries ({MAX_SIZE})"),
+        ));
+    }
+    Ok(())
+}
+
 /// The memfd on `fd` (named `name`): its size, seals and bytes, trailing
 /// zeros left out. Refused when `fd` is not a memfd (a regular file of
 /// the kernel's memory whose `/proc` name is `/memfd:...`).
@@ -25,6 +41,7 @@ pub fn read(fd: BorrowedFd<'_>) -> io::Result<Memfd> {
     }
     let file = File::from(fd.try_clone_to_owned()?);
     let size = file.metadata()?.len();
+    check_size(&shown, size)?;
     // SAFETY: fcntl on our descriptor.
     let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) }.max(0);
     let len = usize::try_from(size).map_err(io::Error::other)?;
@@ -143,6 +160,16 @@ mod tests {
         // Not a memfd: refused.
         let f = File::open("/dev/null").expect("null");
         assert!(read(f.as_fd()).is_err());
+        // Larger than a move carries: refused, not read into memory.
+        let huge = make(&Memfd {
+            name: "huge".into(),
+            size: MAX_SIZE + 1,
+            seals: 0,
+            data: vec![],
+        })
+        .expect("sparse");
+        let e = read(huge.as_fd()).expect_err("too large");
+        assert!(e.to_string().contains("larger than a move carries"), "{e}");
     }
 
     #[test]
