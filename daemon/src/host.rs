@@ -59,10 +59,6 @@ pub struct LocalVp {
     /// Its program does not move itself (it never said it can): it is
     /// moved from outside, and the master was told it can be moved.
     pub outside: bool,
-    /// The calls it made to the master (`VpMsg::Call` ids) still waiting
-    /// for their answers: it is not moved from outside meanwhile (the
-    /// answer would come to this host).
-    pub calls: std::collections::BTreeSet<u64>,
     /// The VPs it was given a direct link to, each with the inodes of its
     /// ends of the links' sockets (two, when both asked at once and it
     /// kept one): a move from outside cuts them (the sockets' other ends
@@ -115,7 +111,6 @@ impl LocalVp {
             snapping_since: None,
             restored: Some(restored),
             outside: true,
-            calls: Default::default(),
             direct: Default::default(),
             ledger: Default::default(),
             uncredited: 0,

@@ -1,7 +1,8 @@
 //! What a local VP has said and been given on its socket, as its daemon
 //! sees the frames go by: the last sequence number it sent to each peer,
 //! and up to which number every message from each peer has been handed to
-//! it (queued on its socket). For a VP that libmig does not checkpoint
+//! it (queued on its socket), and the calls to the master it made that are
+//! not answered yet. For a VP that libmig does not checkpoint
 //! itself (one saved from outside) only its memory knows these otherwise,
 //! and a job checkpoint needs them: the first is what it says it sent
 //! (`SnapReport::Paused`), the second what its image must hold before it
@@ -30,6 +31,10 @@ pub struct Ledger {
     /// It said it moves itself at its safe points (`VpMsg::Movable`): the
     /// daemon it is restored under asks it so again.
     pub movable: bool,
+    /// The calls it made to the master (`VpMsg::Call` ids) still waiting
+    /// for their answers: where it is restored, those answers are let
+    /// through to it (`returns`).
+    pub calls: BTreeSet<u64>,
 }
 
 /// A record as images written before `movable` was kept have it.
@@ -38,6 +43,15 @@ struct Before {
     spoke: bool,
     sent: BTreeMap<Tid, u64>,
     given: BTreeMap<Tid, Given>,
+}
+
+/// A record as images written before `calls` was kept have it.
+#[derive(Deserialize)]
+struct BeforeCalls {
+    spoke: bool,
+    sent: BTreeMap<Tid, u64>,
+    given: BTreeMap<Tid, Given>,
+    movable: bool,
 }
 
 /// The messages of one sender handed to a VP: all up to `upto`, and
@@ -99,14 +113,26 @@ impl Ledger {
         if bytes.is_empty() {
             return Ok(Ledger::default());
         }
+        // (Each older form is a prefix of the newer ones: a record of one
+        // ends too soon to be read as a newer one.)
         postcard::from_bytes(bytes)
             .or_else(|e| {
-                postcard::from_bytes::<Before>(bytes)
+                postcard::from_bytes::<BeforeCalls>(bytes)
                     .map(|b| Ledger {
                         spoke: b.spoke,
                         sent: b.sent,
                         given: b.given,
-                        movable: false,
+                        movable: b.movable,
+                        calls: BTreeSet::new(),
+                    })
+                    .or_else(|_| {
+                        postcard::from_bytes::<Before>(bytes).map(|b| Ledger {
+                            spoke: b.spoke,
+                            sent: b.sent,
+                            given: b.given,
+                            movable: false,
+                            calls: BTreeSet::new(),
+                        })
                     })
                     .map_err(|_| e)
             })
@@ -161,6 +187,7 @@ mod tests {
         l.sent(&env(1, 2, 4));
         l.given(&env(2, 1, 1));
         l.given(&env(2, 1, 3));
+        l.calls.extend([3, 9]);
         assert_eq!(Ledger::decode(&l.encode()), Ok(l));
         assert_eq!(Ledger::decode(&[]), Ok(Ledger::default()));
         assert!(Ledger::decode(&[0xff; 3]).is_err());
@@ -183,5 +210,20 @@ mod tests {
                 ..l
             }
         );
+    }
+
+    #[test]
+    fn a_record_from_before_calls_were_kept_has_none_waiting() {
+        let mut l = Ledger {
+            spoke: true,
+            movable: true,
+            ..Ledger::default()
+        };
+        l.sent(&env(1, 2, 4));
+        l.given(&env(2, 1, 1));
+        let before = postcard::to_stdvec(&(true, &l.sent, &l.given, true)).expect("bytes");
+        assert_eq!(Ledger::decode(&before), Ok(l.clone()));
+        l.calls.insert(7);
+        assert_eq!(Ledger::decode(&l.encode()).map(|r| r.calls.len()), Ok(1));
     }
 }

@@ -177,8 +177,9 @@ enum Command {
     /// Let a suspended job run again: it is placed as a waiting job is (on
     /// its own processors if they are free, else others if it can move).
     Resume(suspend::Args),
-    /// Move a running VP to another host: it writes its image at its next
-    /// safe point and goes on there with the same Tid, no message lost.
+    /// Move a running VP to another host, with the same Tid and no message
+    /// lost: a libmig program writes its image at its next safe point, any
+    /// other is saved from outside, wherever it is.
     Migrate(migrate::Args),
     /// The owner's side: take a host back now, lend it again, or see what
     /// its owner monitor sees (owner reclaim|release|status).

@@ -124,7 +124,6 @@ impl Local {
                 snapping_since: None,
                 outside: restored.is_some(),
                 restored,
-                calls: Default::default(),
                 direct: Default::default(),
                 ledger: Default::default(),
                 uncredited: 0,
@@ -393,6 +392,9 @@ impl Daemon {
             if unread.len() > at {
                 self.send_bytes(vt, &unread[at..]);
             }
+            // Answers to its calls kept here while it moved (it came
+            // back) come after what it had not read.
+            self.returns_here(tid);
             for (env, payload) in self.router.attach(tid, vt) {
                 self.route(env, payload, None);
             }

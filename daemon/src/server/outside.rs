@@ -28,8 +28,11 @@
 //!    moves); what is left in the decoder is the start of a frame whose
 //!    write the stop cut short. Then `in_the_way` says whether an answer
 //!    this daemon would give it is still due: it stays (the reason goes
-//!    to the master, shown by `mig ps`/`mig show`) if it waits for a call
-//!    to the master to return, or for its daemon to confirm a receiver.
+//!    to the master, shown by `mig ps`/`mig show`) if it waits for its
+//!    daemon to confirm a receiver. The calls to the master it waits for
+//!    go with it (`Ledger::calls`); their answers that come here from now
+//!    on are kept and follow it to where it runs (`returns`, passed on by
+//!    `routing.rs::vp_return`), or go to it here should it stay.
 //! 3. The checkpointer saves it (`Task::Dump` with a `SocketState`): the
 //!    image keeps the bytes its socket holds for it (looked at through a
 //!    duplicate of its descriptor, not taken), then those queued here,
@@ -226,6 +229,20 @@ impl Daemon {
                 if let Task::Dump { socket: s, .. } = &mut task {
                     *s = socket;
                 }
+                // What it waits for from the master goes with it: the
+                // answers that come here from now on follow it.
+                if let Some(v) = self.local.vps.by_tid.get(&tid) {
+                    if !v.ledger.calls.is_empty() {
+                        let calls: Vec<String> =
+                            v.ledger.calls.iter().map(u64::to_string).collect();
+                        log!(
+                            "VP t{tid:x} waits for the master's answer to its call {}: the \
+                             answer follows it",
+                            calls.join(", ")
+                        );
+                    }
+                    self.returns.carry(tid, &v.ledger.calls);
+                }
                 self.local.checkpointer.submit(task);
             }
             (Err(why), _) => {
@@ -361,9 +378,8 @@ impl Daemon {
     }
 
     /// What VP `tid`, stopped and its words read, waits for that a move
-    /// from outside would lose: an answer its daemon would give on this
-    /// host (to a call to the master, or the confirmation of a receiver),
-    /// or a direct link. A VP that said meanwhile it can be moved moves
+    /// from outside would lose: the confirmation of a receiver its daemon
+    /// would give on this host. A VP that said meanwhile it can be moved moves
     /// itself, at its safe point, unless it is moved from outside
     /// `instead`, having missed one.
     fn in_the_way(&self, tid: Tid, instead: bool) -> Option<String> {
@@ -373,11 +389,6 @@ impl Daemon {
         let v = self.local.vps.by_tid.get(&tid)?;
         if v.movable && !instead {
             return Some("it says it can be moved: it moves itself, at its safe point".into());
-        }
-        if let Some(id) = v.calls.first() {
-            return Some(format!(
-                "it waits for the answer to a call to the master (call {id})"
-            ));
         }
         self.router
             .confirm_awaited_by(tid)
@@ -739,7 +750,16 @@ impl Daemon {
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             self.drain_stopped(t);
         }
-        if let Some(why) = self.in_the_way(tid, false) {
+        // (A call's answer would not be in its image: the job, restarted
+        // from it, would wait for it for ever.)
+        let unanswered = |d: &Daemon| {
+            let v = d.local.vps.by_tid.get(&tid)?;
+            let id = v.ledger.calls.first()?;
+            Some(format!(
+                "it waits for the answer to a call to the master (call {id})"
+            ))
+        };
+        if let Some(why) = self.in_the_way(tid, false).or_else(|| unanswered(self)) {
             return self.snap_failed(
                 tid,
                 id,

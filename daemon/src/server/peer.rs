@@ -10,7 +10,6 @@ use std::time::Instant;
 use libmig::frame;
 use libmig::msg::{
     DataLink, ExitInfo, Handshake, HostFacts, JobFileCopy, PeerMsg, Response, ToHost, ToMaster,
-    VpMsg,
 };
 use mio::Token;
 
@@ -299,6 +298,7 @@ impl Daemon {
                 image, at, total, ..
             } => self.image_copy_part(t, image, (at, total), payload),
             DataLink::ImageAck { image, upto } => self.image_acked(&image, upto),
+            DataLink::Return { tid, id, ret } => self.vp_return(tid, id, ret),
         }
     }
 
@@ -404,14 +404,7 @@ impl Daemon {
             }
             ToHost::Directory(entries) => self.directory(entries),
             ToHost::Fence { tids, incarnation } => self.router.fence(&tids, incarnation),
-            ToHost::VpReturn { tid, id, ret } => {
-                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
-                    v.calls.remove(&id);
-                }
-                if let Some(&t) = self.local.vp_conns.get(&tid) {
-                    self.send_vp(t, &VpMsg::Return { id, ret });
-                }
-            }
+            ToHost::VpReturn { tid, id, ret } => self.vp_return(tid, id, ret),
             ToHost::Voters(list) => self.on_voters(list),
         }
     }

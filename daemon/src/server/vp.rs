@@ -124,7 +124,7 @@ impl Daemon {
                 ),
                 None => {
                     if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
-                        v.calls.insert(id);
+                        v.ledger.calls.insert(id);
                     }
                     self.report(ToMaster::VpCall { tid, id, call })
                 }

@@ -708,6 +708,7 @@ fn barrier(vm: &mut Vm, file: &str) {
     if vm.tid() != tasks[0] {
         wait_for(file);
     }
+    println!("at the barrier");
     ok(vm.barrier("g", 2));
     println!("through the barrier");
     wait_for(&format!("{file}.end"));
