@@ -731,7 +731,11 @@ impl Master {
                 }
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.ckpt.restoring_from.remove(&tid);
-                    j.ckpt.restore_failures = 0;
+                    // The tries are the job's: one VP restored says
+                    // nothing of another whose image never arrives.
+                    if j.ckpt.restoring_from.is_empty() {
+                        j.ckpt.restore_failures = 0;
+                    }
                 }
                 vec![Out::Broadcast(ToHost::Directory(vec![(
                     tid,

@@ -2233,6 +2233,52 @@ fn a_restore_whose_image_does_not_arrive_is_tried_again_then_ends_its_job_saying
 }
 
 #[test]
+fn a_restore_that_fails_for_one_vp_each_time_ends_its_job_though_the_others_are_restored() {
+    // The other VP taken in each time: the tries are the job's, not reset
+    // by its restore.
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    take_checkpoint(&mut c, &placed);
+    let mut out = c.m.control(
+        Requester::Local(4),
+        "h0",
+        Request::Restart { job: "j1".into() },
+    );
+    let mut failing = None;
+    for round in 1..=4u32 {
+        let restored = all_intact(&mut c, &out);
+        let r = restores(&restored);
+        let tid = *failing.get_or_insert(r[0].1);
+        let to = r
+            .iter()
+            .find(|(_, t, _)| *t == tid)
+            .map(|(_, _, h)| h.clone())
+            .unwrap_or_else(|| panic!("round {round}: {tid:x} restored again: {r:?}"));
+        for (_, other, at) in r.iter().filter(|(_, t, _)| *t != tid) {
+            c.m.started(at, *other, 1000 + round);
+        }
+        out = c.m.from_host(
+            &to,
+            ToMaster::Missing {
+                tid,
+                reason: "its image: a socket's bytes did not fit".into(),
+            },
+        );
+        if round <= 3 {
+            assert!(!checks(&out).is_empty(), "round {round}: {out:?}");
+        } else {
+            assert!(checks(&out).is_empty(), "{out:?}");
+            assert!(
+                out.iter().any(|o| matches!(o, Out::Log(l)
+                    if l.contains("ending job j1") && l.contains("could not be restored")
+                        && l.contains("did not fit"))),
+                "{out:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_host_that_could_not_take_in_a_vp_is_not_chosen_again_for_its_jobs_moves() {
     // Four VPs doubled up on two hosts; two more hosts join and the
     // scheduler spreads the job, one VP to h2, whose disk lacks the
