@@ -199,6 +199,74 @@ pub(crate) struct Place<'a> {
     pub die_with_caller: bool,
     /// `cgroup.procs` files to write itself into.
     pub join: &'a [RawFd],
+    /// A cgroup v2 directory to be born in (see `RestoreOptions::into`),
+    /// and the `cgroup.procs` files written instead where the kernel
+    /// cannot.
+    pub into: Option<(RawFd, &'a [RawFd])>,
+}
+
+/// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Set once the kernel said it has no `clone3` or no `CLONE_INTO_CGROUP`.
+static NO_CLONE_INTO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A fork-like clone into a new pid namespace (no `CLONE_VM`, no new
+/// stack: the child returns here too, with 0), born in the cgroup `into`
+/// is open on if one is given: the pid or -1, and the error.
+///
+/// # Safety
+/// As `fork`: in a multi-threaded caller the child may make only
+/// async-signal-safe calls.
+unsafe fn clone_ns(into: Option<RawFd>) -> (libc::c_long, io::Error) {
+    let pid = match into {
+        Some(dir) => {
+            let args = CloneArgs {
+                flags: libc::CLONE_NEWPID as u64 | CLONE_INTO_CGROUP,
+                exit_signal: libc::SIGCHLD as u64,
+                cgroup: dir as u64,
+                ..CloneArgs::default()
+            };
+            // SAFETY: clone3 reads `args`, ours, of the size given; with
+            // no stack the child runs on a copy of this one (the caller's
+            // contract).
+            unsafe {
+                libc::syscall(
+                    libc::SYS_clone3,
+                    &args as *const CloneArgs,
+                    std::mem::size_of::<CloneArgs>(),
+                )
+            }
+        }
+        // SAFETY: as above.
+        None => unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        },
+    };
+    (pid, io::Error::last_os_error())
 }
 
 /// Why a namespace could not be made.
@@ -445,6 +513,7 @@ pub fn spawn_in_namespace(mut s: Spawn) -> Result<Tree, NsError> {
     let place = Place {
         die_with_caller: s.die_with_caller,
         join: &s.join,
+        into: None,
     };
     let (init, status) = start(Vec::new(), Some(program), false, place)?;
     drop(s.fds);
@@ -532,36 +601,52 @@ fn start(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
-    // SAFETY: a fork-like clone (no CLONE_VM, no new stack): the child runs
-    // on a copy of this thread's stack and memory and calls `in_init`,
-    // which never returns and makes only async-signal-safe calls on data
-    // prepared above; every signal is blocked until it has reset them.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if pid == 0 {
-        // SAFETY: in the child, see above.
-        unsafe {
-            in_init(
-                &keep,
-                &mut moved,
-                program.as_mut(),
-                trace,
-                place,
-                argv.as_ptr(),
-                envp.as_ptr(),
-                empty.as_ptr(),
-            )
+    // Born in its cgroup if it can be: writing itself into `cgroup.procs`
+    // takes the kernel's cgroup migration lock, whose first taker after a
+    // quiet spell waits for an RCU grace period (5-20 ms here). Where the
+    // kernel cannot, it writes itself in instead.
+    let born_in = place
+        .into
+        .filter(|_| !NO_CLONE_INTO.load(std::sync::atomic::Ordering::Relaxed));
+    let mut tries = born_in
+        .map(|(dir, _)| Some(dir))
+        .into_iter()
+        .collect::<Vec<_>>();
+    tries.push(None);
+    let (mut pid, mut e) = (-1, io::Error::from_raw_os_error(libc::EINVAL));
+    for into in tries {
+        let mut place = place;
+        let instead = place.into.take().map_or(&[][..], |(_, instead)| instead);
+        let join: &[RawFd] = if into.is_some() { &[] } else { instead };
+        // SAFETY: a fork-like clone (no CLONE_VM, no new stack): the child
+        // runs on a copy of this thread's stack and memory and calls
+        // `in_init`, which never returns and makes only async-signal-safe
+        // calls on data prepared above; every signal is blocked until it
+        // has reset them.
+        (pid, e) = unsafe { clone_ns(into) };
+        if pid == 0 {
+            // SAFETY: in the child, see above.
+            unsafe {
+                in_init(
+                    &keep,
+                    &mut moved,
+                    program.as_mut(),
+                    trace,
+                    (place, join),
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                    empty.as_ptr(),
+                )
+            }
+        }
+        let refused = e.raw_os_error();
+        if pid > 0 || into.is_none() || refused == Some(libc::EPERM) {
+            break;
+        }
+        if matches!(refused, Some(libc::ENOSYS | libc::E2BIG)) {
+            NO_CLONE_INTO.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
-    let e = io::Error::last_os_error();
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if pid < 0 {
@@ -651,7 +736,7 @@ unsafe fn in_init(
     moved: &mut [RawFd],
     program: Option<&mut Program>,
     trace: bool,
-    into: Place,
+    (into, instead): (Place, &[RawFd]),
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     empty: *const libc::c_char,
@@ -674,7 +759,7 @@ unsafe fn in_init(
         if into.die_with_caller {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
         }
-        for &fd in into.join {
+        for &fd in into.join.iter().chain(instead) {
             if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                 fail(sync)
             }

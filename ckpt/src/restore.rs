@@ -63,6 +63,14 @@ pub struct RestoreOptions {
     /// into first, so that every process of the tree is born in that
     /// cgroup.
     pub join: Vec<RawFd>,
+    /// A cgroup v2 directory a restored tree's init is born in (`clone3`
+    /// with `CLONE_INTO_CGROUP`, Linux 5.7), rather than writing itself
+    /// into its `cgroup.procs`, which takes the kernel's cgroup migration
+    /// lock and may wait for an RCU grace period. Where the kernel cannot,
+    /// the init writes itself into `join_instead` (as into `join`).
+    pub into: Option<RawFd>,
+    /// See `into`.
+    pub join_instead: Vec<RawFd>,
 }
 
 /// A restored process.

@@ -634,6 +634,111 @@ fn a_tree_is_born_in_the_cgroup_it_is_given_and_restored_into_it() {
     tree.wait().expect("wait");
 }
 
+/// A cgroup v2 directory under the unified hierarchy, removed at the end.
+struct Unified(PathBuf);
+
+impl Unified {
+    fn new(name: &str) -> Unified {
+        let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .find(|r| {
+                Path::new(r).join("cgroup.procs").exists()
+                    && Path::new(r).join("cgroup.controllers").exists()
+            })
+            .expect("a cgroup v2 hierarchy");
+        let dir = Path::new(root).join(format!("mig-ckpt-{}-{name}", std::process::id()));
+        std::fs::create_dir(&dir).expect("a cgroup v2 directory (root)");
+        Unified(dir)
+    }
+
+    fn dir(&self) -> OwnedFd {
+        File::open(&self.0).expect("its directory").into()
+    }
+
+    /// Whether `pid` is in it.
+    fn holds(&self, pid: i32) -> bool {
+        let name = self
+            .0
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .expect("cgroup")
+            .lines()
+            .any(|l| l.starts_with("0::") && l.ends_with(&format!("/{name}")))
+    }
+}
+
+impl Drop for Unified {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            let_run(10);
+        }
+    }
+}
+
+/// A tree restored `into` a cgroup v2 directory is born there (no write
+/// into its `cgroup.procs`); given a descriptor that is no cgroup, it
+/// writes itself into the files it is given instead.
+#[test]
+fn a_tree_restored_into_a_cgroup_directory_is_born_there_or_joins_instead() {
+    let (fds, out) = stdio(null());
+    let mut s = sh("echo start; sleep 30 | cat");
+    s.fds = fds;
+    s.die_with_caller = true;
+    let tree = spawn_in_namespace(s).expect("spawn");
+    let mut r = Running {
+        tree: Some(tree),
+        reader: Some(gather(out)),
+        head: Vec::new(),
+    };
+    while r.tree().processes().expect("processes").len() < 4 {
+        let_run(1);
+    }
+    r.tree().stop(Duration::from_secs(10)).expect("stop");
+    let path = scratch().join("into.img");
+    let mut f = File::create(&path).expect("create");
+    dump_tree(r.tree().init(), &stdio_options(), &mut f).expect("dump");
+    let mut t = r.tree.take().expect("tree");
+    t.kill().expect("kill");
+    t.wait().expect("wait");
+    drop(r);
+
+    let born = Unified::new("born");
+    let instead = Cgroup::new("instead");
+    let no_cgroup: OwnedFd = File::open(&path).expect("a file").into();
+    for (into, in_v2) in [(born.dir(), true), (no_cgroup, false)] {
+        let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+        let (fds, _out) = stdio(null());
+        let procs = instead.procs();
+        let mut tree = restore_tree(
+            &img,
+            fds,
+            &RestoreOptions {
+                die_with_caller: true,
+                into: Some(std::os::fd::AsRawFd::as_raw_fd(&into)),
+                join_instead: vec![std::os::fd::AsRawFd::as_raw_fd(&procs)],
+                ..Default::default()
+            },
+        )
+        .expect("restore");
+        let procs = tree.processes().expect("processes");
+        assert_eq!(procs.len(), 4, "init, sh, sleep, cat");
+        if in_v2 {
+            assert!(procs.iter().all(|&p| born.holds(p)), "{procs:?}");
+            assert!(!procs.iter().any(|&p| instead.holds(p)), "{procs:?}");
+        } else {
+            assert!(procs.iter().all(|&p| instead.holds(p)), "{procs:?}");
+        }
+        tree.kill().expect("kill");
+        tree.wait().expect("wait");
+    }
+}
+
 #[test]
 fn a_tree_tied_to_its_callers_thread_ends_with_it() {
     let mut tree = std::thread::spawn(|| {

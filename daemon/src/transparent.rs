@@ -128,8 +128,7 @@ pub enum Task {
         links: BTreeSet<u64>,
     },
     /// Rebuild VP `tid` from the image at `image`, given `fds` by number
-    /// (see [`GIVEN_FDS`]), born in the cgroups whose `cgroup.procs`
-    /// files are `join`.
+    /// (see [`GIVEN_FDS`]), born in its cell (`cell`).
     Restore {
         /// The VP.
         tid: Tid,
@@ -140,11 +139,24 @@ pub enum Task {
         verify: bool,
         /// Its descriptors from its new daemon.
         fds: BTreeMap<i32, OwnedFd>,
-        /// Its cell's `cgroup.procs` files.
-        join: Vec<OwnedFd>,
+        /// Its cell.
+        cell: CellFds,
         /// Leave it stopped (its daemon continues it when it may run).
         stopped: bool,
     },
+}
+
+/// A VP's cell, as a restored tree is born in it: its cgroup v2 directory
+/// (`into`) with the `cgroup.procs` files written `instead` where the
+/// kernel cannot, and those written in any case (`join`).
+#[derive(Debug, Default)]
+pub struct CellFds {
+    /// Its directory, to be born in.
+    pub into: Option<OwnedFd>,
+    /// Its `cgroup.procs` files written where it cannot be born in `into`.
+    pub instead: Vec<OwnedFd>,
+    /// The `cgroup.procs` files written in any case.
+    pub join: Vec<OwnedFd>,
 }
 
 /// A restored VP's process.
@@ -348,11 +360,11 @@ fn run(task: Task, progress: &dyn Fn(Tid, i32, u64)) -> Done {
             image,
             verify,
             fds,
-            join,
+            cell,
             stopped,
         } => Done::Restored {
             tid,
-            result: restore(&image, verify, fds, join, stopped),
+            result: restore(&image, verify, fds, cell, stopped),
             took: began.elapsed(),
         },
     }
@@ -523,7 +535,7 @@ fn restore(
     image: &std::path::Path,
     verify: bool,
     fds: BTreeMap<i32, OwnedFd>,
-    join: Vec<OwnedFd>,
+    cell: CellFds,
     stopped: bool,
 ) -> Result<Restored, String> {
     use std::os::fd::AsRawFd;
@@ -532,7 +544,9 @@ fn restore(
     let opts = RestoreOptions {
         stopped,
         die_with_caller: true,
-        join: join.iter().map(AsRawFd::as_raw_fd).collect(),
+        join: cell.join.iter().map(AsRawFd::as_raw_fd).collect(),
+        into: cell.into.as_ref().map(AsRawFd::as_raw_fd),
+        join_instead: cell.instead.iter().map(AsRawFd::as_raw_fd).collect(),
     };
     let inputs = img.image().inputs.clone();
     let sockets = img.image().sockets.clone();
@@ -679,7 +693,7 @@ mod tests {
             image,
             verify: true,
             fds: given(w2),
-            join: Vec::new(),
+            cell: CellFds::default(),
             stopped: false,
         });
         let Done::Restored { result, .. } = wait_for(&mut c) else {

@@ -73,6 +73,7 @@ pub fn restore_tree(
     let place = ns::Place {
         die_with_caller: opts.die_with_caller,
         join: &opts.join,
+        into: opts.into.map(|dir| (dir, &opts.join_instead[..])),
     };
     let (init, status) = ns::start_init(&keep, place)?;
     drop(files);

@@ -522,18 +522,34 @@ impl Daemon {
                 .map_err(|e| warn!("VP t{tid:x} held by its process group only: {e}"))
                 .ok()
         });
-        let join = cell
-            .as_ref()
-            .map(|c| c.join_fds())
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|fd| {
-                // SAFETY: the cell's descriptors are open while it lives,
-                // and it lives until the restore is done (kept below).
-                let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-                b.try_clone_to_owned().ok()
-            })
-            .collect();
+        let owned = |fds: &[std::os::fd::RawFd]| -> Vec<std::os::fd::OwnedFd> {
+            fds.iter()
+                .filter_map(|&fd| {
+                    // SAFETY: the cell's descriptors are open while it
+                    // lives, and it lives until the restore is done (kept
+                    // below).
+                    let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                    b.try_clone_to_owned().ok()
+                })
+                .collect()
+        };
+        let fds = cell.as_ref().map(|c| {
+            let (all, twins, into) = (c.join_fds(), c.twin_fds(), c.into_fd());
+            let into = into.and_then(|d| owned(&[d]).pop());
+            match into {
+                // Born in its cell: only the twins of its limits are
+                // written (and its cell's own file where it cannot be).
+                Some(_) => crate::transparent::CellFds {
+                    into,
+                    instead: owned(&all[..all.len() - twins.len()]),
+                    join: owned(&twins),
+                },
+                None => crate::transparent::CellFds {
+                    join: owned(&all),
+                    ..Default::default()
+                },
+            }
+        });
         let given = match host::Given::make(start.stdin) {
             Ok(g) => g,
             Err(e) => {
@@ -555,7 +571,7 @@ impl Daemon {
             image: path.to_path_buf(),
             verify: !summed,
             fds: host::Given::by_number(given.theirs),
-            join,
+            cell: fds.unwrap_or_default(),
             stopped: true,
         });
     }
