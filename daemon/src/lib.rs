@@ -49,7 +49,6 @@ pub mod master;
 pub mod metrics;
 pub mod migrate;
 pub mod owner;
-pub mod returns;
 pub mod route;
 pub mod sched;
 pub mod server;

@@ -15,8 +15,7 @@ use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
     Bid, Bidding, DataLink, Envelope, Handshake, HostFacts, HostUsage, ImageId, IoClass, JobClass,
     JobFileCopy, LoopTurns, OwnerReport, OwnerState, PeerMsg, Quorum, Rate, Request, SliceReport,
-    SnapOrder, SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg,
-    VpRet, Work,
+    SnapOrder, SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg, Work,
 };
 
 fn fixtures() -> PathBuf {
@@ -194,11 +193,6 @@ fn peer_msgs() -> Vec<PeerMsg> {
             keep: vec![4, 5],
         },
         DataLink::RestoreOff { tid: 0x40002 },
-        DataLink::Return {
-            tid: 0x40002,
-            id: 12,
-            ret: VpRet::Instance(3),
-        },
         Quorum::Consensus {
             from: 2,
             msg: vec![8, 3, 16, 1],

@@ -7,6 +7,7 @@ use libmig::msg::{
 };
 
 use super::jobs::Narrowed;
+use super::vp::VpState;
 use super::{loc_of, Master, Out, Requester};
 
 /// Who made a call: the host it came from, the VP and the call's id.
@@ -328,6 +329,60 @@ impl Master {
         let uid_of = |j: &str| self.jobs.get(j).and_then(|j| j.uid);
         let theirs = self.tids.get(&victim).map(|(j, _)| uid_of(j))?;
         (theirs != uid_of(job)).then(|| format!("t{victim:x} belongs to another user"))
+    }
+
+    /// Where the answers to VPs' calls in `out` go: to the host each VP
+    /// runs on. A VP that is moving or parked on a disk has them kept here
+    /// until it runs again (its old host would not find it, its new one
+    /// has it only once it runs there), and they then go where it runs; a
+    /// VP that ended, or went back to its job's checkpoint, has them
+    /// dropped (and one started from the beginning: `set_vp`). Called on
+    /// what every entry that changes where VPs are returns.
+    pub(super) fn settle_returns(&mut self, out: Vec<Out>) -> Vec<Out> {
+        let any = |o: &Out| matches!(o, Out::ToHost(_, ToHost::VpReturn { .. }));
+        if self.held_returns.is_empty() && !out.iter().any(any) {
+            return out;
+        }
+        let state = |m: &Master, tid: Tid| {
+            let (job, vp) = m.tids.get(&tid)?;
+            m.jobs.get(job)?.vps.get(vp).map(|v| v.state().clone())
+        };
+        let mut settled = Vec::with_capacity(out.len());
+        for o in out {
+            match o {
+                Out::ToHost(_, ToHost::VpReturn { tid, id, ret })
+                    if matches!(
+                        state(self, tid),
+                        Some(VpState::Moving { .. } | VpState::Parked { .. })
+                    ) =>
+                {
+                    settled.push(Out::Log(format!(
+                        "VP t{tid:x} is moving: the answer to its call {id} waits for it to run"
+                    )));
+                    self.held_returns.entry(tid).or_default().push((id, ret));
+                }
+                o => settled.push(o),
+            }
+        }
+        let held: Vec<Tid> = self.held_returns.keys().copied().collect();
+        for tid in held {
+            match state(self, tid) {
+                Some(VpState::Running { host, .. }) => {
+                    for (id, ret) in self.held_returns.remove(&tid).unwrap_or_default() {
+                        settled.push(Out::ToHost(host.clone(), ToHost::VpReturn { tid, id, ret }));
+                    }
+                }
+                // (Starting: from its parked image.)
+                Some(
+                    VpState::Moving { .. } | VpState::Parked { .. } | VpState::Starting { .. },
+                ) => {}
+                Some(VpState::Waiting | VpState::Restoring { .. } | VpState::Exited { .. })
+                | None => {
+                    self.held_returns.remove(&tid);
+                }
+            }
+        }
+        settled
     }
 
     pub(super) fn vp_return(&self, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {

@@ -154,7 +154,7 @@ impl Master {
         }
         let name = facts.name.clone();
         out.extend(self.add_host(facts, now, false));
-        (name, out)
+        (name, self.settle_returns(out))
     }
 
     /// The master is cut off from most voters (it cannot commit anything):
@@ -227,7 +227,10 @@ impl Master {
                     (until - now).as_millis()
                 ))]
             }
-            None => self.host_gone(host, why),
+            None => {
+                let out = self.host_gone(host, why);
+                self.settle_returns(out)
+            }
         }
     }
 
@@ -282,7 +285,7 @@ impl Master {
         for h in silent {
             out.extend(self.host_gone(&h, "stopped answering heartbeats"));
         }
-        out
+        self.settle_returns(out)
     }
 
     /// A host is gone (connection lost or silent): its processors leave the

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use libmig::msg::{
     Envelope, ExitInfo, HostFacts, JobInfo, Loc, LoopTurns, MapCell, Request, Response, SlotCell,
-    SnapReport, SpawnSpec, StartVp, Tid, ToHost, ToMaster,
+    SnapReport, SpawnSpec, StartVp, Tid, ToHost, ToMaster, VpRet,
 };
 
 use crate::groups::Groups;
@@ -130,6 +130,10 @@ pub struct Master {
     /// PVM programs' message mailbox.
     #[serde(default)]
     mailbox: Mailbox,
+    /// Answers to calls of VPs that are moving or parked, kept until they
+    /// run again (`calls::settle_returns`).
+    #[serde(default)]
+    held_returns: BTreeMap<Tid, Vec<(u64, VpRet)>>,
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
     host_watch: Vec<(Tid, i32, bool)>,
     gone: HashMap<Tid, ExitInfo>,
@@ -222,6 +226,7 @@ impl Master {
             next_job: 1,
             groups: Groups::default(),
             mailbox: Mailbox::default(),
+            held_returns: BTreeMap::new(),
             exit_watch: HashMap::new(),
             host_watch: Vec::new(),
             gone: HashMap::new(),
@@ -285,6 +290,12 @@ impl Master {
 
     /// A report from host `host` (a worker, or the master's own host).
     pub fn from_host(&mut self, host: &str, msg: ToMaster) -> Vec<Out> {
+        let out = self.report_unsettled(host, msg);
+        self.settle_returns(out)
+    }
+
+    /// `from_host`, the answers to VPs' calls not yet sent where they run.
+    fn report_unsettled(&mut self, host: &str, msg: ToMaster) -> Vec<Out> {
         match msg {
             ToMaster::Heartbeat => Vec::new(),
             ToMaster::LeaseAsk { n } => self.lease_ask(host, n),
@@ -469,8 +480,14 @@ impl Master {
             return Vec::new();
         };
         let host = state.host().map(String::from);
+        let afresh = matches!(state, VpState::Starting { .. } | VpState::Waiting);
         match j.vps.get_mut(&vp) {
             Some(v) => {
+                if afresh {
+                    // Started from the beginning: no earlier call of it
+                    // waits for an answer.
+                    self.held_returns.remove(&v.tid);
+                }
                 if let Err(refused) = v.go(state) {
                     return vec![refused.into()];
                 }

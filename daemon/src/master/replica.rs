@@ -125,6 +125,7 @@ impl Master {
                 r.lost |= p.lost;
             }
         }
+        let out = m.settle_returns(out);
         Ok((m, out))
     }
 }

@@ -2690,3 +2690,103 @@ fn halt_says_how_many_hosts_it_halts_whatever_runs_on_them() {
         "{out:?}"
     );
 }
+
+/// The answers to VPs' calls in `out`: (host, VP, call).
+fn returns(out: &[Out]) -> Vec<(String, Tid, u64)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::ToHost(h, ToHost::VpReturn { tid, id, .. }) => Some((h.clone(), *tid, *id)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Two VPs in group "g", VP `a` waiting in its barrier (call 7) and
+/// moving from its host to another; VP `b` comes to the barrier (call 3).
+/// Returns a, where it moves, b's host and what b's call gave.
+fn a_barrier_passed_while_one_moves(c: &mut Cluster) -> (Tid, String, String, Vec<Out>) {
+    let placed = c.running_job(2);
+    let (a_host, a) = placed[0].clone();
+    let (b_host, b) = placed[1].clone();
+    for (host, tid) in &placed {
+        let join = VpCall::Join { group: "g".into() };
+        c.m.from_host(
+            host,
+            ToMaster::VpCall {
+                tid: *tid,
+                id: 1,
+                call: join,
+            },
+        );
+    }
+    let barrier = VpCall::Barrier {
+        group: "g".into(),
+        count: 2,
+    };
+    let out = c.m.from_host(
+        &a_host,
+        ToMaster::VpCall {
+            tid: a,
+            id: 7,
+            call: barrier.clone(),
+        },
+    );
+    assert!(returns(&out).is_empty(), "{out:?}");
+    let to = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| *h != a_host && *h != b_host)
+        .expect("a third host")
+        .to_string();
+    assert_eq!(move_out_orders(&migrate(c, a, &to)).len(), 1);
+    let out = c.m.from_host(
+        &b_host,
+        ToMaster::VpCall {
+            tid: b,
+            id: 3,
+            call: barrier,
+        },
+    );
+    assert_eq!(returns(&out), vec![(b_host.clone(), b, 3)], "{out:?}");
+    (a, to, b_host, out)
+}
+
+#[test]
+fn an_answer_to_a_moving_vp_waits_for_it_to_run_and_goes_where_it_runs() {
+    let mut c = Cluster::new(3);
+    let (a, to, _, out) = a_barrier_passed_while_one_moves(&mut c);
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Out::Log(l) if l.contains("waits for it to run"))),
+        "{out:?}"
+    );
+    // Nothing goes to it while it moves...
+    let out = c.m.tick(c.at(1), Duration::from_secs(3600));
+    assert!(returns(&out).is_empty(), "{out:?}");
+    // ...and once it runs where it went, its answer goes there, once.
+    let out = c.m.from_host(&to, ToMaster::Started { tid: a, pid: 99 });
+    assert_eq!(returns(&out), vec![(to.clone(), a, 7)], "{out:?}");
+    let out = c.m.tick(c.at(2), Duration::from_secs(3600));
+    assert!(returns(&out).is_empty(), "{out:?}");
+    // The same held on a master that took over meanwhile: replicated.
+    let mut c2 = Cluster::new(3);
+    let (a2, to2, _, _) = a_barrier_passed_while_one_moves(&mut c2);
+    let (mut m, _) = Master::import(&c2.m.export(), "h1", c2.at(1)).expect("import");
+    let out = m.from_host(&to2, ToMaster::Started { tid: a2, pid: 99 });
+    assert_eq!(returns(&out), vec![(to2, a2, 7)], "{out:?}");
+}
+
+#[test]
+fn an_answer_to_a_vp_whose_move_failed_goes_where_it_stayed() {
+    let mut c = Cluster::new(3);
+    let (a, _, _, _) = a_barrier_passed_while_one_moves(&mut c);
+    let (src, _) = c.state(a);
+    let src = src.expect("its host");
+    let out = c.m.from_host(
+        &src,
+        ToMaster::MigrateFailed {
+            tid: a,
+            reason: "its image could not be written".into(),
+        },
+    );
+    assert_eq!(returns(&out), vec![(src, a, 7)], "{out:?}");
+}

@@ -46,7 +46,7 @@ impl Master {
                 }
             }
         }
-        out
+        self.settle_returns(out)
     }
 
     /// Why `uid` may not make `req`, if it may not.

@@ -392,9 +392,6 @@ impl Daemon {
             if unread.len() > at {
                 self.send_bytes(vt, &unread[at..]);
             }
-            // Answers to its calls kept here while it moved (it came
-            // back) come after what it had not read.
-            self.returns_here(tid);
             for (env, payload) in self.router.attach(tid, vt) {
                 self.route(env, payload, None);
             }

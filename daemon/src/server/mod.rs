@@ -209,9 +209,6 @@ pub struct Daemon {
     bids: bids::Bids,
     /// This host's Rate-of-Change (the roc placement).
     rating: rate::Rating,
-    /// Answers to calls of VPs that moved from outside, on their way to
-    /// where the VPs run.
-    returns: crate::returns::Returns,
 }
 
 /// The loop's pace and its own figures: when the last heartbeat and the
@@ -533,7 +530,6 @@ impl Daemon {
             metrics: crate::metrics::Counters::default(),
             bids: bids::Bids::default(),
             rating: rate::Rating::default(),
-            returns: Default::default(),
             cfg,
         }
     }

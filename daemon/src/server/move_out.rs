@@ -374,7 +374,6 @@ impl Daemon {
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             // (One saved from outside: what was held for it goes first.)
             self.release_output(t);
-            self.returns_here(tid);
             self.send_vp(t, &VpMsg::StayPut);
             for (env, body) in self.router.attach(tid, t) {
                 self.route(env, body, None);

@@ -30,9 +30,9 @@
 //!    this daemon would give it is still due: it stays (the reason goes
 //!    to the master, shown by `mig ps`/`mig show`) if it waits for its
 //!    daemon to confirm a receiver. The calls to the master it waits for
-//!    go with it (`Ledger::calls`); their answers that come here from now
-//!    on are kept and follow it to where it runs (`returns`, passed on by
-//!    `routing.rs::vp_return`), or go to it here should it stay.
+//!    go with it (`Ledger::calls`); the master, which has had it moving
+//!    since it asked for the move, keeps their answers until it runs
+//!    again and sends them there (`master::calls::settle_returns`).
 //! 3. The checkpointer saves it (`Task::Dump` with a `SocketState`): the
 //!    image keeps the bytes its socket holds for it (looked at through a
 //!    duplicate of its descriptor, not taken), then those queued here,
@@ -229,8 +229,8 @@ impl Daemon {
                 if let Task::Dump { socket: s, .. } = &mut task {
                     *s = socket;
                 }
-                // What it waits for from the master goes with it: the
-                // answers that come here from now on follow it.
+                // What it waits for from the master goes with it (the
+                // master keeps the answers while it moves).
                 if let Some(v) = self.local.vps.by_tid.get(&tid) {
                     if !v.ledger.calls.is_empty() {
                         let calls: Vec<String> =
@@ -241,7 +241,6 @@ impl Daemon {
                             calls.join(", ")
                         );
                     }
-                    self.returns.carry(tid, &v.ledger.calls);
                 }
                 self.local.checkpointer.submit(task);
             }

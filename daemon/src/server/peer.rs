@@ -298,7 +298,6 @@ impl Daemon {
                 image, at, total, ..
             } => self.image_copy_part(t, image, (at, total), payload),
             DataLink::ImageAck { image, upto } => self.image_acked(&image, upto),
-            DataLink::Return { tid, id, ret } => self.vp_return(tid, id, ret),
         }
     }
 

@@ -1,7 +1,6 @@
 //! Moving a message one step on: to a local VP, to another host, into the
 //! hold; telling a sender what could not be delivered; the directory of
-//! where VPs are; the master's answers to VPs' calls, which follow a VP
-//! that moved (`returns`).
+//! where VPs are; the master's answers to VPs' calls.
 
 use libmig::msg::{DataLink, Envelope, Loc, PeerMsg, Tid, ToMaster, VpMsg, VpRet, SYSTEM};
 use libmig::payload::FD_PAYLOAD;
@@ -11,9 +10,8 @@ use mio::Token;
 use super::net::Pending;
 use super::Daemon;
 use crate::conn::Kind;
-use crate::returns::Answer;
 use crate::route::{Body, Way};
-use crate::{debug, log, warn};
+use crate::{debug, warn};
 
 impl Daemon {
     /// Move a message one step on: to a local VP, to another host, or into
@@ -201,21 +199,10 @@ impl Daemon {
     /// The master says where VPs are: held messages and confirmations go on.
     pub(super) fn directory(&mut self, entries: Vec<(Tid, Loc)>) {
         let tids: Vec<Tid> = entries.iter().map(|(t, _)| *t).collect();
-        // A VP that runs somewhere (or ended) needs no image kept here;
-        // the answers kept here for it go where it runs.
+        // A VP that runs somewhere (or ended) needs no image kept here.
         for (tid, loc) in &entries {
             if *loc != Loc::Waiting {
                 self.drop_sent(*tid);
-            }
-            match loc {
-                Loc::At(h) if *h != self.facts.name => {
-                    for (id, ret) in self.returns.runs_at(*tid, h) {
-                        self.return_to(h, *tid, id, ret);
-                    }
-                }
-                Loc::Gone => self.returns.forget(*tid),
-                // Here: they go to it once it is connected (`connect_vp`).
-                Loc::At(_) | Loc::Waiting => {}
             }
         }
         let (freed, confirms) = self.router.update(entries);
@@ -236,42 +223,22 @@ impl Daemon {
 }
 
 impl Daemon {
-    /// The master's answer `ret` to call `id` of VP `tid`, from the master
-    /// or from the host the VP left: to the VP if it is here and waits for
-    /// it, kept or sent on if it is moving or moved (`returns`).
+    /// The master's answer `ret` to call `id` of VP `tid`: to the VP, if it
+    /// is here and waits for it (a VP moved here waits for the calls its
+    /// image says, `Ledger::calls`).
     pub(super) fn vp_return(&mut self, tid: Tid, id: u64, ret: VpRet) {
-        match self.returns.answer(tid, id, ret) {
-            Answer::Here(ret) => {
-                let waits = self
-                    .local
-                    .vps
-                    .by_tid
-                    .get_mut(&tid)
-                    .is_some_and(|v| v.ledger.calls.remove(&id));
-                match self.local.vp_conns.get(&tid) {
-                    Some(&t) if waits => self.send_vp(t, &VpMsg::Return { id, ret }),
-                    _ => debug!("an answer to call {id} of VP t{tid:x}, which does not wait for it here: dropped"),
-                }
-            }
-            Answer::Kept => {
-                debug!("VP t{tid:x} is moving: the answer to its call {id} waits for it here")
-            }
-            Answer::Forward(host, ret) => self.return_to(&host, tid, id, ret),
+        let waits = self
+            .local
+            .vps
+            .by_tid
+            .get_mut(&tid)
+            .is_some_and(|v| v.ledger.calls.remove(&id));
+        match self.local.vp_conns.get(&tid) {
+            Some(&t) if waits => self.send_vp(t, &VpMsg::Return { id, ret }),
+            _ => debug!(
+                "an answer to call {id} of VP t{tid:x}, which does not wait for it here: dropped"
+            ),
         }
-    }
-
-    /// VP `tid` runs here, connected, after a move from outside called off
-    /// or made: the answers kept for it go to it.
-    pub(super) fn returns_here(&mut self, tid: Tid) {
-        for (id, ret) in self.returns.runs_here(tid) {
-            self.vp_return(tid, id, ret);
-        }
-    }
-
-    /// The answer to call `id` of VP `tid`, on to `host`, where it runs.
-    fn return_to(&mut self, host: &str, tid: Tid, id: u64, ret: VpRet) {
-        log!("the answer to call {id} of VP t{tid:x} follows it to {host}");
-        self.send_to_host(host, DataLink::Return { tid, id, ret });
     }
 }
 

@@ -498,16 +498,6 @@ pub enum DataLink {
         /// Bytes written from its start.
         upto: u64,
     },
-    /// The master's answer to call `id` of VP `tid`, which came to the
-    /// host the VP left after its image was taken: on to where it runs.
-    Return {
-        /// The VP.
-        tid: Tid,
-        /// The call's number.
-        id: u64,
-        /// The answer.
-        ret: VpRet,
-    },
 }
 
 /// The quorum: the voters that keep copies of the master's state and
@@ -963,7 +953,6 @@ impl DataLink {
             DataLink::RestoreOff { .. } => "RestoreOff",
             DataLink::ImagePart { .. } => "ImagePart",
             DataLink::ImageAck { .. } => "ImageAck",
-            DataLink::Return { .. } => "Return",
         }
     }
 }
