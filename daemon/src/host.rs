@@ -59,6 +59,10 @@ pub struct LocalVp {
     /// Its program does not move itself (it never said it can): it is
     /// moved from outside, and the master was told it can be moved.
     pub outside: bool,
+    /// Its words were taken for the image of its move from outside (the
+    /// calls it waits for go in it): an answer that comes for it now goes
+    /// back to the master, which sends it where it runs next.
+    pub carried: bool,
     /// The VPs it was given a direct link to, each with the inodes of its
     /// ends of the links' sockets (two, when both asked at once and it
     /// kept one): a move from outside cuts them (the sockets' other ends
@@ -111,6 +115,7 @@ impl LocalVp {
             snapping_since: None,
             restored: Some(restored),
             outside: true,
+            carried: false,
             direct: Default::default(),
             ledger: Default::default(),
             uncredited: 0,

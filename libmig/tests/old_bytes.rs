@@ -15,7 +15,8 @@ use libmig::frame::{self, FrameError, MAJOR};
 use libmig::msg::{
     Bid, Bidding, DataLink, Envelope, Handshake, HostFacts, HostUsage, ImageId, IoClass, JobClass,
     JobFileCopy, LoopTurns, OwnerReport, OwnerState, PeerMsg, Quorum, Rate, Request, SliceReport,
-    SnapOrder, SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg, Work,
+    SnapOrder, SnapReport, SourceReport, SpawnSpec, StartVp, Switch, ToHost, ToMaster, VpMsg,
+    VpRet, Work,
 };
 
 fn fixtures() -> PathBuf {
@@ -193,6 +194,11 @@ fn peer_msgs() -> Vec<PeerMsg> {
             keep: vec![4, 5],
         },
         DataLink::RestoreOff { tid: 0x40002 },
+        ToMaster::ReturnBack {
+            tid: 0x40002,
+            id: 12,
+            ret: VpRet::Instance(3),
+        },
         Quorum::Consensus {
             from: 2,
             msg: vec![8, 3, 16, 1],

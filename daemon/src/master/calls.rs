@@ -331,45 +331,48 @@ impl Master {
         (theirs != uid_of(job)).then(|| format!("t{victim:x} belongs to another user"))
     }
 
-    /// Where the answers to VPs' calls in `out` go: to the host each VP
-    /// runs on. A VP that is moving or parked on a disk has them kept here
-    /// until it runs again (its old host would not find it, its new one
-    /// has it only once it runs there), and they then go where it runs; a
-    /// VP that ended, or went back to its job's checkpoint, has them
-    /// dropped (and one started from the beginning: `set_vp`). Called on
-    /// what every entry that changes where VPs are returns.
-    pub(super) fn settle_returns(&mut self, out: Vec<Out>) -> Vec<Out> {
-        let any = |o: &Out| matches!(o, Out::ToHost(_, ToHost::VpReturn { .. }));
-        if self.held_returns.is_empty() && !out.iter().any(any) {
-            return out;
-        }
-        let state = |m: &Master, tid: Tid| {
-            let (job, vp) = m.tids.get(&tid)?;
-            m.jobs.get(job)?.vps.get(vp).map(|v| v.state().clone())
-        };
-        let mut settled = Vec::with_capacity(out.len());
-        for o in out {
-            match o {
-                Out::ToHost(_, ToHost::VpReturn { tid, id, ret })
-                    if matches!(
-                        state(self, tid),
-                        Some(VpState::Moving { .. } | VpState::Parked { .. })
-                    ) =>
-                {
-                    settled.push(Out::Log(format!(
-                        "VP t{tid:x} is moving: the answer to its call {id} waits for it to run"
-                    )));
-                    self.held_returns.entry(tid).or_default().push((id, ret));
-                }
-                o => settled.push(o),
+    /// The answer `ret` to call `id` of VP `tid` came back from `host`:
+    /// the VP was not there to take it (it left, or its words had been
+    /// taken for its move, which carries the call). It is kept until the
+    /// VP runs again (`settle_returns`), or goes where it runs now.
+    pub(super) fn return_back(&mut self, host: &str, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {
+        match self.state_of(tid) {
+            Some(VpState::Moving { .. } | VpState::Parked { .. } | VpState::Starting { .. }) => {
+                self.held_returns.entry(tid).or_default().push((id, ret));
+                vec![Out::Log(format!(
+                    "VP t{tid:x} is moving: the answer to its call {id} waits for it to run"
+                ))]
             }
+            Some(VpState::Running { host: at, .. }) if at != host => {
+                vec![Out::ToHost(at, ToHost::VpReturn { tid, id, ret })]
+            }
+            // (Where it came back from, it was not there to take it, though
+            // it runs there by now: the host said so in the other order.)
+            Some(VpState::Running { .. }) => vec![Out::Log(format!(
+                "the answer to call {id} of VP t{tid:x} came back from {host}, where it runs: \
+                 dropped"
+            ))],
+            // Ended, or started afresh: no one waits for it.
+            Some(VpState::Waiting | VpState::Restoring { .. } | VpState::Exited { .. }) | None => {
+                Vec::new()
+            }
+        }
+    }
+
+    /// The answers kept for VPs that now run go where they run (a VP that
+    /// ended, went back to its job's checkpoint or started afresh has its
+    /// answers dropped). Called on what every entry that changes where
+    /// VPs are returns.
+    pub(super) fn settle_returns(&mut self, mut out: Vec<Out>) -> Vec<Out> {
+        if self.held_returns.is_empty() {
+            return out;
         }
         let held: Vec<Tid> = self.held_returns.keys().copied().collect();
         for tid in held {
-            match state(self, tid) {
+            match self.state_of(tid) {
                 Some(VpState::Running { host, .. }) => {
                     for (id, ret) in self.held_returns.remove(&tid).unwrap_or_default() {
-                        settled.push(Out::ToHost(host.clone(), ToHost::VpReturn { tid, id, ret }));
+                        out.push(Out::ToHost(host.clone(), ToHost::VpReturn { tid, id, ret }));
                     }
                 }
                 // (Starting: from its parked image.)
@@ -382,7 +385,13 @@ impl Master {
                 }
             }
         }
-        settled
+        out
+    }
+
+    /// Where VP `tid` is in its life.
+    fn state_of(&self, tid: Tid) -> Option<VpState> {
+        let (job, vp) = self.tids.get(&tid)?;
+        self.jobs.get(job)?.vps.get(vp).map(|v| v.state().clone())
     }
 
     pub(super) fn vp_return(&self, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {

@@ -130,8 +130,9 @@ pub struct Master {
     /// PVM programs' message mailbox.
     #[serde(default)]
     mailbox: Mailbox,
-    /// Answers to calls of VPs that are moving or parked, kept until they
-    /// run again (`calls::settle_returns`).
+    /// Answers to calls of VPs that came back from their hosts while the
+    /// VPs moved or were parked, kept until they run again
+    /// (`calls::return_back`, `calls::settle_returns`).
     #[serde(default)]
     held_returns: BTreeMap<Tid, Vec<(u64, VpRet)>>,
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
@@ -335,6 +336,7 @@ impl Master {
                 reason,
             } => self.image_failed(host, image, &without, &reason),
             ToMaster::ImageChecked { image, result } => self.image_checked(host, image, result),
+            ToMaster::ReturnBack { tid, id, ret } => self.return_back(host, tid, id, ret),
         }
     }
 

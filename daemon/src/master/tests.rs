@@ -2702,8 +2702,10 @@ fn returns(out: &[Out]) -> Vec<(String, Tid, u64)> {
 }
 
 /// Two VPs in group "g", VP `a` waiting in its barrier (call 7) and
-/// moving from its host to another; VP `b` comes to the barrier (call 3).
-/// Returns a, where it moves, b's host and what b's call gave.
+/// moving from its host to another; VP `b` comes to the barrier (call 3):
+/// a's answer goes to its source, which has taken its words for its move
+/// and sends it back. Returns a, its source, where it moves, and what
+/// the answer's coming back gave.
 fn a_barrier_passed_while_one_moves(c: &mut Cluster) -> (Tid, String, String, Vec<Out>) {
     let placed = c.running_job(2);
     let (a_host, a) = placed[0].clone();
@@ -2746,14 +2748,27 @@ fn a_barrier_passed_while_one_moves(c: &mut Cluster) -> (Tid, String, String, Ve
             call: barrier,
         },
     );
-    assert_eq!(returns(&out), vec![(b_host.clone(), b, 3)], "{out:?}");
-    (a, to, b_host, out)
+    let mut got = returns(&out);
+    got.sort();
+    let mut want = vec![(b_host.clone(), b, 3), (a_host.clone(), a, 7)];
+    want.sort();
+    assert_eq!(got, want, "{out:?}");
+    let back = c.m.from_host(
+        &a_host,
+        ToMaster::ReturnBack {
+            tid: a,
+            id: 7,
+            ret: VpRet::Done,
+        },
+    );
+    assert!(returns(&back).is_empty(), "{back:?}");
+    (a, a_host, to, back)
 }
 
 #[test]
 fn an_answer_to_a_moving_vp_waits_for_it_to_run_and_goes_where_it_runs() {
     let mut c = Cluster::new(3);
-    let (a, to, _, out) = a_barrier_passed_while_one_moves(&mut c);
+    let (a, _, to, out) = a_barrier_passed_while_one_moves(&mut c);
     assert!(
         out.iter()
             .any(|o| matches!(o, Out::Log(l) if l.contains("waits for it to run"))),
@@ -2767,9 +2782,9 @@ fn an_answer_to_a_moving_vp_waits_for_it_to_run_and_goes_where_it_runs() {
     assert_eq!(returns(&out), vec![(to.clone(), a, 7)], "{out:?}");
     let out = c.m.tick(c.at(2), Duration::from_secs(3600));
     assert!(returns(&out).is_empty(), "{out:?}");
-    // The same held on a master that took over meanwhile: replicated.
+    // The same, kept by a master that took over meanwhile: replicated.
     let mut c2 = Cluster::new(3);
-    let (a2, to2, _, _) = a_barrier_passed_while_one_moves(&mut c2);
+    let (a2, _, to2, _) = a_barrier_passed_while_one_moves(&mut c2);
     let (mut m, _) = Master::import(&c2.m.export(), "h1", c2.at(1)).expect("import");
     let out = m.from_host(&to2, ToMaster::Started { tid: a2, pid: 99 });
     assert_eq!(returns(&out), vec![(to2, a2, 7)], "{out:?}");
@@ -2778,9 +2793,7 @@ fn an_answer_to_a_moving_vp_waits_for_it_to_run_and_goes_where_it_runs() {
 #[test]
 fn an_answer_to_a_vp_whose_move_failed_goes_where_it_stayed() {
     let mut c = Cluster::new(3);
-    let (a, _, _, _) = a_barrier_passed_while_one_moves(&mut c);
-    let (src, _) = c.state(a);
-    let src = src.expect("its host");
+    let (a, src, _, _) = a_barrier_passed_while_one_moves(&mut c);
     let out = c.m.from_host(
         &src,
         ToMaster::MigrateFailed {
@@ -2789,4 +2802,32 @@ fn an_answer_to_a_vp_whose_move_failed_goes_where_it_stayed() {
         },
     );
     assert_eq!(returns(&out), vec![(src, a, 7)], "{out:?}");
+}
+
+#[test]
+fn an_answer_that_comes_back_for_a_vp_running_elsewhere_goes_there_and_one_ended_has_none() {
+    let mut c = Cluster::new(3);
+    let (a, src, to, _) = a_barrier_passed_while_one_moves(&mut c);
+    c.m.from_host(&to, ToMaster::Started { tid: a, pid: 99 });
+    let back = |c: &mut Cluster, id| {
+        c.m.from_host(
+            &src,
+            ToMaster::ReturnBack {
+                tid: a,
+                id,
+                ret: VpRet::Done,
+            },
+        )
+    };
+    let out = back(&mut c, 9);
+    assert_eq!(returns(&out), vec![(to.clone(), a, 9)], "{out:?}");
+    c.m.from_host(
+        &to,
+        ToMaster::Exited {
+            tid: a,
+            status: ExitInfo::ended_by_mig(0, "done".into()),
+        },
+    );
+    let out = back(&mut c, 10);
+    assert!(returns(&out).is_empty(), "{out:?}");
 }

@@ -782,7 +782,8 @@ impl Daemon {
                 | ToMaster::Snap { .. }
                 | ToMaster::ImageKept { .. }
                 | ToMaster::ImageFailed { .. }
-                | ToMaster::ImageChecked { .. } => None,
+                | ToMaster::ImageChecked { .. }
+                | ToMaster::ReturnBack { .. } => None,
             })
             .collect();
         for t in self.proxied.unanswered(&queued) {

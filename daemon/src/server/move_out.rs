@@ -374,6 +374,9 @@ impl Daemon {
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             // (One saved from outside: what was held for it goes first.)
             self.release_output(t);
+            if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
+                v.carried = false;
+            }
             self.send_vp(t, &VpMsg::StayPut);
             for (env, body) in self.router.attach(tid, t) {
                 self.route(env, body, None);

@@ -30,9 +30,10 @@
 //!    this daemon would give it is still due: it stays (the reason goes
 //!    to the master, shown by `mig ps`/`mig show`) if it waits for its
 //!    daemon to confirm a receiver. The calls to the master it waits for
-//!    go with it (`Ledger::calls`); the master, which has had it moving
-//!    since it asked for the move, keeps their answers until it runs
-//!    again and sends them there (`master::calls::settle_returns`).
+//!    go with it (`Ledger::calls`); an answer that comes here from then
+//!    on goes back to the master (`LocalVp::carried`,
+//!    `routing.rs::vp_return`), which keeps it until the VP runs again and
+//!    sends it there (`master::calls::settle_returns`).
 //! 3. The checkpointer saves it (`Task::Dump` with a `SocketState`): the
 //!    image keeps the bytes its socket holds for it (looked at through a
 //!    duplicate of its descriptor, not taken), then those queued here,
@@ -229,9 +230,11 @@ impl Daemon {
                 if let Task::Dump { socket: s, .. } = &mut task {
                     *s = socket;
                 }
-                // What it waits for from the master goes with it (the
-                // master keeps the answers while it moves).
-                if let Some(v) = self.local.vps.by_tid.get(&tid) {
+                // What it waits for from the master goes with it: the
+                // answers that come here now go back to the master, which
+                // keeps them until it runs.
+                if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
+                    v.carried = true;
                     if !v.ledger.calls.is_empty() {
                         let calls: Vec<String> =
                             v.ledger.calls.iter().map(u64::to_string).collect();

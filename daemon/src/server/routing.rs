@@ -225,19 +225,28 @@ impl Daemon {
 impl Daemon {
     /// The master's answer `ret` to call `id` of VP `tid`: to the VP, if it
     /// is here and waits for it (a VP moved here waits for the calls its
-    /// image says, `Ledger::calls`).
+    /// image says, `Ledger::calls`); back to the master if the VP is not
+    /// here to take it (it left, or its words were taken for its move:
+    /// the master keeps it until the VP runs again).
     pub(super) fn vp_return(&mut self, tid: Tid, id: u64, ret: VpRet) {
-        let waits = self
+        let Some(v) = self
             .local
             .vps
             .by_tid
             .get_mut(&tid)
-            .is_some_and(|v| v.ledger.calls.remove(&id));
+            .filter(|v| !v.carried && v.exit.is_none())
+        else {
+            debug!(
+                "VP t{tid:x} is not here to take the answer to its call {id}: back to the master"
+            );
+            return self.report(ToMaster::ReturnBack { tid, id, ret });
+        };
+        let waits = v.ledger.calls.remove(&id);
         match self.local.vp_conns.get(&tid) {
             Some(&t) if waits => self.send_vp(t, &VpMsg::Return { id, ret }),
-            _ => debug!(
-                "an answer to call {id} of VP t{tid:x}, which does not wait for it here: dropped"
-            ),
+            _ => {
+                debug!("an answer to call {id} of VP t{tid:x}, which does not wait for it: dropped")
+            }
         }
     }
 }

@@ -288,6 +288,17 @@ pub enum ToMaster {
         /// Intact, or what is wrong.
         result: Result<(), String>,
     },
+    /// The answer to call `id` of VP `tid` came back: the VP is not here
+    /// to take it (it left, or its words were taken for its move). The
+    /// master keeps it until the VP runs again, and sends it there.
+    ReturnBack {
+        /// The VP.
+        tid: Tid,
+        /// The call.
+        id: u64,
+        /// The answer.
+        ret: VpRet,
+    },
 }
 
 /// The master to a host (a worker, on its link to the master; or the
@@ -879,6 +890,7 @@ impl ToMaster {
             ToMaster::ImageKept { .. } => "ImageKept",
             ToMaster::ImageFailed { .. } => "ImageFailed",
             ToMaster::ImageChecked { .. } => "ImageChecked",
+            ToMaster::ReturnBack { .. } => "ReturnBack",
         }
     }
 
@@ -906,7 +918,8 @@ impl ToMaster {
             | ToMaster::Snap { .. }
             | ToMaster::ImageKept { .. }
             | ToMaster::ImageFailed { .. }
-            | ToMaster::ImageChecked { .. } => false,
+            | ToMaster::ImageChecked { .. }
+            | ToMaster::ReturnBack { .. } => false,
         }
     }
 }
