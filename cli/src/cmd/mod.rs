@@ -178,8 +178,9 @@ enum Command {
     /// its own processors if they are free, else others if it can move).
     Resume(suspend::Args),
     /// Move a running VP to another host, with the same Tid and no message
-    /// lost: a libmig program writes its image at its next safe point, any
-    /// other is saved from outside, wherever it is.
+    /// lost: a libmig program writes its image at its next safe point (one
+    /// that misses it is saved by its daemon instead); any other program is
+    /// saved by its daemon wherever it is.
     Migrate(migrate::Args),
     /// The owner's side: take a host back now, lend it again, or see what
     /// its owner monitor sees (owner reclaim|release|status).
