@@ -35,6 +35,10 @@ pub struct Flow {
     fd_inflight: HashMap<Token, usize>,
     /// Per VP connection, unread messages it carried over a move.
     backlog: HashMap<Token, usize>,
+    /// Per VP that moved from outside, the credit its image gave it for
+    /// its shared buffers still held here: their credit when they are
+    /// taken in is not given again.
+    prepaid: HashMap<Tid, u64>,
 }
 
 impl Flow {
@@ -107,6 +111,44 @@ impl Flow {
         self.waiting_on.remove(&t).unwrap_or_default()
     }
 
+    /// VP `tid`'s image credits it with `bytes` of the shared buffers it
+    /// passed that are still held here.
+    pub fn prepay(&mut self, tid: Tid, bytes: u64) {
+        if bytes > 0 {
+            *self.prepaid.entry(tid).or_default() += bytes;
+        }
+    }
+
+    /// The image that credited `tid` with `bytes` was not used (its move
+    /// was called off): their credit is given as they are taken in.
+    pub fn unprepay(&mut self, tid: Tid, bytes: u64) {
+        if let Some(p) = self.prepaid.get_mut(&tid) {
+            *p = p.saturating_sub(bytes);
+            if *p == 0 {
+                self.prepaid.remove(&tid);
+            }
+        }
+    }
+
+    /// `bytes` of a shared buffer VP `tid` passed were taken in: the credit
+    /// still to give it (none of what an image of it gave already).
+    pub fn credit_due(&mut self, tid: Tid, bytes: u64) -> u64 {
+        let Some(p) = self.prepaid.get_mut(&tid) else {
+            return bytes;
+        };
+        let paid = (*p).min(bytes);
+        *p -= paid;
+        if *p == 0 {
+            self.prepaid.remove(&tid);
+        }
+        bytes - paid
+    }
+
+    /// VP `tid` has ended: nothing is owed to it.
+    pub fn forget(&mut self, tid: Tid) {
+        self.prepaid.remove(&tid);
+    }
+
     /// `t` closed: forgotten; the senders that waited for it, to resume.
     pub fn closed(&mut self, t: Token) -> Vec<Token> {
         self.fd_inflight.remove(&t);
@@ -118,6 +160,25 @@ impl Flow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credit_an_image_gave_is_not_given_again() {
+        let mut f = Flow::default();
+        assert_eq!(f.credit_due(7, 100), 100);
+        f.prepay(7, 300);
+        f.prepay(7, 0);
+        assert_eq!(f.credit_due(7, 200), 0);
+        assert_eq!(f.credit_due(7, 250), 150, "100 left of what was paid");
+        assert_eq!(f.credit_due(7, 50), 50);
+        // A move called off: its image's credit is given as usual.
+        f.prepay(8, 300);
+        f.prepay(8, 100);
+        f.unprepay(8, 100);
+        assert_eq!(f.credit_due(8, 400), 100);
+        f.prepay(9, 10);
+        f.forget(9);
+        assert_eq!(f.credit_due(9, 10), 10);
+    }
 
     #[test]
     fn senders_wait_until_the_receiver_is_down_to_the_low_mark() {

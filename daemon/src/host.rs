@@ -60,9 +60,10 @@ pub struct LocalVp {
     /// moved from outside, and the master was told it can be moved.
     pub outside: bool,
     /// Its words were taken for the image of its move from outside (the
-    /// calls it waits for go in it): an answer that comes for it now goes
-    /// back to the master, which sends it where it runs next.
-    pub carried: bool,
+    /// calls it waits for go in it, and this much credit for its shared
+    /// buffers still held here): an answer that comes for it now goes back
+    /// to the master, which sends it where it runs next.
+    pub carried: Option<u64>,
     /// The VPs it was given a direct link to, each with the inodes of its
     /// ends of the links' sockets (two, when both asked at once and it
     /// kept one): a move from outside cuts them (the sockets' other ends
@@ -115,7 +116,7 @@ impl LocalVp {
             snapping_since: None,
             restored: Some(restored),
             outside: true,
-            carried: false,
+            carried: None,
             direct: Default::default(),
             ledger: Default::default(),
             uncredited: 0,

@@ -123,7 +123,7 @@ impl Local {
                 quiescing: None,
                 snapping_since: None,
                 outside: restored.is_some(),
-                carried: false,
+                carried: None,
                 restored,
                 direct: Default::default(),
                 ledger: Default::default(),

@@ -375,7 +375,10 @@ impl Daemon {
             // (One saved from outside: what was held for it goes first.)
             self.release_output(t);
             if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
-                v.carried = false;
+                if let Some(credit) = v.carried.take() {
+                    v.uncredited += credit;
+                    self.flow.unprepay(tid, credit);
+                }
             }
             self.send_vp(t, &VpMsg::StayPut);
             for (env, body) in self.router.attach(tid, t) {

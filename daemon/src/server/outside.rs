@@ -62,7 +62,7 @@
 //! made anew on the target. A job checkpoint cuts its links in the image
 //! only. Large messages of it that this daemon still holds are credited in
 //! its image (`LocalVp::uncredited`): their credit from here would not
-//! find it.
+//! find it, and is not given again should it come back (`Flow::prepay`).
 //!
 //! Refused for now, with the reason, the VP staying where it is: a
 //! descriptor on its way from it (a large message whose frame it had not
@@ -234,7 +234,11 @@ impl Daemon {
                 // answers that come here now go back to the master, which
                 // keeps them until it runs.
                 if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
-                    v.carried = true;
+                    // (Its image credits it for its shared buffers held
+                    // here: not again when they are taken in.)
+                    let credit = std::mem::take(&mut v.uncredited);
+                    v.carried = Some(credit);
+                    self.flow.prepay(tid, credit);
                     if !v.ledger.calls.is_empty() {
                         let calls: Vec<String> =
                             v.ledger.calls.iter().map(u64::to_string).collect();

@@ -48,8 +48,10 @@ impl Daemon {
     /// A memfd payload of a local sender leaves this daemon (passed on or
     /// dropped): the sender may send that much more.
     pub(super) fn credit(&mut self, env: &Envelope, body: &Body) {
-        if let (Body::Fd(_, len), Some(&t)) = (body, self.local.vp_conns.get(&env.from)) {
-            let bytes = *len as u64;
+        let Body::Fd(_, len) = body else { return };
+        // (Not what an image of it credited it with already.)
+        let bytes = self.flow.credit_due(env.from, *len as u64);
+        if let (true, Some(&t)) = (bytes > 0, self.local.vp_conns.get(&env.from)) {
             if let Some(v) = self.local.vps.by_tid.get_mut(&env.from) {
                 v.uncredited = v.uncredited.saturating_sub(bytes);
             }

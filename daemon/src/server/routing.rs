@@ -204,6 +204,9 @@ impl Daemon {
             if *loc != Loc::Waiting {
                 self.drop_sent(*tid);
             }
+            if *loc == Loc::Gone {
+                self.flow.forget(*tid);
+            }
         }
         let (freed, confirms) = self.router.update(entries);
         for (from, to) in confirms {
@@ -234,7 +237,7 @@ impl Daemon {
             .vps
             .by_tid
             .get_mut(&tid)
-            .filter(|v| !v.carried && v.exit.is_none())
+            .filter(|v| v.carried.is_none() && v.exit.is_none())
         else {
             debug!(
                 "VP t{tid:x} is not here to take the answer to its call {id}: back to the master"
