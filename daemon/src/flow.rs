@@ -120,14 +120,19 @@ impl Flow {
     }
 
     /// The image that credited `tid` with `bytes` was not used (its move
-    /// was called off): their credit is given as they are taken in.
-    pub fn unprepay(&mut self, tid: Tid, bytes: u64) {
-        if let Some(p) = self.prepaid.get_mut(&tid) {
-            *p = p.saturating_sub(bytes);
-            if *p == 0 {
-                self.prepaid.remove(&tid);
-            }
+    /// was called off): the part of them not yet absorbed by their taking
+    /// in, whose credit is given as they are taken in (the caller gives
+    /// the rest at once).
+    pub fn unprepay(&mut self, tid: Tid, bytes: u64) -> u64 {
+        let Some(p) = self.prepaid.get_mut(&tid) else {
+            return 0;
+        };
+        let left = (*p).min(bytes);
+        *p -= left;
+        if *p == 0 {
+            self.prepaid.remove(&tid);
         }
+        left
     }
 
     /// `bytes` of a shared buffer VP `tid` passed were taken in: the credit
@@ -170,11 +175,16 @@ mod tests {
         assert_eq!(f.credit_due(7, 200), 0);
         assert_eq!(f.credit_due(7, 250), 150, "100 left of what was paid");
         assert_eq!(f.credit_due(7, 50), 50);
-        // A move called off: its image's credit is given as usual.
+        // A move called off: its image's credit is given as usual, that
+        // part of it already absorbed at once by the caller.
         f.prepay(8, 300);
         f.prepay(8, 100);
-        f.unprepay(8, 100);
+        assert_eq!(f.unprepay(8, 100), 100);
         assert_eq!(f.credit_due(8, 400), 100);
+        f.prepay(8, 100);
+        assert_eq!(f.credit_due(8, 60), 0);
+        assert_eq!(f.unprepay(8, 100), 40, "60 absorbed meanwhile");
+        assert_eq!(f.credit_due(8, 10), 10);
         f.prepay(9, 10);
         f.forget(9);
         assert_eq!(f.credit_due(9, 10), 10);

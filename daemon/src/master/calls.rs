@@ -10,6 +10,9 @@ use super::jobs::Narrowed;
 use super::vp::VpState;
 use super::{loc_of, Master, Out, Requester};
 
+/// The most answers kept for one VP while it moves (`return_back`).
+const MAX_HELD_RETURNS: usize = 1024;
+
 /// Who made a call: the host it came from, the VP and the call's id.
 type Caller<'a> = (&'a str, Tid, u64);
 
@@ -338,7 +341,16 @@ impl Master {
     pub(super) fn return_back(&mut self, host: &str, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {
         match self.state_of(tid) {
             Some(VpState::Moving { .. } | VpState::Parked { .. } | VpState::Starting { .. }) => {
-                self.held_returns.entry(tid).or_default().push((id, ret));
+                // (One answer a call; a VP waits for few at once: a host
+                // that says otherwise is not believed.)
+                let held = self.held_returns.entry(tid).or_default();
+                if held.len() >= MAX_HELD_RETURNS && !held.contains_key(&id) {
+                    return vec![Out::Log(format!(
+                        "{host} sent back an answer to call {id} of VP t{tid:x}, which has \
+                         {MAX_HELD_RETURNS} kept already: dropped"
+                    ))];
+                }
+                held.insert(id, ret);
                 vec![Out::Log(format!(
                     "VP t{tid:x} is moving: the answer to its call {id} waits for it to run"
                 ))]

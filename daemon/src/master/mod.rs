@@ -134,7 +134,7 @@ pub struct Master {
     /// VPs moved or were parked, kept until they run again
     /// (`calls::return_back`, `calls::settle_returns`).
     #[serde(default)]
-    held_returns: BTreeMap<Tid, Vec<(u64, VpRet)>>,
+    held_returns: BTreeMap<Tid, BTreeMap<u64, VpRet>>,
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
     host_watch: Vec<(Tid, i32, bool)>,
     gone: HashMap<Tid, ExitInfo>,

@@ -2774,7 +2774,17 @@ fn an_answer_to_a_moving_vp_waits_for_it_to_run_and_goes_where_it_runs() {
             .any(|o| matches!(o, Out::Log(l) if l.contains("waits for it to run"))),
         "{out:?}"
     );
-    // Nothing goes to it while it moves...
+    // Nothing goes to it while it moves (the same answer sent back twice
+    // is kept once)...
+    let (src, _) = c.state(a);
+    c.m.from_host(
+        &src.expect("its source"),
+        ToMaster::ReturnBack {
+            tid: a,
+            id: 7,
+            ret: VpRet::Done,
+        },
+    );
     let out = c.m.tick(c.at(1), Duration::from_secs(3600));
     assert!(returns(&out).is_empty(), "{out:?}");
     // ...and once it runs where it went, its answer goes there, once.

@@ -371,14 +371,22 @@ impl Daemon {
     /// VP `tid`'s move is called off before its safe point: it is told to
     /// stay, its messages flow again, and the master hears `reason`.
     fn stay_put(&mut self, tid: Tid, reason: String) {
+        // Its image, which credited it for its large messages held here,
+        // is no use: what of that credit their taking in absorbed meanwhile
+        // is given to it now, and the rest as they are taken in.
+        let mut absorbed = 0;
+        if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
+            if let Some(credit) = v.carried.take() {
+                let left = self.flow.unprepay(tid, credit);
+                v.uncredited += left;
+                absorbed = credit - left;
+            }
+        }
         if let Some(&t) = self.local.vp_conns.get(&tid) {
             // (One saved from outside: what was held for it goes first.)
             self.release_output(t);
-            if let Some(v) = self.local.vps.by_tid.get_mut(&tid) {
-                if let Some(credit) = v.carried.take() {
-                    v.uncredited += credit;
-                    self.flow.unprepay(tid, credit);
-                }
+            if absorbed > 0 {
+                self.send_vp(t, &VpMsg::Credit { bytes: absorbed });
             }
             self.send_vp(t, &VpMsg::StayPut);
             for (env, body) in self.router.attach(tid, t) {

@@ -87,7 +87,10 @@ impl Daemon {
             }
             body @ (Body::Bytes(_) | Body::Fd(..)) => (body, false),
         };
-        self.credit(&env, &body);
+        // (A buffer of this daemon's own, lent, was no VP's to credit.)
+        if !lent {
+            self.credit(&env, &body);
+        }
         self.metrics.routed(local, body.len());
         let (head, payload, fd) = match (local, body) {
             (true, Body::Fd(fd, len)) => {
@@ -237,7 +240,7 @@ impl Daemon {
             .vps
             .by_tid
             .get_mut(&tid)
-            .filter(|v| v.carried.is_none() && v.exit.is_none())
+            .filter(|v| v.carried.is_none())
         else {
             debug!(
                 "VP t{tid:x} is not here to take the answer to its call {id}: back to the master"
