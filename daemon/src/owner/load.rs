@@ -1,5 +1,5 @@
 //! CPU load that is not ours: every process in the owner's scope except the
-//! VPs (and their children) and migd itself.
+//! VPs (and their children), migd itself and its lease guardian.
 //!
 //! What lives here: reading /proc cheaply enough to poll every few tens of
 //! milliseconds, and the load (in cores) over a short window. What does not:
@@ -249,8 +249,11 @@ impl LoadMeter {
         self.last
     }
 
-    /// Measure at `now`; `vps` are the pids of this host's VPs. Returns the
-    /// load in cores over the window, once two samples span part of it.
+    /// Measure at `now`; `vps` are the pids of this host's VPs (and of the
+    /// daemon's own helpers). Returns the load in cores over the window,
+    /// once the samples span it: /proc counts in ticks (10 ms), so over a
+    /// span of one 20 ms poll a single tick of any process read as half a
+    /// core (a daemon just started took its host back on it).
     pub fn poll(&mut self, now: Instant, vps: &[u32]) -> Option<f64> {
         if self.scope == Scope::None {
             // (Nothing to measure: not even the VPs' process trees.)
@@ -306,8 +309,9 @@ impl LoadMeter {
             self.samples.pop_front();
         }
         let (t0, c0) = *self.samples.front()?;
-        let dt = now.duration_since(t0).as_secs_f64();
-        self.last = (dt > 0.0).then(|| (self.total - c0) / dt);
+        let span = now.duration_since(t0);
+        self.last = (span >= self.window && !span.is_zero())
+            .then(|| (self.total - c0) / span.as_secs_f64());
         self.last
     }
 
@@ -412,6 +416,24 @@ mod tests {
         std::thread::sleep(Duration::from_millis(400));
         let l = ours.poll(Instant::now(), &[hog.id()]).unwrap();
         assert_eq!(l, 0.0, "a VP's load counted as the owner's");
+    }
+
+    #[test]
+    fn no_load_is_read_before_the_samples_span_the_window() {
+        let window = Duration::from_millis(300);
+        let mut m = LoadMeter::new(Scope::Tree(std::process::id()), window);
+        let t0 = Instant::now();
+        assert_eq!(m.poll(t0, &[]), None);
+        // A poll later, the span is far shorter than the window: a tick of
+        // anything in it would read as a large part of a core.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(m.poll(Instant::now(), &[]), None);
+        assert!(m.describe().contains("measuring"), "{}", m.describe());
+        std::thread::sleep(window);
+        assert!(
+            m.poll(Instant::now(), &[]).is_some(),
+            "the window is spanned"
+        );
     }
 
     #[test]

@@ -336,7 +336,8 @@ impl Monitor {
     }
 
     /// Read every source and apply the policy; `vps` are the pids of this
-    /// host's VPs (their load is never the owner's).
+    /// host's VPs and of the daemon's own helpers (their load is never the
+    /// owner's).
     pub fn poll(&mut self, now: Instant, vps: &[u32]) -> Vec<Change> {
         self.next = now + self.cfg.poll;
         let mut input = self.terminals.poll(now);

@@ -52,6 +52,12 @@ impl Lease {
         self.guardian.is_none() || self.until.is_none_or(|u| u > Instant::now() + START_MARGIN)
     }
 
+    /// The guardian's process id, if it runs: the daemon's own, so its
+    /// CPU (its start above all) is never the owner's load.
+    pub(super) fn guardian_pid(&self) -> Option<u32> {
+        self.guardian.as_ref().map(Guardian::pid)
+    }
+
     /// Keep `s` until the lease runs again.
     pub(super) fn defer(&mut self, s: StartVp) {
         self.deferred.push(s);

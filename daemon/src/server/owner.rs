@@ -50,7 +50,7 @@ impl Daemon {
         // (Every 50 ms, so only when the load counts: reading each VP's
         // processes costs a few file reads a VP.)
         let counts = self.owner.counts_load();
-        let pids: Vec<u32> = self
+        let mut pids: Vec<u32> = self
             .local
             .vps
             .by_tid
@@ -63,6 +63,10 @@ impl Daemon {
             })
             .filter_map(|p| u32::try_from(p).ok())
             .collect();
+        // The lease guardian is this daemon's too (a child of it, in the
+        // owner's tree when the daemon is): its CPU is never the owner's.
+        // Its start, on a crowded machine, once read as most of a core.
+        pids.extend(self.local.lease.guardian_pid().filter(|_| counts));
         let changes = self.owner.poll(now, &pids);
         self.end_probation(|_| false);
         self.end_quiescing(|_| false);
