@@ -314,6 +314,11 @@ impl Vm {
         Vm::start_full(n, 1, &[], Some(toml), deadline(), false, &[])
     }
 
+    /// `start_config` with `procs` processors each.
+    pub fn start_procs_config(n: usize, procs: u32, toml: &str) -> Vm {
+        Vm::start_full(n, procs, &[], Some(toml), deadline(), false, &[])
+    }
+
     /// `start_config`, each daemon on a loopback address of its own
     /// (`ip(i)`; it dials other daemons from it too), so that a test can
     /// cut one daemon off from the others (`Partition`). The addresses
