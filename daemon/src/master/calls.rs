@@ -263,6 +263,8 @@ impl Master {
 
     /// A VP is gone for good: tell those who asked, and leave its groups.
     pub(super) fn vp_gone(&mut self, tid: Tid, status: &ExitInfo) -> Vec<Out> {
+        self.moved_from.remove(&tid);
+        self.held_returns.remove(&tid);
         let notice = Notice::VpExited {
             tid,
             status: status.clone(),
@@ -339,7 +341,28 @@ impl Master {
     /// taken for its move, which carries the call). It is kept until the
     /// VP runs again (`settle_returns`), or goes where it runs now.
     pub(super) fn return_back(&mut self, host: &str, tid: Tid, id: u64, ret: VpRet) -> Vec<Out> {
-        match self.state_of(tid) {
+        // Only from a host the answer went to: where the VP is (or was
+        // parked), or the host it last moved from.
+        let state = self.state_of(tid);
+        let there = match &state {
+            Some(
+                VpState::Moving { from: h, .. }
+                | VpState::Parked { host: h, .. }
+                | VpState::Starting { host: h, .. }
+                | VpState::Running { host: h, .. },
+            ) => h == host,
+            // Ended, or started afresh: no one waits for it.
+            Some(VpState::Waiting | VpState::Restoring { .. } | VpState::Exited { .. }) | None => {
+                return Vec::new()
+            }
+        };
+        if !there && self.moved_from.get(&tid).is_none_or(|h| h != host) {
+            return vec![Out::Log(format!(
+                "{host} sent back an answer to call {id} of VP t{tid:x}, which was never \
+                 sent there: refused"
+            ))];
+        }
+        match state {
             Some(VpState::Moving { .. } | VpState::Parked { .. } | VpState::Starting { .. }) => {
                 // (One answer a call; a VP waits for few at once: a host
                 // that says otherwise is not believed.)

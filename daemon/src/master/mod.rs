@@ -135,6 +135,10 @@ pub struct Master {
     /// (`calls::return_back`, `calls::settle_returns`).
     #[serde(default)]
     held_returns: BTreeMap<Tid, BTreeMap<u64, VpRet>>,
+    /// The host each VP last moved from: an answer to its call that went
+    /// there may come back from it (`calls::return_back`).
+    #[serde(default)]
+    moved_from: BTreeMap<Tid, String>,
     exit_watch: HashMap<Tid, Vec<(Tid, i32)>>,
     host_watch: Vec<(Tid, i32, bool)>,
     gone: HashMap<Tid, ExitInfo>,
@@ -228,6 +232,7 @@ impl Master {
             groups: Groups::default(),
             mailbox: Mailbox::default(),
             held_returns: BTreeMap::new(),
+            moved_from: BTreeMap::new(),
             exit_watch: HashMap::new(),
             host_watch: Vec::new(),
             gone: HashMap::new(),

@@ -754,6 +754,7 @@ impl Master {
                 }
                 if from != host {
                     v.move_failed = None;
+                    self.moved_from.insert(tid, from.clone());
                 }
                 let what = if from == host {
                     format!("VP t{tid:x} runs on {host} again (its move was recalled)")

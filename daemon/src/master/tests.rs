@@ -2841,3 +2841,46 @@ fn an_answer_that_comes_back_for_a_vp_running_elsewhere_goes_there_and_one_ended
     let out = back(&mut c, 10);
     assert!(returns(&out).is_empty(), "{out:?}");
 }
+
+#[test]
+fn an_answer_sent_back_by_a_host_it_never_went_to_is_refused() {
+    let mut c = Cluster::new(3);
+    let (a, src, to, _) = a_barrier_passed_while_one_moves(&mut c);
+    let third = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| *h != src && *h != to)
+        .expect("a third host")
+        .to_string();
+    // A forged answer to a call it will wait for, from the host where
+    // neither the VP nor its answers ever were.
+    let out = c.m.from_host(
+        &third,
+        ToMaster::ReturnBack {
+            tid: a,
+            id: 8,
+            ret: VpRet::Instance(66),
+        },
+    );
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Out::Log(l) if l.contains("refused"))),
+        "{out:?}"
+    );
+    // Only the answer its source sent back reaches it where it runs.
+    let out = c.m.from_host(&to, ToMaster::Started { tid: a, pid: 99 });
+    assert_eq!(returns(&out), vec![(to.clone(), a, 7)], "{out:?}");
+    // Once it runs there, its old host may still send one back; the third
+    // host still may not.
+    let back = |c: &mut Cluster, from: &str, id| {
+        c.m.from_host(
+            from,
+            ToMaster::ReturnBack {
+                tid: a,
+                id,
+                ret: VpRet::Done,
+            },
+        )
+    };
+    assert_eq!(returns(&back(&mut c, &src, 9)), vec![(to.clone(), a, 9)]);
+    assert!(returns(&back(&mut c, &third, 10)).is_empty());
+}

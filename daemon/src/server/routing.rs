@@ -226,9 +226,7 @@ impl Daemon {
             self.released(tid);
         }
     }
-}
 
-impl Daemon {
     /// The master's answer `ret` to call `id` of VP `tid`: to the VP, if it
     /// is here and waits for it (a VP moved here waits for the calls its
     /// image says, `Ledger::calls`); back to the master if the VP is not
