@@ -199,6 +199,10 @@ fn peer_msgs() -> Vec<PeerMsg> {
             id: 12,
             ret: VpRet::Instance(3),
         },
+        ToMaster::Waits {
+            tid: 0x40002,
+            calls: vec![12, 13],
+        },
         Quorum::Consensus {
             from: 2,
             msg: vec![8, 3, 16, 1],

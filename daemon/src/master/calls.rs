@@ -265,6 +265,7 @@ impl Master {
     pub(super) fn vp_gone(&mut self, tid: Tid, status: &ExitInfo) -> Vec<Out> {
         self.moved_from.remove(&tid);
         self.held_returns.remove(&tid);
+        self.sent_moving.remove(&tid);
         let notice = Notice::VpExited {
             tid,
             status: status.clone(),
@@ -399,6 +400,20 @@ impl Master {
     /// answers dropped). Called on what every entry that changes where
     /// VPs are returns.
     pub(super) fn settle_returns(&mut self, mut out: Vec<Out>) -> Vec<Out> {
+        // A copy of each answer sent to a VP that moves, for `waits`.
+        for o in &out {
+            if let Out::ToHost(_, ToHost::VpReturn { tid, id, ret }) = o {
+                if matches!(
+                    self.state_of(*tid),
+                    Some(VpState::Moving { .. } | VpState::Parked { .. })
+                ) {
+                    let copies = self.sent_moving.entry(*tid).or_default();
+                    if copies.len() < MAX_HELD_RETURNS {
+                        copies.insert(*id, ret.clone());
+                    }
+                }
+            }
+        }
         if self.held_returns.is_empty() {
             return out;
         }
@@ -421,6 +436,21 @@ impl Master {
             }
         }
         out
+    }
+
+    /// VP `tid`, rebuilt on `host` from an image saved from outside, waits
+    /// for the answers to `calls`: those sent while it moved go to it (its
+    /// old host may have died with them; its daemon gives each once).
+    pub(super) fn waits(&mut self, host: &str, tid: Tid, calls: &[u64]) -> Vec<Out> {
+        if !matches!(self.state_of(tid), Some(VpState::Running { host: h, .. }) if h == host) {
+            return Vec::new();
+        }
+        let mut copies = self.sent_moving.remove(&tid).unwrap_or_default();
+        calls
+            .iter()
+            .filter_map(|id| copies.remove(id).map(|ret| (*id, ret)))
+            .map(|(id, ret)| Out::ToHost(host.to_string(), ToHost::VpReturn { tid, id, ret }))
+            .collect()
     }
 
     /// Where VP `tid` is in its life.

@@ -135,6 +135,11 @@ pub struct Master {
     /// (`calls::return_back`, `calls::settle_returns`).
     #[serde(default)]
     held_returns: BTreeMap<Tid, BTreeMap<u64, VpRet>>,
+    /// Copies of the answers sent to VPs while they moved (or were
+    /// parked), since their move began, for a VP rebuilt elsewhere whose
+    /// old host died with them (`calls::waits`).
+    #[serde(default)]
+    sent_moving: BTreeMap<Tid, BTreeMap<u64, VpRet>>,
     /// The host each VP last moved from: an answer to its call that went
     /// there may come back from it (`calls::return_back`).
     #[serde(default)]
@@ -233,6 +238,7 @@ impl Master {
             mailbox: Mailbox::default(),
             held_returns: BTreeMap::new(),
             moved_from: BTreeMap::new(),
+            sent_moving: BTreeMap::new(),
             exit_watch: HashMap::new(),
             host_watch: Vec::new(),
             gone: HashMap::new(),
@@ -342,6 +348,7 @@ impl Master {
             } => self.image_failed(host, image, &without, &reason),
             ToMaster::ImageChecked { image, result } => self.image_checked(host, image, result),
             ToMaster::ReturnBack { tid, id, ret } => self.return_back(host, tid, id, ret),
+            ToMaster::Waits { tid, calls } => self.waits(host, tid, &calls),
         }
     }
 

@@ -2884,3 +2884,74 @@ fn an_answer_sent_back_by_a_host_it_never_went_to_is_refused() {
     assert_eq!(returns(&back(&mut c, &src, 9)), vec![(to.clone(), a, 9)]);
     assert!(returns(&back(&mut c, &third, 10)).is_empty());
 }
+
+#[test]
+fn an_answer_sent_to_a_moving_vps_host_that_dies_with_it_reaches_the_vp_rebuilt_elsewhere() {
+    // The barrier is passed while VP a moves from src to `to`: its answer
+    // goes to src, which dies before giving it or sending it back. The VP,
+    // whole on `to`, is rebuilt there and says it waits for call 7.
+    let mut c = Cluster::new(3);
+    let mut placed = c.running_job(2);
+    // (a on a worker: the master's own host does not die here.)
+    placed.sort_by_key(|(h, _)| h == "h0");
+    let (src, a) = placed[0].clone();
+    let (b_host, b) = placed[1].clone();
+    assert_ne!(src, "h0", "{placed:?}");
+    for (host, tid) in &placed {
+        let join = VpCall::Join { group: "g".into() };
+        c.m.from_host(
+            host,
+            ToMaster::VpCall {
+                tid: *tid,
+                id: 1,
+                call: join,
+            },
+        );
+    }
+    let barrier = VpCall::Barrier {
+        group: "g".into(),
+        count: 2,
+    };
+    c.m.from_host(
+        &src,
+        ToMaster::VpCall {
+            tid: a,
+            id: 7,
+            call: barrier.clone(),
+        },
+    );
+    let to = ["h0", "h1", "h2"]
+        .into_iter()
+        .find(|h| *h != src && *h != b_host && *h != "h0")
+        .unwrap_or_else(|| panic!("a worker other than {src} and {b_host}"))
+        .to_string();
+    assert_eq!(move_out_orders(&migrate(&mut c, a, &to)).len(), 1);
+    let out = c.m.from_host(
+        &b_host,
+        ToMaster::VpCall {
+            tid: b,
+            id: 3,
+            call: barrier,
+        },
+    );
+    assert!(returns(&out).contains(&(src.clone(), a, 7)), "{out:?}");
+    c.m.host_gone(&src, "killed");
+    c.m.from_host(&to, ToMaster::Started { tid: a, pid: 99 });
+    let out = c.m.from_host(
+        &to,
+        ToMaster::Waits {
+            tid: a,
+            calls: vec![7],
+        },
+    );
+    assert_eq!(returns(&out), vec![(to.clone(), a, 7)], "{out:?}");
+    // Once: a later word of the same changes nothing.
+    let out = c.m.from_host(
+        &to,
+        ToMaster::Waits {
+            tid: a,
+            calls: vec![7],
+        },
+    );
+    assert!(returns(&out).is_empty(), "{out:?}");
+}

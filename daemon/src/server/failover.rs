@@ -783,7 +783,8 @@ impl Daemon {
                 | ToMaster::ImageKept { .. }
                 | ToMaster::ImageFailed { .. }
                 | ToMaster::ImageChecked { .. }
-                | ToMaster::ReturnBack { .. } => None,
+                | ToMaster::ReturnBack { .. }
+                | ToMaster::Waits { .. } => None,
             })
             .collect();
         for t in self.proxied.unanswered(&queued) {

@@ -326,6 +326,18 @@ impl Daemon {
             tid,
             pid: shown as u32,
         });
+        // Rebuilt from outside waiting for the master: what it waits for.
+        let calls: Vec<u64> = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .filter(|v| v.restored.is_some())
+            .map(|v| v.ledger.calls.iter().copied().collect())
+            .unwrap_or_default();
+        if !calls.is_empty() {
+            self.report(ToMaster::Waits { tid, calls });
+        }
     }
 
     /// VP `tid`'s socket into the poll: what was held for it is delivered

@@ -33,7 +33,10 @@
 //!    go with it (`Ledger::calls`); an answer that comes here from then
 //!    on goes back to the master (`LocalVp::carried`,
 //!    `routing.rs::vp_return`), which keeps it until the VP runs again and
-//!    sends it there (`master::calls::settle_returns`).
+//!    sends it there (`master::calls::settle_returns`). Rebuilt, it says
+//!    which calls it still waits for (`ToMaster::Waits`): the answers the
+//!    master sent while it moved go to it again, for an old host that died
+//!    with one; its daemon gives each once (`Ledger::calls`).
 //! 3. The checkpointer saves it (`Task::Dump` with a `SocketState`): the
 //!    image keeps the bytes its socket holds for it (looked at through a
 //!    duplicate of its descriptor, not taken), then those queued here,

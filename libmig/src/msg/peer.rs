@@ -299,6 +299,16 @@ pub enum ToMaster {
         /// The answer.
         ret: VpRet,
     },
+    /// After `Started`, for a VP rebuilt here from an image saved from
+    /// outside: the calls to the master it still waits for (the image says
+    /// so). Answers the master sent while it moved, which its old host
+    /// may not have given it nor sent back (that host died), go to it.
+    Waits {
+        /// The VP.
+        tid: Tid,
+        /// Its calls.
+        calls: Vec<u64>,
+    },
 }
 
 /// The master to a host (a worker, on its link to the master; or the
@@ -891,6 +901,7 @@ impl ToMaster {
             ToMaster::ImageFailed { .. } => "ImageFailed",
             ToMaster::ImageChecked { .. } => "ImageChecked",
             ToMaster::ReturnBack { .. } => "ReturnBack",
+            ToMaster::Waits { .. } => "Waits",
         }
     }
 
@@ -919,7 +930,8 @@ impl ToMaster {
             | ToMaster::ImageKept { .. }
             | ToMaster::ImageFailed { .. }
             | ToMaster::ImageChecked { .. }
-            | ToMaster::ReturnBack { .. } => false,
+            | ToMaster::ReturnBack { .. }
+            | ToMaster::Waits { .. } => false,
         }
     }
 }
