@@ -27,6 +27,13 @@ fn reply((host, tid, id): Caller, ret: VpRet) -> Vec<Out> {
 impl Master {
     /// A request of VP `tid` (on `host`).
     pub fn vp_call(&mut self, host: &str, tid: Tid, id: u64, call: VpCall) -> Vec<Out> {
+        // A VP that calls from where it runs has said what it waits for,
+        // if it was rebuilt (`Waits` comes first): the copies of answers
+        // sent while it moved are no use now (and its call numbers may
+        // start again, after its own image).
+        if matches!(self.state_of(tid), Some(VpState::Running { host: h, .. }) if h == host) {
+            self.sent_moving.remove(&tid);
+        }
         let caller = (host, tid, id);
         let Some((job, _)) = self.tids.get(&tid).cloned() else {
             return reply(
@@ -382,12 +389,19 @@ impl Master {
             Some(VpState::Running { host: at, .. }) if at != host => {
                 vec![Out::ToHost(at, ToHost::VpReturn { tid, id, ret })]
             }
-            // (Where it came back from, it was not there to take it, though
-            // it runs there by now: the host said so in the other order.)
-            Some(VpState::Running { .. }) => vec![Out::Log(format!(
-                "the answer to call {id} of VP t{tid:x} came back from {host}, where it runs: \
-                 dropped"
-            ))],
+            // Where it runs as far as the master knows: that host is saving
+            // it (to park it, say) or has just rebuilt it. Kept with the
+            // copies, for the word of what it waits for (`waits`).
+            Some(VpState::Running { .. }) => {
+                let copies = self.sent_moving.entry(tid).or_default();
+                if copies.len() < MAX_HELD_RETURNS {
+                    copies.insert(id, ret);
+                }
+                vec![Out::Log(format!(
+                    "the answer to call {id} of VP t{tid:x} came back from {host}, where it \
+                     runs: kept until it says it waits for it"
+                ))]
+            }
             // Ended, or started afresh: no one waits for it.
             Some(VpState::Waiting | VpState::Restoring { .. } | VpState::Exited { .. }) | None => {
                 Vec::new()

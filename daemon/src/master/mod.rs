@@ -501,6 +501,8 @@ impl Master {
                     // Started from the beginning: no earlier call of it
                     // waits for an answer.
                     self.held_returns.remove(&v.tid);
+                    self.sent_moving.remove(&v.tid);
+                    self.moved_from.remove(&v.tid);
                 }
                 if let Err(refused) = v.go(state) {
                     return vec![refused.into()];

@@ -299,8 +299,6 @@ impl Master {
             plan: v.state().plan().cloned().unwrap_or_default(),
         };
         v.go(moving).map_err(|e| e.to_string())?;
-        // (Copies of answers sent during an earlier move are no use now.)
-        self.sent_moving.remove(&tid);
         Ok(vec![
             Out::Broadcast(ToHost::Directory(vec![(tid, Loc::Waiting)])),
             Out::ToHost(

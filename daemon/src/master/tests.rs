@@ -2955,3 +2955,55 @@ fn an_answer_sent_to_a_moving_vps_host_that_dies_with_it_reaches_the_vp_rebuilt_
     );
     assert!(returns(&out).is_empty(), "{out:?}");
 }
+
+#[test]
+fn an_answer_sent_back_by_the_host_a_vp_runs_on_is_kept_for_its_word_of_what_it_waits_for() {
+    // Its host is saving it (to park it, of its own accord) as the answer
+    // comes: the master still has it running there.
+    let mut c = Cluster::new(3);
+    let placed = c.running_job(2);
+    let (a_host, a) = placed[0].clone();
+    let back = c.m.from_host(
+        &a_host,
+        ToMaster::ReturnBack {
+            tid: a,
+            id: 7,
+            ret: VpRet::Done,
+        },
+    );
+    assert!(returns(&back).is_empty(), "{back:?}");
+    // Rebuilt (or left where it was), it says it waits for call 7.
+    let out = c.m.from_host(
+        &a_host,
+        ToMaster::Waits {
+            tid: a,
+            calls: vec![7],
+        },
+    );
+    assert_eq!(returns(&out), vec![(a_host.clone(), a, 7)], "{out:?}");
+}
+
+#[test]
+fn copies_of_answers_are_forgotten_once_the_vp_calls_from_where_it_runs() {
+    let mut c = Cluster::new(3);
+    let (a, _, to, _) = a_barrier_passed_while_one_moves(&mut c);
+    c.m.from_host(&to, ToMaster::Started { tid: a, pid: 99 });
+    // It speaks again (a libmig VP restored from its own image numbers its
+    // calls from 1 again): what was copied during its move is no use.
+    c.m.from_host(
+        &to,
+        ToMaster::VpCall {
+            tid: a,
+            id: 1,
+            call: VpCall::Tasks,
+        },
+    );
+    let out = c.m.from_host(
+        &to,
+        ToMaster::Waits {
+            tid: a,
+            calls: vec![7],
+        },
+    );
+    assert!(returns(&out).is_empty(), "{out:?}");
+}

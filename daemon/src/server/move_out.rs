@@ -401,6 +401,18 @@ impl Daemon {
             host::vp_class(&v.pids(), &self.treatment());
         }
         self.report(ToMaster::MigrateFailed { tid, reason });
+        // Saved from outside waiting for the master, it stays: what it
+        // waits for (an answer sent back meanwhile is kept for it there).
+        let calls: Vec<u64> = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .map(|v| v.ledger.calls.iter().copied().collect())
+            .unwrap_or_default();
+        if !calls.is_empty() {
+            self.report(ToMaster::Waits { tid, calls });
+        }
     }
 
     /// VP `tid` wrote its image after its move was called off: it goes on
