@@ -61,6 +61,7 @@ impl Scheduler {
             self.align(ctx);
         }
         changed.extend(self.fill());
+        self.keep_promise_whole();
         // Jobs whose set of slots changed have new cells on their rows (a
         // job lent back what it had changes nothing).
         changed.sort_by_key(|(k, _)| *k);
@@ -645,6 +646,24 @@ impl Scheduler {
             ..r.clone()
         };
         r.at.is_finite() && self.promise_fits(&after, &r.free_at)
+    }
+
+    /// A job of another slot that expansion or alignment moved since the
+    /// promise was made may hold memory on the promised job's hosts (a VP
+    /// keeps its memory in every slot): a promise that no longer holds is
+    /// made again, later. (One that still holds stays as it is.)
+    fn keep_promise_whole(&mut self) {
+        let Some((k, at)) = self
+            .reserved
+            .as_ref()
+            .filter(|r| r.memory.is_some() && r.at.is_finite())
+            .map(|r| (r.job, r.at))
+        else {
+            return;
+        };
+        if let Some(again) = self.reserve(k).filter(|n| n.at > at * (1.0 + 1e-9) + 1e-9) {
+            self.reserved = Some(again);
+        }
     }
 
     /// Job `k` was just placed: if it runs past the promised time, the
