@@ -467,6 +467,15 @@ impl Master {
             .collect()
     }
 
+    /// VP `tid` leaves the master's records: its Tid, and the answers and
+    /// hosts kept for it.
+    pub(super) fn forget_vp(&mut self, tid: Tid) {
+        self.tids.remove(&tid);
+        self.moved_from.remove(&tid);
+        self.held_returns.remove(&tid);
+        self.sent_moving.remove(&tid);
+    }
+
     /// Where VP `tid` is in its life.
     fn state_of(&self, tid: Tid) -> Option<VpState> {
         let (job, vp) = self.tids.get(&tid)?;

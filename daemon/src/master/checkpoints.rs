@@ -1403,7 +1403,7 @@ impl Master {
                     vp,
                 });
             }
-            self.tids.remove(&v.tid);
+            self.forget_vp(v.tid);
             gone.push((v.tid, Loc::Gone));
             // Its exit is news to nobody in the job: they are rolled back
             // to before it existed.

@@ -674,7 +674,7 @@ impl Master {
         let now_ms = self.wall_ns / 1_000_000;
         for (job, j) in std::mem::take(&mut self.jobs) {
             for v in j.vps.values() {
-                self.tids.remove(&v.tid);
+                self.forget_vp(v.tid);
             }
             let mut info = j.info(&job, Some((now_ms, 137)));
             info.state = "halted".into();
@@ -699,7 +699,7 @@ impl Master {
             return Vec::new();
         };
         for v in j.vps.values() {
-            self.tids.remove(&v.tid);
+            self.forget_vp(v.tid);
             if let Some(e) = v.state().exit() {
                 self.gone.insert(v.tid, e.clone());
             }

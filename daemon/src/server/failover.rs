@@ -707,7 +707,9 @@ impl Daemon {
     /// had just arrived would otherwise stay "moving" for ever), and every
     /// VP that ended here lately that it ended (one the master has heard
     /// of already changes nothing, and one of a VP that runs here again
-    /// is not said).
+    /// is not said). A VP rebuilt here from outside that still waits for
+    /// the master says so again too (`Waits`: its daemon gives each
+    /// answer once).
     pub(super) fn said_again(&self) -> Vec<ToMaster> {
         let running = self
             .local
@@ -715,9 +717,17 @@ impl Daemon {
             .by_tid
             .iter()
             .filter(|(&tid, v)| v.exit.is_none() && self.moves.get(tid).is_none())
-            .map(|(&tid, v)| ToMaster::Started {
-                tid,
-                pid: v.pid as u32,
+            .flat_map(|(&tid, v)| {
+                let started = ToMaster::Started {
+                    tid,
+                    pid: v.pid as u32,
+                };
+                let waits =
+                    (v.restored.is_some() && !v.ledger.calls.is_empty()).then(|| ToMaster::Waits {
+                        tid,
+                        calls: v.ledger.calls.iter().copied().collect(),
+                    });
+                std::iter::once(started).chain(waits)
             });
         let exits = self
             .local
