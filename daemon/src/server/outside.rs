@@ -423,11 +423,11 @@ impl Daemon {
                 } => self.paused_from_outside(tid, pid, id, result),
                 Done::Dumped {
                     tid,
+                    pid,
                     snap: Some(id),
                     result,
                     took,
-                    ..
-                } => self.snapped_from_outside(tid, id, result, took),
+                } => self.snapped_from_outside(tid, pid, id, result, took),
                 Done::Dumped {
                     tid,
                     pid,
@@ -767,7 +767,7 @@ impl Daemon {
         });
         if !current {
             // Given up meanwhile (which let its output go), or ended.
-            return;
+            return self.stopped_for_nothing(tid, pid);
         }
         if let Err(why) = result {
             return self.snap_failed(tid, id, why, false);
@@ -854,10 +854,19 @@ impl Daemon {
     fn snapped_from_outside(
         &mut self,
         tid: Tid,
+        pid: i32,
         id: u64,
         result: Result<mig_ckpt::DumpStats, String>,
         took: Duration,
     ) {
+        let current = self.local.vps.by_tid.get(&tid).is_some_and(|v| {
+            v.pid == pid && v.exit.is_none() && v.snap.as_ref().is_some_and(|s| s.id == id)
+        });
+        if !current {
+            // Given up while it was saved (its file, of no checkpoint, is
+            // written over by the next).
+            return self.stopped_for_nothing(tid, pid);
+        }
         match result {
             Ok(s) => {
                 debug!(
@@ -872,6 +881,22 @@ impl Daemon {
                 let no_space = why.contains("No space left");
                 self.snap_failed(tid, id, format!("saved from outside: {why}"), no_space);
             }
+        }
+    }
+
+    /// VP `tid` (process `pid`) was stopped by the checkpointer for a job
+    /// checkpoint given up meanwhile: the continue that came with the
+    /// giving up may have come before the checkpointer's stop, so it runs
+    /// on now if it may (unless another checkpoint has stopped it since).
+    fn stopped_for_nothing(&mut self, tid: Tid, pid: i32) {
+        let idle = self
+            .local
+            .vps
+            .by_tid
+            .get(&tid)
+            .is_some_and(|v| v.pid == pid && v.exit.is_none() && v.snap.is_none());
+        if idle {
+            self.run_if_it_may(tid);
         }
     }
 
