@@ -191,7 +191,9 @@ fn a_master_stopped_for_a_while_freezes_the_workers_vps_and_on_its_return_all_go
     assert_eq!(
         lines.iter().filter(|l| l.contains("spin done")).count(),
         2,
-        "{lines:?}"
+        "{lines:?}\n{}\n{}",
+        vm.log(0),
+        vm.log(1)
     );
 }
 

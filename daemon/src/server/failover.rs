@@ -531,6 +531,20 @@ impl Daemon {
         self.drop_master_links();
         self.fail_unanswered("a new master was elected");
         self.attach_cancel();
+        // Workers still linked to this daemon from when it was the master
+        // before (it stepped down and is elected again) attach anew, and
+        // say again what they hold: a worker linked to the master keeps
+        // its link when it hears of its term (`on_new_master`).
+        let stale: Vec<Token> = self
+            .net
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in stale {
+            self.quiet_close(t, "a link to this daemon's last term as master");
+        }
         let peers = m.peer_list();
         let voters: Vec<(u64, String)> = m.voters().iter().map(|(i, h)| (*i, h.clone())).collect();
         self.failover.exported = m.export();
@@ -619,10 +633,15 @@ impl Daemon {
         let Ok(addr) = addr.parse::<SocketAddr>() else {
             return warn!("new master {name} announced a bad address {addr:?}");
         };
-        let following = self.role.link().is_some()
-            && self.failover.master_addr == Some(addr)
-            && self.failover.term == term;
-        if following || self.attach.target_addr() == Some(addr) {
+        // Linked to it already (it announced itself again to a host whose
+        // link broke, and that attached again meanwhile): the link goes
+        // on. Attaching again would make the master drop the live link,
+        // and what this host sent on it the master has not read yet.
+        if self.role.link().is_some() && self.failover.master_addr == Some(addr) {
+            self.failover.term = self.failover.term.max(term);
+            return;
+        }
+        if self.attach.target_addr() == Some(addr) {
             return;
         }
         self.failover.term = term;
