@@ -29,7 +29,7 @@ use thiserror::Error;
 pub const MAGIC: [u8; 2] = *b"MG";
 /// Protocol major version: a peer with another major is refused. Bumped on
 /// any change to a message type (postcard does not describe its schema).
-pub const MAJOR: u8 = 21;
+pub const MAJOR: u8 = 22;
 /// Protocol minor version (informational).
 pub const MINOR: u8 = 0;
 /// Header size in bytes.

@@ -149,7 +149,13 @@ fn peer_msgs() -> Vec<PeerMsg> {
         },
         PeerMsg::Part { last: true },
         ToMaster::Heartbeat,
-        ToHost::Heartbeat,
+        ToMaster::Output {
+            tid: 0x40002,
+            stream: libmig::msg::Stream::Stderr,
+            line: "line 7".into(),
+            n: 7,
+        },
+        ToHost::Heartbeat { lines: 7 },
         ToHost::Snap {
             tid: 0x40002,
             step: SnapOrder::Begin { id: 6 },

@@ -198,6 +198,83 @@ fn a_master_stopped_for_a_while_freezes_the_workers_vps_and_on_its_return_all_go
 }
 
 #[test]
+fn a_worker_whose_link_to_the_master_is_cut_mid_output_loses_no_line_and_doubles_none() {
+    // Every connection to the master's port is aborted (`ss -K`, as a
+    // firewall's reset would), three times while each VP of a plain
+    // shell job writes 40,000 numbered lines, each time after the master
+    // was stopped for a moment (what the worker sent meanwhile waits in
+    // the sockets, and goes with them): what was on its way when the link
+    // went is sent again on the next, and shown once.
+    mig_tests::tool("ss", "iproute2");
+    let mut vm = Vm::start(2);
+    let port = vm.addr.rsplit(':').next().expect("port").to_string();
+    const LINES: u32 = 40_000;
+    let prog = "for i in $(seq 0 199); do seq $((i*200)) $((i*200+199)); sleep 0.02; done";
+    let job = vm.start_job(2, Path::new("/bin/sh"), &["-c", prog]);
+    assert!(wait_until(Duration::from_secs(10), || vm
+        .json(&["ps"])
+        .as_array()
+        .is_some_and(|a| a
+            .iter()
+            .any(|v| v["host"] == "h1" && v["state"] == "running"))));
+    let filter = format!("( sport = :{port} or dport = :{port} )");
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(400));
+        vm.signal(0, Signal::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(300));
+        let out = std::process::Command::new("ss")
+            .args(["-K", "state", "established", &filter])
+            .output()
+            .expect("ss");
+        vm.signal(0, Signal::SIGCONT);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = job.wait_with_output().expect("job");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vm.log(0)
+    );
+    assert!(
+        vm.log(1).contains("lost the master"),
+        "no link was cut: {}",
+        vm.log(1)
+    );
+    // `[tTID HOST] N`, by VP.
+    let mut by_vp: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for l in stdout.lines() {
+        let (who, n) = l.split_once("] ").expect("a VP's line");
+        by_vp
+            .entry(who.to_string())
+            .or_default()
+            .push(n.parse().expect("a number"));
+    }
+    assert!(
+        by_vp.keys().any(|k| k.ends_with(" h1")),
+        "{:?}",
+        by_vp.keys()
+    );
+    assert_eq!(by_vp.len(), 2, "{:?}", by_vp.keys());
+    for (who, mut ns) in by_vp {
+        let shown = ns.len();
+        ns.sort_unstable();
+        ns.dedup();
+        assert_eq!(
+            (shown, ns.len(), ns.first(), ns.last()),
+            (LINES as usize, LINES as usize, Some(&0), Some(&(LINES - 1))),
+            "{who}: lines shown, distinct, first, last\n{}",
+            vm.log(1)
+        );
+    }
+}
+
+#[test]
 fn the_master_killed_again_and_again_under_heat_is_replaced_and_the_answer_is_right() {
     let kills: usize = mig_tests::env_num("KILLS", 10);
     // Six hosts: five voters, and h5, which never votes, so never becomes

@@ -313,7 +313,9 @@ impl Master {
             ToMaster::LeaseAsk { n } => self.lease_ask(host, n),
             ToMaster::Started { tid, pid } => self.started(host, tid, pid),
             ToMaster::Exited { tid, status } => self.exited(host, tid, status),
-            ToMaster::Output { tid, stream, line } => self.output(host, tid, stream, line),
+            ToMaster::Output {
+                tid, stream, line, ..
+            } => self.output(host, tid, stream, line),
             ToMaster::Control { id, req, uid } => {
                 let from = Requester::Remote {
                     host: host.to_string(),

@@ -275,7 +275,20 @@ impl Daemon {
             self.fenced(&why);
             self.local.recent_exits.clear();
         }
+        // Lines the last master did not say it took go again (this one
+        // takes each once), before those no master was sent.
+        let again = self.lines_sent.again();
+        if !again.is_empty() {
+            log!(
+                "{} of output the master had not said it took go again",
+                libmig::words::count(again.len() as u64, "line", "lines")
+            );
+        }
+        for msg in again {
+            self.send_peer(t, msg);
+        }
         for msg in self.failover.take_unsent() {
+            self.lines_sent.sent(&msg);
             self.send_peer(t, msg);
         }
         for msg in self.said_again() {

@@ -582,6 +582,10 @@ impl Daemon {
         for msg in self.said_again() {
             self.report(msg);
         }
+        // The lines it sent the old master that it did not say it took.
+        for msg in self.lines_sent.take_kept() {
+            self.report(msg);
+        }
         // What this host told no one while there was no master (a
         // request for logs is answered from the job files here).
         for msg in std::mem::take(&mut self.failover.unsent) {

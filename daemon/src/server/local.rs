@@ -519,7 +519,13 @@ impl Daemon {
         self.local.pipe_budget -= taken.min(self.local.pipe_budget);
         let (tid, pid, stream) = (p.tid, p.pid, p.stream);
         for line in lines {
-            self.report(ToMaster::Output { tid, stream, line });
+            let n = self.lines_sent.number();
+            self.report(ToMaster::Output {
+                tid,
+                stream,
+                line,
+                n,
+            });
         }
         if drained == host::Drained::More {
             self.local.pipes_again.insert(t);

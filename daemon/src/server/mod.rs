@@ -29,6 +29,7 @@ mod failover;
 mod handshake;
 mod images;
 mod lease;
+mod lines;
 mod local;
 mod move_in;
 mod move_out;
@@ -209,6 +210,11 @@ pub struct Daemon {
     bids: bids::Bids,
     /// This host's Rate-of-Change (the roc placement).
     rating: rate::Rating,
+    /// On a worker: lines of output sent to the master, kept until it
+    /// says it took them.
+    lines_sent: lines::Sent,
+    /// On the master: the last line taken from each worker.
+    lines_taken: lines::Taken,
 }
 
 /// The loop's pace and its own figures: when the last heartbeat and the
@@ -516,6 +522,8 @@ impl Daemon {
             pace: Pace::new(),
             failover: failover::Failover::new(),
             attach: attach::Attach::new(),
+            lines_sent: lines::Sent::default(),
+            lines_taken: lines::Taken::default(),
             proxied: role::Proxied::default(),
             facts: o.facts,
             job_files: crate::job_files::JobFiles::new(&cfg.state_dir),

@@ -141,6 +141,8 @@ impl Daemon {
         if let Some(u) = self.role.unsent_to() {
             u.remove(&name);
         }
+        // (A daemon started anew numbers its lines from 1 again.)
+        self.lines_taken.forget(&name);
         self.retire_links_of(&name, t);
         if let Some(c) = self.net.conns.get_mut(&t) {
             c.kind = Kind::Peer {
@@ -214,6 +216,7 @@ impl Daemon {
         if let Some(u) = self.role.unsent_to() {
             u.remove(&name);
         }
+        self.lines_taken.forget(&name);
         self.send_peer(t, Handshake::Registered { name });
         self.send_peer(t, dir);
         self.carry_out_when_committed(out);
@@ -247,7 +250,8 @@ impl Daemon {
         // Answered at once, whatever the consensus: the worker knows by the
         // answers that its link carries both ways (see `attach`).
         if matches!(msg, ToMaster::Heartbeat) {
-            self.send_peer(t, ToHost::Heartbeat);
+            let lines = self.lines_taken.upto(h);
+            self.send_peer(t, ToHost::Heartbeat { lines });
         }
         let Some(m) = self.role.master() else { return };
         let mut out = m.heard_from(h, Instant::now());
@@ -255,6 +259,12 @@ impl Daemon {
             // Declared dead: it hears it is fenced, and nothing it says
             // counts any more.
             return self.carry_out_when_committed(out);
+        }
+        if let ToMaster::Output { n, .. } = &msg {
+            if !self.lines_taken.take(h, *n) {
+                // Sent again on a new link: it came on the last.
+                return self.carry_out_when_committed(out);
+            }
         }
         if let ToMaster::Control { id, req, uid } = &msg {
             let (id, uid) = (*id, *uid);
@@ -312,18 +322,19 @@ impl Daemon {
         if !self.role.is_master() {
             return;
         }
-        let behind: Vec<Token> = self
+        let behind: Vec<(Token, u64)> = self
             .net
             .conns
             .iter()
-            .filter(|(t, c)| {
-                matches!(c.kind, Kind::Peer { host: Some(_) })
-                    && (c.paused || self.net.read_again.contains(t))
+            .filter_map(|(t, c)| match &c.kind {
+                Kind::Peer { host: Some(h) } if c.paused || self.net.read_again.contains(t) => {
+                    Some((*t, self.lines_taken.upto(h)))
+                }
+                _ => None,
             })
-            .map(|(t, _)| *t)
             .collect();
-        for t in behind {
-            self.send_peer(t, ToHost::Heartbeat);
+        for (t, lines) in behind {
+            self.send_peer(t, ToHost::Heartbeat { lines });
         }
     }
 
@@ -336,7 +347,7 @@ impl Daemon {
     /// A message for this host (from the master, possibly itself).
     pub(super) fn host_msg(&mut self, msg: ToHost) {
         match msg {
-            ToHost::Heartbeat => {}
+            ToHost::Heartbeat { lines } => self.lines_sent.taken(lines),
             ToHost::Reply { id, resp } => self.answered(id, resp),
             ToHost::Start(s) => self.start_vp(s),
             ToHost::Kill { tid } => {
@@ -430,6 +441,7 @@ impl Daemon {
             let out = m.with_wall(wall_ns()).from_host(&self.facts.name, msg);
             self.carry_out_when_committed(out);
         } else if let Some(link) = self.role.link() {
+            self.lines_sent.sent(&msg);
             self.send_peer(link, msg);
         } else if self.awaiting_master() {
             self.keep_unsent(msg);

@@ -178,6 +178,10 @@ pub enum ToMaster {
         stream: Stream,
         /// The line, without its newline.
         line: String,
+        /// Its number among the lines this daemon sent (from 1): a worker
+        /// keeps each line until the master says it took it, and sends it
+        /// again on its next link; the master takes each number once.
+        n: u64,
     },
     /// A control request of a local `mig`.
     Control {
@@ -317,7 +321,11 @@ pub enum ToMaster {
 pub enum ToHost {
     /// Answering a heartbeat, or telling a worker whose news it has not
     /// all read that the link is alive.
-    Heartbeat,
+    Heartbeat {
+        /// The number of the last line of output the master took from
+        /// this worker (`ToMaster::Output::n`).
+        lines: u64,
+    },
     /// A worker it holds alive: ask `n` is granted for `ms` from when it
     /// was sent; after that the worker's VPs are frozen unless a later ask
     /// is granted.
@@ -940,7 +948,7 @@ impl ToHost {
     /// The message's name, for logs.
     pub fn name(&self) -> &'static str {
         match self {
-            ToHost::Heartbeat => "Heartbeat",
+            ToHost::Heartbeat { .. } => "Heartbeat",
             ToHost::LeaseGrant { .. } => "LeaseGrant",
             ToHost::Reply { .. } => "Reply",
             ToHost::VpReturn { .. } => "VpReturn",
