@@ -291,7 +291,10 @@ use std::os::unix::fs::FileExt;
 pub use compat::{mismatch, Fingerprint};
 pub use dump::{dump, dump_tree, DumpError, DumpOptions, DumpStats, GLIBC_TID_OFFSET};
 pub use image::{Image, ImageError, Meta, SocketState};
-pub use ns::{descendants, spawn_in_namespace, stop_tree, NsError, Spawn, Tree, INIT_NAME};
+pub use ns::{
+    descendants, spawn_in_namespace, stop_tree, CloneArgs, NsError, Spawn, Tree, CLONE_INTO_CGROUP,
+    INIT_NAME,
+};
 pub use restore::{restore, restore_tree, RestoreError, RestoreOptions, Restored};
 pub use sys::SysError;
 

@@ -205,24 +205,38 @@ pub(crate) struct Place<'a> {
     pub into: Option<(RawFd, &'a [RawFd])>,
 }
 
-/// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`).
+/// `struct clone_args` of `clone3` as of Linux 5.7
+/// (`CLONE_ARGS_SIZE_VER2`), which the libc crate does not have.
 #[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+#[derive(Debug, Default)]
+pub struct CloneArgs {
+    /// `CLONE_*` flags.
+    pub flags: u64,
+    /// Where `CLONE_PIDFD` stores the pidfd.
+    pub pidfd: u64,
+    /// Where `CLONE_CHILD_SETTID` stores the child's tid.
+    pub child_tid: u64,
+    /// Where `CLONE_PARENT_SETTID` stores the child's tid.
+    pub parent_tid: u64,
+    /// The signal the parent gets when the child ends.
+    pub exit_signal: u64,
+    /// The lowest byte of the child's stack (0: the caller's, copied).
+    pub stack: u64,
+    /// Its size.
+    pub stack_size: u64,
+    /// With `CLONE_SETTLS`: the child's thread pointer.
+    pub tls: u64,
+    /// Pids to give the child in each pid namespace.
+    pub set_tid: u64,
+    /// How many.
+    pub set_tid_size: u64,
+    /// With `CLONE_INTO_CGROUP`: a descriptor of the cgroup v2 directory
+    /// the child is born in.
+    pub cgroup: u64,
 }
 
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// `clone3`'s flag to be born in `CloneArgs::cgroup` (Linux 5.7).
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Set once the kernel said it has no `clone3` or no `CLONE_INTO_CGROUP`.
 static NO_CLONE_INTO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

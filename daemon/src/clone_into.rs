@@ -18,6 +18,9 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+#[cfg(target_arch = "x86_64")]
+use mig_ckpt::{CloneArgs, CLONE_INTO_CGROUP};
+
 /// The child's side: called on its own stack, in the caller's memory.
 pub type ChildFn = extern "C" fn(*mut libc::c_void) -> libc::c_int;
 
@@ -55,27 +58,6 @@ pub unsafe fn clone_into(
     }
     r
 }
-
-/// `struct clone_args` as of Linux 5.7 (`CLONE_ARGS_SIZE_VER2`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 #[cfg(target_arch = "x86_64")]
 unsafe fn raw(

@@ -243,7 +243,8 @@ fn a_worker_whose_link_to_the_master_is_cut_mid_output_loses_no_line_and_doubles
     );
     assert!(
         vm.log(1).contains("lost the master"),
-        "no link was cut: {}",
+        "no link was cut (`ss -K` needs root and a kernel built with \
+         CONFIG_INET_DIAG_DESTROY): {}",
         vm.log(1)
     );
     // `[tTID HOST] N`, by VP.

@@ -274,7 +274,8 @@ impl Daemon {
     /// Changes to the job files (output, history): made here, and on the
     /// master (`copy`) sent to every other voter in one message, so that
     /// whichever is elected next answers `mig logs` and `mig jobs` as this
-    /// one did (lines in flight when the master dies are lost with it).
+    /// one did (the lines a worker sent that the master had not carried
+    /// out when it died the worker sends the next: see `lines`).
     pub(super) fn keep_job_files(&mut self, changes: Vec<JobFileCopy>, copy: bool) {
         if changes.is_empty() {
             return;
@@ -470,11 +471,14 @@ impl Daemon {
                 // What it decided but could not get replicated is undone:
                 // its own users hear so. What it only passed on (a line a
                 // VP wrote, a VP's or a job's end: facts, whoever is the
-                // master) reaches them still: the next master never hears
-                // of a line again, and says an end it heard of again at
-                // most once more.
+                // master) reaches them still: the next master hears again
+                // only a worker's lines this one had not said were safe
+                // (`lines`: those may show twice), and says an end it heard
+                // of again at most once more.
                 let this_turn = std::mem::take(&mut self.failover.this_turn);
                 let held = std::mem::take(&mut self.failover.held);
+                // (The workers send again what was not said to be safe.)
+                self.lines_taken = super::lines::Taken::default();
                 for outs in held.into_iter().map(|(_, o)| o).chain([this_turn.into()]) {
                     for o in outs {
                         let Out::Reply(Requester::Local(t), resp) = o else {
@@ -582,6 +586,9 @@ impl Daemon {
         for msg in self.said_again() {
             self.report(msg);
         }
+        // It knows no worker's numbers (elected again, those it had may be
+        // of lines it never carried out).
+        self.lines_taken = super::lines::Taken::default();
         // The lines it sent the old master that it did not say it took.
         for msg in self.lines_sent.take_kept() {
             self.report(msg);
@@ -927,7 +934,8 @@ impl Daemon {
             return;
         }
         if self.role.master().is_none() || self.failover.consensus.is_none() {
-            return self.carry_out(outs);
+            self.carry_out(outs);
+            return self.lines_taken.carried_out();
         }
         self.failover.this_turn.extend(outs);
     }
@@ -946,9 +954,11 @@ impl Daemon {
         }
         let outs = crate::master::join_directories(std::mem::take(&mut self.failover.this_turn));
         let Some(index) = self.replicate() else {
-            return self.carry_out(outs);
+            self.carry_out(outs);
+            return self.lines_taken.carried_out();
         };
         self.failover.held.push_back((index, outs.into()));
+        self.lines_taken.proposed(index);
         self.release_held();
     }
 
@@ -1007,6 +1017,8 @@ impl Daemon {
         if corked {
             self.uncork();
         }
+        let next = self.failover.held.front().map(|(i, _)| *i);
+        self.lines_taken.carried_out_before(next);
     }
 
     /// Has the master more decisions waiting to be carried out than it

@@ -166,8 +166,10 @@ impl Daemon {
         for p in self.moves.unpark_all() {
             crate::discard::remove_later(&p.path);
         }
-        // (So do those it had not started: they start elsewhere.)
+        // (So do those it had not started: they start elsewhere.) Their
+        // lines the master did not say it took are not sent again.
         self.local.lease.deferred.clear();
+        self.lines_sent.take_kept();
         log!(
             "fenced by the master: {why}; ended its {} here; joining again",
             libmig::words::count(n as u64, "VP", "VPs")

@@ -3,14 +3,18 @@
 //!
 //! A worker numbers each line it sends (`ToMaster::Output::n`) and keeps
 //! it (`Sent`) until the master says, in its answer to a heartbeat, the
-//! number of the last line it took from that worker. A link that breaks
-//! (a partition, a master stopped long enough for the worker to give up on
-//! it, a link the master replaced) takes with it what was on its way: on
-//! its next link the worker sends again every line the master has not said
-//! it took. The master takes each number once (`Taken`), so a line that
-//! had arrived is not shown twice. A new master (a failover) knows no
-//! numbers yet: the lines the old one took in the last heartbeat or so
-//! before it went may show twice; none is lost.
+//! number of the last line of that worker it holds safe: taken, and what
+//! it made of the line (kept in the job's output, sent to its waiters)
+//! carried out, which on a replicated master waits for its state to
+//! commit. A link that breaks (a partition, a master stopped long enough
+//! for the worker to give up on it, a link the master replaced) takes with
+//! it what was on its way: on its next link the worker sends again every
+//! line the master has not said it holds. The master takes each number
+//! once (`Taken`), so a line that had arrived is not shown twice. A master
+//! that stops being the master forgets what it had not carried out, and a
+//! new one (or the same, elected again) knows no numbers: the lines taken
+//! but not yet said to be safe when the master changed may show twice;
+//! none is lost.
 //!
 //! What does not live here: reading the VPs' pipes (`local`), the link
 //! itself and when it is given up (`attach`), what the master does with a
@@ -24,6 +28,9 @@ use libmig::msg::ToMaster;
 /// oldest go (they were sent long ago; a master that has not said it took
 /// them for that long is far behind, or gone).
 pub(super) const KEPT_MAX: usize = 16 << 20;
+
+/// What a line kept costs beside its text (an empty line is not free).
+const LINE_COST: usize = std::mem::size_of::<ToMaster>();
 
 /// A worker's lines sent to its master and not yet said to be taken.
 #[derive(Debug, Default)]
@@ -51,11 +58,11 @@ impl Sent {
         if *n == 0 {
             return;
         }
-        self.bytes += line.len();
+        self.bytes += line.len() + LINE_COST;
         self.kept.push_back(msg.clone());
         while self.bytes > KEPT_MAX {
             match self.kept.pop_front() {
-                Some(ToMaster::Output { line, .. }) => self.bytes -= line.len(),
+                Some(ToMaster::Output { line, .. }) => self.bytes -= line.len() + LINE_COST,
                 Some(_) | None => break,
             }
         }
@@ -67,7 +74,7 @@ impl Sent {
             if *n > upto {
                 break;
             }
-            self.bytes -= line.len();
+            self.bytes -= line.len() + LINE_COST;
             self.kept.pop_front();
         }
     }
@@ -78,8 +85,9 @@ impl Sent {
         self.kept.iter().cloned().collect()
     }
 
-    /// The lines kept, for this daemon as the master now (it takes them
-    /// itself); the numbering goes on.
+    /// The lines kept, taken out: for this daemon as the master now (it
+    /// takes them itself), or fenced (they were of VPs that run elsewhere
+    /// now). The numbering goes on.
     pub(super) fn take_kept(&mut self) -> Vec<ToMaster> {
         self.bytes = 0;
         std::mem::take(&mut self.kept).into()
@@ -92,16 +100,26 @@ impl Sent {
     }
 }
 
-/// On the master: the number of the last line taken from each worker.
+/// On the master: the last line taken from each worker, and the last it
+/// holds safe (what it made of it carried out).
 #[derive(Debug, Default)]
 pub(super) struct Taken {
+    /// The last number taken, by host.
     upto: HashMap<String, u64>,
+    /// The last number held safe, by host.
+    safe: HashMap<String, u64>,
+    /// Lines taken this turn, not yet proposed: (host, number).
+    this_turn: Vec<(String, u64)>,
+    /// Lines taken and proposed, waiting for their turn's index to be
+    /// carried out, oldest first.
+    held: VecDeque<(u64, Vec<(String, u64)>)>,
 }
 
 impl Taken {
     /// Line `n` from `host`: is it new (to be taken)? Lines come in order
     /// on a link, and again in order on the next: one not past the last
-    /// taken came already.
+    /// taken came already. A new one waits for its turn to be carried out
+    /// (`proposed`, `carried_out_before`, or `carried_out`) to be safe.
     pub(super) fn take(&mut self, host: &str, n: u64) -> bool {
         if n == 0 {
             return true;
@@ -111,17 +129,65 @@ impl Taken {
             return false;
         }
         *last = n;
+        self.this_turn.push((host.to_string(), n));
         true
     }
 
-    /// The number of the last line taken from `host` (0: none).
-    pub(super) fn upto(&self, host: &str) -> u64 {
-        self.upto.get(host).copied().unwrap_or(0)
+    /// This turn's decisions were proposed as index `index`.
+    pub(super) fn proposed(&mut self, index: u64) {
+        if !self.this_turn.is_empty() {
+            self.held
+                .push_back((index, std::mem::take(&mut self.this_turn)));
+        }
     }
 
-    /// `host` registered (a daemon started anew numbers from 1 again).
+    /// Everything of turns proposed before index `next` is carried out
+    /// (`None`: of every turn proposed).
+    pub(super) fn carried_out_before(&mut self, next: Option<u64>) {
+        while let Some((i, _)) = self.held.front() {
+            if next.is_some_and(|n| *i >= n) {
+                break;
+            }
+            if let Some((_, lines)) = self.held.pop_front() {
+                self.make_safe(lines);
+            }
+        }
+    }
+
+    /// This turn's decisions were carried out at once (no replication).
+    pub(super) fn carried_out(&mut self) {
+        let lines = std::mem::take(&mut self.this_turn);
+        self.make_safe(lines);
+    }
+
+    fn make_safe(&mut self, lines: Vec<(String, u64)>) {
+        for (host, n) in lines {
+            let s = self.safe.entry(host).or_default();
+            *s = (*s).max(n);
+        }
+    }
+
+    /// The number of the last line of `host` held safe (0: none): what a
+    /// heartbeat's answer tells it.
+    pub(super) fn safe(&self, host: &str) -> u64 {
+        self.safe.get(host).copied().unwrap_or(0)
+    }
+
+    /// `host` registered (a daemon started anew numbers from 1 again):
+    /// the numbers of its last life go, those still waiting too.
     pub(super) fn forget(&mut self, host: &str) {
         self.upto.remove(host);
+        self.safe.remove(host);
+        self.this_turn.retain(|(h, _)| h != host);
+        for (_, lines) in &mut self.held {
+            lines.retain(|(h, _)| h != host);
+        }
+    }
+
+    /// The number of the last line taken from `host` (0: none).
+    #[cfg(test)]
+    fn upto(&self, host: &str) -> u64 {
+        self.upto.get(host).copied().unwrap_or(0)
     }
 }
 
@@ -193,6 +259,39 @@ mod tests {
     }
 
     #[test]
+    fn a_line_is_said_safe_only_once_its_turn_is_carried_out() {
+        let mut t = Taken::default();
+        assert!(t.take("h1", 1) && t.take("h1", 2));
+        assert_eq!(t.safe("h1"), 0, "taken, not carried out");
+        t.proposed(5);
+        assert!(t.take("h1", 3));
+        t.proposed(6);
+        assert!(t.take("h1", 4));
+        // Index 5 is being carried out: not yet.
+        t.carried_out_before(Some(5));
+        assert_eq!(t.safe("h1"), 0);
+        t.carried_out_before(Some(6));
+        assert_eq!(t.safe("h1"), 2);
+        t.carried_out_before(None);
+        assert_eq!(t.safe("h1"), 3, "line 4 is not proposed yet");
+        t.carried_out();
+        assert_eq!(t.safe("h1"), 4);
+    }
+
+    #[test]
+    fn a_host_that_registers_again_is_not_told_of_its_last_lifes_lines() {
+        let mut t = Taken::default();
+        assert!(t.take("h1", 500) && t.take("h2", 7));
+        t.proposed(1);
+        assert!(t.take("h1", 501));
+        t.forget("h1");
+        t.carried_out_before(None);
+        t.carried_out();
+        assert_eq!((t.safe("h1"), t.safe("h2")), (0, 7));
+        assert!(t.take("h1", 1));
+    }
+
+    #[test]
     fn a_link_that_broke_loses_no_line_and_doubles_none() {
         // The worker sends 1..=6; the master takes 1..=4 before the link
         // breaks, and has said it took up to 2. All are sent again.
@@ -214,7 +313,8 @@ mod tests {
             }
         }
         assert_eq!(shown, [1, 2, 3, 4, 5, 6]);
-        s.taken(t.upto("h1"));
+        t.carried_out();
+        s.taken(t.safe("h1"));
         assert_eq!(s.len(), 0);
     }
 }

@@ -889,15 +889,25 @@ impl Daemon {
     /// giving up may have come before the checkpointer's stop, so it runs
     /// on now if it may (unless another checkpoint has stopped it since).
     fn stopped_for_nothing(&mut self, tid: Tid, pid: i32) {
-        let idle = self
+        let Some(v) = self
             .local
             .vps
             .by_tid
             .get(&tid)
-            .is_some_and(|v| v.pid == pid && v.exit.is_none() && v.snap.is_none());
-        if idle {
-            self.run_if_it_may(tid);
+            .filter(|v| v.pid == pid && v.exit.is_none() && v.snap.is_none())
+        else {
+            return;
+        };
+        // Asked meanwhile to reach its safe point for a move (one it is
+        // not saved from outside for), it must run to get there.
+        let to_its_safe_point = matches!(
+            self.moves.get(tid),
+            Some(Move::Asked { outside: false, .. } | Move::Streaming { outside: false, .. })
+        );
+        if to_its_safe_point {
+            return v.signal(Signal::SIGCONT);
         }
+        self.run_if_it_may(tid);
     }
 
     /// Continue VP `tid` if it may run now: the owner away, its slot, its

@@ -250,7 +250,7 @@ impl Daemon {
         // Answered at once, whatever the consensus: the worker knows by the
         // answers that its link carries both ways (see `attach`).
         if matches!(msg, ToMaster::Heartbeat) {
-            let lines = self.lines_taken.upto(h);
+            let lines = self.lines_taken.safe(h);
             self.send_peer(t, ToHost::Heartbeat { lines });
         }
         let Some(m) = self.role.master() else { return };
@@ -328,7 +328,7 @@ impl Daemon {
             .iter()
             .filter_map(|(t, c)| match &c.kind {
                 Kind::Peer { host: Some(h) } if c.paused || self.net.read_again.contains(t) => {
-                    Some((*t, self.lines_taken.upto(h)))
+                    Some((*t, self.lines_taken.safe(h)))
                 }
                 _ => None,
             })
