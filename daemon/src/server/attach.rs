@@ -275,12 +275,12 @@ impl Daemon {
             self.fenced(&why);
             self.local.recent_exits.clear();
         }
-        // Lines the last master did not say it took go again (this one
-        // takes each once), before those no master was sent.
+        // Lines the last master did not say it holds safe go again (this
+        // one takes each once), before those no master was sent.
         let again = self.lines_sent.again();
         if !again.is_empty() {
             log!(
-                "{} of output the master had not said it took go again",
+                "{} of output the master had not said it holds go again",
                 libmig::words::count(again.len() as u64, "line", "lines")
             );
         }
