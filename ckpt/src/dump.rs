@@ -38,9 +38,9 @@ use sha2::{Digest, Sha256};
 
 use crate::fds::{self, FdsError, Holder};
 use crate::image::{
-    self, Cpu, Header, Image, ImageError, Memfd, Meta, MmFields, OpenFile, PendingInput, Pipe,
-    Proc, ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special,
-    Thread, PAGE,
+    self, Cpu, Header, Image, ImageError, Memfd, MemfdBytes, Meta, MmFields, OpenFile,
+    PendingInput, Pipe, Proc, ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo,
+    SocketState, Special, Thread, PAGE,
 };
 use crate::plan::{is_special, runs_to_save, Take};
 use crate::proc::{self, Ids, MapsEntry};
@@ -363,31 +363,54 @@ fn save(
                 .any(|f| f.fd == fd && matches!(f.kind, fds::FileKind::Socket))
         })
     };
+    // Where the bytes of each memfd on its way through them come from.
+    let mut socket_outs: Vec<Vec<MemfdOut>> = Vec::new();
     for held in opts.sockets.iter().filter(|s| has_socket(s.fd)) {
         let (mut unread, fds) = sys::peek_socket(root, held.fd)?;
-        let mut passed = passed_memfds(root, held.fd, fds, opts)?;
+        let (mut passed, mut outs): (Vec<_>, Vec<_>) =
+            passed_memfds(root, held.fd, fds, opts)?.into_iter().unzip();
         unread.extend_from_slice(&held.unread);
-        passed.extend(held.passed.iter().cloned());
+        for m in &held.passed {
+            let MemfdBytes::Held(b) = &m.data else {
+                return Err(DumpError::Unsupported {
+                    pid: root,
+                    what: format!(
+                        "memfd {:?} the caller holds for fd {} has no bytes in memory",
+                        m.name, held.fd
+                    ),
+                });
+            };
+            outs.push(MemfdOut {
+                source: MemfdSource::Held(b.clone()),
+                marks: Vec::new(),
+            });
+            passed.push(m.clone());
+        }
         sockets.push(SocketState {
             unread,
             passed,
             ..held.clone()
         });
+        socket_outs.push(outs);
     }
 
+    // By the index of the cut socket's open file.
+    let mut cut_outs: BTreeMap<usize, Vec<MemfdOut>> = BTreeMap::new();
     for &(at, pid, fd) in &open.cuts {
         if !opts.checkpoint_only {
             sys::shut_reading(pid, fd)?;
         }
         let (data, fds) = sys::peek_socket(pid, fd)?;
-        let memfds = passed_memfds(pid, fd, fds, opts)?;
+        let (memfds, outs): (Vec<_>, Vec<_>) =
+            passed_memfds(pid, fd, fds, opts)?.into_iter().unzip();
         if let Some(OpenFile::Cut { unread, passed, .. }) = open.files.get_mut(at) {
             *unread = data;
             *passed = memfds;
+            cut_outs.insert(at, outs);
         }
     }
-    // The memfds held (their bytes are read once the bits are set, below),
-    // then those only mapped, as each process is taken.
+    // The memfds held (their sizes and seals are read once the bits are
+    // set, below), then those only mapped, as each process is taken.
     let mut memfds: Vec<Memfd> = open
         .memfds
         .iter()
@@ -401,7 +424,15 @@ fn save(
             ),
             size: 0,
             seals: 0,
-            data: Vec::new(),
+            data: MemfdBytes::Held(Vec::new()),
+        })
+        .collect();
+    let mut memfd_outs: Vec<MemfdOut> = open
+        .memfds
+        .iter()
+        .map(|_| MemfdOut {
+            source: MemfdSource::Held(Vec::new()),
+            marks: Vec::new(),
         })
         .collect();
     let mut memfd_inodes: Vec<u64> = open.memfds.iter().map(|m| m.0).collect();
@@ -424,38 +455,44 @@ fn save(
                 .map_or(&[][..], |b| &b[..]);
             let mut c = Captured::take(f, fds, offset, bits)?;
             offset += c.data_len();
-            c.memfds(&mut memfd_inodes, &mut memfds)?;
+            c.memfds(
+                captured.len(),
+                &mut memfd_inodes,
+                &mut memfds,
+                &mut memfd_outs,
+            )?;
             let meta = c.meta.clone();
             captured.push(c);
             ProcState::Live(Box::new(meta))
         };
         image_procs.push(Proc { state, ..place });
     }
-    // Those only mapped were read from the memory, after `set_bits`: the
+    // Those only mapped are read from the memory, after `set_bits`: the
     // image has their marks too.
-    for m in memfds.iter_mut().skip(open.memfds.len()) {
-        let name = m.name.clone();
-        for (_, at, bit) in opts.mark_memfds.iter().filter(|(n, _, _)| *n == name) {
-            crate::memfd::set_bit_in(m, *at, *bit).map_err(|e| DumpError::Unsupported {
-                pid: root,
-                what: e.to_string(),
+    for (m, o) in memfds.iter().zip(&mut memfd_outs).skip(open.memfds.len()) {
+        for (_, at, bit) in opts.mark_memfds.iter().filter(|(n, _, _)| *n == m.name) {
+            crate::memfd::check_bit(&m.name, m.size, *at, *bit).map_err(|e| {
+                DumpError::Unsupported {
+                    pid: root,
+                    what: e.to_string(),
+                }
             })?;
+            o.marks.push((*at, *bit));
         }
     }
-    for (m, &(_, pid, fd)) in memfds.iter_mut().zip(&open.memfds) {
+    for ((m, o), &(_, pid, fd)) in memfds.iter_mut().zip(&mut memfd_outs).zip(&open.memfds) {
         let dup = sys::borrow_fd(pid, fd)?;
-        let got = read_marked(std::os::fd::AsFd::as_fd(&dup), opts).map_err(|e| {
-            DumpError::Unsupported {
-                pid,
-                what: format!("fd {fd}: {e}"),
-            }
+        let (got, out) = marked(dup, opts).map_err(|e| DumpError::Unsupported {
+            pid,
+            what: format!("fd {fd}: {e}"),
         })?;
-        (m.size, m.seals, m.data) = (got.size, got.seals, got.data);
+        (m.size, m.seals) = (got.size, got.seals);
+        *o = out;
     }
     if opts.checkpoint_only {
         for c in &captured {
             for &(addr, bit) in opts.set_bits.get(&c.pid).into_iter().flatten() {
-                set_bit_in_image(c.pid, &c.meta, &mut memfds, addr, bit)?;
+                set_bit_in_image(c.pid, &c.meta, &memfds, &mut memfd_outs, addr, bit)?;
             }
         }
     }
@@ -472,25 +509,49 @@ fn save(
     // What a target must have to take it (hashed once a file, then from a
     // cache); a source that cannot tell leaves it unknown.
     image.needs = crate::compat::Fingerprint::here(&image).ok();
-    let stats = write_image(root, &image, &captured, out)?;
+    // Every memfd's bytes in the data after the pages, in the image's
+    // order: how far each goes is found now (its bytes are read as the
+    // image is written).
+    let outs: Vec<MemfdOut> = memfd_outs
+        .into_iter()
+        .chain(cut_outs.into_values().flatten())
+        .chain(socket_outs.into_iter().flatten())
+        .collect();
+    if outs.len() != image.memfds_in_order().count() {
+        return Err(DumpError::Unsupported {
+            pid: root,
+            what: format!(
+                "{} memfds' bytes found for {} memfds",
+                outs.len(),
+                image.memfds_in_order().count()
+            ),
+        });
+    }
+    let mut next: u64 = captured.iter().map(Captured::data_len).sum();
+    for (m, o) in image.memfds_in_order_mut().zip(&outs) {
+        let len = o.used_len(&m.name, m.size, &captured)?;
+        m.data = MemfdBytes::Image { offset: next, len };
+        next += image::page_up(len);
+    }
+    let stats = write_image(root, &image, &captured, &outs, out)?;
     for c in captured {
         c.attached.detach();
     }
     Ok(stats)
 }
 
-/// The memfds `fds`, lent by a peek at `pid`'s socket on `fd`: each read
-/// (bytes, size, seals); any other descriptor is refused, named.
+/// The memfds `fds`, lent by a peek at `pid`'s socket on `fd`: each with
+/// its size and seals, and where its bytes come from; any other descriptor
+/// is refused, named.
 fn passed_memfds(
     pid: i32,
     fd: i32,
     fds: Vec<std::os::fd::OwnedFd>,
     opts: &DumpOptions,
-) -> Result<Vec<Memfd>, DumpError> {
-    use std::os::fd::AsFd;
-    fds.iter()
+) -> Result<Vec<(Memfd, MemfdOut)>, DumpError> {
+    fds.into_iter()
         .map(|d| {
-            read_marked(d.as_fd(), opts).map_err(|e| DumpError::Unsupported {
+            marked(d, opts).map_err(|e| DumpError::Unsupported {
                 pid,
                 what: format!(
                     "a descriptor on its way to it through the socket on fd {fd} cannot be \
@@ -501,38 +562,137 @@ fn passed_memfds(
         .collect()
 }
 
-/// The memfd on `fd`, read, with the bits `opts.mark_memfds` names for it
-/// set (in it first, unless a checkpoint only, then in what was read).
-fn read_marked(fd: std::os::fd::BorrowedFd<'_>, opts: &DumpOptions) -> io::Result<Memfd> {
-    let shown = fs::read_link(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(&fd)
-    ))?;
-    let name = fds::memfd_name(&shown.to_string_lossy());
+/// The memfd on `fd` (ours), with the bits `opts.mark_memfds` names for
+/// it set (in it first, unless a checkpoint only, then in the image's
+/// bytes as they are written): its name, size and seals, its bytes to be
+/// read from `fd`.
+fn marked(fd: std::os::fd::OwnedFd, opts: &DumpOptions) -> io::Result<(Memfd, MemfdOut)> {
+    use std::os::fd::AsFd;
+    let (name, size, seals) = crate::memfd::facts(fd.as_fd())?;
     let marks: Vec<(u64, u32)> = opts
         .mark_memfds
         .iter()
         .filter(|(n, _, _)| *n == name)
         .map(|&(_, at, bit)| (at, bit))
         .collect();
-    if !opts.checkpoint_only {
-        for &(at, bit) in &marks {
-            crate::memfd::set_bit(fd, at, bit)?;
+    for &(at, bit) in &marks {
+        crate::memfd::check_bit(&name, size, at, bit)?;
+        if !opts.checkpoint_only {
+            crate::memfd::set_bit(fd.as_fd(), at, bit)?;
         }
     }
-    let mut m = crate::memfd::read(fd)?;
-    for &(at, bit) in &marks {
-        crate::memfd::set_bit_in(&mut m, at, bit)?;
+    Ok((
+        Memfd {
+            name,
+            size,
+            seals,
+            data: MemfdBytes::Held(Vec::new()),
+        },
+        MemfdOut {
+            source: MemfdSource::Fd(File::from(fd)),
+            marks,
+        },
+    ))
+}
+
+/// Where the bytes of a memfd the image carries come from as the image is
+/// written.
+enum MemfdSource {
+    /// A descriptor of it (ours, a duplicate).
+    Fd(File),
+    /// Only mapped: process `captured[proc]`'s mappings of it, each
+    /// (offset in the memfd, address, length); what none maps is zero.
+    Mapped {
+        proc: usize,
+        maps: Vec<(u64, u64, u64)>,
+    },
+    /// Held in memory (the caller's own).
+    Held(Vec<u8>),
+}
+
+/// A memfd's bytes on their way into the image.
+struct MemfdOut {
+    source: MemfdSource,
+    /// Bits set in the image's bytes: (byte offset of a 32-bit word, bit).
+    marks: Vec<(u64, u32)>,
+}
+
+impl MemfdOut {
+    /// Reads its bytes from `at` into `buf` (zeros past what it has),
+    /// marks not set.
+    fn read(&self, captured: &[Captured], at: u64, buf: &mut [u8]) -> io::Result<()> {
+        let end = at + buf.len() as u64;
+        match &self.source {
+            MemfdSource::Fd(f) => f.read_exact_at(buf, at),
+            MemfdSource::Held(b) => {
+                buf.fill(0);
+                let from = (at as usize).min(b.len());
+                let to = (end as usize).min(b.len());
+                buf[..to - from].copy_from_slice(&b[from..to]);
+                Ok(())
+            }
+            MemfdSource::Mapped { proc, maps } => {
+                buf.fill(0);
+                let c = captured
+                    .get(*proc)
+                    .ok_or_else(|| io::Error::other("no such process"))?;
+                for &(off, addr, len) in maps {
+                    let (s, e) = (off.max(at), (off + len).min(end));
+                    if s < e {
+                        c.mem
+                            .read(
+                                addr + (s - off),
+                                &mut buf[(s - at) as usize..(e - at) as usize],
+                            )
+                            .map_err(io::Error::other)?;
+                    }
+                }
+                Ok(())
+            }
+        }
     }
-    Ok(m)
+
+    /// How far its bytes of `size` go: to its last byte not zero, or its
+    /// last mark.
+    fn used_len(&self, name: &str, size: u64, captured: &[Captured]) -> Result<u64, DumpError> {
+        let refuse = |e: io::Error| DumpError::Unsupported {
+            pid: captured.first().map_or(0, |c| c.pid),
+            what: format!("memfd {name:?}: reading its bytes: {e}"),
+        };
+        let used = match &self.source {
+            MemfdSource::Fd(f) => {
+                crate::memfd::used_len(std::os::fd::AsFd::as_fd(f), size).map_err(refuse)?
+            }
+            MemfdSource::Held(b) => b.iter().rposition(|&x| x != 0).map_or(0, |i| i as u64 + 1),
+            MemfdSource::Mapped { .. } => {
+                let mut buf = vec![0u8; crate::memfd::PIECE.min(size as usize)];
+                let mut end = size;
+                let mut used = 0;
+                while end > 0 {
+                    let n = (end as usize).min(buf.len());
+                    let from = end - n as u64;
+                    self.read(captured, from, &mut buf[..n]).map_err(refuse)?;
+                    if let Some(i) = buf[..n].iter().rposition(|&b| b != 0) {
+                        used = from + i as u64 + 1;
+                        break;
+                    }
+                    end = from;
+                }
+                used
+            }
+        };
+        let marked = self.marks.iter().map(|&(at, _)| at + 4).max().unwrap_or(0);
+        Ok(used.max(marked).min(size))
+    }
 }
 
 /// Sets bit `bit` of the 32-bit word at `addr` of process `pid` (whose
-/// state is `meta`) in the saved bytes of the memfd mapped there.
+/// state is `meta`) in the image's bytes of the memfd mapped there.
 fn set_bit_in_image(
     pid: i32,
     meta: &Meta,
-    memfds: &mut [Memfd],
+    memfds: &[Memfd],
+    outs: &mut [MemfdOut],
     addr: u64,
     bit: u32,
 ) -> Result<(), DumpError> {
@@ -552,11 +712,13 @@ fn set_bit_in_image(
             "the word at {addr:#x} to mark is not in a shared mapping of a memfd"
         )));
     };
-    let m = memfds
-        .get_mut(memfd as usize)
-        .ok_or_else(|| refuse(format!("memfd {memfd} is not saved")))?;
-    crate::memfd::set_bit_in(m, at, bit)
-        .map_err(|e| refuse(format!("the word at {addr:#x} cannot be marked: {e}")))
+    let (Some(m), Some(o)) = (memfds.get(memfd as usize), outs.get_mut(memfd as usize)) else {
+        return Err(refuse(format!("memfd {memfd} is not saved")));
+    };
+    crate::memfd::check_bit(&m.name, m.size, at, bit)
+        .map_err(|e| refuse(format!("the word at {addr:#x} cannot be marked: {e}")))?;
+    o.marks.push((at, bit));
+    Ok(())
 }
 
 /// Each process's place in the tree (pids as the processes see them), or
@@ -717,10 +879,18 @@ impl Captured {
     }
 
     /// Its shared mappings of memfds given their memfd's index in the
-    /// image: one of `inodes` (the memfds known so far, each with its
-    /// bytes in `memfds`), or a new one whose bytes are read from this
-    /// process's mappings of it (no descriptor of it was found).
-    fn memfds(&mut self, inodes: &mut Vec<u64>, memfds: &mut Vec<Memfd>) -> Result<(), DumpError> {
+    /// image: one of `inodes` (the memfds known so far, each in `memfds`
+    /// with where its bytes come from in `outs`), or a new one whose bytes
+    /// are read from this process's mappings of it (no descriptor of it was
+    /// found) as the image is written; `me` is its index among the
+    /// processes captured.
+    fn memfds(
+        &mut self,
+        me: usize,
+        inodes: &mut Vec<u64>,
+        memfds: &mut Vec<Memfd>,
+        outs: &mut Vec<MemfdOut>,
+    ) -> Result<(), DumpError> {
         let pid = self.pid;
         let mut fresh: Vec<usize> = Vec::new();
         for (p, r) in self.layout.regions.iter().zip(self.meta.regions.iter_mut()) {
@@ -735,7 +905,14 @@ impl Captured {
                         name: p.name.clone(),
                         size: 0,
                         seals: 0,
-                        data: Vec::new(),
+                        data: MemfdBytes::Held(Vec::new()),
+                    });
+                    outs.push(MemfdOut {
+                        source: MemfdSource::Mapped {
+                            proc: me,
+                            maps: Vec::new(),
+                        },
+                        marks: Vec::new(),
                     });
                     fresh.push(memfds.len() - 1);
                     memfds.len() - 1
@@ -761,18 +938,14 @@ impl Captured {
                     pid,
                     what: e.to_string(),
                 })?;
-                let want = usize::try_from(end).map_err(|e| proc_err(pid, "maps", e))?;
-                if m.data.len() < want {
-                    m.data.resize(want, 0);
+                if let Some(MemfdOut {
+                    source: MemfdSource::Mapped { maps, .. },
+                    ..
+                }) = outs.get_mut(i)
+                {
+                    maps.push((*offset, r.start, len));
                 }
-                let from = *offset as usize;
-                self.mem.read(r.start, &mut m.data[from..want])?;
             }
-        }
-        for &i in &fresh {
-            let m = &mut memfds[i];
-            let used = m.data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-            m.data.truncate(used);
         }
         Ok(())
     }
@@ -1377,6 +1550,7 @@ fn write_image(
     root: i32,
     image: &Image,
     captured: &[Captured],
+    memfds: &[MemfdOut],
     out: &mut dyn Write,
 ) -> Result<DumpStats, DumpError> {
     let w = |e| DumpError::Write {
@@ -1384,8 +1558,9 @@ fn write_image(
         source: e,
     };
     let meta_bytes = image::encode_meta(image)?;
-    let data_len: u64 = image.runs().map(|r| r.pages * PAGE).sum();
-    let runs = image.runs().count() as u64;
+    let pages: u64 = image.runs().map(|r| r.pages).sum();
+    let data_len: u64 = image.all_runs().map(|r| r.1).sum();
+    let runs = image.all_runs().count() as u64;
     let h = Header::new(
         meta_bytes.len() as u64,
         data_len,
@@ -1422,11 +1597,36 @@ fn write_image(
             }
         }
     }
+    // Each memfd's bytes, a piece at a time from where they are, marked,
+    // then zeros to the page.
+    for (m, o) in image.memfds_in_order().zip(memfds) {
+        let Some((_, whole)) = m.data.run() else {
+            continue;
+        };
+        let len = m.data.len();
+        let mut crc = 0u32;
+        let mut at = 0;
+        while at < whole {
+            let n = PIECE.min(whole - at) as usize;
+            let have = len.saturating_sub(at).min(n as u64) as usize;
+            o.read(captured, at, &mut buf[..have])
+                .map_err(|e| DumpError::Unsupported {
+                    pid: root,
+                    what: format!("memfd {:?}: reading its bytes: {e}", m.name),
+                })?;
+            buf[have..n].fill(0);
+            crate::memfd::mark_piece(&mut buf[..have], at, &o.marks);
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            out.write_all(&buf[..n]).map_err(w)?;
+            at += n as u64;
+        }
+        crcs.push(crc);
+    }
     out.write_all(&image::encode_trailer(&crcs)).map_err(w)?;
     out.flush().map_err(w)?;
     Ok(DumpStats {
         bytes: h.total_len(),
-        pages: data_len / PAGE,
+        pages,
         processes: image.procs.len(),
         threads: image.live().map(|m| m.threads.len()).sum(),
     })

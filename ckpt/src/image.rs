@@ -8,11 +8,20 @@
 //! session), the open files its descriptors refer to, shared between
 //! processes where they were ([`OpenFile`]), and the pipes between them
 //! with the bytes in flight ([`Pipe`]). The pages of every process follow
-//! one another in the data, in the order of [`Image::procs`].
+//! one another in the data, in the order of [`Image::procs`]; then come the
+//! bytes of every memfd the image carries ([`Memfd`]: those the processes
+//! hold or map, then those on their way through a cut socket, then those
+//! on their way through the caller's sockets, see
+//! [`Image::memfds_in_order`]), each a run of its own, page aligned, its
+//! trailing zeros left out (a memfd of zeros has no run). The metadata
+//! says where each memfd's bytes are ([`MemfdBytes::Image`]), not the
+//! bytes: a dump streams them from the memfd as it streams pages, and a
+//! restore copies them from the file into the new memfd, so no memfd is
+//! ever held whole in memory (and none counts against [`MAX_META`]).
 //!
 //! ```text
-//! 0                64                 data_offset (page aligned)            data_end
-//! | header (64 B) | metadata (postcard) | pad | page runs, each page aligned | trailer |
+//! 0                64                 data_offset (page aligned)                         data_end
+//! | header (64 B) | metadata (postcard) | pad | page runs | memfd runs, each page aligned | trailer |
 //! ```
 //!
 //! The header, little-endian:
@@ -30,8 +39,9 @@
 //! | 52..60 | reserved, zero                                    |
 //! | 60..64 | crc32c of bytes 0..60                             |
 //!
-//! The trailer holds one crc32c per page run (in the order the metadata lists
-//! them) and a crc32c of those. The page data sits page aligned so that a
+//! The trailer holds one crc32c per run (page runs in the order the metadata
+//! lists them, then memfd runs, each over its whole pages, zero padding
+//! included) and a crc32c of those. The page data sits page aligned so that a
 //! restore maps it into place (`MAP_PRIVATE`, copy on write) rather than
 //! copying it, and the trailer comes last so that a dump streams the pages
 //! straight from the process without holding the image.
@@ -51,12 +61,13 @@ pub const MAGIC: [u8; 8] = *b"MIGPROC\0";
 /// The format version written. Version 1 (one process, no tree) is still
 /// read, as an image of one process whose pid need not be kept, version 2
 /// (no record of what the source machine had) as an image whose needs are
-/// unknown, version 3 (no sockets' bytes) as an image with none, and
-/// version 4 (no memfds) as an image with none; newer versions are
-/// refused.
-pub const FORMAT_VERSION: u32 = 5;
+/// unknown, version 3 (no sockets' bytes) as an image with none, version
+/// 4 (no memfds) as an image with none, and version 5 (memfds' bytes in
+/// the metadata) as an image whose memfds' bytes are held in memory
+/// ([`MemfdBytes::Held`]); newer versions are refused.
+pub const FORMAT_VERSION: u32 = 6;
 /// The versions this build reads.
-pub const READS: [u32; 5] = [1, 2, 3, 4, 5];
+pub const READS: [u32; 6] = [1, 2, 3, 4, 5, 6];
 /// The header's size.
 pub const HEADER_LEN: usize = 64;
 /// The page size the format assumes (x86-64).
@@ -112,6 +123,14 @@ pub enum ImageError {
         index: usize,
         /// Its address in the process.
         addr: u64,
+    },
+    /// A memfd run's data is damaged.
+    #[error("process image memfd bytes damaged: run {index}, memfd {name:?} (checksum mismatch)")]
+    MemfdChecksum {
+        /// Which run (counting page runs first).
+        index: usize,
+        /// The memfd's name.
+        name: String,
     },
     /// Reading or writing the image failed.
     #[error("process image i/o: {0}")]
@@ -326,9 +345,83 @@ pub struct Memfd {
     /// Its seals (`F_GET_SEALS`), put back once it is filled; 0 when
     /// unknown (no descriptor of it was held: only mapped).
     pub seals: i32,
-    /// Its bytes from offset 0 (the rest, up to `size`, zero).
+    /// Its bytes from offset 0 (the rest, up to `size`, zero): where they
+    /// are.
+    pub data: MemfdBytes,
+}
+
+/// Where a memfd's bytes are (from its offset 0; the rest, up to its size,
+/// zero).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemfdBytes {
+    /// In the image's data: `len` bytes from `offset` (from the start of
+    /// the data, page aligned), a run of their own after the page runs
+    /// with its checksum in the trailer; no run when `len` is 0. What a
+    /// dump writes.
+    Image {
+        /// Where they start in the data.
+        offset: u64,
+        /// How many (trailing zeros left out).
+        len: u64,
+    },
+    /// Here, in memory: a memfd of a version 5 image (whose bytes were in
+    /// its metadata), one read by [`crate::memfd::read`], or one of the
+    /// caller's sockets read from the image file by
+    /// [`crate::ImageFile::open`].
+    Held(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+impl MemfdBytes {
+    /// How many bytes (trailing zeros left out).
+    pub fn len(&self) -> u64 {
+        match self {
+            MemfdBytes::Image { len, .. } => *len,
+            MemfdBytes::Held(b) => b.len() as u64,
+        }
+    }
+
+    /// No bytes (all zero).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes when held in memory.
+    pub fn held(&self) -> Option<&[u8]> {
+        match self {
+            MemfdBytes::Held(b) => Some(b),
+            MemfdBytes::Image { .. } => None,
+        }
+    }
+
+    /// The run they make in the image's data: (offset, whole pages'
+    /// length), when in the image and not empty.
+    pub fn run(&self) -> Option<(u64, u64)> {
+        match self {
+            MemfdBytes::Image { offset, len } if *len > 0 => Some((*offset, page_up(*len))),
+            MemfdBytes::Image { .. } | MemfdBytes::Held(_) => None,
+        }
+    }
+}
+
+/// A [`Memfd`] as version 5 wrote it (its bytes in the metadata).
+#[derive(Deserialize)]
+struct MemfdV5 {
+    name: String,
+    size: u64,
+    seals: i32,
     #[serde(with = "serde_bytes")]
-    pub data: Vec<u8>,
+    data: Vec<u8>,
+}
+
+impl From<MemfdV5> for Memfd {
+    fn from(v: MemfdV5) -> Memfd {
+        Memfd {
+            name: v.name,
+            size: v.size,
+            seals: v.seals,
+            data: MemfdBytes::Held(v.data),
+        }
+    }
 }
 
 /// What was on its way through a stream socket between the root and its
@@ -369,6 +462,82 @@ struct SocketStateV4 {
     unfinished: Vec<u8>,
     #[serde(with = "serde_bytes")]
     notes: Vec<u8>,
+}
+
+/// A [`SocketState`] as version 5 wrote it (its memfds' bytes in the
+/// metadata).
+#[derive(Deserialize)]
+struct SocketStateV5 {
+    fd: i32,
+    #[serde(with = "serde_bytes")]
+    unread: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    unfinished: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    notes: Vec<u8>,
+    passed: Vec<MemfdV5>,
+}
+
+impl From<SocketStateV5> for SocketState {
+    fn from(v: SocketStateV5) -> SocketState {
+        SocketState {
+            fd: v.fd,
+            unread: v.unread,
+            unfinished: v.unfinished,
+            notes: v.notes,
+            passed: v.passed.into_iter().map(Memfd::from).collect(),
+        }
+    }
+}
+
+/// An [`OpenFile`] as version 5 wrote it (a cut socket's memfds' bytes in
+/// the metadata).
+#[derive(Deserialize)]
+enum OpenFileV5 {
+    External {
+        fd: i32,
+    },
+    Path {
+        path: String,
+        flags: i32,
+        pos: u64,
+    },
+    Pipe {
+        pipe: u32,
+        write: bool,
+        flags: i32,
+    },
+    Memfd {
+        memfd: u32,
+        flags: i32,
+        pos: u64,
+    },
+    Cut {
+        #[serde(with = "serde_bytes")]
+        unread: Vec<u8>,
+        flags: i32,
+        passed: Vec<MemfdV5>,
+    },
+}
+
+impl From<OpenFileV5> for OpenFile {
+    fn from(v: OpenFileV5) -> OpenFile {
+        match v {
+            OpenFileV5::External { fd } => OpenFile::External { fd },
+            OpenFileV5::Path { path, flags, pos } => OpenFile::Path { path, flags, pos },
+            OpenFileV5::Pipe { pipe, write, flags } => OpenFile::Pipe { pipe, write, flags },
+            OpenFileV5::Memfd { memfd, flags, pos } => OpenFile::Memfd { memfd, flags, pos },
+            OpenFileV5::Cut {
+                unread,
+                flags,
+                passed,
+            } => OpenFile::Cut {
+                unread,
+                flags,
+                passed: passed.into_iter().map(Memfd::from).collect(),
+            },
+        }
+    }
 }
 
 impl From<SocketStateV4> for SocketState {
@@ -473,7 +642,81 @@ impl From<V4> for Image {
     }
 }
 
+/// An image's metadata as version 5 wrote it (memfds' bytes in it).
+#[derive(Deserialize)]
+struct V5 {
+    keep_pids: bool,
+    procs: Vec<Proc>,
+    files: Vec<OpenFileV5>,
+    pipes: Vec<Pipe>,
+    needs: Option<crate::compat::Fingerprint>,
+    inputs: Vec<PendingInput>,
+    sockets: Vec<SocketStateV5>,
+    memfds: Vec<MemfdV5>,
+}
+
+impl From<V5> for Image {
+    fn from(v: V5) -> Image {
+        Image {
+            keep_pids: v.keep_pids,
+            procs: v.procs,
+            files: v.files.into_iter().map(OpenFile::from).collect(),
+            pipes: v.pipes,
+            needs: v.needs,
+            inputs: v.inputs,
+            sockets: v.sockets.into_iter().map(SocketState::from).collect(),
+            memfds: v.memfds.into_iter().map(Memfd::from).collect(),
+        }
+    }
+}
+
 impl Image {
+    /// Every memfd the image carries, in the order their runs follow one
+    /// another in the data: those the processes hold or map
+    /// ([`Image::memfds`]), then those on their way through cut sockets
+    /// (in the order of [`Image::files`]), then those on their way through
+    /// the caller's sockets (in the order of [`Image::sockets`]).
+    pub fn memfds_in_order(&self) -> impl Iterator<Item = &Memfd> {
+        let cut = self.files.iter().flat_map(|f| match f {
+            OpenFile::Cut { passed, .. } => &passed[..],
+            OpenFile::External { .. }
+            | OpenFile::Path { .. }
+            | OpenFile::Pipe { .. }
+            | OpenFile::Memfd { .. } => &[],
+        });
+        self.memfds
+            .iter()
+            .chain(cut)
+            .chain(self.sockets.iter().flat_map(|s| s.passed.iter()))
+    }
+
+    /// [`Image::memfds_in_order`], to change.
+    pub fn memfds_in_order_mut(&mut self) -> impl Iterator<Item = &mut Memfd> {
+        let cut = self.files.iter_mut().flat_map(|f| match f {
+            OpenFile::Cut { passed, .. } => &mut passed[..],
+            OpenFile::External { .. }
+            | OpenFile::Path { .. }
+            | OpenFile::Pipe { .. }
+            | OpenFile::Memfd { .. } => &mut [],
+        });
+        self.memfds
+            .iter_mut()
+            .chain(cut)
+            .chain(self.sockets.iter_mut().flat_map(|s| s.passed.iter_mut()))
+    }
+
+    /// Every run of the data in order, page runs then memfd runs: (start
+    /// in the data, length in bytes, what to call it when damaged).
+    pub fn all_runs(&self) -> impl Iterator<Item = (u64, u64, RunName<'_>)> {
+        self.runs()
+            .map(|r| (r.offset, r.pages * PAGE, RunName::Pages(r.addr)))
+            .chain(self.memfds_in_order().filter_map(|m| {
+                m.data
+                    .run()
+                    .map(|(offset, len)| (offset, len, RunName::Memfd(&m.name)))
+            }))
+    }
+
     /// The state of every process that is not a zombie, in order.
     pub fn live(&self) -> impl Iterator<Item = &Meta> {
         self.procs.iter().filter_map(|p| match &p.state {
@@ -489,8 +732,10 @@ impl Image {
     }
 
     /// Checks the runs against the header: they follow each other in the
-    /// data, lie inside their regions, and add up to the data length; and
-    /// every descriptor names an open file and every pipe end a pipe.
+    /// data (page runs, then memfd runs, each page aligned), page runs lie
+    /// inside their regions and memfd runs inside their memfds, and all
+    /// add up to the data length; and every descriptor names an open file
+    /// and every pipe end a pipe.
     pub fn check_runs(&self, h: &Header) -> Result<(), ImageError> {
         let mut next = 0u64;
         let mut count = 0u64;
@@ -517,6 +762,32 @@ impl Image {
                     }
                     next += len;
                     count += 1;
+                }
+            }
+        }
+        for m in self.memfds_in_order() {
+            match &m.data {
+                MemfdBytes::Image { offset, len } => {
+                    if *offset != next || *len > m.size {
+                        return Err(ImageError::Runs(format!(
+                            "memfd {:?}: {len} bytes at offset {offset} in {} (next run at {next})",
+                            m.name, m.size
+                        )));
+                    }
+                    if *len > 0 {
+                        next = next.saturating_add(page_up(*len));
+                        count += 1;
+                    }
+                }
+                MemfdBytes::Held(b) => {
+                    if b.len() as u64 > m.size {
+                        return Err(ImageError::Meta(format!(
+                            "memfd {:?} holds {} bytes in {}",
+                            m.name,
+                            b.len(),
+                            m.size
+                        )));
+                    }
                 }
             }
         }
@@ -561,16 +832,6 @@ impl Image {
                         r.start, r.end
                     )));
                 }
-            }
-        }
-        for m in &self.memfds {
-            if m.data.len() as u64 > m.size {
-                return Err(ImageError::Meta(format!(
-                    "memfd {:?} holds {} bytes in {}",
-                    m.name,
-                    m.data.len(),
-                    m.size
-                )));
             }
         }
         Ok(())
@@ -797,6 +1058,29 @@ pub struct Run {
     pub offset: u64,
 }
 
+/// What a run of the data holds, to name it when it is damaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunName<'a> {
+    /// Pages of a process, from this address.
+    Pages(u64),
+    /// The bytes of the memfd of this name.
+    Memfd(&'a str),
+}
+
+impl RunName<'_> {
+    /// The error for run `index` of this kind whose checksum does not
+    /// match.
+    pub fn damaged(&self, index: usize) -> ImageError {
+        match self {
+            RunName::Pages(addr) => ImageError::RunChecksum { index, addr: *addr },
+            RunName::Memfd(name) => ImageError::MemfdChecksum {
+                index,
+                name: (*name).to_string(),
+            },
+        }
+    }
+}
+
 /// A kernel-provided mapping moved rather than saved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Special {
@@ -924,6 +1208,7 @@ pub fn decode_meta(version: u32, b: &[u8]) -> Result<Image, ImageError> {
         2 => Ok(take::<V2>(b)?.into()),
         3 => Ok(take::<V3>(b)?.into()),
         4 => Ok(take::<V4>(b)?.into()),
+        5 => Ok(take::<V5>(b)?.into()),
         FORMAT_VERSION => take(b),
         found => Err(ImageError::Version { found }),
     }
@@ -944,7 +1229,7 @@ fn encode_parts(
     image: &Image,
     data: &[u8],
 ) -> Result<Vec<u8>, ImageError> {
-    let runs = image.runs().count() as u64;
+    let runs = image.all_runs().count() as u64;
     let mut h = Header::new(mb.len() as u64, data.len() as u64, runs, crc32c::crc32c(mb));
     h.version = version;
     image.check_runs(&h)?;
@@ -953,11 +1238,8 @@ fn encode_parts(
     out.resize(h.data_offset as usize, 0);
     out.extend_from_slice(data);
     let crcs: Vec<u32> = image
-        .runs()
-        .map(|r| {
-            let s = r.offset as usize;
-            crc32c::crc32c(&data[s..s + (r.pages * PAGE) as usize])
-        })
+        .all_runs()
+        .map(|(s, len, _)| crc32c::crc32c(&data[s as usize..(s + len) as usize]))
         .collect();
     out.extend_from_slice(&encode_trailer(&crcs));
     Ok(out)
@@ -1017,11 +1299,8 @@ impl StreamCheck {
                     let meta = decode_meta(h.version, mb)?;
                     meta.check_runs(&h)?;
                     self.runs = meta
-                        .runs()
-                        .map(|r| {
-                            let s = h.data_offset + r.offset;
-                            (s, s + r.pages * PAGE)
-                        })
+                        .all_runs()
+                        .map(|(s, len, _)| (h.data_offset + s, h.data_offset + s + len))
                         .collect();
                     self.meta = Some(meta);
                     self.head = Vec::new();
@@ -1076,8 +1355,8 @@ impl StreamCheck {
         let want = decode_trailer(&self.trailer, h.runs as usize)?;
         for (i, (got, want)) in self.crcs.iter().zip(&want).enumerate() {
             if got != want {
-                let addr = meta.runs().nth(i).map_or(0, |r| r.addr);
-                return Err(ImageError::RunChecksum { index: i, addr });
+                let name = meta.all_runs().nth(i).map_or(RunName::Pages(0), |r| r.2);
+                return Err(name.damaged(i));
             }
         }
         Ok((h, meta))
@@ -1096,18 +1375,28 @@ pub fn decode(bytes: &[u8], verify_pages: bool) -> Result<(Header, Image), Image
     meta.check_runs(&h)?;
     let crcs = decode_trailer(&bytes[h.trailer_offset() as usize..], h.runs as usize)?;
     if verify_pages {
-        for (i, (run, crc)) in meta.runs().zip(&crcs).enumerate() {
-            let s = (h.data_offset + run.offset) as usize;
-            let data = &bytes[s..s + (run.pages * PAGE) as usize];
+        for (i, ((start, len, name), crc)) in meta.all_runs().zip(&crcs).enumerate() {
+            let s = (h.data_offset + start) as usize;
+            let data = &bytes[s..s + len as usize];
             if crc32c::crc32c(data) != *crc {
-                return Err(ImageError::RunChecksum {
-                    index: i,
-                    addr: run.addr,
-                });
+                return Err(name.damaged(i));
             }
         }
     }
     Ok((h, meta))
+}
+
+/// The bytes of `m`, a memfd of the image held whole in `bytes` whose
+/// header is `h` (tests and small images; a file goes through
+/// [`crate::ImageFile::memfd_bytes`]). `None` when they are not there.
+pub fn memfd_bytes<'a>(bytes: &'a [u8], h: &Header, m: &'a Memfd) -> Option<&'a [u8]> {
+    match &m.data {
+        MemfdBytes::Held(b) => Some(b),
+        MemfdBytes::Image { offset, len } => {
+            let s = usize::try_from(h.data_offset.checked_add(*offset)?).ok()?;
+            bytes.get(s..s.checked_add(usize::try_from(*len).ok()?)?)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1246,7 +1535,7 @@ mod tests {
                         name: "mig-pooled".into(),
                         size: 8192,
                         seals: libc::F_SEAL_GROW,
-                        data: vec![1; 10],
+                        data: MemfdBytes::Held(vec![1; 10]),
                     }],
                 },
             ],
@@ -1258,18 +1547,79 @@ mod tests {
                 name: "mig-ring".into(),
                 size: 0x3000,
                 seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK,
-                data: b"ring".to_vec(),
+                data: MemfdBytes::Held(b"ring".to_vec()),
             }],
         }
     }
 
-    /// A whole image in memory, pages filled with a pattern.
+    /// `sample`, its memfds' bytes in the data as a dump writes them: the
+    /// ring's, the cut socket's memfd's, and one on its way through the
+    /// caller's socket of two pages (some zero padding after it).
+    fn sample_runs(runs: &[(u64, u64)]) -> Image {
+        let mut img = sample(runs);
+        img.sockets[0].passed.push(Memfd {
+            name: "mig-message".into(),
+            size: 3 * PAGE,
+            seals: 0,
+            data: MemfdBytes::Held(vec![3; 5000]),
+        });
+        let mut next: u64 = img.runs().map(|r| r.pages * PAGE).sum();
+        for m in img.memfds_in_order_mut() {
+            let len = m.data.len();
+            m.data = MemfdBytes::Image { offset: next, len };
+            next += page_up(len);
+        }
+        img
+    }
+
+    /// A whole image in memory, runs filled with a pattern.
     fn build(meta: &Image) -> Vec<u8> {
         let data: Vec<u8> = meta
-            .runs()
-            .flat_map(|r| (0..r.pages * PAGE).map(move |i| (i ^ r.addr) as u8))
+            .all_runs()
+            .flat_map(|(start, len, _)| (0..len).map(move |i| (i ^ start) as u8))
             .collect();
         encode(meta, &data).expect("encode")
+    }
+
+    #[test]
+    fn memfd_runs_follow_the_pages_and_a_damaged_one_is_refused() {
+        let m = sample_runs(&[(0x10000, 2)]);
+        let img = build(&m);
+        let (h, back) = decode(&img, true).expect("decode");
+        assert_eq!(back, m);
+        // Two pages, then the ring's page, the cut socket's memfd's page,
+        // the message's two pages.
+        assert_eq!(h.data_len, 6 * PAGE);
+        assert_eq!(h.runs, 4);
+        assert_eq!(
+            back.sockets[0].passed[0].data,
+            MemfdBytes::Image {
+                offset: 4 * PAGE,
+                len: 5000
+            }
+        );
+        // A byte of the message's bytes, or of its padding, damaged.
+        for at in [4 * PAGE + 10, 6 * PAGE - 1] {
+            let mut bad = img.clone();
+            bad[(h.data_offset + at) as usize] ^= 4;
+            assert!(decode(&bad, false).is_ok());
+            let want = || ImageError::MemfdChecksum {
+                index: 3,
+                name: "mig-message".into(),
+            };
+            assert_eq!(decode(&bad, true), Err(want()));
+            assert_eq!(streamed(&bad, &[100, 5000]), Err(want()));
+        }
+        // Runs out of order, or past their memfd's end: refused.
+        let mut m2 = m.clone();
+        m2.memfds[0].data = MemfdBytes::Image {
+            offset: 3 * PAGE,
+            len: 4,
+        };
+        assert!(matches!(m2.check_runs(&h), Err(ImageError::Runs(_))));
+        let mut m3 = m.clone();
+        m3.memfds[0].size = 2;
+        assert!(matches!(m3.check_runs(&h), Err(ImageError::Runs(_))));
     }
 
     #[test]
@@ -1383,7 +1733,7 @@ mod tests {
         let e = encode(&img, &vec![0; PAGE as usize]).expect_err("no memfd");
         assert!(e.to_string().contains("memfd 0 of 0"), "{e}");
         let mut img = sample(&[(0x10000, 1)]);
-        img.memfds[0].data = vec![1; 0x4000];
+        img.memfds[0].data = MemfdBytes::Held(vec![1; 0x4000]);
         assert!(encode(&img, &vec![0; PAGE as usize]).is_err());
     }
 
@@ -1400,7 +1750,7 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let m = sample(&[(0x10000, 2), (0x20000, 3)]);
+        let m = sample_runs(&[(0x10000, 2), (0x20000, 3)]);
         let img = build(&m);
         let (h, back) = decode(&img, true).expect("decode");
         assert_eq!(back, m);
@@ -1409,7 +1759,7 @@ mod tests {
 
     #[test]
     fn refusals_in_order() {
-        let img = build(&sample(&[(0x10000, 2)]));
+        let img = build(&sample_runs(&[(0x10000, 2)]));
         assert_eq!(decode(&img[..10], false), Err(ImageError::TooShort(10)));
         let mut bad = img.clone();
         bad[0] = b'X';
@@ -1479,8 +1829,8 @@ mod tests {
         /// Streamed in any pieces, an image checks as it does whole; a
         /// damaged byte (outside the padding) or a cut is caught.
         #[test]
-        fn stream_check_agrees(cuts in proptest::collection::vec(0usize..9000, 0..8), at in 0usize..20000, cut in 0usize..20000) {
-            let m = sample(&[(0x10000, 1), (0x30000, 2)]);
+        fn stream_check_agrees(cuts in proptest::collection::vec(0usize..9000, 0..8), at in 0usize..40000, cut in 0usize..20000) {
+            let m = sample_runs(&[(0x10000, 1), (0x30000, 2)]);
             let img = build(&m);
             let (_, back) = streamed(&img, &cuts).expect("whole image");
             prop_assert_eq!(back, m);
@@ -1500,8 +1850,8 @@ mod tests {
         /// Any damage to any byte is caught (with page checks on), never a
         /// panic; any truncation is caught by the size check.
         #[test]
-        fn damage_is_caught(at in 0usize..20000, bit in 0u8..8, cut in 0usize..20000) {
-            let img = build(&sample(&[(0x10000, 1), (0x30000, 2)]));
+        fn damage_is_caught(at in 0usize..40000, bit in 0u8..8, cut in 0usize..20000) {
+            let img = build(&sample_runs(&[(0x10000, 1), (0x30000, 2)]));
             let at = at % img.len();
             let mut bad = img.clone();
             bad[at] ^= 1 << bit;

@@ -156,7 +156,12 @@
 //! with its bytes, name, size and seals (`Image::memfds`) and made anew at
 //! restore: its descriptors and mappings share the new one, as they shared
 //! the old; whoever else held it keeps the old one, and from then on the
-//! two are apart. A stream socket the caller names (`DumpOptions::cut`: a
+//! two are apart. Its bytes (and those of memfds on their way through a
+//! socket) are a run of the image's data after the pages, streamed from
+//! the memfd (or, for one only mapped, from the process's memory) a piece
+//! at a time at the dump and copied from the file into the new memfd at
+//! the restore, so neither holds a memfd whole in memory; a memfd of more
+//! than `memfd::MAX_SIZE` (1 GiB) is refused. A stream socket the caller names (`DumpOptions::cut`: a
 //! direct link to a VP that stays) is saved with the bytes it held and
 //! restored with its other end closed: the process reads them, then the
 //! end of the stream, and its writes fail (`EPIPE`). So that whoever stays
@@ -308,8 +313,11 @@ pub struct ImageFile {
 
 impl ImageFile {
     /// Reads and checks an image: size, magic, version, header, metadata
-    /// and trailer checksums, and with `verify_pages` every page run's
-    /// checksum too (which reads the whole file).
+    /// and trailer checksums, and with `verify_pages` every run's checksum
+    /// too, pages and memfds' bytes (which reads the whole file). The
+    /// memfds on their way through the caller's sockets
+    /// (`SocketState::passed`, which the caller makes anew with
+    /// [`memfd::make`]) are read into memory here, their runs checked.
     pub fn open(file: File, verify_pages: bool) -> Result<ImageFile, ImageError> {
         let io = |e: std::io::Error| ImageError::Io(e.to_string());
         let total = file.metadata().map_err(io)?.len();
@@ -323,31 +331,58 @@ impl ImageFile {
         if crc32c::crc32c(&mb) != header.meta_crc {
             return Err(ImageError::MetaChecksum);
         }
-        let meta = image::decode_meta(header.version, &mb)?;
+        let mut meta = image::decode_meta(header.version, &mb)?;
         meta.check_runs(&header)?;
         let mut tb = vec![0u8; (total - header.trailer_offset()) as usize];
         file.read_exact_at(&mut tb, header.trailer_offset())
             .map_err(io)?;
         let crcs = image::decode_trailer(&tb, header.runs as usize)?;
+        let check = |i: usize, (start, len, name): (u64, u64, image::RunName<'_>)| {
+            let mut buf = vec![0u8; (4 << 20).min(len as usize)];
+            let mut crc = 0;
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(buf.len() as u64) as usize;
+                file.read_exact_at(&mut buf[..n], header.data_offset + start + done)
+                    .map_err(io)?;
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                done += n as u64;
+            }
+            if Some(&crc) != crcs.get(i) {
+                return Err(name.damaged(i));
+            }
+            Ok(())
+        };
         if verify_pages {
-            let mut buf = vec![0u8; 4 << 20];
-            for (i, (run, want)) in meta.runs().zip(&crcs).enumerate() {
-                let mut crc = 0;
-                let mut done = 0;
-                let len = run.pages * image::PAGE;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    file.read_exact_at(&mut buf[..n], header.data_offset + run.offset + done)
-                        .map_err(io)?;
-                    crc = crc32c::crc32c_append(crc, &buf[..n]);
-                    done += n as u64;
+            for (i, run) in meta.all_runs().enumerate() {
+                check(i, run)?;
+            }
+        }
+        // The caller's sockets' memfds: checked (unless just done) and read.
+        let first = meta.all_runs().count()
+            - meta
+                .sockets
+                .iter()
+                .flat_map(|s| &s.passed)
+                .filter(|m| m.data.run().is_some())
+                .count();
+        let mut i = first;
+        for m in meta.sockets.iter_mut().flat_map(|s| s.passed.iter_mut()) {
+            if let image::MemfdBytes::Image { offset, len } = m.data {
+                if len > 0 {
+                    if !verify_pages {
+                        check(
+                            i,
+                            (offset, image::page_up(len), image::RunName::Memfd(&m.name)),
+                        )?;
+                    }
+                    i += 1;
                 }
-                if crc != *want {
-                    return Err(ImageError::RunChecksum {
-                        index: i,
-                        addr: run.addr,
-                    });
-                }
+                let mut b =
+                    vec![0u8; usize::try_from(len).map_err(|e| ImageError::Io(e.to_string()))?];
+                file.read_exact_at(&mut b, header.data_offset + offset)
+                    .map_err(io)?;
+                m.data = image::MemfdBytes::Held(b);
             }
         }
         Ok(ImageFile {
@@ -355,6 +390,26 @@ impl ImageFile {
             header,
             image: meta,
         })
+    }
+
+    /// A new memfd as `m` (one of the image's) says, its bytes copied from
+    /// the file.
+    pub fn make_memfd(&self, m: &image::Memfd) -> std::io::Result<std::os::fd::OwnedFd> {
+        memfd::make_from(m, Some((&self.file, self.header.data_offset)))
+    }
+
+    /// The bytes of `m` (one of the image's), read into memory (trailing
+    /// zeros left out).
+    pub fn memfd_bytes(&self, m: &image::Memfd) -> std::io::Result<Vec<u8>> {
+        match &m.data {
+            image::MemfdBytes::Held(b) => Ok(b.clone()),
+            image::MemfdBytes::Image { offset, len } => {
+                let mut b = vec![0u8; usize::try_from(*len).map_err(std::io::Error::other)?];
+                self.file
+                    .read_exact_at(&mut b, self.header.data_offset + offset)?;
+                Ok(b)
+            }
+        }
     }
 
     /// The state it holds.

@@ -207,8 +207,8 @@ pub fn restore(
         }
     };
     check_machine(image)?;
-    let memfds = make_memfds(image)?;
-    let files = open_files(image, &mut fds, &memfds)?;
+    let memfds = make_memfds(img)?;
+    let files = open_files(img, &mut fds, &memfds)?;
     let mapped = open_mapped(image, &memfds)?;
     let hand = handover(meta, &files, &mapped, img.file().as_raw_fd())?;
     let mut child = spawn_traced(&meta.exe, &hand)?;
@@ -283,10 +283,11 @@ pub fn local_vdso_hash() -> io::Result<Vec<u8>> {
 /// (at their size, with their bytes; the caller's ends of a pipe are
 /// dropped with the returned list, so an end no process holds is closed).
 fn open_files(
-    image: &Image,
+    img: &ImageFile,
     given: &mut BTreeMap<i32, OwnedFd>,
     memfds: &[OwnedFd],
 ) -> Result<Vec<OwnedFd>, RestoreError> {
+    let image = img.image();
     // The descriptors that refer to each external file, for the error.
     let mut pipes: BTreeMap<u32, (OwnedFd, OwnedFd)> = BTreeMap::new();
     let mut taken: BTreeMap<(u32, bool), ()> = BTreeMap::new();
@@ -385,7 +386,7 @@ fn open_files(
                 unread,
                 flags,
                 passed,
-            } => cut_socket(unread, *flags, passed).map_err(RestoreError::Cut)?,
+            } => cut_socket(img, unread, *flags, passed).map_err(RestoreError::Cut)?,
         };
         out.push(owned);
     }
@@ -421,7 +422,12 @@ fn make_pipe(size: u32, data: &[u8]) -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// A stream socket holding `unread`, whose other end is closed (see
 /// `OpenFile::Cut`), with status flags `flags`.
-fn cut_socket(unread: &[u8], flags: i32, passed: &[crate::image::Memfd]) -> io::Result<OwnedFd> {
+fn cut_socket(
+    img: &ImageFile,
+    unread: &[u8],
+    flags: i32,
+    passed: &[crate::image::Memfd],
+) -> io::Result<OwnedFd> {
     let mut ends = [0; 2];
     // SAFETY: socketpair writes two descriptors, which we then own.
     let (keep, other) = unsafe {
@@ -469,7 +475,7 @@ fn cut_socket(unread: &[u8], flags: i32, passed: &[crate::image::Memfd]) -> io::
         // only a few descriptors a message: libmig takes four).
         let mut done = 0;
         for m in passed {
-            let fd = crate::memfd::make(m)?;
+            let fd = img.make_memfd(m)?;
             let Some(byte) = unread.get(done..done + 1) else {
                 return Err(io::Error::other("more descriptors passed than bytes"));
             };
@@ -545,12 +551,13 @@ fn send_fds(sock: &OwnedFd, bytes: &[u8], fds: &[OwnedFd]) -> io::Result<usize> 
     Ok(n as usize)
 }
 
-/// Each memfd of the image made anew: its name, size and bytes, then its
-/// seals.
-fn make_memfds(image: &Image) -> Result<Vec<OwnedFd>, RestoreError> {
+/// Each memfd of the image made anew: its name, size and bytes (copied
+/// from the image file a piece at a time), then its seals.
+fn make_memfds(img: &ImageFile) -> Result<Vec<OwnedFd>, RestoreError> {
+    let image = img.image();
     let mut out = Vec::with_capacity(image.memfds.len());
     for (i, m) in image.memfds.iter().enumerate() {
-        out.push(crate::memfd::make(m).map_err(|source| RestoreError::Memfd {
+        out.push(img.make_memfd(m).map_err(|source| RestoreError::Memfd {
             index: i as u32,
             source,
         })?);

@@ -17,8 +17,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use common::*;
-use mig_ckpt::image::OpenFile;
-use mig_ckpt::{dump, DumpError, DumpOptions, ImageFile};
+use mig_ckpt::image::{Header, MemfdBytes, OpenFile, PAGE};
+use mig_ckpt::{dump, DumpError, DumpOptions, ImageError, ImageFile};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
@@ -202,7 +202,8 @@ fn a_bit_for_the_image_only_leaves_the_running_process_and_its_peers_alone() {
     let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
     let kept = &img.image().memfds[0];
     assert_eq!(kept.name, "kept");
-    assert_eq!(kept.data[7] >> 7, 1, "the top bit of the word at 4");
+    let bytes = img.memfd_bytes(kept).expect("its bytes");
+    assert_eq!(bytes[7] >> 7, 1, "the top bit of the word at 4");
     // In the process: clear, and it runs on with its peer.
     drop(ours);
     nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).expect("CONT");
@@ -227,7 +228,7 @@ fn a_memfd_on_its_way_through_a_cut_socket_is_marked_for_whoever_sent_it() {
         name: "mig-ring".into(),
         size: 8192,
         seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK,
-        data: vec![],
+        data: mig_ckpt::image::MemfdBytes::Held(vec![]),
     })
     .expect("memfd");
     let fds = [ring.as_raw_fd()];
@@ -254,7 +255,7 @@ fn a_memfd_on_its_way_through_a_cut_socket_is_marked_for_whoever_sent_it() {
     std::os::unix::fs::FileExt::read_exact_at(&File::from(ring), &mut word, 4).expect("read");
     assert_eq!(u32::from_le_bytes(word) >> 31, 1);
     // ...and in the image.
-    let img = mig_ckpt::image::decode(&sink, true).expect("image").1;
+    let (h, img) = mig_ckpt::image::decode(&sink, true).expect("image");
     let passed = img
         .files
         .iter()
@@ -264,7 +265,304 @@ fn a_memfd_on_its_way_through_a_cut_socket_is_marked_for_whoever_sent_it() {
         })
         .expect("the cut socket");
     assert_eq!(passed.len(), 1);
-    assert_eq!(passed[0].data.get(7), Some(&0x80));
+    let bytes = mig_ckpt::image::memfd_bytes(&sink, &h, &passed[0]).expect("its bytes");
+    assert_eq!(bytes.get(7), Some(&0x80));
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// What `memfds` says once restored from an image of the first test's
+/// dump (its socket cut, the top bit of the word at 4 set).
+const MOVED: &str = "read \"hello from the peer\" then the end\n\
+                     bytes wrong 0\n\
+                     top bit set\n\
+                     mapping sees: through the fd\n\
+                     size sealed yes\n\
+                     write to the peer: EPIPE\n";
+
+/// `memfds` dumped as the first test dumps it, into `name`: the image's
+/// path (the process is killed).
+fn dumped(name: &str) -> std::path::PathBuf {
+    let (mut ours, theirs) = UnixStream::pair().expect("pair");
+    let (mut child, _out, _fd, addr) = start(&theirs);
+    let pid = child.id() as i32;
+    let _reap = Reap(pid);
+    let sock = std::fs::metadata(format!("/proc/{pid}/fd/3"))
+        .expect("fd 3")
+        .ino();
+    drop(theirs);
+    ours.write_all(b"hello from the peer").expect("write");
+    let path = scratch().join(name);
+    let mut f = File::create(&path).expect("create");
+    let opts = DumpOptions {
+        external_fds: [0, 1, 2].into(),
+        cut: [sock].into(),
+        set_bits: [(pid, vec![(addr + 4, 31)])].into(),
+        ..Default::default()
+    };
+    dump(pid, &opts, &mut f).expect("dump");
+    let _ = child.kill();
+    let _ = child.wait();
+    path
+}
+
+#[test]
+fn a_memfd_larger_than_64_mib_held_and_mapped_is_carried_byte_for_byte() {
+    let mut cmd = Command::new(program("bigmemfd"));
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+    // SAFETY: close_range in the child between fork and exec (only stdio
+    // is its own).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("bigmemfd");
+    let pid = child.id() as i32;
+    let _reap = Reap(pid);
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("ready");
+    assert_eq!(first, "ready\n");
+    match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WUNTRACED)).expect("wait") {
+        WaitStatus::Stopped(..) => {}
+        other => panic!("not stopped: {other:?}"),
+    }
+    let path = scratch().join("big.img");
+    let mut f = File::create(&path).expect("create");
+    dump(pid, &stdio_options(), &mut f).expect("dump");
+    drop(f);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    // The bytes are in the data, not the metadata.
+    assert!(img.data_offset() < 1 << 20, "{}", img.data_offset());
+    let got: Vec<(&str, u64, u64)> = img
+        .image()
+        .memfds
+        .iter()
+        .map(|m| (m.name.as_str(), m.size, m.data.len()))
+        .collect();
+    // Each without its last MiB of zeros.
+    assert_eq!(
+        got,
+        [
+            ("mig-pooled", 80 << 20, 79 << 20),
+            ("peer-ring", 72 << 20, 71 << 20)
+        ]
+    );
+    assert!(img
+        .image()
+        .memfds
+        .iter()
+        .all(|m| matches!(m.data, MemfdBytes::Image { .. })));
+
+    let restored = restore_from(&path);
+    let (code, said) = restored.finish();
+    let said = String::from_utf8_lossy(&said);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(
+        said,
+        "bytes wrong 0\n\
+         size 83886080\n\
+         mapping sees: one file\n\
+         size sealed yes\n"
+    );
+}
+
+#[test]
+fn a_damaged_memfd_run_is_refused_by_the_run_checks() {
+    let path = dumped("damaged.img");
+    let good = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    let kept = &good.image().memfds[0];
+    assert_eq!(kept.name, "kept");
+    let MemfdBytes::Image { offset, len } = kept.data else {
+        panic!("{:?}", kept.data)
+    };
+    assert!(len > 100);
+    let at = good.data_offset() + offset + 100;
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[at as usize] ^= 0x10;
+    let bad = scratch().join("damaged-bad.img");
+    std::fs::write(&bad, &bytes).expect("write");
+    let e = ImageFile::open(File::open(&bad).expect("open"), true).expect_err("damaged");
+    assert!(
+        matches!(&e, ImageError::MemfdChecksum { name, .. } if name == "kept"),
+        "{e}"
+    );
+    let mut check = mig_ckpt::image::StreamCheck::new();
+    for piece in bytes.chunks(3000) {
+        check.update(piece).expect("header and metadata whole");
+    }
+    let e = check.finish().expect_err("damaged");
+    assert!(matches!(e, ImageError::MemfdChecksum { .. }), "{e}");
+    // Without the run checks it opens (a receiver checked it on the way).
+    assert!(ImageFile::open(File::open(&bad).expect("open"), false).is_ok());
+}
+
+/// Format 5's metadata: each memfd's bytes in it.
+mod v5 {
+    use mig_ckpt::image::{Image, Memfd, OpenFile, PendingInput, Pipe, Proc};
+    use mig_ckpt::Fingerprint;
+    use serde::Serialize;
+
+    #[derive(Serialize)]
+    pub struct MemfdV5 {
+        pub name: String,
+        pub size: u64,
+        pub seals: i32,
+        #[serde(with = "serde_bytes")]
+        pub data: Vec<u8>,
+    }
+
+    #[derive(Serialize)]
+    pub enum OpenFileV5 {
+        External {
+            fd: i32,
+        },
+        Path {
+            path: String,
+            flags: i32,
+            pos: u64,
+        },
+        Pipe {
+            pipe: u32,
+            write: bool,
+            flags: i32,
+        },
+        Memfd {
+            memfd: u32,
+            flags: i32,
+            pos: u64,
+        },
+        Cut {
+            #[serde(with = "serde_bytes")]
+            unread: Vec<u8>,
+            flags: i32,
+            passed: Vec<MemfdV5>,
+        },
+    }
+
+    #[derive(Serialize)]
+    pub struct SocketStateV5 {
+        pub fd: i32,
+        #[serde(with = "serde_bytes")]
+        pub unread: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        pub unfinished: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        pub notes: Vec<u8>,
+        pub passed: Vec<MemfdV5>,
+    }
+
+    #[derive(Serialize)]
+    pub struct V5 {
+        pub keep_pids: bool,
+        pub procs: Vec<Proc>,
+        pub files: Vec<OpenFileV5>,
+        pub pipes: Vec<Pipe>,
+        pub needs: Option<Fingerprint>,
+        pub inputs: Vec<PendingInput>,
+        pub sockets: Vec<SocketStateV5>,
+        pub memfds: Vec<MemfdV5>,
+    }
+
+    /// `img`'s state as format 5 wrote it, each memfd's bytes from `bytes`.
+    pub fn from(img: &Image, bytes: &dyn Fn(&Memfd) -> Vec<u8>) -> V5 {
+        let memfd = |m: &Memfd| MemfdV5 {
+            name: m.name.clone(),
+            size: m.size,
+            seals: m.seals,
+            data: bytes(m),
+        };
+        V5 {
+            keep_pids: img.keep_pids,
+            procs: img.procs.clone(),
+            files: img
+                .files
+                .iter()
+                .map(|f| match f.clone() {
+                    OpenFile::External { fd } => OpenFileV5::External { fd },
+                    OpenFile::Path { path, flags, pos } => OpenFileV5::Path { path, flags, pos },
+                    OpenFile::Pipe { pipe, write, flags } => {
+                        OpenFileV5::Pipe { pipe, write, flags }
+                    }
+                    OpenFile::Memfd { memfd, flags, pos } => {
+                        OpenFileV5::Memfd { memfd, flags, pos }
+                    }
+                    OpenFile::Cut {
+                        unread,
+                        flags,
+                        passed,
+                    } => OpenFileV5::Cut {
+                        unread,
+                        flags,
+                        passed: passed.iter().map(memfd).collect(),
+                    },
+                })
+                .collect(),
+            pipes: img.pipes.clone(),
+            needs: img.needs.clone(),
+            inputs: img.inputs.clone(),
+            sockets: img
+                .sockets
+                .iter()
+                .map(|s| SocketStateV5 {
+                    fd: s.fd,
+                    unread: s.unread.clone(),
+                    unfinished: s.unfinished.clone(),
+                    notes: s.notes.clone(),
+                    passed: s.passed.iter().map(memfd).collect(),
+                })
+                .collect(),
+            memfds: img.memfds.iter().map(memfd).collect(),
+        }
+    }
+}
+
+#[test]
+fn a_version_5_image_with_memfds_still_restores() {
+    // Today's image, written again as format 5 wrote it: the memfds'
+    // bytes in the metadata, only page runs in the data.
+    let path = dumped("for-v5.img");
+    let img = ImageFile::open(File::open(&path).expect("open"), true).expect("image");
+    let old = v5::from(img.image(), &|m| img.memfd_bytes(m).expect("bytes"));
+    let mb = postcard::to_stdvec(&old).expect("encode v5");
+    let pages: u64 = img.image().runs().map(|r| r.pages * PAGE).sum();
+    let mut data = vec![0u8; pages as usize];
+    std::os::unix::fs::FileExt::read_exact_at(img.file(), &mut data, img.data_offset())
+        .expect("pages");
+    let runs = img.image().runs().count() as u64;
+    let mut h = Header::new(mb.len() as u64, pages, runs, crc32c::crc32c(&mb));
+    h.version = 5;
+    let mut bytes = h.encode().to_vec();
+    bytes.extend_from_slice(&mb);
+    bytes.resize(h.data_offset as usize, 0);
+    bytes.extend_from_slice(&data);
+    let crcs: Vec<u32> = img
+        .image()
+        .runs()
+        .map(|r| {
+            let s = r.offset as usize;
+            crc32c::crc32c(&data[s..s + (r.pages * PAGE) as usize])
+        })
+        .collect();
+    bytes.extend_from_slice(&mig_ckpt::image::encode_trailer(&crcs));
+    let v5 = scratch().join("v5.img");
+    std::fs::write(&v5, &bytes).expect("write");
+
+    let back = ImageFile::open(File::open(&v5).expect("open"), true).expect("v5 image");
+    assert!(back
+        .image()
+        .memfds
+        .iter()
+        .all(|m| matches!(m.data, MemfdBytes::Held(_))));
+    assert_eq!(back.image().memfds.len(), 2);
+    let restored = restore_from(&v5);
+    let (code, said) = restored.finish();
+    let said = String::from_utf8_lossy(&said);
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(said, MOVED);
 }

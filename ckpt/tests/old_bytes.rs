@@ -11,9 +11,9 @@
 use std::path::{Path, PathBuf};
 
 use mig_ckpt::image::{
-    self, v1, Cpu, Fd, Image, Memfd, Meta, MmFields, OpenFile, PendingInput, Pipe, Proc, ProcState,
-    Prot, Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special, Thread,
-    FORMAT_VERSION, PAGE, READS,
+    self, v1, Cpu, Fd, Image, Memfd, MemfdBytes, Meta, MmFields, OpenFile, PendingInput, Pipe,
+    Proc, ProcState, Prot, Region, RegionKind, Run, SigAction, SigInfo, SocketState, Special,
+    Thread, FORMAT_VERSION, PAGE, READS,
 };
 use mig_ckpt::{Fingerprint, ImageError};
 
@@ -317,20 +317,20 @@ fn state_v5() -> Image {
             name: "mig-pooled".into(),
             size: 0x3000,
             seals: libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
-            data: b"200 KiB".to_vec(),
+            data: MemfdBytes::Held(b"200 KiB".to_vec()),
         }],
     });
     img.sockets[0].passed.push(Memfd {
         name: "mig-message".into(),
         size: 7,
         seals: libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL,
-        data: b"message".to_vec(),
+        data: MemfdBytes::Held(b"message".to_vec()),
     });
     img.memfds.push(Memfd {
         name: "mig-ring".into(),
         size: 0x2000,
         seals: libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-        data: b"tail".to_vec(),
+        data: MemfdBytes::Held(b"tail".to_vec()),
     });
     img
 }
@@ -443,6 +443,48 @@ fn version_5_image_still_decodes() {
         Err(e) => {
             assert!(!READS.contains(&5), "version 5 refused: {e}");
             assert_eq!(e, ImageError::Version { found: 5 });
+        }
+    }
+}
+
+/// A version 6 state: version 5's, each memfd's bytes in the data after
+/// the pages instead of in the metadata; and those data.
+fn state_v6() -> (Image, Vec<u8>) {
+    let mut img = state_v5();
+    let mut data = pages();
+    for m in img.memfds_in_order_mut() {
+        let bytes = m.data.held().expect("held").to_vec();
+        m.data = MemfdBytes::Image {
+            offset: data.len() as u64,
+            len: bytes.len() as u64,
+        };
+        data.extend_from_slice(&bytes);
+        data.resize(image::page_up(data.len() as u64) as usize, 0);
+    }
+    (img, data)
+}
+
+#[test]
+fn version_6_image_still_decodes() {
+    let path = fixture(6);
+    let (state, data) = state_v6();
+    if std::env::var_os("MIG_WRITE_FIXTURES").is_some() && FORMAT_VERSION == 6 {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&path, image::encode(&state, &data).expect("encode")).expect("write");
+    }
+    let bytes = std::fs::read(&path).expect("fixture");
+    match image::decode(&bytes, true) {
+        Ok((h, img)) => {
+            assert_eq!(h.version, 6);
+            assert_eq!(img, state);
+            let got = &bytes[h.data_offset as usize..(h.data_offset + h.data_len) as usize];
+            assert_eq!(got, &data[..]);
+            let ring = image::memfd_bytes(&bytes, &h, &img.memfds[0]);
+            assert_eq!(ring, Some(&b"tail"[..]));
+        }
+        Err(e) => {
+            assert!(!READS.contains(&6), "version 6 refused: {e}");
+            assert_eq!(e, ImageError::Version { found: 6 });
         }
     }
 }

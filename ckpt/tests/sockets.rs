@@ -192,7 +192,7 @@ fn a_memfd_on_its_way_through_the_socket_goes_into_the_image_with_its_bytes() {
         name: "mig-message".into(),
         size: 4096,
         seals: libc::F_SEAL_GROW | libc::F_SEAL_SHRINK,
-        data: b"a large message".to_vec(),
+        data: mig_ckpt::image::MemfdBytes::Held(b"a large message".to_vec()),
     })
     .expect("memfd");
     for (bytes, fd) in [
@@ -220,16 +220,19 @@ fn a_memfd_on_its_way_through_the_socket_goes_into_the_image_with_its_bytes() {
         name: "held".into(),
         size: 1,
         seals: 0,
-        data: vec![],
+        data: mig_ckpt::image::MemfdBytes::Held(vec![]),
     });
     let mut sink = Vec::new();
     dump(pid, &held, &mut sink).expect("dump");
-    let img = mig_ckpt::image::decode(&sink, true).expect("image").1;
+    let (h, img) = mig_ckpt::image::decode(&sink, true).expect("image");
     let s = &img.sockets[0];
     assert_eq!(s.unread, b"abcde");
     let names: Vec<&str> = s.passed.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["mig-message", "mig-message", "held"]);
-    assert_eq!(s.passed[0].data, b"a large message");
+    assert_eq!(
+        mig_ckpt::image::memfd_bytes(&sink, &h, &s.passed[0]),
+        Some(&b"a large message"[..])
+    );
     assert_eq!(s.passed[0].size, 4096);
     // Only looked at: continued, it reads all five bytes.
     kill(Pid::from_raw(pid), Signal::SIGCONT).expect("SIGCONT");

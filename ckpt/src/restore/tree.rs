@@ -45,8 +45,8 @@ pub fn restore_tree(
     let image = img.image();
     check_machine(image)?;
     let plan = crate::tree::plan(image)?;
-    let memfds = super::make_memfds(image)?;
-    let files = open_files(image, &mut fds, &memfds)?;
+    let memfds = super::make_memfds(img)?;
+    let files = open_files(img, &mut fds, &memfds)?;
     let mapped = open_mapped(image, &memfds)?;
     // What init keeps for the bare processes it forks, and each process's
     // handover with its sources renumbered as init has them.
