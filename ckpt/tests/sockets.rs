@@ -233,6 +233,30 @@ fn a_memfd_on_its_way_through_the_socket_goes_into_the_image_with_its_bytes() {
         mig_ckpt::image::memfd_bytes(&sink, &h, &s.passed[0]),
         Some(&b"a large message"[..])
     );
+    // Opened from a file, the image holds them in memory for the caller,
+    // who makes them anew (its runs checked even without the page checks).
+    let path = std::env::temp_dir().join(format!("passed-{}.img", std::process::id()));
+    std::fs::write(&path, &sink).expect("write");
+    let file =
+        mig_ckpt::ImageFile::open(std::fs::File::open(&path).expect("open"), false).expect("image");
+    let held = &file.image().sockets[0].passed[0];
+    assert_eq!(held.data.held(), Some(&b"a large message"[..]));
+    let made = mig_ckpt::memfd::make(held).expect("made");
+    let back = mig_ckpt::memfd::read(std::os::fd::AsFd::as_fd(&made)).expect("read");
+    assert_eq!(&back, held);
+    let mig_ckpt::image::MemfdBytes::Image { offset, .. } = s.passed[0].data else {
+        panic!("{:?}", s.passed[0].data)
+    };
+    let mut bad = sink.clone();
+    bad[(h.data_offset + offset + 3) as usize] ^= 1;
+    std::fs::write(&path, &bad).expect("write");
+    let e = mig_ckpt::ImageFile::open(std::fs::File::open(&path).expect("open"), false)
+        .expect_err("damaged");
+    assert!(
+        matches!(&e, mig_ckpt::ImageError::MemfdChecksum { name, .. } if name == "mig-message"),
+        "{e}"
+    );
+    let _ = std::fs::remove_file(&path);
     assert_eq!(s.passed[0].size, 4096);
     // Only looked at: continued, it reads all five bytes.
     kill(Pid::from_raw(pid), Signal::SIGCONT).expect("SIGCONT");
