@@ -24,7 +24,9 @@
 //! signal blocked meanwhile and a scratch page mapped for the answers and
 //! unmapped after; read the memory map and pagemap; put every register and
 //! mask back. Then stream the pages straight from each process into the
-//! image and detach all. The group stop is still in force, so the kernel
+//! image, then each memfd's bytes (from a descriptor of it, or from the
+//! memory of a process that only maps it, a piece at a time, with the
+//! bits the caller names set on the way), and detach all. The group stop is still in force, so the kernel
 //! stops each thread again at the detach and the caller can still continue
 //! the processes if the move is called off. Any failure leaves them the
 //! same way.
