@@ -18,6 +18,8 @@
 //! bytes: a dump streams them from the memfd as it streams pages, and a
 //! restore copies them from the file into the new memfd, so no memfd is
 //! ever held whole in memory (and none counts against [`MAX_META`]).
+//! Version 5 kept them in the metadata: such an image is read with each
+//! memfd's bytes held in memory ([`MemfdBytes::Held`]).
 //!
 //! ```text
 //! 0                64                 data_offset (page aligned)                         data_end
@@ -34,7 +36,7 @@
 //! | 16..24 | metadata length                                   |
 //! | 24..32 | data offset (page aligned, after the metadata)   |
 //! | 32..40 | data length (whole pages)                         |
-//! | 40..48 | number of page runs                               |
+//! | 40..48 | number of runs (page runs and memfd runs)         |
 //! | 48..52 | crc32c of the metadata                            |
 //! | 52..60 | reserved, zero                                    |
 //! | 60..64 | crc32c of bytes 0..60                             |

@@ -161,14 +161,15 @@
 //! the memfd (or, for one only mapped, from the process's memory) a piece
 //! at a time at the dump and copied from the file into the new memfd at
 //! the restore, so neither holds a memfd whole in memory; a memfd of more
-//! than `memfd::MAX_SIZE` (1 GiB) is refused. A stream socket the caller names (`DumpOptions::cut`: a
-//! direct link to a VP that stays) is saved with the bytes it held and
-//! restored with its other end closed: the process reads them, then the
-//! end of the stream, and its writes fail (`EPIPE`). So that whoever stays
-//! stops writing into memory the process no longer reads, the caller may
-//! have bits set in it first (`DumpOptions::set_bits`), atomically against
-//! the other processes that map it: a futex operation injected into the
-//! process (`FUTEX_WAKE_OP`, the kernel's atomic OR, waking no one).
+//! than `memfd::MAX_SIZE` (1 GiB) is refused. A stream socket the caller
+//! names (`DumpOptions::cut`: a direct link to a VP that stays) is saved
+//! with the bytes it held and restored with its other end closed: the
+//! process reads them, then the end of the stream, and its writes fail
+//! (`EPIPE`). So that whoever stays stops writing into memory the process
+//! no longer reads, the caller may have bits set in it first
+//! (`DumpOptions::set_bits`), atomically against the other processes that
+//! map it: a futex operation injected into the process (`FUTEX_WAKE_OP`,
+//! the kernel's atomic OR, waking no one).
 //!
 //! **Refusals** name what cannot be saved and leave the processes as they
 //! were: sockets the caller does not name (with their addresses), pipes to
