@@ -16,8 +16,13 @@
 //! trailing zeros left out (a memfd of zeros has no run). The metadata
 //! says where each memfd's bytes are ([`MemfdBytes::Image`]), not the
 //! bytes: a dump streams them from the memfd as it streams pages, and a
-//! restore copies them from the file into the new memfd, so no memfd is
-//! ever held whole in memory (and none counts against [`MAX_META`]).
+//! restore copies them from the file into the new memfd, so no memfd the
+//! processes hold or map is held whole in memory (and none counts against
+//! [`MAX_META`]); those on their way through the caller's sockets are read
+//! into memory when the image is opened (`ImageFile::open`, at most
+//! `memfd::MAX_SIZE` in all). A memfd is at most `memfd::MAX_SIZE`. Its
+//! bytes are read while the processes are stopped: one shared with a
+//! process outside them that writes it meanwhile is saved as it was read.
 //! Version 5 kept them in the metadata: such an image is read with each
 //! memfd's bytes held in memory ([`MemfdBytes::Held`]).
 //!
@@ -269,9 +274,9 @@ impl Header {
     }
 }
 
-/// Rounds up to a whole page.
+/// Rounds up to a whole page (at most the last whole page of `u64`).
 pub fn page_up(x: u64) -> u64 {
-    x.div_ceil(PAGE) * PAGE
+    x.div_ceil(PAGE).saturating_mul(PAGE)
 }
 
 /// The trailer for the given run checksums.
@@ -762,12 +767,22 @@ impl Image {
                             run.addr, run.pages, run.offset, r.start, r.end
                         )));
                     }
-                    next += len;
+                    next = next
+                        .checked_add(len)
+                        .ok_or_else(|| ImageError::Runs("page runs overflow".into()))?;
                     count += 1;
                 }
             }
         }
         for m in self.memfds_in_order() {
+            if m.size > crate::memfd::MAX_SIZE {
+                return Err(ImageError::Meta(format!(
+                    "memfd {:?} of {} bytes (most {})",
+                    m.name,
+                    m.size,
+                    crate::memfd::MAX_SIZE
+                )));
+            }
             match &m.data {
                 MemfdBytes::Image { offset, len } => {
                     if *offset != next || *len > m.size {
@@ -777,7 +792,9 @@ impl Image {
                         )));
                     }
                     if *len > 0 {
-                        next = next.saturating_add(page_up(*len));
+                        next = next
+                            .checked_add(page_up(*len))
+                            .ok_or_else(|| ImageError::Runs("memfd runs overflow".into()))?;
                         count += 1;
                     }
                 }
@@ -1355,6 +1372,13 @@ impl StreamCheck {
             });
         }
         let want = decode_trailer(&self.trailer, h.runs as usize)?;
+        if self.crcs.len() != want.len() {
+            return Err(ImageError::Runs(format!(
+                "{} runs read, the trailer sums {}",
+                self.crcs.len(),
+                want.len()
+            )));
+        }
         for (i, (got, want)) in self.crcs.iter().zip(&want).enumerate() {
             if got != want {
                 let name = meta.all_runs().nth(i).map_or(RunName::Pages(0), |r| r.2);

@@ -367,6 +367,18 @@ impl ImageFile {
                 .flat_map(|s| &s.passed)
                 .filter(|m| m.data.run().is_some())
                 .count();
+        let held: u64 = meta
+            .sockets
+            .iter()
+            .flat_map(|s| &s.passed)
+            .map(|m| m.data.len())
+            .fold(0, u64::saturating_add);
+        if held > memfd::MAX_SIZE {
+            return Err(ImageError::Meta(format!(
+                "{held} bytes of memfds on their way through its sockets (most {})",
+                memfd::MAX_SIZE
+            )));
+        }
         let mut i = first;
         for m in meta.sockets.iter_mut().flat_map(|s| s.passed.iter_mut()) {
             if let image::MemfdBytes::Image { offset, len } = m.data {

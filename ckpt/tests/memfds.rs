@@ -566,3 +566,78 @@ fn a_version_5_image_with_memfds_still_restores() {
     assert_eq!(code, 0, "{said}");
     assert_eq!(said, MOVED);
 }
+
+/// An image whose metadata claims a memfd of `size` bytes, `len` of them
+/// in a run after a memfd of a page (its data two pages of zeros, its sums
+/// right).
+fn claiming(size: u64, len: u64) -> Vec<u8> {
+    use mig_ckpt::image::{self, Image, Memfd, SocketState};
+    let img = Image {
+        keep_pids: false,
+        procs: vec![],
+        files: vec![],
+        pipes: vec![],
+        needs: None,
+        inputs: vec![],
+        sockets: vec![SocketState {
+            fd: 3,
+            unread: vec![0],
+            unfinished: vec![],
+            notes: vec![],
+            passed: vec![
+                Memfd {
+                    name: "pad".into(),
+                    size: PAGE,
+                    seals: 0,
+                    data: MemfdBytes::Image {
+                        offset: 0,
+                        len: PAGE,
+                    },
+                },
+                Memfd {
+                    name: "huge".into(),
+                    size,
+                    seals: 0,
+                    data: MemfdBytes::Image { offset: PAGE, len },
+                },
+            ],
+        }],
+        memfds: vec![],
+    };
+    let mb = image::encode_meta(&img).expect("meta");
+    let h = Header::new(mb.len() as u64, 2 * PAGE, 2, crc32c::crc32c(&mb));
+    let mut out = h.encode().to_vec();
+    out.extend_from_slice(&mb);
+    out.resize(h.data_offset as usize, 0);
+    out.extend_from_slice(&[0u8; 2 * PAGE as usize]);
+    let page = crc32c::crc32c(&[0u8; PAGE as usize]);
+    let crcs = [page, page];
+    out.extend_from_slice(&image::encode_trailer(&crcs));
+    out
+}
+
+#[test]
+fn a_memfd_claiming_more_than_a_move_carries_is_refused_by_every_reader() {
+    use mig_ckpt::image::{self, StreamCheck};
+    // A length whose page rounding overflows, and a size past the bound
+    // with a length that rounds to nothing: refused, nothing allocated.
+    for (size, len) in [(u64::MAX, u64::MAX - 10), (u64::MAX, PAGE), (2 << 30, PAGE)] {
+        let bytes = claiming(size, len);
+        let mut c = StreamCheck::new();
+        let streamed = c.update(&bytes).and_then(|()| c.finish().map(|_| ()));
+        assert!(streamed.is_err(), "{size} {len}: streamed");
+        assert!(
+            image::decode(&bytes, true).is_err(),
+            "{size} {len}: decoded"
+        );
+        let mut f = tempfile::tempfile().expect("file");
+        f.write_all(&bytes).expect("write");
+        match ImageFile::open(f, true) {
+            Err(ImageError::Meta(why)) | Err(ImageError::Runs(why)) => {
+                assert!(why.contains("memfd"), "{why}")
+            }
+            Err(e) => panic!("{size} {len}: {e}"),
+            Ok(_) => panic!("{size} {len}: opened"),
+        }
+    }
+}
