@@ -444,31 +444,53 @@ mod tests {
                 .spawn()
                 .unwrap(),
         );
-        // Two meters over the same interval: one told the busy loop is a VP.
-        let vps = [hog.id()];
+        // The busy loop's own processor time, in seconds (utime + stime).
+        let pid = hog.id();
+        let hz = LoadMeter::new(Scope::Machine, Duration::ZERO).hz;
+        let cpu_s = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let after = &stat[stat.rfind(')').unwrap() + 2..];
+            let f: Vec<u64> = after
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .map(|x| x.parse().unwrap())
+                .collect();
+            (f[0] + f[1]) as f64 / hz
+        };
+        // Two meters over the same intervals: one told the busy loop is a
+        // VP. (The window is shorter than an interval: each poll's load is
+        // over the last interval.)
+        let vps = [pid];
         let window = Duration::from_millis(400);
         let mut with = LoadMeter::new(Scope::Machine, window);
         let mut without = LoadMeter::new(Scope::Machine, window);
-        let t0 = Instant::now();
-        with.poll(t0, &vps);
-        without.poll(t0, &[]);
-        // The loop gets most of a core over some interval, even on a shared
-        // machine (the tests beside this one may hold both cores for a
-        // while: up to ten intervals).
-        let (mut counted, mut excluded) = (0.0, 0.0);
+        let mut t = Instant::now();
+        let mut before = cpu_s();
+        with.poll(t, &vps);
+        without.poll(t, &[]);
+        // However crowded the machine, the loop gets some processor time
+        // over some interval: the meter told of it counts exactly that
+        // much less (within a few clock ticks), whatever the share was.
+        let (mut counted, mut excluded, mut share) = (0.0, 0.0, 0.0);
         for _ in 0..10 {
             std::thread::sleep(Duration::from_millis(500));
             let t1 = Instant::now();
+            let after = cpu_s();
             counted = without.poll(t1, &[]).unwrap();
             excluded = with.poll(t1, &vps).unwrap();
-            if counted - excluded > 0.2 {
+            share = (after - before) / t1.duration_since(t).as_secs_f64();
+            (t, before) = (t1, after);
+            if share > 0.05 {
                 break;
             }
         }
         drop(hog);
+        assert!(share > 0.05, "the busy loop never ran: {share:.2} cores");
         assert!(
-            counted - excluded > 0.2,
-            "a VP's busy loop still counted: {counted:.2} without vs {excluded:.2} with it excluded"
+            (counted - excluded - share).abs() < 0.08,
+            "a VP's busy loop at {share:.2} cores: {counted:.2} counted without it excluded, \
+             {excluded:.2} with"
         );
         assert!(
             with.describe().contains("cores over 400 ms"),
