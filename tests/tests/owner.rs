@@ -890,8 +890,10 @@ fn a_job_killed_while_its_vps_are_parked_on_disk_leaves_no_image_and_no_process(
             .filter(|e| e.file_name().to_string_lossy().ends_with(".parked"))
             .count()
     };
+    // (A move to h0, a safe point missed, a save from outside: on a
+    // crowded machine each step takes seconds.)
     assert!(
-        wait_until(Duration::from_secs(10), || hosts_of(&vm)
+        wait_until(Duration::from_secs(60), || hosts_of(&vm)
             .iter()
             .all(|(_, s, _)| s == "parked on disk (owner back)")
             && parked_files() == 2),
