@@ -539,14 +539,7 @@ impl Daemon {
         // before (it stepped down and is elected again) attach anew, and
         // say again what they hold: a worker linked to the master keeps
         // its link when it hears of its term (`on_new_master`).
-        let stale: Vec<Token> = self
-            .net
-            .conns
-            .iter()
-            .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
-            .map(|(t, _)| *t)
-            .collect();
-        for t in stale {
+        for t in self.net.worker_links() {
             self.quiet_close(t, "a link to this daemon's last term as master");
         }
         let peers = m.peer_list();

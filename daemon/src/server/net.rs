@@ -195,6 +195,15 @@ pub(super) struct Net {
 }
 
 impl Net {
+    /// On the master: its workers' links to it.
+    pub(super) fn worker_links(&self) -> Vec<Token> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
     /// The network around the poll and the listening sockets, with no
     /// connection yet.
     pub(super) fn new(poll: Poll, key: ClusterKey, listeners: Listeners) -> Net {

@@ -532,13 +532,7 @@ impl Daemon {
                 warn!("dropping a control reply meant for VP t{tid:x} call {id}")
             }
             Out::Broadcast(msg) => {
-                let workers: Vec<Token> = self
-                    .net
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| matches!(c.kind, Kind::Peer { host: Some(_) }))
-                    .map(|(t, _)| *t)
-                    .collect();
+                let workers = self.net.worker_links();
                 // Encoded once for all.
                 let wire = PeerMsg::ToHost(msg.clone());
                 match frame::encode(&wire) {
